@@ -1,0 +1,60 @@
+/* llada.h: the LLaDA masked-diffusion transformer (METHOD.md §1), fp32 on the CPU.
+ *
+ *   x = wte[tokens]
+ *   per block: h = x + attn_out(Attn(RoPE(q_proj(n1)), RoPE(k_proj(n1)), v_proj(n1))),
+ *              n1 = attn_norm(x)
+ *              y = h + ff_out(silu(ff_proj(n2)) * up_proj(n2)),  n2 = ff_norm(h)
+ *   logits = ff_out_head(ln_f(x))   (untied head), bidirectional attention,
+ *   positions = canvas index 0..T-1, padding excluded by a key mask.
+ *
+ * Parameters live in one allocation carved into named pointers (torch layout
+ * [out, in]). With LoRA enabled the base weights are frozen and the trainable
+ * vector is the LoRA A/B matrices only; otherwise it is every parameter. */
+#ifndef DLLM_LLADA_H
+#define DLLM_LLADA_H
+
+#include "dllm/model_config.h"
+#include "dllm/safetensors.h"
+
+/* LoRA target bits, by HF module name. */
+enum {
+    LORA_Q_PROJ = 1 << 0, LORA_K_PROJ = 1 << 1, LORA_V_PROJ = 1 << 2, LORA_ATTN_OUT = 1 << 3,
+    LORA_FF_PROJ = 1 << 4, LORA_UP_PROJ = 1 << 5, LORA_FF_OUT = 1 << 6,
+    LORA_ALL = 0x7f
+};
+/* "q_proj" -> LORA_Q_PROJ; returns 0 for an unknown name. */
+int llada_lora_target_bit(const char *name);
+
+typedef struct llada_model llada_model;
+
+/* Random initialisation (normal, std 0.02; deterministic for a seed). */
+llada_model *llada_create(const dllm_model_config *cfg, uint64_t seed);
+/* Loads DIR (config.json + safetensors, single or sharded; any supported dtype). */
+int llada_load(llada_model **out, const char *dir, dllm_err *err);
+/* Writes DIR/config.json + safetensors in the HF layout, dtype ST_F32 or ST_BF16
+ * (sharded above max_shard_bytes, 0 = one file). With LoRA the merged weights
+ * are written. */
+int llada_save(const llada_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
+               dllm_err *err);
+void llada_free(llada_model *m);
+const dllm_model_config *llada_config(const llada_model *m);
+
+/* LoRA on the targets in `mask` (LORA_* bits): W' = W + (alpha/rank) B A,
+ * A [rank, in] ~ kaiming-uniform as PEFT, B [out, rank] = 0. */
+void llada_lora_enable(llada_model *m, int rank, float alpha, int mask, uint64_t seed);
+
+/* Trainable parameters and their gradients, contiguous (for the optimizer). */
+float *llada_trainable(llada_model *m, size_t *n);
+float *llada_grads(llada_model *m);
+void llada_zero_grad(llada_model *m);
+
+/* Forward over tokens [B,T] (keymask [B,T], 1 = real token, NULL = all real).
+ * Logits [n_rows, V] are computed only for the flat rows (b*T + t) listed in
+ * rows (NULL: all B*T rows, n_rows = B*T) -- exact, and it saves most of the
+ * head's cost. Activations are kept for llada_backward. */
+int llada_forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                  const int32_t *rows, int n_rows, float *logits);
+/* Backward of the last forward: dlogits [n_rows, V]; accumulates into grads. */
+void llada_backward(llada_model *m, const float *dlogits);
+
+#endif

@@ -1,0 +1,41 @@
+/* model_config.h: the model's HF config.json (LLaDA keys; Qwen3 later) and
+ * the named presets of init-model. */
+#ifndef DLLM_MODEL_CONFIG_H
+#define DLLM_MODEL_CONFIG_H
+
+#include "kernels/base.h"
+
+typedef enum { DLLM_ARCH_LLADA = 0, DLLM_ARCH_QWEN3 = 1 } dllm_arch;
+
+typedef struct {
+    dllm_arch arch;
+    int d_model;          /* C   [d_model] */
+    int n_layers;         /* L   [n_layers] */
+    int n_heads;          /* NH  [n_heads] */
+    int n_kv_heads;       /* NKV [n_kv_heads] */
+    int head_dim;         /* HD = d_model / n_heads for LLaDA */
+    int mlp_hidden;       /* [mlp_hidden_size] */
+    int vocab_size;       /* [vocab_size] */
+    int embedding_size;   /* [embedding_size]: rows of wte and the head (>= vocab_size) */
+    int max_seq_len;      /* [max_sequence_length] */
+    float rope_theta;     /* [rope_theta] */
+    float rms_norm_eps;   /* [rms_norm_eps] */
+    int mask_token_id, eos_token_id, pad_token_id, bos_token_id; /* -1 if absent */
+    bool weight_tying;    /* [weight_tying]: must be false for LLaDA */
+    char torch_dtype[16]; /* "float32" | "bfloat16" */
+} dllm_model_config;
+
+/* Reads DIR/config.json. Unknown extra keys are fine (real configs carry
+ * many); missing or mistyped required keys, unsupported options
+ * (include_bias true, non-rms norm, alibi, ...) and inconsistent sizes are
+ * input errors naming the file and key. */
+int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err);
+/* Writes DIR/config.json with the published LLaDA keys (all of them, with the
+ * published values for everything this model does not vary). */
+int dllm_config_save(const dllm_model_config *cfg, const char *dir, dllm_err *err);
+/* Presets: "tiny", "small", "llada-8b" (LLaDA); "tiny", "small", "qwen3-8b" (Qwen3). */
+int dllm_config_preset(dllm_model_config *cfg, dllm_arch arch, const char *preset, dllm_err *err);
+/* Parameter count of the full model. */
+int64_t dllm_config_num_params(const dllm_model_config *cfg);
+
+#endif

@@ -1,0 +1,14 @@
+/* commands.h: the subcommands of dllm-rl, one file each (src/cmd_*.c).
+ * Each returns the process exit status: 0 success, 2 bad input, 1 internal. */
+#ifndef DLLM_COMMANDS_H
+#define DLLM_COMMANDS_H
+
+int cmd_init_model(int argc, char **argv);
+int cmd_sft(int argc, char **argv);
+int cmd_score(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_tasks(int argc, char **argv);
+int cmd_grade(int argc, char **argv);
+
+#endif

@@ -1,0 +1,53 @@
+/* dllm-rl: reinforcement learning of masked-diffusion language models. */
+#include "config.h"
+#include "src/commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"sft", cmd_sft, "masked-diffusion supervised fine-tuning from a YAML config"},
+    {"score", cmd_score, "sequence log-likelihood of a completion (JSON)"},
+    {"init-model", cmd_init_model, "write a randomly initialised model in HF layout"},
+    {"tokenize", cmd_tokenize, "encode stdin with a tokenizer.json (or --decode)"},
+    {"tasks", cmd_tasks, "list tasks, or print sample prompts of one"},
+    {"grade", cmd_grade, "grade completions of a task from JSONL"},
+    {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dllm-rl COMMAND [ARGS...]   (dllm-rl COMMAND --help for details)\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nexit status: 0 success, 2 bad input, 1 internal failure\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("%s\n", PACKAGE_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "dllm-rl: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
