@@ -1,0 +1,528 @@
+/* config.c: the YAML reader behind config.h. Schema in the key table below. */
+#include "src/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+typedef enum { K_INT, K_LONG, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_STR_LIST } key_type;
+
+typedef struct {
+    const char *path;    /* dotted key path */
+    key_type type;
+    size_t off;          /* offsetof(dllm_cfg, ...) */
+    size_t size;         /* buffer size for K_STR / K_ENUM */
+    const char *def;     /* default, parsed like a YAML scalar ("" for none) */
+    double min, max;     /* numeric range (inclusive) */
+    const char *choices; /* K_ENUM: "a|b|c"; K_STR_LIST: allowed items or NULL */
+} cfg_key;
+
+#define F(field) offsetof(dllm_cfg, field), sizeof(((dllm_cfg *)0)->field)
+#define INF HUGE_VAL
+
+static const cfg_key keys[] = {
+    {"experiment", K_STR, F(experiment), "run", 0, 0, NULL},
+    {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL},
+    {"device", K_ENUM, F(device), "cpu", 0, 0, "cpu|cuda"},
+    {"model.path", K_STR, F(model.path), "", 0, 0, NULL},
+    {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, "tiny|small|llada-8b"},
+    {"model.arch", K_ENUM, F(model.arch), "llada", 0, 0, "llada"},
+    {"model.dtype", K_ENUM, F(model.dtype), "f32", 0, 0, "f32|bf16"},
+    {"model.lora.rank", K_INT, F(model.lora.rank), "0", 0, 4096, NULL},
+    {"model.lora.alpha", K_FLOAT, F(model.lora.alpha), "16", 0, INF, NULL},
+    {"model.lora.targets", K_STR_LIST, F(model.lora.targets),
+     "[q_proj, k_proj, v_proj, attn_out, ff_proj, up_proj, ff_out]", 0, 0,
+     "q_proj|k_proj|v_proj|attn_out|ff_proj|up_proj|ff_out"},
+    {"data.train", K_STR, F(data.train), "", 0, 0, NULL},
+    {"data.max_len", K_INT, F(data.max_len), "128", 2, 1 << 20, NULL},
+    {"sft.steps", K_INT, F(sft.steps), "100", 0, 1e9, NULL},
+    {"sft.batch_size", K_INT, F(sft.batch_size), "8", 1, 1 << 20, NULL},
+    {"sft.chat", K_BOOL, F(sft.chat), "false", 0, 0, NULL},
+    {"optim.lr", K_FLOAT, F(optim.lr), "1e-4", 0, 10, NULL},
+    {"optim.warmup", K_INT, F(optim.warmup), "0", 0, 1e9, NULL},
+    {"optim.betas", K_FLOAT2, F(optim.betas), "[0.9, 0.99]", 0, 1 - 1e-12, NULL},
+    {"optim.eps", K_FLOAT, F(optim.eps), "1e-8", 0, 1, NULL},
+    {"optim.weight_decay", K_FLOAT, F(optim.weight_decay), "0", 0, 10, NULL},
+    {"optim.grad_clip", K_FLOAT, F(optim.grad_clip), "1.0", 0, INF, NULL},
+    {"log.dir", K_STR, F(log.dir), "runs", 0, 0, NULL},
+    {"log.every", K_INT, F(log.every), "10", 1, 1e9, NULL},
+    {"checkpoint.every", K_INT, F(checkpoint.every), "0", 0, 1e9, NULL},
+    {"checkpoint.keep", K_INT, F(checkpoint.keep), "2", 0, 1e6, NULL},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+/* ---- where an error is: file:line:col plus the line itself ------------------ */
+
+typedef struct {
+    const char *file;  /* config path or "--set" */
+    const char *text;  /* whole source text, for echoing the line */
+} source;
+
+static int fail_at(dllm_err *err, const source *src, yaml_mark_t mark, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail_at(dllm_err *err, const source *src, yaml_mark_t mark, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* echo the offending line with a caret under the column */
+    char line[256] = "";
+    const char *p = src->text;
+    for (size_t l = 0; p && *p && l < mark.line; p++)
+        if (*p == '\n')
+            l++;
+    if (p) {
+        size_t n = strcspn(p, "\n");
+        if (n >= sizeof line)
+            n = sizeof line - 1;
+        memcpy(line, p, n);
+        line[n] = '\0';
+    }
+    size_t col = mark.column < 200 ? mark.column : 200;
+    char caret[208];
+    memset(caret, ' ', col);
+    caret[col] = '^';
+    caret[col + 1] = '\0';
+    if (!strcmp(src->file, "--set"))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--set %s: %s", src->text, msg);
+    return dllm_err_set(err, DLLM_EXIT_INPUT, "%s:%zu:%zu: %s\n  %s\n  %s", src->file,
+                        (size_t)mark.line + 1, (size_t)mark.column + 1, msg, line, caret);
+}
+
+static const cfg_key *find_key(const char *path)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strcmp(keys[i].path, path))
+            return &keys[i];
+    return NULL;
+}
+
+/* Is `prefix` the path of a section (some key starts with "prefix.")? */
+static bool is_section(const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strncmp(keys[i].path, prefix, n) && keys[i].path[n] == '.')
+            return true;
+    return false;
+}
+
+static void list_section_keys(const char *prefix, char *out, size_t len)
+{
+    size_t n = strlen(prefix), used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < NKEYS && used + 64 < len; i++) {
+        const char *k = keys[i].path;
+        if (n && (strncmp(k, prefix, n) || k[n] != '.'))
+            continue;
+        const char *rest = n ? k + n + 1 : k;
+        size_t m = strcspn(rest, ".");
+        /* print each child once */
+        bool seen = false;
+        for (size_t j = 0; j < i; j++) {
+            const char *kj = keys[j].path;
+            if (n && (strncmp(kj, prefix, n) || kj[n] != '.'))
+                continue;
+            const char *rj = n ? kj + n + 1 : kj;
+            if (strcspn(rj, ".") == m && !strncmp(rj, rest, m))
+                seen = true;
+        }
+        if (!seen)
+            used += (size_t)snprintf(out + used, len - used, "%s%.*s", used ? ", " : "", (int)m,
+                                     rest);
+    }
+}
+
+/* ---- scalar parsing ------------------------------------------------------- */
+
+static bool parse_double(const char *s, double *out)
+{
+    if (!*s)
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || errno == ERANGE)
+        return false;
+    if (!isfinite(v) && strcmp(s, ".inf") != 0)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_long(const char *s, long *out)
+{
+    if (!*s)
+        return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end || errno == ERANGE)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_bool(const char *s, int *out)
+{
+    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "yes") || !strcmp(s, "on")) {
+        *out = 1;
+        return true;
+    }
+    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "no") || !strcmp(s, "off")) {
+        *out = 0;
+        return true;
+    }
+    return false;
+}
+
+static bool in_choices(const char *choices, const char *s)
+{
+    size_t n = strlen(s);
+    for (const char *p = choices; *p;) {
+        size_t m = strcspn(p, "|");
+        if (m == n && !strncmp(p, s, n))
+            return true;
+        p += m + (p[m] == '|');
+    }
+    return false;
+}
+
+static const char *type_name(key_type t)
+{
+    switch (t) {
+    case K_INT:
+    case K_LONG: return "an integer";
+    case K_FLOAT: return "a number";
+    case K_BOOL: return "true or false";
+    case K_STR: return "a string";
+    case K_ENUM: return "one of the listed choices";
+    case K_FLOAT2: return "a list of two numbers";
+    case K_STR_LIST: return "a list of strings";
+    }
+    return "?";
+}
+
+static int check_range(const cfg_key *k, double v, const source *src, yaml_mark_t mark,
+                       dllm_err *err)
+{
+    if (v < k->min || v > k->max)
+        return fail_at(err, src, mark, "%s = %g is out of range [%g, %g]", k->path, v, k->min,
+                       k->max);
+    return 0;
+}
+
+static int set_scalar(dllm_cfg *cfg, const cfg_key *k, const char *s, const source *src,
+                      yaml_mark_t mark, dllm_err *err)
+{
+    char *dst = (char *)cfg + k->off;
+    switch (k->type) {
+    case K_INT:
+    case K_LONG: {
+        long v;
+        if (!parse_long(s, &v))
+            return fail_at(err, src, mark, "%s must be %s, got '%s'", k->path, type_name(k->type), s);
+        if (check_range(k, (double)v, src, mark, err))
+            return err->code;
+        if (k->type == K_INT)
+            *(int *)dst = (int)v;
+        else
+            *(long *)dst = v;
+        return 0;
+    }
+    case K_FLOAT: {
+        double v;
+        if (!parse_double(s, &v))
+            return fail_at(err, src, mark, "%s must be a number, got '%s'", k->path, s);
+        if (check_range(k, v, src, mark, err))
+            return err->code;
+        *(double *)dst = v;
+        return 0;
+    }
+    case K_BOOL: {
+        int v;
+        if (!parse_bool(s, &v))
+            return fail_at(err, src, mark, "%s must be true or false, got '%s'", k->path, s);
+        *(int *)dst = v;
+        return 0;
+    }
+    case K_ENUM:
+        if (!in_choices(k->choices, s))
+            return fail_at(err, src, mark, "%s must be one of %s, got '%s'", k->path, k->choices, s);
+        /* fall through */
+    case K_STR:
+        if (strlen(s) >= k->size)
+            return fail_at(err, src, mark, "%s is too long (at most %zu characters)", k->path,
+                           k->size - 1);
+        strcpy(dst, s);
+        return 0;
+    default:
+        return fail_at(err, src, mark, "%s must be %s", k->path, type_name(k->type));
+    }
+}
+
+static int set_sequence(dllm_cfg *cfg, const cfg_key *k, yaml_document_t *doc, yaml_node_t *node,
+                        const source *src, dllm_err *err)
+{
+    char *dst = (char *)cfg + k->off;
+    int n = (int)(node->data.sequence.items.top - node->data.sequence.items.start);
+    if (k->type == K_FLOAT2) {
+        if (n != 2)
+            return fail_at(err, src, node->start_mark, "%s must be a list of two numbers, got %d items",
+                           k->path, n);
+        for (int i = 0; i < 2; i++) {
+            yaml_node_t *it = yaml_document_get_node(doc, node->data.sequence.items.start[i]);
+            double v;
+            if (it->type != YAML_SCALAR_NODE || !parse_double((char *)it->data.scalar.value, &v))
+                return fail_at(err, src, it->start_mark, "%s[%d] must be a number", k->path, i);
+            if (check_range(k, v, src, it->start_mark, err))
+                return err->code;
+            ((double *)dst)[i] = v;
+        }
+        return 0;
+    }
+    if (k->type != K_STR_LIST)
+        return fail_at(err, src, node->start_mark, "%s must be %s, not a list", k->path,
+                       type_name(k->type));
+    cfg_str_list *l = (cfg_str_list *)dst;
+    if (n > CFG_LIST_MAX)
+        return fail_at(err, src, node->start_mark, "%s has %d items (at most %d)", k->path, n,
+                       CFG_LIST_MAX);
+    l->n = 0;
+    for (int i = 0; i < n; i++) {
+        yaml_node_t *it = yaml_document_get_node(doc, node->data.sequence.items.start[i]);
+        const char *s = it->type == YAML_SCALAR_NODE ? (char *)it->data.scalar.value : NULL;
+        if (!s || strlen(s) >= sizeof l->items[0])
+            return fail_at(err, src, it->start_mark, "%s[%d] must be a short string", k->path, i);
+        if (k->choices && !in_choices(k->choices, s))
+            return fail_at(err, src, it->start_mark, "%s: unknown item '%s' (choices: %s)", k->path, s,
+                           k->choices);
+        strcpy(l->items[l->n++], s);
+    }
+    return 0;
+}
+
+static int walk(dllm_cfg *cfg, yaml_document_t *doc, yaml_node_t *node, const char *prefix,
+                const source *src, dllm_err *err)
+{
+    const cfg_key *k = prefix[0] ? find_key(prefix) : NULL;
+    if (node->type == YAML_MAPPING_NODE && !k) {
+        for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *kn = yaml_document_get_node(doc, p->key);
+            yaml_node_t *vn = yaml_document_get_node(doc, p->value);
+            if (kn->type != YAML_SCALAR_NODE)
+                return fail_at(err, src, kn->start_mark, "keys must be plain names");
+            /* reject duplicates within one mapping */
+            for (yaml_node_pair_t *q = node->data.mapping.pairs.start; q < p; q++) {
+                yaml_node_t *qk = yaml_document_get_node(doc, q->key);
+                if (qk->type == YAML_SCALAR_NODE &&
+                    !strcmp((char *)qk->data.scalar.value, (char *)kn->data.scalar.value))
+                    return fail_at(err, src, kn->start_mark, "duplicate key '%s'",
+                                   (char *)kn->data.scalar.value);
+            }
+            char path[256];
+            snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "",
+                     (char *)kn->data.scalar.value);
+            if (!find_key(path) && !is_section(path)) {
+                char known[512];
+                list_section_keys(prefix, known, sizeof known);
+                return fail_at(err, src, kn->start_mark, "unknown key '%s' (known %s%s: %s)", path,
+                               prefix[0] ? "keys of " : "sections", prefix, known);
+            }
+            if (walk(cfg, doc, vn, path, src, err))
+                return err->code;
+        }
+        return 0;
+    }
+    if (!k) {
+        if (prefix[0] == '\0')
+            return fail_at(err, src, node->start_mark, "the config must be a mapping of sections");
+        return fail_at(err, src, node->start_mark, "'%s' is a section: expected a mapping", prefix);
+    }
+    if (node->type == YAML_SEQUENCE_NODE)
+        return set_sequence(cfg, k, doc, node, src, err);
+    if (node->type == YAML_MAPPING_NODE)
+        return fail_at(err, src, node->start_mark, "%s must be %s, not a mapping", k->path,
+                       type_name(k->type));
+    const char *s = (char *)node->data.scalar.value;
+    if ((k->type == K_STR) && (!strcmp(s, "null") || !strcmp(s, "~")) &&
+        node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
+        s = "";
+    if (k->type == K_FLOAT2 || k->type == K_STR_LIST)
+        return fail_at(err, src, node->start_mark, "%s must be %s", k->path, type_name(k->type));
+    return set_scalar(cfg, k, s, src, node->start_mark, err);
+}
+
+/* Parses YAML text and applies it at `prefix` (the root for files). */
+static int apply_yaml(dllm_cfg *cfg, const char *text, size_t len, const char *prefix,
+                      const source *src, dllm_err *err)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        yaml_mark_t m = parser.problem_mark;
+        int rc = fail_at(err, src, m, "YAML syntax error: %s%s%s", parser.problem,
+                         parser.context ? " " : "", parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        return rc;
+    }
+    int rc = 0;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root && !(root->type == YAML_SCALAR_NODE && !root->data.scalar.length && !prefix[0]))
+        rc = walk(cfg, &doc, root, prefix, src, err);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+void dllm_cfg_defaults(dllm_cfg *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    dllm_err err;
+    for (size_t i = 0; i < NKEYS; i++) {
+        source src = {"<defaults>", keys[i].def};
+        if (apply_yaml(cfg, keys[i].def, strlen(keys[i].def), keys[i].path, &src, &err)) {
+            fprintf(stderr, "dllm-rl: bad default for %s: %s\n", keys[i].path, err.msg);
+            abort();
+        }
+    }
+}
+
+int dllm_cfg_load(dllm_cfg *cfg, const char *path, dllm_err *err)
+{
+    char *text;
+    size_t len;
+    if (dllm_read_file(path, &text, &len, err))
+        return err->code;
+    source src = {path, text};
+    int rc = apply_yaml(cfg, text, len, "", &src, err);
+    free(text);
+    return rc;
+}
+
+int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err)
+{
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--set %s: expected key.path=value", assignment);
+    char path[256];
+    size_t n = (size_t)(eq - assignment);
+    if (n >= sizeof path)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--set: key too long");
+    memcpy(path, assignment, n);
+    path[n] = '\0';
+    if (!find_key(path))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--set %s: unknown key '%s'", assignment, path);
+    source src = {"--set", assignment};
+    const char *val = eq + 1;
+    return apply_yaml(cfg, val, strlen(val), path, &src, err);
+}
+
+int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
+{
+    if (cfg->data.train[0]) {
+        FILE *f = fopen(cfg->data.train, "r");
+        if (!f)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "data.train: cannot open '%s': %s",
+                                cfg->data.train, strerror(errno));
+        fclose(f);
+    }
+    if (cfg->model.path[0]) {
+        char p[CFG_STR_MAX + 16];
+        snprintf(p, sizeof p, "%s/config.json", cfg->model.path);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.path: '%s' has no config.json",
+                                cfg->model.path);
+        fclose(f);
+    }
+    if (cfg->model.lora.rank > 0 && cfg->model.lora.targets.n == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: empty list with rank %d",
+                            cfg->model.lora.rank);
+    return 0;
+}
+
+char *dllm_cfg_dump(const dllm_cfg *cfg)
+{
+    size_t cap = 8192, used = 0;
+    char *out = dllm_malloc(cap);
+    out[0] = '\0';
+    char section[64] = "";
+    for (size_t i = 0; i < NKEYS; i++) {
+        const cfg_key *k = &keys[i];
+        const char *dot = strrchr(k->path, '.');
+        char sec[64] = "";
+        if (dot)
+            snprintf(sec, sizeof sec, "%.*s", (int)(dot - k->path), k->path);
+        /* emit section headers as nested mappings */
+        int depth = 0;
+        if (strcmp(sec, section)) {
+            /* count the leading components shared with the previous section,
+             * then open the rest of this one, one indentation level each */
+            char a[64], b[64];
+            snprintf(a, sizeof a, "%s", sec);
+            snprintf(b, sizeof b, "%s", section);
+            char *sa, *sb, *ta = strtok_r(a, ".", &sa), *tb = strtok_r(b, ".", &sb);
+            int d = 0;
+            while (ta && tb && !strcmp(ta, tb)) {
+                d++;
+                ta = strtok_r(NULL, ".", &sa);
+                tb = strtok_r(NULL, ".", &sb);
+            }
+            for (; ta; ta = strtok_r(NULL, ".", &sa), d++)
+                used += (size_t)snprintf(out + used, cap - used, "%*s%s:\n", 2 * d, "", ta);
+            snprintf(section, sizeof section, "%s", sec);
+        }
+        for (const char *q = k->path; *q; q++)
+            depth += *q == '.';
+        const char *name = dot ? dot + 1 : k->path;
+        const char *v = (const char *)cfg + k->off;
+        char val[1024];
+        switch (k->type) {
+        case K_INT: snprintf(val, sizeof val, "%d", *(const int *)v); break;
+        case K_LONG: snprintf(val, sizeof val, "%ld", *(const long *)v); break;
+        case K_FLOAT: snprintf(val, sizeof val, "%.17g", *(const double *)v); break;
+        case K_BOOL: snprintf(val, sizeof val, "%s", *(const int *)v ? "true" : "false"); break;
+        case K_STR:
+        case K_ENUM: { /* YAML double-quoted: escape backslash and quote */
+            size_t u = 0;
+            val[u++] = '"';
+            for (const char *c = v; *c && u + 3 < sizeof val; c++) {
+                if (*c == '"' || *c == '\\')
+                    val[u++] = '\\';
+                val[u++] = *c;
+            }
+            val[u++] = '"';
+            val[u] = '\0';
+            break;
+        }
+        case K_FLOAT2:
+            snprintf(val, sizeof val, "[%.17g, %.17g]", ((const double *)v)[0], ((const double *)v)[1]);
+            break;
+        case K_STR_LIST: {
+            const cfg_str_list *l = (const cfg_str_list *)v;
+            size_t u = (size_t)snprintf(val, sizeof val, "[");
+            for (int j = 0; j < l->n; j++)
+                u += (size_t)snprintf(val + u, sizeof val - u, "%s%s", j ? ", " : "", l->items[j]);
+            snprintf(val + u, sizeof val - u, "]");
+            break;
+        }
+        }
+        if (used + 2048 > cap)
+            out = dllm_realloc(out, cap *= 2);
+        used += (size_t)snprintf(out + used, cap - used, "%*s%s: %s\n", 2 * depth, "", name, val);
+    }
+    return out;
+}
