@@ -100,7 +100,7 @@ static double fd_check(float *x, const float *grad, size_t n, loss_fn loss, void
         x[i] = x0;
         double num = (lp - lm) / ((double)xp - xm);
         double rel = fabs(num - grad[i]) / (fabs(num) + fabs(grad[i]) + 0.05 * gmax);
-        ck_assert_msg(rel < 1e-2, "%s[%zu]: analytic %.6g vs numeric %.6g (rel %.3g)", what, i,
+        ck_assert_msg(rel < 3e-3, "%s[%zu]: analytic %.6g vs numeric %.6g (rel %.3g)", what, i,
                       (double)grad[i], num, rel);
         worst = fmax(worst, rel);
     }
@@ -626,17 +626,20 @@ END_TEST
 
 /* ---- AdamW, norms, clipping ----------------------------------------------------- */
 
-START_TEST(test_adamw)
+/* AdamW for a few steps against the torch formula in double. The second
+ * setting makes eps comparable to sqrt(v), so where eps sits matters. */
+static void adamw_case(float lr, float b1, float b2, float eps, float wd, double gscale,
+                       uint64_t seed)
 {
-    size_t n = 33;
+    enum { NP = 33 };
+    size_t n = NP;
     float *p = galloc(n), *g = galloc(n), *m = galloc(n), *v = galloc(n);
-    double pd[33], md[33] = {0}, vd[33] = {0};
-    fill_normal(p, n, 120, 1.0);
+    double pd[NP], md[NP] = {0}, vd[NP] = {0};
+    fill_normal(p, n, seed, 1.0);
     for (size_t i = 0; i < n; i++)
         pd[i] = p[i];
-    float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
     for (int t = 1; t <= 3; t++) {
-        fill_normal(g, n, 130 + t, 1.0);
+        fill_normal(g, n, seed + t, gscale);
         if (t == 2)
             g[5] = 0.0f; /* a zero gradient still decays and moves by momentum */
         op_adamw(p, g, m, v, n, t, lr, b1, b2, eps, wd);
@@ -650,13 +653,18 @@ START_TEST(test_adamw)
         for (size_t i = 0; i < n; i++) {
             ck_assert_msg(fabs(p[i] - pd[i]) < 1e-6 * (1 + fabs(pd[i])),
                           "adamw step %d p[%zu] %.9g vs %.9g", t, i, (double)p[i], pd[i]);
-            ck_assert(fabs(m[i] - md[i]) < 1e-6 * (1 + fabs(md[i])));
-            ck_assert(fabs(v[i] - vd[i]) < 1e-6 * (1 + fabs(vd[i])));
+            ck_assert(fabs(m[i] - md[i]) < 1e-6 * (gscale + fabs(md[i])));
+            ck_assert(fabs(v[i] - vd[i]) < 1e-6 * (gscale * gscale + fabs(vd[i])));
         }
     }
-    /* first step moves each weight by about lr (Adam's sign-like first step) */
     check_guard(p, n), check_guard(m, n), check_guard(v, n);
     free(p), free(g), free(m), free(v);
+}
+
+START_TEST(test_adamw)
+{
+    adamw_case(1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0, 120);
+    adamw_case(1e-1f, 0.8f, 0.99f, 1e-2f, 0.0f, 0.01, 125);
 }
 END_TEST
 
