@@ -57,4 +57,32 @@ int llada_forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask,
 /* Backward of the last forward: dlogits [n_rows, V]; accumulates into grads. */
 void llada_backward(llada_model *m, const float *dlogits);
 
+/* ---- named parameters (HF / PEFT names), for checkpoints, adapters and tests ---- */
+typedef struct {
+    char name[96];    /* "model.transformer.blocks.0.q_proj.weight" or the PEFT
+                         "base_model.model.model.transformer.blocks.0.q_proj.lora_A.weight" */
+    float *data;      /* inside the model's one parameter allocation */
+    float *grad;      /* inside the gradient allocation; NULL when frozen */
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* torch layout: [out, in] */
+    size_t numel;
+} llada_param;
+
+/* The base parameters in HF order (wte, blocks 0..L-1, ln_f, head); *out
+ * points into the model. Returns the count. */
+int llada_params(llada_model *m, const llada_param **out);
+/* The LoRA parameters (A then B per targeted linear, layer by layer, PEFT
+ * names); returns 0 (and *out = NULL) when LoRA is off. Only block linears
+ * carry adapters: the top-level head (also called ff_out) never does. */
+int llada_lora_params(llada_model *m, const llada_param **out);
+/* LoRA settings of m: returns the rank (0 = off); alpha and mask may be NULL. */
+int llada_lora_info(const llada_model *m, float *alpha, int *mask);
+/* Loads a PEFT adapter file (lora_A/lora_B tensors under the names above) into
+ * the enabled LoRA parameters; every expected tensor must be present. */
+int llada_lora_load(llada_model *m, const char *path, dllm_err *err);
+/* Writes the LoRA parameters (PEFT names, F32) to one safetensors file. */
+int llada_lora_save(const llada_model *m, const char *path, dllm_err *err);
+/* Number of activation floats kept for backward at the last forward's size. */
+size_t llada_activation_floats(const llada_model *m);
+
 #endif

@@ -1,0 +1,134 @@
+/* sft_loss.c: the masked-diffusion SFT loss and its mask draws (see
+ * sft_loss.h). Only the masked rows go through ln_f and the head; the loss is
+ * summed in double from the per-row log-probs of op_xent_fwd. */
+#include "dllm/sft_loss.h"
+#include "kernels/ops.h"
+#include "kernels/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sft_draw_mask_span(dllm_rng *r, int ans_start, int ans_len, int T, uint8_t *mask,
+                        double *p)
+{
+    double t = dllm_rng_uniform(r);
+    double pb = (1.0 - 1e-3) * t + 1e-3;
+    *p = pb;
+    memset(mask, 0, (size_t)T);
+    for (int i = ans_start; i < ans_start + ans_len && i < T; i++)
+        mask[i] = dllm_rng_uniform(r) < pb;
+}
+
+void sft_draw_mask(dllm_rng *r, int prompt_len, int T, uint8_t *mask, double *p)
+{
+    sft_draw_mask_span(r, prompt_len, T - prompt_len, T, mask, p);
+}
+
+static int check_batch(const llada_model *m, const llada_sft_batch *bt, const uint8_t *masked,
+                       const double *p, dllm_err *err)
+{
+    int V = llada_config(m)->vocab_size;
+    for (int b = 0; b < bt->B; b++) {
+        int s = bt->ans_start[b], n = bt->ans_len[b];
+        if (s < 0 || n < 1 || s + n > bt->T)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "sft batch: sequence %d: answer [%d, %d) outside [0, %d)", b, s,
+                                s + n, bt->T);
+        if (!(p[b] > 0.0 && p[b] <= 1.0))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "sft batch: sequence %d: mask probability %g outside (0, 1]", b,
+                                (double)p[b]);
+        for (int t = 0; t < bt->T; t++) {
+            size_t i = (size_t)b * bt->T + t;
+            if (masked[i] && (t < s || t >= s + n))
+                return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                    "sft batch: sequence %d: masked position %d outside the "
+                                    "answer [%d, %d)", b, t, s, s + n);
+            if (bt->tokens[i] < 0 || bt->tokens[i] >= V)
+                return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                    "sft batch: sequence %d: token %d at %d outside [0, %d)", b,
+                                    bt->tokens[i], t, V);
+        }
+    }
+    return 0;
+}
+
+double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uint8_t *masked,
+                            const double *p, bool backward, dllm_err *err)
+{
+    if (bt->B <= 0 || bt->T <= 0) {
+        dllm_err_set(err, DLLM_EXIT_INPUT, "sft batch: empty (B=%d, T=%d)", bt->B, bt->T);
+        return NAN;
+    }
+    if (check_batch(m, bt, masked, p, err))
+        return NAN;
+    const dllm_model_config *cfg = llada_config(m);
+    int B = bt->B, T = bt->T, N = B * T, V = cfg->embedding_size;
+
+    // noisy canvas and the masked rows
+    int32_t *noisy = dllm_malloc((size_t)N * sizeof(int32_t));
+    int32_t *rows = dllm_malloc((size_t)N * sizeof(int32_t) + 1);
+    int32_t *target = dllm_malloc((size_t)N * sizeof(int32_t) + 1);
+    double *wrow = dllm_malloc((size_t)N * sizeof(double) + 1); /* 1 / (p * len) */
+    int R = 0;
+    for (int n = 0; n < N; n++) {
+        int b = n / T;
+        noisy[n] = masked[n] ? cfg->mask_token_id : bt->tokens[n];
+        if (masked[n]) {
+            rows[R] = n;
+            target[R] = bt->tokens[n];
+            wrow[R++] = 1.0 / (p[b] * bt->ans_len[b]);
+        }
+    }
+    double loss = 0.0;
+    if (R > 0) {
+        float *logits = dllm_malloc((size_t)R * V * sizeof(float));
+        float *logp = dllm_malloc((size_t)R * sizeof(float));
+        float *lse = dllm_malloc((size_t)R * sizeof(float));
+        int rc = llada_forward(m, noisy, bt->keymask, B, T, rows, R, logits);
+        if (rc) {
+            dllm_err_set(err, rc, "sft batch: the model rejected the batch (see above)");
+            loss = NAN;
+        } else {
+            op_xent_fwd(logp, lse, logits, target, R, V);
+            for (int r = 0; r < R; r++)
+                loss -= wrow[r] * (double)logp[r];
+            loss /= B;
+            if (backward) {
+                float *dlogp = dllm_malloc((size_t)R * sizeof(float));
+                float *dlogits = dllm_calloc((size_t)R * V, sizeof(float));
+                for (int r = 0; r < R; r++)
+                    dlogp[r] = (float)(-wrow[r] / B);
+                op_xent_bwd(dlogits, dlogp, logits, lse, target, R, V);
+                llada_backward(m, dlogits);
+                free(dlogp);
+                free(dlogits);
+            }
+        }
+        free(logits);
+        free(logp);
+        free(lse);
+    }
+    free(noisy);
+    free(rows);
+    free(target);
+    free(wrow);
+    return loss;
+}
+
+double llada_sft_loss(llada_model *m, const int32_t *tokens, const uint8_t *masked,
+                      const double *p, const int32_t *prompt_len, int B, int T, bool backward)
+{
+    int32_t *ans_len = dllm_malloc((size_t)(B > 0 ? B : 1) * sizeof(int32_t));
+    for (int b = 0; b < B; b++)
+        ans_len[b] = T - prompt_len[b];
+    llada_sft_batch bt = {B, T, tokens, NULL, prompt_len, ans_len};
+    dllm_err err = {0};
+    double loss = llada_sft_loss_batch(m, &bt, masked, p, backward, &err);
+    if (err.code)
+        fprintf(stderr, "%s\n", err.msg);
+    free(ans_len);
+    return loss;
+}

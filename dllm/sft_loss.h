@@ -1,0 +1,43 @@
+/* sft_loss.h: the masked-diffusion SFT objective of LLaDA (METHOD.md §1).
+ *
+ * A sequence is [left padding][prompt][answer], the answer (EOS padding
+ * included) at positions [ans_start, ans_start + ans_len). Draw t ~ U(0,1),
+ * p = (1 - 1e-3) t + 1e-3, mask each answer token with probability p (the
+ * prompt stays clean), run the model on the noisy canvas and take
+ *   loss = (1/B) sum_b [ sum_{t masked in b} -log p(x_t | noisy) / (p_b * ans_len_b) ].
+ * The backward seeds dlogp = -1 / (p_b * ans_len_b * B) per masked row. */
+#ifndef DLLM_SFT_LOSS_H
+#define DLLM_SFT_LOSS_H
+
+#include "dllm/llada.h"
+#include "kernels/rng.h"
+
+typedef struct {
+    int B, T;
+    const int32_t *tokens;    // (B, T) clean tokens
+    const uint8_t *keymask;   // (B, T) 1 = real token, 0 = padding; NULL = all real
+    const int32_t *ans_start; // (B) position of the first answer token
+    const int32_t *ans_len;   // (B) answer length, >= 1, ans_start + ans_len <= T
+} llada_sft_batch;
+
+/* One sequence's draw from stream r: draw 0 gives t and p, then one uniform
+ * per answer token in order (masked if u < p). mask (T) is zeroed outside
+ * [ans_start, ans_start + ans_len). */
+void sft_draw_mask_span(dllm_rng *r, int ans_start, int ans_len, int T, uint8_t *mask,
+                        double *p);
+/* The same with the answer = [prompt_len, T) (right padding by EOS). */
+void sft_draw_mask(dllm_rng *r, int prompt_len, int T, uint8_t *mask, double *p);
+
+/* The SFT loss of the batch under the given masks (B, T) and p (B); masked
+ * positions must lie inside the answers. With backward, gradients accumulate
+ * into the model's trainable gradients (the caller zeroes). Returns NAN and
+ * fills err on bad input. */
+double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uint8_t *masked,
+                            const double *p, bool backward, dllm_err *err);
+
+/* The common case: no padding keys, answer of sequence b = [prompt_len[b], T).
+ * Bad input prints its message to stderr and returns NAN. */
+double llada_sft_loss(llada_model *m, const int32_t *tokens, const uint8_t *masked,
+                      const double *p, const int32_t *prompt_len, int B, int T, bool backward);
+
+#endif

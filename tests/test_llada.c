@@ -1,0 +1,861 @@
+/* test_llada.c: the LLaDA model (dllm/llada.c) and the SFT loss
+ * (dllm/sft_loss.c) against the independent PyTorch reference
+ * tests/ref/llada_ref.py, through the fixtures of tests/ref/make_llada_goldens.py
+ * in DLLM_TEST_DATA/llada/: logits (fp32 and a sharded bf16 copy), the SFT
+ * loss, every parameter gradient, five AdamW steps, one-step log-probs, LoRA
+ * logits and gradients. Plus self-checks: finite differences of the whole
+ * model (also with grouped-query heads and with LoRA), head rows subset,
+ * checkpoint round trips, merged-LoRA save, load errors and mask draws. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dllm/llada.h"
+#include "dllm/sft_loss.h"
+#include "kernels/ops.h"
+#include "kernels/rng.h"
+
+#define LORA_MASK (LORA_Q_PROJ | LORA_V_PROJ | LORA_FF_OUT)
+
+/* ---- fixtures ------------------------------------------------------------------------------ */
+
+static char *data_path(const char *name)
+{
+    const char *dir = getenv("DLLM_TEST_DATA");
+    ck_assert_msg(dir != NULL, "DLLM_TEST_DATA is not set");
+    size_t n = strlen(dir) + strlen(name) + 16;
+    char *p = dllm_malloc(n);
+    snprintf(p, n, "%s/llada/%s", dir, name);
+    return p;
+}
+
+static llada_model *load_model(const char *name)
+{
+    char *dir = data_path(name);
+    llada_model *m = NULL;
+    dllm_err err = {0};
+    int rc = llada_load(&m, dir, &err);
+    ck_assert_msg(rc == 0, "load %s: %s", dir, err.msg);
+    free(dir);
+    return m;
+}
+
+static st_archive *open_golden(void)
+{
+    char *path = data_path("golden.safetensors");
+    st_archive *a;
+    dllm_err err = {0};
+    ck_assert_msg(st_open(&a, path, &err) == 0, "%s", err.msg);
+    free(path);
+    return a;
+}
+
+/* Golden tensor `name` as fp32 (F32) with numel n. */
+static float *gold_f32(const st_archive *a, const char *name, size_t n)
+{
+    const st_tensor *t = st_find(a, name);
+    ck_assert_msg(t != NULL, "golden tensor '%s' missing", name);
+    ck_assert_msg(t->dtype == ST_F32 && (size_t)t->numel == n,
+                  "golden tensor '%s': dtype %s numel %lld, expected F32 numel %zu", name,
+                  st_dtype_name(t->dtype), (long long)t->numel, n);
+    float *out = dllm_malloc(n * sizeof(float) + 1);
+    memcpy(out, t->data, n * sizeof(float));
+    return out;
+}
+
+static int32_t *gold_i32(const st_archive *a, const char *name, size_t n)
+{
+    const st_tensor *t = st_find(a, name);
+    ck_assert_msg(t != NULL, "golden tensor '%s' missing", name);
+    ck_assert_msg(t->dtype == ST_I32 && (size_t)t->numel == n, "golden tensor '%s' malformed",
+                  name);
+    int32_t *out = dllm_malloc(n * sizeof(int32_t) + 1);
+    memcpy(out, t->data, n * sizeof(int32_t));
+    return out;
+}
+
+/* The golden batch. */
+typedef struct {
+    int B, T;
+    int32_t *tokens, *ans_start, *ans_len;
+    uint8_t *keymask, *masked;
+    double p[2];
+    llada_sft_batch bt;
+} batch;
+
+static void load_batch(const st_archive *a, batch *b)
+{
+    b->B = 2;
+    b->T = 12;
+    size_t N = (size_t)b->B * b->T;
+    b->tokens = gold_i32(a, "tokens", N);
+    b->ans_start = gold_i32(a, "ans_start", 2);
+    b->ans_len = gold_i32(a, "ans_len", 2);
+    int32_t *km = gold_i32(a, "keymask", N), *mk = gold_i32(a, "masked", N);
+    b->keymask = dllm_malloc(N);
+    b->masked = dllm_malloc(N);
+    for (size_t i = 0; i < N; i++) {
+        b->keymask[i] = (uint8_t)km[i];
+        b->masked[i] = (uint8_t)mk[i];
+    }
+    free(km);
+    free(mk);
+    float *p = gold_f32(a, "p", 2);
+    b->p[0] = p[0];
+    b->p[1] = p[1];
+    free(p);
+    b->bt = (llada_sft_batch){b->B, b->T, b->tokens, b->keymask, b->ans_start, b->ans_len};
+}
+
+static void free_batch(batch *b)
+{
+    free(b->tokens);
+    free(b->ans_start);
+    free(b->ans_len);
+    free(b->keymask);
+    free(b->masked);
+}
+
+/* The noisy canvas: mask token where masked. */
+static int32_t *noisy_tokens(const llada_model *m, const batch *b, const uint8_t *masked)
+{
+    size_t N = (size_t)b->B * b->T;
+    int32_t *x = dllm_malloc(N * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++)
+        x[i] = masked[i] ? llada_config(m)->mask_token_id : b->tokens[i];
+    return x;
+}
+
+static float *all_logits(llada_model *m, const batch *b, const uint8_t *masked)
+{
+    int N = b->B * b->T, V = llada_config(m)->embedding_size;
+    int32_t *x = noisy_tokens(m, b, masked);
+    float *lg = dllm_malloc((size_t)N * V * sizeof(float));
+    ck_assert_int_eq(llada_forward(m, x, b->keymask, b->B, b->T, NULL, 0, lg), 0);
+    free(x);
+    return lg;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= d)) /* NaN counts as a mismatch */
+            d = isnan(e) ? INFINITY : e;
+    }
+    return d;
+}
+
+static double max_abs(const float *a, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fabs((double)a[i]) > d ? fabs((double)a[i]) : d;
+    return d;
+}
+
+static double loss_of(llada_model *m, const batch *b, bool backward)
+{
+    dllm_err err = {0};
+    double l = llada_sft_loss_batch(m, &b->bt, b->masked, b->p, backward, &err);
+    ck_assert_msg(isfinite(l), "sft loss: %s", err.msg);
+    return l;
+}
+
+static char *make_tmpdir(void)
+{
+    char *t = dllm_strdup("/tmp/dllm-llada-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(t));
+    return t;
+}
+
+static void rm_rf(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ---- against the PyTorch goldens --------------------------------------------------------- */
+
+START_TEST(test_logits_fp32)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    float *want = gold_f32(a, "logits", n), *got = all_logits(m, &b, b.masked);
+    double d = max_abs_diff(got, want, n);
+    ck_assert_msg(d < 1e-4, "logits: max abs err %g", d);
+    ck_assert_msg(max_abs(want, n) > 1.0, "golden logits are flat");
+    free(want);
+    free(got);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_logits_bf16_sharded)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny_bf16");
+    ck_assert_str_eq(llada_config(m)->torch_dtype, "bfloat16");
+    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    float *want = gold_f32(a, "logits_bf16", n), *got = all_logits(m, &b, b.masked);
+    double d = max_abs_diff(got, want, n);
+    ck_assert_msg(d < 1e-4, "bf16 logits: max abs err %g", d);
+    /* and the bf16 copy really differs from the fp32 model */
+    float *f32 = gold_f32(a, "logits", n);
+    ck_assert_msg(max_abs_diff(f32, want, n) > 1e-3, "bf16 golden equals the fp32 one");
+    free(f32);
+    free(want);
+    free(got);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_loss_and_grads)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    llada_zero_grad(m);
+    double loss = loss_of(m, &b, true);
+    float *want = gold_f32(a, "loss", 1);
+    ck_assert_msg(fabs(loss - want[0]) < 1e-5 * fabs(want[0]), "loss %.8f, golden %.8f", loss,
+                  (double)want[0]);
+    free(want);
+    const llada_param *P;
+    int np = llada_params(m, &P);
+    ck_assert_int_eq(np, 9 * 2 + 3);
+    for (int i = 0; i < np; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "grad.%s", P[i].name);
+        float *g = gold_f32(a, name, P[i].numel);
+        double ref = max_abs(g, P[i].numel), d = max_abs_diff(P[i].grad, g, P[i].numel);
+        ck_assert_msg(ref > 0, "%s: zero golden gradient", name);
+        ck_assert_msg(d <= 1e-3 * ref, "%s: max abs err %g, max |g| %g", name, d, ref);
+        free(g);
+    }
+    /* gradients accumulate across calls */
+    float *g1 = dllm_malloc(P[1].numel * sizeof(float));
+    memcpy(g1, P[1].grad, P[1].numel * sizeof(float));
+    loss_of(m, &b, true);
+    for (size_t e = 0; e < P[1].numel; e++)
+        ck_assert_float_eq_tol(P[1].grad[e], 2 * g1[e], 1e-6 + 1e-5 * fabsf(g1[e]));
+    free(g1);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_adamw_steps)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    size_t n;
+    float *params = llada_trainable(m, &n), *grads = llada_grads(m);
+    float *mm = dllm_calloc(n, sizeof(float)), *vv = dllm_calloc(n, sizeof(float));
+    float *want_loss = gold_f32(a, "adamw_loss", 5);
+    for (int step = 1; step <= 5; step++) {
+        llada_zero_grad(m);
+        double loss = loss_of(m, &b, true);
+        ck_assert_msg(fabs(loss - want_loss[step - 1]) < 1e-5,
+                      "step %d: loss %.7f, golden %.7f", step, loss, (double)want_loss[step - 1]);
+        double norm = op_grad_norm(grads, n);
+        op_clip_grad(grads, n, norm, 1.0);
+        op_adamw(params, grads, mm, vv, n, step, 1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f);
+    }
+    const llada_param *P;
+    int np = llada_params(m, &P);
+    for (int i = 0; i < np; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "adamw.%s", P[i].name);
+        float *w = gold_f32(a, name, P[i].numel);
+        double d = max_abs_diff(P[i].data, w, P[i].numel);
+        ck_assert_msg(d < 2e-5, "%s: max abs err %g after 5 steps", name, d);
+        free(w);
+    }
+    free(want_loss);
+    free(mm);
+    free(vv);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_one_step_score)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    int N = b.B * b.T, V = llada_config(m)->embedding_size;
+    uint8_t *full = dllm_calloc((size_t)N, 1);
+    int32_t *rows = dllm_malloc((size_t)N * sizeof(int32_t)), *tgt = dllm_malloc((size_t)N * 4);
+    int R = 0;
+    for (int s = 0; s < b.B; s++)
+        for (int t = b.ans_start[s]; t < b.ans_start[s] + b.ans_len[s]; t++) {
+            full[s * b.T + t] = 1;
+            rows[R] = s * b.T + t;
+            tgt[R++] = b.tokens[s * b.T + t];
+        }
+    int32_t *x = noisy_tokens(m, &b, full);
+    float *lg = dllm_malloc((size_t)R * V * sizeof(float)), *lp = dllm_malloc((size_t)R * 4);
+    ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, rows, R, lg), 0);
+    op_xent_fwd(lp, NULL, lg, tgt, R, V);
+    float *want = gold_f32(a, "score_logp", (size_t)N);
+    for (int r = 0; r < R; r++)
+        ck_assert_msg(fabs(lp[r] - want[rows[r]]) < 1e-4, "row %d: logp %g, golden %g", rows[r],
+                      (double)lp[r], (double)want[rows[r]]);
+    free(want);
+    free(lg);
+    free(lp);
+    free(x);
+    free(full);
+    free(rows);
+    free(tgt);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+static void enable_golden_lora(llada_model *m)
+{
+    llada_lora_enable(m, 4, 8.0f, LORA_MASK, 7);
+    char *path = data_path("lora_adapter.safetensors");
+    dllm_err err = {0};
+    ck_assert_msg(llada_lora_load(m, path, &err) == 0, "%s", err.msg);
+    free(path);
+}
+
+START_TEST(test_lora_golden)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    enable_golden_lora(m);
+    const llada_param *LP;
+    int nl = llada_lora_params(m, &LP);
+    ck_assert_int_eq(nl, 2 * 3 * 2); /* A and B, 3 targets, 2 layers */
+    size_t n, tot = 0;
+    for (int i = 0; i < nl; i++)
+        tot += LP[i].numel;
+    ck_assert_ptr_eq(llada_trainable(m, &n), LP[0].data);
+    ck_assert_uint_eq(n, tot);
+    const llada_param *P;
+    int np = llada_params(m, &P);
+    for (int i = 0; i < np; i++)
+        ck_assert_msg(P[i].grad == NULL, "%s not frozen under LoRA", P[i].name);
+
+    size_t nlog = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    float *want = gold_f32(a, "lora_logits", nlog), *got = all_logits(m, &b, b.masked);
+    double d = max_abs_diff(got, want, nlog);
+    ck_assert_msg(d < 1e-4, "LoRA logits: max abs err %g", d);
+    float *base = gold_f32(a, "logits", nlog);
+    ck_assert_msg(max_abs_diff(base, want, nlog) > 1e-2, "LoRA golden equals the base");
+    free(base);
+    free(want);
+    free(got);
+
+    llada_zero_grad(m);
+    double loss = loss_of(m, &b, true);
+    float *wl = gold_f32(a, "lora_loss", 1);
+    ck_assert_msg(fabs(loss - wl[0]) < 1e-5 * wl[0], "LoRA loss %.8f, golden %.8f", loss,
+                  (double)wl[0]);
+    free(wl);
+    for (int i = 0; i < nl; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "lora_grad.%s", LP[i].name);
+        float *g = gold_f32(a, name, LP[i].numel);
+        double ref = max_abs(g, LP[i].numel), e = max_abs_diff(LP[i].grad, g, LP[i].numel);
+        ck_assert_msg(ref > 0 && e <= 1e-3 * ref, "%s: max abs err %g, max |g| %g", name, e,
+                      ref);
+        free(g);
+    }
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+/* ---- finite differences ------------------------------------------------------------------ */
+
+/* Central differences on a few elements of every tensor in list (the largest
+ * gradient and two random ones), against the analytic gradient. */
+static void fd_check(llada_model *m, const batch *b, const llada_param *list, int n,
+                     double h, double tol)
+{
+    llada_zero_grad(m);
+    loss_of(m, b, true);
+    dllm_rng r = dllm_rng_make(11, 0, 0, 0);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const llada_param *p = &list[i];
+        size_t big = 0;
+        for (size_t e = 0; e < p->numel; e++)
+            if (fabsf(p->grad[e]) > fabsf(p->grad[big]))
+                big = e;
+        size_t pick[3] = {big, (size_t)dllm_rng_below(&r, p->numel),
+                          (size_t)dllm_rng_below(&r, p->numel)};
+        for (int k = 0; k < 3; k++) {
+            size_t e = pick[k];
+            float w0 = p->data[e];
+            p->data[e] = w0 + (float)h;
+            double lp = loss_of(m, b, false);
+            p->data[e] = w0 - (float)h;
+            double lm = loss_of(m, b, false);
+            p->data[e] = w0;
+            double hh = ((double)(w0 + (float)h) - (double)(w0 - (float)h)) / 2;
+            double fd = (lp - lm) / (2 * hh), an = p->grad[e];
+            double err = fabs(fd - an) / (tol + fabs(an));
+            worst = err > worst ? err : worst;
+            ck_assert_msg(fabs(fd - an) <= tol + 2e-2 * fabs(an),
+                          "%s[%zu]: finite difference %.6g, backward %.6g", p->name, e, fd, an);
+        }
+        ck_assert_msg(p->grad[big] != 0.0f, "%s: zero gradient everywhere", p->name);
+    }
+}
+
+START_TEST(test_fd_full_model)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    const llada_param *P;
+    int np = llada_params(m, &P);
+    fd_check(m, &b, P, np, 2e-3, 2e-4);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_fd_lora)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    enable_golden_lora(m);
+    const llada_param *LP;
+    int nl = llada_lora_params(m, &LP);
+    fd_check(m, &b, LP, nl, 2e-3, 2e-4);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+/* Grouped-query attention (NKV < NH) has no golden: finite differences of a
+ * random model with weights large enough that attention is not uniform. */
+START_TEST(test_fd_gqa)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    dllm_model_config cfg;
+    llada_model *ref = load_model("tiny");
+    cfg = *llada_config(ref);
+    llada_free(ref);
+    cfg.n_kv_heads = 2;
+    llada_model *m = llada_create(&cfg, 3);
+    const llada_param *P;
+    int np = llada_params(m, &P);
+    ck_assert_int_eq((int)P[2].shape[0], 32); /* q_proj (NH*HD, C) */
+    ck_assert_int_eq((int)P[3].shape[0], 16); /* k_proj (NKV*HD, C) */
+    for (int i = 0; i < np; i++)
+        if (P[i].ndim == 2)
+            for (size_t e = 0; e < P[i].numel; e++)
+                P[i].data[e] *= 10.0f;
+    fd_check(m, &b, P, np, 2e-3, 2e-4);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+/* ---- self-consistency ------------------------------------------------------------------- */
+
+START_TEST(test_rows_subset)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    int V = llada_config(m)->embedding_size;
+    float *full = all_logits(m, &b, b.masked);
+    int32_t rows[] = {23, 0, 5, 17, 12, 11};
+    int R = 6;
+    int32_t *x = noisy_tokens(m, &b, b.masked);
+    float *sub = dllm_malloc((size_t)R * V * sizeof(float));
+    ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, rows, R, sub), 0);
+    for (int r = 0; r < R; r++) {
+        double d = max_abs_diff(sub + (size_t)r * V, full + (size_t)rows[r] * V, (size_t)V);
+        ck_assert_msg(d < 1e-6, "row %d: subset differs from full by %g", rows[r], d);
+    }
+    /* bad input is refused */
+    int32_t bad_row = 24;
+    ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, &bad_row, 1, sub), DLLM_EXIT_INPUT);
+    x[3] = V;
+    ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, NULL, 0, full), DLLM_EXIT_INPUT);
+    free(sub);
+    free(full);
+    free(x);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+static void assert_same_params(llada_model *x, llada_model *y, bool bf16_of_x)
+{
+    const llada_param *P, *Q;
+    int np = llada_params(x, &P), nq = llada_params(y, &Q);
+    ck_assert_int_eq(np, nq);
+    for (int i = 0; i < np; i++) {
+        ck_assert_str_eq(P[i].name, Q[i].name);
+        ck_assert_uint_eq(P[i].numel, Q[i].numel);
+        for (size_t e = 0; e < P[i].numel; e++) {
+            float want = bf16_of_x ? op_bf16_to_f32(op_f32_to_bf16(P[i].data[e])) : P[i].data[e];
+            ck_assert_msg(memcmp(&want, &Q[i].data[e], sizeof(float)) == 0,
+                          "%s[%zu]: %.9g vs %.9g", P[i].name, e, (double)want,
+                          (double)Q[i].data[e]);
+        }
+    }
+}
+
+START_TEST(test_save_load_roundtrip)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    char *tmp = make_tmpdir();
+    char dir[600];
+    dllm_err err = {0};
+
+    snprintf(dir, sizeof dir, "%s/f32", tmp);
+    ck_assert_msg(llada_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
+    llada_model *m2 = NULL;
+    ck_assert_msg(llada_load(&m2, dir, &err) == 0, "%s", err.msg);
+    assert_same_params(m, m2, false);
+    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    float *l1 = all_logits(m, &b, b.masked), *l2 = all_logits(m2, &b, b.masked);
+    ck_assert(memcmp(l1, l2, n * sizeof(float)) == 0);
+    llada_free(m2);
+
+    /* bf16, sharded: a shard limit below the model size forces an index */
+    snprintf(dir, sizeof dir, "%s/bf16", tmp);
+    ck_assert_msg(llada_save(m, dir, ST_BF16, 16 << 10, &err) == 0, "%s", err.msg);
+    char idx[700];
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    ck_assert_msg(access(idx, F_OK) == 0, "no shard index written");
+    ck_assert_msg(llada_load(&m2, dir, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(llada_config(m2)->torch_dtype, "bfloat16");
+    assert_same_params(m, m2, true);
+    llada_free(m2);
+
+    free(l1);
+    free(l2);
+    rm_rf(tmp);
+    free(tmp);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_merged_lora_save)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    enable_golden_lora(m);
+    float *want = all_logits(m, &b, b.masked);
+    char *tmp = make_tmpdir();
+    char dir[600], adapter[600];
+    dllm_err err = {0};
+    snprintf(dir, sizeof dir, "%s/merged", tmp);
+    ck_assert_msg(llada_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
+    llada_model *m2 = NULL;
+    ck_assert_msg(llada_load(&m2, dir, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(llada_lora_info(m2, NULL, NULL), 0);
+    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    float *got = all_logits(m2, &b, b.masked);
+    double d = max_abs_diff(got, want, n);
+    ck_assert_msg(d < 1e-5, "merged model differs from the LoRA forward by %g", d);
+    free(got);
+
+    /* the adapter file round-trips through llada_lora_save / llada_lora_load */
+    snprintf(adapter, sizeof adapter, "%s/adapter_model.safetensors", tmp);
+    ck_assert_msg(llada_lora_save(m, adapter, &err) == 0, "%s", err.msg);
+    llada_model *m3 = load_model("tiny");
+    llada_lora_enable(m3, 4, 8.0f, LORA_MASK, 99);
+    ck_assert_msg(llada_lora_load(m3, adapter, &err) == 0, "%s", err.msg);
+    got = all_logits(m3, &b, b.masked);
+    ck_assert(memcmp(got, want, n * sizeof(float)) == 0);
+    free(got);
+    /* an adapter for other targets is refused, naming the missing tensor */
+    llada_lora_enable(m3, 4, 8.0f, LORA_K_PROJ, 99);
+    ck_assert_int_ne(llada_lora_load(m3, adapter, &err), 0);
+    ck_assert_msg(strstr(err.msg, "k_proj.lora_A.weight") != NULL, "message: %s", err.msg);
+
+    llada_free(m3);
+    llada_free(m2);
+    free(want);
+    rm_rf(tmp);
+    free(tmp);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_lora_init)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    float *base = all_logits(m, &b, b.masked);
+    llada_lora_enable(m, 8, 16.0f, LORA_ALL, 5);
+    const llada_param *LP;
+    int nl = llada_lora_params(m, &LP);
+    ck_assert_int_eq(nl, 2 * 7 * 2);
+    ck_assert_str_eq(LP[0].name,
+                     "base_model.model.model.transformer.blocks.0.q_proj.lora_A.weight");
+    for (int i = 0; i < nl; i++) {
+        bool isA = strstr(LP[i].name, "lora_A") != NULL;
+        double bound = 1.0 / sqrt((double)LP[i].shape[1]), mx = max_abs(LP[i].data, LP[i].numel);
+        if (isA)
+            ck_assert_msg(mx <= bound && mx > 0.5 * bound, "%s: max %g, bound %g", LP[i].name,
+                          mx, bound);
+        else
+            ck_assert_msg(mx == 0.0, "%s: B must start at zero", LP[i].name);
+    }
+    /* B = 0: the adapted model computes exactly the base model */
+    float *got = all_logits(m, &b, b.masked);
+    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    ck_assert(memcmp(got, base, n * sizeof(float)) == 0);
+    /* turning LoRA off makes the base trainable again */
+    llada_lora_enable(m, 0, 0.0f, 0, 0);
+    size_t nt;
+    const llada_param *P;
+    llada_params(m, &P);
+    ck_assert_ptr_eq(llada_trainable(m, &nt), P[0].data);
+    ck_assert_ptr_nonnull(P[0].grad);
+    ck_assert_int_eq(llada_lora_target_bit("ff_out"), LORA_FF_OUT);
+    ck_assert_int_eq(llada_lora_target_bit("o_proj"), 0);
+    free(got);
+    free(base);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_create_deterministic)
+{
+    llada_model *ref = load_model("tiny");
+    dllm_model_config cfg = *llada_config(ref);
+    llada_free(ref);
+    llada_model *x = llada_create(&cfg, 42), *y = llada_create(&cfg, 42), *z = llada_create(&cfg, 43);
+    assert_same_params(x, y, false);
+    const llada_param *P, *Q;
+    int np = llada_params(x, &P);
+    llada_params(z, &Q);
+    double s2 = 0;
+    size_t cnt = 0;
+    for (int i = 0; i < np; i++) {
+        if (P[i].ndim == 1) {
+            for (size_t e = 0; e < P[i].numel; e++)
+                ck_assert(P[i].data[e] == 1.0f);
+            continue;
+        }
+        ck_assert(memcmp(P[i].data, Q[i].data, P[i].numel * sizeof(float)) != 0);
+        for (size_t e = 0; e < P[i].numel; e++, cnt++)
+            s2 += (double)P[i].data[e] * P[i].data[e];
+    }
+    double sd = sqrt(s2 / cnt);
+    ck_assert_msg(fabs(sd - 0.02) < 0.001, "init std %g, expected 0.02", sd);
+    llada_free(x);
+    llada_free(y);
+    llada_free(z);
+}
+END_TEST
+
+/* Copies the tiny model into dir with one tensor dropped or reshaped. */
+static void write_broken(const char *dir, const char *victim, bool reshape)
+{
+    llada_model *m = load_model("tiny");
+    dllm_err err = {0};
+    ck_assert_msg(dllm_config_save(llada_config(m), dir, &err) == 0, "%s", err.msg);
+    st_writer *w = st_writer_new();
+    const llada_param *P;
+    int np = llada_params(m, &P);
+    for (int i = 0; i < np; i++) {
+        int64_t shape[2] = {P[i].shape[0], P[i].shape[1]};
+        if (strcmp(P[i].name, victim) == 0) {
+            if (!reshape)
+                continue;
+            shape[0] -= 1; /* fewer rows: same data, wrong shape */
+        }
+        ck_assert_msg(st_writer_add_f32(w, P[i].name, ST_F32, P[i].ndim, shape, P[i].data,
+                                        &err) == 0, "%s", err.msg);
+    }
+    ck_assert_msg(st_writer_save_dir(w, dir, 0, &err) == 0, "%s", err.msg);
+    st_writer_free(w);
+    llada_free(m);
+}
+
+START_TEST(test_load_errors)
+{
+    char *tmp = make_tmpdir();
+    char dir[600];
+    dllm_err err = {0};
+    llada_model *m = NULL;
+    const char *victim = "model.transformer.blocks.1.up_proj.weight";
+
+    snprintf(dir, sizeof dir, "%s/missing", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    write_broken(dir, victim, false);
+    ck_assert_int_eq(llada_load(&m, dir, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err.msg, victim) && strstr(err.msg, dir), "message: %s", err.msg);
+
+    snprintf(dir, sizeof dir, "%s/shape", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    write_broken(dir, victim, true);
+    ck_assert_int_eq(llada_load(&m, dir, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, victim) && strstr(err.msg, "[47, 32]"), "message: %s",
+                  err.msg);
+
+    snprintf(dir, sizeof dir, "%s/empty", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    ck_assert_int_eq(llada_load(&m, dir, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "config.json") != NULL, "message: %s", err.msg);
+    rm_rf(tmp);
+    free(tmp);
+}
+END_TEST
+
+START_TEST(test_sft_masks)
+{
+    enum { T = 4000 };
+    uint8_t *m1 = dllm_malloc(T), *m2 = dllm_malloc(T);
+    double p1, p2, psum = 0;
+    for (int s = 0; s < 50; s++) {
+        dllm_rng r1 = dllm_rng_make(9, 1, DLLM_RNG_SFT, (uint64_t)s);
+        dllm_rng r2 = dllm_rng_make(9, 1, DLLM_RNG_SFT, (uint64_t)s);
+        sft_draw_mask_span(&r1, 100, 3000, T, m1, &p1);
+        sft_draw_mask_span(&r2, 100, 3000, T, m2, &p2);
+        ck_assert(p1 == p2 && memcmp(m1, m2, T) == 0); /* same stream, same draw */
+        ck_assert(p1 >= 1e-3 && p1 <= 1.0);
+        int cnt = 0;
+        for (int t = 0; t < T; t++) {
+            if (t < 100 || t >= 3100)
+                ck_assert_int_eq(m1[t], 0);
+            cnt += m1[t];
+        }
+        /* binomial(3000, p): 5 standard deviations */
+        double sd = sqrt(3000 * p1 * (1 - p1));
+        ck_assert_msg(fabs(cnt - 3000 * p1) <= 5 * sd + 1, "%d masked, p = %g", cnt, p1);
+        psum += p1;
+    }
+    ck_assert_msg(fabs(psum / 50 - 0.5) < 0.15, "mean p %g", psum / 50);
+    /* the prompt-length form: answer = [prompt_len, T) */
+    dllm_rng r = dllm_rng_make(9, 1, DLLM_RNG_SFT, 0);
+    sft_draw_mask(&r, 100, 3100, m2, &p2);
+    dllm_rng r1 = dllm_rng_make(9, 1, DLLM_RNG_SFT, 0);
+    sft_draw_mask_span(&r1, 100, 3000, 3100, m1, &p1);
+    ck_assert(p1 == p2 && memcmp(m1, m2, 3100) == 0);
+    free(m1);
+    free(m2);
+}
+END_TEST
+
+START_TEST(test_sft_loss_forms)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny");
+    dllm_err err = {0};
+    /* the simple form (no key mask, answer to the end) on sequence 0 equals
+     * the general form on the same data */
+    llada_sft_batch one = {1, b.T, b.tokens, NULL, b.ans_start, b.ans_len};
+    double l1 = llada_sft_loss_batch(m, &one, b.masked, b.p, false, &err);
+    double l2 = llada_sft_loss(m, b.tokens, b.masked, b.p, b.ans_start, 1, b.T, false);
+    ck_assert_msg(isfinite(l1) && l1 == l2, "%g vs %g", l1, l2);
+    /* masks outside the answer are refused */
+    uint8_t *bad = dllm_malloc((size_t)b.B * b.T);
+    memcpy(bad, b.masked, (size_t)b.B * b.T);
+    bad[1] = 1;
+    ck_assert(isnan(llada_sft_loss_batch(m, &b.bt, bad, b.p, false, &err)));
+    ck_assert_msg(strstr(err.msg, "outside the answer") != NULL, "message: %s", err.msg);
+    free(bad);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+static Suite *llada_suite(void)
+{
+    Suite *s = suite_create("llada");
+    TCase *g = tcase_create("golden");
+    tcase_add_test(g, test_logits_fp32);
+    tcase_add_test(g, test_logits_bf16_sharded);
+    tcase_add_test(g, test_loss_and_grads);
+    tcase_add_test(g, test_adamw_steps);
+    tcase_add_test(g, test_one_step_score);
+    tcase_add_test(g, test_lora_golden);
+    suite_add_tcase(s, g);
+    TCase *f = tcase_create("finite_differences");
+    tcase_set_timeout(f, 60);
+    tcase_add_test(f, test_fd_full_model);
+    tcase_add_test(f, test_fd_lora);
+    tcase_add_test(f, test_fd_gqa);
+    suite_add_tcase(s, f);
+    TCase *c = tcase_create("consistency");
+    tcase_add_test(c, test_rows_subset);
+    tcase_add_test(c, test_save_load_roundtrip);
+    tcase_add_test(c, test_merged_lora_save);
+    tcase_add_test(c, test_lora_init);
+    tcase_add_test(c, test_create_deterministic);
+    tcase_add_test(c, test_load_errors);
+    tcase_add_test(c, test_sft_masks);
+    tcase_add_test(c, test_sft_loss_forms);
+    suite_add_tcase(s, c);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(llada_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
