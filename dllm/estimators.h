@@ -1,0 +1,61 @@
+/* estimators.h: sequence-level log-likelihood estimates for a masked-diffusion
+ * model (METHOD.md §3). Every log-probability that feeds a ratio is summed in
+ * double.
+ *
+ *  one_step   completion fully masked (prompt tokens masked with probability
+ *             p_mask_prompt, d1's trick for the policy ratio), one forward pass;
+ *             seq = sum of per-token log-probs.
+ *  elbo       K Monte Carlo samples; sample k masks n_k of the L completion
+ *             tokens, a uniformly random subset, with the counts stratified as
+ *             the LLaDA reference does (one random offset k0 in 1..L, n_j =
+ *             round(k0 + j L/K), wrapped into 1..L); value (L/n_k) * sum over
+ *             masked of log p(y_i | rest); the estimate is the mean over k and
+ *             mc_se the standard error of that mean. A token's value is the mean
+ *             of its log-prob over the samples that masked it (NaN if none).
+ *  trajectory replays a recorded commit order: forward pass g sees the prompt
+ *             and every token committed before step g*shrink, and scores the
+ *             tokens committed in steps [g*shrink, (g+1)*shrink).
+ *
+ * Masks come from the caller's rng stream only, so two policies evaluated with
+ * the same stream see identical masks (coupled estimates). All estimators
+ * score at `temperature` (logits / temperature). */
+#ifndef DLLM_ESTIMATORS_H
+#define DLLM_ESTIMATORS_H
+
+#include "dllm/sampler.h"
+#include "kernels/rng.h"
+
+typedef enum { EST_ONE_STEP = 0, EST_ELBO = 1, EST_TRAJECTORY = 2 } dllm_estimator;
+
+typedef struct {
+    dllm_estimator kind;
+    int mc;               /* elbo: samples K */
+    double p_mask_prompt; /* one_step: prompt tokens masked with this probability */
+    int shrink;           /* trajectory: consecutive steps per forward pass */
+    double temperature;   /* scoring temperature (1 = the model as is) */
+    int mask_id;
+    int vocab;            /* logits per row */
+} dllm_lik_cfg;
+
+typedef struct {
+    double seq_logp;
+    double mc_se;         /* elbo: standard error of the mean over samples; else 0 */
+    double *token_logp;   /* (L) per completion token, NaN where not scored */
+    int L;
+} dllm_lik_result;
+
+/* Parses "one_step" | "elbo" | "trajectory". */
+int dllm_estimator_parse(const char *s, dllm_estimator *out);
+const char *dllm_estimator_name(dllm_estimator e);
+
+/* prompt [P], completion [L]; commit_step [L] is required for trajectory.
+ * rng: the mask stream (its counter is not advanced for the caller). */
+int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int P,
+                     const int32_t *completion, int L, const int16_t *commit_step,
+                     const dllm_lik_cfg *c, dllm_rng rng, dllm_lik_result *out, dllm_err *err);
+void dllm_lik_result_free(dllm_lik_result *r);
+
+/* The stratified mask counts of the elbo estimator: n[0..K) in 1..L. */
+void dllm_elbo_mask_counts(dllm_rng *rng, int L, int K, int *n);
+
+#endif

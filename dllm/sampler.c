@@ -1,0 +1,243 @@
+#include "dllm/sampler.h"
+
+#include "kernels/rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dllm_sampler_check(const dllm_sampler_cfg *c, dllm_err *err)
+{
+    if (c->gen_length <= 0 || c->block_length <= 0 || c->steps <= 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "gen_length, block_length and steps must be positive");
+    if (c->gen_length % c->block_length)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "block_length %d must divide gen_length %d",
+                            c->block_length, c->gen_length);
+    int nb = c->gen_length / c->block_length;
+    if (c->steps % nb)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "steps %d must be divisible by the number of blocks %d", c->steps, nb);
+    if (c->steps / nb > c->block_length)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%d steps per block exceed block_length %d (some steps would commit nothing)",
+                            c->steps / nb, c->block_length);
+    if (c->steps > 32767)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "steps %d: at most 32767", c->steps);
+    if (!(c->temperature >= 0) || !isfinite(c->temperature))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "temperature must be >= 0");
+    if (c->cfg_scale < 0 || !isfinite(c->cfg_scale))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "cfg_scale must be >= 0");
+    return 0;
+}
+
+int dllm_completion_length(const int32_t *gen, int G, int eos_id)
+{
+    for (int i = 0; i < G; i++)
+        if (gen[i] == eos_id)
+            return i + 1;
+    return G;
+}
+
+void dllm_rollout_free(dllm_rollout *r)
+{
+    free(r->tokens);
+    free(r->commit_step);
+    free(r->commit_prob);
+    memset(r, 0, sizeof *r);
+}
+
+typedef struct {
+    int row;        /* index into the step's logits */
+    int pos;        /* canvas position */
+    int32_t x0;
+    double conf;
+    float prob;
+} candidate;
+
+/* Sort: confidence descending, then position ascending (ties to the lowest index). */
+static int cmp_candidate(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    if (x->conf > y->conf)
+        return -1;
+    if (x->conf < y->conf)
+        return 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* x0 for one row: argmax (T = 0) or Gumbel-max in float64 with keyed noise. */
+static int32_t draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos)
+{
+    int32_t best = 0;
+    if (temp == 0) {
+        for (int v = 1; v < V; v++)
+            if (logit[v] > logit[best])
+                best = v;
+        return best;
+    }
+    double best_s = -1;
+    for (int v = 0; v < V; v++) {
+        noise->ctr = (uint64_t)pos * (uint64_t)V + (uint64_t)v;
+        double u = dllm_rng_uniform(noise);
+        double s = exp((double)logit[v]) / pow(-log(u), temp);
+        if (s > best_s) {
+            best_s = s;
+            best = v;
+        }
+    }
+    return best;
+}
+
+/* softmax(logit)[x] in double */
+static double softmax_at(const float *logit, int V, int32_t x)
+{
+    double mx = -INFINITY;
+    for (int v = 0; v < V; v++)
+        if (logit[v] > mx)
+            mx = logit[v];
+    if (mx == -INFINITY)
+        return 0;
+    double z = 0;
+    for (int v = 0; v < V; v++)
+        z += exp((double)logit[v] - mx);
+    return exp((double)logit[x] - mx) / z;
+}
+
+int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const uint8_t *prompt_mask,
+                int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
+                dllm_err *err)
+{
+    if (dllm_sampler_check(c, err))
+        return err->code;
+    const int G = c->gen_length, T = P + G, V = c->vocab;
+    const int nblocks = G / c->block_length, spb = c->steps / nblocks;
+    memset(out, 0, sizeof *out);
+    out->B = B;
+    out->P = P;
+    out->G = G;
+    int32_t *x = out->tokens = dllm_malloc(sizeof *x * (size_t)B * (size_t)T);
+    out->commit_step = dllm_malloc(sizeof *out->commit_step * (size_t)B * (size_t)G);
+    out->commit_prob = dllm_malloc(sizeof *out->commit_prob * (size_t)B * (size_t)G);
+    uint8_t *keymask = dllm_malloc((size_t)B * (size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            x[(size_t)b * T + t] = t < P ? prompts[(size_t)b * P + t] : c->mask_id;
+            keymask[(size_t)b * T + t] = t < P && prompt_mask ? prompt_mask[(size_t)b * P + t] : 1;
+        }
+    for (size_t i = 0; i < (size_t)B * G; i++) {
+        out->commit_step[i] = -1;
+        out->commit_prob[i] = NAN;
+    }
+    const bool cfg = c->cfg_scale > 0;
+    /* with CFG the batch doubles: sequences B..2B-1 are unconditional (prompt masked) */
+    const int BB = cfg ? 2 * B : B;
+    int32_t *canvas = cfg ? dllm_malloc(sizeof *canvas * (size_t)BB * T) : x;
+    uint8_t *km2 = cfg ? dllm_malloc((size_t)BB * T) : keymask;
+    if (cfg) {
+        memcpy(km2, keymask, (size_t)B * T);
+        memcpy(km2 + (size_t)B * T, keymask, (size_t)B * T);
+    }
+    int32_t *rows = dllm_malloc(sizeof *rows * (size_t)BB * c->block_length);
+    int *row_seq = dllm_malloc(sizeof *row_seq * (size_t)B * c->block_length);
+    float *logits = dllm_malloc(sizeof *logits * (size_t)BB * c->block_length * (size_t)V);
+    candidate *cand = dllm_malloc(sizeof *cand * (size_t)c->block_length);
+    int *ntransfer = dllm_malloc(sizeof *ntransfer * (size_t)B * spb);
+    int rc = 0, gstep = 0;
+
+    for (int blk = 0; blk < nblocks && !rc; blk++) {
+        const int lo = P + blk * c->block_length, hi = lo + c->block_length;
+        /* commit counts per sequence: masked count split evenly, remainder first */
+        for (int b = 0; b < B; b++) {
+            int nm = 0;
+            for (int t = lo; t < hi; t++)
+                nm += x[(size_t)b * T + t] == c->mask_id;
+            for (int s = 0; s < spb; s++)
+                ntransfer[b * spb + s] = nm / spb + (s < nm % spb);
+        }
+        for (int s = 0; s < spb && !rc; s++, gstep++) {
+            /* committable rows: masked positions of this block */
+            int n = 0;
+            for (int b = 0; b < B; b++)
+                for (int t = lo; t < hi; t++)
+                    if (x[(size_t)b * T + t] == c->mask_id) {
+                        rows[n] = b * T + t;
+                        row_seq[n++] = b;
+                    }
+            if (n == 0)
+                continue;
+            if (cfg) {
+                memcpy(canvas, x, sizeof *x * (size_t)B * T);
+                memcpy(canvas + (size_t)B * T, x, sizeof *x * (size_t)B * T);
+                for (int b = 0; b < B; b++)
+                    for (int t = 0; t < P; t++)
+                        canvas[(size_t)(B + b) * T + t] = c->mask_id;
+                for (int i = 0; i < n; i++)
+                    rows[n + i] = rows[i] + B * T;
+            }
+            if (fn(model, canvas, km2, BB, T, rows, cfg ? 2 * n : n, logits)) {
+                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed at step %d", gstep);
+                break;
+            }
+            if (cfg) {
+                const float w = (float)(c->cfg_scale + 1.0);
+                for (size_t i = 0; i < (size_t)n * V; i++) {
+                    float un = logits[(size_t)n * V + i];
+                    logits[i] = un + w * (logits[i] - un);
+                }
+            }
+            if (c->logits_eos_inf)
+                for (int i = 0; i < n; i++)
+                    logits[(size_t)i * V + c->eos_id] = -INFINITY;
+            /* per sequence: draw x0 and confidence at its rows, commit the top k */
+            for (int i0 = 0; i0 < n;) {
+                int b = row_seq[i0], i1 = i0;
+                while (i1 < n && row_seq[i1] == b)
+                    i1++;
+                dllm_rng noise = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * (uint64_t)b);
+                dllm_rng remask =
+                    dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * (uint64_t)b + 1);
+                int nc = 0;
+                for (int i = i0; i < i1; i++) {
+                    const float *lg = logits + (size_t)i * V;
+                    int pos = rows[i] - b * T;
+                    candidate *cd = &cand[nc++];
+                    cd->row = i;
+                    cd->pos = pos;
+                    cd->x0 = draw_x0(lg, V, c->temperature, &noise, pos);
+                    cd->prob = (float)softmax_at(lg, V, cd->x0);
+                    if (c->remasking == REMASK_LOW_CONFIDENCE) {
+                        cd->conf = cd->prob;
+                    } else {
+                        remask.ctr = (uint64_t)pos;
+                        cd->conf = dllm_rng_uniform(&remask);
+                    }
+                    if (c->confidence_eos_eot_inf &&
+                        (cd->x0 == c->eos_id || (c->eot_id >= 0 && cd->x0 == c->eot_id)))
+                        cd->conf = -INFINITY;
+                }
+                qsort(cand, (size_t)nc, sizeof *cand, cmp_candidate);
+                int k = ntransfer[b * spb + s];
+                for (int j = 0; j < k && j < nc; j++) {
+                    x[(size_t)b * T + cand[j].pos] = cand[j].x0;
+                    size_t g = (size_t)b * G + (size_t)(cand[j].pos - P);
+                    out->commit_step[g] = (int16_t)gstep;
+                    out->commit_prob[g] = cand[j].prob;
+                }
+                i0 = i1;
+            }
+        }
+    }
+    if (cfg) {
+        free(canvas);
+        free(km2);
+    }
+    free(keymask);
+    free(rows);
+    free(row_seq);
+    free(logits);
+    free(cand);
+    free(ntransfer);
+    if (rc)
+        dllm_rollout_free(out);
+    return rc;
+}

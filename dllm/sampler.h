@@ -1,0 +1,63 @@
+/* sampler.h: the LLaDA reference denoising sampler (METHOD.md §2).
+ *
+ * Canvas = prompt (left-padded, key-masked) followed by gen_length mask tokens.
+ * Blocks of block_length are decoded left to right, steps/num_blocks steps each;
+ * per step the block's masked count is split evenly, the remainder going to the
+ * earliest steps. Each step runs one forward pass, computing logits only at the
+ * committable positions (masked positions of the current block -- exact, since
+ * no other position's x0 can be committed this step), draws x0 by Gumbel-max at
+ * the temperature (float64 noise u in (0,1), score = exp(logit) / (-log u)^T;
+ * T = 0: argmax, ties to the lowest id), scores confidence (softmax prob of x0
+ * for low_confidence, a uniform draw for random) and commits the k most
+ * confident positions, ties to the lowest index.
+ *
+ * Randomness is keyed: the Gumbel noise of (sequence b, canvas position t,
+ * token v) at global step s is draw t*V + v of stream (seed, SAMPLER, s, 2b);
+ * the random-remasking draw of position t is draw t of stream (seed, SAMPLER, s,
+ * 2b+1). So the result does not depend on batch composition or backend. */
+#ifndef DLLM_SAMPLER_H
+#define DLLM_SAMPLER_H
+
+#include "kernels/base.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Any model: logits [n_rows, V] at the flat rows (b*T + t) of tokens [B,T]. */
+typedef int (*dllm_logits_fn)(void *model, const int32_t *tokens, const uint8_t *keymask, int B,
+                              int T, const int32_t *rows, int n_rows, float *logits);
+
+typedef enum { REMASK_LOW_CONFIDENCE = 0, REMASK_RANDOM = 1 } dllm_remasking;
+
+typedef struct {
+    int gen_length, block_length, steps;
+    double temperature;
+    dllm_remasking remasking;
+    double cfg_scale;            /* 0: off; else un + (cfg+1)(cond - un) */
+    bool logits_eos_inf;         /* EOS logit = -inf before sampling */
+    bool confidence_eos_eot_inf; /* x0 in {EOS, EoT}: confidence -inf */
+    int mask_id, eos_id, eot_id; /* eot_id -1 if the vocabulary has none */
+    int vocab;                   /* V: logits per row */
+} dllm_sampler_cfg;
+
+typedef struct {
+    int32_t *tokens;      /* (B, P+G) final canvas */
+    int16_t *commit_step; /* (B, G) global step that committed each generated token */
+    float *commit_prob;   /* (B, G) softmax prob (temperature 1, after the EOS switch) of it */
+    int B, P, G;
+} dllm_rollout;
+
+/* Checks the config's divisibility rules; input errors name the flag. */
+int dllm_sampler_check(const dllm_sampler_cfg *c, dllm_err *err);
+
+/* prompts [B,P] left-padded; prompt_mask [B,P] (1 = real token, NULL = all).
+ * Allocates out's arrays (free with dllm_rollout_free). */
+int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const uint8_t *prompt_mask,
+                int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
+                dllm_err *err);
+void dllm_rollout_free(dllm_rollout *r);
+
+/* Completion length: tokens up to and including the first EOS (G if none). */
+int dllm_completion_length(const int32_t *gen, int G, int eos_id);
+
+#endif
