@@ -1,9 +1,147 @@
-/* placeholder until its module lands; replaced by the real command */
+/* cmd_tasks.c: `dllm-rl tasks list` and `dllm-rl tasks sample NAME ...`:
+ * the registered tasks, and formatted prompts exactly as the model will see
+ * them (deterministic for a given seed). */
 #include "src/commands.h"
+#include "tasks/registry.h"
+
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dllm-rl tasks list\n"
+            "       dllm-rl tasks sample NAME [--n N] [--seed S] [--data FILE] [--numbers K] [--max-blanks B]\n\n"
+            "list     the tasks, one per line: name and description\n"
+            "sample   print N formatted prompts of task NAME (default 5), chosen with seed S\n"
+            "         (default 0) from FILE (JSONL; sudoku also CSV), or made by the task's\n"
+            "         generator when no FILE is given (countdown, sudoku)\n"
+            "  --numbers K      countdown generator: numbers per problem, 2-4 (default 3)\n"
+            "  --max-blanks B   sudoku generator: most blank cells (default 10)\n\n"
+            "exit status: 0 success, 2 bad input (errors name FILE:LINE), 1 internal failure\n");
+}
+
+/* Parses an unsigned integer flag value; returns -1 on junk. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!s || !*s || *s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int list_tasks(void)
+{
+    size_t n;
+    const dllm_task *const *all = dllm_task_all(&n);
+    for (size_t i = 0; i < n; i++)
+        printf("%-10s %s\n", all[i]->name, all[i]->description);
+    return 0;
+}
+
+static int sample(int argc, char **argv)
+{
+    const char *name = NULL;
+    dllm_task_source src = {0};
+    uint64_t n = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        uint64_t v = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (a[0] == '-' && a[1] == '-') {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dllm-rl tasks: %s needs a value\n", a);
+                return 2;
+            }
+            const char *val = argv[++i];
+            if (!strcmp(a, "--data")) {
+                src.path = val;
+                continue;
+            }
+            if (parse_u64(val, &v)) {
+                fprintf(stderr, "dllm-rl tasks: %s: '%s' is not a non-negative integer\n", a, val);
+                return 2;
+            }
+            if (!strcmp(a, "--n"))
+                n = v;
+            else if (!strcmp(a, "--seed"))
+                src.seed = v;
+            else if (!strcmp(a, "--numbers") && v <= 16)
+                src.n_numbers = (int)v;
+            else if (!strcmp(a, "--max-blanks") && v <= 16)
+                src.max_blanks = (int)v;
+            else {
+                fprintf(stderr, "dllm-rl tasks: unknown or out-of-range option %s %s\n", a, val);
+                return 2;
+            }
+        } else if (!name) {
+            name = a;
+        } else {
+            fprintf(stderr, "dllm-rl tasks: unexpected argument '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!name) {
+        usage(stderr);
+        return 2;
+    }
+    const dllm_task *t = dllm_task_find(name);
+    if (!t) {
+        fprintf(stderr, "dllm-rl tasks: unknown task '%s' (see dllm-rl tasks list)\n", name);
+        return 2;
+    }
+    if (n == 0 || n > 1000000) {
+        fprintf(stderr, "dllm-rl tasks: --n must be 1 to 1000000\n");
+        return 2;
+    }
+    src.n = (size_t)n;
+    dllm_task_items items;
+    dllm_err err = {0};
+    int rc = dllm_task_load(t, &src, &items, &err);
+    if (rc) {
+        fprintf(stderr, "dllm-rl tasks: %s\n", err.msg);
+        return rc;
+    }
+    size_t k = src.path ? (n < items.n ? (size_t)n : items.n) : items.n;
+    size_t *idx = malloc(k * sizeof *idx);
+    if (!idx)
+        return 1;
+    if (src.path)
+        dllm_task_sample_indices(items.n, k, src.seed, 0, idx);
+    else
+        for (size_t i = 0; i < k; i++)
+            idx[i] = i;
+    for (size_t i = 0; i < k; i++) {
+        const dllm_task_item *it = &items.items[idx[i]];
+        char *p = t->format(it);
+        printf("=== %s item %zu (reference: %s) ===\n%s\n", t->name, idx[i], it->answer, p);
+        free(p);
+    }
+    free(idx);
+    dllm_task_items_free(&items);
+    return 0;
+}
+
 int cmd_tasks(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dllm-rl: not built yet\n");
-    return 1;
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "list"))
+        return list_tasks();
+    if (!strcmp(argv[1], "sample"))
+        return sample(argc - 1, argv + 1);
+    fprintf(stderr, "dllm-rl tasks: unknown subcommand '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
 }
