@@ -201,7 +201,6 @@ static llada_model *model_alloc(const dllm_model_config *cfg)
     for (int i = 0; i < m->np; i++)
         m->n_params += m->plist[i].numel;
     m->params = dllm_malloc(m->n_params * sizeof(float));
-    m->grads = dllm_calloc(m->n_params, sizeof(float));
     m->lw = dllm_calloc((size_t)m->L, sizeof *m->lw);
     m->lg = dllm_calloc((size_t)m->L, sizeof *m->lg);
 
@@ -210,27 +209,19 @@ static llada_model *model_alloc(const dllm_model_config *cfg)
     int k = 0;
     for (int i = 0; i < m->np; i++) {
         m->plist[i].data = m->params + off;
-        m->plist[i].grad = m->grads + off;
         off += m->plist[i].numel;
     }
-    m->wte = m->plist[k].data;
-    m->d_wte = m->plist[k++].grad;
+    m->wte = m->plist[k++].data;
     for (int l = 0; l < m->L; l++) {
-        m->lw[l].attn_norm = m->plist[k].data;
-        m->lg[l].attn_norm = m->plist[k++].grad;
+        m->lw[l].attn_norm = m->plist[k++].data;
         for (int j = 0; j < NLIN; j++) {
-            m->lw[l].w[j] = m->plist[k].data;
-            m->lg[l].w[j] = m->plist[k++].grad;
-            if (j == LIN_O) {
-                m->lw[l].ff_norm = m->plist[k].data;
-                m->lg[l].ff_norm = m->plist[k++].grad;
-            }
+            m->lw[l].w[j] = m->plist[k++].data;
+            if (j == LIN_O)
+                m->lw[l].ff_norm = m->plist[k++].data;
         }
     }
-    m->ln_f = m->plist[k].data;
-    m->d_ln_f = m->plist[k++].grad;
-    m->head = m->plist[k].data;
-    m->d_head = m->plist[k++].grad;
+    m->ln_f = m->plist[k++].data;
+    m->head = m->plist[k++].data;
 
     op_rope_table_init(&m->rope, cfg->max_seq_len > 0 ? cfg->max_seq_len : 1, m->HD,
                        cfg->rope_theta);
@@ -358,15 +349,11 @@ void llada_lora_enable(llada_model *m, int rank, float alpha, int mask, uint64_t
     lora_free(m);
     acts_free(&m->a); /* the LoRA activations change size */
     mask &= LORA_ALL;
-    if (rank <= 0 || mask == 0) { /* off: the base becomes trainable again */
-        if (!m->grads)
-            m->grads = dllm_calloc(m->n_params, sizeof(float));
-        set_base_grads(m, m->grads);
-        return;
-    }
-    free(m->grads);
+    free(m->grads); /* frozen under LoRA; reallocated on demand without it */
     m->grads = NULL;
     set_base_grads(m, NULL);
+    if (rank <= 0 || mask == 0)
+        return;
 
     m->lora_rank = rank;
     m->lora_alpha = alpha;
@@ -432,10 +419,25 @@ float *llada_trainable(llada_model *m, size_t *n)
     return m->params;
 }
 
-float *llada_grads(llada_model *m) { return m->lora_rank ? m->lora_grads : m->grads; }
+/* The base gradients exist only once needed: a model that is only run or
+ * saved never pays for them (8B parameters would double the memory). */
+static void ensure_grads(llada_model *m)
+{
+    if (!m->lora_rank && !m->grads) {
+        m->grads = dllm_calloc(m->n_params, sizeof(float));
+        set_base_grads(m, m->grads);
+    }
+}
+
+float *llada_grads(llada_model *m)
+{
+    ensure_grads(m);
+    return m->lora_rank ? m->lora_grads : m->grads;
+}
 
 void llada_zero_grad(llada_model *m)
 {
+    ensure_grads(m);
     if (m->lora_rank)
         memset(m->lora_grads, 0, m->n_lora * sizeof(float));
     else
@@ -637,6 +639,7 @@ void llada_backward(llada_model *m, const float *dlogits)
         fprintf(stderr, "llada_backward: no forward pass to differentiate\n");
         abort();
     }
+    ensure_grads(m);
     int N = a->N, R = a->R, B = a->B, T = a->T;
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
     size_t sN = a->capN;

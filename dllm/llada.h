@@ -62,7 +62,10 @@ typedef struct {
     char name[96];    /* "model.transformer.blocks.0.q_proj.weight" or the PEFT
                          "base_model.model.model.transformer.blocks.0.q_proj.lora_A.weight" */
     float *data;      /* inside the model's one parameter allocation */
-    float *grad;      /* inside the gradient allocation; NULL when frozen */
+    float *grad;      /* inside the gradient allocation; NULL when frozen (base
+                         weights under LoRA) or not yet allocated (gradients are
+                         allocated by the first llada_grads, llada_zero_grad or
+                         llada_backward) */
     int ndim;         /* 1 or 2 */
     int64_t shape[2]; /* torch layout: [out, in] */
     size_t numel;

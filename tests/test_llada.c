@@ -663,6 +663,8 @@ START_TEST(test_lora_init)
     size_t nt;
     const llada_param *P;
     llada_params(m, &P);
+    ck_assert_ptr_null(P[0].grad); /* not allocated until needed */
+    llada_zero_grad(m);
     ck_assert_ptr_eq(llada_trainable(m, &nt), P[0].data);
     ck_assert_ptr_nonnull(P[0].grad);
     ck_assert_int_eq(llada_lora_target_bit("ff_out"), LORA_FF_OUT);
