@@ -3,7 +3,7 @@
  * tests/ref/llada_ref.py, through the fixtures of tests/ref/make_llada_goldens.py
  * in DLLM_TEST_DATA/llada/: logits (fp32 and a sharded bf16 copy), the SFT
  * loss, every parameter gradient, five AdamW steps, one-step log-probs, LoRA
- * logits and gradients. Plus self-checks: finite differences of the whole
+ * logits and gradients, a grouped-query model. Plus self-checks: finite differences of the whole
  * model (also with grouped-query heads and with LoRA), head rows subset,
  * checkpoint round trips, merged-LoRA save, load errors and mask draws. */
 #include <check.h>
@@ -397,6 +397,47 @@ START_TEST(test_lora_golden)
 }
 END_TEST
 
+/* Grouped-query attention (n_kv_heads 2 < n_heads 4): logits, loss and the
+ * block-0 attention gradients against the reference. */
+START_TEST(test_gqa_golden)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    llada_model *m = load_model("tiny_gqa");
+    ck_assert_int_eq(llada_config(m)->n_kv_heads, 2);
+    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    float *want = gold_f32(a, "gqa_logits", n), *got = all_logits(m, &b, b.masked);
+    double d = max_abs_diff(got, want, n);
+    ck_assert_msg(d < 1e-4, "GQA logits: max abs err %g", d);
+    llada_zero_grad(m);
+    double loss = loss_of(m, &b, true);
+    float *wl = gold_f32(a, "gqa_loss", 1);
+    ck_assert_msg(fabs(loss - wl[0]) < 1e-5 * wl[0], "GQA loss %.8f, golden %.8f", loss,
+                  (double)wl[0]);
+    const llada_param *P;
+    int np = llada_params(m, &P), seen = 0;
+    for (int i = 0; i < np; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "gqa_grad.%s", P[i].name);
+        if (!st_find(a, name))
+            continue;
+        seen++;
+        float *g = gold_f32(a, name, P[i].numel);
+        double ref = max_abs(g, P[i].numel), e = max_abs_diff(P[i].grad, g, P[i].numel);
+        ck_assert_msg(ref > 0 && e <= 1e-3 * ref, "%s: max abs err %g, max |g| %g", name, e, ref);
+        free(g);
+    }
+    ck_assert_int_eq(seen, 4);
+    free(wl);
+    free(want);
+    free(got);
+    llada_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
 /* ---- finite differences ------------------------------------------------------------------ */
 
 /* Central differences on a few elements of every tensor in list (the largest
@@ -466,7 +507,7 @@ START_TEST(test_fd_lora)
 }
 END_TEST
 
-/* Grouped-query attention (NKV < NH) has no golden: finite differences of a
+/* Grouped-query attention (NKV < NH), every tensor: finite differences of a
  * random model with weights large enough that attention is not uniform. */
 START_TEST(test_fd_gqa)
 {
@@ -833,6 +874,7 @@ static Suite *llada_suite(void)
     tcase_add_test(g, test_adamw_steps);
     tcase_add_test(g, test_one_step_score);
     tcase_add_test(g, test_lora_golden);
+    tcase_add_test(g, test_gqa_golden);
     suite_add_tcase(s, g);
     TCase *f = tcase_create("finite_differences");
     tcase_set_timeout(f, 60);

@@ -4,6 +4,7 @@ into tests/data/llada/ using the independent PyTorch reference llada_ref.py.
 
     tiny/           config.json + model.safetensors (fp32, random weights, std 0.2)
     tiny_bf16/      the same weights rounded to bf16, two shards + index
+    tiny_gqa/       another random model with grouped-query attention (2 KV heads)
     lora_adapter.safetensors   LoRA A/B (PEFT names), rank 4, targets q_proj,v_proj,ff_out
     golden.safetensors         the batch and every expected output (see below)
 
@@ -22,6 +23,8 @@ golden.safetensors:
     score_logp [B,T]         one-step score: answer fully masked, log p(clean) at
                              answer positions, 0 elsewhere
     lora_logits [B,T,V], lora_loss [1], lora_grad.<PEFT name>
+    gqa_logits [B,T,V], gqa_loss [1], gqa_grad.<name> for the block-0 attention
+                             weights (the ones the head grouping touches)
 
 Run from the repository root: python3 tests/ref/make_llada_goldens.py
 """
@@ -140,6 +143,20 @@ def main():
     g["lora_loss"] = loss.detach().reshape(1)
     for n in lora:
         g["lora_grad." + n] = Lp[n].grad.detach().clone()
+
+    # grouped-query attention: n_kv_heads 2 < n_heads 4
+    gcfg = dict(cfg, n_kv_heads=2)
+    ref.save_model(os.path.join(OUT, "tiny_gqa"), gcfg,
+                   ref.init_params(gcfg, gen, 0.2), torch.float32, 1)
+    gp = {k: v.requires_grad_() for k, v in ref.load_params(os.path.join(OUT, "tiny_gqa")).items()}
+    with torch.no_grad():
+        g["gqa_logits"] = ref.forward(gp, gcfg, noisy, km)
+    loss = ref.sft_loss(gp, gcfg, clean, km, masked, p, ans_len)
+    loss.backward()
+    g["gqa_loss"] = loss.detach().reshape(1)
+    for mod in ("q_proj", "k_proj", "v_proj", "attn_out"):
+        n = f"model.transformer.blocks.0.{mod}.weight"
+        g["gqa_grad." + n] = gp[n].grad.detach().clone()
 
     g = {k: v.contiguous() for k, v in g.items()}
     save_file(g, os.path.join(OUT, "golden.safetensors"), metadata={"format": "pt"})
