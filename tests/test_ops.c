@@ -14,6 +14,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -668,6 +669,99 @@ START_TEST(test_adamw)
 }
 END_TEST
 
+static uint32_t bitsf_(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* Loads tests/data/ops/<name>; fails the test if it is missing. */
+static char *load_golden(const char *name, size_t *len)
+{
+    const char *dir = getenv("DLLM_TEST_DATA");
+    ck_assert_msg(dir != NULL, "DLLM_TEST_DATA is not set");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ops/%s", dir, name);
+    char *buf = NULL;
+    dllm_err err = {0};
+    ck_assert_msg(dllm_read_file(path, &buf, len, &err) == 0, "%s", err.msg);
+    return buf;
+}
+
+/* AdamW against torch.optim.AdamW on the CPU. The moments go through the same
+ * fp32 operations (fused multiply-adds included) and must match bit for bit;
+ * the parameter may differ by an ulp in rare elements (torch's vector kernels),
+ * so it is held to one ulp and to being mostly exact. */
+START_TEST(test_adamw_torch)
+{
+    enum { NCASE = 2, NP = 64, STEPS = 5 };
+    size_t len;
+    char *buf = load_golden("adamw.bin", &len);
+    size_t case_floats = 5 + NP + (size_t)STEPS * 4 * NP, exact = 0;
+    ck_assert_uint_eq(len, NCASE * case_floats * sizeof(float));
+    const float *f = (const float *)buf;
+    for (int c = 0; c < NCASE; c++, f += case_floats) {
+        float lr = f[0], b1 = f[1], b2 = f[2], eps = f[3], wd = f[4];
+        float *p = galloc(NP), *m = galloc(NP), *v = galloc(NP);
+        memcpy(p, f + 5, NP * sizeof(float));
+        for (int t = 1; t <= STEPS; t++) {
+            const float *g = f + 5 + NP + (size_t)(t - 1) * 4 * NP;
+            const float *tp = g + NP, *tm = g + 2 * NP, *tv = g + 3 * NP;
+            op_adamw(p, g, m, v, NP, t, lr, b1, b2, eps, wd);
+            for (int i = 0; i < NP; i++) {
+                ck_assert_msg(bitsf_(m[i]) == bitsf_(tm[i]) && bitsf_(v[i]) == bitsf_(tv[i]),
+                              "case %d step %d [%d]: m %.9g vs %.9g, v %.9g vs %.9g", c, t, i,
+                              (double)m[i], (double)tm[i], (double)v[i], (double)tv[i]);
+                ck_assert_msg(p[i] == tp[i] || nextafterf(p[i], tp[i]) == tp[i],
+                              "case %d step %d [%d]: p %.9g vs torch %.9g", c, t, i,
+                              (double)p[i], (double)tp[i]);
+                exact += p[i] == tp[i];
+                p[i] = tp[i]; /* continue from torch's state */
+            }
+        }
+        check_guard(p, NP), check_guard(m, NP), check_guard(v, NP);
+        free(p), free(m), free(v);
+    }
+    ck_assert_msg(exact >= NCASE * STEPS * NP * 98 / 100, "only %zu exact parameters", exact);
+    free(buf);
+}
+END_TEST
+
+/* The RoPE table against torch's fp32 cos/sin of the same fp32 angles. */
+START_TEST(test_rope_table_torch)
+{
+    size_t len;
+    char *buf = load_golden("rope.bin", &len);
+    ck_assert(len >= 12);
+    float theta;
+    int32_t hd, npos;
+    memcpy(&theta, buf, 4), memcpy(&hd, buf + 4, 4), memcpy(&npos, buf + 8, 4);
+    int half = hd / 2;
+    ck_assert_uint_eq(len, 12 + (size_t)npos * 4 + 2 * (size_t)npos * half * 4);
+    const int32_t *pos = (const int32_t *)(buf + 12);
+    const float *tc = (const float *)(buf + 12 + (size_t)npos * 4);
+    const float *ts = tc + (size_t)npos * half;
+    int max_pos = pos[npos - 1] + 1;
+    op_rope_table t;
+    op_rope_table_init(&t, max_pos, hd, theta);
+    size_t exact = 0;
+    for (int j = 0; j < npos; j++)
+        for (int i = 0; i < half; i++) {
+            float c = t.cos[(size_t)pos[j] * half + i], sn = t.sin[(size_t)pos[j] * half + i];
+            float wc = tc[(size_t)j * half + i], ws = ts[(size_t)j * half + i];
+            /* torch's vectorised fp32 cos/sin are within an ulp of ours */
+            ck_assert_msg(fabsf(c - wc) <= 1.2e-7f && fabsf(sn - ws) <= 1.2e-7f,
+                          "pos %d i %d: cos %.9g vs %.9g, sin %.9g vs %.9g", pos[j], i,
+                          (double)c, (double)wc, (double)sn, (double)ws);
+            exact += (c == wc) + (sn == ws);
+        }
+    ck_assert(exact > (size_t)npos * half); /* most entries agree exactly */
+    op_rope_table_free(&t);
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_grad_norm_and_clip)
 {
     size_t n = 200003; /* several fixed chunks */
@@ -918,6 +1012,8 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_xent);
     tcase_add_test(tc, test_adamw);
+    tcase_add_test(tc, test_adamw_torch);
+    tcase_add_test(tc, test_rope_table_torch);
     tcase_add_test(tc, test_grad_norm_and_clip);
     tcase_add_test(tc, test_bf16);
     tcase_add_test(tc, test_f16);

@@ -7,7 +7,9 @@
  *   v  = b2 v + (1-b2) g^2
  *   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
  * Scalars (bias corrections, step size) are formed in double like torch's
- * Python-side arithmetic, then applied in fp32 like its kernels. */
+ * Python-side arithmetic, then applied in fp32 in the same order (and with the
+ * same fused multiply-adds) as its CPU kernels, so that with the same fp32
+ * hyper-parameters the result is bit-identical to torch on the CPU. */
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -31,9 +33,11 @@ void op_adamw(float *p, const float *g, float *m, float *v, size_t n, int t,
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         float pi = p[i] * decay;
-        /* torch's lerp: start + w (end - start) for w < 0.5, else end - (end - start)(1 - w) */
-        float mi = w1 < 0.5f ? m[i] + w1 * (gi - m[i]) : gi - (gi - m[i]) * (1.0f - w1);
-        float vi = v[i] * b2 + gi * gi * w2;
+        /* torch's vectorised lerp_ and addcmul_ use fused multiply-adds:
+         * lerp = fma(w, end - start, start) for w < 0.5, else
+         * fma(-(1 - w), end - start, end); v = fma(w2 * g, g, v * b2). */
+        float mi = w1 < 0.5f ? fmaf(w1, gi - m[i], m[i]) : fmaf(-(1.0f - w1), gi - m[i], gi);
+        float vi = fmaf(w2 * gi, gi, v[i] * b2);
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         p[i] = pi + (-step) * mi / denom;
         m[i] = mi;
