@@ -55,6 +55,7 @@ typedef struct {
     int B, T, N, R;          /* sizes of the last forward */
     bool have_mask, valid;   /* valid: a forward ran since the last change */
     size_t capN, capAtt, capR; /* allocated for */
+    int capL;                  /* layers with kept activations: L, or 1 (no grad) */
     int32_t *tokens;  // (N)
     uint8_t *keymask; // (N)
     int32_t *pos;     // (N) canvas index t of row b*T + t
@@ -448,20 +449,26 @@ void llada_zero_grad(llada_model *m)
 
 #define FALLOC(n) ((float *)dllm_malloc(((size_t)(n) + 1) * sizeof(float)))
 
-static void acts_ensure(llada_model *m, int B, int T, int R)
+/* Sizes the buffers for B*T rows, R head rows and `layers` layers of kept
+ * activations (L for training, 1 for a forward without backward, whose
+ * residual stream alternates between two slots). */
+static void acts_ensure(llada_model *m, int B, int T, int R, int layers)
 {
     llada_acts *a = &m->a;
     size_t N = (size_t)B * T, natt = (size_t)B * m->NH * T * T;
-    if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR)
+    if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
+        layers <= a->capL)
         return;
     size_t capN = N > a->capN ? N : a->capN;
     size_t capAtt = natt > a->capAtt ? natt : a->capAtt;
     size_t capR = (size_t)R > a->capR ? (size_t)R : a->capR;
+    int capL = layers > a->capL ? layers : a->capL;
     acts_free(a);
     a->capN = capN;
     a->capAtt = capAtt;
     a->capR = capR;
-    size_t L = (size_t)m->L, C = (size_t)m->C, H = (size_t)m->H;
+    a->capL = capL;
+    size_t L = (size_t)capL, C = (size_t)m->C, H = (size_t)m->H;
     size_t QD = (size_t)m->QD, KD = (size_t)m->KD, r = (size_t)m->lora_rank;
     a->tokens = dllm_malloc(capN * sizeof(int32_t));
     a->keymask = dllm_malloc(capN);
@@ -503,15 +510,16 @@ static void acts_ensure(llada_model *m, int B, int T, int R)
 size_t llada_activation_floats(const llada_model *m)
 {
     const llada_acts *a = &m->a;
-    size_t L = (size_t)m->L, C = (size_t)m->C, H = (size_t)m->H, N = a->capN;
+    size_t L = (size_t)a->capL, C = (size_t)m->C, H = (size_t)m->H, N = a->capN;
     return (L + 1) * N * C + L * (N * (4 * C + 2 * m->QD + 2 * m->KD + 3 * H + 2) + a->capAtt) +
            (a->xa ? L * NLIN * N * (size_t)m->lora_rank : 0) + a->capR * (2 * C + 1);
 }
 
 /* ---- forward ---------------------------------------------------------------------- */
 
-/* out (N, OC) = inp (N, IC) W^T [+ scale (inp A^T) B^T]; xa (N, r) keeps inp A^T. */
-static void lin_fwd(llada_model *m, int l, int j, float *out, const float *inp, int N)
+/* out (N, OC) = inp (N, IC) W^T [+ scale (inp A^T) B^T] for linear j of
+ * layer l; xa (N, r) of activation slot ls keeps inp A^T. */
+static void lin_fwd(llada_model *m, int l, int ls, int j, float *out, const float *inp, int N)
 {
     int o, i;
     lin_shape(m, j, &o, &i);
@@ -519,7 +527,7 @@ static void lin_fwd(llada_model *m, int l, int j, float *out, const float *inp, 
     const lora_adapter *ad = m->ad ? &m->ad[l * NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
-        float *xa = m->a.xa + ((size_t)l * NLIN + j) * m->a.capN * r;
+        float *xa = m->a.xa + ((size_t)ls * NLIN + j) * m->a.capN * r;
         op_linear_fwd(xa, inp, ad->A, N, i, r);
         op_gemm(false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
     }
@@ -543,8 +551,9 @@ static void lin_bwd(llada_model *m, int l, int j, float *dinp, const float *dout
     }
 }
 
-int llada_forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                  const int32_t *rows, int n_rows, float *logits)
+/* keep: store every layer's activations for llada_backward. */
+static int forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                   const int32_t *rows, int n_rows, float *logits, bool keep)
 {
     llada_acts *a = &m->a;
     a->valid = false;
@@ -572,7 +581,7 @@ int llada_forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask,
         op_rope_table_free(&m->rope);
         op_rope_table_init(&m->rope, T, m->HD, m->cfg.rope_theta);
     }
-    acts_ensure(m, B, T, R);
+    acts_ensure(m, B, T, R, keep ? m->L : 1);
     a->B = B;
     a->T = T;
     a->N = N;
@@ -592,42 +601,56 @@ int llada_forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask,
     op_embedding_fwd(a->resid, a->tokens, m->wte, N, m->C);
     for (int l = 0; l < m->L; l++) {
         const llada_layer *w = &m->lw[l];
-        float *x = a->resid + l * sN * C, *xn = a->resid + (l + 1) * sN * C;
-        float *n1 = a->n1 + l * sN * C, *rstd1 = a->rstd1 + l * sN;
-        float *q = a->q + l * sN * QD, *k = a->k + l * sN * KD, *v = a->v + l * sN * KD;
-        float *att = a->att + l * a->capAtt, *y = a->y + l * sN * QD;
-        float *h = a->h + l * sN * C, *n2 = a->n2 + l * sN * C, *rstd2 = a->rstd2 + l * sN;
-        float *g = a->g + l * sN * H, *u = a->u + l * sN * H, *s = a->s + l * sN * H;
+        size_t ls = keep ? (size_t)l : 0; /* activation slot */
+        size_t rx = keep ? (size_t)l : (size_t)l % 2, rn = keep ? rx + 1 : (size_t)(l + 1) % 2;
+        float *x = a->resid + rx * sN * C, *xn = a->resid + rn * sN * C;
+        float *n1 = a->n1 + ls * sN * C, *rstd1 = a->rstd1 + ls * sN;
+        float *q = a->q + ls * sN * QD, *k = a->k + ls * sN * KD, *v = a->v + ls * sN * KD;
+        float *att = a->att + ls * a->capAtt, *y = a->y + ls * sN * QD;
+        float *h = a->h + ls * sN * C, *n2 = a->n2 + ls * sN * C, *rstd2 = a->rstd2 + ls * sN;
+        float *g = a->g + ls * sN * H, *u = a->u + ls * sN * H, *s = a->s + ls * sN * H;
 
         // attention sub-block
         op_rmsnorm_fwd(n1, rstd1, x, w->attn_norm, N, m->C, eps);
-        lin_fwd(m, l, LIN_Q, q, n1, N);
-        lin_fwd(m, l, LIN_K, k, n1, N);
-        lin_fwd(m, l, LIN_V, v, n1, N);
+        lin_fwd(m, l, ls, LIN_Q, q, n1, N);
+        lin_fwd(m, l, ls, LIN_K, k, n1, N);
+        lin_fwd(m, l, ls, LIN_V, v, n1, N);
         op_rope_fwd(q, q, a->pos, &m->rope, N, m->NH, m->HD);
         op_rope_fwd(k, k, a->pos, &m->rope, N, m->NKV, m->HD);
         op_attention_fwd(y, att, q, k, v, keymask ? a->keymask : NULL, B, T, m->NH, m->NKV,
                          m->HD, false);
-        lin_fwd(m, l, LIN_O, h, y, N);
+        lin_fwd(m, l, ls, LIN_O, h, y, N);
         for (size_t e = 0; e < (size_t)N * C; e++)
             h[e] += x[e];
         // MLP sub-block
         op_rmsnorm_fwd(n2, rstd2, h, w->ff_norm, N, m->C, eps);
-        lin_fwd(m, l, LIN_GATE, g, n2, N);
-        lin_fwd(m, l, LIN_UP, u, n2, N);
+        lin_fwd(m, l, ls, LIN_GATE, g, n2, N);
+        lin_fwd(m, l, ls, LIN_UP, u, n2, N);
         op_swiglu_fwd(s, g, u, (size_t)N * H);
-        lin_fwd(m, l, LIN_DOWN, xn, s, N);
+        lin_fwd(m, l, ls, LIN_DOWN, xn, s, N);
         for (size_t e = 0; e < (size_t)N * C; e++)
             xn[e] += h[e];
     }
     // ln_f and the head only on the requested rows
-    const float *xL = a->resid + (size_t)m->L * sN * C;
+    const float *xL = a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
     for (int r = 0; r < R; r++)
         memcpy(a->xr + r * C, xL + (size_t)a->rows[r] * C, C * sizeof(float));
     op_rmsnorm_fwd(a->nf, a->rstdf, a->xr, m->ln_f, R, m->C, eps);
     op_linear_fwd(logits, a->nf, m->head, R, m->C, m->V);
-    a->valid = true;
+    a->valid = keep;
     return 0;
+}
+
+int llada_forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                  const int32_t *rows, int n_rows, float *logits)
+{
+    return forward(m, tokens, keymask, B, T, rows, n_rows, logits, true);
+}
+
+int llada_forward_nograd(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                         int T, const int32_t *rows, int n_rows, float *logits)
+{
+    return forward(m, tokens, keymask, B, T, rows, n_rows, logits, false);
 }
 
 /* ---- backward --------------------------------------------------------------------- */

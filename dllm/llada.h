@@ -49,11 +49,15 @@ float *llada_grads(llada_model *m);
 void llada_zero_grad(llada_model *m);
 
 /* Forward over tokens [B,T] (keymask [B,T], 1 = real token, NULL = all real).
- * Logits [n_rows, V] are computed only for the flat rows (b*T + t) listed in
+ * Logits [n_rows, V] (V = embedding_size) are computed only for the flat rows (b*T + t) listed in
  * rows (NULL: all B*T rows, n_rows = B*T) -- exact, and it saves most of the
  * head's cost. Activations are kept for llada_backward. */
 int llada_forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                   const int32_t *rows, int n_rows, float *logits);
+/* The same logits, keeping nothing for backward: one layer of activations
+ * instead of L (rollouts, scoring). A following llada_backward is an error. */
+int llada_forward_nograd(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                         int T, const int32_t *rows, int n_rows, float *logits);
 /* Backward of the last forward: dlogits [n_rows, V]; accumulates into grads. */
 void llada_backward(llada_model *m, const float *dlogits);
 

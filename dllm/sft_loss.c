@@ -87,7 +87,8 @@ double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uin
         float *logits = dllm_malloc((size_t)R * V * sizeof(float));
         float *logp = dllm_malloc((size_t)R * sizeof(float));
         float *lse = dllm_malloc((size_t)R * sizeof(float));
-        int rc = llada_forward(m, noisy, bt->keymask, B, T, rows, R, logits);
+        int rc = backward ? llada_forward(m, noisy, bt->keymask, B, T, rows, R, logits)
+                          : llada_forward_nograd(m, noisy, bt->keymask, B, T, rows, R, logits);
         if (rc) {
             dllm_err_set(err, rc, "sft batch: the model rejected the batch (see above)");
             loss = NAN;

@@ -554,6 +554,11 @@ START_TEST(test_rows_subset)
         double d = max_abs_diff(sub + (size_t)r * V, full + (size_t)rows[r] * V, (size_t)V);
         ck_assert_msg(d < 1e-6, "row %d: subset differs from full by %g", rows[r], d);
     }
+    /* the forward without backward gives the same logits, bit for bit */
+    float *ng = dllm_malloc((size_t)b.B * b.T * V * sizeof(float));
+    ck_assert_int_eq(llada_forward_nograd(m, x, b.keymask, b.B, b.T, NULL, 0, ng), 0);
+    ck_assert(memcmp(ng, full, (size_t)b.B * b.T * V * sizeof(float)) == 0);
+    free(ng);
     /* bad input is refused */
     int32_t bad_row = 24;
     ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, &bad_row, 1, sub), DLLM_EXIT_INPUT);
