@@ -1,9 +1,332 @@
-/* placeholder until its module lands; replaced by the real command */
+/* dllm-rl sft: masked-diffusion supervised fine-tuning (METHOD.md §1).
+ *
+ * Per step: a batch of prompt/answer pairs (epoch-shuffled, seeded), padded
+ * with EOS to the batch's longest pair (the padding counts as answer, as in
+ * LLaDA's SFT); per sequence t ~ U(0,1), p = (1 - 1e-3) t + 1e-3, each answer
+ * token masked with probability p; loss = mean over sequences of
+ * sum_masked CE / p / answer_len. AdamW with warmup and global-norm clipping.
+ * Writes RUN_DIR = log.dir/experiment: config.yaml, sft_log.jsonl, and
+ * checkpoints ckpt/step-N in HF layout (ckpt/latest points to the newest). */
+#include "dllm/llada.h"
+#include "dllm/sft_loss.h"
+#include "dllm/tokenizer.h"
+#include "kernels/ops.h"
+#include "kernels/rng.h"
+#include "src/cli_util.h"
 #include "src/commands.h"
+#include "src/yaml_config.h"
+#include "src/sft_data.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage_text[] =
+    "usage: dllm-rl sft CONFIG.yaml [--set key.path=value ...] [--quiet]\n"
+    "\n"
+    "Masked-diffusion SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}).\n"
+    "Keys: experiment, seed, model.{path|preset,dtype,lora.{rank,alpha,targets}},\n"
+    "data.{train,max_len}, sft.{steps,batch_size}, optim.{lr,warmup,betas,eps,\n"
+    "weight_decay,grad_clip}, log.{dir,every}, checkpoint.{every,keep}.\n"
+    "Output: RUN_DIR = log.dir/experiment with config.yaml, sft_log.jsonl, ckpt/.\n";
+
+typedef struct {
+    const dllm_cfg *cfg;
+    char run_dir[4096];
+    char tok_path[4096]; /* tokenizer.json copied into every checkpoint */
+} sft_run;
+
+static int copy_file(const char *from, const char *to, dllm_err *err)
+{
+    char *data;
+    size_t len;
+    if (dllm_read_file(from, &data, &len, err))
+        return err->code;
+    FILE *f = fopen(to, "wb");
+    int ok = f && fwrite(data, 1, len, f) == len;
+    if (f && fclose(f))
+        ok = 0;
+    free(data);
+    return ok ? 0 : dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", to);
+}
+
+static int rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return unlink(path);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        rm_tree(p);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+/* ckpt/step-N written under a temporary name, then renamed; latest re-pointed;
+ * older checkpoints beyond checkpoint.keep removed. */
+static int save_checkpoint(const sft_run *r, llada_model *m, int step, dllm_err *err)
+{
+    char dir[4096], tmp[4200], final_[4200], link[4200], tmplink[4300];
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    if (cli_mkdirs(dir, err))
+        return err->code;
+    snprintf(tmp, sizeof tmp, "%s/.step-%d.tmp", dir, step);
+    snprintf(final_, sizeof final_, "%s/step-%d", dir, step);
+    rm_tree(tmp);
+    if (cli_mkdirs(tmp, err))
+        return err->code;
+    st_dtype dt = strcmp(r->cfg->model.dtype, "bf16") ? ST_F32 : ST_BF16;
+    if (llada_save(m, tmp, dt, (size_t)5 << 30, err))
+        return err->code;
+    char tokdst[4300];
+    snprintf(tokdst, sizeof tokdst, "%s/tokenizer.json", tmp);
+    if (copy_file(r->tok_path, tokdst, err))
+        return err->code;
+    rm_tree(final_);
+    if (rename(tmp, final_))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", final_, strerror(errno));
+    snprintf(link, sizeof link, "%s/latest", dir);
+    snprintf(tmplink, sizeof tmplink, "%s/.latest.tmp", dir);
+    char target[64];
+    snprintf(target, sizeof target, "step-%d", step);
+    unlink(tmplink);
+    if (symlink(target, tmplink) || rename(tmplink, link))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", link, strerror(errno));
+    int keep = r->cfg->checkpoint.keep, every = r->cfg->checkpoint.every;
+    if (keep > 0 && every > 0)
+        for (int s = step - keep * every; s > 0; s -= every) {
+            char old[4200];
+            snprintf(old, sizeof old, "%s/step-%d", dir, s);
+            rm_tree(old);
+        }
+    return 0;
+}
+
+static int load_model(const dllm_cfg *cfg, llada_model **m, dllm_tokenizer **tok, char *tok_path,
+                      size_t tok_len, const char *run_dir, dllm_err *err)
+{
+    if (cfg->model.path[0]) {
+        if (llada_load(m, cfg->model.path, err))
+            return err->code;
+        snprintf(tok_path, tok_len, "%s/tokenizer.json", cfg->model.path);
+    } else {
+        dllm_model_config mc;
+        if (dllm_config_preset(&mc, DLLM_ARCH_LLADA, cfg->model.preset, err))
+            return err->code;
+        *m = llada_create(&mc, (uint64_t)cfg->seed);
+        snprintf(tok_path, tok_len, "%s/tokenizer.json", run_dir);
+        if (dllm_tokenizer_write_char(tok_path, err))
+            return err->code;
+    }
+    if (dllm_tokenizer_load(tok, tok_path, err))
+        return err->code;
+    if (cfg->model.lora.rank > 0) {
+        int mask = 0;
+        for (int i = 0; i < cfg->model.lora.targets.n; i++)
+            mask |= llada_lora_target_bit(cfg->model.lora.targets.items[i]);
+        llada_lora_enable(*m, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
+                          (uint64_t)cfg->seed);
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, dllm_cfg *cfg, int *quiet, dllm_err *err)
+{
+    static const struct option opts[] = {{"set", required_argument, 0, 's'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *sets[64];
+    int nsets = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        switch (c) {
+        case 's':
+            if (nsets == 64)
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "too many --set options");
+            sets[nsets++] = optarg;
+            break;
+        case 'q': *quiet = 1; break;
+        case 'h': fputs(usage_text, stdout); exit(0);
+        default: return dllm_err_set(err, DLLM_EXIT_INPUT, "bad option (see --help)");
+        }
+    }
+    if (optind != argc - 1)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "expected one CONFIG.yaml (see --help)");
+    dllm_cfg_defaults(cfg);
+    if (dllm_cfg_load(cfg, argv[optind], err))
+        return err->code;
+    for (int i = 0; i < nsets; i++)
+        if (dllm_cfg_set(cfg, sets[i], err))
+            return err->code;
+    if (!cfg->data.train[0])
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: data.train is required", argv[optind]);
+    return dllm_cfg_validate(cfg, err);
+}
+
 int cmd_sft(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dllm-rl: not built yet\n");
-    return 1;
+    dllm_cfg cfg;
+    dllm_err err = {0};
+    int quiet = 0;
+    if (parse_args(argc, argv, &cfg, &quiet, &err))
+        return cli_fail("sft", &err);
+    if (!strcmp(cfg.device, "cuda")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "device: cuda is not available for sft in this build");
+        return cli_fail("sft", &err);
+    }
+    sft_run run = {.cfg = &cfg};
+    snprintf(run.run_dir, sizeof run.run_dir, "%s/%s", cfg.log.dir, cfg.experiment);
+    if (cli_mkdirs(run.run_dir, &err))
+        return cli_fail("sft", &err);
+    {   /* the effective config, for the record */
+        char p[4200];
+        snprintf(p, sizeof p, "%s/config.yaml", run.run_dir);
+        char *text = dllm_cfg_dump(&cfg);
+        FILE *f = fopen(p, "w");
+        if (f) {
+            fputs(text, f);
+            fclose(f);
+        }
+        free(text);
+    }
+    llada_model *m = NULL;
+    dllm_tokenizer *tok = NULL;
+    sft_dataset ds = {0};
+    int rc = load_model(&cfg, &m, &tok, run.tok_path, sizeof run.tok_path, run.run_dir, &err);
+    if (!rc)
+        rc = sft_data_load(&ds, cfg.data.train, tok, llada_config(m), cfg.data.max_len,
+                           cfg.sft.chat, &err);
+    if (rc) {
+        if (m)
+            llada_free(m);
+        dllm_tokenizer_free(tok);
+        return cli_fail("sft", &err);
+    }
+    const dllm_model_config *mc = llada_config(m);
+    size_t nparam;
+    float *params = llada_trainable(m, &nparam);
+    float *grads = llada_grads(m);
+    float *adam_m = dllm_calloc(nparam, sizeof(float));
+    float *adam_v = dllm_calloc(nparam, sizeof(float));
+    int B = cfg.sft.batch_size;
+    int32_t *tokens = dllm_malloc(sizeof *tokens * (size_t)B * (size_t)ds.max_len);
+    int32_t *prompt_len = dllm_malloc(sizeof *prompt_len * (size_t)B);
+    uint8_t *mask = dllm_malloc((size_t)B * (size_t)ds.max_len);
+    double *p_mask = dllm_malloc(sizeof *p_mask * (size_t)B);
+    int *order = dllm_malloc(sizeof *order * (size_t)ds.n);
+    int *batch = dllm_malloc(sizeof *batch * (size_t)B);
+    int cursor = ds.n, epoch = -1;
+
+    char logpath[4200];
+    snprintf(logpath, sizeof logpath, "%s/sft_log.jsonl", run.run_dir);
+    FILE *logf = fopen(logpath, "w");
+    if (!logf) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: %s", logpath, strerror(errno));
+        rc = err.code;
+        goto done;
+    }
+    if (!quiet)
+        printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d\n", ds.n,
+               cfg.model.path[0] ? cfg.model.path : cfg.model.preset, nparam,
+               cfg.model.lora.rank ? ", LoRA" : "", cfg.sft.steps, B);
+    double t0 = dllm_now(), loss_acc = 0;
+    long tokens_acc = 0;
+    int n_acc = 0;
+    for (int step = 1; step <= cfg.sft.steps; step++) {
+        /* batch: the next B examples of a seeded per-epoch permutation */
+        int T = 0;
+        for (int b = 0; b < B; b++) {
+            if (cursor == ds.n) {
+                dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_DATA, (uint64_t)++epoch, 0);
+                for (int i = 0; i < ds.n; i++)
+                    order[i] = i;
+                for (int i = ds.n - 1; i > 0; i--) {
+                    int j = (int)dllm_rng_below(&r, (uint64_t)i + 1), t = order[i];
+                    order[i] = order[j];
+                    order[j] = t;
+                }
+                cursor = 0;
+            }
+            const sft_example *e = &ds.ex[order[cursor++]];
+            prompt_len[b] = e->prompt_len;
+            batch[b] = (int)(e - ds.ex);
+            if (e->len > T)
+                T = e->len;
+        }
+        for (int b = 0; b < B; b++) {
+            const sft_example *e = &ds.ex[batch[b]];
+            int32_t *row = tokens + (size_t)b * (size_t)T;
+            memcpy(row, e->ids, sizeof *row * (size_t)e->len);
+            for (int t = e->len; t < T; t++)
+                row[t] = mc->eos_token_id;
+            dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_SFT, (uint64_t)step, (uint64_t)b);
+            sft_draw_mask(&r, prompt_len[b], T, mask + (size_t)b * (size_t)T, &p_mask[b]);
+        }
+        llada_zero_grad(m);
+        double loss = llada_sft_loss(m, tokens, mask, p_mask, prompt_len, B, T, true);
+        double norm = op_grad_norm(grads, nparam);
+        if (cfg.optim.grad_clip > 0)
+            op_clip_grad(grads, nparam, norm, cfg.optim.grad_clip);
+        double lr = cfg.optim.lr;
+        if (cfg.optim.warmup > 0 && step <= cfg.optim.warmup)
+            lr *= (double)step / cfg.optim.warmup;
+        op_adamw(params, grads, adam_m, adam_v, nparam, step, (float)lr, (float)cfg.optim.betas[0],
+                 (float)cfg.optim.betas[1], (float)cfg.optim.eps, (float)cfg.optim.weight_decay);
+        if (!isfinite(loss)) {
+            dllm_err_set(&err, DLLM_EXIT_INTERNAL, "step %d: loss is not finite (lr too high?)", step);
+            rc = err.code;
+            goto done;
+        }
+        loss_acc += loss;
+        tokens_acc += (long)B * T;
+        n_acc++;
+        if (step % cfg.log.every == 0 || step == cfg.sft.steps) {
+            double el = dllm_now() - t0;
+            fprintf(logf,
+                    "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.6g, \"lr\": %.6g, "
+                    "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
+                    step, loss_acc / n_acc, norm, lr, tokens_acc / (el > 0 ? el : 1), el);
+            fflush(logf);
+            if (!quiet)
+                printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  ETA %.0fs\n",
+                       step, cfg.sft.steps, loss_acc / n_acc, norm, lr,
+                       tokens_acc / (el > 0 ? el : 1),
+                       el / step * (cfg.sft.steps - step));
+            fflush(stdout);
+            loss_acc = 0;
+            n_acc = 0;
+        }
+        if ((cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0) ||
+            step == cfg.sft.steps) {
+            if ((rc = save_checkpoint(&run, m, step, &err)))
+                goto done;
+        }
+    }
+    if (!quiet)
+        printf("done: %s/ckpt/latest\n", run.run_dir);
+done:
+    if (logf)
+        fclose(logf);
+    free(adam_m);
+    free(adam_v);
+    free(tokens);
+    free(prompt_len);
+    free(mask);
+    free(p_mask);
+    free(order);
+    free(batch);
+    sft_data_free(&ds);
+    dllm_tokenizer_free(tok);
+    llada_free(m);
+    return rc ? cli_fail("sft", &err) : 0;
 }

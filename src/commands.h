@@ -6,6 +6,7 @@
 int cmd_init_model(int argc, char **argv);
 int cmd_sft(int argc, char **argv);
 int cmd_score(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_tasks(int argc, char **argv);

@@ -13,6 +13,7 @@ typedef struct {
 
 static const command commands[] = {
     {"sft", cmd_sft, "masked-diffusion supervised fine-tuning from a YAML config"},
+    {"generate", cmd_generate, "denoising-step generation with the reference sampler"},
     {"score", cmd_score, "sequence log-likelihood of a completion (JSON)"},
     {"init-model", cmd_init_model, "write a randomly initialised model in HF layout"},
     {"tokenize", cmd_tokenize, "encode stdin with a tokenizer.json (or --decode)"},

@@ -1,12 +1,12 @@
-/* config.h: experiments from YAML into a typed struct.
+/* yaml_config.h: experiments from YAML into a typed struct.
  *
- * One table (src/config_keys.c) names every key: dotted path, type, default,
+ * One table (the key table in yaml_config.c) names every key: dotted path, type, default,
  * range or choices, and where it lives in dllm_cfg. The reader (libyaml
  * document API) walks the file, rejects unknown keys, checks types and ranges,
  * and reports every error as "file:line:col: message" with the offending line
  * echoed. `--set a.b.c=value` overrides go through the same checks. */
-#ifndef DLLM_CONFIG_H
-#define DLLM_CONFIG_H
+#ifndef DLLM_YAML_CONFIG_H
+#define DLLM_YAML_CONFIG_H
 
 #include "kernels/base.h"
 

@@ -1,5 +1,5 @@
 /* config.c: the YAML reader behind config.h. Schema in the key table below. */
-#include "src/config.h"
+#include "src/yaml_config.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,0 +1,91 @@
+#include "src/cli_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int cli_parse_ids(const char *s, const char *flag, int32_t **ids, int *n, dllm_err *err)
+{
+    int cap = 16, k = 0;
+    int32_t *out = dllm_malloc(sizeof *out * (size_t)cap);
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            free(out);
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s: expected comma-separated token ids, got '%s'", flag, s);
+        }
+        if (k == cap)
+            out = dllm_realloc(out, sizeof *out * (size_t)(cap *= 2));
+        out[k++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p) {
+            free(out);
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: trailing comma in '%s'", flag, s);
+        }
+    }
+    *ids = out;
+    *n = k;
+    return 0;
+}
+
+int cli_parse_int(const char *s, const char *flag, long lo, long hi, long *out, dllm_err *err)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: expected an integer in [%ld, %ld], got '%s'",
+                            flag, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *s, const char *flag, double *out, dllm_err *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: expected a number, got '%s'", flag, s);
+    *out = v;
+    return 0;
+}
+
+int cli_fail(const char *cmd, const dllm_err *err)
+{
+    fprintf(stderr, "dllm-rl %s: %s\n", cmd, err->msg);
+    return err->code ? err->code : DLLM_EXIT_INTERNAL;
+}
+
+int cli_mkdirs(const char *path, dllm_err *err)
+{
+    char buf[4096];
+    if (strlen(path) >= sizeof buf)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "path too long: %s", path);
+    strcpy(buf, path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) && errno != EEXIST)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) && errno != EEXIST)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", buf, strerror(errno));
+    return 0;
+}
+
+void cli_print_json_number(FILE *f, double v, int digits)
+{
+    if (isfinite(v))
+        fprintf(f, "%.*g", digits, v);
+    else
+        fputs("null", f);
+}
