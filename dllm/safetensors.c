@@ -655,7 +655,8 @@ int st_read_f32(const st_archive *a, const char *name, const int64_t *shape, int
         if (n)
             memcpy(dst, src, t->nbytes);
         break;
-    case ST_BF16:
+    case ST_BF16: /* threads help with multi-GB checkpoints; tiny tensors stay serial */
+#pragma omp parallel for if (n > (1 << 20))
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
@@ -663,6 +664,7 @@ int st_read_f32(const st_archive *a, const char *name, const int64_t *shape, int
         }
         break;
     case ST_F16:
+#pragma omp parallel for if (n > (1 << 20))
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
