@@ -10,6 +10,7 @@
 #include "tasks/answer.h"
 #include "tasks/task_util.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,13 +23,14 @@ static const char math_system[] =
 
 static int math_from_json(const void *obj, int need_question, dllm_task_item *it, dllm_err *err)
 {
-    const char *q = NULL, *sol = NULL, *ans = NULL;
+    const char *q = NULL, *sol = NULL;
     if (dllm_json_get_string(obj, "problem", need_question, &q, err) ||
-        dllm_json_get_string(obj, "answer", 0, &ans, err) || dllm_json_get_string(obj, "solution", 0, &sol, err))
+        dllm_json_get_string(obj, "solution", 0, &sol, err))
         return DLLM_EXIT_INPUT;
     char *ref = NULL;
-    if (ans) {
-        ref = dllm_strdup(ans);
+    if (json_object_get(obj, "answer")) { /* a string, or a bare number */
+        if (dllm_json_get_answer(obj, "answer", &ref, err))
+            return DLLM_EXIT_INPUT;
     } else if (sol) {
         ref = dllm_answer_last_boxed(sol, strlen(sol));
         if (!ref)

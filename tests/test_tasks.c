@@ -294,6 +294,15 @@ START_TEST(test_math_task)
     const char *w = "<answer>\\boxed{\\dfrac{10}{8}}</answer>";
     ck_assert_int_eq(dllm_task_math500.correct(&items.items[0], w, strlen(w)), 1);
     ck_assert_int_eq(dllm_task_math500.correct(&items.items[2], w, strlen(w)), 0);
+    /* a grading line may carry the reference as a JSON number */
+    json_t *o = json_loads("{\"answer\": 0.25}", 0, NULL);
+    dllm_task_item q;
+    memset(&q, 0, sizeof q);
+    ck_assert_int_eq(dllm_task_math500.from_json(o, 0, &q, &err), 0);
+    const char *quarter = "\\boxed{\\frac14}";
+    ck_assert_int_eq(dllm_task_math500.correct(&q, quarter, strlen(quarter)), 1);
+    dllm_task_item_free(&q);
+    json_decref(o);
     const char *x = "<answer>(2, 1)</answer>";
     ck_assert_int_eq(dllm_task_math500.correct(&items.items[4], x, strlen(x)), 1);
     char *p = dllm_task_math500.format(&items.items[0]);
