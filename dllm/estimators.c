@@ -56,10 +56,12 @@ static double token_logp(const float *logit, int V, int32_t y, double temp)
     return logit[y] / temp - mx - log(z);
 }
 
-/* One batch of canvases [B, T]: logits at the masked completion positions,
- * their log-probs stored in lp[b*L + i] (NaN where not masked). */
-static int score_masked(dllm_logits_fn fn, void *model, const int32_t *canvas, int B, int P, int L,
-                        const int32_t *completion, const dllm_lik_cfg *c, double *lp, dllm_err *err)
+/* One batch of canvases [B, T]: logits at the completion positions flagged in
+ * scored [B, L] (tracked explicitly: a token may legitimately equal the mask
+ * id), their log-probs stored in lp[b*L + i] (NaN where not scored). */
+static int score_masked(dllm_logits_fn fn, void *model, const int32_t *canvas,
+                        const uint8_t *scored, int B, int P, int L, const int32_t *completion,
+                        const dllm_lik_cfg *c, double *lp, dllm_err *err)
 {
     const int T = P + L, V = c->vocab;
     int n = 0;
@@ -67,7 +69,7 @@ static int score_masked(dllm_logits_fn fn, void *model, const int32_t *canvas, i
     for (int b = 0; b < B; b++)
         for (int i = 0; i < L; i++) {
             lp[(size_t)b * L + i] = NAN;
-            if (canvas[(size_t)b * T + P + i] == c->mask_id)
+            if (scored[(size_t)b * L + i])
                 rows[n++] = b * T + P + i;
         }
     float *logits = dllm_malloc(sizeof *logits * (size_t)(n ? n : 1) * (size_t)V);
@@ -101,9 +103,13 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
         for (int t = 0; t < P; t++)
             canvas[t] = c->p_mask_prompt > 0 && dllm_rng_uniform(&rng) < c->p_mask_prompt
                             ? c->mask_id : prompt[t];
-        for (int i = 0; i < L; i++)
+        uint8_t *all = dllm_malloc((size_t)L);
+        for (int i = 0; i < L; i++) {
             canvas[P + i] = c->mask_id;
-        rc = score_masked(fn, model, canvas, 1, P, L, completion, c, out->token_logp, err);
+            all[i] = 1;
+        }
+        rc = score_masked(fn, model, canvas, all, 1, P, L, completion, c, out->token_logp, err);
+        free(all);
         double s = 0;
         for (int i = 0; i < L; i++)
             s += out->token_logp[i];
@@ -119,6 +125,7 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
         int *perm = dllm_malloc(sizeof *perm * (size_t)L);
         int32_t *canvas = dllm_malloc(sizeof *canvas * (size_t)K * T);
         double *lp = dllm_malloc(sizeof *lp * (size_t)K * L);
+        uint8_t *scored = dllm_calloc((size_t)K * L, 1);
         dllm_elbo_mask_counts(&rng, L, K, n);
         for (int k = 0; k < K; k++) {
             int32_t *row = canvas + (size_t)k * T;
@@ -132,14 +139,15 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
                 perm[i] = perm[j];
                 perm[j] = t;
                 row[P + perm[i]] = c->mask_id;
+                scored[(size_t)k * L + perm[i]] = 1;
             }
         }
         /* evaluate in chunks so memory stays bounded for large K */
         const int chunk = 64;
         for (int k0 = 0; k0 < K && !rc; k0 += chunk) {
             int nb = K - k0 < chunk ? K - k0 : chunk;
-            rc = score_masked(fn, model, canvas + (size_t)k0 * T, nb, P, L, completion, c,
-                              lp + (size_t)k0 * L, err);
+            rc = score_masked(fn, model, canvas + (size_t)k0 * T, scored + (size_t)k0 * L, nb, P, L,
+                              completion, c, lp + (size_t)k0 * L, err);
         }
         double mean = 0, m2 = 0;
         for (int k = 0; k < K && !rc; k++) {
@@ -165,6 +173,7 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
         }
         free(n);
         free(perm);
+        free(scored);
         free(canvas);
         free(lp);
     } else {
@@ -187,17 +196,21 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
         /* one canvas per group of steps, batched into one forward call */
         int32_t *canvas = dllm_malloc(sizeof *canvas * (size_t)ng * T);
         double *lp = dllm_malloc(sizeof *lp * (size_t)ng * L);
+        uint8_t *scored = dllm_malloc((size_t)ng * L);
         for (int g = 0; g < ng; g++) {
             int32_t *row = canvas + (size_t)g * T;
             memcpy(row, prompt, sizeof *row * (size_t)P);
-            for (int i = 0; i < L; i++)
-                row[P + i] = commit_step[i] < g * shrink ? completion[i] : c->mask_id;
+            for (int i = 0; i < L; i++) {
+                bool visible = commit_step[i] < g * shrink;
+                row[P + i] = visible ? completion[i] : c->mask_id;
+                scored[(size_t)g * L + i] = commit_step[i] / shrink == g;
+            }
         }
         const int chunk = 64;
         for (int g0 = 0; g0 < ng && !rc; g0 += chunk) {
             int nb = ng - g0 < chunk ? ng - g0 : chunk;
-            rc = score_masked(fn, model, canvas + (size_t)g0 * T, nb, P, L, completion, c,
-                              lp + (size_t)g0 * L, err);
+            rc = score_masked(fn, model, canvas + (size_t)g0 * T, scored + (size_t)g0 * L, nb, P, L,
+                              completion, c, lp + (size_t)g0 * L, err);
         }
         double s = 0;
         for (int i = 0; i < L && !rc; i++) {
@@ -208,6 +221,7 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
         out->seq_logp = s;
         free(canvas);
         free(lp);
+        free(scored);
     }
     if (rc)
         dllm_lik_result_free(out);
