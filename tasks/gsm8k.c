@@ -122,9 +122,11 @@ static int strict_format(const char *t, size_t len)
     return i == len || (i + 1 == len && t[i] == '\n'); /* $ also matches before a final \n */
 }
 
+/* Python's str.isspace / re \s on ASCII: includes the separators 0x1c-0x1f
+ * (multi-byte Unicode spaces are not treated as spaces here). */
 static int is_pyspace(char c)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 
 /* re.match(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>") without DOTALL:

@@ -69,6 +69,8 @@ CASES = [
     "text </answer> 5 <answer> 6",
     "<reasoning>\r\n..\r\n</reasoning>\n<answer>\n3\n</answer>\n",
     "<reasoning>\nx\n</reasoning>\n<answer>\n\n</answer>\n",
+    "<reasoning>a</reasoning>\x1f\x0b<answer>1</answer>",
+    "<answer>\x1c 12 \t</answer>",
 ]
 
 with open("tests/data/tasks/gsm8k_format_ref.jsonl", "w") as f:
