@@ -19,6 +19,7 @@ batch. LoRA: W' = W + (alpha/r) B A on the chosen block linears.
 
 Usage as a library (make_llada_goldens.py), or
     python3 tests/ref/llada_ref.py --bench     # SFT fwd+bwd tokens/s on the CPU
+    python3 tests/ref/llada_ref.py --selftest  # the pieces against other formulations
 """
 import argparse
 import json
@@ -157,7 +158,7 @@ def save_model(d, cfg, params, dtype=torch.float32, n_shards=1):
 # ---- the model ------------------------------------------------------------------------------------
 
 def rms_norm(x, w, eps):
-    xf = x.float()
+    xf = x.float() if x.element_size() < 4 else x  # at least fp32 (float64 in the selftest)
     return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
@@ -267,18 +268,78 @@ def bench(threads, batch, seq, iters):
           f"iters={iters}: {dt / iters * 1e3:.1f} ms/step, {tok / dt:.0f} tokens/s")
 
 
+def selftest():
+    """Checks the reference's pieces against independent formulations: RoPE as
+    complex rotation of the pairs (i, i + HD/2), attention through torch's
+    scaled_dot_product_attention, the loss through gradcheck in float64."""
+    gen = torch.Generator().manual_seed(5)
+    # RoPE: pair (x_i, x_{i+HD/2}) as a complex number times e^{i pos inv_freq_i}
+    B, NH, T, HD, theta = 2, 3, 7, 8, 10000.0
+    x = torch.randn(B, NH, T, HD, generator=gen, dtype=torch.float64)
+    z = torch.complex(x[..., :HD // 2], x[..., HD // 2:])
+    inv = theta ** (-torch.arange(0, HD // 2, dtype=torch.float64) * 2 / HD)
+    z = z * torch.exp(1j * torch.outer(torch.arange(T, dtype=torch.float64), inv))
+    want = torch.cat([z.real, z.imag], -1)
+    assert torch.allclose(rope(x, theta), want, atol=1e-6), "rope"
+    # attention with a key mask and grouped heads, against SDPA
+    cfg = dict(tiny_config(), n_kv_heads=2)
+    params = {k: v.double() for k, v in init_params(cfg, gen, 0.2).items()}
+    tokens = torch.randint(0, cfg["vocab_size"], (2, 9), generator=gen)
+    keymask = torch.ones(2, 9, dtype=torch.bool)
+    keymask[1, :4] = False
+    got = forward(params, cfg, tokens, keymask)
+    # the same model, attention by SDPA
+    C, NH, NKV = cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"]
+    HD = C // NH
+    xx = params["model.transformer.wte.weight"][tokens]
+    for i in range(cfg["n_layers"]):
+        p = f"model.transformer.blocks.{i}."
+        n1 = rms_norm(xx, params[p + "attn_norm.weight"], cfg["rms_norm_eps"])
+        q = (n1 @ params[p + "q_proj.weight"].t()).view(2, 9, NH, HD).transpose(1, 2)
+        k = (n1 @ params[p + "k_proj.weight"].t()).view(2, 9, NKV, HD).transpose(1, 2)
+        v = (n1 @ params[p + "v_proj.weight"].t()).view(2, 9, NKV, HD).transpose(1, 2)
+        q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
+        k, v = k.repeat_interleave(NH // NKV, 1), v.repeat_interleave(NH // NKV, 1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keymask[:, None, None, :])
+        h = xx + y.transpose(1, 2).reshape(2, 9, C) @ params[p + "attn_out.weight"].t()
+        n2 = rms_norm(h, params[p + "ff_norm.weight"], cfg["rms_norm_eps"])
+        a = F.silu(n2 @ params[p + "ff_proj.weight"].t()) * (n2 @ params[p + "up_proj.weight"].t())
+        xx = h + a @ params[p + "ff_out.weight"].t()
+    xx = rms_norm(xx, params["model.transformer.ln_f.weight"], cfg["rms_norm_eps"])
+    want = xx @ params["model.transformer.ff_out.weight"].t()
+    assert torch.allclose(got, want, atol=1e-9), "attention"
+    # the loss's gradient by finite differences (float64)
+    masked = torch.zeros(2, 9, dtype=torch.int32)
+    masked[0, 5:] = 1
+    masked[1, 6] = 1
+    p_ = torch.tensor([0.5, 0.3], dtype=torch.float64)
+    ans = torch.tensor([4, 3])
+    w = params["model.transformer.blocks.1.up_proj.weight"].clone().requires_grad_()
+
+    def f(wv):
+        P = dict(params)
+        P["model.transformer.blocks.1.up_proj.weight"] = wv
+        return sft_loss(P, cfg, tokens, keymask, masked, p_, ans)
+    assert torch.autograd.gradcheck(f, (w,)), "gradcheck"
+    print("selftest: rope, attention (SDPA, GQA, key mask) and loss gradients agree")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", action="store_true",
                     help="time SFT forward+backward of the small preset on the CPU")
+    ap.add_argument("--selftest", action="store_true",
+                    help="check the reference against independent formulations")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--iters", type=int, default=5)
     a = ap.parse_args()
+    if a.selftest:
+        selftest()
     if a.bench:
         bench(a.threads, a.batch, a.seq, a.iters)
-    else:
+    if not (a.bench or a.selftest):
         ap.print_help()
 
 
