@@ -367,6 +367,38 @@ START_TEST(test_countdown_eval)
 }
 END_TEST
 
+/* Random expressions against Python's Fraction (tests/ref/tasks_countdown_ref.py). */
+START_TEST(test_countdown_reference)
+{
+    char *buf;
+    size_t len;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_read_file(data_path("countdown_exprs.tsv"), &buf, &len, &err), 0);
+    int n = 0, div0 = 0;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char *tab = strchr(line, '\t');
+        ck_assert_ptr_nonnull(tab);
+        *tab = 0;
+        dllm_countdown_expr e;
+        int st = dllm_countdown_eval(line, strlen(line), &e);
+        if (!strcmp(tab + 1, "div0")) {
+            ck_assert_msg(st == DLLM_CD_DIV0, "'%s': status %d, want division by zero", line, st);
+            div0++;
+        } else {
+            long long num, den;
+            ck_assert_int_eq(sscanf(tab + 1, "%lld/%lld", &num, &den), 2);
+            ck_assert_msg(st == DLLM_CD_OK && e.value.num == num && e.value.den == den,
+                          "'%s': status %d value %lld/%lld, want %lld/%lld", line, st, (long long)e.value.num,
+                          (long long)e.value.den, num, den);
+        }
+        n++;
+    }
+    ck_assert_int_eq(n, 300);
+    ck_assert_int_ge(div0, 1);
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_countdown_deep)
 {
     /* deep nesting: within the limit fine, beyond it malformed, never a stack overflow */
@@ -781,6 +813,7 @@ static Suite *tasks_suite(void)
     tcase_add_loop_test(tc, test_math_boxed, 0, (int)(sizeof boxed_cases / sizeof boxed_cases[0]));
     tcase_add_test(tc, test_math_task);
     tcase_add_loop_test(tc, test_countdown_eval, 0, (int)(sizeof cd_cases / sizeof cd_cases[0]));
+    tcase_add_test(tc, test_countdown_reference);
     tcase_add_test(tc, test_countdown_deep);
     tcase_add_test(tc, test_countdown_score);
     tcase_add_test(tc, test_countdown_solver);
