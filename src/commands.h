@@ -11,5 +11,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_tasks(int argc, char **argv);
 int cmd_grade(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "encode stdin with a tokenizer.json (or --decode)"},
     {"tasks", cmd_tasks, "list tasks, or print sample prompts of one"},
     {"grade", cmd_grade, "grade completions of a task from JSONL"},
+    {"inspect", cmd_inspect, "summary table of a run's HDF5 log"},
     {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
 };
 
