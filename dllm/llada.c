@@ -19,8 +19,8 @@
  * only A, B are trainable. The head (top-level ff_out) never carries LoRA.
  *
  * Memory: parameters in one allocation carved into named pointers in HF
- * order; gradients mirror it; activations for backward are sized for B*T and
- * grown on demand. */
+ * order; gradients mirror it (allocated on first use); activations for
+ * backward are sized for B*T and grown on demand. */
 #include "dllm/llada.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -90,7 +90,7 @@ struct llada_model {
     int C, L, NH, NKV, HD, H, V, QD, KD; /* QD = NH*HD, KD = NKV*HD, V = embedding_size */
 
     float *params;  // (n_params) HF order
-    float *grads;   // (n_params), NULL with LoRA on
+    float *grads;   // (n_params), NULL under LoRA or before first use
     size_t n_params;
     float *wte;        // (V, C)
     llada_layer *lw;   // (L)
@@ -163,7 +163,7 @@ static int check_config(const dllm_model_config *c, const char *where, dllm_err 
     return 0;
 }
 
-/* Allocates a model with uninitialised weights and full gradients. */
+/* Allocates a model with uninitialised weights (gradients come on demand). */
 static llada_model *model_alloc(const dllm_model_config *cfg)
 {
     llada_model *m = dllm_calloc(1, sizeof *m);
@@ -551,6 +551,14 @@ static void lin_bwd(llada_model *m, int l, int j, float *dinp, const float *dout
     }
 }
 
+/* y += x (the residual connections). */
+static void add_to(float *y, const float *x, size_t n)
+{
+#pragma omp parallel for if (n > 65536)
+    for (size_t e = 0; e < n; e++)
+        y[e] += x[e];
+}
+
 /* keep: store every layer's activations for llada_backward. */
 static int forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                    const int32_t *rows, int n_rows, float *logits, bool keep)
@@ -620,16 +628,14 @@ static int forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask
         op_attention_fwd(y, att, q, k, v, keymask ? a->keymask : NULL, B, T, m->NH, m->NKV,
                          m->HD, false);
         lin_fwd(m, l, ls, LIN_O, h, y, N);
-        for (size_t e = 0; e < (size_t)N * C; e++)
-            h[e] += x[e];
+        add_to(h, x, (size_t)N * C);
         // MLP sub-block
         op_rmsnorm_fwd(n2, rstd2, h, w->ff_norm, N, m->C, eps);
         lin_fwd(m, l, ls, LIN_GATE, g, n2, N);
         lin_fwd(m, l, ls, LIN_UP, u, n2, N);
         op_swiglu_fwd(s, g, u, (size_t)N * H);
         lin_fwd(m, l, ls, LIN_DOWN, xn, s, N);
-        for (size_t e = 0; e < (size_t)N * C; e++)
-            xn[e] += h[e];
+        add_to(xn, h, (size_t)N * C);
     }
     // ln_f and the head only on the requested rows
     const float *xL = a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
