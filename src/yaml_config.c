@@ -31,14 +31,66 @@ static const cfg_key keys[] = {
     {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL},
     {"device", K_ENUM, F(device), "cpu", 0, 0, "cpu|cuda"},
     {"model.path", K_STR, F(model.path), "", 0, 0, NULL},
-    {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, "tiny|small|llada-8b"},
-    {"model.arch", K_ENUM, F(model.arch), "llada", 0, 0, "llada"},
+    {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, "tiny|small|llada-8b|qwen3-8b"},
+    {"model.arch", K_ENUM, F(model.arch), "llada", 0, 0, "llada|qwen3"},
     {"model.dtype", K_ENUM, F(model.dtype), "f32", 0, 0, "f32|bf16"},
+    {"model.trainer_precision", K_ENUM, F(model.trainer_precision), "fp32", 0, 0, "fp32|bf16"},
     {"model.lora.rank", K_INT, F(model.lora.rank), "0", 0, 4096, NULL},
     {"model.lora.alpha", K_FLOAT, F(model.lora.alpha), "16", 0, INF, NULL},
     {"model.lora.targets", K_STR_LIST, F(model.lora.targets),
      "[q_proj, k_proj, v_proj, attn_out, ff_proj, up_proj, ff_out]", 0, 0,
-     "q_proj|k_proj|v_proj|attn_out|ff_proj|up_proj|ff_out"},
+     "q_proj|k_proj|v_proj|attn_out|ff_proj|up_proj|ff_out|o_proj|gate_proj|down_proj"},
+    {"task.name", K_ENUM, F(task.name), "countdown", 0, 0, "countdown|sudoku|gsm8k|math500"},
+    {"task.train.path", K_STR, F(task.train.path), "", 0, 0, NULL},
+    {"task.train.n", K_INT, F(task.train.n), "10000", 1, 1e8, NULL},
+    {"task.eval.path", K_STR, F(task.eval.path), "", 0, 0, NULL},
+    {"task.n_numbers", K_INT, F(task.n_numbers), "3", 3, 4, NULL},
+    {"task.max_blanks", K_INT, F(task.max_blanks), "10", 1, 16, NULL},
+    {"task.format", K_ENUM, F(task.format), "d1", 0, 0, "d1|plain"},
+    {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, "auto|plain|llada|qwen3"},
+    {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, "trainer|bf16|fp8"},
+    {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, "e4m3|e5m2"},
+    {"rollout.fp8.scaling", K_ENUM, F(rollout.fp8.scaling), "block", 0, 0, "block|channel|tensor"},
+    {"rollout.fp8.pow2_scale", K_BOOL, F(rollout.fp8.pow2_scale), "false", 0, 0, NULL},
+    {"rollout.group_size", K_INT, F(rollout.group_size), "8", 1, 4096, NULL},
+    {"rollout.gen_length", K_INT, F(rollout.gen_length), "64", 1, 1 << 20, NULL},
+    {"rollout.block_length", K_INT, F(rollout.block_length), "16", 1, 1 << 20, NULL},
+    {"rollout.steps", K_INT, F(rollout.steps), "32", 1, 32767, NULL},
+    {"rollout.temperature", K_FLOAT, F(rollout.temperature), "0.9", 0, 100, NULL},
+    {"rollout.remasking", K_ENUM, F(rollout.remasking), "low_confidence", 0, 0, "low_confidence|random"},
+    {"rollout.cfg_scale", K_FLOAT, F(rollout.cfg_scale), "0", 0, 100, NULL},
+    {"rollout.logits_eos_inf", K_BOOL, F(rollout.logits_eos_inf), "false", 0, 0, NULL},
+    {"rollout.confidence_eos_eot_inf", K_BOOL, F(rollout.confidence_eos_eot_inf), "false", 0, 0, NULL},
+    {"rollout.top_p", K_FLOAT, F(rollout.top_p), "1.0", 1e-6, 1, NULL},
+    {"likelihood.temperature", K_FLOAT, F(likelihood.temperature), "1.0", 1e-6, 100, NULL},
+    {"likelihood.mc_samples", K_INT, F(likelihood.mc_samples), "4", 1, 1 << 16, NULL},
+    {"likelihood.shrink", K_INT, F(likelihood.shrink), "1", 1, 1 << 16, NULL},
+    {"grpo.steps", K_INT, F(grpo.steps), "200", 0, 1e9, NULL},
+    {"grpo.prompts_per_step", K_INT, F(grpo.prompts_per_step), "8", 1, 1 << 20, NULL},
+    {"grpo.inner_steps", K_INT, F(grpo.inner_steps), "4", 1, 1 << 16, NULL},
+    {"grpo.logp_estimator", K_ENUM, F(grpo.logp_estimator), "one_step", 0, 0, "one_step|elbo|trajectory"},
+    {"grpo.p_mask_prompt", K_FLOAT, F(grpo.p_mask_prompt), "0", 0, 1, NULL},
+    {"grpo.ratio", K_ENUM, F(grpo.ratio), "sequence", 0, 0, "sequence|token"},
+    {"grpo.clip_eps", K_FLOAT, F(grpo.clip_eps), "0.2", 0, 10, NULL},
+    {"grpo.beta", K_FLOAT, F(grpo.beta), "0", 0, 100, NULL},
+    {"grpo.ref_sync_every", K_INT, F(grpo.ref_sync_every), "0", 0, 1e9, NULL},
+    {"grpo.loss_agg", K_ENUM, F(grpo.loss_agg), "seq_mean", 0, 0, "seq_mean|token_mean"},
+    {"grpo.advantage_scale", K_ENUM, F(grpo.advantage_scale), "std", 0, 0, "std|none"},
+    {"grpo.fresh_masks", K_BOOL, F(grpo.fresh_masks), "false", 0, 0, NULL},
+    {"correction.method", K_ENUM, F(correction.method), "ais", 0, 0, "none|is|tis|mis|fixed|ais"},
+    {"correction.estimator", K_ENUM, F(correction.estimator), "elbo", 0, 0, "one_step|elbo|trajectory"},
+    {"correction.level", K_ENUM, F(correction.level), "sequence", 0, 0, "sequence|geo|token"},
+    {"correction.cap", K_FLOAT, F(correction.cap), "2.0", 1, INF, NULL},
+    {"correction.fixed_alpha", K_FLOAT, F(correction.fixed_alpha), "0.5", 0, 1, NULL},
+    {"correction.ais.combine", K_ENUM, F(correction.ais.combine), "linear", 0, 0, "linear|logistic"},
+    {"correction.ais.weights.reliability", K_FLOAT, F(correction.ais.weights.reliability), "1", 0, INF, NULL},
+    {"correction.ais.weights.divergence", K_FLOAT, F(correction.ais.weights.divergence), "1", 0, INF, NULL},
+    {"correction.ais.weights.variance", K_FLOAT, F(correction.ais.weights.variance), "1", 0, INF, NULL},
+    {"correction.ais.tau_delta", K_FLOAT, F(correction.ais.tau_delta), "0.05", 1e-12, INF, NULL},
+    {"correction.ais.bias", K_FLOAT, F(correction.ais.bias), "-4", -INF, INF, NULL},
+    {"correction.ais.eta", K_FLOAT, F(correction.ais.eta), "0", 0, 1, NULL},
+    {"correction.ais.alpha_min", K_FLOAT, F(correction.ais.alpha_min), "0", 0, 1, NULL},
+    {"correction.ais.alpha_max", K_FLOAT, F(correction.ais.alpha_max), "1", 0, 1, NULL},
     {"data.train", K_STR, F(data.train), "", 0, 0, NULL},
     {"data.max_len", K_INT, F(data.max_len), "128", 2, 1 << 20, NULL},
     {"sft.steps", K_INT, F(sft.steps), "100", 0, 1e9, NULL},
@@ -50,8 +102,15 @@ static const cfg_key keys[] = {
     {"optim.eps", K_FLOAT, F(optim.eps), "1e-8", 0, 1, NULL},
     {"optim.weight_decay", K_FLOAT, F(optim.weight_decay), "0", 0, 10, NULL},
     {"optim.grad_clip", K_FLOAT, F(optim.grad_clip), "1.0", 0, INF, NULL},
+    {"eval.every", K_INT, F(eval.every), "20", 0, 1e9, NULL},
+    {"eval.n", K_INT, F(eval.n), "500", 0, 1e8, NULL},
+    {"eval.gen_length", K_INT, F(eval.gen_length), "64", 1, 1 << 20, NULL},
+    {"eval.block_length", K_INT, F(eval.block_length), "16", 1, 1 << 20, NULL},
+    {"eval.steps", K_INT, F(eval.steps), "32", 1, 32767, NULL},
+    {"eval.temperature", K_FLOAT, F(eval.temperature), "0", 0, 100, NULL},
     {"log.dir", K_STR, F(log.dir), "runs", 0, 0, NULL},
     {"log.every", K_INT, F(log.every), "10", 1, 1e9, NULL},
+    {"log.trajectories", K_BOOL, F(log.trajectories), "true", 0, 0, NULL},
     {"checkpoint.every", K_INT, F(checkpoint.every), "0", 0, 1e9, NULL},
     {"checkpoint.keep", K_INT, F(checkpoint.keep), "2", 0, 1e6, NULL},
 };
@@ -448,6 +507,41 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                 cfg->model.path);
         fclose(f);
     }
+    const char *paths[2][2] = {{"task.train.path", cfg->task.train.path},
+                               {"task.eval.path", cfg->task.eval.path}};
+    for (int i = 0; i < 2; i++)
+        if (paths[i][1][0]) {
+            FILE *f = fopen(paths[i][1], "r");
+            if (!f)
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot open '%s': %s", paths[i][0],
+                                    paths[i][1], strerror(errno));
+            fclose(f);
+        }
+    const struct { const char *what; int gen, block, steps; } sched[2] = {
+        {"rollout", cfg->rollout.gen_length, cfg->rollout.block_length, cfg->rollout.steps},
+        {"eval", cfg->eval.gen_length, cfg->eval.block_length, cfg->eval.steps}};
+    for (int i = 0; i < 2; i++) {
+        if (sched[i].gen % sched[i].block)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.block_length %d must divide %s.gen_length %d",
+                                sched[i].what, sched[i].block, sched[i].what, sched[i].gen);
+        int nb = sched[i].gen / sched[i].block;
+        if (sched[i].steps % nb)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s.steps %d must be a multiple of the number of blocks %d "
+                                "(gen_length / block_length)", sched[i].what, sched[i].steps, nb);
+    }
+    if (!strcmp(cfg->grpo.ratio, "token") && strcmp(cfg->grpo.logp_estimator, "one_step") &&
+        strcmp(cfg->model.arch, "qwen3"))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "grpo.ratio: token needs grpo.logp_estimator one_step (or an AR model)");
+    if (!strcmp(cfg->correction.level, "token") && strcmp(cfg->correction.estimator, "one_step") &&
+        strcmp(cfg->model.arch, "qwen3"))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "correction.level: token needs correction.estimator one_step (or an AR model)");
+    if (cfg->correction.ais.alpha_min > cfg->correction.ais.alpha_max)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "correction.ais.alpha_min %g exceeds correction.ais.alpha_max %g",
+                            cfg->correction.ais.alpha_min, cfg->correction.ais.alpha_max);
     if (cfg->model.lora.rank > 0 && cfg->model.lora.targets.n == 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: empty list with rank %d",
                             cfg->model.lora.rank);

@@ -24,15 +24,63 @@ typedef struct {
     char device[8];          /* cpu | cuda */
     struct {
         char path[CFG_STR_MAX];  /* model directory (HF layout); empty: use preset */
-        char preset[32];         /* tiny | small | llada-8b */
-        char arch[16];           /* llada */
+        char preset[32];         /* tiny | small | llada-8b | qwen3-8b */
+        char arch[16];           /* llada | qwen3 (with a path: from config.json) */
         char dtype[8];           /* f32 | bf16: checkpoint dtype written */
+        char trainer_precision[8]; /* fp32 | bf16: bf16 rounds weights and activations (CPU) */
         struct {
             int rank;            /* 0 = full fine-tuning */
             double alpha;
             cfg_str_list targets;
         } lora;
     } model;
+    struct {
+        char name[32];           /* countdown | sudoku | gsm8k | math500 */
+        struct { char path[CFG_STR_MAX]; int n; } train; /* path empty: generator with n items */
+        struct { char path[CFG_STR_MAX]; } eval;          /* path empty: generator, held out */
+        int n_numbers;           /* countdown generator: 3 or 4 */
+        int max_blanks;          /* sudoku generator */
+        char format[16];         /* d1 (reasoning/answer tags) | plain */
+        char chat[16];           /* auto | plain | llada | qwen3 */
+    } task;
+    struct {
+        char precision[16];      /* trainer | bf16 | fp8 */
+        struct { char format[8]; char scaling[16]; int pow2_scale; } fp8;
+        int group_size;
+        int gen_length, block_length, steps;
+        double temperature;
+        char remasking[24];      /* low_confidence | random */
+        double cfg_scale;
+        int logits_eos_inf, confidence_eos_eot_inf;
+        double top_p;            /* AR backend */
+    } rollout;
+    struct {
+        double temperature;
+        int mc_samples;
+        int shrink;
+    } likelihood;
+    struct {
+        int steps, prompts_per_step, inner_steps;
+        char logp_estimator[16]; /* one_step | elbo | trajectory (AR: exact) */
+        double p_mask_prompt;
+        char ratio[16];          /* sequence | token */
+        double clip_eps, beta;
+        int ref_sync_every;
+        char loss_agg[16];       /* seq_mean | token_mean */
+        char advantage_scale[8]; /* std | none */
+        int fresh_masks;
+    } grpo;
+    struct {
+        char method[8];          /* none | is | tis | mis | fixed | ais */
+        char estimator[16];      /* one_step | elbo | trajectory */
+        char level[16];          /* sequence | geo | token */
+        double cap, fixed_alpha;
+        struct {
+            char combine[16];    /* linear | logistic */
+            struct { double reliability, divergence, variance; } weights;
+            double tau_delta, bias, eta, alpha_min, alpha_max;
+        } ais;
+    } correction;
     struct {
         char train[CFG_STR_MAX]; /* JSONL {"prompt": ..., "answer": ...} */
         int max_len;             /* prompt + answer tokens; longer pairs are an error */
@@ -51,8 +99,15 @@ typedef struct {
         double grad_clip;        /* 0 = off */
     } optim;
     struct {
+        int every;               /* 0 = only at the end */
+        int n;
+        int gen_length, block_length, steps;
+        double temperature;
+    } eval;
+    struct {
         char dir[CFG_STR_MAX];
         int every;               /* print/log every N steps */
+        int trajectories;        /* per-completion rows in the HDF5 log */
     } log;
     struct {
         int every;               /* 0 = only at the end */

@@ -144,6 +144,49 @@ START_TEST(missing_files)
 }
 END_TEST
 
+START_TEST(cross_key_rules)
+{
+    dllm_cfg cfg;
+    dllm_err err = {0};
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "rollout.block_length=24", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "rollout.block_length 24 must divide rollout.gen_length 64"));
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.steps=6", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "eval.steps 6"));
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.ratio=token", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.logp_estimator=elbo", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "grpo.ratio"));
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "correction.ais.alpha_min=0.8", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "correction.ais.alpha_max=0.5", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.train.path=/nonexistent/gsm8k.jsonl", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "task.train.path"));
+    /* nested sections parse from YAML too */
+    const char *path = write_yaml("ais.yaml", "correction:\n  method: tis\n  ais:\n    weights: "
+                                              "{reliability: 0, divergence: 2}\n    eta: 0.5\n");
+    dllm_cfg_defaults(&cfg);
+    ck_assert_msg(dllm_cfg_load(&cfg, path, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(cfg.correction.method, "tis");
+    ck_assert_double_eq(cfg.correction.ais.weights.reliability, 0);
+    ck_assert_double_eq(cfg.correction.ais.weights.divergence, 2);
+    ck_assert_double_eq(cfg.correction.ais.weights.variance, 1);
+    ck_assert_double_eq(cfg.correction.ais.eta, 0.5);
+    path = write_yaml("ais2.yaml", "correction: {ais: {weights: {reliabilty: 1}}}\n");
+    ck_assert_int_eq(dllm_cfg_load(&cfg, path, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "unknown key 'correction.ais.weights.reliabilty' "
+                                          "(known keys of correction.ais.weights: reliability, divergence, variance)"));
+}
+END_TEST
+
 START_TEST(dump_reloads_to_same_config)
 {
     dllm_cfg a, b;
@@ -174,6 +217,7 @@ int main(void)
     tcase_add_test(tc, wrong_types_are_rejected);
     tcase_add_test(tc, out_of_range_and_enums);
     tcase_add_test(tc, missing_files);
+    tcase_add_test(tc, cross_key_rules);
     tcase_add_test(tc, dump_reloads_to_same_config);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
