@@ -1,0 +1,327 @@
+#include "dllm/lik_plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    dllm_lik_plan *p;
+    int cap_canvas, cap_rows;
+} builder;
+
+static int32_t *new_canvas(builder *b, int i, const int32_t *prompt, const int32_t *gen)
+{
+    dllm_lik_plan *p = b->p;
+    if (p->n_canvas == b->cap_canvas) {
+        b->cap_canvas = b->cap_canvas ? 2 * b->cap_canvas : 64;
+        p->canvas = dllm_realloc(p->canvas, sizeof *p->canvas * (size_t)b->cap_canvas * p->T);
+        p->canvas_seq = dllm_realloc(p->canvas_seq, sizeof *p->canvas_seq * (size_t)b->cap_canvas);
+    }
+    int32_t *c = p->canvas + (size_t)p->n_canvas * p->T;
+    memcpy(c, prompt, sizeof *c * (size_t)p->P);
+    memcpy(c + p->P, gen, sizeof *c * (size_t)p->G);
+    p->canvas_seq[p->n_canvas++] = i;
+    return c;
+}
+
+static void add_row(builder *b, int i, int t, int32_t target, double a)
+{
+    dllm_lik_plan *p = b->p;
+    if (p->n_rows == b->cap_rows) {
+        b->cap_rows = b->cap_rows ? 2 * b->cap_rows : 256;
+        size_t n = (size_t)b->cap_rows;
+        p->row = dllm_realloc(p->row, sizeof *p->row * n);
+        p->seq = dllm_realloc(p->seq, sizeof *p->seq * n);
+        p->tok = dllm_realloc(p->tok, sizeof *p->tok * n);
+        p->target = dllm_realloc(p->target, sizeof *p->target * n);
+        p->a = dllm_realloc(p->a, sizeof *p->a * n);
+    }
+    int r = p->n_rows++;
+    p->row[r] = (p->n_canvas - 1) * p->T + p->P + t;
+    p->seq[r] = i;
+    p->tok[r] = t;
+    p->target[r] = target;
+    p->a[r] = a;
+    p->tok_count[(size_t)i * p->G + t]++;
+}
+
+void dllm_lik_plan_free(dllm_lik_plan *p)
+{
+    free(p->canvas);
+    free(p->keymask);
+    free(p->row);
+    free(p->seq);
+    free(p->tok);
+    free(p->target);
+    free(p->a);
+    free(p->canvas_seq);
+    free(p->L);
+    free(p->tok_count);
+    memset(p, 0, sizeof *p);
+}
+
+int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts,
+                        const uint8_t *prompt_mask, const int32_t *gen, const int *L,
+                        const int16_t *commit_step, int n_seq, int P, int G, uint64_t seed,
+                        uint64_t key, dllm_err *err)
+{
+    memset(p, 0, sizeof *p);
+    if (c->kind == EST_ELBO && c->mc <= 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "elbo needs at least one Monte Carlo sample");
+    if (c->kind == EST_TRAJECTORY && !commit_step)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "trajectory needs the commit steps");
+    if (!(c->temperature > 0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "scoring temperature must be > 0");
+    p->n_seq = n_seq;
+    p->P = P;
+    p->G = G;
+    p->T = P + G;
+    p->V = c->vocab;
+    p->temperature = c->temperature;
+    p->kind = c->kind;
+    p->mc = c->mc;
+    p->L = dllm_malloc(sizeof *p->L * (size_t)n_seq);
+    p->tok_count = dllm_calloc((size_t)n_seq * G, sizeof *p->tok_count);
+    builder b = {.p = p};
+    int *counts = dllm_malloc(sizeof *counts * (size_t)(c->mc > 0 ? c->mc : 1));
+    int *perm = dllm_malloc(sizeof *perm * (size_t)G);
+    uint8_t *drawn = dllm_malloc((size_t)G);
+    for (int i = 0; i < n_seq; i++) {
+        const int32_t *pr = prompts + (size_t)i * P, *g = gen + (size_t)i * G;
+        const uint8_t *pm = prompt_mask ? prompt_mask + (size_t)i * P : NULL;
+        const int Li = L[i];
+        if (Li < 1 || Li > G) {
+            free(counts);
+            free(perm);
+            free(drawn);
+            dllm_lik_plan_free(p);
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "completion %d: length %d outside 1..%d", i, Li, G);
+        }
+        p->L[i] = Li;
+        dllm_rng rng = dllm_rng_make(seed, DLLM_RNG_MASKS, key, (uint64_t)i);
+        if (c->kind == EST_ONE_STEP) {
+            int32_t *cv = new_canvas(&b, i, pr, g);
+            for (int t = 0; t < P; t++)
+                if ((!pm || pm[t]) && c->p_mask_prompt > 0 && dllm_rng_uniform(&rng) < c->p_mask_prompt)
+                    cv[t] = c->mask_id;
+            for (int t = 0; t < G; t++)
+                cv[P + t] = c->mask_id;
+            for (int t = 0; t < Li; t++)
+                add_row(&b, i, t, g[t], 1.0);
+        } else if (c->kind == EST_ELBO) {
+            const int K = c->mc;
+            dllm_elbo_mask_counts(&rng, Li, K, counts);
+            for (int k = 0; k < K; k++) {
+                int32_t *cv = new_canvas(&b, i, pr, g);
+                for (int t = 0; t < Li; t++)
+                    perm[t] = t;
+                for (int j = 0; j < counts[k]; j++) {
+                    int s = j + (int)dllm_rng_below(&rng, (uint64_t)(Li - j)), tmp = perm[j];
+                    perm[j] = perm[s];
+                    perm[s] = tmp;
+                }
+                memset(drawn, 0, (size_t)Li);
+                for (int j = 0; j < counts[k]; j++) {
+                    cv[P + perm[j]] = c->mask_id;
+                    drawn[perm[j]] = 1;
+                }
+                /* rows in position order within the canvas */
+                double a = (double)Li / ((double)counts[k] * K);
+                for (int t = 0; t < Li; t++)
+                    if (drawn[t])
+                        add_row(&b, i, t, g[t], a);
+            }
+        } else {
+            const int16_t *cs = commit_step + (size_t)i * G;
+            const int shrink = c->shrink > 0 ? c->shrink : 1;
+            int smax = -1;
+            for (int t = 0; t < Li; t++) {
+                if (cs[t] < 0) {
+                    free(counts);
+                    free(perm);
+                    free(drawn);
+                    dllm_lik_plan_free(p);
+                    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                        "completion %d: token %d has no commit step", i, t);
+                }
+                smax = cs[t] > smax ? cs[t] : smax;
+            }
+            for (int grp = 0; grp <= smax / shrink; grp++) {
+                int any = 0;
+                for (int t = 0; t < Li; t++)
+                    any |= cs[t] / shrink == grp;
+                if (!any)
+                    continue;
+                int32_t *cv = new_canvas(&b, i, pr, g);
+                for (int t = 0; t < G; t++)
+                    if (!(cs[t] >= 0 && cs[t] < grp * shrink))
+                        cv[P + t] = c->mask_id;
+                for (int t = 0; t < Li; t++)
+                    if (cs[t] / shrink == grp)
+                        add_row(&b, i, t, g[t], 1.0);
+            }
+        }
+    }
+    free(counts);
+    free(perm);
+    free(drawn);
+    if (prompt_mask) {
+        p->keymask = dllm_malloc((size_t)p->n_canvas * p->T);
+        for (int k = 0; k < p->n_canvas; k++) {
+            uint8_t *km = p->keymask + (size_t)k * p->T;
+            memcpy(km, prompt_mask + (size_t)p->canvas_seq[k] * P, (size_t)P);
+            memset(km + P, 1, (size_t)G);
+        }
+    }
+    return 0;
+}
+
+/* log softmax(z / temp)[y], and optionally softmax(z / temp) into prob */
+static double row_logp(const float *z, int V, int32_t y, double temp, float *prob)
+{
+    double mx = -INFINITY;
+    for (int v = 0; v < V; v++)
+        if (z[v] / temp > mx)
+            mx = z[v] / temp;
+    double s = 0;
+    for (int v = 0; v < V; v++)
+        s += exp(z[v] / temp - mx);
+    double lse = mx + log(s);
+    if (prob)
+        for (int v = 0; v < V; v++)
+            prob[v] = (float)exp(z[v] / temp - lse);
+    return z[y] / temp - lse;
+}
+
+/* Runs canvases [c0, c1) and fills logp for their rows [r0, r1). */
+static int run_chunk(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, int c0, int c1, int r0,
+                     int r1, float *logits, int32_t *rows)
+{
+    for (int r = r0; r < r1; r++)
+        rows[r - r0] = p->row[r] - c0 * p->T;
+    return fn(model, p->canvas + (size_t)c0 * p->T, p->keymask ? p->keymask + (size_t)c0 * p->T : NULL,
+              c1 - c0, p->T, rows, r1 - r0, logits);
+}
+
+static void finish(const dllm_lik_plan *p, const double *logp, double *seq_logp, double *tok_logp,
+                   double *mc_se)
+{
+    if (seq_logp)
+        memset(seq_logp, 0, sizeof *seq_logp * (size_t)p->n_seq);
+    if (tok_logp)
+        for (size_t k = 0; k < (size_t)p->n_seq * p->G; k++)
+            tok_logp[k] = p->tok_count[k] ? 0 : NAN;
+    for (int r = 0; r < p->n_rows; r++) {
+        if (seq_logp)
+            seq_logp[p->seq[r]] += p->a[r] * logp[r];
+        if (tok_logp) {
+            size_t k = (size_t)p->seq[r] * p->G + p->tok[r];
+            tok_logp[k] += logp[r] / p->tok_count[k];
+        }
+    }
+    if (!mc_se)
+        return;
+    memset(mc_se, 0, sizeof *mc_se * (size_t)p->n_seq);
+    if (p->kind != EST_ELBO || p->mc < 2)
+        return;
+    /* per-sample values K * sum_r a_r logp_r, then the standard error of their mean */
+    double *v = dllm_calloc((size_t)p->n_canvas, sizeof *v);
+    for (int r = 0; r < p->n_rows; r++)
+        v[p->row[r] / p->T] += p->mc * p->a[r] * logp[r];
+    for (int k0 = 0; k0 < p->n_canvas;) {
+        int i = p->canvas_seq[k0], k1 = k0;
+        while (k1 < p->n_canvas && p->canvas_seq[k1] == i)
+            k1++;
+        double mean = 0, m2 = 0;
+        for (int k = k0; k < k1; k++) {
+            double d = v[k] - mean;
+            mean += d / (k - k0 + 1);
+            m2 += d * (v[k] - mean);
+        }
+        int K = k1 - k0;
+        mc_se[i] = K > 1 ? sqrt(m2 / (K - 1) / K) : 0;
+        k0 = k1;
+    }
+    free(v);
+}
+
+int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, int max_canvas,
+                       double *seq_logp, double *tok_logp, double *mc_se, dllm_err *err)
+{
+    if (max_canvas < 1)
+        max_canvas = 1;
+    double *logp = dllm_malloc(sizeof *logp * (size_t)(p->n_rows ? p->n_rows : 1));
+    int rc = 0, c0 = 0, r0 = 0;
+    while (c0 < p->n_canvas && !rc) {
+        int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas, r1 = r0;
+        while (r1 < p->n_rows && p->row[r1] / p->T < c1)
+            r1++;
+        if (r1 > r0) {
+            float *logits = dllm_malloc(sizeof *logits * (size_t)(r1 - r0) * p->V);
+            int32_t *rows = dllm_malloc(sizeof *rows * (size_t)(r1 - r0));
+            if (run_chunk(p, fn, model, c0, c1, r0, r1, logits, rows))
+                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed");
+            for (int r = r0; r < r1 && !rc; r++)
+                logp[r] = row_logp(logits + (size_t)(r - r0) * p->V, p->V, p->target[r],
+                                   p->temperature, NULL);
+            free(logits);
+            free(rows);
+        }
+        c0 = c1;
+        r0 = r1;
+    }
+    if (!rc)
+        finish(p, logp, seq_logp, tok_logp, mc_se);
+    free(logp);
+    return rc;
+}
+
+int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backward_fn bwd,
+                           void *model, int max_canvas, const double *dseq, const double *dtok,
+                           double *seq_logp, double *tok_logp, dllm_err *err)
+{
+    if (max_canvas < 1)
+        max_canvas = 1;
+    const int V = p->V;
+    const double temp = p->temperature;
+    double *logp = dllm_malloc(sizeof *logp * (size_t)(p->n_rows ? p->n_rows : 1));
+    int rc = 0, c0 = 0, r0 = 0;
+    while (c0 < p->n_canvas && !rc) {
+        int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas, r1 = r0;
+        while (r1 < p->n_rows && p->row[r1] / p->T < c1)
+            r1++;
+        if (r1 > r0) {
+            size_t nr = (size_t)(r1 - r0);
+            float *logits = dllm_malloc(sizeof *logits * nr * V);
+            int32_t *rows = dllm_malloc(sizeof *rows * nr);
+            if (run_chunk(p, fn, model, c0, c1, r0, r1, logits, rows))
+                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed");
+            /* dlogits = g (onehot - softmax(z/T)) / T, g = dL/dlogp of the row */
+            bool any = false;
+            for (int r = r0; r < r1 && !rc; r++) {
+                float *z = logits + (size_t)(r - r0) * V;
+                size_t k = (size_t)p->seq[r] * p->G + p->tok[r];
+                double g = 0;
+                if (dseq && isfinite(dseq[p->seq[r]]))
+                    g += dseq[p->seq[r]] * p->a[r];
+                if (dtok && isfinite(dtok[k]))
+                    g += dtok[k] / p->tok_count[k];
+                logp[r] = row_logp(z, V, p->target[r], temp, z); /* z becomes softmax */
+                for (int v = 0; v < V; v++)
+                    z[v] = (float)(-g * z[v] / temp);
+                z[p->target[r]] += (float)(g / temp);
+                any |= g != 0;
+            }
+            if (!rc && any)
+                bwd(model, logits);
+            free(logits);
+            free(rows);
+        }
+        c0 = c1;
+        r0 = r1;
+    }
+    if (!rc)
+        finish(p, logp, seq_logp, tok_logp, NULL);
+    free(logp);
+    return rc;
+}

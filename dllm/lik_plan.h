@@ -1,0 +1,68 @@
+/* lik_plan.h: likelihood estimates for a whole batch of completions, with
+ * their gradients -- the engine behind l_mu, l_pi, l_old and l_theta of the RL
+ * step (METHOD.md §3-§5).
+ *
+ * A plan lists every canvas the estimator needs (prompt left-padded to a common
+ * length P, then the G generated positions) and every scored row: (canvas,
+ * position, sequence i, token t, target, weight a). Then
+ *     seq_logp[i] = sum over i's rows of a_r * logp_r
+ *     tok_logp[i,t] = mean of logp_r over i's rows scoring token t (NaN if none)
+ * with a_r = 1 (one_step, trajectory) or L/(n_k K) (elbo). Building the plan
+ * draws every mask; evaluating it is deterministic, so the same plan evaluated
+ * under two policies (trainer vs rollout precision, current vs old parameters)
+ * gives coupled estimates on identical masks.
+ *
+ * Completion i has length L_i (up to and including its first EOS); positions
+ * past L_i take no part in any estimate: one_step masks them (as d1 does),
+ * elbo and trajectory leave them clean. */
+#ifndef DLLM_LIK_PLAN_H
+#define DLLM_LIK_PLAN_H
+
+#include "dllm/estimators.h"
+
+typedef struct {
+    int n_seq, P, G, T;       /* T = P + G */
+    int n_canvas;
+    int32_t *canvas;          /* (n_canvas, T) */
+    uint8_t *keymask;         /* (n_canvas, T), NULL when no prompt is padded */
+    int n_rows;
+    int32_t *row;             /* (n_rows) flat index canvas*T + position */
+    int32_t *seq, *tok;       /* (n_rows) completion i and its token t */
+    int32_t *target;          /* (n_rows) the token scored */
+    double *a;                /* (n_rows) weight in seq_logp */
+    int32_t *canvas_seq;      /* (n_canvas) the sequence each canvas belongs to */
+    int *L;                   /* (n_seq) completion lengths */
+    int32_t *tok_count;       /* (n_seq, G) rows scoring each token */
+    int V;                    /* logits per row */
+    double temperature;
+    dllm_estimator kind;
+    int mc;
+} dllm_lik_plan;
+
+/* One batch: prompts (n_seq, P) left-padded with prompt_mask (1 = real; NULL:
+ * no padding), gen (n_seq, G) generated tokens, L (n_seq) lengths, commit_step
+ * (n_seq, G) for trajectory. Masks for sequence i come from stream
+ * dllm_rng_make(seed, DLLM_RNG_MASKS, key, i). */
+int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts,
+                        const uint8_t *prompt_mask, const int32_t *gen, const int *L,
+                        const int16_t *commit_step, int n_seq, int P, int G, uint64_t seed,
+                        uint64_t key, dllm_err *err);
+void dllm_lik_plan_free(dllm_lik_plan *p);
+
+/* Forward only: seq_logp (n_seq) in double; tok_logp (n_seq, G) may be NULL;
+ * mc_se (n_seq) may be NULL (elbo: standard error over samples; else 0).
+ * Canvases are evaluated in chunks of at most max_canvas per forward call. */
+int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, int max_canvas,
+                       double *seq_logp, double *tok_logp, double *mc_se, dllm_err *err);
+
+/* Backward of a loss through the estimates: dseq (n_seq) = dLoss/dseq_logp and
+ * dtok (n_seq, G) = dLoss/dtok_logp (either may be NULL; NaN entries ignored).
+ * Runs forward (keeping activations) + backward chunk by chunk, accumulating
+ * into the model's gradients. Also returns the forward's seq_logp/tok_logp
+ * (may be NULL) so callers get l_theta from the same pass. */
+typedef void (*dllm_backward_fn)(void *model, const float *dlogits);
+int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backward_fn bwd,
+                           void *model, int max_canvas, const double *dseq, const double *dtok,
+                           double *seq_logp, double *tok_logp, dllm_err *err);
+
+#endif
