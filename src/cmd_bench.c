@@ -15,7 +15,8 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: dllm-rl bench train [--preset tiny|small|llada-8b] [--batch B] [--seq T]\n"
+    "usage: dllm-rl bench train|rollout|mismatch ...  (each with --help)\n"
+    "       dllm-rl bench train [--preset tiny|small|llada-8b] [--batch B] [--seq T]\n"
     "                           [--iters N] [--warmup N] [--lora RANK] [--device cpu]\n"
     "\n"
     "train: SFT forward+backward tokens/s on randomly initialised weights (default:\n"
@@ -109,6 +110,11 @@ int cmd_bench(int argc, char **argv)
     }
     if (!strcmp(argv[1], "train"))
         return bench_train(argc - 1, argv + 1);
-    fprintf(stderr, "dllm-rl bench: unknown benchmark '%s' (available: train)\n", argv[1]);
+    if (!strcmp(argv[1], "rollout"))
+        return bench_rollout(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "mismatch"))
+        return bench_mismatch(argc - 1, argv + 1);
+    fprintf(stderr, "dllm-rl bench: unknown benchmark '%s' (available: train, rollout, mismatch)\n",
+            argv[1]);
     return DLLM_EXIT_INPUT;
 }

@@ -1,0 +1,78 @@
+/* policy.h: one interface over the models the RL loop trains (DESIGN.md,
+ * "The policy interface"). The loop never asks whether the model is a
+ * masked-diffusion LLaDA or an autoregressive Qwen3; it sees
+ *   - logits callbacks at two precisions: TRAIN (the trainer: fp32, or bf16
+ *     rounding on the CPU) and ROLLOUT (the rollout copy: the trainer's own
+ *     numerics for the reference arm, bf16, or FP8 W8A8 blockwise);
+ *   - rollouts (denoising sampler or AR decoding) made at ROLLOUT precision;
+ *   - the trainable vector, its gradients, and the backward of TRAIN logits;
+ *   - sync_rollout: rebuild the rollout copy from the trainer weights (LoRA
+ *     merged first) after every optimizer step. */
+#ifndef DLLM_POLICY_H
+#define DLLM_POLICY_H
+
+#include "dllm/lik_plan.h"
+#include "dllm/model_config.h"
+#include "dllm/safetensors.h"
+#include "dllm/sampler.h"
+
+typedef enum { DLLM_PREC_TRAIN = 0, DLLM_PREC_ROLLOUT = 1 } dllm_prec;
+
+typedef struct {
+    const char *path;        /* model directory, or NULL/"" for a preset */
+    const char *preset;      /* tiny | small | llada-8b | qwen3-8b (with arch) */
+    const char *arch;        /* llada | qwen3 (ignored with a path: config.json decides) */
+    uint64_t seed;           /* preset initialisation and LoRA init */
+    int lora_rank;           /* 0: full fine-tuning */
+    double lora_alpha;
+    const char *const *lora_targets; /* HF module names */
+    int n_lora_targets;
+    const char *trainer;     /* fp32 | bf16 */
+    const char *rollout;     /* trainer | bf16 | fp8 */
+    const char *fp8_format;  /* e4m3 | e5m2 */
+    const char *fp8_scaling; /* block | channel | tensor */
+    bool fp8_pow2_scale;
+} dllm_policy_cfg;
+
+typedef struct dllm_policy dllm_policy;
+
+int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err);
+void dllm_policy_free(dllm_policy *p);
+
+dllm_arch dllm_policy_arch(const dllm_policy *p);
+bool dllm_policy_is_diffusion(const dllm_policy *p);
+const dllm_model_config *dllm_policy_config(const dllm_policy *p);
+/* True when the rollout copy computes exactly what the trainer computes
+ * (rollout: trainer), so w = 1 exactly. */
+bool dllm_policy_rollout_is_trainer(const dllm_policy *p);
+
+/* Logits callback and its context for a precision (for the sampler and the
+ * likelihood plans). TRAIN keeps activations for dllm_policy_backward. */
+dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx);
+/* Backward of the last TRAIN forward (dllm_backward_fn-compatible; ctx from
+ * dllm_policy_logits(p, DLLM_PREC_TRAIN, &ctx)). */
+void dllm_policy_backward(void *ctx, const float *dlogits);
+
+float *dllm_policy_trainable(dllm_policy *p, size_t *n);
+float *dllm_policy_grads(dllm_policy *p);
+void dllm_policy_zero_grad(dllm_policy *p);
+
+/* Rebuilds the rollout copy (and the trainer's bf16 copy) from the current
+ * weights; returns its wall time in seconds through *seconds (may be NULL). */
+int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err);
+
+/* Rollouts at ROLLOUT precision. prompts (B, P) left-padded, prompt_mask (B, P)
+ * (NULL: no padding). Diffusion: the denoising sampler; AR: temperature/top-p
+ * decoding with a KV cache (commit_step[t] = t, commit_prob = the sampling
+ * probability of token t). */
+int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
+                        int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
+                        dllm_rollout *out, dllm_err *err);
+
+/* HF weights (LoRA merged), and PEFT adapters. */
+int dllm_policy_save(const dllm_policy *p, const char *dir, st_dtype dtype, dllm_err *err);
+int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *err);
+int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err);
+bool dllm_policy_has_lora(const dllm_policy *p);
+
+#endif

@@ -1,0 +1,9 @@
+/* placeholder until its module lands; replaced by the real benchmark */
+#include "src/commands.h"
+#include <stdio.h>
+int bench_rollout(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    fprintf(stderr, "dllm-rl bench rollout: not built yet\n");
+    return 1;
+}
