@@ -63,7 +63,7 @@ void dllm_lik_plan_free(dllm_lik_plan *p)
 int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts,
                         const uint8_t *prompt_mask, const int32_t *gen, const int *L,
                         const int16_t *commit_step, int n_seq, int P, int G, uint64_t seed,
-                        uint64_t key, dllm_err *err)
+                        uint64_t key, uint64_t seq_offset, dllm_err *err)
 {
     memset(p, 0, sizeof *p);
     if (c->kind == EST_ELBO && c->mc <= 0)
@@ -98,7 +98,7 @@ int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *
             return dllm_err_set(err, DLLM_EXIT_INPUT, "completion %d: length %d outside 1..%d", i, Li, G);
         }
         p->L[i] = Li;
-        dllm_rng rng = dllm_rng_make(seed, DLLM_RNG_MASKS, key, (uint64_t)i);
+        dllm_rng rng = dllm_rng_make(seed, DLLM_RNG_MASKS, key, seq_offset + (uint64_t)i);
         if (c->kind == EST_ONE_STEP) {
             int32_t *cv = new_canvas(&b, i, pr, g);
             for (int t = 0; t < P; t++)
@@ -203,8 +203,63 @@ static int run_chunk(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, int
               c1 - c0, p->T, rows, r1 - r0, logits);
 }
 
+/* Each canvas's Monte Carlo sample of its sequence's estimate: the estimate
+ * is the mean of its canvases' samples (elbo: K sum_r a_r logp_r); for the
+ * other estimators a sequence's canvases add up instead, so the single
+ * "sample" is the whole estimate, put on its first canvas. */
+static void canvas_samples(const dllm_lik_plan *p, const double *logp, double *v)
+{
+    memset(v, 0, sizeof *v * (size_t)p->n_canvas);
+    if (p->kind == EST_ELBO) {
+        for (int r = 0; r < p->n_rows; r++)
+            v[p->row[r] / p->T] += p->mc * p->a[r] * logp[r];
+        return;
+    }
+    int *first = dllm_malloc(sizeof *first * (size_t)p->n_seq);
+    for (int i = 0; i < p->n_seq; i++)
+        first[i] = -1;
+    for (int k = 0; k < p->n_canvas; k++)
+        if (first[p->canvas_seq[k]] < 0)
+            first[p->canvas_seq[k]] = k;
+    for (int r = 0; r < p->n_rows; r++)
+        v[first[p->seq[r]]] += p->a[r] * logp[r];
+    free(first);
+}
+
+/* Standard error of the mean over each sequence's canvases of x (elbo only). */
+static void samples_se(const dllm_lik_plan *p, const double *x, double *se)
+{
+    memset(se, 0, sizeof *se * (size_t)p->n_seq);
+    if (p->kind != EST_ELBO)
+        return;
+    for (int k0 = 0; k0 < p->n_canvas;) {
+        int i = p->canvas_seq[k0], k1 = k0;
+        while (k1 < p->n_canvas && p->canvas_seq[k1] == i)
+            k1++;
+        double mean = 0, m2 = 0;
+        for (int k = k0; k < k1; k++) {
+            double d = x[k] - mean;
+            mean += d / (k - k0 + 1);
+            m2 += d * (x[k] - mean);
+        }
+        int K = k1 - k0;
+        se[i] = K > 1 ? sqrt(m2 / (K - 1) / K) : 0;
+        k0 = k1;
+    }
+}
+
+void dllm_lik_plan_diff_se(const dllm_lik_plan *p, const double *sample_a, const double *sample_b,
+                           double *se)
+{
+    double *d = dllm_malloc(sizeof *d * (size_t)(p->n_canvas ? p->n_canvas : 1));
+    for (int k = 0; k < p->n_canvas; k++)
+        d[k] = sample_a[k] - sample_b[k];
+    samples_se(p, d, se);
+    free(d);
+}
+
 static void finish(const dllm_lik_plan *p, const double *logp, double *seq_logp, double *tok_logp,
-                   double *mc_se)
+                   double *mc_se, double *sample)
 {
     if (seq_logp)
         memset(seq_logp, 0, sizeof *seq_logp * (size_t)p->n_seq);
@@ -219,34 +274,19 @@ static void finish(const dllm_lik_plan *p, const double *logp, double *seq_logp,
             tok_logp[k] += logp[r] / p->tok_count[k];
         }
     }
-    if (!mc_se)
+    if (!mc_se && !sample)
         return;
-    memset(mc_se, 0, sizeof *mc_se * (size_t)p->n_seq);
-    if (p->kind != EST_ELBO || p->mc < 2)
-        return;
-    /* per-sample values K * sum_r a_r logp_r, then the standard error of their mean */
-    double *v = dllm_calloc((size_t)p->n_canvas, sizeof *v);
-    for (int r = 0; r < p->n_rows; r++)
-        v[p->row[r] / p->T] += p->mc * p->a[r] * logp[r];
-    for (int k0 = 0; k0 < p->n_canvas;) {
-        int i = p->canvas_seq[k0], k1 = k0;
-        while (k1 < p->n_canvas && p->canvas_seq[k1] == i)
-            k1++;
-        double mean = 0, m2 = 0;
-        for (int k = k0; k < k1; k++) {
-            double d = v[k] - mean;
-            mean += d / (k - k0 + 1);
-            m2 += d * (v[k] - mean);
-        }
-        int K = k1 - k0;
-        mc_se[i] = K > 1 ? sqrt(m2 / (K - 1) / K) : 0;
-        k0 = k1;
-    }
-    free(v);
+    double *v = sample ? sample : dllm_malloc(sizeof *v * (size_t)(p->n_canvas ? p->n_canvas : 1));
+    canvas_samples(p, logp, v);
+    if (mc_se)
+        samples_se(p, v, mc_se);
+    if (!sample)
+        free(v);
 }
 
 int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, int max_canvas,
-                       double *seq_logp, double *tok_logp, double *mc_se, dllm_err *err)
+                       double *seq_logp, double *tok_logp, double *mc_se, double *sample,
+                       dllm_err *err)
 {
     if (max_canvas < 1)
         max_canvas = 1;
@@ -271,57 +311,82 @@ int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, i
         r0 = r1;
     }
     if (!rc)
-        finish(p, logp, seq_logp, tok_logp, mc_se);
+        finish(p, logp, seq_logp, tok_logp, mc_se, sample);
     free(logp);
     return rc;
 }
 
 int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backward_fn bwd,
-                           void *model, int max_canvas, const double *dseq, const double *dtok,
+                           void *model, int max_canvas, dllm_lik_grad_fn grad, void *grad_ctx,
                            double *seq_logp, double *tok_logp, dllm_err *err)
 {
     if (max_canvas < 1)
         max_canvas = 1;
-    const int V = p->V;
+    const int V = p->V, G = p->G;
     const double temp = p->temperature;
     double *logp = dllm_malloc(sizeof *logp * (size_t)(p->n_rows ? p->n_rows : 1));
+    double *sq = dllm_calloc((size_t)(p->n_seq ? p->n_seq : 1), sizeof *sq);
+    double *tk = dllm_malloc(sizeof *tk * (size_t)(p->n_seq ? p->n_seq : 1) * G);
+    double *dseq = dllm_calloc((size_t)(p->n_seq ? p->n_seq : 1), sizeof *dseq);
+    double *dtok = dllm_malloc(sizeof *dtok * (size_t)(p->n_seq ? p->n_seq : 1) * G);
+    for (size_t k = 0; k < (size_t)p->n_seq * G; k++) {
+        tk[k] = p->tok_count[k] ? 0 : NAN;
+        dtok[k] = 0;
+    }
     int rc = 0, c0 = 0, r0 = 0;
     while (c0 < p->n_canvas && !rc) {
-        int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas, r1 = r0;
+        /* whole sequences: extend to the end of the last sequence touched */
+        int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas;
+        while (c1 < p->n_canvas && p->canvas_seq[c1] == p->canvas_seq[c1 - 1])
+            c1++;
+        int s0 = p->canvas_seq[c0], s1 = p->canvas_seq[c1 - 1] + 1, r1 = r0;
         while (r1 < p->n_rows && p->row[r1] / p->T < c1)
             r1++;
-        if (r1 > r0) {
-            size_t nr = (size_t)(r1 - r0);
-            float *logits = dllm_malloc(sizeof *logits * nr * V);
-            int32_t *rows = dllm_malloc(sizeof *rows * nr);
-            if (run_chunk(p, fn, model, c0, c1, r0, r1, logits, rows))
-                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed");
-            /* dlogits = g (onehot - softmax(z/T)) / T, g = dL/dlogp of the row */
-            bool any = false;
-            for (int r = r0; r < r1 && !rc; r++) {
-                float *z = logits + (size_t)(r - r0) * V;
-                size_t k = (size_t)p->seq[r] * p->G + p->tok[r];
-                double g = 0;
-                if (dseq && isfinite(dseq[p->seq[r]]))
-                    g += dseq[p->seq[r]] * p->a[r];
-                if (dtok && isfinite(dtok[k]))
-                    g += dtok[k] / p->tok_count[k];
-                logp[r] = row_logp(z, V, p->target[r], temp, z); /* z becomes softmax */
-                for (int v = 0; v < V; v++)
-                    z[v] = (float)(-g * z[v] / temp);
-                z[p->target[r]] += (float)(g / temp);
-                any |= g != 0;
-            }
-            if (!rc && any)
-                bwd(model, logits);
-            free(logits);
-            free(rows);
+        size_t nr = (size_t)(r1 - r0);
+        float *logits = dllm_malloc(sizeof *logits * (nr ? nr : 1) * V);
+        int32_t *rows = dllm_malloc(sizeof *rows * (nr ? nr : 1));
+        if (nr && run_chunk(p, fn, model, c0, c1, r0, r1, logits, rows))
+            rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed");
+        /* estimates of this chunk's sequences; logits become softmax(z/T) */
+        for (int r = r0; r < r1 && !rc; r++) {
+            float *z = logits + (size_t)(r - r0) * V;
+            logp[r] = row_logp(z, V, p->target[r], temp, z);
+            size_t k = (size_t)p->seq[r] * G + p->tok[r];
+            sq[p->seq[r]] += p->a[r] * logp[r];
+            tk[k] += logp[r] / p->tok_count[k];
         }
+        if (!rc)
+            rc = grad(grad_ctx, s0, s1, sq, tk, dseq, dtok, err);
+        /* dlogits = g (onehot - softmax(z/T)) / T, g = dLoss/dlogp of the row */
+        bool any = false;
+        for (int r = r0; r < r1 && !rc; r++) {
+            float *z = logits + (size_t)(r - r0) * V;
+            size_t k = (size_t)p->seq[r] * G + p->tok[r];
+            double g = 0;
+            if (isfinite(dseq[p->seq[r]]))
+                g += dseq[p->seq[r]] * p->a[r];
+            if (isfinite(dtok[k]))
+                g += dtok[k] / p->tok_count[k];
+            for (int v = 0; v < V; v++)
+                z[v] = (float)(-g * z[v] / temp);
+            z[p->target[r]] += (float)(g / temp);
+            any |= g != 0;
+        }
+        if (!rc && any)
+            bwd(model, logits);
+        free(logits);
+        free(rows);
         c0 = c1;
         r0 = r1;
     }
-    if (!rc)
-        finish(p, logp, seq_logp, tok_logp, NULL);
+    if (!rc && seq_logp)
+        memcpy(seq_logp, sq, sizeof *sq * (size_t)p->n_seq);
+    if (!rc && tok_logp)
+        memcpy(tok_logp, tk, sizeof *tk * (size_t)p->n_seq * G);
     free(logp);
+    free(sq);
+    free(tk);
+    free(dseq);
+    free(dtok);
     return rc;
 }

@@ -42,27 +42,43 @@ typedef struct {
 /* One batch: prompts (n_seq, P) left-padded with prompt_mask (1 = real; NULL:
  * no padding), gen (n_seq, G) generated tokens, L (n_seq) lengths, commit_step
  * (n_seq, G) for trajectory. Masks for sequence i come from stream
- * dllm_rng_make(seed, DLLM_RNG_MASKS, key, i). */
+ * dllm_rng_make(seed, DLLM_RNG_MASKS, key, seq_offset + i): keyed by the global
+ * sequence index, so a batch split across ranks draws what one rank would. */
 int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts,
                         const uint8_t *prompt_mask, const int32_t *gen, const int *L,
                         const int16_t *commit_step, int n_seq, int P, int G, uint64_t seed,
-                        uint64_t key, dllm_err *err);
+                        uint64_t key, uint64_t seq_offset, dllm_err *err);
 void dllm_lik_plan_free(dllm_lik_plan *p);
 
 /* Forward only: seq_logp (n_seq) in double; tok_logp (n_seq, G) may be NULL;
- * mc_se (n_seq) may be NULL (elbo: standard error over samples; else 0).
+ * mc_se (n_seq) may be NULL (elbo: standard error over samples; else 0);
+ * sample (n_canvas) may be NULL: each canvas's Monte Carlo sample of its
+ * sequence's estimate (elbo: K sum_r a_r logp_r; the estimate is their mean),
+ * so that the standard error of a coupled difference can be computed.
  * Canvases are evaluated in chunks of at most max_canvas per forward call. */
 int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, int max_canvas,
-                       double *seq_logp, double *tok_logp, double *mc_se, dllm_err *err);
+                       double *seq_logp, double *tok_logp, double *mc_se, double *sample,
+                       dllm_err *err);
+/* Standard error of the mean over each sequence's samples of a - b (two
+ * evaluations of the same plan): the Monte Carlo error of a coupled log-ratio.
+ * se (n_seq); 0 for estimators with one sample per sequence. */
+void dllm_lik_plan_diff_se(const dllm_lik_plan *p, const double *sample_a, const double *sample_b,
+                           double *se);
 
-/* Backward of a loss through the estimates: dseq (n_seq) = dLoss/dseq_logp and
- * dtok (n_seq, G) = dLoss/dtok_logp (either may be NULL; NaN entries ignored).
- * Runs forward (keeping activations) + backward chunk by chunk, accumulating
- * into the model's gradients. Also returns the forward's seq_logp/tok_logp
- * (may be NULL) so callers get l_theta from the same pass. */
+/* Backward of a loss through the estimates. Chunks hold whole sequences (all
+ * of a sequence's canvases; at most max_canvas canvases unless one sequence
+ * needs more). Per chunk: forward keeping activations; then grad(ctx, s0, s1,
+ * seq_logp, tok_logp, dseq, dtok) is called with the estimates of sequences
+ * [s0, s1) (arrays indexed by absolute sequence, rows of G for tokens) and
+ * fills dseq[s0..s1) = dLoss/dseq_logp and dtok = dLoss/dtok_logp for them
+ * (zero or NaN: no gradient); then the backward accumulates into the model's
+ * gradients. seq_logp/tok_logp (may be NULL) receive the estimates. */
 typedef void (*dllm_backward_fn)(void *model, const float *dlogits);
+typedef int (*dllm_lik_grad_fn)(void *ctx, int s0, int s1, const double *seq_logp,
+                                const double *tok_logp, double *dseq, double *dtok,
+                                dllm_err *err);
 int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backward_fn bwd,
-                           void *model, int max_canvas, const double *dseq, const double *dtok,
+                           void *model, int max_canvas, dllm_lik_grad_fn grad, void *grad_ctx,
                            double *seq_logp, double *tok_logp, dllm_err *err);
 
 #endif

@@ -193,9 +193,9 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
                 int b = row_seq[i0], i1 = i0;
                 while (i1 < n && row_seq[i1] == b)
                     i1++;
-                dllm_rng noise = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * (uint64_t)b);
-                dllm_rng remask =
-                    dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * (uint64_t)b + 1);
+                uint64_t gb = c->seq_offset + (uint64_t)b;
+                dllm_rng noise = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb);
+                dllm_rng remask = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb + 1);
                 int nc = 0;
                 for (int i = i0; i < i1; i++) {
                     const float *lg = logits + (size_t)i * V;

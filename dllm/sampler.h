@@ -14,7 +14,7 @@
  * Randomness is keyed: the Gumbel noise of (sequence b, canvas position t,
  * token v) at global step s is draw t*V + v of stream (seed, SAMPLER, s, 2b);
  * the random-remasking draw of position t is draw t of stream (seed, SAMPLER, s,
- * 2b+1). So the result does not depend on batch composition or backend. */
+ * 2b+1), with b = seq_offset + the row in the batch. So the result does not depend on batch composition or backend. */
 #ifndef DLLM_SAMPLER_H
 #define DLLM_SAMPLER_H
 
@@ -38,6 +38,8 @@ typedef struct {
     bool confidence_eos_eot_inf; /* x0 in {EOS, EoT}: confidence -inf */
     int mask_id, eos_id, eot_id; /* eot_id -1 if the vocabulary has none */
     int vocab;                   /* V: logits per row */
+    uint64_t seq_offset;         /* global index of row 0: noise is keyed by it, so a
+                                    batch split across ranks draws what one rank would */
 } dllm_sampler_cfg;
 
 typedef struct {

@@ -58,9 +58,9 @@ START_TEST(equals_single_sequence_estimators)
         dllm_lik_cfg c = cfg_of(kinds[k]);
         dllm_lik_plan p;
         dllm_err err = {0};
-        ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, NULL, gen, L, steps, N, P, G, 9, 4, &err), 0);
+        ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, NULL, gen, L, steps, N, P, G, 9, 4, 0, &err), 0);
         double seq[N], tok[N * G], se[N];
-        ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 64, seq, tok, se, &err), 0);
+        ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 64, seq, tok, se, NULL, &err), 0);
         for (int i = 0; i < N; i++) {
             dllm_lik_result r;
             ck_assert_int_eq(dllm_seq_logprob(fwd, model, prompts + i * P, P, gen + i * G, G,
@@ -88,11 +88,11 @@ START_TEST(chunking_and_lengths)
     dllm_lik_cfg c = cfg_of(EST_ELBO);
     dllm_lik_plan p;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, NULL, gen, L, NULL, N, P, G, 1, 2, &err), 0);
+    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, NULL, gen, L, NULL, N, P, G, 1, 2, 0, &err), 0);
     ck_assert_int_eq(p.n_canvas, N * 4);
     double a[N], b[N], ta[N * G];
-    ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 1, a, ta, NULL, &err), 0);
-    ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 5, b, NULL, NULL, &err), 0);
+    ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 1, a, ta, NULL, NULL, &err), 0);
+    ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 5, b, NULL, NULL, NULL, &err), 0);
     for (int i = 0; i < N; i++)
         ck_assert_double_eq_tol(a[i], b[i], 1e-5);
     /* tokens past L take no part */
@@ -103,10 +103,28 @@ START_TEST(chunking_and_lengths)
     dllm_lik_plan_free(&p);
     /* bad lengths are input errors */
     int bad[N] = {0, 1, 1};
-    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, NULL, gen, bad, NULL, N, P, G, 1, 2, &err),
+    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, NULL, gen, bad, NULL, N, P, G, 1, 2, 0, &err),
                      DLLM_EXIT_INPUT);
 }
 END_TEST
+
+typedef struct {
+    const double *w, *u;
+} lin_loss;
+
+/* the gradient of a linear loss: constants, whatever the estimates */
+static int lin_grad(void *ctx, int s0, int s1, const double *seq_logp, const double *tok_logp,
+                    double *dseq, double *dtok, dllm_err *err)
+{
+    const lin_loss *ll = ctx;
+    (void)seq_logp; (void)tok_logp; (void)err;
+    for (int i = s0; i < s1; i++) {
+        dseq[i] = ll->w[i];
+        for (int t = 0; t < G; t++)
+            dtok[i * G + t] = ll->u ? ll->u[i * G + t] : 0;
+    }
+    return 0;
+}
 
 /* loss = sum_i w_i seq_i + sum_{i,t} u_{i,t} tok_{i,t}: analytic gradient vs
  * central differences on a few entries of every parameter tensor. */
@@ -117,14 +135,14 @@ static void check_gradient(dllm_estimator kind, bool token_terms)
     dllm_lik_cfg c = cfg_of(kind);
     dllm_lik_plan p;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, pm, gen, L, steps, N, P, G, 3, 1, &err), 0);
+    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, pm, gen, L, steps, N, P, G, 3, 1, 0, &err), 0);
     double w[N] = {0.7, -1.3, 0.4}, u[N * G];
     for (int k = 0; k < N * G; k++)
         u[k] = token_terms ? 0.1 * ((k * 7) % 5 - 2) : NAN;
     llada_zero_grad(model);
     double seq[N];
-    ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, w, token_terms ? u : NULL, seq,
-                                            NULL, &err), 0);
+    lin_loss ll = {w, token_terms ? u : NULL};
+    ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, NULL, &err), 0);
     const llada_param *ps;
     int np = llada_params(model, &ps);
     double worst = 0;
@@ -139,7 +157,7 @@ static void check_gradient(dllm_estimator kind, bool token_terms)
             for (int s = 0; s < 2; s++) {
                 *x = x0 + (s ? -1e-2f : 1e-2f);
                 double sq[N], tk[N * G];
-                ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 8, sq, tk, NULL, &err), 0);
+                ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 8, sq, tk, NULL, NULL, &err), 0);
                 f[s] = 0;
                 for (int i = 0; i < N; i++)
                     f[s] += w[i] * sq[i];
