@@ -1,9 +1,236 @@
-/* placeholder until its module lands; replaced by the real command */
+/* cmd_inspect.c: `dllm-rl inspect RUN_DIR|RUN.h5 [--json]`: a summary of a run
+ * log: the root attributes, the number of steps and trajectories, per step
+ * metric first/last/min/max/mean over its finite values (metrics with none are
+ * skipped), and each eval task's latest result. Reads with SWMR, so it works on
+ * a running or killed run. */
 #include "src/commands.h"
+#include "src/h5log.h"
+
+#include "kernels/base.h"
+
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dllm-rl inspect RUN_DIR|RUN.h5 [--json]\n\n"
+            "Summarises a run log (RUN_DIR/log.h5): attributes, number of steps and\n"
+            "trajectories, first/last/min/max/mean of every step metric (over its finite\n"
+            "values; all-NaN metrics are skipped) and the latest eval of each task.\n"
+            "--json prints the same as one JSON object (non-finite numbers as null).\n\n"
+            "exit status: 0 success, 2 bad input (missing or corrupt log), 1 internal failure\n");
+}
+
+typedef struct {
+    const char *name;
+    int64_t n;                 /* finite values */
+    double first, last, min, max, mean;
+} metric_summary;
+
+static metric_summary summarise(const char *name, const double *v, int64_t n)
+{
+    metric_summary s = {name, 0, NAN, NAN, INFINITY, -INFINITY, NAN};
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(v[i]))
+            continue;
+        if (!s.n)
+            s.first = v[i];
+        s.last = v[i];
+        s.min = v[i] < s.min ? v[i] : s.min;
+        s.max = v[i] > s.max ? v[i] : s.max;
+        sum += v[i];
+        s.n++;
+    }
+    if (s.n)
+        s.mean = sum / (double)s.n;
+    return s;
+}
+
+static json_t *jnum(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+typedef struct {
+    const char *task;
+    int64_t n;                                    /* evals logged */
+    double step, accuracy, accuracy_se, reward_mean; /* the latest */
+} eval_summary;
+
+static int read_eval(h5log *log, const char *task, eval_summary *e, dllm_err *err)
+{
+    static const char *const fields[4] = {"step", "accuracy", "accuracy_se", "reward_mean"};
+    double *out[4] = {&e->step, &e->accuracy, &e->accuracy_se, &e->reward_mean};
+    e->task = task;
+    e->n = 0;
+    for (int f = 0; f < 4; f++) {
+        char name[512];
+        snprintf(name, sizeof name, "eval/%s/%s", task, fields[f]);
+        double *v;
+        int64_t n;
+        int rc = h5log_read_column(log, name, &v, &n, err);
+        if (rc)
+            return rc;
+        e->n = n;
+        *out[f] = n ? v[n - 1] : NAN;
+        free(v);
+    }
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dllm-rl: not built yet\n");
-    return 1;
+    const char *target = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (argv[i][0] != '-' && !target) {
+            target = argv[i];
+        } else {
+            fprintf(stderr, "dllm-rl inspect: unexpected argument '%s'\n\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!target) {
+        usage(stderr);
+        return 2;
+    }
+    /* A run directory holds log.h5. */
+    char path[4096];
+    struct stat st;
+    if (stat(target, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(path, sizeof path, "%s/log.h5", target);
+    else
+        snprintf(path, sizeof path, "%s", target);
+
+    dllm_err err = {0};
+    h5log *log;
+    int rc = h5log_open_read(&log, path, &err);
+    if (rc) {
+        fprintf(stderr, "dllm-rl inspect: %s\n", err.msg);
+        return rc;
+    }
+    const h5log_meta *m = h5log_get_meta(log);
+    const h5log_dims *d = h5log_get_dims(log);
+    int64_t nsteps = h5log_nsteps(log), ntraj = h5log_ntrajectories(log);
+
+    double *steps = NULL;
+    int64_t n;
+    rc = h5log_read_metric(log, "step", &steps, &n, &err);
+    metric_summary *ms = dllm_calloc(H5LOG_N_METRICS, sizeof *ms);
+    int nms = 0;
+    for (int i = 0; i < H5LOG_N_METRICS && !rc; i++) {
+        double *v;
+        const char *name = h5log_metric_name(i);
+        int rci = h5log_read_metric(log, name, &v, &n, &err);
+        if (rci)
+            continue;  /* a metric this log predates */
+        metric_summary s = summarise(name, v, n);
+        free(v);
+        if (s.n)
+            ms[nms++] = s;
+    }
+    eval_summary *ev = dllm_calloc(d->n_eval_tasks ? (size_t)d->n_eval_tasks : 1, sizeof *ev);
+    for (int t = 0; t < d->n_eval_tasks && !rc; t++)
+        rc = read_eval(log, d->eval_tasks[t], &ev[t], &err);
+    if (rc) {
+        fprintf(stderr, "dllm-rl inspect: %s\n", err.msg);
+        goto done;
+    }
+
+    if (json) {
+        json_t *root = json_object();
+        json_object_set_new(root, "path", json_string(path));
+        json_t *attrs = json_object();
+        json_object_set_new(attrs, "version", json_string(m->version));
+        json_object_set_new(attrs, "git_revision", json_string(m->git_revision));
+        json_object_set_new(attrs, "seed", json_integer(m->seed));
+        json_object_set_new(attrs, "device", json_string(m->device));
+        json_object_set_new(attrs, "started", json_string(m->started));
+        json_object_set_new(root, "attributes", attrs);
+        json_object_set_new(root, "steps", json_integer(nsteps));
+        json_object_set_new(root, "first_step", nsteps ? json_integer((json_int_t)steps[0])
+                                                       : json_null());
+        json_object_set_new(root, "last_step", nsteps ? json_integer(
+                                                            (json_int_t)steps[nsteps - 1])
+                                                      : json_null());
+        json_object_set_new(root, "trajectories", json_integer(ntraj));
+        json_t *jm = json_object();
+        for (int i = 0; i < nms; i++) {
+            json_t *o = json_object();
+            json_object_set_new(o, "n", json_integer(ms[i].n));
+            json_object_set_new(o, "first", jnum(ms[i].first));
+            json_object_set_new(o, "last", jnum(ms[i].last));
+            json_object_set_new(o, "min", jnum(ms[i].min));
+            json_object_set_new(o, "max", jnum(ms[i].max));
+            json_object_set_new(o, "mean", jnum(ms[i].mean));
+            json_object_set_new(jm, ms[i].name, o);
+        }
+        json_object_set_new(root, "metrics", jm);
+        json_t *je = json_object();
+        for (int t = 0; t < d->n_eval_tasks; t++) {
+            json_t *o = json_object();
+            json_object_set_new(o, "evals", json_integer(ev[t].n));
+            json_object_set_new(o, "step", ev[t].n ? json_integer((json_int_t)ev[t].step)
+                                                   : json_null());
+            json_object_set_new(o, "accuracy", jnum(ev[t].accuracy));
+            json_object_set_new(o, "accuracy_se", jnum(ev[t].accuracy_se));
+            json_object_set_new(o, "reward_mean", jnum(ev[t].reward_mean));
+            json_object_set_new(je, ev[t].task, o);
+        }
+        json_object_set_new(root, "eval", je);
+        json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+        fputc('\n', stdout);
+        json_decref(root);
+    } else {
+        printf("log          %s\n", path);
+        printf("version      %s\n", m->version);
+        printf("git_revision %s\n", m->git_revision);
+        printf("seed         %lld\n", (long long)m->seed);
+        printf("device       %s\n", m->device);
+        printf("started      %s\n", m->started);
+        if (nsteps)
+            printf("steps        %lld (step %.0f .. %.0f)\n", (long long)nsteps, steps[0],
+                   steps[nsteps - 1]);
+        else
+            printf("steps        0\n");
+        printf("trajectories %lld\n", (long long)ntraj);
+        if (nms) {
+            printf("\n%-22s %6s %13s %13s %13s %13s %13s\n", "metric", "n", "first", "last",
+                   "min", "max", "mean");
+            for (int i = 0; i < nms; i++)
+                printf("%-22s %6lld %13.6g %13.6g %13.6g %13.6g %13.6g\n", ms[i].name,
+                       (long long)ms[i].n, ms[i].first, ms[i].last, ms[i].min, ms[i].max,
+                       ms[i].mean);
+        }
+        if (d->n_eval_tasks) {
+            printf("\n%-14s %6s %8s %10s %12s %12s\n", "eval", "evals", "step", "accuracy",
+                   "accuracy_se", "reward_mean");
+            for (int t = 0; t < d->n_eval_tasks; t++) {
+                if (ev[t].n)
+                    printf("%-14s %6lld %8.0f %10.4f %12.4f %12.4f\n", ev[t].task,
+                           (long long)ev[t].n, ev[t].step, ev[t].accuracy, ev[t].accuracy_se,
+                           ev[t].reward_mean);
+                else
+                    printf("%-14s %6d %8s\n", ev[t].task, 0, "-");
+            }
+        }
+    }
+done:
+    free(ev);
+    free(ms);
+    free(steps);
+    h5log_close(log);
+    return rc;
 }

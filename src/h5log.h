@@ -1,0 +1,180 @@
+/* h5log.h: the run log of an RL training run (RUN_DIR/log.h5), HDF5 1.10, SWMR.
+ *
+ * Layout (docs: DESIGN.md "HDF5 log"):
+ *   /                     attributes config_yaml, version, git_revision, device,
+ *                         started (strings), seed (int64)
+ *   /steps/step           int64 (T)        one row per RL step
+ *   /steps/<metric>       float64 (T)      one dataset per H5LOG_STEP_METRICS entry
+ *   /trajectories/...     one row per completion (R rows in all):
+ *                         step, prompt_index, group                  int64 (R)
+ *                         prompt_len, completion_len                 int32 (R)
+ *                         prompt_tokens                              int32 (R, P)
+ *                         completion_tokens                          int32 (R, G)
+ *                         reward, advantage, l_mu, l_pi, log_w, coef float64 (R)
+ *                         token_log_ratio, commit_prob               float32 (R, G)
+ *                         commit_step                                int16 (R, G)
+ *   /mismatch_by_step/step        int64 (M)
+ *   /mismatch_by_step/mean_abs_d  float64 (M, S)  mean |d| of the tokens committed
+ *                                 at each denoising step (NaN: none committed)
+ *   /eval/<task>/{step int64, accuracy, accuracy_se, reward_mean float64} (E)
+ * Padding: token ids and commit_step past a row's length are -1, token_log_ratio
+ * and commit_prob are NaN (NaN also marks a token that was not scored); the pad
+ * value is the dataset's HDF5 fill value. A metric not computed at a step is NaN.
+ *
+ * Crash safety: every dataset is created (chunked, unlimited first dimension)
+ * before the file switches to SWMR writing; afterwards the writer only extends
+ * them. h5log_append_step ends a step: it flushes the file, so a writer killed
+ * with SIGKILL leaves a file that an SWMR reader opens with every completed step.
+ * Datasets are extended one by one, so a kill in the middle of a step can leave
+ * some of them one row longer: readers count the rows every dataset of a group
+ * has (h5log_nsteps, h5log_ntrajectories). A file whose writer died is never
+ * reopened for writing: h5log_resume copies it into a new file instead.
+ *
+ * Call order per RL step: append_trajectories, append_mismatch, append_step
+ * (flushes), then append_eval when an eval ran (flushes too). */
+#ifndef DLLM_H5LOG_H
+#define DLLM_H5LOG_H
+
+#include "kernels/base.h"
+
+#include <stdint.h>
+
+/* The step metrics, in /steps and in the values array of h5log_append_step.
+ * Adding a metric is one line here (METHOD.md section 5 defines the AIS ones). */
+#define H5LOG_STEP_METRICS(X) \
+    X(reward_mean)          /* mean reward over the batch */ \
+    X(reward_std)           /* population std of the rewards */ \
+    X(accuracy)             /* fraction of completions judged correct */ \
+    X(loss)                 /* GRPO loss of the last inner step */ \
+    X(policy_kl)            /* KL to the reference policy (beta > 0) */ \
+    X(clip_frac)            /* fraction of clipped ratios */ \
+    X(grad_norm)            /* global grad norm before clipping */ \
+    X(lr)                   /* learning rate used at this step */ \
+    X(alpha_raw)            /* AIS mixing coefficient before smoothing */ \
+    X(alpha)                /* AIS mixing coefficient used */ \
+    X(rho_ess)              /* ESS / N of the importance weights */ \
+    X(s_rel)                /* reliability score (N - ESS) / (N - 1) */ \
+    X(delta)                /* mean |d| per token, nats */ \
+    X(s_div)                /* divergence score 1 - exp(-delta / tau) */ \
+    X(nu)                   /* variance amplification */ \
+    X(s_var)                /* variance score 1 - 1 / max(nu, 1) */ \
+    X(k3)                   /* per-token k3 estimate mean(e^d - 1 - d) */ \
+    X(log_w_mc_se)          /* Monte Carlo standard error of log w */ \
+    X(frac_truncated)       /* fraction of c_i truncated (tis/ais) */ \
+    X(frac_zeroed)          /* fraction of c_i zeroed (mis) */ \
+    X(frac_nonfinite)       /* fraction of non-finite log w */ \
+    X(frac_zero_var_groups) /* fraction of groups with zero reward variance */ \
+    X(t_rollout)            /* seconds */ \
+    X(t_likelihood) \
+    X(t_update) \
+    X(t_sync) \
+    X(t_log) \
+    X(tokens_per_s)         /* completion tokens per second of the step */
+
+#define H5LOG_METRIC_ENUM_(name) H5LOG_METRIC_##name,
+enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
+#undef H5LOG_METRIC_ENUM_
+/* Index of a metric in the values array: v[H5LOG_M(alpha)] = 0.3; */
+#define H5LOG_M(name) H5LOG_METRIC_##name
+
+/* Name of metric i (0 <= i < H5LOG_N_METRICS), NULL outside. */
+const char *h5log_metric_name(int i);
+/* Index of a metric name, or -1. */
+int h5log_metric_index(const char *name);
+/* Fills values[H5LOG_N_METRICS] with NaN (metrics not computed stay NaN). */
+void h5log_values_nan(double *values);
+
+/* Root attributes. Strings may be NULL (written as ""). */
+typedef struct {
+    const char *config_yaml;   /* the effective config */
+    const char *version;       /* PACKAGE_VERSION */
+    const char *git_revision;
+    const char *device;        /* cpu | cuda */
+    const char *started;       /* ISO 8601 time of the first start */
+    int64_t seed;
+} h5log_meta;
+
+/* Fixed sizes of the log, chosen at creation. */
+typedef struct {
+    int max_prompt;             /* P >= 1: prompt_tokens row width */
+    int max_completion;         /* G >= 1: per-token row width */
+    int denoise_steps;          /* S >= 1: /mismatch_by_step width (AR: 1, unused) */
+    int n_eval_tasks;
+    const char *const *eval_tasks; /* (n_eval_tasks) names: no '/', not "." */
+} h5log_dims;
+
+/* One step's completions. Token arrays are row-major with a stride; only the
+ * first *_len[i] entries of row i are read, the rest is padded. A NULL
+ * per-completion array is logged as NaN (float) or -1 (int); a NULL per-token
+ * array as its pad. */
+typedef struct {
+    int n;                            /* completions in the batch */
+    int64_t step;
+    const int64_t *prompt_index;      /* (n) index of the prompt in the dataset */
+    const int64_t *group;             /* (n) group of the completion in the step */
+    const int32_t *prompt_tokens;     /* (n, prompt_stride) */
+    const int32_t *prompt_len;        /* (n) <= P */
+    int prompt_stride;
+    const int32_t *completion_tokens; /* (n, completion_stride) */
+    const int32_t *completion_len;    /* (n) <= G */
+    int completion_stride;
+    const double *reward, *advantage; /* (n) */
+    const double *l_mu, *l_pi, *log_w, *coef; /* (n) */
+    const float *token_log_ratio;     /* (n, completion_stride), NaN: not scored */
+    const int16_t *commit_step;       /* (n, completion_stride) */
+    const float *commit_prob;         /* (n, completion_stride) */
+} h5log_traj_batch;
+
+typedef struct h5log h5log;
+
+/* Creates (truncates) path, writes the attributes, creates every dataset and
+ * switches to SWMR writing. */
+int h5log_create(h5log **out, const char *path, const h5log_meta *meta,
+                 const h5log_dims *dims, dllm_err *err);
+
+/* Resume: copies every row with step <= last_step (steps, trajectories,
+ * mismatch, evals) and the attributes of path into path.tmp, renames it over
+ * path and reopens it for SWMR appending. Input error when the log does not
+ * reach last_step (a gap) or cannot be read. The old file is only read. */
+int h5log_resume(h5log **out, const char *path, int64_t last_step, dllm_err *err);
+
+/* values: (H5LOG_N_METRICS) in table order, NaN where not computed. Flushes. */
+int h5log_append_step(h5log *log, int64_t step, const double *values, dllm_err *err);
+/* Same, from parallel (name, value) arrays; unknown names are an error. */
+int h5log_append_step_named(h5log *log, int64_t step, int n, const char *const *names,
+                            const double *values, dllm_err *err);
+int h5log_append_trajectories(h5log *log, const h5log_traj_batch *b, dllm_err *err);
+/* mean_abs_d: (S) */
+int h5log_append_mismatch(h5log *log, int64_t step, const double *mean_abs_d, dllm_err *err);
+/* Flushes. Unknown task is an error. */
+int h5log_append_eval(h5log *log, const char *task, int64_t step, double accuracy,
+                      double accuracy_se, double reward_mean, dllm_err *err);
+int h5log_flush(h5log *log, dllm_err *err);
+/* Closes (flushing) and frees; NULL is fine. Returns nonzero on a failed close. */
+int h5log_close(h5log *log);
+
+/* Opens for reading with SWMR read (works while a writer runs, and after the
+ * writer was killed). Input error naming path for a missing or corrupt file or
+ * one that lacks the layout above. */
+int h5log_open_read(h5log **out, const char *path, dllm_err *err);
+
+/* Attributes and sizes (read from the file when opened for reading). */
+const h5log_meta *h5log_get_meta(const h5log *log);
+const h5log_dims *h5log_get_dims(const h5log *log);
+const char *h5log_path(const h5log *log);
+/* Complete steps: rows present in every /steps dataset. */
+int64_t h5log_nsteps(h5log *log);
+/* Rows present in every /trajectories dataset. */
+int64_t h5log_ntrajectories(h5log *log);
+
+/* Reads the first h5log_nsteps values of /steps/<metric> (a float64 metric or
+ * "step", converted) into a malloc'd array. Input error for a missing metric. */
+int h5log_read_metric(h5log *log, const char *metric, double **out, int64_t *n,
+                      dllm_err *err);
+/* Reads a 1-D dataset (any numeric type, converted to double), e.g.
+ * "trajectories/log_w" or "eval/gsm8k/accuracy", up to the number of rows that
+ * every dataset of its group has (complete rows only). */
+int h5log_read_column(h5log *log, const char *dset, double **out, int64_t *n,
+                      dllm_err *err);
+
+#endif
