@@ -3,12 +3,20 @@
  * shape and pad is checked against the schema of DESIGN.md; a writer killed
  * with SIGKILL leaves a file with every completed step; resume keeps the steps
  * up to the checkpoint exactly once; bad files are input errors (2) naming the
- * file; `dllm-rl inspect` summaries are checked against sums computed here. */
+ * file; `dllm-rl inspect` summaries are checked against sums computed here.
+ *
+ * With DLLM_H5LOG_EXPORT=DIR the program also writes DIR/test_values.h5 (the
+ * values the tests check, for tests/ref/check_h5log.py) and DIR/demo.h5 (a
+ * synthetic run whose diagnostics follow METHOD.md section 5, for the analysis
+ * notebook), then runs the suite as usual. */
+#define _GNU_SOURCE /* nftw */
 #include "src/h5log.h"
 
 #include "kernels/base.h"
+#include "kernels/rng.h"
 
 #include <check.h>
+#include <ftw.h>
 #include <hdf5.h>
 #include <jansson.h>
 #include <math.h>
@@ -29,6 +37,20 @@ static void make_tmpdir(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/dllm-test-h5log-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+/* Checked teardown: removes the test's directory. */
+static void rm_tmpdir(void)
+{
+    if (tmpdir[0])
+        nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmpdir[0] = 0;
 }
 
 static char *tmp_path(const char *name)
@@ -79,6 +101,21 @@ static h5log_dims test_dims(void)
 
 /* Appends trajectories, mismatch and the step metrics of step s (and an eval
  * every 5 steps), as the RL loop does. */
+/* Outside a test (the export) a failure exits; inside, it fails the test. */
+static int exporting;
+
+static void ok(int rc, const dllm_err *err)
+{
+    if (exporting) {
+        if (rc) {
+            fprintf(stderr, "%s\n", err->msg);
+            exit(1);
+        }
+        return;
+    }
+    ck_assert_msg(rc == 0, "%s", err->msg);
+}
+
 static void append_full_step(h5log *log, int64_t s, double salt)
 {
     dllm_err err = {0};
@@ -111,18 +148,18 @@ static void append_full_step(h5log *log, int64_t s, double salt)
                           .completion_stride = STRIDE, .reward = col[0], .advantage = col[1],
                           .l_mu = col[2], .l_pi = col[3], .log_w = col[4], .coef = col[5],
                           .token_log_ratio = ratio, .commit_step = cstep, .commit_prob = prob};
-    ck_assert_msg(h5log_append_trajectories(log, &b, &err) == 0, "%s", err.msg);
+    ok(h5log_append_trajectories(log, &b, &err), &err);
     double mm[S];
     for (int k = 0; k < S; k++)
         mm[k] = k == 1 ? NAN : salt + s / 4.0 + k;
-    ck_assert_msg(h5log_append_mismatch(log, s, mm, &err) == 0, "%s", err.msg);
+    ok(h5log_append_mismatch(log, s, mm, &err), &err);
     double v[H5LOG_N_METRICS];
     for (int i = 0; i < H5LOG_N_METRICS; i++)
         v[i] = metric_value(s, i, salt);
-    ck_assert_msg(h5log_append_step(log, s, v, &err) == 0, "%s", err.msg);
+    ok(h5log_append_step(log, s, v, &err), &err);
     if (s % 5 == 0) {
-        ck_assert_msg(h5log_append_eval(log, "gsm8k", s, salt + s / 100.0, 0.01, s / 50.0,
-                                        &err) == 0, "%s", err.msg);
+        ok(h5log_append_eval(log, "gsm8k", s, salt + s / 100.0, 0.01, s / 50.0, &err),
+           &err);
     }
 }
 
@@ -888,11 +925,188 @@ START_TEST(test_inspect_cli)
 }
 END_TEST
 
+/* ---- exported files (DLLM_H5LOG_EXPORT) ---- */
+
+/* A synthetic run: NP prompts x NG completions of up to DG tokens; the
+ * per-token log-ratios d grow over training (as rollout/trainer mismatch does),
+ * rewards are Bernoulli with a rising success rate. The step diagnostics are
+ * computed from the logged trajectories exactly as METHOD.md section 5 defines
+ * them (AIS linear combine, weights 1, tau_delta 0.05, C 2, eta 0), so the
+ * notebook can recompute and compare them. */
+static void write_demo_log(const char *path)
+{
+    enum { T = 40, NP = 4, NG = 8, N = NP * NG, DG = 16, DP = 6, DS = 8 };
+    static const char *const demo_tasks[1] = {"countdown"};
+    h5log_meta m = {.config_yaml = "experiment: demo\nseed: 11\ncorrection: {method: ais}\n",
+                    .version = "demo", .git_revision = "demo", .device = "cpu",
+                    .started = "2025-01-01T00:00:00Z", .seed = 11};
+    h5log_dims dims = {.max_prompt = DP, .max_completion = DG, .denoise_steps = DS,
+                       .n_eval_tasks = 1, .eval_tasks = demo_tasks};
+    dllm_err err = {0};
+    h5log *log;
+    if (h5log_create(&log, path, &m, &dims, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    const double tau = 0.05, cap = 2.0;
+    for (int64_t step = 1; step <= T; step++) {
+        dllm_rng rng = dllm_rng_make(11, (uint64_t)step, 0, 0);
+        double sigma = 0.005 + 0.004 * (double)step;   /* per-token mismatch scale */
+        double p_ok = 0.15 + 0.6 * (double)step / T;
+        int32_t ptok[N * DP], ctok[N * DG], plen[N], clen[N];
+        int64_t pidx[N], grp[N];
+        float ratio[N * DG], prob[N * DG];
+        int16_t cstep[N * DG];
+        double reward[N], adv[N], lmu[N], lpi[N], logw[N], coef[N], w[N];
+        double dsum[DS] = {0}, dcnt[DS] = {0}, delta = 0, k3 = 0, k3n = 0;
+        for (int i = 0; i < N; i++) {
+            pidx[i] = 1000 * step + i / NG;
+            grp[i] = i / NG;
+            plen[i] = DP;
+            clen[i] = 8 + (int)dllm_rng_below(&rng, DG - 7);
+            for (int t = 0; t < DP; t++)
+                ptok[i * DP + t] = (int32_t)(100 + t);
+            double lw = 0, dabs = 0;
+            for (int t = 0; t < clen[i]; t++) {
+                double d = sigma * dllm_rng_normal(&rng);
+                ctok[i * DG + t] = (int32_t)dllm_rng_below(&rng, 1000);
+                ratio[i * DG + t] = (float)d;
+                /* Later denoising steps commit the harder tokens: larger |d|. */
+                cstep[i * DG + t] = (int16_t)dllm_rng_below(&rng, DS);
+                prob[i * DG + t] = (float)(0.5 + 0.5 * dllm_rng_uniform(&rng));
+                d = (double)ratio[i * DG + t];  /* the value as logged (float32) */
+                lw += d;
+                dabs += fabs(d);
+                dsum[cstep[i * DG + t]] += fabs(d);
+                dcnt[cstep[i * DG + t]] += 1;
+                k3 += exp(d) - 1 - d;
+                k3n += 1;
+            }
+            delta += dabs / clen[i];
+            lmu[i] = -2.0 * clen[i] + 0.5 * dllm_rng_normal(&rng);
+            lpi[i] = lmu[i] + lw;
+            logw[i] = lpi[i] - lmu[i];
+            w[i] = exp(logw[i]);
+            reward[i] = dllm_rng_uniform(&rng) < p_ok ? 1.0 : 0.0;
+        }
+        delta /= N;
+        k3 /= k3n;
+        /* Group-normalised advantages (population std; 0 for a zero-variance group). */
+        int zero_var = 0;
+        double rmean = 0, rvar = 0;
+        for (int g = 0; g < NP; g++) {
+            double mu = 0, var = 0;
+            for (int j = 0; j < NG; j++)
+                mu += reward[g * NG + j] / NG;
+            for (int j = 0; j < NG; j++)
+                var += (reward[g * NG + j] - mu) * (reward[g * NG + j] - mu) / NG;
+            zero_var += var == 0;
+            for (int j = 0; j < NG; j++)
+                adv[g * NG + j] = var > 0 ? (reward[g * NG + j] - mu) / sqrt(var) : 0.0;
+        }
+        for (int i = 0; i < N; i++)
+            rmean += reward[i] / N;
+        for (int i = 0; i < N; i++)
+            rvar += (reward[i] - rmean) * (reward[i] - rmean) / N;
+        /* AIS diagnostics. */
+        double sw = 0, sw2 = 0;
+        for (int i = 0; i < N; i++) {
+            sw += w[i];
+            sw2 += w[i] * w[i];
+        }
+        double ess = sw * sw / sw2, rho = ess / N, s_rel = (N - ess) / (N - 1);
+        double s_div = 1 - exp(-delta / tau);
+        double wbar = sw / N, ma = 0, mwa = 0, mw2 = 0;
+        for (int i = 0; i < N; i++) {
+            ma += adv[i] / N;
+            mwa += w[i] / wbar * adv[i] / N;
+            mw2 += (w[i] / wbar) * (w[i] / wbar) / N;
+        }
+        double va = 0, vwa = 0;
+        for (int i = 0; i < N; i++) {
+            va += (adv[i] - ma) * (adv[i] - ma) / N;
+            vwa += (w[i] / wbar * adv[i] - mwa) * (w[i] / wbar * adv[i] - mwa) / N;
+        }
+        double nu = va > 0 ? vwa / (mw2 * va) : 1.0;
+        double s_var = 1 - 1 / fmax(nu, 1.0);
+        double alpha_raw = fmin(fmax((s_rel + s_div + s_var) / 3, 0.0), 1.0);
+        double alpha = alpha_raw;
+        int trunc = 0;
+        for (int i = 0; i < N; i++) {
+            coef[i] = (1 - alpha) + alpha * fmin(w[i], cap);
+            trunc += w[i] > cap;
+        }
+        h5log_traj_batch b = {.n = N, .step = step, .prompt_index = pidx, .group = grp,
+                              .prompt_tokens = ptok, .prompt_len = plen, .prompt_stride = DP,
+                              .completion_tokens = ctok, .completion_len = clen,
+                              .completion_stride = DG, .reward = reward, .advantage = adv,
+                              .l_mu = lmu, .l_pi = lpi, .log_w = logw, .coef = coef,
+                              .token_log_ratio = ratio, .commit_step = cstep,
+                              .commit_prob = prob};
+        double mm[DS];
+        for (int k = 0; k < DS; k++)
+            mm[k] = dcnt[k] ? dsum[k] / dcnt[k] : NAN;
+        double v[H5LOG_N_METRICS];
+        h5log_values_nan(v);
+        v[H5LOG_M(reward_mean)] = rmean;
+        v[H5LOG_M(reward_std)] = sqrt(rvar);
+        v[H5LOG_M(accuracy)] = rmean;
+        v[H5LOG_M(loss)] = -0.01 * (double)step / T;
+        v[H5LOG_M(clip_frac)] = 0;
+        v[H5LOG_M(grad_norm)] = 1.0 / (1 + 0.05 * (double)step);
+        v[H5LOG_M(lr)] = 1e-4;
+        v[H5LOG_M(alpha_raw)] = alpha_raw;
+        v[H5LOG_M(alpha)] = alpha;
+        v[H5LOG_M(rho_ess)] = rho;
+        v[H5LOG_M(s_rel)] = s_rel;
+        v[H5LOG_M(delta)] = delta;
+        v[H5LOG_M(s_div)] = s_div;
+        v[H5LOG_M(nu)] = nu;
+        v[H5LOG_M(s_var)] = s_var;
+        v[H5LOG_M(k3)] = k3;
+        v[H5LOG_M(frac_truncated)] = (double)trunc / N;
+        v[H5LOG_M(frac_zeroed)] = 0;
+        v[H5LOG_M(frac_nonfinite)] = 0;
+        v[H5LOG_M(frac_zero_var_groups)] = (double)zero_var / NP;
+        if (h5log_append_trajectories(log, &b, &err) ||
+            h5log_append_mismatch(log, step, mm, &err) ||
+            h5log_append_step(log, step, v, &err) ||
+            (step % 10 == 0 &&
+             h5log_append_eval(log, "countdown", step, p_ok, sqrt(p_ok * (1 - p_ok) / 100),
+                               p_ok, &err))) {
+            fprintf(stderr, "%s\n", err.msg);
+            exit(1);
+        }
+    }
+    h5log_close(log);
+}
+
+static void export_logs(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/test_values.h5", dir);
+    dllm_err err = {0};
+    h5log_meta m = test_meta();
+    h5log_dims d = test_dims();
+    h5log *log;
+    if (h5log_create(&log, path, &m, &d, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    for (int64_t s = 1; s <= 12; s++)
+        append_full_step(log, s, 0.0);
+    h5log_close(log);
+    snprintf(path, sizeof path, "%s/demo.h5", dir);
+    write_demo_log(path);
+    printf("wrote %s/test_values.h5 and %s/demo.h5\n", dir, dir);
+}
+
 static Suite *h5log_suite(void)
 {
     Suite *s = suite_create("h5log");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, NULL, rm_tmpdir);
     tcase_add_test(tc, test_roundtrip_values);
     tcase_add_test(tc, test_schema_dtypes);
     tcase_add_test(tc, test_sigkill_leaves_completed_steps);
@@ -907,6 +1121,12 @@ static Suite *h5log_suite(void)
 
 int main(void)
 {
+    const char *export_dir = getenv("DLLM_H5LOG_EXPORT");
+    if (export_dir) {
+        exporting = 1;
+        export_logs(export_dir);
+        exporting = 0;
+    }
     SRunner *sr = srunner_create(h5log_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
