@@ -12,6 +12,8 @@ int dllm_estimator_parse(const char *s, dllm_estimator *out)
         *out = EST_ELBO;
     else if (!strcmp(s, "trajectory"))
         *out = EST_TRAJECTORY;
+    else if (!strcmp(s, "exact"))
+        *out = EST_AR_EXACT;
     else
         return -1;
     return 0;
@@ -23,6 +25,7 @@ const char *dllm_estimator_name(dllm_estimator e)
     case EST_ONE_STEP: return "one_step";
     case EST_ELBO: return "elbo";
     case EST_TRAJECTORY: return "trajectory";
+    case EST_AR_EXACT: return "exact";
     }
     return "?";
 }
@@ -92,6 +95,9 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
     memset(out, 0, sizeof *out);
     if (L <= 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "empty completion");
+    if (c->kind == EST_AR_EXACT)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "exact log-probs are for autoregressive models (use a likelihood plan)");
     if (!(c->temperature > 0))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "scoring temperature must be > 0");
     const int T = P + L;

@@ -25,7 +25,13 @@
 #include "dllm/sampler.h"
 #include "kernels/rng.h"
 
-typedef enum { EST_ONE_STEP = 0, EST_ELBO = 1, EST_TRAJECTORY = 2 } dllm_estimator;
+typedef enum {
+    EST_ONE_STEP = 0,
+    EST_ELBO = 1,
+    EST_TRAJECTORY = 2,
+    EST_AR_EXACT = 3 /* autoregressive models: the exact sum of token log-probs
+                        (one clean causal canvas; position P+t-1 predicts token t) */
+} dllm_estimator;
 
 typedef struct {
     dllm_estimator kind;
@@ -44,7 +50,7 @@ typedef struct {
     int L;
 } dllm_lik_result;
 
-/* Parses "one_step" | "elbo" | "trajectory". */
+/* Parses "one_step" | "elbo" | "trajectory" | "exact". */
 int dllm_estimator_parse(const char *s, dllm_estimator *out);
 const char *dllm_estimator_name(dllm_estimator e);
 

@@ -24,7 +24,15 @@ static int32_t *new_canvas(builder *b, int i, const int32_t *prompt, const int32
     return c;
 }
 
+/* shift: the row scoring token t sits at position P + t + shift (AR: -1) */
+static void add_row_at(builder *b, int i, int t, int shift, int32_t target, double a);
+
 static void add_row(builder *b, int i, int t, int32_t target, double a)
+{
+    add_row_at(b, i, t, 0, target, a);
+}
+
+static void add_row_at(builder *b, int i, int t, int shift, int32_t target, double a)
 {
     dllm_lik_plan *p = b->p;
     if (p->n_rows == b->cap_rows) {
@@ -37,7 +45,7 @@ static void add_row(builder *b, int i, int t, int32_t target, double a)
         p->a = dllm_realloc(p->a, sizeof *p->a * n);
     }
     int r = p->n_rows++;
-    p->row[r] = (p->n_canvas - 1) * p->T + p->P + t;
+    p->row[r] = (p->n_canvas - 1) * p->T + p->P + t + shift;
     p->seq[r] = i;
     p->tok[r] = t;
     p->target[r] = target;
@@ -99,7 +107,18 @@ int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *
         }
         p->L[i] = Li;
         dllm_rng rng = dllm_rng_make(seed, DLLM_RNG_MASKS, key, seq_offset + (uint64_t)i);
-        if (c->kind == EST_ONE_STEP) {
+        if (c->kind == EST_AR_EXACT) {
+            if (P < 1) {
+                free(counts);
+                free(perm);
+                free(drawn);
+                dllm_lik_plan_free(p);
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "exact AR scoring needs a prompt");
+            }
+            new_canvas(&b, i, pr, g);
+            for (int t = 0; t < Li; t++)
+                add_row_at(&b, i, t, -1, g[t], 1.0);
+        } else if (c->kind == EST_ONE_STEP) {
             int32_t *cv = new_canvas(&b, i, pr, g);
             for (int t = 0; t < P; t++)
                 if ((!pm || pm[t]) && c->p_mask_prompt > 0 && dllm_rng_uniform(&rng) < c->p_mask_prompt)

@@ -5,6 +5,7 @@
 #include "dllm/tokenizer.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
+#include "src/prompt.h"
 
 #include <getopt.h>
 #include <jansson.h>
@@ -35,24 +36,7 @@ typedef struct {
 static int encode_text(const char *text, dllm_tokenizer *tok, dllm_chat_format fmt,
                        const dllm_model_config *mc, prompt_ids *out, dllm_err *err)
 {
-    char *rendered = NULL;
-    if (fmt != DLLM_CHAT_PLAIN && dllm_chat_prompt(fmt, NULL, text, false, false, &rendered, err))
-        return err->code;
-    const char *s = rendered ? rendered : text;
-    int32_t *ids;
-    size_t n;
-    int rc = dllm_tokenizer_encode(tok, s, strlen(s), false, &ids, &n, err);
-    free(rendered);
-    if (rc)
-        return rc;
-    int bos = fmt == DLLM_CHAT_PLAIN && mc->bos_token_id >= 0;
-    out->ids = dllm_malloc(sizeof *out->ids * (n + 1));
-    if (bos)
-        out->ids[0] = mc->bos_token_id;
-    memcpy(out->ids + bos, ids, sizeof *ids * n);
-    out->n = (int)n + bos;
-    free(ids);
-    return 0;
+    return prompt_encode(tok, fmt, mc, text, &out->ids, &out->n, err);
 }
 
 static int read_batch_file(const char *path, dllm_tokenizer **tok, const char *model_dir,

@@ -1,0 +1,14 @@
+/* prompt.h: text prompt -> token ids, the same way everywhere (generate, the
+ * RL loop, evaluation): the chat format wraps the text (plain: BOS + text),
+ * then the tokenizer encodes it. */
+#ifndef DLLM_PROMPT_H
+#define DLLM_PROMPT_H
+
+#include "dllm/chat.h"
+#include "dllm/model_config.h"
+#include "dllm/tokenizer.h"
+
+int prompt_encode(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_config *mc,
+                  const char *text, int32_t **ids, int *n, dllm_err *err);
+
+#endif
