@@ -139,6 +139,8 @@ static int read_dtype(cfg_reader *r, dllm_model_config *cfg)
     int rc = ju_get_string(r->root, "torch_dtype", r->path, &dt, &present, r->err);
     if (rc)
         return rc;
+    if (!present && (rc = ju_get_string(r->root, "dtype", r->path, &dt, &present, r->err)))
+        return rc; /* transformers 5 names the key "dtype" */
     if (strcmp(dt, "float32") != 0 && strcmp(dt, "bfloat16") != 0 && strcmp(dt, "float16") != 0)
         return dllm_err_set(r->err, DLLM_EXIT_INPUT,
                             "%s: key 'torch_dtype': \"%s\" is not supported (float32, bfloat16 or float16)",
@@ -230,6 +232,27 @@ static int load_llada(cfg_reader *r, dllm_model_config *cfg)
     return read_dtype(r, cfg);
 }
 
+/* transformers 5 writes RoPE settings as "rope_parameters": {"rope_type":
+ * "default", "rope_theta": ...} instead of a top-level rope_theta; a present
+ * top-level key wins. Only the plain (unscaled) rotation is supported. */
+static int read_rope_parameters(cfg_reader *r, dllm_model_config *cfg)
+{
+    const json_t *rp = json_object_get(r->root, "rope_parameters");
+    if (!rp || json_is_null(rp))
+        return DLLM_OK;
+    if (!json_is_object(rp))
+        return dllm_err_set(r->err, DLLM_EXIT_INPUT, "%s: key 'rope_parameters': expected an object, found %s",
+                            r->path, ju_type_name(rp));
+    const json_t *ty = json_object_get(rp, "rope_type");
+    if (ty && !json_is_null(ty) && !(json_is_string(ty) && strcmp(json_string_value(ty), "default") == 0))
+        return dllm_err_set(r->err, DLLM_EXIT_INPUT,
+                            "%s: key 'rope_parameters.rope_type': only \"default\" RoPE is supported", r->path);
+    if (json_object_get(r->root, "rope_theta"))
+        return DLLM_OK;
+    cfg_reader sub = {rp, r->path, r->err};
+    return read_float(&sub, "rope_theta", &cfg->rope_theta, cfg->rope_theta);
+}
+
 static int load_qwen3(cfg_reader *r, dllm_model_config *cfg)
 {
     bool present;
@@ -254,6 +277,7 @@ static int load_qwen3(cfg_reader *r, dllm_model_config *cfg)
     cfg->embedding_size = cfg->vocab_size;
     TRY(read_size(r, "max_position_embeddings", &cfg->max_seq_len, NULL));
     TRY(read_float(r, "rope_theta", &cfg->rope_theta, 10000.0f));
+    TRY(read_rope_parameters(r, cfg));
     TRY(read_float(r, "rms_norm_eps", &cfg->rms_norm_eps, 1e-6f));
     TRY(read_token(r, "mask_token_id", &cfg->mask_token_id, -1, cfg->embedding_size));
     TRY(read_token(r, "eos_token_id", &cfg->eos_token_id, -1, cfg->embedding_size));
