@@ -1,0 +1,914 @@
+/* test_qwen3.c: the Qwen3 model (dllm/qwen3.c) and the autoregressive
+ * sampler (dllm/ar_sampler.c) against Hugging Face transformers'
+ * Qwen3ForCausalLM, through the fixtures of tests/ref/make_qwen3_goldens.py in
+ * DLLM_TEST_DATA/qwen3/ (tied and untied embeddings): logits of a left-padded
+ * batch (fp32, and bf16 weights from a sharded checkpoint), the next-token loss
+ * and every parameter gradient, exact completion log-probs at a temperature,
+ * greedy generate() ids, and the temperature/top-p sampling distribution.
+ * Plus self-checks: KV-cache decoding == full forward (also with LoRA),
+ * finite differences of every tensor, LoRA gradients == the chain rule
+ * through the merged weight, merged save == LoRA forward, adapter and
+ * checkpoint round trips, padding invariance, sampler bookkeeping. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dllm/ar_sampler.h"
+#include "dllm/qwen3.h"
+#include "kernels/ops.h"
+#include "kernels/rng.h"
+
+enum { B = 3, T = 10, GB = 3, GP = 6, GN = 8 };
+
+/* ---- fixtures ------------------------------------------------------------------------------ */
+
+static char *data_path(const char *name)
+{
+    const char *dir = getenv("DLLM_TEST_DATA");
+    ck_assert_msg(dir != NULL, "DLLM_TEST_DATA is not set");
+    size_t n = strlen(dir) + strlen(name) + 16;
+    char *p = dllm_malloc(n);
+    snprintf(p, n, "%s/qwen3/%s", dir, name);
+    return p;
+}
+
+static qwen3_model *load_model(const char *name)
+{
+    char *dir = data_path(name);
+    qwen3_model *m = NULL;
+    dllm_err err = {0};
+    int rc = qwen3_load(&m, dir, &err);
+    ck_assert_msg(rc == 0, "load %s: %s", dir, err.msg);
+    free(dir);
+    return m;
+}
+
+static st_archive *open_golden(void)
+{
+    char *path = data_path("golden.safetensors");
+    st_archive *a;
+    dllm_err err = {0};
+    ck_assert_msg(st_open(&a, path, &err) == 0, "%s", err.msg);
+    free(path);
+    return a;
+}
+
+static const st_tensor *gold(const st_archive *a, const char *name, st_dtype dt, size_t n)
+{
+    const st_tensor *t = st_find(a, name);
+    ck_assert_msg(t != NULL, "golden tensor '%s' missing", name);
+    ck_assert_msg(t->dtype == dt && (size_t)t->numel == n,
+                  "golden tensor '%s': dtype %s numel %lld, expected %s numel %zu", name,
+                  st_dtype_name(t->dtype), (long long)t->numel, st_dtype_name(dt), n);
+    return t;
+}
+
+static float *gold_f32(const st_archive *a, const char *name, size_t n)
+{
+    float *out = dllm_malloc(n * sizeof(float) + 1);
+    memcpy(out, gold(a, name, ST_F32, n)->data, n * sizeof(float));
+    return out;
+}
+
+static double *gold_f64(const st_archive *a, const char *name, size_t n)
+{
+    double *out = dllm_malloc(n * sizeof(double) + 1);
+    memcpy(out, gold(a, name, ST_F64, n)->data, n * sizeof(double));
+    return out;
+}
+
+static int32_t *gold_i32(const st_archive *a, const char *name, size_t n)
+{
+    int32_t *out = dllm_malloc(n * sizeof(int32_t) + 1);
+    memcpy(out, gold(a, name, ST_I32, n)->data, n * sizeof(int32_t));
+    return out;
+}
+
+static uint8_t *gold_mask(const st_archive *a, const char *name, size_t n)
+{
+    int32_t *m = gold_i32(a, name, n);
+    uint8_t *out = dllm_malloc(n);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (uint8_t)m[i];
+    free(m);
+    return out;
+}
+
+/* The golden batch and its next-token rows. */
+typedef struct {
+    int32_t *tokens, *rows, *targets;
+    uint8_t *keymask;
+    int R;
+} batch;
+
+static void load_batch(const st_archive *a, batch *b)
+{
+    b->tokens = gold_i32(a, "tokens", B * T);
+    b->keymask = gold_mask(a, "keymask", B * T);
+    const st_tensor *r = st_find(a, "rows");
+    ck_assert_ptr_nonnull(r);
+    b->R = (int)r->numel;
+    b->rows = gold_i32(a, "rows", (size_t)b->R);
+    b->targets = gold_i32(a, "targets", (size_t)b->R);
+}
+
+static void free_batch(batch *b)
+{
+    free(b->tokens);
+    free(b->rows);
+    free(b->targets);
+    free(b->keymask);
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= d))
+            d = isnan(e) ? INFINITY : e;
+    }
+    return d;
+}
+
+static double max_abs(const float *a, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fabs((double)a[i]) > d ? fabs((double)a[i]) : d;
+    return d;
+}
+
+/* Mean next-token cross-entropy over the batch rows (the golden loss); with
+ * backward, its gradient is accumulated into the model. */
+static double loss_of(qwen3_model *m, const batch *b, bool backward)
+{
+    int V = qwen3_config(m)->vocab_size, R = b->R;
+    float *lg = dllm_malloc((size_t)R * V * sizeof(float));
+    int rc = backward ? qwen3_forward(m, b->tokens, b->keymask, B, T, b->rows, R, lg)
+                      : qwen3_forward_nograd(m, b->tokens, b->keymask, B, T, b->rows, R, lg);
+    ck_assert_int_eq(rc, 0);
+    /* log-softmax in double, so finite differences see little rounding */
+    double loss = 0;
+    for (int r = 0; r < R; r++) {
+        const float *z = lg + (size_t)r * V;
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++)
+            mx = z[j] > mx ? z[j] : mx;
+        for (int j = 0; j < V; j++)
+            s += exp((double)z[j] - mx);
+        loss -= ((double)z[b->targets[r]] - mx - log(s)) / R;
+    }
+    if (backward) {
+        float *logp = dllm_malloc((size_t)R * sizeof(float)), *lse = dllm_malloc(R * sizeof(float));
+        float *dlogp = dllm_malloc((size_t)R * sizeof(float));
+        float *dl = dllm_calloc((size_t)R * V, sizeof(float));
+        op_xent_fwd(logp, lse, lg, b->targets, R, V);
+        for (int r = 0; r < R; r++)
+            dlogp[r] = -1.0f / (float)R;
+        op_xent_bwd(dl, dlogp, lg, lse, b->targets, R, V);
+        qwen3_backward(m, dl);
+        free(logp);
+        free(lse);
+        free(dlogp);
+        free(dl);
+    }
+    free(lg);
+    return loss;
+}
+
+static char *make_tmpdir(void)
+{
+    char *t = dllm_strdup("/tmp/dllm-qwen3-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(t));
+    return t;
+}
+
+static void rm_rf(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Random LoRA B (PEFT starts it at zero, which would hide the adapter). */
+static void enable_lora(qwen3_model *m, int mask)
+{
+    qwen3_lora_enable(m, 4, 8.0f, mask, 5);
+    const qwen3_param *LP;
+    int nl = qwen3_lora_params(m, &LP);
+    ck_assert_int_gt(nl, 0);
+    dllm_rng r = dllm_rng_make(77, 0, 0, 0);
+    for (int i = 1; i < nl; i += 2) /* the B matrices */
+        for (size_t e = 0; e < LP[i].numel; e++)
+            LP[i].data[e] = (float)(0.1 * dllm_rng_normal(&r));
+}
+
+static const char *const variants[2] = {"tied", "untied"};
+
+/* ---- against transformers ------------------------------------------------------------------ */
+
+static void check_logits(const char *model_dir, const char *golden_name)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    qwen3_model *m = load_model(model_dir);
+    int V = qwen3_config(m)->vocab_size;
+    size_t n = (size_t)B * T * V;
+    float *want = gold_f32(a, golden_name, n), *got = dllm_malloc(n * sizeof(float));
+    ck_assert_int_eq(qwen3_forward(m, b.tokens, b.keymask, B, T, NULL, 0, got), 0);
+    double d = 0, big = 0;
+    for (int r = 0; r < B * T; r++) {
+        if (!b.keymask[r]) /* padding rows are not defined */
+            continue;
+        double e = max_abs_diff(got + (size_t)r * V, want + (size_t)r * V, (size_t)V);
+        d = e > d ? e : d;
+        double mx = max_abs(want + (size_t)r * V, (size_t)V);
+        big = mx > big ? mx : big;
+    }
+    ck_assert_msg(d < 1e-4, "%s: logits max abs err %g", golden_name, d);
+    ck_assert_msg(big > 1.0, "%s: golden logits are flat", golden_name);
+    free(want);
+    free(got);
+    qwen3_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+
+START_TEST(test_logits)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s.logits", variants[_i]);
+    check_logits(variants[_i], name);
+}
+END_TEST
+
+START_TEST(test_logits_bf16_sharded)
+{
+    check_logits("untied_bf16", "untied.logits_bf16");
+}
+END_TEST
+
+START_TEST(test_config_read)
+{
+    qwen3_model *m = load_model(variants[_i]);
+    const dllm_model_config *c = qwen3_config(m);
+    /* tied/ has transformers 5's rope_parameters; untied/ the published top-level key */
+    ck_assert(c->arch == DLLM_ARCH_QWEN3);
+    ck_assert_float_eq(c->rope_theta, 1000.0f);
+    ck_assert_float_eq(c->rms_norm_eps, 1e-5f);
+    ck_assert_int_eq(c->weight_tying, _i == 0);
+    ck_assert_int_eq(c->head_dim, 8);
+    ck_assert_int_eq(c->n_kv_heads, 2);
+    ck_assert_int_eq(c->eos_token_id, 7);
+    const qwen3_param *P;
+    int np = qwen3_params(m, &P);
+    ck_assert_int_eq(np, 1 + 2 * 11 + 1 + (_i == 0 ? 0 : 1));
+    ck_assert_str_eq(P[5].name, "model.layers.0.self_attn.q_norm.weight");
+    ck_assert_int_eq((int)P[5].shape[0], 8);
+    qwen3_free(m);
+}
+END_TEST
+
+START_TEST(test_loss_and_grads)
+{
+    const char *v = variants[_i];
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    qwen3_model *m = load_model(v);
+    qwen3_zero_grad(m);
+    double loss = loss_of(m, &b, true);
+    char name[160];
+    snprintf(name, sizeof name, "%s.loss", v);
+    float *want = gold_f32(a, name, 1);
+    ck_assert_msg(fabs(loss - want[0]) < 1e-5, "%s: loss %.7f, transformers %.7f", v, loss,
+                  want[0]);
+    free(want);
+    const qwen3_param *P;
+    int np = qwen3_params(m, &P);
+    for (int i = 0; i < np; i++) {
+        snprintf(name, sizeof name, "%s.grad.%s", v, P[i].name);
+        float *g = gold_f32(a, name, P[i].numel);
+        double d = max_abs_diff(P[i].grad, g, P[i].numel), mx = max_abs(g, P[i].numel);
+        ck_assert_msg(mx > 0, "%s: zero golden gradient", name);
+        ck_assert_msg(d <= 1e-3 * mx + 1e-7, "%s: max abs err %g (max |grad| %g)", name, d, mx);
+        free(g);
+    }
+    /* every golden gradient has a model tensor: nothing left out (lm_head when tied) */
+    int ngold = 0;
+    for (int i = 0; i < st_count(a); i++) {
+        snprintf(name, sizeof name, "%s.grad.", v);
+        ngold += strncmp(st_at(a, i)->name, name, strlen(name)) == 0;
+    }
+    ck_assert_int_eq(ngold, np);
+    /* gradients accumulate across backward calls */
+    float g0 = P[1].grad[3];
+    loss_of(m, &b, true);
+    ck_assert_float_eq_tol(P[1].grad[3], 2 * g0, 1e-6 + 1e-5 * fabs(g0));
+    qwen3_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_seq_logprob)
+{
+    const char *v = variants[_i];
+    st_archive *a = open_golden();
+    qwen3_model *m = load_model(v);
+    const st_tensor *tp = st_find(a, "lp_prompt"), *tc = st_find(a, "lp_completion");
+    ck_assert(tp && tc);
+    int P = (int)tp->numel, L = (int)tc->numel;
+    int32_t *prompt = gold_i32(a, "lp_prompt", (size_t)P);
+    int32_t *comp = gold_i32(a, "lp_completion", (size_t)L);
+    float *temp = gold_f32(a, "lp_temperature", 1);
+    char name[64];
+    snprintf(name, sizeof name, "%s.token_logp", v);
+    double *want = gold_f64(a, name, (size_t)L);
+    double seq, *tok = dllm_malloc((size_t)L * sizeof(double)), sum = 0;
+    dllm_err err = {0};
+    ck_assert_int_eq(qwen3_seq_logprob(m, prompt, P, comp, L, temp[0], &seq, tok, &err), 0);
+    for (int i = 0; i < L; i++) {
+        ck_assert_msg(fabs(tok[i] - want[i]) < 1e-4, "%s token %d: %.7f vs %.7f", v, i, tok[i],
+                      want[i]);
+        sum += want[i];
+    }
+    ck_assert_msg(fabs(seq - sum) < 3e-4, "%s: sequence %.7f vs %.7f", v, seq, sum);
+    /* a higher temperature flattens: the log-prob of the sequence changes */
+    double seq1;
+    ck_assert_int_eq(qwen3_seq_logprob(m, prompt, P, comp, L, 1.0, &seq1, NULL, &err), 0);
+    ck_assert(fabs(seq1 - seq) > 1e-3);
+    ck_assert_int_ne(qwen3_seq_logprob(m, prompt, 0, comp, L, 1.0, &seq1, NULL, &err), 0);
+    ck_assert_int_ne(qwen3_seq_logprob(m, prompt, P, comp, L, 0.0, &seq1, NULL, &err), 0);
+    ck_assert_msg(strstr(err.msg, "temperature") != NULL, "%s", err.msg);
+    free(prompt);
+    free(comp);
+    free(temp);
+    free(want);
+    free(tok);
+    qwen3_free(m);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_greedy_generate)
+{
+    const char *v = variants[_i];
+    st_archive *a = open_golden();
+    qwen3_model *m = load_model(v);
+    int32_t *prompts = gold_i32(a, "gen_prompts", GB * GP);
+    uint8_t *pmask = gold_mask(a, "gen_mask", GB * GP);
+    char name[64];
+    snprintf(name, sizeof name, "%s.gen_ids", v);
+    int32_t *want = gold_i32(a, name, GB * GN);
+    dllm_ar_cfg c = {.max_new_tokens = GN, .temperature = 0.0, .top_p = 1.0,
+                     .eos_id = qwen3_config(m)->eos_token_id};
+    dllm_ar_rollout r;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_ar_sample(m, prompts, pmask, GB, GP, &c, 1, &r, &err), 0);
+    for (int b = 0; b < GB; b++) {
+        int len = GN;
+        for (int g = 0; g < GN; g++) {
+            int32_t got = r.tokens[b * (GP + GN) + GP + g];
+            ck_assert_msg(got == want[b * GN + g], "%s row %d token %d: %d, generate() %d", v, b,
+                          g, got, want[b * GN + g]);
+            if (want[b * GN + g] == c.eos_id && len == GN)
+                len = g + 1;
+        }
+        ck_assert_int_eq(r.length[b], len);
+        for (int t = 0; t < GP; t++)
+            ck_assert_int_eq(r.tokens[b * (GP + GN) + t], prompts[b * GP + t]);
+        /* greedy: a point mass; temperature 1 log-probs = the exact estimator's */
+        int P = 0;
+        int32_t pr[GP];
+        for (int t = 0; t < GP; t++)
+            if (pmask[b * GP + t])
+                pr[P++] = prompts[b * GP + t];
+        double tok[GN];
+        double seq;
+        ck_assert_int_eq(qwen3_seq_logprob(m, pr, P, r.tokens + b * (GP + GN) + GP, len, 1.0,
+                                           &seq, tok, &err), 0);
+        for (int g = 0; g < GN; g++) {
+            ck_assert_float_eq(r.logp[b * GN + g], 0.0f);
+            double w = g < len ? tok[g] : 0.0;
+            ck_assert_msg(fabs(r.logp_t1[b * GN + g] - w) < 1e-4, "row %d token %d: %g vs %g", b,
+                          g, r.logp_t1[b * GN + g], w);
+            ck_assert(g >= len || r.logp_t1[b * GN + g] < 0);
+        }
+    }
+    dllm_ar_rollout_free(&r);
+    free(prompts);
+    free(pmask);
+    free(want);
+    qwen3_free(m);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_sampling_distribution)
+{
+    st_archive *a = open_golden();
+    const st_tensor *t = st_find(a, "dist_temp");
+    ck_assert_ptr_nonnull(t);
+    int K = (int)t->numel, V = 50;
+    float *lg = gold_f32(a, "dist_logits", (size_t)K * V);
+    float *temp = gold_f32(a, "dist_temp", (size_t)K), *top = gold_f32(a, "dist_top_p", (size_t)K);
+    double *want = gold_f64(a, "dist_probs", (size_t)K * V);
+    double probs[50];
+    int truncated = 0;
+    for (int k = 0; k < K; k++) {
+        dllm_ar_dist(lg + k * V, V, temp[k], top[k], probs, NULL);
+        int kept = 0;
+        for (int j = 0; j < V; j++) {
+            ck_assert_msg(fabs(probs[j] - want[k * V + j]) < 1e-6,
+                          "case %d (T %g, top_p %g) id %d: %g vs transformers %g", k, temp[k],
+                          top[k], j, probs[j], want[k * V + j]);
+            ck_assert_int_eq(probs[j] == 0.0, want[k * V + j] == 0.0);
+            kept += probs[j] > 0;
+        }
+        truncated += kept < V;
+        /* inverse CDF: empirical frequencies follow the distribution */
+        int count[50] = {0}, n = 20000;
+        dllm_rng r = dllm_rng_make(9, DLLM_RNG_SAMPLER, (uint64_t)k, 0);
+        for (int s = 0; s < n; s++) {
+            double lp;
+            int32_t id = dllm_ar_choose(lg + k * V, V, temp[k], top[k], dllm_rng_uniform(&r), &lp,
+                                        NULL, NULL);
+            ck_assert(probs[id] > 0);
+            ck_assert(fabs(lp - log(probs[id])) < 1e-9);
+            count[id]++;
+        }
+        for (int j = 0; j < V; j++) {
+            double sd = sqrt(n * probs[j] * (1 - probs[j]));
+            ck_assert_msg(fabs(count[j] - n * probs[j]) <= 5 * sd + 1, "case %d id %d: %d of %d, p %g",
+                          k, j, count[j], n, probs[j]);
+        }
+    }
+    ck_assert_int_ge(truncated, 3); /* the top-p cases do cut the tail */
+    /* greedy ties go to the lowest id */
+    float z[4] = {0.5f, 2.0f, -1.0f, 2.0f};
+    double lp, lp1;
+    ck_assert_int_eq(dllm_ar_choose(z, 4, 0.0, 1.0, 0.5, &lp, &lp1, NULL), 1);
+    ck_assert(lp == 0.0 && lp1 < 0);
+    free(lg);
+    free(temp);
+    free(top);
+    free(want);
+    st_close(a);
+}
+END_TEST
+
+/* ---- KV cache ------------------------------------------------------------------------------ */
+
+/* Prefill the golden prompts, then decode the fixed continuation `cont` one
+ * step at a time; each step's logits must equal the full forward's at the
+ * same row of the concatenated (left-padded) sequence. */
+static void check_cache(qwen3_model *m)
+{
+    st_archive *a = open_golden();
+    int32_t *prompts = gold_i32(a, "gen_prompts", GB * GP);
+    uint8_t *pmask = gold_mask(a, "gen_mask", GB * GP);
+    int V = qwen3_config(m)->vocab_size, TT = GP + GN;
+    int32_t *seq = dllm_malloc((size_t)GB * TT * sizeof(int32_t));
+    uint8_t *km = dllm_malloc((size_t)GB * TT);
+    dllm_rng r = dllm_rng_make(3, 0, 0, 0);
+    for (int b = 0; b < GB; b++)
+        for (int t = 0; t < TT; t++) {
+            seq[b * TT + t] = t < GP ? prompts[b * GP + t] : (int32_t)dllm_rng_below(&r, V);
+            km[b * TT + t] = t < GP ? pmask[b * GP + t] : 1;
+        }
+    float *full = dllm_malloc((size_t)GB * TT * V * sizeof(float));
+    ck_assert_int_eq(qwen3_forward_nograd(m, seq, km, GB, TT, NULL, 0, full), 0);
+
+    qwen3_kv_cache *c = qwen3_cache_new(m, GB, TT);
+    float *lg = dllm_malloc((size_t)GB * V * sizeof(float));
+    dllm_err err = {0};
+    ck_assert_int_eq(qwen3_prefill(m, c, prompts, pmask, GP, lg, &err), 0);
+    double worst = 0;
+    for (int step = 0; step <= GN - 1; step++) {
+        int t = GP - 1 + step; /* row whose logits lg holds */
+        for (int b = 0; b < GB; b++) {
+            double d = max_abs_diff(lg + (size_t)b * V, full + ((size_t)b * TT + t) * V, (size_t)V);
+            worst = d > worst ? d : worst;
+        }
+        if (step == GN - 1)
+            break;
+        int32_t next[GB];
+        for (int b = 0; b < GB; b++)
+            next[b] = seq[b * TT + GP + step];
+        ck_assert_int_eq(qwen3_decode_step(m, c, next, lg, &err), 0);
+    }
+    ck_assert_int_eq(qwen3_cache_len(c), TT - 1);
+    ck_assert_msg(worst < 2e-5, "KV-cache logits differ from the full forward by %g", worst);
+    /* the cache is full after one more slot */
+    int32_t next[GB] = {1, 2, 3};
+    ck_assert_int_eq(qwen3_decode_step(m, c, next, lg, &err), 0);
+    ck_assert_int_ne(qwen3_decode_step(m, c, next, lg, &err), 0);
+    ck_assert_msg(strstr(err.msg, "do not fit") != NULL, "%s", err.msg);
+    qwen3_cache_free(c);
+    free(lg);
+    free(full);
+    free(seq);
+    free(km);
+    free(prompts);
+    free(pmask);
+    st_close(a);
+}
+
+START_TEST(test_kv_cache)
+{
+    qwen3_model *m = load_model(variants[_i]);
+    check_cache(m);
+    enable_lora(m, LORA_ALL);
+    check_cache(m);
+    qwen3_free(m);
+}
+END_TEST
+
+/* A left-padded row computes the logits of the unpadded sequence. */
+START_TEST(test_padding_invariance)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    qwen3_model *m = load_model("untied");
+    int V = qwen3_config(m)->vocab_size;
+    float *pad = dllm_malloc((size_t)B * T * V * sizeof(float));
+    ck_assert_int_eq(qwen3_forward(m, b.tokens, b.keymask, B, T, NULL, 0, pad), 0);
+    for (int r = 0; r < B; r++) {
+        int start = 0;
+        while (!b.keymask[r * T + start])
+            start++;
+        ck_assert(r == 0 || start > 0);
+        int n = T - start;
+        float *one = dllm_malloc((size_t)n * V * sizeof(float));
+        ck_assert_int_eq(qwen3_forward_nograd(m, b.tokens + r * T + start, NULL, 1, n, NULL, 0,
+                                              one), 0);
+        double d = max_abs_diff(one, pad + ((size_t)r * T + start) * V, (size_t)n * V);
+        ck_assert_msg(d < 1e-5, "row %d: padded vs unpadded logits differ by %g", r, d);
+        free(one);
+    }
+    /* a rows subset gives the same logits as the full head */
+    float *sub = dllm_malloc((size_t)b.R * V * sizeof(float));
+    ck_assert_int_eq(qwen3_forward(m, b.tokens, b.keymask, B, T, b.rows, b.R, sub), 0);
+    for (int r = 0; r < b.R; r++)
+        ck_assert(max_abs_diff(sub + (size_t)r * V, pad + (size_t)b.rows[r] * V, (size_t)V) < 1e-6);
+    free(sub);
+    free(pad);
+    qwen3_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+/* ---- finite differences ------------------------------------------------------------------ */
+
+static void fd_check(qwen3_model *m, const batch *b, const qwen3_param *list, int n, double h,
+                     double tol)
+{
+    qwen3_zero_grad(m);
+    loss_of(m, b, true);
+    dllm_rng r = dllm_rng_make(11, 0, 0, 0);
+    for (int i = 0; i < n; i++) {
+        const qwen3_param *p = &list[i];
+        size_t big = 0;
+        for (size_t e = 0; e < p->numel; e++)
+            if (fabsf(p->grad[e]) > fabsf(p->grad[big]))
+                big = e;
+        size_t pick[3] = {big, (size_t)dllm_rng_below(&r, p->numel),
+                          (size_t)dllm_rng_below(&r, p->numel)};
+        for (int k = 0; k < 3; k++) {
+            size_t e = pick[k];
+            float w0 = p->data[e];
+            p->data[e] = w0 + (float)h;
+            double lp = loss_of(m, b, false);
+            p->data[e] = w0 - (float)h;
+            double lm = loss_of(m, b, false);
+            p->data[e] = w0;
+            double hh = ((double)(w0 + (float)h) - (double)(w0 - (float)h)) / 2;
+            double fd = (lp - lm) / (2 * hh), an = p->grad[e];
+            ck_assert_msg(fabs(fd - an) <= tol + 2e-2 * fabs(an),
+                          "%s[%zu]: finite difference %.6g, backward %.6g", p->name, e, fd, an);
+        }
+        ck_assert_msg(p->grad[big] != 0.0f, "%s: zero gradient everywhere", p->name);
+    }
+}
+
+START_TEST(test_fd_model)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    qwen3_model *m = load_model(variants[_i]);
+    const qwen3_param *P;
+    int np = qwen3_params(m, &P);
+    fd_check(m, &b, P, np, 2e-3, 2e-4);
+    qwen3_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+START_TEST(test_fd_lora)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    qwen3_model *m = load_model(variants[_i]);
+    enable_lora(m, LORA_ALL);
+    const qwen3_param *LP;
+    int nl = qwen3_lora_params(m, &LP);
+    ck_assert_int_eq(nl, 2 * 7 * 2);
+    fd_check(m, &b, LP, nl, 2e-3, 2e-4);
+    qwen3_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+/* ---- LoRA ---------------------------------------------------------------------------------- */
+
+/* LoRA forward == forward of the merged checkpoint; LoRA gradients == the
+ * chain rule through W' = W + s B A: dB = s dW' A^T, dA = s B^T dW'. */
+START_TEST(test_lora_merged)
+{
+    st_archive *a = open_golden();
+    batch b;
+    load_batch(a, &b);
+    qwen3_model *m = load_model(variants[_i]);
+    int mask = LORA_Q_PROJ | LORA_K_PROJ | LORA_V_PROJ | LORA_ATTN_OUT | LORA_FF_PROJ |
+               LORA_UP_PROJ | LORA_FF_OUT;
+    ck_assert_int_eq(mask, LORA_ALL);
+    ck_assert_int_eq(qwen3_lora_target_bit("o_proj"), LORA_ATTN_OUT);
+    ck_assert_int_eq(qwen3_lora_target_bit("gate_proj"), LORA_FF_PROJ);
+    ck_assert_int_eq(qwen3_lora_target_bit("down_proj"), LORA_FF_OUT);
+    ck_assert_int_eq(qwen3_lora_target_bit("lm_head"), 0);
+    enable_lora(m, mask);
+    float alpha;
+    int gotmask;
+    ck_assert_int_eq(qwen3_lora_info(m, &alpha, &gotmask), 4);
+    ck_assert(alpha == 8.0f && gotmask == mask);
+    size_t nt;
+    float *tr = qwen3_trainable(m, &nt);
+    const qwen3_param *LP;
+    int nl = qwen3_lora_params(m, &LP);
+    ck_assert_ptr_eq(tr, LP[0].data);
+    ck_assert_str_eq(LP[0].name, "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+    ck_assert_str_eq(LP[9].name, "base_model.model.model.layers.0.mlp.gate_proj.lora_B.weight");
+    qwen3_zero_grad(m);
+    double l_lora = loss_of(m, &b, true);
+    int V = qwen3_config(m)->vocab_size;
+    float *lg_lora = dllm_malloc((size_t)B * T * V * sizeof(float));
+    ck_assert_int_eq(qwen3_forward_nograd(m, b.tokens, b.keymask, B, T, NULL, 0, lg_lora), 0);
+
+    char *dir = make_tmpdir();
+    dllm_err err = {0};
+    ck_assert_msg(qwen3_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
+    qwen3_model *mm = NULL;
+    ck_assert_msg(qwen3_load(&mm, dir, &err) == 0, "%s", err.msg);
+    float *lg_m = dllm_malloc((size_t)B * T * V * sizeof(float));
+    ck_assert_int_eq(qwen3_forward_nograd(mm, b.tokens, b.keymask, B, T, NULL, 0, lg_m), 0);
+    double d = max_abs_diff(lg_lora, lg_m, (size_t)B * T * V);
+    ck_assert_msg(d < 1e-5, "merged checkpoint vs LoRA forward: %g", d);
+    qwen3_zero_grad(mm);
+    double l_m = loss_of(mm, &b, true);
+    ck_assert(fabs(l_m - l_lora) < 1e-6);
+
+    /* chain rule, per adapter */
+    const qwen3_param *P;
+    int np = qwen3_params(mm, &P);
+    float s = alpha / 4.0f;
+    for (int i = 0; i < nl; i += 2) {
+        const qwen3_param *A = &LP[i], *Bm = &LP[i + 1];
+        char base[96];
+        snprintf(base, sizeof base, "%s", A->name + strlen("base_model.model."));
+        *strstr(base, ".lora_A") = '\0';
+        strcat(base, ".weight");
+        const qwen3_param *W = NULL;
+        for (int k = 0; k < np; k++)
+            if (!strcmp(P[k].name, base))
+                W = &P[k];
+        ck_assert_msg(W != NULL, "no base weight %s", base);
+        int r = (int)A->shape[0], in = (int)A->shape[1], out = (int)Bm->shape[0];
+        float *dB = dllm_calloc((size_t)out * r, sizeof(float));
+        float *dA = dllm_calloc((size_t)r * in, sizeof(float));
+        op_gemm(false, true, out, r, in, s, W->grad, A->data, 0.0f, dB);
+        op_gemm(true, false, r, in, out, s, Bm->data, W->grad, 0.0f, dA);
+        double eb = max_abs_diff(dB, Bm->grad, Bm->numel), mb = max_abs(dB, Bm->numel);
+        double ea = max_abs_diff(dA, A->grad, A->numel), ma = max_abs(dA, A->numel);
+        ck_assert_msg(eb <= 1e-4 * mb + 1e-8 && mb > 0, "%s: %g (max %g)", Bm->name, eb, mb);
+        ck_assert_msg(ea <= 1e-4 * ma + 1e-8 && ma > 0, "%s: %g (max %g)", A->name, ea, ma);
+        free(dA);
+        free(dB);
+    }
+    /* base weights are frozen under LoRA */
+    const qwen3_param *PB;
+    qwen3_params(m, &PB);
+    ck_assert_ptr_null(PB[0].grad);
+
+    /* adapter file round trip */
+    char path[512];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    ck_assert_msg(qwen3_lora_save(m, path, &err) == 0, "%s", err.msg);
+    qwen3_model *m2 = load_model(variants[_i]);
+    qwen3_lora_enable(m2, 4, 8.0f, mask, 99);
+    ck_assert_msg(qwen3_lora_load(m2, path, &err) == 0, "%s", err.msg);
+    float *lg2 = dllm_malloc((size_t)B * T * V * sizeof(float));
+    ck_assert_int_eq(qwen3_forward_nograd(m2, b.tokens, b.keymask, B, T, NULL, 0, lg2), 0);
+    ck_assert(max_abs_diff(lg2, lg_lora, (size_t)B * T * V) == 0);
+    qwen3_free(m2);
+
+    rm_rf(dir);
+    free(dir);
+    free(lg2);
+    free(lg_m);
+    free(lg_lora);
+    qwen3_free(mm);
+    qwen3_free(m);
+    free_batch(&b);
+    st_close(a);
+}
+END_TEST
+
+/* ---- checkpoints --------------------------------------------------------------------------- */
+
+START_TEST(test_save_load_roundtrip)
+{
+    qwen3_model *m = load_model(variants[_i]);
+    char *dir = make_tmpdir();
+    dllm_err err = {0};
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/f32", dir);
+    ck_assert_msg(qwen3_save(m, sub, ST_F32, 20000, &err) == 0, "%s", err.msg);
+    qwen3_model *m2 = NULL;
+    ck_assert_msg(qwen3_load(&m2, sub, &err) == 0, "%s", err.msg);
+    const qwen3_param *P, *P2;
+    int np = qwen3_params(m, &P);
+    ck_assert_int_eq(qwen3_params(m2, &P2), np);
+    for (int i = 0; i < np; i++) {
+        ck_assert_str_eq(P[i].name, P2[i].name);
+        ck_assert(memcmp(P[i].data, P2[i].data, P[i].numel * sizeof(float)) == 0);
+    }
+    ck_assert_int_eq(qwen3_config(m2)->weight_tying, _i == 0);
+    /* tied: no lm_head in the file */
+    st_archive *ar;
+    ck_assert_int_eq(st_open(&ar, sub, &err), 0);
+    ck_assert_int_eq(st_find(ar, "lm_head.weight") != NULL, _i == 1);
+    ck_assert_int_eq(st_count(ar), np);
+    st_close(ar);
+    qwen3_free(m2);
+
+    snprintf(sub, sizeof sub, "%s/bf16", dir);
+    ck_assert_msg(qwen3_save(m, sub, ST_BF16, 0, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qwen3_load(&m2, sub, &err) == 0, "%s", err.msg);
+    qwen3_params(m2, &P2);
+    for (int i = 0; i < np; i++)
+        for (size_t e = 0; e < P[i].numel; e++)
+            ck_assert(P2[i].data[e] == op_bf16_to_f32(op_f32_to_bf16(P[i].data[e])));
+    ck_assert_str_eq(qwen3_config(m2)->torch_dtype, "bfloat16");
+    qwen3_free(m2);
+
+    ck_assert_int_ne(qwen3_load(&m2, dir, &err), 0); /* no config.json there */
+    ck_assert_msg(strstr(err.msg, dir) != NULL, "%s", err.msg);
+    rm_rf(dir);
+    free(dir);
+    qwen3_free(m);
+}
+END_TEST
+
+START_TEST(test_create_deterministic)
+{
+    dllm_model_config cfg;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_config_preset(&cfg, DLLM_ARCH_QWEN3, "tiny", &err), 0);
+    qwen3_model *a = qwen3_create(&cfg, 5), *b = qwen3_create(&cfg, 5), *c = qwen3_create(&cfg, 6);
+    size_t na, nb, nc;
+    float *pa = qwen3_trainable(a, &na), *pb = qwen3_trainable(b, &nb), *pc = qwen3_trainable(c, &nc);
+    ck_assert(na == nb && na == nc);
+    ck_assert_int_eq((long long)na, (long long)dllm_config_num_params(&cfg));
+    ck_assert(memcmp(pa, pb, na * sizeof(float)) == 0);
+    ck_assert(memcmp(pa, pc, na * sizeof(float)) != 0);
+    const qwen3_param *P;
+    int np = qwen3_params(a, &P);
+    double ss = 0;
+    for (size_t e = 0; e < P[0].numel; e++)
+        ss += (double)P[0].data[e] * P[0].data[e];
+    ck_assert(fabs(sqrt(ss / P[0].numel) - 0.02) < 0.002);
+    ck_assert(P[np - 1].data[0] != 1.0f); /* untied tiny: lm_head last */
+    ck_assert_float_eq(P[5].data[0], 1.0f);  /* q_norm */
+    qwen3_free(a);
+    qwen3_free(b);
+    qwen3_free(c);
+}
+END_TEST
+
+/* Temperature sampling: keyed (same seed, same tokens, independent of the
+ * other rows), log-probs consistent with the distribution and the model. */
+START_TEST(test_sample_keyed)
+{
+    st_archive *a = open_golden();
+    qwen3_model *m = load_model("untied");
+    int32_t *prompts = gold_i32(a, "gen_prompts", GB * GP);
+    uint8_t *pmask = gold_mask(a, "gen_mask", GB * GP);
+    dllm_ar_cfg c = {.max_new_tokens = GN, .temperature = 0.8, .top_p = 0.9, .eos_id = 7};
+    dllm_ar_rollout r1, r2, r3, r4;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_ar_sample(m, prompts, pmask, GB, GP, &c, 42, &r1, &err), 0);
+    ck_assert_int_eq(dllm_ar_sample(m, prompts, pmask, GB, GP, &c, 42, &r2, &err), 0);
+    ck_assert_int_eq(dllm_ar_sample(m, prompts, pmask, GB, GP, &c, 43, &r3, &err), 0);
+    size_t n = (size_t)GB * (GP + GN);
+    ck_assert(memcmp(r1.tokens, r2.tokens, n * sizeof(int32_t)) == 0);
+    ck_assert(memcmp(r1.logp, r2.logp, (size_t)GB * GN * sizeof(float)) == 0);
+    ck_assert(memcmp(r1.tokens, r3.tokens, n * sizeof(int32_t)) != 0);
+    /* row 0 alone, without left padding: the same tokens */
+    ck_assert_int_eq(dllm_ar_sample(m, prompts, NULL, 1, GP, &c, 42, &r4, &err), 0);
+    ck_assert(memcmp(r4.tokens, r1.tokens, (GP + GN) * sizeof(int32_t)) == 0);
+    int V = qwen3_config(m)->vocab_size;
+    double *probs = dllm_malloc((size_t)V * sizeof(double));
+    float *lg = dllm_malloc((size_t)V * sizeof(float));
+    for (int b = 0; b < GB; b++) {
+        int P = 0, L = r1.length[b];
+        int32_t seq[GP + GN];
+        for (int t = 0; t < GP; t++)
+            if (pmask[b * GP + t])
+                seq[P++] = prompts[b * GP + t];
+        const int32_t *gen = r1.tokens + b * (GP + GN) + GP;
+        double t1[GN], tt[GN], s1, st;
+        ck_assert_int_eq(qwen3_seq_logprob(m, seq, P, gen, L, 1.0, &s1, t1, &err), 0);
+        ck_assert_int_eq(qwen3_seq_logprob(m, seq, P, gen, L, c.temperature, &st, tt, &err), 0);
+        for (int g = 0; g < L; g++) {
+            ck_assert(fabs(r1.logp_t1[b * GN + g] - t1[g]) < 1e-4);
+            /* the sampling log-prob: the nucleus-renormalised tempered probability */
+            memcpy(seq + P + g, gen + g, sizeof(int32_t));
+            ck_assert_int_eq(qwen3_forward_nograd(m, seq, NULL, 1, P + g, (int32_t[]){P + g - 1},
+                                                  1, lg), 0);
+            dllm_ar_dist(lg, V, c.temperature, c.top_p, probs, NULL);
+            ck_assert(probs[gen[g]] > 0);
+            ck_assert(fabs(r1.logp[b * GN + g] - log(probs[gen[g]])) < 1e-4);
+            ck_assert(r1.logp[b * GN + g] >= tt[g] - 1e-4); /* truncation only raises it */
+        }
+        for (int g = L; g < GN; g++) {
+            ck_assert_int_eq(gen[g], c.eos_id);
+            ck_assert(r1.logp[b * GN + g] == 0 && r1.logp_t1[b * GN + g] == 0);
+        }
+        ck_assert(L == GN || gen[L - 1] == c.eos_id);
+    }
+    dllm_ar_cfg bad = c;
+    bad.top_p = 0;
+    ck_assert_int_ne(dllm_ar_sample(m, prompts, pmask, GB, GP, &bad, 1, &r4, &err), 0);
+    ck_assert_msg(strstr(err.msg, "top_p") != NULL, "%s", err.msg);
+    uint8_t empty[GP] = {0};
+    ck_assert_int_ne(dllm_ar_sample(m, prompts, empty, 1, GP, &c, 1, &r4, &err), 0);
+    free(probs);
+    free(lg);
+    dllm_ar_rollout_free(&r1);
+    dllm_ar_rollout_free(&r2);
+    dllm_ar_rollout_free(&r3);
+    free(prompts);
+    free(pmask);
+    qwen3_free(m);
+    st_close(a);
+}
+END_TEST
+
+static Suite *qwen3_suite(void)
+{
+    Suite *s = suite_create("qwen3");
+    TCase *g = tcase_create("transformers");
+    tcase_add_loop_test(g, test_logits, 0, 2);
+    tcase_add_test(g, test_logits_bf16_sharded);
+    tcase_add_loop_test(g, test_config_read, 0, 2);
+    tcase_add_loop_test(g, test_loss_and_grads, 0, 2);
+    tcase_add_loop_test(g, test_seq_logprob, 0, 2);
+    tcase_add_loop_test(g, test_greedy_generate, 0, 2);
+    tcase_add_test(g, test_sampling_distribution);
+    suite_add_tcase(s, g);
+    TCase *f = tcase_create("finite_differences");
+    tcase_set_timeout(f, 60);
+    tcase_add_loop_test(f, test_fd_model, 0, 2);
+    tcase_add_loop_test(f, test_fd_lora, 0, 2);
+    suite_add_tcase(s, f);
+    TCase *c = tcase_create("consistency");
+    tcase_add_loop_test(c, test_kv_cache, 0, 2);
+    tcase_add_test(c, test_padding_invariance);
+    tcase_add_loop_test(c, test_lora_merged, 0, 2);
+    tcase_add_loop_test(c, test_save_load_roundtrip, 0, 2);
+    tcase_add_test(c, test_create_deterministic);
+    tcase_add_test(c, test_sample_keyed);
+    suite_add_tcase(s, c);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(qwen3_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
