@@ -1,0 +1,402 @@
+/* corrections.c: mismatch correction coefficients and AIS diagnostics
+ * (METHOD.md §5); the definitions and the two-phase protocol are in corrections.h. */
+#include "src/corrections.h"
+
+#include <math.h>
+#include <string.h>
+
+void corr_cfg_default(corr_cfg *cfg)
+{
+    *cfg = (corr_cfg){
+        .method = CORR_AIS, .level = CORR_LEVEL_SEQUENCE, .cap = 2.0, .fixed_alpha = 0.5,
+        .ais = {.combine = AIS_COMBINE_LINEAR, .w_rel = 1.0, .w_div = 1.0, .w_var = 1.0,
+                .tau_delta = 0.05, .bias = -4.0, .eta = 0.0, .alpha_min = 0.0, .alpha_max = 1.0},
+    };
+}
+
+int corr_cfg_check(const corr_cfg *cfg, dllm_err *err)
+{
+    const ais_cfg *a = &cfg->ais;
+    if (!(isfinite(cfg->cap) && cfg->cap >= 1.0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "correction.cap: must be a finite number >= 1 (got %g)", cfg->cap);
+    if (!(cfg->fixed_alpha >= 0.0 && cfg->fixed_alpha <= 1.0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "correction.fixed_alpha: must be in [0, 1] (got %g)", cfg->fixed_alpha);
+    if (!(isfinite(a->tau_delta) && a->tau_delta > 0.0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "correction.ais.tau_delta: must be > 0 (got %g)", a->tau_delta);
+    if (!(a->eta >= 0.0 && a->eta <= 1.0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "correction.ais.eta: must be in [0, 1] (got %g)", a->eta);
+    if (!(a->alpha_min >= 0.0 && a->alpha_max <= 1.0 && a->alpha_min <= a->alpha_max))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "correction.ais.alpha_min/alpha_max: need 0 <= alpha_min <= "
+                            "alpha_max <= 1 (got %g, %g)", a->alpha_min, a->alpha_max);
+    if (!isfinite(a->bias))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "correction.ais.bias: must be finite");
+    const double ws[3] = {a->w_rel, a->w_div, a->w_var};
+    const char *names[3] = {"reliability", "divergence", "variance"};
+    for (int k = 0; k < 3; k++) {
+        /* linear is a weighted mean: negative weights would let it leave [0, 1]
+         * before the clip and make the denominator vanish */
+        if (!isfinite(ws[k]) || (a->combine == AIS_COMBINE_LINEAR && ws[k] < 0.0))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "correction.ais.weights.%s: must be finite%s (got %g)", names[k],
+                                a->combine == AIS_COMBINE_LINEAR ? " and >= 0 with linear" : "",
+                                ws[k]);
+    }
+    return DLLM_OK;
+}
+
+static const char *const method_names[] = {"none", "is", "tis", "mis", "fixed", "ais"};
+static const char *const level_names[] = {"sequence", "geo", "token"};
+static const char *const combine_names[] = {"linear", "logistic"};
+
+const char *corr_method_name(corr_method m)
+{
+    return (unsigned)m < 6 ? method_names[m] : "?";
+}
+const char *corr_level_name(corr_level l)
+{
+    return (unsigned)l < 3 ? level_names[l] : "?";
+}
+const char *ais_combine_name(ais_combine c)
+{
+    return (unsigned)c < 2 ? combine_names[c] : "?";
+}
+
+/* Looks s up in names[n]; the error names the key and lists the choices. */
+static int parse_enum(const char *s, const char *const *names, int n, const char *key, int *out,
+                      dllm_err *err)
+{
+    for (int k = 0; k < n; k++)
+        if (s && strcmp(s, names[k]) == 0) {
+            *out = k;
+            return DLLM_OK;
+        }
+    char choices[256] = "";
+    for (int k = 0; k < n; k++) {
+        strncat(choices, names[k], sizeof choices - strlen(choices) - 1);
+        if (k + 1 < n)
+            strncat(choices, ", ", sizeof choices - strlen(choices) - 1);
+    }
+    return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: unknown value '%s' (expected one of: %s)", key,
+                        s ? s : "(null)", choices);
+}
+
+int corr_parse_method(const char *s, corr_method *out, dllm_err *err)
+{
+    int k;
+    int rc = parse_enum(s, method_names, 6, "correction.method", &k, err);
+    if (rc == DLLM_OK)
+        *out = (corr_method)k;
+    return rc;
+}
+int corr_parse_level(const char *s, corr_level *out, dllm_err *err)
+{
+    int k;
+    int rc = parse_enum(s, level_names, 3, "correction.level", &k, err);
+    if (rc == DLLM_OK)
+        *out = (corr_level)k;
+    return rc;
+}
+int ais_parse_combine(const char *s, ais_combine *out, dllm_err *err)
+{
+    int k;
+    int rc = parse_enum(s, combine_names, 2, "correction.ais.combine", &k, err);
+    if (rc == DLLM_OK)
+        *out = (ais_combine)k;
+    return rc;
+}
+
+static int check_batch(const corr_cfg *cfg, const corr_batch *b, dllm_err *err)
+{
+    if (b->N < 0)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "corrections: negative batch size %d", b->N);
+    if (b->N == 0)
+        return DLLM_OK;
+    if (!b->adv)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "corrections: advantages missing");
+    if (cfg->level == CORR_LEVEL_TOKEN && !b->d)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL,
+                            "corrections: correction.level token needs per-token log-ratios");
+    if (cfg->level != CORR_LEVEL_TOKEN && !b->log_w)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "corrections: log w missing");
+    if (b->d && b->T < 1)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "corrections: token stride T = %d", b->T);
+    if (cfg->level == CORR_LEVEL_GEO) {
+        if (!b->len)
+            return dllm_err_set(err, DLLM_EXIT_INTERNAL,
+                                "corrections: correction.level geo needs completion lengths");
+        for (int i = 0; i < b->N; i++)
+            if (b->len[i] < 1)
+                return dllm_err_set(err, DLLM_EXIT_INTERNAL,
+                                    "corrections: completion %d has length %d (geo needs >= 1)", i,
+                                    b->len[i]);
+    }
+    return DLLM_OK;
+}
+
+/* log of the completion's weight at levels sequence/geo */
+static double seq_lw(const corr_cfg *cfg, const corr_batch *b, int i)
+{
+    return cfg->level == CORR_LEVEL_GEO ? b->log_w[i] / (double)b->len[i] : b->log_w[i];
+}
+
+/* The coefficient of one unit, and whether it was truncated (tis/fixed/ais)
+ * or zeroed (mis). lw non-finite -> 0. */
+static double unit_coef(const corr_cfg *cfg, double alpha, double lw, int *trunc, int *zeroed)
+{
+    *trunc = *zeroed = 0;
+    if (!isfinite(lw))
+        return 0.0;
+    const double C = cfg->cap, w = exp(lw);
+    switch (cfg->method) {
+    case CORR_NONE:
+        return 1.0;
+    case CORR_IS:
+        return w;
+    case CORR_TIS:
+        *trunc = w > C;
+        return w > C ? C : w;
+    case CORR_MIS:
+        if (w >= 1.0 / C && w <= C)
+            return w;
+        *zeroed = 1;
+        return 0.0;
+    case CORR_FIXED:
+    case CORR_AIS: {
+        const double a = cfg->method == CORR_FIXED ? cfg->fixed_alpha : alpha;
+        *trunc = w > C;
+        /* = (1 - a) + a min(w, C), exactly 1 at w = 1 */
+        return 1.0 + a * ((w > C ? C : w) - 1.0);
+    }
+    }
+    return 0.0;
+}
+
+static void ext_add(corr_extrema *x, double lw, double A)
+{
+    if (lw > x->v[CORR_X_LW_MAX]) x->v[CORR_X_LW_MAX] = lw;
+    if (-lw > x->v[CORR_X_LW_NEGMIN]) x->v[CORR_X_LW_NEGMIN] = -lw;
+    if (A > x->v[CORR_X_A_MAX]) x->v[CORR_X_A_MAX] = A;
+    if (-A > x->v[CORR_X_A_NEGMIN]) x->v[CORR_X_A_NEGMIN] = -A;
+}
+
+int corr_local_extrema(const corr_cfg *cfg, const corr_batch *b, corr_extrema *ext,
+                       dllm_err *err)
+{
+    for (int k = 0; k < CORR_EXT_N; k++)
+        ext->v[k] = -INFINITY;
+    int rc = check_batch(cfg, b, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < b->N; i++) {
+        if (cfg->level == CORR_LEVEL_TOKEN) {
+            const double *d = b->d + (size_t)i * b->T;
+            for (int t = 0; t < b->T; t++)
+                if (isfinite(d[t]))
+                    ext_add(ext, d[t], b->adv[i]);
+        } else {
+            const double lw = seq_lw(cfg, b, i);
+            if (isfinite(lw))
+                ext_add(ext, lw, b->adv[i]);
+        }
+    }
+    return DLLM_OK;
+}
+
+void corr_extrema_merge(corr_extrema *a, const corr_extrema *b)
+{
+    for (int k = 0; k < CORR_EXT_N; k++)
+        if (b->v[k] > a->v[k])
+            a->v[k] = b->v[k];
+}
+
+/* One unit into the sums: finite or not, its truncation/zeroing counts. */
+static void sums_add_unit(const corr_cfg *cfg, double *s, double lw, double A, double lw_max,
+                          double a_mid)
+{
+    int trunc, zeroed;
+    unit_coef(cfg, 0.0, lw, &trunc, &zeroed);
+    s[CORR_S_UNITS] += 1;
+    s[CORR_S_TRUNC] += trunc;
+    s[CORR_S_ZEROED] += zeroed;
+    if (!isfinite(lw)) {
+        s[CORR_S_NONFINITE] += 1;
+        return;
+    }
+    const double w = exp(lw - lw_max), a = A - a_mid;
+    s[CORR_S_FINITE] += 1;
+    s[CORR_S_W] += w;
+    s[CORR_S_W2] += w * w;
+    s[CORR_S_WA] += w * A;
+    s[CORR_S_W2A2] += (w * A) * (w * A);
+    s[CORR_S_A] += a;
+    s[CORR_S_A2] += a * a;
+}
+
+/* Tokens of one completion into delta and k3 (scored = finite d). */
+static void sums_add_tokens(double *s, const double *d, int T)
+{
+    double abs_sum = 0.0;
+    int n = 0;
+    for (int t = 0; t < T; t++) {
+        if (!isfinite(d[t]))
+            continue;
+        abs_sum += fabs(d[t]);
+        s[CORR_S_K3] += exp(d[t]) - 1.0 - d[t];
+        n++;
+    }
+    s[CORR_S_K3_N] += n;
+    if (n > 0) {
+        s[CORR_S_DELTA] += abs_sum / n;
+        s[CORR_S_DELTA_N] += 1;
+    }
+}
+
+int corr_local_sums(const corr_cfg *cfg, const corr_batch *b, const corr_extrema *gx,
+                    corr_stats *st, dllm_err *err)
+{
+    memset(st, 0, sizeof *st);
+    int rc = check_batch(cfg, b, err);
+    if (rc)
+        return rc;
+    double *s = st->v;
+    const double lw_max = gx->v[CORR_X_LW_MAX];
+    const double a_mid = 0.5 * (gx->v[CORR_X_A_MAX] - gx->v[CORR_X_A_NEGMIN]);
+    for (int i = 0; i < b->N; i++) {
+        const double *d = b->d ? b->d + (size_t)i * b->T : NULL;
+        if (cfg->level == CORR_LEVEL_TOKEN) {
+            for (int t = 0; t < b->T; t++)
+                if (!isnan(d[t]))
+                    sums_add_unit(cfg, s, d[t], b->adv[i], lw_max, a_mid);
+            sums_add_tokens(s, d, b->T);
+        } else {
+            const double lw = seq_lw(cfg, b, i);
+            sums_add_unit(cfg, s, lw, b->adv[i], lw_max, a_mid);
+            if (d && isfinite(lw))
+                sums_add_tokens(s, d, b->T);
+        }
+    }
+    return DLLM_OK;
+}
+
+void corr_stats_merge(corr_stats *a, const corr_stats *b)
+{
+    for (int k = 0; k < CORR_STATS_N; k++)
+        a->v[k] += b->v[k];
+}
+
+void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_cfg *cfg,
+                   double alpha_prev, corr_diag *g)
+{
+    const double *s = st->v;
+    const ais_cfg *ac = &cfg->ais;
+    const double n = s[CORR_S_FINITE];
+    memset(g, 0, sizeof *g);
+    g->n = n;
+    g->nu = 1.0;
+    g->log_mean_w = -INFINITY;
+    if (n > 0) {
+        const double Sw = s[CORR_S_W];
+        g->ess = Sw * Sw / s[CORR_S_W2];
+        g->rho_ess = g->ess / n;
+        g->s_rel = n > 1 ? (n - g->ess) / (n - 1) : 0.0;
+        const double mean_wt2 = n * s[CORR_S_W2] / (Sw * Sw); /* mean(w~^2) */
+        g->w_cv = sqrt(fmax(mean_wt2 - 1.0, 0.0));
+        g->log_mean_w = log(Sw / n) + gx->v[CORR_X_LW_MAX];
+        /* equal weights make w~ = 1 and equal advantages make Var(A) = 0: nu = 1
+         * exactly in both cases, decided on the exact extrema, not on rounded sums */
+        const bool w_equal = gx->v[CORR_X_LW_MAX] == -gx->v[CORR_X_LW_NEGMIN];
+        const bool a_equal = gx->v[CORR_X_A_MAX] == -gx->v[CORR_X_A_NEGMIN];
+        if (!w_equal && !a_equal) {
+            const double ma = s[CORR_S_A] / n;
+            const double var_a = s[CORR_S_A2] / n - ma * ma;
+            const double mwa = s[CORR_S_WA] / Sw; /* mean(w~ A) */
+            const double var_wa = n * s[CORR_S_W2A2] / (Sw * Sw) - mwa * mwa;
+            if (var_a > 0.0)
+                g->nu = fmax(var_wa, 0.0) / (mean_wt2 * var_a);
+        }
+    }
+    g->s_var = 1.0 - 1.0 / fmax(g->nu, 1.0);
+    g->delta = s[CORR_S_DELTA_N] > 0 ? s[CORR_S_DELTA] / s[CORR_S_DELTA_N] : 0.0;
+    g->k3 = s[CORR_S_K3_N] > 0 ? s[CORR_S_K3] / s[CORR_S_K3_N] : 0.0;
+    g->s_div = 1.0 - exp(-g->delta / ac->tau_delta);
+
+    const double lin = ac->w_rel * g->s_rel + ac->w_div * g->s_div + ac->w_var * g->s_var;
+    if (ac->combine == AIS_COMBINE_LOGISTIC) {
+        g->alpha_raw = 1.0 / (1.0 + exp(-(ac->bias + lin)));
+    } else {
+        const double wsum = ac->w_rel + ac->w_div + ac->w_var;
+        if (wsum == 0.0)
+            g->alpha_raw = ac->alpha_min;
+        else
+            g->alpha_raw = fmin(fmax(lin / wsum, 0.0), 1.0);
+    }
+    const double a = ac->eta * alpha_prev + (1.0 - ac->eta) * g->alpha_raw;
+    g->alpha = fmin(fmax(a, ac->alpha_min), ac->alpha_max);
+
+    const double units = s[CORR_S_UNITS];
+    if (units > 0) {
+        g->frac_nonfinite = s[CORR_S_NONFINITE] / units;
+        g->frac_truncated = s[CORR_S_TRUNC] / units;
+        g->frac_zeroed = s[CORR_S_ZEROED] / units;
+    }
+}
+
+int corr_coefficients(const corr_cfg *cfg, double alpha, const corr_batch *b, double *coef,
+                      double *coef_tok, corr_counts *cnt, dllm_err *err)
+{
+    int rc = check_batch(cfg, b, err);
+    if (rc)
+        return rc;
+    corr_counts c = {0};
+    const bool tok = cfg->level == CORR_LEVEL_TOKEN;
+    if (b->N > 0 && ((tok && !coef_tok) || (!tok && !coef)))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "corrections: no output for level %s",
+                            corr_level_name(cfg->level));
+    for (int i = 0; i < b->N; i++) {
+        int trunc, zeroed;
+        if (tok) {
+            const double *d = b->d + (size_t)i * b->T;
+            double *ct = coef_tok + (size_t)i * b->T;
+            for (int t = 0; t < b->T; t++) {
+                if (isnan(d[t])) {
+                    ct[t] = 0.0; /* not scored */
+                    continue;
+                }
+                ct[t] = unit_coef(cfg, alpha, d[t], &trunc, &zeroed);
+                c.units++;
+                c.nonfinite += !isfinite(d[t]);
+                c.truncated += trunc;
+                c.zeroed += zeroed;
+            }
+        } else {
+            const double lw = seq_lw(cfg, b, i);
+            coef[i] = unit_coef(cfg, alpha, lw, &trunc, &zeroed);
+            c.units++;
+            c.nonfinite += !isfinite(lw);
+            c.truncated += trunc;
+            c.zeroed += zeroed;
+        }
+    }
+    if (cnt)
+        *cnt = c;
+    return DLLM_OK;
+}
+
+int corr_compute_all(const corr_cfg *cfg, const corr_batch *b, double alpha_prev,
+                     corr_diag *diag, double *coef, double *coef_tok, dllm_err *err)
+{
+    corr_extrema x;
+    corr_stats s;
+    int rc = corr_local_extrema(cfg, b, &x, err);
+    if (!rc)
+        rc = corr_local_sums(cfg, b, &x, &s, err);
+    if (rc)
+        return rc;
+    corr_finalize(&s, &x, cfg, alpha_prev, diag);
+    return corr_coefficients(cfg, diag->alpha, b, coef, coef_tok, NULL, err);
+}

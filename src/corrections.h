@@ -1,0 +1,160 @@
+/* corrections.h: rollout-training mismatch corrections and the AIS diagnostics
+ * (METHOD.md §5). Pure math on arrays, all in double; no model code.
+ *
+ * Units. A "unit" is what carries one importance weight w = exp(lw):
+ *   level sequence: completion i, lw_i = log w_i = l_pi(y_i) - l_mu(y_i);
+ *   level geo:      completion i, lw_i = log w_i / L_i (per-token geometric mean);
+ *   level token:    scored token (i,t), lw = d_{i,t}; each carries A_i of its completion.
+ * A unit whose lw is not finite (NaN, +-inf; at level token: +-inf d, since NaN
+ * d means "not scored" and is no unit at all) gets coefficient 0, is counted
+ * (frac_nonfinite) and takes no part in any diagnostic: at levels sequence/geo
+ * its completion's tokens are left out of delta and k3 too.
+ *
+ * Diagnostics over the N finite units, with mean-one weights w~ = w / mean(w):
+ *   ESS = (sum w)^2 / sum w^2;  rho_ess = ESS / N;  s_rel = (N - ESS) / (N - 1)
+ *   (0 when N <= 1);
+ *   delta = mean over completions of the mean over its scored tokens of |d|
+ *   (a token is scored when d is finite; completions without one are skipped);
+ *   k3 = mean over scored tokens of (e^d - 1 - d);  s_div = 1 - exp(-delta/tau_delta)
+ *   (no scored token in the batch: delta = k3 = 0);
+ *   nu = Var(w~ A) / (mean(w~^2) Var(A)), population variances, nu = 1 when
+ *   Var(A) = 0 (all A equal) or when all weights are equal;  s_var = 1 - 1/max(nu, 1);
+ *   alpha_raw: linear   = clip01((l_rel s_rel + l_div s_div + l_var s_var) / (l_rel + l_div + l_var)),
+ *                         alpha_min when all l are 0;
+ *              logistic = sigmoid(bias + l_rel s_rel + l_div s_div + l_var s_var);
+ *   alpha = clamp(eta alpha_prev + (1 - eta) alpha_raw, alpha_min, alpha_max).
+ * With no finite unit: ESS = rho_ess = 0, s_rel = 0, nu = 1.
+ *
+ * Coefficients per unit (C = cap >= 1):
+ *   none 1;  is w;  tis min(w, C);  mis w if 1/C <= w <= C else 0;
+ *   fixed 1 + a (min(w, C) - 1), a = fixed_alpha;  ais the same with a = alpha.
+ * (1 + a(min(w,C) - 1) is (1 - a) + a min(w,C) written so that w = 1 gives exactly 1:
+ * the reference arm, all lw == 0, gets coefficient 1 exactly under every method.)
+ * w = exp(lw) is not rescaled for the coefficient: `is` overflows to +inf past lw ~ 709.
+ * frac_truncated: units with w > C (tis, fixed, ais); frac_zeroed: units with
+ * w outside [1/C, C] (mis); both over all units, finite or not.
+ *
+ * Data parallelism (diagnostics are over the GLOBAL batch; each rank holds whole
+ * completions). Two all-reduces, both on plain arrays of doubles:
+ *   1. corr_local_extrema() on the local slice -> corr_extrema (max lw, -min lw,
+ *      max A, -min A over finite units); all-reduce with MAX (corr_extrema_merge).
+ *   2. corr_local_sums(global extrema) -> corr_stats (counts and sums, weights
+ *      scaled by exp(-max lw) so nothing overflows, A centred on the midpoint of
+ *      its range); all-reduce with SUM (corr_stats_merge). ESS, nu, the CV of w
+ *      are invariant to the scale of w, so the scaled sums give them exactly.
+ *   3. corr_finalize(global stats) -> corr_diag, identical on every rank.
+ *   4. corr_coefficients(diag.alpha) on the local slice.
+ * corr_compute_all() does 1-4 on one process. */
+#ifndef DLLM_CORRECTIONS_H
+#define DLLM_CORRECTIONS_H
+
+#include "kernels/base.h"
+
+typedef enum { CORR_NONE, CORR_IS, CORR_TIS, CORR_MIS, CORR_FIXED, CORR_AIS } corr_method;
+typedef enum { CORR_LEVEL_SEQUENCE, CORR_LEVEL_GEO, CORR_LEVEL_TOKEN } corr_level;
+typedef enum { AIS_COMBINE_LINEAR, AIS_COMBINE_LOGISTIC } ais_combine;
+
+typedef struct {
+    ais_combine combine;   /* correction.ais.combine */
+    double w_rel;          /* correction.ais.weights.reliability */
+    double w_div;          /* correction.ais.weights.divergence */
+    double w_var;          /* correction.ais.weights.variance */
+    double tau_delta;      /* correction.ais.tau_delta (nats per token), > 0 */
+    double bias;           /* correction.ais.bias (logistic only) */
+    double eta;            /* correction.ais.eta, in [0, 1] */
+    double alpha_min;      /* correction.ais.alpha_min */
+    double alpha_max;      /* correction.ais.alpha_max */
+} ais_cfg;
+
+typedef struct {
+    corr_method method;    /* correction.method */
+    corr_level level;      /* correction.level */
+    double cap;            /* correction.cap, C >= 1 */
+    double fixed_alpha;    /* correction.fixed_alpha, in [0, 1] */
+    ais_cfg ais;
+} corr_cfg;
+
+/* METHOD.md defaults: ais, sequence, C 2, fixed_alpha 0.5, linear (1,1,1),
+ * tau_delta 0.05, bias -4, eta 0, alpha in [0, 1]. */
+void corr_cfg_default(corr_cfg *cfg);
+/* Range checks; messages name the config key ("correction.cap: ..."). */
+int corr_cfg_check(const corr_cfg *cfg, dllm_err *err);
+
+/* Enum names as written in YAML; parse errors name the key and the choices. */
+const char *corr_method_name(corr_method m);
+const char *corr_level_name(corr_level l);
+const char *ais_combine_name(ais_combine c);
+int corr_parse_method(const char *s, corr_method *out, dllm_err *err);
+int corr_parse_level(const char *s, corr_level *out, dllm_err *err);
+int ais_parse_combine(const char *s, ais_combine *out, dllm_err *err);
+
+/* One (local) batch of completions. */
+typedef struct {
+    int N;                 /* completions */
+    int T;                 /* row stride of d (tokens per row, >= every L_i) */
+    const double *log_w;   /* (N) log w_i = l_pi - l_mu; unused (may be NULL) at level token */
+    const int *len;        /* (N) completion lengths L_i; needed at level geo, else may be NULL */
+    const double *d;       /* (N, T) per-token log-ratios, NaN where not scored; needed at
+                              level token, else may be NULL (then delta = k3 = 0) */
+    const double *adv;     /* (N) advantages A_i */
+} corr_batch;
+
+/* Phase 1: extrema, all-reduced with MAX. Empty entries are -inf. */
+enum { CORR_X_LW_MAX, CORR_X_LW_NEGMIN, CORR_X_A_MAX, CORR_X_A_NEGMIN, CORR_EXT_N };
+typedef struct { double v[CORR_EXT_N]; } corr_extrema;
+
+/* Phase 2: counts and sums, all-reduced with SUM. w' = exp(lw - max lw),
+ * a = A - (max A + min A)/2; sums over finite units unless noted. */
+enum {
+    CORR_S_UNITS,      /* all units, finite or not */
+    CORR_S_FINITE,     /* N: finite units */
+    CORR_S_NONFINITE,  /* units with non-finite lw */
+    CORR_S_W,          /* sum w' */
+    CORR_S_W2,         /* sum w'^2 */
+    CORR_S_WA,         /* sum w' A */
+    CORR_S_W2A2,       /* sum (w' A)^2 */
+    CORR_S_A,          /* sum a */
+    CORR_S_A2,         /* sum a^2 */
+    CORR_S_DELTA,      /* sum over completions of their mean |d| */
+    CORR_S_DELTA_N,    /* completions with a scored token */
+    CORR_S_K3,         /* sum over scored tokens of e^d - 1 - d */
+    CORR_S_K3_N,       /* scored tokens */
+    CORR_S_TRUNC,      /* units with w > C (tis, fixed, ais) */
+    CORR_S_ZEROED,     /* units with w outside [1/C, C] (mis) */
+    CORR_STATS_N
+};
+typedef struct { double v[CORR_STATS_N]; } corr_stats;
+
+typedef struct {
+    double n;              /* finite units N */
+    double ess, rho_ess, s_rel;
+    double delta, k3, s_div;
+    double nu, s_var;
+    double w_cv;           /* coefficient of variation of w: sqrt(mean(w~^2) - 1) */
+    double log_mean_w;     /* log mean(w) over finite units (-inf when none) */
+    double alpha_raw, alpha;
+    double frac_nonfinite, frac_truncated, frac_zeroed; /* over all units */
+} corr_diag;
+
+/* Local counts from corr_coefficients (the global fractions are in corr_diag). */
+typedef struct { long units, nonfinite, truncated, zeroed; } corr_counts;
+
+int corr_local_extrema(const corr_cfg *cfg, const corr_batch *b, corr_extrema *ext,
+                       dllm_err *err);
+void corr_extrema_merge(corr_extrema *a, const corr_extrema *b); /* a = max(a, b) */
+int corr_local_sums(const corr_cfg *cfg, const corr_batch *b, const corr_extrema *global_ext,
+                    corr_stats *s, dllm_err *err);
+void corr_stats_merge(corr_stats *a, const corr_stats *b);     /* a += b */
+/* alpha_prev: alpha of the previous batch (0 at the first). */
+void corr_finalize(const corr_stats *s, const corr_extrema *global_ext, const corr_cfg *cfg,
+                   double alpha_prev, corr_diag *diag);
+/* coef (N): per completion at levels sequence/geo (may be NULL at level token).
+ * coef_tok (N, T): per token at level token (0 at unscored tokens); not written
+ * at the other levels. alpha: diag.alpha, used by ais only. cnt may be NULL. */
+int corr_coefficients(const corr_cfg *cfg, double alpha, const corr_batch *b, double *coef,
+                      double *coef_tok, corr_counts *cnt, dllm_err *err);
+/* Single process: phases 1-4. */
+int corr_compute_all(const corr_cfg *cfg, const corr_batch *b, double alpha_prev,
+                     corr_diag *diag, double *coef, double *coef_tok, dllm_err *err);
+
+#endif
