@@ -1,5 +1,6 @@
 /* dllm-rl init-model: a randomly initialised model in the exact HF layout. */
 #include "dllm/llada.h"
+#include "dllm/qwen3.h"
 #include "dllm/tokenizer.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
@@ -10,11 +11,13 @@
 
 static const char usage_text[] =
     "usage: dllm-rl init-model --arch llada --preset tiny|small|llada-8b --out DIR\n"
+    "       dllm-rl init-model --arch qwen3 --preset tiny|small|qwen3-8b --out DIR\n"
     "                          [--seed N] [--dtype f32|bf16] [--weights]\n"
     "\n"
-    "Writes DIR/config.json (the published LLaDA keys) and, for tiny and small, random\n"
-    "weights (normal, std 0.02) as safetensors plus a char-level tokenizer.json.\n"
-    "For llada-8b the 16 GB of weights are written only with --weights.\n";
+    "Writes DIR/config.json (the published LLaDA or Qwen3 keys) and, for tiny and\n"
+    "small, random weights (normal, std 0.02) as safetensors plus a char-level\n"
+    "tokenizer.json. For llada-8b and qwen3-8b the 16 GB of weights are written\n"
+    "only with --weights.\n";
 
 int cmd_init_model(int argc, char **argv)
 {
@@ -47,12 +50,13 @@ int cmd_init_model(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
-    if (strcmp(arch, "llada")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: supported: llada", arch);
+    bool qwen = !strcmp(arch, "qwen3");
+    if (strcmp(arch, "llada") && !qwen) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: supported: llada, qwen3", arch);
         return cli_fail("init-model", &err);
     }
     dllm_model_config cfg;
-    if (dllm_config_preset(&cfg, DLLM_ARCH_LLADA, preset, &err))
+    if (dllm_config_preset(&cfg, qwen ? DLLM_ARCH_QWEN3 : DLLM_ARCH_LLADA, preset, &err))
         return cli_fail("init-model", &err);
     if (dtype && strcmp(dtype, "f32") && strcmp(dtype, "bf16")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--dtype %s: expected f32 or bf16", dtype);
@@ -61,7 +65,7 @@ int cmd_init_model(int argc, char **argv)
     if (dtype)
         strcpy(cfg.torch_dtype, strcmp(dtype, "bf16") ? "float32" : "bfloat16");
     st_dtype st = strcmp(cfg.torch_dtype, "bfloat16") ? ST_F32 : ST_BF16;
-    bool big = !strcmp(preset, "llada-8b");
+    bool big = !strcmp(preset, "llada-8b") || !strcmp(preset, "qwen3-8b");
     if (cli_mkdirs(out, &err))
         return cli_fail("init-model", &err);
     if (big && !weights) {
@@ -71,10 +75,17 @@ int cmd_init_model(int argc, char **argv)
                (double)dllm_config_num_params(&cfg) / 1e9);
         return 0;
     }
-    llada_model *m = llada_create(&cfg, (uint64_t)seed);
     /* shard like the published checkpoints (about 5 GB per file) */
-    int rc = llada_save(m, out, st, (size_t)5 << 30, &err);
-    llada_free(m);
+    int rc;
+    if (qwen) {
+        qwen3_model *m = qwen3_create(&cfg, (uint64_t)seed);
+        rc = qwen3_save(m, out, st, (size_t)5 << 30, &err);
+        qwen3_free(m);
+    } else {
+        llada_model *m = llada_create(&cfg, (uint64_t)seed);
+        rc = llada_save(m, out, st, (size_t)5 << 30, &err);
+        llada_free(m);
+    }
     if (rc)
         return cli_fail("init-model", &err);
     if (!big) {
@@ -83,7 +94,7 @@ int cmd_init_model(int argc, char **argv)
         if (dllm_tokenizer_write_char(path, &err))
             return cli_fail("init-model", &err);
     }
-    printf("wrote %s (llada %s, %.3fM parameters, %s)\n", out, preset,
+    printf("wrote %s (%s %s, %.3fM parameters, %s)\n", out, qwen ? "qwen3" : "llada", preset,
            (double)dllm_config_num_params(&cfg) / 1e6, st_dtype_name(st));
     return 0;
 }
