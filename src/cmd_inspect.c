@@ -109,8 +109,10 @@ int cmd_inspect(int argc, char **argv)
     /* A run directory holds log.h5. */
     char path[4096];
     struct stat st;
+    size_t tl = strlen(target);
     if (stat(target, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(path, sizeof path, "%s/log.h5", target);
+        snprintf(path, sizeof path, "%s%slog.h5", target,
+                 tl && target[tl - 1] == '/' ? "" : "/");
     else
         snprintf(path, sizeof path, "%s", target);
 

@@ -516,12 +516,18 @@ static int check_dims(const char *path, const h5log_dims *d, dllm_err *err)
     return 0;
 }
 
-static hid_t latest_fapl(void)
+/* Creates (create) or opens path with the latest format (what SWMR needs);
+ * on failure reason gets HDF5's innermost message. */
+static hid_t file_open(const char *path, unsigned flags, bool create, char reason[200])
 {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl >= 0)
         H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-    return fapl;
+    hid_t f = create ? H5Fcreate(path, flags, H5P_DEFAULT, fapl) : H5Fopen(path, flags, fapl);
+    if (f < 0)
+        h5_reason(reason);  /* before H5Pclose clears the error stack */
+    H5Pclose(fapl);
+    return f;
 }
 
 /* Writes attributes and every dataset into the freshly created file; all
@@ -747,11 +753,10 @@ int h5log_create(h5log **out, const char *path, const h5log_meta *meta,
     set_tasks(log, dims->n_eval_tasks, dims->eval_tasks);
     log->dims = *dims;
     log->dims.eval_tasks = (const char *const *)log->task_names;
-    hid_t fapl = latest_fapl();
-    log->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
+    char reason[200];
+    log->file = file_open(path, H5F_ACC_TRUNC, true, reason);
     if (log->file < 0)
-        rc = h5_fail(err, DLLM_EXIT_INPUT, path, "cannot create");
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot create: %s", path, reason);
     if (!rc)
         rc = create_layout(log->file, path, meta, dims, err);
     /* From here on the writer only extends datasets (the SWMR contract). */
@@ -778,13 +783,10 @@ static int open_file_read(const char *path, hid_t *file, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: not a file", path);
-    hid_t fapl = latest_fapl();
-    *file = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
-    H5Pclose(fapl);
+    char reason[200];
+    *file = file_open(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, false, reason);
     if (*file >= 0)
         return 0;
-    char reason[200];
-    h5_reason(reason);
     *file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (*file >= 0)
         return 0;
@@ -900,11 +902,10 @@ static int copy_group(hid_t src, hid_t dst, const char *gpath, int64_t last_step
 static int resume_copy(h5log *old, const char *tmp, int64_t last_step, dllm_err *err)
 {
     const char *path = old->path;
-    hid_t fapl = latest_fapl();
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
+    char reason[200];
+    hid_t f = file_open(tmp, H5F_ACC_TRUNC, true, reason);
     if (f < 0)
-        return h5_fail(err, DLLM_EXIT_INPUT, tmp, "cannot create");
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot create: %s", tmp, reason);
     h5log_dims dims = old->dims;
     if (dims.max_prompt < 1 || dims.max_completion < 1 || dims.denoise_steps < 1) {
         H5Fclose(f);
@@ -960,11 +961,11 @@ static int resume(h5log **out, const char *path, int64_t last_step, dllm_err *er
     /* The copy was closed cleanly, so it may be reopened for writing. */
     h5log *log = log_alloc(path);
     log->writable = true;
-    hid_t fapl = latest_fapl();
-    log->file = H5Fopen(path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl);
-    H5Pclose(fapl);
+    char reason[200];
+    log->file = file_open(path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, false, reason);
     if (log->file < 0)
-        rc = h5_fail(err, DLLM_EXIT_INTERNAL, path, "reopening for SWMR write");
+        rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: reopening for SWMR write: %s", path,
+                          reason);
     if (!rc) {
         read_meta(log);
         name_list tasks = list_group(log->file, "eval");
