@@ -279,6 +279,11 @@ int corr_local_sums(const corr_cfg *cfg, const corr_batch *b, const corr_extrema
             if (d && isfinite(lw))
                 sums_add_tokens(s, d, b->T);
         }
+        /* the standard error belongs to the completion's log w at every level */
+        if (b->log_w_se && b->log_w && isfinite(b->log_w[i]) && isfinite(b->log_w_se[i])) {
+            s[CORR_S_SE] += b->log_w_se[i];
+            s[CORR_S_SE_N] += 1;
+        }
     }
     return DLLM_OK;
 }
@@ -338,6 +343,7 @@ void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_cfg 
     const double a = ac->eta * alpha_prev + (1.0 - ac->eta) * g->alpha_raw;
     g->alpha = fmin(fmax(a, ac->alpha_min), ac->alpha_max);
 
+    g->log_w_se = s[CORR_S_SE_N] > 0 ? s[CORR_S_SE] / s[CORR_S_SE_N] : NAN;
     const double units = s[CORR_S_UNITS];
     if (units > 0) {
         g->frac_nonfinite = s[CORR_S_NONFINITE] / units;
@@ -385,6 +391,17 @@ int corr_coefficients(const corr_cfg *cfg, double alpha, const corr_batch *b, do
     if (cnt)
         *cnt = c;
     return DLLM_OK;
+}
+
+void corr_step_mismatch(const corr_batch *b, const int *step, int n_steps, double *sum_abs,
+                        double *count)
+{
+    for (size_t k = 0; b->d && k < (size_t)b->N * b->T; k++) {
+        if (!isfinite(b->d[k]) || step[k] < 0 || step[k] >= n_steps)
+            continue;
+        sum_abs[step[k]] += fabs(b->d[k]);
+        count[step[k]] += 1;
+    }
 }
 
 int corr_compute_all(const corr_cfg *cfg, const corr_batch *b, double alpha_prev,

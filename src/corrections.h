@@ -97,6 +97,7 @@ typedef struct {
     const double *d;       /* (N, T) per-token log-ratios, NaN where not scored; needed at
                               level token, else may be NULL (then delta = k3 = 0) */
     const double *adv;     /* (N) advantages A_i */
+    const double *log_w_se;/* (N) Monte Carlo standard error of log w_i, or NULL (logged only) */
 } corr_batch;
 
 /* Phase 1: extrema, all-reduced with MAX. Empty entries are -inf. */
@@ -121,6 +122,8 @@ enum {
     CORR_S_K3_N,       /* scored tokens */
     CORR_S_TRUNC,      /* units with w > C (tis, fixed, ais) */
     CORR_S_ZEROED,     /* units with w outside [1/C, C] (mis) */
+    CORR_S_SE,         /* sum of finite log_w_se over completions with finite lw */
+    CORR_S_SE_N,       /* their number */
     CORR_STATS_N
 };
 typedef struct { double v[CORR_STATS_N]; } corr_stats;
@@ -133,6 +136,7 @@ typedef struct {
     double w_cv;           /* coefficient of variation of w: sqrt(mean(w~^2) - 1) */
     double log_mean_w;     /* log mean(w) over finite units (-inf when none) */
     double alpha_raw, alpha;
+    double log_w_se;       /* mean Monte Carlo standard error of log w (NaN when not given) */
     double frac_nonfinite, frac_truncated, frac_zeroed; /* over all units */
 } corr_diag;
 
@@ -153,6 +157,13 @@ void corr_finalize(const corr_stats *s, const corr_extrema *global_ext, const co
  * at the other levels. alpha: diag.alpha, used by ais only. cnt may be NULL. */
 int corr_coefficients(const corr_cfg *cfg, double alpha, const corr_batch *b, double *coef,
                       double *coef_tok, corr_counts *cnt, dllm_err *err);
+/* Mismatch by denoising step: for every scored token (finite d) committed at
+ * step s = step[i,t] in [0, n_steps), sum_abs[s] += |d| and count[s] += 1.
+ * Accumulates (+=), so ranks all-reduce both with SUM; the logged value is
+ * sum_abs / count. step: (N, T); values outside [0, n_steps) are skipped. */
+void corr_step_mismatch(const corr_batch *b, const int *step, int n_steps, double *sum_abs,
+                        double *count);
+
 /* Single process: phases 1-4. */
 int corr_compute_all(const corr_cfg *cfg, const corr_batch *b, double alpha_prev,
                      corr_diag *diag, double *coef, double *coef_tok, dllm_err *err);

@@ -159,6 +159,23 @@ static int check_in(const grpo_loss_cfg *cfg, const grpo_loss_in *in, dllm_err *
     return DLLM_OK;
 }
 
+void grpo_local_denoms(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_denoms *d)
+{
+    double len_total = 0.0, tok_total = 0.0;
+    for (int i = 0; i < in->N; i++) {
+        if (cfg->ratio == GRPO_RATIO_SEQUENCE && in->len)
+            len_total += in->len[i];
+        for (int t = 0; in->logp_theta && t < in->T; t++)
+            tok_total += !isnan(in->logp_theta[(size_t)i * in->T + t]);
+    }
+    if (cfg->agg == GRPO_AGG_SEQ_MEAN) {
+        d->surr = d->kl = in->N;
+        return;
+    }
+    d->surr = cfg->ratio == GRPO_RATIO_SEQUENCE ? len_total : tok_total;
+    d->kl = tok_total;
+}
+
 int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *out,
               double *grad_l, double *grad_logp, dllm_err *err)
 {
@@ -176,16 +193,16 @@ int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *o
     if (N == 0)
         return DLLM_OK;
 
-    /* scored tokens per sequence (token ratio, KL) and the token_mean denominators */
+    /* scored tokens per sequence (token ratio, KL) and the denominators */
     int *n_tok = dllm_calloc((size_t)N, sizeof *n_tok);
-    double tok_total = 0.0, len_total = 0.0;
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < N; i++)
         for (int t = 0; in->logp_theta && t < T; t++)
             n_tok[i] += !isnan(in->logp_theta[(size_t)i * T + t]);
-        tok_total += n_tok[i];
-        if (!tok)
-            len_total += in->len[i];
-    }
+    grpo_denoms den;
+    if (in->denoms)
+        den = *in->denoms;
+    else
+        grpo_local_denoms(cfg, in, &den);
 
     long n_clipped = 0;
     double ratio_sum = 0.0, surr = 0.0;
@@ -204,7 +221,7 @@ int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *o
             if (c == 0.0)
                 continue;
             /* each of the L_i tokens carries c S: seq_mean averages them back to c S */
-            const double w = seq_mean ? 1.0 / N : L / len_total;
+            const double w = seq_mean ? 1.0 / den.surr : L / den.surr;
             surr += w * c * S;
             if (grad_l)
                 grad_l[i] = -w * c * dS * r / L;
@@ -222,7 +239,7 @@ int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *o
             const double c = in->coef_tok ? in->coef_tok[k] : in->coef[i];
             if (c == 0.0)
                 continue;
-            const double w = seq_mean ? 1.0 / ((double)N * n_tok[i]) : 1.0 / tok_total;
+            const double w = seq_mean ? 1.0 / (den.surr * n_tok[i]) : 1.0 / den.surr;
             surr += w * c * S;
             if (grad_logp)
                 grad_logp[k] = -w * c * dS * r;
@@ -237,7 +254,7 @@ int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *o
                 if (isnan(in->logp_theta[k]))
                     continue;
                 const double x = in->logp_ref[k] - in->logp_theta[k], ex = exp(x);
-                const double w = seq_mean ? 1.0 / ((double)N * n_tok[i]) : 1.0 / tok_total;
+                const double w = seq_mean ? 1.0 / (den.kl * n_tok[i]) : 1.0 / den.kl;
                 kl += w * (ex - x - 1.0);
                 if (grad_logp && cfg->beta > 0.0)
                     grad_logp[k] += cfg->beta * w * (1.0 - ex);

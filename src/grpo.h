@@ -36,7 +36,13 @@
  *                    tokens. (w, w' the aggregation weights above.)
  *   The clip is active ("clipped") when r > 1+eps and A > 0, or r < 1-eps and A < 0:
  *   there min() picks the constant clipped branch, so the gradient is 0.
- * clip_frac = clipped ratio terms / ratio terms (sequences, or scored tokens). */
+ * clip_frac = clipped ratio terms / ratio terms (sequences, or scored tokens).
+ *
+ * Data parallelism: the aggregation is over the GLOBAL batch. Each rank calls
+ * grpo_local_denoms(), the caller all-reduces the two numbers with SUM and passes
+ * them as in.denoms; each rank's loss is then its share of the global loss (the
+ * global loss is the SUM over ranks, and so are the gradients: all-reduce the
+ * parameter gradients with SUM, not the mean). denoms = NULL uses the local batch. */
 #ifndef DLLM_GRPO_H
 #define DLLM_GRPO_H
 
@@ -68,6 +74,11 @@ typedef struct {
     double beta;           /* grpo.beta, >= 0 */
 } grpo_loss_cfg;
 
+/* Denominators of the aggregation: surrogate (seq_mean: sequences; token_mean:
+ * sum of L_i for the sequence ratio, scored tokens for the token ratio) and KL
+ * (seq_mean: sequences; token_mean: scored tokens). */
+typedef struct { double surr, kl; } grpo_denoms;
+
 typedef struct {
     int N;                    /* completions */
     int T;                    /* row stride of the per-token arrays */
@@ -80,6 +91,7 @@ typedef struct {
     const double *logp_theta; /* (N, T) per-token log-probs, NaN = not scored (token ratio, KL) */
     const double *logp_old;   /* (N, T) (token ratio) */
     const double *logp_ref;   /* (N, T) reference policy (KL); NULL: no KL (needs beta = 0) */
+    const grpo_denoms *denoms;/* global denominators, or NULL for the local batch */
 } grpo_loss_in;
 
 typedef struct {
@@ -91,6 +103,9 @@ typedef struct {
     long n_ratio_terms;    /* sequences, or scored tokens */
     long n_kl_tokens;      /* scored tokens of logp_theta used by the KL */
 } grpo_loss_out;
+
+/* This rank's denominators (to be all-reduced with SUM). */
+void grpo_local_denoms(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_denoms *d);
 
 /* grad_l (N) and grad_logp (N, T) may be NULL when not wanted. */
 int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *out,

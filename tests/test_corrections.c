@@ -7,7 +7,8 @@
  *  - the two-phase (extrema, sums) protocol over 2 or 3 slices + merge equals
  *    the single pass;
  *  - a zero diagnostic weight removes that diagnostic; alpha clamping and eta;
- *  - hand-computed ESS and nu; config checks and enum parsing. */
+ *  - hand-computed ESS and nu; the mean standard error of log w and the
+ *    mismatch by denoising step; config checks and enum parsing. */
 #include "src/corrections.h"
 
 #include <check.h>
@@ -114,6 +115,7 @@ typedef struct {
 
 static void batch_from_json(const json_t *j, batch_buf *bb)
 {
+    memset(bb, 0, sizeof *bb);
     bb->b.N = (int)json_integer_value(json_object_get(j, "N"));
     bb->b.T = (int)json_integer_value(json_object_get(j, "T"));
     bb->log_w = jarr(j, "log_w", NULL);
@@ -404,6 +406,31 @@ START_TEST(nonfinite_excluded_and_counted)
 }
 END_TEST
 
+START_TEST(standard_error_and_step_mismatch)
+{
+    double log_w[3] = {0.1, INFINITY, -0.2}, adv[3] = {0, 1, 2}, se[3] = {0.3, 9.0, 0.5};
+    double d[3 * 2] = {0.1, -0.4, 7.0, NAN, INFINITY, 0.2};
+    int step[3 * 2] = {0, 1, 1, 0, 0, 5};
+    corr_batch b = {.N = 3, .T = 2, .log_w = log_w, .d = d, .adv = adv, .log_w_se = se};
+    corr_cfg cfg;
+    corr_cfg_default(&cfg);
+    corr_diag g;
+    double coef[3];
+    dllm_err err = {0};
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert_double_eq_tol(g.log_w_se, 0.4, 1e-15); /* completion 1 (log w = inf) left out */
+    b.log_w_se = NULL;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert(isnan(g.log_w_se));
+    /* step 0: |0.1|; step 1: |-0.4| + |7.0|; step 5 outside [0, 2); inf, NaN skipped */
+    double sum[2] = {1.0, 0.0}, cnt[2] = {1.0, 0.0};
+    corr_step_mismatch(&b, step, 2, sum, cnt);
+    ck_assert_double_eq_tol(sum[0], 1.1, 1e-15);
+    ck_assert(cnt[0] == 2.0 && cnt[1] == 2.0);
+    ck_assert_double_eq_tol(sum[1], 7.4, 1e-15);
+}
+END_TEST
+
 START_TEST(zero_weight_removes_diagnostic)
 {
     const json_t *bj = json_array_get(json_object_get(goldens, "batches"), 0);
@@ -566,6 +593,7 @@ static Suite *corrections_suite(void)
     tcase_add_test(tc, reference_arm_gives_exactly_one);
     tcase_add_test(tc, hand_computed);
     tcase_add_test(tc, nonfinite_excluded_and_counted);
+    tcase_add_test(tc, standard_error_and_step_mismatch);
     tcase_add_test(tc, zero_weight_removes_diagnostic);
     tcase_add_test(tc, alpha_clamp_and_eta);
     tcase_add_test(tc, config_checks_and_names);

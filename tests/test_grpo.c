@@ -5,6 +5,8 @@
  *    autograd reference (tests/ref/make_ais_goldens.py -> tests/data/grpo/loss.json)
  *    for sequence/token ratio x seq_mean/token_mean x beta 0/0.04;
  *  - the gradient by central finite differences in double for the same cases;
+ *  - with all-reduced denominators, slices of the batch add up to the global
+ *    loss with the same gradients (data parallelism);
  *  - zero gradient where the clip is active; c_i = 0 keeps the denominator and
  *    cannot poison the batch; argument checks and enum parsing. */
 #include "src/grpo.h"
@@ -299,6 +301,55 @@ START_TEST(gradient_by_finite_differences)
 }
 END_TEST
 
+/* Data parallelism: two ranks with the all-reduced denominators give shares
+ * that add up to the global loss, with the same gradients. */
+START_TEST(global_denominators_split_the_loss)
+{
+    const json_t *cases = json_object_get(goldens, "cases");
+    for (size_t k = 0; k < json_array_size(cases); k++) {
+        loss_case c;
+        case_from_json(json_array_get(cases, k), &c);
+        const int N = c.in.N, T = c.in.T, cut = 3;
+        double *gl = malloc(sizeof *gl * (size_t)N), *gt = malloc(sizeof *gt * (size_t)N * T);
+        double *gl2 = malloc(sizeof *gl2 * (size_t)N), *gt2 = malloc(sizeof *gt2 * (size_t)N * T);
+        grpo_loss_out full, o0, o1;
+        dllm_err err = {0};
+        ck_assert_int_eq(grpo_loss(&c.cfg, &c.in, &full, gl, gt, &err), 0);
+        grpo_loss_in part[2] = {c.in, c.in};
+        part[0].N = cut;
+        part[1].N = N - cut;
+        part[1].adv += cut;
+        part[1].coef += cut;
+        part[1].len += cut;
+        part[1].l_theta += cut;
+        part[1].l_old += cut;
+        part[1].logp_theta += (size_t)cut * T;
+        part[1].logp_old += (size_t)cut * T;
+        part[1].logp_ref += (size_t)cut * T;
+        grpo_denoms d0, d1;
+        grpo_local_denoms(&c.cfg, &part[0], &d0);
+        grpo_local_denoms(&c.cfg, &part[1], &d1);
+        grpo_denoms global = {d0.surr + d1.surr, d0.kl + d1.kl};
+        part[0].denoms = part[1].denoms = &global;
+        ck_assert_int_eq(grpo_loss(&c.cfg, &part[0], &o0, gl2, gt2, &err), 0);
+        ck_assert_int_eq(grpo_loss(&c.cfg, &part[1], &o1, gl2 + cut, gt2 + (size_t)cut * T, &err),
+                         0);
+        ck_assert_msg(fabs(o0.loss + o1.loss - full.loss) <= 1e-14 * fabs(full.loss), "%s",
+                      c.name);
+        ck_assert(o0.loss != 0.0 && o1.loss != 0.0);
+        for (int i = 0; i < N; i++)
+            ck_assert_double_eq_tol(gl2[i], gl[i], 1e-15);
+        for (int q = 0; q < N * T; q++)
+            ck_assert_double_eq_tol(gt2[q], gt[q], 1e-15);
+        free(gl);
+        free(gt);
+        free(gl2);
+        free(gt2);
+        case_free(&c);
+    }
+}
+END_TEST
+
 START_TEST(clipped_region_has_zero_gradient)
 {
     /* sequence ratio, L = 2, eps 0.2: r = exp(0.5) ~ 1.65 > 1.2 */
@@ -436,6 +487,7 @@ static Suite *grpo_suite(void)
     tcase_add_test(tc, advantages_match_torch);
     tcase_add_test(tc, loss_matches_torch);
     tcase_add_test(tc, gradient_by_finite_differences);
+    tcase_add_test(tc, global_denominators_split_the_loss);
     tcase_add_test(tc, clipped_region_has_zero_gradient);
     tcase_add_test(tc, zero_coefficient_keeps_denominator);
     tcase_add_test(tc, token_coefficients_and_checks);
