@@ -971,7 +971,6 @@ static void write_demo_log(const char *path)
                 double d = sigma * dllm_rng_normal(&rng);
                 ctok[i * DG + t] = (int32_t)dllm_rng_below(&rng, 1000);
                 ratio[i * DG + t] = (float)d;
-                /* Later denoising steps commit the harder tokens: larger |d|. */
                 cstep[i * DG + t] = (int16_t)dllm_rng_below(&rng, DS);
                 prob[i * DG + t] = (float)(0.5 + 0.5 * dllm_rng_uniform(&rng));
                 d = (double)ratio[i * DG + t];  /* the value as logged (float32) */
