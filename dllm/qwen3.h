@@ -15,8 +15,11 @@
  * padding keys, and the RoPE position of a real token is its index among the
  * real tokens of its row (cumsum(mask) - 1, padding at 0) -- exactly the
  * position_ids transformers' generate() derives from the attention mask, so a
- * left-padded row computes the same logits as the unpadded sequence. Logits
- * at padding rows are meaningless (their queries see no key: zero attention).
+ * left-padded row computes the same logits as the unpadded sequence. (RoPE
+ * scores depend only on position differences, so a constant per-row offset
+ * would change nothing but rounding; counting real tokens keeps the KV cache's
+ * positions independent of how much padding a batch carries.) Logits at
+ * padding rows are meaningless (their queries see no key: zero attention).
  *
  * Parameters live in one allocation carved into named pointers (torch layout
  * [out, in], HF state_dict order). With LoRA enabled the base weights are
