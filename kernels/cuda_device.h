@@ -15,6 +15,17 @@ int dllm_cuda_device_count(char *why, size_t why_len);
 /* One line describing device i: name, compute capability, memory. */
 int dllm_cuda_device_describe(int i, char *out, size_t out_len);
 
+/* Device memory for callers written in C (tests, the trainer). Failures are internal
+ * errors: they print file:line and the CUDA error string, then exit(1). Built without
+ * CUDA these say so and exit(1) too; check dllm_cuda_device_count first. */
+void *dllm_cuda_malloc(size_t bytes);
+void dllm_cuda_free(void *p);
+void dllm_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
+void dllm_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
+void dllm_cuda_memset(void *p, int byte, size_t bytes);
+/* Waits for all work on the device and reports any asynchronous error. */
+void dllm_cuda_synchronize(void);
+
 #ifdef __cplusplus
 }
 #endif

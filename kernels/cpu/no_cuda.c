@@ -1,8 +1,11 @@
-/* no_cuda.c: the CUDA device API when the backend is not built. */
+/* no_cuda.c: the CUDA device API when the backend is not built. Counting devices says
+ * why there are none; anything that would touch device memory is a programming error
+ * (the caller skipped dllm_cuda_device_count) and exits with status 1. */
 #include "config.h"
 #include "kernels/cuda_device.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #ifndef HAVE_CUDA
 int dllm_cuda_device_count(char *why, size_t why_len)
@@ -19,4 +22,43 @@ int dllm_cuda_device_describe(int i, char *out, size_t out_len)
         out[0] = '\0';
     return -1;
 }
+
+static void no_device(const char *fn)
+{
+    fprintf(stderr, "dllm-rl: %s: built without CUDA (configure --with-cuda)\n", fn);
+    exit(1);
+}
+
+void *dllm_cuda_malloc(size_t bytes)
+{
+    (void)bytes;
+    no_device(__func__);
+    return NULL;
+}
+
+void dllm_cuda_free(void *p)
+{
+    if (p)
+        no_device(__func__);
+}
+
+void dllm_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    no_device(__func__);
+}
+
+void dllm_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    no_device(__func__);
+}
+
+void dllm_cuda_memset(void *p, int byte, size_t bytes)
+{
+    (void)p, (void)byte, (void)bytes;
+    no_device(__func__);
+}
+
+void dllm_cuda_synchronize(void) { no_device(__func__); }
 #endif

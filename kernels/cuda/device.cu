@@ -1,4 +1,4 @@
-/* device.cu: device discovery for the CUDA backend. */
+/* device.cu: device discovery and plain device memory for the CUDA backend. */
 #include "kernels/cuda_device.h"
 #include "kernels/cuda/check.cuh"
 
@@ -24,4 +24,38 @@ extern "C" int dllm_cuda_device_describe(int i, char *out, size_t out_len)
     snprintf(out, out_len, "%s (sm_%d%d, %.1f GiB, %d SMs)", p.name, p.major, p.minor,
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.multiProcessorCount);
     return 0;
+}
+
+extern "C" void *dllm_cuda_malloc(size_t bytes)
+{
+    void *p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+extern "C" void dllm_cuda_free(void *p)
+{
+    if (p)
+        cudaCheck(cudaFree(p));
+}
+
+extern "C" void dllm_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes)
+{
+    cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+extern "C" void dllm_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes)
+{
+    cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+extern "C" void dllm_cuda_memset(void *p, int byte, size_t bytes)
+{
+    cudaCheck(cudaMemset(p, byte, bytes));
+}
+
+extern "C" void dllm_cuda_synchronize(void)
+{
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaGetLastError());
 }

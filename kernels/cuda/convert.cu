@@ -1,0 +1,46 @@
+/* convert.cu: fp32 <-> bf16 on the device, the same bits as kernels/cpu/convert.c.
+ * fp32 -> bf16: NaN keeps its top bits with the quiet bit forced; otherwise add
+ * 0x7FFF + (lowest kept bit) and truncate (round to nearest, ties to even; values past
+ * the largest bf16 carry into inf). bf16 -> fp32 is exact (shift left by 16). */
+#include "kernels/cuda/common.cuh"
+
+__device__ __forceinline__ uint16_t f32_to_bf16_rne(float x)
+{
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__global__ static void f32_to_bf16_kernel(uint16_t *out, const float *inp, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = f32_to_bf16_rne(inp[i]);
+}
+
+__global__ static void bf16_to_f32_kernel(float *out, const uint16_t *inp, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __uint_as_float((uint32_t)inp[i] << 16);
+}
+
+extern "C" void dllm_cuda_f32_to_bf16(uint16_t *out, const float *inp, size_t n,
+                                      dllm_cuda_stream s)
+{
+    if (n == 0)
+        return;
+    f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, inp, n);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_bf16_to_f32(float *out, const uint16_t *inp, size_t n,
+                                      dllm_cuda_stream s)
+{
+    if (n == 0)
+        return;
+    bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, inp, n);
+    cudaLaunchCheck();
+}

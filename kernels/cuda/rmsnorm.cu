@@ -1,0 +1,105 @@
+/* rmsnorm.cu: RMSNorm as in LLaMA/LLaDA.
+ * Forward, per row of C:  rstd = 1 / sqrt(mean(x^2) + eps),  y = x * rstd,  out = w * y.
+ * Backward, with dy = dout * w:
+ *   dx += rstd * (dy - y * mean(dy * y))          one block per row
+ *   dw += sum over rows of dout * y               column sums over fixed row chunks into a
+ *                                                 scratch [chunks, C], then summed in chunk
+ *                                                 order: deterministic, no atomics.
+ * fp32 sums (block tree reductions) instead of the CPU's double: agreement to ~1e-6. */
+#include "kernels/cuda/common.cuh"
+
+enum { RMS_THREADS = 256, DW_ROWS = 64 /* rows per chunk of the dw partial sums */ };
+
+__global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp,
+                                          const float *w, int C, float eps)
+{
+    // out (N, C), rstd (N) or NULL, inp (N, C), w (C); grid.x = N
+    const float *x = inp + (size_t)blockIdx.x * C;
+    float *o = out + (size_t)blockIdx.x * C;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        ss += x[c] * x[c];
+    ss = block_sum(ss);
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        o[c] = w[c] * (x[c] * r);
+    if (rstd && threadIdx.x == 0)
+        rstd[blockIdx.x] = r;
+}
+
+__global__ static void rmsnorm_dx_kernel(float *dinp, const float *dout, const float *inp,
+                                         const float *w, const float *rstd, int C)
+{
+    size_t off = (size_t)blockIdx.x * C;
+    const float *x = inp + off, *g = dout + off;
+    float *dx = dinp + off;
+    float r = rstd[blockIdx.x];
+    float dot = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dot += (g[c] * w[c]) * (x[c] * r);
+    float mean = block_sum(dot) / (float)C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dx[c] += r * (g[c] * w[c] - x[c] * r * mean);
+}
+
+__global__ static void rmsnorm_dw_partial_kernel(float *part, const float *dout,
+                                                 const float *inp, const float *rstd, int N,
+                                                 int C)
+{
+    // part (chunks, C); grid (ceil(C / threads), chunks)
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    int n0 = blockIdx.y * DW_ROWS, n1 = min(n0 + DW_ROWS, N);
+    float acc = 0.0f;
+    for (int n = n0; n < n1; n++)
+        acc += dout[(size_t)n * C + c] * (inp[(size_t)n * C + c] * rstd[n]);
+    part[(size_t)blockIdx.y * C + c] = acc;
+}
+
+__global__ static void rmsnorm_dw_reduce_kernel(float *dw, const float *part, int chunks, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float acc = 0.0f;
+    for (int k = 0; k < chunks; k++)
+        acc += part[(size_t)k * C + c];
+    dw[c] += acc;
+}
+
+extern "C" void dllm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w,
+                                      int N, int C, float eps, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(N >= 0 && C > 0, "bad shape N=%d C=%d", N, C);
+    if (N == 0)
+        return;
+    rmsnorm_fwd_kernel<<<N, RMS_THREADS, 0, as_stream(s)>>>(out, rstd, inp, w, C, eps);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout,
+                                      const float *inp, const float *w, const float *rstd,
+                                      int N, int C, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(N >= 0 && C > 0, "bad shape N=%d C=%d", N, C);
+    if (N == 0)
+        return;
+    cudaStream_t st = as_stream(s);
+    if (dinp) {
+        rmsnorm_dx_kernel<<<N, RMS_THREADS, 0, st>>>(dinp, dout, inp, w, rstd, C);
+        cudaLaunchCheck();
+    }
+    if (dw) {
+        int chunks = (N + DW_ROWS - 1) / DW_ROWS;
+        DLLM_CUDA_REQUIRE(chunks <= 65535, "N=%d: too many rows for one call", N);
+        float *part = NULL;
+        cudaCheck(cudaMallocAsync((void **)&part, (size_t)chunks * C * sizeof(float), st));
+        dim3 grid((C + 255) / 256, chunks);
+        rmsnorm_dw_partial_kernel<<<grid, 256, 0, st>>>(part, dout, inp, rstd, N, C);
+        cudaLaunchCheck();
+        rmsnorm_dw_reduce_kernel<<<(C + 255) / 256, 256, 0, st>>>(dw, part, chunks, C);
+        cudaLaunchCheck();
+        cudaCheck(cudaFreeAsync(part, st));
+    }
+}

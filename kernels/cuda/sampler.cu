@@ -1,0 +1,146 @@
+/* sampler.cu: the denoising sampler's per-row draw of x0 and its confidence, the same
+ * arithmetic as draw_x0 and softmax_at in dllm/sampler.c.
+ *   temperature == 0:  x0 = argmax_v logit[v] (first maximum; NaN never wins; a NaN at
+ *                      v = 0 gives 0, as the CPU loop does)
+ *   temperature  > 0:  x0 = argmax_v exp(logit[v]) / (-log u_v)^temperature in float64,
+ *                      u_v = uniform draw (pos*V + v) of the stream
+ *                      dllm_rng_make(seed, DLLM_RNG_SAMPLER, gstep, 2*b) (draw index
+ *                      pos*V + v + 1, since dllm_rng_u64 pre-increments); ties and NaN as
+ *                      the CPU's strict ">" scan: the lowest v among equal maxima.
+ *   prob = softmax(logit)[x0] with float64 sums; rand_conf = uniform draw pos of stream
+ *   2*b + 1 (random remasking).
+ * The max/argmax reductions are order-independent, so x0 is the CPU's bit for bit
+ * (the device's float64 exp/log/pow may differ from libm's in the last ulp, which could
+ * only matter for two scores equal to ~1e-16). One block per row. */
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rng_mix.cuh"
+
+enum { SAMPLER_THREADS = 256, DLLM_RNG_PURPOSE_SAMPLER = 2 };
+
+/* (score, index): larger score wins, then the lower index. */
+__device__ __forceinline__ bool beats(double s, int i, double s2, int i2)
+{
+    return s > s2 || (s == s2 && i < i2);
+}
+
+__device__ static void block_argmax(double &s, int &i)
+{
+    __shared__ double ps[32];
+    __shared__ int pi[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        double s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        int i2 = __shfl_xor_sync(0xffffffffu, i, o);
+        if (beats(s2, i2, s, i)) {
+            s = s2;
+            i = i2;
+        }
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) {
+        ps[wid] = s;
+        pi[wid] = i;
+    }
+    __syncthreads();
+    s = lane < nw ? ps[lane] : -INFINITY;
+    i = lane < nw ? pi[lane] : 0x7FFFFFFF;
+    for (int o = 16; o > 0; o >>= 1) {
+        double s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        int i2 = __shfl_xor_sync(0xffffffffu, i, o);
+        if (beats(s2, i2, s, i)) {
+            s = s2;
+            i = i2;
+        }
+    }
+}
+
+__global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_conf,
+                                         const float *logits, const int32_t *row_seq,
+                                         const int32_t *row_pos, int V, double temperature,
+                                         uint64_t seed, uint64_t gstep)
+{
+    // x0, prob, rand_conf, row_seq, row_pos (n); logits (n, V); grid.x = n
+    int row = blockIdx.x;
+    const float *lg = logits + (size_t)row * V;
+    uint64_t b = (uint64_t)(int64_t)row_seq[row];
+    uint64_t pos = (uint64_t)(int64_t)row_pos[row];
+
+    /* scores below any real one: -inf for the argmax, -1 for Gumbel (scores are >= 0) */
+    double best_s = temperature == 0.0 ? -INFINITY : -1.0;
+    int best = 0x7FFFFFFF;
+    if (temperature == 0.0) {
+        for (int v = threadIdx.x; v < V; v += blockDim.x) {
+            double x = (double)lg[v];
+            if (x > best_s) { /* per-thread v ascends: strict ">" keeps the first */
+                best_s = x;
+                best = v;
+            }
+        }
+    } else {
+        uint64_t key = dllm_rng_key(seed, DLLM_RNG_PURPOSE_SAMPLER, gstep, 2 * b);
+        for (int v = threadIdx.x; v < V; v += blockDim.x) {
+            double u = dllm_rng_u01(dllm_rng_draw(key, pos * (uint64_t)V + (uint64_t)v + 1));
+            double sc = exp((double)lg[v]) / pow(-log(u), temperature);
+            if (sc > best_s) {
+                best_s = sc;
+                best = v;
+            }
+        }
+    }
+    block_argmax(best_s, best);
+    int pick = best == 0x7FFFFFFF ? 0 : best; /* nothing beat the start: the CPU's 0 */
+    if (temperature == 0.0 && isnan(lg[0]))
+        pick = 0; /* the CPU scan compares against logit[0] first and never moves */
+
+    /* softmax(logit)[pick] in double, max subtracted (NaN skipped by the max) */
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        if (lg[v] > mx)
+            mx = lg[v];
+    mx = block_max(mx);
+    double z = 0.0;
+    if (mx != -INFINITY)
+        for (int v = threadIdx.x; v < V; v += blockDim.x)
+            z += exp((double)lg[v] - (double)mx);
+    z = block_sum_d(z);
+    if (threadIdx.x == 0) {
+        x0[row] = pick;
+        prob[row] = mx == -INFINITY ? 0.0f : (float)(exp((double)lg[pick] - (double)mx) / z);
+        if (rand_conf) {
+            uint64_t rkey = dllm_rng_key(seed, DLLM_RNG_PURPOSE_SAMPLER, gstep, 2 * b + 1);
+            rand_conf[row] = dllm_rng_u01(dllm_rng_draw(rkey, pos + 1));
+        }
+    }
+}
+
+extern "C" void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf,
+                                     const float *logits, const int32_t *row_seq,
+                                     const int32_t *row_pos, int n, int V, double temperature,
+                                     uint64_t seed, uint64_t gstep, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(n >= 0 && V > 0, "bad shape n=%d V=%d", n, V);
+    DLLM_CUDA_REQUIRE(temperature >= 0.0, "temperature %g < 0", temperature);
+    if (n == 0)
+        return;
+    sampler_x0_kernel<<<n, SAMPLER_THREADS, 0, as_stream(s)>>>(x0, prob, rand_conf, logits,
+                                                               row_seq, row_pos, V, temperature,
+                                                               seed, gstep);
+    cudaLaunchCheck();
+}
+
+__global__ static void rng_u64_kernel(uint64_t *out, size_t n, uint64_t key, uint64_t ctr0)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = dllm_rng_draw(key, ctr0 + i + 1);
+}
+
+extern "C" void dllm_cuda_rng_u64(uint64_t *out, size_t n, uint64_t seed, uint64_t a,
+                                  uint64_t b, uint64_t c, uint64_t ctr0, dllm_cuda_stream s)
+{
+    if (n == 0)
+        return;
+    uint64_t key = dllm_rng_key(seed, a, b, c); /* the host half of the shared header */
+    rng_u64_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, n, key, ctr0);
+    cudaLaunchCheck();
+}

@@ -1,0 +1,194 @@
+/* cuda_ops.h: the op table (kernels/ops.h) on the GPU, plus the cuBLASLt GEMMs, FP8
+ * quantisation and the sampler's x0 kernel. One file per op under kernels/cuda/.
+ *
+ * Conventions, the same as the CPU table unless said otherwise:
+ *  - Every pointer is DEVICE memory; row-major fp32 unless the type says otherwise
+ *    (uint16_t = bf16 bits, uint8_t = fp8 codes). Shape letters as in ops.h.
+ *  - Backward functions ACCUMULATE (+=) into every gradient they are given; NULL means
+ *    "not needed". Forward functions overwrite their outputs.
+ *  - Every call is asynchronous on the given stream (NULL = the legacy default stream).
+ *    A launch error aborts with file:line (kernels/cuda/check.cuh); a bad argument that
+ *    is a programming error (shape, position or id out of range where checked on the
+ *    host) aborts with a message naming the op.
+ *  - Numerics: fp32 arithmetic without fast-math. Results agree with the CPU reference
+ *    to rounding (tests/test_backend_ops.c states each tolerance); bf16 conversion, FP8
+ *    quantisation, AdamW and the sampler's x0 are bit-identical to the CPU.
+ * Built without CUDA none of this exists: include it only under HAVE_CUDA. */
+#ifndef DLLM_CUDA_OPS_H
+#define DLLM_CUDA_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "kernels/base.h"
+#include "kernels/fp8.h"
+
+/* The same type as cudaStream_t, without pulling CUDA headers into C files. */
+typedef struct CUstream_st *dllm_cuda_stream;
+
+/* ---- RMSNorm (kernels/cuda/rmsnorm.cu) -----------------------------------------------
+ * out[N,C] = w * x * rstd, rstd[N] = 1/sqrt(mean(x^2) + eps) (rstd may be NULL).
+ * Backward: dinp += rstd * (dy - y * mean(dy*y)), dy = dout*w, y = x*rstd;
+ *           dw += sum_n dout * y (deterministic: fixed row chunks, no atomics). */
+void dllm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w,
+                           int N, int C, float eps, dllm_cuda_stream s);
+void dllm_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                           const float *w, const float *rstd, int N, int C,
+                           dllm_cuda_stream s);
+
+/* ---- RoPE, rotate-half (kernels/cuda/rope.cu) -------------------------------------------
+ * x [N,NH,HD], pos [N]; cos, sin [max_pos, HD/2] (upload the CPU op_rope_table so the
+ * angles are bit-identical). A position outside [0, max_pos) writes NaN to its row
+ * (loud, never a wild read). In place allowed. Backward rotates by -angle and
+ * accumulates into dinp, except in place (dinp == dout), where it replaces. */
+void dllm_cuda_rope_fwd(float *out, const float *inp, const int32_t *pos, const float *cos,
+                        const float *sin, int max_pos, int N, int NH, int HD,
+                        dllm_cuda_stream s);
+void dllm_cuda_rope_bwd(float *dinp, const float *dout, const int32_t *pos, const float *cos,
+                        const float *sin, int max_pos, int N, int NH, int HD,
+                        dllm_cuda_stream s);
+
+/* ---- Attention, flash-style (kernels/cuda/attention.cu) --------------------------------
+ * q, out [B,T,NH,HD]; k, v [B,T,NKV,HD] (NH % NKV == 0); keymask [B,T] or NULL;
+ * causal: query t sees keys <= t. HD <= 256. Instead of the CPU's att [B,NH,T,T] the
+ * forward saves lse [B,NH,T] = log sum_s exp(S[s]) over visible keys (-inf for a query
+ * with no visible key, whose output is zero). The backward recomputes P from lse and
+ * needs the same keymask and causal flag; dq, dk, dv accumulate (deterministically). */
+void dllm_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,
+                             const float *v, const uint8_t *keymask, int B, int T, int NH,
+                             int NKV, int HD, bool causal, dllm_cuda_stream s);
+void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
+                             const float *out, const float *lse, const float *q,
+                             const float *k, const float *v, const uint8_t *keymask, int B,
+                             int T, int NH, int NKV, int HD, bool causal, dllm_cuda_stream s);
+
+/* ---- SwiGLU (kernels/cuda/swiglu.cu): out = silu(gate) * up ---------------------------- */
+void dllm_cuda_swiglu_fwd(float *out, const float *gate, const float *up, size_t n,
+                          dllm_cuda_stream s);
+void dllm_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                          const float *up, size_t n, dllm_cuda_stream s);
+
+/* ---- Embedding (kernels/cuda/embedding.cu) ------------------------------------------------
+ * out[n,:] = wte[ids[n],:] (an id outside [0, V) writes NaN); dwte[ids[n],:] += dout[n,:]
+ * with atomicAdd, since ids repeat (ids outside [0, V) are skipped). */
+void dllm_cuda_embedding_fwd(float *out, const int32_t *ids, const float *wte, int N, int C,
+                             int V, dllm_cuda_stream s);
+void dllm_cuda_embedding_bwd(float *dwte, const float *dout, const int32_t *ids, int N, int C,
+                             int V, dllm_cuda_stream s);
+
+/* ---- Log-softmax + cross-entropy (kernels/cuda/xent.cu) ------------------------------------
+ * One block per row, fp32 online logsumexp. logp[n] = logits[n,target] - lse (NaN for a
+ * target outside [0, V)); lse[n] may be NULL. Per-token weights come in through dlogp
+ * (loss = -sum w_n logp[n] gives dlogp[n] = -w_n); rows with dlogp == 0 are skipped.
+ * Backward: dlogits[n,j] += dlogp[n] * (onehot(target)[j] - softmax[j]); lse NULL means
+ * recompute it. */
+void dllm_cuda_xent_fwd(float *logp, float *lse, const float *logits, const int32_t *target,
+                        int N, int V, dllm_cuda_stream s);
+void dllm_cuda_xent_bwd(float *dlogits, const float *dlogp, const float *logits,
+                        const float *lse, const int32_t *target, int N, int V,
+                        dllm_cuda_stream s);
+
+/* ---- AdamW, gradient norm and clipping (kernels/cuda/adamw.cu) ---------------------------
+ * dllm_cuda_adamw: op_adamw's step, bit-identical (same fp32 operations and fused
+ * multiply-adds, scalars formed in double on the host). p_bf16 (may be NULL) receives
+ * bf16(p) after the step: the bf16 working copy of the weights.
+ * dllm_cuda_sumsq_accum: *acc (one device double) += sum g^2, accumulated in double;
+ * call it for every tensor of the global norm after zeroing *acc.
+ * dllm_cuda_clip_grad: norm = sqrt(*sumsq) read on the device (no host sync); if
+ * max_norm / (norm + 1e-6) < 1, g *= that coefficient (as fp32), as op_clip_grad.
+ * dllm_cuda_grad_norm: one tensor's L2 norm, synchronous (tests, logging). */
+void dllm_cuda_adamw(float *p, const float *g, float *m, float *v, uint16_t *p_bf16, size_t n,
+                     int t, float lr, float b1, float b2, float eps, float wd,
+                     dllm_cuda_stream s);
+void dllm_cuda_sumsq_accum(double *acc, const float *g, size_t n, dllm_cuda_stream s);
+void dllm_cuda_clip_grad(float *g, size_t n, const double *sumsq, double max_norm,
+                         dllm_cuda_stream s);
+double dllm_cuda_grad_norm(const float *g, size_t n, dllm_cuda_stream s);
+
+/* ---- bf16 <-> fp32 (kernels/cuda/convert.cu): RNE, NaN stays (quiet) NaN --------------- */
+void dllm_cuda_f32_to_bf16(uint16_t *out, const float *inp, size_t n, dllm_cuda_stream s);
+void dllm_cuda_bf16_to_f32(float *out, const uint16_t *inp, size_t n, dllm_cuda_stream s);
+
+/* ---- FP8 quantisation (kernels/cuda/fp8_quant.cu) ------------------------------------------
+ * Bit-identical to fp8_quantise (kernels/fp8.h): x [R,C] cut into br x bc blocks (edge
+ * blocks cover the remainder), scale = amax/max over the finite values (1 if amax == 0;
+ * pow2: rounded up to a power of two), q = RNE-encode(x / scale) with saturation.
+ * Scale (i, j) of the SR x SC grid is written to scale[i*srs + j*scs], so the caller
+ * picks the layout:
+ *   CPU layout (fp8_matrix.scale)          srs = SC, scs = 1
+ *   cuBLASLt VEC128 activations (1 x 128)  srs = 1,  scs = R       (R contiguous)
+ *   cuBLASLt BLK128x128 weights            srs = round_up(SC, 4), scs = 1
+ * (dllm_cuda_fp8_gemm_scale_strides returns the last two). br, bc > 0. */
+void dllm_cuda_fp8_quantise(uint8_t *q, float *scale, long srs, long scs, const float *x,
+                            int R, int C, int br, int bc, fp8_format f, bool pow2,
+                            dllm_cuda_stream s);
+/* The same from bf16 input (bits as uint16_t), for activations kept in bf16. */
+void dllm_cuda_fp8_quantise_bf16(uint8_t *q, float *scale, long srs, long scs,
+                                 const uint16_t *x, int R, int C, int br, int bc,
+                                 fp8_format f, bool pow2, dllm_cuda_stream s);
+/* out[R,C] = decode(q) * scale (same layout arguments). */
+void dllm_cuda_fp8_dequantise(float *out, const uint8_t *q, const float *scale, long srs,
+                              long scs, int R, int C, int br, int bc, fp8_format f,
+                              dllm_cuda_stream s);
+
+/* ---- GEMMs through cuBLASLt (kernels/cuda/gemm_cublaslt.cu) ---------------------------------
+ * 32 MiB workspace (256-byte aligned) per device; the heuristic's algorithm is chosen
+ * once per (shape, transposes, types) and cached. Shapes are checked on the host:
+ * every leading dimension must be a multiple of 16 bytes and every pointer 16-byte
+ * aligned; a violation returns DLLM_EXIT_INTERNAL with a message naming the operand.
+ *
+ * dllm_cuda_gemm_bf16: like op_gemm, row-major C[M,N] = alpha op(A) op(B) + beta C with
+ * bf16 A and B, fp32 accumulation, C fp32 (out_bf16 false) or bf16 (out_bf16 true).
+ * beta = 1 gives the accumulating backward. */
+int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alpha,
+                        const uint16_t *A, const uint16_t *B, float beta, void *C,
+                        bool out_bf16, dllm_cuda_stream s, dllm_err *err);
+
+/* W8A8 linear: out[N,OC] = dequant(act)[N,C] @ dequant(w)[OC,C]^T, both E4M3, fp32
+ * accumulation, out fp32 or bf16. This is cuBLASLt's "TN" problem (m = OC, n = N,
+ * k = C). scaling:
+ *   FP8_SCALE_BLOCK  w in 128x128 blocks, act in 1x128 groups, scales in the cuBLASLt
+ *                    layouts above; needs cuBLAS 12.9+ and sm_90
+ *                    (dllm_cuda_fp8_block_scaling_available());
+ *   FP8_SCALE_TENSOR one fp32 scale each (device pointers), any cuBLAS with FP8.
+ * C % 16 == 0 and OC % 16 == 0 are required. */
+int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act_q, const float *act_scale,
+                         const uint8_t *w_q, const float *w_scale, fp8_scaling scaling, int N,
+                         int C, int OC, dllm_cuda_stream s, dllm_err *err);
+/* True when this build and the current device support block-scaled FP8 GEMMs; otherwise
+ * callers quantise with FP8_SCALE_TENSOR. why (may be NULL) says which part is missing. */
+bool dllm_cuda_fp8_block_scaling_available(char *why, size_t why_len);
+/* Scale strides (srs, scs) for dllm_cuda_fp8_quantise that produce the cuBLASLt layouts:
+ * activations act[N,C] in 1x128 groups, weights w[OC,C] in 128x128 blocks. */
+void dllm_cuda_fp8_gemm_scale_strides(int N, int C, long *act_srs, long *act_scs,
+                                      long *w_srs, long *w_scs);
+/* Floats to allocate for the cuBLASLt-layout scales of a weight [OC,C] (with padding). */
+size_t dllm_cuda_fp8_weight_scale_count(int OC, int C);
+
+/* ---- Sampler x0 (kernels/cuda/sampler.cu) ----------------------------------------------------
+ * For each of the n rows of logits [n,V] (row i belongs to sequence row_seq[i] at canvas
+ * position row_pos[i]): x0[i] = argmax (temperature == 0) or the Gumbel-max draw
+ *   argmax_v exp(logit[v]) / (-log u_v)^temperature   (float64, as dllm/sampler.c)
+ * with u_v = draw (row_pos*V + v) of the keyed stream
+ *   dllm_rng_make(seed, DLLM_RNG_SAMPLER, gstep, 2*row_seq),
+ * ties to the lowest v; prob[i] = softmax(logit)[x0] (float64 sums). rand_conf (may be
+ * NULL) gets the random-remasking confidence: draw row_pos of stream 2*row_seq + 1.
+ * x0 is bit-identical to the CPU sampler. */
+void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf, const float *logits,
+                          const int32_t *row_seq, const int32_t *row_pos, int n, int V,
+                          double temperature, uint64_t seed, uint64_t gstep,
+                          dllm_cuda_stream s);
+/* out[i] = draw ctr0 + i of stream (seed, a, b, c), i.e. dllm_rng_u64 after setting
+ * ctr = ctr0 + i: the device RNG checked bit for bit against kernels/rng.c. */
+void dllm_cuda_rng_u64(uint64_t *out, size_t n, uint64_t seed, uint64_t a, uint64_t b,
+                       uint64_t c, uint64_t ctr0, dllm_cuda_stream s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
