@@ -206,10 +206,11 @@ static double row_logp(const float *z, int V, int32_t y, double temp, float *pro
     for (int v = 0; v < V; v++)
         s += exp(z[v] / temp - mx);
     double lse = mx + log(s);
+    double lp = z[y] / temp - lse; /* before prob may overwrite z */
     if (prob)
         for (int v = 0; v < V; v++)
             prob[v] = (float)exp(z[v] / temp - lse);
-    return z[y] / temp - lse;
+    return lp;
 }
 
 /* Runs canvases [c0, c1) and fills logp for their rows [r0, r1). */

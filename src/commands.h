@@ -5,6 +5,8 @@
 
 int cmd_init_model(int argc, char **argv);
 int cmd_sft(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

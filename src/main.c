@@ -12,6 +12,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"train", cmd_train, "GRPO with FP8 rollouts and AIS correction from a YAML config"},
     {"sft", cmd_sft, "masked-diffusion supervised fine-tuning from a YAML config"},
     {"generate", cmd_generate, "denoising-step generation with the reference sampler"},
     {"score", cmd_score, "sequence log-likelihood of a completion (JSON)"},
@@ -19,6 +20,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "encode stdin with a tokenizer.json (or --decode)"},
     {"tasks", cmd_tasks, "list tasks, or print sample prompts of one"},
     {"grade", cmd_grade, "grade completions of a task from JSONL"},
+    {"export", cmd_export, "a run's LoRA adapter (PEFT) or merged weights"},
     {"inspect", cmd_inspect, "summary table of a run's HDF5 log"},
     {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
 };

@@ -143,6 +143,15 @@ static void check_gradient(dllm_estimator kind, bool token_terms)
     double seq[N];
     lin_loss ll = {w, token_terms ? u : NULL};
     ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, NULL, &err), 0);
+    /* the estimates backward returns are the forward's */
+    double ev[N], evt[N * G], bt[N * G];
+    ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 8, ev, evt, NULL, NULL, &err), 0);
+    llada_zero_grad(model);
+    ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, bt, &err), 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(fabs(seq[i] - ev[i]) < 1e-5, "backward's estimate %f vs eval's %f", seq[i], ev[i]);
+    for (int k = 0; k < N * G; k++)
+        ck_assert(isnan(evt[k]) ? isnan(bt[k]) : fabs(bt[k] - evt[k]) < 1e-5);
     const llada_param *ps;
     int np = llada_params(model, &ps);
     double worst = 0;

@@ -1,0 +1,101 @@
+/* rl.h: an RL training run (DESIGN.md "The RL step"; METHOD.md §4-§5).
+ *
+ * The run owns the policy, the task data, the optimizer state and the log.
+ * rl_step() is one step, readable top to bottom: prompts -> rollouts at the
+ * rollout precision -> rewards -> advantages -> l_mu and l_pi on shared masks
+ * -> correction coefficients and diagnostics -> inner GRPO updates (each an
+ * AdamW step) -> rollout-weight sync -> metrics. Every random draw is keyed by
+ * (seed, step, purpose, global sequence index), so a resumed run and a
+ * data-parallel run reproduce an uninterrupted single-rank run. */
+#ifndef DLLM_RL_H
+#define DLLM_RL_H
+
+#include "dllm/chat.h"
+#include "dllm/lik_plan.h"
+#include "dllm/policy.h"
+#include "dllm/tokenizer.h"
+#include "src/corrections.h"
+#include "src/grpo.h"
+#include "src/h5log.h"
+#include "src/yaml_config.h"
+#include "tasks/registry.h"
+
+/* Mask-stream keys: (step, purpose) packed into the plan key. */
+enum { RL_KEY_WEIGHT = 0, RL_KEY_POLICY = 1 /* + inner step with fresh masks */ };
+
+typedef struct {
+    int32_t *ids;
+    int n;
+} rl_prompt;
+
+typedef struct {
+    dllm_cfg cfg;
+    char run_dir[4096];
+    int rank, size;
+
+    dllm_policy *pol;
+    const dllm_model_config *mc;
+    dllm_tokenizer *tok;
+    dllm_chat_format chat;
+    const dllm_task *task;
+    dllm_task_items train, eval;
+    rl_prompt *train_prompts, *eval_prompts; /* encoded once */
+
+    corr_cfg corr;
+    grpo_loss_cfg loss;
+    grpo_adv_scale adv_scale;
+    dllm_lik_cfg lik_w;   /* importance-weight estimator (p_mask_prompt 0) */
+    dllm_lik_cfg lik_pol; /* policy-ratio estimator */
+    bool shared_plan;     /* same estimator, no prompt masking: l_old = l_pi */
+    dllm_sampler_cfg sampler, eval_sampler;
+    int max_canvas;       /* canvases per forward call in the likelihood plans */
+
+    size_t n_param;
+    float *adam_m, *adam_v;
+    long opt_step;        /* AdamW steps taken (bias correction, warmup) */
+    float *ref_params;    /* beta > 0: the reference policy's trainable vector */
+    int64_t ref_synced_at;
+    float *old_params;    /* fresh_masks: the parameters that made the batch */
+    double alpha_prev;
+    int64_t step;         /* last completed step */
+
+    h5log *log;           /* rank 0 */
+    int quiet, jsonl;
+    double t_start;
+} rl_run;
+
+/* Everything one step produced, for the log (local slice of the batch). */
+typedef struct {
+    int n_prompts, G, N, P, Gen;  /* N = n_prompts * G completions on this rank */
+    int64_t *prompt_index;        /* (n_prompts) */
+    int32_t *prompts;             /* (N, P) left-padded */
+    uint8_t *prompt_mask;         /* (N, P) */
+    int32_t *prompt_len;          /* (N) */
+    dllm_rollout ro;              /* tokens (N, P+Gen), commit steps/probs (N, Gen) */
+    int32_t *gen;                 /* (N, Gen) */
+    int *L;                       /* (N) completion lengths */
+    int32_t *L32;                 /* (N) */
+    double *reward, *correct, *adv;
+    double *l_mu, *l_pi, *log_w, *log_w_se, *coef; /* (N) */
+    double *coef_tok;             /* (N, Gen) level token, else NULL */
+    double *tok_mu, *tok_pi, *d;  /* (N, Gen) */
+    double *l_old, *tok_old;      /* policy-ratio estimator at the batch's parameters */
+    double *tok_ref;              /* (N, Gen) beta > 0 */
+    double *mismatch;             /* (S) mean |d| of tokens committed at each step */
+    corr_diag diag;
+} rl_batch;
+
+void rl_batch_free(rl_batch *b);
+
+/* One RL step (step >= 1). metrics: H5LOG_N_METRICS values in table order. */
+int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *err);
+
+/* Greedy evaluation on the held-out items (METHOD.md §4): accuracy, its
+ * standard error, mean reward; over all ranks. */
+int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *reward_mean,
+                dllm_err *err);
+
+/* Completion text of row i (up to the first EOS, excluded), malloc'd. */
+char *rl_completion_text(rl_run *run, const int32_t *gen, int L, dllm_err *err);
+
+#endif

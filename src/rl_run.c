@@ -1,0 +1,393 @@
+/* rl_run.c: setting up a run, checkpoints (save and resume), and teardown. */
+#include "src/rl_run.h"
+
+#include "config.h"
+#include "src/cli_util.h"
+#include "src/comm.h"
+#include "src/prompt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- task data ------------------------------------------------------------------ */
+
+static int load_items(rl_run *run, const char *path, uint64_t seed, size_t n,
+                      dllm_task_items *out, dllm_err *err)
+{
+    const dllm_cfg *cfg = &run->cfg;
+    dllm_task_source src = {.path = path[0] ? path : NULL, .seed = seed, .n = n,
+                            .n_numbers = cfg->task.n_numbers, .max_blanks = cfg->task.max_blanks};
+    if (!src.path && !run->task->can_generate)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "task %s has no generator: set task.train.path and task.eval.path",
+                            run->task->name);
+    return dllm_task_load(run->task, &src, out, err);
+}
+
+static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **out, dllm_err *err)
+{
+    rl_prompt *ps = dllm_calloc(items->n ? items->n : 1, sizeof *ps);
+    for (size_t i = 0; i < items->n; i++) {
+        const dllm_task_item *it = &items->items[i];
+        char *text = strcmp(run->cfg.task.format, "d1") ? dllm_strdup(it->question)
+                                                         : run->task->format(it);
+        int rc = prompt_encode(run->tok, run->chat, run->mc, text, &ps[i].ids, &ps[i].n, err);
+        free(text);
+        if (rc) {
+            for (size_t j = 0; j < i; j++)
+                free(ps[j].ids);
+            free(ps);
+            return rc;
+        }
+    }
+    *out = ps;
+    return 0;
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+static int parse_enums(rl_run *run, dllm_err *err)
+{
+    const dllm_cfg *c = &run->cfg;
+    corr_cfg_default(&run->corr);
+    if (corr_parse_method(c->correction.method, &run->corr.method, err) ||
+        corr_parse_level(c->correction.level, &run->corr.level, err) ||
+        ais_parse_combine(c->correction.ais.combine, &run->corr.ais.combine, err))
+        return err->code;
+    run->corr.cap = c->correction.cap;
+    run->corr.fixed_alpha = c->correction.fixed_alpha;
+    run->corr.ais.w_rel = c->correction.ais.weights.reliability;
+    run->corr.ais.w_div = c->correction.ais.weights.divergence;
+    run->corr.ais.w_var = c->correction.ais.weights.variance;
+    run->corr.ais.tau_delta = c->correction.ais.tau_delta;
+    run->corr.ais.bias = c->correction.ais.bias;
+    run->corr.ais.eta = c->correction.ais.eta;
+    run->corr.ais.alpha_min = c->correction.ais.alpha_min;
+    run->corr.ais.alpha_max = c->correction.ais.alpha_max;
+    if (corr_cfg_check(&run->corr, err))
+        return err->code;
+    if (grpo_parse_ratio(c->grpo.ratio, &run->loss.ratio, err) ||
+        grpo_parse_agg(c->grpo.loss_agg, &run->loss.agg, err) ||
+        grpo_parse_adv_scale(c->grpo.advantage_scale, &run->adv_scale, err))
+        return err->code;
+    run->loss.clip_eps = c->grpo.clip_eps;
+    run->loss.beta = c->grpo.beta;
+    const bool ar = !dllm_policy_is_diffusion(run->pol);
+    dllm_lik_cfg base = {.mc = c->likelihood.mc_samples, .shrink = c->likelihood.shrink,
+                         .temperature = c->likelihood.temperature,
+                         .mask_id = run->mc->mask_token_id, .vocab = run->mc->embedding_size};
+    run->lik_w = run->lik_pol = base;
+    if (ar) {
+        run->lik_w.kind = run->lik_pol.kind = EST_AR_EXACT;
+    } else {
+        dllm_estimator_parse(c->correction.estimator, &run->lik_w.kind);
+        dllm_estimator_parse(c->grpo.logp_estimator, &run->lik_pol.kind);
+        run->lik_pol.p_mask_prompt = c->grpo.p_mask_prompt;
+    }
+    run->shared_plan = run->lik_w.kind == run->lik_pol.kind && run->lik_pol.p_mask_prompt == 0;
+    dllm_sampler_cfg s = {.gen_length = c->rollout.gen_length, .block_length = c->rollout.block_length,
+                          .steps = c->rollout.steps, .temperature = c->rollout.temperature,
+                          .remasking = strcmp(c->rollout.remasking, "random") ? REMASK_LOW_CONFIDENCE
+                                                                              : REMASK_RANDOM,
+                          .cfg_scale = c->rollout.cfg_scale,
+                          .logits_eos_inf = c->rollout.logits_eos_inf,
+                          .confidence_eos_eot_inf = c->rollout.confidence_eos_eot_inf,
+                          .mask_id = run->mc->mask_token_id, .eos_id = run->mc->eos_token_id,
+                          .eot_id = dllm_tokenizer_token_to_id(run->tok, "<|eot_id|>"),
+                          .vocab = run->mc->embedding_size};
+    run->sampler = s;
+    s.gen_length = c->eval.gen_length;
+    s.block_length = c->eval.block_length;
+    s.steps = c->eval.steps;
+    s.temperature = c->eval.temperature;
+    s.remasking = REMASK_LOW_CONFIDENCE;
+    run->eval_sampler = s;
+    if (dllm_sampler_check(&run->sampler, err))
+        return dllm_err_prefix(err, "rollout");
+    if (dllm_sampler_check(&run->eval_sampler, err))
+        return dllm_err_prefix(err, "eval");
+    return 0;
+}
+
+int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err *err)
+{
+    memset(run, 0, sizeof *run);
+    run->cfg = *cfg;
+    snprintf(run->run_dir, sizeof run->run_dir, "%s", run_dir);
+    run->rank = comm_rank();
+    run->size = comm_size();
+    run->t_start = dllm_now();
+    run->max_canvas = 64;
+    if (cfg->grpo.prompts_per_step % run->size)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "grpo.prompts_per_step %d is not divisible by the %d ranks",
+                            cfg->grpo.prompts_per_step, run->size);
+    if (!strcmp(cfg->device, "cuda"))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "device: cuda is not available for train in this build (use cpu)");
+    run->task = dllm_task_find(cfg->task.name);
+    if (!run->task)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "task.name: unknown task '%s'", cfg->task.name);
+    const char *targets[CFG_LIST_MAX];
+    for (int i = 0; i < cfg->model.lora.targets.n; i++)
+        targets[i] = cfg->model.lora.targets.items[i];
+    dllm_policy_cfg pc = {.path = cfg->model.path, .preset = cfg->model.preset,
+                          .arch = cfg->model.arch, .seed = (uint64_t)cfg->seed,
+                          .lora_rank = cfg->model.lora.rank, .lora_alpha = cfg->model.lora.alpha,
+                          .lora_targets = targets, .n_lora_targets = cfg->model.lora.targets.n,
+                          .trainer = cfg->model.trainer_precision, .rollout = cfg->rollout.precision,
+                          .fp8_format = cfg->rollout.fp8.format,
+                          .fp8_scaling = cfg->rollout.fp8.scaling,
+                          .fp8_pow2_scale = cfg->rollout.fp8.pow2_scale};
+    if (dllm_policy_open(&run->pol, &pc, err))
+        return err->code;
+    run->mc = dllm_policy_config(run->pol);
+    /* tokenizer: the model's, or the char tokenizer of a preset (written into the run) */
+    char tp[4200];
+    if (cfg->model.path[0]) {
+        snprintf(tp, sizeof tp, "%s/tokenizer.json", cfg->model.path);
+    } else {
+        snprintf(tp, sizeof tp, "%s/tokenizer.json", run_dir);
+        if (run->rank == 0 && dllm_tokenizer_write_char(tp, err))
+            return err->code;
+        comm_barrier();
+    }
+    if (dllm_tokenizer_load(&run->tok, tp, err))
+        return err->code;
+    if (!strcmp(cfg->task.chat, "auto")) {
+        if (cfg->model.path[0]) {
+            if (dllm_chat_format_from_dir(cfg->model.path, &run->chat, err))
+                return err->code;
+        } else {
+            run->chat = DLLM_CHAT_PLAIN;
+        }
+    } else if (dllm_chat_format_parse(cfg->task.chat, &run->chat, err)) {
+        return err->code;
+    }
+    if (parse_enums(run, err))
+        return err->code;
+    /* data: the training items and held-out evaluation items */
+    if (load_items(run, cfg->task.train.path, (uint64_t)cfg->seed, (size_t)cfg->task.train.n,
+                   &run->train, err))
+        return err->code;
+    if (load_items(run, cfg->task.eval.path, (uint64_t)cfg->seed ^ 0x5eed0e7a1ULL,
+                   (size_t)cfg->eval.n, &run->eval, err))
+        return err->code;
+    if (run->eval.n > (size_t)cfg->eval.n)
+        run->eval.n = (size_t)cfg->eval.n; /* first eval.n of a file */
+    if (run->train.n < (size_t)cfg->grpo.prompts_per_step)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "task: %zu training items, fewer than "
+                            "grpo.prompts_per_step %d", run->train.n, cfg->grpo.prompts_per_step);
+    if (encode_items(run, &run->train, &run->train_prompts, err) ||
+        encode_items(run, &run->eval, &run->eval_prompts, err))
+        return err->code;
+    /* optimizer, reference policy */
+    dllm_policy_trainable(run->pol, &run->n_param);
+    run->adam_m = dllm_calloc(run->n_param, sizeof(float));
+    run->adam_v = dllm_calloc(run->n_param, sizeof(float));
+    if (cfg->grpo.beta > 0) {
+        run->ref_params = dllm_malloc(sizeof(float) * run->n_param);
+        memcpy(run->ref_params, dllm_policy_trainable(run->pol, &run->n_param),
+               sizeof(float) * run->n_param);
+    }
+    return dllm_policy_sync_rollout(run->pol, NULL, err);
+}
+
+int rl_max_prompt(const rl_run *run)
+{
+    int P = 1;
+    for (size_t i = 0; i < run->train.n; i++)
+        P = run->train_prompts[i].n > P ? run->train_prompts[i].n : P;
+    return P;
+}
+
+void rl_run_close(rl_run *run)
+{
+    if (run->log)
+        h5log_close(run->log);
+    for (size_t i = 0; run->train_prompts && i < run->train.n; i++)
+        free(run->train_prompts[i].ids);
+    for (size_t i = 0; run->eval_prompts && i < run->eval.n; i++)
+        free(run->eval_prompts[i].ids);
+    free(run->train_prompts);
+    free(run->eval_prompts);
+    dllm_task_items_free(&run->train);
+    dllm_task_items_free(&run->eval);
+    dllm_tokenizer_free(run->tok);
+    if (run->pol)
+        dllm_policy_free(run->pol);
+    free(run->adam_m);
+    free(run->adam_v);
+    free(run->ref_params);
+    free(run->old_params);
+    memset(run, 0, sizeof *run);
+}
+
+/* ---- checkpoints ------------------------------------------------------------------- */
+
+static int rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return unlink(path);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        rm_tree(p);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+static int copy_file(const char *from, const char *to, dllm_err *err)
+{
+    char *data;
+    size_t len;
+    if (dllm_read_file(from, &data, &len, err))
+        return err->code;
+    FILE *f = fopen(to, "wb");
+    int ok = f && fwrite(data, 1, len, f) == len;
+    if (f && fclose(f))
+        ok = 0;
+    free(data);
+    return ok ? 0 : dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", to);
+}
+
+int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
+{
+    if (run->rank != 0)
+        return 0;
+    char dir[4200], tmp[4400], fin[4400], path[4600];
+    snprintf(dir, sizeof dir, "%s/ckpt", run->run_dir);
+    if (cli_mkdirs(dir, err))
+        return err->code;
+    snprintf(tmp, sizeof tmp, "%s/.step-%lld.tmp", dir, (long long)step);
+    snprintf(fin, sizeof fin, "%s/step-%lld", dir, (long long)step);
+    rm_tree(tmp);
+    if (cli_mkdirs(tmp, err))
+        return err->code;
+    /* weights for people: the adapter (LoRA) or the full HF model */
+    st_dtype dt = strcmp(run->cfg.model.dtype, "bf16") ? ST_F32 : ST_BF16;
+    int rc = dllm_policy_has_lora(run->pol) ? dllm_policy_save_adapter(run->pol, tmp, err)
+                                            : dllm_policy_save(run->pol, tmp, dt, err);
+    if (rc)
+        return rc;
+    char tok_from[4200], tok_to[4600];
+    if (run->cfg.model.path[0])
+        snprintf(tok_from, sizeof tok_from, "%s/tokenizer.json", run->cfg.model.path);
+    else
+        snprintf(tok_from, sizeof tok_from, "%s/tokenizer.json", run->run_dir);
+    snprintf(tok_to, sizeof tok_to, "%s/tokenizer.json", tmp);
+    if (copy_file(tok_from, tok_to, err))
+        return err->code;
+    /* exact state for resuming: trainable vector, AdamW moments, reference */
+    st_writer *w = st_writer_new();
+    int64_t shape[1] = {(int64_t)run->n_param};
+    size_t n;
+    rc = st_writer_add_f32(w, "trainable", ST_F32, 1, shape, dllm_policy_trainable(run->pol, &n), err);
+    if (!rc)
+        rc = st_writer_add_f32(w, "adam_m", ST_F32, 1, shape, run->adam_m, err);
+    if (!rc)
+        rc = st_writer_add_f32(w, "adam_v", ST_F32, 1, shape, run->adam_v, err);
+    if (!rc && run->ref_params)
+        rc = st_writer_add_f32(w, "reference", ST_F32, 1, shape, run->ref_params, err);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+    if (!rc)
+        rc = st_writer_save_file(w, path, err);
+    st_writer_free(w);
+    if (rc)
+        return rc;
+    json_t *st = json_pack("{s:I, s:I, s:f, s:I, s:I, s:s}", "step", (json_int_t)step, "opt_step",
+                           (json_int_t)run->opt_step, "alpha_prev", run->alpha_prev,
+                           "ref_synced_at", (json_int_t)run->ref_synced_at, "seed",
+                           (json_int_t)run->cfg.seed, "version", PACKAGE_VERSION);
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    rc = json_dump_file(st, path, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    json_decref(st);
+    if (rc)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", path);
+    rm_tree(fin);
+    if (rename(tmp, fin))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", fin, strerror(errno));
+    char link[4400], tmplink[4400], target[64];
+    snprintf(link, sizeof link, "%s/latest", dir);
+    snprintf(tmplink, sizeof tmplink, "%s/.latest.tmp", dir);
+    snprintf(target, sizeof target, "step-%lld", (long long)step);
+    unlink(tmplink);
+    if (symlink(target, tmplink) || rename(tmplink, link))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", link, strerror(errno));
+    /* keep the newest checkpoint.keep */
+    int keep = run->cfg.checkpoint.keep;
+    if (keep > 0) {
+        DIR *d = opendir(dir);
+        long long steps[4096];
+        int ns = 0;
+        for (struct dirent *e; d && (e = readdir(d)) && ns < 4096;) {
+            long long s;
+            if (sscanf(e->d_name, "step-%lld", &s) == 1)
+                steps[ns++] = s;
+        }
+        if (d)
+            closedir(d);
+        for (int i = 0; i < ns; i++) {
+            int newer = 0;
+            for (int j = 0; j < ns; j++)
+                newer += steps[j] > steps[i];
+            if (newer >= keep) {
+                char old[4400];
+                snprintf(old, sizeof old, "%s/step-%lld", dir, steps[i]);
+                rm_tree(old);
+            }
+        }
+    }
+    return 0;
+}
+
+int rl_checkpoint_load(rl_run *run, const char *ckpt_dir, dllm_err *err)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/state.json", ckpt_dir);
+    json_error_t je;
+    json_t *st = json_load_file(path, 0, &je);
+    if (!st)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+    json_int_t step = -1, opt = -1, ref_at = 0;
+    double alpha = 0;
+    if (json_unpack(st, "{s:I, s:I, s:F, s:I}", "step", &step, "opt_step", &opt, "alpha_prev",
+                    &alpha, "ref_synced_at", &ref_at)) {
+        json_decref(st);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: missing step, opt_step, alpha_prev or "
+                            "ref_synced_at", path);
+    }
+    json_decref(st);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
+    st_archive *a;
+    if (st_open(&a, path, err))
+        return err->code;
+    int64_t shape[1] = {(int64_t)run->n_param};
+    size_t n;
+    int rc = st_read_f32(a, "trainable", shape, 1, dllm_policy_trainable(run->pol, &n), err);
+    if (!rc)
+        rc = st_read_f32(a, "adam_m", shape, 1, run->adam_m, err);
+    if (!rc)
+        rc = st_read_f32(a, "adam_v", shape, 1, run->adam_v, err);
+    if (!rc && run->ref_params)
+        rc = st_read_f32(a, "reference", shape, 1, run->ref_params, err);
+    st_close(a);
+    if (rc)
+        return rc;
+    run->step = step;
+    run->opt_step = (long)opt;
+    run->alpha_prev = alpha;
+    run->ref_synced_at = ref_at;
+    return dllm_policy_sync_rollout(run->pol, NULL, err);
+}

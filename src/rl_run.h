@@ -1,0 +1,18 @@
+/* rl_run.h: opening and closing an RL run, and its checkpoints
+ * (RUN_DIR/ckpt/step-N: weights or adapter in HF/PEFT layout, tokenizer.json,
+ * optimizer.safetensors with the exact trainable vector and AdamW moments,
+ * state.json; ckpt/latest points to the newest complete one). */
+#ifndef DLLM_RL_RUN_H
+#define DLLM_RL_RUN_H
+
+#include "src/rl.h"
+
+int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err *err);
+void rl_run_close(rl_run *run);
+/* Longest encoded training prompt (the log's prompt width). */
+int rl_max_prompt(const rl_run *run);
+int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err);
+/* Restores the trainable vector, AdamW state, alpha and step from a checkpoint. */
+int rl_checkpoint_load(rl_run *run, const char *ckpt_dir, dllm_err *err);
+
+#endif

@@ -1,0 +1,491 @@
+/* rl_step.c: one RL step and the evaluation protocol. See rl.h. */
+#include "src/rl.h"
+
+#include "kernels/ops.h"
+#include "src/comm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void rl_batch_free(rl_batch *b)
+{
+    free(b->prompt_index);
+    free(b->prompts);
+    free(b->prompt_mask);
+    free(b->prompt_len);
+    dllm_rollout_free(&b->ro);
+    free(b->gen);
+    free(b->L);
+    free(b->L32);
+    free(b->reward);
+    free(b->correct);
+    free(b->adv);
+    free(b->l_mu);
+    free(b->l_pi);
+    free(b->log_w);
+    free(b->log_w_se);
+    free(b->coef);
+    free(b->coef_tok);
+    free(b->tok_mu);
+    free(b->tok_pi);
+    free(b->d);
+    free(b->l_old);
+    free(b->tok_old);
+    free(b->tok_ref);
+    free(b->mismatch);
+    memset(b, 0, sizeof *b);
+}
+
+char *rl_completion_text(rl_run *run, const int32_t *gen, int L, dllm_err *err)
+{
+    int n = L - (L > 0 && gen[L - 1] == run->mc->eos_token_id);
+    char *text = NULL;
+    size_t len = 0;
+    if (dllm_tokenizer_decode(run->tok, gen, (size_t)n, true, &text, &len, err))
+        return NULL;
+    return text;
+}
+
+/* Left-pads prompts of several items into (rows, P) with a key mask; each
+ * prompt repeated `rep` times (the group). */
+static int pad_prompts(const rl_prompt *const *ps, int n, int rep, int eos, int32_t **out,
+                       uint8_t **mask, int32_t **lens)
+{
+    int P = 0;
+    for (int i = 0; i < n; i++)
+        P = ps[i]->n > P ? ps[i]->n : P;
+    int32_t *x = dllm_malloc(sizeof *x * (size_t)n * rep * P);
+    uint8_t *m = dllm_malloc((size_t)n * rep * P);
+    int32_t *l = dllm_malloc(sizeof *l * (size_t)n * rep);
+    for (int i = 0; i < n; i++)
+        for (int g = 0; g < rep; g++) {
+            size_t row = (size_t)i * rep + g;
+            int pad = P - ps[i]->n;
+            for (int t = 0; t < P; t++) {
+                x[row * P + t] = t < pad ? eos : ps[i]->ids[t - pad];
+                m[row * P + t] = t >= pad;
+            }
+            l[row] = ps[i]->n;
+        }
+    *out = x;
+    *mask = m;
+    *lens = l;
+    return P;
+}
+
+/* ---- the loss gradient, chunk by chunk (see dllm_lik_plan_backward) ---------- */
+
+typedef struct {
+    rl_run *run;
+    rl_batch *b;
+    double denom;        /* global aggregation denominator (sequences or tokens) */
+    double loss, kl, clip, ratio_terms;
+} loss_ctx;
+
+static int loss_grad(void *vctx, int s0, int s1, const double *seq_logp, const double *tok_logp,
+                     double *dseq, double *dtok, dllm_err *err)
+{
+    loss_ctx *c = vctx;
+    rl_batch *b = c->b;
+    const int G = b->Gen;
+    grpo_loss_in in = {
+        .N = s1 - s0, .T = G, .adv = b->adv + s0, .coef = b->coef + s0,
+        .coef_tok = b->coef_tok ? b->coef_tok + (size_t)s0 * G : NULL, .len = b->L + s0,
+        .l_theta = seq_logp + s0, .l_old = b->l_old + s0,
+        .logp_theta = tok_logp + (size_t)s0 * G, .logp_old = b->tok_old + (size_t)s0 * G,
+        .logp_ref = b->tok_ref ? b->tok_ref + (size_t)s0 * G : NULL};
+    grpo_loss_out out;
+    if (grpo_loss(&c->run->loss, &in, &out, dseq + s0, dtok + (size_t)s0 * G, err))
+        return err->code;
+    /* the chunk's loss is normalised by its own denominator: rescale to the
+     * global batch's (sequences for seq_mean, tokens for token_mean) */
+    double chunk = 0;
+    for (int i = s0; i < s1; i++)
+        chunk += c->run->loss.agg == GRPO_AGG_SEQ_MEAN ? 1.0 : (double)b->L[i];
+    double scale = chunk / c->denom;
+    for (int i = s0; i < s1; i++) {
+        dseq[i] *= scale;
+        for (int t = 0; t < G; t++)
+            dtok[(size_t)i * G + t] *= scale;
+    }
+    c->loss += out.loss * scale;
+    if (isfinite(out.policy_kl))
+        c->kl += out.policy_kl * scale;
+    c->clip += out.clip_frac * (double)out.n_ratio_terms;
+    c->ratio_terms += (double)out.n_ratio_terms;
+    return 0;
+}
+
+static double lr_at(const rl_run *run, long opt_step)
+{
+    double lr = run->cfg.optim.lr;
+    if (run->cfg.optim.warmup > 0 && opt_step <= run->cfg.optim.warmup)
+        lr *= (double)opt_step / run->cfg.optim.warmup;
+    return lr;
+}
+
+/* Evaluates plan p at TRAIN precision with the trainable vector temporarily
+ * replaced by `params` (the reference or the batch's old parameters). */
+static int eval_with_params(rl_run *run, const dllm_lik_plan *p, const float *params,
+                            double *seq, double *tok, dllm_err *err)
+{
+    size_t n;
+    float *theta = dllm_policy_trainable(run->pol, &n);
+    float *save = dllm_malloc(sizeof *save * n);
+    memcpy(save, theta, sizeof *save * n);
+    memcpy(theta, params, sizeof *theta * n);
+    void *ctx;
+    dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+    int rc = dllm_lik_plan_eval(p, fn, ctx, run->max_canvas, seq, tok, NULL, NULL, err);
+    memcpy(theta, save, sizeof *save * n);
+    free(save);
+    return rc;
+}
+
+int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *err)
+{
+    const dllm_cfg *cfg = &run->cfg;
+    const int G = cfg->rollout.group_size, Gen = cfg->rollout.gen_length;
+    const int ppr = cfg->grpo.prompts_per_step / run->size; /* prompts per rank */
+    const uint64_t seed = (uint64_t)cfg->seed;
+    int rc = 0;
+    memset(b, 0, sizeof *b);
+    h5log_values_nan(metrics);
+    b->n_prompts = ppr;
+    b->G = G;
+    b->N = ppr * G;
+    b->Gen = Gen;
+    const int N = b->N;
+    const uint64_t seq0 = (uint64_t)run->rank * (uint64_t)N; /* global index of row 0 */
+
+    /* 1. prompts: a seeded sample of the training items, this rank's slice */
+    double t0 = dllm_now();
+    size_t *idx = dllm_malloc(sizeof *idx * (size_t)cfg->grpo.prompts_per_step);
+    dllm_task_sample_indices(run->train.n, (size_t)cfg->grpo.prompts_per_step, seed, (uint64_t)step,
+                             idx);
+    b->prompt_index = dllm_malloc(sizeof *b->prompt_index * (size_t)ppr);
+    const rl_prompt **ps = dllm_malloc(sizeof *ps * (size_t)ppr);
+    for (int i = 0; i < ppr; i++) {
+        b->prompt_index[i] = (int64_t)idx[run->rank * ppr + i];
+        ps[i] = &run->train_prompts[b->prompt_index[i]];
+    }
+    free(idx);
+    b->P = pad_prompts(ps, ppr, G, run->mc->eos_token_id, &b->prompts, &b->prompt_mask,
+                       &b->prompt_len);
+    free(ps);
+    const int P = b->P;
+
+    /* 2. rollouts at the rollout precision, G per prompt */
+    dllm_sampler_cfg sc = run->sampler;
+    sc.seq_offset = seq0;
+    rc = dllm_policy_rollout(run->pol, b->prompts, b->prompt_mask, N, P, &sc, cfg->rollout.top_p,
+                             seed ^ ((uint64_t)step * 0x9e3779b97f4a7c15ULL), &b->ro, err);
+    if (rc)
+        return rc;
+    b->gen = dllm_malloc(sizeof *b->gen * (size_t)N * Gen);
+    b->L = dllm_malloc(sizeof *b->L * (size_t)N);
+    b->L32 = dllm_malloc(sizeof *b->L32 * (size_t)N);
+    long gen_tokens = 0;
+    for (int i = 0; i < N; i++) {
+        memcpy(b->gen + (size_t)i * Gen, b->ro.tokens + (size_t)i * (P + Gen) + P,
+               sizeof *b->gen * (size_t)Gen);
+        b->L[i] = dllm_completion_length(b->gen + (size_t)i * Gen, Gen, run->mc->eos_token_id);
+        b->L32[i] = b->L[i];
+        gen_tokens += Gen;
+    }
+    double t_rollout = dllm_now() - t0;
+
+    /* 3. rewards */
+    b->reward = dllm_malloc(sizeof *b->reward * (size_t)N);
+    b->correct = dllm_malloc(sizeof *b->correct * (size_t)N);
+    for (int i = 0; i < N && !rc; i++) {
+        char *text = rl_completion_text(run, b->gen + (size_t)i * Gen, b->L[i], err);
+        if (!text)
+            return err->code;
+        const dllm_task_item *it = &run->train.items[b->prompt_index[i / G]];
+        b->reward[i] = run->task->reward(it, text, strlen(text));
+        b->correct[i] = run->task->correct(it, text, strlen(text));
+        free(text);
+    }
+
+    /* 4. advantages, per group (groups never span ranks) */
+    b->adv = dllm_malloc(sizeof *b->adv * (size_t)N);
+    int zero_var = 0;
+    if ((rc = grpo_advantages(b->reward, ppr, G, run->adv_scale, 1e-6, b->adv, &zero_var, err)))
+        return rc;
+
+    /* 5. l_mu and l_pi on shared masks (and l_old for the policy ratio) */
+    t0 = dllm_now();
+    size_t NG = (size_t)N * Gen;
+    b->l_mu = dllm_malloc(sizeof(double) * N);
+    b->l_pi = dllm_malloc(sizeof(double) * N);
+    b->log_w = dllm_malloc(sizeof(double) * N);
+    b->log_w_se = dllm_malloc(sizeof(double) * N);
+    b->tok_mu = dllm_malloc(sizeof(double) * NG);
+    b->tok_pi = dllm_malloc(sizeof(double) * NG);
+    b->d = dllm_malloc(sizeof(double) * NG);
+    b->l_old = dllm_malloc(sizeof(double) * N);
+    b->tok_old = dllm_malloc(sizeof(double) * NG);
+    dllm_lik_plan pw = {0}, pp = {0};
+    const uint64_t key_w = ((uint64_t)step << 16) | RL_KEY_WEIGHT;
+    rc = dllm_lik_plan_build(&pw, &run->lik_w, b->prompts, b->prompt_mask, b->gen, b->L,
+                             b->ro.commit_step, N, P, Gen, seed, key_w, seq0, err);
+    double *smp_pi = NULL, *smp_mu = NULL;
+    if (!rc) {
+        smp_pi = dllm_malloc(sizeof(double) * (size_t)(pw.n_canvas ? pw.n_canvas : 1));
+        smp_mu = dllm_malloc(sizeof(double) * (size_t)(pw.n_canvas ? pw.n_canvas : 1));
+        void *ctx;
+        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+        rc = dllm_lik_plan_eval(&pw, fn, ctx, run->max_canvas, b->l_pi, b->tok_pi, NULL, smp_pi, err);
+    }
+    if (!rc && dllm_policy_rollout_is_trainer(run->pol)) {
+        /* the reference arm: mu is pi, bit for bit, so w = 1 exactly */
+        memcpy(b->l_mu, b->l_pi, sizeof(double) * N);
+        memcpy(b->tok_mu, b->tok_pi, sizeof(double) * NG);
+        memcpy(smp_mu, smp_pi, sizeof(double) * (size_t)pw.n_canvas);
+    } else if (!rc) {
+        void *ctx;
+        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_ROLLOUT, &ctx);
+        rc = dllm_lik_plan_eval(&pw, fn, ctx, run->max_canvas, b->l_mu, b->tok_mu, NULL, smp_mu, err);
+    }
+    if (!rc) {
+        dllm_lik_plan_diff_se(&pw, smp_pi, smp_mu, b->log_w_se);
+        for (int i = 0; i < N; i++)
+            b->log_w[i] = b->l_pi[i] - b->l_mu[i];
+        for (size_t k = 0; k < NG; k++)
+            b->d[k] = b->tok_pi[k] - b->tok_mu[k];
+    }
+    free(smp_pi);
+    free(smp_mu);
+    if (!rc && run->shared_plan) {
+        memcpy(b->l_old, b->l_pi, sizeof(double) * N);
+        memcpy(b->tok_old, b->tok_pi, sizeof(double) * NG);
+    } else if (!rc) {
+        rc = dllm_lik_plan_build(&pp, &run->lik_pol, b->prompts, b->prompt_mask, b->gen, b->L,
+                                 b->ro.commit_step, N, P, Gen, seed,
+                                 ((uint64_t)step << 16) | RL_KEY_POLICY, seq0, err);
+        if (!rc) {
+            void *ctx;
+            dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+            rc = dllm_lik_plan_eval(&pp, fn, ctx, run->max_canvas, b->l_old, b->tok_old, NULL, NULL,
+                                    err);
+        }
+    }
+    const dllm_lik_plan *policy_plan = run->shared_plan ? &pw : &pp;
+    if (!rc && run->ref_params) {
+        b->tok_ref = dllm_malloc(sizeof(double) * NG);
+        rc = eval_with_params(run, policy_plan, run->ref_params, NULL, b->tok_ref, err);
+    }
+    double t_lik = dllm_now() - t0;
+
+    /* 6. correction coefficients and diagnostics, over the global batch */
+    b->coef = dllm_malloc(sizeof(double) * N);
+    if (run->corr.level == CORR_LEVEL_TOKEN)
+        b->coef_tok = dllm_malloc(sizeof(double) * NG);
+    corr_batch cb = {.N = N, .T = Gen, .log_w = b->log_w, .len = b->L, .d = b->d, .adv = b->adv};
+    corr_extrema ext;
+    corr_stats st;
+    corr_counts cnt;
+    if (!rc)
+        rc = corr_local_extrema(&run->corr, &cb, &ext, err);
+    if (!rc) {
+        /* max over ranks of each extremum (stored as maxima) */
+        comm_max_d(ext.v, CORR_EXT_N);
+        rc = corr_local_sums(&run->corr, &cb, &ext, &st, err);
+    }
+    if (!rc) {
+        comm_sum_d(st.v, CORR_STATS_N);
+        corr_finalize(&st, &ext, &run->corr, run->alpha_prev, &b->diag);
+        rc = corr_coefficients(&run->corr, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
+    }
+
+    /* 7-8. inner GRPO updates, each an AdamW step */
+    t0 = dllm_now();
+    double sums[4] = {(double)N, 0, 0, 0}; /* sequences, tokens, zero-var groups, mc se */
+    for (int i = 0; i < N; i++)
+        sums[1] += b->L[i];
+    sums[2] = zero_var;
+    for (int i = 0; i < N; i++)
+        sums[3] += b->log_w_se[i];
+    comm_sum_d(sums, 4);
+    loss_ctx lc = {.run = run, .b = b,
+                   .denom = run->loss.agg == GRPO_AGG_SEQ_MEAN ? sums[0] : sums[1]};
+    double grad_norm = NAN, lr = NAN;
+    size_t np;
+    float *theta = dllm_policy_trainable(run->pol, &np);
+    float *grads = dllm_policy_grads(run->pol);
+    if (!rc && cfg->grpo.fresh_masks) {
+        if (!run->old_params)
+            run->old_params = dllm_malloc(sizeof(float) * np);
+        memcpy(run->old_params, theta, sizeof(float) * np);
+    }
+    for (int k = 0; k < cfg->grpo.inner_steps && !rc; k++) {
+        const dllm_lik_plan *plan = policy_plan;
+        dllm_lik_plan fresh = {0};
+        if (k > 0 && cfg->grpo.fresh_masks) {
+            /* d1: new masks per inner update, old log-probs recomputed on them */
+            rc = dllm_lik_plan_build(&fresh, &run->lik_pol, b->prompts, b->prompt_mask, b->gen,
+                                     b->L, b->ro.commit_step, N, P, Gen, seed,
+                                     ((uint64_t)step << 16) | (uint64_t)(RL_KEY_POLICY + k), seq0,
+                                     err);
+            if (!rc)
+                rc = eval_with_params(run, &fresh, run->old_params, b->l_old, b->tok_old, err);
+            if (!rc && b->tok_ref)
+                rc = eval_with_params(run, &fresh, run->ref_params, NULL, b->tok_ref, err);
+            plan = &fresh;
+        }
+        lc.loss = lc.kl = lc.clip = lc.ratio_terms = 0;
+        dllm_policy_zero_grad(run->pol);
+        if (!rc) {
+            void *ctx;
+            dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+            rc = dllm_lik_plan_backward(plan, fn, dllm_policy_backward, ctx, run->max_canvas,
+                                        loss_grad, &lc, NULL, NULL, err);
+        }
+        dllm_lik_plan_free(&fresh);
+        if (rc)
+            break;
+        comm_sum_f(grads, np);
+        grad_norm = op_grad_norm(grads, np);
+        if (cfg->optim.grad_clip > 0)
+            op_clip_grad(grads, np, grad_norm, cfg->optim.grad_clip);
+        run->opt_step++;
+        lr = lr_at(run, run->opt_step);
+        op_adamw(theta, grads, run->adam_m, run->adam_v, np, (int)run->opt_step, (float)lr,
+                 (float)cfg->optim.betas[0], (float)cfg->optim.betas[1], (float)cfg->optim.eps,
+                 (float)cfg->optim.weight_decay);
+    }
+    dllm_lik_plan_free(&pw);
+    dllm_lik_plan_free(&pp);
+    double t_update = dllm_now() - t0;
+    if (rc)
+        return rc;
+
+    /* 9. the rollout copy follows the trainer */
+    double t_sync = 0;
+    if ((rc = dllm_policy_sync_rollout(run->pol, &t_sync, err)))
+        return rc;
+    run->alpha_prev = b->diag.alpha;
+
+    /* mismatch by denoising step: mean |d| of the tokens committed at each step */
+    const int S = cfg->rollout.steps;
+    b->mismatch = dllm_calloc((size_t)S, sizeof(double));
+    double *cntS = dllm_calloc((size_t)S, sizeof(double)), *both = dllm_malloc(sizeof(double) * 2 * S);
+    for (int i = 0; i < N; i++)
+        for (int t = 0; t < b->L[i]; t++) {
+            int s = b->ro.commit_step[(size_t)i * Gen + t];
+            double dv = b->d[(size_t)i * Gen + t];
+            if (s >= 0 && s < S && isfinite(dv)) {
+                b->mismatch[s] += fabs(dv);
+                cntS[s] += 1;
+            }
+        }
+    memcpy(both, b->mismatch, sizeof(double) * S);
+    memcpy(both + S, cntS, sizeof(double) * S);
+    comm_sum_d(both, 2 * (size_t)S);
+    for (int s = 0; s < S; s++)
+        b->mismatch[s] = both[S + s] > 0 ? both[s] / both[S + s] : NAN;
+    free(cntS);
+    free(both);
+
+    /* 10. step metrics over the global batch */
+    double m[6] = {0, 0, 0, lc.clip, lc.ratio_terms, 0};
+    for (int i = 0; i < N; i++) {
+        m[0] += b->reward[i];
+        m[1] += b->reward[i] * b->reward[i];
+        m[2] += b->correct[i];
+    }
+    m[5] = (double)gen_tokens;
+    comm_sum_d(m, 6);
+    double Ng = sums[0];
+    metrics[H5LOG_M(reward_mean)] = m[0] / Ng;
+    metrics[H5LOG_M(reward_std)] = sqrt(fmax(0, m[1] / Ng - (m[0] / Ng) * (m[0] / Ng)));
+    metrics[H5LOG_M(accuracy)] = m[2] / Ng;
+    metrics[H5LOG_M(loss)] = lc.loss;
+    metrics[H5LOG_M(policy_kl)] = run->ref_params ? lc.kl : NAN;
+    metrics[H5LOG_M(clip_frac)] = m[4] > 0 ? m[3] / m[4] : NAN;
+    metrics[H5LOG_M(grad_norm)] = grad_norm;
+    metrics[H5LOG_M(lr)] = lr;
+    metrics[H5LOG_M(alpha_raw)] = b->diag.alpha_raw;
+    metrics[H5LOG_M(alpha)] = b->diag.alpha;
+    metrics[H5LOG_M(rho_ess)] = b->diag.rho_ess;
+    metrics[H5LOG_M(s_rel)] = b->diag.s_rel;
+    metrics[H5LOG_M(delta)] = b->diag.delta;
+    metrics[H5LOG_M(s_div)] = b->diag.s_div;
+    metrics[H5LOG_M(nu)] = b->diag.nu;
+    metrics[H5LOG_M(s_var)] = b->diag.s_var;
+    metrics[H5LOG_M(k3)] = b->diag.k3;
+    metrics[H5LOG_M(log_w_mc_se)] = sums[3] / Ng;
+    metrics[H5LOG_M(frac_truncated)] = b->diag.frac_truncated;
+    metrics[H5LOG_M(frac_zeroed)] = b->diag.frac_zeroed;
+    metrics[H5LOG_M(frac_nonfinite)] = b->diag.frac_nonfinite;
+    metrics[H5LOG_M(frac_zero_var_groups)] = sums[2] / (Ng / G);
+    metrics[H5LOG_M(t_rollout)] = t_rollout;
+    metrics[H5LOG_M(t_likelihood)] = t_lik;
+    metrics[H5LOG_M(t_update)] = t_update;
+    metrics[H5LOG_M(t_sync)] = t_sync;
+    double total = t_rollout + t_lik + t_update + t_sync;
+    metrics[H5LOG_M(tokens_per_s)] = total > 0 ? m[5] / total : NAN;
+    (void)cnt;
+    return 0;
+}
+
+int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *reward_mean,
+                dllm_err *err)
+{
+    const int n_total = (int)run->eval.n;
+    /* ranks take interleaved slices; batches of at most 64 prompts */
+    double sums[3] = {0, 0, 0};
+    const int chunk = 64;
+    int *mine = dllm_malloc(sizeof *mine * (size_t)(n_total ? n_total : 1)), nm = 0;
+    for (int i = run->rank; i < n_total; i += run->size)
+        mine[nm++] = i;
+    int rc = 0;
+    for (int c0 = 0; c0 < nm && !rc; c0 += chunk) {
+        int n = nm - c0 < chunk ? nm - c0 : chunk;
+        const rl_prompt **ps = dllm_malloc(sizeof *ps * (size_t)n);
+        for (int i = 0; i < n; i++)
+            ps[i] = &run->eval_prompts[mine[c0 + i]];
+        int32_t *prompts, *lens;
+        uint8_t *pm;
+        int P = pad_prompts(ps, n, 1, run->mc->eos_token_id, &prompts, &pm, &lens);
+        free(ps);
+        dllm_sampler_cfg sc = run->eval_sampler;
+        sc.seq_offset = (uint64_t)mine[c0];
+        void *ctx;
+        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+        dllm_rollout ro;
+        if (dllm_policy_is_diffusion(run->pol))
+            rc = dllm_sample(fn, ctx, prompts, pm, n, P, &sc, (uint64_t)run->cfg.seed, &ro, err);
+        else
+            rc = dllm_policy_rollout(run->pol, prompts, pm, n, P, &sc, 1.0, (uint64_t)run->cfg.seed,
+                                     &ro, err);
+        for (int i = 0; i < n && !rc; i++) {
+            const int32_t *g = ro.tokens + (size_t)i * (P + sc.gen_length) + P;
+            int L = dllm_completion_length(g, sc.gen_length, run->mc->eos_token_id);
+            char *text = rl_completion_text(run, g, L, err);
+            if (!text) {
+                rc = err->code;
+                break;
+            }
+            const dllm_task_item *it = &run->eval.items[mine[c0 + i]];
+            sums[0] += run->task->correct(it, text, strlen(text));
+            sums[1] += run->task->reward(it, text, strlen(text));
+            sums[2] += 1;
+            free(text);
+        }
+        if (!rc)
+            dllm_rollout_free(&ro);
+        free(prompts);
+        free(pm);
+        free(lens);
+    }
+    free(mine);
+    comm_sum_d(sums, 3);
+    double n = sums[2] > 0 ? sums[2] : 1, p = sums[0] / n;
+    *accuracy = p;
+    *accuracy_se = sqrt(p * (1 - p) / n);
+    *reward_mean = sums[1] / n;
+    return rc;
+}
