@@ -828,6 +828,7 @@ START_TEST(test_sample_keyed)
     /* row 0 alone, without left padding: the same tokens */
     ck_assert_int_eq(dllm_ar_sample(m, prompts, NULL, 1, GP, &c, 42, &r4, &err), 0);
     ck_assert(memcmp(r4.tokens, r1.tokens, (GP + GN) * sizeof(int32_t)) == 0);
+    dllm_ar_rollout_free(&r4);
     int V = qwen3_config(m)->vocab_size;
     double *probs = dllm_malloc((size_t)V * sizeof(double));
     float *lg = dllm_malloc((size_t)V * sizeof(float));
