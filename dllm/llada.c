@@ -20,8 +20,16 @@
  *
  * Memory: parameters in one allocation carved into named pointers in HF
  * order; gradients mirror it (allocated on first use); activations for
- * backward are sized for B*T and grown on demand. */
+ * backward are sized for B*T and grown on demand.
+ *
+ * Precision (llada.h): a forward reads its weights through a weight_view --
+ * the fp32 master weights, the trainer's bf16 copy, or the rollout copy (bf16,
+ * or FP8 block linears plus bf16 embeddings/norms/head) -- which also says
+ * where activations are rounded to bf16. The rollout forward has activation
+ * buffers of its own. The backward reads the trainer view's weights (the
+ * rounded ones under a bf16 trainer: straight-through). */
 #include "dllm/llada.h"
+#include "kernels/fp8.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 
@@ -85,6 +93,21 @@ typedef struct {
     float *dxr, *dnf;     // (R, C)
 } llada_acts;
 
+/* The weights one forward reads, and where it rounds to bf16. */
+typedef struct {
+    float *buf;        // owned copy (NULL: the master weights)
+    const float *wte;  // (V, C)
+    const float *ln_f; // (C)
+    const float *head; // (V, C)
+    llada_layer *lw;   // (L); w[j] == NULL where q8 replaces them
+    fp8_matrix *q8;    // (L, NLIN) FP8 block linears, or NULL
+    bool round_lin;    // bf16 at the block linears' inputs
+    bool round_head;   // bf16 at the head's input
+    bool lora;         // apply the LoRA adapters at run time (the trainer only:
+                       // the rollout copies have them merged)
+    size_t nbuf;       // floats in buf
+} weight_view;
+
 struct llada_model {
     dllm_model_config cfg;
     int C, L, NH, NKV, HD, H, V, QD, KD; /* QD = NH*HD, KD = NKV*HD, V = embedding_size */
@@ -111,6 +134,11 @@ struct llada_model {
 
     op_rope_table rope;
     llada_acts a;
+
+    llada_precision prec; /* last applied by llada_rollout_sync */
+    weight_view tv;       /* trainer: master weights or their bf16 copy */
+    weight_view rv;       /* rollout copy (unused under rollout "trainer") */
+    llada_acts ra;        /* activations of the rollout forward */
 };
 
 int llada_lora_target_bit(const char *name)
@@ -161,6 +189,131 @@ static int check_config(const dllm_model_config *c, const char *where, dllm_err 
                             "%s: weight_tying true is not supported (LLaDA has an untied head)",
                             where);
     return 0;
+}
+
+/* ---- weight views (precision) ------------------------------------------------------ */
+
+static void view_free(const llada_model *m, weight_view *v)
+{
+    free(v->buf);
+    if (v->q8) {
+        for (int k = 0; k < m->L * NLIN; k++)
+            fp8_matrix_free(&v->q8[k]);
+        free(v->q8);
+    }
+    free(v->lw);
+    memset(v, 0, sizeof *v);
+}
+
+/* The fp32 master weights with LoRA at run time: the default trainer. */
+static void view_master(llada_model *m, weight_view *v)
+{
+    view_free(m, v);
+    v->lw = dllm_malloc((size_t)m->L * sizeof *v->lw);
+    memcpy(v->lw, m->lw, (size_t)m->L * sizeof *v->lw);
+    v->wte = m->wte;
+    v->ln_f = m->ln_f;
+    v->head = m->head;
+    v->lora = true;
+}
+
+/* dst (out, in) = W + (alpha/r) B A for linear j of layer l (W alone without
+ * an adapter there): the weight the rollout copy is built from. */
+static void merged_weight(const llada_model *m, int l, int j, float *dst)
+{
+    int o, i;
+    lin_shape(m, j, &o, &i);
+    memcpy(dst, m->lw[l].w[j], (size_t)o * i * sizeof(float));
+    const lora_adapter *ad = m->ad ? &m->ad[l * NLIN + j] : NULL;
+    if (ad && ad->A)
+        op_gemm(false, false, o, i, m->lora_rank, m->lora_scale, ad->B, ad->A, 1.0f, dst);
+}
+
+/* v = a bf16-rounded copy of the weights, LoRA merged when `merge`, without
+ * the block linears when `skip_lin` (FP8 replaces them). Reuses v's buffer
+ * when the size allows (the sync after every optimizer step). */
+static void view_bf16_copy(llada_model *m, weight_view *v, bool merge, bool skip_lin)
+{
+    size_t n = m->n_params;
+    for (int l = 0; skip_lin && l < m->L; l++)
+        for (int j = 0; j < NLIN; j++) {
+            int o, i;
+            lin_shape(m, j, &o, &i);
+            n -= (size_t)o * i;
+        }
+    if (!v->buf || v->nbuf != n) {
+        free(v->buf);
+        v->buf = dllm_malloc(n * sizeof(float));
+        v->nbuf = n;
+    }
+    if (!v->lw)
+        v->lw = dllm_calloc((size_t)m->L, sizeof *v->lw);
+    float *dst = v->buf;
+#define TAKE(field, src, cnt)                                                                    \
+    do {                                                                                         \
+        memcpy(dst, (src), (size_t)(cnt) * sizeof(float));                                       \
+        field = dst;                                                                             \
+        dst += (size_t)(cnt);                                                                    \
+    } while (0)
+    TAKE(v->wte, m->wte, (size_t)m->V * m->C);
+    for (int l = 0; l < m->L; l++) {
+        TAKE(v->lw[l].attn_norm, m->lw[l].attn_norm, m->C);
+        TAKE(v->lw[l].ff_norm, m->lw[l].ff_norm, m->C);
+        for (int j = 0; j < NLIN; j++) {
+            int o, i;
+            lin_shape(m, j, &o, &i);
+            if (skip_lin) {
+                v->lw[l].w[j] = NULL;
+                continue;
+            }
+            v->lw[l].w[j] = dst;
+            if (merge)
+                merged_weight(m, l, j, dst);
+            else
+                memcpy(dst, m->lw[l].w[j], (size_t)o * i * sizeof(float));
+            dst += (size_t)o * i;
+        }
+    }
+    TAKE(v->ln_f, m->ln_f, m->C);
+    TAKE(v->head, m->head, (size_t)m->V * m->C);
+#undef TAKE
+    op_round_bf16(v->buf, n);
+}
+
+/* v = the FP8 rollout copy: block linears quantised from the merged weights,
+ * the rest rounded to bf16. */
+static int view_fp8(llada_model *m, weight_view *v, const llada_precision *p, dllm_err *err)
+{
+    view_bf16_copy(m, v, false, true);
+    if (!v->q8)
+        v->q8 = dllm_calloc((size_t)m->L * NLIN, sizeof *v->q8);
+    size_t maxw = 0;
+    for (int j = 0; j < NLIN; j++) {
+        int o, i;
+        lin_shape(m, j, &o, &i);
+        maxw = (size_t)o * i > maxw ? (size_t)o * i : maxw;
+    }
+    float *tmp = dllm_malloc(maxw * sizeof(float));
+    /* activations are quantised to match the weights' granularity */
+    fp8_scaling act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
+                      : p->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
+                                                            : FP8_SCALE_TENSOR;
+    int rc = 0;
+    for (int l = 0; l < m->L && !rc; l++)
+        for (int j = 0; j < NLIN && !rc; j++) {
+            int o, i;
+            lin_shape(m, j, &o, &i);
+            fp8_matrix *q = &v->q8[l * NLIN + j];
+            merged_weight(m, l, j, tmp);
+            rc = fp8_quantise_weight(q, tmp, o, i, p->fp8_format, p->fp8_scaling,
+                                     p->fp8_pow2_scale, err);
+            if (!rc) {
+                q->act_scaling = act;
+                fp8_matrix_cache_dequant(q); /* before any threaded use */
+            }
+        }
+    free(tmp);
+    return rc;
 }
 
 /* Allocates a model with uninitialised weights (gradients come on demand). */
@@ -226,6 +379,9 @@ static llada_model *model_alloc(const dllm_model_config *cfg)
 
     op_rope_table_init(&m->rope, cfg->max_seq_len > 0 ? cfg->max_seq_len : 1, m->HD,
                        cfg->rope_theta);
+    m->prec = (llada_precision){.trainer_bf16 = false, .rollout = LLADA_ROLLOUT_TRAINER,
+                                .fp8_format = FP8_E4M3, .fp8_scaling = FP8_SCALE_BLOCK};
+    view_master(m, &m->tv);
     return m;
 }
 
@@ -290,6 +446,9 @@ void llada_free(llada_model *m)
     if (!m)
         return;
     acts_free(&m->a);
+    acts_free(&m->ra);
+    view_free(m, &m->tv);
+    view_free(m, &m->rv);
     lora_free(m);
     op_rope_table_free(&m->rope);
     free(m->params);
@@ -349,6 +508,7 @@ void llada_lora_enable(llada_model *m, int rank, float alpha, int mask, uint64_t
 {
     lora_free(m);
     acts_free(&m->a); /* the LoRA activations change size */
+    acts_free(&m->ra);
     mask &= LORA_ALL;
     free(m->grads); /* frozen under LoRA; reallocated on demand without it */
     m->grads = NULL;
@@ -452,9 +612,8 @@ void llada_zero_grad(llada_model *m)
 /* Sizes the buffers for B*T rows, R head rows and `layers` layers of kept
  * activations (L for training, 1 for a forward without backward, whose
  * residual stream alternates between two slots). */
-static void acts_ensure(llada_model *m, int B, int T, int R, int layers)
+static void acts_ensure(const llada_model *m, llada_acts *a, int B, int T, int R, int layers)
 {
-    llada_acts *a = &m->a;
     size_t N = (size_t)B * T, natt = (size_t)B * m->NH * T * T;
     if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
         layers <= a->capL)
@@ -518,16 +677,21 @@ size_t llada_activation_floats(const llada_model *m)
 /* ---- forward ---------------------------------------------------------------------- */
 
 /* out (N, OC) = inp (N, IC) W^T [+ scale (inp A^T) B^T] for linear j of
- * layer l; xa (N, r) of activation slot ls keeps inp A^T. */
-static void lin_fwd(llada_model *m, int l, int ls, int j, float *out, const float *inp, int N)
+ * layer l, W read through the view v (FP8: the simulated W8A8 GEMM); xa (N,
+ * r) of activation slot ls of a keeps inp A^T. */
+static void lin_fwd(const llada_model *m, llada_acts *a, const weight_view *v, int l, int ls,
+                    int j, float *out, const float *inp, int N)
 {
     int o, i;
     lin_shape(m, j, &o, &i);
-    op_linear_fwd(out, inp, m->lw[l].w[j], N, i, o);
-    const lora_adapter *ad = m->ad ? &m->ad[l * NLIN + j] : NULL;
+    if (v->q8)
+        op_fp8_linear_fwd(out, inp, &v->q8[l * NLIN + j], N, i, o);
+    else
+        op_linear_fwd(out, inp, v->lw[l].w[j], N, i, o);
+    const lora_adapter *ad = v->lora && m->ad ? &m->ad[l * NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
-        float *xa = m->a.xa + ((size_t)ls * NLIN + j) * m->a.capN * r;
+        float *xa = a->xa + ((size_t)ls * NLIN + j) * a->capN * r;
         op_linear_fwd(xa, inp, ad->A, N, i, r);
         op_gemm(false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
     }
@@ -539,7 +703,7 @@ static void lin_bwd(llada_model *m, int l, int j, float *dinp, const float *dout
 {
     int o, i;
     lin_shape(m, j, &o, &i);
-    op_linear_bwd(dinp, m->lg[l].w[j], dout, inp, m->lw[l].w[j], N, i, o);
+    op_linear_bwd(dinp, m->lg[l].w[j], dout, inp, m->tv.lw[l].w[j], N, i, o);
     const lora_adapter *ad = m->ad ? &m->ad[l * NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
@@ -559,11 +723,14 @@ static void add_to(float *y, const float *x, size_t n)
         y[e] += x[e];
 }
 
-/* keep: store every layer's activations for llada_backward. */
-static int forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                   const int32_t *rows, int n_rows, float *logits, bool keep)
+/* keep: store every layer's activations for llada_backward (a = m->a). The
+ * weights and the bf16 rounding points come from v; rounding is applied in
+ * place to the saved linear inputs (n1, y, n2, s, nf), which serve nothing
+ * but those linears, so the backward sees the rounded values. */
+static int forward(llada_model *m, llada_acts *a, const weight_view *v, const int32_t *tokens,
+                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
+                   float *logits, bool keep)
 {
-    llada_acts *a = &m->a;
     a->valid = false;
     if (B <= 0 || T <= 0) {
         fprintf(stderr, "llada_forward: empty batch (B=%d, T=%d)\n", B, T);
@@ -589,7 +756,7 @@ static int forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask
         op_rope_table_free(&m->rope);
         op_rope_table_init(&m->rope, T, m->HD, m->cfg.rope_theta);
     }
-    acts_ensure(m, B, T, R, keep ? m->L : 1);
+    acts_ensure(m, a, B, T, R, keep ? m->L : 1);
     a->B = B;
     a->T = T;
     a->N = N;
@@ -606,43 +773,54 @@ static int forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
     size_t sN = a->capN; /* per-layer stride of the activation arrays */
     float eps = m->cfg.rms_norm_eps;
-    op_embedding_fwd(a->resid, a->tokens, m->wte, N, m->C);
+    bool rl = v->round_lin;
+    op_embedding_fwd(a->resid, a->tokens, v->wte, N, m->C);
     for (int l = 0; l < m->L; l++) {
-        const llada_layer *w = &m->lw[l];
-        size_t ls = keep ? (size_t)l : 0; /* activation slot */
+        const llada_layer *w = &v->lw[l];
+        int ls = keep ? l : 0; /* activation slot */
         size_t rx = keep ? (size_t)l : (size_t)l % 2, rn = keep ? rx + 1 : (size_t)(l + 1) % 2;
         float *x = a->resid + rx * sN * C, *xn = a->resid + rn * sN * C;
         float *n1 = a->n1 + ls * sN * C, *rstd1 = a->rstd1 + ls * sN;
-        float *q = a->q + ls * sN * QD, *k = a->k + ls * sN * KD, *v = a->v + ls * sN * KD;
+        float *q = a->q + ls * sN * QD, *k = a->k + ls * sN * KD, *vv = a->v + ls * sN * KD;
         float *att = a->att + ls * a->capAtt, *y = a->y + ls * sN * QD;
         float *h = a->h + ls * sN * C, *n2 = a->n2 + ls * sN * C, *rstd2 = a->rstd2 + ls * sN;
         float *g = a->g + ls * sN * H, *u = a->u + ls * sN * H, *s = a->s + ls * sN * H;
 
         // attention sub-block
         op_rmsnorm_fwd(n1, rstd1, x, w->attn_norm, N, m->C, eps);
-        lin_fwd(m, l, ls, LIN_Q, q, n1, N);
-        lin_fwd(m, l, ls, LIN_K, k, n1, N);
-        lin_fwd(m, l, ls, LIN_V, v, n1, N);
+        if (rl)
+            op_round_bf16(n1, (size_t)N * C);
+        lin_fwd(m, a, v, l, ls, LIN_Q, q, n1, N);
+        lin_fwd(m, a, v, l, ls, LIN_K, k, n1, N);
+        lin_fwd(m, a, v, l, ls, LIN_V, vv, n1, N);
         op_rope_fwd(q, q, a->pos, &m->rope, N, m->NH, m->HD);
         op_rope_fwd(k, k, a->pos, &m->rope, N, m->NKV, m->HD);
-        op_attention_fwd(y, att, q, k, v, keymask ? a->keymask : NULL, B, T, m->NH, m->NKV,
+        op_attention_fwd(y, att, q, k, vv, keymask ? a->keymask : NULL, B, T, m->NH, m->NKV,
                          m->HD, false);
-        lin_fwd(m, l, ls, LIN_O, h, y, N);
+        if (rl)
+            op_round_bf16(y, (size_t)N * QD);
+        lin_fwd(m, a, v, l, ls, LIN_O, h, y, N);
         add_to(h, x, (size_t)N * C);
         // MLP sub-block
         op_rmsnorm_fwd(n2, rstd2, h, w->ff_norm, N, m->C, eps);
-        lin_fwd(m, l, ls, LIN_GATE, g, n2, N);
-        lin_fwd(m, l, ls, LIN_UP, u, n2, N);
+        if (rl)
+            op_round_bf16(n2, (size_t)N * C);
+        lin_fwd(m, a, v, l, ls, LIN_GATE, g, n2, N);
+        lin_fwd(m, a, v, l, ls, LIN_UP, u, n2, N);
         op_swiglu_fwd(s, g, u, (size_t)N * H);
-        lin_fwd(m, l, ls, LIN_DOWN, xn, s, N);
+        if (rl)
+            op_round_bf16(s, (size_t)N * H);
+        lin_fwd(m, a, v, l, ls, LIN_DOWN, xn, s, N);
         add_to(xn, h, (size_t)N * C);
     }
     // ln_f and the head only on the requested rows
     const float *xL = a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
     for (int r = 0; r < R; r++)
         memcpy(a->xr + r * C, xL + (size_t)a->rows[r] * C, C * sizeof(float));
-    op_rmsnorm_fwd(a->nf, a->rstdf, a->xr, m->ln_f, R, m->C, eps);
-    op_linear_fwd(logits, a->nf, m->head, R, m->C, m->V);
+    op_rmsnorm_fwd(a->nf, a->rstdf, a->xr, v->ln_f, R, m->C, eps);
+    if (v->round_head)
+        op_round_bf16(a->nf, (size_t)R * C);
+    op_linear_fwd(logits, a->nf, v->head, R, m->C, m->V);
     a->valid = keep;
     return 0;
 }
@@ -650,13 +828,143 @@ static int forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask
 int llada_forward(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                   const int32_t *rows, int n_rows, float *logits)
 {
-    return forward(m, tokens, keymask, B, T, rows, n_rows, logits, true);
+    return forward(m, &m->a, &m->tv, tokens, keymask, B, T, rows, n_rows, logits, true);
 }
 
 int llada_forward_nograd(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B,
                          int T, const int32_t *rows, int n_rows, float *logits)
 {
-    return forward(m, tokens, keymask, B, T, rows, n_rows, logits, false);
+    return forward(m, &m->a, &m->tv, tokens, keymask, B, T, rows, n_rows, logits, false);
+}
+
+int llada_forward_rollout(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                          int T, const int32_t *rows, int n_rows, float *logits)
+{
+    const weight_view *v = m->prec.rollout == LLADA_ROLLOUT_TRAINER ? &m->tv : &m->rv;
+    return forward(m, &m->ra, v, tokens, keymask, B, T, rows, n_rows, logits, false);
+}
+
+/* ---- precision -------------------------------------------------------------------- */
+
+const char *llada_rollout_name(llada_rollout_kind k)
+{
+    return k == LLADA_ROLLOUT_BF16 ? "bf16" : k == LLADA_ROLLOUT_FP8 ? "fp8" : "trainer";
+}
+
+int llada_precision_parse(llada_precision *p, const char *trainer, const char *rollout,
+                          const char *format, const char *scaling, bool pow2_scale,
+                          dllm_err *err)
+{
+    *p = (llada_precision){.trainer_bf16 = false, .rollout = LLADA_ROLLOUT_TRAINER,
+                           .fp8_format = FP8_E4M3, .fp8_scaling = FP8_SCALE_BLOCK,
+                           .fp8_pow2_scale = pow2_scale};
+    if (trainer && *trainer) {
+        if (!strcmp(trainer, "bf16"))
+            p->trainer_bf16 = true;
+        else if (strcmp(trainer, "fp32"))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "trainer precision '%s': expected fp32 or bf16", trainer);
+    }
+    if (rollout && *rollout) {
+        if (!strcmp(rollout, "bf16"))
+            p->rollout = LLADA_ROLLOUT_BF16;
+        else if (!strcmp(rollout, "fp8"))
+            p->rollout = LLADA_ROLLOUT_FP8;
+        else if (strcmp(rollout, "trainer"))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "rollout precision '%s': expected trainer, bf16 or fp8", rollout);
+    }
+    if (format && *format && fp8_format_parse(format, &p->fp8_format, err))
+        return dllm_err_prefix(err, "rollout.fp8.format");
+    if (scaling && *scaling) {
+        if (fp8_scaling_parse(scaling, &p->fp8_scaling, err) ||
+            p->fp8_scaling == FP8_SCALE_GROUP)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "rollout.fp8.scaling '%s': expected block, channel or tensor "
+                                "(the weights' scaling; activations follow it)", scaling);
+    }
+    return 0;
+}
+
+llada_precision llada_get_precision(const llada_model *m) { return m->prec; }
+
+int llada_rollout_sync(llada_model *m, const llada_precision *p, double *seconds, dllm_err *err)
+{
+    double t0 = dllm_now();
+    if ((unsigned)p->rollout > LLADA_ROLLOUT_FP8 || (unsigned)p->fp8_format > FP8_E5M2 ||
+        (p->fp8_scaling != FP8_SCALE_BLOCK && p->fp8_scaling != FP8_SCALE_CHANNEL &&
+         p->fp8_scaling != FP8_SCALE_TENSOR))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "llada_rollout_sync: bad precision (rollout %d, fp8 format %d, "
+                            "scaling %d)", (int)p->rollout, (int)p->fp8_format,
+                            (int)p->fp8_scaling);
+    /* the trainer's copy (the activations kept for backward belong to the old one) */
+    if (p->trainer_bf16 != m->prec.trainer_bf16)
+        m->a.valid = false;
+    if (p->trainer_bf16) {
+        if (!m->tv.buf)
+            view_free(m, &m->tv);
+        view_bf16_copy(m, &m->tv, false, false);
+        m->tv.round_lin = m->tv.round_head = true;
+        m->tv.lora = true;
+    } else if (m->tv.buf) {
+        view_master(m, &m->tv);
+    }
+    /* the rollout copy, rebuilt in place when its kind is unchanged */
+    if (p->rollout != m->prec.rollout || p->fp8_format != m->prec.fp8_format ||
+        p->fp8_scaling != m->prec.fp8_scaling || p->fp8_pow2_scale != m->prec.fp8_pow2_scale)
+        view_free(m, &m->rv);
+    int rc = 0;
+    if (p->rollout == LLADA_ROLLOUT_BF16) {
+        view_bf16_copy(m, &m->rv, true, false);
+        m->rv.round_lin = m->rv.round_head = true;
+        m->rv.lora = false;
+    } else if (p->rollout == LLADA_ROLLOUT_FP8) {
+        rc = view_fp8(m, &m->rv, p, err);
+        m->rv.round_lin = false; /* the FP8 GEMM quantises its own inputs */
+        m->rv.round_head = true;
+        m->rv.lora = false;
+    }
+    m->prec = *p;
+    if (rc) { /* a half-built copy must not be used: fall back to the trainer */
+        view_free(m, &m->rv);
+        m->prec.rollout = LLADA_ROLLOUT_TRAINER;
+        return rc;
+    }
+    if (seconds)
+        *seconds = dllm_now() - t0;
+    return 0;
+}
+
+int llada_rollout_linear(llada_model *m, int layer, const char *name, const float *inp, int N,
+                         float *out)
+{
+    int bit = llada_lora_target_bit(name), j = 0;
+    if (!bit || layer < 0 || layer >= m->L || N <= 0)
+        return DLLM_EXIT_INPUT;
+    while (!((bit >> j) & 1))
+        j++;
+    const weight_view *v = m->prec.rollout == LLADA_ROLLOUT_TRAINER ? &m->tv : &m->rv;
+    int o, i;
+    lin_shape(m, j, &o, &i);
+    float *x = dllm_malloc((size_t)N * i * sizeof(float)); // (N, in)
+    memcpy(x, inp, (size_t)N * i * sizeof(float));
+    if (v->round_lin)
+        op_round_bf16(x, (size_t)N * i);
+    if (v->q8)
+        op_fp8_linear_fwd(out, x, &v->q8[layer * NLIN + j], N, i, o);
+    else
+        op_linear_fwd(out, x, v->lw[layer].w[j], N, i, o);
+    const lora_adapter *ad = v->lora && m->ad ? &m->ad[layer * NLIN + j] : NULL;
+    if (ad && ad->A) {
+        int r = m->lora_rank;
+        float *xa = dllm_malloc((size_t)N * r * sizeof(float)); // (N, r)
+        op_linear_fwd(xa, x, ad->A, N, i, r);
+        op_gemm(false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
+        free(xa);
+    }
+    free(x);
+    return 0;
 }
 
 /* ---- backward --------------------------------------------------------------------- */
@@ -676,8 +984,8 @@ void llada_backward(llada_model *m, const float *dlogits)
     // head and ln_f on the gathered rows, then scatter into dx = dL/dx_L
     memset(a->dnf, 0, (size_t)R * C * sizeof(float));
     memset(a->dxr, 0, (size_t)R * C * sizeof(float));
-    op_linear_bwd(a->dnf, m->d_head, dlogits, a->nf, m->head, R, m->C, m->V);
-    op_rmsnorm_bwd(a->dxr, m->d_ln_f, a->dnf, a->xr, m->ln_f, a->rstdf, R, m->C);
+    op_linear_bwd(a->dnf, m->d_head, dlogits, a->nf, m->tv.head, R, m->C, m->V);
+    op_rmsnorm_bwd(a->dxr, m->d_ln_f, a->dnf, a->xr, m->tv.ln_f, a->rstdf, R, m->C);
     memset(a->dx, 0, (size_t)N * C * sizeof(float));
     for (int r = 0; r < R; r++) {
         float *d = a->dx + (size_t)a->rows[r] * C;
@@ -687,7 +995,7 @@ void llada_backward(llada_model *m, const float *dlogits)
     }
 
     for (int l = m->L - 1; l >= 0; l--) {
-        const llada_layer *w = &m->lw[l];
+        const llada_layer *w = &m->tv.lw[l]; /* straight-through under a bf16 trainer */
         const llada_layer *gw = &m->lg[l];
         const float *x = a->resid + l * sN * C;
         const float *n1 = a->n1 + l * sN * C, *rstd1 = a->rstd1 + l * sN;

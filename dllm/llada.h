@@ -15,6 +15,7 @@
 
 #include "dllm/model_config.h"
 #include "dllm/safetensors.h"
+#include "kernels/fp8.h"
 
 /* LoRA target bits, by HF module name. */
 enum {
@@ -91,5 +92,67 @@ int llada_lora_load(llada_model *m, const char *path, dllm_err *err);
 int llada_lora_save(const llada_model *m, const char *path, dllm_err *err);
 /* Number of activation floats kept for backward at the last forward's size. */
 size_t llada_activation_floats(const llada_model *m);
+
+/* ---- precision: the trainer's numerics and the rollout copy (METHOD.md §5, §6) ----
+ *
+ * Trainer: fp32 (default), or bf16 -- every weight the trainer forward reads is
+ * a bf16-rounded copy of the fp32 master weights (refreshed by
+ * llada_rollout_sync), every linear input (the head's too) is rounded to bf16
+ * and saved rounded for backward, products accumulate in fp32; the backward
+ * is straight-through (rounding has derivative 1) and its gradients go to the
+ * fp32 master weights. LoRA A/B stay fp32 on top.
+ *
+ * Rollout copy, a forward-only model built by llada_rollout_sync from the
+ * current master weights with LoRA merged (W + (alpha/r) B A, in fp32):
+ *   trainer  no copy: the rollout forward is the trainer forward, bit for bit
+ *            (the reference arm, w = 1 exactly);
+ *   bf16     every weight rounded to bf16, every linear input rounded to bf16,
+ *            fp32 accumulation;
+ *   fp8      the seven block linears quantised (kernels/fp8.h) in fp8_format
+ *            with weight scaling block (128x128) | channel | tensor, activations
+ *            quantised at run time to match: block -> 1x128 groups, channel ->
+ *            per token, tensor -> per tensor; op_fp8_linear_fwd does the
+ *            product. Embeddings, norms and the head are bf16 (weights rounded,
+ *            head input rounded).
+ * The residual stream, norms, RoPE, attention and softmax compute in fp32 in
+ * every mode. */
+typedef enum { LLADA_ROLLOUT_TRAINER = 0, LLADA_ROLLOUT_BF16 = 1, LLADA_ROLLOUT_FP8 = 2 } llada_rollout_kind;
+
+typedef struct {
+    bool trainer_bf16;        /* trainer: false = fp32, true = bf16 rounding */
+    llada_rollout_kind rollout;
+    fp8_format fp8_format;    /* FP8_E4M3 | FP8_E5M2 */
+    fp8_scaling fp8_scaling;  /* weights: FP8_SCALE_BLOCK | _CHANNEL | _TENSOR */
+    bool fp8_pow2_scale;
+} llada_precision;
+
+/* Fills p from config names; NULL or "" takes the default:
+ * trainer "fp32" | "bf16", rollout "trainer" | "bf16" | "fp8",
+ * format "e4m3" | "e5m2", scaling "block" | "channel" | "tensor".
+ * Input errors name the key and list the choices. */
+int llada_precision_parse(llada_precision *p, const char *trainer, const char *rollout,
+                          const char *format, const char *scaling, bool pow2_scale,
+                          dllm_err *err);
+const char *llada_rollout_name(llada_rollout_kind k); /* "trainer" | "bf16" | "fp8" */
+
+/* Applies p (trainer precision and rollout mode) and (re)builds the copies
+ * from the current weights: the trainer's bf16 copy and the rollout copy.
+ * Call it after every weight change (optimizer step, adapter load) when the
+ * trainer is bf16 or the rollout is not "trainer". *seconds (may be NULL)
+ * receives its wall time. A model never synced computes at fp32 with
+ * rollout "trainer". */
+int llada_rollout_sync(llada_model *m, const llada_precision *p, double *seconds, dllm_err *err);
+/* The precision last applied by llada_rollout_sync. */
+llada_precision llada_get_precision(const llada_model *m);
+/* Forward-only at rollout numerics (llada_forward_nograd-style memory, in
+ * buffers of its own: the trainer's kept activations survive it). */
+int llada_forward_rollout(llada_model *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                          int T, const int32_t *rows, int n_rows, float *logits);
+/* One block linear of the rollout copy on its own: out (N, out) = linear
+ * `name` (q_proj, ..., ff_out) of `layer` applied to inp (N, in), exactly as
+ * llada_forward_rollout computes it (for tests and benchmarks). Returns
+ * DLLM_EXIT_INPUT for an unknown name or layer. */
+int llada_rollout_linear(llada_model *m, int layer, const char *name, const float *inp, int N,
+                         float *out);
 
 #endif
