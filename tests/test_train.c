@@ -1,0 +1,318 @@
+/* test_train: the training command end to end on a tiny random model.
+ *  - SIGKILL mid-run, then --resume: the log equals an uninterrupted run's,
+ *    every step exactly once, bit for bit (timings aside);
+ *  - from the logged log_w, advantages and token log-ratios, the diagnostics
+ *    rho_ess, delta, nu, alpha and every c_i recompute (METHOD.md §5) with an
+ *    implementation written here, independent of src/corrections.c;
+ *  - malformed configs exit with status 2 and file:line:col. */
+#include "src/h5log.h"
+
+#include <check.h>
+#include <hdf5.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <unistd.h>
+
+static char tmp[64];
+static char model[128];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static const char *bin(void)
+{
+    const char *b = getenv("DLLM_BIN");
+    return b ? b : "./dllm-rl";
+}
+
+static void write_config(const char *name, const char *experiment, const char *extra)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "experiment: %s\n"
+            "seed: 7\n"
+            "model: {path: %s}\n"
+            "task: {name: sudoku, format: plain, chat: plain, train: {n: 64}, max_blanks: 6}\n"
+            "rollout: {precision: fp8, group_size: 4, gen_length: 12, block_length: 6, steps: 6,\n"
+            "          temperature: 1.0}\n"
+            "likelihood: {mc_samples: 2}\n"
+            "grpo: {steps: 4, prompts_per_step: 2, inner_steps: 2}\n"
+            "correction: %s\n"
+            "optim: {lr: 3e-3}\n"
+            "eval: {every: 2, n: 4, gen_length: 12, block_length: 6, steps: 6}\n"
+            "log: {dir: %s/runs}\n"
+            "checkpoint: {every: 1, keep: 2}\n",
+            experiment, model, extra ? extra : "{method: ais, estimator: elbo}", tmp);
+    fclose(f);
+}
+
+static void setup(void)
+{
+    strcpy(tmp, "/tmp/dllm-train-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    snprintf(model, sizeof model, "%s/model", tmp);
+    ck_assert_int_eq(sh("%s init-model --arch llada --preset tiny --seed 3 --out %s >/dev/null", bin(),
+                        model), 0);
+}
+
+static void teardown(void)
+{
+    sh("rm -rf %s", tmp);
+}
+
+/* ---- reading a log ---------------------------------------------------------------- */
+
+static double *read_col(const char *run, const char *dset, int64_t *n)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
+    h5log *log;
+    dllm_err err = {0};
+    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
+    double *v;
+    ck_assert_msg(h5log_read_column(log, dset, &v, n, &err) == 0, "%s: %s", dset, err.msg);
+    h5log_close(log);
+    return v;
+}
+
+static float *read_tokens(const char *run, const char *dset, int64_t *rows, int64_t *cols)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+    ck_assert(f >= 0);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT), sp = H5Dget_space(d);
+    hsize_t dims[2];
+    ck_assert_int_eq(H5Sget_simple_extent_ndims(sp), 2);
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    float *out = malloc(sizeof *out * dims[0] * dims[1]);
+    ck_assert(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    H5Pclose(fapl);
+    *rows = (int64_t)dims[0];
+    *cols = (int64_t)dims[1];
+    return out;
+}
+
+static const char *const compared[] = {
+    "steps/step", "steps/reward_mean", "steps/loss", "steps/grad_norm", "steps/alpha",
+    "steps/rho_ess", "steps/delta", "steps/nu", "trajectories/step", "trajectories/reward",
+    "trajectories/advantage", "trajectories/l_mu", "trajectories/l_pi", "trajectories/log_w",
+    "trajectories/coef", "eval/sudoku/step", "eval/sudoku/accuracy", "eval/sudoku/reward_mean"};
+
+START_TEST(sigkill_then_resume_is_bit_exact)
+{
+    write_config("a.yaml", "straight", NULL);
+    write_config("b.yaml", "killed", NULL);
+    ck_assert_int_eq(sh("%s train %s/a.yaml --quiet --set grpo.steps=8", bin(), tmp), 0);
+    /* start b, kill it once a checkpoint (and maybe more) exists, at a varying point */
+    pid_t pid = fork();
+    if (pid == 0) {
+        char cfg[256];
+        snprintf(cfg, sizeof cfg, "%s/b.yaml", tmp);
+        int devnull = open("/dev/null", 1);
+        dup2(devnull, 1);
+        execl(bin(), bin(), "train", cfg, "--quiet", "--set", "grpo.steps=8", (char *)NULL);
+        _exit(127);
+    }
+    char ck[256];
+    snprintf(ck, sizeof ck, "%s/runs/killed/ckpt/step-2/state.json", tmp);
+    for (int i = 0; i < 600000 && access(ck, F_OK); i++)
+        usleep(100);
+    usleep(1000 * (unsigned)(getpid() % 40)); /* a varying point inside a later step */
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    ck_assert_msg(WIFSIGNALED(st), "the run finished before it could be killed");
+    ck_assert_int_eq(sh("%s train --resume %s/runs/killed --quiet", bin(), tmp), 0);
+    for (size_t k = 0; k < sizeof compared / sizeof compared[0]; k++) {
+        int64_t na, nb;
+        double *a = read_col("straight", compared[k], &na);
+        double *b = read_col("killed", compared[k], &nb);
+        ck_assert_msg(na == nb, "%s: %lld rows vs %lld", compared[k], (long long)na, (long long)nb);
+        for (int64_t i = 0; i < na; i++)
+            ck_assert_msg(memcmp(&a[i], &b[i], sizeof(double)) == 0 || (isnan(a[i]) && isnan(b[i])),
+                          "%s[%lld]: %.17g vs %.17g", compared[k], (long long)i, a[i], b[i]);
+        free(a);
+        free(b);
+    }
+    int64_t n;
+    double *steps = read_col("killed", "steps/step", &n);
+    ck_assert_int_eq(n, 8);
+    for (int i = 0; i < 8; i++)
+        ck_assert_double_eq(steps[i], i + 1);
+    free(steps);
+}
+END_TEST
+
+/* METHOD.md §5, written out again here in plain double arithmetic. */
+START_TEST(diagnostics_recompute_from_the_log)
+{
+    write_config("c.yaml", "recompute", "{method: ais, estimator: elbo, cap: 1.5,\n"
+                                        "  ais: {weights: {reliability: 1, divergence: 2, variance: 1},"
+                                        " tau_delta: 0.02, eta: 0.5}}");
+    ck_assert_int_eq(sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
+    int64_t n, ns, rows, cols;
+    double *tstep = read_col("recompute", "trajectories/step", &n);
+    double *logw = read_col("recompute", "trajectories/log_w", &n);
+    double *adv = read_col("recompute", "trajectories/advantage", &n);
+    double *coef = read_col("recompute", "trajectories/coef", &n);
+    double *clen = read_col("recompute", "trajectories/completion_len", &n);
+    double *rho = read_col("recompute", "steps/rho_ess", &ns);
+    double *delta = read_col("recompute", "steps/delta", &ns);
+    double *nu = read_col("recompute", "steps/nu", &ns);
+    double *alpha = read_col("recompute", "steps/alpha", &ns);
+    float *d = read_tokens("recompute", "trajectories/token_log_ratio", &rows, &cols);
+    ck_assert_int_eq(rows, n);
+    double alpha_prev = 0;
+    for (int64_t s = 0; s < ns; s++) {
+        double sw = 0, sw2 = 0, cnt = 0, dsum = 0, dn = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (tstep[i] != s + 1)
+                continue;
+            double w = exp(logw[i]);
+            sw += w;
+            sw2 += w * w;
+            cnt++;
+            double m = 0;
+            int k = 0;
+            for (int t = 0; t < (int)clen[i]; t++)
+                if (!isnan(d[i * cols + t])) {
+                    m += fabs(d[i * cols + t]);
+                    k++;
+                }
+            if (k) {
+                dsum += m / k;
+                dn++;
+            }
+        }
+        double ess = sw * sw / sw2, mw = sw / cnt;
+        double ex_wa = 0, ex_wa2 = 0, ex_w2 = 0, ea = 0, ea2 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (tstep[i] != s + 1)
+                continue;
+            double wt = exp(logw[i]) / mw;
+            ex_wa += wt * adv[i] / cnt;
+            ex_wa2 += wt * wt * adv[i] * adv[i] / cnt;
+            ex_w2 += wt * wt / cnt;
+            ea += adv[i] / cnt;
+            ea2 += adv[i] * adv[i] / cnt;
+        }
+        double var_a = ea2 - ea * ea;
+        double nu_ = var_a > 1e-12 ? (ex_wa2 - ex_wa * ex_wa) / (ex_w2 * var_a) : 1;
+        double dl = dn ? dsum / dn : 0;
+        double s_rel = cnt > 1 ? (cnt - ess) / (cnt - 1) : 0, s_div = 1 - exp(-dl / 0.02);
+        double s_var = 1 - 1 / fmax(nu_, 1);
+        double raw = fmin(1, fmax(0, (s_rel + 2 * s_div + s_var) / 4));
+        double a = 0.5 * alpha_prev + 0.5 * raw;
+        ck_assert_msg(fabs(rho[s] - ess / cnt) < 1e-9, "step %lld rho %g vs %g", (long long)s + 1, rho[s], ess / cnt);
+        ck_assert_msg(fabs(delta[s] - dl) < 1e-6, "step %lld delta %g vs %g", (long long)s + 1, delta[s], dl);
+        ck_assert_msg(fabs(nu[s] - nu_) < 1e-6 * fmax(1, nu_), "step %lld nu %g vs %g", (long long)s + 1, nu[s], nu_);
+        ck_assert_msg(fabs(alpha[s] - a) < 1e-6, "step %lld alpha %g vs %g", (long long)s + 1, alpha[s], a);
+        for (int64_t i = 0; i < n; i++)
+            if (tstep[i] == s + 1) {
+                double c = (1 - a) + a * fmin(exp(logw[i]), 1.5);
+                ck_assert_msg(fabs(coef[i] - c) < 1e-9, "c_%lld %.12g vs %.12g", (long long)i, coef[i], c);
+            }
+        alpha_prev = alpha[s];
+    }
+    free(tstep);
+    free(logw);
+    free(adv);
+    free(coef);
+    free(clen);
+    free(rho);
+    free(delta);
+    free(nu);
+    free(alpha);
+    free(d);
+}
+END_TEST
+
+START_TEST(reference_arm_has_unit_weights)
+{
+    write_config("r.yaml", "reference", "{method: is}");
+    ck_assert_int_eq(sh("%s train %s/r.yaml --quiet --set rollout.precision=trainer --set grpo.steps=1",
+                        bin(), tmp), 0);
+    int64_t n;
+    double *logw = read_col("reference", "trajectories/log_w", &n);
+    double *coef = read_col("reference", "trajectories/coef", &n);
+    ck_assert_int_gt(n, 0);
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert(logw[i] == 0.0);
+        ck_assert(coef[i] == 1.0);
+    }
+    free(logw);
+    free(coef);
+}
+END_TEST
+
+static void expect_config_error(const char *yaml, const char *needle)
+{
+    char path[256], out[256];
+    snprintf(path, sizeof path, "%s/bad.yaml", tmp);
+    snprintf(out, sizeof out, "%s/bad.err", tmp);
+    FILE *f = fopen(path, "w");
+    fputs(yaml, f);
+    fclose(f);
+    ck_assert_int_eq(sh("%s train %s 2>%s >/dev/null", bin(), path, out), 2);
+    char *msg = NULL;
+    size_t len = 0;
+    FILE *e = fopen(out, "r");
+    ck_assert_int_ge(getdelim(&msg, &len, '\0', e), 0);
+    fclose(e);
+    ck_assert_msg(strstr(msg, needle), "'%s' not in: %s", needle, msg);
+    free(msg);
+}
+
+START_TEST(bad_configs_exit_2_with_position)
+{
+    expect_config_error("grpo:\n  stepz: 3\n", "bad.yaml:2:3: unknown key 'grpo.stepz'");
+    expect_config_error("rollout: {precision: fp4}\n", "rollout.precision must be one of trainer|bf16|fp8");
+    expect_config_error("grpo: {clip_eps: -1}\n", "grpo.clip_eps = -1 is out of range");
+    expect_config_error("task: {train: {path: /nonexistent/train.jsonl}}\n", "task.train.path");
+    expect_config_error("seed: [1\n", "bad.yaml:2:1: YAML syntax error");
+    expect_config_error("model: {path: /nonexistent/model}\n", "model.path");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("train");
+    TCase *tc = tcase_create("cli");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, sigkill_then_resume_is_bit_exact);
+    tcase_add_test(tc, diagnostics_recompute_from_the_log);
+    tcase_add_test(tc, reference_arm_has_unit_weights);
+    tcase_add_test(tc, bad_configs_exit_2_with_position);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
