@@ -37,6 +37,48 @@
 #include "kernels/cuda_ops.h"
 #endif
 
+/* ---- host half of the shared headers (runs with or without a GPU) ------------------ */
+
+START_TEST(test_host_shared_headers)
+{
+    /* RNG: keys and draws of rng_mix.cuh equal kernels/rng.c */
+    for (uint64_t seed = 0; seed < 5; seed++) {
+        dllm_rng r = dllm_rng_make(seed * 7919, 2, seed + 3, 2 * seed + 1);
+        ck_assert_uint_eq(r.key, dllm_rng_key(seed * 7919, 2, seed + 3, 2 * seed + 1));
+        for (uint64_t i = 1; i <= 100; i++) {
+            uint64_t u = dllm_rng_u64(&r);
+            ck_assert_uint_eq(u, dllm_rng_draw(r.key, i));
+        }
+        r.ctr = 41;
+        double u = dllm_rng_uniform(&r);
+        ck_assert(u == dllm_rng_u01(dllm_rng_draw(r.key, 42)));
+    }
+    /* FP8 codec: all codes decode alike; encode agrees on random and special bits */
+    for (int f = 0; f < 2; f++) {
+        for (int c = 0; c < 256; c++) {
+            float a = fp8_decode((uint8_t)c, (fp8_format)f), b = fp8c_decode((uint8_t)c, f);
+            ck_assert_msg((isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0,
+                          "decode %s 0x%02x", fp8_format_name((fp8_format)f), c);
+        }
+        dllm_rng r = dllm_rng_make(5, 6, 7, (uint64_t)f);
+        for (int i = 0; i < 200000; i++) {
+            uint32_t bits = (uint32_t)dllm_rng_u64(&r);
+            if (i % 2) /* half of them near the fp8 range, where rounding matters */
+                bits = (bits & 0x807FFFFFu) | ((uint32_t)(100 + (bits >> 24) % 60) << 23);
+            float x;
+            memcpy(&x, &bits, sizeof x);
+            ck_assert_msg(fp8_encode(x, (fp8_format)f) == fp8c_encode(x, f),
+                          "encode %s of 0x%08x", fp8_format_name((fp8_format)f), bits);
+        }
+        const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, FLT_TRUE_MIN,
+                                  448.0f, 464.0f, 57344.0f, 61440.0f, 1e-9f, -3e-3f};
+        for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
+            ck_assert(fp8_encode(specials[i], (fp8_format)f) == fp8c_encode(specials[i], f));
+    }
+}
+END_TEST
+
+#ifdef HAVE_CUDA
 /* ---- host helpers ----------------------------------------------------------------- */
 
 static void fill_normal(float *x, size_t n, uint64_t seed, double scale)
@@ -81,48 +123,6 @@ static double nmse(const float *a, const float *ref, size_t n)
         ck_assert_msg(e_ <= (tol), "%s vs %s: nmse %.3g > %.3g", #a, #ref, e_, (double)(tol)); \
     } while (0)
 
-/* ---- host half of the shared headers (runs with or without a GPU) ------------------ */
-
-START_TEST(test_host_shared_headers)
-{
-    /* RNG: keys and draws of rng_mix.cuh equal kernels/rng.c */
-    for (uint64_t seed = 0; seed < 5; seed++) {
-        dllm_rng r = dllm_rng_make(seed * 7919, 2, seed + 3, 2 * seed + 1);
-        ck_assert_uint_eq(r.key, dllm_rng_key(seed * 7919, 2, seed + 3, 2 * seed + 1));
-        for (uint64_t i = 1; i <= 100; i++) {
-            uint64_t u = dllm_rng_u64(&r);
-            ck_assert_uint_eq(u, dllm_rng_draw(r.key, i));
-        }
-        r.ctr = 41;
-        double u = dllm_rng_uniform(&r);
-        ck_assert(u == dllm_rng_u01(dllm_rng_draw(r.key, 42)));
-    }
-    /* FP8 codec: all codes decode alike; encode agrees on random and special bits */
-    for (int f = 0; f < 2; f++) {
-        for (int c = 0; c < 256; c++) {
-            float a = fp8_decode((uint8_t)c, (fp8_format)f), b = fp8c_decode((uint8_t)c, f);
-            ck_assert_msg((isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0,
-                          "decode %s 0x%02x", fp8_format_name((fp8_format)f), c);
-        }
-        dllm_rng r = dllm_rng_make(5, 6, 7, (uint64_t)f);
-        for (int i = 0; i < 200000; i++) {
-            uint32_t bits = (uint32_t)dllm_rng_u64(&r);
-            if (i % 2) /* half of them near the fp8 range, where rounding matters */
-                bits = (bits & 0x807FFFFFu) | ((uint32_t)(100 + (bits >> 24) % 60) << 23);
-            float x;
-            memcpy(&x, &bits, sizeof x);
-            ck_assert_msg(fp8_encode(x, (fp8_format)f) == fp8c_encode(x, f),
-                          "encode %s of 0x%08x", fp8_format_name((fp8_format)f), bits);
-        }
-        const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, FLT_TRUE_MIN,
-                                  448.0f, 464.0f, 57344.0f, 61440.0f, 1e-9f, -3e-3f};
-        for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
-            ck_assert(fp8_encode(specials[i], (fp8_format)f) == fp8c_encode(specials[i], f));
-    }
-}
-END_TEST
-
-#ifdef HAVE_CUDA
 /* ---- device buffers with guard bytes ------------------------------------------------ */
 
 enum { GUARD_BYTES = 64, GUARD_BYTE = 0xA5 };
