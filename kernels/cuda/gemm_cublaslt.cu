@@ -184,17 +184,19 @@ extern "C" bool dllm_cuda_fp8_block_scaling_available(char *why, size_t why_len)
             snprintf(why, why_len, "cuBLASLt %zu at run time; block-scaled FP8 needs 12.9+", v);
         return false;
     }
-    int dev = 0;
-    cudaDeviceProp p;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+    /* attribute queries are cheap (unlike cudaGetDeviceProperties): this runs per GEMM */
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
         if (why)
             snprintf(why, why_len, "no usable CUDA device");
         return false;
     }
-    if (p.major != 9) {
+    if (major != 9) {
         if (why)
-            snprintf(why, why_len, "%s is sm_%d%d; block-scaled FP8 GEMMs need sm_90 (Hopper)",
-                     p.name, p.major, p.minor);
+            snprintf(why, why_len, "device %d is sm_%d%d; block-scaled FP8 GEMMs need sm_90 "
+                                   "(Hopper)", dev, major, minor);
         return false;
     }
     if (why && why_len)
