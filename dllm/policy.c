@@ -1,0 +1,354 @@
+/* policy.c: the policy interface (policy.h) over the LLaDA model.
+ *
+ * A policy owns one llada_model: the fp32 master weights (+ LoRA), the
+ * trainer's bf16 copy when the trainer is bf16, and the rollout copy (bf16 or
+ * FP8 W8A8, LoRA merged) -- llada.h, "precision". The logits callbacks take
+ * the policy itself as their context:
+ *   TRAIN    llada_forward (keeps activations; dllm_policy_backward follows)
+ *   ROLLOUT  llada_forward_rollout (its own buffers: TRAIN activations survive)
+ * The rollout copy is rebuilt by dllm_policy_sync_rollout after every weight
+ * change (the RL loop calls it after each optimizer step); open and
+ * load_adapter sync by themselves.
+ *
+ * Adapters use the PEFT layout: DIR/adapter_model.safetensors (lora_A/lora_B
+ * under base_model.model.<module>.lora_{A,B}.weight, F32) and
+ * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...).
+ *
+ * The autoregressive Qwen3 model is not behind this interface yet: opening one
+ * is an input error that says so. */
+#include "dllm/policy.h"
+#include "dllm/json_util.h"
+#include "dllm/llada.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct dllm_policy {
+    dllm_arch arch;
+    llada_model *llada;
+    llada_precision prec;
+    char base[4096]; /* base_model_name_or_path of saved adapters */
+    uint64_t seed;
+};
+
+/* HF's default shard size for merged checkpoints. */
+static const size_t SHARD_BYTES = (size_t)5000000000ull;
+
+static const char *const target_names[] = {"q_proj", "k_proj", "v_proj", "attn_out",
+                                           "ff_proj", "up_proj", "ff_out"};
+
+static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
+{
+    if (!s || !*s || !strcmp(s, "llada"))
+        *a = DLLM_ARCH_LLADA;
+    else if (!strcmp(s, "qwen3"))
+        *a = DLLM_ARCH_QWEN3;
+    else
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected llada or qwen3", s);
+    return 0;
+}
+
+static int qwen3_unsupported(const char *what, dllm_err *err)
+{
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s: qwen3 models are not supported by the policy in this build "
+                        "(only llada)", what);
+}
+
+/* LoRA target names -> LORA_* mask; `what` names the place in messages. */
+static int targets_mask(const char *const *names, int n, const char *what, int *mask,
+                        dllm_err *err)
+{
+    *mask = 0;
+    for (int i = 0; i < n; i++) {
+        int bit = llada_lora_target_bit(names[i]);
+        if (!bit)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s: unknown LoRA target '%s' (expected q_proj, k_proj, v_proj, "
+                                "attn_out, ff_proj, up_proj or ff_out)", what,
+                                names[i] ? names[i] : "(null)");
+        *mask |= bit;
+    }
+    return 0;
+}
+
+int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
+{
+    *out = NULL;
+    llada_precision prec;
+    int rc = llada_precision_parse(&prec, c->trainer, c->rollout, c->fp8_format, c->fp8_scaling,
+                                   c->fp8_pow2_scale, err);
+    if (rc)
+        return rc;
+    int mask = LORA_ALL;
+    if (c->lora_rank < 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.rank %d: must be >= 0", c->lora_rank);
+    if (c->lora_rank > 0) {
+        if (!(c->lora_alpha > 0))
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.alpha %g: must be > 0",
+                                c->lora_alpha);
+        if (c->n_lora_targets > 0 &&
+            (rc = targets_mask(c->lora_targets, c->n_lora_targets, "model.lora.targets", &mask,
+                               err)))
+            return rc;
+    }
+
+    dllm_policy *p = dllm_calloc(1, sizeof *p);
+    p->seed = c->seed;
+    p->prec = prec;
+    if (c->path && *c->path) {
+        dllm_model_config mc;
+        if ((rc = dllm_config_load(&mc, c->path, err)))
+            goto fail;
+        p->arch = mc.arch;
+        if (p->arch == DLLM_ARCH_QWEN3) {
+            char where[4200];
+            snprintf(where, sizeof where, "%s/config.json", c->path);
+            rc = qwen3_unsupported(where, err);
+            goto fail;
+        }
+        if ((rc = llada_load(&p->llada, c->path, err)))
+            goto fail;
+        snprintf(p->base, sizeof p->base, "%s", c->path);
+    } else {
+        if ((rc = parse_arch(c->arch, &p->arch, err)))
+            goto fail;
+        if (p->arch == DLLM_ARCH_QWEN3) {
+            rc = qwen3_unsupported("model.arch", err);
+            goto fail;
+        }
+        if (!c->preset || !*c->preset) {
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT, "model: give a path or a preset");
+            goto fail;
+        }
+        dllm_model_config mc;
+        if ((rc = dllm_config_preset(&mc, p->arch, c->preset, err)))
+            goto fail;
+        p->llada = llada_create(&mc, c->seed);
+        snprintf(p->base, sizeof p->base, "preset:%s", c->preset);
+    }
+    if (c->lora_rank > 0)
+        llada_lora_enable(p->llada, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
+    if ((rc = llada_rollout_sync(p->llada, &p->prec, NULL, err)))
+        goto fail;
+    *out = p;
+    return 0;
+fail:
+    dllm_policy_free(p);
+    return rc;
+}
+
+void dllm_policy_free(dllm_policy *p)
+{
+    if (!p)
+        return;
+    llada_free(p->llada);
+    free(p);
+}
+
+dllm_arch dllm_policy_arch(const dllm_policy *p) { return p->arch; }
+
+bool dllm_policy_is_diffusion(const dllm_policy *p) { return p->arch == DLLM_ARCH_LLADA; }
+
+const dllm_model_config *dllm_policy_config(const dllm_policy *p)
+{
+    return llada_config(p->llada);
+}
+
+bool dllm_policy_rollout_is_trainer(const dllm_policy *p)
+{
+    return p->prec.rollout == LLADA_ROLLOUT_TRAINER;
+}
+
+/* ---- logits and gradients ------------------------------------------------------------ */
+
+static int train_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                        const int32_t *rows, int n_rows, float *logits)
+{
+    dllm_policy *p = ctx;
+    return llada_forward(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
+}
+
+static int rollout_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                          const int32_t *rows, int n_rows, float *logits)
+{
+    dllm_policy *p = ctx;
+    return llada_forward_rollout(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
+}
+
+dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx)
+{
+    *ctx = p;
+    return prec == DLLM_PREC_ROLLOUT ? rollout_logits : train_logits;
+}
+
+void dllm_policy_backward(void *ctx, const float *dlogits)
+{
+    dllm_policy *p = ctx;
+    llada_backward(p->llada, dlogits);
+}
+
+float *dllm_policy_trainable(dllm_policy *p, size_t *n) { return llada_trainable(p->llada, n); }
+
+float *dllm_policy_grads(dllm_policy *p) { return llada_grads(p->llada); }
+
+void dllm_policy_zero_grad(dllm_policy *p) { llada_zero_grad(p->llada); }
+
+int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err)
+{
+    return llada_rollout_sync(p->llada, &p->prec, seconds, err);
+}
+
+int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
+                        int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
+                        dllm_rollout *out, dllm_err *err)
+{
+    (void)top_p; /* nucleus sampling belongs to AR decoding; the denoising sampler has none */
+    return dllm_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, seed, out, err);
+}
+
+/* ---- checkpoints and adapters -------------------------------------------------------- */
+
+int dllm_policy_save(const dllm_policy *p, const char *dir, st_dtype dtype, dllm_err *err)
+{
+    return llada_save(p->llada, dir, dtype, SHARD_BYTES, err);
+}
+
+bool dllm_policy_has_lora(const dllm_policy *p) { return llada_lora_info(p->llada, NULL, NULL) > 0; }
+
+static int make_dir(const char *dir, dllm_err *err)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot create directory: %s", dir,
+                            strerror(errno));
+    return 0;
+}
+
+int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *err)
+{
+    float alpha;
+    int mask, rank = llada_lora_info(p->llada, &alpha, &mask);
+    if (!rank)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: the policy has no LoRA adapter to save",
+                            dir);
+    int rc = make_dir(dir, err);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if (!rc)
+        rc = llada_lora_save(p->llada, path, err);
+    if (rc)
+        return rc;
+    json_t *targets = json_array();
+    for (int j = 0; j < 7; j++)
+        if ((mask >> j) & 1)
+            json_array_append_new(targets, json_string(target_names[j]));
+    double a = (double)alpha;
+    json_t *cfg = json_object();
+    json_object_set_new(cfg, "base_model_name_or_path", json_string(p->base));
+    json_object_set_new(cfg, "peft_type", json_string("LORA"));
+    json_object_set_new(cfg, "task_type", json_string("CAUSAL_LM"));
+    json_object_set_new(cfg, "r", json_integer(rank));
+    /* PEFT writes an integral alpha as an integer */
+    json_object_set_new(cfg, "lora_alpha",
+                        a == (double)(long long)a ? json_integer((json_int_t)a) : json_real(a));
+    json_object_set_new(cfg, "lora_dropout", json_real(0.0));
+    json_object_set_new(cfg, "target_modules", targets);
+    json_object_set_new(cfg, "bias", json_string("none"));
+    json_object_set_new(cfg, "inference_mode", json_true());
+    json_object_set_new(cfg, "fan_in_fan_out", json_false());
+    json_object_set_new(cfg, "use_rslora", json_false());
+    json_object_set_new(cfg, "init_lora_weights", json_true());
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    rc = ju_save_file(cfg, path, JSON_INDENT(2) | JSON_SORT_KEYS, err);
+    json_decref(cfg);
+    return rc;
+}
+
+/* Reads the LoRA settings of DIR/adapter_config.json. */
+static int read_adapter_config(const char *path, int *rank, double *alpha, int *mask,
+                               dllm_err *err)
+{
+    json_t *root;
+    int rc = ju_load_file(&root, path, err);
+    if (rc)
+        return rc;
+    const char *type = "LORA";
+    long long r = 0;
+    bool rs = false, present;
+    *alpha = 8; /* PEFT's default lora_alpha */
+    if ((rc = ju_get_string(root, "peft_type", path, &type, &present, err)) ||
+        (rc = ju_get_int(root, "r", path, &r, NULL, err)) ||
+        (rc = ju_get_real(root, "lora_alpha", path, alpha, &present, err)) ||
+        (rc = ju_get_bool(root, "use_rslora", path, &rs, &present, err)))
+        goto done;
+    if (strcmp(type, "LORA")) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key 'peft_type': '%s' is not LORA", path,
+                          type);
+        goto done;
+    }
+    if (r <= 0 || r > 1 << 20 || !(*alpha > 0)) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key 'r' (%lld) and 'lora_alpha' (%g) must be "
+                          "positive", path, r, *alpha);
+        goto done;
+    }
+    if (rs) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s: key 'use_rslora': rank-stabilised LoRA is not supported", path);
+        goto done;
+    }
+    const json_t *t = json_object_get(root, "target_modules");
+    *mask = 0;
+    if (json_is_string(t)) {
+        const char *name = json_string_value(t);
+        rc = targets_mask(&name, 1, path, mask, err);
+    } else if (json_is_array(t) && json_array_size(t) > 0) {
+        for (size_t i = 0; i < json_array_size(t) && !rc; i++) {
+            const json_t *e = json_array_get(t, i);
+            if (!json_is_string(e)) {
+                rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                                  "%s: key 'target_modules': entry %zu is not a string", path, i);
+                break;
+            }
+            const char *name = json_string_value(e);
+            int bit;
+            rc = targets_mask(&name, 1, path, &bit, err);
+            *mask |= bit;
+        }
+    } else {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s: key 'target_modules': expected a non-empty list of module names",
+                          path);
+    }
+    *rank = (int)r;
+done:
+    json_decref(root);
+    return rc;
+}
+
+int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    int rank = 0, mask = 0;
+    double alpha = 0;
+    int rc = read_adapter_config(path, &rank, &alpha, &mask, err);
+    if (rc)
+        return rc;
+    float have_alpha;
+    int have_mask, have_rank = llada_lora_info(p->llada, &have_alpha, &have_mask);
+    if (!have_rank) {
+        llada_lora_enable(p->llada, rank, (float)alpha, mask, p->seed);
+    } else if (have_rank != rank || have_mask != mask || have_alpha != (float)alpha) {
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: adapter (r %d, alpha %g, targets 0x%x) does not match the "
+                            "policy's LoRA (r %d, alpha %g, targets 0x%x)", path, rank, alpha,
+                            mask, have_rank, (double)have_alpha, have_mask);
+    }
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if ((rc = llada_lora_load(p->llada, path, err)))
+        return rc;
+    return llada_rollout_sync(p->llada, &p->prec, NULL, err);
+}
