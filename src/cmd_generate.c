@@ -18,7 +18,7 @@ static const char usage_text[] =
     "         [--gen-length 64] [--block-length 16] [--steps 32] [--temperature 0]\n"
     "         [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
     "         [--confidence-eos-eot-inf] [--seed 0] [--chat auto|plain|llada|qwen3]\n"
-    "         [--precision fp32] [--format text|ids|json]\n"
+    "         [--precision fp32|bf16|fp8] [--format text|ids|json]\n"
     "\n"
     "Text prompts are wrapped in the model's chat format (--chat auto: from the model\n"
     "directory; plain: BOS + text) and encoded with DIR/tokenizer.json. --batch-file\n"
@@ -26,7 +26,9 @@ static const char usage_text[] =
     "prompts of different lengths are left-padded with a key mask.\n"
     "--format ids prints only the generated ids (all gen-length of them), comma-separated,\n"
     "one line per prompt; text prints the completion up to the first EOS; json prints\n"
-    "ids, text, completion length, commit steps and commit probabilities.\n";
+    "ids, text, completion length, commit steps and commit probabilities.\n"
+    "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights;\n"
+    "fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of the block linears.\n";
 
 typedef struct {
     int32_t *ids;
@@ -111,7 +113,7 @@ static int read_batch_file(const char *path, dllm_tokenizer **tok, const char *m
 static int forward_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                       const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 static void print_json_string(FILE *f, const char *s, size_t len)
@@ -179,13 +181,22 @@ int cmd_generate(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--remasking %s: expected low_confidence or random", remask);
         return cli_fail("generate", &err);
     }
-    if (strcmp(precision, "fp32")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision %s: this build supports fp32", precision);
+    /* --precision: fp32 = the trainer's numerics, bf16 = the bf16 copy, fp8 = the
+     * E4M3 blockwise W8A8 copy (llada.h, precision) */
+    llada_precision prec;
+    if ((strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "fp8")) ||
+        llada_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",
+                              "e4m3", "block", false, &err)) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision %s: expected fp32, bf16 or fp8", precision);
         return cli_fail("generate", &err);
     }
     llada_model *m;
     if (llada_load(&m, model_dir, &err))
         return cli_fail("generate", &err);
+    if (llada_rollout_sync(m, &prec, NULL, &err)) {
+        llada_free(m);
+        return cli_fail("generate", &err);
+    }
     const dllm_model_config *mc = llada_config(m);
     dllm_tokenizer *tok = NULL;
     dllm_chat_format fmt = DLLM_CHAT_PLAIN;

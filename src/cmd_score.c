@@ -18,19 +18,21 @@ static const char usage_text[] =
     "usage: dllm-rl score --model DIR --prompt-ids 1,2,3 --completion-ids 4,5,6\n"
     "         [--estimator one_step|elbo|trajectory] [--mc K] [--p-mask-prompt P]\n"
     "         [--commit-steps 0,3,1,...] [--shrink S] [--temperature T] [--seed N]\n"
-    "         [--precision fp32]\n"
+    "         [--precision fp32|bf16|fp8]\n"
     "\n"
     "Prints {\"seq_logp\": x, \"token_logp\": [...], \"estimator\": ...}; elbo adds\n"
     "\"mc_se\" (standard error of the estimate) and a token's value is its mean over the\n"
     "samples that masked it (null if none). one_step: completion fully masked, prompt\n"
     "clean unless --p-mask-prompt; elbo: --mc samples (default 32) with stratified mask\n"
     "counts; trajectory: replay of --commit-steps (one per completion token), --shrink\n"
-    "steps per forward pass.\n";
+    "steps per forward pass. --precision: fp32 computes as the trainer; bf16 with a\n"
+    "bf16 copy of the weights; fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of\n"
+    "the block linears.\n";
 
 static int forward_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                       const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 int cmd_score(int argc, char **argv)
@@ -82,8 +84,13 @@ int cmd_score(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--p-mask-prompt must be in [0, 1] and --temperature > 0");
         return cli_fail("score", &err);
     }
-    if (strcmp(precision, "fp32")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision %s: this build supports fp32", precision);
+    /* --precision: fp32 = the trainer's numerics, bf16 = the bf16 copy, fp8 = the
+     * E4M3 blockwise W8A8 copy (llada.h, precision) */
+    llada_precision prec;
+    if ((strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "fp8")) ||
+        llada_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",
+                              "e4m3", "block", false, &err)) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision %s: expected fp32, bf16 or fp8", precision);
         return cli_fail("score", &err);
     }
     int32_t *prompt = NULL, *compl = NULL, *steps = NULL;
@@ -116,6 +123,10 @@ int cmd_score(int argc, char **argv)
     llada_model *m;
     if (llada_load(&m, model_dir, &err))
         return cli_fail("score", &err);
+    if (llada_rollout_sync(m, &prec, NULL, &err)) {
+        llada_free(m);
+        return cli_fail("score", &err);
+    }
     const dllm_model_config *cfg = llada_config(m);
     lc.mask_id = cfg->mask_token_id;
     lc.vocab = cfg->embedding_size;
