@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <omp.h>
 #include <unistd.h>
 
 static const char usage_text[] =
@@ -479,4 +480,148 @@ int cmd_export(int argc, char **argv)
         return cli_fail("export", &err);
     printf("wrote %s (%s)\n", out, adapter ? "PEFT adapter" : "merged weights");
     return 0;
+}
+
+/* ---- dllm-rl bench rl-step ---------------------------------------------------------- */
+
+static const char bench_usage[] =
+    "usage: dllm-rl bench rl-step [CONFIG.yaml] [--set key.path=value ...] [--steps N]\n"
+    "\n"
+    "Times RL steps of a config (default: the built-in defaults on the tiny preset,\n"
+    "sudoku, FP8 rollouts, AIS) split into rollout / likelihood / correction /\n"
+    "update / sync / logging, with the HDF5 log written to a temporary directory.\n"
+    "The first step is a warm-up and is not counted. No evaluation, no checkpoints.\n";
+
+int bench_rl_step(int argc, char **argv)
+{
+    train_args a;
+    dllm_err err = {0};
+    long steps = 3;
+    /* --steps is ours; the rest is train's syntax */
+    char **rest = dllm_malloc(sizeof *rest * (size_t)(argc + 1));
+    int nrest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+            if (cli_parse_int(argv[++i], "--steps", 1, 100000, &steps, &err)) {
+                free(rest);
+                return cli_fail("bench rl-step", &err);
+            }
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(bench_usage, stdout);
+            free(rest);
+            return 0;
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+    rest[nrest] = NULL;
+    char tmpdir[] = "/tmp/dllm-bench-XXXXXX";
+    if (!mkdtemp(tmpdir)) {
+        free(rest);
+        dllm_err_set(&err, DLLM_EXIT_INTERNAL, "cannot create a temporary directory");
+        return cli_fail("bench rl-step", &err);
+    }
+    dllm_cfg cfg;
+    char run_dir[4096];
+    int rc = 0;
+    memset(&a, 0, sizeof a);
+    optind = 1;
+    static const struct option opts[] = {{"set", required_argument, 0, 's'}, {0, 0, 0, 0}};
+    for (int c; (c = getopt_long(nrest, rest, "", opts, NULL)) != -1;) {
+        if (c != 's' || a.nsets == 64) {
+            fputs(bench_usage, stderr);
+            free(rest);
+            return DLLM_EXIT_INPUT;
+        }
+        a.sets[a.nsets++] = optarg;
+    }
+    if (optind < nrest)
+        a.config = rest[optind];
+    dllm_cfg_defaults(&cfg);
+    if (a.config)
+        rc = dllm_cfg_load(&cfg, a.config, &err);
+    else
+        rc = dllm_cfg_set(&cfg, "task.name=sudoku", &err) ||
+             dllm_cfg_set(&cfg, "task.format=plain", &err) ||
+             dllm_cfg_set(&cfg, "rollout.gen_length=40", &err) ||
+             dllm_cfg_set(&cfg, "rollout.block_length=40", &err) ||
+             dllm_cfg_set(&cfg, "rollout.steps=20", &err);
+    for (int i = 0; !rc && i < a.nsets; i++)
+        rc = dllm_cfg_set(&cfg, a.sets[i], &err);
+    char setdir[4200];
+    snprintf(setdir, sizeof setdir, "log.dir=%s", tmpdir);
+    if (!rc)
+        rc = dllm_cfg_set(&cfg, setdir, &err) || dllm_cfg_set(&cfg, "eval.every=0", &err) ||
+             dllm_cfg_validate(&cfg, &err);
+    snprintf(run_dir, sizeof run_dir, "%s/bench", tmpdir);
+    rl_run run;
+    memset(&run, 0, sizeof run);
+    if (!rc)
+        rc = cli_mkdirs(run_dir, &err);
+    if (!rc)
+        rc = rl_run_open(&run, &cfg, run_dir, &err);
+    traj_dims td = {.P = rc ? 1 : rl_max_prompt(&run), .G = cfg.rollout.gen_length};
+    if (!rc) {
+        char *yaml = dllm_cfg_dump(&cfg);
+        const char *tasks[1] = {run.task->name};
+        h5log_meta meta = {.config_yaml = yaml, .version = PACKAGE_VERSION, .git_revision = "bench",
+                           .device = cfg.device, .started = "bench", .seed = cfg.seed};
+        h5log_dims dims = {.max_prompt = td.P, .max_completion = td.G,
+                           .denoise_steps = cfg.rollout.steps, .n_eval_tasks = 1, .eval_tasks = tasks};
+        char logpath[4200];
+        snprintf(logpath, sizeof logpath, "%s/log.h5", run_dir);
+        rc = h5log_create(&run.log, logpath, &meta, &dims, &err);
+        free(yaml);
+    }
+    enum { R, LK, C, U, S, LG, NT };
+    double tsum[NT] = {0}, toks = 0;
+    for (long step = 1; !rc && step <= steps + 1; step++) {
+        double m[H5LOG_N_METRICS];
+        rl_batch b;
+        rc = rl_step(&run, step, &b, m, &err);
+        double tl = dllm_now();
+        if (!rc)
+            rc = log_trajectories(&run, &b, step, td, &err);
+        if (!rc)
+            rc = h5log_append_mismatch(run.log, step, b.mismatch, &err);
+        if (!rc)
+            rc = h5log_append_step(run.log, step, m, &err);
+        m[H5LOG_M(t_log)] = dllm_now() - tl;
+        if (!rc && step > 1) {
+            tsum[R] += m[H5LOG_M(t_rollout)];
+            tsum[LK] += m[H5LOG_M(t_likelihood)];
+            tsum[C] += m[H5LOG_M(t_correction)];
+            tsum[U] += m[H5LOG_M(t_update)];
+            tsum[S] += m[H5LOG_M(t_sync)];
+            tsum[LG] += m[H5LOG_M(t_log)];
+            toks += m[H5LOG_M(tokens_per_s)] *
+                    (m[H5LOG_M(t_rollout)] + m[H5LOG_M(t_likelihood)] + m[H5LOG_M(t_correction)] +
+                     m[H5LOG_M(t_update)] + m[H5LOG_M(t_sync)]);
+        }
+        rl_batch_free(&b);
+    }
+    if (!rc) {
+        double total = 0;
+        for (int i = 0; i < NT; i++)
+            total += tsum[i];
+        static const char *names[NT] = {"rollout", "likelihood", "correction (AIS)", "update", "sync",
+                                        "logging"};
+        printf("bench rl-step: %s, task %s, %d prompts x %d completions, gen %d (%d steps), "
+               "rollout %s, correction %s, %d threads; mean over %ld steps after 1 warm-up\n",
+               cfg.model.path[0] ? cfg.model.path : cfg.model.preset, cfg.task.name,
+               cfg.grpo.prompts_per_step, cfg.rollout.group_size, cfg.rollout.gen_length,
+               cfg.rollout.steps, cfg.rollout.precision, cfg.correction.method,
+               omp_get_max_threads(), steps);
+        for (int i = 0; i < NT; i++)
+            printf("  %-18s %9.4f s  %6.2f%%\n", names[i], tsum[i] / steps, 100 * tsum[i] / total);
+        printf("  %-18s %9.4f s  (AIS + logging %.3f%% of the step; %.0f generated tokens/s)\n",
+               "step", total / steps, 100 * (tsum[C] + tsum[LG]) / total, toks / total);
+    }
+    rl_run_close(&run);
+    free(rest);
+    char rm[256];
+    snprintf(rm, sizeof rm, "rm -rf %s", tmpdir);
+    if (system(rm) != 0)
+        fprintf(stderr, "dllm-rl bench: could not remove %s\n", tmpdir);
+    return rc ? cli_fail("bench rl-step", &err) : 0;
 }

@@ -18,5 +18,6 @@ int cmd_inspect(int argc, char **argv);
 /* dllm-rl bench subcommands, one file each (src/bench_*.c) */
 int bench_rollout(int argc, char **argv);
 int bench_mismatch(int argc, char **argv);
+int bench_rl_step(int argc, char **argv);
 
 #endif

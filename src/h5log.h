@@ -65,7 +65,8 @@
     X(frac_nonfinite)       /* fraction of non-finite log w */ \
     X(frac_zero_var_groups) /* fraction of groups with zero reward variance */ \
     X(t_rollout)            /* seconds */ \
-    X(t_likelihood) \
+    X(t_likelihood)         /* l_mu, l_pi (and l_old, reference) estimates */ \
+    X(t_correction)         /* correction coefficients and AIS diagnostics */ \
     X(t_update) \
     X(t_sync) \
     X(t_log) \

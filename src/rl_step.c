@@ -288,6 +288,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     double t_lik = dllm_now() - t0;
 
     /* 6. correction coefficients and diagnostics, over the global batch */
+    t0 = dllm_now();
     b->coef = dllm_malloc(sizeof(double) * N);
     if (run->corr.level == CORR_LEVEL_TOKEN)
         b->coef_tok = dllm_malloc(sizeof(double) * NG);
@@ -307,6 +308,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         corr_finalize(&st, &ext, &run->corr, run->alpha_prev, &b->diag);
         rc = corr_coefficients(&run->corr, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
     }
+
+    double t_corr = dllm_now() - t0;
 
     /* 7-8. inner GRPO updates, each an AdamW step */
     t0 = dllm_now();
@@ -431,9 +434,10 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     metrics[H5LOG_M(frac_zero_var_groups)] = sums[2] / (Ng / G);
     metrics[H5LOG_M(t_rollout)] = t_rollout;
     metrics[H5LOG_M(t_likelihood)] = t_lik;
+    metrics[H5LOG_M(t_correction)] = t_corr;
     metrics[H5LOG_M(t_update)] = t_update;
     metrics[H5LOG_M(t_sync)] = t_sync;
-    double total = t_rollout + t_lik + t_update + t_sync;
+    double total = t_rollout + t_lik + t_corr + t_update + t_sync;
     metrics[H5LOG_M(tokens_per_s)] = total > 0 ? m[5] / total : NAN;
     (void)cnt;
     return 0;
