@@ -1,9 +1,253 @@
-/* placeholder until its module lands; replaced by the real benchmark */
+/* dllm-rl bench mismatch: how far the FP8 rollout copy is from the bf16 copy
+ * and from the trainer (METHOD.md §5, §6).
+ *
+ * 1. Rollouts of the same --n prompts with the same seed, once with the FP8
+ *    copy (E4M3 128x128 blockwise W8A8) and once with the bf16 copy: the
+ *    fraction of generated tokens that differ (and of completions that differ
+ *    anywhere).
+ * 2. On the FP8 rollouts, log w_i = l_pi(y_i) - l_mu(y_i) with l_mu the FP8
+ *    copy and l_pi the trainer (fp32), both by the elbo estimator with --mc
+ *    samples (dllm/lik_plan.h):
+ *      coupled    one plan (the same masks) evaluated under both policies;
+ *      uncoupled  l_pi from a second plan whose masks come from another key.
+ *    Prints mean |log w| and its spread (standard deviation over completions)
+ *    for both, and the mean Monte Carlo standard error of the coupled
+ *    difference. Coupling removes the mask noise, which otherwise swamps the
+ *    precision mismatch. */
+#include "dllm/lik_plan.h"
+#include "dllm/llada.h"
+#include "dllm/sampler.h"
+#include "kernels/rng.h"
+#include "src/cli_util.h"
 #include "src/commands.h"
+
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: dllm-rl bench mismatch [--model DIR | --preset tiny|small] [--n 64] [--prompt 16]\n"
+    "         [--gen-length 32] [--block-length 32] [--steps 32] [--temperature 0.9]\n"
+    "         [--mc 8] [--seed 0] [--fp8-format e4m3|e5m2] [--fp8-scaling block|channel|tensor]\n"
+    "\n"
+    "Generates --n rollouts of random prompts (--prompt tokens; same prompts and seed)\n"
+    "with the FP8 copy and with the bf16 copy and reports the fraction of generated\n"
+    "tokens that differ. Then, for the FP8 rollouts, log w = l_pi - l_mu (l_mu: FP8\n"
+    "copy; l_pi: the fp32 trainer; elbo with --mc samples), COUPLED (same masks) and\n"
+    "UNCOUPLED (masks from another key): mean |log w|, its standard deviation over\n"
+    "completions, and the Monte Carlo standard error of the coupled difference.\n";
+
+static int rollout_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                      const int32_t *rows, int n_rows, float *logits)
+{
+    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
+}
+
+static int trainer_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                      const int32_t *rows, int n_rows, float *logits)
+{
+    return llada_forward_nograd(m, tokens, keymask, B, T, rows, n_rows, logits);
+}
+
+/* mean and standard deviation of |x| over n, and mean of x */
+static void abs_stats(const double *x, int n, double *mean_abs, double *sd_abs, double *mean)
+{
+    double s = 0, s2 = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        s += fabs(x[i]);
+        s2 += x[i] * x[i];
+        m += x[i];
+    }
+    *mean_abs = s / n;
+    *sd_abs = sqrt(fmax(s2 / n - (s / n) * (s / n), 0.0));
+    *mean = m / n;
+}
+
 int bench_mismatch(int argc, char **argv)
 {
-    (void)argc; (void)argv;
-    fprintf(stderr, "dllm-rl bench mismatch: not built yet\n");
-    return 1;
+    const char *model_dir = NULL, *preset = NULL, *fmt = "e4m3", *scaling = "block";
+    long n = 64, P = 16, G = 32, blk = 32, steps = 32, mc_k = 8, seed = 0;
+    double temp = 0.9;
+    dllm_err err = {0};
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},      {"preset", required_argument, 0, 'p'},
+        {"n", required_argument, 0, 'n'},          {"prompt", required_argument, 0, 'q'},
+        {"gen-length", required_argument, 0, 'g'}, {"block-length", required_argument, 0, 'k'},
+        {"steps", required_argument, 0, 's'},      {"temperature", required_argument, 0, 't'},
+        {"mc", required_argument, 0, 'K'},         {"seed", required_argument, 0, 'S'},
+        {"fp8-format", required_argument, 0, 'f'}, {"fp8-scaling", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        int bad = 0;
+        switch (c) {
+        case 'm': model_dir = optarg; break;
+        case 'p': preset = optarg; break;
+        case 'n': bad = cli_parse_int(optarg, "--n", 1, 1 << 20, &n, &err); break;
+        case 'q': bad = cli_parse_int(optarg, "--prompt", 1, 1 << 16, &P, &err); break;
+        case 'g': bad = cli_parse_int(optarg, "--gen-length", 1, 1 << 16, &G, &err); break;
+        case 'k': bad = cli_parse_int(optarg, "--block-length", 1, 1 << 16, &blk, &err); break;
+        case 's': bad = cli_parse_int(optarg, "--steps", 1, 32767, &steps, &err); break;
+        case 't': bad = cli_parse_double(optarg, "--temperature", &temp, &err); break;
+        case 'K': bad = cli_parse_int(optarg, "--mc", 1, 1 << 16, &mc_k, &err); break;
+        case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
+        case 'f': fmt = optarg; break;
+        case 'c': scaling = optarg; break;
+        case 'h': fputs(usage_text, stdout); return 0;
+        default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
+        }
+        if (bad)
+            return cli_fail("bench mismatch", &err);
+    }
+    if (optind < argc || (model_dir && preset)) {
+        fputs(usage_text, stderr);
+        return DLLM_EXIT_INPUT;
+    }
+    llada_precision p8, p16;
+    if (llada_precision_parse(&p8, "fp32", "fp8", fmt, scaling, false, &err) ||
+        llada_precision_parse(&p16, "fp32", "bf16", NULL, NULL, false, &err))
+        return cli_fail("bench mismatch", &err);
+    llada_model *m = NULL;
+    if (model_dir) {
+        if (llada_load(&m, model_dir, &err))
+            return cli_fail("bench mismatch", &err);
+    } else {
+        dllm_model_config c;
+        if (dllm_config_preset(&c, DLLM_ARCH_LLADA, preset ? preset : "tiny", &err))
+            return cli_fail("bench mismatch", &err);
+        m = llada_create(&c, (uint64_t)seed);
+    }
+    const dllm_model_config *mc = llada_config(m);
+    dllm_sampler_cfg sc = {.gen_length = (int)G, .block_length = (int)blk, .steps = (int)steps,
+                           .temperature = temp, .remasking = REMASK_LOW_CONFIDENCE,
+                           .mask_id = mc->mask_token_id, .eos_id = mc->eos_token_id,
+                           .eot_id = -1, .vocab = mc->embedding_size};
+    int rc = dllm_sampler_check(&sc, &err);
+    if (!rc && P + G > mc->max_seq_len)
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                          "--prompt %ld + --gen-length %ld exceed max_sequence_length %d", P, G,
+                          mc->max_seq_len);
+    if (rc) {
+        llada_free(m);
+        return cli_fail("bench mismatch", &err);
+    }
+    int N = (int)n, T = (int)(P + G);
+    /* random prompts: BOS (when the model has one) then ordinary tokens */
+    int32_t *prompts = dllm_malloc(sizeof *prompts * (size_t)N * P);
+    dllm_rng r = dllm_rng_make((uint64_t)seed, DLLM_RNG_DATA, 8, 0);
+    for (long i = 0; i < (long)N * P; i++) {
+        int32_t t;
+        do
+            t = (int32_t)dllm_rng_below(&r, (uint64_t)mc->vocab_size);
+        while (t == mc->mask_token_id || t == mc->eos_token_id || t == mc->bos_token_id ||
+               t == mc->pad_token_id);
+        prompts[i] = (i % P == 0 && mc->bos_token_id >= 0) ? mc->bos_token_id : t;
+    }
+    printf("bench mismatch: %s%s, %d prompts of %ld tokens, gen-length %ld, block-length %ld, "
+           "%ld steps, temperature %g, seed %ld; FP8 %s %s\n", model_dir ? "model " : "preset ",
+           model_dir ? model_dir : (preset ? preset : "tiny"), N, P, G, blk, steps, temp, seed,
+           fmt, scaling);
+
+    /* 1. rollouts with the FP8 and the bf16 copies */
+    dllm_rollout r8 = {0}, r16 = {0};
+    double t_sync8 = 0, t_sync16 = 0, t0;
+    t0 = dllm_now();
+    if (!(rc = llada_rollout_sync(m, &p16, &t_sync16, &err)))
+        rc = dllm_sample(rollout_fn, m, prompts, NULL, N, (int)P, &sc, (uint64_t)seed, &r16, &err);
+    double t_r16 = dllm_now() - t0;
+    t0 = dllm_now();
+    if (!rc && !(rc = llada_rollout_sync(m, &p8, &t_sync8, &err)))
+        rc = dllm_sample(rollout_fn, m, prompts, NULL, N, (int)P, &sc, (uint64_t)seed, &r8, &err);
+    double t_r8 = dllm_now() - t0;
+    if (!rc) {
+        long diff = 0, seq_diff = 0;
+        for (int i = 0; i < N; i++) {
+            long d = 0;
+            for (int t = 0; t < G; t++)
+                d += r8.tokens[(size_t)i * T + P + t] != r16.tokens[(size_t)i * T + P + t];
+            diff += d;
+            seq_diff += d > 0;
+        }
+        printf("rollouts: fp8 %.2f s, bf16 %.2f s (syncs %.4f s, %.4f s)\n", t_r8, t_r16, t_sync8,
+               t_sync16);
+        printf("generated tokens differing fp8 vs bf16: %ld / %ld = %.4f; completions differing: "
+               "%ld / %d\n", diff, (long)N * G, (double)diff / ((double)N * G), seq_diff, N);
+    }
+
+    /* 2. log w on the FP8 rollouts, coupled and uncoupled */
+    dllm_lik_plan pa = {0}, pb = {0};
+    int *L = dllm_malloc(sizeof *L * (size_t)N);
+    int32_t *gen = dllm_malloc(sizeof *gen * (size_t)N * G);
+    double *mu = dllm_malloc(sizeof(double) * (size_t)N), *pi = dllm_malloc(sizeof(double) * (size_t)N);
+    double *pi_u = dllm_malloc(sizeof(double) * (size_t)N);
+    double *lw = dllm_malloc(sizeof(double) * (size_t)N), *se = dllm_malloc(sizeof(double) * (size_t)N);
+    int n_canvas = 0;
+    double *smu = NULL, *spi = NULL;
+    double mean_len = 0;
+    if (!rc) {
+        for (int i = 0; i < N; i++) {
+            memcpy(gen + (size_t)i * G, r8.tokens + (size_t)i * T + P, sizeof *gen * (size_t)G);
+            L[i] = dllm_completion_length(gen + (size_t)i * G, (int)G, mc->eos_token_id);
+            mean_len += L[i];
+        }
+        dllm_lik_cfg lc = {.kind = EST_ELBO, .mc = (int)mc_k, .temperature = 1.0,
+                           .mask_id = mc->mask_token_id, .vocab = mc->embedding_size, .shrink = 1};
+        rc = dllm_lik_plan_build(&pa, &lc, prompts, NULL, gen, L, r8.commit_step, N, (int)P,
+                                 (int)G, (uint64_t)seed, 0, 0, &err);
+        if (!rc)
+            rc = dllm_lik_plan_build(&pb, &lc, prompts, NULL, gen, L, r8.commit_step, N, (int)P,
+                                     (int)G, (uint64_t)seed, 1, 0, &err);
+        n_canvas = pa.n_canvas;
+        smu = dllm_malloc(sizeof(double) * (size_t)(n_canvas + 1));
+        spi = dllm_malloc(sizeof(double) * (size_t)(n_canvas + 1));
+    }
+    t0 = dllm_now();
+    if (!rc)
+        rc = dllm_lik_plan_eval(&pa, rollout_fn, m, 64, mu, NULL, NULL, smu, &err);
+    if (!rc)
+        rc = dllm_lik_plan_eval(&pa, trainer_fn, m, 64, pi, NULL, NULL, spi, &err);
+    if (!rc)
+        rc = dllm_lik_plan_eval(&pb, trainer_fn, m, 64, pi_u, NULL, NULL, NULL, &err);
+    double t_lik = dllm_now() - t0;
+    if (!rc) {
+        dllm_lik_plan_diff_se(&pa, spi, smu, se);
+        double ma, sa, mean, se_mean = 0, mu_mean = 0;
+        for (int i = 0; i < N; i++) {
+            se_mean += se[i] / N;
+            mu_mean += mu[i] / N;
+        }
+        printf("log w = l_pi (fp32 trainer) - l_mu (fp8 copy), elbo with %ld samples, %d "
+               "completions (mean length %.1f, mean l_mu %.3f nats), %.2f s:\n", mc_k, N,
+               mean_len / N, mu_mean, t_lik);
+        for (int i = 0; i < N; i++)
+            lw[i] = pi[i] - mu[i];
+        abs_stats(lw, N, &ma, &sa, &mean);
+        printf("  coupled   (same masks):  mean |log w| %.5f  sd %.5f  mean log w %+.5f  "
+               "MC s.e. %.5f\n", ma, sa, mean, se_mean);
+        double mac = ma;
+        for (int i = 0; i < N; i++)
+            lw[i] = pi_u[i] - mu[i];
+        abs_stats(lw, N, &ma, &sa, &mean);
+        printf("  uncoupled (other masks): mean |log w| %.5f  sd %.5f  mean log w %+.5f\n", ma,
+               sa, mean);
+        printf("  uncoupled / coupled mean |log w|: %.1fx\n", mac > 0 ? ma / mac : INFINITY);
+    }
+    dllm_lik_plan_free(&pa);
+    dllm_lik_plan_free(&pb);
+    dllm_rollout_free(&r8);
+    dllm_rollout_free(&r16);
+    free(smu);
+    free(spi);
+    free(L);
+    free(gen);
+    free(mu);
+    free(pi);
+    free(pi_u);
+    free(lw);
+    free(se);
+    free(prompts);
+    llada_free(m);
+    return rc ? cli_fail("bench mismatch", &err) : 0;
 }
