@@ -110,9 +110,11 @@ static double fd_check(float *x, const float *grad, size_t n, loss_fn loss, void
 
 /* ---- GEMM / linear -------------------------------------------------------------- */
 
-START_TEST(test_gemm_forward)
+/* op_gemm against a double loop for every transpose combination; large
+ * shapes go through the threaded split (rows of C when M >= N, else columns),
+ * with sides that are not multiples of the block width. */
+static void gemm_case(int M, int N, int K)
 {
-    int M = 7, N = 5, K = 9;
     float *A = galloc((size_t)M * K), *B = galloc((size_t)K * N);
     float *C = galloc((size_t)M * N), *C0 = galloc((size_t)M * N);
     fill_normal(A, (size_t)M * K, 1, 1.0);
@@ -145,7 +147,16 @@ START_TEST(test_gemm_forward)
     op_gemm(false, false, M, N, K, 1.0f, A, B, 0.0f, C);
     for (int i = 0; i < M * N; i++)
         ck_assert(isfinite(C[i]));
+    check_guard(C, (size_t)M * N);
     free(A), free(B), free(C), free(C0);
+}
+
+START_TEST(test_gemm_forward)
+{
+    gemm_case(7, 5, 9);
+    gemm_case(150, 70, 40);
+    gemm_case(70, 150, 40);
+    gemm_case(37, 301, 30);
 }
 END_TEST
 
@@ -386,9 +397,10 @@ static void att_naive(double *out, double *att, const att_ctx *c)
     free(sc);
 }
 
-static void attention_case(int NH, int NKV, bool causal, bool masked, uint64_t seed)
+static void attention_case(int T, int HD, int NH, int NKV, bool causal, bool masked,
+                           uint64_t seed)
 {
-    att_ctx c = {.B = 2, .T = 5, .NH = NH, .NKV = NKV, .HD = 8, .causal = causal};
+    att_ctx c = {.B = 2, .T = T, .NH = NH, .NKV = NKV, .HD = HD, .causal = causal};
     size_t nq = (size_t)c.B * c.T * NH * c.HD, nk = (size_t)c.B * c.T * NKV * c.HD;
     size_t na = (size_t)c.B * NH * c.T * c.T;
     c.out = galloc(nq), c.att = galloc(na), c.q = galloc(nq), c.r = galloc(nq);
@@ -397,12 +409,13 @@ static void attention_case(int NH, int NKV, bool causal, bool masked, uint64_t s
     fill_normal(c.k, nk, seed + 1, 0.7);
     fill_normal(c.v, nk, seed + 2, 1.0);
     fill_normal(c.r, nq, seed + 3, 1.0);
-    uint8_t mask[10] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    uint8_t *mask = dllm_malloc((size_t)c.B * T);
+    memset(mask, 1, (size_t)c.B * T);
     if (masked) {
         /* sequence 0: last two keys are padding; sequence 1: key 0 is padding,
          * so with causal attention its query 0 sees nothing at all */
-        mask[3] = mask[4] = 0;
-        mask[5] = 0;
+        mask[T - 2] = mask[T - 1] = 0;
+        mask[T] = 0;
         c.mask = mask;
     }
     att_loss(&c);
@@ -427,7 +440,7 @@ static void attention_case(int NH, int NKV, bool causal, bool masked, uint64_t s
     if (masked) /* padded keys get no gradient */
         for (int kh = 0; kh < NKV; kh++)
             for (int i = 0; i < c.HD; i++) {
-                size_t o = ((size_t)3 * NKV + kh) * c.HD + i;
+                size_t o = ((size_t)(T - 2) * NKV + kh) * c.HD + i;
                 ck_assert(dk[o] == 0.0f && dv[o] == 0.0f);
             }
     float *dq1 = galloc(nq), *dk1 = galloc(nk), *dv1 = galloc(nk);
@@ -448,30 +461,41 @@ static void attention_case(int NH, int NKV, bool causal, bool masked, uint64_t s
     check_guard(dq, nq), check_guard(dk, nk), check_guard(dv, nk);
     free(c.out), free(c.att), free(c.q), free(c.k), free(c.v), free(c.r);
     free(dq), free(dk), free(dv), free(dq1), free(dk1), free(dv1), free(ref_out), free(ref_att);
+    free(mask);
 }
 
 START_TEST(test_attention_bidirectional)
 {
-    attention_case(2, 2, false, false, 40);
+    attention_case(5, 8, 2, 2, false, false, 40);
 }
 END_TEST
 
 START_TEST(test_attention_bidirectional_masked_gqa)
 {
-    attention_case(4, 2, false, true, 50);
+    attention_case(5, 8, 4, 2, false, true, 50);
 }
 END_TEST
 
 START_TEST(test_attention_causal)
 {
-    attention_case(2, 2, true, false, 60);
+    attention_case(5, 8, 2, 2, true, false, 60);
 }
 END_TEST
 
 START_TEST(test_attention_causal_masked_gqa)
 {
-    attention_case(4, 2, true, true, 70);
-    attention_case(4, 1, true, true, 80);
+    attention_case(5, 8, 4, 2, true, true, 70);
+    attention_case(5, 8, 4, 1, true, true, 80);
+}
+END_TEST
+
+/* Large enough for the threaded path: GEMMs on strided head views, (b, head)
+ * units split across threads. */
+START_TEST(test_attention_threaded)
+{
+    attention_case(40, 16, 4, 2, false, true, 90);
+    attention_case(40, 16, 4, 2, true, true, 100);
+    attention_case(33, 12, 2, 2, false, false, 110);
 }
 END_TEST
 
@@ -1008,6 +1032,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_attention_bidirectional_masked_gqa);
     tcase_add_test(tc, test_attention_causal);
     tcase_add_test(tc, test_attention_causal_masked_gqa);
+    tcase_add_test(tc, test_attention_threaded);
     tcase_add_test(tc, test_swiglu);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_xent);

@@ -1,83 +1,140 @@
 /* attention.c: scaled dot-product attention, bidirectional or causal, with a
  * key padding mask and grouped-query heads (head h reads kv head h / (NH/NKV)).
  *
- * Forward, per (b, h, t), over the visible keys s (keymask[b,s] != 0, and
- * s <= t when causal):
- *   S[s] = q.k[s] / sqrt(HD),  P = softmax(S) (fp32, max subtracted),
- *   out = sum_s P[s] v[s].
- * Invisible keys get P = 0; a query with no visible key outputs zeros.
+ * Per (b, h), with Q [T,HD], K, V [T,HD] the head's rows (strided views of the
+ * interleaved [B,T,NH,HD] / [B,T,NKV,HD] buffers, never copied):
+ *   S = Q K^T / sqrt(HD)                                   (GEMM)
+ *   P = softmax over the visible keys of each row (keymask[b,s] != 0, and
+ *       s <= t when causal), invisible keys P = 0; a row with no visible
+ *       key is all zeros, so its output is zero
+ *   out = P V                                               (GEMM)
  * att [B,NH,T,T] keeps P for the backward, which needs nothing else about the
  * mask: P = 0 entries contribute nothing.
- * Backward (accumulated):
- *   dv[s] += P[s] dout,  dP[s] = dout.v[s],  dS = P * (dP - sum_s dP P),
- *   dq += scale * sum_s dS[s] k[s],  dk[s] += scale * dS[s] q. */
+ * Backward (accumulated), per (b, h):
+ *   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP))   (GEMMs + a row pass)
+ *   dQ += scale dS K,  dK += scale dS^T Q.
+ * rowsum(P * dP) equals rowsum(dO * O); it is taken from P and dP because the
+ * output is not an argument of the backward.
+ *
+ * Threads: OpenMP splits the (b, head) units; each unit runs its GEMMs on one
+ * thread (OpenBLAS is held at one thread meanwhile), so a unit's result does
+ * not depend on the thread count. In the backward one unit is a (b, kv head)
+ * with every query head of its group, so dk/dv are written without races. */
 #include "kernels/ops.h"
 #include "kernels/base.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-#define PAR_MIN 4096 /* in units of T*T*HD per (b, h) */
+/* Below this many multiply-adds in total, thread start-up costs more than it saves. */
+#define PAR_MIN 262144.0
+
+/* OpenBLAS built on pthreads does not know about our OpenMP threads: GEMMs
+ * issued from inside a parallel region would each fan out to its own thread
+ * pool and oversubscribe the cores. Hold it at one thread for the duration of
+ * a parallel region (the OpenMP build of OpenBLAS already goes serial inside
+ * one, and setting its thread count would change OpenMP's, so it is left
+ * alone). Returns the count to restore, or 0 if nothing was changed. */
+static int blas_serial_begin(bool par)
+{
+    if (!par || openblas_get_parallel() != OPENBLAS_THREAD)
+        return 0;
+    int n = openblas_get_num_threads();
+    if (n <= 1)
+        return 0;
+    openblas_set_num_threads(1);
+    return n;
+}
+
+static void blas_serial_end(int saved)
+{
+    if (saved > 0)
+        openblas_set_num_threads(saved);
+}
+
+static int n_threads(bool par)
+{
+#ifdef _OPENMP
+    return par && !omp_in_parallel() ? omp_get_max_threads() : 1;
+#else
+    (void)par;
+    return 1;
+#endif
+}
+
+/* Softmax of one score row in place over the visible keys: s < send and
+ * (km == NULL or km[s] != 0). Invisible entries become 0; if nothing is
+ * visible the whole row is 0. */
+static void softmax_row(float *restrict p, int T, int send, const uint8_t *km)
+{
+    float maxv = -INFINITY;
+    if (km) {
+        for (int s = 0; s < send; s++) {
+            if (!km[s])
+                p[s] = -INFINITY;
+            else if (p[s] > maxv)
+                maxv = p[s];
+        }
+    } else {
+        for (int s = 0; s < send; s++)
+            maxv = p[s] > maxv ? p[s] : maxv;
+    }
+    for (int s = send; s < T; s++)
+        p[s] = 0.0f;
+    if (maxv == -INFINITY) { /* no visible key */
+        memset(p, 0, (size_t)send * sizeof(float));
+        return;
+    }
+    float sum = 0.0f;
+    for (int s = 0; s < send; s++) {
+        float e = expf(p[s] - maxv); /* masked: exp(-inf) = 0 */
+        p[s] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int s = 0; s < send; s++)
+        p[s] *= inv;
+}
 
 void op_attention_fwd(float *out, float *att, const float *q, const float *k, const float *v,
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal)
 {
     // out, q (B, T, NH, HD); k, v (B, T, NKV, HD); att (B, NH, T, T); keymask (B, T) or NULL
+    if (B <= 0 || T <= 0 || NH <= 0)
+        return;
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
-    long rows = (long)B * NH * T;
-    bool par = (double)rows * T * HD > PAR_MIN;
-#pragma omp parallel for if (par) schedule(dynamic, 16)
-    for (long r = 0; r < rows; r++) {
-        int t = (int)(r % T);
-        int h = (int)((r / T) % NH);
-        int b = (int)(r / ((long)T * NH));
-        int kh = h / group;
-        const float *qr = q + (((size_t)b * T + t) * NH + h) * HD;
-        float *p = att + (((size_t)b * NH + h) * T + t) * T;
-        float *o = out + (((size_t)b * T + t) * NH + h) * HD;
+    int ldq = NH * HD, ldk = NKV * HD;
+    long units = (long)B * NH;
+    bool par = units > 1 && 2.0 * units * T * T * HD > PAR_MIN;
+    int nt = n_threads(par);
+    int saved = blas_serial_begin(nt > 1);
+#pragma omp parallel for if (nt > 1) schedule(dynamic, 1)
+    for (long u = 0; u < units; u++) {
+        int b = (int)(u / NH), h = (int)(u % NH), kh = h / group;
+        const float *qh = q + (size_t)b * T * ldq + (size_t)h * HD;  // (T, HD) stride ldq
+        const float *kb = k + (size_t)b * T * ldk + (size_t)kh * HD; // (T, HD) stride ldk
+        const float *vb = v + (size_t)b * T * ldk + (size_t)kh * HD; // (T, HD) stride ldk
+        float *oh = out + (size_t)b * T * ldq + (size_t)h * HD;      // (T, HD) stride ldq
+        float *p = att + (size_t)u * T * T;                          // (T, T)
         const uint8_t *km = keymask ? keymask + (size_t)b * T : NULL;
-        int send = causal ? t + 1 : T; /* keys [0, send) may be visible */
-
-        float maxv = -INFINITY;
-        int nvis = 0;
-        for (int s = 0; s < T; s++) {
-            if (s >= send || (km && !km[s])) {
-                p[s] = -INFINITY;
-                continue;
-            }
-            const float *kr = k + (((size_t)b * T + s) * NKV + kh) * HD;
-            float dot = 0.0f;
-            for (int i = 0; i < HD; i++)
-                dot += qr[i] * kr[i];
-            dot *= scale;
-            p[s] = dot;
-            if (dot > maxv)
-                maxv = dot;
-            nvis++;
-        }
-        memset(o, 0, (size_t)HD * sizeof(float));
-        if (nvis == 0) {
-            memset(p, 0, (size_t)T * sizeof(float));
-            continue;
-        }
-        float sum = 0.0f;
-        for (int s = 0; s < T; s++) {
-            float e = p[s] == -INFINITY ? 0.0f : expf(p[s] - maxv);
-            p[s] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int s = 0; s < T; s++) {
-            if (p[s] == 0.0f)
-                continue;
-            p[s] *= inv;
-            const float *vr = v + (((size_t)b * T + s) * NKV + kh) * HD;
-            for (int i = 0; i < HD; i++)
-                o[i] += p[s] * vr[i];
-        }
+        if (HD > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, qh, ldq, kb,
+                        ldk, 0.0f, p, T);
+        else
+            memset(p, 0, (size_t)T * T * sizeof(float));
+        for (int t = 0; t < T; t++)
+            softmax_row(p + (size_t)t * T, T, causal ? t + 1 : T, km);
+        if (HD > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, p, T, vb, ldk,
+                        0.0f, oh, ldq);
     }
+    blas_serial_end(saved);
 }
 
 void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *att,
@@ -85,63 +142,55 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
                       int B, int T, int NH, int NKV, int HD)
 {
     // dq, dout, q (B, T, NH, HD); dk, dv, k, v (B, T, NKV, HD); att (B, NH, T, T)
+    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0 || (!dq && !dk && !dv))
+        return;
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
+    int ldq = NH * HD, ldk = NKV * HD;
     long units = (long)B * NKV;
-    bool par = units > 1 && (double)B * NH * T * T * HD > PAR_MIN;
-    /* One thread owns a (b, kv head) and every query head that shares it, so
-     * dk/dv (shared across the group) and dq are written without races, in a
-     * fixed order whatever the thread count. */
-#pragma omp parallel if (par)
+    bool par = units > 1 && 4.0 * B * NH * T * T * HD > PAR_MIN;
+    int nt = n_threads(par);
+    int saved = blas_serial_begin(nt > 1);
+#pragma omp parallel if (nt > 1)
     {
-        float *ds = dllm_malloc((size_t)T * sizeof(float)); /* dS row */
+        float *ds = (dq || dk) ? dllm_malloc((size_t)T * T * sizeof(float)) : NULL; /* dP, dS */
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
             int b = (int)(u / NKV), kh = (int)(u % NKV);
+            const float *kb = k + (size_t)b * T * ldk + (size_t)kh * HD; // (T, HD) stride ldk
+            const float *vb = v + (size_t)b * T * ldk + (size_t)kh * HD;
+            float *dkb = dk ? dk + (size_t)b * T * ldk + (size_t)kh * HD : NULL;
+            float *dvb = dv ? dv + (size_t)b * T * ldk + (size_t)kh * HD : NULL;
             for (int h = kh * group; h < (kh + 1) * group; h++) {
+                size_t qoff = (size_t)b * T * ldq + (size_t)h * HD; // (T, HD) stride ldq
+                const float *p = att + ((size_t)b * NH + h) * T * T; // (T, T)
+                const float *go = dout + qoff;
+                if (dvb) /* dV += P^T dO */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, p, T,
+                                go, ldq, 1.0f, dvb, ldk);
+                if (!ds)
+                    continue;
+                /* dP = dO V^T, then dS = scale * P * (dP - rowsum(P * dP)) in place */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, go, ldq, vb,
+                            ldk, 0.0f, ds, T);
                 for (int t = 0; t < T; t++) {
-                    const float *p = att + (((size_t)b * NH + h) * T + t) * T;
-                    const float *go = dout + (((size_t)b * T + t) * NH + h) * HD;
-                    const float *qr = q + (((size_t)b * T + t) * NH + h) * HD;
-                    /* dP and its P-weighted row sum */
+                    const float *restrict pr = p + (size_t)t * T;
+                    float *restrict dr = ds + (size_t)t * T;
                     float rowdot = 0.0f;
-                    for (int s = 0; s < T; s++) {
-                        if (p[s] == 0.0f) {
-                            ds[s] = 0.0f;
-                            continue;
-                        }
-                        const float *vr = v + (((size_t)b * T + s) * NKV + kh) * HD;
-                        float dp = 0.0f;
-                        for (int i = 0; i < HD; i++)
-                            dp += go[i] * vr[i];
-                        ds[s] = dp;
-                        rowdot += dp * p[s];
-                    }
-                    float *dqr = dq ? dq + (((size_t)b * T + t) * NH + h) * HD : NULL;
-                    for (int s = 0; s < T; s++) {
-                        if (p[s] == 0.0f)
-                            continue;
-                        float g = p[s] * (ds[s] - rowdot) * scale; /* dS * scale */
-                        size_t kvoff = (((size_t)b * T + s) * NKV + kh) * HD;
-                        if (dqr) {
-                            const float *kr = k + kvoff;
-                            for (int i = 0; i < HD; i++)
-                                dqr[i] += g * kr[i];
-                        }
-                        if (dk) {
-                            float *dkr = dk + kvoff;
-                            for (int i = 0; i < HD; i++)
-                                dkr[i] += g * qr[i];
-                        }
-                        if (dv) {
-                            float *dvr = dv + kvoff;
-                            for (int i = 0; i < HD; i++)
-                                dvr[i] += p[s] * go[i];
-                        }
-                    }
+                    for (int s = 0; s < T; s++)
+                        rowdot += pr[s] * dr[s];
+                    for (int s = 0; s < T; s++)
+                        dr[s] = scale * pr[s] * (dr[s] - rowdot);
                 }
+                if (dq) /* dQ += dS K */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, ds, T,
+                                kb, ldk, 1.0f, dq + qoff, ldq);
+                if (dkb) /* dK += dS^T Q */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, ds, T,
+                                q + qoff, ldq, 1.0f, dkb, ldk);
             }
         }
         free(ds);
     }
+    blas_serial_end(saved);
 }
