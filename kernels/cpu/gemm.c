@@ -3,10 +3,71 @@
  * op_gemm:       C[M,N] = alpha * op(A) @ op(B) + beta * C (row-major).
  * op_linear_fwd: out[N,OC] = inp[N,C] @ w[OC,C]^T (torch nn.Linear, no bias).
  * op_linear_bwd: dinp[N,C] += dout @ w;  dw[OC,C] += dout^T @ inp.
- * The backward accumulates by running the GEMM with beta = 1. */
+ * The backward accumulates by running the GEMM with beta = 1.
+ *
+ * Threads: the other ops run on OpenMP threads. OpenBLAS built on pthreads
+ * keeps a pool of its own, and on a machine with as many cores as threads the
+ * two pools take turns spinning on each other's cores. So a large product is
+ * cut into blocks of C along its longer side, a few per OpenMP thread, handed
+ * out dynamically, and each block is one single-threaded OpenBLAS call: every
+ * element still gets its whole K sum from one kernel call, only the work is
+ * shared out. */
 #include "kernels/ops.h"
 
 #include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Below this many multiply-adds a product runs on one thread. */
+#define PAR_MIN (1L << 18)
+/* Blocks are cut at multiples of this many rows/columns (kernel tile width). */
+#define ALIGN 16
+/* Blocks per thread, handed out dynamically: a thread the OS preempts holds up
+ * the others by one block at most. */
+#define CHUNKS 4
+
+static void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                ldc);
+}
+
+#ifdef _OPENMP
+/* The product split over nt OpenMP threads in blocks of C, OpenBLAS held at
+ * one thread meanwhile (only the pthreads build needs that; the OpenMP build
+ * goes serial inside a parallel region by itself, and setting its count would
+ * set ours). */
+static void gemm_split(int nt, bool transA, bool transB, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C)
+{
+    int saved = 0;
+    if (openblas_get_parallel() == OPENBLAS_THREAD && (saved = openblas_get_num_threads()) > 1)
+        openblas_set_num_threads(1);
+    bool rows = M >= N; /* split the rows of C, else its columns */
+    int len = rows ? M : N;
+    int nchunk = nt * CHUNKS;
+    int chunk = (len + nchunk - 1) / nchunk;
+    chunk = (chunk + ALIGN - 1) / ALIGN * ALIGN;
+    nchunk = (len + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int i = 0; i < nchunk; i++) {
+        int a = i * chunk, b = a + chunk < len ? a + chunk : len;
+        if (a >= b)
+            continue;
+        if (rows) /* C[a:b, :] = op(A)[a:b, :] @ op(B) */
+            sgemm(transA, transB, b - a, N, K, alpha, transA ? A + a : A + (size_t)a * lda, lda,
+                  B, ldb, beta, C + (size_t)a * N, N);
+        else /* C[:, a:b] = op(A) @ op(B)[:, a:b] */
+            sgemm(transA, transB, M, b - a, K, alpha, A, lda,
+                  transB ? B + (size_t)a * ldb : B + a, ldb, beta, C + a, N);
+    }
+    if (saved > 1)
+        openblas_set_num_threads(saved);
+}
+#endif
 
 void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
              const float *A, const float *B, float beta, float *C)
@@ -21,9 +82,19 @@ void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
     }
     int lda = transA ? M : K; /* A stored [M,K] or [K,M] */
     int ldb = transB ? K : N; /* B stored [K,N] or [N,K] */
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb,
-                beta, C, N);
+#ifdef _OPENMP
+    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if ((double)M * N * K < (double)PAR_MIN)
+        nt = 1;
+    int len = M >= N ? M : N;
+    if (nt > len / ALIGN)
+        nt = len / ALIGN;
+    if (nt > 1) {
+        gemm_split(nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C);
+        return;
+    }
+#endif
+    sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
 }
 
 void op_linear_fwd(float *out, const float *inp, const float *w, int N, int C, int OC)
