@@ -17,11 +17,13 @@
 #include "dllm/lik_plan.h"
 #include "dllm/llada.h"
 #include "dllm/sampler.h"
+#include "dllm/tokenizer.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +33,11 @@ static const char usage_text[] =
     "usage: dllm-rl bench mismatch [--model DIR | --preset tiny|small] [--n 64] [--prompt 16]\n"
     "         [--gen-length 32] [--block-length 32] [--steps 32] [--temperature 0.9]\n"
     "         [--mc 8] [--seed 0] [--fp8-format e4m3|e5m2] [--fp8-scaling block|channel|tensor]\n"
+    "         [--prompts FILE.jsonl]\n"
     "\n"
-    "Generates --n rollouts of random prompts (--prompt tokens; same prompts and seed)\n"
+    "Generates --n rollouts of random prompts (--prompt tokens), or of the first --n\n"
+    "{\"prompt\": \"...\"} lines of --prompts (encoded as BOS + text with\n"
+    "DIR/tokenizer.json, left-padded), with the same prompts and seed,\n"
     "with the FP8 copy and with the bf16 copy and reports the fraction of generated\n"
     "tokens that differ. Then, for the FP8 rollouts, log w = l_pi - l_mu (l_mu: FP8\n"
     "copy; l_pi: the fp32 trainer; elbo with --mc samples), COUPLED (same masks) and\n"
@@ -49,6 +54,80 @@ static int trainer_fn(void *m, const int32_t *tokens, const uint8_t *keymask, in
                       const int32_t *rows, int n_rows, float *logits)
 {
     return llada_forward_nograd(m, tokens, keymask, B, T, rows, n_rows, logits);
+}
+
+/* The first n prompts of a JSONL file as [BOS] + ids, left-padded with EOS to
+ * the longest (prompt_mask 0 on padding). */
+static int read_prompts(const char *path, const char *model_dir, const dllm_model_config *mc,
+                        int n, int32_t **prompts, uint8_t **mask, int *P, dllm_err *err)
+{
+    char tp[4200];
+    snprintf(tp, sizeof tp, "%s/tokenizer.json", model_dir);
+    dllm_tokenizer *tok;
+    int rc = dllm_tokenizer_load(&tok, tp, err);
+    if (rc)
+        return rc;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        dllm_tokenizer_free(tok);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot open", path);
+    }
+    int32_t **ids = dllm_calloc((size_t)n, sizeof *ids);
+    int *len = dllm_calloc((size_t)n, sizeof *len);
+    char *line = NULL;
+    size_t cap = 0;
+    int k = 0, lineno = 0;
+    while (!rc && k < n && getline(&line, &cap, f) != -1) {
+        lineno++;
+        if (line[strspn(line, " \t\r\n")] == '\0')
+            continue;
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        json_t *t = o ? json_object_get(o, "prompt") : NULL;
+        if (!json_is_string(t)) {
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s:%d: expected {\"prompt\": \"...\"}", path,
+                              lineno);
+        } else {
+            int32_t *e;
+            size_t ne;
+            rc = dllm_tokenizer_encode(tok, json_string_value(t), strlen(json_string_value(t)),
+                                       false, &e, &ne, err);
+            if (!rc) {
+                int bos = mc->bos_token_id >= 0;
+                ids[k] = dllm_malloc(sizeof *ids[k] * (ne + 1));
+                if (bos)
+                    ids[k][0] = mc->bos_token_id;
+                memcpy(ids[k] + bos, e, sizeof *e * ne);
+                len[k++] = (int)ne + bos;
+                free(e);
+            }
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    dllm_tokenizer_free(tok);
+    if (!rc && k < n)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %d prompts, --n asks for %d", path, k, n);
+    int maxl = 0;
+    for (int i = 0; i < k; i++)
+        maxl = len[i] > maxl ? len[i] : maxl;
+    if (!rc) {
+        *P = maxl;
+        *prompts = dllm_malloc(sizeof **prompts * (size_t)n * maxl);
+        *mask = dllm_malloc((size_t)n * maxl);
+        for (int i = 0; i < n; i++)
+            for (int t = 0; t < maxl; t++) {
+                int pad = maxl - len[i];
+                (*prompts)[(size_t)i * maxl + t] = t < pad ? mc->eos_token_id : ids[i][t - pad];
+                (*mask)[(size_t)i * maxl + t] = t >= pad;
+            }
+    }
+    for (int i = 0; i < k; i++)
+        free(ids[i]);
+    free(ids);
+    free(len);
+    return rc;
 }
 
 /* mean and standard deviation of |x| over n, and mean of x */
@@ -68,6 +147,8 @@ static void abs_stats(const double *x, int n, double *mean_abs, double *sd_abs, 
 int bench_mismatch(int argc, char **argv)
 {
     const char *model_dir = NULL, *preset = NULL, *fmt = "e4m3", *scaling = "block";
+    const char *prompt_file = NULL;
+    int Pi = 0;
     long n = 64, P = 16, G = 32, blk = 32, steps = 32, mc_k = 8, seed = 0;
     double temp = 0.9;
     dllm_err err = {0};
@@ -78,7 +159,8 @@ int bench_mismatch(int argc, char **argv)
         {"steps", required_argument, 0, 's'},      {"temperature", required_argument, 0, 't'},
         {"mc", required_argument, 0, 'K'},         {"seed", required_argument, 0, 'S'},
         {"fp8-format", required_argument, 0, 'f'}, {"fp8-scaling", required_argument, 0, 'c'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"prompts", required_argument, 0, 'F'},    {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
@@ -95,13 +177,14 @@ int bench_mismatch(int argc, char **argv)
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'f': fmt = optarg; break;
         case 'c': scaling = optarg; break;
+        case 'F': prompt_file = optarg; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
         if (bad)
             return cli_fail("bench mismatch", &err);
     }
-    if (optind < argc || (model_dir && preset)) {
+    if (optind < argc || (model_dir && preset) || (prompt_file && !model_dir)) {
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
@@ -125,19 +208,28 @@ int bench_mismatch(int argc, char **argv)
                            .mask_id = mc->mask_token_id, .eos_id = mc->eos_token_id,
                            .eot_id = -1, .vocab = mc->embedding_size};
     int rc = dllm_sampler_check(&sc, &err);
+    int32_t *prompts = NULL;
+    uint8_t *pmask = NULL;
+    if (!rc && prompt_file)
+        rc = read_prompts(prompt_file, model_dir, mc, (int)n, &prompts, &pmask, &Pi, &err);
+    if (prompt_file)
+        P = Pi;
     if (!rc && P + G > mc->max_seq_len)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
                           "--prompt %ld + --gen-length %ld exceed max_sequence_length %d", P, G,
                           mc->max_seq_len);
     if (rc) {
+        free(prompts);
+        free(pmask);
         llada_free(m);
         return cli_fail("bench mismatch", &err);
     }
     int N = (int)n, T = (int)(P + G);
     /* random prompts: BOS (when the model has one) then ordinary tokens */
-    int32_t *prompts = dllm_malloc(sizeof *prompts * (size_t)N * P);
     dllm_rng r = dllm_rng_make((uint64_t)seed, DLLM_RNG_DATA, 8, 0);
-    for (long i = 0; i < (long)N * P; i++) {
+    if (!prompts)
+        prompts = dllm_malloc(sizeof *prompts * (size_t)N * P);
+    for (long i = 0; !prompt_file && i < (long)N * P; i++) {
         int32_t t;
         do
             t = (int32_t)dllm_rng_below(&r, (uint64_t)mc->vocab_size);
@@ -145,9 +237,9 @@ int bench_mismatch(int argc, char **argv)
                t == mc->pad_token_id);
         prompts[i] = (i % P == 0 && mc->bos_token_id >= 0) ? mc->bos_token_id : t;
     }
-    printf("bench mismatch: %s%s, %d prompts of %ld tokens, gen-length %ld, block-length %ld, "
+    printf("bench mismatch: %s%s, %d %s prompts of %ld tokens, gen-length %ld, block-length %ld, "
            "%ld steps, temperature %g, seed %ld; FP8 %s %s\n", model_dir ? "model " : "preset ",
-           model_dir ? model_dir : (preset ? preset : "tiny"), N, P, G, blk, steps, temp, seed,
+           model_dir ? model_dir : (preset ? preset : "tiny"), N, prompt_file ? prompt_file : "random", P, G, blk, steps, temp, seed,
            fmt, scaling);
 
     /* 1. rollouts with the FP8 and the bf16 copies */
@@ -155,11 +247,11 @@ int bench_mismatch(int argc, char **argv)
     double t_sync8 = 0, t_sync16 = 0, t0;
     t0 = dllm_now();
     if (!(rc = llada_rollout_sync(m, &p16, &t_sync16, &err)))
-        rc = dllm_sample(rollout_fn, m, prompts, NULL, N, (int)P, &sc, (uint64_t)seed, &r16, &err);
+        rc = dllm_sample(rollout_fn, m, prompts, pmask, N, (int)P, &sc, (uint64_t)seed, &r16, &err);
     double t_r16 = dllm_now() - t0;
     t0 = dllm_now();
     if (!rc && !(rc = llada_rollout_sync(m, &p8, &t_sync8, &err)))
-        rc = dllm_sample(rollout_fn, m, prompts, NULL, N, (int)P, &sc, (uint64_t)seed, &r8, &err);
+        rc = dllm_sample(rollout_fn, m, prompts, pmask, N, (int)P, &sc, (uint64_t)seed, &r8, &err);
     double t_r8 = dllm_now() - t0;
     if (!rc) {
         long diff = 0, seq_diff = 0;
@@ -194,10 +286,10 @@ int bench_mismatch(int argc, char **argv)
         }
         dllm_lik_cfg lc = {.kind = EST_ELBO, .mc = (int)mc_k, .temperature = 1.0,
                            .mask_id = mc->mask_token_id, .vocab = mc->embedding_size, .shrink = 1};
-        rc = dllm_lik_plan_build(&pa, &lc, prompts, NULL, gen, L, r8.commit_step, N, (int)P,
+        rc = dllm_lik_plan_build(&pa, &lc, prompts, pmask, gen, L, r8.commit_step, N, (int)P,
                                  (int)G, (uint64_t)seed, 0, 0, &err);
         if (!rc)
-            rc = dllm_lik_plan_build(&pb, &lc, prompts, NULL, gen, L, r8.commit_step, N, (int)P,
+            rc = dllm_lik_plan_build(&pb, &lc, prompts, pmask, gen, L, r8.commit_step, N, (int)P,
                                      (int)G, (uint64_t)seed, 1, 0, &err);
         n_canvas = pa.n_canvas;
         smu = dllm_malloc(sizeof(double) * (size_t)(n_canvas + 1));
@@ -248,6 +340,7 @@ int bench_mismatch(int argc, char **argv)
     free(lw);
     free(se);
     free(prompts);
+    free(pmask);
     llada_free(m);
     return rc ? cli_fail("bench mismatch", &err) : 0;
 }
