@@ -67,23 +67,59 @@ static int n_threads(bool par)
 #endif
 }
 
+/* Row passes are compiled twice, for AVX2+FMA and for the baseline, and the
+ * loader picks one for this CPU (the default flags target the baseline). At
+ * -O2 GCC only vectorises loops that need no scalar remainder; these rows have
+ * any length, so the row kernels ask for the usual cost model. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define ROW_KERNEL                                                                  \
+    __attribute__((target_clones("arch=x86-64-v3", "default"),                     \
+                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#define ROW_INLINE static inline __attribute__((always_inline, optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define ROW_KERNEL
+#define ROW_INLINE static inline
+#endif
+
+/* exp(x) for x <= 0 in a form the compiler vectorises: 2^n * e^r with
+ * n = round(x / ln 2), |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial
+ * (about 1 ulp). Below -87.3 (where expf leaves the normal range) it returns
+ * 0, which is also exp(-inf), the value of a masked score. */
+ROW_INLINE float exp_nonpos(float x)
+{
+    const float big = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float xc = x < -87.3f ? -87.3f : x;
+    float n = (xc * 1.44269504f + big) - big;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float y = 1.9875691500e-4f;
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return x < -87.3f ? 0.0f : y * two_n;
+}
+
 /* Softmax of one score row in place over the visible keys: s < send and
  * (km == NULL or km[s] != 0). Invisible entries become 0; if nothing is
  * visible the whole row is 0. */
-static void softmax_row(float *restrict p, int T, int send, const uint8_t *km)
+ROW_KERNEL
+static void softmax_row(float *restrict p, int T, int send, const uint8_t *restrict km)
 {
     float maxv = -INFINITY;
     if (km) {
-        for (int s = 0; s < send; s++) {
-            if (!km[s])
-                p[s] = -INFINITY;
-            else if (p[s] > maxv)
-                maxv = p[s];
-        }
-    } else {
+#pragma omp simd
         for (int s = 0; s < send; s++)
-            maxv = p[s] > maxv ? p[s] : maxv;
+            p[s] = km[s] ? p[s] : -INFINITY;
     }
+#pragma omp simd reduction(max : maxv)
+    for (int s = 0; s < send; s++)
+        maxv = p[s] > maxv ? p[s] : maxv;
     for (int s = send; s < T; s++)
         p[s] = 0.0f;
     if (maxv == -INFINITY) { /* no visible key */
@@ -91,14 +127,34 @@ static void softmax_row(float *restrict p, int T, int send, const uint8_t *km)
         return;
     }
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int s = 0; s < send; s++) {
-        float e = expf(p[s] - maxv); /* masked: exp(-inf) = 0 */
+        float e = exp_nonpos(p[s] - maxv); /* masked: exp(-inf) = 0 */
         p[s] = e;
         sum += e;
     }
     float inv = 1.0f / sum;
+#pragma omp simd
     for (int s = 0; s < send; s++)
         p[s] *= inv;
+}
+
+/* dS = scale * P * (dP - rowsum(P * dP)) for the rows of one head, in place
+ * over dP. */
+ROW_KERNEL
+static void softmax_bwd_rows(float *restrict ds, const float *restrict p, int T, float scale)
+{
+    for (int t = 0; t < T; t++) {
+        const float *restrict pr = p + (size_t)t * T;
+        float *restrict dr = ds + (size_t)t * T;
+        float rowdot = 0.0f;
+#pragma omp simd reduction(+ : rowdot)
+        for (int s = 0; s < T; s++)
+            rowdot += pr[s] * dr[s];
+#pragma omp simd
+        for (int s = 0; s < T; s++)
+            dr[s] = scale * pr[s] * (dr[s] - rowdot);
+    }
 }
 
 void op_attention_fwd(float *out, float *att, const float *q, const float *k, const float *v,
@@ -173,15 +229,7 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
                 /* dP = dO V^T, then dS = scale * P * (dP - rowsum(P * dP)) in place */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, go, ldq, vb,
                             ldk, 0.0f, ds, T);
-                for (int t = 0; t < T; t++) {
-                    const float *restrict pr = p + (size_t)t * T;
-                    float *restrict dr = ds + (size_t)t * T;
-                    float rowdot = 0.0f;
-                    for (int s = 0; s < T; s++)
-                        rowdot += pr[s] * dr[s];
-                    for (int s = 0; s < T; s++)
-                        dr[s] = scale * pr[s] * (dr[s] - rowdot);
-                }
+                softmax_bwd_rows(ds, p, T, scale);
                 if (dq) /* dQ += dS K */
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, ds, T,
                                 kb, ldk, 1.0f, dq + qoff, ldq);
