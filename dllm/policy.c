@@ -14,13 +14,19 @@
  * under base_model.model.<module>.lora_{A,B}.weight, F32) and
  * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...).
  *
- * The autoregressive Qwen3 model is not behind this interface yet: opening one
- * is an input error that says so. */
+ * Qwen3 (autoregressive) sits behind the same calls: TRAIN = qwen3_forward,
+ * ROLLOUT = qwen3_forward_nograd (the trainer's numerics: dllm/qwen3.c has no
+ * bf16/FP8 rollout copy yet, so only rollout "trainer" and trainer fp32 are
+ * accepted for it), rollouts = KV-cache decoding (dllm/ar_sampler.h) with
+ * commit_step[t] = t and commit_prob = the sampling probability of token t. */
 #include "dllm/policy.h"
+#include "dllm/ar_sampler.h"
 #include "dllm/json_util.h"
 #include "dllm/llada.h"
+#include "dllm/qwen3.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +34,8 @@
 
 struct dllm_policy {
     dllm_arch arch;
-    llada_model *llada;
+    llada_model *llada; /* exactly one of llada, qwen is set */
+    qwen3_model *qwen;
     llada_precision prec;
     char base[4096]; /* base_model_name_or_path of saved adapters */
     uint64_t seed;
@@ -39,6 +46,8 @@ static const size_t SHARD_BYTES = (size_t)5000000000ull;
 
 static const char *const target_names[] = {"q_proj", "k_proj", "v_proj", "attn_out",
                                            "ff_proj", "up_proj", "ff_out"};
+static const char *const qwen3_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
 
 static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
 {
@@ -51,25 +60,35 @@ static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
     return 0;
 }
 
-static int qwen3_unsupported(const char *what, dllm_err *err)
+/* Qwen3 has no rollout copy or bf16 trainer yet. */
+static int qwen3_precision_check(const llada_precision *p, dllm_err *err)
 {
-    return dllm_err_set(err, DLLM_EXIT_INPUT,
-                        "%s: qwen3 models are not supported by the policy in this build "
-                        "(only llada)", what);
+    if (p->trainer_bf16 || p->rollout != LLADA_ROLLOUT_TRAINER)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "qwen3: trainer precision %s with rollout precision %s is not "
+                            "available (qwen3 supports trainer fp32 with rollout trainer)",
+                            p->trainer_bf16 ? "bf16" : "fp32", llada_rollout_name(p->rollout));
+    return 0;
 }
 
-/* LoRA target names -> LORA_* mask; `what` names the place in messages. */
-static int targets_mask(const char *const *names, int n, const char *what, int *mask,
-                        dllm_err *err)
+/* LoRA target names -> LORA_* mask (Qwen3 also takes o_proj, gate_proj,
+ * down_proj); `what` names the place in messages. */
+static int targets_mask(dllm_arch arch, const char *const *names, int n, const char *what,
+                        int *mask, dllm_err *err)
 {
     *mask = 0;
     for (int i = 0; i < n; i++) {
-        int bit = llada_lora_target_bit(names[i]);
+        int bit = arch == DLLM_ARCH_QWEN3 ? qwen3_lora_target_bit(names[i])
+                                          : llada_lora_target_bit(names[i]);
         if (!bit)
             return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "%s: unknown LoRA target '%s' (expected q_proj, k_proj, v_proj, "
-                                "attn_out, ff_proj, up_proj or ff_out)", what,
-                                names[i] ? names[i] : "(null)");
+                                "%s: unknown LoRA target '%s' (expected %s)", what,
+                                names[i] ? names[i] : "(null)",
+                                arch == DLLM_ARCH_QWEN3
+                                    ? "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj or "
+                                      "down_proj"
+                                    : "q_proj, k_proj, v_proj, attn_out, ff_proj, up_proj or "
+                                      "ff_out");
         *mask |= bit;
     }
     return 0;
@@ -86,54 +105,57 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
     int mask = LORA_ALL;
     if (c->lora_rank < 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.rank %d: must be >= 0", c->lora_rank);
-    if (c->lora_rank > 0) {
-        if (!(c->lora_alpha > 0))
-            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.alpha %g: must be > 0",
-                                c->lora_alpha);
-        if (c->n_lora_targets > 0 &&
-            (rc = targets_mask(c->lora_targets, c->n_lora_targets, "model.lora.targets", &mask,
-                               err)))
-            return rc;
-    }
+    if (c->lora_rank > 0 && !(c->lora_alpha > 0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.alpha %g: must be > 0",
+                            c->lora_alpha);
 
     dllm_policy *p = dllm_calloc(1, sizeof *p);
     p->seed = c->seed;
     p->prec = prec;
+    dllm_model_config mc;
     if (c->path && *c->path) {
-        dllm_model_config mc;
         if ((rc = dllm_config_load(&mc, c->path, err)))
             goto fail;
         p->arch = mc.arch;
-        if (p->arch == DLLM_ARCH_QWEN3) {
-            char where[4200];
-            snprintf(where, sizeof where, "%s/config.json", c->path);
-            rc = qwen3_unsupported(where, err);
-            goto fail;
-        }
-        if ((rc = llada_load(&p->llada, c->path, err)))
-            goto fail;
         snprintf(p->base, sizeof p->base, "%s", c->path);
     } else {
         if ((rc = parse_arch(c->arch, &p->arch, err)))
             goto fail;
-        if (p->arch == DLLM_ARCH_QWEN3) {
-            rc = qwen3_unsupported("model.arch", err);
-            goto fail;
-        }
         if (!c->preset || !*c->preset) {
             rc = dllm_err_set(err, DLLM_EXIT_INPUT, "model: give a path or a preset");
             goto fail;
         }
-        dllm_model_config mc;
         if ((rc = dllm_config_preset(&mc, p->arch, c->preset, err)))
             goto fail;
-        p->llada = llada_create(&mc, c->seed);
         snprintf(p->base, sizeof p->base, "preset:%s", c->preset);
     }
-    if (c->lora_rank > 0)
-        llada_lora_enable(p->llada, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
-    if ((rc = llada_rollout_sync(p->llada, &p->prec, NULL, err)))
+    if (p->arch == DLLM_ARCH_QWEN3 && (rc = qwen3_precision_check(&prec, err)))
         goto fail;
+    if (c->lora_rank > 0 && c->n_lora_targets > 0 &&
+        (rc = targets_mask(p->arch, c->lora_targets, c->n_lora_targets, "model.lora.targets",
+                           &mask, err)))
+        goto fail;
+    if (p->arch == DLLM_ARCH_QWEN3) {
+        if (c->path && *c->path)
+            rc = qwen3_load(&p->qwen, c->path, err);
+        else
+            p->qwen = qwen3_create(&mc, c->seed);
+        if (rc)
+            goto fail;
+        if (c->lora_rank > 0)
+            qwen3_lora_enable(p->qwen, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
+    } else {
+        if (c->path && *c->path)
+            rc = llada_load(&p->llada, c->path, err);
+        else
+            p->llada = llada_create(&mc, c->seed);
+        if (rc)
+            goto fail;
+        if (c->lora_rank > 0)
+            llada_lora_enable(p->llada, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
+        if ((rc = llada_rollout_sync(p->llada, &p->prec, NULL, err)))
+            goto fail;
+    }
     *out = p;
     return 0;
 fail:
@@ -146,6 +168,7 @@ void dllm_policy_free(dllm_policy *p)
     if (!p)
         return;
     llada_free(p->llada);
+    qwen3_free(p->qwen);
     free(p);
 }
 
@@ -155,7 +178,7 @@ bool dllm_policy_is_diffusion(const dllm_policy *p) { return p->arch == DLLM_ARC
 
 const dllm_model_config *dllm_policy_config(const dllm_policy *p)
 {
-    return llada_config(p->llada);
+    return p->qwen ? qwen3_config(p->qwen) : llada_config(p->llada);
 }
 
 bool dllm_policy_rollout_is_trainer(const dllm_policy *p)
@@ -169,6 +192,8 @@ static int train_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask
                         const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
+    if (p->qwen)
+        return qwen3_forward(p->qwen, tokens, keymask, B, T, rows, n_rows, logits);
     return llada_forward(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
@@ -176,6 +201,8 @@ static int rollout_logits(void *ctx, const int32_t *tokens, const uint8_t *keyma
                           const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
+    if (p->qwen) /* rollout "trainer": the trainer's numerics, nothing kept */
+        return qwen3_forward_nograd(p->qwen, tokens, keymask, B, T, rows, n_rows, logits);
     return llada_forward_rollout(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
@@ -188,25 +215,78 @@ dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx)
 void dllm_policy_backward(void *ctx, const float *dlogits)
 {
     dllm_policy *p = ctx;
-    llada_backward(p->llada, dlogits);
+    if (p->qwen)
+        qwen3_backward(p->qwen, dlogits);
+    else
+        llada_backward(p->llada, dlogits);
 }
 
-float *dllm_policy_trainable(dllm_policy *p, size_t *n) { return llada_trainable(p->llada, n); }
+float *dllm_policy_trainable(dllm_policy *p, size_t *n)
+{
+    return p->qwen ? qwen3_trainable(p->qwen, n) : llada_trainable(p->llada, n);
+}
 
-float *dllm_policy_grads(dllm_policy *p) { return llada_grads(p->llada); }
+float *dllm_policy_grads(dllm_policy *p)
+{
+    return p->qwen ? qwen3_grads(p->qwen) : llada_grads(p->llada);
+}
 
-void dllm_policy_zero_grad(dllm_policy *p) { llada_zero_grad(p->llada); }
+void dllm_policy_zero_grad(dllm_policy *p)
+{
+    if (p->qwen)
+        qwen3_zero_grad(p->qwen);
+    else
+        llada_zero_grad(p->llada);
+}
 
 int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err)
 {
+    if (p->qwen) { /* no copy: the rollout reads the trainer weights */
+        if (seconds)
+            *seconds = 0;
+        return 0;
+    }
     return llada_rollout_sync(p->llada, &p->prec, seconds, err);
+}
+
+/* AR decoding into the rollout record: commit_step[t] = t, commit_prob = the
+ * sampling probability of token t (1 after EOS, where the row is padding). */
+static int ar_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
+                      int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
+                      dllm_rollout *out, dllm_err *err)
+{
+    dllm_ar_cfg ac = {.max_new_tokens = sc->gen_length, .temperature = sc->temperature,
+                      .top_p = top_p, .eos_id = sc->eos_id};
+    int rc = dllm_ar_check(&ac, qwen3_config(p->qwen)->embedding_size, err);
+    dllm_ar_rollout ar = {0};
+    if (!rc)
+        rc = dllm_ar_sample(p->qwen, prompts, prompt_mask, B, P, &ac, seed, &ar, err);
+    if (rc)
+        return rc;
+    int G = sc->gen_length;
+    memset(out, 0, sizeof *out);
+    out->B = B;
+    out->P = P;
+    out->G = G;
+    out->tokens = dllm_malloc(sizeof *out->tokens * (size_t)B * (P + G));
+    out->commit_step = dllm_malloc(sizeof *out->commit_step * (size_t)B * G);
+    out->commit_prob = dllm_malloc(sizeof *out->commit_prob * (size_t)B * G);
+    memcpy(out->tokens, ar.tokens, sizeof *out->tokens * (size_t)B * (P + G));
+    for (size_t i = 0; i < (size_t)B * G; i++) {
+        out->commit_step[i] = (int16_t)(i % (size_t)G);
+        out->commit_prob[i] = expf(ar.logp[i]);
+    }
+    dllm_ar_rollout_free(&ar);
+    return 0;
 }
 
 int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
                         int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
                         dllm_rollout *out, dllm_err *err)
 {
-    (void)top_p; /* nucleus sampling belongs to AR decoding; the denoising sampler has none */
+    if (p->qwen)
+        return ar_rollout(p, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
+    /* top_p: nucleus sampling belongs to AR decoding; the denoising sampler has none */
     return dllm_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, seed, out, err);
 }
 
@@ -214,10 +294,17 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
 
 int dllm_policy_save(const dllm_policy *p, const char *dir, st_dtype dtype, dllm_err *err)
 {
+    if (p->qwen)
+        return qwen3_save(p->qwen, dir, dtype, SHARD_BYTES, err);
     return llada_save(p->llada, dir, dtype, SHARD_BYTES, err);
 }
 
-bool dllm_policy_has_lora(const dllm_policy *p) { return llada_lora_info(p->llada, NULL, NULL) > 0; }
+static int lora_info(const dllm_policy *p, float *alpha, int *mask)
+{
+    return p->qwen ? qwen3_lora_info(p->qwen, alpha, mask) : llada_lora_info(p->llada, alpha, mask);
+}
+
+bool dllm_policy_has_lora(const dllm_policy *p) { return lora_info(p, NULL, NULL) > 0; }
 
 static int make_dir(const char *dir, dllm_err *err)
 {
@@ -230,7 +317,7 @@ static int make_dir(const char *dir, dllm_err *err)
 int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *err)
 {
     float alpha;
-    int mask, rank = llada_lora_info(p->llada, &alpha, &mask);
+    int mask, rank = lora_info(p, &alpha, &mask);
     if (!rank)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: the policy has no LoRA adapter to save",
                             dir);
@@ -238,13 +325,14 @@ int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *er
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     if (!rc)
-        rc = llada_lora_save(p->llada, path, err);
+        rc = p->qwen ? qwen3_lora_save(p->qwen, path, err) : llada_lora_save(p->llada, path, err);
     if (rc)
         return rc;
     json_t *targets = json_array();
     for (int j = 0; j < 7; j++)
         if ((mask >> j) & 1)
-            json_array_append_new(targets, json_string(target_names[j]));
+            json_array_append_new(targets, json_string(p->qwen ? qwen3_target_names[j]
+                                                               : target_names[j]));
     double a = (double)alpha;
     json_t *cfg = json_object();
     json_object_set_new(cfg, "base_model_name_or_path", json_string(p->base));
@@ -268,7 +356,7 @@ int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *er
 }
 
 /* Reads the LoRA settings of DIR/adapter_config.json. */
-static int read_adapter_config(const char *path, int *rank, double *alpha, int *mask,
+static int read_adapter_config(dllm_arch arch, const char *path, int *rank, double *alpha, int *mask,
                                dllm_err *err)
 {
     json_t *root;
@@ -303,7 +391,7 @@ static int read_adapter_config(const char *path, int *rank, double *alpha, int *
     *mask = 0;
     if (json_is_string(t)) {
         const char *name = json_string_value(t);
-        rc = targets_mask(&name, 1, path, mask, err);
+        rc = targets_mask(arch, &name, 1, path, mask, err);
     } else if (json_is_array(t) && json_array_size(t) > 0) {
         for (size_t i = 0; i < json_array_size(t) && !rc; i++) {
             const json_t *e = json_array_get(t, i);
@@ -314,7 +402,7 @@ static int read_adapter_config(const char *path, int *rank, double *alpha, int *
             }
             const char *name = json_string_value(e);
             int bit;
-            rc = targets_mask(&name, 1, path, &bit, err);
+            rc = targets_mask(arch, &name, 1, path, &bit, err);
             *mask |= bit;
         }
     } else {
@@ -334,12 +422,14 @@ int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err)
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     int rank = 0, mask = 0;
     double alpha = 0;
-    int rc = read_adapter_config(path, &rank, &alpha, &mask, err);
+    int rc = read_adapter_config(p->arch, path, &rank, &alpha, &mask, err);
     if (rc)
         return rc;
     float have_alpha;
-    int have_mask, have_rank = llada_lora_info(p->llada, &have_alpha, &have_mask);
-    if (!have_rank) {
+    int have_mask, have_rank = lora_info(p, &have_alpha, &have_mask);
+    if (!have_rank && p->qwen) {
+        qwen3_lora_enable(p->qwen, rank, (float)alpha, mask, p->seed);
+    } else if (!have_rank) {
         llada_lora_enable(p->llada, rank, (float)alpha, mask, p->seed);
     } else if (have_rank != rank || have_mask != mask || have_alpha != (float)alpha) {
         return dllm_err_set(err, DLLM_EXIT_INPUT,
@@ -348,6 +438,8 @@ int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err)
                             mask, have_rank, (double)have_alpha, have_mask);
     }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if (p->qwen)
+        return qwen3_lora_load(p->qwen, path, err);
     if ((rc = llada_lora_load(p->llada, path, err)))
         return rc;
     return llada_rollout_sync(p->llada, &p->prec, NULL, err);

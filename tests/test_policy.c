@@ -10,7 +10,10 @@
  *  - backward and sync: gradients flow; a sync after a weight change moves the
  *    rollout copy;
  *  - adapters: PEFT layout and config keys, save/load round trip (bit-exact
- *    logits), mismatched adapters refused. */
+ *    logits), mismatched adapters refused;
+ *  - Qwen3 behind the same calls: LoRA by its module names, rollout = AR
+ *    decoding (dllm_ar_sample) with commit_prob = exp(sampling log-prob),
+ *    ROLLOUT = TRAIN logits, adapter round trip with Qwen3 module names. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -20,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dllm/ar_sampler.h"
 #include "dllm/policy.h"
 #include "kernels/rng.h"
 
@@ -149,9 +153,14 @@ START_TEST(test_open_errors)
     c = tiny_cfg(0, "fp8");
     c.fp8_scaling = "group";
     expect_error(&c, "group");
-    c = tiny_cfg(0, NULL);
-    c.arch = "qwen3";
+    c = tiny_cfg(0, "fp8");
+    c.arch = "qwen3"; /* no rollout copy for qwen3 */
     expect_error(&c, "qwen3");
+    c = tiny_cfg(4, NULL);
+    c.arch = "qwen3";
+    c.lora_targets = bad_t;
+    c.n_lora_targets = 2;
+    expect_error(&c, "o_projj");
     c = tiny_cfg(0, NULL);
     c.arch = "gpt2";
     expect_error(&c, "gpt2");
@@ -420,6 +429,100 @@ START_TEST(test_adapter_config_errors)
 }
 END_TEST
 
+START_TEST(test_qwen3)
+{
+    static const char *const qt[] = {"q_proj", "o_proj", "down_proj"};
+    dllm_policy_cfg c = tiny_cfg(4, "trainer");
+    c.arch = "qwen3";
+    c.lora_targets = qt;
+    dllm_policy *p = open_ok(&c);
+    ck_assert_int_eq(dllm_policy_arch(p), DLLM_ARCH_QWEN3);
+    ck_assert(!dllm_policy_is_diffusion(p));
+    ck_assert(dllm_policy_rollout_is_trainer(p));
+    ck_assert(dllm_policy_has_lora(p));
+    randomise(p, 8);
+    dllm_err err = {0};
+    double sec = -1;
+    ck_assert_int_eq(dllm_policy_sync_rollout(p, &sec, &err), 0);
+    ck_assert(sec == 0);
+    float *lt = logits(p, DLLM_PREC_TRAIN), *lr = logits(p, DLLM_PREC_ROLLOUT);
+    ck_assert(memcmp(lt, lr, n_logits(p) * sizeof(float)) == 0);
+    free(lt);
+    free(lr);
+    /* rollout = AR decoding */
+    const dllm_model_config *mc = dllm_policy_config(p);
+    dllm_sampler_cfg sc = {.gen_length = 6, .block_length = 6, .steps = 6, .temperature = 0.8,
+                           .mask_id = -1, .eos_id = mc->eos_token_id, .eot_id = -1,
+                           .vocab = mc->embedding_size};
+    int32_t prompts[2 * 4] = {1, 10, 11, 12, 0, 1, 20, 21};
+    uint8_t pm[2 * 4] = {1, 1, 1, 1, 0, 1, 1, 1};
+    dllm_rollout r = {0};
+    ck_assert_msg(dllm_policy_rollout(p, prompts, pm, 2, 4, &sc, 0.9, 5, &r, &err) == 0, "%s",
+                  err.msg);
+    /* the same decoding straight from the AR sampler, on the same weights (a
+     * second policy opened identically, then the same trainable values) */
+    dllm_policy *q = open_ok(&c);
+    size_t n, n2;
+    const float *wp = dllm_policy_trainable(p, &n);
+    float *wq = dllm_policy_trainable(q, &n2);
+    ck_assert_uint_eq(n, n2);
+    memcpy(wq, wp, n * sizeof(float));
+    char *dir = tmpdir();
+    ck_assert_msg(dllm_policy_save(q, dir, ST_F32, &err) == 0, "%s", err.msg);
+    qwen3_model *qm;
+    ck_assert_msg(qwen3_load(&qm, dir, &err) == 0, "%s", err.msg);
+    dllm_ar_cfg ac = {.max_new_tokens = 6, .temperature = 0.8, .top_p = 0.9,
+                      .eos_id = mc->eos_token_id};
+    dllm_ar_rollout ar = {0};
+    ck_assert_int_eq(dllm_ar_sample(qm, prompts, pm, 2, 4, &ac, 5, &ar, &err), 0);
+    /* merged weights: same tokens, probabilities within rounding */
+    ck_assert(memcmp(ar.tokens, r.tokens, sizeof(int32_t) * 2 * 10) == 0);
+    for (int i = 0; i < 12; i++) {
+        ck_assert_int_eq(r.commit_step[i], i % 6);
+        ck_assert_msg(fabs(r.commit_prob[i] - exp(ar.logp[i])) < 1e-4, "token %d: %g vs %g", i,
+                      r.commit_prob[i], exp(ar.logp[i]));
+    }
+    dllm_ar_rollout_free(&ar);
+    dllm_rollout_free(&r);
+    qwen3_free(qm);
+    static const char *const files[] = {"model.safetensors", "config.json"};
+    rm_tree(dir, files, 2);
+    free(dir);
+
+    /* adapters with Qwen3 module names */
+    dir = tmpdir();
+    ck_assert_msg(dllm_policy_save_adapter(p, dir, &err) == 0, "%s", err.msg);
+    char path[512];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    ck_assert_ptr_nonnull(j);
+    json_t *tm = json_object_get(j, "target_modules");
+    ck_assert(json_is_array(tm) && json_array_size(tm) == 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(json_string_value(json_array_get(tm, (size_t)i)), qt[i]);
+    json_decref(j);
+    dllm_policy_cfg c0 = c;
+    c0.lora_rank = 0;
+    dllm_policy *b = open_ok(&c0);
+    ck_assert_msg(dllm_policy_load_adapter(b, dir, &err) == 0, "%s", err.msg);
+    size_t nb;
+    const float *wb = dllm_policy_trainable(b, &nb);
+    ck_assert_uint_eq(nb, n);
+    ck_assert(memcmp(wb, wp, n * sizeof(float)) == 0);
+    float *la = logits(p, DLLM_PREC_TRAIN), *lb = logits(b, DLLM_PREC_TRAIN);
+    ck_assert(memcmp(la, lb, n_logits(p) * sizeof(float)) == 0);
+    free(la);
+    free(lb);
+    static const char *const afiles[] = {"adapter_config.json", "adapter_model.safetensors"};
+    rm_tree(dir, afiles, 2);
+    free(dir);
+    dllm_policy_free(b);
+    dllm_policy_free(q);
+    dllm_policy_free(p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("policy");
@@ -433,6 +536,7 @@ int main(void)
     tcase_add_test(c, test_backward_and_sync);
     tcase_add_test(c, test_adapter_roundtrip);
     tcase_add_test(c, test_adapter_config_errors);
+    tcase_add_test(c, test_qwen3);
     suite_add_tcase(s, c);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
