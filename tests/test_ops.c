@@ -520,6 +520,8 @@ START_TEST(test_swiglu)
     fill_normal(c.gate, c.n, 90, 2.0);
     fill_normal(c.up, c.n, 91, 1.0);
     fill_normal(c.r, c.n, 92, 1.0);
+    /* saturated gates: sigmoid at 0 and 1, exp past its float range */
+    c.gate[0] = 95.0f, c.gate[1] = -95.0f, c.gate[2] = 30.0f, c.gate[3] = -30.0f;
     swiglu_loss(&c);
     for (size_t i = 0; i < c.n; i++) {
         double g = c.gate[i], want = g / (1 + exp(-g)) * c.up[i];
