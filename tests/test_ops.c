@@ -651,6 +651,46 @@ START_TEST(test_xent)
 }
 END_TEST
 
+/* A vocabulary-sized row (vectorised exp) against libm in double, with logits
+ * that underflow exp and one far above the rest. */
+START_TEST(test_xent_wide)
+{
+    int N = 3, V = 5003;
+    size_t nl = (size_t)N * V;
+    float *logits = galloc(nl), *logp = galloc(N), *lse = galloc(N), *dl = galloc(nl);
+    float *dlogp = galloc(N);
+    int32_t target[3] = {17, 5002, 0};
+    fill_normal(logits, nl, 120, 4.0);
+    for (int j = 0; j < V; j += 7)
+        logits[(size_t)1 * V + j] = -1e4f;
+    logits[(size_t)2 * V + 3] = 80.0f;
+    op_xent_fwd(logp, lse, logits, target, N, V);
+    for (int n = 0; n < N; n++)
+        dlogp[n] = -0.5f - n;
+    op_xent_bwd(dl, dlogp, logits, lse, target, N, V);
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * V;
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < V; j++)
+            mx = fmax(mx, x[j]);
+        for (int j = 0; j < V; j++)
+            sum += exp((double)x[j] - mx);
+        double want_lse = mx + log(sum), want = x[target[n]] - want_lse;
+        ck_assert_msg(fabs(logp[n] - want) < 1e-6 * (1 + fabs(want)), "row %d: %g vs %g", n,
+                      (double)logp[n], want);
+        ck_assert(fabs(lse[n] - want_lse) < 1e-6 * (1 + fabs(want_lse)));
+        for (int j = 0; j < V; j++) {
+            double sm = exp((double)x[j] - (double)lse[n]);
+            double g = (double)dlogp[n] * ((j == target[n]) - sm);
+            ck_assert_msg(fabs(dl[(size_t)n * V + j] - g) < 1e-6 * (1 + fabs(g)),
+                          "row %d col %d: %g vs %g", n, j, (double)dl[(size_t)n * V + j], g);
+        }
+    }
+    check_guard(logp, N), check_guard(lse, N), check_guard(dl, nl);
+    free(logits), free(logp), free(lse), free(dl), free(dlogp);
+}
+END_TEST
+
 /* ---- AdamW, norms, clipping ----------------------------------------------------- */
 
 /* AdamW for a few steps against the torch formula in double. The second
@@ -1038,6 +1078,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_swiglu);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_xent);
+    tcase_add_test(tc, test_xent_wide);
     tcase_add_test(tc, test_adamw);
     tcase_add_test(tc, test_adamw_torch);
     tcase_add_test(tc, test_rope_table_torch);
