@@ -543,6 +543,25 @@ START_TEST(test_swiglu)
 }
 END_TEST
 
+/* An element's result does not depend on its place in the array: a shifted,
+ * shorter slice (other vector/remainder split) gives the same bits. */
+START_TEST(test_swiglu_position_invariant)
+{
+    size_t n = 1000, off = 3;
+    float *g = galloc(n), *u = galloc(n), *r = galloc(n), *o1 = galloc(n), *o2 = galloc(n);
+    float *dg1 = galloc(n), *du1 = galloc(n), *dg2 = galloc(n), *du2 = galloc(n);
+    fill_normal(g, n, 93, 3.0), fill_normal(u, n, 94, 1.0), fill_normal(r, n, 95, 1.0);
+    op_swiglu_fwd(o1, g, u, n);
+    op_swiglu_bwd(dg1, du1, r, g, u, n);
+    op_swiglu_fwd(o2 + off, g + off, u + off, n - off - 2);
+    op_swiglu_bwd(dg2 + off, du2 + off, r + off, g + off, u + off, n - off - 2);
+    ck_assert(memcmp(o1 + off, o2 + off, (n - off - 2) * sizeof(float)) == 0);
+    ck_assert(memcmp(dg1 + off, dg2 + off, (n - off - 2) * sizeof(float)) == 0);
+    ck_assert(memcmp(du1 + off, du2 + off, (n - off - 2) * sizeof(float)) == 0);
+    free(g), free(u), free(r), free(o1), free(o2), free(dg1), free(du1), free(dg2), free(du2);
+}
+END_TEST
+
 /* ---- embedding ------------------------------------------------------------------ */
 
 typedef struct {
@@ -1076,6 +1095,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_attention_causal_masked_gqa);
     tcase_add_test(tc, test_attention_threaded);
     tcase_add_test(tc, test_swiglu);
+    tcase_add_test(tc, test_swiglu_position_invariant);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_xent);
     tcase_add_test(tc, test_xent_wide);

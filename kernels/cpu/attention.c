@@ -18,7 +18,7 @@
  *
  * Threads: OpenMP splits the (b, head) units; each unit runs its GEMMs on one
  * thread (OpenBLAS is held at one thread meanwhile), so a unit's result does
- * not depend on the thread count. In the backward one unit is a (b, kv head)
+ * not depend on the thread count nor on the rest of the batch. In the backward one unit is a (b, kv head)
  * with every query head of its group, so dk/dv are written without races. */
 #include "kernels/ops.h"
 #include "kernels/base.h"
@@ -36,13 +36,18 @@
 
 /* OpenBLAS built on pthreads does not know about our OpenMP threads: GEMMs
  * issued from inside a parallel region would each fan out to its own thread
- * pool and oversubscribe the cores. Hold it at one thread for the duration of
- * a parallel region (the OpenMP build of OpenBLAS already goes serial inside
- * one, and setting its thread count would change OpenMP's, so it is left
- * alone). Returns the count to restore, or 0 if nothing was changed. */
-static int blas_serial_begin(bool par)
+ * pool and oversubscribe the cores. It is held at one thread for the whole op
+ * (as in gemm.c: the OpenMP build of OpenBLAS already goes serial inside a
+ * parallel region, and setting its thread count would change OpenMP's, so it
+ * is left alone; inside a caller's parallel region nothing is touched).
+ * Returns the count to restore, or 0 if nothing was changed. */
+static int blas_hold(void)
 {
-    if (!par || openblas_get_parallel() != OPENBLAS_THREAD)
+#ifdef _OPENMP
+    if (omp_in_parallel())
+        return 0;
+#endif
+    if (openblas_get_parallel() != OPENBLAS_THREAD)
         return 0;
     int n = openblas_get_num_threads();
     if (n <= 1)
@@ -51,7 +56,7 @@ static int blas_serial_begin(bool par)
     return n;
 }
 
-static void blas_serial_end(int saved)
+static void blas_release(int saved)
 {
     if (saved > 0)
         openblas_set_num_threads(saved);
@@ -169,7 +174,7 @@ void op_attention_fwd(float *out, float *att, const float *q, const float *k, co
     long units = (long)B * NH;
     bool par = units > 1 && 2.0 * units * T * T * HD > PAR_MIN;
     int nt = n_threads(par);
-    int saved = blas_serial_begin(nt > 1);
+    int saved = blas_hold();
 #pragma omp parallel for if (nt > 1) schedule(dynamic, 1)
     for (long u = 0; u < units; u++) {
         int b = (int)(u / NH), h = (int)(u % NH), kh = h / group;
@@ -190,7 +195,7 @@ void op_attention_fwd(float *out, float *att, const float *q, const float *k, co
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, p, T, vb, ldk,
                         0.0f, oh, ldq);
     }
-    blas_serial_end(saved);
+    blas_release(saved);
 }
 
 void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *att,
@@ -206,7 +211,7 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
     long units = (long)B * NKV;
     bool par = units > 1 && 4.0 * B * NH * T * T * HD > PAR_MIN;
     int nt = n_threads(par);
-    int saved = blas_serial_begin(nt > 1);
+    int saved = blas_hold();
 #pragma omp parallel if (nt > 1)
     {
         float *ds = (dq || dk) ? dllm_malloc((size_t)T * T * sizeof(float)) : NULL; /* dP, dS */
@@ -240,5 +245,5 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
         }
         free(ds);
     }
-    blas_serial_end(saved);
+    blas_release(saved);
 }

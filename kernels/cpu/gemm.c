@@ -7,11 +7,13 @@
  *
  * Threads: the other ops run on OpenMP threads. OpenBLAS built on pthreads
  * keeps a pool of its own, and on a machine with as many cores as threads the
- * two pools take turns spinning on each other's cores. So a large product is
- * cut into blocks of C along its longer side, a few per OpenMP thread, handed
- * out dynamically, and each block is one single-threaded OpenBLAS call: every
- * element still gets its whole K sum from one kernel call, only the work is
- * shared out. */
+ * two pools take turns spinning on each other's cores. So OpenBLAS always runs
+ * single-threaded here, and a large product is cut into blocks of C along its
+ * longer side, a few per OpenMP thread, handed out dynamically, one OpenBLAS
+ * call each: every element still gets its whole K sum from one kernel call,
+ * only the work is shared out. OMP_NUM_THREADS alone sets the thread count,
+ * and with one thread a row's result does not depend on the other rows of
+ * the batch (OpenBLAS's threaded split would change its rounding). */
 #include "kernels/ops.h"
 
 #include <cblas.h>
@@ -35,17 +37,36 @@ static void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, co
                 ldc);
 }
 
+/* OpenBLAS held at one thread for the duration of a product (only the
+ * pthreads build needs that; the OpenMP build goes serial inside a parallel
+ * region by itself, and setting its count would set OpenMP's). Not touched
+ * from inside a parallel region, where threads would race on the setting.
+ * Returns the count to restore, or 0. */
+static int blas_hold(void)
+{
 #ifdef _OPENMP
-/* The product split over nt OpenMP threads in blocks of C, OpenBLAS held at
- * one thread meanwhile (only the pthreads build needs that; the OpenMP build
- * goes serial inside a parallel region by itself, and setting its count would
- * set ours). */
+    if (omp_in_parallel())
+        return 0;
+#endif
+    if (openblas_get_parallel() != OPENBLAS_THREAD)
+        return 0;
+    int n = openblas_get_num_threads();
+    if (n <= 1)
+        return 0;
+    openblas_set_num_threads(1);
+    return n;
+}
+
+static void blas_release(int saved)
+{
+    if (saved > 0)
+        openblas_set_num_threads(saved);
+}
+
+/* The product split over nt OpenMP threads in blocks of C. */
 static void gemm_split(int nt, bool transA, bool transB, int M, int N, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C)
 {
-    int saved = 0;
-    if (openblas_get_parallel() == OPENBLAS_THREAD && (saved = openblas_get_num_threads()) > 1)
-        openblas_set_num_threads(1);
     bool rows = M >= N; /* split the rows of C, else its columns */
     int len = rows ? M : N;
     int nchunk = nt * CHUNKS;
@@ -64,10 +85,7 @@ static void gemm_split(int nt, bool transA, bool transB, int M, int N, int K, fl
             sgemm(transA, transB, M, b - a, K, alpha, A, lda,
                   transB ? B + (size_t)a * ldb : B + a, ldb, beta, C + a, N);
     }
-    if (saved > 1)
-        openblas_set_num_threads(saved);
 }
-#endif
 
 void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
              const float *A, const float *B, float beta, float *C)
@@ -82,19 +100,20 @@ void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
     }
     int lda = transA ? M : K; /* A stored [M,K] or [K,M] */
     int ldb = transB ? K : N; /* B stored [K,N] or [N,K] */
+    int nt = 1;
 #ifdef _OPENMP
-    int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if ((double)M * N * K < (double)PAR_MIN)
-        nt = 1;
+    if (!omp_in_parallel() && (double)M * N * K >= (double)PAR_MIN)
+        nt = omp_get_max_threads();
+#endif
     int len = M >= N ? M : N;
     if (nt > len / ALIGN)
         nt = len / ALIGN;
-    if (nt > 1) {
+    int saved = blas_hold();
+    if (nt > 1)
         gemm_split(nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C);
-        return;
-    }
-#endif
-    sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+    else
+        sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+    blas_release(saved);
 }
 
 void op_linear_fwd(float *out, const float *inp, const float *w, int N, int C, int OC)
