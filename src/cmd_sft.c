@@ -1,4 +1,6 @@
-/* dllm-rl sft: masked-diffusion supervised fine-tuning (METHOD.md §1).
+/* dllm-rl sft: supervised fine-tuning. LLaDA: masked diffusion (METHOD.md §1);
+ * Qwen3 (autoregressive): next-token cross-entropy on the answer tokens, the
+ * mean over the batch's answer tokens.
  *
  * Per step: a batch of prompt/answer pairs (epoch-shuffled, seeded), padded
  * with EOS to the batch's longest pair (the padding counts as answer, as in
@@ -8,6 +10,7 @@
  * Writes RUN_DIR = log.dir/experiment: config.yaml, sft_log.jsonl, and
  * checkpoints ckpt/step-N in HF layout (ckpt/latest points to the newest). */
 #include "dllm/llada.h"
+#include "dllm/qwen3.h"
 #include "dllm/sft_loss.h"
 #include "dllm/tokenizer.h"
 #include "kernels/ops.h"
@@ -41,6 +44,51 @@ typedef struct {
     char tok_path[4096]; /* tokenizer.json copied into every checkpoint */
 } sft_run;
 
+/* The model being fine-tuned: a LLaDA (masked diffusion) or a Qwen3 (next token). */
+typedef struct {
+    llada_model *llada;
+    qwen3_model *qwen3;
+} sft_model;
+
+static const dllm_model_config *sm_config(const sft_model *m)
+{
+    return m->llada ? llada_config(m->llada) : qwen3_config(m->qwen3);
+}
+
+static float *sm_trainable(sft_model *m, size_t *n)
+{
+    return m->llada ? llada_trainable(m->llada, n) : qwen3_trainable(m->qwen3, n);
+}
+
+static float *sm_grads(sft_model *m)
+{
+    return m->llada ? llada_grads(m->llada) : qwen3_grads(m->qwen3);
+}
+
+static void sm_zero_grad(sft_model *m)
+{
+    if (m->llada)
+        llada_zero_grad(m->llada);
+    else
+        qwen3_zero_grad(m->qwen3);
+}
+
+static int sm_save(const sft_model *m, const char *dir, st_dtype dt, dllm_err *err)
+{
+    return m->llada ? llada_save(m->llada, dir, dt, (size_t)5 << 30, err)
+                    : qwen3_save(m->qwen3, dir, dt, (size_t)5 << 30, err);
+}
+
+static void sm_free(sft_model *m)
+{
+    if (m->llada)
+        llada_free(m->llada);
+    if (m->qwen3)
+        qwen3_free(m->qwen3);
+    m->llada = NULL;
+    m->qwen3 = NULL;
+}
+
 static int copy_file(const char *from, const char *to, dllm_err *err)
 {
     char *data;
@@ -73,7 +121,7 @@ static int rm_tree(const char *path)
 
 /* ckpt/step-N written under a temporary name, then renamed; latest re-pointed;
  * older checkpoints beyond checkpoint.keep removed. */
-static int save_checkpoint(const sft_run *r, llada_model *m, int step, dllm_err *err)
+static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *err)
 {
     char dir[4096], tmp[4200], final_[4200], link[4200], tmplink[4300];
     snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
@@ -85,7 +133,7 @@ static int save_checkpoint(const sft_run *r, llada_model *m, int step, dllm_err 
     if (cli_mkdirs(tmp, err))
         return err->code;
     st_dtype dt = strcmp(r->cfg->model.dtype, "bf16") ? ST_F32 : ST_BF16;
-    if (llada_save(m, tmp, dt, (size_t)5 << 30, err))
+    if (sm_save(m, tmp, dt, err))
         return err->code;
     char tokdst[4300];
     snprintf(tokdst, sizeof tokdst, "%s/tokenizer.json", tmp);
@@ -111,18 +159,73 @@ static int save_checkpoint(const sft_run *r, llada_model *m, int step, dllm_err 
     return 0;
 }
 
-static int load_model(const dllm_cfg *cfg, llada_model **m, dllm_tokenizer **tok, char *tok_path,
+/* Next-token SFT loss of an AR model: tokens (B, T), answers from prompt_len[b]
+ * to len[b] (EOS included); loss = mean over answer tokens of -log p. */
+static double ar_sft_loss(qwen3_model *m, const int32_t *tokens, const int32_t *prompt_len,
+                          const int *len, int B, int T)
+{
+    const int V = qwen3_config(m)->embedding_size;
+    int n = 0;
+    for (int b = 0; b < B; b++)
+        n += len[b] - prompt_len[b];
+    int32_t *rows = dllm_malloc(sizeof *rows * (size_t)n), *target = dllm_malloc(sizeof *target * (size_t)n);
+    uint8_t *km = dllm_malloc((size_t)B * T);
+    int k = 0;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++)
+            km[(size_t)b * T + t] = t < len[b];
+        for (int t = prompt_len[b] - 1; t < len[b] - 1; t++) {
+            rows[k] = b * T + t;
+            target[k++] = tokens[(size_t)b * T + t + 1];
+        }
+    }
+    float *logits = dllm_malloc(sizeof *logits * (size_t)n * V);
+    float *logp = dllm_malloc(sizeof *logp * (size_t)n), *lse = dllm_malloc(sizeof *lse * (size_t)n);
+    float *dlogp = dllm_malloc(sizeof *dlogp * (size_t)n);
+    double loss = NAN;
+    if (qwen3_forward(m, tokens, km, B, T, rows, n, logits) == 0) {
+        op_xent_fwd(logp, lse, logits, target, n, V);
+        loss = 0;
+        for (int i = 0; i < n; i++) {
+            loss -= logp[i];
+            dlogp[i] = -1.0f / (float)n;
+        }
+        loss /= n;
+        float *dlogits = dllm_calloc((size_t)n * V, sizeof *dlogits);
+        op_xent_bwd(dlogits, dlogp, logits, lse, target, n, V);
+        qwen3_backward(m, dlogits);
+        free(dlogits);
+    }
+    free(rows);
+    free(target);
+    free(km);
+    free(logits);
+    free(logp);
+    free(lse);
+    free(dlogp);
+    return loss;
+}
+
+static int load_model(const dllm_cfg *cfg, sft_model *m, dllm_tokenizer **tok, char *tok_path,
                       size_t tok_len, const char *run_dir, dllm_err *err)
 {
+    memset(m, 0, sizeof *m);
+    dllm_model_config mc;
     if (cfg->model.path[0]) {
-        if (llada_load(m, cfg->model.path, err))
+        if (dllm_config_load(&mc, cfg->model.path, err))
+            return err->code;
+        if (mc.arch == DLLM_ARCH_QWEN3 ? qwen3_load(&m->qwen3, cfg->model.path, err)
+                                       : llada_load(&m->llada, cfg->model.path, err))
             return err->code;
         snprintf(tok_path, tok_len, "%s/tokenizer.json", cfg->model.path);
     } else {
-        dllm_model_config mc;
-        if (dllm_config_preset(&mc, DLLM_ARCH_LLADA, cfg->model.preset, err))
+        dllm_arch arch = strcmp(cfg->model.arch, "qwen3") ? DLLM_ARCH_LLADA : DLLM_ARCH_QWEN3;
+        if (dllm_config_preset(&mc, arch, cfg->model.preset, err))
             return err->code;
-        *m = llada_create(&mc, (uint64_t)cfg->seed);
+        if (arch == DLLM_ARCH_QWEN3)
+            m->qwen3 = qwen3_create(&mc, (uint64_t)cfg->seed);
+        else
+            m->llada = llada_create(&mc, (uint64_t)cfg->seed);
         snprintf(tok_path, tok_len, "%s/tokenizer.json", run_dir);
         if (dllm_tokenizer_write_char(tok_path, err))
             return err->code;
@@ -132,9 +235,14 @@ static int load_model(const dllm_cfg *cfg, llada_model **m, dllm_tokenizer **tok
     if (cfg->model.lora.rank > 0) {
         int mask = 0;
         for (int i = 0; i < cfg->model.lora.targets.n; i++)
-            mask |= llada_lora_target_bit(cfg->model.lora.targets.items[i]);
-        llada_lora_enable(*m, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
-                          (uint64_t)cfg->seed);
+            mask |= m->llada ? llada_lora_target_bit(cfg->model.lora.targets.items[i])
+                             : qwen3_lora_target_bit(cfg->model.lora.targets.items[i]);
+        if (m->llada)
+            llada_lora_enable(m->llada, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
+                              (uint64_t)cfg->seed);
+        else
+            qwen3_lora_enable(m->qwen3, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
+                              (uint64_t)cfg->seed);
     }
     return 0;
 }
@@ -199,23 +307,23 @@ int cmd_sft(int argc, char **argv)
         }
         free(text);
     }
-    llada_model *m = NULL;
+    sft_model sm, *m = &sm;
     dllm_tokenizer *tok = NULL;
     sft_dataset ds = {0};
-    int rc = load_model(&cfg, &m, &tok, run.tok_path, sizeof run.tok_path, run.run_dir, &err);
+    int rc = load_model(&cfg, m, &tok, run.tok_path, sizeof run.tok_path, run.run_dir, &err);
     if (!rc)
-        rc = sft_data_load(&ds, cfg.data.train, tok, llada_config(m), cfg.data.max_len,
+        rc = sft_data_load(&ds, cfg.data.train, tok, sm_config(m), cfg.data.max_len,
                            cfg.sft.chat, &err);
     if (rc) {
-        if (m)
-            llada_free(m);
+        sm_free(m);
         dllm_tokenizer_free(tok);
         return cli_fail("sft", &err);
     }
-    const dllm_model_config *mc = llada_config(m);
+    const dllm_model_config *mc = sm_config(m);
     size_t nparam;
-    float *params = llada_trainable(m, &nparam);
-    float *grads = llada_grads(m);
+    float *params = sm_trainable(m, &nparam);
+    float *grads = sm_grads(m);
+    int *lens = dllm_malloc(sizeof *lens * (size_t)cfg.sft.batch_size);
     float *adam_m = dllm_calloc(nparam, sizeof(float));
     float *adam_v = dllm_calloc(nparam, sizeof(float));
     int B = cfg.sft.batch_size;
@@ -265,6 +373,7 @@ int cmd_sft(int argc, char **argv)
         }
         for (int b = 0; b < B; b++) {
             const sft_example *e = &ds.ex[batch[b]];
+            lens[b] = e->len;
             int32_t *row = tokens + (size_t)b * (size_t)T;
             memcpy(row, e->ids, sizeof *row * (size_t)e->len);
             for (int t = e->len; t < T; t++)
@@ -272,14 +381,13 @@ int cmd_sft(int argc, char **argv)
             dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_SFT, (uint64_t)step, (uint64_t)b);
             sft_draw_mask(&r, prompt_len[b], T, mask + (size_t)b * (size_t)T, &p_mask[b]);
         }
-        llada_zero_grad(m);
-        double loss = llada_sft_loss(m, tokens, mask, p_mask, prompt_len, B, T, true);
+        sm_zero_grad(m);
+        double loss = m->llada ? llada_sft_loss(m->llada, tokens, mask, p_mask, prompt_len, B, T, true)
+                               : ar_sft_loss(m->qwen3, tokens, prompt_len, lens, B, T);
         double norm = op_grad_norm(grads, nparam);
         if (cfg.optim.grad_clip > 0)
             op_clip_grad(grads, nparam, norm, cfg.optim.grad_clip);
-        double lr = cfg.optim.lr;
-        if (cfg.optim.warmup > 0 && step <= cfg.optim.warmup)
-            lr *= (double)step / cfg.optim.warmup;
+        double lr = dllm_cfg_lr(&cfg, step, cfg.sft.steps);
         op_adamw(params, grads, adam_m, adam_v, nparam, step, (float)lr, (float)cfg.optim.betas[0],
                  (float)cfg.optim.betas[1], (float)cfg.optim.eps, (float)cfg.optim.weight_decay);
         if (!isfinite(loss)) {
@@ -325,8 +433,9 @@ done:
     free(p_mask);
     free(order);
     free(batch);
+    free(lens);
     sft_data_free(&ds);
     dllm_tokenizer_free(tok);
-    llada_free(m);
+    sm_free(m);
     return rc ? cli_fail("sft", &err) : 0;
 }

@@ -90,6 +90,15 @@ static int parse_enums(rl_run *run, dllm_err *err)
         dllm_estimator_parse(c->correction.estimator, &run->lik_w.kind);
         dllm_estimator_parse(c->grpo.logp_estimator, &run->lik_pol.kind);
         run->lik_pol.p_mask_prompt = c->grpo.p_mask_prompt;
+        /* per-token ratios and weights need every token scored once */
+        if (run->loss.ratio == GRPO_RATIO_TOKEN && run->lik_pol.kind != EST_ONE_STEP)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "grpo.ratio: token needs grpo.logp_estimator one_step for a "
+                                "diffusion model");
+        if (run->corr.level == CORR_LEVEL_TOKEN && run->lik_w.kind != EST_ONE_STEP)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "correction.level: token needs correction.estimator one_step for a "
+                                "diffusion model");
     }
     run->shared_plan = run->lik_w.kind == run->lik_pol.kind && run->lik_pol.p_mask_prompt == 0;
     dllm_sampler_cfg s = {.gen_length = c->rollout.gen_length, .block_length = c->rollout.block_length,

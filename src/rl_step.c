@@ -127,10 +127,7 @@ static int loss_grad(void *vctx, int s0, int s1, const double *seq_logp, const d
 
 static double lr_at(const rl_run *run, long opt_step)
 {
-    double lr = run->cfg.optim.lr;
-    if (run->cfg.optim.warmup > 0 && opt_step <= run->cfg.optim.warmup)
-        lr *= (double)opt_step / run->cfg.optim.warmup;
-    return lr;
+    return dllm_cfg_lr(&run->cfg, opt_step, (long)run->cfg.grpo.steps * run->cfg.grpo.inner_steps);
 }
 
 /* Evaluates plan p at TRAIN precision with the trainable vector temporarily

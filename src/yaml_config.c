@@ -11,6 +11,17 @@
 #include <string.h>
 #include <yaml.h>
 
+double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total)
+{
+    double lr = cfg->optim.lr;
+    long w = cfg->optim.warmup;
+    if (w > 0 && step <= w)
+        return lr * (double)step / (double)w;
+    if (!strcmp(cfg->optim.schedule, "cosine") && total > w)
+        lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step - w) / (double)(total - w)));
+    return lr;
+}
+
 typedef enum { K_INT, K_LONG, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_STR_LIST } key_type;
 
 typedef struct {
@@ -102,6 +113,7 @@ static const cfg_key keys[] = {
     {"optim.eps", K_FLOAT, F(optim.eps), "1e-8", 0, 1, NULL},
     {"optim.weight_decay", K_FLOAT, F(optim.weight_decay), "0", 0, 10, NULL},
     {"optim.grad_clip", K_FLOAT, F(optim.grad_clip), "1.0", 0, INF, NULL},
+    {"optim.schedule", K_ENUM, F(optim.schedule), "constant", 0, 0, "constant|cosine"},
     {"eval.every", K_INT, F(eval.every), "20", 0, 1e9, NULL},
     {"eval.n", K_INT, F(eval.n), "500", 0, 1e8, NULL},
     {"eval.gen_length", K_INT, F(eval.gen_length), "64", 1, 1 << 20, NULL},
@@ -530,12 +542,13 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                 "%s.steps %d must be a multiple of the number of blocks %d "
                                 "(gen_length / block_length)", sched[i].what, sched[i].steps, nb);
     }
-    if (!strcmp(cfg->grpo.ratio, "token") && strcmp(cfg->grpo.logp_estimator, "one_step") &&
-        strcmp(cfg->model.arch, "qwen3"))
+    /* with a model.path the architecture is config.json's: checked when the run opens */
+    const bool diffusion = !cfg->model.path[0] && strcmp(cfg->model.arch, "qwen3");
+    if (diffusion && !strcmp(cfg->grpo.ratio, "token") && strcmp(cfg->grpo.logp_estimator, "one_step"))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "grpo.ratio: token needs grpo.logp_estimator one_step (or an AR model)");
-    if (!strcmp(cfg->correction.level, "token") && strcmp(cfg->correction.estimator, "one_step") &&
-        strcmp(cfg->model.arch, "qwen3"))
+    if (diffusion && !strcmp(cfg->correction.level, "token") &&
+        strcmp(cfg->correction.estimator, "one_step"))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "correction.level: token needs correction.estimator one_step (or an AR model)");
     if (cfg->correction.ais.alpha_min > cfg->correction.ais.alpha_max)

@@ -97,6 +97,7 @@ typedef struct {
         double eps;
         double weight_decay;
         double grad_clip;        /* 0 = off */
+        char schedule[16];       /* constant | cosine (to 0 at the last step, after warmup) */
     } optim;
     struct {
         int every;               /* 0 = only at the end */
@@ -123,6 +124,9 @@ int dllm_cfg_load(dllm_cfg *cfg, const char *path, dllm_err *err);
 int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err);
 /* Checks cross-key constraints and file existence after all overrides. */
 int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err);
+/* Learning rate at optimizer step `step` (1-based) of `total`: linear warmup
+ * over optim.warmup steps, then constant or cosine to 0 at step `total`. */
+double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total);
 /* The effective config as YAML (every key), malloc'd. */
 char *dllm_cfg_dump(const dllm_cfg *cfg);
 
