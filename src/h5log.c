@@ -1120,7 +1120,10 @@ int h5log_append_trajectories(h5log *log, const h5log_traj_batch *b, dllm_err *e
         }
     }
     log->n_traj = r + b->n;
-    return 0;
+    /* on disk before the step's row is appended: HDF5 orders flushes within a
+     * dataset, not across datasets, so a kill could otherwise leave a logged
+     * step without its trajectories */
+    return h5log_flush(log, err);
 }
 
 int h5log_append_mismatch(h5log *log, int64_t step, const double *mean_abs_d, dllm_err *err)
