@@ -26,7 +26,15 @@
  * KV cache: K after k_norm and RoPE, and V, per layer; a new query at slot j
  * attends the cached slots s <= j whose key mask is 1 -- the same softmax as
  * op_attention_fwd's (fp32, max subtracted), so decoding reproduces the full
- * forward up to summation order. */
+ * forward up to summation order.
+ *
+ * Precision (qwen3.h, as llada.c): a forward reads its weights through a
+ * q3_view -- the fp32 master weights, the trainer's bf16 copy, or the rollout
+ * copy (bf16, or FP8 layer linears plus bf16 embeddings/norms/lm_head) --
+ * which also says where linear inputs are rounded to bf16. The rollout
+ * forward has activation buffers of its own; KV-cache decoding reads the
+ * rollout copy when qwen3_decode_at_rollout is on. The backward reads the
+ * trainer view (the rounded weights under a bf16 trainer: straight-through). */
 #include "dllm/qwen3.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -99,6 +107,21 @@ typedef struct {
     float *dxr, *dnf;     // (R, C)
 } q3_acts;
 
+/* The weights one forward reads, and where it rounds to bf16. */
+typedef struct {
+    float *buf;         // owned copy (NULL: the master weights)
+    const float *embed; // (V, C)
+    const float *norm;  // (C)
+    const float *head;  // (V, C): the view's embed when tied
+    q3_layer *lw;       // (L); w[j] == NULL where q8 replaces them
+    fp8_matrix *q8;     // (L, NLIN) FP8 layer linears, or NULL
+    bool round_lin;     // bf16 at the layer linears' inputs
+    bool round_head;    // bf16 at lm_head's input
+    bool lora;          // apply the LoRA adapters at run time (the trainer only:
+                        // the rollout copies have them merged)
+    size_t nbuf;        // floats in buf
+} q3_view;
+
 struct qwen3_model {
     dllm_model_config cfg;
     int C, L, NH, NKV, HD, H, V, QD, KD; /* QD = NH*HD, KD = NKV*HD */
@@ -126,6 +149,12 @@ struct qwen3_model {
 
     op_rope_table rope;
     q3_acts a;
+
+    llada_precision prec; /* last applied by qwen3_rollout_sync */
+    q3_view tv;           /* trainer: master weights or their bf16 copy */
+    q3_view rv;           /* rollout copy (unused under rollout "trainer") */
+    q3_acts ra;           /* activations of the rollout forward */
+    bool decode_rollout;  /* KV-cache decoding reads the rollout copy */
 };
 
 int qwen3_lora_target_bit(const char *name)
@@ -199,6 +228,137 @@ static void carve(qwen3_model *m, bool grads, float **embed, q3_layer *lw, float
 #undef NEXT
 }
 
+/* ---- weight views (precision) ------------------------------------------------------ */
+
+static void view_free(const qwen3_model *m, q3_view *v)
+{
+    free(v->buf);
+    if (v->q8) {
+        for (int k = 0; k < m->L * NLIN; k++)
+            fp8_matrix_free(&v->q8[k]);
+        free(v->q8);
+    }
+    free(v->lw);
+    memset(v, 0, sizeof *v);
+}
+
+/* The fp32 master weights with LoRA at run time: the default trainer. */
+static void view_master(qwen3_model *m, q3_view *v)
+{
+    view_free(m, v);
+    v->lw = dllm_malloc((size_t)m->L * sizeof *v->lw);
+    memcpy(v->lw, m->lw, (size_t)m->L * sizeof *v->lw);
+    v->embed = m->embed;
+    v->norm = m->norm;
+    v->head = m->head;
+    v->lora = true;
+}
+
+/* dst (out, in) = W + (alpha/r) B A for linear j of layer l (W alone without
+ * an adapter there): the weight the rollout copy is built from. */
+static void merged_weight(const qwen3_model *m, int l, int j, float *dst)
+{
+    int o, i;
+    lin_shape(m, j, &o, &i);
+    memcpy(dst, m->lw[l].w[j], (size_t)o * i * sizeof(float));
+    const lora_adapter *ad = m->ad ? &m->ad[l * NLIN + j] : NULL;
+    if (ad && ad->A)
+        op_gemm(false, false, o, i, m->lora_rank, m->lora_scale, ad->B, ad->A, 1.0f, dst);
+}
+
+/* v = a bf16-rounded copy of the weights, LoRA merged when `merge`, without
+ * the layer linears when `skip_lin` (FP8 replaces them). Reuses v's buffer
+ * when the size allows (the sync after every optimizer step). Tied: the
+ * copy's lm_head is its embedding. */
+static void view_bf16_copy(qwen3_model *m, q3_view *v, bool merge, bool skip_lin)
+{
+    size_t n = m->n_params;
+    for (int l = 0; skip_lin && l < m->L; l++)
+        for (int j = 0; j < NLIN; j++) {
+            int o, i;
+            lin_shape(m, j, &o, &i);
+            n -= (size_t)o * i;
+        }
+    if (!v->buf || v->nbuf != n) {
+        free(v->buf);
+        v->buf = dllm_malloc(n * sizeof(float));
+        v->nbuf = n;
+    }
+    if (!v->lw)
+        v->lw = dllm_calloc((size_t)m->L, sizeof *v->lw);
+    float *dst = v->buf;
+#define TAKE(field, src, cnt)                                                                    \
+    do {                                                                                         \
+        memcpy(dst, (src), (size_t)(cnt) * sizeof(float));                                       \
+        field = dst;                                                                             \
+        dst += (size_t)(cnt);                                                                    \
+    } while (0)
+    TAKE(v->embed, m->embed, (size_t)m->V * m->C);
+    for (int l = 0; l < m->L; l++) {
+        TAKE(v->lw[l].q_norm, m->lw[l].q_norm, m->HD);
+        TAKE(v->lw[l].k_norm, m->lw[l].k_norm, m->HD);
+        TAKE(v->lw[l].ln1, m->lw[l].ln1, m->C);
+        TAKE(v->lw[l].ln2, m->lw[l].ln2, m->C);
+        for (int j = 0; j < NLIN; j++) {
+            int o, i;
+            lin_shape(m, j, &o, &i);
+            if (skip_lin) {
+                v->lw[l].w[j] = NULL;
+                continue;
+            }
+            v->lw[l].w[j] = dst;
+            if (merge)
+                merged_weight(m, l, j, dst);
+            else
+                memcpy(dst, m->lw[l].w[j], (size_t)o * i * sizeof(float));
+            dst += (size_t)o * i;
+        }
+    }
+    TAKE(v->norm, m->norm, m->C);
+    if (m->tied)
+        v->head = v->embed;
+    else
+        TAKE(v->head, m->head, (size_t)m->V * m->C);
+#undef TAKE
+    op_round_bf16(v->buf, n);
+}
+
+/* v = the FP8 rollout copy: layer linears quantised from the merged weights,
+ * the rest rounded to bf16. */
+static int view_fp8(qwen3_model *m, q3_view *v, const llada_precision *p, dllm_err *err)
+{
+    view_bf16_copy(m, v, false, true);
+    if (!v->q8)
+        v->q8 = dllm_calloc((size_t)m->L * NLIN, sizeof *v->q8);
+    size_t maxw = 0;
+    for (int j = 0; j < NLIN; j++) {
+        int o, i;
+        lin_shape(m, j, &o, &i);
+        maxw = (size_t)o * i > maxw ? (size_t)o * i : maxw;
+    }
+    float *tmp = dllm_malloc(maxw * sizeof(float));
+    /* activations are quantised to match the weights' granularity */
+    fp8_scaling act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
+                      : p->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
+                                                            : FP8_SCALE_TENSOR;
+    int rc = 0;
+    for (int l = 0; l < m->L && !rc; l++)
+        for (int j = 0; j < NLIN && !rc; j++) {
+            int o, i;
+            lin_shape(m, j, &o, &i);
+            fp8_matrix *q = &v->q8[l * NLIN + j];
+            merged_weight(m, l, j, tmp);
+            rc = fp8_quantise_weight(q, tmp, o, i, p->fp8_format, p->fp8_scaling,
+                                     p->fp8_pow2_scale, err);
+            if (!rc) {
+                q->act_scaling = act;
+                fp8_matrix_cache_dequant(q); /* before any threaded use */
+            }
+        }
+    free(tmp);
+    return rc;
+}
+
 static qwen3_model *model_alloc(const dllm_model_config *cfg)
 {
     qwen3_model *m = dllm_calloc(1, sizeof *m);
@@ -253,6 +413,9 @@ static qwen3_model *model_alloc(const dllm_model_config *cfg)
     carve(m, false, &m->embed, m->lw, &m->norm, &m->head);
     op_rope_table_init(&m->rope, cfg->max_seq_len > 0 ? cfg->max_seq_len : 1, m->HD,
                        cfg->rope_theta);
+    view_master(m, &m->tv);
+    m->prec = (llada_precision){.trainer_bf16 = false, .rollout = LLADA_ROLLOUT_TRAINER,
+                                .fp8_format = FP8_E4M3, .fp8_scaling = FP8_SCALE_BLOCK};
     return m;
 }
 
@@ -318,6 +481,9 @@ void qwen3_free(qwen3_model *m)
     if (!m)
         return;
     acts_free(&m->a);
+    acts_free(&m->ra);
+    view_free(m, &m->tv);
+    view_free(m, &m->rv);
     lora_free(m);
     op_rope_table_free(&m->rope);
     free(m->params);
@@ -365,6 +531,7 @@ void qwen3_lora_enable(qwen3_model *m, int rank, float alpha, int mask, uint64_t
 {
     lora_free(m);
     acts_free(&m->a); /* the LoRA activations change size */
+    acts_free(&m->ra);
     mask &= LORA_ALL;
     free(m->grads);
     m->grads = NULL;
@@ -465,9 +632,8 @@ void qwen3_zero_grad(qwen3_model *m)
 /* Sizes the buffers for B*T rows, R head rows and `layers` layers of kept
  * activations (L for training; 1 without backward, the residual stream then
  * alternating between two slots). */
-static void acts_ensure(qwen3_model *m, int B, int T, int R, int layers)
+static void acts_ensure(const qwen3_model *m, q3_acts *a, int B, int T, int R, int layers)
 {
-    q3_acts *a = &m->a;
     size_t N = (size_t)B * T, natt = (size_t)B * m->NH * T * T;
     if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
         layers <= a->capL)
@@ -539,14 +705,18 @@ static void acts_ensure_bwd(qwen3_model *m)
 /* ---- forward ---------------------------------------------------------------------- */
 
 /* out (N, OUT) = inp (N, IN) W^T [+ scale (inp A^T) B^T] for linear j of
- * layer l; xa (N, r) receives inp A^T (required when the linear has LoRA). */
-static void lin_fwd(const qwen3_model *m, int l, int j, float *out, const float *inp, int N,
-                    float *xa)
+ * layer l, W read through the view v (FP8: the simulated W8A8 GEMM); xa (N,
+ * r) receives inp A^T (required when the view applies LoRA there). */
+static void lin_fwd(const qwen3_model *m, const q3_view *v, int l, int j, float *out,
+                    const float *inp, int N, float *xa)
 {
     int o, i;
     lin_shape(m, j, &o, &i);
-    op_linear_fwd(out, inp, m->lw[l].w[j], N, i, o);
-    const lora_adapter *ad = m->ad ? &m->ad[l * NLIN + j] : NULL;
+    if (v->q8)
+        op_fp8_linear_fwd(out, inp, &v->q8[l * NLIN + j], N, i, o);
+    else
+        op_linear_fwd(out, inp, v->lw[l].w[j], N, i, o);
+    const lora_adapter *ad = v->lora && m->ad ? &m->ad[l * NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
         op_linear_fwd(xa, inp, ad->A, N, i, r);
@@ -560,7 +730,7 @@ static void lin_bwd(qwen3_model *m, int l, int j, float *dinp, const float *dout
 {
     int o, i;
     lin_shape(m, j, &o, &i);
-    op_linear_bwd(dinp, m->lg[l].w[j], dout, inp, m->lw[l].w[j], N, i, o);
+    op_linear_bwd(dinp, m->lg[l].w[j], dout, inp, m->tv.lw[l].w[j], N, i, o);
     const lora_adapter *ad = m->ad ? &m->ad[l * NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
@@ -572,9 +742,9 @@ static void lin_bwd(qwen3_model *m, int l, int j, float *dinp, const float *dout
     }
 }
 
-static float *xa_slot(qwen3_model *m, size_t ls, int j)
+static float *xa_slot(const qwen3_model *m, const q3_acts *a, size_t ls, int j)
 {
-    return m->a.xa ? m->a.xa + (ls * NLIN + (size_t)j) * m->a.capN * m->lora_rank : NULL;
+    return a->xa ? a->xa + (ls * NLIN + (size_t)j) * a->capN * m->lora_rank : NULL;
 }
 
 static void add_to(float *y, const float *x, size_t n)
@@ -592,10 +762,14 @@ static void rope_grow(qwen3_model *m, int npos)
     }
 }
 
-static int forward(qwen3_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                   const int32_t *rows, int n_rows, float *logits, bool keep)
+/* keep: store every layer's activations for qwen3_backward (a = m->a). The
+ * weights and the bf16 rounding points come from v; rounding is applied in
+ * place to the saved linear inputs (n1, y, n2, s, nf), which serve nothing
+ * but those linears, so the backward sees the rounded values. */
+static int forward(qwen3_model *m, q3_acts *a, const q3_view *v, const int32_t *tokens,
+                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
+                   float *logits, bool keep)
 {
-    q3_acts *a = &m->a;
     a->valid = false;
     if (B <= 0 || T <= 0) {
         fprintf(stderr, "qwen3_forward: empty batch (B=%d, T=%d)\n", B, T);
@@ -618,7 +792,7 @@ static int forward(qwen3_model *m, const int32_t *tokens, const uint8_t *keymask
             return DLLM_EXIT_INPUT;
         }
     rope_grow(m, T);
-    acts_ensure(m, B, T, R, keep ? m->L : 1);
+    acts_ensure(m, a, B, T, R, keep ? m->L : 1);
     a->B = B;
     a->T = T;
     a->N = N;
@@ -638,45 +812,56 @@ static int forward(qwen3_model *m, const int32_t *tokens, const uint8_t *keymask
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
     size_t sN = a->capN;
     float eps = m->cfg.rms_norm_eps;
-    op_embedding_fwd(a->resid, a->tokens, m->embed, N, m->C);
+    bool rl = v->round_lin;
+    op_embedding_fwd(a->resid, a->tokens, v->embed, N, m->C);
     for (int l = 0; l < m->L; l++) {
-        const q3_layer *w = &m->lw[l];
+        const q3_layer *w = &v->lw[l];
         size_t ls = keep ? (size_t)l : 0;
         size_t rx = keep ? (size_t)l : (size_t)l % 2, rn = keep ? rx + 1 : (size_t)(l + 1) % 2;
         float *x = a->resid + rx * sN * C, *xn = a->resid + rn * sN * C;
         float *n1 = a->n1 + ls * sN * C, *rstd1 = a->rstd1 + ls * sN;
         float *qr = a->qr + ls * sN * QD, *rstdq = a->rstdq + ls * sN * m->NH;
         float *kr = a->kr + ls * sN * KD, *rstdk = a->rstdk + ls * sN * m->NKV;
-        float *q = a->q + ls * sN * QD, *k = a->k + ls * sN * KD, *v = a->v + ls * sN * KD;
+        float *q = a->q + ls * sN * QD, *k = a->k + ls * sN * KD, *vv = a->v + ls * sN * KD;
         float *att = a->att + ls * a->capAtt, *y = a->y + ls * sN * QD;
         float *h = a->h + ls * sN * C, *n2 = a->n2 + ls * sN * C, *rstd2 = a->rstd2 + ls * sN;
         float *g = a->g + ls * sN * H, *u = a->u + ls * sN * H, *s = a->s + ls * sN * H;
 
         // attention sub-block
         op_rmsnorm_fwd(n1, rstd1, x, w->ln1, N, m->C, eps);
-        lin_fwd(m, l, LIN_Q, qr, n1, N, xa_slot(m, ls, LIN_Q));
-        lin_fwd(m, l, LIN_K, kr, n1, N, xa_slot(m, ls, LIN_K));
-        lin_fwd(m, l, LIN_V, v, n1, N, xa_slot(m, ls, LIN_V));
+        if (rl)
+            op_round_bf16(n1, (size_t)N * C);
+        lin_fwd(m, v, l, LIN_Q, qr, n1, N, xa_slot(m, a, ls, LIN_Q));
+        lin_fwd(m, v, l, LIN_K, kr, n1, N, xa_slot(m, a, ls, LIN_K));
+        lin_fwd(m, v, l, LIN_V, vv, n1, N, xa_slot(m, a, ls, LIN_V));
         op_rmsnorm_fwd(q, rstdq, qr, w->q_norm, N * m->NH, m->HD, eps);
         op_rmsnorm_fwd(k, rstdk, kr, w->k_norm, N * m->NKV, m->HD, eps);
         op_rope_fwd(q, q, a->pos, &m->rope, N, m->NH, m->HD);
         op_rope_fwd(k, k, a->pos, &m->rope, N, m->NKV, m->HD);
-        op_attention_fwd(y, att, q, k, v, a->keymask, B, T, m->NH, m->NKV, m->HD, true);
-        lin_fwd(m, l, LIN_O, h, y, N, xa_slot(m, ls, LIN_O));
+        op_attention_fwd(y, att, q, k, vv, a->keymask, B, T, m->NH, m->NKV, m->HD, true);
+        if (rl)
+            op_round_bf16(y, (size_t)N * QD);
+        lin_fwd(m, v, l, LIN_O, h, y, N, xa_slot(m, a, ls, LIN_O));
         add_to(h, x, (size_t)N * C);
         // MLP sub-block
         op_rmsnorm_fwd(n2, rstd2, h, w->ln2, N, m->C, eps);
-        lin_fwd(m, l, LIN_GATE, g, n2, N, xa_slot(m, ls, LIN_GATE));
-        lin_fwd(m, l, LIN_UP, u, n2, N, xa_slot(m, ls, LIN_UP));
+        if (rl)
+            op_round_bf16(n2, (size_t)N * C);
+        lin_fwd(m, v, l, LIN_GATE, g, n2, N, xa_slot(m, a, ls, LIN_GATE));
+        lin_fwd(m, v, l, LIN_UP, u, n2, N, xa_slot(m, a, ls, LIN_UP));
         op_swiglu_fwd(s, g, u, (size_t)N * H);
-        lin_fwd(m, l, LIN_DOWN, xn, s, N, xa_slot(m, ls, LIN_DOWN));
+        if (rl)
+            op_round_bf16(s, (size_t)N * H);
+        lin_fwd(m, v, l, LIN_DOWN, xn, s, N, xa_slot(m, a, ls, LIN_DOWN));
         add_to(xn, h, (size_t)N * C);
     }
     const float *xL = a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
     for (int r = 0; r < R; r++)
         memcpy(a->xr + r * C, xL + (size_t)a->rows[r] * C, C * sizeof(float));
-    op_rmsnorm_fwd(a->nf, a->rstdf, a->xr, m->norm, R, m->C, eps);
-    op_linear_fwd(logits, a->nf, m->head, R, m->C, m->V);
+    op_rmsnorm_fwd(a->nf, a->rstdf, a->xr, v->norm, R, m->C, eps);
+    if (v->round_head)
+        op_round_bf16(a->nf, (size_t)R * C);
+    op_linear_fwd(logits, a->nf, v->head, R, m->C, m->V);
     a->valid = keep;
     return 0;
 }
@@ -684,13 +869,97 @@ static int forward(qwen3_model *m, const int32_t *tokens, const uint8_t *keymask
 int qwen3_forward(qwen3_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                   const int32_t *rows, int n_rows, float *logits)
 {
-    return forward(m, tokens, keymask, B, T, rows, n_rows, logits, true);
+    return forward(m, &m->a, &m->tv, tokens, keymask, B, T, rows, n_rows, logits, true);
 }
 
 int qwen3_forward_nograd(qwen3_model *m, const int32_t *tokens, const uint8_t *keymask, int B,
                          int T, const int32_t *rows, int n_rows, float *logits)
 {
-    return forward(m, tokens, keymask, B, T, rows, n_rows, logits, false);
+    return forward(m, &m->a, &m->tv, tokens, keymask, B, T, rows, n_rows, logits, false);
+}
+
+int qwen3_forward_rollout(qwen3_model *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                          int T, const int32_t *rows, int n_rows, float *logits)
+{
+    const q3_view *v = m->prec.rollout == LLADA_ROLLOUT_TRAINER ? &m->tv : &m->rv;
+    return forward(m, &m->ra, v, tokens, keymask, B, T, rows, n_rows, logits, false);
+}
+
+/* ---- precision -------------------------------------------------------------------- */
+
+llada_precision qwen3_get_precision(const qwen3_model *m) { return m->prec; }
+
+void qwen3_decode_at_rollout(qwen3_model *m, bool on) { m->decode_rollout = on; }
+
+int qwen3_rollout_sync(qwen3_model *m, const llada_precision *p, double *seconds, dllm_err *err)
+{
+    double t0 = dllm_now();
+    if ((unsigned)p->rollout > LLADA_ROLLOUT_FP8 || (unsigned)p->fp8_format > FP8_E5M2 ||
+        (p->fp8_scaling != FP8_SCALE_BLOCK && p->fp8_scaling != FP8_SCALE_CHANNEL &&
+         p->fp8_scaling != FP8_SCALE_TENSOR))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "qwen3_rollout_sync: bad precision (rollout %d, fp8 format %d, "
+                            "scaling %d)", (int)p->rollout, (int)p->fp8_format,
+                            (int)p->fp8_scaling);
+    /* the trainer's copy (the activations kept for backward belong to the old one) */
+    if (p->trainer_bf16 != m->prec.trainer_bf16)
+        m->a.valid = false;
+    if (p->trainer_bf16) {
+        if (!m->tv.buf)
+            view_free(m, &m->tv);
+        view_bf16_copy(m, &m->tv, false, false);
+        m->tv.round_lin = m->tv.round_head = true;
+        m->tv.lora = true;
+    } else if (m->tv.buf) {
+        view_master(m, &m->tv);
+    }
+    /* the rollout copy, rebuilt in place when its kind is unchanged */
+    if (p->rollout != m->prec.rollout || p->fp8_format != m->prec.fp8_format ||
+        p->fp8_scaling != m->prec.fp8_scaling || p->fp8_pow2_scale != m->prec.fp8_pow2_scale)
+        view_free(m, &m->rv);
+    int rc = 0;
+    if (p->rollout == LLADA_ROLLOUT_BF16) {
+        view_bf16_copy(m, &m->rv, true, false);
+        m->rv.round_lin = m->rv.round_head = true;
+        m->rv.lora = false;
+    } else if (p->rollout == LLADA_ROLLOUT_FP8) {
+        rc = view_fp8(m, &m->rv, p, err);
+        m->rv.round_lin = false; /* the FP8 GEMM quantises its own inputs */
+        m->rv.round_head = true;
+        m->rv.lora = false;
+    }
+    m->prec = *p;
+    if (rc) { /* a half-built copy must not be used: fall back to the trainer */
+        view_free(m, &m->rv);
+        m->prec.rollout = LLADA_ROLLOUT_TRAINER;
+        return rc;
+    }
+    if (seconds)
+        *seconds = dllm_now() - t0;
+    return 0;
+}
+
+int qwen3_rollout_linear(qwen3_model *m, int layer, const char *name, const float *inp, int N,
+                         float *out)
+{
+    int bit = qwen3_lora_target_bit(name), j = 0;
+    if (!bit || layer < 0 || layer >= m->L || N <= 0)
+        return DLLM_EXIT_INPUT;
+    while (!((bit >> j) & 1))
+        j++;
+    const q3_view *v = m->prec.rollout == LLADA_ROLLOUT_TRAINER ? &m->tv : &m->rv;
+    int o, i;
+    lin_shape(m, j, &o, &i);
+    float *x = dllm_malloc((size_t)N * i * sizeof(float)); // (N, in)
+    memcpy(x, inp, (size_t)N * i * sizeof(float));
+    if (v->round_lin)
+        op_round_bf16(x, (size_t)N * i);
+    float *xa = v->lora && m->lora_rank ? dllm_malloc((size_t)N * m->lora_rank * sizeof(float))
+                                        : NULL; // (N, r)
+    lin_fwd(m, v, layer, j, out, x, N, xa);
+    free(xa);
+    free(x);
+    return 0;
 }
 
 /* ---- backward --------------------------------------------------------------------- */
@@ -711,8 +980,9 @@ void qwen3_backward(qwen3_model *m, const float *dlogits)
     // head and final norm on the gathered rows, then scatter into dx = dL/dx_L
     memset(a->dnf, 0, (size_t)R * C * sizeof(float));
     memset(a->dxr, 0, (size_t)R * C * sizeof(float));
-    op_linear_bwd(a->dnf, m->d_head, dlogits, a->nf, m->head, R, m->C, m->V);
-    op_rmsnorm_bwd(a->dxr, m->d_norm, a->dnf, a->xr, m->norm, a->rstdf, R, m->C);
+    /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients */
+    op_linear_bwd(a->dnf, m->d_head, dlogits, a->nf, m->tv.head, R, m->C, m->V);
+    op_rmsnorm_bwd(a->dxr, m->d_norm, a->dnf, a->xr, m->tv.norm, a->rstdf, R, m->C);
     memset(a->dx, 0, (size_t)N * C * sizeof(float));
     for (int r = 0; r < R; r++) {
         float *d = a->dx + (size_t)a->rows[r] * C;
@@ -722,7 +992,7 @@ void qwen3_backward(qwen3_model *m, const float *dlogits)
     }
 
     for (int l = m->L - 1; l >= 0; l--) {
-        const q3_layer *w = &m->lw[l];
+        const q3_layer *w = &m->tv.lw[l];
         const q3_layer *gw = &m->lg[l];
         const float *x = a->resid + l * sN * C;
         const float *n1 = a->n1 + l * sN * C, *rstd1 = a->rstd1 + l * sN;
@@ -795,7 +1065,7 @@ int qwen3_seq_logprob(qwen3_model *m, const int32_t *prompt, int P, const int32_
     memcpy(seq + P, completion, (size_t)(L - 1) * sizeof(int32_t));
     for (int i = 0; i < L; i++)
         rows[i] = P + i - 1;
-    int rc = forward(m, seq, NULL, 1, T, rows, L, logits, false);
+    int rc = forward(m, &m->a, &m->tv, seq, NULL, 1, T, rows, L, logits, false);
     if (rc)
         rc = dllm_err_set(err, rc, "qwen3_seq_logprob: forward failed (see above)");
     double total = 0;
@@ -992,13 +1262,18 @@ int qwen3_extend(qwen3_model *m, qwen3_kv_cache *c, const int32_t *tokens,
 
     float eps = m->cfg.rms_norm_eps;
     size_t lstride = (size_t)B * c->max_len * KD;
-    op_embedding_fwd(c->x, c->tok, m->embed, N, m->C);
+    const q3_view *v =
+        m->decode_rollout && m->prec.rollout != LLADA_ROLLOUT_TRAINER ? &m->rv : &m->tv;
+    bool rl = v->round_lin;
+    op_embedding_fwd(c->x, c->tok, v->embed, N, m->C);
     for (int l = 0; l < m->L; l++) {
-        const q3_layer *w = &m->lw[l];
+        const q3_layer *w = &v->lw[l];
         op_rmsnorm_fwd(c->n, NULL, c->x, w->ln1, N, m->C, eps);
-        lin_fwd(m, l, LIN_Q, c->qr, c->n, N, c->xa);
-        lin_fwd(m, l, LIN_K, c->kr, c->n, N, c->xa);
-        lin_fwd(m, l, LIN_V, c->vv, c->n, N, c->xa);
+        if (rl)
+            op_round_bf16(c->n, (size_t)N * C);
+        lin_fwd(m, v, l, LIN_Q, c->qr, c->n, N, c->xa);
+        lin_fwd(m, v, l, LIN_K, c->kr, c->n, N, c->xa);
+        lin_fwd(m, v, l, LIN_V, c->vv, c->n, N, c->xa);
         op_rmsnorm_fwd(c->q, NULL, c->qr, w->q_norm, N * m->NH, m->HD, eps);
         op_rmsnorm_fwd(c->kk, NULL, c->kr, w->k_norm, N * m->NKV, m->HD, eps);
         op_rope_fwd(c->q, c->q, c->pos, &m->rope, N, m->NH, m->HD);
@@ -1009,21 +1284,29 @@ int qwen3_extend(qwen3_model *m, qwen3_kv_cache *c, const int32_t *tokens,
             memcpy(c->v + dst, c->vv + (size_t)b * T * KD, (size_t)T * KD * sizeof(float));
         }
         cached_attention(m, c, l, c->y, c->q, T);
-        lin_fwd(m, l, LIN_O, c->h, c->y, N, c->xa);
+        if (rl)
+            op_round_bf16(c->y, (size_t)N * m->QD);
+        lin_fwd(m, v, l, LIN_O, c->h, c->y, N, c->xa);
         add_to(c->h, c->x, (size_t)N * C);
         op_rmsnorm_fwd(c->n, NULL, c->h, w->ln2, N, m->C, eps);
-        lin_fwd(m, l, LIN_GATE, c->g, c->n, N, c->xa);
-        lin_fwd(m, l, LIN_UP, c->u, c->n, N, c->xa);
+        if (rl)
+            op_round_bf16(c->n, (size_t)N * C);
+        lin_fwd(m, v, l, LIN_GATE, c->g, c->n, N, c->xa);
+        lin_fwd(m, v, l, LIN_UP, c->u, c->n, N, c->xa);
         op_swiglu_fwd(c->s, c->g, c->u, (size_t)N * H);
-        lin_fwd(m, l, LIN_DOWN, c->x, c->s, N, c->xa);
+        if (rl)
+            op_round_bf16(c->s, (size_t)N * H);
+        lin_fwd(m, v, l, LIN_DOWN, c->x, c->s, N, c->xa);
         add_to(c->x, c->h, (size_t)N * C);
     }
     c->len += T;
     if (logits) {
         for (int b = 0; b < B; b++)
             memcpy(c->xr + b * C, c->x + ((size_t)b * T + T - 1) * C, C * sizeof(float));
-        op_rmsnorm_fwd(c->nf, NULL, c->xr, m->norm, B, m->C, eps);
-        op_linear_fwd(logits, c->nf, m->head, B, m->C, m->V);
+        op_rmsnorm_fwd(c->nf, NULL, c->xr, v->norm, B, m->C, eps);
+        if (v->round_head)
+            op_round_bf16(c->nf, (size_t)B * C);
+        op_linear_fwd(logits, c->nf, v->head, B, m->C, m->V);
     }
     return 0;
 }

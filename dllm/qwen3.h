@@ -108,6 +108,52 @@ int qwen3_prefill(qwen3_model *m, qwen3_kv_cache *c, const int32_t *prompts,
 int qwen3_decode_step(qwen3_model *m, qwen3_kv_cache *c, const int32_t *tokens, float *logits,
                       dllm_err *err);
 
+/* ---- precision: the trainer's numerics and the rollout copy (METHOD.md §5, §6) ----------
+ * As llada.h, with the same llada_precision (llada_precision_parse fills it):
+ *   trainer fp32 (default) | bf16: every weight the trainer forward reads is a
+ *            bf16-rounded copy of the fp32 master weights (refreshed by
+ *            qwen3_rollout_sync), every linear input (lm_head's too) is rounded
+ *            to bf16 and saved rounded; the backward is straight-through and its
+ *            gradients go to the fp32 master weights; LoRA A/B stay fp32 on top.
+ *   rollout  a forward-only copy built by qwen3_rollout_sync from the current
+ *            master weights with LoRA merged (W + (alpha/r) B A, in fp32):
+ *     trainer  no copy: the rollout forward is the trainer forward, bit for bit;
+ *     bf16     every weight rounded to bf16, every linear input rounded to bf16,
+ *              fp32 accumulation;
+ *     fp8      q/k/v/o_proj and gate/up/down_proj quantised (kernels/fp8.h) with
+ *              weight scaling block (128x128) | channel | tensor and activations
+ *              quantised at run time to match (1x128 groups | per token | per
+ *              tensor); op_fp8_linear_fwd does the product. embed_tokens, lm_head
+ *              and every RMSNorm (q_norm/k_norm included) are bf16 (weights
+ *              rounded, lm_head's input rounded).
+ * The residual stream, norms, RoPE, attention and softmax compute in fp32 in
+ * every mode. A model never synced computes at fp32 with rollout "trainer". */
+
+/* Applies p and (re)builds the trainer's bf16 copy and the rollout copy from
+ * the current weights. Call it after every weight change (optimizer step,
+ * adapter load, LoRA enable) when the trainer is bf16 or the rollout is not
+ * "trainer". *seconds (may be NULL) receives its wall time. */
+int qwen3_rollout_sync(qwen3_model *m, const llada_precision *p, double *seconds, dllm_err *err);
+/* The precision last applied by qwen3_rollout_sync. */
+llada_precision qwen3_get_precision(const qwen3_model *m);
+/* Forward-only at rollout numerics (qwen3_forward_nograd-style memory, in
+ * buffers of its own: the trainer's kept activations survive it). The
+ * signature of dllm_logits_fn. */
+int qwen3_forward_rollout(qwen3_model *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                          int T, const int32_t *rows, int n_rows, float *logits);
+/* on: KV-cache decoding (qwen3_extend, qwen3_prefill, qwen3_decode_step)
+ * computes at rollout numerics, so the AR sampler decodes with the rollout
+ * copy; off (default): at the trainer's. Its logits equal
+ * qwen3_forward_rollout's up to summation order -- except under FP8 tensor
+ * scaling, whose activation scale spans the rows of each call. */
+void qwen3_decode_at_rollout(qwen3_model *m, bool on);
+/* One layer linear of the rollout copy on its own: out (N, out) = linear
+ * `name` (q_proj, ..., down_proj) of `layer` applied to inp (N, in), exactly
+ * as qwen3_forward_rollout computes it (for tests and benchmarks). Returns
+ * DLLM_EXIT_INPUT for an unknown name or layer. */
+int qwen3_rollout_linear(qwen3_model *m, int layer, const char *name, const float *inp, int N,
+                         float *out);
+
 /* ---- named parameters ------------------------------------------------------------------ */
 /* The base parameters in HF state_dict order (embed_tokens; per layer q, k,
  * v, o proj, q_norm, k_norm, gate, up, down proj, input_layernorm,
