@@ -14,11 +14,11 @@
  * under base_model.model.<module>.lora_{A,B}.weight, F32) and
  * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...).
  *
- * Qwen3 (autoregressive) sits behind the same calls: TRAIN = qwen3_forward,
- * ROLLOUT = qwen3_forward_nograd (the trainer's numerics: dllm/qwen3.c has no
- * bf16/FP8 rollout copy yet, so only rollout "trainer" and trainer fp32 are
- * accepted for it), rollouts = KV-cache decoding (dllm/ar_sampler.h) with
- * commit_step[t] = t and commit_prob = the sampling probability of token t. */
+ * Qwen3 (autoregressive) sits behind the same calls with the same precisions
+ * (qwen3.h, "precision"): TRAIN = qwen3_forward, ROLLOUT =
+ * qwen3_forward_rollout, rollouts = KV-cache decoding (dllm/ar_sampler.h) at
+ * the rollout copy's numerics (qwen3_decode_at_rollout) with commit_step[t] =
+ * t and commit_prob = the sampling probability of token t. */
 #include "dllm/policy.h"
 #include "dllm/ar_sampler.h"
 #include "dllm/json_util.h"
@@ -57,17 +57,6 @@ static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
         *a = DLLM_ARCH_QWEN3;
     else
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected llada or qwen3", s);
-    return 0;
-}
-
-/* Qwen3 has no rollout copy or bf16 trainer yet. */
-static int qwen3_precision_check(const llada_precision *p, dllm_err *err)
-{
-    if (p->trainer_bf16 || p->rollout != LLADA_ROLLOUT_TRAINER)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "qwen3: trainer precision %s with rollout precision %s is not "
-                            "available (qwen3 supports trainer fp32 with rollout trainer)",
-                            p->trainer_bf16 ? "bf16" : "fp32", llada_rollout_name(p->rollout));
     return 0;
 }
 
@@ -129,8 +118,6 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
             goto fail;
         snprintf(p->base, sizeof p->base, "preset:%s", c->preset);
     }
-    if (p->arch == DLLM_ARCH_QWEN3 && (rc = qwen3_precision_check(&prec, err)))
-        goto fail;
     if (c->lora_rank > 0 && c->n_lora_targets > 0 &&
         (rc = targets_mask(p->arch, c->lora_targets, c->n_lora_targets, "model.lora.targets",
                            &mask, err)))
@@ -144,6 +131,10 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
             goto fail;
         if (c->lora_rank > 0)
             qwen3_lora_enable(p->qwen, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
+        /* rollouts (KV-cache decoding) at the rollout copy's numerics */
+        qwen3_decode_at_rollout(p->qwen, true);
+        if ((rc = qwen3_rollout_sync(p->qwen, &p->prec, NULL, err)))
+            goto fail;
     } else {
         if (c->path && *c->path)
             rc = llada_load(&p->llada, c->path, err);
@@ -201,8 +192,8 @@ static int rollout_logits(void *ctx, const int32_t *tokens, const uint8_t *keyma
                           const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
-    if (p->qwen) /* rollout "trainer": the trainer's numerics, nothing kept */
-        return qwen3_forward_nograd(p->qwen, tokens, keymask, B, T, rows, n_rows, logits);
+    if (p->qwen)
+        return qwen3_forward_rollout(p->qwen, tokens, keymask, B, T, rows, n_rows, logits);
     return llada_forward_rollout(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
@@ -241,10 +232,11 @@ void dllm_policy_zero_grad(dllm_policy *p)
 
 int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err)
 {
-    if (p->qwen) { /* no copy: the rollout reads the trainer weights */
-        if (seconds)
-            *seconds = 0;
-        return 0;
+    if (p->qwen) {
+        int rc = qwen3_rollout_sync(p->qwen, &p->prec, seconds, err);
+        if (!rc && seconds && !p->prec.trainer_bf16 && p->prec.rollout == LLADA_ROLLOUT_TRAINER)
+            *seconds = 0; /* no copy to build */
+        return rc;
     }
     return llada_rollout_sync(p->llada, &p->prec, seconds, err);
 }
@@ -438,8 +430,11 @@ int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err)
                             mask, have_rank, (double)have_alpha, have_mask);
     }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    if (p->qwen)
-        return qwen3_lora_load(p->qwen, path, err);
+    if (p->qwen) {
+        if ((rc = qwen3_lora_load(p->qwen, path, err)))
+            return rc;
+        return qwen3_rollout_sync(p->qwen, &p->prec, NULL, err);
+    }
     if ((rc = llada_lora_load(p->llada, path, err)))
         return rc;
     return llada_rollout_sync(p->llada, &p->prec, NULL, err);
