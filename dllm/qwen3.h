@@ -1,5 +1,6 @@
 /* qwen3.h: the Qwen3 decoder-only transformer (HF Qwen3ForCausalLM), fp32 on
- * the CPU -- the autoregressive baseline, behind the same kind of interface
+ * the CPU (with a bf16 trainer and bf16 / FP8 rollout copies: "precision"
+ * below) -- the autoregressive baseline, behind the same kind of interface
  * as llada.h.
  *
  *   x = embed_tokens[tokens]
