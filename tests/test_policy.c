@@ -153,9 +153,6 @@ START_TEST(test_open_errors)
     c = tiny_cfg(0, "fp8");
     c.fp8_scaling = "group";
     expect_error(&c, "group");
-    c = tiny_cfg(0, "fp8");
-    c.arch = "qwen3"; /* no rollout copy for qwen3 */
-    expect_error(&c, "qwen3");
     c = tiny_cfg(4, NULL);
     c.arch = "qwen3";
     c.lora_targets = bad_t;
