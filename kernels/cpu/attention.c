@@ -18,8 +18,9 @@
  *
  * Threads: OpenMP splits the (b, head) units; each unit runs its GEMMs on one
  * thread (OpenBLAS is held at one thread meanwhile), so a unit's result does
- * not depend on the thread count nor on the rest of the batch. In the backward one unit is a (b, kv head)
- * with every query head of its group, so dk/dv are written without races. */
+ * not depend on the thread count nor on the rest of the batch. In the
+ * backward one unit is a (b, kv head) with every query head of its group, so
+ * dk/dv are written without races. */
 #include "kernels/ops.h"
 #include "kernels/base.h"
 
@@ -77,10 +78,9 @@ static int n_threads(bool par)
  * -O2 GCC only vectorises loops that need no scalar remainder; these rows have
  * any length, so the row kernels ask for the usual cost model. */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define ROW_KERNEL                                                                  \
-    __attribute__((target_clones("arch=x86-64-v3", "default"),                     \
-                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#define ROW_INLINE static inline __attribute__((always_inline, optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#define ROW_OPT optimize("tree-vectorize", "vect-cost-model=dynamic")
+#define ROW_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default"), ROW_OPT))
+#define ROW_INLINE static inline __attribute__((always_inline, ROW_OPT))
 #else
 #define ROW_KERNEL
 #define ROW_INLINE static inline
