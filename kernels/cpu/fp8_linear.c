@@ -8,6 +8,7 @@
  * to accumulation order. The dequantised weight is cached in w: it changes only when
  * the weight is re-quantised (weight sync), not per call. */
 #include "kernels/fp8.h"
+#include "kernels/ops.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@ void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C
     fp8_matrix_cache_dequant(w);
     float *a = dllm_malloc((size_t)N * C * sizeof(float)); // (N, C)
     fp8_quant_dequant(a, inp, N, C, w->format, w->act_scaling, w->pow2_scale);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, a, C, w->deq, C,
-                0.0f, out, OC);
+    /* through the op table's GEMM: one thread pool (OpenMP), as every other product */
+    op_gemm(false, true, N, OC, C, 1.0f, a, w->deq, 0.0f, out);
     free(a);
 }
