@@ -25,7 +25,7 @@ echo "quickstart: SFT $((t1 - t0)) s, RL $((t2 - t1)) s, total $((t2 - t0)) s"
 "$BIN" inspect "$RUNS/quickstart-rl" | sed -n '/^eval/,$p'
 if [ "${1:-}" = "--control" ]; then
   # the same extra time as SFT: steps at the measured SFT rate
-  sft_steps=$(sed -n 's/^  steps: *\([0-9]*\).*/\1/p' configs/quickstart-sft.yaml | head -1)
+  sft_steps=$(sed -n 's/^sft: *{ *steps: *\([0-9]*\).*/\1/p' configs/quickstart-sft.yaml)
   extra=$(( sft_steps * (t2 - t1) / (t1 - t0 > 0 ? t1 - t0 : 1) ))
   echo "control: $extra more SFT steps from the SFT model"
   "$BIN" sft configs/quickstart-sft.yaml --set log.dir="$RUNS" --set experiment=quickstart-control \
