@@ -4,7 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int cli_parse_ids(const char *s, const char *flag, int32_t **ids, int *n, dllm_err *err)
 {
@@ -88,4 +90,34 @@ void cli_print_json_number(FILE *f, double v, int digits)
         fprintf(f, "%.*g", digits, v);
     else
         fputs("null", f);
+}
+
+int cli_rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return unlink(path);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        cli_rm_tree(p);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+int cli_copy_file(const char *from, const char *to, dllm_err *err)
+{
+    char *data;
+    size_t len;
+    if (dllm_read_file(from, &data, &len, err))
+        return err->code;
+    FILE *f = fopen(to, "wb");
+    int ok = f && fwrite(data, 1, len, f) == len;
+    if (f && fclose(f))
+        ok = 0;
+    free(data);
+    return ok ? 0 : dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", to);
 }

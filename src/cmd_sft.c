@@ -89,36 +89,6 @@ static void sm_free(sft_model *m)
     m->qwen3 = NULL;
 }
 
-static int copy_file(const char *from, const char *to, dllm_err *err)
-{
-    char *data;
-    size_t len;
-    if (dllm_read_file(from, &data, &len, err))
-        return err->code;
-    FILE *f = fopen(to, "wb");
-    int ok = f && fwrite(data, 1, len, f) == len;
-    if (f && fclose(f))
-        ok = 0;
-    free(data);
-    return ok ? 0 : dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", to);
-}
-
-static int rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d)
-        return unlink(path);
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        rm_tree(p);
-    }
-    closedir(d);
-    return rmdir(path);
-}
-
 /* ckpt/step-N written under a temporary name, then renamed; latest re-pointed;
  * older checkpoints beyond checkpoint.keep removed. */
 static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *err)
@@ -129,7 +99,7 @@ static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *e
         return err->code;
     snprintf(tmp, sizeof tmp, "%s/.step-%d.tmp", dir, step);
     snprintf(final_, sizeof final_, "%s/step-%d", dir, step);
-    rm_tree(tmp);
+    cli_rm_tree(tmp);
     if (cli_mkdirs(tmp, err))
         return err->code;
     st_dtype dt = strcmp(r->cfg->model.dtype, "bf16") ? ST_F32 : ST_BF16;
@@ -137,9 +107,9 @@ static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *e
         return err->code;
     char tokdst[4300];
     snprintf(tokdst, sizeof tokdst, "%s/tokenizer.json", tmp);
-    if (copy_file(r->tok_path, tokdst, err))
+    if (cli_copy_file(r->tok_path, tokdst, err))
         return err->code;
-    rm_tree(final_);
+    cli_rm_tree(final_);
     if (rename(tmp, final_))
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", final_, strerror(errno));
     snprintf(link, sizeof link, "%s/latest", dir);
@@ -154,7 +124,7 @@ static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *e
         for (int s = step - keep * every; s > 0; s -= every) {
             char old[4200];
             snprintf(old, sizeof old, "%s/step-%d", dir, s);
-            rm_tree(old);
+            cli_rm_tree(old);
         }
     return 0;
 }

@@ -241,36 +241,6 @@ void rl_run_close(rl_run *run)
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 
-static int rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d)
-        return unlink(path);
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        rm_tree(p);
-    }
-    closedir(d);
-    return rmdir(path);
-}
-
-static int copy_file(const char *from, const char *to, dllm_err *err)
-{
-    char *data;
-    size_t len;
-    if (dllm_read_file(from, &data, &len, err))
-        return err->code;
-    FILE *f = fopen(to, "wb");
-    int ok = f && fwrite(data, 1, len, f) == len;
-    if (f && fclose(f))
-        ok = 0;
-    free(data);
-    return ok ? 0 : dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", to);
-}
-
 int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
 {
     if (run->rank != 0)
@@ -281,7 +251,7 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
         return err->code;
     snprintf(tmp, sizeof tmp, "%s/.step-%lld.tmp", dir, (long long)step);
     snprintf(fin, sizeof fin, "%s/step-%lld", dir, (long long)step);
-    rm_tree(tmp);
+    cli_rm_tree(tmp);
     if (cli_mkdirs(tmp, err))
         return err->code;
     /* weights for people: the adapter (LoRA) or the full HF model */
@@ -296,7 +266,7 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
     else
         snprintf(tok_from, sizeof tok_from, "%s/tokenizer.json", run->run_dir);
     snprintf(tok_to, sizeof tok_to, "%s/tokenizer.json", tmp);
-    if (copy_file(tok_from, tok_to, err))
+    if (cli_copy_file(tok_from, tok_to, err))
         return err->code;
     /* exact state for resuming: trainable vector, AdamW moments, reference */
     st_writer *w = st_writer_new();
@@ -324,7 +294,7 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
     json_decref(st);
     if (rc)
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", path);
-    rm_tree(fin);
+    cli_rm_tree(fin);
     if (rename(tmp, fin))
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", fin, strerror(errno));
     char link[4400], tmplink[4400], target[64];
@@ -354,7 +324,7 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
             if (newer >= keep) {
                 char old[4400];
                 snprintf(old, sizeof old, "%s/step-%lld", dir, steps[i]);
-                rm_tree(old);
+                cli_rm_tree(old);
             }
         }
     }
