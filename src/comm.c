@@ -11,8 +11,22 @@
 
 static int inited;
 
+/* Started by an MPI launcher? (mpirun/PMIx set these.) A plain process stays a
+ * single rank without touching MPI at all. */
+static int launched_by_mpi(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
+                                       "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]))
+            return 1;
+    return 0;
+}
+
 void comm_init(int *argc, char ***argv)
 {
+    if (!launched_by_mpi())
+        return;
     int flag = 0;
     MPI_Initialized(&flag);
     if (!flag)

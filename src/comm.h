@@ -1,6 +1,7 @@
 /* comm.h: the data-parallel communicator. Ranks are launched by MPI
  * (`mpirun -np N dllm-rl train ...`); built without MPI, or started without
- * mpirun, there is one rank and every collective is the identity. On the CPU
+ * an MPI launcher, there is one rank, MPI is never initialised, and every
+ * collective is the identity. On the CPU
  * backend gradients are all-reduced with MPI itself (NCCL takes over on GPUs).
  * Sums are in the order MPI gives; ranks hold whole groups. */
 #ifndef DLLM_COMM_H
