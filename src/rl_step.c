@@ -209,8 +209,9 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         if (!text)
             return err->code;
         const dllm_task_item *it = &run->train.items[b->prompt_index[i / G]];
-        b->reward[i] = run->task->reward(it, text, strlen(text));
         b->correct[i] = run->task->correct(it, text, strlen(text));
+        b->reward[i] = strcmp(run->cfg.task.reward, "correct") ? run->task->reward(it, text, strlen(text))
+                                                               : b->correct[i];
         free(text);
     }
 

@@ -42,6 +42,7 @@ typedef struct {
         int max_blanks;          /* sudoku generator */
         char format[16];         /* d1 (reasoning/answer tags) | plain */
         char chat[16];           /* auto | plain | llada | qwen3 */
+        char reward[16];         /* task: the task's reward | correct: 1 if correct, else 0 */
     } task;
     struct {
         char precision[16];      /* trainer | bf16 | fp8 */

@@ -255,18 +255,21 @@ END_TEST
 START_TEST(reference_arm_has_unit_weights)
 {
     write_config("r.yaml", "reference", "{method: is}");
-    ck_assert_int_eq(sh("%s train %s/r.yaml --quiet --set rollout.precision=trainer --set grpo.steps=1",
-                        bin(), tmp), 0);
+    ck_assert_int_eq(sh("%s train %s/r.yaml --quiet --set rollout.precision=trainer --set grpo.steps=1"
+                        " --set task.reward=correct", bin(), tmp), 0);
     int64_t n;
     double *logw = read_col("reference", "trajectories/log_w", &n);
     double *coef = read_col("reference", "trajectories/coef", &n);
+    double *reward = read_col("reference", "trajectories/reward", &n);
     ck_assert_int_gt(n, 0);
     for (int64_t i = 0; i < n; i++) {
         ck_assert(logw[i] == 0.0);
         ck_assert(coef[i] == 1.0);
+        ck_assert(reward[i] == 0.0 || reward[i] == 1.0); /* task.reward: correct */
     }
     free(logw);
     free(coef);
+    free(reward);
 }
 END_TEST
 
