@@ -68,10 +68,11 @@ void dllm_lik_plan_free(dllm_lik_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts,
-                        const uint8_t *prompt_mask, const int32_t *gen, const int *L,
-                        const int16_t *commit_step, int n_seq, int P, int G, uint64_t seed,
-                        uint64_t key, uint64_t seq_offset, dllm_err *err)
+/* The builder proper: sequence i draws its masks from streams[i]. */
+static int build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts,
+                 const uint8_t *prompt_mask, const int32_t *gen, const int *L,
+                 const int16_t *commit_step, int n_seq, int P, int G, const dllm_rng *streams,
+                 dllm_err *err)
 {
     memset(p, 0, sizeof *p);
     if (c->kind == EST_ELBO && c->mc <= 0)
@@ -106,7 +107,7 @@ int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *
             return dllm_err_set(err, DLLM_EXIT_INPUT, "completion %d: length %d outside 1..%d", i, Li, G);
         }
         p->L[i] = Li;
-        dllm_rng rng = dllm_rng_make(seed, DLLM_RNG_MASKS, key, seq_offset + (uint64_t)i);
+        dllm_rng rng = streams[i];
         if (c->kind == EST_AR_EXACT) {
             if (P < 1) {
                 free(counts);
@@ -193,6 +194,30 @@ int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *
         }
     }
     return 0;
+}
+
+int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts,
+                        const uint8_t *prompt_mask, const int32_t *gen, const int *L,
+                        const int16_t *commit_step, int n_seq, int P, int G, uint64_t seed,
+                        uint64_t key, uint64_t seq_offset, dllm_err *err)
+{
+    dllm_rng *streams = dllm_malloc(sizeof *streams * (size_t)(n_seq > 0 ? n_seq : 1));
+    for (int i = 0; i < n_seq; i++)
+        streams[i] = dllm_rng_make(seed, DLLM_RNG_MASKS, key, seq_offset + (uint64_t)i);
+    int rc = build(p, c, prompts, prompt_mask, gen, L, commit_step, n_seq, P, G, streams, err);
+    free(streams);
+    return rc;
+}
+
+int dllm_lik_plan_build_one(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompt, int P,
+                            const int32_t *completion, int L, const int16_t *commit_step,
+                            dllm_rng rng, dllm_err *err)
+{
+    if (L <= 0) {
+        memset(p, 0, sizeof *p);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "empty completion");
+    }
+    return build(p, c, prompt, NULL, completion, &L, commit_step, 1, P, L, &rng, err);
 }
 
 /* log softmax(z / temp)[y], and optionally softmax(z / temp) into prob */

@@ -48,6 +48,11 @@ int dllm_lik_plan_build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *
                         const uint8_t *prompt_mask, const int32_t *gen, const int *L,
                         const int16_t *commit_step, int n_seq, int P, int G, uint64_t seed,
                         uint64_t key, uint64_t seq_offset, dllm_err *err);
+/* One sequence with no padding and no positions past its end (G = L), masks
+ * from the caller's stream rng: what dllm_seq_logprob scores. */
+int dllm_lik_plan_build_one(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompt, int P,
+                            const int32_t *completion, int L, const int16_t *commit_step,
+                            dllm_rng rng, dllm_err *err);
 void dllm_lik_plan_free(dllm_lik_plan *p);
 
 /* Forward only: seq_logp (n_seq) in double; tok_logp (n_seq, G) may be NULL;
