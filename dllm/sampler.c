@@ -66,7 +66,7 @@ static int cmp_candidate(const void *a, const void *b)
 }
 
 /* x0 for one row: argmax (T = 0) or Gumbel-max in float64 with keyed noise. */
-static int32_t draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos)
+int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos)
 {
     int32_t best = 0;
     if (temp == 0) {
@@ -89,7 +89,7 @@ static int32_t draw_x0(const float *logit, int V, double temp, dllm_rng *noise, 
 }
 
 /* softmax(logit)[x] in double */
-static double softmax_at(const float *logit, int V, int32_t x)
+double dllm_sampler_prob(const float *logit, int V, int32_t x)
 {
     double mx = -INFINITY;
     for (int v = 0; v < V; v++)
@@ -203,8 +203,8 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
                     candidate *cd = &cand[nc++];
                     cd->row = i;
                     cd->pos = pos;
-                    cd->x0 = draw_x0(lg, V, c->temperature, &noise, pos);
-                    cd->prob = (float)softmax_at(lg, V, cd->x0);
+                    cd->x0 = dllm_sampler_draw_x0(lg, V, c->temperature, &noise, pos);
+                    cd->prob = (float)dllm_sampler_prob(lg, V, cd->x0);
                     if (c->remasking == REMASK_LOW_CONFIDENCE) {
                         cd->conf = cd->prob;
                     } else {

@@ -19,6 +19,7 @@
 #define DLLM_SAMPLER_H
 
 #include "kernels/base.h"
+#include "kernels/rng.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -58,6 +59,14 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
                 int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
                 dllm_err *err);
 void dllm_rollout_free(dllm_rollout *r);
+
+/* One row's draw, as the sampler makes it: x0 by argmax (temp 0, ties to the
+ * lowest id) or Gumbel-max with the keyed noise of canvas position pos (the
+ * stream's counter is set to pos*V + v for token v). Exposed so the CUDA kernel
+ * is checked against this very code. */
+int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos);
+/* softmax(logit)[x] in double: the committed token's probability. */
+double dllm_sampler_prob(const float *logit, int V, int32_t x);
 
 /* Completion length: tokens up to and including the first EOS (G if none). */
 int dllm_completion_length(const int32_t *gen, int G, int eos_id);

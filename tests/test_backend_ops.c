@@ -26,6 +26,8 @@
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 
+#include "dllm/sampler.h"
+
 #include <check.h>
 #include <float.h>
 #include <math.h>
@@ -755,43 +757,6 @@ END_TEST
 
 /* ---- sampler x0 and the device RNG -------------------------------------------------------------- */
 
-/* The CPU sampler's draw (dllm/sampler.c: draw_x0 and softmax_at), on kernels/rng.c. */
-static int32_t cpu_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos)
-{
-    int32_t best = 0;
-    if (temp == 0) {
-        for (int v = 1; v < V; v++)
-            if (logit[v] > logit[best])
-                best = v;
-        return best;
-    }
-    double best_s = -1;
-    for (int v = 0; v < V; v++) {
-        noise->ctr = (uint64_t)pos * (uint64_t)V + (uint64_t)v;
-        double u = dllm_rng_uniform(noise);
-        double s = exp((double)logit[v]) / pow(-log(u), temp);
-        if (s > best_s) {
-            best_s = s;
-            best = v;
-        }
-    }
-    return best;
-}
-
-static double cpu_softmax_at(const float *logit, int V, int32_t x)
-{
-    double mx = -INFINITY;
-    for (int v = 0; v < V; v++)
-        if (logit[v] > mx)
-            mx = logit[v];
-    if (mx == -INFINITY)
-        return 0;
-    double z = 0;
-    for (int v = 0; v < V; v++)
-        z += exp((double)logit[v] - mx);
-    return exp((double)logit[x] - mx) / z;
-}
-
 START_TEST(test_sampler_x0)
 {
     const int n = 24, V = 1000;
@@ -823,9 +788,9 @@ START_TEST(test_sampler_x0)
             dllm_rng noise = dllm_rng_make(seed, DLLM_RNG_SAMPLER, gstep, 2 * (uint64_t)seq[i]);
             dllm_rng remask = dllm_rng_make(seed, DLLM_RNG_SAMPLER, gstep, 2 * (uint64_t)seq[i] + 1);
             const float *row = lg + (size_t)i * V;
-            int32_t x0 = cpu_draw_x0(row, V, temps[ti], &noise, pos[i]);
+            int32_t x0 = dllm_sampler_draw_x0(row, V, temps[ti], &noise, pos[i]);
             ck_assert_msg(gx[i] == x0, "T=%g row %d: x0 %d vs CPU %d", temps[ti], i, gx[i], x0);
-            float prob = (float)cpu_softmax_at(row, V, x0);
+            float prob = (float)dllm_sampler_prob(row, V, x0);
             ck_assert_msg((isnan(prob) && isnan(gp[i])) || fabsf(gp[i] - prob) <= 1e-6f * prob + 1e-30f,
                           "T=%g row %d: prob %g vs %g", temps[ti], i, gp[i], prob);
             remask.ctr = (uint64_t)pos[i];
