@@ -268,7 +268,7 @@ int cmd_generate(int argc, char **argv)
     for (int b = 0; !rc && b < np; b++) {
         const int32_t *g = r.tokens + (size_t)b * (P + gen) + P;
         int len = dllm_completion_length(g, (int)gen, mc->eos_token_id);
-        int text_len = len - (len > 0 && g[len - 1] == mc->eos_token_id);
+
         if (!strcmp(format, "ids")) {
             for (int i = 0; i < gen; i++)
                 printf("%s%d", i ? "," : "", g[i]);
@@ -277,7 +277,7 @@ int cmd_generate(int argc, char **argv)
         }
         char *text = NULL;
         size_t tlen = 0;
-        if ((rc = dllm_tokenizer_decode(tok, g, (size_t)text_len, true, &text, &tlen, &err)))
+        if ((rc = completion_decode(tok, g, len, mc->eos_token_id, &text, &tlen, &err)))
             break;
         if (!strcmp(format, "text")) {
             fwrite(text, 1, tlen, stdout);

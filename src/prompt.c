@@ -26,3 +26,21 @@ int prompt_encode(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_co
     *nout = (int)n + bos;
     return 0;
 }
+
+int completion_decode(dllm_tokenizer *tok, const int32_t *gen, int L, int eos_id, char **text,
+                      size_t *len, dllm_err *err)
+{
+    int n = L - (L > 0 && gen[L - 1] == eos_id);
+    int32_t *ids = dllm_malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
+    int k = 0;
+    const int32_t nv = (int32_t)dllm_tokenizer_vocab_size(tok);
+    for (int i = 0; i < n; i++)
+        if (gen[i] >= 0 && gen[i] < nv)
+            ids[k++] = gen[i];
+    size_t tl = 0;
+    int rc = dllm_tokenizer_decode(tok, ids, (size_t)k, true, text, &tl, err);
+    free(ids);
+    if (!rc && len)
+        *len = tl;
+    return rc;
+}

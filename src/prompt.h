@@ -11,4 +11,11 @@
 int prompt_encode(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_config *mc,
                   const char *text, int32_t **ids, int *n, dllm_err *err);
 
+/* Text of a generated completion: its first L tokens without a final EOS, with
+ * special tokens skipped. Ids beyond the tokenizer (a model's embedding may
+ * have more rows than the tokenizer has tokens, as in padded vocabularies)
+ * decode to nothing, as in HF decoding. *text malloc'd, NUL-terminated. */
+int completion_decode(dllm_tokenizer *tok, const int32_t *gen, int L, int eos_id, char **text,
+                      size_t *len, dllm_err *err);
+
 #endif

@@ -3,6 +3,7 @@
 
 #include "kernels/ops.h"
 #include "src/comm.h"
+#include "src/prompt.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,20 +40,8 @@ void rl_batch_free(rl_batch *b)
 
 char *rl_completion_text(rl_run *run, const int32_t *gen, int L, dllm_err *err)
 {
-    int n = L - (L > 0 && gen[L - 1] == run->mc->eos_token_id);
-    /* the embedding may have more rows than the tokenizer has tokens (padded
-     * vocabularies); such ids decode to nothing, as in HF decoding */
-    int32_t *ids = dllm_malloc(sizeof *ids * (size_t)(n ? n : 1));
-    int k = 0;
-    const int32_t nv = (int32_t)dllm_tokenizer_vocab_size(run->tok);
-    for (int i = 0; i < n; i++)
-        if (gen[i] >= 0 && gen[i] < nv)
-            ids[k++] = gen[i];
     char *text = NULL;
-    size_t len = 0;
-    int rc = dllm_tokenizer_decode(run->tok, ids, (size_t)k, true, &text, &len, err);
-    free(ids);
-    return rc ? NULL : text;
+    return completion_decode(run->tok, gen, L, run->mc->eos_token_id, &text, NULL, err) ? NULL : text;
 }
 
 /* Left-pads prompts of several items into (rows, P) with a key mask; each

@@ -302,6 +302,16 @@ START_TEST(bad_configs_exit_2_with_position)
 }
 END_TEST
 
+/* A random model samples ids past the char tokenizer's 103 (its embedding has
+ * 128 rows): generated text skips them instead of failing. */
+START_TEST(generate_text_with_a_padded_vocabulary)
+{
+    for (int seed = 1; seed <= 4; seed++)
+        ck_assert_int_eq(sh("%s generate --model %s --prompt 12 --gen-length 16 --block-length 16"
+                            " --steps 16 --temperature 1 --seed %d >/dev/null", bin(), model, seed), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -312,6 +322,7 @@ int main(void)
     tcase_add_test(tc, diagnostics_recompute_from_the_log);
     tcase_add_test(tc, reference_arm_has_unit_weights);
     tcase_add_test(tc, bad_configs_exit_2_with_position);
+    tcase_add_test(tc, generate_text_with_a_padded_vocabulary);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
