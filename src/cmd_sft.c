@@ -3,7 +3,8 @@
  * mean over the batch's answer tokens.
  *
  * Per step: a batch of prompt/answer pairs (epoch-shuffled, seeded), padded
- * with EOS to the batch's longest pair (the padding counts as answer, as in
+ * with EOS to data.answer_length answer tokens when set, else to the batch's
+ * longest pair (the padding counts as answer, as in
  * LLaDA's SFT); per sequence t ~ U(0,1), p = (1 - 1e-3) t + 1e-3, each answer
  * token masked with probability p; loss = mean over sequences of
  * sum_masked CE / p / answer_len. AdamW with warmup and global-norm clipping.
@@ -34,7 +35,7 @@ static const char usage_text[] =
     "\n"
     "Masked-diffusion SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}).\n"
     "Keys: experiment, seed, model.{path|preset,dtype,lora.{rank,alpha,targets}},\n"
-    "data.{train,max_len}, sft.{steps,batch_size}, optim.{lr,warmup,betas,eps,\n"
+    "data.{train,max_len,answer_length}, sft.{steps,batch_size}, optim.{lr,warmup,betas,eps,\n"
     "weight_decay,grad_clip}, log.{dir,every}, checkpoint.{every,keep}.\n"
     "Output: RUN_DIR = log.dir/experiment with config.yaml, sft_log.jsonl, ckpt/.\n";
 
@@ -281,9 +282,13 @@ int cmd_sft(int argc, char **argv)
     dllm_tokenizer *tok = NULL;
     sft_dataset ds = {0};
     int rc = load_model(&cfg, m, &tok, run.tok_path, sizeof run.tok_path, run.run_dir, &err);
+    if (!rc && cfg.data.answer_length > 0 && !m->llada)
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                          "data.answer_length pads answers for masked diffusion; an "
+                          "autoregressive model stops at its EOS (leave it at 0)");
     if (!rc)
         rc = sft_data_load(&ds, cfg.data.train, tok, sm_config(m), cfg.data.max_len,
-                           cfg.sft.chat, &err);
+                           cfg.data.answer_length, cfg.sft.chat, &err);
     if (rc) {
         sm_free(m);
         dllm_tokenizer_free(tok);

@@ -15,7 +15,8 @@ static int encode_field(dllm_tokenizer *tok, const char *path, int line, const c
 }
 
 int sft_data_load(sft_dataset *ds, const char *path, dllm_tokenizer *tok,
-                  const dllm_model_config *cfg, int max_len, bool chat, dllm_err *err)
+                  const dllm_model_config *cfg, int max_len, int answer_len, bool chat,
+                  dllm_err *err)
 {
     (void)chat; /* chat formats arrive with the chat module */
     memset(ds, 0, sizeof *ds);
@@ -58,12 +59,23 @@ int sft_data_load(sft_dataset *ds, const char *path, dllm_tokenizer *tok,
             break;
         }
         int len = (int)(np + na) + 2;
+        if (answer_len > 0 && (int)na + 1 > answer_len) {
+            free(p);
+            free(a);
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                              "%s:%d: the answer is %d tokens with its EOS, more than "
+                              "data.answer_length %d",
+                              path, line, (int)na + 1, answer_len);
+            break;
+        }
+        if (answer_len > 0)
+            len = (int)np + 1 + answer_len;
         if (len > max_len) {
             free(p);
             free(a);
             rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                              "%s:%d: %d tokens (BOS + prompt + answer + EOS) exceed data.max_len %d",
-                              path, line, len, max_len);
+                              "%s:%d: %d tokens (BOS, prompt, answer, EOS%s) exceed data.max_len %d",
+                              path, line, len, answer_len > 0 ? " and padding" : "", max_len);
             break;
         }
         if (ds->n == cap_ex)
@@ -73,7 +85,8 @@ int sft_data_load(sft_dataset *ds, const char *path, dllm_tokenizer *tok,
         e->ids[0] = cfg->bos_token_id >= 0 ? cfg->bos_token_id : cfg->eos_token_id;
         memcpy(e->ids + 1, p, sizeof *p * np);
         memcpy(e->ids + 1 + np, a, sizeof *a * na);
-        e->ids[len - 1] = cfg->eos_token_id;
+        for (int i = 1 + (int)(np + na); i < len; i++)
+            e->ids[i] = cfg->eos_token_id; /* EOS, then EOS padding up to answer_len */
         e->prompt_len = (int)np + 1;
         e->len = len;
         if (len > ds->max_len)

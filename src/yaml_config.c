@@ -105,6 +105,7 @@ static const cfg_key keys[] = {
     {"correction.ais.alpha_max", K_FLOAT, F(correction.ais.alpha_max), "1", 0, 1, NULL},
     {"data.train", K_STR, F(data.train), "", 0, 0, NULL},
     {"data.max_len", K_INT, F(data.max_len), "128", 2, 1 << 20, NULL},
+    {"data.answer_length", K_INT, F(data.answer_length), "0", 0, 1 << 20, NULL},
     {"sft.steps", K_INT, F(sft.steps), "100", 0, 1e9, NULL},
     {"sft.batch_size", K_INT, F(sft.batch_size), "8", 1, 1 << 20, NULL},
     {"sft.chat", K_BOOL, F(sft.chat), "false", 0, 0, NULL},

@@ -85,6 +85,7 @@ typedef struct {
     struct {
         char train[CFG_STR_MAX]; /* JSONL {"prompt": ..., "answer": ...} */
         int max_len;             /* prompt + answer tokens; longer pairs are an error */
+        int answer_length;       /* EOS-pad every answer to this many tokens (0: no) */
     } data;
     struct {
         int steps;

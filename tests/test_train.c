@@ -4,8 +4,12 @@
  *  - from the logged log_w, advantages and token log-ratios, the diagnostics
  *    rho_ess, delta, nu, alpha and every c_i recompute (METHOD.md §5) with an
  *    implementation written here, independent of src/corrections.c;
- *  - malformed configs exit with status 2 and file:line:col. */
+ *  - malformed configs exit with status 2 and file:line:col;
+ *  - SFT data: EOS padding of answers to data.answer_length. */
+#include "dllm/model_config.h"
+#include "dllm/tokenizer.h"
 #include "src/h5log.h"
+#include "src/sft_data.h"
 
 #include <check.h>
 #include <hdf5.h>
@@ -312,6 +316,51 @@ START_TEST(generate_text_with_a_padded_vocabulary)
 }
 END_TEST
 
+/* data.answer_length: [BOS] prompt answer EOS EOS... with exactly answer_len
+ * answer tokens; an answer that does not fit (with its EOS) names file:line. */
+START_TEST(sft_answers_pad_to_answer_length)
+{
+    char path[256], tokp[256];
+    snprintf(path, sizeof path, "%s/pairs.jsonl", tmp);
+    snprintf(tokp, sizeof tokp, "%s/tokenizer.json", model);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"prompt\": \"12\", \"answer\": \"345\"}\n\n{\"prompt\": \"1\", \"answer\": \"6\"}\n", f);
+    fclose(f);
+    dllm_err err = {0};
+    dllm_model_config mc;
+    dllm_tokenizer *tok;
+    ck_assert_msg(dllm_config_load(&mc, model, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tokenizer_load(&tok, tokp, &err) == 0, "%s", err.msg);
+    sft_dataset ds;
+    for (int pad = 0; pad <= 6; pad += 6) {
+        ck_assert_msg(sft_data_load(&ds, path, tok, &mc, 64, pad, false, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(ds.n, 2);
+        const int plen[2] = {3, 2}, alen[2] = {3, 1};
+        for (int i = 0; i < 2; i++) {
+            const sft_example *e = &ds.ex[i];
+            ck_assert_int_eq(e->prompt_len, plen[i]);
+            ck_assert_int_eq(e->len, plen[i] + (pad ? pad : alen[i] + 1));
+            ck_assert_int_eq(e->ids[0], mc.bos_token_id);
+            for (int t = plen[i]; t < plen[i] + alen[i]; t++)
+                ck_assert_int_ne(e->ids[t], mc.eos_token_id);
+            for (int t = plen[i] + alen[i]; t < e->len; t++)
+                ck_assert_int_eq(e->ids[t], mc.eos_token_id);
+        }
+        ck_assert_int_eq(ds.max_len, pad ? 3 + pad : 7);
+        sft_data_free(&ds);
+    }
+    /* "345" + EOS is 4 tokens: 3 is too few, and the error names line 1 */
+    ck_assert_int_eq(sft_data_load(&ds, path, tok, &mc, 64, 3, false, &err), 2);
+    ck_assert_msg(strstr(err.msg, "pairs.jsonl:1:") && strstr(err.msg, "data.answer_length 3"), "%s",
+                  err.msg);
+    /* max_len counts the padding */
+    ck_assert_int_eq(sft_data_load(&ds, path, tok, &mc, 8, 6, false, &err), 2);
+    ck_assert_msg(strstr(err.msg, "exceed data.max_len 8"), "%s", err.msg);
+    dllm_tokenizer_free(tok);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -323,6 +372,7 @@ int main(void)
     tcase_add_test(tc, reference_arm_has_unit_weights);
     tcase_add_test(tc, bad_configs_exit_2_with_position);
     tcase_add_test(tc, generate_text_with_a_padded_vocabulary);
+    tcase_add_test(tc, sft_answers_pad_to_answer_length);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
