@@ -53,6 +53,9 @@ enum { FP8_BLOCK = 128 }; /* side of weight blocks and length of activation grou
 /* ---- scalars ------------------------------------------------------------------------ */
 uint8_t fp8_encode(float x, fp8_format f);
 float fp8_decode(uint8_t code, fp8_format f);
+/* fp8_decode(fp8_encode(x, f), f), bit for bit, without the table: the run-time
+ * activation path. */
+float fp8_round(float x, fp8_format f);
 float fp8_max(fp8_format f);          /* 448 or 57344 */
 uint8_t fp8_max_code(fp8_format f);   /* 0x7E or 0x7B (positive max) */
 /* Distance between adjacent codes around |v| (in units of the format, v unscaled):

@@ -205,6 +205,43 @@ START_TEST(test_nan)
 }
 END_TEST
 
+/* fp8_round == decode(encode(x)) bit for bit: every 977th fp32 bit pattern (both
+ * signs, every exponent, NaN and inf included) and every value near each format's
+ * rounding boundaries (midpoints between adjacent codes, +-1 ulp). */
+START_TEST(test_round_is_decode_encode)
+{
+    for (int f = 0; f < 2; f++) {
+        fp8_format F = FORMATS[f];
+        long checked = 0;
+        for (uint64_t u = 0; u <= 0xFFFFFFFFu; u += 977) {
+            uint32_t b = (uint32_t)u;
+            float x;
+            memcpy(&x, &b, sizeof x);
+            float want = fp8_decode(fp8_encode(x, F), F), got = fp8_round(x, F);
+            if (bits_of(got) != bits_of(want)) /* one assertion per mismatch only: */
+                ck_abort_msg("%s: round(%a) = %a, want %a", fp8_format_name(F), (double)x,
+                             (double)got, (double)want); /* Check marks each passing one */
+            checked++;
+        }
+        for (int c = 0; c < 0x7F; c++) {
+            float lo = fp8_decode((uint8_t)c, F), hi = fp8_decode((uint8_t)(c + 1), F);
+            if (!isfinite(lo) || !isfinite(hi))
+                continue;
+            float mid = lo + (hi - lo) / 2; /* exact: a code's neighbours differ by one step */
+            const float probes[] = {mid, nextafterf(mid, 0), nextafterf(mid, INFINITY), lo, hi};
+            for (int k = 0; k < 5; k++)
+                for (int sg = -1; sg <= 1; sg += 2) {
+                    float x = probes[k] * (float)sg;
+                    float want = fp8_decode(fp8_encode(x, F), F), got = fp8_round(x, F);
+                    ck_assert_msg(bits_of(got) == bits_of(want), "%s: round(%a) = %a, want %a",
+                                  fp8_format_name(F), (double)x, (double)got, (double)want);
+                }
+        }
+        ck_assert(checked > 4000000);
+    }
+}
+END_TEST
+
 START_TEST(test_names)
 {
     dllm_err err = {0};
@@ -655,6 +692,7 @@ static Suite *fp8_suite(void)
     Suite *s = suite_create("fp8");
     TCase *tc = tcase_create("numbers");
     tcase_add_test(tc, test_decode_all_codes);
+    tcase_add_test(tc, test_round_is_decode_encode);
     tcase_add_test(tc, test_roundtrip_codes);
     tcase_add_test(tc, test_encode_golden);
     tcase_add_test(tc, test_encode_nearest_search);

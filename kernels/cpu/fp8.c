@@ -87,6 +87,37 @@ float fp8_decode(uint8_t c, fp8_format f)
     return neg ? -v : v;
 }
 
+/* decode(encode(x)) without the code: the same bit arithmetic as fp8_encode, kept
+ * in the fp32 layout (mask the dropped mantissa bits instead of re-biasing), and
+ * the subnormal range as an RNE integer multiple of the smallest step. */
+float fp8_round(float x, fp8_format f)
+{
+    const fp8_params *p = &PARAMS[f];
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t sign = u & 0x80000000u, a = u & 0x7FFFFFFFu, r;
+    const int shift = 23 - p->mbits;
+    uint32_t maxbits;
+    memcpy(&maxbits, &p->max, sizeof maxbits);
+    if (a > 0x7F800000u)
+        return sign ? -NAN : NAN; /* as fp8_decode of the NaN code */
+    if (a >= (uint32_t)(127 + 1 - p->bias) << 23) {
+        r = (a + ((1u << (shift - 1)) - 1) + ((a >> shift) & 1)) & ~((1u << shift) - 1);
+        if (r > maxbits)
+            r = maxbits; /* saturation, +-inf included */
+    } else {
+        /* |x| < 2^(1-bias): a multiple of 2^(1-bias-mbits), RNE (rintf in the default
+         * rounding mode); both scalings by powers of two are exact */
+        float q = rintf(fabsf(x) * ldexpf(1.0f, p->bias + p->mbits - 1)) *
+                  ldexpf(1.0f, 1 - p->bias - p->mbits);
+        memcpy(&r, &q, sizeof r);
+    }
+    r |= sign;
+    float v;
+    memcpy(&v, &r, sizeof v);
+    return v;
+}
+
 float fp8_max(fp8_format f) { return PARAMS[f].max; }
 uint8_t fp8_max_code(fp8_format f) { return PARAMS[f].max_code; }
 
@@ -359,14 +390,16 @@ void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
     float *scale = dllm_malloc((size_t)SR * SC * sizeof(float));
     /* all scales first, so out may alias x */
     compute_scales(scale, x, R, C, br, bc, &PARAMS[f], pow2_scale);
-    float lut[256];
-    decode_table(lut, f);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < R; r++) {
         const float *srow = scale + (size_t)(r / br) * SC;
-        for (int c = 0; c < C; c++) {
-            float sc = srow[c / bc];
-            out[(size_t)r * C + c] = lut[fp8_encode(x[(size_t)r * C + c] / sc, f)] * sc;
+        for (int c0 = 0; c0 < C; c0 += bc) {
+            float sc = srow[c0 / bc];
+            int c1 = c0 + bc < C ? c0 + bc : C;
+            const float *xr = x + (size_t)r * C;
+            float *orow = out + (size_t)r * C;
+            for (int c = c0; c < c1; c++)
+                orow[c] = fp8_round(xr[c] / sc, f) * sc;
         }
     }
     free(scale);
