@@ -1,9 +1,11 @@
 /* cmd_inspect.c: `dllm-rl inspect RUN_DIR|RUN.h5 [--json]`: a summary of a run
  * log: the root attributes, the number of steps and trajectories, per step
  * metric first/last/min/max/mean over its finite values (metrics with none are
- * skipped), and each eval task's latest result. Reads with SWMR, so it works on
- * a running or killed run. */
+ * skipped), and each eval task's latest result, with the paired change since the
+ * first eval (and against another run with --against) from the per-item outcome
+ * files of RUN_DIR/eval. Reads with SWMR, so it works on a running or killed run. */
 #include "src/commands.h"
+#include "src/eval_outcomes.h"
 #include "src/h5log.h"
 
 #include "kernels/base.h"
@@ -18,10 +20,15 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dllm-rl inspect RUN_DIR|RUN.h5 [--json]\n\n"
+            "usage: dllm-rl inspect RUN_DIR|RUN.h5 [--against OTHER_RUN_DIR] [--json]\n\n"
             "Summarises a run log (RUN_DIR/log.h5): attributes, number of steps and\n"
             "trajectories, first/last/min/max/mean of every step metric (over its finite\n"
             "values; all-NaN metrics are skipped) and the latest eval of each task.\n"
+            "From the per-item outcomes in RUN_DIR/eval: the paired change of accuracy\n"
+            "from the first eval to the latest (same items; the difference's standard\n"
+            "error is that of the per-item differences). --against: the same comparison\n"
+            "of this run's latest eval with OTHER_RUN_DIR's latest, which must score the\n"
+            "same items.\n"
             "--json prints the same as one JSON object (non-finite numbers as null).\n\n"
             "exit status: 0 success, 2 bad input (missing or corrupt log), 1 internal failure\n");
 }
@@ -84,9 +91,73 @@ static int read_eval(h5log *log, const char *task, eval_summary *e, dllm_err *er
     return 0;
 }
 
+typedef struct {
+    char task[64], a_name[64], b_name[64];
+    size_t n;
+    eval_paired p;
+} paired_row;
+
+static void base_name(char *out, size_t cap, const char *dir, long long step)
+{
+    size_t l = strlen(dir);
+    while (l > 1 && dir[l - 1] == '/')
+        l--;
+    const char *b = dir + l;
+    while (b > dir && b[-1] != '/')
+        b--;
+    snprintf(out, cap, "%.*s@%lld", (int)(dir + l - b) > 40 ? 40 : (int)(dir + l - b), b, step);
+}
+
+static int pair_files(const char *pa, const char *dir_a, const char *pb, const char *dir_b,
+                      const char *task, paired_row *row, int *npr, dllm_err *err)
+{
+    eval_outcomes a, b;
+    int rc = eval_outcomes_read(pa, &a, err);
+    if (rc)
+        return rc;
+    if ((rc = eval_outcomes_read(pb, &b, err))) {
+        eval_outcomes_free(&a);
+        return rc;
+    }
+    rc = eval_outcomes_pair(&a, &b, &row->p, err);
+    if (!rc) {
+        snprintf(row->task, sizeof row->task, "%s", task);
+        base_name(row->a_name, sizeof row->a_name, dir_a, a.step);
+        base_name(row->b_name, sizeof row->b_name, dir_b, b.step);
+        row->n = a.n;
+        ++*npr;
+    }
+    eval_outcomes_free(&a);
+    eval_outcomes_free(&b);
+    return rc;
+}
+
+/* the latest eval against the first, when the run has two */
+static int paired_since_first(const char *run_dir, const char *task, paired_row *row, int *npr,
+                              dllm_err *err)
+{
+    char first[4400], last[4400];
+    if (eval_outcomes_find(run_dir, task, false, first, sizeof first) ||
+        eval_outcomes_find(run_dir, task, true, last, sizeof last) || !strcmp(first, last))
+        return 0;
+    return pair_files(last, run_dir, first, run_dir, task, row, npr, err);
+}
+
+static int paired_against(const char *run_dir, const char *other, const char *task,
+                          paired_row *row, int *npr, dllm_err *err)
+{
+    char mine[4400], theirs[4400];
+    if (eval_outcomes_find(run_dir, task, true, mine, sizeof mine))
+        return 0;
+    if (eval_outcomes_find(other, task, true, theirs, sizeof theirs))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s/eval: no %s eval outcomes to compare with",
+                            other, task);
+    return pair_files(mine, run_dir, theirs, other, task, row, npr, err);
+}
+
 int cmd_inspect(int argc, char **argv)
 {
-    const char *target = NULL;
+    const char *target = NULL, *against = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -94,6 +165,8 @@ int cmd_inspect(int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--against") && i + 1 < argc) {
+            against = argv[++i];
         } else if (argv[i][0] != '-' && !target) {
             target = argv[i];
         } else {
@@ -107,14 +180,22 @@ int cmd_inspect(int argc, char **argv)
         return 2;
     }
     /* A run directory holds log.h5. */
-    char path[4096];
+    char path[4096], run_dir[4096];
     struct stat st;
     size_t tl = strlen(target);
-    if (stat(target, &st) == 0 && S_ISDIR(st.st_mode))
+    if (stat(target, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(path, sizeof path, "%s%slog.h5", target,
                  tl && target[tl - 1] == '/' ? "" : "/");
-    else
+        snprintf(run_dir, sizeof run_dir, "%s", target);
+    } else {
         snprintf(path, sizeof path, "%s", target);
+        snprintf(run_dir, sizeof run_dir, "%s", target);
+        char *slash = strrchr(run_dir, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(run_dir, sizeof run_dir, ".");
+    }
 
     dllm_err err = {0};
     h5log *log;
@@ -144,8 +225,15 @@ int cmd_inspect(int argc, char **argv)
             ms[nms++] = s;
     }
     eval_summary *ev = dllm_calloc(d->n_eval_tasks ? (size_t)d->n_eval_tasks : 1, sizeof *ev);
+    paired_row *pr = dllm_calloc(2 * (d->n_eval_tasks ? (size_t)d->n_eval_tasks : 1), sizeof *pr);
+    int npr = 0;
     for (int t = 0; t < d->n_eval_tasks && !rc; t++)
         rc = read_eval(log, d->eval_tasks[t], &ev[t], &err);
+    for (int t = 0; t < d->n_eval_tasks && !rc; t++) {
+        rc = paired_since_first(run_dir, d->eval_tasks[t], &pr[npr], &npr, &err);
+        if (!rc && against)
+            rc = paired_against(run_dir, against, d->eval_tasks[t], &pr[npr], &npr, &err);
+    }
     if (rc) {
         fprintf(stderr, "dllm-rl inspect: %s\n", err.msg);
         goto done;
@@ -192,6 +280,22 @@ int cmd_inspect(int argc, char **argv)
             json_object_set_new(je, ev[t].task, o);
         }
         json_object_set_new(root, "eval", je);
+        json_t *jp = json_array();
+        for (int i = 0; i < npr; i++) {
+            json_t *o = json_object();
+            json_object_set_new(o, "task", json_string(pr[i].task));
+            json_object_set_new(o, "a", json_string(pr[i].a_name));
+            json_object_set_new(o, "b", json_string(pr[i].b_name));
+            json_object_set_new(o, "n", json_integer((json_int_t)pr[i].n));
+            json_object_set_new(o, "accuracy_a", jnum(pr[i].p.a));
+            json_object_set_new(o, "accuracy_b", jnum(pr[i].p.b));
+            json_object_set_new(o, "diff", jnum(pr[i].p.diff));
+            json_object_set_new(o, "diff_se", jnum(pr[i].p.se));
+            json_object_set_new(o, "only_a", json_integer((json_int_t)pr[i].p.only_a));
+            json_object_set_new(o, "only_b", json_integer((json_int_t)pr[i].p.only_b));
+            json_array_append_new(jp, o);
+        }
+        json_object_set_new(root, "paired", jp);
         json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
         fputc('\n', stdout);
         json_decref(root);
@@ -228,8 +332,18 @@ int cmd_inspect(int argc, char **argv)
                     printf("%-14s %6d %8s\n", ev[t].task, 0, "-");
             }
         }
+        if (npr) {
+            printf("\npaired (same items: a - b, standard error of the per-item differences)\n");
+            printf("%-10s %-28s %-28s %6s %8s %8s %9s %8s %7s %7s\n", "task", "a", "b", "n",
+                   "acc_a", "acc_b", "a - b", "se", "only_a", "only_b");
+            for (int i = 0; i < npr; i++)
+                printf("%-10s %-28s %-28s %6zu %8.4f %8.4f %+9.4f %8.4f %7zu %7zu\n", pr[i].task,
+                       pr[i].a_name, pr[i].b_name, pr[i].n, pr[i].p.a, pr[i].p.b, pr[i].p.diff,
+                       pr[i].p.se, pr[i].p.only_a, pr[i].p.only_b);
+        }
     }
 done:
+    free(pr);
     free(ev);
     free(ms);
     free(steps);

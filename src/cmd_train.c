@@ -4,6 +4,7 @@
 #include "src/cli_util.h"
 #include "src/comm.h"
 #include "src/commands.h"
+#include "src/eval_outcomes.h"
 #include "src/rl_run.h"
 
 #include <errno.h>
@@ -189,8 +190,14 @@ static void progress(const rl_run *run, int64_t step, const double *m, double el
 static int evaluate_and_log(rl_run *run, int64_t step, dllm_err *err)
 {
     double acc, se, rew;
-    if (rl_evaluate(run, &acc, &se, &rew, err))
+    uint8_t *ok = dllm_malloc(run->eval.n ? run->eval.n : 1);
+    if (rl_evaluate(run, &acc, &se, &rew, ok, err) ||
+        (run->rank == 0 && eval_outcomes_write(run->run_dir, run->task->name, (long long)step, ok,
+                                               run->eval.n, rl_eval_items_hash(run), err))) {
+        free(ok);
         return err->code;
+    }
+    free(ok);
     if (run->rank != 0)
         return 0;
     if (!run->quiet && !run->jsonl)

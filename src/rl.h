@@ -91,9 +91,13 @@ void rl_batch_free(rl_batch *b);
 int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *err);
 
 /* Greedy evaluation on the held-out items (METHOD.md §4): accuracy, its
- * standard error, mean reward; over all ranks. */
+ * standard error, mean reward; over all ranks. correct (NULL or run->eval.n):
+ * each item's 0/1 outcome, on every rank. */
 int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *reward_mean,
-                dllm_err *err);
+                uint8_t *correct, dllm_err *err);
+
+/* FNV-1a 64 of the eval items' questions: names the eval set in outcome files. */
+uint64_t rl_eval_items_hash(const rl_run *run);
 
 /* Completion text of row i (up to the first EOS, excluded), malloc'd. */
 char *rl_completion_text(rl_run *run, const int32_t *gen, int L, dllm_err *err);

@@ -430,12 +430,24 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     return 0;
 }
 
+uint64_t rl_eval_items_hash(const rl_run *run)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < run->eval.n; i++) {
+        const char *q = run->eval.items[i].question;
+        for (size_t k = 0; q && k <= strlen(q); k++) /* the NUL separates items */
+            h = (h ^ (uint8_t)q[k]) * 0x100000001b3ULL;
+    }
+    return h;
+}
+
 int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *reward_mean,
-                dllm_err *err)
+                uint8_t *correct, dllm_err *err)
 {
     const int n_total = (int)run->eval.n;
     /* ranks take interleaved slices; batches of at most 64 prompts */
     double sums[3] = {0, 0, 0};
+    double *item_ok = correct ? dllm_calloc(n_total ? (size_t)n_total : 1, sizeof *item_ok) : NULL;
     const int chunk = 64;
     int *mine = dllm_malloc(sizeof *mine * (size_t)(n_total ? n_total : 1)), nm = 0;
     for (int i = run->rank; i < n_total; i += run->size)
@@ -469,7 +481,10 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
                 break;
             }
             const dllm_task_item *it = &run->eval.items[mine[c0 + i]];
-            sums[0] += run->task->correct(it, text, strlen(text));
+            int ok = run->task->correct(it, text, strlen(text));
+            sums[0] += ok;
+            if (item_ok)
+                item_ok[mine[c0 + i]] = ok;
             sums[1] += run->task->reward(it, text, strlen(text));
             sums[2] += 1;
             free(text);
@@ -482,6 +497,12 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
     }
     free(mine);
     comm_sum_d(sums, 3);
+    if (item_ok) {
+        comm_sum_d(item_ok, (size_t)n_total); /* each item is one rank's */
+        for (int i = 0; i < n_total; i++)
+            correct[i] = item_ok[i] > 0.5;
+        free(item_ok);
+    }
     double n = sums[2] > 0 ? sums[2] : 1, p = sums[0] / n;
     *accuracy = p;
     *accuracy_se = sqrt(p * (1 - p) / n);

@@ -5,9 +5,12 @@
  *    rho_ess, delta, nu, alpha and every c_i recompute (METHOD.md §5) with an
  *    implementation written here, independent of src/corrections.c;
  *  - malformed configs exit with status 2 and file:line:col;
- *  - SFT data: EOS padding of answers to data.answer_length. */
+ *  - SFT data: EOS padding of answers to data.answer_length;
+ *  - per-item eval outcomes: files that agree with the logged accuracy, and paired
+ *    differences on a hand-computed case. */
 #include "dllm/model_config.h"
 #include "dllm/tokenizer.h"
+#include "src/eval_outcomes.h"
 #include "src/h5log.h"
 #include "src/sft_data.h"
 
@@ -361,6 +364,90 @@ START_TEST(sft_answers_pad_to_answer_length)
 }
 END_TEST
 
+/* a = 1 1 0 0 1, b = 1 0 1 0 0: d = 0 1 -1 0 1, mean 0.2, sample var
+ * (0.04 + 0.64 + 1.44 + 0.04 + 0.64) / 4 = 0.7, se = sqrt(0.7 / 5). */
+START_TEST(paired_eval_outcomes)
+{
+    const uint8_t a[5] = {1, 1, 0, 0, 1}, b[5] = {1, 0, 1, 0, 0};
+    dllm_err err = {0};
+    char dir_a[256], dir_b[256], pa[512], pb[512];
+    snprintf(dir_a, sizeof dir_a, "%s/ra", tmp);
+    snprintf(dir_b, sizeof dir_b, "%s/rb", tmp);
+    ck_assert_int_eq(mkdir(dir_a, 0777) | mkdir(dir_b, 0777), 0);
+    ck_assert_int_eq(eval_outcomes_write(dir_a, "sudoku", 0, b, 5, 0xabc, &err), 0);
+    ck_assert_int_eq(eval_outcomes_write(dir_a, "sudoku", 30, a, 5, 0xabc, &err), 0);
+    ck_assert_int_eq(eval_outcomes_write(dir_a, "sudoku", 4, a, 5, 0xabc, &err), 0);
+    ck_assert_int_eq(eval_outcomes_write(dir_b, "sudoku", 7, b, 5, 0xdef, &err), 0);
+    ck_assert_int_eq(eval_outcomes_find(dir_a, "sudoku", true, pa, sizeof pa), 0);
+    ck_assert_msg(strstr(pa, "sudoku-step-30.txt"), "%s", pa); /* 30 > 4 numerically */
+    ck_assert_int_eq(eval_outcomes_find(dir_a, "sudoku", false, pb, sizeof pb), 0);
+    ck_assert_msg(strstr(pb, "sudoku-step-0.txt"), "%s", pb);
+    ck_assert_int_eq(eval_outcomes_find(dir_a, "gsm8k", true, pb, sizeof pb), 1);
+    eval_outcomes oa, ob;
+    ck_assert_int_eq(eval_outcomes_read(pa, &oa, &err), 0);
+    eval_outcomes_find(dir_a, "sudoku", false, pb, sizeof pb);
+    ck_assert_int_eq(eval_outcomes_read(pb, &ob, &err), 0);
+    ck_assert_int_eq(oa.step, 30);
+    ck_assert_int_eq(oa.items, 0xabc);
+    eval_paired p;
+    ck_assert_int_eq(eval_outcomes_pair(&oa, &ob, &p, &err), 0);
+    ck_assert_double_eq_tol(p.a, 0.6, 1e-15);
+    ck_assert_double_eq_tol(p.b, 0.4, 1e-15);
+    ck_assert_double_eq_tol(p.diff, 0.2, 1e-15);
+    ck_assert_double_eq_tol(p.se, sqrt(0.7 / 5), 1e-12);
+    ck_assert_int_eq(p.only_a, 2);
+    ck_assert_int_eq(p.only_b, 1);
+    eval_outcomes_free(&ob);
+    /* another eval set: refused */
+    eval_outcomes_find(dir_b, "sudoku", true, pb, sizeof pb);
+    ck_assert_int_eq(eval_outcomes_read(pb, &ob, &err), 0);
+    ck_assert_int_eq(eval_outcomes_pair(&oa, &ob, &p, &err), 2);
+    ck_assert_msg(strstr(err.msg, "different items"), "%s", err.msg);
+    eval_outcomes_free(&oa);
+    eval_outcomes_free(&ob);
+    /* a truncated file names its line */
+    FILE *f = fopen(pb, "w");
+    fputs("# dllm-rl eval outcomes: task sudoku, step 7, n 3, items 0000000000000def\n1\n", f);
+    fclose(f);
+    ck_assert_int_eq(eval_outcomes_read(pb, &ob, &err), 2);
+    ck_assert_msg(strstr(err.msg, "sudoku-step-7.txt:3: expected 0 or 1"), "%s", err.msg);
+    /* inspect --against compares the latest evals: needs a log.h5 */
+    ck_assert_int_ne(sh("%s inspect %s --against %s >/dev/null 2>&1", bin(), dir_a, dir_b), 0);
+}
+END_TEST
+
+/* every eval of a run leaves its per-item outcomes; they agree with the log */
+START_TEST(eval_outcomes_match_the_log)
+{
+    write_config("c.yaml", "outcomes", NULL);
+    ck_assert_int_eq(sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
+    int64_t n;
+    double *acc = read_col("outcomes", "eval/sudoku/accuracy", &n);
+    double *step = read_col("outcomes", "eval/sudoku/step", &n);
+    ck_assert_int_eq(n, 3); /* steps 0, 2, 4 */
+    for (int64_t e = 0; e < n; e++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/runs/outcomes/eval/sudoku-step-%.0f.txt", tmp, step[e]);
+        eval_outcomes o;
+        dllm_err err = {0};
+        ck_assert_msg(eval_outcomes_read(p, &o, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(o.n, 4);
+        int ok = 0;
+        for (size_t i = 0; i < o.n; i++)
+            ok += o.ok[i];
+        ck_assert_double_eq_tol(ok / 4.0, acc[e], 1e-12);
+        eval_outcomes_free(&o);
+    }
+    free(acc);
+    free(step);
+    /* a run against itself: no difference, and inspect says so */
+    char run[256];
+    snprintf(run, sizeof run, "%s/runs/outcomes", tmp);
+    ck_assert_int_eq(sh("%s inspect %s --against %s | grep -q '^sudoku .* +0.0000 '", bin(), run,
+                        run), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -373,6 +460,8 @@ int main(void)
     tcase_add_test(tc, bad_configs_exit_2_with_position);
     tcase_add_test(tc, generate_text_with_a_padded_vocabulary);
     tcase_add_test(tc, sft_answers_pad_to_answer_length);
+    tcase_add_test(tc, paired_eval_outcomes);
+    tcase_add_test(tc, eval_outcomes_match_the_log);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
