@@ -29,6 +29,7 @@
  * buffers of its own. The backward reads the trainer view's weights (the
  * rounded ones under a bf16 trainer: straight-through). */
 #include "dllm/llada.h"
+#include "dllm/param_io.h"
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -1051,116 +1052,43 @@ int llada_load(llada_model **out, const char *dir, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: model_type is not llada", where);
     if ((rc = check_config(&cfg, where, err)))
         return rc;
-    st_archive *ar;
-    if ((rc = st_open(&ar, dir, err)))
-        return rc;
     llada_model *m = model_alloc(&cfg);
-    for (int i = 0; i < m->np; i++) {
-        const llada_param *p = &m->plist[i];
-        rc = st_read_f32(ar, p->name, p->shape, p->ndim, p->data, err);
-        if (rc) {
-            st_close(ar);
-            llada_free(m);
-            return rc;
-        }
+    if ((rc = param_io_read(m->plist, m->np, dir, err))) {
+        llada_free(m);
+        return rc;
     }
-    st_close(ar);
     *out = m;
     return 0;
-}
-
-static int make_dir(const char *dir, dllm_err *err)
-{
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot create directory: %s", dir,
-                            strerror(errno));
-    return 0;
-}
-
-/* The LoRA adapter on the base weight at w, or NULL. */
-static const lora_adapter *adapter_of(const llada_model *m, const float *w)
-{
-    for (int l = 0; l < m->L; l++)
-        for (int j = 0; j < NLIN; j++)
-            if (m->lw[l].w[j] == w)
-                return m->ad[l * NLIN + j].A ? &m->ad[l * NLIN + j] : NULL;
-    return NULL;
 }
 
 int llada_save(const llada_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
                dllm_err *err)
 {
-    if (dtype != ST_F32 && dtype != ST_BF16)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: weights can be saved as F32 or BF16, not %s",
-                            dir, st_dtype_name(dtype));
-    int rc = make_dir(dir, err);
-    if (rc)
-        return rc;
-    st_writer *w = st_writer_new();
-    st_writer_metadata(w, "format", "pt");
-    float *tmp = NULL;
-    if (m->lora_rank) {
-        size_t maxw = 0;
-        for (int j = 0; j < NLIN; j++) {
-            int o, i;
-            lin_shape(m, j, &o, &i);
-            maxw = (size_t)o * i > maxw ? (size_t)o * i : maxw;
-        }
-        tmp = dllm_malloc(maxw * sizeof(float));
-    }
-    for (int i = 0; i < m->np && !rc; i++) {
-        const llada_param *p = &m->plist[i];
-        const float *src = p->data;
-        const lora_adapter *ad = m->lora_rank ? adapter_of(m, p->data) : NULL;
-        if (ad) { /* merged: W + (alpha/r) B A */
-            memcpy(tmp, p->data, p->numel * sizeof(float));
-            op_gemm(false, false, ad->out, ad->in, m->lora_rank, m->lora_scale, ad->B, ad->A,
-                    1.0f, tmp);
-            src = tmp;
-        }
-        rc = st_writer_add_f32(w, p->name, dtype, p->ndim, p->shape, src, err);
-    }
-    free(tmp);
-    if (!rc)
-        rc = st_writer_save_dir(w, dir, max_shard_bytes, err);
-    st_writer_free(w);
-    if (rc)
-        return rc;
-    dllm_model_config cfg = m->cfg;
-    snprintf(cfg.torch_dtype, sizeof cfg.torch_dtype, "%s",
-             dtype == ST_F32 ? "float32" : "bfloat16");
-    return dllm_config_save(&cfg, dir, err);
+    /* under LoRA each block linear's adapter is merged into what is written */
+    param_lora *lora = m->lora_rank ? dllm_calloc((size_t)m->np, sizeof *lora) : NULL;
+    for (int i = 0; lora && i < m->np; i++)
+        for (int l = 0; l < m->L; l++)
+            for (int k = 0; k < NLIN; k++) {
+                const lora_adapter *ad = &m->ad[l * NLIN + k];
+                if (m->lw[l].w[k] == m->plist[i].data && ad->A)
+                    lora[i] = (param_lora){ad->A, ad->B, ad->in, ad->out};
+            }
+    int rc = param_io_write_dir(m->plist, m->np, lora, m->lora_rank, m->lora_scale, &m->cfg, dir,
+                                dtype, max_shard_bytes, err);
+    free(lora);
+    return rc;
 }
 
 int llada_lora_load(llada_model *m, const char *path, dllm_err *err)
 {
     if (!m->lora_rank)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: LoRA is not enabled on the model", path);
-    st_archive *ar;
-    int rc = st_open(&ar, path, err);
-    if (rc)
-        return rc;
-    for (int i = 0; i < m->nl && !rc; i++) {
-        const llada_param *p = &m->llist[i];
-        rc = st_read_f32(ar, p->name, p->shape, p->ndim, p->data, err);
-    }
-    st_close(ar);
-    return rc;
+    return param_io_read(m->llist, m->nl, path, err);
 }
 
 int llada_lora_save(const llada_model *m, const char *path, dllm_err *err)
 {
     if (!m->lora_rank)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: LoRA is not enabled on the model", path);
-    st_writer *w = st_writer_new();
-    st_writer_metadata(w, "format", "pt");
-    int rc = 0;
-    for (int i = 0; i < m->nl && !rc; i++) {
-        const llada_param *p = &m->llist[i];
-        rc = st_writer_add_f32(w, p->name, ST_F32, p->ndim, p->shape, p->data, err);
-    }
-    if (!rc)
-        rc = st_writer_save_file(w, path, err);
-    st_writer_free(w);
-    return rc;
+    return param_io_write_file(m->llist, m->nl, path, err);
 }
