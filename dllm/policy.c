@@ -188,6 +188,15 @@ static int train_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask
     return llada_forward(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
+static int train_nograd_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B,
+                               int T, const int32_t *rows, int n_rows, float *logits)
+{
+    dllm_policy *p = ctx;
+    if (p->qwen)
+        return qwen3_forward_nograd(p->qwen, tokens, keymask, B, T, rows, n_rows, logits);
+    return llada_forward_nograd(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
+}
+
 static int rollout_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                           const int32_t *rows, int n_rows, float *logits)
 {
@@ -200,7 +209,9 @@ static int rollout_logits(void *ctx, const int32_t *tokens, const uint8_t *keyma
 dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx)
 {
     *ctx = p;
-    return prec == DLLM_PREC_ROLLOUT ? rollout_logits : train_logits;
+    return prec == DLLM_PREC_ROLLOUT        ? rollout_logits
+           : prec == DLLM_PREC_TRAIN_NOGRAD ? train_nograd_logits
+                                            : train_logits;
 }
 
 void dllm_policy_backward(void *ctx, const float *dlogits)

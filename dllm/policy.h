@@ -16,7 +16,10 @@
 #include "dllm/safetensors.h"
 #include "dllm/sampler.h"
 
-typedef enum { DLLM_PREC_TRAIN = 0, DLLM_PREC_ROLLOUT = 1 } dllm_prec;
+/* TRAIN: trainer numerics, activations kept for dllm_policy_backward; ROLLOUT: the
+ * rollout copy; TRAIN_NOGRAD: trainer numerics (the same logits as TRAIN), nothing
+ * kept -- one layer of activations instead of all (scoring, evaluation). */
+typedef enum { DLLM_PREC_TRAIN = 0, DLLM_PREC_ROLLOUT = 1, DLLM_PREC_TRAIN_NOGRAD = 2 } dllm_prec;
 
 typedef struct {
     const char *path;        /* model directory, or NULL/"" for a preset */

@@ -130,7 +130,7 @@ static int eval_with_params(rl_run *run, const dllm_lik_plan *p, const float *pa
     memcpy(save, theta, sizeof *save * n);
     memcpy(theta, params, sizeof *theta * n);
     void *ctx;
-    dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+    dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
     int rc = dllm_lik_plan_eval(p, fn, ctx, run->max_canvas, seq, tok, NULL, NULL, err);
     memcpy(theta, save, sizeof *save * n);
     free(save);
@@ -231,7 +231,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         smp_pi = dllm_malloc(sizeof(double) * (size_t)(pw.n_canvas ? pw.n_canvas : 1));
         smp_mu = dllm_malloc(sizeof(double) * (size_t)(pw.n_canvas ? pw.n_canvas : 1));
         void *ctx;
-        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
         rc = dllm_lik_plan_eval(&pw, fn, ctx, run->max_canvas, b->l_pi, b->tok_pi, NULL, smp_pi, err);
     }
     if (!rc && dllm_policy_rollout_is_trainer(run->pol)) {
@@ -262,7 +262,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
                                  ((uint64_t)step << 16) | RL_KEY_POLICY, seq0, err);
         if (!rc) {
             void *ctx;
-            dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+            dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
             rc = dllm_lik_plan_eval(&pp, fn, ctx, run->max_canvas, b->l_old, b->tok_old, NULL, NULL,
                                     err);
         }
@@ -465,7 +465,7 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
         dllm_sampler_cfg sc = run->eval_sampler;
         sc.seq_offset = (uint64_t)mine[c0];
         void *ctx;
-        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
         dllm_rollout ro;
         if (dllm_policy_is_diffusion(run->pol))
             rc = dllm_sample(fn, ctx, prompts, pm, n, P, &sc, (uint64_t)run->cfg.seed, &ro, err);
