@@ -11,6 +11,8 @@
  *    mismatch by denoising step; config checks and enum parsing. */
 #include "src/corrections.h"
 
+#include "tests/test_util.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -22,51 +24,12 @@ static json_t *goldens;
 
 static void load_goldens(void)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/grpo/ais.json", getenv("DLLM_TEST_DATA"));
-    json_error_t je;
-    goldens = json_load_file(path, 0, &je);
-    if (!goldens) {
-        fprintf(stderr, "%s:%d: %s\n", path, je.line, je.text);
-        abort();
-    }
+    goldens = tu_json_load("grpo/ais.json");
 }
 
 static void free_goldens(void)
 {
     json_decref(goldens);
-}
-
-/* numbers, with "nan", "inf", "-inf" for the non-finite ones */
-static double jnum(const json_t *v)
-{
-    if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        if (strcmp(s, "nan") == 0)
-            return NAN;
-        return strcmp(s, "inf") == 0 ? INFINITY : -INFINITY;
-    }
-    ck_assert_msg(json_is_number(v), "ais.json: expected a number");
-    return json_number_value(v);
-}
-
-static double jget(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    ck_assert_msg(v != NULL, "ais.json: key '%s' missing", key);
-    return jnum(v);
-}
-
-static double *jarr(const json_t *o, const char *key, size_t *n)
-{
-    const json_t *a = json_object_get(o, key);
-    ck_assert_msg(json_is_array(a), "ais.json: key '%s' is not an array", key);
-    double *out = malloc(sizeof *out * (json_array_size(a) + 1));
-    for (size_t k = 0; k < json_array_size(a); k++)
-        out[k] = jnum(json_array_get(a, k));
-    if (n)
-        *n = json_array_size(a);
-    return out;
 }
 
 /* 1e-12 relative (1e-14 absolute near 0, where scores such as s_rel = (N - ESS)/(N - 1)
@@ -94,16 +57,16 @@ static void cfg_from_json(const json_t *j, corr_cfg *cfg)
                                       &cfg->level, &err), 0);
     ck_assert_int_eq(ais_parse_combine(json_string_value(json_object_get(j, "combine")),
                                        &cfg->ais.combine, &err), 0);
-    cfg->cap = jget(j, "cap");
-    cfg->fixed_alpha = jget(j, "fixed_alpha");
-    cfg->ais.w_rel = jget(j, "w_rel");
-    cfg->ais.w_div = jget(j, "w_div");
-    cfg->ais.w_var = jget(j, "w_var");
-    cfg->ais.tau_delta = jget(j, "tau_delta");
-    cfg->ais.bias = jget(j, "bias");
-    cfg->ais.eta = jget(j, "eta");
-    cfg->ais.alpha_min = jget(j, "alpha_min");
-    cfg->ais.alpha_max = jget(j, "alpha_max");
+    cfg->cap = tu_jget(j, "cap");
+    cfg->fixed_alpha = tu_jget(j, "fixed_alpha");
+    cfg->ais.w_rel = tu_jget(j, "w_rel");
+    cfg->ais.w_div = tu_jget(j, "w_div");
+    cfg->ais.w_var = tu_jget(j, "w_var");
+    cfg->ais.tau_delta = tu_jget(j, "tau_delta");
+    cfg->ais.bias = tu_jget(j, "bias");
+    cfg->ais.eta = tu_jget(j, "eta");
+    cfg->ais.alpha_min = tu_jget(j, "alpha_min");
+    cfg->ais.alpha_max = tu_jget(j, "alpha_max");
     ck_assert_msg(corr_cfg_check(cfg, &err) == 0, "%s", err.msg);
 }
 
@@ -118,11 +81,11 @@ static void batch_from_json(const json_t *j, batch_buf *bb)
     memset(bb, 0, sizeof *bb);
     bb->b.N = (int)json_integer_value(json_object_get(j, "N"));
     bb->b.T = (int)json_integer_value(json_object_get(j, "T"));
-    bb->log_w = jarr(j, "log_w", NULL);
-    bb->d = jarr(j, "d", NULL);
-    bb->adv = jarr(j, "adv", NULL);
+    bb->log_w = tu_jarr(j, "log_w", NULL);
+    bb->d = tu_jarr(j, "d", NULL);
+    bb->adv = tu_jarr(j, "adv", NULL);
     size_t n;
-    double *len = jarr(j, "len", &n);
+    double *len = tu_jarr(j, "len", &n);
     bb->len = malloc(sizeof *bb->len * (n + 1));
     for (size_t k = 0; k < n; k++)
         bb->len[k] = (int)len[k];
@@ -152,7 +115,7 @@ static void check_diag(const corr_diag *g, const json_t *ex, const char *name)
         {"frac_zeroed", g->frac_zeroed},
     };
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
-        CHECK_CLOSE(f[k].got, jget(ex, f[k].key), f[k].key, name);
+        CHECK_CLOSE(f[k].got, tu_jget(ex, f[k].key), f[k].key, name);
 }
 
 START_TEST(matches_numpy_reference)
@@ -174,13 +137,13 @@ START_TEST(matches_numpy_reference)
         double *coef_tok = malloc(sizeof *coef_tok * (size_t)N * T);
         corr_diag g;
         dllm_err err = {0};
-        ck_assert_msg(corr_compute_all(&cfg, &bb.b, jget(cs, "alpha_prev"), &g, coef, coef_tok,
+        ck_assert_msg(corr_compute_all(&cfg, &bb.b, tu_jget(cs, "alpha_prev"), &g, coef, coef_tok,
                                        &err) == 0, "%s: %s", name, err.msg);
         const json_t *ex = json_object_get(cs, "expect");
         check_diag(&g, ex, name);
         size_t n;
         const bool tok = cfg.level == CORR_LEVEL_TOKEN;
-        double *want = jarr(ex, tok ? "coef_tok" : "coef", &n);
+        double *want = tu_jarr(ex, tok ? "coef_tok" : "coef", &n);
         ck_assert_int_eq((long)n, tok ? (long)N * T : N);
         for (size_t k = 0; k < n; k++)
             CHECK_CLOSE(tok ? coef_tok[k] : coef[k], want[k], "coefficient", name);

@@ -8,6 +8,8 @@
 #include "dllm/estimators.h"
 #include "dllm/llada.h"
 
+#include "tests/test_util.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -17,18 +19,9 @@
 
 static llada_model *model;
 
-static int llada_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                    const int32_t *rows, int n_rows, float *logits)
-{
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
-}
-
 static void load_model(void)
 {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/llada/tiny", getenv("DLLM_TEST_DATA"));
-    dllm_err err = {0};
-    ck_assert_msg(llada_load(&model, dir, &err) == 0, "%s", err.msg);
+    model = tu_load_llada("llada/tiny");
 }
 
 static void free_model(void)
@@ -69,7 +62,7 @@ START_TEST(matches_reference_estimator)
         dllm_err err = {0};
         dllm_lik_result r;
         dllm_lik_cfg oc = lik_cfg(EST_ONE_STEP, 0);
-        ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, P, compl, L, NULL, &oc,
+        ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, P, compl, L, NULL, &oc,
                                           dllm_rng_make(1, DLLM_RNG_MASKS, 0, 0), &r, &err), 0);
         ck_assert_double_eq_tol(r.seq_logp, json_real_value(json_object_get(c, "one_step")), 1e-4);
         json_t *tok = json_object_get(c, "one_step_tokens");
@@ -78,7 +71,7 @@ START_TEST(matches_reference_estimator)
                                     1e-4);
         dllm_lik_result_free(&r);
         dllm_lik_cfg ec = lik_cfg(EST_ELBO, 1024);
-        ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, P, compl, L, NULL, &ec,
+        ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, P, compl, L, NULL, &ec,
                                           dllm_rng_make(1, DLLM_RNG_MASKS, 0, i), &r, &err), 0);
         double ref = json_real_value(json_object_get(c, "elbo_mc1024"));
         double se = json_real_value(json_object_get(c, "elbo_se"));
@@ -154,11 +147,11 @@ START_TEST(coupled_self_ratio_is_exactly_zero)
         dllm_rng stream = dllm_rng_make(42, DLLM_RNG_MASKS, 3, 1);
         dllm_lik_result a, b, u;
         dllm_err err = {0};
-        ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, 4, compl, 6, NULL, &c, stream, &a, &err), 0);
-        ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, 4, compl, 6, NULL, &c, stream, &b, &err), 0);
+        ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, 4, compl, 6, NULL, &c, stream, &a, &err), 0);
+        ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, 4, compl, 6, NULL, &c, stream, &b, &err), 0);
         ck_assert(a.seq_logp - b.seq_logp == 0.0);
         /* an uncoupled stream gives a different estimate (the estimator is random) */
-        ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, 4, compl, 6, NULL, &c,
+        ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, 4, compl, 6, NULL, &c,
                                           dllm_rng_make(43, DLLM_RNG_MASKS, 3, 1), &u, &err), 0);
         ck_assert(a.seq_logp != u.seq_logp);
         dllm_lik_result_free(&a);
@@ -180,7 +173,7 @@ START_TEST(elbo_variance_falls_as_one_over_k)
         for (int r = 0; r < R; r++) {
             dllm_lik_result res;
             dllm_err err = {0};
-            ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, 4, compl, 8, NULL, &c,
+            ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, 4, compl, 8, NULL, &c,
                                               dllm_rng_make(5, DLLM_RNG_MASKS, (uint64_t)r, (uint64_t)j),
                                               &res, &err), 0);
             s += res.seq_logp;
@@ -222,10 +215,10 @@ START_TEST(trajectory_replays_sampler_probabilities)
     int32_t prompt[5] = {5, 9, 11, 13, 17};
     dllm_rollout ro;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_sample(llada_fn, model, prompt, NULL, 1, 5, &sc, 21, &ro, &err), 0);
+    ck_assert_int_eq(dllm_sample(tu_llada_logits, model, prompt, NULL, 1, 5, &sc, 21, &ro, &err), 0);
     dllm_lik_cfg c = lik_cfg(EST_TRAJECTORY, 0);
     dllm_lik_result r;
-    ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, 5, ro.tokens + 5, 8, ro.commit_step,
+    ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, 5, ro.tokens + 5, 8, ro.commit_step,
                                       &c, dllm_rng_make(1, DLLM_RNG_MASKS, 0, 0), &r, &err), 0);
     double surrogate = 0;
     for (int i = 0; i < 8; i++) {
@@ -236,13 +229,13 @@ START_TEST(trajectory_replays_sampler_probabilities)
     dllm_lik_result_free(&r);
     /* shrink 2: half the forward passes, every token still scored */
     c.shrink = 2;
-    ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, 5, ro.tokens + 5, 8, ro.commit_step,
+    ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, 5, ro.tokens + 5, 8, ro.commit_step,
                                       &c, dllm_rng_make(1, DLLM_RNG_MASKS, 0, 0), &r, &err), 0);
     for (int i = 0; i < 8; i++)
         ck_assert(isfinite(r.token_logp[i]) && r.token_logp[i] <= 0);
     dllm_lik_result_free(&r);
     /* without commit steps it is an input error */
-    ck_assert_int_eq(dllm_seq_logprob(llada_fn, model, prompt, 5, ro.tokens + 5, 8, NULL, &c,
+    ck_assert_int_eq(dllm_seq_logprob(tu_llada_logits, model, prompt, 5, ro.tokens + 5, 8, NULL, &c,
                                       dllm_rng_make(1, DLLM_RNG_MASKS, 0, 0), &r, &err),
                      DLLM_EXIT_INPUT);
     dllm_rollout_free(&ro);

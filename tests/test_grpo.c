@@ -11,6 +11,8 @@
  *    cannot poison the batch; argument checks and enum parsing. */
 #include "src/grpo.h"
 
+#include "tests/test_util.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -22,50 +24,12 @@ static json_t *goldens;
 
 static void load_goldens(void)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/grpo/loss.json", getenv("DLLM_TEST_DATA"));
-    json_error_t je;
-    goldens = json_load_file(path, 0, &je);
-    if (!goldens) {
-        fprintf(stderr, "%s:%d: %s\n", path, je.line, je.text);
-        abort();
-    }
+    goldens = tu_json_load("grpo/loss.json");
 }
 
 static void free_goldens(void)
 {
     json_decref(goldens);
-}
-
-static double jnum(const json_t *v)
-{
-    if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        if (strcmp(s, "nan") == 0)
-            return NAN;
-        return strcmp(s, "inf") == 0 ? INFINITY : -INFINITY;
-    }
-    ck_assert_msg(json_is_number(v), "loss.json: expected a number");
-    return json_number_value(v);
-}
-
-static double jget(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    ck_assert_msg(v != NULL, "loss.json: key '%s' missing", key);
-    return jnum(v);
-}
-
-static double *jarr(const json_t *o, const char *key, size_t *n)
-{
-    const json_t *a = json_object_get(o, key);
-    ck_assert_msg(json_is_array(a), "loss.json: key '%s' is not an array", key);
-    double *out = malloc(sizeof *out * (json_array_size(a) + 1));
-    for (size_t k = 0; k < json_array_size(a); k++)
-        out[k] = jnum(json_array_get(a, k));
-    if (n)
-        *n = json_array_size(a);
-    return out;
 }
 
 static int close_rel(double got, double want, double rel, double abs_)
@@ -117,8 +81,8 @@ START_TEST(advantages_match_torch)
     const json_t *a = json_object_get(goldens, "advantages");
     const int groups = (int)json_integer_value(json_object_get(a, "groups"));
     const int G = (int)json_integer_value(json_object_get(a, "G"));
-    double *r = jarr(a, "rewards", NULL), *want_std = jarr(a, "std", NULL);
-    double *want_none = jarr(a, "none", NULL);
+    double *r = tu_jarr(a, "rewards", NULL), *want_std = tu_jarr(a, "std", NULL);
+    double *want_none = tu_jarr(a, "none", NULL);
     double *A = malloc(sizeof *A * (size_t)groups * G);
     int zv;
     dllm_err err = {0};
@@ -126,7 +90,7 @@ START_TEST(advantages_match_torch)
     for (int k = 0; k < groups * G; k++)
         ck_assert_msg(close_rel(A[k], want_std[k], 1e-12, 1e-15), "std %d: %.17g vs %.17g", k,
                       A[k], want_std[k]);
-    ck_assert_int_eq(zv, (int)jget(a, "zero_var"));
+    ck_assert_int_eq(zv, (int)tu_jget(a, "zero_var"));
     ck_assert_int_eq(grpo_advantages(r, groups, G, GRPO_ADV_NONE, 1e-6, A, &zv, &err), 0);
     for (int k = 0; k < groups * G; k++)
         ck_assert_msg(close_rel(A[k], want_none[k], 1e-12, 1e-15), "none %d", k);
@@ -154,19 +118,19 @@ static void case_from_json(const json_t *j, loss_case *c)
                                       &c->cfg.ratio, &err), 0);
     ck_assert_int_eq(grpo_parse_agg(json_string_value(json_object_get(j, "agg")), &c->cfg.agg,
                                     &err), 0);
-    c->cfg.clip_eps = jget(j, "clip_eps");
-    c->cfg.beta = jget(j, "beta");
+    c->cfg.clip_eps = tu_jget(j, "clip_eps");
+    c->cfg.beta = tu_jget(j, "beta");
     snprintf(c->name, sizeof c->name, "%s/%s/beta=%g", grpo_ratio_name(c->cfg.ratio),
              grpo_agg_name(c->cfg.agg), c->cfg.beta);
-    const int N = (int)jget(j, "N"), T = (int)jget(j, "T");
-    c->adv = jarr(j, "adv", NULL);
-    c->coef = jarr(j, "coef", NULL);
-    c->l_theta = jarr(j, "l_theta", NULL);
-    c->l_old = jarr(j, "l_old", NULL);
-    c->lp = jarr(j, "logp_theta", NULL);
-    c->lo = jarr(j, "logp_old", NULL);
-    c->ref = jarr(j, "logp_ref", NULL);
-    double *len = jarr(j, "len", NULL);
+    const int N = (int)tu_jget(j, "N"), T = (int)tu_jget(j, "T");
+    c->adv = tu_jarr(j, "adv", NULL);
+    c->coef = tu_jarr(j, "coef", NULL);
+    c->l_theta = tu_jarr(j, "l_theta", NULL);
+    c->l_old = tu_jarr(j, "l_old", NULL);
+    c->lp = tu_jarr(j, "logp_theta", NULL);
+    c->lo = tu_jarr(j, "logp_old", NULL);
+    c->ref = tu_jarr(j, "logp_ref", NULL);
+    double *len = tu_jarr(j, "len", NULL);
     c->len = malloc(sizeof *c->len * (size_t)N);
     for (int i = 0; i < N; i++)
         c->len[i] = (int)len[i];
@@ -214,17 +178,17 @@ START_TEST(loss_matches_torch)
             {"loss", o.loss}, {"surrogate", o.surrogate}, {"policy_kl", o.policy_kl},
             {"clip_frac", o.clip_frac}, {"ratio_mean", o.ratio_mean}};
         for (size_t q = 0; q < sizeof f / sizeof f[0]; q++)
-            ck_assert_msg(close_rel(f[q].got, jget(ex, f[q].key), 1e-12, 1e-15),
+            ck_assert_msg(close_rel(f[q].got, tu_jget(ex, f[q].key), 1e-12, 1e-15),
                           "%s: %s = %.17g, torch %.17g", c.name, f[q].key, f[q].got,
-                          jget(ex, f[q].key));
+                          tu_jget(ex, f[q].key));
         ck_assert_msg(o.clip_frac > 0.05, "%s: the case should exercise the clip", c.name);
-        double *want_t = jarr(ex, "grad_logp", NULL);
+        double *want_t = tu_jarr(ex, "grad_logp", NULL);
         for (int q = 0; q < N * T; q++)
             ck_assert_msg(close_rel(gt[q], want_t[q], 1e-12, 1e-15),
                           "%s: grad_logp[%d] = %.17g, torch %.17g", c.name, q, gt[q], want_t[q]);
         free(want_t);
         if (c.cfg.ratio == GRPO_RATIO_SEQUENCE) {
-            double *want_l = jarr(ex, "grad_l", NULL);
+            double *want_l = tu_jarr(ex, "grad_l", NULL);
             for (int i = 0; i < N; i++)
                 ck_assert_msg(close_rel(gl[i], want_l[i], 1e-12, 1e-15),
                               "%s: grad_l[%d] = %.17g, torch %.17g", c.name, i, gl[i], want_l[i]);

@@ -6,6 +6,8 @@
  * logits and gradients, a grouped-query model. Plus self-checks: finite differences of the whole
  * model (also with grouped-query heads and with LoRA), head rows subset,
  * checkpoint round trips, merged-LoRA save, load errors and mask draws. */
+#include "tests/test_util.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,33 +27,21 @@
 
 static char *data_path(const char *name)
 {
-    const char *dir = getenv("DLLM_TEST_DATA");
-    ck_assert_msg(dir != NULL, "DLLM_TEST_DATA is not set");
-    size_t n = strlen(dir) + strlen(name) + 16;
-    char *p = dllm_malloc(n);
-    snprintf(p, n, "%s/llada/%s", dir, name);
-    return p;
+    char rel[512];
+    snprintf(rel, sizeof rel, "llada/%s", name);
+    return tu_data_path(rel);
 }
 
 static llada_model *load_model(const char *name)
 {
-    char *dir = data_path(name);
-    llada_model *m = NULL;
-    dllm_err err = {0};
-    int rc = llada_load(&m, dir, &err);
-    ck_assert_msg(rc == 0, "load %s: %s", dir, err.msg);
-    free(dir);
-    return m;
+    char rel[512];
+    snprintf(rel, sizeof rel, "llada/%s", name);
+    return tu_load_llada(rel);
 }
 
 static st_archive *open_golden(void)
 {
-    char *path = data_path("golden.safetensors");
-    st_archive *a;
-    dllm_err err = {0};
-    ck_assert_msg(st_open(&a, path, &err) == 0, "%s", err.msg);
-    free(path);
-    return a;
+    return tu_open_archive("llada/golden.safetensors");
 }
 
 /* Golden tensor `name` as fp32 (F32) with numel n. */

@@ -9,6 +9,8 @@
  * finite differences of every tensor, LoRA gradients == the chain rule
  * through the merged weight, merged save == LoRA forward, adapter and
  * checkpoint round trips, padding invariance, sampler bookkeeping. */
+#include "tests/test_util.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,12 +29,9 @@ enum { B = 3, T = 10, GB = 3, GP = 6, GN = 8 };
 
 static char *data_path(const char *name)
 {
-    const char *dir = getenv("DLLM_TEST_DATA");
-    ck_assert_msg(dir != NULL, "DLLM_TEST_DATA is not set");
-    size_t n = strlen(dir) + strlen(name) + 16;
-    char *p = dllm_malloc(n);
-    snprintf(p, n, "%s/qwen3/%s", dir, name);
-    return p;
+    char rel[512];
+    snprintf(rel, sizeof rel, "qwen3/%s", name);
+    return tu_data_path(rel);
 }
 
 static qwen3_model *load_model(const char *name)
@@ -48,12 +47,7 @@ static qwen3_model *load_model(const char *name)
 
 static st_archive *open_golden(void)
 {
-    char *path = data_path("golden.safetensors");
-    st_archive *a;
-    dllm_err err = {0};
-    ck_assert_msg(st_open(&a, path, &err) == 0, "%s", err.msg);
-    free(path);
-    return a;
+    return tu_open_archive("qwen3/golden.safetensors");
 }
 
 static const st_tensor *gold(const st_archive *a, const char *name, st_dtype dt, size_t n)

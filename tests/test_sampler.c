@@ -4,6 +4,8 @@
 #include "dllm/llada.h"
 #include "dllm/sampler.h"
 
+#include "tests/test_util.h"
+
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -13,18 +15,9 @@
 
 static llada_model *model;
 
-static int logits_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                     const int32_t *rows, int n_rows, float *logits)
-{
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
-}
-
 static void load_model(void)
 {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/llada/tiny", getenv("DLLM_TEST_DATA"));
-    dllm_err err = {0};
-    ck_assert_msg(llada_load(&model, dir, &err) == 0, "%s", err.msg);
+    model = tu_load_llada("llada/tiny");
 }
 
 static void free_model(void)
@@ -85,7 +78,7 @@ START_TEST(greedy_matches_reference)
         sc.logits_eos_inf = json_is_true(json_object_get(c, "logits_eos_inf"));
         dllm_rollout r;
         dllm_err err = {0};
-        ck_assert_msg(dllm_sample(logits_fn, model, prompt, am, B, P, &sc, 1, &r, &err) == 0, "%s",
+        ck_assert_msg(dllm_sample(tu_llada_logits, model, prompt, am, B, P, &sc, 1, &r, &err) == 0, "%s",
                       err.msg);
         for (int k = 0; k < B * T; k++)
             ck_assert_msg(r.tokens[k] == want[k], "%s: position %d: got %d, reference %d", name, k,
@@ -118,7 +111,7 @@ START_TEST(commit_schedule)
     int32_t prompt[4] = {5, 6, 7, 8};
     dllm_rollout r;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_sample(logits_fn, model, prompt, NULL, 1, 4, &sc, 3, &r, &err), 0);
+    ck_assert_int_eq(dllm_sample(tu_llada_logits, model, prompt, NULL, 1, 4, &sc, 3, &r, &err), 0);
     int count[6] = {0};
     for (int g = 0; g < 15; g++) {
         int s = r.commit_step[g];
@@ -142,14 +135,14 @@ START_TEST(seeded_and_batch_independent)
     int32_t prompts[2 * 5] = {5, 9, 11, 13, 17, 6, 8, 10, 12, 14};
     dllm_rollout a, b, c, solo;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_sample(logits_fn, model, prompts, NULL, 2, 5, &sc, 11, &a, &err), 0);
-    ck_assert_int_eq(dllm_sample(logits_fn, model, prompts, NULL, 2, 5, &sc, 11, &b, &err), 0);
-    ck_assert_int_eq(dllm_sample(logits_fn, model, prompts, NULL, 2, 5, &sc, 12, &c, &err), 0);
+    ck_assert_int_eq(dllm_sample(tu_llada_logits, model, prompts, NULL, 2, 5, &sc, 11, &a, &err), 0);
+    ck_assert_int_eq(dllm_sample(tu_llada_logits, model, prompts, NULL, 2, 5, &sc, 11, &b, &err), 0);
+    ck_assert_int_eq(dllm_sample(tu_llada_logits, model, prompts, NULL, 2, 5, &sc, 12, &c, &err), 0);
     ck_assert_int_eq(memcmp(a.tokens, b.tokens, sizeof *a.tokens * 2 * 13), 0);
     ck_assert_int_eq(memcmp(a.commit_step, b.commit_step, sizeof *a.commit_step * 2 * 8), 0);
     ck_assert_int_ne(memcmp(a.tokens, c.tokens, sizeof *a.tokens * 2 * 13), 0);
     /* the first sequence alone gets the same noise as in the batch */
-    ck_assert_int_eq(dllm_sample(logits_fn, model, prompts, NULL, 1, 5, &sc, 11, &solo, &err), 0);
+    ck_assert_int_eq(dllm_sample(tu_llada_logits, model, prompts, NULL, 1, 5, &sc, 11, &solo, &err), 0);
     ck_assert_int_eq(memcmp(a.tokens, solo.tokens, sizeof *a.tokens * 13), 0);
     dllm_rollout_free(&a);
     dllm_rollout_free(&b);
@@ -166,7 +159,7 @@ START_TEST(eos_switches_and_lengths)
     int32_t prompt[3] = {5, 6, 7};
     dllm_rollout r;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_sample(logits_fn, model, prompt, NULL, 1, 3, &sc, 5, &r, &err), 0);
+    ck_assert_int_eq(dllm_sample(tu_llada_logits, model, prompt, NULL, 1, 3, &sc, 5, &r, &err), 0);
     for (int t = 3; t < 11; t++)
         ck_assert_int_ne(r.tokens[t], sc.eos_id);
     dllm_rollout_free(&r);

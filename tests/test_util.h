@@ -1,0 +1,97 @@
+/* test_util.h: fixtures shared by the Check suites: paths under DLLM_TEST_DATA,
+ * golden JSON files (numbers, with "nan", "inf" and "-inf" as strings), golden
+ * safetensors archives and the committed tiny models. */
+#ifndef DLLM_TEST_UTIL_H
+#define DLLM_TEST_UTIL_H
+
+#include "dllm/llada.h"
+#include "dllm/safetensors.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* DLLM_TEST_DATA/rel, malloc'd. */
+static inline char *tu_data_path(const char *rel)
+{
+    const char *dir = getenv("DLLM_TEST_DATA");
+    ck_assert_msg(dir != NULL, "DLLM_TEST_DATA is not set");
+    size_t n = strlen(dir) + strlen(rel) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", dir, rel);
+    return p;
+}
+
+static inline json_t *tu_json_load(const char *rel)
+{
+    char *path = tu_data_path(rel);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    ck_assert_msg(j != NULL, "%s:%d: %s", path, je.line, je.text);
+    free(path);
+    return j;
+}
+
+static inline double tu_jnum(const json_t *v)
+{
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (strcmp(s, "nan") == 0)
+            return NAN;
+        return strcmp(s, "inf") == 0 ? INFINITY : -INFINITY;
+    }
+    ck_assert_msg(json_is_number(v), "golden JSON: expected a number");
+    return json_number_value(v);
+}
+
+static inline double tu_jget(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    ck_assert_msg(v != NULL, "golden JSON: key '%s' missing", key);
+    return tu_jnum(v);
+}
+
+/* The numbers of array `key`, malloc'd; *n (if not NULL) their count. */
+static inline double *tu_jarr(const json_t *o, const char *key, size_t *n)
+{
+    const json_t *a = json_object_get(o, key);
+    ck_assert_msg(json_is_array(a), "golden JSON: key '%s' is not an array", key);
+    double *out = malloc(sizeof *out * (json_array_size(a) + 1));
+    for (size_t k = 0; k < json_array_size(a); k++)
+        out[k] = tu_jnum(json_array_get(a, k));
+    if (n)
+        *n = json_array_size(a);
+    return out;
+}
+
+static inline st_archive *tu_open_archive(const char *rel)
+{
+    char *path = tu_data_path(rel);
+    st_archive *a;
+    dllm_err err = {0};
+    ck_assert_msg(st_open(&a, path, &err) == 0, "%s", err.msg);
+    free(path);
+    return a;
+}
+
+static inline llada_model *tu_load_llada(const char *rel)
+{
+    char *dir = tu_data_path(rel);
+    llada_model *m = NULL;
+    dllm_err err = {0};
+    ck_assert_msg(llada_load(&m, dir, &err) == 0, "load %s: %s", dir, err.msg);
+    free(dir);
+    return m;
+}
+
+/* The LLaDA forward as a dllm_logits_fn (context: the llada_model). */
+static inline int tu_llada_logits(void *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                                  int T, const int32_t *rows, int n_rows, float *logits)
+{
+    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+}
+
+#endif
