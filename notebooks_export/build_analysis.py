@@ -202,6 +202,69 @@ axs[1].set_xlabel("log w = l_pi - l_mu"); axs[1].legend()
 plt.tight_layout(); plt.show()
 """)
 
+md(r"""
+## Paired evaluation: which held-out items changed
+
+Every evaluation of `dllm-rl train` writes the per-item 0/1 outcomes to
+`RUN_DIR/eval/TASK-step-N.txt` (header: task, step, item count, a hash of the eval set).
+On the same items, the change of accuracy between two evaluations is the mean of the
+per-item differences, and its standard error is theirs: items both evaluations get right
+(or wrong) cancel. This is what `dllm-rl inspect` prints. Set `COMPARE_RUN` to another
+run directory with the same eval set (a control) to compare against it too.
+""")
+
+code(r"""
+import glob, re
+
+def outcomes(run_dir):
+    # {task: [(step, items_hash, 0/1 array)]} from run_dir/eval, sorted by step
+    out = {}
+    for p in glob.glob(os.path.join(run_dir, "eval", "*-step-*.txt")):
+        with open(p) as fh:
+            m = re.match(r"# dllm-rl eval outcomes: task (.+), step (\d+), n (\d+), items ([0-9a-f]+)",
+                         fh.readline())
+            ok = np.array([int(x) for x in fh.read().split()], dtype=float)
+        if m and ok.size == int(m.group(3)):
+            out.setdefault(m.group(1), []).append((int(m.group(2)), m.group(4), ok))
+    return {t: sorted(v, key=lambda e: e[0]) for t, v in out.items()}
+
+def paired(a, b):
+    d = a - b
+    return d.mean(), d.std(ddof=1) / np.sqrt(d.size), int((d > 0).sum()), int((d < 0).sum())
+
+run_dir = os.path.dirname(os.path.abspath(path))
+evs = outcomes(run_dir)
+other = os.environ.get("COMPARE_RUN")
+oevs = outcomes(other) if other else {}
+if not evs:
+    print("no per-item eval outcomes beside this log")
+for task, ev in evs.items():
+    first = ev[0]
+    print(f"{task}: {len(ev)} evaluations of {first[2].size} items")
+    for s, h, ok in ev:
+        line = f"  step {s:5d}: accuracy {ok.mean():.4f}"
+        if s != first[0]:
+            d, se, up, down = paired(ok, first[2])
+            line += f"   vs step {first[0]}: {d:+.4f} +- {se:.4f} ({up} gained, {down} lost)"
+        print(line)
+    for s, h, ok in oevs.get(task, [])[-1:]:
+        if h != ev[-1][1]:
+            print(f"  {other}: another eval set (items {h}), not compared")
+            continue
+        d, se, up, down = paired(ev[-1][2], ok)
+        print(f"  latest vs {os.path.basename(os.path.normpath(other))} step {s}: "
+              f"{d:+.4f} +- {se:.4f} ({up} only here, {down} only there)")
+    if len(ev) > 1:
+        fig, ax = plt.subplots(figsize=(8, 2.8))
+        S = [e[0] for e in ev]
+        D = [paired(e[2], first[2]) for e in ev]
+        ax.errorbar(S, [x[0] for x in D], yerr=[2 * x[1] for x in D], fmt="o-", capsize=3)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xlabel("step"); ax.set_ylabel(f"accuracy - step {first[0]}")
+        ax.set_title(f"{task}: paired change (2 standard errors)"); ax.grid(alpha=0.3)
+        plt.tight_layout(); plt.show()
+""")
+
 code(r"""
 f.close()
 """)
@@ -211,6 +274,6 @@ nb["cells"] = cells
 nb["metadata"] = {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                  "language": "python"},
                   "language_info": {"name": "python"}}
-out = os.path.join(HERE, "analysis.ipynb")
+out = os.path.join(HERE, os.environ.get("NOTEBOOK_NAME", "analysis.ipynb"))
 nbf.write(nb, out)
 print("wrote", out)
