@@ -311,7 +311,8 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
         strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
         const char *tasks[1] = {run->task->name};
         h5log_meta meta = {.config_yaml = yaml, .version = PACKAGE_VERSION,
-                           .git_revision = getenv("DLLM_GIT_REVISION") ? getenv("DLLM_GIT_REVISION") : "unknown",
+                           .git_revision = getenv("DLLM_GIT_REVISION") ? getenv("DLLM_GIT_REVISION")
+                                                                         : dllm_git_revision,
                            .device = cfg->device, .started = started, .seed = cfg->seed};
         h5log_dims dims = {.max_prompt = td.P, .max_completion = td.G,
                            .denoise_steps = cfg->rollout.steps, .n_eval_tasks = 1, .eval_tasks = tasks};

@@ -45,7 +45,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("%s\n", PACKAGE_STRING);
+        printf("%s (%s)\n", PACKAGE_STRING, dllm_git_revision);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -448,6 +448,31 @@ START_TEST(eval_outcomes_match_the_log)
 }
 END_TEST
 
+/* the log's git_revision is the build's, as `dllm-rl --version` prints it */
+START_TEST(log_records_the_build_revision)
+{
+    write_config("c.yaml", "revision", "{method: none}");
+    ck_assert_int_eq(sh("env -u DLLM_GIT_REVISION %s train %s/c.yaml --quiet --set grpo.steps=1"
+                        " --set eval.every=0", bin(), tmp), 0);
+    char cmd[512], line[256] = "";
+    snprintf(cmd, sizeof cmd, "%s --version", bin());
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
+    pclose(p);
+    char *open = strchr(line, '('), *close = strrchr(line, ')');
+    ck_assert_msg(open && close && close > open + 1, "--version: %s", line);
+    *close = '\0';
+    char path[256];
+    snprintf(path, sizeof path, "%s/runs/revision/log.h5", tmp);
+    h5log *log;
+    dllm_err err = {0};
+    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(h5log_get_meta(log)->git_revision, open + 1);
+    h5log_close(log);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -462,6 +487,7 @@ int main(void)
     tcase_add_test(tc, sft_answers_pad_to_answer_length);
     tcase_add_test(tc, paired_eval_outcomes);
     tcase_add_test(tc, eval_outcomes_match_the_log);
+    tcase_add_test(tc, log_records_the_build_revision);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
