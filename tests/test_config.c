@@ -3,6 +3,7 @@
 #include "src/yaml_config.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,33 @@ START_TEST(dump_reloads_to_same_config)
 }
 END_TEST
 
+/* Every recipe shipped in configs/ parses (file existence is checked at run time,
+ * when the paths it names exist). */
+START_TEST(shipped_configs_parse)
+{
+    const char *data = getenv("DLLM_TEST_DATA");
+    ck_assert_ptr_nonnull(data);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/../../configs", data);
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "%s: cannot open", dir);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 6 || strcmp(e->d_name + l - 5, ".yaml"))
+            continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        dllm_cfg cfg;
+        dllm_err err = {0};
+        ck_assert_msg(dllm_cfg_load(&cfg, path, &err) == 0, "%s", err.msg);
+        n++;
+    }
+    closedir(d);
+    ck_assert_int_ge(n, 6);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config");
@@ -219,6 +247,7 @@ int main(void)
     tcase_add_test(tc, missing_files);
     tcase_add_test(tc, cross_key_rules);
     tcase_add_test(tc, dump_reloads_to_same_config);
+    tcase_add_test(tc, shipped_configs_parse);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
