@@ -1,5 +1,6 @@
 /* eval_outcomes.c: per-item evaluation outcomes (format in eval_outcomes.h). */
 #include "src/eval_outcomes.h"
+#include "src/cli_util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -7,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char HEADER[] = "# dllm-rl eval outcomes: task %63[^,], step %lld, n %zu, items %llx";
 
@@ -16,8 +16,9 @@ int eval_outcomes_write(const char *run_dir, const char *task, long long step, c
 {
     char dir[4200], path[4300], tmp[4400];
     snprintf(dir, sizeof dir, "%s/eval", run_dir);
-    if (mkdir(dir, 0777) && errno != EEXIST)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", dir, strerror(errno));
+    int rc = cli_mkdirs(dir, err);
+    if (rc)
+        return rc;
     snprintf(path, sizeof path, "%s/%s-step-%lld.txt", dir, task, step);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");

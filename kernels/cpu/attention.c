@@ -22,6 +22,7 @@
  * backward one unit is a (b, kv head) with every query head of its group, so
  * dk/dv are written without races. */
 #include "kernels/ops.h"
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/base.h"
 
 #include <cblas.h>
@@ -34,34 +35,6 @@
 
 /* Below this many multiply-adds in total, thread start-up costs more than it saves. */
 #define PAR_MIN 262144.0
-
-/* OpenBLAS built on pthreads does not know about our OpenMP threads: GEMMs
- * issued from inside a parallel region would each fan out to its own thread
- * pool and oversubscribe the cores. It is held at one thread for the whole op
- * (as in gemm.c: the OpenMP build of OpenBLAS already goes serial inside a
- * parallel region, and setting its thread count would change OpenMP's, so it
- * is left alone; inside a caller's parallel region nothing is touched).
- * Returns the count to restore, or 0 if nothing was changed. */
-static int blas_hold(void)
-{
-#ifdef _OPENMP
-    if (omp_in_parallel())
-        return 0;
-#endif
-    if (openblas_get_parallel() != OPENBLAS_THREAD)
-        return 0;
-    int n = openblas_get_num_threads();
-    if (n <= 1)
-        return 0;
-    openblas_set_num_threads(1);
-    return n;
-}
-
-static void blas_release(int saved)
-{
-    if (saved > 0)
-        openblas_set_num_threads(saved);
-}
 
 static int n_threads(bool par)
 {

@@ -15,6 +15,7 @@
  * and with one thread a row's result does not depend on the other rows of
  * the batch (OpenBLAS's threaded split would change its rounding). */
 #include "kernels/ops.h"
+#include "kernels/cpu/blas_threads.h"
 
 #include <cblas.h>
 #ifdef _OPENMP
@@ -35,32 +36,6 @@ static void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, co
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                 transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
                 ldc);
-}
-
-/* OpenBLAS held at one thread for the duration of a product (only the
- * pthreads build needs that; the OpenMP build goes serial inside a parallel
- * region by itself, and setting its count would set OpenMP's). Not touched
- * from inside a parallel region, where threads would race on the setting.
- * Returns the count to restore, or 0. */
-static int blas_hold(void)
-{
-#ifdef _OPENMP
-    if (omp_in_parallel())
-        return 0;
-#endif
-    if (openblas_get_parallel() != OPENBLAS_THREAD)
-        return 0;
-    int n = openblas_get_num_threads();
-    if (n <= 1)
-        return 0;
-    openblas_set_num_threads(1);
-    return n;
-}
-
-static void blas_release(int saved)
-{
-    if (saved > 0)
-        openblas_set_num_threads(saved);
 }
 
 /* The product split over nt OpenMP threads in blocks of C. */
