@@ -1,0 +1,101 @@
+/* backend.h: the backend interface (the ggml idea). A backend owns memory
+ * (buffers: alloc, free, upload, download) and runs the op table on it; the
+ * model core (dllm/transformer.c) calls ops only through a dllm_backend, so the
+ * CPU backend (kernels/cpu/backend_cpu.c), the CUDA backend and the CUDA
+ * emulation build share one model code path.
+ *
+ * Conventions are those of kernels/ops.h (row-major fp32, backward ACCUMULATES
+ * into every gradient it is given, NULL = not needed, forward overwrites). Every
+ * pointer an op receives is memory of the backend it runs on. Ops are
+ * asynchronous on a device backend: call sync before reading results on the host
+ * (download syncs itself).
+ *
+ * Attention keeps a backend-defined state between forward and backward
+ * (attn_state_floats tells its size): the CPU keeps the probabilities
+ * [B,NH,T,T]; a flash-style device kernel keeps the log-sum-exp [B,NH,T]. The
+ * backward receives everything either needs (the forward's output, key mask and
+ * causal flag). */
+#ifndef DLLM_BACKEND_H
+#define DLLM_BACKEND_H
+
+#include "kernels/fp8.h"
+#include "kernels/ops.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { DLLM_BACKEND_CPU = 0, DLLM_BACKEND_CUDA = 1 } dllm_backend_kind;
+
+typedef struct dllm_backend dllm_backend;
+
+typedef struct dllm_backend_ops {
+    /* ---- buffers ---- */
+    void *(*alloc)(dllm_backend *be, size_t bytes);          /* zero-filled */
+    void (*free)(dllm_backend *be, void *p);
+    void (*upload)(dllm_backend *be, void *dst, const void *src, size_t bytes);   /* host -> be */
+    void (*download)(dllm_backend *be, void *dst, const void *src, size_t bytes); /* be -> host */
+    void (*memset0)(dllm_backend *be, void *p, size_t bytes);
+    void (*sync)(dllm_backend *be);
+
+    /* ---- GEMM and linear layers (torch layout [OC, C]) ---- */
+    void (*gemm)(dllm_backend *be, bool transA, bool transB, int M, int N, int K, float alpha,
+                 const float *A, const float *B, float beta, float *C);
+    void (*linear_fwd)(dllm_backend *be, float *out, const float *inp, const float *w, int N,
+                       int C, int OC);
+    void (*linear_bwd)(dllm_backend *be, float *dinp, float *dw, const float *dout,
+                       const float *inp, const float *w, int N, int C, int OC);
+    /* W8A8 (kernels/fp8.h): activations quantised per w->act_scaling. */
+    void (*fp8_linear_fwd)(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
+                           int C, int OC);
+
+    /* ---- normalisation, position, attention, MLP ---- */
+    void (*rmsnorm_fwd)(dllm_backend *be, float *out, float *rstd, const float *inp,
+                        const float *w, int N, int C, float eps);
+    void (*rmsnorm_bwd)(dllm_backend *be, float *dinp, float *dw, const float *dout,
+                        const float *inp, const float *w, const float *rstd, int N, int C);
+    void (*rope_fwd)(dllm_backend *be, float *out, const float *inp, const int32_t *pos,
+                     const op_rope_table *t, int N, int NH, int HD);
+    void (*rope_bwd)(dllm_backend *be, float *dinp, const float *dout, const int32_t *pos,
+                     const op_rope_table *t, int N, int NH, int HD);
+    size_t (*attn_state_floats)(dllm_backend *be, int B, int T, int NH);
+    void (*attention_fwd)(dllm_backend *be, float *out, float *state, const float *q,
+                          const float *k, const float *v, const uint8_t *keymask, int B, int T,
+                          int NH, int NKV, int HD, bool causal);
+    void (*attention_bwd)(dllm_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                          const float *out, const float *state, const float *q, const float *k,
+                          const float *v, const uint8_t *keymask, int B, int T, int NH,
+                          int NKV, int HD, bool causal);
+    void (*swiglu_fwd)(dllm_backend *be, float *out, const float *gate, const float *up,
+                       size_t n);
+    void (*swiglu_bwd)(dllm_backend *be, float *dgate, float *dup, const float *dout,
+                       const float *gate, const float *up, size_t n);
+    void (*embedding_fwd)(dllm_backend *be, float *out, const int32_t *ids, const float *wte,
+                          int N, int C);
+    void (*embedding_bwd)(dllm_backend *be, float *dwte, const float *dout, const int32_t *ids,
+                          int N, int C);
+    void (*xent_fwd)(dllm_backend *be, float *logp, float *logsumexp, const float *logits,
+                     const int32_t *target, int N, int V);
+    void (*xent_bwd)(dllm_backend *be, float *dlogits, const float *dlogp, const float *logits,
+                     const float *logsumexp, const int32_t *target, int N, int V);
+
+    /* ---- elementwise and optimizer ---- */
+    void (*round_bf16)(dllm_backend *be, float *x, size_t n);  /* x = bf16(x), in place */
+    void (*add)(dllm_backend *be, float *y, const float *x, size_t n); /* y += x */
+    void (*adamw)(dllm_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                  int t, float lr, float b1, float b2, float eps, float wd);
+    double (*grad_norm)(dllm_backend *be, const float *g, size_t n);
+} dllm_backend_ops;
+
+struct dllm_backend {
+    dllm_backend_kind kind;
+    const char *name;            /* "cpu", "cuda" */
+    const dllm_backend_ops *ops;
+    void *impl;                  /* backend-private state (streams, handles) */
+};
+
+/* The CPU backend: host memory, the reference ops of kernels/cpu/. A process-wide
+ * instance; it is never freed. */
+dllm_backend *dllm_backend_cpu(void);
+
+#endif

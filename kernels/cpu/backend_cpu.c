@@ -1,0 +1,186 @@
+/* backend_cpu.c: the CPU backend -- host memory and the reference ops of
+ * kernels/cpu/ behind the backend table (kernels/backend.h). Each entry is the
+ * reference op itself, so a model computed through this table is bit-identical
+ * to one calling the ops directly. */
+#include "kernels/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *cpu_alloc(dllm_backend *be, size_t bytes)
+{
+    (void)be;
+    return dllm_calloc(bytes ? bytes : 1, 1);
+}
+static void cpu_free(dllm_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+static void cpu_copy(dllm_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes)
+        memmove(dst, src, bytes);
+}
+static void cpu_memset0(dllm_backend *be, void *p, size_t bytes)
+{
+    (void)be;
+    if (bytes)
+        memset(p, 0, bytes);
+}
+static void cpu_sync(dllm_backend *be) { (void)be; }
+
+static void cpu_gemm(dllm_backend *be, bool tA, bool tB, int M, int N, int K, float alpha,
+                     const float *A, const float *B, float beta, float *C)
+{
+    (void)be;
+    op_gemm(tA, tB, M, N, K, alpha, A, B, beta, C);
+}
+static void cpu_linear_fwd(dllm_backend *be, float *out, const float *inp, const float *w,
+                           int N, int C, int OC)
+{
+    (void)be;
+    op_linear_fwd(out, inp, w, N, C, OC);
+}
+static void cpu_linear_bwd(dllm_backend *be, float *dinp, float *dw, const float *dout,
+                           const float *inp, const float *w, int N, int C, int OC)
+{
+    (void)be;
+    op_linear_bwd(dinp, dw, dout, inp, w, N, C, OC);
+}
+static void cpu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w,
+                               int N, int C, int OC)
+{
+    (void)be;
+    op_fp8_linear_fwd(out, inp, w, N, C, OC);
+}
+static void cpu_rmsnorm_fwd(dllm_backend *be, float *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps)
+{
+    (void)be;
+    op_rmsnorm_fwd(out, rstd, inp, w, N, C, eps);
+}
+static void cpu_rmsnorm_bwd(dllm_backend *be, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, const float *rstd, int N, int C)
+{
+    (void)be;
+    op_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C);
+}
+static void cpu_rope_fwd(dllm_backend *be, float *out, const float *inp, const int32_t *pos,
+                         const op_rope_table *t, int N, int NH, int HD)
+{
+    (void)be;
+    op_rope_fwd(out, inp, pos, t, N, NH, HD);
+}
+static void cpu_rope_bwd(dllm_backend *be, float *dinp, const float *dout, const int32_t *pos,
+                         const op_rope_table *t, int N, int NH, int HD)
+{
+    (void)be;
+    op_rope_bwd(dinp, dout, pos, t, N, NH, HD);
+}
+/* The CPU keeps the softmax probabilities for backward. */
+static size_t cpu_attn_state_floats(dllm_backend *be, int B, int T, int NH)
+{
+    (void)be;
+    return (size_t)B * NH * T * T;
+}
+static void cpu_attention_fwd(dllm_backend *be, float *out, float *state, const float *q,
+                              const float *k, const float *v, const uint8_t *keymask, int B,
+                              int T, int NH, int NKV, int HD, bool causal)
+{
+    (void)be;
+    op_attention_fwd(out, state, q, k, v, keymask, B, T, NH, NKV, HD, causal);
+}
+static void cpu_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv,
+                              const float *dout, const float *out, const float *state,
+                              const float *q, const float *k, const float *v,
+                              const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                              bool causal)
+{
+    /* the probabilities already carry the mask and causality */
+    (void)be, (void)out, (void)keymask, (void)causal;
+    op_attention_bwd(dq, dk, dv, dout, state, q, k, v, B, T, NH, NKV, HD);
+}
+static void cpu_swiglu_fwd(dllm_backend *be, float *out, const float *gate, const float *up,
+                           size_t n)
+{
+    (void)be;
+    op_swiglu_fwd(out, gate, up, n);
+}
+static void cpu_swiglu_bwd(dllm_backend *be, float *dgate, float *dup, const float *dout,
+                           const float *gate, const float *up, size_t n)
+{
+    (void)be;
+    op_swiglu_bwd(dgate, dup, dout, gate, up, n);
+}
+static void cpu_embedding_fwd(dllm_backend *be, float *out, const int32_t *ids, const float *wte,
+                              int N, int C)
+{
+    (void)be;
+    op_embedding_fwd(out, ids, wte, N, C);
+}
+static void cpu_embedding_bwd(dllm_backend *be, float *dwte, const float *dout,
+                              const int32_t *ids, int N, int C)
+{
+    (void)be;
+    op_embedding_bwd(dwte, dout, ids, N, C);
+}
+static void cpu_xent_fwd(dllm_backend *be, float *logp, float *lse, const float *logits,
+                         const int32_t *target, int N, int V)
+{
+    (void)be;
+    op_xent_fwd(logp, lse, logits, target, N, V);
+}
+static void cpu_xent_bwd(dllm_backend *be, float *dlogits, const float *dlogp,
+                         const float *logits, const float *lse, const int32_t *target, int N,
+                         int V)
+{
+    (void)be;
+    op_xent_bwd(dlogits, dlogp, logits, lse, target, N, V);
+}
+static void cpu_round_bf16(dllm_backend *be, float *x, size_t n)
+{
+    (void)be;
+    op_round_bf16(x, n);
+}
+static void cpu_add(dllm_backend *be, float *y, const float *x, size_t n)
+{
+    (void)be;
+#pragma omp parallel for if (n > 65536)
+    for (size_t e = 0; e < n; e++)
+        y[e] += x[e];
+}
+static void cpu_adamw(dllm_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                      int t, float lr, float b1, float b2, float eps, float wd)
+{
+    (void)be;
+    op_adamw(p, g, m, v, n, t, lr, b1, b2, eps, wd);
+}
+static double cpu_grad_norm(dllm_backend *be, const float *g, size_t n)
+{
+    (void)be;
+    return op_grad_norm(g, n);
+}
+
+static const dllm_backend_ops cpu_ops = {
+    .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
+    .memset0 = cpu_memset0, .sync = cpu_sync,
+    .gemm = cpu_gemm, .linear_fwd = cpu_linear_fwd, .linear_bwd = cpu_linear_bwd,
+    .fp8_linear_fwd = cpu_fp8_linear_fwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd, .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope_fwd = cpu_rope_fwd, .rope_bwd = cpu_rope_bwd,
+    .attn_state_floats = cpu_attn_state_floats,
+    .attention_fwd = cpu_attention_fwd, .attention_bwd = cpu_attention_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd, .swiglu_bwd = cpu_swiglu_bwd,
+    .embedding_fwd = cpu_embedding_fwd, .embedding_bwd = cpu_embedding_bwd,
+    .xent_fwd = cpu_xent_fwd, .xent_bwd = cpu_xent_bwd,
+    .round_bf16 = cpu_round_bf16, .add = cpu_add,
+    .adamw = cpu_adamw, .grad_norm = cpu_grad_norm,
+};
+
+static dllm_backend cpu_backend = {
+    .kind = DLLM_BACKEND_CPU, .name = "cpu", .ops = &cpu_ops, .impl = NULL,
+};
+
+dllm_backend *dllm_backend_cpu(void) { return &cpu_backend; }
