@@ -5,9 +5,9 @@
  *    plans over the holey rollouts build and evaluate to finite estimates;
  *  - end to end: `dllm-rl train` (the quickstart's settings on a shorter
  *    canvas: one block, two commits per step; one GRPO step) from
- *    `init-model --preset tiny --seed 1|2|3` with each estimator exits 0, its
- *    log has finite l_pi and log_w, and the rollouts did hold masked
- *    positions (else this test would prove nothing). */
+ *    `init-model --preset tiny --seed 1|2|3` with each estimator (and one_step
+ *    at the token level) exits 0, its log has finite l_pi and log_w, and the
+ *    rollouts did hold masked positions (else this test would prove nothing). */
 #include "dllm/lik_plan.h"
 #include "dllm/llada.h"
 #include "dllm/sampler.h"
@@ -186,16 +186,19 @@ START_TEST(train_from_fresh_models)
     ck_assert_msg(llada_load(&m, dir, &err) == 0, "%s", err.msg);
     const int mask_id = llada_config(m)->mask_token_id;
     llada_free(m);
-    const char *est[3] = {"trajectory", "elbo", "one_step"};
+    /* each estimator at the sequence level, and one_step's token-level ratio
+     * and weights (holes are NaN tokens there) */
+    const char *est[4] = {"trajectory", "elbo", "one_step", "one_step"};
+    const char *extra[4] = {"", "", "", " --set grpo.ratio=token --set correction.level=token"};
     int masked = 0;
     for (int s = 1; s <= 3; s++)
-        for (int e = 0; e < 3; e++) {
+        for (int e = 0; e < 4; e++) {
             char run[64];
-            snprintf(run, sizeof run, "s%d-%s", s, est[e]);
+            snprintf(run, sizeof run, "s%d-%s%s", s, est[e], e == 3 ? "-token" : "");
             ck_assert_msg(sh("%s train %s --quiet --set experiment=%s --set model.path=%s/m%d"
-                             " --set grpo.logp_estimator=%s --set correction.estimator=%s",
-                             bin(), cfg, run, tmp, s, est[e], est[e]) == 0,
-                          "seed %d, estimator %s: train failed", s, est[e]);
+                             " --set grpo.logp_estimator=%s --set correction.estimator=%s%s",
+                             bin(), cfg, run, tmp, s, est[e], est[e], extra[e]) == 0,
+                          "seed %d, estimator %s%s: train failed", s, est[e], extra[e]);
             int64_t n, n2;
             double *lpi = read_col(run, "trajectories/l_pi", &n);
             double *logw = read_col(run, "trajectories/log_w", &n2);
