@@ -26,6 +26,13 @@
  * the estimators score. So on a model whose draw never picks the mask, allow
  * and forbid give bit-identical rollouts.
  *
+ * Two deliberate differences from the published code: prompt positions are
+ * never rewritten (it would treat a mask id inside a prompt as masked), and
+ * confidence_eos_eot_inf gives x0 in {EOS, EoT} confidence -inf (its switch
+ * sets those logits to -inf after the draw, which renormalises every
+ * position's confidence, EOS included only at temperature 0); with the switch
+ * off, as it is by default, the output is the published one token for token.
+ *
  * Which to use: `generate` defaults to allow (parity with the published
  * sampler, and a zero-initialised config is allow). RL should use forbid: a
  * weak model (a fresh initialisation, an early SFT) puts real mass on the mask
@@ -79,7 +86,8 @@ typedef struct {
     float *commit_prob;   /* (B, G) softmax prob (temperature 1, after the EOS switch) of
                              it; NaN where still masked */
     int32_t *n_masked_left; /* (B) generated positions still masked at the end (all G
-                               of them, before and after the first EOS); 0 under forbid */
+                               of them, before and after the first EOS); 0 under forbid;
+                               NULL in records not made by dllm_sample (AR decoding) */
     int B, P, G;
 } dllm_rollout;
 
