@@ -101,8 +101,11 @@ def generate(model, prompt, attention_mask, steps, gen_length, block_length, cfg
 
 
 def make_greedy():
-    import torch
-    import llada_ref as ref
+    try:
+        import torch
+        import llada_ref as ref
+    except ImportError as e:
+        raise SystemExit(f"greedy.json needs PyTorch and safetensors ({e}); --mask-only skips it")
     d = os.path.join(DATA, "llada", "tiny")
     cfg = ref.load_config(d)
     params = ref.load_params(d)
