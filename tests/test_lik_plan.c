@@ -129,14 +129,14 @@ static int lin_grad(void *ctx, int s0, int s1, const double *seq_logp, const dou
 
 /* loss = sum_i w_i seq_i + sum_{i,t} u_{i,t} tok_{i,t}: analytic gradient vs
  * central differences on a few entries of every parameter tensor. */
-static void check_gradient(dllm_estimator kind, bool token_terms)
+static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32_t *gv,
+                              const int16_t *sv, const int *L)
 {
-    int L[N] = {G, 4, 5};
     uint8_t pm[N * P] = {1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1}; /* sequence 1 left-padded */
     dllm_lik_cfg c = cfg_of(kind);
     dllm_lik_plan p;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, pm, gen, L, steps, N, P, G, 3, 1, 0, &err), 0);
+    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, pm, gv, L, sv, N, P, G, 3, 1, 0, &err), 0);
     double w[N] = {0.7, -1.3, 0.4}, u[N * G];
     for (int k = 0; k < N * G; k++)
         u[k] = token_terms ? 0.1 * ((k * 7) % 5 - 2) : NAN;
@@ -183,6 +183,24 @@ static void check_gradient(dllm_estimator kind, bool token_terms)
         }
     }
     dllm_lik_plan_free(&p);
+}
+
+static void check_gradient(dllm_estimator kind, bool token_terms)
+{
+    int L[N] = {G, 4, 5};
+    check_gradient_on(kind, token_terms, gen, steps, L);
+}
+
+/* Holes (positions left masked) in sequence 0, nothing but holes in sequence
+ * 1: the gradient through what remains, with a row-less sequence in the
+ * middle of the backward's chunks. */
+static void check_gradient_holes(dllm_estimator kind)
+{
+    const int M = llada_config(model)->mask_token_id;
+    const int32_t gv[N * G] = {20, M, 22, 23, M, 25, M, M, M, M, M, M, 32, 33, 34, 35, 36, 37};
+    const int16_t sv[N * G] = {0, -1, 1, 3, -1, 4, -1, -1, -1, -1, -1, -1, 5, 4, 3, 2, 1, 0};
+    int L[N] = {G, G, 5};
+    check_gradient_on(kind, kind != EST_ELBO, gv, sv, L);
 }
 
 /* What the sampler can leave in a completion (mask_token = allow): positions
@@ -282,6 +300,14 @@ END_TEST
 START_TEST(gradient_trajectory) { check_gradient(EST_TRAJECTORY, true); }
 END_TEST
 
+START_TEST(gradient_with_holes)
+{
+    check_gradient_holes(EST_ONE_STEP);
+    check_gradient_holes(EST_ELBO);
+    check_gradient_holes(EST_TRAJECTORY);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("lik_plan");
@@ -294,6 +320,7 @@ int main(void)
     tcase_add_test(tc, gradient_one_step_tokens);
     tcase_add_test(tc, gradient_elbo);
     tcase_add_test(tc, gradient_trajectory);
+    tcase_add_test(tc, gradient_with_holes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
