@@ -16,6 +16,27 @@
  *             and every token committed before step g*shrink, and scores the
  *             tokens committed in steps [g*shrink, (g+1)*shrink).
  *
+ * What a rollout can leave in a completion, and what each estimator does:
+ *  - tokens after the first EOS: outside the completion (length L, up to and
+ *    including the EOS); never scored. one_step masks them, elbo and
+ *    trajectory show them as the sampler left them.
+ *  - a position still masked at the end (the mask id; the sampler's
+ *    mask_token = allow, where a committed mask id is written back): not
+ *    scored by any estimator (token value NaN, nothing in the sum), and masked
+ *    in every canvas. Why: it is no token of the answer -- the policy declined
+ *    to fill it -- and log p(mask) is the log-prob of an id the model is never
+ *    trained to predict, which would swamp ratios and push gradients onto the
+ *    mask logit. The estimate is then that of the completion's real tokens with
+ *    the hole left open, as the sampler left it; elbo draws its masks and its
+ *    L/n_k weights over the L' scored tokens only (L' = L when nothing is left
+ *    masked, so those estimates are unchanged), and a completion with no
+ *    scored token has estimate 0. Under mask_token = forbid no position is
+ *    left masked and all of this is moot.
+ *  - a committed-mask record (a commit step on a position holding the mask
+ *    id, from any producer): the same, the step is ignored.
+ * Only a real token without a commit step (a record no sampler makes) is an
+ * input error, for trajectory.
+ *
  * Masks come from the caller's rng stream only, so two policies evaluated with
  * the same stream see identical masks (coupled estimates). All estimators
  * score at `temperature` (logits / temperature). */

@@ -94,27 +94,29 @@ static int build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts
     builder b = {.p = p};
     int *counts = dllm_malloc(sizeof *counts * (size_t)(c->mc > 0 ? c->mc : 1));
     int *perm = dllm_malloc(sizeof *perm * (size_t)G);
+    int *scored = dllm_malloc(sizeof *scored * (size_t)G);
     uint8_t *drawn = dllm_malloc((size_t)G);
-    for (int i = 0; i < n_seq; i++) {
+    int rc = 0;
+    for (int i = 0; i < n_seq && !rc; i++) {
         const int32_t *pr = prompts + (size_t)i * P, *g = gen + (size_t)i * G;
         const uint8_t *pm = prompt_mask ? prompt_mask + (size_t)i * P : NULL;
         const int Li = L[i];
         if (Li < 1 || Li > G) {
-            free(counts);
-            free(perm);
-            free(drawn);
-            dllm_lik_plan_free(p);
-            return dllm_err_set(err, DLLM_EXIT_INPUT, "completion %d: length %d outside 1..%d", i, Li, G);
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT, "completion %d: length %d outside 1..%d", i, Li, G);
+            break;
         }
         p->L[i] = Li;
         dllm_rng rng = streams[i];
+        /* the scored tokens: a position still masked (the mask id) is no choice
+         * of the policy; it stays masked in every canvas and is not scored */
+        int Ls = 0;
+        for (int t = 0; t < Li; t++)
+            if (c->kind == EST_AR_EXACT || g[t] != c->mask_id)
+                scored[Ls++] = t;
         if (c->kind == EST_AR_EXACT) {
             if (P < 1) {
-                free(counts);
-                free(perm);
-                free(drawn);
-                dllm_lik_plan_free(p);
-                return dllm_err_set(err, DLLM_EXIT_INPUT, "exact AR scoring needs a prompt");
+                rc = dllm_err_set(err, DLLM_EXIT_INPUT, "exact AR scoring needs a prompt");
+                break;
             }
             new_canvas(&b, i, pr, g);
             for (int t = 0; t < Li; t++)
@@ -126,17 +128,23 @@ static int build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts
                     cv[t] = c->mask_id;
             for (int t = 0; t < G; t++)
                 cv[P + t] = c->mask_id;
-            for (int t = 0; t < Li; t++)
-                add_row(&b, i, t, g[t], 1.0);
+            for (int j = 0; j < Ls; j++)
+                add_row(&b, i, scored[j], g[scored[j]], 1.0);
         } else if (c->kind == EST_ELBO) {
             const int K = c->mc;
-            dllm_elbo_mask_counts(&rng, Li, K, counts);
+            if (Ls == 0) {
+                /* nothing to score: K canvases without rows keep the plan's shape */
+                for (int k = 0; k < K; k++)
+                    new_canvas(&b, i, pr, g);
+                continue;
+            }
+            dllm_elbo_mask_counts(&rng, Ls, K, counts);
             for (int k = 0; k < K; k++) {
                 int32_t *cv = new_canvas(&b, i, pr, g);
-                for (int t = 0; t < Li; t++)
-                    perm[t] = t;
+                for (int j = 0; j < Ls; j++)
+                    perm[j] = scored[j];
                 for (int j = 0; j < counts[k]; j++) {
-                    int s = j + (int)dllm_rng_below(&rng, (uint64_t)(Li - j)), tmp = perm[j];
+                    int s = j + (int)dllm_rng_below(&rng, (uint64_t)(Ls - j)), tmp = perm[j];
                     perm[j] = perm[s];
                     perm[s] = tmp;
                 }
@@ -146,7 +154,7 @@ static int build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts
                     drawn[perm[j]] = 1;
                 }
                 /* rows in position order within the canvas */
-                double a = (double)Li / ((double)counts[k] * K);
+                double a = (double)Ls / ((double)counts[k] * K);
                 for (int t = 0; t < Li; t++)
                     if (drawn[t])
                         add_row(&b, i, t, g[t], a);
@@ -155,36 +163,46 @@ static int build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts
             const int16_t *cs = commit_step + (size_t)i * G;
             const int shrink = c->shrink > 0 ? c->shrink : 1;
             int smax = -1;
-            for (int t = 0; t < Li; t++) {
-                if (cs[t] < 0) {
-                    free(counts);
-                    free(perm);
-                    free(drawn);
-                    dllm_lik_plan_free(p);
-                    return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                        "completion %d: token %d has no commit step", i, t);
-                }
-                smax = cs[t] > smax ? cs[t] : smax;
+            for (int j = 0; j < Ls && !rc; j++) {
+                if (cs[scored[j]] < 0)
+                    rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                                      "completion %d: token %d (id %d) has no commit step", i,
+                                      scored[j], g[scored[j]]);
+                smax = cs[scored[j]] > smax ? cs[scored[j]] : smax;
+            }
+            if (rc)
+                break;
+            if (Ls == 0) {
+                /* nothing to score: one canvas without rows keeps the plan's shape */
+                int32_t *cv = new_canvas(&b, i, pr, g);
+                for (int t = 0; t < G; t++)
+                    cv[P + t] = c->mask_id;
+                continue;
             }
             for (int grp = 0; grp <= smax / shrink; grp++) {
                 int any = 0;
-                for (int t = 0; t < Li; t++)
-                    any |= cs[t] / shrink == grp;
+                for (int j = 0; j < Ls; j++)
+                    any |= cs[scored[j]] / shrink == grp;
                 if (!any)
                     continue;
                 int32_t *cv = new_canvas(&b, i, pr, g);
                 for (int t = 0; t < G; t++)
                     if (!(cs[t] >= 0 && cs[t] < grp * shrink))
                         cv[P + t] = c->mask_id;
-                for (int t = 0; t < Li; t++)
-                    if (cs[t] / shrink == grp)
-                        add_row(&b, i, t, g[t], 1.0);
+                for (int j = 0; j < Ls; j++)
+                    if (cs[scored[j]] / shrink == grp)
+                        add_row(&b, i, scored[j], g[scored[j]], 1.0);
             }
         }
     }
     free(counts);
     free(perm);
+    free(scored);
     free(drawn);
+    if (rc) {
+        dllm_lik_plan_free(p);
+        return rc;
+    }
     if (prompt_mask) {
         p->keymask = dllm_malloc((size_t)p->n_canvas * p->T);
         for (int k = 0; k < p->n_canvas; k++) {

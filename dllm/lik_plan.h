@@ -14,7 +14,10 @@
  *
  * Completion i has length L_i (up to and including its first EOS); positions
  * past L_i take no part in any estimate: one_step masks them (as d1 does),
- * elbo and trajectory leave them clean. */
+ * elbo and trajectory leave them clean. Positions holding the mask id (left
+ * masked by the sampler) are never scored and stay masked (estimators.h);
+ * every sequence keeps at least one canvas (K for elbo), rows or not, so each
+ * reaches the gradient callback. */
 #ifndef DLLM_LIK_PLAN_H
 #define DLLM_LIK_PLAN_H
 

@@ -27,7 +27,25 @@ int dllm_sampler_check(const dllm_sampler_cfg *c, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "temperature must be >= 0");
     if (c->cfg_scale < 0 || !isfinite(c->cfg_scale))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "cfg_scale must be >= 0");
+    if (c->mask_token != DLLM_MASK_TOKEN_ALLOW && c->mask_token != DLLM_MASK_TOKEN_FORBID)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "mask_token must be allow or forbid");
     return 0;
+}
+
+int dllm_mask_token_parse(const char *s, dllm_mask_token *out)
+{
+    if (!strcmp(s, "allow"))
+        *out = DLLM_MASK_TOKEN_ALLOW;
+    else if (!strcmp(s, "forbid"))
+        *out = DLLM_MASK_TOKEN_FORBID;
+    else
+        return -1;
+    return 0;
+}
+
+const char *dllm_mask_token_name(dllm_mask_token m)
+{
+    return m == DLLM_MASK_TOKEN_FORBID ? "forbid" : "allow";
 }
 
 int dllm_completion_length(const int32_t *gen, int G, int eos_id)
@@ -43,6 +61,7 @@ void dllm_rollout_free(dllm_rollout *r)
     free(r->tokens);
     free(r->commit_step);
     free(r->commit_prob);
+    free(r->n_masked_left);
     memset(r, 0, sizeof *r);
 }
 
@@ -65,18 +84,22 @@ static int cmp_candidate(const void *a, const void *b)
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-/* x0 for one row: argmax (T = 0) or Gumbel-max in float64 with keyed noise. */
-int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos)
+/* x0 for one row: argmax (T = 0) or Gumbel-max in float64 with keyed noise,
+ * over every token but `exclude`. */
+int32_t dllm_sampler_draw_x0_excl(const float *logit, int V, double temp, dllm_rng *noise, int pos,
+                                  int exclude)
 {
-    int32_t best = 0;
+    int32_t best = exclude == 0 && V > 1 ? 1 : 0;
     if (temp == 0) {
-        for (int v = 1; v < V; v++)
-            if (logit[v] > logit[best])
+        for (int v = best + 1; v < V; v++)
+            if (v != exclude && logit[v] > logit[best])
                 best = v;
         return best;
     }
     double best_s = -1;
     for (int v = 0; v < V; v++) {
+        if (v == exclude)
+            continue;
         noise->ctr = (uint64_t)pos * (uint64_t)V + (uint64_t)v;
         double u = dllm_rng_uniform(noise);
         double s = exp((double)logit[v]) / pow(-log(u), temp);
@@ -86,6 +109,11 @@ int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *n
         }
     }
     return best;
+}
+
+int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos)
+{
+    return dllm_sampler_draw_x0_excl(logit, V, temp, noise, pos, -1);
 }
 
 /* softmax(logit)[x] in double */
@@ -103,6 +131,66 @@ double dllm_sampler_prob(const float *logit, int V, int32_t x)
     return exp((double)logit[x] - mx) / z;
 }
 
+
+/* The rows the model is asked for at one step: every generated position still
+ * masked before `hi`, the current block's end (positions of earlier blocks
+ * are masked only after a committed mask id). rows: flat b*T + t, in sequence
+ * then position order; row_seq: b. Returns their count. */
+static int committable_rows(const int32_t *x, int B, int T, int P, int hi, int mask_id,
+                            int32_t *rows, int *row_seq)
+{
+    int n = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = P; t < hi; t++)
+            if (x[(size_t)b * T + t] == mask_id) {
+                rows[n] = b * T + t;
+                row_seq[n++] = b;
+            }
+    return n;
+}
+
+/* One sequence's step: x0 and confidence at its rows [i0, i1) (logits of row i
+ * at logits + i*V), then the k most confident are committed. A committed mask
+ * id leaves the position masked and unrecorded (commit_step -1), as the
+ * reference writes the mask back. */
+static void commit_sequence(const dllm_sampler_cfg *c, uint64_t seed, int gstep, int b, int T,
+                            int P, const int32_t *rows, int i0, int i1, const float *logits, int k,
+                            candidate *cand, int32_t *x, dllm_rollout *out)
+{
+    const int V = c->vocab, G = c->gen_length;
+    const int exclude = c->mask_token == DLLM_MASK_TOKEN_FORBID ? c->mask_id : -1;
+    uint64_t gb = c->seq_offset + (uint64_t)b;
+    dllm_rng noise = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb);
+    dllm_rng remask = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb + 1);
+    int nc = 0;
+    for (int i = i0; i < i1; i++) {
+        const float *lg = logits + (size_t)i * V;
+        int pos = rows[i] - b * T;
+        candidate *cd = &cand[nc++];
+        cd->row = i;
+        cd->pos = pos;
+        cd->x0 = dllm_sampler_draw_x0_excl(lg, V, c->temperature, &noise, pos, exclude);
+        cd->prob = (float)dllm_sampler_prob(lg, V, cd->x0);
+        if (c->remasking == REMASK_LOW_CONFIDENCE) {
+            cd->conf = cd->prob;
+        } else {
+            remask.ctr = (uint64_t)pos;
+            cd->conf = dllm_rng_uniform(&remask);
+        }
+        if (c->confidence_eos_eot_inf && (cd->x0 == c->eos_id || (c->eot_id >= 0 && cd->x0 == c->eot_id)))
+            cd->conf = -INFINITY;
+    }
+    qsort(cand, (size_t)nc, sizeof *cand, cmp_candidate);
+    for (int j = 0; j < k && j < nc; j++) {
+        if (cand[j].x0 == c->mask_id)
+            continue; /* written back: still masked, competes again */
+        x[(size_t)b * T + cand[j].pos] = cand[j].x0;
+        size_t g = (size_t)b * G + (size_t)(cand[j].pos - P);
+        out->commit_step[g] = (int16_t)gstep;
+        out->commit_prob[g] = cand[j].prob;
+    }
+}
+
 int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const uint8_t *prompt_mask,
                 int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
                 dllm_err *err)
@@ -116,8 +204,9 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
     out->P = P;
     out->G = G;
     int32_t *x = out->tokens = dllm_malloc(sizeof *x * (size_t)B * (size_t)T);
-    out->commit_step = dllm_malloc(sizeof *out->commit_step * (size_t)B * (size_t)G);
-    out->commit_prob = dllm_malloc(sizeof *out->commit_prob * (size_t)B * (size_t)G);
+    out->commit_step = dllm_malloc(sizeof *out->commit_step * (size_t)B * G);
+    out->commit_prob = dllm_malloc(sizeof *out->commit_prob * (size_t)B * G);
+    out->n_masked_left = dllm_calloc((size_t)(B > 0 ? B : 1), sizeof *out->n_masked_left);
     uint8_t *keymask = dllm_malloc((size_t)B * (size_t)T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -137,16 +226,21 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
         memcpy(km2, keymask, (size_t)B * T);
         memcpy(km2 + (size_t)B * T, keymask, (size_t)B * T);
     }
-    int32_t *rows = dllm_malloc(sizeof *rows * (size_t)BB * c->block_length);
-    int *row_seq = dllm_malloc(sizeof *row_seq * (size_t)B * c->block_length);
-    float *logits = dllm_malloc(sizeof *logits * (size_t)BB * c->block_length * (size_t)V);
-    candidate *cand = dllm_malloc(sizeof *cand * (size_t)c->block_length);
+    int32_t *rows = dllm_malloc(sizeof *rows * (size_t)BB * G);
+    int *row_seq = dllm_malloc(sizeof *row_seq * (size_t)B * G);
+    /* logits for up to cap rows per pass (x2 with CFG); more than a block's
+     * worth only when committed mask ids left earlier positions masked */
+    size_t cap = (size_t)B * c->block_length;
+    float *logits = dllm_malloc(sizeof *logits * (cap ? cap : 1) * (cfg ? 2 : 1) * (size_t)V);
+    candidate *cand = dllm_malloc(sizeof *cand * (size_t)G);
     int *ntransfer = dllm_malloc(sizeof *ntransfer * (size_t)B * spb);
     int rc = 0, gstep = 0;
 
     for (int blk = 0; blk < nblocks && !rc; blk++) {
         const int lo = P + blk * c->block_length, hi = lo + c->block_length;
-        /* commit counts per sequence: masked count split evenly, remainder first */
+        /* commit counts per sequence: the block's masked count split evenly,
+         * remainder first (masked positions left over from earlier blocks
+         * compete for these commits but do not add to them) */
         for (int b = 0; b < B; b++) {
             int nm = 0;
             for (int t = lo; t < hi; t++)
@@ -155,16 +249,13 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
                 ntransfer[b * spb + s] = nm / spb + (s < nm % spb);
         }
         for (int s = 0; s < spb && !rc; s++, gstep++) {
-            /* committable rows: masked positions of this block */
-            int n = 0;
-            for (int b = 0; b < B; b++)
-                for (int t = lo; t < hi; t++)
-                    if (x[(size_t)b * T + t] == c->mask_id) {
-                        rows[n] = b * T + t;
-                        row_seq[n++] = b;
-                    }
+            int n = committable_rows(x, B, T, P, hi, c->mask_id, rows, row_seq);
             if (n == 0)
                 continue;
+            if ((size_t)n > cap) {
+                cap = (size_t)n;
+                logits = dllm_realloc(logits, sizeof *logits * cap * (cfg ? 2 : 1) * (size_t)V);
+            }
             if (cfg) {
                 memcpy(canvas, x, sizeof *x * (size_t)B * T);
                 memcpy(canvas + (size_t)B * T, x, sizeof *x * (size_t)B * T);
@@ -188,45 +279,19 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
             if (c->logits_eos_inf)
                 for (int i = 0; i < n; i++)
                     logits[(size_t)i * V + c->eos_id] = -INFINITY;
-            /* per sequence: draw x0 and confidence at its rows, commit the top k */
             for (int i0 = 0; i0 < n;) {
                 int b = row_seq[i0], i1 = i0;
                 while (i1 < n && row_seq[i1] == b)
                     i1++;
-                uint64_t gb = c->seq_offset + (uint64_t)b;
-                dllm_rng noise = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb);
-                dllm_rng remask = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb + 1);
-                int nc = 0;
-                for (int i = i0; i < i1; i++) {
-                    const float *lg = logits + (size_t)i * V;
-                    int pos = rows[i] - b * T;
-                    candidate *cd = &cand[nc++];
-                    cd->row = i;
-                    cd->pos = pos;
-                    cd->x0 = dllm_sampler_draw_x0(lg, V, c->temperature, &noise, pos);
-                    cd->prob = (float)dllm_sampler_prob(lg, V, cd->x0);
-                    if (c->remasking == REMASK_LOW_CONFIDENCE) {
-                        cd->conf = cd->prob;
-                    } else {
-                        remask.ctr = (uint64_t)pos;
-                        cd->conf = dllm_rng_uniform(&remask);
-                    }
-                    if (c->confidence_eos_eot_inf &&
-                        (cd->x0 == c->eos_id || (c->eot_id >= 0 && cd->x0 == c->eot_id)))
-                        cd->conf = -INFINITY;
-                }
-                qsort(cand, (size_t)nc, sizeof *cand, cmp_candidate);
-                int k = ntransfer[b * spb + s];
-                for (int j = 0; j < k && j < nc; j++) {
-                    x[(size_t)b * T + cand[j].pos] = cand[j].x0;
-                    size_t g = (size_t)b * G + (size_t)(cand[j].pos - P);
-                    out->commit_step[g] = (int16_t)gstep;
-                    out->commit_prob[g] = cand[j].prob;
-                }
+                commit_sequence(c, seed, gstep, b, T, P, rows, i0, i1, logits, ntransfer[b * spb + s],
+                                cand, x, out);
                 i0 = i1;
             }
         }
     }
+    for (int b = 0; b < B; b++)
+        for (int t = P; t < T; t++)
+            out->n_masked_left[b] += x[(size_t)b * T + t] == c->mask_id;
     if (cfg) {
         free(canvas);
         free(km2);

@@ -1,15 +1,46 @@
-/* sampler.h: the LLaDA reference denoising sampler (METHOD.md §2).
+/* sampler.h: the LLaDA reference denoising sampler (METHOD.md §2), token for
+ * token the published generate() of LLaDA.
  *
  * Canvas = prompt (left-padded, key-masked) followed by gen_length mask tokens.
  * Blocks of block_length are decoded left to right, steps/num_blocks steps each;
- * per step the block's masked count is split evenly, the remainder going to the
- * earliest steps. Each step runs one forward pass, computing logits only at the
- * committable positions (masked positions of the current block -- exact, since
- * no other position's x0 can be committed this step), draws x0 by Gumbel-max at
- * the temperature (float64 noise u in (0,1), score = exp(logit) / (-log u)^T;
+ * per step the block's masked count *at the start of the block* is split
+ * evenly, the remainder going to the earliest steps. Each step runs one forward
+ * pass, computing logits only at the committable positions (every still-masked
+ * generated position before the current block's end -- exact, since no other
+ * position's x0 can be committed this step), draws x0 by Gumbel-max at the
+ * temperature (float64 noise u in (0,1), score = exp(logit) / (-log u)^T;
  * T = 0: argmax, ties to the lowest id), scores confidence (softmax prob of x0
  * for low_confidence, a uniform draw for random) and commits the k most
  * confident positions, ties to the lowest index.
+ *
+ * The mask token as x0 (mask_token = allow, the published behaviour): x0 may
+ * be the mask id itself. Committing it writes the mask back, so the position
+ * stays masked, uses up one of the step's k commits, and competes again at
+ * every later step, in later blocks too (the reference ranks all masked
+ * positions up to the current block's end). A position can therefore still be
+ * masked when sampling ends; n_masked_left counts them. With mask_token =
+ * forbid the mask id is excluded from the draw of x0 (its logit is -inf for
+ * the argmax / Gumbel-max), so every position gets a real token and no
+ * position is ever left masked; confidence and commit_prob stay the full
+ * softmax probability of x0 (mask included in the normaliser), the quantity
+ * the estimators score. So on a model whose draw never picks the mask, allow
+ * and forbid give bit-identical rollouts.
+ *
+ * Two deliberate differences from the published code: prompt positions are
+ * never rewritten (it would treat a mask id inside a prompt as masked), and
+ * confidence_eos_eot_inf gives x0 in {EOS, EoT} confidence -inf (its switch
+ * sets those logits to -inf after the draw, which renormalises every
+ * position's confidence, EOS included only at temperature 0); with the switch
+ * off, as it is by default, the output is the published one token for token.
+ *
+ * Which to use: `generate` defaults to allow (parity with the published
+ * sampler, and a zero-initialised config is allow). RL should use forbid: a
+ * weak model (a fresh initialisation, an early SFT) puts real mass on the mask
+ * id, and under allow its completions keep mask tokens that no estimator can
+ * score as a choice of the policy (they are left out, see estimators.h) and
+ * that the reward sees as junk; forbid samples the model's distribution over
+ * real tokens, every completion is fully determined, and every token of it has
+ * a commit step for the trajectory estimator.
  *
  * Randomness is keyed: the Gumbel noise of (sequence b, canvas position t,
  * token v) at global step s is draw t*V + v of stream (seed, SAMPLER, s, 2b);
@@ -30,6 +61,9 @@ typedef int (*dllm_logits_fn)(void *model, const int32_t *tokens, const uint8_t 
 
 typedef enum { REMASK_LOW_CONFIDENCE = 0, REMASK_RANDOM = 1 } dllm_remasking;
 
+/* May x0 be the mask id? (above) */
+typedef enum { DLLM_MASK_TOKEN_ALLOW = 0, DLLM_MASK_TOKEN_FORBID = 1 } dllm_mask_token;
+
 typedef struct {
     int gen_length, block_length, steps;
     double temperature;
@@ -39,16 +73,27 @@ typedef struct {
     bool confidence_eos_eot_inf; /* x0 in {EOS, EoT}: confidence -inf */
     int mask_id, eos_id, eot_id; /* eot_id -1 if the vocabulary has none */
     int vocab;                   /* V: logits per row */
+    dllm_mask_token mask_token;  /* allow (published; the zero value) | forbid */
     uint64_t seq_offset;         /* global index of row 0: noise is keyed by it, so a
                                     batch split across ranks draws what one rank would */
 } dllm_sampler_cfg;
 
 typedef struct {
     int32_t *tokens;      /* (B, P+G) final canvas */
-    int16_t *commit_step; /* (B, G) global step that committed each generated token */
-    float *commit_prob;   /* (B, G) softmax prob (temperature 1, after the EOS switch) of it */
+    int16_t *commit_step; /* (B, G) global step that committed each generated token;
+                             -1 where the position is still masked at the end (a
+                             committed mask id is no commit: the position stays masked) */
+    float *commit_prob;   /* (B, G) softmax prob (temperature 1, after the EOS switch) of
+                             it; NaN where still masked */
+    int32_t *n_masked_left; /* (B) generated positions still masked at the end (all G
+                               of them, before and after the first EOS); 0 under forbid;
+                               NULL in records not made by dllm_sample (AR decoding) */
     int B, P, G;
 } dllm_rollout;
+
+/* Parses "allow" | "forbid" (0); -1 for anything else. */
+int dllm_mask_token_parse(const char *s, dllm_mask_token *out);
+const char *dllm_mask_token_name(dllm_mask_token m);
 
 /* Checks the config's divisibility rules; input errors name the flag. */
 int dllm_sampler_check(const dllm_sampler_cfg *c, dllm_err *err);
@@ -65,6 +110,11 @@ void dllm_rollout_free(dllm_rollout *r);
  * stream's counter is set to pos*V + v for token v). Exposed so the CUDA kernel
  * is checked against this very code. */
 int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos);
+/* The same draw over every token but `exclude` (-1: none; mask_token = forbid
+ * passes the mask id). Noise draws stay keyed by token id, so the other
+ * tokens' scores are those of the full draw. */
+int32_t dllm_sampler_draw_x0_excl(const float *logit, int V, double temp, dllm_rng *noise, int pos,
+                                  int exclude);
 /* softmax(logit)[x] in double: the committed token's probability. */
 double dllm_sampler_prob(const float *logit, int V, int32_t x);
 

@@ -1,6 +1,7 @@
 /* test_lik_plan: batched likelihood plans -- equal to the single-sequence
  * estimators, independent of chunking, and with exact gradients (finite
- * differences through the real tiny model). */
+ * differences through the real tiny model); positions a rollout left masked
+ * are never scored, by any estimator. */
 #include "dllm/lik_plan.h"
 #include "dllm/llada.h"
 
@@ -128,14 +129,14 @@ static int lin_grad(void *ctx, int s0, int s1, const double *seq_logp, const dou
 
 /* loss = sum_i w_i seq_i + sum_{i,t} u_{i,t} tok_{i,t}: analytic gradient vs
  * central differences on a few entries of every parameter tensor. */
-static void check_gradient(dllm_estimator kind, bool token_terms)
+static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32_t *gv,
+                              const int16_t *sv, const int *L)
 {
-    int L[N] = {G, 4, 5};
     uint8_t pm[N * P] = {1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1}; /* sequence 1 left-padded */
     dllm_lik_cfg c = cfg_of(kind);
     dllm_lik_plan p;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, pm, gen, L, steps, N, P, G, 3, 1, 0, &err), 0);
+    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, pm, gv, L, sv, N, P, G, 3, 1, 0, &err), 0);
     double w[N] = {0.7, -1.3, 0.4}, u[N * G];
     for (int k = 0; k < N * G; k++)
         u[k] = token_terms ? 0.1 * ((k * 7) % 5 - 2) : NAN;
@@ -184,11 +185,127 @@ static void check_gradient(dllm_estimator kind, bool token_terms)
     dllm_lik_plan_free(&p);
 }
 
+static void check_gradient(dllm_estimator kind, bool token_terms)
+{
+    int L[N] = {G, 4, 5};
+    check_gradient_on(kind, token_terms, gen, steps, L);
+}
+
+/* Holes (positions left masked) in sequence 0, nothing but holes in sequence
+ * 1: the gradient through what remains, with a row-less sequence in the
+ * middle of the backward's chunks. */
+static void check_gradient_holes(dllm_estimator kind)
+{
+    const int M = llada_config(model)->mask_token_id;
+    const int32_t gv[N * G] = {20, M, 22, 23, M, 25, M, M, M, M, M, M, 32, 33, 34, 35, 36, 37};
+    const int16_t sv[N * G] = {0, -1, 1, 3, -1, 4, -1, -1, -1, -1, -1, -1, 5, 4, 3, 2, 1, 0};
+    int L[N] = {G, G, 5};
+    check_gradient_on(kind, kind != EST_ELBO, gv, sv, L);
+}
+
+/* What the sampler can leave in a completion (mask_token = allow): positions
+ * still masked (commit step -1), a committed-mask record (a step, but the mask
+ * id), a completion that is nothing but masks, masks after the EOS. No
+ * estimator scores a masked position; each stays masked in every canvas; the
+ * rest are scored as usual. A real token without a commit step is still an
+ * input error for trajectory. */
+START_TEST(masked_positions_are_not_scored)
+{
+    const int M = llada_config(model)->mask_token_id;
+    const int32_t g2[N * G] = {20, 21, M, 23, M, 25, M, M, M, M, M, M, 32, 33, 34, 0, 36, M};
+    const int32_t full[N * G] = {20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 0, 36, M};
+    const int16_t cs2[N * G] = {0, 2, -1, 3, 3, 4, -1, -1, -1, -1, -1, -1, 5, 4, 3, 2, 1, -1};
+    const int16_t csfull[N * G] = {0, 2, 1, 3, 3, 4, 1, 1, 0, 2, 3, 2, 5, 4, 3, 2, 1, 0};
+    int L[N] = {G, G, 4};
+    dllm_estimator kinds[3] = {EST_ONE_STEP, EST_ELBO, EST_TRAJECTORY};
+    for (int k = 0; k < 3; k++) {
+        dllm_lik_cfg c = cfg_of(kinds[k]);
+        dllm_lik_plan p, q;
+        dllm_err err = {0};
+        ck_assert_msg(dllm_lik_plan_build(&p, &c, prompts, NULL, g2, L, cs2, N, P, G, 3, 1, 0, &err) == 0,
+                      "%s: %s", dllm_estimator_name(kinds[k]), err.msg);
+        for (int r = 0; r < p.n_rows; r++) {
+            ck_assert_int_ne(p.target[r], M);
+            ck_assert_int_ne(p.seq[r], 1);
+        }
+        int per_seq[N] = {0};
+        for (int cv = 0; cv < p.n_canvas; cv++) {
+            int i = p.canvas_seq[cv];
+            per_seq[i]++;
+            for (int t = 0; t < G; t++)
+                if (g2[i * G + t] == M)
+                    ck_assert_int_eq(p.canvas[(size_t)cv * p.T + P + t], M);
+        }
+        /* every sequence keeps a canvas, so every one reaches the loss */
+        ck_assert_int_eq(per_seq[1], kinds[k] == EST_ELBO ? c.mc : 1);
+        if (kinds[k] == EST_ELBO) /* weights L'/(n_k K) over the 4 scorable tokens */
+            for (int cv = 0; cv < p.n_canvas; cv++) {
+                int n = 0;
+                double a = 0;
+                for (int r = 0; r < p.n_rows; r++)
+                    if (p.row[r] / p.T == cv) {
+                        n++;
+                        a = p.a[r];
+                    }
+                if (p.canvas_seq[cv] == 0)
+                    ck_assert_double_eq_tol(a * n * c.mc, 4.0, 1e-12);
+            }
+        double seq[N], tok[N * G];
+        ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 2, seq, tok, NULL, NULL, &err), 0);
+        ck_assert(seq[1] == 0.0);
+        for (int i = 0; i < N; i++) {
+            ck_assert(isfinite(seq[i]));
+            for (int t = 0; t < G; t++)
+                if (g2[i * G + t] == M || t >= L[i])
+                    ck_assert(isnan(tok[i * G + t]));
+        }
+        if (kinds[k] != EST_ELBO)
+            for (int t = 0; t < G; t++)
+                if (g2[t] != M)
+                    ck_assert(isfinite(tok[t]));
+        /* one_step masks the whole completion: the scored tokens' values are
+         * those of the same completion with real tokens in the holes */
+        if (kinds[k] == EST_ONE_STEP) {
+            ck_assert_int_eq(dllm_lik_plan_build(&q, &c, prompts, NULL, full, L, csfull, N, P, G, 3, 1, 0, &err), 0);
+            double seq2[N], tok2[N * G];
+            ck_assert_int_eq(dllm_lik_plan_eval(&q, fwd, model, 2, seq2, tok2, NULL, NULL, &err), 0);
+            double sum = 0;
+            for (int t = 0; t < G; t++)
+                if (g2[t] != M) {
+                    ck_assert_double_eq_tol(tok[t], tok2[t], 1e-5);
+                    sum += tok[t];
+                }
+            ck_assert_double_eq_tol(seq[0], sum, 1e-9);
+            dllm_lik_plan_free(&q);
+        }
+        dllm_lik_plan_free(&p);
+    }
+    /* trajectory: a real token that was never committed is no rollout */
+    int16_t bad[N * G];
+    memcpy(bad, cs2, sizeof bad);
+    bad[1] = -1;
+    dllm_lik_cfg c = cfg_of(EST_TRAJECTORY);
+    dllm_lik_plan p;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_lik_plan_build(&p, &c, prompts, NULL, g2, L, bad, N, P, G, 3, 1, 0, &err),
+                     DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "token 1 (id 21) has no commit step"));
+}
+END_TEST
+
 START_TEST(gradient_one_step_tokens) { check_gradient(EST_ONE_STEP, true); }
 END_TEST
 START_TEST(gradient_elbo) { check_gradient(EST_ELBO, false); }
 END_TEST
 START_TEST(gradient_trajectory) { check_gradient(EST_TRAJECTORY, true); }
+END_TEST
+
+START_TEST(gradient_with_holes)
+{
+    check_gradient_holes(EST_ONE_STEP);
+    check_gradient_holes(EST_ELBO);
+    check_gradient_holes(EST_TRAJECTORY);
+}
 END_TEST
 
 int main(void)
@@ -199,9 +316,11 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, equals_single_sequence_estimators);
     tcase_add_test(tc, chunking_and_lengths);
+    tcase_add_test(tc, masked_positions_are_not_scored);
     tcase_add_test(tc, gradient_one_step_tokens);
     tcase_add_test(tc, gradient_elbo);
     tcase_add_test(tc, gradient_trajectory);
+    tcase_add_test(tc, gradient_with_holes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
