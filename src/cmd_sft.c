@@ -32,10 +32,12 @@
 static const char usage_text[] =
     "usage: dllm-rl sft CONFIG.yaml [--set key.path=value ...] [--quiet]\n"
     "\n"
-    "Masked-diffusion SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}).\n"
-    "Keys: experiment, seed, model.{path|preset,dtype,lora.{rank,alpha,targets}},\n"
-    "data.{train,max_len,answer_length}, sft.{steps,batch_size}, optim.{lr,warmup,betas,eps,\n"
-    "weight_decay,grad_clip}, log.{dir,every}, checkpoint.{every,keep}.\n"
+    "SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}): masked diffusion\n"
+    "for a LLaDA model, next-token cross-entropy on the answer for a Qwen3 model.\n"
+    "Keys: experiment, seed, model.{path|arch+preset,dtype,trainer_precision,\n"
+    "lora.{rank,alpha,targets}}, data.{train,max_len,answer_length}, sft.{steps,batch_size},\n"
+    "optim.{lr,warmup,betas,eps,weight_decay,grad_clip}, log.{dir,every},\n"
+    "checkpoint.{every,keep}.\n"
     "Output: RUN_DIR = log.dir/experiment with config.yaml, sft_log.jsonl, ckpt/.\n";
 
 typedef struct {
