@@ -9,6 +9,7 @@
  *   generate   Qwen3 greedy ids against transformers' generate() and against
  *              argmax decoding by full forwards here; sampling (seeded,
  *              top-p), its probabilities against `score`; text prompts;
+ *   bench      train, rollout and mismatch on a Qwen3 preset and model;
  *   bad flags  exit 2 with a message naming the flag;
  *   sft        the loss through the policy against an independent computation
  *              and its gradient against finite differences;
@@ -500,6 +501,43 @@ START_TEST(test_generate_text_prompt)
 }
 END_TEST
 
+/* ---- bench ----------------------------------------------------------------------- */
+
+/* bench train, rollout and mismatch run on a Qwen3 preset and model directory and
+ * say what they measured; the LLaDA path still reports its coupled estimate */
+START_TEST(test_bench_both)
+{
+    char *out;
+    ck_assert_int_eq(run(&out, NULL, "bench train --arch qwen3 --preset tiny --batch 1 --seq 16 "
+                                     "--iters 1 --warmup 0"), 0);
+    ck_assert_msg(strstr(out, "qwen3 tiny") && strstr(out, "next-token SFT") &&
+                  strstr(out, "tokens/s"), "%s", out);
+    free(out);
+    ck_assert_int_eq(run(&out, NULL, "bench train --model %s --batch 1 --seq 16 --iters 1 "
+                                     "--warmup 0", m_llada), 0);
+    ck_assert_msg(strstr(out, "masked-diffusion SFT"), "%s", out);
+    free(out);
+    ck_assert_int_eq(run(&out, NULL, "bench rollout --arch qwen3 --batch 1 --prompt 4 "
+                                     "--gen-length 4 --iters 1 --warmup 0 --precision fp32,fp8"), 0);
+    ck_assert_msg(strstr(out, "KV-cache decoding") && strstr(out, "token_ms") &&
+                  strstr(out, "\nfp8 "), "%s", out);
+    free(out);
+    ck_assert_int_eq(run(&out, NULL, "bench mismatch --model %s --n 2 --prompt 4 --gen-length 4",
+                         m_qwen), 0);
+    ck_assert_msg(strstr(out, "exact log-probs") && strstr(out, "mean |log w|") &&
+                  !strstr(out, "coupled"), "%s", out);
+    free(out);
+    ck_assert_int_eq(run(&out, NULL, "bench mismatch --arch llada --n 2 --prompt 4 --gen-length 4 "
+                                     "--block-length 4 --steps 2 --mc 2"), 0);
+    ck_assert_msg(strstr(out, "coupled   (same masks)"), "%s", out);
+    free(out);
+    char *errs;
+    ck_assert_int_eq(run(NULL, &errs, "bench rollout --arch gpt2"), 2);
+    ck_assert_msg(strstr(errs, "--arch"), "%s", errs);
+    free(errs);
+}
+END_TEST
+
 /* ---- bad flags ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -753,6 +791,9 @@ static Suite *suite(void)
     tcase_add_test(tc, test_generate_qwen3_full_forward);
     tcase_add_test(tc, test_generate_qwen3_sampling);
     tcase_add_test(tc, test_generate_text_prompt);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("bench");
+    tcase_add_test(tc, test_bench_both);
     suite_add_tcase(s, tc);
     tc = tcase_create("bad_flags");
     tcase_add_loop_test(tc, test_bad_flags, 0, (int)(sizeof bad / sizeof bad[0]));
