@@ -701,7 +701,7 @@ START_TEST(test_qwen3_run_inspect_export)
                "task: {name: sudoku, format: plain, chat: plain, train: {n: 64}, max_blanks: 4}\n"
                "rollout: {precision: fp8, group_size: 4, gen_length: 36, block_length: 36, "
                "steps: 36, temperature: 1.0}\n"
-               "grpo: {steps: 2, prompts_per_step: 2, inner_steps: 1, ratio: token}\n"
+               "grpo: {steps: 2, prompts_per_step: 4, inner_steps: 1, ratio: token}\n"
                "correction: {method: ais, level: token}\noptim: {lr: 1e-2}\n"
                "eval: {every: 2, n: 8, gen_length: 36, block_length: 36, steps: 36}\n"
                "log: {dir: %s/runs}\ncheckpoint: {every: 2, keep: 1}\n", tmp, tmp);
