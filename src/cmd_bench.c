@@ -4,7 +4,6 @@
  * LLaDA, next-token for Qwen3) on a random model of a preset or on a model
  * directory; reports tokens/s (batch*seq tokens per forward+backward). */
 #include "dllm/policy_sft.h"
-#include "dllm/sft_loss.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
 #include "src/commands.h"

@@ -19,7 +19,6 @@
 #include "dllm/policy_infer.h"
 #include "dllm/policy_sft.h"
 #include "dllm/safetensors.h"
-#include "dllm/sft_loss.h"
 
 #include <check.h>
 #include <jansson.h>
