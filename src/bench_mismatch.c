@@ -1,21 +1,23 @@
 /* dllm-rl bench mismatch: how far the FP8 rollout copy is from the bf16 copy
- * and from the trainer (METHOD.md §5, §6).
+ * and from the trainer (METHOD.md §5, §6), for a model of either architecture
+ * through the policy interface.
  *
  * 1. Rollouts of the same --n prompts with the same seed, once with the FP8
  *    copy (E4M3 128x128 blockwise W8A8) and once with the bf16 copy: the
  *    fraction of generated tokens that differ (and of completions that differ
  *    anywhere).
  * 2. On the FP8 rollouts, log w_i = l_pi(y_i) - l_mu(y_i) with l_mu the FP8
- *    copy and l_pi the trainer (fp32), both by the elbo estimator with --mc
- *    samples (dllm/lik_plan.h):
+ *    copy and l_pi the trainer (fp32). Masked diffusion: both by the elbo
+ *    estimator with --mc samples (dllm/lik_plan.h),
  *      coupled    one plan (the same masks) evaluated under both policies;
- *      uncoupled  l_pi from a second plan whose masks come from another key.
- *    Prints mean |log w| and its spread (standard deviation over completions)
+ *      uncoupled  l_pi from a second plan whose masks come from another key;
+ *    prints mean |log w| and its spread (standard deviation over completions)
  *    for both, and the mean Monte Carlo standard error of the coupled
  *    difference. Coupling removes the mask noise, which otherwise swamps the
- *    precision mismatch. */
+ *    precision mismatch. Autoregressive: both exact (no masks, nothing to
+ *    couple), so log w is the precision mismatch alone. */
 #include "dllm/lik_plan.h"
-#include "dllm/llada.h"
+#include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
 #include "dllm/tokenizer.h"
 #include "kernels/rng.h"
@@ -30,31 +32,21 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: dllm-rl bench mismatch [--model DIR | --preset tiny|small] [--n 64] [--prompt 16]\n"
-    "         [--gen-length 32] [--block-length 32] [--steps 32] [--temperature 0.9]\n"
-    "         [--mc 8] [--seed 0] [--fp8-format e4m3|e5m2] [--fp8-scaling block|channel|tensor]\n"
-    "         [--prompts FILE.jsonl]\n"
+    "usage: dllm-rl bench mismatch [--model DIR | [--arch llada|qwen3] --preset tiny|small]\n"
+    "         [--n 64] [--prompt 16] [--gen-length 32] [--block-length 32] [--steps 32]\n"
+    "         [--temperature 0.9] [--mc 8] [--seed 0] [--fp8-format e4m3|e5m2]\n"
+    "         [--fp8-scaling block|channel|tensor] [--prompts FILE.jsonl]\n"
     "\n"
     "Generates --n rollouts of random prompts (--prompt tokens), or of the first --n\n"
     "{\"prompt\": \"...\"} lines of --prompts (encoded as BOS + text with\n"
     "DIR/tokenizer.json, left-padded), with the same prompts and seed,\n"
     "with the FP8 copy and with the bf16 copy and reports the fraction of generated\n"
     "tokens that differ. Then, for the FP8 rollouts, log w = l_pi - l_mu (l_mu: FP8\n"
-    "copy; l_pi: the fp32 trainer; elbo with --mc samples), COUPLED (same masks) and\n"
-    "UNCOUPLED (masks from another key): mean |log w|, its standard deviation over\n"
-    "completions, and the Monte Carlo standard error of the coupled difference.\n";
-
-static int rollout_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                      const int32_t *rows, int n_rows, float *logits)
-{
-    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
-}
-
-static int trainer_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                      const int32_t *rows, int n_rows, float *logits)
-{
-    return llada_forward_nograd(m, tokens, keymask, B, T, rows, n_rows, logits);
-}
+    "copy; l_pi: the fp32 trainer). Masked-diffusion (llada) models: elbo with --mc\n"
+    "samples, COUPLED (same masks) and UNCOUPLED (masks from another key): mean |log w|,\n"
+    "its standard deviation over completions, and the Monte Carlo standard error of\n"
+    "the coupled difference. Autoregressive (qwen3) models: exact log-probs (no masks;\n"
+    "--block-length, --steps and --mc do not apply).\n";
 
 /* The first n prompts of a JSONL file as [BOS] + ids, left-padded with EOS to
  * the longest (prompt_mask 0 on padding). */
@@ -144,10 +136,24 @@ static void abs_stats(const double *x, int n, double *mean_abs, double *sd_abs, 
     *mean = m / n;
 }
 
+/* Opens the model at rollout precision `prec` (fp8 with the requested format
+ * and scaling). */
+static int open_at(dllm_policy **m, const char *model_dir, const char *arch, const char *preset,
+                   long seed, const char *prec, const char *fmt, const char *scaling,
+                   dllm_err *err)
+{
+    dllm_policy_cfg pc = {.path = model_dir, .preset = preset ? preset : "tiny", .arch = arch,
+                          .seed = (uint64_t)seed};
+    int rc = dllm_policy_infer_cfg(&pc, prec, "precision", err);
+    pc.fp8_format = fmt;
+    pc.fp8_scaling = scaling;
+    return rc ? rc : dllm_policy_open(m, &pc, err);
+}
+
 int bench_mismatch(int argc, char **argv)
 {
     const char *model_dir = NULL, *preset = NULL, *fmt = "e4m3", *scaling = "block";
-    const char *prompt_file = NULL;
+    const char *prompt_file = NULL, *arch = "llada";
     int Pi = 0;
     long n = 64, P = 16, G = 32, blk = 32, steps = 32, mc_k = 8, seed = 0;
     double temp = 0.9;
@@ -159,8 +165,8 @@ int bench_mismatch(int argc, char **argv)
         {"steps", required_argument, 0, 's'},      {"temperature", required_argument, 0, 't'},
         {"mc", required_argument, 0, 'K'},         {"seed", required_argument, 0, 'S'},
         {"fp8-format", required_argument, 0, 'f'}, {"fp8-scaling", required_argument, 0, 'c'},
-        {"prompts", required_argument, 0, 'F'},    {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"prompts", required_argument, 0, 'F'},    {"arch", required_argument, 0, 'a'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
@@ -178,6 +184,7 @@ int bench_mismatch(int argc, char **argv)
         case 'f': fmt = optarg; break;
         case 'c': scaling = optarg; break;
         case 'F': prompt_file = optarg; break;
+        case 'a': arch = optarg; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -188,26 +195,33 @@ int bench_mismatch(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
-    llada_precision p8, p16;
-    if (llada_precision_parse(&p8, "fp32", "fp8", fmt, scaling, false, &err) ||
-        llada_precision_parse(&p16, "fp32", "bf16", NULL, NULL, false, &err))
+    if (strcmp(arch, "llada") && strcmp(arch, "qwen3")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada or qwen3", arch);
         return cli_fail("bench mismatch", &err);
-    llada_model *m = NULL;
-    if (model_dir) {
-        if (llada_load(&m, model_dir, &err))
-            return cli_fail("bench mismatch", &err);
-    } else {
-        dllm_model_config c;
-        if (dllm_config_preset(&c, DLLM_ARCH_LLADA, preset ? preset : "tiny", &err))
-            return cli_fail("bench mismatch", &err);
-        m = llada_create(&c, (uint64_t)seed);
     }
-    const dllm_model_config *mc = llada_config(m);
+    if (strcmp(fmt, "e4m3") && strcmp(fmt, "e5m2")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--fp8-format %s: expected e4m3 or e5m2", fmt);
+        return cli_fail("bench mismatch", &err);
+    }
+    if (strcmp(scaling, "block") && strcmp(scaling, "channel") && strcmp(scaling, "tensor")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--fp8-scaling %s: expected block, channel or tensor",
+                     scaling);
+        return cli_fail("bench mismatch", &err);
+    }
+    /* the bf16 copy first (its rollouts only), then the FP8 copy, whose policy
+     * also gives the trainer's logits (TRAIN_NOGRAD) */
+    dllm_policy *m = NULL;
+    if (open_at(&m, model_dir, arch, preset, seed, "bf16", fmt, scaling, &err))
+        return cli_fail("bench mismatch", &err);
+    const dllm_model_config cfg = *dllm_policy_config(m), *mc = &cfg;
+    const bool diffusion = dllm_policy_is_diffusion(m);
     dllm_sampler_cfg sc = {.gen_length = (int)G, .block_length = (int)blk, .steps = (int)steps,
                            .temperature = temp, .remasking = REMASK_LOW_CONFIDENCE,
                            .mask_id = mc->mask_token_id, .eos_id = mc->eos_token_id,
                            .eot_id = -1, .vocab = mc->embedding_size};
-    int rc = dllm_sampler_check(&sc, &err);
+    int rc = diffusion ? dllm_sampler_check(&sc, &err) : 0;
+    if (!rc && !(temp >= 0))
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "--temperature must be >= 0");
     int32_t *prompts = NULL;
     uint8_t *pmask = NULL;
     if (!rc && prompt_file)
@@ -221,7 +235,7 @@ int bench_mismatch(int argc, char **argv)
     if (rc) {
         free(prompts);
         free(pmask);
-        llada_free(m);
+        dllm_policy_free(m);
         return cli_fail("bench mismatch", &err);
     }
     int N = (int)n, T = (int)(P + G);
@@ -237,21 +251,36 @@ int bench_mismatch(int argc, char **argv)
                t == mc->pad_token_id);
         prompts[i] = (i % P == 0 && mc->bos_token_id >= 0) ? mc->bos_token_id : t;
     }
-    printf("bench mismatch: %s%s, %d %s prompts of %ld tokens, gen-length %ld, block-length %ld, "
-           "%ld steps, temperature %g, seed %ld; FP8 %s %s\n", model_dir ? "model " : "preset ",
-           model_dir ? model_dir : (preset ? preset : "tiny"), N, prompt_file ? prompt_file : "random", P, G, blk, steps, temp, seed,
-           fmt, scaling);
+    if (diffusion)
+        printf("bench mismatch: %s%s, %d %s prompts of %ld tokens, gen-length %ld, block-length "
+               "%ld, %ld steps, temperature %g, seed %ld; FP8 %s %s\n",
+               model_dir ? "model " : "llada preset ",
+               model_dir ? model_dir : (preset ? preset : "tiny"), N,
+               prompt_file ? prompt_file : "random", P, G, blk, steps, temp, seed, fmt, scaling);
+    else
+        printf("bench mismatch: %s%s (autoregressive, KV-cache decoding), %d %s prompts of %ld "
+               "tokens, gen-length %ld, temperature %g, seed %ld; FP8 %s %s\n",
+               model_dir ? "model " : "qwen3 preset ",
+               model_dir ? model_dir : (preset ? preset : "tiny"), N,
+               prompt_file ? prompt_file : "random", P, G, temp, seed, fmt, scaling);
 
-    /* 1. rollouts with the FP8 and the bf16 copies */
+    /* 1. rollouts with the bf16 and the FP8 copies (open builds each copy: the
+     * sync times are of a rebuild) */
     dllm_rollout r8 = {0}, r16 = {0};
     double t_sync8 = 0, t_sync16 = 0, t0;
     t0 = dllm_now();
-    if (!(rc = llada_rollout_sync(m, &p16, &t_sync16, &err)))
-        rc = dllm_sample(rollout_fn, m, prompts, pmask, N, (int)P, &sc, (uint64_t)seed, &r16, &err);
+    if (!(rc = dllm_policy_sync_rollout(m, &t_sync16, &err)))
+        rc = dllm_policy_rollout(m, prompts, pmask, N, (int)P, &sc, 1.0, (uint64_t)seed, &r16,
+                                 &err);
     double t_r16 = dllm_now() - t0;
+    dllm_policy_free(m);
+    m = NULL;
+    if (!rc)
+        rc = open_at(&m, model_dir, arch, preset, seed, "fp8", fmt, scaling, &err);
     t0 = dllm_now();
-    if (!rc && !(rc = llada_rollout_sync(m, &p8, &t_sync8, &err)))
-        rc = dllm_sample(rollout_fn, m, prompts, pmask, N, (int)P, &sc, (uint64_t)seed, &r8, &err);
+    if (!rc && !(rc = dllm_policy_sync_rollout(m, &t_sync8, &err)))
+        rc = dllm_policy_rollout(m, prompts, pmask, N, (int)P, &sc, 1.0, (uint64_t)seed, &r8,
+                                 &err);
     double t_r8 = dllm_now() - t0;
     if (!rc) {
         long diff = 0, seq_diff = 0;
@@ -268,7 +297,7 @@ int bench_mismatch(int argc, char **argv)
                "%ld / %d\n", diff, (long)N * G, (double)diff / ((double)N * G), seq_diff, N);
     }
 
-    /* 2. log w on the FP8 rollouts, coupled and uncoupled */
+    /* 2. log w on the FP8 rollouts: coupled and uncoupled (diffusion), or exact (AR) */
     dllm_lik_plan pa = {0}, pb = {0};
     int *L = dllm_malloc(sizeof *L * (size_t)N);
     int32_t *gen = dllm_malloc(sizeof *gen * (size_t)N * G);
@@ -284,24 +313,28 @@ int bench_mismatch(int argc, char **argv)
             L[i] = dllm_completion_length(gen + (size_t)i * G, (int)G, mc->eos_token_id);
             mean_len += L[i];
         }
-        dllm_lik_cfg lc = {.kind = EST_ELBO, .mc = (int)mc_k, .temperature = 1.0,
-                           .mask_id = mc->mask_token_id, .vocab = mc->embedding_size, .shrink = 1};
+        dllm_lik_cfg lc = {.kind = diffusion ? EST_ELBO : EST_AR_EXACT, .mc = (int)mc_k,
+                           .temperature = 1.0, .mask_id = mc->mask_token_id,
+                           .vocab = mc->embedding_size, .shrink = 1};
         rc = dllm_lik_plan_build(&pa, &lc, prompts, pmask, gen, L, r8.commit_step, N, (int)P,
                                  (int)G, (uint64_t)seed, 0, 0, &err);
-        if (!rc)
+        if (!rc && diffusion)
             rc = dllm_lik_plan_build(&pb, &lc, prompts, pmask, gen, L, r8.commit_step, N, (int)P,
                                      (int)G, (uint64_t)seed, 1, 0, &err);
         n_canvas = pa.n_canvas;
         smu = dllm_malloc(sizeof(double) * (size_t)(n_canvas + 1));
         spi = dllm_malloc(sizeof(double) * (size_t)(n_canvas + 1));
     }
+    void *ctx = NULL;
+    dllm_logits_fn rollout_fn = m ? dllm_policy_logits(m, DLLM_PREC_ROLLOUT, &ctx) : NULL;
+    dllm_logits_fn trainer_fn = m ? dllm_policy_logits(m, DLLM_PREC_TRAIN_NOGRAD, &ctx) : NULL;
     t0 = dllm_now();
     if (!rc)
-        rc = dllm_lik_plan_eval(&pa, rollout_fn, m, 64, mu, NULL, NULL, smu, &err);
+        rc = dllm_lik_plan_eval(&pa, rollout_fn, ctx, 64, mu, NULL, NULL, smu, &err);
     if (!rc)
-        rc = dllm_lik_plan_eval(&pa, trainer_fn, m, 64, pi, NULL, NULL, spi, &err);
-    if (!rc)
-        rc = dllm_lik_plan_eval(&pb, trainer_fn, m, 64, pi_u, NULL, NULL, NULL, &err);
+        rc = dllm_lik_plan_eval(&pa, trainer_fn, ctx, 64, pi, NULL, NULL, spi, &err);
+    if (!rc && diffusion)
+        rc = dllm_lik_plan_eval(&pb, trainer_fn, ctx, 64, pi_u, NULL, NULL, NULL, &err);
     double t_lik = dllm_now() - t0;
     if (!rc) {
         dllm_lik_plan_diff_se(&pa, spi, smu, se);
@@ -310,21 +343,29 @@ int bench_mismatch(int argc, char **argv)
             se_mean += se[i] / N;
             mu_mean += mu[i] / N;
         }
-        printf("log w = l_pi (fp32 trainer) - l_mu (fp8 copy), elbo with %ld samples, %d "
-               "completions (mean length %.1f, mean l_mu %.3f nats), %.2f s:\n", mc_k, N,
-               mean_len / N, mu_mean, t_lik);
         for (int i = 0; i < N; i++)
             lw[i] = pi[i] - mu[i];
         abs_stats(lw, N, &ma, &sa, &mean);
-        printf("  coupled   (same masks):  mean |log w| %.5f  sd %.5f  mean log w %+.5f  "
-               "MC s.e. %.5f\n", ma, sa, mean, se_mean);
-        double mac = ma;
-        for (int i = 0; i < N; i++)
-            lw[i] = pi_u[i] - mu[i];
-        abs_stats(lw, N, &ma, &sa, &mean);
-        printf("  uncoupled (other masks): mean |log w| %.5f  sd %.5f  mean log w %+.5f\n", ma,
-               sa, mean);
-        printf("  uncoupled / coupled mean |log w|: %.1fx\n", mac > 0 ? ma / mac : INFINITY);
+        if (!diffusion) {
+            printf("log w = l_pi (fp32 trainer) - l_mu (fp8 copy), exact log-probs, %d "
+                   "completions (mean length %.1f, mean l_mu %.3f nats), %.2f s:\n", N,
+                   mean_len / N, mu_mean, t_lik);
+            printf("  exact (no masks):        mean |log w| %.5f  sd %.5f  mean log w %+.5f\n",
+                   ma, sa, mean);
+        } else {
+            printf("log w = l_pi (fp32 trainer) - l_mu (fp8 copy), elbo with %ld samples, %d "
+                   "completions (mean length %.1f, mean l_mu %.3f nats), %.2f s:\n", mc_k, N,
+                   mean_len / N, mu_mean, t_lik);
+            printf("  coupled   (same masks):  mean |log w| %.5f  sd %.5f  mean log w %+.5f  "
+                   "MC s.e. %.5f\n", ma, sa, mean, se_mean);
+            double mac = ma;
+            for (int i = 0; i < N; i++)
+                lw[i] = pi_u[i] - mu[i];
+            abs_stats(lw, N, &ma, &sa, &mean);
+            printf("  uncoupled (other masks): mean |log w| %.5f  sd %.5f  mean log w %+.5f\n", ma,
+                   sa, mean);
+            printf("  uncoupled / coupled mean |log w|: %.1fx\n", mac > 0 ? ma / mac : INFINITY);
+        }
     }
     dllm_lik_plan_free(&pa);
     dllm_lik_plan_free(&pb);
@@ -341,6 +382,6 @@ int bench_mismatch(int argc, char **argv)
     free(se);
     free(prompts);
     free(pmask);
-    llada_free(m);
+    dllm_policy_free(m);
     return rc ? cli_fail("bench mismatch", &err) : 0;
 }

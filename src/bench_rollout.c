@@ -1,14 +1,18 @@
-/* dllm-rl bench rollout: the denoising rollout (METHOD.md §2) at each rollout
- * precision, on one random model of a preset and the same random prompts.
+/* dllm-rl bench rollout: rollouts (METHOD.md §2) at each rollout precision, on
+ * one model -- a random one of a preset (--arch llada|qwen3), or --model DIR --
+ * and the same random prompts, through the policy interface: the denoising
+ * sampler for a masked-diffusion model, KV-cache decoding for an autoregressive
+ * one.
  *
  * For every precision in --precision (fp32 = the trainer's numerics, bf16, fp8
- * = E4M3 128x128 blockwise W8A8): build the rollout copy (timed: the weight
- * sync), run --warmup untimed rollouts, then --iters timed ones; report the
- * best time per rollout, per denoising step, generated tokens/s, and the
- * fp8/bf16 time ratio. On the CPU the FP8 GEMM is a simulation (activations
- * quantised and dequantised, then an fp32 GEMM on dequantised weights), so it
- * is slower than bf16 there; the speed-up belongs to GPUs with FP8 GEMMs. */
-#include "dllm/llada.h"
+ * = E4M3 128x128 blockwise W8A8): open the model with that rollout copy (the
+ * copy's build is timed: the weight sync), run --warmup untimed rollouts, then
+ * --iters timed ones; report the best time per rollout, per denoising step (per
+ * decoded position for AR), generated tokens/s, and the fp8/bf16 time ratio.
+ * On the CPU the FP8 GEMM is a simulation (activations quantised and
+ * dequantised, then an fp32 GEMM on dequantised weights), so it is slower than
+ * bf16 there; the speed-up belongs to GPUs with FP8 GEMMs. */
+#include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
@@ -20,31 +24,29 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: dllm-rl bench rollout [--preset tiny|small|llada-8b] [--precision bf16,fp8]\n"
-    "         [--batch 4] [--prompt 32] [--gen-length 64] [--block-length 16] [--steps 32]\n"
-    "         [--temperature 0.9] [--iters 3] [--warmup 1] [--seed 0]\n"
+    "usage: dllm-rl bench rollout [--arch llada|qwen3] [--preset tiny|small|llada-8b|qwen3-8b |\n"
+    "         --model DIR] [--precision bf16,fp8] [--batch 4] [--prompt 32] [--gen-length 64]\n"
+    "         [--block-length 16] [--steps 32] [--temperature 0.9] [--top-p 1] [--iters 3]\n"
+    "         [--warmup 1] [--seed 0]\n"
     "\n"
-    "Denoising rollouts of --batch random prompts on a random model of the preset, at\n"
-    "each precision of the comma-separated list (fp32 = the trainer's numerics, bf16,\n"
+    "Rollouts of --batch random prompts on a random model of the preset (or on --model),\n"
+    "at each precision of the comma-separated list (fp32 = the trainer's numerics, bf16,\n"
     "fp8 = E4M3 128x128 blockwise W8A8); prints the weight-sync time, the best time per\n"
-    "rollout and per denoising step, generated tokens/s, and the fp8/bf16 time ratio.\n"
+    "rollout and per denoising step (llada) or per decoded position (qwen3: KV-cache\n"
+    "decoding; --block-length and --steps do not apply), generated tokens/s (qwen3:\n"
+    "tokens up to each row's EOS), and the fp8/bf16 time ratio.\n"
     "On the CPU the FP8 GEMM is simulated (quantise, dequantise, fp32 GEMM): expect\n"
     "fp8 to be SLOWER there; FP8 speed-ups need a GPU with FP8 GEMMs.\n"
     "Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS.\n";
-
-static int rollout_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                      const int32_t *rows, int n_rows, float *logits)
-{
-    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
-}
 
 enum { MAX_PREC = 8 };
 
 int bench_rollout(int argc, char **argv)
 {
-    const char *preset = "tiny", *list = "bf16,fp8";
+    const char *preset = "tiny", *list = "bf16,fp8", *arch = "llada", *model_dir = NULL;
     long B = 4, P = 32, G = 64, blk = 16, steps = 32, iters = 3, warmup = 1, seed = 0;
-    double temp = 0.9;
+    double temp = 0.9, top_p = 1;
+    bool preset_given = false;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'},     {"precision", required_argument, 0, 'P'},
@@ -52,13 +54,14 @@ int bench_rollout(int argc, char **argv)
         {"gen-length", required_argument, 0, 'g'}, {"block-length", required_argument, 0, 'k'},
         {"steps", required_argument, 0, 's'},      {"temperature", required_argument, 0, 't'},
         {"iters", required_argument, 0, 'i'},      {"warmup", required_argument, 0, 'w'},
-        {"seed", required_argument, 0, 'S'},       {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"seed", required_argument, 0, 'S'},       {"arch", required_argument, 0, 'a'},
+        {"model", required_argument, 0, 'm'},      {"top-p", required_argument, 0, 'T'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
         switch (c) {
-        case 'p': preset = optarg; break;
+        case 'p': preset = optarg; preset_given = true; break;
         case 'P': list = optarg; break;
         case 'b': bad = cli_parse_int(optarg, "--batch", 1, 4096, &B, &err); break;
         case 'q': bad = cli_parse_int(optarg, "--prompt", 1, 1 << 16, &P, &err); break;
@@ -69,53 +72,68 @@ int bench_rollout(int argc, char **argv)
         case 'i': bad = cli_parse_int(optarg, "--iters", 1, 100000, &iters, &err); break;
         case 'w': bad = cli_parse_int(optarg, "--warmup", 0, 100000, &warmup, &err); break;
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
+        case 'a': arch = optarg; break;
+        case 'm': model_dir = optarg; break;
+        case 'T': bad = cli_parse_double(optarg, "--top-p", &top_p, &err); break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
         if (bad)
             return cli_fail("bench rollout", &err);
     }
-    if (optind < argc) {
+    if (optind < argc || (model_dir && preset_given)) {
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
+    if (strcmp(arch, "llada") && strcmp(arch, "qwen3")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada or qwen3", arch);
+        return cli_fail("bench rollout", &err);
+    }
     /* the precision list */
     char names[MAX_PREC][16];
-    llada_precision precs[MAX_PREC];
     int np = 0;
     char *dup = dllm_strdup(list), *save = NULL;
     for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (np == MAX_PREC || (strcmp(tok, "fp32") && strcmp(tok, "bf16") && strcmp(tok, "fp8"))) {
+        dllm_policy_cfg probe = {0};
+        if (np == MAX_PREC || dllm_policy_infer_cfg(&probe, tok, "--precision", &err)) {
             dllm_err_set(&err, DLLM_EXIT_INPUT,
                          "--precision %s: expected a comma-separated list of fp32, bf16, fp8", list);
             free(dup);
             return cli_fail("bench rollout", &err);
         }
-        snprintf(names[np], sizeof names[np], "%s", tok);
-        llada_precision_parse(&precs[np], "fp32", strcmp(tok, "fp32") ? tok : "trainer", "e4m3",
-                              "block", false, &err);
-        np++;
+        snprintf(names[np++], sizeof names[0], "%s", tok);
     }
     free(dup);
     if (np == 0) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision: empty list");
         return cli_fail("bench rollout", &err);
     }
-    dllm_model_config mc;
-    if (dllm_config_preset(&mc, DLLM_ARCH_LLADA, preset, &err))
+    /* the model's configuration, for the prompts and the checks (the timed
+     * opens below build each precision's copy) */
+    dllm_policy_cfg pc = {.path = model_dir, .preset = preset, .arch = arch, .seed = (uint64_t)seed};
+    dllm_policy *m = NULL;
+    if (dllm_policy_infer_cfg(&pc, "fp32", "--precision", &err) || dllm_policy_open(&m, &pc, &err))
         return cli_fail("bench rollout", &err);
+    const dllm_model_config mc = *dllm_policy_config(m);
+    const bool diffusion = dllm_policy_is_diffusion(m);
+    dllm_policy_free(m);
+    m = NULL;
     dllm_sampler_cfg sc = {.gen_length = (int)G, .block_length = (int)blk, .steps = (int)steps,
                            .temperature = temp, .remasking = REMASK_LOW_CONFIDENCE,
                            .mask_id = mc.mask_token_id, .eos_id = mc.eos_token_id, .eot_id = -1,
                            .vocab = mc.embedding_size};
-    if (dllm_sampler_check(&sc, &err))
+    if (diffusion ? dllm_sampler_check(&sc, &err) : 0)
         return cli_fail("bench rollout", &err);
+    if (!(temp >= 0) || !(top_p > 0 && top_p <= 1) || (diffusion && top_p != 1)) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--temperature must be >= 0 and --top-p in (0, 1] "
+                     "(and 1 for a masked-diffusion model)");
+        return cli_fail("bench rollout", &err);
+    }
     if (P + G > mc.max_seq_len) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--prompt %ld + --gen-length %ld exceed the preset's "
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--prompt %ld + --gen-length %ld exceed the model's "
                      "max_sequence_length %d", P, G, mc.max_seq_len);
         return cli_fail("bench rollout", &err);
     }
-    llada_model *m = llada_create(&mc, (uint64_t)seed);
     /* random prompts over the ordinary tokens (ids past the specials 0..2 of the
      * small presets; any id but mask/eos for the published vocabularies) */
     int32_t *prompts = dllm_malloc(sizeof *prompts * (size_t)(B * P));
@@ -127,32 +145,54 @@ int bench_rollout(int argc, char **argv)
         while (t < 3 || t == mc.mask_token_id || t == mc.eos_token_id);
         prompts[i] = t;
     }
-    printf("bench rollout: llada %s preset (d_model %d, %d layers), batch %ld, prompt %ld, "
-           "gen-length %ld, block-length %ld, %ld steps, temperature %g; best of %ld after %ld "
-           "warm-up\n", preset, mc.d_model, mc.n_layers, B, P, G, blk, steps, temp, iters, warmup);
-    printf("%-9s %10s %12s %12s %12s %12s\n", "precision", "sync_s", "rollout_s", "step_ms",
-           "tokens/s", "vs_first");
+    const char *what = model_dir ? model_dir : preset;
+    if (diffusion)
+        printf("bench rollout: llada %s (d_model %d, %d layers), batch %ld, prompt %ld, "
+               "gen-length %ld, block-length %ld, %ld steps, temperature %g; best of %ld after %ld "
+               "warm-up\n", what, mc.d_model, mc.n_layers, B, P, G, blk, steps, temp, iters, warmup);
+    else
+        printf("bench rollout: qwen3 %s (d_model %d, %d layers), KV-cache decoding, batch %ld, "
+               "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "
+               "warm-up\n", what, mc.d_model, mc.n_layers, B, P, G, temp, top_p, iters, warmup);
+    printf("%-9s %10s %12s %12s %12s %12s\n", "precision", "sync_s", "rollout_s",
+           diffusion ? "step_ms" : "token_ms", "tokens/s", "vs_first");
     double best[MAX_PREC];
     int rc = 0;
     for (int k = 0; k < np && !rc; k++) {
-        double sync_s = 0;
-        if ((rc = llada_rollout_sync(m, &precs[k], &sync_s, &err)))
+        if ((rc = dllm_policy_infer_cfg(&pc, names[k], "--precision", &err)) ||
+            (rc = dllm_policy_open(&m, &pc, &err)))
             break;
+        /* the copy's build, timed on its own (open built it once already) */
+        double sync_s = 0;
+        if ((rc = dllm_policy_sync_rollout(m, &sync_s, &err))) {
+            dllm_policy_free(m);
+            break;
+        }
         best[k] = 1e300;
+        long toks = B * G;
         for (long it = 0; it < warmup + iters && !rc; it++) {
             dllm_rollout ro = {0};
             double t0 = dllm_now();
-            rc = dllm_sample(rollout_fn, m, prompts, NULL, (int)B, (int)P, &sc, (uint64_t)seed, &ro,
-                             &err);
+            rc = dllm_policy_rollout(m, prompts, NULL, (int)B, (int)P, &sc, top_p, (uint64_t)seed,
+                                     &ro, &err);
             double dt = dllm_now() - t0;
+            if (!rc && !diffusion) { /* decoding stops at EOS: count what was decoded */
+                toks = 0;
+                for (long b = 0; b < B; b++)
+                    toks += dllm_completion_length(ro.tokens + b * (P + G) + P, (int)G,
+                                                   mc.eos_token_id);
+            }
             dllm_rollout_free(&ro);
             if (it >= warmup && dt < best[k])
                 best[k] = dt;
         }
+        dllm_policy_free(m);
+        m = NULL;
         if (rc)
             break;
         printf("%-9s %10.4f %12.4f %12.3f %12.1f %12.3f\n", names[k], sync_s, best[k],
-               1e3 * best[k] / (double)steps, (double)(B * G) / best[k], best[k] / best[0]);
+               1e3 * best[k] / (double)(diffusion ? steps : G), (double)toks / best[k],
+               best[k] / best[0]);
         fflush(stdout);
     }
     if (!rc) {
@@ -171,6 +211,5 @@ int bench_rollout(int argc, char **argv)
                        : "FP8 faster");
     }
     free(prompts);
-    llada_free(m);
     return rc ? cli_fail("bench rollout", &err) : 0;
 }

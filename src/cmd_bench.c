@@ -1,9 +1,9 @@
 /* dllm-rl bench: throughput measurements (never timed tests).
  *
- * bench train: masked-diffusion SFT forward+backward on a random model of a
- * preset; reports tokens/s (batch*seq tokens per forward+backward). */
-#include "dllm/llada.h"
-#include "dllm/sft_loss.h"
+ * bench train: SFT forward+backward (dllm/policy_sft.h: masked diffusion for
+ * LLaDA, next-token for Qwen3) on a random model of a preset or on a model
+ * directory; reports tokens/s (batch*seq tokens per forward+backward). */
+#include "dllm/policy_sft.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
@@ -16,90 +16,115 @@
 
 static const char usage_text[] =
     "usage: dllm-rl bench train|rollout|mismatch|rl-step ...  (each with --help)\n"
-    "       dllm-rl bench train [--preset tiny|small|llada-8b] [--batch B] [--seq T]\n"
-    "                           [--iters N] [--warmup N] [--lora RANK] [--device cpu]\n"
+    "       dllm-rl bench train [--arch llada|qwen3] [--preset tiny|small|llada-8b|qwen3-8b |\n"
+    "                           --model DIR] [--batch B] [--seq T] [--iters N] [--warmup N]\n"
+    "                           [--lora RANK] [--device cpu]\n"
     "\n"
-    "train: SFT forward+backward tokens/s on randomly initialised weights (default:\n"
-    "small preset, batch 4 x 256 tokens, 5 timed iterations after 1 warm-up).\n"
+    "train: SFT forward+backward tokens/s (masked diffusion for llada, next-token for\n"
+    "qwen3; the first quarter of each sequence is the prompt) on randomly initialised\n"
+    "weights of the preset or on the weights of --model (default: llada small preset,\n"
+    "batch 4 x 256 tokens, 5 timed iterations after 1 warm-up).\n"
     "Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS.\n";
 
 static int bench_train(int argc, char **argv)
 {
-    const char *preset = "small", *device = "cpu";
+    const char *preset = "small", *device = "cpu", *arch = "llada", *model_dir = NULL;
     long B = 4, T = 256, iters = 5, warmup = 1, lora = 0;
+    bool preset_given = false;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'}, {"batch", required_argument, 0, 'b'},
         {"seq", required_argument, 0, 't'},    {"iters", required_argument, 0, 'i'},
         {"warmup", required_argument, 0, 'w'}, {"lora", required_argument, 0, 'l'},
-        {"device", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
+        {"device", required_argument, 0, 'd'}, {"arch", required_argument, 0, 'a'},
+        {"model", required_argument, 0, 'm'},  {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
         switch (c) {
-        case 'p': preset = optarg; break;
+        case 'p': preset = optarg; preset_given = true; break;
         case 'b': bad = cli_parse_int(optarg, "--batch", 1, 4096, &B, &err); break;
         case 't': bad = cli_parse_int(optarg, "--seq", 2, 1 << 16, &T, &err); break;
         case 'i': bad = cli_parse_int(optarg, "--iters", 1, 100000, &iters, &err); break;
         case 'w': bad = cli_parse_int(optarg, "--warmup", 0, 100000, &warmup, &err); break;
         case 'l': bad = cli_parse_int(optarg, "--lora", 0, 4096, &lora, &err); break;
         case 'd': device = optarg; break;
+        case 'a': arch = optarg; break;
+        case 'm': model_dir = optarg; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
         if (bad)
             return cli_fail("bench", &err);
     }
+    if (optind < argc || (model_dir && preset_given)) {
+        fputs(usage_text, stderr);
+        return DLLM_EXIT_INPUT;
+    }
     if (strcmp(device, "cpu")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--device %s: this build benchmarks the CPU backend",
                      device);
         return cli_fail("bench", &err);
     }
-    dllm_model_config mc;
-    if (dllm_config_preset(&mc, DLLM_ARCH_LLADA, preset, &err))
-        return cli_fail("bench", &err);
-    if (T > mc.max_seq_len) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--seq %ld exceeds the preset's max_sequence_length %d",
-                     T, mc.max_seq_len);
+    if (strcmp(arch, "llada") && strcmp(arch, "qwen3")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada or qwen3", arch);
         return cli_fail("bench", &err);
     }
-    llada_model *m = llada_create(&mc, 1);
-    if (lora)
-        llada_lora_enable(m, (int)lora, 2.0f * (float)lora, LORA_ALL, 1);
+    dllm_policy_cfg pc = {.path = model_dir, .preset = preset, .arch = arch, .seed = 1,
+                          .lora_rank = (int)lora, .lora_alpha = 2.0 * (double)lora,
+                          .trainer = "fp32", .rollout = "trainer"};
+    dllm_policy *m;
+    if (dllm_policy_open(&m, &pc, &err))
+        return cli_fail("bench", &err);
+    const dllm_model_config *mc = dllm_policy_config(m);
+    if (T > mc->max_seq_len) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--seq %ld exceeds the model's max_sequence_length %d",
+                     T, mc->max_seq_len);
+        dllm_policy_free(m);
+        return cli_fail("bench", &err);
+    }
     size_t n = (size_t)B * (size_t)T;
     int32_t *tokens = dllm_malloc(sizeof *tokens * n);
     int32_t *plen = dllm_malloc(sizeof *plen * (size_t)B);
+    int *len = dllm_malloc(sizeof *len * (size_t)B);
     uint8_t *mask = dllm_malloc(n);
     double *p = dllm_malloc(sizeof *p * (size_t)B);
     dllm_rng r = dllm_rng_make(1, DLLM_RNG_DATA, 0, 0);
     for (size_t i = 0; i < n; i++)
-        tokens[i] = (int32_t)dllm_rng_below(&r, (uint64_t)mc.vocab_size);
+        tokens[i] = (int32_t)dllm_rng_below(&r, (uint64_t)mc->vocab_size);
     for (long b = 0; b < B; b++) {
-        plen[b] = (int32_t)(T / 4);
+        plen[b] = (int32_t)(T / 4 > 0 ? T / 4 : 1);
+        len[b] = (int)T;
         p[b] = 0.5;
         for (long t = 0; t < T; t++)
-            mask[b * T + t] = t >= T / 4 && dllm_rng_uniform(&r) < 0.5;
+            mask[b * T + t] = t >= plen[b] && dllm_rng_uniform(&r) < 0.5;
     }
     double loss = 0, t0 = 0;
-    for (long it = 0; it < warmup + iters; it++) {
+    int rc = 0;
+    for (long it = 0; it < warmup + iters && !rc; it++) {
         if (it == warmup)
             t0 = dllm_now();
-        llada_zero_grad(m);
-        loss = llada_sft_loss(m, tokens, mask, p, plen, (int)B, (int)T, true);
+        dllm_policy_zero_grad(m);
+        rc = dllm_policy_sft_loss(m, tokens, mask, p, plen, len, (int)B, (int)T, true, &loss, &err);
     }
     double el = dllm_now() - t0;
-    printf("bench train: preset %s (%.1fM params%s), batch %ld x %ld tokens, %d threads\n", preset,
-           (double)dllm_config_num_params(&mc) / 1e6, lora ? ", LoRA" : "", B, T,
-           omp_get_max_threads());
-    printf("  %.3f s per forward+backward, %.1f tokens/s (loss %.4f)\n", el / (double)iters,
-           (double)n * (double)iters / el, loss);
+    if (!rc) {
+        printf("bench train: %s %s (%.1fM params%s), %s SFT, batch %ld x %ld tokens, %d threads\n",
+               dllm_policy_arch(m) == DLLM_ARCH_QWEN3 ? "qwen3" : "llada",
+               model_dir ? model_dir : preset, (double)dllm_config_num_params(mc) / 1e6,
+               lora ? ", LoRA" : "", dllm_policy_is_diffusion(m) ? "masked-diffusion" : "next-token",
+               B, T, omp_get_max_threads());
+        printf("  %.3f s per forward+backward, %.1f tokens/s (loss %.4f)\n", el / (double)iters,
+               (double)n * (double)iters / el, loss);
+    }
     free(tokens);
     free(plen);
+    free(len);
     free(mask);
     free(p);
-    llada_free(m);
-    return 0;
+    dllm_policy_free(m);
+    return rc ? cli_fail("bench", &err) : 0;
 }
 
 int cmd_bench(int argc, char **argv)

@@ -1,6 +1,9 @@
-/* dllm-rl generate: denoising-step generation with the reference sampler. */
+/* dllm-rl generate: generation from a model of either architecture through the
+ * policy interface (dllm/policy.h): the reference denoising sampler for a
+ * masked-diffusion model, KV-cache decoding (greedy, or temperature/top-p
+ * sampling) for an autoregressive one. */
 #include "dllm/chat.h"
-#include "dllm/llada.h"
+#include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
 #include "dllm/tokenizer.h"
 #include "src/cli_util.h"
@@ -15,18 +18,29 @@
 
 static const char usage_text[] =
     "usage: dllm-rl generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --batch-file F)\n"
-    "         [--gen-length 64] [--block-length 16] [--steps 32] [--temperature 0]\n"
-    "         [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
-    "         [--confidence-eos-eot-inf] [--seed 0] [--chat auto|plain|llada|qwen3]\n"
-    "         [--precision fp32|bf16|fp8] [--format text|ids|json]\n"
+    "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3]\n"
+    "         [--d1] [--precision fp32|bf16|fp8] [--format text|ids|json]\n"
+    "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
+    "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
+    "           [--confidence-eos-eot-inf]\n"
+    "         autoregressive (qwen3): [--top-p 1]\n"
     "\n"
+    "A masked-diffusion model is decoded by the reference denoising sampler; an\n"
+    "autoregressive one left to right with a KV cache: greedy at --temperature 0, else\n"
+    "sampled from softmax(logits / T) restricted to the --top-p nucleus; a row stops\n"
+    "at its EOS (the rest of its gen-length is EOS). Flags of the other kind of model\n"
+    "are refused.\n"
     "Text prompts are wrapped in the model's chat format (--chat auto: from the model\n"
-    "directory; plain: BOS + text) and encoded with DIR/tokenizer.json. --batch-file\n"
-    "holds one JSON object per line, {\"prompt\": \"...\"} or {\"prompt_ids\": [...]};\n"
-    "prompts of different lengths are left-padded with a key mask.\n"
+    "directory -- its chat template, plain for a char tokenizer, else its architecture;\n"
+    "plain: BOS + text) and encoded with DIR/tokenizer.json; --d1 puts d1's reasoning\n"
+    "format instruction before the text. --batch-file holds one JSON object per line,\n"
+    "{\"prompt\": \"...\"} or {\"prompt_ids\": [...]}; prompts of different lengths are\n"
+    "left-padded with a key mask.\n"
     "--format ids prints only the generated ids (all gen-length of them), comma-separated,\n"
     "one line per prompt; text prints the completion up to the first EOS; json prints\n"
-    "ids, text, completion length, commit steps and commit probabilities.\n"
+    "ids, text, completion length, commit steps and commit probabilities (for an\n"
+    "autoregressive model commit step t is token t, and its probability is the one\n"
+    "it was sampled with, 1 when greedy).\n"
     "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights;\n"
     "fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of the block linears.\n";
 
@@ -35,10 +49,12 @@ typedef struct {
     int n;
 } prompt_ids;
 
+static bool d1_format; /* --d1 */
+
 static int encode_text(const char *text, dllm_tokenizer *tok, dllm_chat_format fmt,
                        const dllm_model_config *mc, prompt_ids *out, dllm_err *err)
 {
-    return prompt_encode(tok, fmt, mc, text, &out->ids, &out->n, err);
+    return prompt_encode_d1(tok, fmt, mc, text, d1_format, &out->ids, &out->n, err);
 }
 
 static int read_batch_file(const char *path, dllm_tokenizer **tok, const char *model_dir,
@@ -110,12 +126,6 @@ static int read_batch_file(const char *path, dllm_tokenizer **tok, const char *m
     return 0;
 }
 
-static int forward_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                      const int32_t *rows, int n_rows, float *logits)
-{
-    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
-}
-
 static void print_json_string(FILE *f, const char *s, size_t len)
 {
     json_t *j = json_stringn_nocheck(s, len);
@@ -125,13 +135,37 @@ static void print_json_string(FILE *f, const char *s, size_t len)
     json_decref(j);
 }
 
+/* Left-pads the prompts to the longest with EOS, excluded by the key mask
+ * (*mask NULL when no prompt is padded). */
+static void pad_prompts(const prompt_ids *ps, int np, int P, int32_t pad_id, int32_t **prompts,
+                        uint8_t **mask)
+{
+    *prompts = dllm_malloc(sizeof **prompts * (size_t)np * P);
+    *mask = dllm_malloc((size_t)np * P);
+    bool padded = false;
+    for (int b = 0; b < np; b++) {
+        int pad = P - ps[b].n;
+        padded |= pad > 0;
+        for (int t = 0; t < P; t++) {
+            (*prompts)[(size_t)b * P + t] = t < pad ? pad_id : ps[b].ids[t - pad];
+            (*mask)[(size_t)b * P + t] = t >= pad;
+        }
+    }
+    if (!padded) {
+        free(*mask);
+        *mask = NULL;
+    }
+}
+
 int cmd_generate(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt = NULL, *ids_s = NULL, *batch_file = NULL;
     const char *format = "text", *chat = "auto", *precision = "fp32", *remask = "low_confidence";
     long gen = 64, block = 16, steps = 32, seed = 0;
-    double temp = 0, cfg_scale = 0;
+    double temp = 0, cfg_scale = 0, top_p = 1;
     int eos_inf = 0, conf_inf = 0;
+    /* the last flag given of each kind of model, refused for the other kind */
+    const char *denoise_flag = NULL, *ar_flag = NULL;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"prompt", required_argument, 0, 'p'},
@@ -142,8 +176,10 @@ int cmd_generate(int argc, char **argv)
         {"logits-eos-inf", no_argument, 0, 'E'},     {"confidence-eos-eot-inf", no_argument, 0, 'C'},
         {"seed", required_argument, 0, 'S'},         {"chat", required_argument, 0, 'a'},
         {"precision", required_argument, 0, 'P'},    {"format", required_argument, 0, 'f'},
+        {"top-p", required_argument, 0, 'T'},        {"d1", no_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     optind = 1;
+    d1_format = false;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
         switch (c) {
@@ -152,17 +188,28 @@ int cmd_generate(int argc, char **argv)
         case 'i': ids_s = optarg; break;
         case 'b': batch_file = optarg; break;
         case 'g': bad = cli_parse_int(optarg, "--gen-length", 1, 1 << 20, &gen, &err); break;
-        case 'k': bad = cli_parse_int(optarg, "--block-length", 1, 1 << 20, &block, &err); break;
-        case 's': bad = cli_parse_int(optarg, "--steps", 1, 32767, &steps, &err); break;
+        case 'k':
+            bad = cli_parse_int(optarg, "--block-length", 1, 1 << 20, &block, &err);
+            denoise_flag = "--block-length";
+            break;
+        case 's':
+            bad = cli_parse_int(optarg, "--steps", 1, 32767, &steps, &err);
+            denoise_flag = "--steps";
+            break;
         case 't': bad = cli_parse_double(optarg, "--temperature", &temp, &err); break;
-        case 'r': remask = optarg; break;
-        case 'c': bad = cli_parse_double(optarg, "--cfg-scale", &cfg_scale, &err); break;
-        case 'E': eos_inf = 1; break;
-        case 'C': conf_inf = 1; break;
+        case 'r': remask = optarg; denoise_flag = "--remasking"; break;
+        case 'c':
+            bad = cli_parse_double(optarg, "--cfg-scale", &cfg_scale, &err);
+            denoise_flag = "--cfg-scale";
+            break;
+        case 'E': eos_inf = 1; denoise_flag = "--logits-eos-inf"; break;
+        case 'C': conf_inf = 1; denoise_flag = "--confidence-eos-eot-inf"; break;
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'a': chat = optarg; break;
         case 'P': precision = optarg; break;
         case 'f': format = optarg; break;
+        case 'T': bad = cli_parse_double(optarg, "--top-p", &top_p, &err); ar_flag = "--top-p"; break;
+        case 'D': d1_format = true; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -181,30 +228,39 @@ int cmd_generate(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--remasking %s: expected low_confidence or random", remask);
         return cli_fail("generate", &err);
     }
-    /* --precision: fp32 = the trainer's numerics, bf16 = the bf16 copy, fp8 = the
-     * E4M3 blockwise W8A8 copy (llada.h, precision) */
-    llada_precision prec;
-    if ((strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "fp8")) ||
-        llada_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",
-                              "e4m3", "block", false, &err)) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision %s: expected fp32, bf16 or fp8", precision);
+    if (!(temp >= 0) || !(top_p > 0 && top_p <= 1)) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--temperature must be >= 0 and --top-p in (0, 1]");
         return cli_fail("generate", &err);
     }
-    llada_model *m;
-    if (llada_load(&m, model_dir, &err))
-        return cli_fail("generate", &err);
-    if (llada_rollout_sync(m, &prec, NULL, &err)) {
-        llada_free(m);
+    if (strcmp(chat, "auto") && strcmp(chat, "plain") && strcmp(chat, "llada") && strcmp(chat, "qwen3")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada or qwen3", chat);
         return cli_fail("generate", &err);
     }
-    const dllm_model_config *mc = llada_config(m);
+    dllm_policy_cfg pc = {.path = model_dir};
+    if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err))
+        return cli_fail("generate", &err);
+    dllm_policy *pol;
+    if (dllm_policy_open(&pol, &pc, &err))
+        return cli_fail("generate", &err);
+    const bool diffusion = dllm_policy_is_diffusion(pol);
+    const dllm_model_config *mc = dllm_policy_config(pol);
     dllm_tokenizer *tok = NULL;
     dllm_chat_format fmt = DLLM_CHAT_PLAIN;
     prompt_ids *ps = NULL;
     int np = 0, rc = 0;
-    if (!strcmp(chat, "auto"))
+    if (diffusion && ar_flag)
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                          "%s: a flag of autoregressive decoding; %s is a masked-diffusion "
+                          "model (its sampler takes --block-length, --steps, --remasking)",
+                          ar_flag, model_dir);
+    else if (!diffusion && denoise_flag)
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                          "%s: a flag of the denoising sampler; %s is an autoregressive model, "
+                          "decoded left to right (it takes --temperature and --top-p)",
+                          denoise_flag, model_dir);
+    if (!rc && !strcmp(chat, "auto"))
         rc = dllm_chat_format_from_dir(model_dir, &fmt, &err);
-    else
+    else if (!rc)
         rc = dllm_chat_format_parse(chat, &fmt, &err);
     bool need_tok = prompt || !strcmp(format, "text") || !strcmp(format, "json");
     if (!rc && need_tok) {
@@ -229,39 +285,30 @@ int cmd_generate(int argc, char **argv)
     } else if (!rc) {
         rc = read_batch_file(batch_file, &tok, model_dir, fmt, mc, &ps, &np, &err);
     }
+    /* the denoising schedule is checked for diffusion models only: an
+     * autoregressive model reads gen_length, temperature and eos_id */
     dllm_sampler_cfg sc = {.gen_length = (int)gen, .block_length = (int)block, .steps = (int)steps,
                            .temperature = temp,
                            .remasking = strcmp(remask, "random") ? REMASK_LOW_CONFIDENCE : REMASK_RANDOM,
                            .cfg_scale = cfg_scale, .logits_eos_inf = eos_inf,
                            .confidence_eos_eot_inf = conf_inf, .mask_id = mc->mask_token_id,
                            .eos_id = mc->eos_token_id, .eot_id = -1, .vocab = mc->embedding_size};
-    if (tok) {
+    if (tok)
         sc.eot_id = dllm_tokenizer_token_to_id(tok, "<|eot_id|>");
-    }
     int P = 0;
     for (int i = 0; i < np; i++)
         P = ps[i].n > P ? ps[i].n : P;
-    if (!rc)
+    if (!rc && diffusion)
         rc = dllm_sampler_check(&sc, &err);
     if (!rc && P + gen > mc->max_seq_len)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "prompt (%d) + gen-length (%ld) exceed max_sequence_length %d",
                           P, gen, mc->max_seq_len);
     dllm_rollout r = {0};
     if (!rc) {
-        /* left-pad to the longest prompt with EOS, excluded by the key mask */
-        int32_t *prompts = dllm_malloc(sizeof *prompts * (size_t)np * P);
-        uint8_t *pm = dllm_malloc((size_t)np * P);
-        bool padded = false;
-        for (int b = 0; b < np; b++) {
-            int pad = P - ps[b].n;
-            padded |= pad > 0;
-            for (int t = 0; t < P; t++) {
-                prompts[(size_t)b * P + t] = t < pad ? mc->eos_token_id : ps[b].ids[t - pad];
-                pm[(size_t)b * P + t] = t >= pad;
-            }
-        }
-        rc = dllm_sample(forward_fn, m, prompts, padded ? pm : NULL, np, P, &sc, (uint64_t)seed, &r,
-                         &err);
+        int32_t *prompts;
+        uint8_t *pm;
+        pad_prompts(ps, np, P, mc->eos_token_id, &prompts, &pm);
+        rc = dllm_policy_rollout(pol, prompts, pm, np, P, &sc, top_p, (uint64_t)seed, &r, &err);
         free(prompts);
         free(pm);
     }
@@ -305,6 +352,6 @@ int cmd_generate(int argc, char **argv)
         free(ps[i].ids);
     free(ps);
     dllm_tokenizer_free(tok);
-    llada_free(m);
+    dllm_policy_free(pol);
     return rc ? cli_fail("generate", &err) : 0;
 }

@@ -1,10 +1,12 @@
-/* dllm-rl score: the sequence log-likelihood of a completion under a model,
- * with any estimator of dllm/estimators.h (METHOD.md §3). one_step (LLaDA's
- * default) is deterministic; elbo and one_step with prompt masking draw their
- * masks from the stream keyed by --seed, so two models scored with the same
- * seed see identical masks. */
+/* dllm-rl score: the sequence log-likelihood of a completion under a model of
+ * either architecture, through the policy interface (dllm/policy_infer.h).
+ * Masked diffusion (LLaDA): any estimator of dllm/estimators.h (METHOD.md §3);
+ * one_step (the default) is deterministic; elbo and one_step with prompt
+ * masking draw their masks from the stream keyed by --seed, so two models
+ * scored with the same seed see identical masks. Autoregressive (Qwen3): the
+ * exact sum of next-token log-probs, the only estimator it takes. */
 #include "dllm/estimators.h"
-#include "dllm/llada.h"
+#include "dllm/policy_infer.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
 
@@ -16,31 +18,31 @@
 
 static const char usage_text[] =
     "usage: dllm-rl score --model DIR --prompt-ids 1,2,3 --completion-ids 4,5,6\n"
-    "         [--estimator one_step|elbo|trajectory] [--mc K] [--p-mask-prompt P]\n"
+    "         [--estimator one_step|elbo|trajectory|exact] [--mc K] [--p-mask-prompt P]\n"
     "         [--commit-steps 0,3,1,...] [--shrink S] [--temperature T] [--seed N]\n"
     "         [--precision fp32|bf16|fp8]\n"
     "\n"
     "Prints {\"seq_logp\": x, \"token_logp\": [...], \"estimator\": ...}; elbo adds\n"
     "\"mc_se\" (standard error of the estimate) and a token's value is its mean over the\n"
-    "samples that masked it (null if none). one_step: completion fully masked, prompt\n"
-    "clean unless --p-mask-prompt; elbo: --mc samples (default 32) with stratified mask\n"
-    "counts; trajectory: replay of --commit-steps (one per completion token), --shrink\n"
-    "steps per forward pass. --precision: fp32 computes as the trainer; bf16 with a\n"
-    "bf16 copy of the weights; fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of\n"
-    "the block linears.\n";
-
-static int forward_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                      const int32_t *rows, int n_rows, float *logits)
-{
-    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
-}
+    "samples that masked it (null if none).\n"
+    "Masked-diffusion (llada) models: one_step (the default): completion fully masked,\n"
+    "prompt clean unless --p-mask-prompt; elbo: --mc samples (default 32) with\n"
+    "stratified mask counts; trajectory: replay of --commit-steps (one per completion\n"
+    "token), --shrink steps per forward pass.\n"
+    "Autoregressive (qwen3) models: exact (the default and the only one):\n"
+    "token_logp[i] = log softmax(logits at position P+i-1 / T)[completion[i]];\n"
+    "the masking flags (--mc, --p-mask-prompt, --commit-steps, --shrink) do not apply.\n"
+    "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights;\n"
+    "fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of the block linears.\n";
 
 int cmd_score(int argc, char **argv)
 {
-    const char *model_dir = NULL, *prompt_s = NULL, *compl_s = NULL, *est_s = "one_step";
+    const char *model_dir = NULL, *prompt_s = NULL, *compl_s = NULL, *est_s = NULL;
     const char *steps_s = NULL, *precision = "fp32";
     long mc = 32, shrink = 1, seed = 0;
     double pmp = 0, temp = 1;
+    /* flags of the masking estimators, given explicitly (refused for AR models) */
+    const char *mask_flag = NULL;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},         {"prompt-ids", required_argument, 0, 'p'},
@@ -58,10 +60,16 @@ int cmd_score(int argc, char **argv)
         case 'p': prompt_s = optarg; break;
         case 'c': compl_s = optarg; break;
         case 'e': est_s = optarg; break;
-        case 'k': bad = cli_parse_int(optarg, "--mc", 1, 1 << 20, &mc, &err); break;
-        case 'q': bad = cli_parse_double(optarg, "--p-mask-prompt", &pmp, &err); break;
-        case 's': steps_s = optarg; break;
-        case 'r': bad = cli_parse_int(optarg, "--shrink", 1, 1 << 20, &shrink, &err); break;
+        case 'k': bad = cli_parse_int(optarg, "--mc", 1, 1 << 20, &mc, &err); mask_flag = "--mc"; break;
+        case 'q':
+            bad = cli_parse_double(optarg, "--p-mask-prompt", &pmp, &err);
+            mask_flag = "--p-mask-prompt";
+            break;
+        case 's': steps_s = optarg; mask_flag = "--commit-steps"; break;
+        case 'r':
+            bad = cli_parse_int(optarg, "--shrink", 1, 1 << 20, &shrink, &err);
+            mask_flag = "--shrink";
+            break;
         case 't': bad = cli_parse_double(optarg, "--temperature", &temp, &err); break;
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'P': precision = optarg; break;
@@ -76,74 +84,61 @@ int cmd_score(int argc, char **argv)
         return DLLM_EXIT_INPUT;
     }
     dllm_lik_cfg lc = {.mc = (int)mc, .p_mask_prompt = pmp, .shrink = (int)shrink, .temperature = temp};
-    if (dllm_estimator_parse(est_s, &lc.kind)) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--estimator %s: expected one_step, elbo or trajectory", est_s);
+    if (est_s && dllm_estimator_parse(est_s, &lc.kind)) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--estimator %s: expected one_step, elbo, trajectory or exact",
+                     est_s);
         return cli_fail("score", &err);
     }
     if (!(pmp >= 0 && pmp <= 1) || !(temp > 0)) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--p-mask-prompt must be in [0, 1] and --temperature > 0");
         return cli_fail("score", &err);
     }
-    /* --precision: fp32 = the trainer's numerics, bf16 = the bf16 copy, fp8 = the
-     * E4M3 blockwise W8A8 copy (llada.h, precision) */
-    llada_precision prec;
-    if ((strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "fp8")) ||
-        llada_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",
-                              "e4m3", "block", false, &err)) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision %s: expected fp32, bf16 or fp8", precision);
+    dllm_policy_cfg pc = {.path = model_dir};
+    if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err))
         return cli_fail("score", &err);
-    }
     int32_t *prompt = NULL, *compl = NULL, *steps = NULL;
     int np = 0, nc = 0, ns = 0;
     if (cli_parse_ids(prompt_s, "--prompt-ids", &prompt, &np, &err) ||
         cli_parse_ids(compl_s, "--completion-ids", &compl, &nc, &err) ||
-        (steps_s && cli_parse_ids(steps_s, "--commit-steps", &steps, &ns, &err)))
+        (steps_s && cli_parse_ids(steps_s, "--commit-steps", &steps, &ns, &err))) {
+        free(prompt);
+        free(compl);
         return cli_fail("score", &err);
+    }
+    dllm_policy *pol = NULL;
     int16_t *commit = NULL;
-    if (lc.kind == EST_TRAJECTORY) {
-        if (!steps_s || ns != nc) {
-            dllm_err_set(&err, DLLM_EXIT_INPUT,
-                         "trajectory needs --commit-steps with one step per completion token (%d given, %d tokens)",
-                         ns, nc);
-            return cli_fail("score", &err);
-        }
-        commit = dllm_malloc(sizeof *commit * (size_t)nc);
-        for (int i = 0; i < nc; i++) {
-            if (steps[i] > 32767) {
-                dllm_err_set(&err, DLLM_EXIT_INPUT, "--commit-steps: %d is too large", steps[i]);
-                return cli_fail("score", &err);
-            }
-            commit[i] = (int16_t)steps[i];
-        }
-    }
-    if (nc == 0) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--completion-ids: empty completion");
-        return cli_fail("score", &err);
-    }
-    llada_model *m;
-    if (llada_load(&m, model_dir, &err))
-        return cli_fail("score", &err);
-    if (llada_rollout_sync(m, &prec, NULL, &err)) {
-        llada_free(m);
-        return cli_fail("score", &err);
-    }
-    const dllm_model_config *cfg = llada_config(m);
-    lc.mask_id = cfg->mask_token_id;
-    lc.vocab = cfg->embedding_size;
     int rc = 0;
-    for (int i = 0; i < np + nc && !rc; i++) {
-        int32_t id = i < np ? prompt[i] : compl[i - np];
-        if (id >= cfg->vocab_size)
-            rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s id %d is outside the vocabulary (%d tokens)",
-                              i < np ? "--prompt-ids:" : "--completion-ids:", id, cfg->vocab_size);
+    if (nc == 0)
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "--completion-ids: empty completion");
+    if (!rc)
+        rc = dllm_policy_open(&pol, &pc, &err);
+    if (!rc && !est_s)
+        lc.kind = dllm_policy_default_estimator(pol);
+    if (!rc)
+        rc = dllm_policy_check_estimator(pol, lc.kind, "--estimator", &err);
+    if (!rc && !dllm_policy_is_diffusion(pol) && mask_flag)
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                          "%s: a flag of the masked-diffusion estimators; an autoregressive "
+                          "(qwen3) model is scored exactly, without masks", mask_flag);
+    if (!rc && lc.kind == EST_TRAJECTORY) {
+        if (!steps_s || ns != nc) {
+            rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                              "trajectory needs --commit-steps with one step per completion token "
+                              "(%d given, %d tokens)", ns, nc);
+        } else {
+            commit = dllm_malloc(sizeof *commit * (size_t)nc);
+            for (int i = 0; i < nc && !rc; i++) {
+                if (steps[i] > 32767)
+                    rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "--commit-steps: %d is too large",
+                                      steps[i]);
+                commit[i] = (int16_t)steps[i];
+            }
+        }
     }
-    if (!rc && np + nc > cfg->max_seq_len)
-        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%d tokens exceed max_sequence_length %d", np + nc,
-                          cfg->max_seq_len);
     dllm_lik_result r = {0};
     if (!rc)
-        rc = dllm_seq_logprob(forward_fn, m, prompt, np, compl, nc, commit, &lc,
-                              dllm_rng_make((uint64_t)seed, DLLM_RNG_MASKS, 0, 0), &r, &err);
+        rc = dllm_policy_score(pol, DLLM_PREC_ROLLOUT, prompt, np, compl, nc, commit, &lc,
+                               dllm_rng_make((uint64_t)seed, DLLM_RNG_MASKS, 0, 0), &r, &err);
     if (!rc) {
         printf("{\"seq_logp\": ");
         cli_print_json_number(stdout, r.seq_logp, 17);
@@ -165,6 +160,6 @@ int cmd_score(int argc, char **argv)
     free(compl);
     free(steps);
     free(commit);
-    llada_free(m);
+    dllm_policy_free(pol);
     return rc ? cli_fail("score", &err) : 0;
 }

@@ -10,8 +10,7 @@
  * sum_masked CE / p / answer_len. AdamW with warmup and global-norm clipping.
  * Writes RUN_DIR = log.dir/experiment: config.yaml, sft_log.jsonl, and
  * checkpoints ckpt/step-N in HF layout (ckpt/latest points to the newest). */
-#include "dllm/llada.h"
-#include "dllm/qwen3.h"
+#include "dllm/policy_sft.h"
 #include "dllm/sft_loss.h"
 #include "dllm/tokenizer.h"
 #include "kernels/ops.h"
@@ -33,10 +32,12 @@
 static const char usage_text[] =
     "usage: dllm-rl sft CONFIG.yaml [--set key.path=value ...] [--quiet]\n"
     "\n"
-    "Masked-diffusion SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}).\n"
-    "Keys: experiment, seed, model.{path|preset,dtype,lora.{rank,alpha,targets}},\n"
-    "data.{train,max_len,answer_length}, sft.{steps,batch_size}, optim.{lr,warmup,betas,eps,\n"
-    "weight_decay,grad_clip}, log.{dir,every}, checkpoint.{every,keep}.\n"
+    "SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}): masked diffusion\n"
+    "for a LLaDA model, next-token cross-entropy on the answer for a Qwen3 model.\n"
+    "Keys: experiment, seed, model.{path|arch+preset,dtype,trainer_precision,\n"
+    "lora.{rank,alpha,targets}}, data.{train,max_len,answer_length}, sft.{steps,batch_size},\n"
+    "optim.{lr,warmup,betas,eps,weight_decay,grad_clip}, log.{dir,every},\n"
+    "checkpoint.{every,keep}.\n"
     "Output: RUN_DIR = log.dir/experiment with config.yaml, sft_log.jsonl, ckpt/.\n";
 
 typedef struct {
@@ -45,54 +46,9 @@ typedef struct {
     char tok_path[4096]; /* tokenizer.json copied into every checkpoint */
 } sft_run;
 
-/* The model being fine-tuned: a LLaDA (masked diffusion) or a Qwen3 (next token). */
-typedef struct {
-    llada_model *llada;
-    qwen3_model *qwen3;
-} sft_model;
-
-static const dllm_model_config *sm_config(const sft_model *m)
-{
-    return m->llada ? llada_config(m->llada) : qwen3_config(m->qwen3);
-}
-
-static float *sm_trainable(sft_model *m, size_t *n)
-{
-    return m->llada ? llada_trainable(m->llada, n) : qwen3_trainable(m->qwen3, n);
-}
-
-static float *sm_grads(sft_model *m)
-{
-    return m->llada ? llada_grads(m->llada) : qwen3_grads(m->qwen3);
-}
-
-static void sm_zero_grad(sft_model *m)
-{
-    if (m->llada)
-        llada_zero_grad(m->llada);
-    else
-        qwen3_zero_grad(m->qwen3);
-}
-
-static int sm_save(const sft_model *m, const char *dir, st_dtype dt, dllm_err *err)
-{
-    return m->llada ? llada_save(m->llada, dir, dt, (size_t)5 << 30, err)
-                    : qwen3_save(m->qwen3, dir, dt, (size_t)5 << 30, err);
-}
-
-static void sm_free(sft_model *m)
-{
-    if (m->llada)
-        llada_free(m->llada);
-    if (m->qwen3)
-        qwen3_free(m->qwen3);
-    m->llada = NULL;
-    m->qwen3 = NULL;
-}
-
 /* ckpt/step-N written under a temporary name, then renamed; latest re-pointed;
  * older checkpoints beyond checkpoint.keep removed. */
-static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *err)
+static int save_checkpoint(const sft_run *r, const dllm_policy *m, int step, dllm_err *err)
 {
     char dir[4096], tmp[4200], final_[4200], link[4200], tmplink[4300];
     snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
@@ -104,7 +60,7 @@ static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *e
     if (cli_mkdirs(tmp, err))
         return err->code;
     st_dtype dt = strcmp(r->cfg->model.dtype, "bf16") ? ST_F32 : ST_BF16;
-    if (sm_save(m, tmp, dt, err))
+    if (dllm_policy_save(m, tmp, dt, err))
         return err->code;
     char tokdst[4300];
     snprintf(tokdst, sizeof tokdst, "%s/tokenizer.json", tmp);
@@ -130,92 +86,29 @@ static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *e
     return 0;
 }
 
-/* Next-token SFT loss of an AR model: tokens (B, T), answers from prompt_len[b]
- * to len[b] (EOS included); loss = mean over answer tokens of -log p. */
-static double ar_sft_loss(qwen3_model *m, const int32_t *tokens, const int32_t *prompt_len,
-                          const int *len, int B, int T)
-{
-    const int V = qwen3_config(m)->embedding_size;
-    int n = 0;
-    for (int b = 0; b < B; b++)
-        n += len[b] - prompt_len[b];
-    int32_t *rows = dllm_malloc(sizeof *rows * (size_t)n), *target = dllm_malloc(sizeof *target * (size_t)n);
-    uint8_t *km = dllm_malloc((size_t)B * T);
-    int k = 0;
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++)
-            km[(size_t)b * T + t] = t < len[b];
-        for (int t = prompt_len[b] - 1; t < len[b] - 1; t++) {
-            rows[k] = b * T + t;
-            target[k++] = tokens[(size_t)b * T + t + 1];
-        }
-    }
-    float *logits = dllm_malloc(sizeof *logits * (size_t)n * V);
-    float *logp = dllm_malloc(sizeof *logp * (size_t)n), *lse = dllm_malloc(sizeof *lse * (size_t)n);
-    float *dlogp = dllm_malloc(sizeof *dlogp * (size_t)n);
-    double loss = NAN;
-    if (qwen3_forward(m, tokens, km, B, T, rows, n, logits) == 0) {
-        op_xent_fwd(logp, lse, logits, target, n, V);
-        loss = 0;
-        for (int i = 0; i < n; i++) {
-            loss -= logp[i];
-            dlogp[i] = -1.0f / (float)n;
-        }
-        loss /= n;
-        float *dlogits = dllm_calloc((size_t)n * V, sizeof *dlogits);
-        op_xent_bwd(dlogits, dlogp, logits, lse, target, n, V);
-        qwen3_backward(m, dlogits);
-        free(dlogits);
-    }
-    free(rows);
-    free(target);
-    free(km);
-    free(logits);
-    free(logp);
-    free(lse);
-    free(dlogp);
-    return loss;
-}
-
-static int load_model(const dllm_cfg *cfg, sft_model *m, dllm_tokenizer **tok, char *tok_path,
+/* The model (a policy: masked-diffusion or next-token SFT by its architecture)
+ * and its tokenizer (a preset gets the char tokenizer, written to the run). */
+static int load_model(const dllm_cfg *cfg, dllm_policy **m, dllm_tokenizer **tok, char *tok_path,
                       size_t tok_len, const char *run_dir, dllm_err *err)
 {
-    memset(m, 0, sizeof *m);
-    dllm_model_config mc;
+    const char *targets[CFG_LIST_MAX];
+    for (int i = 0; i < cfg->model.lora.targets.n; i++)
+        targets[i] = cfg->model.lora.targets.items[i];
+    dllm_policy_cfg pc = {.path = cfg->model.path, .preset = cfg->model.preset,
+                          .arch = cfg->model.arch, .seed = (uint64_t)cfg->seed,
+                          .lora_rank = cfg->model.lora.rank, .lora_alpha = cfg->model.lora.alpha,
+                          .lora_targets = targets, .n_lora_targets = cfg->model.lora.targets.n,
+                          .trainer = cfg->model.trainer_precision, .rollout = "trainer"};
+    if (dllm_policy_open(m, &pc, err))
+        return err->code;
     if (cfg->model.path[0]) {
-        if (dllm_config_load(&mc, cfg->model.path, err))
-            return err->code;
-        if (mc.arch == DLLM_ARCH_QWEN3 ? qwen3_load(&m->qwen3, cfg->model.path, err)
-                                       : llada_load(&m->llada, cfg->model.path, err))
-            return err->code;
         snprintf(tok_path, tok_len, "%s/tokenizer.json", cfg->model.path);
     } else {
-        dllm_arch arch = strcmp(cfg->model.arch, "qwen3") ? DLLM_ARCH_LLADA : DLLM_ARCH_QWEN3;
-        if (dllm_config_preset(&mc, arch, cfg->model.preset, err))
-            return err->code;
-        if (arch == DLLM_ARCH_QWEN3)
-            m->qwen3 = qwen3_create(&mc, (uint64_t)cfg->seed);
-        else
-            m->llada = llada_create(&mc, (uint64_t)cfg->seed);
         snprintf(tok_path, tok_len, "%s/tokenizer.json", run_dir);
         if (dllm_tokenizer_write_char(tok_path, err))
             return err->code;
     }
-    if (dllm_tokenizer_load(tok, tok_path, err))
-        return err->code;
-    if (cfg->model.lora.rank > 0) {
-        int mask = 0;
-        for (int i = 0; i < cfg->model.lora.targets.n; i++)
-            mask |= m->llada ? llada_lora_target_bit(cfg->model.lora.targets.items[i])
-                             : qwen3_lora_target_bit(cfg->model.lora.targets.items[i]);
-        if (m->llada)
-            llada_lora_enable(m->llada, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
-                              (uint64_t)cfg->seed);
-        else
-            qwen3_lora_enable(m->qwen3, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
-                              (uint64_t)cfg->seed);
-    }
-    return 0;
+    return dllm_tokenizer_load(tok, tok_path, err);
 }
 
 static int parse_args(int argc, char **argv, dllm_cfg *cfg, int *quiet, dllm_err *err)
@@ -278,26 +171,27 @@ int cmd_sft(int argc, char **argv)
         }
         free(text);
     }
-    sft_model sm, *m = &sm;
+    dllm_policy *m = NULL;
     dllm_tokenizer *tok = NULL;
     sft_dataset ds = {0};
-    int rc = load_model(&cfg, m, &tok, run.tok_path, sizeof run.tok_path, run.run_dir, &err);
-    if (!rc && cfg.data.answer_length > 0 && !m->llada)
+    int rc = load_model(&cfg, &m, &tok, run.tok_path, sizeof run.tok_path, run.run_dir, &err);
+    if (!rc && cfg.data.answer_length > 0 && !dllm_policy_is_diffusion(m))
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
                           "data.answer_length pads answers for masked diffusion; an "
                           "autoregressive model stops at its EOS (leave it at 0)");
     if (!rc)
-        rc = sft_data_load(&ds, cfg.data.train, tok, sm_config(m), cfg.data.max_len,
+        rc = sft_data_load(&ds, cfg.data.train, tok, dllm_policy_config(m), cfg.data.max_len,
                            cfg.data.answer_length, cfg.sft.chat, &err);
     if (rc) {
-        sm_free(m);
+        dllm_policy_free(m);
         dllm_tokenizer_free(tok);
         return cli_fail("sft", &err);
     }
-    const dllm_model_config *mc = sm_config(m);
+    const dllm_model_config *mc = dllm_policy_config(m);
+    const bool trainer_bf16 = !strcmp(cfg.model.trainer_precision, "bf16");
     size_t nparam;
-    float *params = sm_trainable(m, &nparam);
-    float *grads = sm_grads(m);
+    float *params = dllm_policy_trainable(m, &nparam);
+    float *grads = dllm_policy_grads(m);
     int *lens = dllm_malloc(sizeof *lens * (size_t)cfg.sft.batch_size);
     float *adam_m = dllm_calloc(nparam, sizeof(float));
     float *adam_v = dllm_calloc(nparam, sizeof(float));
@@ -356,15 +250,20 @@ int cmd_sft(int argc, char **argv)
             dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_SFT, (uint64_t)step, (uint64_t)b);
             sft_draw_mask(&r, prompt_len[b], T, mask + (size_t)b * (size_t)T, &p_mask[b]);
         }
-        sm_zero_grad(m);
-        double loss = m->llada ? llada_sft_loss(m->llada, tokens, mask, p_mask, prompt_len, B, T, true)
-                               : ar_sft_loss(m->qwen3, tokens, prompt_len, lens, B, T);
+        dllm_policy_zero_grad(m);
+        double loss;
+        if ((rc = dllm_policy_sft_loss(m, tokens, mask, p_mask, prompt_len, lens, B, T, true,
+                                       &loss, &err)))
+            goto done;
         double norm = op_grad_norm(grads, nparam);
         if (cfg.optim.grad_clip > 0)
             op_clip_grad(grads, nparam, norm, cfg.optim.grad_clip);
         double lr = dllm_cfg_lr(&cfg, step, cfg.sft.steps);
         op_adamw(params, grads, adam_m, adam_v, nparam, step, (float)lr, (float)cfg.optim.betas[0],
                  (float)cfg.optim.betas[1], (float)cfg.optim.eps, (float)cfg.optim.weight_decay);
+        /* a bf16 trainer computes with a bf16 copy of the weights: rebuild it */
+        if (trainer_bf16 && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
+            goto done;
         if (!isfinite(loss)) {
             dllm_err_set(&err, DLLM_EXIT_INTERNAL, "step %d: loss is not finite (lr too high?)", step);
             rc = err.code;
@@ -411,6 +310,6 @@ done:
     free(lens);
     sft_data_free(&ds);
     dllm_tokenizer_free(tok);
-    sm_free(m);
+    dllm_policy_free(m);
     return rc ? cli_fail("sft", &err) : 0;
 }

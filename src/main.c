@@ -13,8 +13,8 @@ typedef struct {
 
 static const command commands[] = {
     {"train", cmd_train, "GRPO with FP8 rollouts and AIS correction from a YAML config"},
-    {"sft", cmd_sft, "masked-diffusion supervised fine-tuning from a YAML config"},
-    {"generate", cmd_generate, "denoising-step generation with the reference sampler"},
+    {"sft", cmd_sft, "supervised fine-tuning (masked diffusion or next token) from a YAML config"},
+    {"generate", cmd_generate, "generation: denoising sampler (LLaDA) or KV-cache decoding (Qwen3)"},
     {"score", cmd_score, "sequence log-likelihood of a completion (JSON)"},
     {"init-model", cmd_init_model, "write a randomly initialised model in HF layout"},
     {"tokenize", cmd_tokenize, "encode stdin with a tokenizer.json (or --decode)"},

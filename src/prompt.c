@@ -1,14 +1,26 @@
 #include "src/prompt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int prompt_encode(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_config *mc,
                   const char *text, int32_t **out, int *nout, dllm_err *err)
 {
+    return prompt_encode_d1(tok, fmt, mc, text, false, out, nout, err);
+}
+
+int prompt_encode_d1(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_config *mc,
+                     const char *text, bool d1, int32_t **out, int *nout, dllm_err *err)
+{
     char *rendered = NULL;
-    if (fmt != DLLM_CHAT_PLAIN && dllm_chat_prompt(fmt, NULL, text, false, false, &rendered, err))
+    if (fmt != DLLM_CHAT_PLAIN && dllm_chat_prompt(fmt, NULL, text, false, d1, &rendered, err))
         return err->code;
+    if (fmt == DLLM_CHAT_PLAIN && d1) {
+        size_t n = strlen(DLLM_D1_SYSTEM_PROMPT) + strlen(text) + 3;
+        rendered = dllm_malloc(n);
+        snprintf(rendered, n, "%s\n\n%s", DLLM_D1_SYSTEM_PROMPT, text);
+    }
     const char *s = rendered ? rendered : text;
     int32_t *ids;
     size_t n;

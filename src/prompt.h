@@ -10,6 +10,10 @@
 
 int prompt_encode(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_config *mc,
                   const char *text, int32_t **ids, int *n, dllm_err *err);
+/* The same; with d1, d1's reasoning format instruction (DLLM_D1_SYSTEM_PROMPT)
+ * and a blank line go before the text, as d1 builds its prompts. */
+int prompt_encode_d1(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_config *mc,
+                     const char *text, bool d1, int32_t **ids, int *n, dllm_err *err);
 
 /* Text of a generated completion: its first L tokens without a final EOS, with
  * special tokens skipped. Ids beyond the tokenizer (a model's embedding may
