@@ -22,7 +22,7 @@ static const char usage_text[] =
     "         [--d1] [--precision fp32|bf16|fp8] [--format text|ids|json]\n"
     "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
     "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
-    "           [--confidence-eos-eot-inf]\n"
+    "           [--confidence-eos-eot-inf] [--mask-token allow|forbid]\n"
     "         autoregressive (qwen3): [--top-p 1]\n"
     "\n"
     "A masked-diffusion model is decoded by the reference denoising sampler; an\n"
@@ -42,7 +42,11 @@ static const char usage_text[] =
     "autoregressive model commit step t is token t, and its probability is the one\n"
     "it was sampled with, 1 when greedy).\n"
     "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights;\n"
-    "fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of the block linears.\n";
+    "fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of the block linears.\n"
+    "--mask-token: allow (default, the published sampler) lets x0 be the mask token,\n"
+    "which leaves the position masked to compete again later; forbid never draws it,\n"
+    "so every generated position ends with a real token. --format json reports the\n"
+    "positions still masked at the end (masked_left).\n";
 
 typedef struct {
     int32_t *ids;
@@ -164,6 +168,7 @@ int cmd_generate(int argc, char **argv)
     long gen = 64, block = 16, steps = 32, seed = 0;
     double temp = 0, cfg_scale = 0, top_p = 1;
     int eos_inf = 0, conf_inf = 0;
+    dllm_mask_token mask_token = DLLM_MASK_TOKEN_ALLOW;
     /* the last flag given of each kind of model, refused for the other kind */
     const char *denoise_flag = NULL, *ar_flag = NULL;
     dllm_err err = {0};
@@ -177,6 +182,7 @@ int cmd_generate(int argc, char **argv)
         {"seed", required_argument, 0, 'S'},         {"chat", required_argument, 0, 'a'},
         {"precision", required_argument, 0, 'P'},    {"format", required_argument, 0, 'f'},
         {"top-p", required_argument, 0, 'T'},        {"d1", no_argument, 0, 'D'},
+        {"mask-token", required_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     optind = 1;
     d1_format = false;
@@ -209,6 +215,12 @@ int cmd_generate(int argc, char **argv)
         case 'P': precision = optarg; break;
         case 'f': format = optarg; break;
         case 'T': bad = cli_parse_double(optarg, "--top-p", &top_p, &err); ar_flag = "--top-p"; break;
+        case 'M':
+            if (dllm_mask_token_parse(optarg, &mask_token))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--mask-token %s: expected allow or forbid",
+                                   optarg);
+            denoise_flag = "--mask-token";
+            break;
         case 'D': d1_format = true; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
@@ -291,7 +303,8 @@ int cmd_generate(int argc, char **argv)
                            .temperature = temp,
                            .remasking = strcmp(remask, "random") ? REMASK_LOW_CONFIDENCE : REMASK_RANDOM,
                            .cfg_scale = cfg_scale, .logits_eos_inf = eos_inf,
-                           .confidence_eos_eot_inf = conf_inf, .mask_id = mc->mask_token_id,
+                           .confidence_eos_eot_inf = conf_inf, .mask_token = mask_token,
+                           .mask_id = mc->mask_token_id,
                            .eos_id = mc->eos_token_id, .eot_id = -1, .vocab = mc->embedding_size};
     if (tok)
         sc.eot_id = dllm_tokenizer_token_to_id(tok, "<|eot_id|>");
@@ -343,7 +356,8 @@ int cmd_generate(int argc, char **argv)
                 printf("%s", i ? ", " : "");
                 cli_print_json_number(stdout, r.commit_prob[(size_t)b * gen + i], 7);
             }
-            printf("]}\n");
+            /* generated positions still masked (masked diffusion, --mask-token allow) */
+            printf("], \"masked_left\": %d}\n", r.n_masked_left ? r.n_masked_left[b] : 0);
         }
         free(text);
     }

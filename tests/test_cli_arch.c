@@ -567,6 +567,8 @@ static const bad_case bad[] = {
     {"generate --model %s --prompt-ids 1,2 --gen-length 600", 1, "max_sequence_length"},
     {"generate --model %s --prompt-ids 1,500", 1, "vocabulary"},
     {"generate --model %s --prompt-ids 1,2 --precision int4", 0, "--precision"},
+    {"generate --model %s --prompt-ids 1,2 --mask-token maybe", 0, "--mask-token"},
+    {"generate --model %s --prompt-ids 1,2 --mask-token forbid", 1, "--mask-token"},
     {"generate --model %s/nonexistent --prompt-ids 1,2", 1, "nonexistent"},
 };
 
