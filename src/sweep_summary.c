@@ -57,9 +57,23 @@ int sweep_read_result(const char *run_dir, sweep_result *r, dllm_err *err)
                         .mean_rho_ess = NAN, .mean_abs_log_w = NAN, .seconds = NAN,
                         .target_steps = -1};
     char p[4200];
+    /* the last attempt's exit status, when the sweep ran it */
+    snprintf(p, sizeof p, "%s/sweep-exit", run_dir);
+    FILE *f = fopen(p, "r");
+    int code = 0;
+    if (f && fscanf(f, "exit %d", &code) != 1)
+        code = 0;
+    if (f)
+        fclose(f);
     snprintf(p, sizeof p, "%s/log.h5", run_dir);
-    if (access(p, F_OK) != 0)
+    if (access(p, F_OK) != 0) {
+        /* a run can fail before it writes a log (a bad config) */
+        if (code != 0) {
+            r->status = RUN_FAILED;
+            r->exit_code = code;
+        }
         return 0;
+    }
     r->status = RUN_INCOMPLETE;
     char cfgpath[4200];
     snprintf(cfgpath, sizeof cfgpath, "%s/config.yaml", run_dir);
@@ -142,16 +156,9 @@ int sweep_read_result(const char *run_dir, sweep_result *r, dllm_err *err)
         if (!strcmp(target, want) && r->steps >= r->target_steps)
             r->status = RUN_DONE;
     }
-    if (r->status != RUN_DONE) {
-        snprintf(p, sizeof p, "%s/sweep-exit", run_dir);
-        FILE *f = fopen(p, "r");
-        int code;
-        if (f && fscanf(f, "exit %d", &code) == 1 && code != 0) {
-            r->status = RUN_FAILED;
-            r->exit_code = code;
-        }
-        if (f)
-            fclose(f);
+    if (r->status != RUN_DONE && code != 0) {
+        r->status = RUN_FAILED;
+        r->exit_code = code;
     }
     return 0;
 }

@@ -5,7 +5,7 @@
  * Status of a run directory:
  *   done        ckpt/latest is step-<grpo.steps> and the log holds that many steps;
  *   failed      not done, and the last attempt's exit status (RUN_DIR/sweep-exit,
- *               written by the sweep) was not 0;
+ *               written by the sweep) was not 0 (with or without a log);
  *   incomplete  a log exists, not done (interrupted or still running);
  *   missing     no log.
  * Columns: steps (logged), final_accuracy and final_accuracy_se (the last
