@@ -403,6 +403,12 @@ int sweep_expand(const sweep_file *sf, sweep_run **runs_out, int *n_out, dllm_er
         const sweep_arm *arm = &sf->arms[run->arm];
         /* the overrides in order: set, the arm's, the grid's */
         const int total = sf->n_sets + arm->n_sets + sf->n_grid;
+        if (total > 60) { /* train takes 64 --set options, two of them the sweep's own */
+            free(text);
+            sweep_runs_free(runs, n);
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %d overrides for one run (at most 60)",
+                                sf->path, total);
+        }
         const sweep_set **all = dllm_malloc(sizeof *all * (size_t)(total + 1));
         int k = 0;
         for (int i = 0; i < sf->n_sets; i++)

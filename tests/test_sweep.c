@@ -393,6 +393,10 @@ START_TEST(bad_sweep_files)
               "unknown key 'grpo.stepz'");
     check_bad("name: x\nbase: base.yaml\nset:\n  correction: {cap: 0.5}\n", 4, 21, "correction.cap");
     check_bad("name: x\nbase: base.yaml\ngrid:\n  seed: 3\n", 4, 9, "non-empty list");
+    /* only the cap may be infinite; the noise mode is an enum */
+    check_bad("name: x\nbase: base.yaml\nset: {correction.ais.bias: .inf}\n", 3, 28, "must be finite");
+    check_bad("name: x\nbase: base.yaml\nset: {correction.ais.noise: off}\n", 3, 29,
+              "debias|none");
     check_bad("name: x\nbase: base.yaml\narms:\n  - {rollout.precision: fp8}\n", 4, 5, "no name");
     check_bad("name: x\nbase: base.yaml\narms:\n  - {name: a}\n  - {name: a}\n", 5, 12,
               "duplicate arm name");
