@@ -110,15 +110,21 @@ static void teardown(void)
 
 /* ---- the run directories ------------------------------------------------------------ */
 
-static bool run_done(const char *run)
+/* the run's newest checkpoint step (0: none) */
+static int latest_step(const char *run)
 {
     char p[512], t[64];
     snprintf(p, sizeof p, "%s/runs/tiny/%s/ckpt/latest", tmp, run);
     ssize_t k = readlink(p, t, sizeof t - 1);
     if (k <= 0)
-        return false;
+        return 0;
     t[k] = '\0';
-    return !strcmp(t, "step-2");
+    return atoi(t + 5);
+}
+
+static bool run_done(const char *run)
+{
+    return latest_step(run) == 2;
 }
 
 typedef struct {
@@ -220,13 +226,20 @@ START_TEST(sweep_stops_restarts_and_summarises)
     for (int i = 0; i < 6000 && !run_done(RUNS[0]); i++)
         usleep(10000);
     ck_assert_msg(run_done(RUNS[0]), "the first run did not finish");
+    /* stop it while the second run is between its checkpoints, if we catch it */
+    for (int i = 0; i < 5000 && latest_step(RUNS[1]) == 0; i++)
+        usleep(1000);
     kill(pid, SIGTERM);
     int st;
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0); /* stopped, not finished */
     int done_before = 0;
-    for (int r = 0; r < 4; r++)
-        done_before += run_done(RUNS[r]);
+    bool resumable[4], was_done[4];
+    for (int r = 0; r < 4; r++) {
+        was_done[r] = run_done(RUNS[r]);
+        done_before += was_done[r];
+        resumable[r] = latest_step(RUNS[r]) == 1;
+    }
     ck_assert_msg(done_before < 4, "the sweep finished before it could be stopped");
     file_state log0 = state_of(RUNS[0], "log.h5"), cfg0 = state_of(RUNS[0], "config.yaml");
     file_state tl0 = state_of(RUNS[0], "train.log");
@@ -237,6 +250,17 @@ START_TEST(sweep_stops_restarts_and_summarises)
     snprintf(p, sizeof p, "%s/second.out", tmp);
     char *second = slurp(p, NULL);
     ck_assert_ptr_nonnull(strstr(second, "skip reference_seed=1 (done)"));
+    /* a run stopped after its first checkpoint continues from it */
+    for (int r = 1; r < 4; r++) {
+        char line[128];
+        if (was_done[r])
+            snprintf(line, sizeof line, "skip %s (done)\n", RUNS[r]);
+        else
+            snprintf(line, sizeof line, "] %s %s\n", resumable[r] ? "resume" : "start", RUNS[r]);
+        ck_assert_msg(strstr(second, line), "expected '%s' in:\n%s", line, second);
+    }
+    if (getenv("DLLM_TEST_VERBOSE"))
+        fprintf(stderr, "second sweep:\n%s", second);
     free(second);
     for (int r = 0; r < 4; r++)
         ck_assert_msg(run_done(RUNS[r]), "%s not done", RUNS[r]);
@@ -275,7 +299,8 @@ START_TEST(sweep_stops_restarts_and_summarises)
         int64_t n;
         double *steps = read_col(RUNS[r], "steps/step", &n);
         ck_assert_int_eq(atoi(f[4]), (int)n);
-        ck_assert_int_eq(n, 2);
+        ck_assert_int_eq(n, 2); /* each step once, resumed or not */
+        ck_assert(steps[0] == 1 && steps[1] == 2);
         free(steps);
         double *acc = read_col(RUNS[r], "eval/sudoku/accuracy", &n);
         double *se = read_col(RUNS[r], "eval/sudoku/accuracy_se", &n);
@@ -369,6 +394,23 @@ START_TEST(failed_run_reported_others_go_on)
     ck_assert_ptr_nonnull(strstr(csv, "\nbroken,broken,failed (exit 2),"));
     ck_assert_ptr_nonnull(strstr(csv, "\nfine,fine,done,2,"));
     free(csv);
+    /* a run with a log but no checkpoint (stopped before its first) starts again */
+    ck_assert_int_eq(sh("rm -r %s/runs/tiny/fine/ckpt", tmp), 0);
+    ck_assert_int_eq(sh("%s sweep %s/fail.yaml --dry-run > %s/fail.out", bin(), tmp, tmp), 0);
+    snprintf(p, sizeof p, "%s/fail.out", tmp);
+    o = slurp(p, NULL);
+    ck_assert_ptr_nonnull(strstr(o, "incomplete restart (no checkpoint)"));
+    free(o);
+    ck_assert_int_eq(sh("%s sweep %s/fail.yaml > %s/fail.out", bin(), tmp, tmp), 1);
+    o = slurp(p, NULL);
+    ck_assert_ptr_nonnull(strstr(o, "start fine\n"));
+    ck_assert_ptr_nonnull(strstr(o, "done fine"));
+    free(o);
+    ck_assert(run_done("fine"));
+    int64_t n;
+    double *steps = read_col("fine", "steps/step", &n);
+    ck_assert_int_eq(n, 2);
+    free(steps);
 }
 END_TEST
 
