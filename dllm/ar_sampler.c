@@ -179,7 +179,8 @@ int dllm_ar_sample(qwen3_model *m, const int32_t *prompts, const uint8_t *prompt
                     ndone++;
                     continue;
                 }
-                dllm_rng r = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)g, (uint64_t)b);
+                dllm_rng r = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)g,
+                                           c->seq_offset + (uint64_t)b);
                 double lp, lp1;
                 int32_t tok = dllm_ar_choose(logits + (size_t)b * V, V, c->temperature, c->top_p,
                                              dllm_rng_uniform(&r), &lp, &lp1, work);

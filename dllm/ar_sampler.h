@@ -8,9 +8,10 @@
  *   nucleus -- the smallest set of most probable tokens whose mass reaches
  *   top_p (transformers' TopPLogitsWarper; top_p = 1 keeps all) --
  *   renormalised, and sampled by inverse CDF over the kept ids in increasing
- *   id order with u = draw 0 of stream (seed, DLLM_RNG_SAMPLER, g, b) for
- *   generated index g of batch row b (so a row's tokens do not depend on the
- *   padding or on the other rows' lengths).
+ *   id order with u = draw 0 of stream (seed, DLLM_RNG_SAMPLER, g, seq_offset + b)
+ *   for generated index g of batch row b (so a row's tokens do not depend on the
+ *   padding, on the other rows' lengths, or on how a global batch is split
+ *   between ranks: seq_offset is the global index of row 0).
  * Each generated token records logp (under that sampling distribution) and
  * logp_t1 (log softmax(z)[token], the model at temperature 1). A row stops
  * at its first EOS; the rest of it is EOS with log-probs 0. */
@@ -26,6 +27,7 @@ typedef struct {
     double temperature; /* >= 0; 0 = greedy */
     double top_p;       /* (0, 1]; 1 = off */
     int eos_id;         /* -1: never stops early */
+    uint64_t seq_offset;/* global sequence index of row 0 (noise keys) */
 } dllm_ar_cfg;
 
 typedef struct {

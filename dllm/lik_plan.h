@@ -13,8 +13,9 @@
  * gives coupled estimates on identical masks.
  *
  * Completion i has length L_i (up to and including its first EOS); positions
- * past L_i take no part in any estimate: one_step masks them (as d1 does),
- * elbo and trajectory leave them clean. Positions holding the mask id (left
+ * past L_i are never scored: one_step and elbo mask them in every canvas (as d1
+ * does; elbo draws its random masks over the first L_i only), trajectory shows
+ * them as the sampler did at each step. Positions holding the mask id (left
  * masked by the sampler) are never scored and stay masked (estimators.h);
  * every sequence keeps at least one canvas (K for elbo), rows or not, so each
  * reaches the gradient callback. */

@@ -259,7 +259,7 @@ static int ar_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *pro
                       dllm_rollout *out, dllm_err *err)
 {
     dllm_ar_cfg ac = {.max_new_tokens = sc->gen_length, .temperature = sc->temperature,
-                      .top_p = top_p, .eos_id = sc->eos_id};
+                      .top_p = top_p, .eos_id = sc->eos_id, .seq_offset = sc->seq_offset};
     int rc = dllm_ar_check(&ac, qwen3_config(p->qwen)->embedding_size, err);
     dllm_ar_rollout ar = {0};
     if (!rc)

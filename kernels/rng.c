@@ -25,8 +25,14 @@ uint64_t dllm_rng_u64(dllm_rng *r)
 
 double dllm_rng_uniform(dllm_rng *r)
 {
-    /* (k + 0.5) / 2^53 lies strictly inside (0, 1) */
+    /* (k + 0.5) / 2^53, k < 2^53. Past 2^52 the sum k + 0.5 is rounded to even,
+     * and the top k = 2^53 - 1 rounds up to 2^53: u = 1.0 exactly, which gives
+     * -log u = 0 and an infinite Gumbel score. That one draw is mapped to the
+     * largest double below 1 (which no other k produces); every other draw is
+     * unchanged. */
     uint64_t k = dllm_rng_u64(r) >> 11;
+    if (k == (1ULL << 53) - 1)
+        return 1.0 - 1.0 / 9007199254740992.0;
     return ((double)k + 0.5) * (1.0 / 9007199254740992.0);
 }
 

@@ -27,7 +27,9 @@ enum {
 
 dllm_rng dllm_rng_make(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
 uint64_t dllm_rng_u64(dllm_rng *r);
-/* Uniform double strictly inside (0, 1), 53 random bits. */
+/* Uniform double strictly inside (0, 1), 53 random bits: (k + 0.5) / 2^53 for
+ * k = draw >> 11, rounded to nearest; the one k that would round to 1.0
+ * (2^53 - 1) gives 1 - 2^-53 instead. */
 double dllm_rng_uniform(dllm_rng *r);
 /* Uniform integer in [0, n), n > 0, without modulo bias. */
 uint64_t dllm_rng_below(dllm_rng *r, uint64_t n);

@@ -9,7 +9,7 @@ void corr_cfg_default(corr_cfg *cfg)
 {
     *cfg = (corr_cfg){
         .method = CORR_AIS, .level = CORR_LEVEL_SEQUENCE, .cap = 2.0, .fixed_alpha = 0.5,
-        .ais = {.combine = AIS_COMBINE_LINEAR, .w_rel = 1.0, .w_div = 1.0, .w_var = 1.0,
+        .ais = {.combine = AIS_COMBINE_LINEAR, .noise = AIS_NOISE_DEBIAS, .w_rel = 1.0, .w_div = 1.0, .w_var = 1.0,
                 .tau_delta = 0.05, .bias = -4.0, .eta = 0.0, .alpha_min = 0.0, .alpha_max = 1.0},
     };
 }
@@ -17,9 +17,10 @@ void corr_cfg_default(corr_cfg *cfg)
 int corr_cfg_check(const corr_cfg *cfg, dllm_err *err)
 {
     const ais_cfg *a = &cfg->ais;
-    if (!(isfinite(cfg->cap) && cfg->cap >= 1.0))
+    /* +inf is allowed: min(w, C) = w, the fully importance-weighted arm */
+    if (!(cfg->cap >= 1.0))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "correction.cap: must be a finite number >= 1 (got %g)", cfg->cap);
+                            "correction.cap: must be a number >= 1 or .inf (got %g)", cfg->cap);
     if (!(cfg->fixed_alpha >= 0.0 && cfg->fixed_alpha <= 1.0))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "correction.fixed_alpha: must be in [0, 1] (got %g)", cfg->fixed_alpha);
@@ -37,21 +38,20 @@ int corr_cfg_check(const corr_cfg *cfg, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "correction.ais.bias: must be finite");
     const double ws[3] = {a->w_rel, a->w_div, a->w_var};
     const char *names[3] = {"reliability", "divergence", "variance"};
-    for (int k = 0; k < 3; k++) {
-        /* linear is a weighted mean: negative weights would let it leave [0, 1]
-         * before the clip and make the denominator vanish */
-        if (!isfinite(ws[k]) || (a->combine == AIS_COMBINE_LINEAR && ws[k] < 0.0))
+    /* signed: linear normalises by the sum of |weights|, so a negative weight
+     * reverses its diagnostic and alpha_raw stays in [-1, 1] before the clip */
+    for (int k = 0; k < 3; k++)
+        if (!isfinite(ws[k]))
             return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "correction.ais.weights.%s: must be finite%s (got %g)", names[k],
-                                a->combine == AIS_COMBINE_LINEAR ? " and >= 0 with linear" : "",
+                                "correction.ais.weights.%s: must be finite (got %g)", names[k],
                                 ws[k]);
-    }
     return DLLM_OK;
 }
 
 static const char *const method_names[] = {"none", "is", "tis", "mis", "fixed", "ais"};
 static const char *const level_names[] = {"sequence", "geo", "token"};
 static const char *const combine_names[] = {"linear", "logistic"};
+static const char *const noise_names[] = {"debias", "none"};
 
 const char *corr_method_name(corr_method m)
 {
@@ -64,6 +64,10 @@ const char *corr_level_name(corr_level l)
 const char *ais_combine_name(ais_combine c)
 {
     return (unsigned)c < 2 ? combine_names[c] : "?";
+}
+const char *ais_noise_name(ais_noise n)
+{
+    return (unsigned)n < 2 ? noise_names[n] : "?";
 }
 
 /* Looks s up in names[n]; the error names the key and lists the choices. */
@@ -109,6 +113,14 @@ int ais_parse_combine(const char *s, ais_combine *out, dllm_err *err)
         *out = (ais_combine)k;
     return rc;
 }
+int ais_parse_noise(const char *s, ais_noise *out, dllm_err *err)
+{
+    int k;
+    int rc = parse_enum(s, noise_names, 2, "correction.ais.noise", &k, err);
+    if (rc == DLLM_OK)
+        *out = (ais_noise)k;
+    return rc;
+}
 
 static int check_batch(const corr_cfg *cfg, const corr_batch *b, dllm_err *err)
 {
@@ -144,14 +156,22 @@ static double seq_lw(const corr_cfg *cfg, const corr_batch *b, int i)
     return cfg->level == CORR_LEVEL_GEO ? b->log_w[i] / (double)b->len[i] : b->log_w[i];
 }
 
-/* The coefficient of one unit, and whether it was truncated (tis/fixed/ais)
- * or zeroed (mis). lw non-finite -> 0. */
-static double unit_coef(const corr_cfg *cfg, double alpha, double lw, int *trunc, int *zeroed)
+/* The coefficient of one unit, and whether it was truncated (tis/fixed/ais),
+ * zeroed (mis) or non-finite (lw non-finite, or a weight that overflows where
+ * the method uses it uncapped): non-finite -> 0. */
+static double unit_coef(const corr_cfg *cfg, double alpha, double lw, int *trunc, int *zeroed,
+                        int *nonfin)
 {
     *trunc = *zeroed = 0;
-    if (!isfinite(lw))
+    *nonfin = !isfinite(lw);
+    if (*nonfin)
         return 0.0;
     const double C = cfg->cap, w = exp(lw);
+    if (isinf(w) && cfg->method != CORR_NONE && (cfg->method == CORR_IS || isinf(C))) {
+        /* an overflowing weight would make the coefficient +inf (or inf * 0) */
+        *nonfin = 1;
+        return 0.0;
+    }
     switch (cfg->method) {
     case CORR_NONE:
         return 1.0;
@@ -214,27 +234,80 @@ void corr_extrema_merge(corr_extrema *a, const corr_extrema *b)
             a->v[k] = b->v[k];
 }
 
-/* One unit into the sums: finite or not, its truncation/zeroing counts. */
+/* One unit into the sums: finite or not, its truncation/zeroing counts.
+ * k: the noise shrink factor (w' = exp(k (lw - lw_max))). */
 static void sums_add_unit(const corr_cfg *cfg, double *s, double lw, double A, double lw_max,
-                          double a_mid)
+                          double k, double a_mid)
 {
-    int trunc, zeroed;
-    unit_coef(cfg, 0.0, lw, &trunc, &zeroed);
+    int trunc, zeroed, nonfin;
+    unit_coef(cfg, 0.0, lw, &trunc, &zeroed, &nonfin);
     s[CORR_S_UNITS] += 1;
     s[CORR_S_TRUNC] += trunc;
     s[CORR_S_ZEROED] += zeroed;
-    if (!isfinite(lw)) {
-        s[CORR_S_NONFINITE] += 1;
+    s[CORR_S_NONFINITE] += nonfin;
+    if (!isfinite(lw))
         return;
-    }
-    const double w = exp(lw - lw_max), a = A - a_mid;
+    const double w = exp(k * (lw - lw_max)), a = A - a_mid;
     s[CORR_S_FINITE] += 1;
     s[CORR_S_W] += w;
     s[CORR_S_W2] += w * w;
-    s[CORR_S_WA] += w * A;
-    s[CORR_S_W2A2] += (w * A) * (w * A);
+    s[CORR_S_WA] += w * a;
+    s[CORR_S_W2A] += w * w * a;
+    s[CORR_S_W2A2] += (w * a) * (w * a);
     s[CORR_S_A] += a;
     s[CORR_S_A2] += a * a;
+}
+
+/* the standard error of a unit's lw at levels sequence/geo */
+static double seq_se(const corr_cfg *cfg, const corr_batch *b, int i)
+{
+    return cfg->level == CORR_LEVEL_GEO ? b->log_w_se[i] / (double)b->len[i] : b->log_w_se[i];
+}
+
+int corr_local_moments(const corr_cfg *cfg, const corr_batch *b, const corr_extrema *gx,
+                       corr_moments *mo, dllm_err *err)
+{
+    memset(mo, 0, sizeof *mo);
+    int rc = check_batch(cfg, b, err);
+    if (rc || cfg->level == CORR_LEVEL_TOKEN)
+        return rc; /* per-token log-ratios come from exact estimators: no noise */
+    double *m = mo->v;
+    const double c = 0.5 * (gx->v[CORR_X_LW_MAX] - gx->v[CORR_X_LW_NEGMIN]);
+    for (int i = 0; i < b->N; i++) {
+        const double lw = seq_lw(cfg, b, i);
+        if (!isfinite(lw))
+            continue;
+        m[CORR_M_N] += 1;
+        m[CORR_M_LW] += lw - c;
+        m[CORR_M_LW2] += (lw - c) * (lw - c);
+        if (b->log_w_se && isfinite(b->log_w_se[i])) {
+            const double se = seq_se(cfg, b, i);
+            m[CORR_M_SE2] += se * se;
+            m[CORR_M_SE_N] += 1;
+        }
+    }
+    return DLLM_OK;
+}
+
+void corr_moments_merge(corr_moments *a, const corr_moments *b)
+{
+    for (int k = 0; k < CORR_MOM_N; k++)
+        a->v[k] += b->v[k];
+}
+
+corr_noise_fit corr_fit_noise(const corr_cfg *cfg, const corr_moments *gm)
+{
+    corr_noise_fit f = {.k = 1.0, .frac_var_mc = 0.0};
+    if (!gm || gm->v[CORR_M_N] <= 0 || gm->v[CORR_M_SE_N] <= 0)
+        return f;
+    const double n = gm->v[CORR_M_N], mean = gm->v[CORR_M_LW] / n;
+    const double V = fmax(gm->v[CORR_M_LW2] / n - mean * mean, 0.0);
+    const double S = gm->v[CORR_M_SE2] / gm->v[CORR_M_SE_N];
+    if (V > 0.0)
+        f.frac_var_mc = fmin(1.0, S / V);
+    if (cfg->ais.noise == AIS_NOISE_DEBIAS && V > 0.0 && S > 0.0)
+        f.k = sqrt(fmax(0.0, 1.0 - S / V));
+    return f;
 }
 
 /* Tokens of one completion into delta and k3 (scored = finite d). */
@@ -257,7 +330,7 @@ static void sums_add_tokens(double *s, const double *d, int T)
 }
 
 int corr_local_sums(const corr_cfg *cfg, const corr_batch *b, const corr_extrema *gx,
-                    corr_stats *st, dllm_err *err)
+                    const corr_moments *gm, corr_stats *st, dllm_err *err)
 {
     memset(st, 0, sizeof *st);
     int rc = check_batch(cfg, b, err);
@@ -265,17 +338,18 @@ int corr_local_sums(const corr_cfg *cfg, const corr_batch *b, const corr_extrema
         return rc;
     double *s = st->v;
     const double lw_max = gx->v[CORR_X_LW_MAX];
+    const double k = corr_fit_noise(cfg, gm).k;
     const double a_mid = 0.5 * (gx->v[CORR_X_A_MAX] - gx->v[CORR_X_A_NEGMIN]);
     for (int i = 0; i < b->N; i++) {
         const double *d = b->d ? b->d + (size_t)i * b->T : NULL;
         if (cfg->level == CORR_LEVEL_TOKEN) {
             for (int t = 0; t < b->T; t++)
                 if (!isnan(d[t]))
-                    sums_add_unit(cfg, s, d[t], b->adv[i], lw_max, a_mid);
+                    sums_add_unit(cfg, s, d[t], b->adv[i], lw_max, 1.0, a_mid);
             sums_add_tokens(s, d, b->T);
         } else {
             const double lw = seq_lw(cfg, b, i);
-            sums_add_unit(cfg, s, lw, b->adv[i], lw_max, a_mid);
+            sums_add_unit(cfg, s, lw, b->adv[i], lw_max, k, a_mid);
             if (d && isfinite(lw))
                 sums_add_tokens(s, d, b->T);
         }
@@ -294,14 +368,17 @@ void corr_stats_merge(corr_stats *a, const corr_stats *b)
         a->v[k] += b->v[k];
 }
 
-void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_cfg *cfg,
-                   double alpha_prev, corr_diag *g)
+void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_moments *gm,
+                   const corr_cfg *cfg, double alpha_prev, corr_diag *g)
 {
     const double *s = st->v;
     const ais_cfg *ac = &cfg->ais;
     const double n = s[CORR_S_FINITE];
+    const corr_noise_fit nf = corr_fit_noise(cfg, gm);
     memset(g, 0, sizeof *g);
     g->n = n;
+    g->noise_k = nf.k;
+    g->frac_var_mc = nf.frac_var_mc;
     g->nu = 1.0;
     g->log_mean_w = -INFINITY;
     if (n > 0) {
@@ -311,16 +388,28 @@ void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_cfg 
         g->s_rel = n > 1 ? (n - g->ess) / (n - 1) : 0.0;
         const double mean_wt2 = n * s[CORR_S_W2] / (Sw * Sw); /* mean(w~^2) */
         g->w_cv = sqrt(fmax(mean_wt2 - 1.0, 0.0));
-        g->log_mean_w = log(Sw / n) + gx->v[CORR_X_LW_MAX];
+        /* log mean(w), w = exp(lw~): the sums are scaled by exp(-max lw~) and
+         * max lw~ = m + k (max lw - m); the raw log mean when k = 1 */
+        double lw_top = gx->v[CORR_X_LW_MAX];
+        if (nf.k != 1.0 && gm && gm->v[CORR_M_N] > 0) {
+            const double c = 0.5 * (gx->v[CORR_X_LW_MAX] - gx->v[CORR_X_LW_NEGMIN]);
+            const double m = c + gm->v[CORR_M_LW] / gm->v[CORR_M_N];
+            lw_top = m + nf.k * (lw_top - m);
+        }
+        g->log_mean_w = log(Sw / n) + lw_top;
         /* equal weights make w~ = 1 and equal advantages make Var(A) = 0: nu = 1
-         * exactly in both cases, decided on the exact extrema, not on rounded sums */
-        const bool w_equal = gx->v[CORR_X_LW_MAX] == -gx->v[CORR_X_LW_NEGMIN];
+         * exactly in both cases, decided on the exact extrema, not on rounded sums
+         * (k = 0 makes every de-noised weight equal) */
+        const bool w_equal = gx->v[CORR_X_LW_MAX] == -gx->v[CORR_X_LW_NEGMIN] || nf.k == 0.0;
         const bool a_equal = gx->v[CORR_X_A_MAX] == -gx->v[CORR_X_A_NEGMIN];
         if (!w_equal && !a_equal) {
-            const double ma = s[CORR_S_A] / n;
-            const double var_a = s[CORR_S_A2] / n - ma * ma;
-            const double mwa = s[CORR_S_WA] / Sw; /* mean(w~ A) */
-            const double var_wa = n * s[CORR_S_W2A2] / (Sw * Sw) - mwa * mwa;
+            /* b = A - a_mid; centred a = b - mb: w~ a = w~ b - mb w~, and mean(w~) = 1 */
+            const double mb = s[CORR_S_A] / n;
+            const double var_a = s[CORR_S_A2] / n - mb * mb;
+            const double mwa = s[CORR_S_WA] / Sw - mb; /* mean(w~ a) */
+            const double mwa2 = n * (s[CORR_S_W2A2] - 2.0 * mb * s[CORR_S_W2A] +
+                                     mb * mb * s[CORR_S_W2]) / (Sw * Sw); /* mean((w~ a)^2) */
+            const double var_wa = mwa2 - mwa * mwa;
             if (var_a > 0.0)
                 g->nu = fmax(var_wa, 0.0) / (mean_wt2 * var_a);
         }
@@ -334,7 +423,7 @@ void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_cfg 
     if (ac->combine == AIS_COMBINE_LOGISTIC) {
         g->alpha_raw = 1.0 / (1.0 + exp(-(ac->bias + lin)));
     } else {
-        const double wsum = ac->w_rel + ac->w_div + ac->w_var;
+        const double wsum = fabs(ac->w_rel) + fabs(ac->w_div) + fabs(ac->w_var);
         if (wsum == 0.0)
             g->alpha_raw = ac->alpha_min;
         else
@@ -364,7 +453,7 @@ int corr_coefficients(const corr_cfg *cfg, double alpha, const corr_batch *b, do
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "corrections: no output for level %s",
                             corr_level_name(cfg->level));
     for (int i = 0; i < b->N; i++) {
-        int trunc, zeroed;
+        int trunc, zeroed, nonfin;
         if (tok) {
             const double *d = b->d + (size_t)i * b->T;
             double *ct = coef_tok + (size_t)i * b->T;
@@ -373,17 +462,17 @@ int corr_coefficients(const corr_cfg *cfg, double alpha, const corr_batch *b, do
                     ct[t] = 0.0; /* not scored */
                     continue;
                 }
-                ct[t] = unit_coef(cfg, alpha, d[t], &trunc, &zeroed);
+                ct[t] = unit_coef(cfg, alpha, d[t], &trunc, &zeroed, &nonfin);
                 c.units++;
-                c.nonfinite += !isfinite(d[t]);
+                c.nonfinite += nonfin;
                 c.truncated += trunc;
                 c.zeroed += zeroed;
             }
         } else {
             const double lw = seq_lw(cfg, b, i);
-            coef[i] = unit_coef(cfg, alpha, lw, &trunc, &zeroed);
+            coef[i] = unit_coef(cfg, alpha, lw, &trunc, &zeroed, &nonfin);
             c.units++;
-            c.nonfinite += !isfinite(lw);
+            c.nonfinite += nonfin;
             c.truncated += trunc;
             c.zeroed += zeroed;
         }
@@ -408,12 +497,15 @@ int corr_compute_all(const corr_cfg *cfg, const corr_batch *b, double alpha_prev
                      corr_diag *diag, double *coef, double *coef_tok, dllm_err *err)
 {
     corr_extrema x;
+    corr_moments m;
     corr_stats s;
     int rc = corr_local_extrema(cfg, b, &x, err);
     if (!rc)
-        rc = corr_local_sums(cfg, b, &x, &s, err);
+        rc = corr_local_moments(cfg, b, &x, &m, err);
+    if (!rc)
+        rc = corr_local_sums(cfg, b, &x, &m, &s, err);
     if (rc)
         return rc;
-    corr_finalize(&s, &x, cfg, alpha_prev, diag);
+    corr_finalize(&s, &x, &m, cfg, alpha_prev, diag);
     return corr_coefficients(cfg, diag->alpha, b, coef, coef_tok, NULL, err);
 }

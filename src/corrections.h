@@ -10,41 +10,59 @@
  * (frac_nonfinite) and takes no part in any diagnostic: at levels sequence/geo
  * its completion's tokens are left out of delta and k3 too.
  *
- * Diagnostics over the N finite units, with mean-one weights w~ = w / mean(w):
+ * Estimator noise (levels sequence/geo, when log_w_se is given): with m = mean(lw),
+ * V = population variance of lw and S = mean(se^2) over the finite units (se_i/L_i at
+ * level geo), frac_var_mc = min(1, S/V) (0 when V = 0; always logged) and, under
+ * noise debias, ESS and nu use the de-noised lw~ = m + k (lw - m), k = sqrt(max(0,
+ * 1 - S/V)) (k = 1 when V = 0 or S = 0). Noise none, level token or no log_w_se: k = 1.
+ * Coefficients always use the raw lw; delta and k3 are never de-noised.
+ *
+ * Diagnostics over the N finite units, with mean-one weights w~ = w / mean(w)
+ * (w = exp(lw~)):
  *   ESS = (sum w)^2 / sum w^2;  rho_ess = ESS / N;  s_rel = (N - ESS) / (N - 1)
  *   (0 when N <= 1);
  *   delta = mean over completions of the mean over its scored tokens of |d|
  *   (a token is scored when d is finite; completions without one are skipped);
  *   k3 = mean over scored tokens of (e^d - 1 - d);  s_div = 1 - exp(-delta/tau_delta)
  *   (no scored token in the batch: delta = k3 = 0);
- *   nu = Var(w~ A) / (mean(w~^2) Var(A)), population variances, nu = 1 when
- *   Var(A) = 0 (all A equal) or when all weights are equal;  s_var = 1 - 1/max(nu, 1);
- *   alpha_raw: linear   = clip01((l_rel s_rel + l_div s_div + l_var s_var) / (l_rel + l_div + l_var)),
- *                         alpha_min when all l are 0;
+ *   nu = Var(w~ a) / (mean(w~^2) Var(A)), a = A - mean(A) (centred advantages),
+ *   population variances, nu = 1 when Var(A) = 0 (all A equal) or when all
+ *   weights are equal;  s_var = 1 - 1/max(nu, 1);
+ *   alpha_raw: linear   = clip01((l_rel s_rel + l_div s_div + l_var s_var) / (|l_rel| + |l_div| + |l_var|)),
+ *                         alpha_min when all l are 0; a negative l reverses a diagnostic;
  *              logistic = sigmoid(bias + l_rel s_rel + l_div s_div + l_var s_var);
  *   alpha = clamp(eta alpha_prev + (1 - eta) alpha_raw, alpha_min, alpha_max).
  * With no finite unit: ESS = rho_ess = 0, s_rel = 0, nu = 1.
  *
- * Coefficients per unit (C = cap >= 1):
+ * Coefficients per unit (C = cap >= 1, may be +inf: then min(w, C) = w and mis
+ * never zeroes):
  *   none 1;  is w;  tis min(w, C);  mis w if 1/C <= w <= C else 0;
  *   fixed 1 + a (min(w, C) - 1), a = fixed_alpha;  ais the same with a = alpha.
  * (1 + a(min(w,C) - 1) is (1 - a) + a min(w,C) written so that w = 1 gives exactly 1:
  * the reference arm, all lw == 0, gets coefficient 1 exactly under every method.)
- * w = exp(lw) is not rescaled for the coefficient: `is` overflows to +inf past lw ~ 709.
+ * w = exp(lw) is not rescaled for the coefficient. A finite lw whose weight
+ * overflows (w = +inf: lw > ~709.78) where the method uses it uncapped (is; mis,
+ * fixed, ais, tis with C = inf) makes the unit non-finite: coefficient 0, counted
+ * in frac_nonfinite, but its lw stays in the diagnostics (they are scale-free).
  * frac_truncated: units with w > C (tis, fixed, ais); frac_zeroed: units with
  * w outside [1/C, C] (mis); both over all units, finite or not.
  *
  * Data parallelism (diagnostics are over the GLOBAL batch; each rank holds whole
- * completions). Two all-reduces, both on plain arrays of doubles:
+ * completions). Three all-reduces, all on plain arrays of doubles:
  *   1. corr_local_extrema() on the local slice -> corr_extrema (max lw, -min lw,
  *      max A, -min A over finite units); all-reduce with MAX (corr_extrema_merge).
- *   2. corr_local_sums(global extrema) -> corr_stats (counts and sums, weights
- *      scaled by exp(-max lw) so nothing overflows, A centred on the midpoint of
- *      its range); all-reduce with SUM (corr_stats_merge). ESS, nu, the CV of w
- *      are invariant to the scale of w, so the scaled sums give them exactly.
- *   3. corr_finalize(global stats) -> corr_diag, identical on every rank.
- *   4. corr_coefficients(diag.alpha) on the local slice.
- * corr_compute_all() does 1-4 on one process. */
+ *   2. corr_local_moments(global extrema) -> corr_moments (sums of lw and lw^2
+ *      centred on the midpoint of its range, of se^2); all-reduce with SUM
+ *      (corr_moments_merge). They fix m, V, S and so k.
+ *   3. corr_local_sums(global extrema, global moments) -> corr_stats (counts and
+ *      sums, weights scaled by exp(-max lw~) so nothing overflows, A centred on
+ *      the midpoint of its range); all-reduce with SUM (corr_stats_merge). ESS,
+ *      nu, the CV of w are invariant to the scale of w, so the scaled sums give
+ *      them exactly.
+ *   4. corr_finalize(global stats, extrema, moments) -> corr_diag, identical on
+ *      every rank.
+ *   5. corr_coefficients(diag.alpha) on the local slice.
+ * corr_compute_all() does 1-5 on one process. */
 #ifndef DLLM_CORRECTIONS_H
 #define DLLM_CORRECTIONS_H
 
@@ -53,10 +71,12 @@
 typedef enum { CORR_NONE, CORR_IS, CORR_TIS, CORR_MIS, CORR_FIXED, CORR_AIS } corr_method;
 typedef enum { CORR_LEVEL_SEQUENCE, CORR_LEVEL_GEO, CORR_LEVEL_TOKEN } corr_level;
 typedef enum { AIS_COMBINE_LINEAR, AIS_COMBINE_LOGISTIC } ais_combine;
+typedef enum { AIS_NOISE_DEBIAS, AIS_NOISE_NONE } ais_noise;
 
 typedef struct {
     ais_combine combine;   /* correction.ais.combine */
-    double w_rel;          /* correction.ais.weights.reliability */
+    ais_noise noise;       /* correction.ais.noise */
+    double w_rel;          /* correction.ais.weights.reliability (signed) */
     double w_div;          /* correction.ais.weights.divergence */
     double w_var;          /* correction.ais.weights.variance */
     double tau_delta;      /* correction.ais.tau_delta (nats per token), > 0 */
@@ -69,13 +89,13 @@ typedef struct {
 typedef struct {
     corr_method method;    /* correction.method */
     corr_level level;      /* correction.level */
-    double cap;            /* correction.cap, C >= 1 */
+    double cap;            /* correction.cap, C >= 1, may be +inf */
     double fixed_alpha;    /* correction.fixed_alpha, in [0, 1] */
     ais_cfg ais;
 } corr_cfg;
 
 /* METHOD.md defaults: ais, sequence, C 2, fixed_alpha 0.5, linear (1,1,1),
- * tau_delta 0.05, bias -4, eta 0, alpha in [0, 1]. */
+ * noise debias, tau_delta 0.05, bias -4, eta 0, alpha in [0, 1]. */
 void corr_cfg_default(corr_cfg *cfg);
 /* Range checks; messages name the config key ("correction.cap: ..."). */
 int corr_cfg_check(const corr_cfg *cfg, dllm_err *err);
@@ -84,9 +104,11 @@ int corr_cfg_check(const corr_cfg *cfg, dllm_err *err);
 const char *corr_method_name(corr_method m);
 const char *corr_level_name(corr_level l);
 const char *ais_combine_name(ais_combine c);
+const char *ais_noise_name(ais_noise n);
 int corr_parse_method(const char *s, corr_method *out, dllm_err *err);
 int corr_parse_level(const char *s, corr_level *out, dllm_err *err);
 int ais_parse_combine(const char *s, ais_combine *out, dllm_err *err);
+int ais_parse_noise(const char *s, ais_noise *out, dllm_err *err);
 
 /* One (local) batch of completions. */
 typedef struct {
@@ -97,25 +119,44 @@ typedef struct {
     const double *d;       /* (N, T) per-token log-ratios, NaN where not scored; needed at
                               level token, else may be NULL (then delta = k3 = 0) */
     const double *adv;     /* (N) advantages A_i */
-    const double *log_w_se;/* (N) Monte Carlo standard error of log w_i, or NULL (logged only) */
+    const double *log_w_se;/* (N) Monte Carlo standard error of log w_i, or NULL (exact
+                              estimators: no noise to remove) */
 } corr_batch;
 
 /* Phase 1: extrema, all-reduced with MAX. Empty entries are -inf. */
 enum { CORR_X_LW_MAX, CORR_X_LW_NEGMIN, CORR_X_A_MAX, CORR_X_A_NEGMIN, CORR_EXT_N };
 typedef struct { double v[CORR_EXT_N]; } corr_extrema;
 
-/* Phase 2: counts and sums, all-reduced with SUM. w' = exp(lw - max lw),
- * a = A - (max A + min A)/2; sums over finite units unless noted. */
+/* Phase 2: moments of lw for the noise correction, all-reduced with SUM; over
+ * finite units at levels sequence/geo (all zero at level token). c = the midpoint
+ * of lw's range (from the global extrema). */
+enum {
+    CORR_M_N,          /* finite units */
+    CORR_M_LW,         /* sum (lw - c) */
+    CORR_M_LW2,        /* sum (lw - c)^2 */
+    CORR_M_SE2,        /* sum se^2 over those with a finite se */
+    CORR_M_SE_N,       /* their number */
+    CORR_MOM_N
+};
+typedef struct { double v[CORR_MOM_N]; } corr_moments;
+
+/* The noise model the moments give: k (the shrink factor of lw around its mean;
+ * 1 = none) and frac_var_mc = min(1, S/V) (0 when V = 0 or nothing to measure). */
+typedef struct { double k, frac_var_mc; } corr_noise_fit;
+
+/* Phase 3: counts and sums, all-reduced with SUM. w' = exp(k (lw - max lw)),
+ * b = A - (max A + min A)/2; sums over finite units unless noted. */
 enum {
     CORR_S_UNITS,      /* all units, finite or not */
     CORR_S_FINITE,     /* N: finite units */
-    CORR_S_NONFINITE,  /* units with non-finite lw */
+    CORR_S_NONFINITE,  /* units with non-finite lw or an overflowing coefficient */
     CORR_S_W,          /* sum w' */
     CORR_S_W2,         /* sum w'^2 */
-    CORR_S_WA,         /* sum w' A */
-    CORR_S_W2A2,       /* sum (w' A)^2 */
-    CORR_S_A,          /* sum a */
-    CORR_S_A2,         /* sum a^2 */
+    CORR_S_WA,         /* sum w' b */
+    CORR_S_W2A,        /* sum w'^2 b */
+    CORR_S_W2A2,       /* sum (w' b)^2 */
+    CORR_S_A,          /* sum b */
+    CORR_S_A2,         /* sum b^2 */
     CORR_S_DELTA,      /* sum over completions of their mean |d| */
     CORR_S_DELTA_N,    /* completions with a scored token */
     CORR_S_K3,         /* sum over scored tokens of e^d - 1 - d */
@@ -137,6 +178,8 @@ typedef struct {
     double log_mean_w;     /* log mean(w) over finite units (-inf when none) */
     double alpha_raw, alpha;
     double log_w_se;       /* mean Monte Carlo standard error of log w (NaN when not given) */
+    double frac_var_mc;    /* min(1, S/V): the share of lw's variance that is estimator noise */
+    double noise_k;        /* the shrink factor applied to lw (1: none) */
     double frac_nonfinite, frac_truncated, frac_zeroed; /* over all units */
 } corr_diag;
 
@@ -146,12 +189,19 @@ typedef struct { long units, nonfinite, truncated, zeroed; } corr_counts;
 int corr_local_extrema(const corr_cfg *cfg, const corr_batch *b, corr_extrema *ext,
                        dllm_err *err);
 void corr_extrema_merge(corr_extrema *a, const corr_extrema *b); /* a = max(a, b) */
+int corr_local_moments(const corr_cfg *cfg, const corr_batch *b, const corr_extrema *global_ext,
+                       corr_moments *m, dllm_err *err);
+void corr_moments_merge(corr_moments *a, const corr_moments *b); /* a += b */
+/* k and frac_var_mc from the global moments (noise none: k = 1, frac still measured). */
+corr_noise_fit corr_fit_noise(const corr_cfg *cfg, const corr_moments *global_mom);
+/* global_mom may be NULL: no noise correction (k = 1, frac_var_mc 0). */
 int corr_local_sums(const corr_cfg *cfg, const corr_batch *b, const corr_extrema *global_ext,
-                    corr_stats *s, dllm_err *err);
+                    const corr_moments *global_mom, corr_stats *s, dllm_err *err);
 void corr_stats_merge(corr_stats *a, const corr_stats *b);     /* a += b */
 /* alpha_prev: alpha of the previous batch (0 at the first). */
-void corr_finalize(const corr_stats *s, const corr_extrema *global_ext, const corr_cfg *cfg,
-                   double alpha_prev, corr_diag *diag);
+void corr_finalize(const corr_stats *s, const corr_extrema *global_ext,
+                   const corr_moments *global_mom, const corr_cfg *cfg, double alpha_prev,
+                   corr_diag *diag);
 /* coef (N): per completion at levels sequence/geo (may be NULL at level token).
  * coef_tok (N, T): per token at level token (0 at unscored tokens); not written
  * at the other levels. alpha: diag.alpha, used by ais only. cnt may be NULL. */
@@ -164,7 +214,7 @@ int corr_coefficients(const corr_cfg *cfg, double alpha, const corr_batch *b, do
 void corr_step_mismatch(const corr_batch *b, const int *step, int n_steps, double *sum_abs,
                         double *count);
 
-/* Single process: phases 1-4. */
+/* Single process: phases 1-5. */
 int corr_compute_all(const corr_cfg *cfg, const corr_batch *b, double alpha_prev,
                      corr_diag *diag, double *coef, double *coef_tok, dllm_err *err);
 

@@ -218,13 +218,19 @@ int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *o
             ratio_sum += r;
             out->n_ratio_terms++;
             const double c = in->coef[i];
-            if (c == 0.0)
+            if (c == 0.0 || A == 0.0)
                 continue;
             /* each of the L_i tokens carries c S: seq_mean averages them back to c S */
             const double w = seq_mean ? 1.0 / den.surr : L / den.surr;
-            surr += w * c * S;
+            /* clipped: gradient exactly 0, even at r = +inf */
+            const double term = w * c * S, g = dS == 0.0 ? 0.0 : -w * c * dS * r / L;
+            if (!isfinite(term) || !isfinite(g)) {
+                out->n_nonfinite++;
+                continue;
+            }
+            surr += term;
             if (grad_l)
-                grad_l[i] = -w * c * dS * r / L;
+                grad_l[i] = g;
             continue;
         }
         for (int t = 0; t < T; t++) {
@@ -237,12 +243,17 @@ int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *o
             ratio_sum += r;
             out->n_ratio_terms++;
             const double c = in->coef_tok ? in->coef_tok[k] : in->coef[i];
-            if (c == 0.0)
+            if (c == 0.0 || A == 0.0)
                 continue;
             const double w = seq_mean ? 1.0 / (den.surr * n_tok[i]) : 1.0 / den.surr;
-            surr += w * c * S;
+            const double term = w * c * S, g = dS == 0.0 ? 0.0 : -w * c * dS * r;
+            if (!isfinite(term) || !isfinite(g)) {
+                out->n_nonfinite++;
+                continue;
+            }
+            surr += term;
             if (grad_logp)
-                grad_logp[k] = -w * c * dS * r;
+                grad_logp[k] = g;
         }
     }
 

@@ -25,8 +25,13 @@
  *   mean_i c_i S_i and token_mean sum_i L_i c_i S_i / sum_i L_i). The tokens of
  *   the KL are the scored tokens of logp_theta.
  *   With coef_tok (token ratio only) token t of sequence i uses c_it instead of c_i.
- *   A term whose coefficient is 0 is exactly 0 with gradient 0, even if its
- *   ratio is not finite (a sample zeroed by the correction cannot poison the batch).
+ *   A term whose coefficient is 0 or whose advantage is 0 is exactly 0 with
+ *   gradient 0, whatever the other factors are (a sample zeroed by the correction,
+ *   or with no signal, cannot poison the batch: no inf * 0 = NaN). A term whose
+ *   value c S or gradient is not finite otherwise (an infinite coefficient, or a
+ *   ratio of +inf on a negative advantage, where the clip does not bound S) is
+ *   dropped: value and gradient 0, counted in n_nonfinite. So the loss is finite
+ *   whenever the KL is; the caller logs n_nonfinite (frac_nonfinite).
  * Gradients (assigned, not accumulated):
  *   grad_l[i]      = dloss/dl_theta_i (sequence ratio): -w_i c_i A_i r_i / L_i, or 0
  *                    where the clip is active;
@@ -102,6 +107,7 @@ typedef struct {
     double ratio_mean;     /* mean of the ratio terms */
     long n_ratio_terms;    /* sequences, or scored tokens */
     long n_kl_tokens;      /* scored tokens of logp_theta used by the KL */
+    long n_nonfinite;      /* surrogate terms dropped as not finite */
 } grpo_loss_out;
 
 /* This rank's denominators (to be all-reduced with SUM). */

@@ -62,7 +62,7 @@
     X(log_w_mc_se)          /* Monte Carlo standard error of log w */ \
     X(frac_truncated)       /* fraction of c_i truncated (tis/ais) */ \
     X(frac_zeroed)          /* fraction of c_i zeroed (mis) */ \
-    X(frac_nonfinite)       /* fraction of non-finite log w */ \
+    X(frac_nonfinite)       /* non-finite log w or coefficient, plus dropped loss terms */ \
     X(frac_zero_var_groups) /* fraction of groups with zero reward variance */ \
     X(t_rollout)            /* seconds */ \
     X(t_likelihood)         /* l_mu, l_pi (and l_old, reference) estimates */ \
@@ -70,7 +70,8 @@
     X(t_update) \
     X(t_sync) \
     X(t_log) \
-    X(tokens_per_s)         /* completion tokens per second of the step */
+    X(tokens_per_s)         /* completion tokens per second of the step */ \
+    X(frac_var_mc)          /* share of log w's variance that is estimator noise */
 
 #define H5LOG_METRIC_ENUM_(name) H5LOG_METRIC_##name,
 enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };

@@ -23,6 +23,7 @@ static const command commands[] = {
     {"export", cmd_export, "a run's LoRA adapter (PEFT) or merged weights"},
     {"inspect", cmd_inspect, "summary table of a run's HDF5 log"},
     {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
+    {"sweep", cmd_sweep, "run the arms x grid of a sweep file as train runs, then a summary"},
 };
 
 static void usage(FILE *f)

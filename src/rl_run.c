@@ -59,7 +59,8 @@ static int parse_enums(rl_run *run, dllm_err *err)
     corr_cfg_default(&run->corr);
     if (corr_parse_method(c->correction.method, &run->corr.method, err) ||
         corr_parse_level(c->correction.level, &run->corr.level, err) ||
-        ais_parse_combine(c->correction.ais.combine, &run->corr.ais.combine, err))
+        ais_parse_combine(c->correction.ais.combine, &run->corr.ais.combine, err) ||
+        ais_parse_noise(c->correction.ais.noise, &run->corr.ais.noise, err))
         return err->code;
     run->corr.cap = c->correction.cap;
     run->corr.fixed_alpha = c->correction.fixed_alpha;

@@ -78,6 +78,7 @@ typedef struct {
     rl_batch *b;
     double denom;        /* global aggregation denominator (sequences or tokens) */
     double loss, kl, clip, ratio_terms;
+    double nonfinite;    /* loss terms dropped as non-finite (grpo.h) */
 } loss_ctx;
 
 static int loss_grad(void *vctx, int s0, int s1, const double *seq_logp, const double *tok_logp,
@@ -111,6 +112,7 @@ static int loss_grad(void *vctx, int s0, int s1, const double *seq_logp, const d
         c->kl += out.policy_kl * scale;
     c->clip += out.clip_frac * (double)out.n_ratio_terms;
     c->ratio_terms += (double)out.n_ratio_terms;
+    c->nonfinite += (double)out.n_nonfinite;
     return 0;
 }
 
@@ -279,8 +281,10 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     b->coef = dllm_malloc(sizeof(double) * N);
     if (run->corr.level == CORR_LEVEL_TOKEN)
         b->coef_tok = dllm_malloc(sizeof(double) * NG);
-    corr_batch cb = {.N = N, .T = Gen, .log_w = b->log_w, .len = b->L, .d = b->d, .adv = b->adv};
+    corr_batch cb = {.N = N, .T = Gen, .log_w = b->log_w, .len = b->L, .d = b->d, .adv = b->adv,
+                     .log_w_se = b->log_w_se};
     corr_extrema ext;
+    corr_moments mom;
     corr_stats st;
     corr_counts cnt;
     if (!rc)
@@ -288,11 +292,15 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     if (!rc) {
         /* max over ranks of each extremum (stored as maxima) */
         comm_max_d(ext.v, CORR_EXT_N);
-        rc = corr_local_sums(&run->corr, &cb, &ext, &st, err);
+        rc = corr_local_moments(&run->corr, &cb, &ext, &mom, err);
+    }
+    if (!rc) {
+        comm_sum_d(mom.v, CORR_MOM_N);
+        rc = corr_local_sums(&run->corr, &cb, &ext, &mom, &st, err);
     }
     if (!rc) {
         comm_sum_d(st.v, CORR_STATS_N);
-        corr_finalize(&st, &ext, &run->corr, run->alpha_prev, &b->diag);
+        corr_finalize(&st, &ext, &mom, &run->corr, run->alpha_prev, &b->diag);
         rc = corr_coefficients(&run->corr, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
     }
 
@@ -333,7 +341,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
                 rc = eval_with_params(run, &fresh, run->ref_params, NULL, b->tok_ref, err);
             plan = &fresh;
         }
-        lc.loss = lc.kl = lc.clip = lc.ratio_terms = 0;
+        lc.loss = lc.kl = lc.clip = lc.ratio_terms = lc.nonfinite = 0;
         dllm_policy_zero_grad(run->pol);
         if (!rc) {
             void *ctx;
@@ -388,14 +396,14 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     free(both);
 
     /* 10. step metrics over the global batch */
-    double m[6] = {0, 0, 0, lc.clip, lc.ratio_terms, 0};
+    double m[7] = {0, 0, 0, lc.clip, lc.ratio_terms, 0, lc.nonfinite};
     for (int i = 0; i < N; i++) {
         m[0] += b->reward[i];
         m[1] += b->reward[i] * b->reward[i];
         m[2] += b->correct[i];
     }
     m[5] = (double)gen_tokens;
-    comm_sum_d(m, 6);
+    comm_sum_d(m, 7);
     double Ng = sums[0];
     metrics[H5LOG_M(reward_mean)] = m[0] / Ng;
     metrics[H5LOG_M(reward_std)] = sqrt(fmax(0, m[1] / Ng - (m[0] / Ng) * (m[0] / Ng)));
@@ -417,7 +425,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     metrics[H5LOG_M(log_w_mc_se)] = sums[3] / Ng;
     metrics[H5LOG_M(frac_truncated)] = b->diag.frac_truncated;
     metrics[H5LOG_M(frac_zeroed)] = b->diag.frac_zeroed;
-    metrics[H5LOG_M(frac_nonfinite)] = b->diag.frac_nonfinite;
+    metrics[H5LOG_M(frac_nonfinite)] = b->diag.frac_nonfinite + (m[4] > 0 ? m[6] / m[4] : 0.0);
+    metrics[H5LOG_M(frac_var_mc)] = b->diag.frac_var_mc;
     metrics[H5LOG_M(frac_zero_var_groups)] = sums[2] / (Ng / G);
     metrics[H5LOG_M(t_rollout)] = t_rollout;
     metrics[H5LOG_M(t_likelihood)] = t_lik;

@@ -95,9 +95,10 @@ static const cfg_key keys[] = {
     {"correction.cap", K_FLOAT, F(correction.cap), "2.0", 1, INF, NULL},
     {"correction.fixed_alpha", K_FLOAT, F(correction.fixed_alpha), "0.5", 0, 1, NULL},
     {"correction.ais.combine", K_ENUM, F(correction.ais.combine), "linear", 0, 0, "linear|logistic"},
-    {"correction.ais.weights.reliability", K_FLOAT, F(correction.ais.weights.reliability), "1", 0, INF, NULL},
-    {"correction.ais.weights.divergence", K_FLOAT, F(correction.ais.weights.divergence), "1", 0, INF, NULL},
-    {"correction.ais.weights.variance", K_FLOAT, F(correction.ais.weights.variance), "1", 0, INF, NULL},
+    {"correction.ais.noise", K_ENUM, F(correction.ais.noise), "debias", 0, 0, "debias|none"},
+    {"correction.ais.weights.reliability", K_FLOAT, F(correction.ais.weights.reliability), "1", -1e300, 1e300, NULL},
+    {"correction.ais.weights.divergence", K_FLOAT, F(correction.ais.weights.divergence), "1", -1e300, 1e300, NULL},
+    {"correction.ais.weights.variance", K_FLOAT, F(correction.ais.weights.variance), "1", -1e300, 1e300, NULL},
     {"correction.ais.tau_delta", K_FLOAT, F(correction.ais.tau_delta), "0.05", 1e-12, INF, NULL},
     {"correction.ais.bias", K_FLOAT, F(correction.ais.bias), "-4", -INF, INF, NULL},
     {"correction.ais.eta", K_FLOAT, F(correction.ais.eta), "0", 0, 1, NULL},
@@ -223,10 +224,15 @@ static bool parse_double(const char *s, double *out)
         return false;
     char *end;
     errno = 0;
+    /* YAML 1.1 infinities (.inf, +.inf, -.inf in any of its three spellings);
+     * strtod's own "inf"/"nan" are not YAML */
+    const char *u = s + (*s == '+' || *s == '-');
+    if (!strcmp(u, ".inf") || !strcmp(u, ".Inf") || !strcmp(u, ".INF")) {
+        *out = *s == '-' ? -HUGE_VAL : HUGE_VAL;
+        return true;
+    }
     double v = strtod(s, &end);
-    if (*end || errno == ERANGE)
-        return false;
-    if (!isfinite(v) && strcmp(s, ".inf") != 0)
+    if (*end || errno == ERANGE || !isfinite(v))
         return false;
     *out = v;
     return true;
@@ -316,6 +322,9 @@ static int set_scalar(dllm_cfg *cfg, const cfg_key *k, const char *s, const sour
         double v;
         if (!parse_double(s, &v))
             return fail_at(err, src, mark, "%s must be a number, got '%s'", k->path, s);
+        /* only the cap has a meaning at infinity (min(w, .inf) = w) */
+        if (isinf(v) && strcmp(k->path, "correction.cap"))
+            return fail_at(err, src, mark, "%s must be finite, got '%s'", k->path, s);
         if (check_range(k, v, src, mark, err))
             return err->code;
         *(double *)dst = v;
@@ -602,7 +611,12 @@ char *dllm_cfg_dump(const dllm_cfg *cfg)
         switch (k->type) {
         case K_INT: snprintf(val, sizeof val, "%d", *(const int *)v); break;
         case K_LONG: snprintf(val, sizeof val, "%ld", *(const long *)v); break;
-        case K_FLOAT: snprintf(val, sizeof val, "%.17g", *(const double *)v); break;
+        case K_FLOAT: /* infinity in YAML's spelling, so the file reads back */
+            if (isinf(*(const double *)v))
+                snprintf(val, sizeof val, "%s.inf", *(const double *)v < 0 ? "-" : "");
+            else
+                snprintf(val, sizeof val, "%.17g", *(const double *)v);
+            break;
         case K_BOOL: snprintf(val, sizeof val, "%s", *(const int *)v ? "true" : "false"); break;
         case K_STR:
         case K_ENUM: { /* YAML double-quoted: escape backslash and quote */

@@ -78,6 +78,7 @@ typedef struct {
         double cap, fixed_alpha;
         struct {
             char combine[16];    /* linear | logistic */
+            char noise[8];       /* debias | none: elbo estimator noise in ESS and nu */
             struct { double reliability, divergence, variance; } weights;
             double tau_delta, bias, eta, alpha_min, alpha_max;
         } ais;

@@ -2,14 +2,18 @@
  *  - every method x level x combine against an independent numpy reference
  *    (tests/ref/make_ais_goldens.py -> tests/data/grpo/ais.json) to 1e-12
  *    relative: light and heavy-tailed log w, log w past exp's range, N = 1,
- *    zero-variance advantages, non-finite entries, eta > 0, clamping, zero weights;
+ *    zero-variance advantages, non-finite entries, eta > 0, clamping, zero and
+ *    negative (reversed) weights, cap .inf, estimator noise debias / none / no
+ *    standard errors;
  *  - the reference arm (all log w == 0) gets coefficient exactly 1 everywhere;
- *  - the two-phase (extrema, sums) protocol over 2 or 3 slices + merge equals
- *    the single pass;
+ *  - the three-phase (extrema, moments, sums) protocol over 2 or 3 slices + merge
+ *    equals the single pass;
  *  - a zero diagnostic weight removes that diagnostic; alpha clamping and eta;
- *  - hand-computed ESS and nu; the mean standard error of log w and the
- *    mismatch by denoising step; config checks and enum parsing. */
+ *  - hand-computed ESS and nu (centred advantages), de-noised ESS and frac_var_mc,
+ *    signed weights, cap .inf and overflowing weights; the mean standard error of
+ *    log w and the mismatch by denoising step; config checks and enum parsing. */
 #include "src/corrections.h"
+#include "src/grpo.h"
 
 #include "tests/test_util.h"
 
@@ -57,6 +61,8 @@ static void cfg_from_json(const json_t *j, corr_cfg *cfg)
                                       &cfg->level, &err), 0);
     ck_assert_int_eq(ais_parse_combine(json_string_value(json_object_get(j, "combine")),
                                        &cfg->ais.combine, &err), 0);
+    ck_assert_int_eq(ais_parse_noise(json_string_value(json_object_get(j, "noise")),
+                                     &cfg->ais.noise, &err), 0);
     cfg->cap = tu_jget(j, "cap");
     cfg->fixed_alpha = tu_jget(j, "fixed_alpha");
     cfg->ais.w_rel = tu_jget(j, "w_rel");
@@ -72,7 +78,7 @@ static void cfg_from_json(const json_t *j, corr_cfg *cfg)
 
 typedef struct {
     corr_batch b;
-    double *log_w, *d, *adv;
+    double *log_w, *d, *adv, *se;
     int *len;
 } batch_buf;
 
@@ -84,6 +90,7 @@ static void batch_from_json(const json_t *j, batch_buf *bb)
     bb->log_w = tu_jarr(j, "log_w", NULL);
     bb->d = tu_jarr(j, "d", NULL);
     bb->adv = tu_jarr(j, "adv", NULL);
+    bb->se = tu_jarr(j, "log_w_se", NULL);
     size_t n;
     double *len = tu_jarr(j, "len", &n);
     bb->len = malloc(sizeof *bb->len * (n + 1));
@@ -94,6 +101,7 @@ static void batch_from_json(const json_t *j, batch_buf *bb)
     bb->b.d = bb->d;
     bb->b.adv = bb->adv;
     bb->b.len = bb->len;
+    bb->b.log_w_se = bb->se;
 }
 
 static void batch_free(batch_buf *bb)
@@ -101,6 +109,7 @@ static void batch_free(batch_buf *bb)
     free(bb->log_w);
     free(bb->d);
     free(bb->adv);
+    free(bb->se);
     free(bb->len);
 }
 
@@ -112,7 +121,7 @@ static void check_diag(const corr_diag *g, const json_t *ex, const char *name)
         {"s_var", g->s_var}, {"w_cv", g->w_cv}, {"log_mean_w", g->log_mean_w},
         {"alpha_raw", g->alpha_raw}, {"alpha", g->alpha},
         {"frac_nonfinite", g->frac_nonfinite}, {"frac_truncated", g->frac_truncated},
-        {"frac_zeroed", g->frac_zeroed},
+        {"frac_zeroed", g->frac_zeroed}, {"frac_var_mc", g->frac_var_mc},
     };
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
         CHECK_CLOSE(f[k].got, tu_jget(ex, f[k].key), f[k].key, name);
@@ -122,7 +131,7 @@ START_TEST(matches_numpy_reference)
 {
     const json_t *batches = json_object_get(goldens, "batches");
     const json_t *cases = json_object_get(goldens, "cases");
-    ck_assert_int_ge(json_array_size(cases), 200);
+    ck_assert_int_ge(json_array_size(cases), 400);
     for (size_t c = 0; c < json_array_size(cases); c++) {
         const json_t *cs = json_array_get(cases, c);
         const char *name = json_string_value(json_object_get(cs, "name"));
@@ -132,6 +141,8 @@ START_TEST(matches_numpy_reference)
         batch_from_json(json_array_get(batches,
                                        (size_t)json_integer_value(json_object_get(cs, "batch"))),
                         &bb);
+        if (!json_is_true(json_object_get(cs, "use_se")))
+            bb.b.log_w_se = NULL; /* an exact estimator */
         const int N = bb.b.N, T = bb.b.T;
         double *coef = malloc(sizeof *coef * (size_t)N);
         double *coef_tok = malloc(sizeof *coef_tok * (size_t)N * T);
@@ -176,7 +187,8 @@ static void check_split(const corr_cfg *cfg, const corr_batch *b, double alpha_p
     for (int s = 0; s < 3; s++) {
         const int i0 = cut[s], n = cut[s + 1] - cut[s];
         sl[s] = (corr_batch){.N = n, .T = T, .log_w = b->log_w + i0, .len = b->len + i0,
-                             .d = b->d + (size_t)i0 * T, .adv = b->adv + i0};
+                             .d = b->d + (size_t)i0 * T, .adv = b->adv + i0,
+                             .log_w_se = b->log_w_se ? b->log_w_se + i0 : NULL};
     }
     corr_extrema gx, x;
     ck_assert_int_eq(corr_local_extrema(cfg, &sl[0], &gx, &err), 0);
@@ -184,14 +196,20 @@ static void check_split(const corr_cfg *cfg, const corr_batch *b, double alpha_p
         ck_assert_int_eq(corr_local_extrema(cfg, &sl[s], &x, &err), 0);
         corr_extrema_merge(&gx, &x);
     }
-    corr_stats gs, st;
-    ck_assert_int_eq(corr_local_sums(cfg, &sl[0], &gx, &gs, &err), 0);
+    corr_moments gm, mo;
+    ck_assert_int_eq(corr_local_moments(cfg, &sl[0], &gx, &gm, &err), 0);
     for (int s = 1; s < 3; s++) {
-        ck_assert_int_eq(corr_local_sums(cfg, &sl[s], &gx, &st, &err), 0);
+        ck_assert_int_eq(corr_local_moments(cfg, &sl[s], &gx, &mo, &err), 0);
+        corr_moments_merge(&gm, &mo);
+    }
+    corr_stats gs, st;
+    ck_assert_int_eq(corr_local_sums(cfg, &sl[0], &gx, &gm, &gs, &err), 0);
+    for (int s = 1; s < 3; s++) {
+        ck_assert_int_eq(corr_local_sums(cfg, &sl[s], &gx, &gm, &st, &err), 0);
         corr_stats_merge(&gs, &st);
     }
     corr_diag two;
-    corr_finalize(&gs, &gx, cfg, alpha_prev, &two);
+    corr_finalize(&gs, &gx, &gm, cfg, alpha_prev, &two);
     long units = 0;
     for (int s = 0; s < 3; s++) {
         corr_counts cnt;
@@ -201,10 +219,12 @@ static void check_split(const corr_cfg *cfg, const corr_batch *b, double alpha_p
     }
     const double w[] = {one.n, one.ess, one.rho_ess, one.s_rel, one.delta, one.k3, one.s_div,
                         one.nu, one.s_var, one.w_cv, one.log_mean_w, one.alpha_raw, one.alpha,
-                        one.frac_nonfinite, one.frac_truncated, one.frac_zeroed};
+                        one.frac_nonfinite, one.frac_truncated, one.frac_zeroed,
+                        one.frac_var_mc, one.noise_k};
     const double g[] = {two.n, two.ess, two.rho_ess, two.s_rel, two.delta, two.k3, two.s_div,
                         two.nu, two.s_var, two.w_cv, two.log_mean_w, two.alpha_raw, two.alpha,
-                        two.frac_nonfinite, two.frac_truncated, two.frac_zeroed};
+                        two.frac_nonfinite, two.frac_truncated, two.frac_zeroed,
+                        two.frac_var_mc, two.noise_k};
     for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
         ck_assert_msg(close_rel(g[k], w[k]), "%s (%d slices): diagnostic %zu: %.17g vs %.17g",
                       name, n_slices, k, g[k], w[k]);
@@ -324,13 +344,25 @@ START_TEST(hand_computed)
     ck_assert(coef[0] == 1.0);
     ck_assert_double_eq_tol(coef[1], 1.0 + a * (2.0 - 1.0), 1e-15); /* min(3, C = 2) */
     ck_assert(g.frac_truncated == 0.5);
-    /* weights on large advantages: w = (1, 3), A = (0, 2) -> w~A = (0, 3):
-     * Var = 2.25, Var(A) = 1, mean(w~^2) = 1.25 -> nu = 1.8 */
+    /* the advantages are centred: A = (0, 2) is A = (1, -1) shifted by 1 and
+     * reversed, a = (-1, 1), w~a = (-0.5, 1.5): Var = 1 -> nu = 0.8 again
+     * (uncentred, w~A = (0, 3) would give Var 2.25 and nu 1.8) */
     adv[0] = 0.0;
     adv[1] = 2.0;
     ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
-    ck_assert_double_eq_tol(g.nu, 1.8, 1e-14);
-    ck_assert_double_eq_tol(g.s_var, 1.0 - 1.0 / 1.8, 1e-14);
+    ck_assert_double_eq_tol(g.nu, 0.8, 1e-14);
+    ck_assert(g.s_var == 0.0);
+    /* three completions, w = (1, 1, 4), A = (-1, -1, 2): mean(w) = 2,
+     * w~ = (0.5, 0.5, 2), w~a = (-0.5, -0.5, 4): mean 1, mean sq 5.5, Var 4.5;
+     * mean(w~^2) = 1.5, Var(A) = 2 -> nu = 1.5 */
+    {
+        double lw3[3] = {0.0, 0.0, log(4.0)}, a3[3] = {-1.0, -1.0, 2.0};
+        corr_batch b3 = {.N = 3, .log_w = lw3, .adv = a3};
+        double c3[3];
+        ck_assert_int_eq(corr_compute_all(&cfg, &b3, 0.0, &g, c3, NULL, &err), 0);
+        ck_assert_double_eq_tol(g.nu, 1.5, 1e-14);
+        ck_assert_double_eq_tol(g.s_var, 1.0 / 3.0, 1e-14);
+    }
     /* geo level, lengths (2, 1): w = (4^(1/2), 3^(1/1)) = (2, 3), ESS = 25/13 */
     cfg.level = CORR_LEVEL_GEO;
     log_w[0] = log(4.0);
@@ -342,6 +374,170 @@ START_TEST(hand_computed)
     ck_assert_double_eq_tol(coef[0], 2.0, 1e-15);
     ck_assert(coef[1] == 0.0);
     ck_assert(g.frac_zeroed == 0.5);
+}
+END_TEST
+
+/* Estimator noise: lw = (0, 2), se = (sqrt(0.75), sqrt(0.75)): m = 1, V = 1,
+ * S = 0.75, k = 0.5, lw~ = (0.5, 1.5), frac_var_mc = 0.75. */
+START_TEST(noise_debias_hand_computed)
+{
+    double lw[2] = {0.0, 2.0}, adv[2] = {1.0, -1.0}, se[2] = {sqrt(0.75), sqrt(0.75)};
+    corr_batch b = {.N = 2, .log_w = lw, .adv = adv, .log_w_se = se};
+    corr_cfg cfg;
+    corr_cfg_default(&cfg);
+    ck_assert(cfg.ais.noise == AIS_NOISE_DEBIAS);
+    cfg.method = CORR_IS;
+    corr_diag g;
+    double coef[2];
+    dllm_err err = {0};
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    const double e = exp(1.0); /* w~ proportional to (1, e) */
+    ck_assert_double_eq_tol(g.frac_var_mc, 0.75, 1e-15);
+    ck_assert_double_eq_tol(g.noise_k, 0.5, 1e-15);
+    ck_assert_double_eq_tol(g.ess, (1 + e) * (1 + e) / (1 + e * e), 1e-14);
+    ck_assert_double_eq_tol(g.log_mean_w, log((exp(0.5) + exp(1.5)) / 2), 1e-14);
+    /* the coefficients keep the raw weights */
+    ck_assert(coef[0] == 1.0);
+    ck_assert_double_eq_tol(coef[1], exp(2.0), 1e-13);
+    /* noise none: the raw ESS, frac_var_mc still measured */
+    cfg.ais.noise = AIS_NOISE_NONE;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    const double e2 = exp(2.0);
+    ck_assert_double_eq_tol(g.ess, (1 + e2) * (1 + e2) / (1 + e2 * e2), 1e-14);
+    ck_assert_double_eq_tol(g.frac_var_mc, 0.75, 1e-15);
+    ck_assert(g.noise_k == 1.0);
+    /* noise larger than the spread: k = 0, the weights are all noise, ESS = N, nu = 1 */
+    cfg.ais.noise = AIS_NOISE_DEBIAS;
+    se[0] = se[1] = 2.0;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert(g.frac_var_mc == 1.0 && g.noise_k == 0.0);
+    ck_assert_double_eq_tol(g.ess, 2.0, 1e-15);
+    ck_assert(g.nu == 1.0);
+    /* geo level divides se by L as it divides log w: L = (2, 2) gives lw = (0, 1),
+     * V = 0.25, S = 0.75/4 -> the same k and frac_var_mc */
+    int len[2] = {2, 2};
+    b.len = len;
+    se[0] = se[1] = sqrt(0.75);
+    cfg.level = CORR_LEVEL_GEO;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert_double_eq_tol(g.frac_var_mc, 0.75, 1e-15);
+    ck_assert_double_eq_tol(g.noise_k, 0.5, 1e-15);
+    /* all standard errors 0 (an exact estimator): nothing removed */
+    cfg.level = CORR_LEVEL_SEQUENCE;
+    se[0] = se[1] = 0.0;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert(g.noise_k == 1.0 && g.frac_var_mc == 0.0);
+    ck_assert_double_eq_tol(g.ess, (1 + e2) * (1 + e2) / (1 + e2 * e2), 1e-14);
+}
+END_TEST
+
+/* Signed weights: linear divides by the sum of |l|. */
+START_TEST(signed_weights_reverse_a_diagnostic)
+{
+    corr_stats s;
+    memset(&s, 0, sizeof s);
+    corr_extrema x = {{0, 0, 0, 0}};
+    s.v[CORR_S_DELTA] = 0.05; /* delta = tau: s_div = 1 - e^-1 */
+    s.v[CORR_S_DELTA_N] = 1.0;
+    corr_cfg cfg;
+    corr_cfg_default(&cfg);
+    dllm_err err = {0};
+    cfg.ais.w_rel = cfg.ais.w_var = 0.0;
+    cfg.ais.w_div = -1.0; /* divergence calls for less correction: clipped to 0 */
+    ck_assert_int_eq(corr_cfg_check(&cfg, &err), 0);
+    corr_diag g;
+    corr_finalize(&s, &x, NULL, &cfg, 0.0, &g);
+    ck_assert(g.alpha_raw == 0.0);
+    /* reliability pulls up, divergence down: (2 s_rel - s_div) / 3 with s_rel from
+     * N = 2 weights (1, 3) -> s_rel = 0.4 */
+    double lw[2] = {0.0, log(3.0)}, adv[2] = {1.0, -1.0}, d[2] = {0.01, 0.01};
+    corr_batch b = {.N = 2, .T = 1, .log_w = lw, .adv = adv, .d = d};
+    cfg.ais.w_rel = 2.0;
+    double coef[2];
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert_double_eq_tol(g.alpha_raw, (2 * 0.4 - (1 - exp(-0.2))) / 3.0, 1e-14);
+    ck_assert(g.alpha == g.alpha_raw);
+}
+END_TEST
+
+/* C = .inf: min(w, C) = w; fixed at a = 1 is IS; mis never zeroes; a weight that
+ * overflows is a non-finite unit (coefficient 0, counted), not inf or NaN. */
+START_TEST(cap_inf_and_overflow)
+{
+    double lw[3] = {-3.0, 4.0, 720.0}, adv[3] = {1.0, -1.0, 0.0};
+    corr_batch b = {.N = 3, .log_w = lw, .adv = adv};
+    corr_cfg cfg;
+    corr_cfg_default(&cfg);
+    cfg.cap = INFINITY;
+    dllm_err err = {0};
+    ck_assert_int_eq(corr_cfg_check(&cfg, &err), 0);
+    const corr_method ms[5] = {CORR_IS, CORR_TIS, CORR_MIS, CORR_FIXED, CORR_AIS};
+    for (int k = 0; k < 5; k++) {
+        cfg.method = ms[k];
+        cfg.fixed_alpha = 1.0;
+        cfg.ais.alpha_min = 1.0;
+        corr_diag g;
+        double coef[3];
+        ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+        ck_assert_double_eq_tol(coef[0], exp(-3.0), 1e-15);
+        ck_assert_double_eq_tol(coef[1], exp(4.0), 1e-12);
+        ck_assert_msg(coef[2] == 0.0, "%s: %g", corr_method_name(ms[k]), coef[2]);
+        ck_assert_double_eq_tol(g.frac_nonfinite, 1.0 / 3.0, 1e-15);
+        ck_assert(g.frac_truncated == 0.0 && g.frac_zeroed == 0.0);
+        ck_assert(g.n == 3); /* a finite lw stays in the diagnostics */
+        ck_assert(isfinite(g.ess) && isfinite(g.nu));
+    }
+    /* with a finite cap the same weight is simply truncated */
+    cfg.cap = 2.0;
+    cfg.method = CORR_TIS;
+    corr_diag g;
+    double coef[3];
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert(coef[2] == 2.0 && g.frac_nonfinite == 0.0);
+    /* none ignores the weights entirely */
+    cfg.method = CORR_NONE;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert(coef[2] == 1.0 && g.frac_nonfinite == 0.0);
+}
+END_TEST
+
+/* The GRPO loss with non-finite factors (grpo.h): zero factors give exactly 0,
+ * infinite terms are dropped and counted, the loss stays finite. */
+START_TEST(nonfinite_loss_terms_dropped_and_counted)
+{
+    enum { N = 5 };
+    const double big = 800.0; /* (l_theta - l_old) / L = 800: r = exp(800) = +inf */
+    double adv[N] = {1.0, 0.0, -1.0, 0.5, 1.0};
+    double coef[N] = {INFINITY, 1.0, 1.0, 1.0, 1.0};
+    double l_theta[N] = {-3.0, -3.0 + big, -3.0 + big, -3.0, -3.0 + big};
+    double l_old[N] = {-3.0, -3.0, -3.0, -3.0, -3.0};
+    int len[N] = {1, 1, 1, 2, 1};
+    grpo_loss_cfg lc = {.ratio = GRPO_RATIO_SEQUENCE, .agg = GRPO_AGG_SEQ_MEAN, .clip_eps = 0.2};
+    grpo_loss_in in = {.N = N, .adv = adv, .coef = coef, .len = len, .l_theta = l_theta,
+                       .l_old = l_old};
+    grpo_loss_out out;
+    double grad[N];
+    dllm_err err = {0};
+    ck_assert_int_eq(grpo_loss(&lc, &in, &out, grad, NULL, &err), 0);
+    /* kept: completion 3 (r = 1: 0.5) and 4 (clipped at r = +inf: 1.2 A, gradient 0);
+     * 1 has A = 0 (not inf * 0 = NaN); 0 (c = inf) and 2 (r = inf, A < 0) dropped */
+    ck_assert_msg(isfinite(out.loss), "loss %g", out.loss);
+    ck_assert_double_eq_tol(out.loss, -(0.5 + 1.2) / N, 1e-15);
+    ck_assert_int_eq(out.n_nonfinite, 2);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(isfinite(grad[i]), "grad %d = %g", i, grad[i]);
+    ck_assert(grad[0] == 0.0 && grad[1] == 0.0 && grad[2] == 0.0 && grad[4] == 0.0);
+    ck_assert_double_eq_tol(grad[3], -0.5 / N / 2.0, 1e-15);
+    /* token ratio: the same at the token level */
+    double lt[2] = {big, 0.0}, lo[2] = {0.0, 0.0}, a2[1] = {-1.0}, c2[1] = {1.0};
+    grpo_loss_cfg tc = lc;
+    tc.ratio = GRPO_RATIO_TOKEN;
+    grpo_loss_in ti = {.N = 1, .T = 2, .adv = a2, .coef = c2, .logp_theta = lt, .logp_old = lo};
+    double gt[2];
+    ck_assert_int_eq(grpo_loss(&tc, &ti, &out, NULL, gt, &err), 0);
+    ck_assert_int_eq(out.n_nonfinite, 1);
+    ck_assert_double_eq_tol(out.loss, 1.0 / 2.0, 1e-15); /* -mean(c S) = -(-1 * 1) / 2 */
+    ck_assert(gt[0] == 0.0 && isfinite(gt[1]));
 }
 END_TEST
 
@@ -465,25 +661,25 @@ START_TEST(alpha_clamp_and_eta)
     corr_cfg_default(&cfg);
     cfg.ais.w_rel = cfg.ais.w_var = 0.0;
     corr_diag g;
-    corr_finalize(&s, &x, &cfg, 0.0, &g);
+    corr_finalize(&s, &x, NULL, &cfg, 0.0, &g);
     ck_assert_double_eq_tol(g.alpha, 1.0 - exp(-20.0), 1e-15);
     cfg.ais.alpha_max = 0.3;
-    corr_finalize(&s, &x, &cfg, 0.0, &g);
+    corr_finalize(&s, &x, NULL, &cfg, 0.0, &g);
     ck_assert(g.alpha == 0.3 && g.alpha_raw > 0.99);
     cfg.ais.alpha_max = 1.0;
     cfg.ais.eta = 0.75;
-    corr_finalize(&s, &x, &cfg, 0.2, &g);
+    corr_finalize(&s, &x, NULL, &cfg, 0.2, &g);
     ck_assert_double_eq_tol(g.alpha, 0.75 * 0.2 + 0.25 * g.alpha_raw, 1e-15);
     s.v[CORR_S_DELTA] = 0.0; /* no divergence: raw 0, alpha_min holds */
     cfg.ais.eta = 0.0;
     cfg.ais.alpha_min = 0.05;
-    corr_finalize(&s, &x, &cfg, 0.9, &g);
+    corr_finalize(&s, &x, NULL, &cfg, 0.9, &g);
     ck_assert(g.alpha_raw == 0.0 && g.alpha == 0.05);
     /* logistic combine ignores the [0,1] clip but not the clamp */
     cfg.ais.combine = AIS_COMBINE_LOGISTIC;
     cfg.ais.bias = 3.0;
     cfg.ais.alpha_max = 0.5;
-    corr_finalize(&s, &x, &cfg, 0.0, &g);
+    corr_finalize(&s, &x, NULL, &cfg, 0.0, &g);
     ck_assert_double_eq_tol(g.alpha_raw, 1.0 / (1.0 + exp(-3.0)), 1e-15);
     ck_assert(g.alpha == 0.5);
 }
@@ -500,17 +696,23 @@ START_TEST(config_checks_and_names)
     cfg.cap = 0.5;
     ck_assert_int_eq(corr_cfg_check(&cfg, &err), DLLM_EXIT_INPUT);
     ck_assert_ptr_nonnull(strstr(err.msg, "correction.cap"));
+    cfg.cap = NAN;
+    ck_assert_int_eq(corr_cfg_check(&cfg, &err), DLLM_EXIT_INPUT);
+    cfg.cap = INFINITY;
+    ck_assert_int_eq(corr_cfg_check(&cfg, &err), 0);
     corr_cfg_default(&cfg);
     cfg.ais.alpha_min = 0.8;
     cfg.ais.alpha_max = 0.2;
     ck_assert_int_eq(corr_cfg_check(&cfg, &err), DLLM_EXIT_INPUT);
     ck_assert_ptr_nonnull(strstr(err.msg, "alpha_min"));
     corr_cfg_default(&cfg);
-    cfg.ais.w_div = -1.0;
+    cfg.ais.w_div = -1.0; /* signed weights, linear and logistic */
+    ck_assert_int_eq(corr_cfg_check(&cfg, &err), 0);
+    cfg.ais.combine = AIS_COMBINE_LOGISTIC;
+    ck_assert_int_eq(corr_cfg_check(&cfg, &err), 0);
+    cfg.ais.w_div = INFINITY;
     ck_assert_int_eq(corr_cfg_check(&cfg, &err), DLLM_EXIT_INPUT);
     ck_assert_ptr_nonnull(strstr(err.msg, "weights.divergence"));
-    cfg.ais.combine = AIS_COMBINE_LOGISTIC; /* a negative logistic weight is allowed */
-    ck_assert_int_eq(corr_cfg_check(&cfg, &err), 0);
     corr_cfg_default(&cfg);
     cfg.ais.tau_delta = 0.0;
     ck_assert_int_eq(corr_cfg_check(&cfg, &err), DLLM_EXIT_INPUT);
@@ -531,6 +733,11 @@ START_TEST(config_checks_and_names)
     ais_combine cb;
     ck_assert_int_eq(ais_parse_combine("logistic", &cb, &err), 0);
     ck_assert_int_eq(cb, AIS_COMBINE_LOGISTIC);
+    ais_noise nz;
+    ck_assert_int_eq(ais_parse_noise("none", &nz, &err), 0);
+    ck_assert_int_eq(nz, AIS_NOISE_NONE);
+    ck_assert_int_eq(ais_parse_noise("debiased", &nz, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "correction.ais.noise"));
 
     /* geo needs lengths >= 1; token needs d */
     double lw[1] = {0.1}, adv[1] = {0};
@@ -555,7 +762,11 @@ static Suite *corrections_suite(void)
     tcase_add_test(tc, two_phase_split_equals_single_pass);
     tcase_add_test(tc, reference_arm_gives_exactly_one);
     tcase_add_test(tc, hand_computed);
+    tcase_add_test(tc, noise_debias_hand_computed);
+    tcase_add_test(tc, signed_weights_reverse_a_diagnostic);
+    tcase_add_test(tc, cap_inf_and_overflow);
     tcase_add_test(tc, nonfinite_excluded_and_counted);
+    tcase_add_test(tc, nonfinite_loss_terms_dropped_and_counted);
     tcase_add_test(tc, standard_error_and_step_mismatch);
     tcase_add_test(tc, zero_weight_removes_diagnostic);
     tcase_add_test(tc, alpha_clamp_and_eta);

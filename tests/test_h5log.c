@@ -454,7 +454,7 @@ START_TEST(test_schema_dtypes)
         "grad_norm", "lr", "alpha_raw", "alpha", "rho_ess", "s_rel", "delta", "s_div", "nu",
         "s_var", "k3", "log_w_mc_se", "frac_truncated", "frac_zeroed", "frac_nonfinite",
         "frac_zero_var_groups", "t_rollout", "t_likelihood", "t_correction", "t_update", "t_sync", "t_log",
-        "tokens_per_s"};
+        "tokens_per_s", "frac_var_mc"};
     ck_assert_int_eq(H5LOG_N_METRICS, (int)(sizeof schema / sizeof schema[0]));
     for (int i = 0; i < H5LOG_N_METRICS; i++) {
         ck_assert_str_eq(h5log_metric_name(i), schema[i]);

@@ -96,6 +96,12 @@ START_TEST(chunking_and_lengths)
     ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 5, b, NULL, NULL, NULL, &err), 0);
     for (int i = 0; i < N; i++)
         ck_assert_double_eq_tol(a[i], b[i], 1e-5);
+    /* the padding tail past L is masked in every elbo canvas */
+    for (int k = 0; k < p.n_canvas; k++) {
+        const int i = p.canvas_seq[k];
+        for (int t = L[i]; t < G; t++)
+            ck_assert_int_eq(p.canvas[(size_t)k * p.T + P + t], c.mask_id);
+    }
     /* tokens past L take no part */
     for (int t = 3; t < G; t++)
         ck_assert(isnan(ta[0 * G + t]));

@@ -823,6 +823,14 @@ START_TEST(test_sample_keyed)
     ck_assert_int_eq(dllm_ar_sample(m, prompts, NULL, 1, GP, &c, 42, &r4, &err), 0);
     ck_assert(memcmp(r4.tokens, r1.tokens, (GP + GN) * sizeof(int32_t)) == 0);
     dllm_ar_rollout_free(&r4);
+    /* the last row alone with its global index (another rank's share): the same */
+    dllm_ar_cfg c_last = c;
+    c_last.seq_offset = GB - 1;
+    ck_assert_int_eq(dllm_ar_sample(m, prompts + (size_t)(GB - 1) * GP, pmask + (size_t)(GB - 1) * GP,
+                                    1, GP, &c_last, 42, &r4, &err), 0);
+    ck_assert(memcmp(r4.tokens, r1.tokens + (size_t)(GB - 1) * (GP + GN),
+                     (GP + GN) * sizeof(int32_t)) == 0);
+    dllm_ar_rollout_free(&r4);
     int V = qwen3_config(m)->vocab_size;
     double *probs = dllm_malloc((size_t)V * sizeof(double));
     float *lg = dllm_malloc((size_t)V * sizeof(float));

@@ -178,9 +178,10 @@ END_TEST
 /* METHOD.md §5, written out again here in plain double arithmetic. */
 START_TEST(diagnostics_recompute_from_the_log)
 {
+    /* noise none: the log has no per-completion standard errors to de-noise with */
     write_config("c.yaml", "recompute", "{method: ais, estimator: elbo, cap: 1.5,\n"
                                         "  ais: {weights: {reliability: 1, divergence: 2, variance: 1},"
-                                        " tau_delta: 0.02, eta: 0.5}}");
+                                        " tau_delta: 0.02, eta: 0.5, noise: none}}");
     ck_assert_int_eq(sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
     int64_t n, ns, rows, cols;
     double *tstep = read_col("recompute", "trajectories/step", &n);

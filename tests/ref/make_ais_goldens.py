@@ -5,21 +5,26 @@ here directly from the definitions with numpy (weights as arrays, np.var for the
 population variances, w~ = w / mean(w) explicitly), on random batches: light and
 heavy-tailed log-weights (one beyond exp's range), N = 1, zero-variance
 advantages, non-finite entries, every method x level, both combines, eta > 0
-with a previous alpha, clamping, zeroed diagnostic weights.
+with a previous alpha, clamping, zeroed and negative (reversed) diagnostic weights,
+cap .inf, and the estimator-noise correction (noise debias / none) with per-completion
+standard errors of log w: lw~ = m + k (lw - m), k = sqrt(max(0, 1 - S/V)), applied
+here to the log-weights themselves before ESS and nu are taken.
 
 loss.json: GRPO advantages (torch.std, unbiased) and the clipped-surrogate loss
 of METHOD.md §4 in PyTorch float64 with its autograd gradient, for both ratios,
 both aggregations, beta 0 and > 0, clipped terms, unscored tokens and c_i = 0.
 
 Non-finite numbers are written as the strings "nan", "inf", "-inf".
-Usage: python3 tests/ref/make_ais_goldens.py  (writes tests/data/grpo/)
+Usage: python3 tests/ref/make_ais_goldens.py [ais]  (writes tests/data/grpo/; with
+`ais` only ais.json, which needs numpy alone)
 """
 import json
 import math
 import os
 
+import sys
+
 import numpy as np
-import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "data", "grpo")
@@ -44,7 +49,7 @@ def enc_list(a):
 def default_cfg():
     return dict(method="ais", level="sequence", cap=2.0, fixed_alpha=0.5, combine="linear",
                 w_rel=1.0, w_div=1.0, w_var=1.0, tau_delta=0.05, bias=-4.0, eta=0.0,
-                alpha_min=0.0, alpha_max=1.0)
+                alpha_min=0.0, alpha_max=1.0, noise="debias")
 
 
 # ---------------------------------------------------------------- corrections
@@ -81,19 +86,41 @@ def coefficient(cfg, alpha, lw):
     else:
         a = cfg["fixed_alpha"] if m == "fixed" else alpha
         c = (1.0 - a) + a * np.minimum(w, C)
-    c = np.where(fin, c, 0.0)
+    # a weight that overflows where it is used uncapped would make c +inf (or inf * 0)
+    with np.errstate(invalid="ignore"):
+        over = fin & np.isinf(w) & (m != "none") & ((m == "is") | math.isinf(C))
+    c = np.where(fin & ~over, c, 0.0)
     trunc = fin & (w > C) if m in ("tis", "fixed", "ais") else np.zeros_like(fin)
     zeroed = fin & ~((w >= 1.0 / C) & (w <= C)) if m == "mis" else np.zeros_like(fin)
-    return c, trunc, zeroed
+    return c, trunc, zeroed, over
 
 
-def diagnostics(cfg, alpha_prev, log_w, lens, d, adv):
+def denoise(cfg, lw, lens, se):
+    """De-noised log-weights of the finite units and frac_var_mc (METHOD.md §5)."""
+    if se is None or cfg["level"] == "token" or len(lw) == 0:
+        return lw, 0.0, 1.0
+    se_u = se / lens if cfg["level"] == "geo" else se
+    se_u = se_u[np.isfinite(se_u)]
+    m, V = np.mean(lw), np.var(lw)
+    S = np.mean(se_u ** 2) if len(se_u) else 0.0
+    frac = min(1.0, S / V) if V > 0 else 0.0
+    k = 1.0
+    if cfg["noise"] == "debias" and V > 0 and S > 0:
+        k = math.sqrt(max(0.0, 1.0 - S / V))
+    return m + k * (lw - m), frac, k
+
+
+def diagnostics(cfg, alpha_prev, log_w, lens, d, adv, se=None):
     lw, owner = units(cfg, log_w, lens, d)
     fin = np.isfinite(lw)
-    w_l = lw[fin]
     A = adv[owner][fin]
+    se_f = None
+    if se is not None and cfg["level"] != "token":
+        se_f = se[fin]
+    w_l, frac_var_mc, _ = denoise(cfg, lw[fin], lens[fin] if cfg["level"] != "token" else None,
+                                  se_f)
     n = len(w_l)
-    out = {}
+    out = {"frac_var_mc": frac_var_mc}
     if n > 0:
         w = np.exp(w_l - w_l.max())  # ESS and nu do not depend on the scale of w
         ess = w.sum() ** 2 / (w ** 2).sum()
@@ -103,10 +130,11 @@ def diagnostics(cfg, alpha_prev, log_w, lens, d, adv):
         wt = w / w.mean()
         out["w_cv"] = math.sqrt(max(np.mean(wt ** 2) - 1.0, 0.0))
         out["log_mean_w"] = math.log(w.mean()) + w_l.max()
-        if A.max() == A.min():
+        if A.max() == A.min() or w_l.max() == w_l.min():
             nu = 1.0
         else:
-            nu = np.var(wt * A) / (np.mean(wt ** 2) * np.var(A))
+            a = A - A.mean()  # centred advantages
+            nu = np.var(wt * a) / (np.mean(wt ** 2) * np.var(A))
     else:
         out.update(ess=0.0, rho_ess=0.0, s_rel=0.0, w_cv=0.0, log_mean_w=-math.inf)
         nu = 1.0
@@ -131,17 +159,17 @@ def diagnostics(cfg, alpha_prev, log_w, lens, d, adv):
     lam = np.array([cfg["w_rel"], cfg["w_div"], cfg["w_var"]])
     if cfg["combine"] == "logistic":
         a_raw = 1.0 / (1.0 + math.exp(-(cfg["bias"] + float(lam @ s))))
-    elif lam.sum() == 0:
+    elif np.abs(lam).sum() == 0:
         a_raw = cfg["alpha_min"]
     else:
-        a_raw = float(np.clip(float(lam @ s) / lam.sum(), 0.0, 1.0))
+        a_raw = float(np.clip(float(lam @ s) / np.abs(lam).sum(), 0.0, 1.0))
     out["alpha_raw"] = a_raw
     a = cfg["eta"] * alpha_prev + (1 - cfg["eta"]) * a_raw
     out["alpha"] = float(np.clip(a, cfg["alpha_min"], cfg["alpha_max"]))
 
-    c, trunc, zeroed = coefficient(cfg, out["alpha"], lw)
+    c, trunc, zeroed, over = coefficient(cfg, out["alpha"], lw)
     U = len(lw)
-    out["frac_nonfinite"] = float((~fin).sum()) / U if U else 0.0
+    out["frac_nonfinite"] = float((~fin).sum() + over.sum()) / U if U else 0.0
     out["frac_truncated"] = float(trunc.sum()) / U if U else 0.0
     out["frac_zeroed"] = float(zeroed.sum()) / U if U else 0.0
     if cfg["level"] == "token":
@@ -200,35 +228,78 @@ def batches():
     lw, lens, d = make_batch(rng, 16, 4, lambda n: rng.normal(0, 1.0, n), 0.2)
     A = (lw - lw.mean()) / lw.std() + rng.normal(0, 0.2, 16)
     out.append(("correlated", lw, lens, d, A, dict(w_rel=0.5, w_div=1.5, w_var=3.0), 0.0))
+    # the opposite reading of a diagnostic: negative weights, normalised by sum |l|
+    out.append(("reversed", lw, lens, d, A, dict(w_rel=-1.0, w_div=0.5, w_var=2.0), 0.0))
+    out.append(("reversed_all", lw, lens, d, A, dict(w_rel=-1.0, w_div=-1.0, w_var=-0.5,
+                                                     alpha_min=0.02), 0.0))
+    # C = .inf: fixed/ais at alpha = 1 are full IS, mis never zeroes; an lw past
+    # exp's range then overflows the coefficient
+    lw2 = lw.copy()
+    lw2[5] = 720.0
+    out.append(("cap_inf", lw2, lens, d, A, dict(cap=math.inf, alpha_min=1.0, fixed_alpha=1.0),
+                0.0))
     return out
+
+
+def with_se(rng, out):
+    """Standard errors of log w for every batch: zero, small or dominating noise."""
+    res = []
+    for (name, lw, lens, d, adv, over, alpha_prev) in out:
+        N = len(lw)
+        if name == "random":
+            se = np.abs(rng.normal(0, 0.25, N))  # a large share of the variance
+        elif name == "correlated":
+            se = np.full(N, 3.0)  # S > V: k = 0, frac_var_mc = 1
+        elif name == "eta_clamp":
+            se = np.zeros(N)  # exact estimator: k = 1
+        else:
+            se = np.abs(rng.normal(0, 0.1, N))
+        if name == "nonfinite":
+            se[0] = np.nan  # an unknown error: left out of S
+        res.append((name, lw, lens, d, adv, over, alpha_prev, se))
+    return res
 
 
 def corrections_goldens():
     """Batches once; cases name a batch, a config and the expected results."""
     batch_list, cases = [], []
-    for b, (name, lw, lens, d, adv, over, alpha_prev) in enumerate(batches()):
+    rng = np.random.default_rng(20261123)
+    for b, (name, lw, lens, d, adv, over, alpha_prev, se) in enumerate(with_se(rng, batches())):
         N, T = d.shape
         batch_list.append(dict(name=name, N=N, T=T, log_w=enc_list(lw),
-                               len=[int(x) for x in lens], d=enc_list(d), adv=enc_list(adv)))
+                               len=[int(x) for x in lens], d=enc_list(d), adv=enc_list(adv),
+                               log_w_se=enc_list(se)))
         for level in LEVELS:
             for combine in ("linear", "logistic"):
                 for method in METHODS:
                     if combine == "logistic" and method not in ("none", "ais"):
                         continue
-                    cfg = default_cfg()
-                    cfg.update(over)
-                    cfg.update(method=method, level=level, combine=combine)
-                    ex = diagnostics(cfg, alpha_prev, lw, lens, d, adv)
-                    ex = {k: (enc_list(v) if isinstance(v, np.ndarray) else enc(v))
-                          for k, v in ex.items()}
-                    cases.append(dict(name=f"{name}/{level}/{combine}/{method}", batch=b,
-                                      cfg=cfg, alpha_prev=alpha_prev, expect=ex))
+                    for noise in ("debias", "none", "no_se"):
+                        # every method under debias; noise none and no standard
+                        # errors (an exact estimator) for ais only
+                        if noise != "debias" and method != "ais":
+                            continue
+                        cfg = default_cfg()
+                        cfg.update(over)
+                        cfg.update(method=method, level=level, combine=combine,
+                                   noise="none" if noise == "none" else "debias")
+                        ex = diagnostics(cfg, alpha_prev, lw, lens, d, adv,
+                                         None if noise == "no_se" else se)
+                        ex = {k: (enc_list(v) if isinstance(v, np.ndarray) else enc(v))
+                              for k, v in ex.items()}
+                        cases.append(dict(name=f"{name}/{level}/{combine}/{method}/{noise}",
+                                          batch=b, alpha_prev=alpha_prev,
+                                          cfg={k: enc(v) if isinstance(v, float) else v
+                                               for k, v in cfg.items()},
+                                          use_se=noise != "no_se", expect=ex))
     return dict(batches=batch_list, cases=cases)
 
 
 # ---------------------------------------------------------------- GRPO loss
 
 def torch_loss(case):
+    import torch
+
     N, T = case["N"], case["T"]
     f = lambda k: torch.tensor(np.asarray(case[k], dtype=np.float64))  # noqa: E731
     A, c, eps, beta = f("adv"), f("coef"), case["clip_eps"], case["beta"]
@@ -305,6 +376,7 @@ def loss_cases():
                 case["expect"] = torch_loss(case)
                 cases.append(case)
     # advantages: torch.std is the unbiased (N - 1) estimate
+    import torch
     r = torch.tensor(rng.integers(0, 4, size=(5, 6)).astype(np.float64))
     r[2] = 1.0  # zero-variance group
     std = r.std(dim=1, keepdim=True)
@@ -321,6 +393,8 @@ def main():
     with open(os.path.join(OUT, "ais.json"), "w") as fh:
         json.dump(corrections_goldens(), fh, separators=(",", ":"))
         fh.write("\n")
+    if sys.argv[1:] == ["ais"]:
+        return
     cases, adv = loss_cases()
     with open(os.path.join(OUT, "loss.json"), "w") as fh:
         json.dump(dict(cases=cases, advantages=adv), fh, separators=(",", ":"))

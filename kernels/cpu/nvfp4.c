@@ -1,0 +1,169 @@
+/* nvfp4.c: E2M1 codes, two-level NVFP4 block scaling and the simulated W4A4 linear
+ * layer; the definitions are in kernels/nvfp4.h. */
+#include "kernels/nvfp4.h"
+
+#include "kernels/fp8.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const float e2m1_values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+float nvfp4_e2m1_decode(uint8_t code)
+{
+    const float v = e2m1_values[code & 7];
+    return code & 8 ? -v : v;
+}
+
+uint8_t nvfp4_e2m1_encode(float x)
+{
+    if (isnan(x))
+        return 7;
+    const uint8_t sign = signbit(x) ? 8 : 0;
+    const float a = fabsf(x);
+    /* midpoints between neighbours; a tie goes to the even code (mantissa bit 0) */
+    uint8_t c;
+    if (a <= 0.25f)
+        c = 0;
+    else if (a < 0.75f)
+        c = 1;
+    else if (a <= 1.25f)
+        c = 2;
+    else if (a < 1.75f)
+        c = 3;
+    else if (a <= 2.5f)
+        c = 4;
+    else if (a < 3.5f)
+        c = 5;
+    else if (a <= 5.0f)
+        c = 6;
+    else
+        c = 7; /* 6, and everything past it saturates */
+    return sign | c;
+}
+
+static float amax_finite(const float *x, size_t n)
+{
+    float m = 0.0f;
+    for (size_t k = 0; k < n; k++) {
+        const float a = fabsf(x[k]);
+        if (isfinite(a) && a > m)
+            m = a;
+    }
+    return m;
+}
+
+static float global_scale(float amax)
+{
+    const float g = amax / (NVFP4_E2M1_MAX * (float)NVFP4_E4M3_MAX);
+    return g > 0.0f ? g : 1.0f;
+}
+
+/* one row: block scales sc (ceil(C/16)) and codes q (C), or the dequantised
+ * values deq (C) when q is NULL */
+static void quant_row(const float *x, int C, float g, uint8_t *sc, uint8_t *q, float *deq)
+{
+    for (int j0 = 0, b = 0; j0 < C; j0 += NVFP4_BLOCK, b++) {
+        const int n = C - j0 < NVFP4_BLOCK ? C - j0 : NVFP4_BLOCK;
+        const float amax_b = amax_finite(x + j0, (size_t)n);
+        const uint8_t s = fp8_encode((amax_b / NVFP4_E2M1_MAX) / g, FP8_E4M3);
+        const float d = fp8_decode(s, FP8_E4M3) * g;
+        if (sc)
+            sc[b] = s;
+        for (int j = j0; j < j0 + n; j++) {
+            const uint8_t c = d > 0.0f ? nvfp4_e2m1_encode(x[j] / d)
+                                       : (uint8_t)(signbit(x[j]) ? 8 : 0);
+            if (q)
+                q[j] = c;
+            else
+                deq[j] = nvfp4_e2m1_decode(c) * d;
+        }
+    }
+}
+
+int nvfp4_quantise(nvfp4_matrix *m, const float *x, int R, int C, dllm_err *err)
+{
+    if (R < 0 || C < 1)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "nvfp4_quantise: bad shape [%d, %d]", R, C);
+    const int SC = (C + NVFP4_BLOCK - 1) / NVFP4_BLOCK;
+    if (!m->q || m->rows != R || m->cols != C) {
+        nvfp4_matrix_free(m);
+        m->q = dllm_malloc((size_t)R * C + 1);
+        m->scale = dllm_malloc((size_t)R * SC + 1);
+        m->rows = R;
+        m->cols = C;
+        m->scale_cols = SC;
+    }
+    m->deq_valid = false;
+    m->global_scale = global_scale(amax_finite(x, (size_t)R * C));
+#pragma omp parallel for schedule(static) if ((size_t)R * C > 65536)
+    for (int r = 0; r < R; r++)
+        quant_row(x + (size_t)r * C, C, m->global_scale, m->scale + (size_t)r * SC,
+                  m->q + (size_t)r * C, NULL);
+    return DLLM_OK;
+}
+
+float nvfp4_block_decode_scale(const nvfp4_matrix *m, int r, int j)
+{
+    return fp8_decode(m->scale[(size_t)r * m->scale_cols + j], FP8_E4M3) * m->global_scale;
+}
+
+void nvfp4_dequantise(float *out, const nvfp4_matrix *m)
+{
+    for (int r = 0; r < m->rows; r++)
+        for (int j = 0; j < m->scale_cols; j++) {
+            const float d = nvfp4_block_decode_scale(m, r, j);
+            const int c1 = (j + 1) * NVFP4_BLOCK < m->cols ? (j + 1) * NVFP4_BLOCK : m->cols;
+            for (int c = j * NVFP4_BLOCK; c < c1; c++) {
+                const size_t k = (size_t)r * m->cols + c;
+                out[k] = nvfp4_e2m1_decode(m->q[k]) * d;
+            }
+        }
+}
+
+void nvfp4_matrix_cache_dequant(nvfp4_matrix *m)
+{
+    if (m->deq_valid)
+        return;
+    if (!m->deq)
+        m->deq = dllm_malloc(sizeof(float) * ((size_t)m->rows * m->cols + 1));
+    nvfp4_dequantise(m->deq, m);
+    m->deq_valid = true;
+}
+
+void nvfp4_matrix_free(nvfp4_matrix *m)
+{
+    free(m->q);
+    free(m->scale);
+    free(m->deq);
+    memset(m, 0, sizeof *m);
+}
+
+void nvfp4_quant_dequant(float *out, const float *x, int R, int C)
+{
+    if (R <= 0 || C <= 0)
+        return;
+    const float g = global_scale(amax_finite(x, (size_t)R * C));
+#pragma omp parallel for schedule(static) if ((size_t)R * C > 65536)
+    for (int r = 0; r < R; r++)
+        quant_row(x + (size_t)r * C, C, g, NULL, NULL, out + (size_t)r * C);
+}
+
+void op_nvfp4_linear_fwd(float *out, const float *inp, nvfp4_matrix *w, int N, int C, int OC)
+{
+    if (!w->q || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "op_nvfp4_linear_fwd: weight is [%d, %d]%s, call expects [%d, %d]\n",
+                w->rows, w->cols, w->q ? "" : " (not quantised)", OC, C);
+        abort();
+    }
+    if (N <= 0)
+        return;
+    nvfp4_matrix_cache_dequant(w);
+    float *a = dllm_malloc((size_t)N * C * sizeof(float)); // (N, C)
+    nvfp4_quant_dequant(a, inp, N, C);
+    op_gemm(false, true, N, OC, C, 1.0f, a, w->deq, 0.0f, out);
+    free(a);
+}
