@@ -36,6 +36,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* progress lines reach a file or pipe as they are printed, not at exit */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -48,6 +50,9 @@ int main(int argc, char **argv)
         printf("%s (%s)\n", PACKAGE_STRING, dllm_git_revision);
         return 0;
     }
+    /* `dllm-rl CMD -h` is `dllm-rl CMD --help` for every command */
+    if (argc > 2 && !strcmp(argv[2], "-h"))
+        argv[2] = (char *)"--help";
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
