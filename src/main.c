@@ -21,6 +21,7 @@ static const command commands[] = {
     {"tasks", cmd_tasks, "list tasks, or print sample prompts of one"},
     {"grade", cmd_grade, "grade completions of a task from JSONL"},
     {"export", cmd_export, "a run's LoRA adapter (PEFT) or merged weights"},
+    {"eval", cmd_eval, "greedy accuracy (with its standard error) of a model on a task's items"},
     {"inspect", cmd_inspect, "summary table of a run's HDF5 log"},
     {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
 };
