@@ -152,8 +152,10 @@ int inspect_sft(const char *run_dir, int json, int csv, const char *metric)
     int total = dllm_cfg_load(&cfg, cp, &err) ? -1 : cfg.sft.steps;
     long ck[1024], latest;
     int nck = list_ckpts(run_dir, ck, 1024, &latest);
-    double last_step = r.n ? r.v[r.n - 1][0] : 0;
-    int done_step = latest > (long)last_step ? (int)latest : (int)last_step;
+    /* the final step always writes a checkpoint: a run is finished when its
+     * latest checkpoint is at sft.steps (log lines past it were cut by a kill) */
+    int logged = r.n ? (int)r.v[r.n - 1][0] : 0;
+    int done_step = latest > 0 ? (int)latest : 0;
     double lmin = INFINITY, lmax = -INFINITY, lsum = 0, lrmax = -INFINITY;
     int imin = -1, nl = 0;
     for (int i = 0; i < r.n; i++) {
@@ -185,7 +187,8 @@ int inspect_sft(const char *run_dir, int json, int csv, const char *metric)
         json_object_set_new(o, "kind", json_string("sft"));
         json_object_set_new(o, "path", json_string(run_dir));
         json_object_set_new(o, "steps", total > 0 ? json_integer(total) : json_null());
-        json_object_set_new(o, "last_step", json_integer(done_step));
+        json_object_set_new(o, "checkpointed_step", json_integer(done_step));
+        json_object_set_new(o, "logged_step", json_integer(logged));
         json_object_set_new(o, "finished", json_boolean(finished));
         json_object_set_new(o, "log_rows", json_integer(r.n));
         json_t *l = json_object();
@@ -223,9 +226,13 @@ int inspect_sft(const char *run_dir, int json, int csv, const char *metric)
     printf("run          %s (sft)\n", run_dir);
     if (total > 0)
         printf("steps        %d of %d (%s)\n", done_step, total,
-               finished ? "finished" : "unfinished: dllm-rl sft --resume RUN_DIR continues it");
+               finished ? "finished"
+                        : "unfinished: dllm-rl sft --resume RUN_DIR continues from the latest "
+                          "checkpoint");
     else
         printf("steps        %d (config.yaml unreadable: %s)\n", done_step, err.msg);
+    if (logged != done_step)
+        printf("logged to    step %d\n", logged);
     if (nl) {
         printf("loss         first %.6g (step %.0f)  last %.6g (step %.0f)  min %.6g (step %.0f)\n",
                r.v[0][1], r.v[0][0], r.v[r.n - 1][1], r.v[r.n - 1][0], lmin, r.v[imin][0]);
