@@ -462,23 +462,6 @@ int cmd_inspect(int argc, char **argv)
                        (long long)ms[i].n, ms[i].first, ms[i].last, ms[i].min, ms[i].max,
                        ms[i].mean);
         }
-        {   /* metrics with no value, and why */
-            bool head = false;
-            for (int i = 0; i < H5LOG_N_METRICS && nsteps; i++) {
-                const char *name = h5log_metric_name(i);
-                bool have = false;
-                for (int k = 0; k < nms; k++)
-                    have |= !strcmp(ms[k].name, name);
-                if (have)
-                    continue;
-                char why[512];
-                absent_reason(name, m->config_yaml, why, sizeof why);
-                if (!head)
-                    printf("\nnot logged in this run:\n");
-                head = true;
-                printf("  %-20s %s\n", name, why);
-            }
-        }
         if (d->n_eval_tasks) {
             printf("\n%-14s %6s %8s %10s %12s %12s\n", "eval", "evals", "step", "accuracy",
                    "accuracy_se", "reward_mean");
