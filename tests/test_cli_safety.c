@@ -230,6 +230,17 @@ START_TEST(test_sft_resume_bit_identical)
     ck_assert_msg(strstr(out, "already finished"), "%s", out);
     free(out);
 
+    /* the same for a Qwen3 model with LoRA and the bf16 trainer (restored trainable
+     * vector is the adapter; the bf16 copy is rebuilt from it) */
+    const char *ar = "--set model.arch=qwen3 --set data.answer_length=0 --set model.lora.rank=4 "
+                     "--set model.trainer_precision=bf16";
+    ck_assert_int_eq(run(NULL, NULL, "sft s.yaml --set experiment=ar1 %s %s", ar, common), 0);
+    ck_assert_int_eq(run(NULL, NULL, "sft s.yaml --set experiment=ar2 %s %s", ar, common), 0);
+    ck_assert_int_eq(sh("cd %s/runs/ar2/ckpt && rm -rf step-6 step-9 step-10 && ln -sfn step-3 "
+                        "latest", tmp), 0);
+    ck_assert_int_eq(run(NULL, NULL, "sft --resume runs/ar2 --quiet"), 0);
+    assert_same_run("ar1", "ar2", 10);
+
     /* N/2 steps, then resumed to N (constant lr: the first half is the same run) */
     const char *flat = "--set data.train=d10.jsonl --set optim.schedule=constant "
                        "--set optim.warmup=0 --set checkpoint.every=0 --set log.every=1 --quiet";
