@@ -116,7 +116,7 @@ static int parse_args(int argc, char **argv, eval_args *a, dllm_err *err)
 
 /* The run's config: --config (or the defaults), the model and task, then the
  * sampler settings (flags > generation.json > config), then --set. */
-static int build_cfg(const eval_args *a, dllm_cfg *cfg, dllm_err *err)
+static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_err *err)
 {
     dllm_cfg_defaults(cfg);
     if (a->config && dllm_cfg_load(cfg, a->config, err))
@@ -164,6 +164,7 @@ static int build_cfg(const eval_args *a, dllm_cfg *cfg, dllm_err *err)
     int grc = ckpt_read_generation(a->model, &g, err);
     if (grc > 0)
         return grc;
+    *from_ckpt = grc == 0;
     if (grc == 0) {
         cfg->eval.gen_length = g.gen_length;
         cfg->eval.block_length = g.block_length;
@@ -191,7 +192,8 @@ int cmd_eval(int argc, char **argv)
     eval_args a = {0};
     dllm_err err = {0};
     dllm_cfg cfg;
-    if (parse_args(argc, argv, &a, &err) || build_cfg(&a, &cfg, &err))
+    bool from_ckpt = false;
+    if (parse_args(argc, argv, &a, &err) || build_cfg(&a, &cfg, &from_ckpt, &err))
         return cli_fail("eval", &err);
     comm_init(&argc, &argv);
     rl_run run;
@@ -222,8 +224,13 @@ int cmd_eval(int argc, char **argv)
             printf(", \"items\": \"%016llx\"}\n", (unsigned long long)rl_eval_items_hash(&run));
         } else {
             printf("eval %s: %zu items, gen_length %d, block_length %d, steps %d, temperature "
-                   "%g\n", run.task->name, run.eval.n, s->gen_length, s->block_length, s->steps,
-                   s->temperature);
+                   "%g (%s)\n", run.task->name, run.eval.n, s->gen_length, s->block_length,
+                   s->steps, s->temperature,
+                   a.set_gen || a.set_block || a.set_steps || a.set_temp
+                       ? "flags over the model's settings"
+                   : from_ckpt ? "the model's generation.json"
+                   : a.config  ? "the config's eval.*"
+                               : "defaults: the model has no generation.json");
             printf("accuracy    %.4f +- %.4f\nreward_mean %.4f\n", acc, se, rew);
             if (a.out)
                 printf("outcomes    %s\n", a.out);

@@ -19,6 +19,17 @@ void ckpt_generation_default(ckpt_generation *g, bool diffusion, int gen_length)
     snprintf(g->chat, sizeof g->chat, "plain");
 }
 
+void ckpt_generation_from_cfg(ckpt_generation *g, const dllm_cfg *cfg, bool diffusion,
+                              const char *chat)
+{
+    ckpt_generation_default(g, diffusion, cfg->eval.gen_length);
+    g->block_length = cfg->eval.block_length;
+    g->steps = cfg->eval.steps;
+    g->temperature = cfg->eval.temperature;
+    g->top_p = cfg->rollout.top_p;
+    snprintf(g->chat, sizeof g->chat, "%s", chat && chat[0] ? chat : "auto");
+}
+
 int ckpt_write_generation(const char *dir, const ckpt_generation *g, dllm_err *err)
 {
     char path[4400];

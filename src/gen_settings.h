@@ -12,6 +12,7 @@
 #define DLLM_GEN_SETTINGS_H
 
 #include "kernels/base.h"
+#include "src/yaml_config.h"
 
 #include <stdbool.h>
 
@@ -35,5 +36,12 @@ int ckpt_read_generation(const char *dir, ckpt_generation *g, dllm_err *err);
  * of gen_length tokens (EOS included): one block, two tokens per denoising step
  * (the quickstart's measured schedule: 34 tokens in 17 steps), greedy. */
 void ckpt_generation_default(ckpt_generation *g, bool diffusion, int gen_length);
+
+/* The settings a run config evaluates with (eval.gen_length, .block_length,
+ * .steps, .temperature; chat: the run's chat format name, e.g. "plain"), for a
+ * trainer's checkpoints: ckpt_generation_from_cfg(&g, cfg, diffusion, chat);
+ * ckpt_write_generation(ckpt_dir, &g, err). */
+void ckpt_generation_from_cfg(ckpt_generation *g, const dllm_cfg *cfg, bool diffusion,
+                              const char *chat);
 
 #endif
