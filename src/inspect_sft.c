@@ -57,6 +57,10 @@ static int read_rows(const char *path, sft_rows *r)
     }
     free(line);
     fclose(f);
+    if (rc) {
+        free(r->v);
+        r->v = NULL;
+    }
     return rc;
 }
 
