@@ -94,7 +94,11 @@ void cli_print_json_number(FILE *f, double v, int digits)
 
 int cli_rm_tree(const char *path)
 {
-    DIR *d = opendir(path);
+    /* a symbolic link (ckpt/latest) is removed, never followed */
+    struct stat st;
+    if (lstat(path, &st))
+        return -1;
+    DIR *d = S_ISDIR(st.st_mode) ? opendir(path) : NULL;
     if (!d)
         return unlink(path);
     for (struct dirent *e; (e = readdir(d));) {
@@ -120,4 +124,82 @@ int cli_copy_file(const char *from, const char *to, dllm_err *err)
         ok = 0;
     free(data);
     return ok ? 0 : dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", to);
+}
+
+int cli_dir_has_entries(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st))
+        return 0;
+    if (!S_ISDIR(st.st_mode))
+        return 1;
+    DIR *d = opendir(path);
+    if (!d)
+        return 1;
+    int any = 0;
+    for (struct dirent *e; !any && (e = readdir(d));)
+        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return any;
+}
+
+int cli_refuse_existing(const char *path, const char *what, bool can_resume, dllm_err *err)
+{
+    if (!cli_dir_has_entries(path))
+        return 0;
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s: %s already exists and is not empty; pass --force to overwrite it%s",
+                        path, what, can_resume ? " or --resume to continue it" : "");
+}
+
+/* PARENT/.BASE.tmp-PID beside path, so the final rename stays on one file system. */
+static void sibling(char *out, size_t cap, const char *path, const char *tag)
+{
+    size_t l = strlen(path);
+    while (l > 1 && path[l - 1] == '/')
+        l--;
+    const char *b = path + l;
+    while (b > path && b[-1] != '/')
+        b--;
+    snprintf(out, cap, "%.*s.%.*s.%s-%ld", (int)(b - path), path, (int)(path + l - b), b, tag,
+             (long)getpid());
+}
+
+int cli_stage_dir(const char *path, char *tmp, size_t cap, dllm_err *err)
+{
+    sibling(tmp, cap, path, "tmp");
+    cli_rm_tree(tmp);
+    return cli_mkdirs(tmp, err);
+}
+
+int cli_commit_dir(const char *tmp, const char *path, dllm_err *err)
+{
+    char old[4400];
+    sibling(old, sizeof old, path, "old");
+    struct stat st;
+    bool had = lstat(path, &st) == 0;
+    if (had) {
+        cli_rm_tree(old);
+        if (rename(path, old))
+            return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: cannot move aside: %s", path,
+                                strerror(errno));
+    }
+    if (rename(tmp, path)) {
+        int e = errno;
+        if (had)
+            rename(old, path); /* put the old content back */
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", path, strerror(e));
+    }
+    if (had)
+        cli_rm_tree(old);
+    return 0;
+}
+
+void cli_warn_random_model(const char *cmd, const char *arch, const char *preset)
+{
+    fflush(stdout);
+    fprintf(stderr,
+            "dllm-rl %s: WARNING: no model path given: the model is a RANDOM, UNTRAINED %s %s "
+            "preset (set model.path to a trained model directory)\n",
+            cmd, arch && arch[0] ? arch : "llada", preset && preset[0] ? preset : "tiny");
 }

@@ -4,6 +4,7 @@
 
 #include "kernels/base.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 
 /* Parses "1,2,3" into a malloc'd array. Input error on anything else. */
@@ -17,9 +18,23 @@ int cli_fail(const char *cmd, const dllm_err *err);
 int cli_mkdirs(const char *path, dllm_err *err);
 /* Removes a file or a directory tree (best effort; returns rmdir's/unlink's result). */
 int cli_rm_tree(const char *path);
+/* 1 when path exists and is not an empty directory (a file counts as content). */
+int cli_dir_has_entries(const char *path);
+/* An input error naming path when it holds anything: work is never overwritten
+ * without --force (the message also offers --resume when can_resume). */
+int cli_refuse_existing(const char *path, const char *what, bool can_resume, dllm_err *err);
+/* Atomic directory output: cli_stage_dir makes an empty PARENT/.NAME.tmp-PID
+ * beside path (same file system) for the caller to fill; cli_commit_dir renames
+ * it onto path, replacing an existing path (moved aside first, removed after),
+ * so a reader sees the old directory or the complete new one, never a mix. */
+int cli_stage_dir(const char *path, char *tmp, size_t cap, dllm_err *err);
+int cli_commit_dir(const char *tmp, const char *path, dllm_err *err);
 /* Copies a whole file (written to its final name; callers write into temporary
  * directories they rename). */
 int cli_copy_file(const char *from, const char *to, dllm_err *err);
+/* The loud warning of a command that builds a randomly initialised preset
+ * because no model path was given (stderr). */
+void cli_warn_random_model(const char *cmd, const char *arch, const char *preset);
 /* JSON number for a float/double; "null" for non-finite values (JSON has no NaN). */
 void cli_print_json_number(FILE *f, double v, int digits);
 

@@ -8,6 +8,7 @@
 #include "dllm/tokenizer.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
+#include "src/gen_settings.h"
 #include "src/prompt.h"
 
 #include <getopt.h>
@@ -46,12 +47,43 @@ static const char usage_text[] =
     "--mask-token: allow (default, the published sampler) lets x0 be the mask token,\n"
     "which leaves the position masked to compete again later; forbid never draws it,\n"
     "so every generated position ends with a real token. --format json reports the\n"
-    "positions still masked at the end (masked_left).\n";
+    "positions still masked at the end (masked_left).\n"
+    "--format json also writes the text as \"completion\" and echoes every other\n"
+    "field of a --batch-file line (e.g. a task's reference fields), so its output is\n"
+    "the input of `dllm-rl grade NAME --input`.\n"
+    "Defaults: DIR/generation.json (written by sft with every checkpoint: the\n"
+    "gen-length, block-length, steps, temperature, remasking, top-p and chat format\n"
+    "the model was trained for) supplies every setting not given as a flag; without\n"
+    "it the defaults above apply.\n";
 
 typedef struct {
     int32_t *ids;
     int n;
+    json_t *extra; /* --batch-file: the line's other fields, echoed by --format json */
 } prompt_ids;
+
+/* the keys --format json writes itself */
+static bool own_key(const char *k)
+{
+    static const char *const keys[] = {"prompt", "prompt_ids", "ids", "text", "completion",
+                                       "completion_length", "commit_step", "commit_prob",
+                                       "masked_left", NULL};
+    for (int i = 0; keys[i]; i++)
+        if (!strcmp(k, keys[i]))
+            return true;
+    return false;
+}
+
+static json_t *extra_fields(json_t *o)
+{
+    json_t *x = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+        if (!own_key(k))
+            json_object_set(x, k, v);
+    return x;
+}
 
 static bool d1_format; /* --d1 */
 
@@ -93,10 +125,13 @@ static int read_batch_file(const char *path, dllm_tokenizer **tok, const char *m
             }
             if (!rc && (rc = encode_text(json_string_value(text), *tok, fmt, mc, &p[k], err)))
                 dllm_err_prefix(err, "%s:%d", path, lineno);
+            if (!rc)
+                p[k].extra = extra_fields(o);
             k += !rc;
         } else if (json_is_array(ids) && json_array_size(ids) > 0) {
             p[k].n = (int)json_array_size(ids);
             p[k].ids = dllm_malloc(sizeof *p[k].ids * (size_t)p[k].n);
+            p[k].extra = extra_fields(o);
             for (int i = 0; i < p[k].n && !rc; i++) {
                 json_t *v = json_array_get(ids, (size_t)i);
                 if (!json_is_integer(v) || json_integer_value(v) < 0 ||
@@ -120,8 +155,10 @@ static int read_batch_file(const char *path, dllm_tokenizer **tok, const char *m
     if (!rc && k == 0)
         rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: no prompts", path);
     if (rc) {
-        for (int i = 0; i < k; i++)
+        for (int i = 0; i < k; i++) {
             free(p[i].ids);
+            json_decref(p[i].extra);
+        }
         free(p);
         return rc;
     }
@@ -168,6 +205,9 @@ int cmd_generate(int argc, char **argv)
     long gen = 64, block = 16, steps = 32, seed = 0;
     double temp = 0, cfg_scale = 0, top_p = 1;
     int eos_inf = 0, conf_inf = 0;
+    /* flags given: they override the checkpoint's generation.json */
+    bool set_gen = false, set_block = false, set_steps = false, set_temp = false,
+         set_remask = false, set_chat = false, set_top_p = false;
     dllm_mask_token mask_token = DLLM_MASK_TOKEN_ALLOW;
     /* the last flag given of each kind of model, refused for the other kind */
     const char *denoise_flag = NULL, *ar_flag = NULL;
@@ -186,24 +226,32 @@ int cmd_generate(int argc, char **argv)
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     optind = 1;
     d1_format = false;
-    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
         int bad = 0;
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 'p': prompt = optarg; break;
         case 'i': ids_s = optarg; break;
         case 'b': batch_file = optarg; break;
-        case 'g': bad = cli_parse_int(optarg, "--gen-length", 1, 1 << 20, &gen, &err); break;
+        case 'g':
+            bad = cli_parse_int(optarg, "--gen-length", 1, 1 << 20, &gen, &err);
+            set_gen = true;
+            break;
         case 'k':
             bad = cli_parse_int(optarg, "--block-length", 1, 1 << 20, &block, &err);
             denoise_flag = "--block-length";
+            set_block = true;
             break;
         case 's':
             bad = cli_parse_int(optarg, "--steps", 1, 32767, &steps, &err);
             denoise_flag = "--steps";
+            set_steps = true;
             break;
-        case 't': bad = cli_parse_double(optarg, "--temperature", &temp, &err); break;
-        case 'r': remask = optarg; denoise_flag = "--remasking"; break;
+        case 't':
+            bad = cli_parse_double(optarg, "--temperature", &temp, &err);
+            set_temp = true;
+            break;
+        case 'r': remask = optarg; denoise_flag = "--remasking"; set_remask = true; break;
         case 'c':
             bad = cli_parse_double(optarg, "--cfg-scale", &cfg_scale, &err);
             denoise_flag = "--cfg-scale";
@@ -211,10 +259,14 @@ int cmd_generate(int argc, char **argv)
         case 'E': eos_inf = 1; denoise_flag = "--logits-eos-inf"; break;
         case 'C': conf_inf = 1; denoise_flag = "--confidence-eos-eot-inf"; break;
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
-        case 'a': chat = optarg; break;
+        case 'a': chat = optarg; set_chat = true; break;
         case 'P': precision = optarg; break;
         case 'f': format = optarg; break;
-        case 'T': bad = cli_parse_double(optarg, "--top-p", &top_p, &err); ar_flag = "--top-p"; break;
+        case 'T':
+            bad = cli_parse_double(optarg, "--top-p", &top_p, &err);
+            ar_flag = "--top-p";
+            set_top_p = true;
+            break;
         case 'M':
             if (dllm_mask_token_parse(optarg, &mask_token))
                 bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--mask-token %s: expected allow or forbid",
@@ -231,6 +283,27 @@ int cmd_generate(int argc, char **argv)
     if (optind < argc || !model_dir || (!!prompt + !!ids_s + !!batch_file) != 1) {
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
+    }
+    /* the sampler settings the checkpoint was trained for, where no flag is given */
+    ckpt_generation gs;
+    ckpt_generation_default(&gs, true, (int)gen);
+    gs.block_length = (int)block;
+    gs.steps = (int)steps;
+    snprintf(gs.chat, sizeof gs.chat, "%s", chat);
+    int grc = ckpt_read_generation(model_dir, &gs, &err);
+    if (grc > 0)
+        return cli_fail("generate", &err);
+    static char gen_chat[16], gen_remask[32];
+    if (grc == 0) {
+        gen = set_gen ? gen : gs.gen_length;
+        block = set_block ? block : gs.block_length;
+        steps = set_steps ? steps : gs.steps;
+        temp = set_temp ? temp : gs.temperature;
+        top_p = set_top_p ? top_p : gs.top_p;
+        snprintf(gen_remask, sizeof gen_remask, "%s", gs.remasking);
+        snprintf(gen_chat, sizeof gen_chat, "%s", gs.chat);
+        remask = set_remask ? remask : gen_remask;
+        chat = set_chat ? chat : gen_chat;
     }
     if (strcmp(format, "text") && strcmp(format, "ids") && strcmp(format, "json")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--format %s: expected text, ids or json", format);
@@ -348,6 +421,9 @@ int cmd_generate(int argc, char **argv)
                 printf("%s%d", i ? ", " : "", g[i]);
             printf("], \"text\": ");
             print_json_string(stdout, text, tlen);
+            /* the same text under the key `grade` reads */
+            printf(", \"completion\": ");
+            print_json_string(stdout, text, tlen);
             printf(", \"completion_length\": %d, \"commit_step\": [", len);
             for (int i = 0; i < gen; i++)
                 printf("%s%d", i ? ", " : "", r.commit_step[(size_t)b * gen + i]);
@@ -357,13 +433,25 @@ int cmd_generate(int argc, char **argv)
                 cli_print_json_number(stdout, r.commit_prob[(size_t)b * gen + i], 7);
             }
             /* generated positions still masked (masked diffusion, --mask-token allow) */
-            printf("], \"masked_left\": %d}\n", r.n_masked_left ? r.n_masked_left[b] : 0);
+            printf("], \"masked_left\": %d", r.n_masked_left ? r.n_masked_left[b] : 0);
+            const char *key;
+            json_t *v;
+            json_object_foreach(ps[b].extra, key, v) {
+                printf(", ");
+                print_json_string(stdout, key, strlen(key));
+                char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+                printf(": %s", d ? d : "null");
+                free(d);
+            }
+            printf("}\n");
         }
         free(text);
     }
     dllm_rollout_free(&r);
-    for (int i = 0; i < np; i++)
+    for (int i = 0; i < np; i++) {
         free(ps[i].ids);
+        json_decref(ps[i].extra);
+    }
     free(ps);
     dllm_tokenizer_free(tok);
     dllm_policy_free(pol);

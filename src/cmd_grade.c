@@ -22,7 +22,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dllm-rl grade NAME --input FILE.jsonl [--quiet]\n\n"
             "Grades completions of task NAME (see dllm-rl tasks list). Each line of FILE is\n"
-            "a JSON object with \"completion\" and the task's reference fields:\n"
+            "a JSON object with \"completion\" (or \"text\", as `generate --format json`\n"
+            "writes it) and the task's reference fields:\n"
             "  gsm8k      \"answer\" (a number, or a solution ending in \"#### N\")\n"
             "  math500    \"answer\" (LaTeX), or \"solution\" with a \\boxed{} answer\n"
             "  countdown  \"nums\" (array of integers) and \"target\"\n"
@@ -88,6 +89,8 @@ int cmd_grade(int argc, char **argv)
             json_error_t jerr;
             json_t *obj = json_loadb(buf + i, e - i, 0, &jerr);
             json_t *c = obj ? json_object_get(obj, "completion") : NULL;
+            if (!c && obj) /* `generate --format json` also names it text */
+                c = json_object_get(obj, "text");
             dllm_task_item it = {0};
             if (!obj) {
                 rc = dllm_err_set(&err, 2, "%s:%zu: invalid JSON at column %d: %s", input, lineno, jerr.column,

@@ -12,23 +12,27 @@
 static const char usage_text[] =
     "usage: dllm-rl init-model --arch llada --preset tiny|small|llada-8b --out DIR\n"
     "       dllm-rl init-model --arch qwen3 --preset tiny|small|qwen3-8b --out DIR\n"
-    "                          [--seed N] [--dtype f32|bf16] [--weights]\n"
+    "                          [--seed N] [--dtype f32|bf16] [--weights] [--force]\n"
     "\n"
     "Writes DIR/config.json (the published LLaDA or Qwen3 keys) and, for tiny and\n"
     "small, random weights (normal, std 0.02) as safetensors plus a char-level\n"
     "tokenizer.json. For llada-8b and qwen3-8b the 16 GB of weights are written\n"
-    "only with --weights.\n";
+    "only with --weights.\n"
+    "An existing non-empty DIR is refused unless --force, which replaces it. The\n"
+    "model is written to a temporary directory beside DIR and renamed into place,\n"
+    "so DIR is never left half-written.\n";
 
 int cmd_init_model(int argc, char **argv)
 {
     const char *arch = "llada", *preset = NULL, *out = NULL, *dtype = NULL;
     long seed = 0;
-    int weights = 0;
+    int weights = 0, force = 0;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"arch", required_argument, 0, 'a'},  {"preset", required_argument, 0, 'p'},
         {"out", required_argument, 0, 'o'},   {"seed", required_argument, 0, 's'},
         {"dtype", required_argument, 0, 'd'}, {"weights", no_argument, 0, 'w'},
+        {"force", no_argument, 0, 'f'},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -42,6 +46,7 @@ int cmd_init_model(int argc, char **argv)
             break;
         case 'd': dtype = optarg; break;
         case 'w': weights = 1; break;
+        case 'f': force = 1; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -66,11 +71,17 @@ int cmd_init_model(int argc, char **argv)
         strcpy(cfg.torch_dtype, strcmp(dtype, "bf16") ? "float32" : "bfloat16");
     st_dtype st = strcmp(cfg.torch_dtype, "bfloat16") ? ST_F32 : ST_BF16;
     bool big = !strcmp(preset, "llada-8b") || !strcmp(preset, "qwen3-8b");
-    if (cli_mkdirs(out, &err))
+    if (!force && cli_refuse_existing(out, "the output directory", false, &err))
+        return cli_fail("init-model", &err);
+    /* written beside --out, then renamed into place */
+    char dir[4400];
+    if (cli_stage_dir(out, dir, sizeof dir, &err))
         return cli_fail("init-model", &err);
     if (big && !weights) {
-        if (dllm_config_save(&cfg, out, &err))
+        if (dllm_config_save(&cfg, dir, &err) || cli_commit_dir(dir, out, &err)) {
+            cli_rm_tree(dir);
             return cli_fail("init-model", &err);
+        }
         printf("wrote %s/config.json (%.2fB parameters; weights not written, use --weights)\n", out,
                (double)dllm_config_num_params(&cfg) / 1e9);
         return 0;
@@ -79,20 +90,23 @@ int cmd_init_model(int argc, char **argv)
     int rc;
     if (qwen) {
         qwen3_model *m = qwen3_create(&cfg, (uint64_t)seed);
-        rc = qwen3_save(m, out, st, (size_t)5 << 30, &err);
+        rc = qwen3_save(m, dir, st, (size_t)5 << 30, &err);
         qwen3_free(m);
     } else {
         llada_model *m = llada_create(&cfg, (uint64_t)seed);
-        rc = llada_save(m, out, st, (size_t)5 << 30, &err);
+        rc = llada_save(m, dir, st, (size_t)5 << 30, &err);
         llada_free(m);
     }
-    if (rc)
+    if (!rc && !big) {
+        char path[4600];
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        rc = dllm_tokenizer_write_char(path, &err);
+    }
+    if (!rc)
+        rc = cli_commit_dir(dir, out, &err);
+    if (rc) {
+        cli_rm_tree(dir);
         return cli_fail("init-model", &err);
-    if (!big) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizer.json", out);
-        if (dllm_tokenizer_write_char(path, &err))
-            return cli_fail("init-model", &err);
     }
     printf("wrote %s (%s %s, %.3fM parameters, %s)\n", out, qwen ? "qwen3" : "llada", preset,
            (double)dllm_config_num_params(&cfg) / 1e6, st_dtype_name(st));

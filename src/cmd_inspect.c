@@ -3,10 +3,14 @@
  * metric first/last/min/max/mean over its finite values (metrics with none are
  * skipped), and each eval task's latest result, with the paired change since the
  * first eval (and against another run with --against) from the per-item outcome
- * files of RUN_DIR/eval. Reads with SWMR, so it works on a running or killed run. */
+ * files of RUN_DIR/eval. Reads with SWMR, so it works on a running or killed run.
+ * --csv prints every step metric, one row per step; --metric NAME one of them,
+ * and when it holds no value says why (e.g. policy_kl without grpo.beta).
+ * An SFT run (sft_log.jsonl, no log.h5) is summarised by inspect_sft.c. */
 #include "src/commands.h"
 #include "src/eval_outcomes.h"
 #include "src/h5log.h"
+#include "src/inspect_sft.h"
 
 #include "kernels/base.h"
 
@@ -20,7 +24,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dllm-rl inspect RUN_DIR|RUN.h5 [--against OTHER_RUN_DIR] [--json]\n\n"
+            "usage: dllm-rl inspect RUN_DIR|RUN.h5 [--against OTHER_RUN_DIR] [--json | --csv |\n"
+            "                       --metric NAME]\n\n"
             "Summarises a run log (RUN_DIR/log.h5): attributes, number of steps and\n"
             "trajectories, first/last/min/max/mean of every step metric (over its finite\n"
             "values; all-NaN metrics are skipped) and the latest eval of each task.\n"
@@ -29,7 +34,15 @@ static void usage(FILE *f)
             "error is that of the per-item differences). --against: the same comparison\n"
             "of this run's latest eval with OTHER_RUN_DIR's latest, which must score the\n"
             "same items.\n"
-            "--json prints the same as one JSON object (non-finite numbers as null).\n\n"
+            "--json prints the same as one JSON object (non-finite numbers as null).\n"
+            "--csv prints every step metric as CSV: a header (step, then the metrics),\n"
+            "one row per step, empty fields where a metric was not computed.\n"
+            "--metric NAME prints \"step value\" rows of one metric; a metric with no value\n"
+            "in the run is an error that says why it is absent.\n"
+            "An SFT run (RUN_DIR/sft_log.jsonl): steps done of sft.steps (finished or\n"
+            "not), the loss (first, last, min, a curve of up to 9 points), lr, the\n"
+            "checkpoints and the generation settings of ckpt/latest; --csv and --metric\n"
+            "read sft_log.jsonl (step, loss, grad_norm, lr, tokens_per_s, elapsed_s).\n\n"
             "exit status: 0 success, 2 bad input (missing or corrupt log), 1 internal failure\n");
 }
 
@@ -155,16 +168,120 @@ static int paired_against(const char *run_dir, const char *other, const char *ta
     return pair_files(mine, run_dir, theirs, other, task, row, npr, err);
 }
 
+/* Why a step metric holds no finite value in a run whose config is cfg_yaml. */
+static void absent_reason(const char *name, const char *cfg_yaml, char *out, size_t cap)
+{
+    if (!strcmp(name, "policy_kl")) {
+        const char *b = cfg_yaml ? strstr(cfg_yaml, "beta:") : NULL;
+        int l = 0;
+        if (b)
+            while (b[5 + l] && b[5 + l] != '\n' && b[5 + l] != ',' && b[5 + l] != '}' && l < 30)
+                l++;
+        snprintf(out, cap, "the KL to the reference policy is computed only when grpo.beta > 0 "
+                 "(this run: grpo.beta%s%.*s)", b ? ":" : " 0, the default", l, b ? b + 5 : "");
+    } else if (!strcmp(name, "clip_frac")) {
+        snprintf(out, cap, "no policy ratio entered the loss at any step (every group's "
+                 "advantages were zero, or grpo.inner_steps is 0)");
+    } else if (!strcmp(name, "grad_norm") || !strcmp(name, "lr") || !strcmp(name, "loss")) {
+        snprintf(out, cap, "no update was made at any step");
+    } else {
+        snprintf(out, cap, "not computed at any step of this run (NaN in every row)");
+    }
+}
+
+static void csv_num(double v)
+{
+    if (isfinite(v))
+        printf("%.17g", v);
+}
+
+/* Every step metric of the log as CSV, one row per step. */
+static int print_csv(h5log *log, const double *steps, int64_t nsteps, dllm_err *err)
+{
+    double *cols[H5LOG_N_METRICS];
+    const char *names[H5LOG_N_METRICS];
+    int nc = 0;
+    for (int i = 0; i < H5LOG_N_METRICS; i++) {
+        int64_t n;
+        if (h5log_read_metric(log, h5log_metric_name(i), &cols[nc], &n, err))
+            continue;  /* a metric this log predates */
+        if (n < nsteps) {
+            free(cols[nc]);
+            continue;
+        }
+        names[nc++] = h5log_metric_name(i);
+    }
+    printf("step");
+    for (int c = 0; c < nc; c++)
+        printf(",%s", names[c]);
+    printf("\n");
+    for (int64_t t = 0; t < nsteps; t++) {
+        printf("%.0f", steps[t]);
+        for (int c = 0; c < nc; c++) {
+            printf(",");
+            csv_num(cols[c][t]);
+        }
+        printf("\n");
+    }
+    for (int c = 0; c < nc; c++)
+        free(cols[c]);
+    return 0;
+}
+
+/* One metric's rows, or why it has none (exit 2). */
+static int print_metric(h5log *log, const char *metric, const double *steps, int64_t nsteps,
+                        const char *cfg_yaml, dllm_err *err)
+{
+    bool known = false;
+    for (int i = 0; i < H5LOG_N_METRICS; i++)
+        known |= !strcmp(h5log_metric_name(i), metric);
+    if (!known) {
+        char list[4096] = "";
+        for (int i = 0; i < H5LOG_N_METRICS; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     h5log_metric_name(i));
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--metric %s: not a step metric of train "
+                            "(they are: %s)", metric, list);
+    }
+    double *v;
+    int64_t n;
+    if (h5log_read_metric(log, metric, &v, &n, err))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--metric %s: this log predates the metric "
+                            "(written by an older version)", metric);
+    bool any = false;
+    for (int64_t t = 0; t < n && t < nsteps; t++)
+        any |= isfinite(v[t]) != 0;
+    if (!any) {
+        char why[512];
+        absent_reason(metric, cfg_yaml, why, sizeof why);
+        free(v);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--metric %s: no value in %lld steps: %s",
+                            metric, (long long)nsteps, nsteps ? why : "the run has no step yet");
+    }
+    printf("step %s\n", metric);
+    for (int64_t t = 0; t < n && t < nsteps; t++) {
+        printf("%.0f ", steps[t]);
+        csv_num(v[t]);
+        printf("\n");
+    }
+    free(v);
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
-    const char *target = NULL, *against = NULL;
-    int json = 0;
+    const char *target = NULL, *against = NULL, *metric = NULL;
+    int json = 0, csv = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--csv")) {
+            csv = 1;
+        } else if (!strcmp(argv[i], "--metric") && i + 1 < argc) {
+            metric = argv[++i];
         } else if (!strcmp(argv[i], "--against") && i + 1 < argc) {
             against = argv[++i];
         } else if (argv[i][0] != '-' && !target) {
@@ -179,6 +296,10 @@ int cmd_inspect(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (json + csv + !!metric > 1) {
+        fprintf(stderr, "dllm-rl inspect: --json, --csv and --metric exclude each other\n");
+        return 2;
+    }
     /* A run directory holds log.h5. */
     char path[4096], run_dir[4096];
     struct stat st;
@@ -186,6 +307,21 @@ int cmd_inspect(int argc, char **argv)
     if (stat(target, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(path, sizeof path, "%s%slog.h5", target,
                  tl && target[tl - 1] == '/' ? "" : "/");
+        char sft_log[4200];
+        snprintf(sft_log, sizeof sft_log, "%s/sft_log.jsonl", target);
+        if (stat(path, &st) && stat(sft_log, &st) == 0) {
+            if (against) {
+                fprintf(stderr, "dllm-rl inspect: %s is an sft run: --against pairs the "
+                        "evaluations of train runs\n", target);
+                return 2;
+            }
+            return inspect_sft(target, json, csv, metric);
+        }
+        if (stat(path, &st)) {
+            fprintf(stderr, "dllm-rl inspect: %s: neither log.h5 (a train run) nor "
+                    "sft_log.jsonl (an sft run)\n", target);
+            return 2;
+        }
         snprintf(run_dir, sizeof run_dir, "%s", target);
     } else {
         snprintf(path, sizeof path, "%s", target);
@@ -239,7 +375,13 @@ int cmd_inspect(int argc, char **argv)
         goto done;
     }
 
-    if (json) {
+    if (csv) {
+        rc = print_csv(log, steps, nsteps, &err);
+    } else if (metric) {
+        rc = print_metric(log, metric, steps, nsteps, m->config_yaml, &err);
+        if (rc)
+            fprintf(stderr, "dllm-rl inspect: %s\n", err.msg);
+    } else if (json) {
         json_t *root = json_object();
         json_object_set_new(root, "path", json_string(path));
         json_t *attrs = json_object();

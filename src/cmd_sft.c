@@ -9,7 +9,10 @@
  * token masked with probability p; loss = mean over sequences of
  * sum_masked CE / p / answer_len. AdamW with warmup and global-norm clipping.
  * Writes RUN_DIR = log.dir/experiment: config.yaml, sft_log.jsonl, and
- * checkpoints ckpt/step-N in HF layout (ckpt/latest points to the newest). */
+ * checkpoints ckpt/step-N in HF layout (ckpt/latest points to the newest), each
+ * with tokenizer.json, generation.json (the sampler settings of the data it was
+ * trained on) and the exact training state (optimizer.safetensors, state.json),
+ * so --resume continues an interrupted run bit for bit. */
 #include "dllm/policy_sft.h"
 #include "dllm/sft_loss.h"
 #include "dllm/tokenizer.h"
@@ -17,12 +20,14 @@
 #include "kernels/rng.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
+#include "src/gen_settings.h"
 #include "src/yaml_config.h"
 #include "src/sft_data.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,27 +35,119 @@
 #include <unistd.h>
 
 static const char usage_text[] =
-    "usage: dllm-rl sft CONFIG.yaml [--set key.path=value ...] [--quiet]\n"
+    "usage: dllm-rl sft CONFIG.yaml [--set key.path=value ...] [--force] [--quiet]\n"
+    "       dllm-rl sft --resume RUN_DIR [--set key.path=value ...] [--quiet]\n"
     "\n"
     "SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}): masked diffusion\n"
     "for a LLaDA model, next-token cross-entropy on the answer for a Qwen3 model.\n"
-    "Keys: experiment, seed, model.{path|arch+preset,dtype,trainer_precision,\n"
-    "lora.{rank,alpha,targets}}, data.{train,max_len,answer_length}, sft.{steps,batch_size},\n"
-    "optim.{lr,warmup,betas,eps,weight_decay,grad_clip}, log.{dir,every},\n"
-    "checkpoint.{every,keep}.\n"
-    "Output: RUN_DIR = log.dir/experiment with config.yaml, sft_log.jsonl, ckpt/.\n";
+    "Keys:\n"
+    "  experiment, seed, device\n"
+    "  model.path | model.arch + model.preset, model.dtype, model.trainer_precision,\n"
+    "  model.lora.rank, model.lora.alpha, model.lora.targets\n"
+    "  data.train, data.max_len, data.answer_length (EOS-pad answers to the sampling\n"
+    "    length; masked diffusion only)\n"
+    "  sft.steps, sft.batch_size, sft.chat\n"
+    "  optim.lr, optim.warmup, optim.betas, optim.eps, optim.weight_decay,\n"
+    "  optim.grad_clip, optim.schedule\n"
+    "  eval.gen_length, eval.block_length, eval.steps, eval.temperature (the\n"
+    "    checkpoints' generation.json when eval.gen_length equals the answer length)\n"
+    "  log.dir, log.every (progress every N steps; log.trajectories is train's),\n"
+    "  checkpoint.every, checkpoint.keep\n"
+    "Output: RUN_DIR = log.dir/experiment with config.yaml, sft_log.jsonl and\n"
+    "ckpt/step-N (HF weights, tokenizer.json, generation.json, optimizer.safetensors,\n"
+    "state.json; ckpt/latest points to the newest).\n"
+    "An existing non-empty RUN_DIR is refused: --force replaces it (nothing of the\n"
+    "old run is kept), --resume RUN_DIR continues it from ckpt/latest with its stored\n"
+    "config.yaml (optimizer state, step and data order restored: the result equals an\n"
+    "uninterrupted run's).\n";
 
 typedef struct {
     const dllm_cfg *cfg;
     char run_dir[4096];
     char tok_path[4096]; /* tokenizer.json copied into every checkpoint */
+    ckpt_generation gen; /* generation.json of every checkpoint */
 } sft_run;
+
+/* Where the run stands after a step: what a checkpoint must hold to resume it. */
+typedef struct {
+    int step, epoch, cursor;
+    double loss_acc, elapsed;
+    long tokens_acc;
+    int n_acc;
+} sft_state;
+
+static int save_state(const char *dir, const sft_state *s, const float *params, const float *m,
+                      const float *v, size_t n, dllm_err *err)
+{
+    char path[4400];
+    st_writer *w = st_writer_new();
+    int64_t shape[1] = {(int64_t)n};
+    int rc = st_writer_add_f32(w, "trainable", ST_F32, 1, shape, params, err);
+    if (!rc)
+        rc = st_writer_add_f32(w, "adam_m", ST_F32, 1, shape, m, err);
+    if (!rc)
+        rc = st_writer_add_f32(w, "adam_v", ST_F32, 1, shape, v, err);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    if (!rc)
+        rc = st_writer_save_file(w, path, err);
+    st_writer_free(w);
+    if (rc)
+        return rc;
+    /* the same step/opt_step keys as the RL trainer's state.json */
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:f, s:I, s:i, s:f}", "kind", "sft", "step",
+                          s->step, "opt_step", s->step, "epoch", s->epoch, "cursor", s->cursor,
+                          "loss_acc", s->loss_acc, "tokens_acc", (json_int_t)s->tokens_acc,
+                          "n_acc", s->n_acc, "elapsed_s", s->elapsed);
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    rc = json_dump_file(o, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    return rc ? dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", path) : 0;
+}
+
+static int load_state(const char *dir, sft_state *s, float *params, float *m, float *v, size_t n,
+                      dllm_err *err)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s:%d:%d: %s", path, je.line, je.column,
+                            je.text);
+    json_int_t tok = 0;
+    const char *kind = "";
+    int bad = json_unpack(o, "{s:s, s:i, s:i, s:i, s:F, s:I, s:i, s:F}", "kind", &kind, "step",
+                          &s->step, "epoch", &s->epoch, "cursor", &s->cursor, "loss_acc",
+                          &s->loss_acc, "tokens_acc", &tok, "n_acc", &s->n_acc, "elapsed_s",
+                          &s->elapsed) ||
+              strcmp(kind, "sft");
+    json_decref(o);
+    if (bad)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: not the state of an sft checkpoint (kind, step, epoch, cursor, "
+                            "loss_acc, tokens_acc, n_acc, elapsed_s)", path);
+    s->tokens_acc = (long)tok;
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    st_archive *a;
+    if (st_open(&a, path, err))
+        return err->code;
+    int64_t shape[1] = {(int64_t)n};
+    int rc = st_read_f32(a, "trainable", shape, 1, params, err);
+    if (!rc)
+        rc = st_read_f32(a, "adam_m", shape, 1, m, err);
+    if (!rc)
+        rc = st_read_f32(a, "adam_v", shape, 1, v, err);
+    st_close(a);
+    return rc;
+}
 
 /* ckpt/step-N written under a temporary name, then renamed; latest re-pointed;
  * older checkpoints beyond checkpoint.keep removed. */
-static int save_checkpoint(const sft_run *r, const dllm_policy *m, int step, dllm_err *err)
+static int save_checkpoint(const sft_run *r, const dllm_policy *m, const sft_state *s,
+                           const float *adam_m, const float *adam_v, dllm_err *err)
 {
     char dir[4096], tmp[4200], final_[4200], link[4200], tmplink[4300];
+    const int step = s->step;
     snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
     if (cli_mkdirs(dir, err))
         return err->code;
@@ -66,6 +163,12 @@ static int save_checkpoint(const sft_run *r, const dllm_policy *m, int step, dll
     snprintf(tokdst, sizeof tokdst, "%s/tokenizer.json", tmp);
     if (cli_copy_file(r->tok_path, tokdst, err))
         return err->code;
+    if (ckpt_write_generation(tmp, &r->gen, err))
+        return err->code;
+    size_t n;
+    const float *params = dllm_policy_trainable((dllm_policy *)m, &n);
+    if (save_state(tmp, s, params, adam_m, adam_v, n, err))
+        return err->code;
     cli_rm_tree(final_);
     if (rename(tmp, final_))
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", final_, strerror(errno));
@@ -78,9 +181,9 @@ static int save_checkpoint(const sft_run *r, const dllm_policy *m, int step, dll
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", link, strerror(errno));
     int keep = r->cfg->checkpoint.keep, every = r->cfg->checkpoint.every;
     if (keep > 0 && every > 0)
-        for (int s = step - keep * every; s > 0; s -= every) {
+        for (int st = step - keep * every; st > 0; st -= every) {
             char old[4200];
-            snprintf(old, sizeof old, "%s/step-%d", dir, s);
+            snprintf(old, sizeof old, "%s/step-%d", dir, st);
             cli_rm_tree(old);
         }
     return 0;
@@ -111,56 +214,170 @@ static int load_model(const dllm_cfg *cfg, dllm_policy **m, dllm_tokenizer **tok
     return dllm_tokenizer_load(tok, tok_path, err);
 }
 
-static int parse_args(int argc, char **argv, dllm_cfg *cfg, int *quiet, dllm_err *err)
+typedef struct {
+    int quiet, force;
+    const char *resume; /* RUN_DIR, or NULL */
+} sft_opts;
+
+static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_err *err)
 {
     static const struct option opts[] = {{"set", required_argument, 0, 's'},
                                          {"quiet", no_argument, 0, 'q'},
+                                         {"force", no_argument, 0, 'f'},
+                                         {"resume", required_argument, 0, 'r'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *sets[64];
     int nsets = 0;
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
         switch (c) {
         case 's':
             if (nsets == 64)
                 return dllm_err_set(err, DLLM_EXIT_INPUT, "too many --set options");
             sets[nsets++] = optarg;
             break;
-        case 'q': *quiet = 1; break;
+        case 'q': o->quiet = 1; break;
+        case 'f': o->force = 1; break;
+        case 'r': o->resume = optarg; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: return dllm_err_set(err, DLLM_EXIT_INPUT, "bad option (see --help)");
         }
     }
-    if (optind != argc - 1)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "expected one CONFIG.yaml (see --help)");
+    char stored[4400];
+    const char *path;
+    if (o->resume) {
+        if (optind != argc)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "--resume takes the run's stored config.yaml; no CONFIG.yaml "
+                                "(see --help)");
+        if (o->force)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "--resume and --force exclude each other");
+        snprintf(stored, sizeof stored, "%s/config.yaml", o->resume);
+        path = stored;
+    } else {
+        if (optind != argc - 1)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "expected one CONFIG.yaml (see --help)");
+        path = argv[optind];
+    }
     dllm_cfg_defaults(cfg);
-    if (dllm_cfg_load(cfg, argv[optind], err))
+    if (dllm_cfg_load(cfg, path, err))
         return err->code;
     for (int i = 0; i < nsets; i++)
         if (dllm_cfg_set(cfg, sets[i], err))
             return err->code;
     if (!cfg->data.train[0])
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: data.train is required", argv[optind]);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: data.train is required", path);
     return dllm_cfg_validate(cfg, err);
+}
+
+/* The generation settings of the data: gen_length the padded answer length (or
+ * the longest answer, EOS included); eval.* when it names that same length. */
+static void generation_of_data(const dllm_cfg *cfg, const sft_dataset *ds, bool diffusion,
+                               ckpt_generation *g)
+{
+    int L = cfg->data.answer_length;
+    if (L <= 0)
+        for (int i = 0; i < ds->n; i++)
+            L = ds->ex[i].len - ds->ex[i].prompt_len > L ? ds->ex[i].len - ds->ex[i].prompt_len : L;
+    ckpt_generation_default(g, diffusion, L > 0 ? L : 1);
+    if (cfg->eval.gen_length == L) {
+        g->block_length = cfg->eval.block_length;
+        g->steps = cfg->eval.steps;
+        g->temperature = cfg->eval.temperature;
+    }
+}
+
+/* Truncates RUN_DIR/sft_log.jsonl to the lines of steps <= step (a resumed run
+ * rewrites what came after its checkpoint) and opens it for appending. */
+static FILE *reopen_log(const char *path, int step, dllm_err *err)
+{
+    char *data = NULL;
+    size_t len = 0;
+    if (dllm_read_file(path, &data, &len, err))
+        return NULL;
+    size_t keep = 0;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(data + i, '\n', len - i);
+        if (!nl)
+            break;   /* a torn last line */
+        int s;
+        if (sscanf(data + i, "{\"step\": %d", &s) != 1 || s > step)
+            break;
+        i = (size_t)(nl - data) + 1;
+        keep = i;
+    }
+    free(data);
+    if (truncate(path, (off_t)keep)) {
+        dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    FILE *f = fopen(path, "a");
+    if (!f)
+        dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", path, strerror(errno));
+    return f;
+}
+
+/* The seeded permutation of epoch e. */
+static void epoch_order(const dllm_cfg *cfg, int e, int *order, int n)
+{
+    dllm_rng r = dllm_rng_make((uint64_t)cfg->seed, DLLM_RNG_DATA, (uint64_t)e, 0);
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)dllm_rng_below(&r, (uint64_t)i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
 }
 
 int cmd_sft(int argc, char **argv)
 {
     dllm_cfg cfg;
     dllm_err err = {0};
-    int quiet = 0;
-    if (parse_args(argc, argv, &cfg, &quiet, &err))
+    sft_opts opt = {0};
+    if (parse_args(argc, argv, &cfg, &opt, &err))
         return cli_fail("sft", &err);
     if (!strcmp(cfg.device, "cuda")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "device: cuda is not available for sft in this build");
         return cli_fail("sft", &err);
     }
     sft_run run = {.cfg = &cfg};
-    snprintf(run.run_dir, sizeof run.run_dir, "%s/%s", cfg.log.dir, cfg.experiment);
+    if (opt.resume)
+        snprintf(run.run_dir, sizeof run.run_dir, "%s", opt.resume);
+    else
+        snprintf(run.run_dir, sizeof run.run_dir, "%s/%s", cfg.log.dir, cfg.experiment);
+    char latest[4400];
+    snprintf(latest, sizeof latest, "%s/ckpt/latest", run.run_dir);
+    sft_state s0 = {.epoch = -1};
+    if (opt.resume) {
+        json_error_t je;
+        char sp[4500];
+        snprintf(sp, sizeof sp, "%s/state.json", latest);
+        json_t *st = json_load_file(sp, 0, &je);
+        int done = 0;
+        if (!st) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: no checkpoint to resume from (%s)", sp,
+                         je.text);
+            return cli_fail("sft", &err);
+        }
+        if (json_unpack(st, "{s:i}", "step", &done) == 0 && done >= cfg.sft.steps) {
+            json_decref(st);
+            printf("sft: %s is already finished (step %d of sft.steps %d); nothing to do "
+                   "(raise sft.steps with --set to train further)\n", run.run_dir, done,
+                   cfg.sft.steps);
+            return 0;
+        }
+        json_decref(st);
+    } else if (!opt.force) {
+        if (cli_refuse_existing(run.run_dir, "the run directory", true, &err))
+            return cli_fail("sft", &err);
+    } else {
+        cli_rm_tree(run.run_dir); /* nothing of the old run survives */
+    }
     if (cli_mkdirs(run.run_dir, &err))
         return cli_fail("sft", &err);
-    {   /* the effective config, for the record */
+    if (!opt.resume) {   /* the effective config, for the record and for --resume */
         char p[4200];
         snprintf(p, sizeof p, "%s/config.yaml", run.run_dir);
         char *text = dllm_cfg_dump(&cfg);
@@ -171,6 +388,8 @@ int cmd_sft(int argc, char **argv)
         }
         free(text);
     }
+    if (!cfg.model.path[0])
+        cli_warn_random_model("sft", cfg.model.arch, cfg.model.preset);
     dllm_policy *m = NULL;
     dllm_tokenizer *tok = NULL;
     sft_dataset ds = {0};
@@ -187,6 +406,7 @@ int cmd_sft(int argc, char **argv)
         dllm_tokenizer_free(tok);
         return cli_fail("sft", &err);
     }
+    generation_of_data(&cfg, &ds, dllm_policy_is_diffusion(m), &run.gen);
     const dllm_model_config *mc = dllm_policy_config(m);
     const bool trainer_bf16 = !strcmp(cfg.model.trainer_precision, "bf16");
     size_t nparam;
@@ -202,39 +422,50 @@ int cmd_sft(int argc, char **argv)
     double *p_mask = dllm_malloc(sizeof *p_mask * (size_t)B);
     int *order = dllm_malloc(sizeof *order * (size_t)ds.n);
     int *batch = dllm_malloc(sizeof *batch * (size_t)B);
-    int cursor = ds.n, epoch = -1;
-
+    sft_state s = s0;
+    s.cursor = ds.n;
+    FILE *logf = NULL;
     char logpath[4200];
     snprintf(logpath, sizeof logpath, "%s/sft_log.jsonl", run.run_dir);
-    FILE *logf = fopen(logpath, "w");
+    if (opt.resume) {
+        if ((rc = load_state(latest, &s, params, adam_m, adam_v, nparam, &err)))
+            goto done;
+        if (s.epoch < 0 || s.cursor < 0 || s.cursor > ds.n) {
+            rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s/state.json: data position (epoch %d, "
+                              "cursor %d) does not fit data.train (%d examples)", latest, s.epoch,
+                              s.cursor, ds.n);
+            goto done;
+        }
+        epoch_order(&cfg, s.epoch, order, ds.n);
+        if (trainer_bf16 && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
+            goto done;
+        logf = reopen_log(logpath, s.step, &err);
+    } else {
+        logf = fopen(logpath, "w");
+        if (!logf)
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: %s", logpath, strerror(errno));
+    }
     if (!logf) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: %s", logpath, strerror(errno));
         rc = err.code;
         goto done;
     }
-    if (!quiet)
+    if (!opt.quiet) {
         printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d\n", ds.n,
                cfg.model.path[0] ? cfg.model.path : cfg.model.preset, nparam,
                cfg.model.lora.rank ? ", LoRA" : "", cfg.sft.steps, B);
-    double t0 = dllm_now(), loss_acc = 0;
-    long tokens_acc = 0;
-    int n_acc = 0;
-    for (int step = 1; step <= cfg.sft.steps; step++) {
+        if (opt.resume)
+            printf("sft: resuming %s from step %d\n", run.run_dir, s.step);
+    }
+    double t0 = dllm_now() - s.elapsed;
+    for (int step = s.step + 1; step <= cfg.sft.steps; step++) {
         /* batch: the next B examples of a seeded per-epoch permutation */
         int T = 0;
         for (int b = 0; b < B; b++) {
-            if (cursor == ds.n) {
-                dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_DATA, (uint64_t)++epoch, 0);
-                for (int i = 0; i < ds.n; i++)
-                    order[i] = i;
-                for (int i = ds.n - 1; i > 0; i--) {
-                    int j = (int)dllm_rng_below(&r, (uint64_t)i + 1), t = order[i];
-                    order[i] = order[j];
-                    order[j] = t;
-                }
-                cursor = 0;
+            if (s.cursor == ds.n) {
+                epoch_order(&cfg, ++s.epoch, order, ds.n);
+                s.cursor = 0;
             }
-            const sft_example *e = &ds.ex[order[cursor++]];
+            const sft_example *e = &ds.ex[order[s.cursor++]];
             prompt_len[b] = e->prompt_len;
             batch[b] = (int)(e - ds.ex);
             if (e->len > T)
@@ -269,32 +500,34 @@ int cmd_sft(int argc, char **argv)
             rc = err.code;
             goto done;
         }
-        loss_acc += loss;
-        tokens_acc += (long)B * T;
-        n_acc++;
+        s.step = step;
+        s.loss_acc += loss;
+        s.tokens_acc += (long)B * T;
+        s.n_acc++;
+        s.elapsed = dllm_now() - t0;
         if (step % cfg.log.every == 0 || step == cfg.sft.steps) {
-            double el = dllm_now() - t0;
+            double el = s.elapsed;
             fprintf(logf,
                     "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.6g, \"lr\": %.6g, "
                     "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
-                    step, loss_acc / n_acc, norm, lr, tokens_acc / (el > 0 ? el : 1), el);
+                    step, s.loss_acc / s.n_acc, norm, lr, s.tokens_acc / (el > 0 ? el : 1), el);
             fflush(logf);
-            if (!quiet)
+            if (!opt.quiet)
                 printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  ETA %.0fs\n",
-                       step, cfg.sft.steps, loss_acc / n_acc, norm, lr,
-                       tokens_acc / (el > 0 ? el : 1),
+                       step, cfg.sft.steps, s.loss_acc / s.n_acc, norm, lr,
+                       s.tokens_acc / (el > 0 ? el : 1),
                        el / step * (cfg.sft.steps - step));
             fflush(stdout);
-            loss_acc = 0;
-            n_acc = 0;
+            s.loss_acc = 0;
+            s.n_acc = 0;
         }
         if ((cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0) ||
             step == cfg.sft.steps) {
-            if ((rc = save_checkpoint(&run, m, step, &err)))
+            if ((rc = save_checkpoint(&run, m, &s, adam_m, adam_v, &err)))
                 goto done;
         }
     }
-    if (!quiet)
+    if (!opt.quiet)
         printf("done: %s/ckpt/latest\n", run.run_dir);
 done:
     if (logf)

@@ -14,12 +14,19 @@ static const char HEADER[] = "# dllm-rl eval outcomes: task %63[^,], step %lld, 
 int eval_outcomes_write(const char *run_dir, const char *task, long long step, const uint8_t *ok,
                         size_t n, uint64_t items, dllm_err *err)
 {
-    char dir[4200], path[4300], tmp[4400];
+    char dir[4200], path[4300];
     snprintf(dir, sizeof dir, "%s/eval", run_dir);
     int rc = cli_mkdirs(dir, err);
     if (rc)
         return rc;
     snprintf(path, sizeof path, "%s/%s-step-%lld.txt", dir, task, step);
+    return eval_outcomes_write_file(path, task, step, ok, n, items, err);
+}
+
+int eval_outcomes_write_file(const char *path, const char *task, long long step,
+                             const uint8_t *ok, size_t n, uint64_t items, dllm_err *err)
+{
+    char tmp[4400];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f)

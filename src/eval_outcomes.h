@@ -36,6 +36,9 @@ typedef struct {
 
 int eval_outcomes_write(const char *run_dir, const char *task, long long step, const uint8_t *ok,
                         size_t n, uint64_t items, dllm_err *err);
+/* The same content at an explicit path (`dllm-rl eval --out`). */
+int eval_outcomes_write_file(const char *path, const char *task, long long step,
+                             const uint8_t *ok, size_t n, uint64_t items, dllm_err *err);
 int eval_outcomes_read(const char *path, eval_outcomes *o, dllm_err *err);
 void eval_outcomes_free(eval_outcomes *o);
 /* The path of RUN_DIR's outcome file of TASK with the lowest (latest = false) or

@@ -21,6 +21,7 @@ static const command commands[] = {
     {"tasks", cmd_tasks, "list tasks, or print sample prompts of one"},
     {"grade", cmd_grade, "grade completions of a task from JSONL"},
     {"export", cmd_export, "a run's LoRA adapter (PEFT) or merged weights"},
+    {"eval", cmd_eval, "greedy accuracy (with its standard error) of a model on a task's items"},
     {"inspect", cmd_inspect, "summary table of a run's HDF5 log"},
     {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
     {"sweep", cmd_sweep, "run the arms x grid of a sweep file as train runs, then a summary"},
@@ -37,6 +38,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* progress lines reach a file or pipe as they are printed, not at exit */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -49,6 +52,9 @@ int main(int argc, char **argv)
         printf("%s (%s)\n", PACKAGE_STRING, dllm_git_revision);
         return 0;
     }
+    /* `dllm-rl CMD -h` is `dllm-rl CMD --help` for every command */
+    if (argc > 2 && !strcmp(argv[2], "-h"))
+        argv[2] = (char *)"--help";
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);

@@ -1,0 +1,47 @@
+/* gen_settings.h: the generation settings a checkpoint was trained for,
+ * CKPT/generation.json, so `generate` and `eval` sample a model the way its
+ * training saw it without flags (flags still override). The file:
+ *   {"sampler": "denoising" | "autoregressive",
+ *    "gen_length": N, "block_length": N, "steps": N,   (denoising schedule)
+ *    "temperature": T, "remasking": "low_confidence" | "random",
+ *    "top_p": P, "chat": "plain" | "llada" | "qwen3" | "auto"}
+ * Every key is optional when read: a missing one keeps the caller's default.
+ * block_length and steps are written for either sampler (an autoregressive
+ * model ignores them). */
+#ifndef DLLM_GEN_SETTINGS_H
+#define DLLM_GEN_SETTINGS_H
+
+#include "kernels/base.h"
+#include "src/yaml_config.h"
+
+#include <stdbool.h>
+
+typedef struct {
+    bool diffusion;
+    int gen_length, block_length, steps;
+    double temperature, top_p;
+    char remasking[32];
+    char chat[16];
+} ckpt_generation;
+
+/* Writes DIR/generation.json. */
+int ckpt_write_generation(const char *dir, const ckpt_generation *g, dllm_err *err);
+
+/* Reads DIR/generation.json into *g, keeping g's values for absent keys.
+ * Returns 0 when read, -1 when the file does not exist (g untouched), or an
+ * input error (naming the file and key) for a malformed file. */
+int ckpt_read_generation(const char *dir, ckpt_generation *g, dllm_err *err);
+
+/* The settings of a masked-diffusion or autoregressive model trained on answers
+ * of gen_length tokens (EOS included): one block, two tokens per denoising step
+ * (the quickstart's measured schedule: 34 tokens in 17 steps), greedy. */
+void ckpt_generation_default(ckpt_generation *g, bool diffusion, int gen_length);
+
+/* The settings a run config evaluates with (eval.gen_length, .block_length,
+ * .steps, .temperature; chat: the run's chat format name, e.g. "plain"), for a
+ * trainer's checkpoints: ckpt_generation_from_cfg(&g, cfg, diffusion, chat);
+ * ckpt_write_generation(ckpt_dir, &g, err). */
+void ckpt_generation_from_cfg(ckpt_generation *g, const dllm_cfg *cfg, bool diffusion,
+                              const char *chat);
+
+#endif
