@@ -250,9 +250,11 @@ int cmd_plan(int argc, char **argv)
         mem_plan_print(p, what, stdout);
     int rc = 0;
     if (!p->fits) {
-        char advice[900];
+        char advice[900], fix[128];
         mem_plan_advice(p, advice, sizeof advice);
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "does not fit: %s", advice);
+        bool one = mem_plan_suggest(&mc, &cfg, p, fix, sizeof fix);
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "does not fit: %s%s%s", advice, one ? ". This fits: " : "",
+                     one ? fix : "");
         rc = cli_fail("plan", &err);
     }
     free(p);

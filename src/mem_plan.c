@@ -524,9 +524,10 @@ void mem_plan_advice(const mem_plan *p, char *buf, size_t n)
     APPEND("peak %.2f GiB in the %s phase exceeds %.2f GiB (%.2f GB)", (double)p->peak / GIB,
            mem_phase_names[p->peak_phase], (double)p->opts.cap / GIB, (double)p->opts.cap / 1e9);
     if (res > p->opts.cap || p->peak_phase == MEM_RESIDENT) {
-        APPEND("; the resident buffers alone take %.2f GiB: train LoRA (model.lora.rank > 0) instead of "
-               "all weights, lower model.lora.rank, or use a larger device (--max-gpu-memory)",
-               (double)res / GIB);
+        APPEND("; the resident buffers alone take %.2f GiB: %s, or use a larger device "
+               "(--max-gpu-memory)", (double)res / GIB,
+               p->n_lora ? "lower model.lora.rank (the bf16 weights stay)"
+                         : "train LoRA (model.lora.rank > 0) instead of all weights");
         return;
     }
     /* the peak phase's three largest transient items */
@@ -567,10 +568,49 @@ int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, int ran
     int rc = mem_plan_build(p, mc, cfg, &o, err);
     if (!rc && !p->fits) {
         mem_plan_print(p, cfg->experiment, f);
-        char advice[900];
+        char advice[900], fix[128];
         mem_plan_advice(p, advice, sizeof advice);
-        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "the memory plan does not fit: %s", advice);
+        bool one = mem_plan_suggest(mc, cfg, p, fix, sizeof fix);
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "the memory plan does not fit: %s%s%s", advice,
+                          one ? ". This fits: " : "", one ? fix : "");
     }
     free(p);
     return rc;
+}
+
+int mem_plan_suggest(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan *p, char *buf,
+                     size_t n)
+{
+    buf[0] = '\0';
+    mem_plan *q = dllm_malloc(sizeof *q);
+    dllm_err err = {0};
+    int found = 0;
+    /* recomputation first (it costs compute, not batch), then halving the
+     * micro-batch, then halving the sequences decoded together */
+    if (p->opts.recompute != MEM_RECOMPUTE_LAYER) {
+        mem_plan_opts o = p->opts;
+        o.recompute = MEM_RECOMPUTE_LAYER;
+        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
+            snprintf(buf, n, "--recompute layer (peak %.2f GiB)", (double)q->peak / GIB);
+            found = 1;
+        }
+    }
+    for (int mb = (p->mb_lik > p->mb_upd ? p->mb_lik : p->mb_upd) / 2; !found && mb >= 1; mb /= 2) {
+        mem_plan_opts o = p->opts;
+        o.micro_batch = mb;
+        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
+            snprintf(buf, n, "--micro-batch %d (peak %.2f GiB)", mb, (double)q->peak / GIB);
+            found = 1;
+        }
+    }
+    for (int rb = p->rollout_seqs / 2; !found && rb >= 1; rb /= 2) {
+        mem_plan_opts o = p->opts;
+        o.rollout_batch = rb;
+        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
+            snprintf(buf, n, "--rollout-batch %d (peak %.2f GiB)", rb, (double)q->peak / GIB);
+            found = 1;
+        }
+    }
+    free(q);
+    return found;
 }

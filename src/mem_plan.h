@@ -92,6 +92,12 @@ void mem_plan_print_json(const mem_plan *p, const char *what, FILE *f);
  * items and the keys and flags that shrink them), into buf. */
 void mem_plan_advice(const mem_plan *p, char *buf, size_t n);
 
+/* The first single change of the plan's options that makes it fit: recomputation
+ * per layer, then the micro-batch halved until 1, then the rollout batch halved;
+ * "--micro-batch 16 (peak 36.10 GiB)" into buf. Returns 1 if one was found. */
+int mem_plan_suggest(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan *p, char *buf,
+                     size_t n);
+
 /* The check `train` makes at its start on the GPU path: builds the plan with
  * the default options for `ranks`, and when it does not fit in `cap` (0: the
  * default 80 GB) prints the plan to f and returns an input error that says

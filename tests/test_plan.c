@@ -339,7 +339,8 @@ START_TEST(test_bin_d1_recipe)
     rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --device cuda --recompute none", configs);
     ck_assert_int_eq(rc, 2);
     ck_assert_msg(strstr(out, "fits in 80.00 GB (74.51 GiB): no"), "%s", out);
-    ck_assert_msg(strstr(errs, "layer activations (all L layers)") && strstr(errs, "--recompute"), "%s", errs);
+    ck_assert_msg(strstr(errs, "layer activations (all L layers)") && strstr(errs, "This fits: --recompute layer"),
+                  "%s", errs);
     free(out);
     free(errs);
     /* 40 GB: refused, naming what to change */
@@ -350,11 +351,28 @@ START_TEST(test_bin_d1_recipe)
                       strstr(errs, "--recompute") && strstr(errs, "model.lora.rank") &&
                       strstr(errs, "--ranks"),
                   "%s", errs);
+    /* ... and fits with the one change the message proposes */
+    const char *fix = strstr(errs, "This fits: --micro-batch ");
+    ck_assert_msg(fix != NULL, "%s", errs);
+    int mb = atoi(fix + strlen("This fits: --micro-batch "));
+    ck_assert_int_eq(mb, 32);
     free(out);
     free(errs);
-    /* ... and fits 40 GB with a smaller micro-batch, as the message suggests */
-    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --max-gpu-memory 40GB --micro-batch 16", configs);
+    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --max-gpu-memory 40GB --micro-batch %d", configs, mb);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    free(out);
+    free(errs);
+    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --max-gpu-memory 40GB --micro-batch %d", configs,
+             2 * mb);
+    ck_assert_int_eq(rc, 2);
+    free(out);
+    free(errs);
+    /* full fine-tuning: the resident buffers alone are too large for 80 GB */
+    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --set model.lora.rank=0", configs);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(out, "master weights (fp32)") && strstr(errs, "resident buffers alone") &&
+                      strstr(errs, "model.lora.rank > 0"),
+                  "%s", errs);
     free(out);
     free(errs);
 }
