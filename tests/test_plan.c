@@ -242,11 +242,70 @@ START_TEST(test_tiny_llada_options)
     o.recompute_every = 3;
     ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "--recompute"), "%s", err.msg);
+    /* the trajectory ratio: 32 passes per sequence (steps 32, shrink 1), each scoring
+     * the 2 tokens one step commits (64 / 32); a micro-batch of 40 canvases holds one
+     * whole sequence (32 canvases) */
+    o.recompute = MEM_RECOMPUTE_LAYER;
+    o.micro_batch = 40;
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.logp_estimator=trajectory", &err), 0);
+    ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), 0);
+    ck_assert_int_eq(p.mb_upd, 32);
+    ck_assert_int_eq(bytes_of(&p, MEM_UPDATE, "head rows and their gradient (bf16)"), 32LL * 2 * 64 * 4);
+    ck_assert_int_eq(bytes_of(&p, MEM_UPDATE, "layer inputs (L+1)"), 3LL * 32 * 264 * 64 * 2);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.logp_estimator=one_step", &err), 0);
+    o.micro_batch = 0;
     /* grpo.beta > 0 keeps the reference LoRA */
     o.recompute = MEM_RECOMPUTE_LAYER;
     ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.beta=0.04", &err), 0);
     ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), 0);
     ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "KL reference LoRA (fp32)"), 39424);
+}
+END_TEST
+
+/* The check `train` makes at its start: silent when the plan fits; when it does not,
+ * the plan printed and an input error naming what to change. */
+START_TEST(test_check_run)
+{
+    dllm_model_config mc;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_config_preset(&mc, DLLM_ARCH_LLADA, "tiny", &err), 0);
+    dllm_cfg cfg;
+    cfg_with(&cfg, tiny_sets);
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, 1, 0, f, &err), 0);
+    ck_assert_int_eq(ftell(f), 0);
+    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, 1, 1 << 20, f, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "does not fit"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "resident buffers alone"), "%s", err.msg); /* 32 MiB workspace > 1 MiB */
+    ck_assert(ftell(f) > 0);
+    rewind(f);
+    char line[512];
+    bool seen = false;
+    while (fgets(line, sizeof line, f))
+        seen |= strstr(line, "fits in 0.00 GB (0.00 GiB): no") != NULL;
+    ck_assert(seen);
+    fclose(f);
+    /* a cap between the resident buffers and the peak: the single change that fits */
+    mem_plan p;
+    mem_plan_opts o;
+    mem_plan_opts_defaults(&o);
+    ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), 0);
+    const int64_t cap = p.phase_bytes[MEM_RESIDENT] + (p.peak - p.phase_bytes[MEM_RESIDENT]) * 3 / 4;
+    f = tmpfile();
+    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, 1, cap, f, &err), DLLM_EXIT_INPUT);
+    fclose(f);
+    const char *fix = strstr(err.msg, "This fits: --micro-batch ");
+    ck_assert_msg(fix != NULL, "%s", err.msg);
+    o.cap = cap;
+    o.micro_batch = atoi(fix + strlen("This fits: --micro-batch "));
+    ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), 0);
+    ck_assert(p.fits);
+    o.micro_batch *= 2; /* the largest halving that fits */
+    ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), 0);
+    ck_assert(!p.fits);
+    /* 3 ranks do not divide 8 prompts */
+    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, 3, 0, stderr, &err), DLLM_EXIT_INPUT);
 }
 END_TEST
 
@@ -518,6 +577,7 @@ static Suite *suite(bool bin)
     tcase_add_test(tc, test_tiny_llada_recompute_and_cap);
     tcase_add_test(tc, test_tiny_llada_options);
     tcase_add_test(tc, test_tiny_qwen3_items);
+    tcase_add_test(tc, test_check_run);
     suite_add_tcase(s, tc);
     if (bin) {
         tc = tcase_create("binary");
