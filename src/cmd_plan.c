@@ -19,8 +19,8 @@ static const char usage_text[] =
     "Prints the itemised device-memory plan of CONFIG's RL run on the GPU path: every\n"
     "buffer (resident, rollout, likelihood, update) with its size and formula, the peak\n"
     "per phase (resident + the phase's transient buffers), and whether the peak fits.\n"
-    "  --device cuda|cpu      default: the config's device; cpu is refused (the plan is\n"
-    "                         the GPU path's; the CPU backend holds other buffers)\n"
+    "  --device cuda|cpu      default: the config's device. cuda: the GPU path's plan;\n"
+    "                         cpu: the CPU backend's buffers today (LLaDA only; no cap)\n"
     "  --max-gpu-memory SIZE  the cap (default 80GB = 80e9 bytes = 74.5 GiB, which\n"
     "                         leaves about 5 GiB of an 80 GB H100 for the CUDA context);\n"
     "                         KB MB GB TB (and bare K M G T) are powers of 1000,\n"
@@ -224,20 +224,13 @@ int cmd_plan(int argc, char **argv)
     for (int i = 0; i < a.nsets; i++)
         if (dllm_cfg_set(&cfg, a.sets[i], &err))
             return cli_fail("plan", &err);
-    const char *device = a.device ? a.device : cfg.device;
-    if (strcmp(device, "cuda")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT,
-                     "%s: the plan is the GPU path's (--device cuda); the CPU backend keeps other "
-                     "buffers (fp32 weights, all activations, full logits) that it does not plan",
-                     a.device ? "--device cpu" : "device: cpu in the config");
-        return cli_fail("plan", &err);
-    }
+    const bool cpu = strcmp(a.device ? a.device : cfg.device, "cuda") != 0;
     dllm_model_config mc;
     char model[CFG_STR_MAX + 128];
     if (resolve_model(&a, &cfg, &mc, model, sizeof model, &err))
         return cli_fail("plan", &err);
     mem_plan *p = dllm_malloc(sizeof *p);
-    if (mem_plan_build(p, &mc, &cfg, &a.o, &err)) {
+    if (cpu ? mem_plan_build_cpu(p, &mc, &cfg, &a.o, &err) : mem_plan_build(p, &mc, &cfg, &a.o, &err)) {
         free(p);
         return cli_fail("plan", &err);
     }

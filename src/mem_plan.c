@@ -186,6 +186,8 @@ static void add(mem_plan *p, mem_phase ph, const char *name, int64_t bytes, cons
     va_end(ap);
 }
 
+static void finish(mem_plan *p);
+
 /* Canvases per sequence and scored rows per canvas of an estimator. */
 static void estimator_shape(const dllm_cfg *cfg, bool diffusion, const char *est, int64_t *cps,
                             int64_t *rows)
@@ -421,7 +423,13 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     if (fp8 || bf16_copy || (!lora && strcmp(rollout, "trainer")))
         add(p, MEM_UPDATE, "rollout-copy rebuild stripe (fp32)", 128 * Kin * 4, "", "4 x 128 Kin");
 
-    /* ---- peaks ---- */
+    finish(p);
+    return DLLM_OK;
+}
+
+/* Peaks per phase, the overall peak, and the cap (0: none, the CPU plan). */
+static void finish(mem_plan *p)
+{
     int64_t sum[MEM_NPHASE] = {0};
     for (int i = 0; i < p->n_items; i++)
         sum[p->items[i].phase] += p->items[i].bytes;
@@ -435,7 +443,111 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
             p->peak_phase = (mem_phase)ph;
         }
     }
-    p->fits = p->peak <= o->cap;
+    p->fits = p->opts.cap <= 0 || p->peak <= p->opts.cap;
+}
+
+/* ---- the CPU backend's buffers -------------------------------------------------------- *
+ *
+ * What the LLaDA model (dllm/llada.c) and the RL loop allocate today, all fp32
+ * unless said: the weights, their gradients or LoRA's, AdamW moments, the
+ * reference; the trainer's bf16 copy (model.trainer_precision bf16: every
+ * weight, stored as fp32); the rollout copy (fp8: the non-linear weights as
+ * fp32-stored bf16, the codes, the scales and a dequantised fp32 cache of every
+ * block linear; bf16: every weight); two activation sets that grow on demand
+ * and stay allocated: the trainer's (L layers for backward, sized by the
+ * largest chunk: N = max(Ml, Mu) T tokens, with the softmax probabilities
+ * L x B x NH x T x T) and the rollout forward's (one layer, N = the rollout's
+ * Sr T tokens). Per set (acts_ensure): (Lk + 1) N C + Lk N (4C + 2QD + 2KD +
+ * 3F + 2) + Lk B NH T^2 + Lk 7 N r + R (2C + 1), backward scratch N (3C + 2QD +
+ * 2KD + 3F + r) + 2 R C, with Lk the kept layers and R the head rows. Transient:
+ * the sampler's logits (Sr Bk rows), a likelihood chunk's logits (up to Ml G
+ * rows, the gradient in place in the update), the FP8 linear's dequantised
+ * activations (N Kin). Small tables (RoPE, token ids, masks) are left out. */
+static void add_acts(mem_plan *p, const char *who, const dllm_model_config *mc, int64_t Lk, int64_t B,
+                     int64_t T, int64_t R, int64_t r, mem_phase ph)
+{
+    const int64_t C = mc->d_model, NH = mc->n_heads, HD = mc->head_dim, F = mc->mlp_hidden;
+    const int64_t QD = NH * HD, KD = (int64_t)mc->n_kv_heads * HD, N = B * T;
+    char name[64];
+    snprintf(name, sizeof name, "%s activations (%lld layer%s)", who, (long long)Lk, Lk > 1 ? "s" : "");
+    add(p, ph, name, 4 * ((Lk + 1) * N * C + Lk * N * (4 * C + 2 * QD + 2 * KD + 3 * F + 2) + Lk * 7 * N * r),
+        "", "4 N ((Lk+1) C + Lk (4C + 2QD + 2KD + 3F + 2 + 7r)), Lk %lld, N %lld", (long long)Lk,
+        (long long)N);
+    snprintf(name, sizeof name, "%s attention probabilities", who);
+    add(p, ph, name, 4 * Lk * B * NH * T * T, "", "4 Lk B NH T^2, B %lld", (long long)B);
+    snprintf(name, sizeof name, "%s backward scratch + head rows", who);
+    add(p, ph, name, 4 * (N * (3 * C + 2 * QD + 2 * KD + 3 * F + r) + R * (2 * C + 1) + 2 * R * C), "",
+        "4 (N (3C + 2QD + 2KD + 3F + r) + R (4C + 1)), R %lld", (long long)R);
+}
+
+int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
+                       const mem_plan_opts *o, dllm_err *err)
+{
+    if (mc->arch != DLLM_ARCH_LLADA)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--device cpu: the CPU backend's buffers are planned for the LLaDA model "
+                            "only; plan this model with --device cuda");
+    mem_plan_opts oc = *o;
+    oc.cap = 0;
+    int rc = mem_plan_build(p, mc, cfg, &oc, err); /* the shapes and the option checks */
+    if (rc)
+        return rc;
+    p->cpu = true;
+    p->n_items = 0;
+    const int64_t P = p->n_params, Plin = p->n_lin, Nl = p->n_lora, Ln = mc->n_layers;
+    const int64_t V = mc->embedding_size, G = cfg->rollout.gen_length, Bk = cfg->rollout.block_length;
+    const int64_t T = p->T, Sr = p->rollout_seqs, r = Nl ? cfg->model.lora.rank : 0;
+    const int64_t Kin = max64(mc->d_model, max64((int64_t)mc->n_heads * mc->head_dim, mc->mlp_hidden));
+    const int64_t ntrain = Nl ? Nl : P;
+    add(p, MEM_RESIDENT, "weights (fp32)", 4 * P, "", "4 P");
+    if (Nl) {
+        add(p, MEM_RESIDENT, "LoRA A/B (fp32)", 4 * Nl, "", "4 Nl");
+        add(p, MEM_RESIDENT, "LoRA gradients (fp32)", 4 * Nl, "", "4 Nl");
+    } else {
+        add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, "", "4 P");
+    }
+    add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * ntrain, "", Nl ? "8 Nl" : "8 P");
+    if (cfg->grpo.beta > 0)
+        add(p, MEM_RESIDENT, "KL reference (fp32)", 4 * ntrain, "", Nl ? "4 Nl" : "4 P");
+    if (!strcmp(cfg->model.trainer_precision, "bf16"))
+        add(p, MEM_RESIDENT, "bf16 trainer copy (stored fp32)", 4 * P, "", "4 P");
+    if (!strcmp(cfg->rollout.precision, "fp8")) {
+        int64_t n_scales = 0;
+        for (int j = 0; j < NLIN; j++) {
+            int64_t out, in;
+            lin_shape(mc, j, &out, &in);
+            const char *sc = cfg->rollout.fp8.scaling;
+            n_scales += Ln * (!strcmp(sc, "block")     ? ceil_div(out, 128) * ceil_div(in, 128)
+                              : !strcmp(sc, "channel") ? out
+                                                       : 1);
+        }
+        add(p, MEM_RESIDENT, "FP8 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "", "4 (P - Plin)");
+        add(p, MEM_RESIDENT, "FP8 copy: codes", Plin, "", "1 Plin");
+        add(p, MEM_RESIDENT, "FP8 copy: scales (fp32)", 4 * n_scales, "", "4 x scales");
+        add(p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
+    } else if (!strcmp(cfg->rollout.precision, "bf16")) {
+        add(p, MEM_RESIDENT, "bf16 rollout copy (stored fp32)", 4 * P, "", "4 P");
+    }
+    /* the activation sets, once grown, stay for the run */
+    const int64_t cfgx = cfg->rollout.cfg_scale > 0 ? 2 : 1;
+    const int64_t Mt = p->mb_lik > p->mb_upd ? p->mb_lik : p->mb_upd;
+    int64_t cps_o, rows_o;
+    estimator_shape(cfg, true, cfg->grpo.logp_estimator, &cps_o, &rows_o);
+    (void)cps_o;
+    const int64_t Rt = max64((int64_t)p->mb_lik * G, (int64_t)p->mb_upd * rows_o);
+    add_acts(p, "trainer", mc, Ln, Mt, T, Rt, r, MEM_RESIDENT);
+    const int64_t Br = max64(cfgx * Sr, p->mb_lik);
+    add_acts(p, "rollout", mc, 1, Br, T, max64(cfgx * Sr * Bk, (int64_t)p->mb_lik * G), r, MEM_RESIDENT);
+    /* transient */
+    add(p, MEM_ROLLOUT, "sampler logits (fp32)", 4 * cfgx * Sr * Bk * V, "", "4 Sr Bk V%s",
+        cfgx > 1 ? " x 2 (cfg)" : "");
+    if (!strcmp(cfg->rollout.precision, "fp8"))
+        add(p, MEM_ROLLOUT, "FP8 linear input, dequantised (fp32)", 4 * cfgx * Sr * T * Kin, "",
+            "4 Sr T Kin");
+    add(p, MEM_LIKELIHOOD, "chunk logits (fp32)", 4 * (int64_t)p->mb_lik * G * V, "", "4 Ml G V");
+    add(p, MEM_UPDATE, "chunk logits, then their gradient (fp32)", 4 * (int64_t)p->mb_upd * rows_o * V, "",
+        "4 Mu %s V", rows_o == G ? "G" : "rows");
+    finish(p);
     return DLLM_OK;
 }
 
@@ -454,10 +566,15 @@ void mem_plan_print(const mem_plan *p, const char *what, FILE *f)
 {
     char rb[32];
     fprintf(f, "memory plan: %s\n", what);
-    fprintf(f, "GPU path, %d rank%s: %d sequences per rank (%d decoded together), T = %d tokens; "
-               "micro-batch %d canvases (likelihood), %d (update); recompute %s; head chunk %d rows\n",
-            p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->rollout_seqs, p->T, p->mb_lik,
-            p->mb_upd, recompute_name(&p->opts, rb, sizeof rb), p->opts.head_chunk);
+    if (p->cpu)
+        fprintf(f, "CPU backend (today's buffers), %d rank%s: %d sequences per rank, T = %d tokens; "
+                   "%d canvases per forward (likelihood), %d (update)\n",
+                p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->T, p->mb_lik, p->mb_upd);
+    else
+        fprintf(f, "GPU path, %d rank%s: %d sequences per rank (%d decoded together), T = %d tokens; "
+                   "micro-batch %d canvases (likelihood), %d (update); recompute %s; head chunk %d rows\n",
+                p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->rollout_seqs, p->T, p->mb_lik,
+                p->mb_upd, recompute_name(&p->opts, rb, sizeof rb), p->opts.head_chunk);
     fprintf(f, "symbols: %s\n\n", p->symbols);
     int wn = 4;
     for (int i = 0; i < p->n_items; i++) {
@@ -478,8 +595,11 @@ void mem_plan_print(const mem_plan *p, const char *what, FILE *f)
                 ph == (int)p->peak_phase ? "   <- peak" : "");
     fprintf(f, "peak: %.2f GiB (%.2f GB) in the %s phase\n", (double)p->peak / GIB, (double)p->peak / 1e9,
             mem_phase_names[p->peak_phase]);
-    fprintf(f, "fits in %.2f GB (%.2f GiB): %s\n", (double)p->opts.cap / 1e9, (double)p->opts.cap / GIB,
-            p->fits ? "yes" : "no");
+    if (p->opts.cap > 0)
+        fprintf(f, "fits in %.2f GB (%.2f GiB): %s\n", (double)p->opts.cap / 1e9, (double)p->opts.cap / GIB,
+                p->fits ? "yes" : "no");
+    else
+        fprintf(f, "no cap: host memory (the activation sets stay allocated once grown)\n");
 }
 
 void mem_plan_print_json(const mem_plan *p, const char *what, FILE *f)

@@ -65,6 +65,7 @@ typedef struct {
     mem_phase peak_phase;
     int64_t peak;
     bool fits;
+    bool cpu;                  /* the CPU backend's buffers (mem_plan_build_cpu) */
 } mem_plan;
 
 extern const char *const mem_phase_names[MEM_NPHASE];
@@ -77,6 +78,13 @@ void mem_plan_opts_defaults(mem_plan_opts *o);
  * or rollout batch out of range, an unknown LoRA target) name the flag or key. */
 int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
                    const mem_plan_opts *o, dllm_err *err);
+
+/* The CPU backend's buffers today, for the LLaDA model (an input error for
+ * other architectures): fp32 weights, copies, the activation sets that grow on
+ * demand and stay (full attention probabilities), full logits of the scored
+ * rows. No cap (opts->cap is ignored; fits is true). */
+int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
+                       const mem_plan_opts *o, dllm_err *err);
 
 /* "80GB" (1e9), "80GiB" (2^30), "40G" (= GB), "81920MB", "512MiB", "1.5TB", "123B":
  * a positive number and a unit; units are case-insensitive, a bare K/M/G/T is

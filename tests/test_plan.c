@@ -309,6 +309,42 @@ START_TEST(test_check_run)
 }
 END_TEST
 
+/* The CPU backend's buffers for the tiny LLaDA: fp32 copies and full attention. */
+START_TEST(test_tiny_llada_cpu)
+{
+    dllm_model_config mc;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_config_preset(&mc, DLLM_ARCH_LLADA, "tiny", &err), 0);
+    dllm_cfg cfg;
+    cfg_with(&cfg, tiny_sets);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "model.trainer_precision=bf16", &err), 0);
+    mem_plan_opts o;
+    mem_plan_opts_defaults(&o);
+    o.prompt_tokens = 10;
+    o.cap = 1; /* ignored: no cap on the host */
+    mem_plan p;
+    ck_assert_msg(mem_plan_build_cpu(&p, &mc, &cfg, &o, &err) == 0, "%s", err.msg);
+    ck_assert(p.cpu && p.fits);
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "weights (fp32)"), 4 * 117056);
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "bf16 trainer copy (stored fp32)"), 4 * 117056);
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)"), 4 * 100352);
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "FP8 copy: other weights (bf16 stored fp32)"),
+                     4 * (117056 - 100352));
+    /* softmax probabilities of every layer: 2 x 64 canvases x 4 heads x 74 x 74 floats */
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "trainer attention probabilities"), 4LL * 2 * 64 * 4 * 74 * 74);
+    /* kept per layer: 4C + 2QD + 2KD + 3F + 2 = 1042 floats, 7 r = 28 LoRA, plus 3 residual slots */
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "trainer activations (2 layers)"),
+                     4LL * 4736 * (3 * 64 + 2 * (1042 + 28)));
+    ck_assert_int_eq(bytes_of(&p, MEM_LIKELIHOOD, "chunk logits (fp32)"), 4LL * 64 * 64 * 128);
+    ck_assert_int_eq(bytes_of(&p, MEM_ROLLOUT, "sampler logits (fp32)"), 4LL * 64 * 16 * 128);
+    ck_assert_ptr_null(item(&p, MEM_RESIDENT, "trainer weights (bf16)"));
+    /* the Qwen3 model's CPU buffers are not planned */
+    ck_assert_int_eq(dllm_config_preset(&mc, DLLM_ARCH_QWEN3, "tiny", &err), 0);
+    ck_assert_int_eq(mem_plan_build_cpu(&p, &mc, &cfg, &o, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "--device cpu"), "%s", err.msg);
+}
+END_TEST
+
 /* ---- a tiny Qwen3 (autoregressive), full fine-tuning --------------------------------------- */
 
 START_TEST(test_tiny_qwen3_items)
@@ -496,6 +532,19 @@ START_TEST(test_bin_json_and_config_json)
 }
 END_TEST
 
+/* The CPU backend's buffers for the d1 recipe: far beyond one GPU, no cap, exit 0. */
+START_TEST(test_bin_cpu)
+{
+    char args[2048];
+    snprintf(args, sizeof args, "%s/llada-8b-gsm8k-d1.yaml --device cpu", configs);
+    json_t *j = plan_json(args);
+    ck_assert(json_is_true(json_object_get(j, "fits")));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "cap_bytes")), 0);
+    ck_assert(json_integer_value(json_object_get(j, "peak_bytes")) > 400LL * 1000000000LL);
+    json_decref(j);
+}
+END_TEST
+
 START_TEST(test_bin_qwen3_recipe)
 {
     char *out, *errs;
@@ -535,7 +584,6 @@ START_TEST(test_bin_bad_input)
         {"--rollout-batch 1000", "--rollout-batch"},
         {"--head-chunk -3", "--head-chunk"},
         {"--device tpu", "--device"},
-        {"--device cpu", "--device cpu"},
         {"--bogus", "--bogus"},
         {"--preset huge", "--preset"},
         {"--set grpo.bogus=1", "grpo.bogus"},
@@ -553,6 +601,12 @@ START_TEST(test_bin_bad_input)
     int rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --set model.path=/nonexistent/model", configs);
     ck_assert_int_eq(rc, 2);
     ck_assert_msg(strstr(errs, "model.path") && strstr(errs, "--preset"), "%s", errs);
+    free(out);
+    free(errs);
+    /* the CPU backend's buffers are planned for LLaDA only */
+    rc = run(&out, &errs, "plan %s/qwen3-8b-math.yaml --device cpu", configs);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(errs, "--device cpu"), "%s", errs);
     free(out);
     free(errs);
     rc = run(&out, &errs, "plan");
@@ -578,12 +632,14 @@ static Suite *suite(bool bin)
     tcase_add_test(tc, test_tiny_llada_options);
     tcase_add_test(tc, test_tiny_qwen3_items);
     tcase_add_test(tc, test_check_run);
+    tcase_add_test(tc, test_tiny_llada_cpu);
     suite_add_tcase(s, tc);
     if (bin) {
         tc = tcase_create("binary");
         tcase_add_test(tc, test_bin_d1_recipe);
         tcase_add_test(tc, test_bin_json_and_config_json);
         tcase_add_test(tc, test_bin_qwen3_recipe);
+        tcase_add_test(tc, test_bin_cpu);
         tcase_add_test(tc, test_bin_bad_input);
         suite_add_tcase(s, tc);
     }
