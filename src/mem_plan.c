@@ -676,16 +676,13 @@ void mem_plan_advice(const mem_plan *p, char *buf, size_t n)
 #undef APPEND
 }
 
-int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, int ranks, int64_t cap,
+int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan_opts *o,
                        FILE *f, dllm_err *err)
 {
-    mem_plan_opts o;
-    mem_plan_opts_defaults(&o);
-    o.ranks = ranks;
-    if (cap > 0)
-        o.cap = cap;
+    mem_plan_opts d;
+    mem_plan_opts_defaults(&d);
     mem_plan *p = dllm_malloc(sizeof *p);
-    int rc = mem_plan_build(p, mc, cfg, &o, err);
+    int rc = mem_plan_build(p, mc, cfg, o ? o : &d, err);
     if (!rc && !p->fits) {
         mem_plan_print(p, cfg->experiment, f);
         char advice[900], fix[128];

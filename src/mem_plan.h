@@ -107,10 +107,10 @@ int mem_plan_suggest(const dllm_model_config *mc, const dllm_cfg *cfg, const mem
                      size_t n);
 
 /* The check `train` makes at its start on the GPU path: builds the plan with
- * the default options for `ranks`, and when it does not fit in `cap` (0: the
- * default 80 GB) prints the plan to f and returns an input error that says
- * what to change. */
-int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, int ranks, int64_t cap,
+ * options o (NULL: the defaults, one rank) and, when it does not fit o->cap,
+ * prints the plan to f and returns an input error saying what to change and,
+ * when one exists, the single change that fits. Silent when it fits. */
+int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan_opts *o,
                        FILE *f, dllm_err *err);
 
 #endif

@@ -273,9 +273,12 @@ START_TEST(test_check_run)
     cfg_with(&cfg, tiny_sets);
     FILE *f = tmpfile();
     ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, 1, 0, f, &err), 0);
+    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, NULL, f, &err), 0);
     ck_assert_int_eq(ftell(f), 0);
-    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, 1, 1 << 20, f, &err), DLLM_EXIT_INPUT);
+    mem_plan_opts small;
+    mem_plan_opts_defaults(&small);
+    small.cap = 1 << 20;
+    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, &small, f, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "does not fit"), "%s", err.msg);
     ck_assert_msg(strstr(err.msg, "resident buffers alone"), "%s", err.msg); /* 32 MiB workspace > 1 MiB */
     ck_assert(ftell(f) > 0);
@@ -293,11 +296,11 @@ START_TEST(test_check_run)
     ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), 0);
     const int64_t cap = p.phase_bytes[MEM_RESIDENT] + (p.peak - p.phase_bytes[MEM_RESIDENT]) * 3 / 4;
     f = tmpfile();
-    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, 1, cap, f, &err), DLLM_EXIT_INPUT);
+    o.cap = cap;
+    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, &o, f, &err), DLLM_EXIT_INPUT);
     fclose(f);
     const char *fix = strstr(err.msg, "This fits: --micro-batch ");
     ck_assert_msg(fix != NULL, "%s", err.msg);
-    o.cap = cap;
     o.micro_batch = atoi(fix + strlen("This fits: --micro-batch "));
     ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), 0);
     ck_assert(p.fits);
@@ -305,7 +308,10 @@ START_TEST(test_check_run)
     ck_assert_int_eq(mem_plan_build(&p, &mc, &cfg, &o, &err), 0);
     ck_assert(!p.fits);
     /* 3 ranks do not divide 8 prompts */
-    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, 3, 0, stderr, &err), DLLM_EXIT_INPUT);
+    mem_plan_opts_defaults(&o);
+    o.ranks = 3;
+    ck_assert_int_eq(mem_plan_check_run(&mc, &cfg, &o, stderr, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "--ranks"), "%s", err.msg);
 }
 END_TEST
 
