@@ -25,6 +25,7 @@ static const command commands[] = {
     {"inspect", cmd_inspect, "summary table of a run's HDF5 log"},
     {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
     {"sweep", cmd_sweep, "run the arms x grid of a sweep file as train runs, then a summary"},
+    {"plan", cmd_plan, "itemised GPU memory plan of a config, and whether it fits"},
 };
 
 static void usage(FILE *f)
