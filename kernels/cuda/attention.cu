@@ -314,7 +314,7 @@ static void fwd_launch(float *out, float *lse, const float *q, const float *k, c
 {
     typedef AttCfg<HDP> C;
     dim3 grid((T + C::BQ - 1) / C::BQ, NH, B);
-    attention_fwd_kernel<HDP><<<grid, C::THREADS, 0, st>>>(out, lse, q, k, v, keymask, T, NH, NKV,
+    DLLM_LAUNCH(attention_fwd_kernel<HDP>, grid, C::THREADS, 0, st)(out, lse, q, k, v, keymask, T, NH, NKV,
                                                            HD, causal, 1.0f / sqrtf((float)HD));
     cudaLaunchCheck();
 }
@@ -329,14 +329,14 @@ static void bwd_launch(float *dq, float *dk, float *dv, const float *dout, const
     float scale = 1.0f / sqrtf((float)HD);
     if (dq) {
         dim3 grid((T + C::BQ - 1) / C::BQ, NH, B);
-        attention_bwd_dq_kernel<HDP><<<grid, C::THREADS, 0, st>>>(dq, dout, lse, Dd, q, k, v,
+        DLLM_LAUNCH(attention_bwd_dq_kernel<HDP>, grid, C::THREADS, 0, st)(dq, dout, lse, Dd, q, k, v,
                                                                   keymask, T, NH, NKV, HD,
                                                                   causal, scale);
         cudaLaunchCheck();
     }
     if (dk || dv) {
         dim3 grid((T + C::BQ - 1) / C::BQ, NKV, B);
-        attention_bwd_dkv_kernel<HDP><<<grid, C::THREADS, 0, st>>>(dk, dv, dout, lse, Dd, q, k, v,
+        DLLM_LAUNCH(attention_bwd_dkv_kernel<HDP>, grid, C::THREADS, 0, st)(dk, dv, dout, lse, Dd, q, k, v,
                                                                    keymask, T, NH, NKV, HD,
                                                                    causal, scale);
         cudaLaunchCheck();
@@ -372,7 +372,7 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
     size_t rows = (size_t)B * T * NH;
     float *Dd = NULL; // (B, NH, T)
     cudaCheck(cudaMallocAsync((void **)&Dd, rows * sizeof(float), st));
-    attention_bwd_dot_kernel<<<(unsigned)((rows * 32 + 255) / 256), 256, 0, st>>>(Dd, dout, out,
+    DLLM_LAUNCH(attention_bwd_dot_kernel, (unsigned)((rows * 32 + 255) / 256), 256, 0, st)(Dd, dout, out,
                                                                                    B, T, NH, HD);
     cudaLaunchCheck();
     switch (padded_hd(HD)) {

@@ -32,7 +32,7 @@ extern "C" void dllm_cuda_f32_to_bf16(uint16_t *out, const float *inp, size_t n,
 {
     if (n == 0)
         return;
-    f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, inp, n);
+    DLLM_LAUNCH(f32_to_bf16_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, inp, n);
     cudaLaunchCheck();
 }
 
@@ -41,6 +41,6 @@ extern "C" void dllm_cuda_bf16_to_f32(float *out, const uint16_t *inp, size_t n,
 {
     if (n == 0)
         return;
-    bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, inp, n);
+    DLLM_LAUNCH(bf16_to_f32_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, inp, n);
     cudaLaunchCheck();
 }

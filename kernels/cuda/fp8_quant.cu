@@ -83,12 +83,12 @@ static void fp8_quant_launch(uint8_t *q, float *scale, long srs, long scs, const
         size_t warps = (size_t)R * SC;
         size_t blocks = (warps + 7) / 8;
         DLLM_CUDA_REQUIRE(blocks <= 0x7FFFFFFFu, "too many groups (%zu)", warps);
-        fp8_quant_rows_kernel<T><<<(unsigned)blocks, 256, 0, st>>>(q, scale, srs, scs, x, R, C,
+        DLLM_LAUNCH(fp8_quant_rows_kernel<T>, (unsigned)blocks, 256, 0, st)(q, scale, srs, scs, x, R, C,
                                                                    bc, SC, (int)f, pow2);
     } else {
         DLLM_CUDA_REQUIRE(SR <= 65535, "%d block rows: at most 65535", SR);
         dim3 grid(SC, SR);
-        fp8_quant_blocks_kernel<T><<<grid, 256, 0, st>>>(q, scale, srs, scs, x, R, C, br, bc,
+        DLLM_LAUNCH(fp8_quant_blocks_kernel<T>, grid, 256, 0, st)(q, scale, srs, scs, x, R, C, br, bc,
                                                          (int)f, pow2);
     }
     cudaLaunchCheck();
@@ -132,7 +132,7 @@ extern "C" void dllm_cuda_fp8_dequantise(float *out, const uint8_t *q, const flo
     if (bc > C)
         bc = C;
     size_t n = (size_t)R * C;
-    fp8_dequant_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, q, scale, srs, scs, R, C,
+    DLLM_LAUNCH(fp8_dequant_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, q, scale, srs, scs, R, C,
                                                                    br, bc, (int)f);
     cudaLaunchCheck();
 }

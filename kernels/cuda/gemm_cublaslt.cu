@@ -28,7 +28,6 @@
 
 #include <array>
 #include <cstdarg>
-#include <cublasLt.h>
 #include <map>
 #include <mutex>
 

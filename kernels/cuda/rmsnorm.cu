@@ -74,7 +74,7 @@ extern "C" void dllm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp,
     DLLM_CUDA_REQUIRE(N >= 0 && C > 0, "bad shape N=%d C=%d", N, C);
     if (N == 0)
         return;
-    rmsnorm_fwd_kernel<<<N, RMS_THREADS, 0, as_stream(s)>>>(out, rstd, inp, w, C, eps);
+    DLLM_LAUNCH(rmsnorm_fwd_kernel, N, RMS_THREADS, 0, as_stream(s))(out, rstd, inp, w, C, eps);
     cudaLaunchCheck();
 }
 
@@ -87,7 +87,7 @@ extern "C" void dllm_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout,
         return;
     cudaStream_t st = as_stream(s);
     if (dinp) {
-        rmsnorm_dx_kernel<<<N, RMS_THREADS, 0, st>>>(dinp, dout, inp, w, rstd, C);
+        DLLM_LAUNCH(rmsnorm_dx_kernel, N, RMS_THREADS, 0, st)(dinp, dout, inp, w, rstd, C);
         cudaLaunchCheck();
     }
     if (dw) {
@@ -96,9 +96,9 @@ extern "C" void dllm_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout,
         float *part = NULL;
         cudaCheck(cudaMallocAsync((void **)&part, (size_t)chunks * C * sizeof(float), st));
         dim3 grid((C + 255) / 256, chunks);
-        rmsnorm_dw_partial_kernel<<<grid, 256, 0, st>>>(part, dout, inp, rstd, N, C);
+        DLLM_LAUNCH(rmsnorm_dw_partial_kernel, grid, 256, 0, st)(part, dout, inp, rstd, N, C);
         cudaLaunchCheck();
-        rmsnorm_dw_reduce_kernel<<<(C + 255) / 256, 256, 0, st>>>(dw, part, chunks, C);
+        DLLM_LAUNCH(rmsnorm_dw_reduce_kernel, (C + 255) / 256, 256, 0, st)(dw, part, chunks, C);
         cudaLaunchCheck();
         cudaCheck(cudaFreeAsync(part, st));
     }

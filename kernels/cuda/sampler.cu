@@ -122,7 +122,7 @@ extern "C" void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf
     DLLM_CUDA_REQUIRE(temperature >= 0.0, "temperature %g < 0", temperature);
     if (n == 0)
         return;
-    sampler_x0_kernel<<<n, SAMPLER_THREADS, 0, as_stream(s)>>>(x0, prob, rand_conf, logits,
+    DLLM_LAUNCH(sampler_x0_kernel, n, SAMPLER_THREADS, 0, as_stream(s))(x0, prob, rand_conf, logits,
                                                                row_seq, row_pos, V, temperature,
                                                                seed, gstep);
     cudaLaunchCheck();
@@ -141,6 +141,6 @@ extern "C" void dllm_cuda_rng_u64(uint64_t *out, size_t n, uint64_t seed, uint64
     if (n == 0)
         return;
     uint64_t key = dllm_rng_key(seed, a, b, c); /* the host half of the shared header */
-    rng_u64_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, n, key, ctr0);
+    DLLM_LAUNCH(rng_u64_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, n, key, ctr0);
     cudaLaunchCheck();
 }
