@@ -105,15 +105,15 @@ extern "C" void dllm_cuda_clip_grad(float *g, size_t n, const double *sumsq, dou
     cudaLaunchCheck();
 }
 
-extern "C" double dllm_cuda_grad_norm(const float *g, size_t n, dllm_cuda_stream s)
+extern "C" double dllm_cuda_grad_norm(const float *g, size_t n, double *scratch,
+                                      dllm_cuda_stream s)
 {
-    double *acc = NULL, h = 0.0;
+    double h = 0.0;
     cudaStream_t st = as_stream(s);
-    cudaCheck(cudaMallocAsync((void **)&acc, sizeof(double), st));
-    cudaCheck(cudaMemsetAsync(acc, 0, sizeof(double), st));
-    dllm_cuda_sumsq_accum(acc, g, n, s);
-    cudaCheck(cudaMemcpyAsync(&h, acc, sizeof(double), cudaMemcpyDeviceToHost, st));
-    cudaCheck(cudaFreeAsync(acc, st));
+    DLLM_CUDA_REQUIRE(scratch, "a device double of scratch is required");
+    cudaCheck(cudaMemsetAsync(scratch, 0, sizeof(double), st));
+    dllm_cuda_sumsq_accum(scratch, g, n, s);
+    cudaCheck(cudaMemcpyAsync(&h, scratch, sizeof(double), cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaStreamSynchronize(st));
     return sqrt(h);
 }

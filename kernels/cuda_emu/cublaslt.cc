@@ -2,7 +2,8 @@
  * cublaslt_emu.h). It implements the subset the project calls -- matmul and layout
  * descriptors, transposes, CUBLAS_COMPUTE_32F with fp32 scale type, BF16 inputs and FP8
  * E4M3/E5M2 inputs with tensor-wide (scalar) or block scaling, D fp32 or bf16,
- * preferences, the heuristic and the workspace -- and refuses the rest.
+ * preferences, the heuristic and the workspace, and fp32 x fp32 (SGEMM) -- and refuses the
+ * rest.
  *
  * Refusals follow NVIDIA's cuBLASLt documentation (cublasLtMatmul: "Datatypes
  * supported", the FP8 and block-scaling notes); where it is unclear the choice is marked
@@ -129,9 +130,19 @@ cublasStatus_t check(const cublasLtMatmulDescOpaque_emu *d, const cublasLtMatrix
     bool scalar_modes = d->a_mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F &&
                         d->b_mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
     p->block = !scalar_modes;
+    if (!p->fp8 && a->type == CUDA_R_32F) {
+        if (b->type != CUDA_R_32F || dl->type != CUDA_R_32F)
+            return *why = "fp32 A needs fp32 B and D", CUBLAS_STATUS_NOT_SUPPORTED;
+        if (!scalar_modes || d->a_scale || d->b_scale)
+            return *why = "scales are for FP8 inputs", CUBLAS_STATUS_NOT_SUPPORTED;
+        for (int i = 0; i < 4; i++)
+            if (align[i] < 4)
+                return *why = "fp32 operands must be 4-byte aligned", CUBLAS_STATUS_INVALID_VALUE;
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if (!p->fp8) {
         if (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF)
-            return *why = "input types outside the stand-in (BF16 x BF16 or FP8)",
+            return *why = "input types outside the stand-in (FP32, BF16 x BF16 or FP8)",
                    CUBLAS_STATUS_NOT_SUPPORTED;
         if (dl->type != CUDA_R_16BF && dl->type != CUDA_R_32F)
             return *why = "BF16 inputs need D bf16 or fp32", CUBLAS_STATUS_NOT_SUPPORTED;
