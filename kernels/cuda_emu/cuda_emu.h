@@ -276,6 +276,7 @@ cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev);
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaDeviceReset(void);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s);

@@ -270,6 +270,17 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev)
 
 cudaError_t cudaDeviceSynchronize(void) { return check_guards("at a synchronisation"); }
 
+/* As CUDA: every allocation of the process is released and a sticky error cleared. */
+cudaError_t cudaDeviceReset(void)
+{
+    for (auto &kv : g_allocs)
+        free(kv.second.base);
+    g_allocs.clear();
+    g_stats.bytes_in_use = 0;
+    g_sticky = g_last = cudaSuccess;
+    return cudaSuccess;
+}
+
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     init();
