@@ -5,7 +5,12 @@
  * emulation reports what a GPU would hide or fault on (a barrier in divergent code, a
  * shuffle with an exited lane, a store past a buffer). tests/test_cuda_selftest.c runs it. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codec.cuh"
 
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#endif
 #include <cstdarg>
 #include <cstring>
 
@@ -164,6 +169,65 @@ void runtime_checks(void)
     cudaCheck(cudaFree(d_idx));
 }
 
+/* The device's conversion intrinsics against the project's codecs (fp8_codec.cuh, the
+ * CPU's bits): E4M3/E5M2 with saturation to the largest finite value, bf16 RNE. */
+__global__ void cvt_kernel(uint8_t *e4, uint8_t *e5, uint16_t *bf, const float *x, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        e4[i] = __nv_cvt_float_to_fp8(x[i], __NV_SATFINITE, __NV_E4M3);
+        e5[i] = __nv_cvt_float_to_fp8(x[i], __NV_SATFINITE, __NV_E5M2);
+        bf[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+    }
+}
+
+void conversion_checks(void)
+{
+    enum { N = 20000 };
+    static float x[N];
+    static uint8_t e4[N], e5[N];
+    static uint16_t bf[N];
+    uint64_t r = 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < N; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t u = (uint32_t)(r >> 32);
+        if (i % 2) /* half near the fp8 ranges, where rounding and saturation happen */
+            u = (u & 0x807FFFFFu) | ((uint32_t)(100 + (u >> 24) % 60) << 23);
+        if ((u & 0x7F800000u) == 0x7F800000u)
+            u &= 0xFF800000u; /* inf, never NaN (NaN encodings are a probe) */
+        memcpy(&x[i], &u, 4);
+    }
+    x[0] = 448.0f, x[1] = 464.0f, x[2] = 57344.0f, x[3] = 61440.0f, x[4] = INFINITY;
+    x[5] = -INFINITY, x[6] = -0.0f, x[7] = 1e-9f;
+    float *d_x;
+    uint8_t *d_e4, *d_e5;
+    uint16_t *d_bf;
+    cudaCheck(cudaMalloc(&d_x, sizeof x));
+    cudaCheck(cudaMalloc(&d_e4, N));
+    cudaCheck(cudaMalloc(&d_e5, N));
+    cudaCheck(cudaMalloc(&d_bf, 2 * N));
+    cudaCheck(cudaMemcpy(d_x, x, sizeof x, cudaMemcpyHostToDevice));
+    DLLM_LAUNCH(cvt_kernel, 40, 256, 0, NULL)(d_e4, d_e5, d_bf, d_x, N);
+    cudaCheck(cudaMemcpy(e4, d_e4, N, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(e5, d_e5, N, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(bf, d_bf, 2 * N, cudaMemcpyDeviceToHost));
+    int bad4 = 0, bad5 = 0, badb = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        uint16_t want_bf = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        if (e4[i] != fp8c_encode(x[i], 0) && bad4++ < 3)
+            fail("E4M3 of %a: 0x%02x, codec 0x%02x", x[i], e4[i], fp8c_encode(x[i], 0));
+        if (e5[i] != fp8c_encode(x[i], 1) && bad5++ < 3)
+            fail("E5M2 of %a: 0x%02x, codec 0x%02x", x[i], e5[i], fp8c_encode(x[i], 1));
+        if (bf[i] != want_bf && badb++ < 3)
+            fail("bf16 of %a: 0x%04x, RNE 0x%04x", x[i], bf[i], want_bf);
+    }
+    cudaCheck(cudaFree(d_x));
+    cudaCheck(cudaFree(d_e4));
+    cudaCheck(cudaFree(d_e5));
+    cudaCheck(cudaFree(d_bf));
+}
+
 #ifdef DLLM_CUDA_EMULATION
 /* ---- what the emulation must report (a GPU hangs, faults or silently misbehaves) ---- */
 
@@ -285,6 +349,7 @@ extern "C" int dllm_cuda_selftest(char *report, size_t report_len)
     g_rep_len = report_len;
     report[0] = '\0';
     runtime_checks();
+    conversion_checks();
     cublaslt_checks();
 #ifdef DLLM_CUDA_EMULATION
     emulation_checks();

@@ -56,8 +56,8 @@ extern "C" void dllm_cuda_adamw(float *p, const float *g, float *m, float *v, ui
     float bc2_sqrt = (float)sqrt(bc2);
     float w1 = (float)(1.0 - (double)b1);
     float w2 = (float)(1.0 - (double)b2);
-    DLLM_LAUNCH(adamw_kernel, grid_for(n, 256), 256, 0, as_stream(s))(p, g, m, v, p_bf16, n, decay, step,
-                                                             bc2_sqrt, w1, w2, b2, eps);
+    DLLM_LAUNCH(adamw_kernel, grid_for(n, 256), 256, 0, as_stream(s))(p, g, m, v, p_bf16, n, decay,
+        step, bc2_sqrt, w1, w2, b2, eps);
     cudaLaunchCheck();
 }
 

@@ -314,8 +314,8 @@ static void fwd_launch(float *out, float *lse, const float *q, const float *k, c
 {
     typedef AttCfg<HDP> C;
     dim3 grid((T + C::BQ - 1) / C::BQ, NH, B);
-    DLLM_LAUNCH(attention_fwd_kernel<HDP>, grid, C::THREADS, 0, st)(out, lse, q, k, v, keymask, T, NH, NKV,
-                                                           HD, causal, 1.0f / sqrtf((float)HD));
+    DLLM_LAUNCH(attention_fwd_kernel<HDP>, grid, C::THREADS, 0, st)(out, lse, q, k, v, keymask, T,
+        NH, NKV, HD, causal, 1.0f / sqrtf((float)HD));
     cudaLaunchCheck();
 }
 
@@ -329,16 +329,14 @@ static void bwd_launch(float *dq, float *dk, float *dv, const float *dout, const
     float scale = 1.0f / sqrtf((float)HD);
     if (dq) {
         dim3 grid((T + C::BQ - 1) / C::BQ, NH, B);
-        DLLM_LAUNCH(attention_bwd_dq_kernel<HDP>, grid, C::THREADS, 0, st)(dq, dout, lse, Dd, q, k, v,
-                                                                  keymask, T, NH, NKV, HD,
-                                                                  causal, scale);
+        DLLM_LAUNCH(attention_bwd_dq_kernel<HDP>, grid, C::THREADS, 0, st)(dq, dout, lse, Dd, q, k,
+            v, keymask, T, NH, NKV, HD, causal, scale);
         cudaLaunchCheck();
     }
     if (dk || dv) {
         dim3 grid((T + C::BQ - 1) / C::BQ, NKV, B);
-        DLLM_LAUNCH(attention_bwd_dkv_kernel<HDP>, grid, C::THREADS, 0, st)(dk, dv, dout, lse, Dd, q, k, v,
-                                                                   keymask, T, NH, NKV, HD,
-                                                                   causal, scale);
+        DLLM_LAUNCH(attention_bwd_dkv_kernel<HDP>, grid, C::THREADS, 0, st)(dk, dv, dout, lse, Dd,
+            q, k, v, keymask, T, NH, NKV, HD, causal, scale);
         cudaLaunchCheck();
     }
 }
@@ -378,8 +376,8 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
     cudaStream_t st = as_stream(s);
     size_t rows = (size_t)B * T * NH;
     float *Dd = scratch; // (B, NH, T): the caller's memory, so it counts where memory is counted
-    DLLM_LAUNCH(attention_bwd_dot_kernel, (unsigned)((rows * 32 + 255) / 256), 256, 0, st)(Dd, dout, out,
-                                                                                   B, T, NH, HD);
+    unsigned dot_blocks = (unsigned)((rows * 32 + 255) / 256); /* a warp per row */
+    DLLM_LAUNCH(attention_bwd_dot_kernel, dot_blocks, 256, 0, st)(Dd, dout, out, B, T, NH, HD);
     cudaLaunchCheck();
     switch (padded_hd(HD)) {
     case 16: bwd_launch<16>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;

@@ -113,8 +113,8 @@ static void fp8_quant_launch(uint8_t *q, float *scale, long srs, long scs, const
         size_t warps = (size_t)R * SC;
         size_t blocks = (warps + 7) / 8;
         DLLM_CUDA_REQUIRE(blocks <= 0x7FFFFFFFu, "too many groups (%zu)", warps);
-        DLLM_LAUNCH(fp8_quant_rows_kernel<T>, (unsigned)blocks, 256, 0, st)(q, scale, srs, scs, x, R, C,
-                                                                   bc, SC, (int)f, pow2);
+        DLLM_LAUNCH(fp8_quant_rows_kernel<T>, (unsigned)blocks, 256, 0, st)(q, scale, srs, scs, x,
+            R, C, bc, SC, (int)f, pow2);
     } else {
         DLLM_CUDA_REQUIRE(SR <= 65535, "%d block rows: at most 65535", SR);
         const int nsc = SR * SC;
@@ -125,16 +125,16 @@ static void fp8_quant_launch(uint8_t *q, float *scale, long srs, long scs, const
         if (splits > 65535)
             splits = 65535;
         DLLM_LAUNCH(fp8_zero_slots_kernel, grid_for((size_t)nsc, 256), 256, 0, st)(scale, srs, scs,
-                                                                                  SR, SC);
+            SR, SC);
         cudaLaunchCheck();
         DLLM_LAUNCH(fp8_amax_kernel<T>, dim3(SC, SR, splits), 256, 0, st)(scale, srs, scs, x, R, C,
-                                                                        br, bc);
+            br, bc);
         cudaLaunchCheck();
-        DLLM_LAUNCH(fp8_scale_from_amax_kernel, grid_for((size_t)nsc, 256), 256, 0, st)(
-            scale, srs, scs, SR, SC, (int)f, pow2);
+        DLLM_LAUNCH(fp8_scale_from_amax_kernel, grid_for((size_t)nsc, 256), 256, 0, st)(scale, srs,
+            scs, SR, SC, (int)f, pow2);
         cudaLaunchCheck();
-        DLLM_LAUNCH(fp8_encode_kernel<T>, grid_for((size_t)R * C, 256), 256, 0, st)(
-            q, scale, srs, scs, x, R, C, br, bc, (int)f);
+        DLLM_LAUNCH(fp8_encode_kernel<T>, grid_for((size_t)R * C, 256), 256, 0, st)(q, scale, srs,
+            scs, x, R, C, br, bc, (int)f);
     }
     cudaLaunchCheck();
 }
@@ -177,7 +177,7 @@ extern "C" void dllm_cuda_fp8_dequantise(float *out, const uint8_t *q, const flo
     if (bc > C)
         bc = C;
     size_t n = (size_t)R * C;
-    DLLM_LAUNCH(fp8_dequant_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, q, scale, srs, scs, R, C,
-                                                                   br, bc, (int)f);
+    DLLM_LAUNCH(fp8_dequant_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, q, scale, srs, scs,
+        R, C, br, bc, (int)f);
     cudaLaunchCheck();
 }

@@ -123,8 +123,7 @@ extern "C" void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf
     if (n == 0)
         return;
     DLLM_LAUNCH(sampler_x0_kernel, n, SAMPLER_THREADS, 0, as_stream(s))(x0, prob, rand_conf, logits,
-                                                               row_seq, row_pos, V, temperature,
-                                                               seed, gstep);
+        row_seq, row_pos, V, temperature, seed, gstep);
     cudaLaunchCheck();
 }
 

@@ -43,6 +43,7 @@ extern "C" void dllm_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout
 {
     if (n == 0 || (!dgate && !dup))
         return;
-    DLLM_LAUNCH(swiglu_bwd_kernel, grid_for(n, 256), 256, 0, as_stream(s))(dgate, dup, dout, gate, up, n);
+    DLLM_LAUNCH(swiglu_bwd_kernel, grid_for(n, 256), 256, 0, as_stream(s))(dgate, dup, dout, gate,
+        up, n);
     cudaLaunchCheck();
 }

@@ -112,6 +112,7 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f)
     return r;
 }
 static inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float((uint32_t)b.x << 16); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.x; }
 
 typedef unsigned char __nv_fp8_storage_t;
 typedef enum { __NV_NOSAT = 0, __NV_SATFINITE = 1 } __nv_saturation_t;
