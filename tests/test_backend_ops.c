@@ -566,8 +566,9 @@ START_TEST(test_backend_table_complete)
         "gemm", "linear_fwd", "linear_bwd", "fp8_linear_fwd", "rmsnorm_fwd", "rmsnorm_bwd",
         "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
         "xent", "round_bf16", "add", "adamw", "grad_norm"};
-    /* the table's op pointers: 6 buffer entries, then the ops (attention and swiglu, xent
-     * are cased as forward + backward pairs) */
+    /* 6 buffer entries and 21 ops; attention (with attn_state_floats), swiglu and xent
+     * are cased as forward + backward pairs. A new entry changes the count: add its case
+     * above and its name here. */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)), 6 + 21);
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         bool found = false;
