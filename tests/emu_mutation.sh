@@ -59,7 +59,8 @@ for m in "${mutations[@]}"; do
     echo "FAIL: barrier $nth of $file deleted ($what): the emulated suite still passes"
     failed=1
   else
-    echo "ok: barrier $nth of $file deleted ($what): caught ($(grep -m1 -E 'nmse|differ|identical|emulation|Failures' "$tmp/run.log" | cut -c1-110))"
+    why=$(grep -m1 -E ':[FE]:' "$tmp/run.log" | sed 's/^.*:[FE]:[^:]*:[^:]*:[0-9]*: *//' | cut -c1-90)
+    echo "ok: barrier $nth of $file deleted ($what): caught: ${why:-exit status $rc}"
   fi
 done
 exit $failed
