@@ -98,4 +98,21 @@ struct dllm_backend {
  * instance; it is never freed. */
 dllm_backend *dllm_backend_cpu(void);
 
+/* The CUDA backend (kernels/cuda/backend_cuda.cu; in a --enable-cuda-emulation build the
+ * same code on the host): device memory and the kernels of kernels/cuda/. NULL when
+ * there is no usable device or the build has no CUDA; dllm_backend_cuda_why says why.
+ * Pointers inside structs handed to ops are device memory too (op_rope_table's cos/sin,
+ * fp8_matrix's q/scale in the CPU scale layout). A process-wide instance. Scratch is the
+ * backend's own workspace (dllm_backend_cuda_workspace_bytes), grown between ops, never
+ * allocated per call. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+dllm_backend *dllm_backend_cuda(void);
+const char *dllm_backend_cuda_why(void);
+size_t dllm_backend_cuda_workspace_bytes(void);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

@@ -10,6 +10,8 @@
  *    A launch error aborts with file:line (kernels/cuda/check.cuh); a bad argument that
  *    is a programming error (shape, position or id out of range where checked on the
  *    host) aborts with a message naming the op.
+ *  - No op allocates device memory: scratch comes from the caller (the *_scratch_floats
+ *    functions say how much), so whatever counts or caps memory sees all of it.
  *  - Numerics: fp32 arithmetic without fast-math. Results agree with the CPU reference
  *    to rounding (tests/test_backend_ops.c states each tolerance); bf16 conversion, FP8
  *    quantisation, AdamW and the sampler's x0 are bit-identical to the CPU.
@@ -38,8 +40,10 @@ typedef struct CUstream_st *dllm_cuda_stream;
 void dllm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w,
                            int N, int C, float eps, dllm_cuda_stream s);
 void dllm_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                           const float *w, const float *rstd, int N, int C,
+                           const float *w, const float *rstd, int N, int C, float *scratch,
                            dllm_cuda_stream s);
+/* Floats of scratch rmsnorm_bwd needs for dw (device memory, not kept between calls). */
+size_t dllm_cuda_rmsnorm_bwd_scratch_floats(int N, int C);
 
 /* ---- RoPE, rotate-half (kernels/cuda/rope.cu) -------------------------------------------
  * x [N,NH,HD], pos [N]; cos, sin [max_pos, HD/2] (upload the CPU op_rope_table so the
@@ -57,15 +61,19 @@ void dllm_cuda_rope_bwd(float *dinp, const float *dout, const int32_t *pos, cons
  * q, out [B,T,NH,HD]; k, v [B,T,NKV,HD] (NH % NKV == 0); keymask [B,T] or NULL;
  * causal: query t sees keys <= t. HD <= 256. Instead of the CPU's att [B,NH,T,T] the
  * forward saves lse [B,NH,T] = log sum_s exp(S[s]) over visible keys (-inf for a query
- * with no visible key, whose output is zero). The backward recomputes P from lse and
- * needs the same keymask and causal flag; dq, dk, dv accumulate (deterministically). */
+ * with no visible key, whose output is zero); lse NULL (inference) saves nothing. The
+ * backward recomputes P from lse and needs the same keymask and causal flag and a
+ * scratch of dllm_cuda_attention_bwd_scratch_floats(B, T, NH) floats; dq, dk, dv
+ * accumulate (deterministically). */
 void dllm_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,
                              const float *v, const uint8_t *keymask, int B, int T, int NH,
                              int NKV, int HD, bool causal, dllm_cuda_stream s);
 void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                              const float *out, const float *lse, const float *q,
                              const float *k, const float *v, const uint8_t *keymask, int B,
-                             int T, int NH, int NKV, int HD, bool causal, dllm_cuda_stream s);
+                             int T, int NH, int NKV, int HD, bool causal, float *scratch,
+                             dllm_cuda_stream s);
+size_t dllm_cuda_attention_bwd_scratch_floats(int B, int T, int NH);
 
 /* ---- SwiGLU (kernels/cuda/swiglu.cu): out = silu(gate) * up ---------------------------- */
 void dllm_cuda_swiglu_fwd(float *out, const float *gate, const float *up, size_t n,
@@ -101,18 +109,22 @@ void dllm_cuda_xent_bwd(float *dlogits, const float *dlogp, const float *logits,
  * call it for every tensor of the global norm after zeroing *acc.
  * dllm_cuda_clip_grad: norm = sqrt(*sumsq) read on the device (no host sync); if
  * max_norm / (norm + 1e-6) < 1, g *= that coefficient (as fp32), as op_clip_grad.
- * dllm_cuda_grad_norm: one tensor's L2 norm, synchronous (tests, logging). */
+ * dllm_cuda_grad_norm: one tensor's L2 norm, synchronous (tests, logging); scratch is
+ * one device double. */
 void dllm_cuda_adamw(float *p, const float *g, float *m, float *v, uint16_t *p_bf16, size_t n,
                      int t, float lr, float b1, float b2, float eps, float wd,
                      dllm_cuda_stream s);
 void dllm_cuda_sumsq_accum(double *acc, const float *g, size_t n, dllm_cuda_stream s);
 void dllm_cuda_clip_grad(float *g, size_t n, const double *sumsq, double max_norm,
                          dllm_cuda_stream s);
-double dllm_cuda_grad_norm(const float *g, size_t n, dllm_cuda_stream s);
+double dllm_cuda_grad_norm(const float *g, size_t n, double *scratch, dllm_cuda_stream s);
 
 /* ---- bf16 <-> fp32 (kernels/cuda/convert.cu): RNE, NaN stays (quiet) NaN --------------- */
 void dllm_cuda_f32_to_bf16(uint16_t *out, const float *inp, size_t n, dllm_cuda_stream s);
 void dllm_cuda_bf16_to_f32(float *out, const uint16_t *inp, size_t n, dllm_cuda_stream s);
+/* x = bf16(x) in place (op_round_bf16); y += x (the backend table's add). */
+void dllm_cuda_round_bf16(float *x, size_t n, dllm_cuda_stream s);
+void dllm_cuda_add(float *y, const float *x, size_t n, dllm_cuda_stream s);
 
 /* ---- FP8 quantisation (kernels/cuda/fp8_quant.cu) ------------------------------------------
  * Bit-identical to fp8_quantise (kernels/fp8.h): x [R,C] cut into br x bc blocks (edge
@@ -149,8 +161,16 @@ int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alp
                         const uint16_t *A, const uint16_t *B, float beta, void *C,
                         bool out_bf16, dllm_cuda_stream s, dllm_err *err);
 
-/* W8A8 linear: out[N,OC] = dequant(act)[N,C] @ dequant(w)[OC,C]^T, both E4M3, fp32
- * accumulation, out fp32 or bf16. This is cuBLASLt's "TN" problem (m = OC, n = N,
+/* dllm_cuda_gemm_f32: op_gemm with fp32 A, B, C (cuBLASLt's SGEMM path, fp32 compute, no
+ * TF32), any shape and leading dimension; the backend table's gemm and linear layers. */
+int dllm_cuda_gemm_f32(bool transA, bool transB, int M, int N, int K, float alpha,
+                       const float *A, const float *B, float beta, float *C,
+                       dllm_cuda_stream s, dllm_err *err);
+
+/* W8A8 linear: out[N,OC] = dequant(act)[N,C] @ dequant(w)[OC,C]^T with codes in the
+ * formats w_fmt and act_fmt, fp32 accumulation, out fp32 or bf16. cuBLASLt has no
+ * E5M2 x E5M2 kernel: that pair is refused (DLLM_EXIT_INTERNAL, a message naming it);
+ * E4M3 x E4M3, E4M3 weights x E5M2 activations and the reverse are taken. This is cuBLASLt's "TN" problem (m = OC, n = N,
  * k = C). scaling:
  *   FP8_SCALE_BLOCK  w in 128x128 blocks, act in 1x128 groups, scales in the cuBLASLt
  *                    layouts above; needs cuBLAS 12.9+ and sm_90
@@ -158,8 +178,9 @@ int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alp
  *   FP8_SCALE_TENSOR one fp32 scale each (device pointers), any cuBLAS with FP8.
  * C % 16 == 0 and OC % 16 == 0 are required. */
 int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act_q, const float *act_scale,
-                         const uint8_t *w_q, const float *w_scale, fp8_scaling scaling, int N,
-                         int C, int OC, dllm_cuda_stream s, dllm_err *err);
+                         fp8_format act_fmt, const uint8_t *w_q, const float *w_scale,
+                         fp8_format w_fmt, fp8_scaling scaling, int N, int C, int OC,
+                         dllm_cuda_stream s, dllm_err *err);
 /* True when this build and the current device support block-scaled FP8 GEMMs; otherwise
  * callers quantise with FP8_SCALE_TENSOR. why (may be NULL) says which part is missing. */
 bool dllm_cuda_fp8_block_scaling_available(char *why, size_t why_len);
@@ -171,7 +192,8 @@ void dllm_cuda_fp8_gemm_scale_strides(int N, int C, long *act_srs, long *act_scs
 size_t dllm_cuda_fp8_weight_scale_count(int OC, int C);
 
 /* ---- Sampler x0 (kernels/cuda/sampler.cu) ----------------------------------------------------
- * For each of the n rows of logits [n,V] (row i belongs to sequence row_seq[i] at canvas
+ * For each of the n rows of logits [n,V] (row i belongs to the sequence with the 64-bit
+ * global index row_seq[i], as the CPU sampler keys its noise, at canvas
  * position row_pos[i]): x0[i] = argmax (temperature == 0) or the Gumbel-max draw
  *   argmax_v exp(logit[v]) / (-log u_v)^temperature   (float64, as dllm/sampler.c)
  * with u_v = draw (row_pos*V + v) of the keyed stream
@@ -180,7 +202,7 @@ size_t dllm_cuda_fp8_weight_scale_count(int OC, int C);
  * NULL) gets the random-remasking confidence: draw row_pos of stream 2*row_seq + 1.
  * x0 is bit-identical to the CPU sampler. */
 void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf, const float *logits,
-                          const int32_t *row_seq, const int32_t *row_pos, int n, int V,
+                          const int64_t *row_seq, const int32_t *row_pos, int n, int V,
                           double temperature, uint64_t seed, uint64_t gstep,
                           dllm_cuda_stream s);
 /* out[i] = draw ctr0 + i of stream (seed, a, b, c), i.e. dllm_rng_u64 after setting

@@ -2,6 +2,7 @@
  * why there are none; anything that would touch device memory is a programming error
  * (the caller skipped dllm_cuda_device_count) and exits with status 1. */
 #include "config.h"
+#include "kernels/backend.h"
 #include "kernels/cuda_device.h"
 
 #include <stdio.h>
@@ -61,4 +62,12 @@ void dllm_cuda_memset(void *p, int byte, size_t bytes)
 }
 
 void dllm_cuda_synchronize(void) { no_device(__func__); }
+
+dllm_backend *dllm_backend_cuda(void) { return NULL; }
+const char *dllm_backend_cuda_why(void)
+{
+    return "built without CUDA (configure --with-cuda, or --enable-cuda-emulation to run the "
+           "CUDA code on the host)";
+}
+size_t dllm_backend_cuda_workspace_bytes(void) { return 0; }
 #endif

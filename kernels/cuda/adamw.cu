@@ -56,8 +56,8 @@ extern "C" void dllm_cuda_adamw(float *p, const float *g, float *m, float *v, ui
     float bc2_sqrt = (float)sqrt(bc2);
     float w1 = (float)(1.0 - (double)b1);
     float w2 = (float)(1.0 - (double)b2);
-    adamw_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(p, g, m, v, p_bf16, n, decay, step,
-                                                             bc2_sqrt, w1, w2, b2, eps);
+    DLLM_LAUNCH(adamw_kernel, grid_for(n, 256), 256, 0, as_stream(s))(p, g, m, v, p_bf16, n, decay,
+        step, bc2_sqrt, w1, w2, b2, eps);
     cudaLaunchCheck();
 }
 
@@ -81,7 +81,7 @@ extern "C" void dllm_cuda_sumsq_accum(double *acc, const float *g, size_t n, dll
     unsigned blocks = grid_for(n, 256);
     if (blocks > 1024)
         blocks = 1024; /* few atomics; each thread loops */
-    sumsq_kernel<<<blocks, 256, 0, as_stream(s)>>>(acc, g, n);
+    DLLM_LAUNCH(sumsq_kernel, blocks, 256, 0, as_stream(s))(acc, g, n);
     cudaLaunchCheck();
 }
 
@@ -101,19 +101,19 @@ extern "C" void dllm_cuda_clip_grad(float *g, size_t n, const double *sumsq, dou
 {
     if (n == 0)
         return;
-    clip_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(g, n, sumsq, max_norm);
+    DLLM_LAUNCH(clip_kernel, grid_for(n, 256), 256, 0, as_stream(s))(g, n, sumsq, max_norm);
     cudaLaunchCheck();
 }
 
-extern "C" double dllm_cuda_grad_norm(const float *g, size_t n, dllm_cuda_stream s)
+extern "C" double dllm_cuda_grad_norm(const float *g, size_t n, double *scratch,
+                                      dllm_cuda_stream s)
 {
-    double *acc = NULL, h = 0.0;
+    double h = 0.0;
     cudaStream_t st = as_stream(s);
-    cudaCheck(cudaMallocAsync((void **)&acc, sizeof(double), st));
-    cudaCheck(cudaMemsetAsync(acc, 0, sizeof(double), st));
-    dllm_cuda_sumsq_accum(acc, g, n, s);
-    cudaCheck(cudaMemcpyAsync(&h, acc, sizeof(double), cudaMemcpyDeviceToHost, st));
-    cudaCheck(cudaFreeAsync(acc, st));
+    DLLM_CUDA_REQUIRE(scratch, "a device double of scratch is required");
+    cudaCheck(cudaMemsetAsync(scratch, 0, sizeof(double), st));
+    dllm_cuda_sumsq_accum(scratch, g, n, s);
+    cudaCheck(cudaMemcpyAsync(&h, scratch, sizeof(double), cudaMemcpyDeviceToHost, st));
     cudaCheck(cudaStreamSynchronize(st));
     return sqrt(h);
 }

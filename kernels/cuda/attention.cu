@@ -124,7 +124,7 @@ attention_fwd_kernel(float *out, float *lse, const float *q, const float *k, con
         if (d < HD)
             out[(((size_t)b * T + t) * NH + h) * HD + d] = o[i] * inv;
     }
-    if (p == 0)
+    if (lse && p == 0) /* NULL: inference, no backward will need it */
         lse[((size_t)b * NH + h) * T + t] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
@@ -314,8 +314,8 @@ static void fwd_launch(float *out, float *lse, const float *q, const float *k, c
 {
     typedef AttCfg<HDP> C;
     dim3 grid((T + C::BQ - 1) / C::BQ, NH, B);
-    attention_fwd_kernel<HDP><<<grid, C::THREADS, 0, st>>>(out, lse, q, k, v, keymask, T, NH, NKV,
-                                                           HD, causal, 1.0f / sqrtf((float)HD));
+    DLLM_LAUNCH(attention_fwd_kernel<HDP>, grid, C::THREADS, 0, st)(out, lse, q, k, v, keymask, T,
+        NH, NKV, HD, causal, 1.0f / sqrtf((float)HD));
     cudaLaunchCheck();
 }
 
@@ -329,16 +329,14 @@ static void bwd_launch(float *dq, float *dk, float *dv, const float *dout, const
     float scale = 1.0f / sqrtf((float)HD);
     if (dq) {
         dim3 grid((T + C::BQ - 1) / C::BQ, NH, B);
-        attention_bwd_dq_kernel<HDP><<<grid, C::THREADS, 0, st>>>(dq, dout, lse, Dd, q, k, v,
-                                                                  keymask, T, NH, NKV, HD,
-                                                                  causal, scale);
+        DLLM_LAUNCH(attention_bwd_dq_kernel<HDP>, grid, C::THREADS, 0, st)(dq, dout, lse, Dd, q, k,
+            v, keymask, T, NH, NKV, HD, causal, scale);
         cudaLaunchCheck();
     }
     if (dk || dv) {
         dim3 grid((T + C::BQ - 1) / C::BQ, NKV, B);
-        attention_bwd_dkv_kernel<HDP><<<grid, C::THREADS, 0, st>>>(dk, dv, dout, lse, Dd, q, k, v,
-                                                                   keymask, T, NH, NKV, HD,
-                                                                   causal, scale);
+        DLLM_LAUNCH(attention_bwd_dkv_kernel<HDP>, grid, C::THREADS, 0, st)(dk, dv, dout, lse, Dd,
+            q, k, v, keymask, T, NH, NKV, HD, causal, scale);
         cudaLaunchCheck();
     }
 }
@@ -359,21 +357,27 @@ extern "C" void dllm_cuda_attention_fwd(float *out, float *lse, const float *q, 
     }
 }
 
+extern "C" size_t dllm_cuda_attention_bwd_scratch_floats(int B, int T, int NH)
+{
+    return (size_t)B * NH * T;
+}
+
 extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                                         const float *out, const float *lse, const float *q,
                                         const float *k, const float *v, const uint8_t *keymask,
                                         int B, int T, int NH, int NKV, int HD, bool causal,
-                                        dllm_cuda_stream s)
+                                        float *scratch, dllm_cuda_stream s)
 {
     check_shape(B, T, NH, NKV, HD);
     if (!dq && !dk && !dv)
         return;
+    DLLM_CUDA_REQUIRE(lse && scratch, "the forward's lse and a scratch of %zu floats are "
+                      "required", dllm_cuda_attention_bwd_scratch_floats(B, T, NH));
     cudaStream_t st = as_stream(s);
     size_t rows = (size_t)B * T * NH;
-    float *Dd = NULL; // (B, NH, T)
-    cudaCheck(cudaMallocAsync((void **)&Dd, rows * sizeof(float), st));
-    attention_bwd_dot_kernel<<<(unsigned)((rows * 32 + 255) / 256), 256, 0, st>>>(Dd, dout, out,
-                                                                                   B, T, NH, HD);
+    float *Dd = scratch; // (B, NH, T): the caller's memory, so it counts where memory is counted
+    unsigned dot_blocks = (unsigned)((rows * 32 + 255) / 256); /* a warp per row */
+    DLLM_LAUNCH(attention_bwd_dot_kernel, dot_blocks, 256, 0, st)(Dd, dout, out, B, T, NH, HD);
     cudaLaunchCheck();
     switch (padded_hd(HD)) {
     case 16: bwd_launch<16>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
@@ -382,5 +386,4 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
     case 128: bwd_launch<128>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
     default: bwd_launch<256>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
     }
-    cudaCheck(cudaFreeAsync(Dd, st));
 }

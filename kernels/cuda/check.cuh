@@ -6,8 +6,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublasLt.h>
+#else /* the emulation build (kernels/cuda_emu/): the same API without CUDA installed */
+#include "kernels/cuda_emu/cublaslt_emu.h"
+#include "kernels/cuda_emu/cuda_emu.h"
+#endif
 
 static inline void cuda_check_(cudaError_t e, const char *file, int line)
 {

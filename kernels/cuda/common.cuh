@@ -1,5 +1,6 @@
 /* common.cuh: small device helpers shared by the kernels: warp and block reductions,
- * grid sizing, the launch check, and the argument check that aborts with the op name.
+ * grid sizing, the launch form and its check, and the argument check that aborts with
+ * the op name.
  * Everything here is static/inline: no definitions with external linkage. */
 #ifndef DLLM_CUDA_COMMON_CUH
 #define DLLM_CUDA_COMMON_CUH
@@ -9,10 +10,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cuda_runtime.h>
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda_ops.h"
+
+/* The one launch form of every kernel:
+ *   DLLM_LAUNCH(kernel, grid, block, smem, stream)(args...);
+ * is kernel<<<grid, block, smem, stream>>>(args...) under nvcc, and in the emulation
+ * build (host C++ compiler) runs the grid on the host (kernels/cuda_emu/cuda_emu.h). */
+#ifdef __CUDACC__
+#define DLLM_LAUNCH(kernel, grid, block, smem, stream) kernel<<<(grid), (block), (smem), (stream)>>>
+#ifndef DLLM_DYNAMIC_SHARED
+#define DLLM_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+#else
+#define DLLM_LAUNCH(kernel, grid, block, smem, stream) DLLM_EMU_LAUNCH(kernel, grid, block, smem, stream)
+#endif
 
 /* A kernel launch is checked at once (configuration errors); faults inside the kernel
  * surface at the next synchronising call. */

@@ -1,4 +1,5 @@
-/* convert.cu: fp32 <-> bf16 on the device, the same bits as kernels/cpu/convert.c.
+/* convert.cu: fp32 <-> bf16 on the device, the same bits as kernels/cpu/convert.c, and
+ * the elementwise add of the backend table.
  * fp32 -> bf16: NaN keeps its top bits with the quiet bit forced; otherwise add
  * 0x7FFF + (lowest kept bit) and truncate (round to nearest, ties to even; values past
  * the largest bf16 carry into inf). bf16 -> fp32 is exact (shift left by 16). */
@@ -32,7 +33,7 @@ extern "C" void dllm_cuda_f32_to_bf16(uint16_t *out, const float *inp, size_t n,
 {
     if (n == 0)
         return;
-    f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, inp, n);
+    DLLM_LAUNCH(f32_to_bf16_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, inp, n);
     cudaLaunchCheck();
 }
 
@@ -41,6 +42,36 @@ extern "C" void dllm_cuda_bf16_to_f32(float *out, const uint16_t *inp, size_t n,
 {
     if (n == 0)
         return;
-    bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, inp, n);
+    DLLM_LAUNCH(bf16_to_f32_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, inp, n);
+    cudaLaunchCheck();
+}
+
+__global__ static void round_bf16_kernel(float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __uint_as_float((uint32_t)f32_to_bf16_rne(x[i]) << 16);
+}
+
+__global__ static void add_kernel(float *y, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], x[i]);
+}
+
+extern "C" void dllm_cuda_round_bf16(float *x, size_t n, dllm_cuda_stream s)
+{
+    if (n == 0)
+        return;
+    DLLM_LAUNCH(round_bf16_kernel, grid_for(n, 256), 256, 0, as_stream(s))(x, n);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_add(float *y, const float *x, size_t n, dllm_cuda_stream s)
+{
+    if (n == 0)
+        return;
+    DLLM_LAUNCH(add_kernel, grid_for(n, 256), 256, 0, as_stream(s))(y, x, n);
     cudaLaunchCheck();
 }

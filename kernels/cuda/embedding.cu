@@ -41,7 +41,7 @@ extern "C" void dllm_cuda_embedding_fwd(float *out, const int32_t *ids, const fl
     DLLM_CUDA_REQUIRE(N >= 0 && C > 0 && V > 0, "bad shape N=%d C=%d V=%d", N, C, V);
     if (N == 0)
         return;
-    embedding_fwd_kernel<<<N, 256, 0, as_stream(s)>>>(out, ids, wte, C, V);
+    DLLM_LAUNCH(embedding_fwd_kernel, N, 256, 0, as_stream(s))(out, ids, wte, C, V);
     cudaLaunchCheck();
 }
 
@@ -51,6 +51,6 @@ extern "C" void dllm_cuda_embedding_bwd(float *dwte, const float *dout, const in
     DLLM_CUDA_REQUIRE(N >= 0 && C > 0 && V > 0, "bad shape N=%d C=%d V=%d", N, C, V);
     if (N == 0 || !dwte)
         return;
-    embedding_bwd_kernel<<<N, 256, 0, as_stream(s)>>>(dwte, dout, ids, C, V);
+    DLLM_LAUNCH(embedding_bwd_kernel, N, 256, 0, as_stream(s))(dwte, dout, ids, C, V);
     cudaLaunchCheck();
 }

@@ -7,7 +7,8 @@
  *           CPU's scale exactly.
  * Scale (i, j) goes to scale[i*srs + j*scs]: the CPU layout or cuBLASLt's (cuda_ops.h).
  * Kernels: br == 1 (activation groups 1 x 128, channels 1 x C): one warp per block row
- * segment; br > 1 (weights 128 x 128, tensor): one thread block per scale block. */
+ * segment; br > 1 (weights 128 x 128, tensor-wide): a multi-block amax pass, then the
+ * scales, then a grid-stride encode (below). */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codec.cuh"
 
@@ -42,27 +43,56 @@ __global__ static void fp8_quant_rows_kernel(uint8_t *q, float *scale, long srs,
         q[row + c] = fp8c_encode(fp8c_div(load_f32(x, row + c), sc), f);
 }
 
-/* One thread block per scale block (i, j): grid (SC, SR). */
-template <typename T>
-__global__ static void fp8_quant_blocks_kernel(uint8_t *q, float *scale, long srs, long scs,
-                                               const T *x, int R, int C, int br, int bc, int f,
-                                               bool pow2)
+/* Scale blocks of several rows (weights 128 x 128, a tensor-wide scale) in three passes,
+ * so that one scale over a whole activation is computed by many thread blocks:
+ *  1. amax: grid (SC, SR, splits); block (j, i, z) folds rows z, z + splits, ... of scale
+ *     block (i, j) into one block maximum and merges it into the scale slot with
+ *     atomicMax on the bits (non-negative floats order as their bit patterns; the slots
+ *     start at +0);
+ *  2. the slots become scales (scale_from_amax);
+ *  3. every element is encoded with its block's scale (grid-stride).
+ * Max is order-independent, so the scales are the CPU's bit for bit. */
+__global__ static void fp8_zero_slots_kernel(float *scale, long srs, long scs, int SR, int SC)
 {
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < SR * SC; e += gridDim.x * blockDim.x)
+        scale[(long)(e / SC) * srs + (long)(e % SC) * scs] = 0.0f;
+}
+
+template <typename T>
+__global__ static void fp8_amax_kernel(float *scale, long srs, long scs, const T *x, int R,
+                                       int C, int br, int bc)
+{
+    // x (R, C); grid (SC, SR, splits)
     int i = blockIdx.y, j = blockIdx.x;
     int r0 = i * br, r1 = min(r0 + br, R), c0 = j * bc, c1 = min(c0 + bc, C);
     int w = c1 - c0;
-    size_t cnt = (size_t)(r1 - r0) * w;
     float amax = 0.0f;
-    for (size_t e = threadIdx.x; e < cnt; e += blockDim.x) {
-        size_t idx = (size_t)(r0 + e / w) * C + c0 + e % w;
-        amax = fmaxf(amax, fp8c_finite_abs(load_f32(x, idx)));
-    }
+    for (int r = r0 + (int)blockIdx.z; r < r1; r += (int)gridDim.z)
+        for (int c = threadIdx.x; c < w; c += blockDim.x)
+            amax = fmaxf(amax, fp8c_finite_abs(load_f32(x, (size_t)r * C + c0 + c)));
     amax = block_max(amax);
-    float sc = fp8c_scale_from_amax(amax, f, pow2);
     if (threadIdx.x == 0)
-        scale[(long)i * srs + (long)j * scs] = sc;
-    for (size_t e = threadIdx.x; e < cnt; e += blockDim.x) {
-        size_t idx = (size_t)(r0 + e / w) * C + c0 + e % w;
+        atomicMax((unsigned *)&scale[(long)i * srs + (long)j * scs], __float_as_uint(amax));
+}
+
+__global__ static void fp8_scale_from_amax_kernel(float *scale, long srs, long scs, int SR,
+                                                  int SC, int f, bool pow2)
+{
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < SR * SC; e += gridDim.x * blockDim.x) {
+        float *sl = &scale[(long)(e / SC) * srs + (long)(e % SC) * scs];
+        *sl = fp8c_scale_from_amax(*sl, f, pow2);
+    }
+}
+
+template <typename T>
+__global__ static void fp8_encode_kernel(uint8_t *q, const float *scale, long srs, long scs,
+                                         const T *x, int R, int C, int br, int bc, int f)
+{
+    size_t n = (size_t)R * C;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        int r = (int)(idx / C), c = (int)(idx % C);
+        float sc = scale[(long)(r / br) * srs + (long)(c / bc) * scs];
         q[idx] = fp8c_encode(fp8c_div(load_f32(x, idx), sc), f);
     }
 }
@@ -83,13 +113,28 @@ static void fp8_quant_launch(uint8_t *q, float *scale, long srs, long scs, const
         size_t warps = (size_t)R * SC;
         size_t blocks = (warps + 7) / 8;
         DLLM_CUDA_REQUIRE(blocks <= 0x7FFFFFFFu, "too many groups (%zu)", warps);
-        fp8_quant_rows_kernel<T><<<(unsigned)blocks, 256, 0, st>>>(q, scale, srs, scs, x, R, C,
-                                                                   bc, SC, (int)f, pow2);
+        DLLM_LAUNCH(fp8_quant_rows_kernel<T>, (unsigned)blocks, 256, 0, st)(q, scale, srs, scs, x,
+            R, C, bc, SC, (int)f, pow2);
     } else {
         DLLM_CUDA_REQUIRE(SR <= 65535, "%d block rows: at most 65535", SR);
-        dim3 grid(SC, SR);
-        fp8_quant_blocks_kernel<T><<<grid, 256, 0, st>>>(q, scale, srs, scs, x, R, C, br, bc,
-                                                         (int)f, pow2);
+        const int nsc = SR * SC;
+        /* enough thread blocks to fill a GPU (~1024) however few the scale blocks */
+        int splits = (1024 + nsc - 1) / nsc;
+        if (splits > br)
+            splits = br;
+        if (splits > 65535)
+            splits = 65535;
+        DLLM_LAUNCH(fp8_zero_slots_kernel, grid_for((size_t)nsc, 256), 256, 0, st)(scale, srs, scs,
+            SR, SC);
+        cudaLaunchCheck();
+        DLLM_LAUNCH(fp8_amax_kernel<T>, dim3(SC, SR, splits), 256, 0, st)(scale, srs, scs, x, R, C,
+            br, bc);
+        cudaLaunchCheck();
+        DLLM_LAUNCH(fp8_scale_from_amax_kernel, grid_for((size_t)nsc, 256), 256, 0, st)(scale, srs,
+            scs, SR, SC, (int)f, pow2);
+        cudaLaunchCheck();
+        DLLM_LAUNCH(fp8_encode_kernel<T>, grid_for((size_t)R * C, 256), 256, 0, st)(q, scale, srs,
+            scs, x, R, C, br, bc, (int)f);
     }
     cudaLaunchCheck();
 }
@@ -132,7 +177,7 @@ extern "C" void dllm_cuda_fp8_dequantise(float *out, const uint8_t *q, const flo
     if (bc > C)
         bc = C;
     size_t n = (size_t)R * C;
-    fp8_dequant_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, q, scale, srs, scs, R, C,
-                                                                   br, bc, (int)f);
+    DLLM_LAUNCH(fp8_dequant_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, q, scale, srs, scs,
+        R, C, br, bc, (int)f);
     cudaLaunchCheck();
 }

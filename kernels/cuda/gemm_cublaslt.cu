@@ -9,14 +9,16 @@
  * BF16:  D = alpha op(A) op(B) + beta C, bf16 inputs, fp32 compute (CUBLAS_COMPUTE_32F),
  *        D fp32 or bf16 (C has D's type).
  * FP8:   out[N,OC] = act[N,C] @ w[OC,C]^T is cuBLASLt's "TN" problem, the only layout its
- *        FP8 kernels take: A = w (k x m column-major, ld C, op T), B = act (k x n, ld C,
+ *        FP8 kernels take (on sm_90), with E4M3 or E5M2 codes but never both E5M2: A = w (k x m column-major, ld C, op T), B = act (k x n, ld C,
  *        op N), D = out (m x n, ld OC), m = OC, n = N, k = C. Dequantisation scales enter
  *        as A/B scale pointers: per tensor (SCALAR_32F), or on cuBLAS 12.9+ and sm_90
  *        per 128x128 weight block (BLK128x128_32F, scale (ob, kb) at ob*round_up(KB,4)+kb)
  *        and per 1x128 activation group (VEC128_32F, scale (n, kb) at kb*N + n).
  *        Fast accumulation is off (the default): Hopper then promotes partial sums to
- *        full fp32 regularly, which keeps the product within accumulation tolerance of
- *        op_fp8_linear_fwd.
+ *        full fp32 regularly. Within a promotion interval its FP8 tensor cores keep only
+ *        about 14 significant bits, so the product differs from op_fp8_linear_fwd (exact
+ *        products, fp32 sums) by more than fp32 rounding: tests/test_backend_ops.c states
+ *        the bound.
  * Every device gets one handle and one 32 MiB workspace (cudaMalloc: 256-byte aligned).
  * The heuristic's best algorithm is looked up once per problem (kind, shape, leading
  * dimensions, types, scale mode) and cached. All pointers must be 16-byte aligned and
@@ -28,7 +30,6 @@
 
 #include <array>
 #include <cstdarg>
-#include <cublasLt.h>
 #include <map>
 #include <mutex>
 
@@ -95,7 +96,8 @@ static int gemm_fail(dllm_err *err, const char *fmt, ...)
 static int lt_matmul(const char *what, const gemm_key &key, cublasLtMatmulDesc_t desc,
                      cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                      cublasLtMatrixLayout_t lc, const void *alpha, const void *A,
-                     const void *B, const void *beta, void *C, cudaStream_t st, dllm_err *err)
+                     const void *B, const void *beta, void *C, cudaStream_t st, dllm_err *err,
+                     uint32_t align = 16)
 {
     std::lock_guard<std::mutex> lock(g_lt_mutex);
     lt_context *ctx = lt_get();
@@ -104,7 +106,6 @@ static int lt_matmul(const char *what, const gemm_key &key, cublasLtMatmulDesc_t
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
         uint64_t ws = WORKSPACE_BYTES;
-        uint32_t align = 16;
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
         const cublasLtMatmulPreferenceAttributes_t aligns[] = {
@@ -175,6 +176,35 @@ extern "C" int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K
     return rc;
 }
 
+extern "C" int dllm_cuda_gemm_f32(bool transA, bool transB, int M, int N, int K, float alpha,
+                                  const float *A, const float *B, float beta, float *C,
+                                  dllm_cuda_stream s, dllm_err *err)
+{
+    const char *what = "fp32 gemm";
+    if (M <= 0 || N <= 0 || K <= 0)
+        return gemm_fail(err, "%s: bad shape M=%d N=%d K=%d", what, M, N, K);
+    int lda = transA ? M : K, ldb = transB ? K : N, ldc = N;
+    /* fp32 operands of any shape: the heuristic is asked for 4-byte alignment only, and
+     * the shape is part of the cache key, so odd leading dimensions are fine */
+    cublasOperation_t opa = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, transB ? K : N, transB ? N : K, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, transA ? M : K, transA ? K : M, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, N, M, ldc));
+    gemm_key key = {3, transA, transB, N, M, K, lda, ldb, ldc, 0, beta != 0.0f, 0};
+    int rc = lt_matmul(what, key, desc, la, lb, lc, &alpha, B, A, &beta, C, as_stream(s), err, 4);
+    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return rc;
+}
+
 extern "C" bool dllm_cuda_fp8_block_scaling_available(char *why, size_t why_len)
 {
 #if DLLM_HAVE_BLOCK_SCALED_FP8
@@ -226,14 +256,28 @@ extern "C" size_t dllm_cuda_fp8_weight_scale_count(int OC, int C)
     return OB * ((KB + 3) / 4 * 4);
 }
 
+static cudaDataType_t fp8_type(fp8_format f)
+{
+    return f == FP8_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
 extern "C" int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act_q,
-                                    const float *act_scale, const uint8_t *w_q,
-                                    const float *w_scale, fp8_scaling scaling, int N, int C,
-                                    int OC, dllm_cuda_stream s, dllm_err *err)
+                                    const float *act_scale, fp8_format act_fmt,
+                                    const uint8_t *w_q, const float *w_scale, fp8_format w_fmt,
+                                    fp8_scaling scaling, int N, int C, int OC,
+                                    dllm_cuda_stream s, dllm_err *err)
 {
     const char *what = "fp8 linear";
     if (N <= 0 || C <= 0 || OC <= 0)
         return gemm_fail(err, "%s: bad shape N=%d C=%d OC=%d", what, N, C, OC);
+    if ((w_fmt != FP8_E4M3 && w_fmt != FP8_E5M2) || (act_fmt != FP8_E4M3 && act_fmt != FP8_E5M2))
+        return gemm_fail(err, "%s: unknown fp8 format (weights %d, activations %d)", what,
+                         (int)w_fmt, (int)act_fmt);
+    /* cuBLASLt's FP8 kernels take E4M3 x E4M3 and the mixed pairs, never E5M2 x E5M2:
+     * say so here rather than through an opaque heuristic failure */
+    if (w_fmt == FP8_E5M2 && act_fmt == FP8_E5M2)
+        return gemm_fail(err, "%s: fp8 format e5m2 for both weights and activations: cuBLASLt "
+                              "has no E5M2 x E5M2 GEMM (use e4m3, the default)", what);
     if (C % 16 || OC % 16)
         return gemm_fail(err, "%s: C=%d and OC=%d must be multiples of 16 (16-byte rows of "
                               "fp8, TN layout)", what, C, OC);
@@ -272,11 +316,12 @@ extern "C" int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act
                                                &w_scale, sizeof w_scale));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                &act_scale, sizeof act_scale));
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, C, OC, C));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, C, N, C));
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, fp8_type(w_fmt), C, OC, C));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, fp8_type(act_fmt), C, N, C));
     cublasCheck(cublasLtMatrixLayoutCreate(&lc, ct, OC, N, OC));
     float alpha = 1.0f, beta = 0.0f;
-    gemm_key key = {2, 1, 0, OC, N, C, C, C, OC, out_bf16, 0, (int64_t)scaling};
+    gemm_key key = {2, 1, 0, OC, N, C, C, C, OC, out_bf16, (int64_t)w_fmt * 2 + act_fmt,
+                    (int64_t)scaling};
     int rc = lt_matmul(what, key, desc, la, lb, lc, &alpha, w_q, act_q, &beta, out, as_stream(s),
                        err);
     cublasCheck(cublasLtMatrixLayoutDestroy(lc));

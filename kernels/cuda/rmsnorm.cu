@@ -3,8 +3,10 @@
  * Backward, with dy = dout * w:
  *   dx += rstd * (dy - y * mean(dy * y))          one block per row
  *   dw += sum over rows of dout * y               column sums over fixed row chunks into a
- *                                                 scratch [chunks, C], then summed in chunk
- *                                                 order: deterministic, no atomics.
+ *                                                 scratch [chunks, C] the caller provides
+ *                                                 (no allocation inside the op, so memory
+ *                                                 caps see it), then summed in chunk order:
+ *                                                 deterministic, no atomics.
  * fp32 sums (block tree reductions) instead of the CPU's double: agreement to ~1e-6. */
 #include "kernels/cuda/common.cuh"
 
@@ -74,32 +76,37 @@ extern "C" void dllm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp,
     DLLM_CUDA_REQUIRE(N >= 0 && C > 0, "bad shape N=%d C=%d", N, C);
     if (N == 0)
         return;
-    rmsnorm_fwd_kernel<<<N, RMS_THREADS, 0, as_stream(s)>>>(out, rstd, inp, w, C, eps);
+    DLLM_LAUNCH(rmsnorm_fwd_kernel, N, RMS_THREADS, 0, as_stream(s))(out, rstd, inp, w, C, eps);
     cudaLaunchCheck();
+}
+
+extern "C" size_t dllm_cuda_rmsnorm_bwd_scratch_floats(int N, int C)
+{
+    return N > 0 && C > 0 ? (size_t)((N + DW_ROWS - 1) / DW_ROWS) * C : 0;
 }
 
 extern "C" void dllm_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout,
                                       const float *inp, const float *w, const float *rstd,
-                                      int N, int C, dllm_cuda_stream s)
+                                      int N, int C, float *scratch, dllm_cuda_stream s)
 {
     DLLM_CUDA_REQUIRE(N >= 0 && C > 0, "bad shape N=%d C=%d", N, C);
     if (N == 0)
         return;
     cudaStream_t st = as_stream(s);
     if (dinp) {
-        rmsnorm_dx_kernel<<<N, RMS_THREADS, 0, st>>>(dinp, dout, inp, w, rstd, C);
+        DLLM_LAUNCH(rmsnorm_dx_kernel, N, RMS_THREADS, 0, st)(dinp, dout, inp, w, rstd, C);
         cudaLaunchCheck();
     }
     if (dw) {
         int chunks = (N + DW_ROWS - 1) / DW_ROWS;
         DLLM_CUDA_REQUIRE(chunks <= 65535, "N=%d: too many rows for one call", N);
-        float *part = NULL;
-        cudaCheck(cudaMallocAsync((void **)&part, (size_t)chunks * C * sizeof(float), st));
+        DLLM_CUDA_REQUIRE(scratch, "dw needs a scratch of %zu floats",
+                          dllm_cuda_rmsnorm_bwd_scratch_floats(N, C));
+        float *part = scratch; // (chunks, C)
         dim3 grid((C + 255) / 256, chunks);
-        rmsnorm_dw_partial_kernel<<<grid, 256, 0, st>>>(part, dout, inp, rstd, N, C);
+        DLLM_LAUNCH(rmsnorm_dw_partial_kernel, grid, 256, 0, st)(part, dout, inp, rstd, N, C);
         cudaLaunchCheck();
-        rmsnorm_dw_reduce_kernel<<<(C + 255) / 256, 256, 0, st>>>(dw, part, chunks, C);
+        DLLM_LAUNCH(rmsnorm_dw_reduce_kernel, (C + 255) / 256, 256, 0, st)(dw, part, chunks, C);
         cudaLaunchCheck();
-        cudaCheck(cudaFreeAsync(part, st));
     }
 }

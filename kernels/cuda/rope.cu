@@ -52,8 +52,8 @@ static void rope_launch(float *out, const float *inp, const int32_t *pos, const 
     size_t total = (size_t)N * NH * (HD / 2);
     if (total == 0)
         return;
-    rope_kernel<<<grid_for(total, 256), 256, 0, st>>>(out, inp, pos, cos_t, sin_t, max_pos, N,
-                                                      NH, HD, dir, accumulate);
+    DLLM_LAUNCH(rope_kernel, grid_for(total, 256), 256, 0, st)(out, inp, pos, cos_t, sin_t, max_pos,
+        N, NH, HD, dir, accumulate);
     cudaLaunchCheck();
 }
 

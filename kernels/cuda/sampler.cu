@@ -55,14 +55,14 @@ __device__ static void block_argmax(double &s, int &i)
 }
 
 __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_conf,
-                                         const float *logits, const int32_t *row_seq,
+                                         const float *logits, const int64_t *row_seq,
                                          const int32_t *row_pos, int V, double temperature,
                                          uint64_t seed, uint64_t gstep)
 {
     // x0, prob, rand_conf, row_seq, row_pos (n); logits (n, V); grid.x = n
     int row = blockIdx.x;
     const float *lg = logits + (size_t)row * V;
-    uint64_t b = (uint64_t)(int64_t)row_seq[row];
+    uint64_t b = (uint64_t)row_seq[row]; /* the global sequence index, 64-bit as on the CPU */
     uint64_t pos = (uint64_t)(int64_t)row_pos[row];
 
     /* scores below any real one: -inf for the argmax, -1 for Gumbel (scores are >= 0) */
@@ -114,7 +114,7 @@ __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_
 }
 
 extern "C" void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf,
-                                     const float *logits, const int32_t *row_seq,
+                                     const float *logits, const int64_t *row_seq,
                                      const int32_t *row_pos, int n, int V, double temperature,
                                      uint64_t seed, uint64_t gstep, dllm_cuda_stream s)
 {
@@ -122,9 +122,8 @@ extern "C" void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf
     DLLM_CUDA_REQUIRE(temperature >= 0.0, "temperature %g < 0", temperature);
     if (n == 0)
         return;
-    sampler_x0_kernel<<<n, SAMPLER_THREADS, 0, as_stream(s)>>>(x0, prob, rand_conf, logits,
-                                                               row_seq, row_pos, V, temperature,
-                                                               seed, gstep);
+    DLLM_LAUNCH(sampler_x0_kernel, n, SAMPLER_THREADS, 0, as_stream(s))(x0, prob, rand_conf, logits,
+        row_seq, row_pos, V, temperature, seed, gstep);
     cudaLaunchCheck();
 }
 
@@ -141,6 +140,6 @@ extern "C" void dllm_cuda_rng_u64(uint64_t *out, size_t n, uint64_t seed, uint64
     if (n == 0)
         return;
     uint64_t key = dllm_rng_key(seed, a, b, c); /* the host half of the shared header */
-    rng_u64_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, n, key, ctr0);
+    DLLM_LAUNCH(rng_u64_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, n, key, ctr0);
     cudaLaunchCheck();
 }

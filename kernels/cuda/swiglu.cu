@@ -33,7 +33,7 @@ extern "C" void dllm_cuda_swiglu_fwd(float *out, const float *gate, const float 
 {
     if (n == 0)
         return;
-    swiglu_fwd_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(out, gate, up, n);
+    DLLM_LAUNCH(swiglu_fwd_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, gate, up, n);
     cudaLaunchCheck();
 }
 
@@ -43,6 +43,7 @@ extern "C" void dllm_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout
 {
     if (n == 0 || (!dgate && !dup))
         return;
-    swiglu_bwd_kernel<<<grid_for(n, 256), 256, 0, as_stream(s)>>>(dgate, dup, dout, gate, up, n);
+    DLLM_LAUNCH(swiglu_bwd_kernel, grid_for(n, 256), 256, 0, as_stream(s))(dgate, dup, dout, gate,
+        up, n);
     cudaLaunchCheck();
 }

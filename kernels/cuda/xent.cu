@@ -107,7 +107,7 @@ extern "C" void dllm_cuda_xent_fwd(float *logp, float *lse, const float *logits,
     DLLM_CUDA_REQUIRE(N >= 0 && V > 0, "bad shape N=%d V=%d", N, V);
     if (N == 0)
         return;
-    xent_fwd_kernel<<<N, XENT_THREADS, 0, as_stream(s)>>>(logp, lse, logits, target, V);
+    DLLM_LAUNCH(xent_fwd_kernel, N, XENT_THREADS, 0, as_stream(s))(logp, lse, logits, target, V);
     cudaLaunchCheck();
 }
 
@@ -118,6 +118,7 @@ extern "C" void dllm_cuda_xent_bwd(float *dlogits, const float *dlogp, const flo
     DLLM_CUDA_REQUIRE(N >= 0 && V > 0, "bad shape N=%d V=%d", N, V);
     if (N == 0 || !dlogits)
         return;
-    xent_bwd_kernel<<<N, XENT_THREADS, 0, as_stream(s)>>>(dlogits, dlogp, logits, lse, target, V);
+    DLLM_LAUNCH(xent_bwd_kernel, N, XENT_THREADS, 0, as_stream(s))(dlogits, dlogp, logits, lse,
+        target, V);
     cudaLaunchCheck();
 }

@@ -1,0 +1,297 @@
+/* backend_cuda.cu: the CUDA backend -- device memory and the kernels of kernels/cuda/
+ * behind the backend table (kernels/backend.h).
+ *
+ * Every pointer an op receives is device memory, including the arrays inside the
+ * structs it is given: op_rope_table's cos/sin and fp8_matrix's q/scale (scales in the
+ * CPU layout, fp8_matrix.scale). Ops run on the legacy default stream in call order.
+ * Scratch memory (rmsnorm's dw partial sums, attention's row dots, the quantised
+ * activations of fp8_linear, a norm's accumulator) is the backend's own workspace,
+ * grown between ops when a larger one is needed and never allocated per call, so a
+ * memory budget sees it (dllm_backend_cuda_workspace_bytes).
+ * The attention state is the forward's log-sum-exp [B,NH,T].
+ * fp8_linear_fwd runs cuBLASLt's FP8 GEMM where it applies (tensor x tensor scaling, or
+ * 128x128 weight blocks x 1x128 activation groups where block scaling is available;
+ * C and OC multiples of 16) and otherwise the CPU's definition on the device
+ * (dequantised operands, fp32 GEMM). Both formats E5M2 has no cuBLASLt kernel: refused
+ * with exit status 2 (rollout.fp8.format: e4m3). An op that fails prints why and exits:
+ * the table's ops return nothing. */
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda_device.h"
+extern "C" {
+#include "kernels/backend.h"
+}
+
+#include <climits>
+
+namespace {
+
+struct cuda_impl {
+    void *ws;         /* device workspace */
+    size_t ws_bytes;
+    bool block_fp8;   /* block-scaled FP8 GEMMs available */
+};
+
+cuda_impl g_impl;
+
+/* Workspace of at least bytes; grows (after a sync) only when too small. */
+void *ws_get(size_t bytes)
+{
+    if (bytes <= g_impl.ws_bytes)
+        return g_impl.ws;
+    size_t nb = g_impl.ws_bytes ? g_impl.ws_bytes : (size_t)1 << 20;
+    while (nb < bytes)
+        nb *= 2;
+    cudaCheck(cudaDeviceSynchronize());
+    if (g_impl.ws)
+        cudaCheck(cudaFree(g_impl.ws));
+    cudaCheck(cudaMalloc(&g_impl.ws, nb));
+    g_impl.ws_bytes = nb;
+    return g_impl.ws;
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+void check_rc(int rc, const dllm_err &err)
+{
+    if (rc != DLLM_OK) {
+        fprintf(stderr, "dllm-rl: cuda backend: %s\n", err.msg);
+        exit(rc == DLLM_EXIT_INTERNAL ? 1 : rc);
+    }
+}
+
+void *cu_alloc(dllm_backend *, size_t bytes)
+{
+    void *p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes ? bytes : 1));
+    cudaCheck(cudaMemset(p, 0, bytes ? bytes : 1));
+    return p;
+}
+void cu_free(dllm_backend *, void *p)
+{
+    if (p)
+        cudaCheck(cudaFree(p));
+}
+void cu_upload(dllm_backend *, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void cu_download(dllm_backend *, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void cu_memset0(dllm_backend *, void *p, size_t bytes)
+{
+    if (bytes)
+        cudaCheck(cudaMemset(p, 0, bytes));
+}
+void cu_sync(dllm_backend *)
+{
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaGetLastError());
+}
+
+void cu_gemm(dllm_backend *, bool tA, bool tB, int M, int N, int K, float alpha, const float *A,
+             const float *B, float beta, float *C)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) { /* C = beta C, as op_gemm with an empty sum */
+        fprintf(stderr, "dllm-rl: cuda backend: gemm with K=%d\n", K);
+        exit(1);
+    }
+    dllm_err err = {};
+    check_rc(dllm_cuda_gemm_f32(tA, tB, M, N, K, alpha, A, B, beta, C, NULL, &err), err);
+}
+void cu_linear_fwd(dllm_backend *be, float *out, const float *inp, const float *w, int N, int C,
+                   int OC)
+{
+    cu_gemm(be, false, true, N, OC, C, 1.0f, inp, w, 0.0f, out);
+}
+void cu_linear_bwd(dllm_backend *be, float *dinp, float *dw, const float *dout, const float *inp,
+                   const float *w, int N, int C, int OC)
+{
+    if (dinp)
+        cu_gemm(be, false, false, N, C, OC, 1.0f, dout, w, 1.0f, dinp);
+    if (dw)
+        cu_gemm(be, true, false, OC, C, N, 1.0f, dout, inp, 1.0f, dw);
+}
+
+void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
+                       int C, int OC)
+{
+    if (!w->q || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: fp8 weight is [%d, %d], call expects [%d, %d]\n",
+                w->rows, w->cols, OC, C);
+        exit(1);
+    }
+    if (N <= 0)
+        return;
+    if (w->format == FP8_E5M2) { /* activations take the weight's format, as on the CPU */
+        fprintf(stderr, "dllm-rl: rollout.fp8.format: e5m2 for weights and activations has no "
+                        "cuBLASLt FP8 GEMM (E5M2 x E5M2); use e4m3\n");
+        exit(2);
+    }
+    const fp8_format f = w->format;
+    const size_t na = (size_t)N * C;
+    int abr, abc;
+    fp8_block_shape(w->act_scaling, N, C, &abr, &abc);
+    int aSR = (N + abr - 1) / abr, aSC = (C + abc - 1) / abc;
+    bool tensor = w->scaling == FP8_SCALE_TENSOR && w->act_scaling == FP8_SCALE_TENSOR;
+    bool block = w->scaling == FP8_SCALE_BLOCK && w->act_scaling == FP8_SCALE_GROUP &&
+                 g_impl.block_fp8;
+    if ((tensor || block) && C % 16 == 0 && OC % 16 == 0) {
+        size_t KB = ((size_t)C + 127) / 128, OB = ((size_t)OC + 127) / 128;
+        size_t nas = block ? (size_t)N * KB : 1, nws = block ? OB * ((KB + 3) / 4 * 4) : 1;
+        char *ws = (char *)ws_get(align256(na) + align256(nas * 4) + align256(nws * 4));
+        uint8_t *aq = (uint8_t *)ws;
+        float *as = (float *)(ws + align256(na));
+        float *wsc = (float *)(ws + align256(na) + align256(nas * 4));
+        long a_srs = 0, a_scs = 0, w_srs = 0, w_scs = 0;
+        if (block) {
+            dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
+            /* the weight's CPU-layout scales [OB, KB] into cuBLASLt's padded rows */
+            for (size_t ob = 0; ob < OB; ob++)
+                cudaCheck(cudaMemcpyAsync(wsc + ob * (size_t)w_srs, w->scale + ob * KB,
+                                          KB * sizeof(float), cudaMemcpyDeviceToDevice, NULL));
+        } else {
+            cudaCheck(cudaMemcpyAsync(wsc, w->scale, sizeof(float), cudaMemcpyDeviceToDevice,
+                                      NULL));
+        }
+        dllm_cuda_fp8_quantise(aq, as, a_srs, a_scs, inp, N, C, abr, abc, f, w->pow2_scale,
+                               NULL);
+        dllm_err err = {};
+        check_rc(dllm_cuda_fp8_linear(out, false, aq, as, f, w->q, wsc, f,
+                                      block ? FP8_SCALE_BLOCK : FP8_SCALE_TENSOR, N, C, OC, NULL,
+                                      &err),
+                 err);
+        return;
+    }
+    /* the CPU's definition: dequantised weight and quantised-dequantised activations */
+    size_t nw = (size_t)OC * C;
+    char *ws = (char *)ws_get(align256(nw * 4) + align256(na * 4) + align256(na) +
+                              align256((size_t)aSR * aSC * 4));
+    float *wd = (float *)ws, *ad = (float *)(ws + align256(nw * 4));
+    uint8_t *aq = (uint8_t *)(ws + align256(nw * 4) + align256(na * 4));
+    float *as = (float *)(ws + align256(nw * 4) + align256(na * 4) + align256(na));
+    dllm_cuda_fp8_dequantise(wd, w->q, w->scale, w->scale_cols, 1, OC, C, w->block_rows,
+                             w->block_cols, f, NULL);
+    dllm_cuda_fp8_quantise(aq, as, aSC, 1, inp, N, C, abr, abc, f, w->pow2_scale, NULL);
+    dllm_cuda_fp8_dequantise(ad, aq, as, aSC, 1, N, C, abr, abc, f, NULL);
+    cu_gemm(be, false, true, N, OC, C, 1.0f, ad, wd, 0.0f, out);
+}
+
+void cu_rmsnorm_fwd(dllm_backend *, float *out, float *rstd, const float *inp, const float *w,
+                    int N, int C, float eps)
+{
+    dllm_cuda_rmsnorm_fwd(out, rstd, inp, w, N, C, eps, NULL);
+}
+void cu_rmsnorm_bwd(dllm_backend *, float *dinp, float *dw, const float *dout, const float *inp,
+                    const float *w, const float *rstd, int N, int C)
+{
+    float *scratch = dw ? (float *)ws_get(dllm_cuda_rmsnorm_bwd_scratch_floats(N, C) * 4) : NULL;
+    dllm_cuda_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C, scratch, NULL);
+}
+void cu_rope_fwd(dllm_backend *, float *out, const float *inp, const int32_t *pos,
+                 const op_rope_table *t, int N, int NH, int HD)
+{
+    dllm_cuda_rope_fwd(out, inp, pos, t->cos, t->sin, t->max_pos, N, NH, HD, NULL);
+}
+void cu_rope_bwd(dllm_backend *, float *dinp, const float *dout, const int32_t *pos,
+                 const op_rope_table *t, int N, int NH, int HD)
+{
+    dllm_cuda_rope_bwd(dinp, dout, pos, t->cos, t->sin, t->max_pos, N, NH, HD, NULL);
+}
+size_t cu_attn_state_floats(dllm_backend *, int B, int T, int NH) { return (size_t)B * NH * T; }
+void cu_attention_fwd(dllm_backend *, float *out, float *state, const float *q, const float *k,
+                      const float *v, const uint8_t *keymask, int B, int T, int NH, int NKV,
+                      int HD, bool causal)
+{
+    dllm_cuda_attention_fwd(out, state, q, k, v, keymask, B, T, NH, NKV, HD, causal, NULL);
+}
+void cu_attention_bwd(dllm_backend *, float *dq, float *dk, float *dv, const float *dout,
+                      const float *out, const float *state, const float *q, const float *k,
+                      const float *v, const uint8_t *keymask, int B, int T, int NH, int NKV,
+                      int HD, bool causal)
+{
+    float *scratch = (float *)ws_get(dllm_cuda_attention_bwd_scratch_floats(B, T, NH) * 4);
+    dllm_cuda_attention_bwd(dq, dk, dv, dout, out, state, q, k, v, keymask, B, T, NH, NKV, HD,
+                            causal, scratch, NULL);
+}
+void cu_swiglu_fwd(dllm_backend *, float *out, const float *gate, const float *up, size_t n)
+{
+    dllm_cuda_swiglu_fwd(out, gate, up, n, NULL);
+}
+void cu_swiglu_bwd(dllm_backend *, float *dgate, float *dup, const float *dout, const float *gate,
+                   const float *up, size_t n)
+{
+    dllm_cuda_swiglu_bwd(dgate, dup, dout, gate, up, n, NULL);
+}
+/* The table gives no vocabulary size: ids are trusted as on the CPU (INT_MAX disables the
+ * kernel's range check). */
+void cu_embedding_fwd(dllm_backend *, float *out, const int32_t *ids, const float *wte, int N,
+                      int C)
+{
+    dllm_cuda_embedding_fwd(out, ids, wte, N, C, INT_MAX, NULL);
+}
+void cu_embedding_bwd(dllm_backend *, float *dwte, const float *dout, const int32_t *ids, int N,
+                      int C)
+{
+    dllm_cuda_embedding_bwd(dwte, dout, ids, N, C, INT_MAX, NULL);
+}
+void cu_xent_fwd(dllm_backend *, float *logp, float *lse, const float *logits,
+                 const int32_t *target, int N, int V)
+{
+    dllm_cuda_xent_fwd(logp, lse, logits, target, N, V, NULL);
+}
+void cu_xent_bwd(dllm_backend *, float *dlogits, const float *dlogp, const float *logits,
+                 const float *lse, const int32_t *target, int N, int V)
+{
+    dllm_cuda_xent_bwd(dlogits, dlogp, logits, lse, target, N, V, NULL);
+}
+void cu_round_bf16(dllm_backend *, float *x, size_t n) { dllm_cuda_round_bf16(x, n, NULL); }
+void cu_add(dllm_backend *, float *y, const float *x, size_t n) { dllm_cuda_add(y, x, n, NULL); }
+void cu_adamw(dllm_backend *, float *p, const float *g, float *m, float *v, size_t n, int t,
+              float lr, float b1, float b2, float eps, float wd)
+{
+    dllm_cuda_adamw(p, g, m, v, NULL, n, t, lr, b1, b2, eps, wd, NULL);
+}
+double cu_grad_norm(dllm_backend *, const float *g, size_t n)
+{
+    return dllm_cuda_grad_norm(g, n, (double *)ws_get(sizeof(double)), NULL);
+}
+
+const dllm_backend_ops cuda_ops = {
+    cu_alloc, cu_free, cu_upload, cu_download, cu_memset0, cu_sync,
+    cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_fp8_linear_fwd,
+    cu_rmsnorm_fwd, cu_rmsnorm_bwd, cu_rope_fwd, cu_rope_bwd,
+    cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,
+    cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd, cu_embedding_bwd,
+    cu_xent_fwd, cu_xent_bwd, cu_round_bf16, cu_add, cu_adamw, cu_grad_norm,
+};
+
+dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};
+bool g_probed = false, g_have = false;
+char g_why[256];
+
+} // namespace
+
+extern "C" dllm_backend *dllm_backend_cuda(void)
+{
+    if (!g_probed) {
+        g_probed = true;
+        g_have = dllm_cuda_device_count(g_why, sizeof g_why) > 0;
+        if (g_have)
+            g_impl.block_fp8 = dllm_cuda_fp8_block_scaling_available(NULL, 0);
+    }
+    return g_have ? &g_backend : NULL;
+}
+
+extern "C" const char *dllm_backend_cuda_why(void)
+{
+    dllm_backend_cuda();
+    return g_have ? "" : g_why;
+}
+
+extern "C" size_t dllm_backend_cuda_workspace_bytes(void) { return g_impl.ws_bytes; }

@@ -1,0 +1,45 @@
+/* test_cuda_selftest: runs tests/cuda_selftest.cu, the CUDA runtime and cuBLASLt checks
+ * (on a GPU: what the emulation assumes; under emulation: also what it must report).
+ * SKIP (77) without the CUDA backend or without a device. */
+#include "config.h"
+
+#include "kernels/cuda_device.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef HAVE_CUDA
+int dllm_cuda_selftest(char *report, size_t report_len);
+
+START_TEST(test_selftest)
+{
+    static char report[16384];
+    int fails = dllm_cuda_selftest(report, sizeof report);
+    ck_assert_msg(fails == 0, "%d checks failed:\n%s", fails, report);
+}
+END_TEST
+#endif
+
+int main(void)
+{
+    char why[256] = "";
+    if (dllm_cuda_device_count(why, sizeof why) == 0) {
+        printf("SKIP: %s\n", why);
+        return 77;
+    }
+#ifdef HAVE_CUDA
+    Suite *s = suite_create("cuda_selftest");
+    TCase *tc = tcase_create("selftest");
+    tcase_add_test(tc, test_selftest);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+#else
+    return 77;
+#endif
+}
