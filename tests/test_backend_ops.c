@@ -61,6 +61,9 @@ START_TEST(test_host_shared_headers)
         double u = dllm_rng_uniform(&r);
         ck_assert(u == dllm_rng_u01(dllm_rng_draw(r.key, 42)));
     }
+    /* the one draw that would round to u = 1.0 (an infinite Gumbel score) */
+    ck_assert(dllm_rng_u01(~0ULL) == 1.0 - 1.0 / 9007199254740992.0);
+    ck_assert(dllm_rng_u01(~0ULL) < 1.0 && dllm_rng_u01(0) > 0.0);
     /* FP8 codec: all codes decode alike; encode agrees on random and special bits */
     for (int f = 0; f < 2; f++) {
         for (int c = 0; c < 256; c++) {

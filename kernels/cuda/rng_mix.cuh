@@ -4,7 +4,8 @@
  *   mix64(z)          SplitMix64's finaliser
  *   key(seed,a,b,c)   k = mix64(seed + G); k = mix64(k ^ (a + A)); ... (b + B), (c + C)
  *   draw i            mix64(key + G * i), i = 1, 2, ... (dllm_rng_u64 pre-increments ctr)
- *   uniform           ((draw >> 11) + 0.5) / 2^53, strictly inside (0, 1)
+ *   uniform           ((draw >> 11) + 0.5) / 2^53, strictly inside (0, 1): the top
+ *                     k = 2^53 - 1, which rounds up to 1.0, gives 1 - 2^-53 instead
  * with G the golden-ratio constant. tests/test_backend_ops.c checks these against
  * kernels/rng.c bit for bit on the host and on the device. */
 #ifndef DLLM_CUDA_RNG_MIX_CUH
@@ -44,7 +45,11 @@ DLLM_HD uint64_t dllm_rng_draw(uint64_t key, uint64_t i)
 
 DLLM_HD double dllm_rng_u01(uint64_t bits)
 {
-    return ((double)(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    /* as dllm_rng_uniform: u = 1.0 would make -log u = 0, an infinite Gumbel score */
+    uint64_t k = bits >> 11;
+    if (k == (1ULL << 53) - 1)
+        return 1.0 - 1.0 / 9007199254740992.0;
+    return ((double)k + 0.5) * (1.0 / 9007199254740992.0);
 }
 
 #endif
