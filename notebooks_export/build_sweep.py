@@ -104,10 +104,12 @@ def group_of(run):
     g = re.sub(r"(^|_)seed=[^_]*", "", run).strip("_")
     return g or "(all)"
 
-runs = {}
+runs, no_log = {}, []
 for name in sorted(os.listdir(SWEEP_DIR)):
     p = os.path.join(SWEEP_DIR, name, "log.h5")
     if not os.path.isfile(p):
+        if os.path.isfile(os.path.join(SWEEP_DIR, name, "train.log")):
+            no_log.append(name)  # started, or failed before its log
         continue
     try:
         f = open_log(p)
@@ -158,6 +160,8 @@ for g in groups:
     parts = [f"{n} (seed {runs[n]['seed']}, {runs[n]['n_steps']} steps, "
              f"{sum(len(e['step']) for e in runs[n]['eval'].values())} evals)" for n in members[g]]
     print(f"  {g}: " + "; ".join(parts))
+if no_log:
+    print(f"  without a log (starting, or failed before writing one): {', '.join(no_log)}")
 """)
 
     md(r"""
@@ -218,12 +222,15 @@ else:
         note("summary.csv is older than some run logs (a sweep still running?): "
              "`dllm-rl sweep SWEEP.yaml --summary` rewrites it", "info")
     if pd is not None:
-        table = pd.read_csv(summary_path, dtype={"status": str})
+        # as written (strings: blank stays blank); numbers only for the per-arm cells
+        table = pd.read_csv(summary_path, dtype=str, keep_default_na=False)
         per_run = table[~table["run"].str.match(r"^(mean|se):")]
         pd.set_option("display.width", 200)
         display(per_run.set_index("run"))
-        means = table[table["run"].str.startswith("mean:")].set_index("arm")
-        ses = table[table["run"].str.startswith("se:")].set_index("arm")
+        num = lambda df: df.apply(lambda c: pd.to_numeric(c, errors="coerce")
+                                  if c.name not in ("run", "arm", "status") else c)
+        means = num(table[table["run"].str.startswith("mean:")]).set_index("arm")
+        ses = num(table[table["run"].str.startswith("se:")]).set_index("arm")
         cols = [c for c in ("final_accuracy", "best_accuracy", "mean_alpha", "mean_rho_ess",
                             "mean_abs_log_w", "seconds") if c in means]
         fmt = lambda m, s: ("" if pd.isna(m) else f"{m:.4g}" + ("" if pd.isna(s) else f" ± {s:.2g}"))
@@ -231,7 +238,7 @@ else:
                                 for c in cols}, index=means.index)
         per_arm.insert(0, "runs done", [means.at[a, "status"] for a in means.index])
         if "collapse_step" in means:
-            per_arm.insert(1, "collapsed", means["collapse_step"].tolist())
+            per_arm.insert(1, "collapsed", [f"{c:.0f}" for c in means["collapse_step"]])
         display(Markdown("**Per arm** (mean ± standard error over its done runs):"))
         display(per_arm)
     else:
@@ -304,6 +311,10 @@ def band(ax, pairs, g, label=True, yerr_single=None):
         ax.fill_between(xs, mean - se, mean + se, color=color[g], alpha=0.2, lw=0)
     return True
 
+def legend(ax, **kw):
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
+
 def integer_x(*axs):
     for ax in axs:
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -321,7 +332,7 @@ for ax, k in zip(axs, ("reward_mean", "accuracy")):
         note(f"/steps/{k} is absent (or empty) in every run")
         ax.text(0.5, 0.5, f"/steps/{k} not logged", ha="center", transform=ax.transAxes)
     ax.set_title(f"{k} (training batch)"); ax.set_xlabel("RL step"); ax.grid(alpha=0.3)
-axs[0].legend(fontsize=8)
+legend(axs[0], fontsize=8)
 integer_x(*axs)
 plt.tight_layout()
 save(fig, "train_curves")
@@ -353,7 +364,7 @@ for row, task in zip(axs, tasks):
     missing = [n for n in runs if task not in runs[n]["eval"]]
     if missing:
         note(f"eval {task}: not logged by {len(missing)} run(s): {', '.join(missing)}")
-axs[0][0].legend(fontsize=8)
+legend(axs[0][0], fontsize=8)
 integer_x(*axs.ravel())
 plt.tight_layout()
 save(fig, "eval_curves")
@@ -379,7 +390,7 @@ for ax, k in zip(axs, ("alpha", "s_rel", "s_div", "s_var")):
         note(f"/steps/{k} is absent (or all NaN) in every run")
         ax.text(0.5, 0.5, f"{k} not logged", ha="center", transform=ax.transAxes)
     ax.set_title(k); ax.set_xlabel("RL step"); ax.grid(alpha=0.3)
-axs[0].legend(fontsize=7)
+legend(axs[0], fontsize=7)
 integer_x(*axs)
 plt.tight_layout()
 save(fig, "ais_scores")
@@ -437,7 +448,7 @@ for g, x in absd.items():
 if not absd:
     ax.text(0.5, 0.5, "token_log_ratio not logged", ha="center", transform=ax.transAxes)
 ax.set_xlabel("log10 |d| per token (nats)"); ax.set_ylabel("density"); ax.grid(alpha=0.3)
-ax.legend(fontsize=8)
+legend(ax, fontsize=8)
 save(fig, "token_log_ratio")
 if rows and pd is not None:
     display(pd.DataFrame(rows, columns=["group", "tokens", "frac zero", "mean |d|", "median",
@@ -485,8 +496,7 @@ axs[1].set_xlabel("RL step"); axs[1].set_ylabel("mean over k of mean |d|")
 for ax in axs:
     ax.grid(alpha=0.3)
 integer_x(*axs)
-if drawn:
-    axs[0].legend(fontsize=8)
+legend(axs[0], fontsize=8)
 plt.tight_layout()
 save(fig, "mismatch_by_step")
 """)
