@@ -247,14 +247,13 @@ else:
 """)
 
     code(r"""
+tasks = sorted({t for r in runs.values() for t in r["eval"]})
 fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(groups) + 2), 3.2))
 any_eval = False
 for i, g in enumerate(groups):
-    finals = []
-    for n in members[g]:
-        for task, e in runs[n]["eval"].items():
-            finals.append(e["accuracy"][-1])
-            break  # the first task
+    # the first task's last evaluation of each run
+    finals = [runs[n]["eval"][tasks[0]]["accuracy"][-1] for n in members[g]
+              if tasks and tasks[0] in runs[n]["eval"]]
     if not finals:
         continue
     any_eval = True
@@ -267,7 +266,7 @@ if not any_eval:
     note("no run has an evaluation (`eval.every` 0?): no final accuracy")
     ax.text(0.5, 0.5, "no evaluations logged", ha="center", transform=ax.transAxes)
 ax.set_xticks(range(len(groups)), groups, rotation=20, ha="right")
-ax.set_ylabel("accuracy, last evaluation")
+ax.set_ylabel(f"{tasks[0]} accuracy, last eval" if tasks else "accuracy, last eval")
 ax.set_title("per run (dots) and group mean ± se (squares)")
 ax.grid(alpha=0.3)
 save(fig, "final_accuracy")
@@ -347,7 +346,6 @@ standard error over items (`accuracy_se`).
 """)
 
     code(r"""
-tasks = sorted({t for r in runs.values() for t in r["eval"]})
 fig, axs = plt.subplots(max(1, len(tasks)), 2, figsize=(10, 3.2 * max(1, len(tasks))),
                         squeeze=False)
 if not tasks:

@@ -14,11 +14,11 @@ if [ $# -ne 1 ]; then
   echo "usage: $0 BUILD_DIR" >&2
   exit 2
 fi
-BIN=$(cd "$1" 2>/dev/null && pwd)/dllm-rl
-if [ ! -x "$BIN" ]; then
+if [ ! -x "$1/dllm-rl" ]; then
   echo "ci_sweep_notebook: $1/dllm-rl: no built binary there (build first)" >&2
   exit 2
 fi
+BIN=$(cd "$1" && pwd)/dllm-rl
 VENV=${NB_VENV:-$ROOT/build-nb/venv}
 PY=$VENV/bin/python3
 t0=$(date +%s)
