@@ -437,7 +437,7 @@ for g, x in absd.items():
     zero = float(np.mean(x == 0)) if x.size else float("nan")
     if pos and (x > 0).any():
         ax.hist(np.log10(x[x > 0]), bins=bins, histtype="step", lw=1.5, color=color[g],
-                density=True, label=f"{g} ({x.size} tokens, {100 * zero:.0f}% zero)")
+                density=True, label=f"{g} ({x.size} tokens, {100 * zero:.2g}% zero)")
     else:
         ax.plot([], [], color=color[g], label=f"{g} ({x.size} tokens, all zero)")
     q = np.quantile(x, [0.5, 0.9, 0.99]) if x.size else [np.nan] * 3
