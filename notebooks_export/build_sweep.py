@@ -148,6 +148,8 @@ for r in runs.values():
     n = complete_rows(f["steps"]) if "steps" in f else 0
     r["steps"] = {k: d[:n] for k, d in f["steps"].items()} if n else {}
     r["n_steps"] = n
+    if n == 0:
+        note(f"{os.path.basename(r['dir'])}: no complete step logged yet", "info")
     r["eval"] = {}
     for task, g in (f["eval"].items() if "eval" in f else ()):
         m = complete_rows(g)

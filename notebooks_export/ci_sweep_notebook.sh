@@ -87,6 +87,21 @@ if grep -q '"output_type": "error"' nb/sweep.ipynb; then
   echo "ci_sweep_notebook: the executed notebook has an error output" >&2
   fail=1
 fi
+# the committed executed copy must hold the builder's current cells
+if ! "$PY" - "$ROOT/notebooks_export" <<'PYEOF'
+import sys
+import nbformat
+sys.path.insert(0, sys.argv[1])
+import build_sweep
+kept = nbformat.read(sys.argv[1] + "/sweep.ipynb", as_version=4)
+src = lambda nb: [c.source for c in nb.cells[1:]]  # the first cell says what it ran on
+if src(kept) != src(build_sweep.build()):
+    sys.exit("ci_sweep_notebook: notebooks_export/sweep.ipynb is older than build_sweep.py: "
+             "render it again (notebooks_export/README.md, 'The committed copy')")
+PYEOF
+then
+  fail=1
+fi
 t3=$(date +%s)
 echo "ci_sweep_notebook: packages $((t1 - t0)) s, sweep $((t2 - t1)) s, notebook $((t3 - t2)) s"
 if [ $fail -ne 0 ]; then
