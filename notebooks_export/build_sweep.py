@@ -515,6 +515,8 @@ print(f"{len(NOTES)} notes" + "".join(f"\n  {k}: {t}" for k, t in NOTES))
 def build(about=DEFAULT_ABOUT):
     nb = nbf.v4.new_notebook()
     nb["cells"] = cells(about)
+    for i, c in enumerate(nb["cells"]):  # stable ids: a re-render diffs only in outputs
+        c["id"] = f"cell-{i:02d}"
     nb["metadata"] = {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                      "language": "python"},
                       "language_info": {"name": "python"}}
