@@ -487,8 +487,7 @@ for g in groups:
         band(axs[0], by_k, g)
         band(axs[1], by_t, g, label=False)
 if not drawn:
-    note("/mismatch_by_step/mean_abs_d is absent or empty in every run "
-         "(autoregressive runs have no denoising steps)")
+    note("/mismatch_by_step/mean_abs_d is absent, empty or all NaN in every run")
     for ax in axs:
         ax.text(0.5, 0.5, "mismatch_by_step not logged", ha="center", transform=ax.transAxes)
 axs[0].set_xlabel("denoising step k"); axs[0].set_ylabel("mean |d| (nats per token)")
