@@ -89,6 +89,12 @@ typedef struct {
     bool deq_valid;
     fp8_scaling act_scaling; /* how activations meeting this weight are quantised:
                                 FP8_SCALE_GROUP (default), _CHANNEL or _TENSOR */
+    bool fast;               /* op_fp8_linear_fwd's mode: false (the default) = the exact
+                                simulation, true = codes on bf16 dot products (below) */
+    uint16_t *qbf;           /* (KB, R, 128) the codes as bf16, one [R, 128] slab per
+                                block of 128 columns (KB = ceil(C / 128), zeros past C),
+                                for the fast mode; valid iff qbf_valid */
+    bool qbf_valid;
 } fp8_matrix;
 
 /* Block shape of a scaling mode for an R x C matrix. */
@@ -120,10 +126,22 @@ void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
                        fp8_scaling s, bool pow2_scale);
 
 /* ---- W8A8 linear (kernels/cpu/fp8_linear.c) ------------------------------------------
- * out[N, OC] = dequant(quant(inp))[N, C] @ dequant(w)[OC, C]^T in fp32, activations
- * quantised per w->act_scaling in w->format (pow2 as w->pow2_scale). w->rows == OC and
- * w->cols == C are checked (abort: a programming error). Caches the dequantised weight
- * in w on first use. */
+ * Activations are quantised per w->act_scaling in w->format (pow2 as w->pow2_scale).
+ * w->rows == OC and w->cols == C are checked (abort: a programming error).
+ *
+ * Exact mode (w->fast false, the default):
+ *   out[N, OC] = dequant(quant(inp))[N, C] @ dequant(w)[OC, C]^T in fp32 (op_gemm);
+ *   the dequantised weight is cached in w on first use.
+ * Fast mode (w->fast true), the product an FP8 tensor core forms: with K cut into
+ * blocks j of 128 (the last one shorter),
+ *   out[n, oc] = sum_j (sa[n, j] * sw[oc, j]) * sum_{k in j} qa[n, k] * qw[oc, k]
+ *   where qa, qw are the decoded codes (exact in bf16, their products exact in fp32)
+ *   and sa, sw the activation / weight scales covering block j (group, channel or
+ *   tensor for activations; block, channel or tensor for weights). The inner sums run
+ *   on bf16 dot products (oneDNN) where the CPU has them, else in fp32 (OpenBLAS) on
+ *   the same values; both accumulate in fp32, so the two modes differ only by fp32
+ *   rounding: |fast - exact| <= (2K + 8) 2^-24 sum_k |a_k w_k| (tests/test_fast_gemm.c).
+ *   The bf16 codes are cached in w on first use. */
 void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC);
 
 #endif

@@ -293,8 +293,10 @@ int fp8_quantise(fp8_matrix *m, const float *x, int R, int C, fp8_format f, fp8_
     if (m->q && (m->rows != R || m->cols != C)) {
         free(m->q);
         free(m->deq);
+        free(m->qbf);
         m->q = NULL;
         m->deq = NULL;
+        m->qbf = NULL;
     }
     if (!m->q)
         m->q = dllm_malloc((size_t)R * C);
@@ -310,6 +312,7 @@ int fp8_quantise(fp8_matrix *m, const float *x, int R, int C, fp8_format f, fp8_
     m->scale_rows = SR;
     m->scale_cols = SC;
     m->deq_valid = false;
+    m->qbf_valid = false;
 
     const fp8_params *p = &PARAMS[f];
     compute_scales(m->scale, x, R, C, br, bc, p, pow2_scale);
@@ -378,6 +381,7 @@ void fp8_matrix_free(fp8_matrix *m)
     free(m->q);
     free(m->scale);
     free(m->deq);
+    free(m->qbf);
     memset(m, 0, sizeof *m);
 }
 
