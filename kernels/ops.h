@@ -32,6 +32,7 @@ void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
  * deterministic for a given thread count; the two differ in the last bits. */
 typedef enum { OP_GEMM_OPENBLAS = 0, OP_GEMM_DNNL = 1 } op_gemm_lib;
 op_gemm_lib op_gemm_library(void);
+bool op_gemm_library_built(op_gemm_lib lib);
 const char *op_gemm_library_name(op_gemm_lib lib);
 
 /* Linear layer in torch layout: out[N,OC] = inp[N,C] @ w[OC,C]^T.

@@ -61,6 +61,11 @@ op_gemm_lib op_gemm_library(void)
     exit(2);
 }
 
+bool op_gemm_library_built(op_gemm_lib lib)
+{
+    return lib == OP_GEMM_OPENBLAS || (lib == OP_GEMM_DNNL && dnnl_gemm_built());
+}
+
 const char *op_gemm_library_name(op_gemm_lib lib)
 {
     return lib == OP_GEMM_DNNL ? "dnnl" : "openblas";
