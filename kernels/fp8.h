@@ -91,9 +91,9 @@ typedef struct {
                                 FP8_SCALE_GROUP (default), _CHANNEL or _TENSOR */
     bool fast;               /* op_fp8_linear_fwd's mode: false (the default) = the exact
                                 simulation, true = codes on bf16 dot products (below) */
-    uint16_t *qbf;           /* (KB, R, 128) the codes as bf16, one [R, 128] slab per
-                                block of 128 columns (KB = ceil(C / 128), zeros past C),
-                                for the fast mode; valid iff qbf_valid */
+    uint16_t *qbf;           /* the codes as bf16, packed for the fast mode's kernel
+                                (kernels/cpu/fp8_bf16dot.c); valid iff qbf_valid */
+    float *qbf_scale;        /* the weight scales per 32-column tile and k-block, ditto */
     bool qbf_valid;
 } fp8_matrix;
 

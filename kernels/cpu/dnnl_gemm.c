@@ -14,6 +14,11 @@
 
 bool dnnl_bf16_usable(void)
 {
+    return cpu_bf16_dot_usable() && dnnl_gemm_built();
+}
+
+bool cpu_bf16_dot_usable(void)
+{
     const char *env = getenv("DLLM_BF16_GEMM");
     if (env && *env && strcmp(env, "auto") != 0) {
         if (strcmp(env, "fp32") == 0)
@@ -21,12 +26,16 @@ bool dnnl_bf16_usable(void)
         fprintf(stderr, "DLLM_BF16_GEMM=%s: expected auto or fp32\n", env);
         exit(2);
     }
+#if defined(__x86_64__)
     static int has = -1; /* the CPU does not change under us */
     if (has < 0) {
         __builtin_cpu_init();
         has = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
     }
-    return has && dnnl_gemm_built();
+    return has;
+#else
+    return false;
+#endif
 }
 
 #ifndef HAVE_DNNL

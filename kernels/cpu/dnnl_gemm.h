@@ -10,10 +10,12 @@
 /* True when the build has oneDNN. */
 bool dnnl_gemm_built(void);
 
-/* True when bf16 products should run on oneDNN's bf16 kernels: oneDNN is built, the CPU
- * has AVX512-BF16 dot products (vdpbf16ps), and DLLM_BF16_GEMM is not "fp32" (which
- * forces the fp32 fallback, e.g. to test it on a CPU that has the instructions). A
- * DLLM_BF16_GEMM other than "auto" or "fp32" is bad input: message, exit 2. */
+/* True when bf16 products may run on bf16 dot products: the CPU has AVX512-BF16
+ * (vdpbf16ps) and DLLM_BF16_GEMM is not "fp32" (which forces the fp32 fallbacks, e.g.
+ * to test them on a CPU that has the instructions). A DLLM_BF16_GEMM other than
+ * "auto" or "fp32" is bad input: message, exit 2. */
+bool cpu_bf16_dot_usable(void);
+/* cpu_bf16_dot_usable() and oneDNN built: the bf16 linear runs on oneDNN. */
 bool dnnl_bf16_usable(void);
 
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major, leading dimensions given, on

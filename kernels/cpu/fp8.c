@@ -294,9 +294,11 @@ int fp8_quantise(fp8_matrix *m, const float *x, int R, int C, fp8_format f, fp8_
         free(m->q);
         free(m->deq);
         free(m->qbf);
+        free(m->qbf_scale);
         m->q = NULL;
         m->deq = NULL;
         m->qbf = NULL;
+        m->qbf_scale = NULL;
     }
     if (!m->q)
         m->q = dllm_malloc((size_t)R * C);
@@ -382,6 +384,7 @@ void fp8_matrix_free(fp8_matrix *m)
     free(m->scale);
     free(m->deq);
     free(m->qbf);
+    free(m->qbf_scale);
     memset(m, 0, sizeof *m);
 }
 

@@ -11,11 +11,11 @@
  *
  * Fast mode, the block-scaled product: the codes themselves are multiplied, one block
  * of 128 along C at a time, and each block's fp32 partial sum is scaled by its
- * activation and weight scales as it is added to the output. E4M3 and E5M2 values are
- * bf16 values and their products are exact in fp32, so the partial sums can run on
- * bf16 dot products. Rows go in chunks so that one chunk's partial sums [rows, OC]
- * stay in cache between the product and the scaling. */
-#include "kernels/cpu/dnnl_gemm.h"
+ * activation and weight scales as it is added to the output. On a CPU with bf16 dot
+ * products this is kernels/cpu/fp8_bf16dot.c. The fallback here does the same in fp32
+ * on op_gemm: per block a [rows, 128] x [128, OC] product of the decoded codes (rows
+ * in chunks, so a chunk's partial sums stay in cache), then the scaling. */
+#include "kernels/cpu/fp8_bf16dot.h"
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
 
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Rows per chunk of the fast mode. */
+/* Rows per chunk of the fast mode's fallback. */
 #define ROW_CHUNK 256
 
 static void check_shape(const fp8_matrix *w, int N, int C, int OC)
@@ -35,17 +35,17 @@ static void check_shape(const fp8_matrix *w, int N, int C, int OC)
     }
 }
 
-/* out (KB, R, 128) bf16 = the codes q[R, C] decoded, zeros past C. */
-static void codes_to_bf16(uint16_t *out, const uint8_t *q, int R, int C, fp8_format f)
+/* out (KB, R, 128) = the codes q[R, C] decoded, zeros past C. */
+static void codes_by_block(float *out, const uint8_t *q, int R, int C, fp8_format f)
 {
-    uint16_t lut[256];
+    float lut[256];
     for (int c = 0; c < 256; c++)
-        lut[c] = op_f32_to_bf16(fp8_decode((uint8_t)c, f)); /* exact: 2-3 mantissa bits */
+        lut[c] = fp8_decode((uint8_t)c, f);
     int KB = (C + FP8_BLOCK - 1) / FP8_BLOCK;
 #pragma omp parallel for schedule(static) if ((size_t)R * C > 65536)
     for (int r = 0; r < R; r++)
         for (int j = 0; j < KB; j++) {
-            uint16_t *o = out + ((size_t)j * R + r) * FP8_BLOCK;
+            float *o = out + ((size_t)j * R + r) * FP8_BLOCK;
             int k0 = j * FP8_BLOCK, n = C - k0 < FP8_BLOCK ? C - k0 : FP8_BLOCK;
             for (int k = 0; k < n; k++)
                 o[k] = lut[q[(size_t)r * C + k0 + k]];
@@ -84,18 +84,36 @@ static void scale_add(float *out, const float *P, const fp8_matrix *a, const fp8
     }
 }
 
-static void fp8_linear_fast(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC)
+/* The fast mode's fallback: fp32 products of the same decoded codes. */
+static void fp8_linear_fast_fp32(float *out, const fp8_matrix *a, const fp8_matrix *w, int N,
+                                 int C, int OC)
 {
     int KB = (C + FP8_BLOCK - 1) / FP8_BLOCK;
-    if (KB == 0) {
+    float *a32 = dllm_malloc((size_t)KB * N * FP8_BLOCK * sizeof(float));  // (KB, N, 128)
+    float *w32 = dllm_malloc((size_t)KB * OC * FP8_BLOCK * sizeof(float)); // (KB, OC, 128)
+    codes_by_block(a32, a->q, N, C, w->format);
+    codes_by_block(w32, w->q, OC, C, w->format);
+    int rc = ROW_CHUNK < N ? ROW_CHUNK : N;
+    float *P = dllm_malloc((size_t)rc * OC * sizeof(float)); // (rows, OC)
+    for (int r0 = 0; r0 < N; r0 += rc) {
+        int rows = N - r0 < rc ? N - r0 : rc;
+        for (int j = 0; j < KB; j++) {
+            op_gemm(false, true, rows, OC, FP8_BLOCK, 1.0f,
+                    a32 + ((size_t)j * N + r0) * FP8_BLOCK, w32 + (size_t)j * OC * FP8_BLOCK,
+                    0.0f, P);
+            scale_add(out, P, a, w, r0, rows, OC, j);
+        }
+    }
+    free(P);
+    free(a32);
+    free(w32);
+}
+
+static void fp8_linear_fast(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC)
+{
+    if (C <= 0) {
         memset(out, 0, (size_t)N * OC * sizeof *out);
         return;
-    }
-    if (!w->qbf_valid) {
-        if (!w->qbf)
-            w->qbf = dllm_malloc((size_t)KB * OC * FP8_BLOCK * sizeof(uint16_t));
-        codes_to_bf16(w->qbf, w->q, OC, C, w->format);
-        w->qbf_valid = true;
     }
     fp8_matrix a = {0};
     dllm_err err = {0};
@@ -103,35 +121,10 @@ static void fp8_linear_fast(float *out, const float *inp, fp8_matrix *w, int N, 
         fprintf(stderr, "op_fp8_linear_fwd: %s\n", err.msg);
         abort();
     }
-    uint16_t *a16 = dllm_malloc((size_t)KB * N * FP8_BLOCK * sizeof(uint16_t)); // (KB, N, 128)
-    codes_to_bf16(a16, a.q, N, C, w->format);
-    int rc = ROW_CHUNK < N ? ROW_CHUNK : N;
-    float *P = dllm_malloc((size_t)rc * OC * sizeof(float)); // (rows, OC)
-    bool bf16 = dnnl_bf16_usable();
-    float *w32 = NULL; // (KB, OC, 128) the fallback's widened weight codes
-    for (int r0 = 0; r0 < N; r0 += rc) {
-        int rows = N - r0 < rc ? N - r0 : rc;
-        for (int j = 0; j < KB; j++) {
-            size_t ao = ((size_t)j * N + r0) * FP8_BLOCK, wo = (size_t)j * OC * FP8_BLOCK;
-            if (!bf16 || dnnl_gemm_bf16_nt(P, OC, a16 + ao, FP8_BLOCK, w->qbf + wo, FP8_BLOCK,
-                                           rows, OC, FP8_BLOCK) != 0) {
-                /* the fallback (or oneDNN refused the shape): the same values widened,
-                 * products on op_gemm */
-                if (!w32) {
-                    w32 = dllm_malloc((size_t)KB * OC * FP8_BLOCK * sizeof(float));
-                    op_bf16_to_f32_array(w32, w->qbf, (size_t)KB * OC * FP8_BLOCK);
-                }
-                float *ab = dllm_malloc((size_t)rows * FP8_BLOCK * sizeof(float));
-                op_bf16_to_f32_array(ab, a16 + ao, (size_t)rows * FP8_BLOCK);
-                op_gemm(false, true, rows, OC, FP8_BLOCK, 1.0f, ab, w32 + wo, 0.0f, P);
-                free(ab);
-            }
-            scale_add(out, P, &a, w, r0, rows, OC, j);
-        }
-    }
-    free(w32);
-    free(P);
-    free(a16);
+    if (fp8_bf16dot_usable())
+        fp8_bf16dot_linear(out, &a, w, N, C, OC);
+    else
+        fp8_linear_fast_fp32(out, &a, w, N, C, OC);
     fp8_matrix_free(&a);
 }
 
