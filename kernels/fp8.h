@@ -113,6 +113,10 @@ int fp8_quantise_weight(fp8_matrix *m, const float *w, int OC, int C, fp8_format
 /* Activations a[N, K]: scaling group (1 x 128 along K), channel (per row) or tensor. */
 int fp8_quantise_act(fp8_matrix *m, const float *a, int N, int K, fp8_format f,
                      fp8_scaling s, bool pow2_scale, dllm_err *err);
+/* The scales fp8_quantise would compute for x[R, C] with scaling s: (SR, SC) row-major,
+ * SR x SC as fp8_block_shape gives them; no codes. */
+void fp8_scales(float *scale, const float *x, int R, int C, fp8_format f, fp8_scaling s,
+                bool pow2_scale);
 /* out[R, C] = decode(q) * scale. */
 void fp8_dequantise(float *out, const fp8_matrix *m);
 /* Fills m->deq (allocating it once) unless already valid. Call after (re)quantising a

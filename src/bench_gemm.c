@@ -23,13 +23,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 static const char usage_text[] =
     "usage: dllm-rl bench gemm [--preset tiny,small] [--rows N] [--square 1024,2048]\n"
-    "                          [--time SECONDS] [--rounds R]\n"
+    "                          [--time SECONDS] [--rounds R] [--clock wall|cpu]\n"
     "\n"
     "GFLOP/s of out[N,OC] = in[N,K] @ w[OC,K]^T at the linear layers of each preset\n"
     "(q/k/v/o [C,C], gate/up [H,C], down [C,H], head [V,C]; N = --rows, default 384 =\n"
@@ -37,7 +38,22 @@ static const char usage_text[] =
     "OpenBLAS and oneDNN, bf16, and FP8 W8A8 (fast: codes on bf16 dot products; exact:\n"
     "the fp32 simulation). Each number is the best of --rounds rounds of about --time\n"
     "seconds (default 3 x 0.1 s). Also prints the measured fp32 FMA and bf16 dot-product\n"
-    "peaks of the OpenMP threads. Threads: OMP_NUM_THREADS.\n";
+    "peaks of the OpenMP threads. Threads: OMP_NUM_THREADS.\n"
+    "--clock cpu divides by the process's CPU time instead of wall time: GFLOP per\n"
+    "core-second, less sensitive to other jobs on a shared machine (use it with\n"
+    "OMP_NUM_THREADS=1: idle OpenMP threads spin and their CPU time counts).\n";
+
+static bool cpu_clock;
+
+/* Wall or process CPU seconds, per --clock. */
+static double now(void)
+{
+    if (!cpu_clock)
+        return dllm_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ---- peak ---------------------------------------------------------------------------- */
 
@@ -87,10 +103,10 @@ static double peak(bool bf16)
     double best = 0;
     long iters = 2000000;
     for (int r = 0; r < 3; r++) {
-        double fl = 0, t0 = dllm_now();
+        double fl = 0, t0 = now();
 #pragma omp parallel reduction(+ : fl)
         fl += bf16 ? peak_dpbf16_loop(iters) : peak_fma_loop(iters);
-        double g = fl / (dllm_now() - t0) / 1e9;
+        double g = fl / (now() - t0) / 1e9;
         best = g > best ? g : best;
     }
     return best;
@@ -134,11 +150,11 @@ static double time_job(const job *j, double secs, int rounds)
     double flop = 2.0 * j->N * (double)j->K * j->OC, best = 0;
     for (int r = 0; r < rounds; r++) {
         long n = 0;
-        double t0 = dllm_now(), el;
+        double t0 = now(), el;
         do {
             run_once(j);
             n++;
-        } while ((el = dllm_now() - t0) < secs);
+        } while ((el = now() - t0) < secs);
         double g = flop * (double)n / el / 1e9;
         best = g > best ? g : best;
     }
@@ -191,7 +207,8 @@ int bench_gemm(int argc, char **argv)
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'}, {"rows", required_argument, 0, 'n'},
         {"square", required_argument, 0, 's'}, {"time", required_argument, 0, 't'},
-        {"rounds", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'},
+        {"rounds", required_argument, 0, 'r'}, {"clock", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -207,6 +224,12 @@ int bench_gemm(int argc, char **argv)
                                    optarg);
             break;
         case 'r': bad = cli_parse_int(optarg, "--rounds", 1, 100, &rounds, &err); break;
+        case 'c':
+            if (strcmp(optarg, "wall") && strcmp(optarg, "cpu"))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--clock %s: expected wall or cpu",
+                                   optarg);
+            cpu_clock = !strcmp(optarg, "cpu");
+            break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -251,8 +274,9 @@ int bench_gemm(int argc, char **argv)
     bool have_dnnl = op_gemm_library_built(OP_GEMM_DNNL);
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("bench gemm: %d threads, OPENBLAS_CORETYPE=%s, bf16 path %s, %ld x %.2f s rounds "
-           "(best)\n",
-           omp_get_max_threads(), ct ? ct : "(unset)", op_bf16_gemm_path(), rounds, secs);
+           "(best), %s clock\n",
+           omp_get_max_threads(), ct ? ct : "(unset)", op_bf16_gemm_path(), rounds, secs,
+           cpu_clock ? "process CPU" : "wall");
     double pf = peak(false), pb = peak(true);
     printf("peak (measured, all threads): fp32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s\n", pf, pb);
     printf("%-16s %5s %5s %5s", "GFLOP/s", "N", "K", "OC");

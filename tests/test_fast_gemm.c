@@ -153,6 +153,10 @@ static void check_fp8_fast(const char *mode)
                     /* a few large values make the block scales differ */
                     x[0] *= 40.0f;
                     w[(size_t)(OC - 1) * K] *= 30.0f;
+                    /* row 1 spans 2^-30 .. 2^10: the subnormal and saturated ranges */
+                    for (int k = 0; k < K && N > 1; k++)
+                        x[K + k] = ldexpf((k % 2 ? -1.0f : 1.0f) * (1.0f + (float)(k % 7) / 8.0f),
+                                          k % 41 - 30);
                     fp8_matrix m = {0};
                     dllm_err err = {0};
                     ck_assert_int_eq(fp8_quantise_weight(&m, w, OC, K, fmt, WS[ws], pow2, &err), 0);

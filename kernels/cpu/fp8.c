@@ -388,6 +388,14 @@ void fp8_matrix_free(fp8_matrix *m)
     memset(m, 0, sizeof *m);
 }
 
+void fp8_scales(float *scale, const float *x, int R, int C, fp8_format f, fp8_scaling s,
+                bool pow2_scale)
+{
+    int br, bc;
+    fp8_block_shape(s, R, C, &br, &bc);
+    compute_scales(scale, x, R, C, br, bc, &PARAMS[f], pow2_scale);
+}
+
 void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
                        fp8_scaling s, bool pow2_scale)
 {

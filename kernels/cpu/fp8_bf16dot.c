@@ -19,6 +19,7 @@
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/ops.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,24 +139,78 @@ KERNEL_TARGET static void tile_kernel(float *out, int ldo, int rows, int cols, c
         }
 }
 
-void fp8_bf16dot_linear(float *out, const fp8_matrix *a, fp8_matrix *w, int N, int C, int OC)
+/* row[0:KP] = bf16(fp8_round(x[k] / scale)) for k < C (zeros after), the scale of
+ * k-block j being sc[j]: fp8_round (kernels/cpu/fp8.c) sixteen lanes at a time, the same
+ * bit arithmetic, so the values are the exact simulation's, bit for bit. */
+KERNEL_TARGET static void act_row_bf16(uint16_t *row, const float *x, const float *sc, int C,
+                                       int KB, fp8_format f)
+{
+    const int mbits = f == FP8_E4M3 ? 3 : 2, bias = f == FP8_E4M3 ? 7 : 15;
+    const int shift = 23 - mbits;
+    const float maxf = fp8_max(f);
+    uint32_t maxbits;
+    memcpy(&maxbits, &maxf, sizeof maxbits);
+    const __m512i absmask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i half = _mm512_set1_epi32((1 << (shift - 1)) - 1), one = _mm512_set1_epi32(1);
+    const __m512i keep = _mm512_set1_epi32(~((1 << shift) - 1));
+    const __m512i vmax = _mm512_set1_epi32((int)maxbits);
+    const __m512i minnorm = _mm512_set1_epi32((127 + 1 - bias) << 23);
+    const __m512i qnan = _mm512_set1_epi32(0x7FC00000);
+    const __m512 up = _mm512_set1_ps(ldexpf(1.0f, bias + mbits - 1));
+    const __m512 down = _mm512_set1_ps(ldexpf(1.0f, 1 - bias - mbits));
+    for (int j = 0; j < KB; j++) {
+        __m512 s = _mm512_set1_ps(sc[j]);
+        for (int k0 = j * FP8_BLOCK; k0 < (j + 1) * FP8_BLOCK; k0 += 16) {
+            int n = C - k0;
+            __mmask16 m = n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+            __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k0), s);
+            __m512i u = _mm512_castps_si512(v);
+            __m512i a = _mm512_and_si512(u, absmask), sign = _mm512_andnot_si512(absmask, u);
+            /* normal range: round half to even on the kept bits, saturate */
+            __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, shift), one);
+            __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(a, half), odd), keep);
+            r = _mm512_min_epu32(r, vmax);
+            /* below the smallest normal: a multiple of the smallest step, rint */
+            __m512 q = _mm512_mul_ps(
+                _mm512_roundscale_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), up),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                down);
+            __mmask16 sub = _mm512_cmplt_epu32_mask(a, minnorm);
+            r = _mm512_mask_mov_epi32(r, sub, _mm512_castps_si512(q));
+            r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, inf), qnan);
+            r = _mm512_or_si512(r, sign);
+            r = _mm512_maskz_mov_epi32(m, r); /* zeros past C */
+            _mm256_storeu_si256((__m256i *)(row + k0),
+                                _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+        }
+    }
+}
+
+void fp8_bf16dot_linear(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC)
 {
     int KB = (C + FP8_BLOCK - 1) / FP8_BLOCK, KP = KB * FP8_BLOCK;
     if (!w->qbf_valid)
         pack_weight(w);
     int NR = (N + TR - 1) / TR, NT = (OC + TC - 1) / TC;
-    uint16_t lut[256];
-    bf16_lut(lut, w->format);
+    /* the activations' scales, then their rounded values as bf16 rows */
+    int br, bc;
+    fp8_block_shape(w->act_scaling, N, C, &br, &bc);
+    int SC = (C + bc - 1) / bc;
+    float *scale = dllm_malloc((size_t)((N + br - 1) / br) * SC * sizeof(float));
+    fp8_scales(scale, inp, N, C, w->format, w->act_scaling, w->pow2_scale);
     uint16_t *a16 = dllm_malloc((size_t)NR * TR * KP * sizeof(uint16_t)); // (NR*TR, KP)
     float *sa = dllm_malloc((size_t)NR * TR * KB * sizeof(float));         // (NR*TR, KB)
 #pragma omp parallel for schedule(static) if ((size_t)N * C > 65536)
     for (int n = 0; n < NR * TR; n++) {
-        uint16_t *row = a16 + (size_t)n * KP;
-        for (int k = 0; k < KP; k++)
-            row[k] = n < N && k < C ? lut[a->q[(size_t)n * C + k]] : 0;
+        float *san = sa + (size_t)n * KB;
         for (int j = 0; j < KB; j++)
-            sa[(size_t)n * KB + j] = n < N ? block_scale(a, n, j) : 0.0f;
+            san[j] = n < N ? scale[(size_t)(n / br) * SC + (size_t)j * FP8_BLOCK / bc] : 0.0f;
+        if (n < N)
+            act_row_bf16(a16 + (size_t)n * KP, inp + (size_t)n * C, san, C, KB, w->format);
+        else
+            memset(a16 + (size_t)n * KP, 0, (size_t)KP * sizeof(uint16_t));
     }
+    free(scale);
     size_t tile = (size_t)KB * KPAIRS * TC * 2;
     /* column tiles outermost: a thread keeps one tile's weights in cache over the rows */
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)N * C * OC > (1u << 18))
@@ -173,7 +228,7 @@ void fp8_bf16dot_linear(float *out, const fp8_matrix *a, fp8_matrix *w, int N, i
 
 #else
 
-void fp8_bf16dot_linear(float *out, const fp8_matrix *a, fp8_matrix *w, int N, int C, int OC)
+void fp8_bf16dot_linear(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC)
 {
     abort(); /* fp8_bf16dot_usable() is false: never called */
 }

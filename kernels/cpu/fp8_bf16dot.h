@@ -10,11 +10,12 @@
 bool fp8_bf16dot_usable(void);
 
 /* out[N, OC] = sum_j (sa[n, j] * sw[oc, j]) * (qa[n, block j] . qw[oc, block j]) over
- * the 128-wide blocks j of C, with a the quantised activations [N, C] (group, channel
- * or tensor scales) and w the weight (block, channel or tensor), in w's format. Packs
- * w's codes into w->qbf on first use. Call only when fp8_bf16dot_usable(). Each output
- * is summed by one thread in a fixed order: results depend neither on the thread count
+ * the 128-wide blocks j of C: inp[N, C] quantised per w->act_scaling (group, channel or
+ * tensor) in w's format (qa its decoded values, sa its scales, bit for bit as
+ * fp8_quant_dequant rounds them), w the weight (block, channel or tensor). Packs w's
+ * codes into w->qbf on first use. Call only when fp8_bf16dot_usable(). Each output is
+ * summed by one thread in a fixed order: results depend neither on the thread count
  * nor on the other rows. */
-void fp8_bf16dot_linear(float *out, const fp8_matrix *a, fp8_matrix *w, int N, int C, int OC);
+void fp8_bf16dot_linear(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC);
 
 #endif

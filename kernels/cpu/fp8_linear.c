@@ -115,16 +115,17 @@ static void fp8_linear_fast(float *out, const float *inp, fp8_matrix *w, int N, 
         memset(out, 0, (size_t)N * OC * sizeof *out);
         return;
     }
+    if (fp8_bf16dot_usable()) {
+        fp8_bf16dot_linear(out, inp, w, N, C, OC);
+        return;
+    }
     fp8_matrix a = {0};
     dllm_err err = {0};
     if (fp8_quantise_act(&a, inp, N, C, w->format, w->act_scaling, w->pow2_scale, &err)) {
         fprintf(stderr, "op_fp8_linear_fwd: %s\n", err.msg);
         abort();
     }
-    if (fp8_bf16dot_usable())
-        fp8_bf16dot_linear(out, &a, w, N, C, OC);
-    else
-        fp8_linear_fast_fp32(out, &a, w, N, C, OC);
+    fp8_linear_fast_fp32(out, &a, w, N, C, OC);
     fp8_matrix_free(&a);
 }
 
