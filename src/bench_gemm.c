@@ -62,12 +62,15 @@ static double now(void)
 __attribute__((target("avx512f"))) static double peak_fma_loop(long iters)
 {
     __m512 acc[16], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         acc[i] = _mm512_set1_ps((float)i);
     for (long it = 0; it < iters; it++)
+#pragma GCC unroll 16 /* the accumulators must live in registers */
         for (int i = 0; i < 16; i++)
             acc[i] = _mm512_fmadd_ps(acc[i], x, y);
     __m512 s = acc[0];
+#pragma GCC unroll 16
     for (int i = 1; i < 16; i++)
         s = _mm512_add_ps(s, acc[i]);
     volatile float sink = _mm512_reduce_add_ps(s);
@@ -79,12 +82,15 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16_loop(lon
 {
     __m512 acc[16];
     __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3f80);
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         acc[i] = _mm512_set1_ps((float)i);
     for (long it = 0; it < iters; it++)
+#pragma GCC unroll 16 /* the accumulators must live in registers */
         for (int i = 0; i < 16; i++)
             acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
     __m512 s = acc[0];
+#pragma GCC unroll 16
     for (int i = 1; i < 16; i++)
         s = _mm512_add_ps(s, acc[i]);
     volatile float sink = _mm512_reduce_add_ps(s);
