@@ -147,5 +147,8 @@ void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
  *   rounding: |fast - exact| <= (2K + 8) 2^-24 sum_k |a_k w_k| (tests/test_fast_gemm.c).
  *   The bf16 codes are cached in w on first use. */
 void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC);
+/* Where the fast mode runs now: "bf16-dot" (the AVX512-BF16 kernel, results independent
+ * of the thread count and of the other rows) or "fp32" (the fallback on op_gemm). */
+const char *fp8_fast_path(void);
 
 #endif

@@ -279,10 +279,10 @@ int bench_gemm(int argc, char **argv)
     char *saved = saved_gemm ? dllm_strdup(saved_gemm) : NULL;
     bool have_dnnl = op_gemm_library_built(OP_GEMM_DNNL);
     const char *ct = getenv("OPENBLAS_CORETYPE");
-    printf("bench gemm: %d threads, OPENBLAS_CORETYPE=%s, bf16 path %s, %ld x %.2f s rounds "
-           "(best), %s clock\n",
-           omp_get_max_threads(), ct ? ct : "(unset)", op_bf16_gemm_path(), rounds, secs,
-           cpu_clock ? "process CPU" : "wall");
+    printf("bench gemm: %d threads, OPENBLAS_CORETYPE=%s, bf16 path %s, fp8 fast path %s, "
+           "%ld x %.2f s rounds (best), %s clock\n",
+           omp_get_max_threads(), ct ? ct : "(unset)", op_bf16_gemm_path(), fp8_fast_path(),
+           rounds, secs, cpu_clock ? "process CPU" : "wall");
     double pf = peak(false), pb = peak(true);
     printf("peak (measured, all threads): fp32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s\n", pf, pb);
     printf("%-16s %5s %5s %5s", "GFLOP/s", "N", "K", "OC");

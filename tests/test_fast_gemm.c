@@ -8,7 +8,8 @@
  *    (2K + 8) 2^-24 sum_k |a_k w_k| (both sum exact products in fp32; they differ in
  *    order and in where the scales are applied), for every format, weight and
  *    activation scaling, pow2 scales, odd shapes (N = 1, K not a multiple of 128), on
- *    both paths, and after an in-place re-quantisation;
+ *    both paths, and after an in-place re-quantisation; on bf16 dot products the
+ *    same bits on 1 or 2 threads and for a row alone or in a batch;
  *  - the exact mode stays the default of a freshly quantised weight;
  *  - op_gemm on each library (DLLM_GEMM): repeatable bit for bit, the libraries within
  *    the accumulation bound of each other, the default library as configured, and a
@@ -24,6 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static const double EPS32 = 5.9604644775390625e-08; /* 2^-24 */
 
@@ -216,6 +220,54 @@ START_TEST(test_fp8_fast_fallback)
 }
 END_TEST
 
+/* The fast FP8 kernel sums each output on one thread in a fixed order: the same bits
+ * on 1 or 2 threads, and a row's result does not depend on the rest of the batch. */
+START_TEST(test_fp8_fast_invariance)
+{
+    unsetenv("DLLM_BF16_GEMM");
+    int N = 300, K = 520, OC = 200, n1 = 7;
+    float *x = randn((size_t)N * K, 91, 1.0f), *w = randn((size_t)OC * K, 92, 0.05f);
+    fp8_matrix m = {0};
+    dllm_err err = {0};
+    ck_assert_int_eq(fp8_quantise_weight(&m, w, OC, K, FP8_E4M3, FP8_SCALE_BLOCK, false, &err), 0);
+    m.fast = true;
+    float *o1 = dllm_malloc((size_t)N * OC * sizeof(float));
+    float *o2 = dllm_malloc((size_t)N * OC * sizeof(float));
+    float *o3 = dllm_malloc((size_t)n1 * OC * sizeof(float));
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    op_fp8_linear_fwd(o1, x, &m, N, K, OC);
+    omp_set_num_threads(2);
+    op_fp8_linear_fwd(o2, x, &m, N, K, OC);
+    omp_set_num_threads(saved);
+#else
+    op_fp8_linear_fwd(o1, x, &m, N, K, OC);
+    op_fp8_linear_fwd(o2, x, &m, N, K, OC);
+#endif
+    op_fp8_linear_fwd(o3, x, &m, n1, K, OC);
+    if (strcmp(fp8_fast_path(), "bf16-dot") == 0) {
+        ck_assert_msg(memcmp(o1, o2, (size_t)N * OC * sizeof(float)) == 0,
+                      "fast fp8: 1 and 2 threads differ");
+        ck_assert_msg(memcmp(o1, o3, (size_t)n1 * OC * sizeof(float)) == 0,
+                      "fast fp8: the first %d rows depend on the batch", n1);
+    } else { /* the fallback promises only op_gemm's determinism */
+        printf("fast fp8 runs on the fp32 fallback here: invariance not claimed\n");
+        op_fp8_linear_fwd(o3, x, &m, n1, K, OC);
+        float *o4 = dllm_malloc((size_t)n1 * OC * sizeof(float));
+        op_fp8_linear_fwd(o4, x, &m, n1, K, OC);
+        ck_assert(memcmp(o3, o4, (size_t)n1 * OC * sizeof(float)) == 0);
+        free(o4);
+    }
+    fp8_matrix_free(&m);
+    free(x);
+    free(w);
+    free(o1);
+    free(o2);
+    free(o3);
+}
+END_TEST
+
 /* ---- op_gemm's library -------------------------------------------------------------- */
 
 START_TEST(test_gemm_library)
@@ -298,6 +350,7 @@ static Suite *fast_gemm_suite(void)
     tcase_add_exit_test(tc, test_bf16_env_bad, 2);
     tcase_add_test(tc, test_fp8_fast_auto);
     tcase_add_test(tc, test_fp8_fast_fallback);
+    tcase_add_test(tc, test_fp8_fast_invariance);
     tcase_add_test(tc, test_gemm_library);
     tcase_add_exit_test(tc, test_gemm_env_bad, 2);
 #ifndef HAVE_DNNL

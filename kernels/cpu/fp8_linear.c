@@ -129,6 +129,11 @@ static void fp8_linear_fast(float *out, const float *inp, fp8_matrix *w, int N, 
     fp8_matrix_free(&a);
 }
 
+const char *fp8_fast_path(void)
+{
+    return fp8_bf16dot_usable() ? "bf16-dot" : "fp32";
+}
+
 void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC)
 {
     check_shape(w, N, C, OC);
