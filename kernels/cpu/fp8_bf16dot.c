@@ -39,6 +39,10 @@ bool fp8_bf16dot_usable(void)
 #endif
 }
 
+#if defined(__x86_64__)
+
+#define KERNEL_TARGET __attribute__((target("avx512f,avx512bf16")))
+
 static void bf16_lut(uint16_t lut[256], fp8_format f)
 {
     for (int c = 0; c < 256; c++)
@@ -87,10 +91,6 @@ static void pack_weight(fp8_matrix *w)
     }
     w->qbf_valid = true;
 }
-
-#if defined(__x86_64__)
-
-#define KERNEL_TARGET __attribute__((target("avx512f,avx512bf16")))
 
 /* out[0:rows, 0:cols] (row stride ldo) = the tile's sums; a: TR rows of KB*128 bf16
  * codes (row stride lda values), sa: TR rows of KB activation scales, wp / sw: the
