@@ -25,10 +25,12 @@
  *   FP8_SCALE_BLOCK    128 x 128 (weights, DeepSeek-V3 / veRL)
  *   FP8_SCALE_GROUP    1 x 128   (activations: groups of 128 along K)
  *
- * The W8A8 linear (op_fp8_linear_fwd, kernels/cpu/fp8_linear.c) is the CPU simulation
- * of an FP8 GEMM: it quantises the activations at run time (by default 1 x 128 groups,
- * in the weight's format), dequantises both operands and multiplies in fp32 with
- * OpenBLAS. Quantisation is bit-exact; the product agrees with a GPU FP8 GEMM within
+ * The W8A8 linear (op_fp8_linear_fwd, kernels/cpu/fp8_linear.c) quantises the
+ * activations at run time (by default 1 x 128 groups, in the weight's format). By
+ * default it is the exact CPU simulation of an FP8 GEMM: both operands dequantised and
+ * multiplied in fp32. Its fast mode (fp8_matrix.fast) multiplies the codes on bf16 dot
+ * products and applies the scales per 128-wide k-block, as an FP8 tensor core does.
+ * Quantisation is bit-exact in both; the products agree with a GPU FP8 GEMM within
  * accumulation tolerance. */
 #ifndef DLLM_FP8_H
 #define DLLM_FP8_H

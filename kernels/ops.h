@@ -10,8 +10,8 @@
  *    pointer means "not needed" and is skipped.
  *  - Forward functions overwrite their outputs.
  *  - Threads: the CPU ops parallelise over rows with OpenMP; GEMMs go to
- *    OpenBLAS. Results do not depend on the thread count except for GEMM
- *    summation order. */
+ *    OpenBLAS (or oneDNN: op_gemm_library). Results do not depend on the thread
+ *    count except for GEMM summation order. */
 #ifndef DLLM_OPS_H
 #define DLLM_OPS_H
 
