@@ -17,8 +17,10 @@
  *
  * Library: op_gemm_library() picks the kernel each block call runs on, OpenBLAS
  * sgemm or oneDNN's dnnl_sgemm; the split above is the same for both, so either is
- * deterministic for a given thread count, but the two differ from each other in the
- * last bits (their kernels sum K in different orders). */
+ * deterministic for a given thread count and shape, but the two differ from each other
+ * in the last bits (their kernels sum K in different orders). The row independence at
+ * one thread is OpenBLAS's: oneDNN picks its blocking by shape, so with it a row's
+ * result can depend on the batch size. */
 #include "config.h"
 #include "kernels/ops.h"
 #include "kernels/cpu/blas_threads.h"
@@ -72,8 +74,8 @@ const char *op_gemm_library_name(op_gemm_lib lib)
 }
 
 /* One block on one thread; oneDNN falls back to OpenBLAS if it refuses the call. */
-static void sgemm(op_gemm_lib lib, bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
-                  int lda, const float *B, int ldb, float beta, float *C, int ldc)
+static void sgemm(op_gemm_lib lib, bool transA, bool transB, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (lib == OP_GEMM_DNNL &&
         dnnl_gemm_f32(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
@@ -84,8 +86,9 @@ static void sgemm(op_gemm_lib lib, bool transA, bool transB, int M, int N, int K
 }
 
 /* The product split over nt OpenMP threads in blocks of C. */
-static void gemm_split(op_gemm_lib lib, int nt, bool transA, bool transB, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C)
+static void gemm_split(op_gemm_lib lib, int nt, bool transA, bool transB, int M, int N, int K,
+                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                       float *C)
 {
     bool rows = M >= N; /* split the rows of C, else its columns */
     int len = rows ? M : N;
@@ -99,8 +102,8 @@ static void gemm_split(op_gemm_lib lib, int nt, bool transA, bool transB, int M,
         if (a >= b)
             continue;
         if (rows) /* C[a:b, :] = op(A)[a:b, :] @ op(B) */
-            sgemm(lib, transA, transB, b - a, N, K, alpha, transA ? A + a : A + (size_t)a * lda, lda,
-                  B, ldb, beta, C + (size_t)a * N, N);
+            sgemm(lib, transA, transB, b - a, N, K, alpha,
+                  transA ? A + a : A + (size_t)a * lda, lda, B, ldb, beta, C + (size_t)a * N, N);
         else /* C[:, a:b] = op(A) @ op(B)[:, a:b] */
             sgemm(lib, transA, transB, M, b - a, K, alpha, A, lda,
                   transB ? B + (size_t)a * ldb : B + a, ldb, beta, C + a, N);
