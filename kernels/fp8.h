@@ -25,10 +25,12 @@
  *   FP8_SCALE_BLOCK    128 x 128 (weights, DeepSeek-V3 / veRL)
  *   FP8_SCALE_GROUP    1 x 128   (activations: groups of 128 along K)
  *
- * The W8A8 linear (op_fp8_linear_fwd, kernels/cpu/fp8_linear.c) is the CPU simulation
- * of an FP8 GEMM: it quantises the activations at run time (by default 1 x 128 groups,
- * in the weight's format), dequantises both operands and multiplies in fp32 with
- * OpenBLAS. Quantisation is bit-exact; the product agrees with a GPU FP8 GEMM within
+ * The W8A8 linear (op_fp8_linear_fwd, kernels/cpu/fp8_linear.c) quantises the
+ * activations at run time (by default 1 x 128 groups, in the weight's format). By
+ * default it is the exact CPU simulation of an FP8 GEMM: both operands dequantised and
+ * multiplied in fp32. Its fast mode (fp8_matrix.fast) multiplies the codes on bf16 dot
+ * products and applies the scales per 128-wide k-block, as an FP8 tensor core does.
+ * Quantisation is bit-exact in both; the products agree with a GPU FP8 GEMM within
  * accumulation tolerance. */
 #ifndef DLLM_FP8_H
 #define DLLM_FP8_H
@@ -89,6 +91,12 @@ typedef struct {
     bool deq_valid;
     fp8_scaling act_scaling; /* how activations meeting this weight are quantised:
                                 FP8_SCALE_GROUP (default), _CHANNEL or _TENSOR */
+    bool fast;               /* op_fp8_linear_fwd's mode: false (the default) = the exact
+                                simulation, true = codes on bf16 dot products (below) */
+    uint16_t *qbf;           /* the codes as bf16, packed for the fast mode's kernel
+                                (kernels/cpu/fp8_bf16dot.c); valid iff qbf_valid */
+    float *qbf_scale;        /* the weight scales per 32-column tile and k-block, ditto */
+    bool qbf_valid;
 } fp8_matrix;
 
 /* Block shape of a scaling mode for an R x C matrix. */
@@ -107,6 +115,10 @@ int fp8_quantise_weight(fp8_matrix *m, const float *w, int OC, int C, fp8_format
 /* Activations a[N, K]: scaling group (1 x 128 along K), channel (per row) or tensor. */
 int fp8_quantise_act(fp8_matrix *m, const float *a, int N, int K, fp8_format f,
                      fp8_scaling s, bool pow2_scale, dllm_err *err);
+/* The scales fp8_quantise would compute for x[R, C] with scaling s: (SR, SC) row-major,
+ * SR x SC as fp8_block_shape gives them; no codes. */
+void fp8_scales(float *scale, const float *x, int R, int C, fp8_format f, fp8_scaling s,
+                bool pow2_scale);
 /* out[R, C] = decode(q) * scale. */
 void fp8_dequantise(float *out, const fp8_matrix *m);
 /* Fills m->deq (allocating it once) unless already valid. Call after (re)quantising a
@@ -120,10 +132,25 @@ void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
                        fp8_scaling s, bool pow2_scale);
 
 /* ---- W8A8 linear (kernels/cpu/fp8_linear.c) ------------------------------------------
- * out[N, OC] = dequant(quant(inp))[N, C] @ dequant(w)[OC, C]^T in fp32, activations
- * quantised per w->act_scaling in w->format (pow2 as w->pow2_scale). w->rows == OC and
- * w->cols == C are checked (abort: a programming error). Caches the dequantised weight
- * in w on first use. */
+ * Activations are quantised per w->act_scaling in w->format (pow2 as w->pow2_scale).
+ * w->rows == OC and w->cols == C are checked (abort: a programming error).
+ *
+ * Exact mode (w->fast false, the default):
+ *   out[N, OC] = dequant(quant(inp))[N, C] @ dequant(w)[OC, C]^T in fp32 (op_gemm);
+ *   the dequantised weight is cached in w on first use.
+ * Fast mode (w->fast true), the product an FP8 tensor core forms: with K cut into
+ * blocks j of 128 (the last one shorter),
+ *   out[n, oc] = sum_j (sa[n, j] * sw[oc, j]) * sum_{k in j} qa[n, k] * qw[oc, k]
+ *   where qa, qw are the decoded codes (exact in bf16, their products exact in fp32)
+ *   and sa, sw the activation / weight scales covering block j (group, channel or
+ *   tensor for activations; block, channel or tensor for weights). The inner sums run
+ *   on bf16 dot products (oneDNN) where the CPU has them, else in fp32 (OpenBLAS) on
+ *   the same values; both accumulate in fp32, so the two modes differ only by fp32
+ *   rounding: |fast - exact| <= (2K + 8) 2^-24 sum_k |a_k w_k| (tests/test_fast_gemm.c).
+ *   The bf16 codes are cached in w on first use. */
 void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC);
+/* Where the fast mode runs now: "bf16-dot" (the AVX512-BF16 kernel, results independent
+ * of the thread count and of the other rows) or "fp32" (the fallback on op_gemm). */
+const char *fp8_fast_path(void);
 
 #endif

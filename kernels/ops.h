@@ -10,8 +10,8 @@
  *    pointer means "not needed" and is skipped.
  *  - Forward functions overwrite their outputs.
  *  - Threads: the CPU ops parallelise over rows with OpenMP; GEMMs go to
- *    OpenBLAS. Results do not depend on the thread count except for GEMM
- *    summation order. */
+ *    OpenBLAS (or oneDNN: op_gemm_library). Results do not depend on the thread
+ *    count except for GEMM summation order. */
 #ifndef DLLM_OPS_H
 #define DLLM_OPS_H
 
@@ -24,6 +24,16 @@
  * [K,M] if transA), B is [K,N] (or [N,K] if transB). */
 void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
              const float *A, const float *B, float beta, float *C);
+
+/* The library op_gemm's kernel calls run on: OpenBLAS, or oneDNN (if built). Chosen
+ * per call by the environment variable DLLM_GEMM=openblas|dnnl, else configure's
+ * --with-gemm (default openblas); an unknown or unbuilt choice is bad input (message,
+ * exit 2). The blocking and threading are the same for both, so each is
+ * deterministic for a given thread count; the two differ in the last bits. */
+typedef enum { OP_GEMM_OPENBLAS = 0, OP_GEMM_DNNL = 1 } op_gemm_lib;
+op_gemm_lib op_gemm_library(void);
+bool op_gemm_library_built(op_gemm_lib lib);
+const char *op_gemm_library_name(op_gemm_lib lib);
 
 /* Linear layer in torch layout: out[N,OC] = inp[N,C] @ w[OC,C]^T.
  * Backward: dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp. */
@@ -109,6 +119,30 @@ float op_bf16_to_f32(uint16_t h);
 void op_f32_to_bf16_array(uint16_t *out, const float *inp, size_t n);
 void op_bf16_to_f32_array(float *out, const uint16_t *inp, size_t n);
 void op_round_bf16(float *x, size_t n); /* in place: x = bf16(x) as fp32 */
+/* ---- bf16 linear (kernels/cpu/bf16_linear.c) ----------------------------------------
+ * out[N,OC] = bf16(inp)[N,C] @ w[OC,C]^T with w packed once as bf16 (round to nearest
+ * even). Numerics: bf16 inputs, their products exact in fp32, sums in fp32 (order up
+ * to the kernel). On a CPU with AVX512-BF16 and a oneDNN build it runs on oneDNN's
+ * bf16 matmul; otherwise (or with DLLM_BF16_GEMM=fp32) on op_gemm over the widened
+ * values, which is bit for bit op_round_bf16(inp) then op_linear_fwd with the
+ * bf16-rounded weights. Packing re-rounds in place when the shape is unchanged (the
+ * weight sync after an optimizer step). */
+typedef struct {
+    int rows, cols;  /* OC, C */
+    uint16_t *w;     /* (OC, C) bf16 bits */
+    float *wf32;     /* (OC, C) the same values widened, for the fp32 fallback; valid
+                        iff wf32_valid (made on first use) */
+    bool wf32_valid;
+} bf16_matrix;
+/* m zeroed before first use (bf16_matrix m = {0}). */
+void bf16_matrix_pack(bf16_matrix *m, const float *w, int OC, int C);
+void bf16_matrix_free(bf16_matrix *m);
+/* w->rows == OC and w->cols == C are checked (abort: a programming error). */
+void op_bf16_linear_fwd(float *out, const float *inp, bf16_matrix *w, int N, int C, int OC);
+/* Whether op_bf16_linear_fwd (and the fast FP8 linear) run on bf16 dot products now
+ * ("dnnl-bf16") or on the fp32 fallback ("fp32"). */
+const char *op_bf16_gemm_path(void);
+
 /* IEEE half, for F16 checkpoints. */
 uint16_t op_f32_to_f16(float x);
 float op_f16_to_f32(uint16_t h);

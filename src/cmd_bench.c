@@ -15,7 +15,7 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: dllm-rl bench train|rollout|mismatch|rl-step ...  (each with --help)\n"
+    "usage: dllm-rl bench train|rollout|mismatch|rl-step|gemm ...  (each with --help)\n"
     "       dllm-rl bench train [--arch llada|qwen3] [--preset tiny|small|llada-8b|qwen3-8b |\n"
     "                           --model DIR] [--batch B] [--seq T] [--iters N] [--warmup N]\n"
     "                           [--lora RANK] [--device cpu]\n"
@@ -141,7 +141,9 @@ int cmd_bench(int argc, char **argv)
         return bench_mismatch(argc - 1, argv + 1);
     if (!strcmp(argv[1], "rl-step"))
         return bench_rl_step(argc - 1, argv + 1);
-    fprintf(stderr, "dllm-rl bench: unknown benchmark '%s' (available: train, rollout, mismatch, rl-step)\n",
+    if (!strcmp(argv[1], "gemm"))
+        return bench_gemm(argc - 1, argv + 1);
+    fprintf(stderr, "dllm-rl bench: unknown benchmark '%s' (available: train, rollout, mismatch, rl-step, gemm)\n",
             argv[1]);
     return DLLM_EXIT_INPUT;
 }

@@ -25,5 +25,6 @@ int cmd_plan(int argc, char **argv);
 int bench_rollout(int argc, char **argv);
 int bench_mismatch(int argc, char **argv);
 int bench_rl_step(int argc, char **argv);
+int bench_gemm(int argc, char **argv);
 
 #endif

@@ -293,8 +293,12 @@ int fp8_quantise(fp8_matrix *m, const float *x, int R, int C, fp8_format f, fp8_
     if (m->q && (m->rows != R || m->cols != C)) {
         free(m->q);
         free(m->deq);
+        free(m->qbf);
+        free(m->qbf_scale);
         m->q = NULL;
         m->deq = NULL;
+        m->qbf = NULL;
+        m->qbf_scale = NULL;
     }
     if (!m->q)
         m->q = dllm_malloc((size_t)R * C);
@@ -310,6 +314,7 @@ int fp8_quantise(fp8_matrix *m, const float *x, int R, int C, fp8_format f, fp8_
     m->scale_rows = SR;
     m->scale_cols = SC;
     m->deq_valid = false;
+    m->qbf_valid = false;
 
     const fp8_params *p = &PARAMS[f];
     compute_scales(m->scale, x, R, C, br, bc, p, pow2_scale);
@@ -378,7 +383,17 @@ void fp8_matrix_free(fp8_matrix *m)
     free(m->q);
     free(m->scale);
     free(m->deq);
+    free(m->qbf);
+    free(m->qbf_scale);
     memset(m, 0, sizeof *m);
+}
+
+void fp8_scales(float *scale, const float *x, int R, int C, fp8_format f, fp8_scaling s,
+                bool pow2_scale)
+{
+    int br, bc;
+    fp8_block_shape(s, R, C, &br, &bc);
+    compute_scales(scale, x, R, C, br, bc, &PARAMS[f], pow2_scale);
 }
 
 void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,

@@ -1,4 +1,4 @@
-/* gemm.c: dense matrix products on the CPU through OpenBLAS.
+/* gemm.c: dense matrix products on the CPU through OpenBLAS or oneDNN.
  *
  * op_gemm:       C[M,N] = alpha * op(A) @ op(B) + beta * C (row-major).
  * op_linear_fwd: out[N,OC] = inp[N,C] @ w[OC,C]^T (torch nn.Linear, no bias).
@@ -13,11 +13,23 @@
  * call each: every element still gets its whole K sum from one kernel call,
  * only the work is shared out. OMP_NUM_THREADS alone sets the thread count,
  * and with one thread a row's result does not depend on the other rows of
- * the batch (OpenBLAS's threaded split would change its rounding). */
+ * the batch (OpenBLAS's threaded split would change its rounding).
+ *
+ * Library: op_gemm_library() picks the kernel each block call runs on, OpenBLAS
+ * sgemm or oneDNN's dnnl_sgemm; the split above is the same for both, so either is
+ * deterministic for a given thread count and shape, but the two differ from each other
+ * in the last bits (their kernels sum K in different orders). The row independence at
+ * one thread is OpenBLAS's: oneDNN picks its blocking by shape, so with it a row's
+ * result can depend on the batch size. */
+#include "config.h"
 #include "kernels/ops.h"
 #include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/dnnl_gemm.h"
 
 #include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -30,17 +42,53 @@
  * the others by one block at most. */
 #define CHUNKS 4
 
-static void sgemm(bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
-                  int lda, const float *B, int ldb, float beta, float *C, int ldc)
+#ifndef DLLM_GEMM_DEFAULT
+#define DLLM_GEMM_DEFAULT OP_GEMM_OPENBLAS
+#endif
+
+op_gemm_lib op_gemm_library(void)
 {
+    const char *env = getenv("DLLM_GEMM");
+    if (!env || !*env)
+        return (op_gemm_lib)DLLM_GEMM_DEFAULT;
+    if (strcmp(env, "openblas") == 0)
+        return OP_GEMM_OPENBLAS;
+    if (strcmp(env, "dnnl") == 0) {
+        if (dnnl_gemm_built())
+            return OP_GEMM_DNNL;
+        fprintf(stderr, "DLLM_GEMM=dnnl: this build has no oneDNN (configure --with-dnnl)\n");
+        exit(2);
+    }
+    fprintf(stderr, "DLLM_GEMM=%s: expected openblas or dnnl\n", env);
+    exit(2);
+}
+
+bool op_gemm_library_built(op_gemm_lib lib)
+{
+    return lib == OP_GEMM_OPENBLAS || (lib == OP_GEMM_DNNL && dnnl_gemm_built());
+}
+
+const char *op_gemm_library_name(op_gemm_lib lib)
+{
+    return lib == OP_GEMM_DNNL ? "dnnl" : "openblas";
+}
+
+/* One block on one thread; oneDNN falls back to OpenBLAS if it refuses the call. */
+static void sgemm(op_gemm_lib lib, bool transA, bool transB, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (lib == OP_GEMM_DNNL &&
+        dnnl_gemm_f32(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == 0)
+        return;
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                 transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
                 ldc);
 }
 
 /* The product split over nt OpenMP threads in blocks of C. */
-static void gemm_split(int nt, bool transA, bool transB, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C)
+static void gemm_split(op_gemm_lib lib, int nt, bool transA, bool transB, int M, int N, int K,
+                       float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                       float *C)
 {
     bool rows = M >= N; /* split the rows of C, else its columns */
     int len = rows ? M : N;
@@ -54,10 +102,10 @@ static void gemm_split(int nt, bool transA, bool transB, int M, int N, int K, fl
         if (a >= b)
             continue;
         if (rows) /* C[a:b, :] = op(A)[a:b, :] @ op(B) */
-            sgemm(transA, transB, b - a, N, K, alpha, transA ? A + a : A + (size_t)a * lda, lda,
-                  B, ldb, beta, C + (size_t)a * N, N);
+            sgemm(lib, transA, transB, b - a, N, K, alpha,
+                  transA ? A + a : A + (size_t)a * lda, lda, B, ldb, beta, C + (size_t)a * N, N);
         else /* C[:, a:b] = op(A) @ op(B)[:, a:b] */
-            sgemm(transA, transB, M, b - a, K, alpha, A, lda,
+            sgemm(lib, transA, transB, M, b - a, K, alpha, A, lda,
                   transB ? B + (size_t)a * ldb : B + a, ldb, beta, C + a, N);
     }
 }
@@ -83,11 +131,12 @@ void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
     int len = M >= N ? M : N;
     if (nt > len / ALIGN)
         nt = len / ALIGN;
+    op_gemm_lib lib = op_gemm_library();
     int saved = blas_hold();
     if (nt > 1)
-        gemm_split(nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C);
+        gemm_split(lib, nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C);
     else
-        sgemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+        sgemm(lib, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
     blas_release(saved);
 }
 
