@@ -47,13 +47,13 @@ static const char usage_text[] =
 static int rollout_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                       const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 static int trainer_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                       const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward_nograd(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward_nograd(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 /* The first n prompts of a JSONL file as [BOS] + ids, left-padded with EOS to
@@ -188,21 +188,21 @@ int bench_mismatch(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
-    llada_precision p8, p16;
-    if (llada_precision_parse(&p8, "fp32", "fp8", fmt, scaling, false, &err) ||
-        llada_precision_parse(&p16, "fp32", "bf16", NULL, NULL, false, &err))
+    dllm_precision p8, p16;
+    if (dllm_precision_parse(&p8, "fp32", "fp8", fmt, scaling, false, &err) ||
+        dllm_precision_parse(&p16, "fp32", "bf16", NULL, NULL, false, &err))
         return cli_fail("bench mismatch", &err);
-    llada_model *m = NULL;
+    dllm_tf *m = NULL;
     if (model_dir) {
-        if (llada_load(&m, model_dir, &err))
+        if (dllm_tf_load(&m, model_dir, &err))
             return cli_fail("bench mismatch", &err);
     } else {
         dllm_model_config c;
         if (dllm_config_preset(&c, DLLM_ARCH_LLADA, preset ? preset : "tiny", &err))
             return cli_fail("bench mismatch", &err);
-        m = llada_create(&c, (uint64_t)seed);
+        m = dllm_tf_create(&c, (uint64_t)seed);
     }
-    const dllm_model_config *mc = llada_config(m);
+    const dllm_model_config *mc = dllm_tf_config(m);
     dllm_sampler_cfg sc = {.gen_length = (int)G, .block_length = (int)blk, .steps = (int)steps,
                            .temperature = temp, .remasking = REMASK_LOW_CONFIDENCE,
                            .mask_id = mc->mask_token_id, .eos_id = mc->eos_token_id,
@@ -221,7 +221,7 @@ int bench_mismatch(int argc, char **argv)
     if (rc) {
         free(prompts);
         free(pmask);
-        llada_free(m);
+        dllm_tf_free(m);
         return cli_fail("bench mismatch", &err);
     }
     int N = (int)n, T = (int)(P + G);
@@ -246,11 +246,11 @@ int bench_mismatch(int argc, char **argv)
     dllm_rollout r8 = {0}, r16 = {0};
     double t_sync8 = 0, t_sync16 = 0, t0;
     t0 = dllm_now();
-    if (!(rc = llada_rollout_sync(m, &p16, &t_sync16, &err)))
+    if (!(rc = dllm_tf_rollout_sync(m, &p16, &t_sync16, &err)))
         rc = dllm_sample(rollout_fn, m, prompts, pmask, N, (int)P, &sc, (uint64_t)seed, &r16, &err);
     double t_r16 = dllm_now() - t0;
     t0 = dllm_now();
-    if (!rc && !(rc = llada_rollout_sync(m, &p8, &t_sync8, &err)))
+    if (!rc && !(rc = dllm_tf_rollout_sync(m, &p8, &t_sync8, &err)))
         rc = dllm_sample(rollout_fn, m, prompts, pmask, N, (int)P, &sc, (uint64_t)seed, &r8, &err);
     double t_r8 = dllm_now() - t0;
     if (!rc) {
@@ -341,6 +341,6 @@ int bench_mismatch(int argc, char **argv)
     free(se);
     free(prompts);
     free(pmask);
-    llada_free(m);
+    dllm_tf_free(m);
     return rc ? cli_fail("bench mismatch", &err) : 0;
 }

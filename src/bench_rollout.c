@@ -35,7 +35,7 @@ static const char usage_text[] =
 static int rollout_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                       const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 enum { MAX_PREC = 8 };
@@ -81,7 +81,7 @@ int bench_rollout(int argc, char **argv)
     }
     /* the precision list */
     char names[MAX_PREC][16];
-    llada_precision precs[MAX_PREC];
+    dllm_precision precs[MAX_PREC];
     int np = 0;
     char *dup = dllm_strdup(list), *save = NULL;
     for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -92,7 +92,7 @@ int bench_rollout(int argc, char **argv)
             return cli_fail("bench rollout", &err);
         }
         snprintf(names[np], sizeof names[np], "%s", tok);
-        llada_precision_parse(&precs[np], "fp32", strcmp(tok, "fp32") ? tok : "trainer", "e4m3",
+        dllm_precision_parse(&precs[np], "fp32", strcmp(tok, "fp32") ? tok : "trainer", "e4m3",
                               "block", false, &err);
         np++;
     }
@@ -115,7 +115,7 @@ int bench_rollout(int argc, char **argv)
                      "max_sequence_length %d", P, G, mc.max_seq_len);
         return cli_fail("bench rollout", &err);
     }
-    llada_model *m = llada_create(&mc, (uint64_t)seed);
+    dllm_tf *m = dllm_tf_create(&mc, (uint64_t)seed);
     /* random prompts over the ordinary tokens (ids past the specials 0..2 of the
      * small presets; any id but mask/eos for the published vocabularies) */
     int32_t *prompts = dllm_malloc(sizeof *prompts * (size_t)(B * P));
@@ -136,7 +136,7 @@ int bench_rollout(int argc, char **argv)
     int rc = 0;
     for (int k = 0; k < np && !rc; k++) {
         double sync_s = 0;
-        if ((rc = llada_rollout_sync(m, &precs[k], &sync_s, &err)))
+        if ((rc = dllm_tf_rollout_sync(m, &precs[k], &sync_s, &err)))
             break;
         best[k] = 1e300;
         for (long it = 0; it < warmup + iters && !rc; it++) {
@@ -171,6 +171,6 @@ int bench_rollout(int argc, char **argv)
                        : "FP8 faster");
     }
     free(prompts);
-    llada_free(m);
+    dllm_tf_free(m);
     return rc ? cli_fail("bench rollout", &err) : 0;
 }

@@ -64,9 +64,9 @@ static int bench_train(int argc, char **argv)
                      T, mc.max_seq_len);
         return cli_fail("bench", &err);
     }
-    llada_model *m = llada_create(&mc, 1);
+    dllm_tf *m = dllm_tf_create(&mc, 1);
     if (lora)
-        llada_lora_enable(m, (int)lora, 2.0f * (float)lora, LORA_ALL, 1);
+        dllm_tf_lora_enable(m, (int)lora, 2.0f * (float)lora, LORA_ALL, 1);
     size_t n = (size_t)B * (size_t)T;
     int32_t *tokens = dllm_malloc(sizeof *tokens * n);
     int32_t *plen = dllm_malloc(sizeof *plen * (size_t)B);
@@ -85,7 +85,7 @@ static int bench_train(int argc, char **argv)
     for (long it = 0; it < warmup + iters; it++) {
         if (it == warmup)
             t0 = dllm_now();
-        llada_zero_grad(m);
+        dllm_tf_zero_grad(m);
         loss = llada_sft_loss(m, tokens, mask, p, plen, (int)B, (int)T, true);
     }
     double el = dllm_now() - t0;
@@ -98,7 +98,7 @@ static int bench_train(int argc, char **argv)
     free(plen);
     free(mask);
     free(p);
-    llada_free(m);
+    dllm_tf_free(m);
     return 0;
 }
 

@@ -113,7 +113,7 @@ static int read_batch_file(const char *path, dllm_tokenizer **tok, const char *m
 static int forward_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                       const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 static void print_json_string(FILE *f, const char *s, size_t len)
@@ -183,21 +183,21 @@ int cmd_generate(int argc, char **argv)
     }
     /* --precision: fp32 = the trainer's numerics, bf16 = the bf16 copy, fp8 = the
      * E4M3 blockwise W8A8 copy (llada.h, precision) */
-    llada_precision prec;
+    dllm_precision prec;
     if ((strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "fp8")) ||
-        llada_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",
+        dllm_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",
                               "e4m3", "block", false, &err)) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision %s: expected fp32, bf16 or fp8", precision);
         return cli_fail("generate", &err);
     }
-    llada_model *m;
-    if (llada_load(&m, model_dir, &err))
+    dllm_tf *m;
+    if (dllm_tf_load(&m, model_dir, &err))
         return cli_fail("generate", &err);
-    if (llada_rollout_sync(m, &prec, NULL, &err)) {
-        llada_free(m);
+    if (dllm_tf_rollout_sync(m, &prec, NULL, &err)) {
+        dllm_tf_free(m);
         return cli_fail("generate", &err);
     }
-    const dllm_model_config *mc = llada_config(m);
+    const dllm_model_config *mc = dllm_tf_config(m);
     dllm_tokenizer *tok = NULL;
     dllm_chat_format fmt = DLLM_CHAT_PLAIN;
     prompt_ids *ps = NULL;
@@ -305,6 +305,6 @@ int cmd_generate(int argc, char **argv)
         free(ps[i].ids);
     free(ps);
     dllm_tokenizer_free(tok);
-    llada_free(m);
+    dllm_tf_free(m);
     return rc ? cli_fail("generate", &err) : 0;
 }

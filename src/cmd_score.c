@@ -32,7 +32,7 @@ static const char usage_text[] =
 static int forward_fn(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                       const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward_rollout(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 int cmd_score(int argc, char **argv)
@@ -86,9 +86,9 @@ int cmd_score(int argc, char **argv)
     }
     /* --precision: fp32 = the trainer's numerics, bf16 = the bf16 copy, fp8 = the
      * E4M3 blockwise W8A8 copy (llada.h, precision) */
-    llada_precision prec;
+    dllm_precision prec;
     if ((strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "fp8")) ||
-        llada_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",
+        dllm_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",
                               "e4m3", "block", false, &err)) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--precision %s: expected fp32, bf16 or fp8", precision);
         return cli_fail("score", &err);
@@ -120,14 +120,14 @@ int cmd_score(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--completion-ids: empty completion");
         return cli_fail("score", &err);
     }
-    llada_model *m;
-    if (llada_load(&m, model_dir, &err))
+    dllm_tf *m;
+    if (dllm_tf_load(&m, model_dir, &err))
         return cli_fail("score", &err);
-    if (llada_rollout_sync(m, &prec, NULL, &err)) {
-        llada_free(m);
+    if (dllm_tf_rollout_sync(m, &prec, NULL, &err)) {
+        dllm_tf_free(m);
         return cli_fail("score", &err);
     }
-    const dllm_model_config *cfg = llada_config(m);
+    const dllm_model_config *cfg = dllm_tf_config(m);
     lc.mask_id = cfg->mask_token_id;
     lc.vocab = cfg->embedding_size;
     int rc = 0;
@@ -165,6 +165,6 @@ int cmd_score(int argc, char **argv)
     free(compl);
     free(steps);
     free(commit);
-    llada_free(m);
+    dllm_tf_free(m);
     return rc ? cli_fail("score", &err) : 0;
 }

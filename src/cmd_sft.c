@@ -45,50 +45,32 @@ typedef struct {
     char tok_path[4096]; /* tokenizer.json copied into every checkpoint */
 } sft_run;
 
-/* The model being fine-tuned: a LLaDA (masked diffusion) or a Qwen3 (next token). */
+/* The model being fine-tuned; its descriptor picks the objective: masked
+ * diffusion (LLaDA) or next token (Qwen3). */
 typedef struct {
-    llada_model *llada;
-    qwen3_model *qwen3;
+    dllm_tf *tf;
 } sft_model;
 
-static const dllm_model_config *sm_config(const sft_model *m)
-{
-    return m->llada ? llada_config(m->llada) : qwen3_config(m->qwen3);
-}
+static const dllm_model_config *sm_config(const sft_model *m) { return dllm_tf_config(m->tf); }
 
-static float *sm_trainable(sft_model *m, size_t *n)
-{
-    return m->llada ? llada_trainable(m->llada, n) : qwen3_trainable(m->qwen3, n);
-}
+static float *sm_trainable(sft_model *m, size_t *n) { return dllm_tf_trainable(m->tf, n); }
 
-static float *sm_grads(sft_model *m)
-{
-    return m->llada ? llada_grads(m->llada) : qwen3_grads(m->qwen3);
-}
+static float *sm_grads(sft_model *m) { return dllm_tf_grads(m->tf); }
 
-static void sm_zero_grad(sft_model *m)
-{
-    if (m->llada)
-        llada_zero_grad(m->llada);
-    else
-        qwen3_zero_grad(m->qwen3);
-}
+static void sm_zero_grad(sft_model *m) { dllm_tf_zero_grad(m->tf); }
 
 static int sm_save(const sft_model *m, const char *dir, st_dtype dt, dllm_err *err)
 {
-    return m->llada ? llada_save(m->llada, dir, dt, (size_t)5 << 30, err)
-                    : qwen3_save(m->qwen3, dir, dt, (size_t)5 << 30, err);
+    return dllm_tf_save(m->tf, dir, dt, (size_t)5 << 30, err);
 }
 
 static void sm_free(sft_model *m)
 {
-    if (m->llada)
-        llada_free(m->llada);
-    if (m->qwen3)
-        qwen3_free(m->qwen3);
-    m->llada = NULL;
-    m->qwen3 = NULL;
+    dllm_tf_free(m->tf);
+    m->tf = NULL;
 }
+
+static bool sm_diffusion(const sft_model *m) { return dllm_tf_arch(m->tf)->diffusion; }
 
 /* ckpt/step-N written under a temporary name, then renamed; latest re-pointed;
  * older checkpoints beyond checkpoint.keep removed. */
@@ -132,10 +114,10 @@ static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *e
 
 /* Next-token SFT loss of an AR model: tokens (B, T), answers from prompt_len[b]
  * to len[b] (EOS included); loss = mean over answer tokens of -log p. */
-static double ar_sft_loss(qwen3_model *m, const int32_t *tokens, const int32_t *prompt_len,
+static double ar_sft_loss(dllm_tf *m, const int32_t *tokens, const int32_t *prompt_len,
                           const int *len, int B, int T)
 {
-    const int V = qwen3_config(m)->embedding_size;
+    const int V = dllm_tf_config(m)->embedding_size;
     int n = 0;
     for (int b = 0; b < B; b++)
         n += len[b] - prompt_len[b];
@@ -154,7 +136,7 @@ static double ar_sft_loss(qwen3_model *m, const int32_t *tokens, const int32_t *
     float *logp = dllm_malloc(sizeof *logp * (size_t)n), *lse = dllm_malloc(sizeof *lse * (size_t)n);
     float *dlogp = dllm_malloc(sizeof *dlogp * (size_t)n);
     double loss = NAN;
-    if (qwen3_forward(m, tokens, km, B, T, rows, n, logits) == 0) {
+    if (dllm_tf_forward(m, tokens, km, B, T, rows, n, logits) == 0) {
         op_xent_fwd(logp, lse, logits, target, n, V);
         loss = 0;
         for (int i = 0; i < n; i++) {
@@ -164,7 +146,7 @@ static double ar_sft_loss(qwen3_model *m, const int32_t *tokens, const int32_t *
         loss /= n;
         float *dlogits = dllm_calloc((size_t)n * V, sizeof *dlogits);
         op_xent_bwd(dlogits, dlogp, logits, lse, target, n, V);
-        qwen3_backward(m, dlogits);
+        dllm_tf_backward(m, dlogits);
         free(dlogits);
     }
     free(rows);
@@ -183,20 +165,14 @@ static int load_model(const dllm_cfg *cfg, sft_model *m, dllm_tokenizer **tok, c
     memset(m, 0, sizeof *m);
     dllm_model_config mc;
     if (cfg->model.path[0]) {
-        if (dllm_config_load(&mc, cfg->model.path, err))
-            return err->code;
-        if (mc.arch == DLLM_ARCH_QWEN3 ? qwen3_load(&m->qwen3, cfg->model.path, err)
-                                       : llada_load(&m->llada, cfg->model.path, err))
+        if (dllm_tf_load(&m->tf, cfg->model.path, err))
             return err->code;
         snprintf(tok_path, tok_len, "%s/tokenizer.json", cfg->model.path);
     } else {
         dllm_arch arch = strcmp(cfg->model.arch, "qwen3") ? DLLM_ARCH_LLADA : DLLM_ARCH_QWEN3;
         if (dllm_config_preset(&mc, arch, cfg->model.preset, err))
             return err->code;
-        if (arch == DLLM_ARCH_QWEN3)
-            m->qwen3 = qwen3_create(&mc, (uint64_t)cfg->seed);
-        else
-            m->llada = llada_create(&mc, (uint64_t)cfg->seed);
+        m->tf = dllm_tf_create(&mc, (uint64_t)cfg->seed);
         snprintf(tok_path, tok_len, "%s/tokenizer.json", run_dir);
         if (dllm_tokenizer_write_char(tok_path, err))
             return err->code;
@@ -206,14 +182,9 @@ static int load_model(const dllm_cfg *cfg, sft_model *m, dllm_tokenizer **tok, c
     if (cfg->model.lora.rank > 0) {
         int mask = 0;
         for (int i = 0; i < cfg->model.lora.targets.n; i++)
-            mask |= m->llada ? llada_lora_target_bit(cfg->model.lora.targets.items[i])
-                             : qwen3_lora_target_bit(cfg->model.lora.targets.items[i]);
-        if (m->llada)
-            llada_lora_enable(m->llada, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
-                              (uint64_t)cfg->seed);
-        else
-            qwen3_lora_enable(m->qwen3, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
-                              (uint64_t)cfg->seed);
+            mask |= dllm_arch_lora_bit(dllm_tf_arch(m->tf), cfg->model.lora.targets.items[i]);
+        dllm_tf_lora_enable(m->tf, cfg->model.lora.rank, (float)cfg->model.lora.alpha, mask,
+                            (uint64_t)cfg->seed);
     }
     return 0;
 }
@@ -282,7 +253,7 @@ int cmd_sft(int argc, char **argv)
     dllm_tokenizer *tok = NULL;
     sft_dataset ds = {0};
     int rc = load_model(&cfg, m, &tok, run.tok_path, sizeof run.tok_path, run.run_dir, &err);
-    if (!rc && cfg.data.answer_length > 0 && !m->llada)
+    if (!rc && cfg.data.answer_length > 0 && !sm_diffusion(m))
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
                           "data.answer_length pads answers for masked diffusion; an "
                           "autoregressive model stops at its EOS (leave it at 0)");
@@ -357,8 +328,8 @@ int cmd_sft(int argc, char **argv)
             sft_draw_mask(&r, prompt_len[b], T, mask + (size_t)b * (size_t)T, &p_mask[b]);
         }
         sm_zero_grad(m);
-        double loss = m->llada ? llada_sft_loss(m->llada, tokens, mask, p_mask, prompt_len, B, T, true)
-                               : ar_sft_loss(m->qwen3, tokens, prompt_len, lens, B, T);
+        double loss = sm_diffusion(m) ? llada_sft_loss(m->tf, tokens, mask, p_mask, prompt_len, B, T, true)
+                                      : ar_sft_loss(m->tf, tokens, prompt_len, lens, B, T);
         double norm = op_grad_norm(grads, nparam);
         if (cfg.optim.grad_clip > 0)
             op_clip_grad(grads, nparam, norm, cfg.optim.grad_clip);

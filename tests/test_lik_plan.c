@@ -10,17 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static llada_model *model;
+static dllm_tf *model;
 
 static int fwd(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 static void bwd(void *m, const float *dlogits)
 {
-    llada_backward(m, dlogits);
+    dllm_tf_backward(m, dlogits);
 }
 
 static void load_model(void)
@@ -28,17 +28,17 @@ static void load_model(void)
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/llada/tiny", getenv("DLLM_TEST_DATA"));
     dllm_err err = {0};
-    ck_assert_msg(llada_load(&model, dir, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_load(&model, dir, &err) == 0, "%s", err.msg);
 }
 
 static void free_model(void)
 {
-    llada_free(model);
+    dllm_tf_free(model);
 }
 
 static dllm_lik_cfg cfg_of(dllm_estimator kind)
 {
-    const dllm_model_config *mc = llada_config(model);
+    const dllm_model_config *mc = dllm_tf_config(model);
     dllm_lik_cfg c = {.kind = kind, .mc = 4, .shrink = 1, .temperature = 1.0,
                       .mask_id = mc->mask_token_id, .vocab = mc->embedding_size};
     return c;
@@ -139,21 +139,21 @@ static void check_gradient(dllm_estimator kind, bool token_terms)
     double w[N] = {0.7, -1.3, 0.4}, u[N * G];
     for (int k = 0; k < N * G; k++)
         u[k] = token_terms ? 0.1 * ((k * 7) % 5 - 2) : NAN;
-    llada_zero_grad(model);
+    dllm_tf_zero_grad(model);
     double seq[N];
     lin_loss ll = {w, token_terms ? u : NULL};
     ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, NULL, &err), 0);
     /* the estimates backward returns are the forward's */
     double ev[N], evt[N * G], bt[N * G];
     ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 8, ev, evt, NULL, NULL, &err), 0);
-    llada_zero_grad(model);
+    dllm_tf_zero_grad(model);
     ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, bt, &err), 0);
     for (int i = 0; i < N; i++)
         ck_assert_msg(fabs(seq[i] - ev[i]) < 1e-5, "backward's estimate %f vs eval's %f", seq[i], ev[i]);
     for (int k = 0; k < N * G; k++)
         ck_assert(isnan(evt[k]) ? isnan(bt[k]) : fabs(bt[k] - evt[k]) < 1e-5);
-    const llada_param *ps;
-    int np = llada_params(model, &ps);
+    const dllm_param *ps;
+    int np = dllm_tf_params(model, &ps);
     double worst = 0;
     for (int j = 0; j < np; j++) {
         size_t n = 1;

@@ -32,7 +32,7 @@ static char *data_path(const char *name)
     return tu_data_path(rel);
 }
 
-static llada_model *load_model(const char *name)
+static dllm_tf *load_model(const char *name)
 {
     char rel[512];
     snprintf(rel, sizeof rel, "llada/%s", name);
@@ -111,21 +111,21 @@ static void free_batch(batch *b)
 }
 
 /* The noisy canvas: mask token where masked. */
-static int32_t *noisy_tokens(const llada_model *m, const batch *b, const uint8_t *masked)
+static int32_t *noisy_tokens(const dllm_tf *m, const batch *b, const uint8_t *masked)
 {
     size_t N = (size_t)b->B * b->T;
     int32_t *x = dllm_malloc(N * sizeof(int32_t));
     for (size_t i = 0; i < N; i++)
-        x[i] = masked[i] ? llada_config(m)->mask_token_id : b->tokens[i];
+        x[i] = masked[i] ? dllm_tf_config(m)->mask_token_id : b->tokens[i];
     return x;
 }
 
-static float *all_logits(llada_model *m, const batch *b, const uint8_t *masked)
+static float *all_logits(dllm_tf *m, const batch *b, const uint8_t *masked)
 {
-    int N = b->B * b->T, V = llada_config(m)->embedding_size;
+    int N = b->B * b->T, V = dllm_tf_config(m)->embedding_size;
     int32_t *x = noisy_tokens(m, b, masked);
     float *lg = dllm_malloc((size_t)N * V * sizeof(float));
-    ck_assert_int_eq(llada_forward(m, x, b->keymask, b->B, b->T, NULL, 0, lg), 0);
+    ck_assert_int_eq(dllm_tf_forward(m, x, b->keymask, b->B, b->T, NULL, 0, lg), 0);
     free(x);
     return lg;
 }
@@ -149,7 +149,7 @@ static double max_abs(const float *a, size_t n)
     return d;
 }
 
-static double loss_of(llada_model *m, const batch *b, bool backward)
+static double loss_of(dllm_tf *m, const batch *b, bool backward)
 {
     dllm_err err = {0};
     double l = llada_sft_loss_batch(m, &b->bt, b->masked, b->p, backward, &err);
@@ -178,15 +178,15 @@ START_TEST(test_logits_fp32)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
-    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    dllm_tf *m = load_model("tiny");
+    size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "logits", n), *got = all_logits(m, &b, b.masked);
     double d = max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-4, "logits: max abs err %g", d);
     ck_assert_msg(max_abs(want, n) > 1.0, "golden logits are flat");
     free(want);
     free(got);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -197,9 +197,9 @@ START_TEST(test_logits_bf16_sharded)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny_bf16");
-    ck_assert_str_eq(llada_config(m)->torch_dtype, "bfloat16");
-    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    dllm_tf *m = load_model("tiny_bf16");
+    ck_assert_str_eq(dllm_tf_config(m)->torch_dtype, "bfloat16");
+    size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "logits_bf16", n), *got = all_logits(m, &b, b.masked);
     double d = max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-4, "bf16 logits: max abs err %g", d);
@@ -209,7 +209,7 @@ START_TEST(test_logits_bf16_sharded)
     free(f32);
     free(want);
     free(got);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -220,15 +220,15 @@ START_TEST(test_loss_and_grads)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
-    llada_zero_grad(m);
+    dllm_tf *m = load_model("tiny");
+    dllm_tf_zero_grad(m);
     double loss = loss_of(m, &b, true);
     float *want = gold_f32(a, "loss", 1);
     ck_assert_msg(fabs(loss - want[0]) < 1e-5 * fabs(want[0]), "loss %.8f, golden %.8f", loss,
                   (double)want[0]);
     free(want);
-    const llada_param *P;
-    int np = llada_params(m, &P);
+    const dllm_param *P;
+    int np = dllm_tf_params(m, &P);
     ck_assert_int_eq(np, 9 * 2 + 3);
     for (int i = 0; i < np; i++) {
         char name[160];
@@ -246,7 +246,7 @@ START_TEST(test_loss_and_grads)
     for (size_t e = 0; e < P[1].numel; e++)
         ck_assert_float_eq_tol(P[1].grad[e], 2 * g1[e], 1e-6 + 1e-5 * fabsf(g1[e]));
     free(g1);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -257,13 +257,13 @@ START_TEST(test_adamw_steps)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
+    dllm_tf *m = load_model("tiny");
     size_t n;
-    float *params = llada_trainable(m, &n), *grads = llada_grads(m);
+    float *params = dllm_tf_trainable(m, &n), *grads = dllm_tf_grads(m);
     float *mm = dllm_calloc(n, sizeof(float)), *vv = dllm_calloc(n, sizeof(float));
     float *want_loss = gold_f32(a, "adamw_loss", 5);
     for (int step = 1; step <= 5; step++) {
-        llada_zero_grad(m);
+        dllm_tf_zero_grad(m);
         double loss = loss_of(m, &b, true);
         ck_assert_msg(fabs(loss - want_loss[step - 1]) < 1e-5,
                       "step %d: loss %.7f, golden %.7f", step, loss, (double)want_loss[step - 1]);
@@ -271,8 +271,8 @@ START_TEST(test_adamw_steps)
         op_clip_grad(grads, n, norm, 1.0);
         op_adamw(params, grads, mm, vv, n, step, 1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f);
     }
-    const llada_param *P;
-    int np = llada_params(m, &P);
+    const dllm_param *P;
+    int np = dllm_tf_params(m, &P);
     for (int i = 0; i < np; i++) {
         char name[160];
         snprintf(name, sizeof name, "adamw.%s", P[i].name);
@@ -284,7 +284,7 @@ START_TEST(test_adamw_steps)
     free(want_loss);
     free(mm);
     free(vv);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -295,8 +295,8 @@ START_TEST(test_one_step_score)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
-    int N = b.B * b.T, V = llada_config(m)->embedding_size;
+    dllm_tf *m = load_model("tiny");
+    int N = b.B * b.T, V = dllm_tf_config(m)->embedding_size;
     uint8_t *full = dllm_calloc((size_t)N, 1);
     int32_t *rows = dllm_malloc((size_t)N * sizeof(int32_t)), *tgt = dllm_malloc((size_t)N * 4);
     int R = 0;
@@ -308,7 +308,7 @@ START_TEST(test_one_step_score)
         }
     int32_t *x = noisy_tokens(m, &b, full);
     float *lg = dllm_malloc((size_t)R * V * sizeof(float)), *lp = dllm_malloc((size_t)R * 4);
-    ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, rows, R, lg), 0);
+    ck_assert_int_eq(dllm_tf_forward(m, x, b.keymask, b.B, b.T, rows, R, lg), 0);
     op_xent_fwd(lp, NULL, lg, tgt, R, V);
     float *want = gold_f32(a, "score_logp", (size_t)N);
     for (int r = 0; r < R; r++)
@@ -321,18 +321,18 @@ START_TEST(test_one_step_score)
     free(full);
     free(rows);
     free(tgt);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
 END_TEST
 
-static void enable_golden_lora(llada_model *m)
+static void enable_golden_lora(dllm_tf *m)
 {
-    llada_lora_enable(m, 4, 8.0f, LORA_MASK, 7);
+    dllm_tf_lora_enable(m, 4, 8.0f, LORA_MASK, 7);
     char *path = data_path("lora_adapter.safetensors");
     dllm_err err = {0};
-    ck_assert_msg(llada_lora_load(m, path, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_lora_load(m, path, &err) == 0, "%s", err.msg);
     free(path);
 }
 
@@ -341,22 +341,22 @@ START_TEST(test_lora_golden)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
+    dllm_tf *m = load_model("tiny");
     enable_golden_lora(m);
-    const llada_param *LP;
-    int nl = llada_lora_params(m, &LP);
+    const dllm_param *LP;
+    int nl = dllm_tf_lora_params(m, &LP);
     ck_assert_int_eq(nl, 2 * 3 * 2); /* A and B, 3 targets, 2 layers */
     size_t n, tot = 0;
     for (int i = 0; i < nl; i++)
         tot += LP[i].numel;
-    ck_assert_ptr_eq(llada_trainable(m, &n), LP[0].data);
+    ck_assert_ptr_eq(dllm_tf_trainable(m, &n), LP[0].data);
     ck_assert_uint_eq(n, tot);
-    const llada_param *P;
-    int np = llada_params(m, &P);
+    const dllm_param *P;
+    int np = dllm_tf_params(m, &P);
     for (int i = 0; i < np; i++)
         ck_assert_msg(P[i].grad == NULL, "%s not frozen under LoRA", P[i].name);
 
-    size_t nlog = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    size_t nlog = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "lora_logits", nlog), *got = all_logits(m, &b, b.masked);
     double d = max_abs_diff(got, want, nlog);
     ck_assert_msg(d < 1e-4, "LoRA logits: max abs err %g", d);
@@ -366,7 +366,7 @@ START_TEST(test_lora_golden)
     free(want);
     free(got);
 
-    llada_zero_grad(m);
+    dllm_tf_zero_grad(m);
     double loss = loss_of(m, &b, true);
     float *wl = gold_f32(a, "lora_loss", 1);
     ck_assert_msg(fabs(loss - wl[0]) < 1e-5 * wl[0], "LoRA loss %.8f, golden %.8f", loss,
@@ -381,7 +381,7 @@ START_TEST(test_lora_golden)
                       ref);
         free(g);
     }
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -394,19 +394,19 @@ START_TEST(test_gqa_golden)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny_gqa");
-    ck_assert_int_eq(llada_config(m)->n_kv_heads, 2);
-    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    dllm_tf *m = load_model("tiny_gqa");
+    ck_assert_int_eq(dllm_tf_config(m)->n_kv_heads, 2);
+    size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "gqa_logits", n), *got = all_logits(m, &b, b.masked);
     double d = max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-4, "GQA logits: max abs err %g", d);
-    llada_zero_grad(m);
+    dllm_tf_zero_grad(m);
     double loss = loss_of(m, &b, true);
     float *wl = gold_f32(a, "gqa_loss", 1);
     ck_assert_msg(fabs(loss - wl[0]) < 1e-5 * wl[0], "GQA loss %.8f, golden %.8f", loss,
                   (double)wl[0]);
-    const llada_param *P;
-    int np = llada_params(m, &P), seen = 0;
+    const dllm_param *P;
+    int np = dllm_tf_params(m, &P), seen = 0;
     for (int i = 0; i < np; i++) {
         char name[160];
         snprintf(name, sizeof name, "gqa_grad.%s", P[i].name);
@@ -422,7 +422,7 @@ START_TEST(test_gqa_golden)
     free(wl);
     free(want);
     free(got);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -432,15 +432,15 @@ END_TEST
 
 /* Central differences on a few elements of every tensor in list (the largest
  * gradient and two random ones), against the analytic gradient. */
-static void fd_check(llada_model *m, const batch *b, const llada_param *list, int n,
+static void fd_check(dllm_tf *m, const batch *b, const dllm_param *list, int n,
                      double h, double tol)
 {
-    llada_zero_grad(m);
+    dllm_tf_zero_grad(m);
     loss_of(m, b, true);
     dllm_rng r = dllm_rng_make(11, 0, 0, 0);
     double worst = 0;
     for (int i = 0; i < n; i++) {
-        const llada_param *p = &list[i];
+        const dllm_param *p = &list[i];
         size_t big = 0;
         for (size_t e = 0; e < p->numel; e++)
             if (fabsf(p->grad[e]) > fabsf(p->grad[big]))
@@ -471,11 +471,11 @@ START_TEST(test_fd_full_model)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
-    const llada_param *P;
-    int np = llada_params(m, &P);
+    dllm_tf *m = load_model("tiny");
+    const dllm_param *P;
+    int np = dllm_tf_params(m, &P);
     fd_check(m, &b, P, np, 2e-3, 2e-4);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -486,12 +486,12 @@ START_TEST(test_fd_lora)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
+    dllm_tf *m = load_model("tiny");
     enable_golden_lora(m);
-    const llada_param *LP;
-    int nl = llada_lora_params(m, &LP);
+    const dllm_param *LP;
+    int nl = dllm_tf_lora_params(m, &LP);
     fd_check(m, &b, LP, nl, 2e-3, 2e-4);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -505,13 +505,13 @@ START_TEST(test_fd_gqa)
     batch b;
     load_batch(a, &b);
     dllm_model_config cfg;
-    llada_model *ref = load_model("tiny");
-    cfg = *llada_config(ref);
-    llada_free(ref);
+    dllm_tf *ref = load_model("tiny");
+    cfg = *dllm_tf_config(ref);
+    dllm_tf_free(ref);
     cfg.n_kv_heads = 2;
-    llada_model *m = llada_create(&cfg, 3);
-    const llada_param *P;
-    int np = llada_params(m, &P);
+    dllm_tf *m = dllm_tf_create(&cfg, 3);
+    const dllm_param *P;
+    int np = dllm_tf_params(m, &P);
     ck_assert_int_eq((int)P[2].shape[0], 32); /* q_proj (NH*HD, C) */
     ck_assert_int_eq((int)P[3].shape[0], 16); /* k_proj (NKV*HD, C) */
     for (int i = 0; i < np; i++)
@@ -519,7 +519,7 @@ START_TEST(test_fd_gqa)
             for (size_t e = 0; e < P[i].numel; e++)
                 P[i].data[e] *= 10.0f;
     fd_check(m, &b, P, np, 2e-3, 2e-4);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -532,41 +532,41 @@ START_TEST(test_rows_subset)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
-    int V = llada_config(m)->embedding_size;
+    dllm_tf *m = load_model("tiny");
+    int V = dllm_tf_config(m)->embedding_size;
     float *full = all_logits(m, &b, b.masked);
     int32_t rows[] = {23, 0, 5, 17, 12, 11};
     int R = 6;
     int32_t *x = noisy_tokens(m, &b, b.masked);
     float *sub = dllm_malloc((size_t)R * V * sizeof(float));
-    ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, rows, R, sub), 0);
+    ck_assert_int_eq(dllm_tf_forward(m, x, b.keymask, b.B, b.T, rows, R, sub), 0);
     for (int r = 0; r < R; r++) {
         double d = max_abs_diff(sub + (size_t)r * V, full + (size_t)rows[r] * V, (size_t)V);
         ck_assert_msg(d < 1e-6, "row %d: subset differs from full by %g", rows[r], d);
     }
     /* the forward without backward gives the same logits, bit for bit */
     float *ng = dllm_malloc((size_t)b.B * b.T * V * sizeof(float));
-    ck_assert_int_eq(llada_forward_nograd(m, x, b.keymask, b.B, b.T, NULL, 0, ng), 0);
+    ck_assert_int_eq(dllm_tf_forward_nograd(m, x, b.keymask, b.B, b.T, NULL, 0, ng), 0);
     ck_assert(memcmp(ng, full, (size_t)b.B * b.T * V * sizeof(float)) == 0);
     free(ng);
     /* bad input is refused */
     int32_t bad_row = 24;
-    ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, &bad_row, 1, sub), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_tf_forward(m, x, b.keymask, b.B, b.T, &bad_row, 1, sub), DLLM_EXIT_INPUT);
     x[3] = V;
-    ck_assert_int_eq(llada_forward(m, x, b.keymask, b.B, b.T, NULL, 0, full), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_tf_forward(m, x, b.keymask, b.B, b.T, NULL, 0, full), DLLM_EXIT_INPUT);
     free(sub);
     free(full);
     free(x);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
 END_TEST
 
-static void assert_same_params(llada_model *x, llada_model *y, bool bf16_of_x)
+static void assert_same_params(dllm_tf *x, dllm_tf *y, bool bf16_of_x)
 {
-    const llada_param *P, *Q;
-    int np = llada_params(x, &P), nq = llada_params(y, &Q);
+    const dllm_param *P, *Q;
+    int np = dllm_tf_params(x, &P), nq = dllm_tf_params(y, &Q);
     ck_assert_int_eq(np, nq);
     for (int i = 0; i < np; i++) {
         ck_assert_str_eq(P[i].name, Q[i].name);
@@ -585,37 +585,37 @@ START_TEST(test_save_load_roundtrip)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
+    dllm_tf *m = load_model("tiny");
     char *tmp = make_tmpdir();
     char dir[600];
     dllm_err err = {0};
 
     snprintf(dir, sizeof dir, "%s/f32", tmp);
-    ck_assert_msg(llada_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
-    llada_model *m2 = NULL;
-    ck_assert_msg(llada_load(&m2, dir, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
+    dllm_tf *m2 = NULL;
+    ck_assert_msg(dllm_tf_load(&m2, dir, &err) == 0, "%s", err.msg);
     assert_same_params(m, m2, false);
-    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *l1 = all_logits(m, &b, b.masked), *l2 = all_logits(m2, &b, b.masked);
     ck_assert(memcmp(l1, l2, n * sizeof(float)) == 0);
-    llada_free(m2);
+    dllm_tf_free(m2);
 
     /* bf16, sharded: a shard limit below the model size forces an index */
     snprintf(dir, sizeof dir, "%s/bf16", tmp);
-    ck_assert_msg(llada_save(m, dir, ST_BF16, 16 << 10, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_save(m, dir, ST_BF16, 16 << 10, &err) == 0, "%s", err.msg);
     char idx[700];
     snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
     ck_assert_msg(access(idx, F_OK) == 0, "no shard index written");
-    ck_assert_msg(llada_load(&m2, dir, &err) == 0, "%s", err.msg);
-    ck_assert_str_eq(llada_config(m2)->torch_dtype, "bfloat16");
+    ck_assert_msg(dllm_tf_load(&m2, dir, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(dllm_tf_config(m2)->torch_dtype, "bfloat16");
     assert_same_params(m, m2, true);
-    llada_free(m2);
+    dllm_tf_free(m2);
 
     free(l1);
     free(l2);
     rm_rf(tmp);
     free(tmp);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -626,43 +626,43 @@ START_TEST(test_merged_lora_save)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
+    dllm_tf *m = load_model("tiny");
     enable_golden_lora(m);
     float *want = all_logits(m, &b, b.masked);
     char *tmp = make_tmpdir();
     char dir[600], adapter[600];
     dllm_err err = {0};
     snprintf(dir, sizeof dir, "%s/merged", tmp);
-    ck_assert_msg(llada_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
-    llada_model *m2 = NULL;
-    ck_assert_msg(llada_load(&m2, dir, &err) == 0, "%s", err.msg);
-    ck_assert_int_eq(llada_lora_info(m2, NULL, NULL), 0);
-    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    ck_assert_msg(dllm_tf_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
+    dllm_tf *m2 = NULL;
+    ck_assert_msg(dllm_tf_load(&m2, dir, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dllm_tf_lora_info(m2, NULL, NULL), 0);
+    size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *got = all_logits(m2, &b, b.masked);
     double d = max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-5, "merged model differs from the LoRA forward by %g", d);
     free(got);
 
-    /* the adapter file round-trips through llada_lora_save / llada_lora_load */
+    /* the adapter file round-trips through dllm_tf_lora_save / dllm_tf_lora_load */
     snprintf(adapter, sizeof adapter, "%s/adapter_model.safetensors", tmp);
-    ck_assert_msg(llada_lora_save(m, adapter, &err) == 0, "%s", err.msg);
-    llada_model *m3 = load_model("tiny");
-    llada_lora_enable(m3, 4, 8.0f, LORA_MASK, 99);
-    ck_assert_msg(llada_lora_load(m3, adapter, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_lora_save(m, adapter, &err) == 0, "%s", err.msg);
+    dllm_tf *m3 = load_model("tiny");
+    dllm_tf_lora_enable(m3, 4, 8.0f, LORA_MASK, 99);
+    ck_assert_msg(dllm_tf_lora_load(m3, adapter, &err) == 0, "%s", err.msg);
     got = all_logits(m3, &b, b.masked);
     ck_assert(memcmp(got, want, n * sizeof(float)) == 0);
     free(got);
     /* an adapter for other targets is refused, naming the missing tensor */
-    llada_lora_enable(m3, 4, 8.0f, LORA_K_PROJ, 99);
-    ck_assert_int_ne(llada_lora_load(m3, adapter, &err), 0);
+    dllm_tf_lora_enable(m3, 4, 8.0f, LORA_K_PROJ, 99);
+    ck_assert_int_ne(dllm_tf_lora_load(m3, adapter, &err), 0);
     ck_assert_msg(strstr(err.msg, "k_proj.lora_A.weight") != NULL, "message: %s", err.msg);
 
-    llada_free(m3);
-    llada_free(m2);
+    dllm_tf_free(m3);
+    dllm_tf_free(m2);
     free(want);
     rm_rf(tmp);
     free(tmp);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -673,11 +673,11 @@ START_TEST(test_lora_init)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
+    dllm_tf *m = load_model("tiny");
     float *base = all_logits(m, &b, b.masked);
-    llada_lora_enable(m, 8, 16.0f, LORA_ALL, 5);
-    const llada_param *LP;
-    int nl = llada_lora_params(m, &LP);
+    dllm_tf_lora_enable(m, 8, 16.0f, LORA_ALL, 5);
+    const dllm_param *LP;
+    int nl = dllm_tf_lora_params(m, &LP);
     ck_assert_int_eq(nl, 2 * 7 * 2);
     ck_assert_str_eq(LP[0].name,
                      "base_model.model.model.transformer.blocks.0.q_proj.lora_A.weight");
@@ -692,22 +692,22 @@ START_TEST(test_lora_init)
     }
     /* B = 0: the adapted model computes exactly the base model */
     float *got = all_logits(m, &b, b.masked);
-    size_t n = (size_t)b.B * b.T * llada_config(m)->embedding_size;
+    size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     ck_assert(memcmp(got, base, n * sizeof(float)) == 0);
     /* turning LoRA off makes the base trainable again */
-    llada_lora_enable(m, 0, 0.0f, 0, 0);
+    dllm_tf_lora_enable(m, 0, 0.0f, 0, 0);
     size_t nt;
-    const llada_param *P;
-    llada_params(m, &P);
+    const dllm_param *P;
+    dllm_tf_params(m, &P);
     ck_assert_ptr_null(P[0].grad); /* not allocated until needed */
-    llada_zero_grad(m);
-    ck_assert_ptr_eq(llada_trainable(m, &nt), P[0].data);
+    dllm_tf_zero_grad(m);
+    ck_assert_ptr_eq(dllm_tf_trainable(m, &nt), P[0].data);
     ck_assert_ptr_nonnull(P[0].grad);
-    ck_assert_int_eq(llada_lora_target_bit("ff_out"), LORA_FF_OUT);
-    ck_assert_int_eq(llada_lora_target_bit("o_proj"), 0);
+    ck_assert_int_eq(dllm_arch_lora_bit(&dllm_arch_llada, "ff_out"), LORA_FF_OUT);
+    ck_assert_int_eq(dllm_arch_lora_bit(&dllm_arch_llada, "o_proj"), 0);
     free(got);
     free(base);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }
@@ -715,14 +715,14 @@ END_TEST
 
 START_TEST(test_create_deterministic)
 {
-    llada_model *ref = load_model("tiny");
-    dllm_model_config cfg = *llada_config(ref);
-    llada_free(ref);
-    llada_model *x = llada_create(&cfg, 42), *y = llada_create(&cfg, 42), *z = llada_create(&cfg, 43);
+    dllm_tf *ref = load_model("tiny");
+    dllm_model_config cfg = *dllm_tf_config(ref);
+    dllm_tf_free(ref);
+    dllm_tf *x = dllm_tf_create(&cfg, 42), *y = dllm_tf_create(&cfg, 42), *z = dllm_tf_create(&cfg, 43);
     assert_same_params(x, y, false);
-    const llada_param *P, *Q;
-    int np = llada_params(x, &P);
-    llada_params(z, &Q);
+    const dllm_param *P, *Q;
+    int np = dllm_tf_params(x, &P);
+    dllm_tf_params(z, &Q);
     double s2 = 0;
     size_t cnt = 0;
     for (int i = 0; i < np; i++) {
@@ -737,21 +737,21 @@ START_TEST(test_create_deterministic)
     }
     double sd = sqrt(s2 / cnt);
     ck_assert_msg(fabs(sd - 0.02) < 0.001, "init std %g, expected 0.02", sd);
-    llada_free(x);
-    llada_free(y);
-    llada_free(z);
+    dllm_tf_free(x);
+    dllm_tf_free(y);
+    dllm_tf_free(z);
 }
 END_TEST
 
 /* Copies the tiny model into dir with one tensor dropped or reshaped. */
 static void write_broken(const char *dir, const char *victim, bool reshape)
 {
-    llada_model *m = load_model("tiny");
+    dllm_tf *m = load_model("tiny");
     dllm_err err = {0};
-    ck_assert_msg(dllm_config_save(llada_config(m), dir, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_config_save(dllm_tf_config(m), dir, &err) == 0, "%s", err.msg);
     st_writer *w = st_writer_new();
-    const llada_param *P;
-    int np = llada_params(m, &P);
+    const dllm_param *P;
+    int np = dllm_tf_params(m, &P);
     for (int i = 0; i < np; i++) {
         int64_t shape[2] = {P[i].shape[0], P[i].shape[1]};
         if (strcmp(P[i].name, victim) == 0) {
@@ -764,7 +764,7 @@ static void write_broken(const char *dir, const char *victim, bool reshape)
     }
     ck_assert_msg(st_writer_save_dir(w, dir, 0, &err) == 0, "%s", err.msg);
     st_writer_free(w);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 
 START_TEST(test_load_errors)
@@ -772,26 +772,26 @@ START_TEST(test_load_errors)
     char *tmp = make_tmpdir();
     char dir[600];
     dllm_err err = {0};
-    llada_model *m = NULL;
+    dllm_tf *m = NULL;
     const char *victim = "model.transformer.blocks.1.up_proj.weight";
 
     snprintf(dir, sizeof dir, "%s/missing", tmp);
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     write_broken(dir, victim, false);
-    ck_assert_int_eq(llada_load(&m, dir, &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_tf_load(&m, dir, &err), DLLM_EXIT_INPUT);
     ck_assert_ptr_null(m);
     ck_assert_msg(strstr(err.msg, victim) && strstr(err.msg, dir), "message: %s", err.msg);
 
     snprintf(dir, sizeof dir, "%s/shape", tmp);
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     write_broken(dir, victim, true);
-    ck_assert_int_eq(llada_load(&m, dir, &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_tf_load(&m, dir, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, victim) && strstr(err.msg, "[47, 32]"), "message: %s",
                   err.msg);
 
     snprintf(dir, sizeof dir, "%s/empty", tmp);
     ck_assert_int_eq(mkdir(dir, 0755), 0);
-    ck_assert_int_eq(llada_load(&m, dir, &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_tf_load(&m, dir, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "config.json") != NULL, "message: %s", err.msg);
     rm_rf(tmp);
     free(tmp);
@@ -838,7 +838,7 @@ START_TEST(test_sft_loss_forms)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    llada_model *m = load_model("tiny");
+    dllm_tf *m = load_model("tiny");
     dllm_err err = {0};
     /* the simple form (no key mask, answer to the end) on sequence 0 equals
      * the general form on the same data */
@@ -853,7 +853,7 @@ START_TEST(test_sft_loss_forms)
     ck_assert(isnan(llada_sft_loss_batch(m, &b.bt, bad, b.p, false, &err)));
     ck_assert_msg(strstr(err.msg, "outside the answer") != NULL, "message: %s", err.msg);
     free(bad);
-    llada_free(m);
+    dllm_tf_free(m);
     free_batch(&b);
     st_close(a);
 }

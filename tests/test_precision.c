@@ -2,7 +2,7 @@
  * "precision"): the rollout copy (trainer / bf16 / FP8 W8A8) and the bf16
  * trainer.
  *
- *  - rollout "trainer" is bit-identical to llada_forward (fp32 and bf16
+ *  - rollout "trainer" is bit-identical to dllm_tf_forward (fp32 and bf16
  *    trainers, with LoRA), and a rollout forward leaves the trainer's kept
  *    activations intact;
  *  - FP8: the copy's block linears equal op_fp8_linear_fwd on a weight
@@ -53,14 +53,14 @@ static void fill_normal(float *x, size_t n, double std, uint64_t seed)
 }
 
 /* A model with LoRA on every linear and nonzero B (so merging matters). */
-static llada_model *make_model(bool lora)
+static dllm_tf *make_model(bool lora)
 {
     dllm_model_config c = test_config();
-    llada_model *m = llada_create(&c, 7);
+    dllm_tf *m = dllm_tf_create(&c, 7);
     if (lora) {
-        llada_lora_enable(m, 4, 8.0f, LORA_ALL, 3);
-        const llada_param *lp;
-        int n = llada_lora_params(m, &lp);
+        dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 3);
+        const dllm_param *lp;
+        int n = dllm_tf_lora_params(m, &lp);
         for (int i = 0; i < n; i++)
             if (strstr(lp[i].name, "lora_B"))
                 fill_normal(lp[i].data, lp[i].numel, 0.05, 100 + (uint64_t)i);
@@ -86,30 +86,30 @@ static batch make_batch(int V)
     return b;
 }
 
-static llada_precision prec(const char *trainer, const char *rollout, const char *fmt,
+static dllm_precision prec(const char *trainer, const char *rollout, const char *fmt,
                             const char *scaling)
 {
-    llada_precision p;
+    dllm_precision p;
     dllm_err err = {0};
-    ck_assert_msg(llada_precision_parse(&p, trainer, rollout, fmt, scaling, false, &err) == 0,
+    ck_assert_msg(dllm_precision_parse(&p, trainer, rollout, fmt, scaling, false, &err) == 0,
                   "%s", err.msg);
     return p;
 }
 
-static void do_sync(llada_model *m, llada_precision p)
+static void do_sync(dllm_tf *m, dllm_precision p)
 {
     dllm_err err = {0};
     double sec = -1;
-    ck_assert_msg(llada_rollout_sync(m, &p, &sec, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_rollout_sync(m, &p, &sec, &err) == 0, "%s", err.msg);
     ck_assert(sec >= 0);
 }
 
-static float *logits_of(llada_model *m, const batch *b, bool rollout)
+static float *logits_of(dllm_tf *m, const batch *b, bool rollout)
 {
-    int V = llada_config(m)->embedding_size;
+    int V = dllm_tf_config(m)->embedding_size;
     float *lg = dllm_malloc((size_t)B * T * V * sizeof(float));
-    int rc = rollout ? llada_forward_rollout(m, b->tokens, b->keymask, B, T, NULL, 0, lg)
-                     : llada_forward(m, b->tokens, b->keymask, B, T, NULL, 0, lg);
+    int rc = rollout ? dllm_tf_forward_rollout(m, b->tokens, b->keymask, B, T, NULL, 0, lg)
+                     : dllm_tf_forward(m, b->tokens, b->keymask, B, T, NULL, 0, lg);
     ck_assert_int_eq(rc, 0);
     return lg;
 }
@@ -144,21 +144,21 @@ static double rel_rms(const float *a, const float *b, size_t n)
 START_TEST(test_trainer_rollout_bit_identical)
 {
     for (int bf = 0; bf < 2; bf++) {
-        llada_model *m = make_model(true);
-        batch b = make_batch(llada_config(m)->embedding_size);
-        size_t n = (size_t)B * T * llada_config(m)->embedding_size;
+        dllm_tf *m = make_model(true);
+        batch b = make_batch(dllm_tf_config(m)->embedding_size);
+        size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
         if (bf)
             do_sync(m, prec("bf16", "trainer", NULL, NULL));
         else { /* never synced: the defaults are fp32 + rollout trainer */
-            llada_precision p = llada_get_precision(m);
-            ck_assert(!p.trainer_bf16 && p.rollout == LLADA_ROLLOUT_TRAINER);
+            dllm_precision p = dllm_tf_get_precision(m);
+            ck_assert(!p.trainer_bf16 && p.rollout == DLLM_ROLLOUT_TRAINER);
         }
         float *a = logits_of(m, &b, false), *r = logits_of(m, &b, true);
         ck_assert_msg(memcmp(a, r, n * sizeof(float)) == 0, "trainer %s: rollout differs",
                       bf ? "bf16" : "fp32");
         free(a);
         free(r);
-        llada_free(m);
+        dllm_tf_free(m);
     }
 }
 END_TEST
@@ -166,31 +166,31 @@ END_TEST
 /* A rollout forward between a training forward and its backward changes nothing. */
 START_TEST(test_rollout_keeps_trainer_activations)
 {
-    llada_model *m = make_model(true);
+    dllm_tf *m = make_model(true);
     do_sync(m, prec("fp32", "fp8", NULL, NULL));
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size, nt;
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *dl = dllm_malloc(n * sizeof(float));
     fill_normal(dl, n, 1.0, 9);
-    llada_trainable(m, &nt);
+    dllm_tf_trainable(m, &nt);
     float *g1 = dllm_malloc(nt * sizeof(float));
     for (int pass = 0; pass < 2; pass++) {
-        llada_zero_grad(m);
+        dllm_tf_zero_grad(m);
         float *lg = logits_of(m, &b, false);
         if (pass) {
             float *r = logits_of(m, &b, true);
             free(r);
         }
-        llada_backward(m, dl);
+        dllm_tf_backward(m, dl);
         if (!pass)
-            memcpy(g1, llada_grads(m), nt * sizeof(float));
+            memcpy(g1, dllm_tf_grads(m), nt * sizeof(float));
         else
-            ck_assert(memcmp(g1, llada_grads(m), nt * sizeof(float)) == 0);
+            ck_assert(memcmp(g1, dllm_tf_grads(m), nt * sizeof(float)) == 0);
         free(lg);
     }
     free(g1);
     free(dl);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -201,10 +201,10 @@ START_TEST(test_fp8_linear_matches_op)
     static const char *const scalings[] = {"block", "channel", "tensor"};
     static const fp8_scaling modes[] = {FP8_SCALE_BLOCK, FP8_SCALE_CHANNEL, FP8_SCALE_TENSOR};
     static const fp8_scaling acts[] = {FP8_SCALE_GROUP, FP8_SCALE_CHANNEL, FP8_SCALE_TENSOR};
-    llada_model *m = make_model(false);
-    const dllm_model_config *c = llada_config(m);
-    const llada_param *ps;
-    int np = llada_params(m, &ps);
+    dllm_tf *m = make_model(false);
+    const dllm_model_config *c = dllm_tf_config(m);
+    const dllm_param *ps;
+    int np = dllm_tf_params(m, &ps);
     for (int s = 0; s < 3; s++)
         for (int f = 0; f < 2; f++) {
             do_sync(m, prec(NULL, "fp8", f ? "e5m2" : "e4m3", scalings[s]));
@@ -212,7 +212,7 @@ START_TEST(test_fp8_linear_matches_op)
             const char *names[2] = {"model.transformer.blocks.0.q_proj.weight",
                                     "model.transformer.blocks.1.ff_out.weight"};
             for (int k = 0; k < 2; k++) {
-                const llada_param *w = NULL;
+                const dllm_param *w = NULL;
                 for (int i = 0; i < np; i++)
                     if (!strcmp(ps[i].name, names[k]))
                         w = &ps[i];
@@ -229,7 +229,7 @@ START_TEST(test_fp8_linear_matches_op)
                 float *ref = dllm_malloc((size_t)N * OC * sizeof(float));
                 float *got = dllm_malloc((size_t)N * OC * sizeof(float));
                 op_fp8_linear_fwd(ref, x, &q, N, C, OC);
-                ck_assert_int_eq(llada_rollout_linear(m, k, k ? "ff_out" : "q_proj", x, N, got), 0);
+                ck_assert_int_eq(dllm_tf_rollout_linear(m, k, k ? "ff_out" : "q_proj", x, N, got), 0);
                 ck_assert_msg(memcmp(ref, got, (size_t)N * OC * sizeof(float)) == 0,
                               "%s %s %s: the copy's linear is not the FP8 GEMM", names[k],
                               scalings[s], f ? "e5m2" : "e4m3");
@@ -244,18 +244,18 @@ START_TEST(test_fp8_linear_matches_op)
                 free(got);
             }
         }
-    ck_assert_int_eq(llada_rollout_linear(m, 0, "lm_head", NULL, 1, NULL), DLLM_EXIT_INPUT);
-    ck_assert_int_eq(llada_rollout_linear(m, c->n_layers, "q_proj", NULL, 1, NULL),
+    ck_assert_int_eq(dllm_tf_rollout_linear(m, 0, "lm_head", NULL, 1, NULL), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_tf_rollout_linear(m, c->n_layers, "q_proj", NULL, 1, NULL),
                      DLLM_EXIT_INPUT);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
 START_TEST(test_fp8_logits_close_to_fp32)
 {
-    llada_model *m = make_model(true);
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size;
+    dllm_tf *m = make_model(true);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *ref = logits_of(m, &b, false);
     double d[3];
     const char *kinds[3] = {"bf16", "fp8", "fp8"};
@@ -272,7 +272,7 @@ START_TEST(test_fp8_logits_close_to_fp32)
     ck_assert(d[0] < 0.02 && d[1] < 0.15 && d[2] < 0.3); /* small */
     ck_assert(d[0] < d[1] && d[1] < d[2]);           /* bf16 < e4m3 < e5m2 */
     free(ref);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -280,15 +280,15 @@ END_TEST
 
 START_TEST(test_bf16_copy_representable)
 {
-    llada_model *m = make_model(true);
+    dllm_tf *m = make_model(true);
     do_sync(m, prec(NULL, "bf16", NULL, NULL));
-    const llada_param *ps, *lp;
-    int np = llada_params(m, &ps);
-    int nlp = llada_lora_params(m, &lp);
+    const dllm_param *ps, *lp;
+    int np = dllm_tf_params(m, &ps);
+    int nlp = dllm_tf_lora_params(m, &lp);
     float alpha;
-    int rank = llada_lora_info(m, &alpha, NULL);
+    int rank = dllm_tf_lora_info(m, &alpha, NULL);
     /* layer 1 up_proj [288, 160]: its weight, read back as I W^T (unit vectors) */
-    const llada_param *w = NULL, *A = NULL, *Bm = NULL;
+    const dllm_param *w = NULL, *A = NULL, *Bm = NULL;
     for (int i = 0; i < np; i++)
         if (!strcmp(ps[i].name, "model.transformer.blocks.1.up_proj.weight"))
             w = &ps[i];
@@ -303,7 +303,7 @@ START_TEST(test_bf16_copy_representable)
     float *eye = calloc((size_t)C * C, sizeof(float)), *wt = dllm_malloc((size_t)C * OC * 4);
     for (int i = 0; i < C; i++)
         eye[(size_t)i * C + i] = 1.0f;
-    ck_assert_int_eq(llada_rollout_linear(m, 1, "up_proj", eye, C, wt), 0);
+    ck_assert_int_eq(dllm_tf_rollout_linear(m, 1, "up_proj", eye, C, wt), 0);
     int changed = 0;
     for (int o = 0; o < OC; o++)
         for (int c = 0; c < C; c++) {
@@ -322,7 +322,7 @@ START_TEST(test_bf16_copy_representable)
     ck_assert_msg(changed > OC * C / 4, "LoRA hardly changed the merged weight (%d)", changed);
     free(eye);
     free(wt);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -330,13 +330,13 @@ END_TEST
 
 START_TEST(test_sync_after_weight_change)
 {
-    llada_model *m = make_model(false);
-    llada_precision p = prec(NULL, "fp8", NULL, NULL);
+    dllm_tf *m = make_model(false);
+    dllm_precision p = prec(NULL, "fp8", NULL, NULL);
     do_sync(m, p);
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size, nt;
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *l0 = logits_of(m, &b, true);
-    float *w = llada_trainable(m, &nt);
+    float *w = dllm_tf_trainable(m, &nt);
     for (size_t i = 0; i < nt; i++)
         w[i] *= 1.05f;
     float *l1 = logits_of(m, &b, true);
@@ -347,22 +347,22 @@ START_TEST(test_sync_after_weight_change)
     free(l0);
     free(l1);
     free(l2);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
 START_TEST(test_sync_merges_lora)
 {
-    llada_model *m = make_model(true);
-    llada_precision p = prec(NULL, "fp8", NULL, NULL);
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size, nl;
+    dllm_tf *m = make_model(true);
+    dllm_precision p = prec(NULL, "fp8", NULL, NULL);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nl;
     /* B = 0: the copy equals the base model's */
-    float *lw = llada_trainable(m, &nl);
+    float *lw = dllm_tf_trainable(m, &nl);
     float *saved = dllm_malloc(nl * sizeof(float));
     memcpy(saved, lw, nl * sizeof(float));
-    const llada_param *lp;
-    int nlp = llada_lora_params(m, &lp);
+    const dllm_param *lp;
+    int nlp = dllm_tf_lora_params(m, &lp);
     for (int i = 0; i < nlp; i++)
         if (strstr(lp[i].name, "lora_B"))
             memset(lp[i].data, 0, lp[i].numel * sizeof(float));
@@ -373,14 +373,14 @@ START_TEST(test_sync_merges_lora)
     float *l1 = logits_of(m, &b, true);
     ck_assert_msg(memcmp(l0, l1, n * sizeof(float)) != 0, "a nonzero LoRA B left the copy alone");
 
-    /* the merged checkpoint (llada_save merges), reloaded without LoRA, gives
+    /* the merged checkpoint (dllm_tf_save merges), reloaded without LoRA, gives
      * the same FP8 copy: the merge is W + (alpha/r) B A */
     char dir[] = "/tmp/dllm_precision_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     dllm_err err = {0};
-    ck_assert_msg(llada_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
-    llada_model *mm;
-    ck_assert_msg(llada_load(&mm, dir, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
+    dllm_tf *mm;
+    ck_assert_msg(dllm_tf_load(&mm, dir, &err) == 0, "%s", err.msg);
     do_sync(mm, p);
     float *l2 = logits_of(mm, &b, true);
     ck_assert_msg(memcmp(l1, l2, n * sizeof(float)) == 0,
@@ -395,20 +395,20 @@ START_TEST(test_sync_merges_lora)
     free(l1);
     free(l2);
     free(saved);
-    llada_free(mm);
-    llada_free(m);
+    dllm_tf_free(mm);
+    dllm_tf_free(m);
 }
 END_TEST
 
 /* ---- bf16 trainer ---------------------------------------------------------------------- */
 
 /* loss = sum c * logits (double) at the current weights, after a sync. */
-static double lin_loss(llada_model *m, llada_precision p, const batch *b, const float *c)
+static double lin_loss(dllm_tf *m, dllm_precision p, const batch *b, const float *c)
 {
     do_sync(m, p);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size;
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *lg = dllm_malloc(n * sizeof(float));
-    ck_assert_int_eq(llada_forward_nograd(m, b->tokens, b->keymask, B, T, NULL, 0, lg), 0);
+    ck_assert_int_eq(dllm_tf_forward_nograd(m, b->tokens, b->keymask, B, T, NULL, 0, lg), 0);
     double s = 0;
     for (size_t i = 0; i < n; i++)
         s += (double)c[i] * lg[i];
@@ -422,21 +422,21 @@ static double lin_loss(llada_model *m, llada_precision p, const batch *b, const 
  * leaning on g keep the signal (g.d = |g|^2) far above the bf16 forward's
  * rounding noise, which finite differences of a rounded function always
  * carry. */
-static double fd_error(llada_model *m, llada_precision p, double eps, int ndir)
+static double fd_error(dllm_tf *m, dllm_precision p, double eps, int ndir)
 {
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size, nt;
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *c = dllm_malloc(n * sizeof(float));
     fill_normal(c, n, 1.0, 21);
-    float *w = llada_trainable(m, &nt);
+    float *w = dllm_tf_trainable(m, &nt);
     float *w0 = dllm_malloc(nt * sizeof(float)), *d = dllm_malloc(nt * sizeof(float));
     float *g = dllm_malloc(nt * sizeof(float));
     memcpy(w0, w, nt * sizeof(float));
     do_sync(m, p);
-    llada_zero_grad(m);
+    dllm_tf_zero_grad(m);
     float *lg = logits_of(m, &b, false);
-    llada_backward(m, c);
-    memcpy(g, llada_grads(m), nt * sizeof(float));
+    dllm_tf_backward(m, c);
+    memcpy(g, dllm_tf_grads(m), nt * sizeof(float));
     double gn = 0, wn = 0;
     for (size_t i = 0; i < nt; i++) {
         gn += (double)g[i] * g[i];
@@ -476,9 +476,9 @@ static double fd_error(llada_model *m, llada_precision p, double eps, int ndir)
 
 START_TEST(test_trainer_bf16)
 {
-    llada_model *m = make_model(false);
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size;
+    dllm_tf *m = make_model(false);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *l32 = logits_of(m, &b, false);
     do_sync(m, prec("bf16", NULL, NULL, NULL));
     float *l16 = logits_of(m, &b, false);
@@ -491,19 +491,19 @@ START_TEST(test_trainer_bf16)
 
     /* the straight-through gradient is close to the fp32 gradient, not equal */
     size_t nt;
-    llada_trainable(m, &nt);
+    dllm_tf_trainable(m, &nt);
     float *c = dllm_malloc(n * sizeof(float)), *g32 = dllm_malloc(nt * sizeof(float));
     fill_normal(c, n, 1.0, 21);
     for (int bf = 0; bf < 2; bf++) {
         do_sync(m, prec(bf ? "bf16" : "fp32", NULL, NULL, NULL));
-        llada_zero_grad(m);
+        dllm_tf_zero_grad(m);
         float *lg = logits_of(m, &b, false);
-        llada_backward(m, c);
+        dllm_tf_backward(m, c);
         if (!bf)
-            memcpy(g32, llada_grads(m), nt * sizeof(float));
+            memcpy(g32, dllm_tf_grads(m), nt * sizeof(float));
         free(lg);
     }
-    double eg = rel_rms(llada_grads(m), g32, nt);
+    double eg = rel_rms(dllm_tf_grads(m), g32, nt);
     printf("bf16 straight-through gradient vs fp32 gradient: relative rms %.3g\n", eg);
     ck_assert(eg > 0 && eg < 0.05);
     free(c);
@@ -518,17 +518,17 @@ START_TEST(test_trainer_bf16)
     free(l32);
     free(l16);
     free(l32b);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
 START_TEST(test_trainer_bf16_lora)
 {
-    llada_model *m = make_model(true);
+    dllm_tf *m = make_model(true);
     double e16 = fd_error(m, prec("bf16", "fp8", NULL, NULL), 3e-3, 3);
     printf("LoRA, bf16 trainer: directional derivative error %.2e\n", e16);
     ck_assert_msg(e16 < 3e-2, "bf16 straight-through LoRA gradient vs finite differences: %g", e16);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -536,15 +536,15 @@ END_TEST
 
 START_TEST(test_parse)
 {
-    llada_precision p;
+    dllm_precision p;
     dllm_err err = {0};
-    ck_assert_int_eq(llada_precision_parse(&p, NULL, NULL, NULL, NULL, false, &err), 0);
-    ck_assert(!p.trainer_bf16 && p.rollout == LLADA_ROLLOUT_TRAINER && p.fp8_format == FP8_E4M3 &&
+    ck_assert_int_eq(dllm_precision_parse(&p, NULL, NULL, NULL, NULL, false, &err), 0);
+    ck_assert(!p.trainer_bf16 && p.rollout == DLLM_ROLLOUT_TRAINER && p.fp8_format == FP8_E4M3 &&
               p.fp8_scaling == FP8_SCALE_BLOCK && !p.fp8_pow2_scale);
-    ck_assert_int_eq(llada_precision_parse(&p, "bf16", "fp8", "e5m2", "tensor", true, &err), 0);
-    ck_assert(p.trainer_bf16 && p.rollout == LLADA_ROLLOUT_FP8 && p.fp8_format == FP8_E5M2 &&
+    ck_assert_int_eq(dllm_precision_parse(&p, "bf16", "fp8", "e5m2", "tensor", true, &err), 0);
+    ck_assert(p.trainer_bf16 && p.rollout == DLLM_ROLLOUT_FP8 && p.fp8_format == FP8_E5M2 &&
               p.fp8_scaling == FP8_SCALE_TENSOR && p.fp8_pow2_scale);
-    ck_assert_str_eq(llada_rollout_name(p.rollout), "fp8");
+    ck_assert_str_eq(dllm_rollout_name(p.rollout), "fp8");
     struct {
         const char *t, *r, *f, *s, *word;
     } bad[] = {{"fp16", NULL, NULL, NULL, "fp16"},  {NULL, "int8", NULL, NULL, "int8"},
@@ -552,16 +552,16 @@ START_TEST(test_parse)
                {NULL, "fp8", NULL, "rows", "rows"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = (dllm_err){0};
-        ck_assert_int_eq(llada_precision_parse(&p, bad[i].t, bad[i].r, bad[i].f, bad[i].s, false,
+        ck_assert_int_eq(dllm_precision_parse(&p, bad[i].t, bad[i].r, bad[i].f, bad[i].s, false,
                                                &err), DLLM_EXIT_INPUT);
         ck_assert_msg(strstr(err.msg, bad[i].word), "message '%s' does not name '%s'", err.msg,
                       bad[i].word);
     }
-    llada_model *m = make_model(false);
+    dllm_tf *m = make_model(false);
     p = prec(NULL, "fp8", NULL, NULL);
     p.fp8_scaling = FP8_SCALE_GROUP; /* not a weight scaling */
-    ck_assert_int_eq(llada_rollout_sync(m, &p, NULL, &err), DLLM_EXIT_INPUT);
-    llada_free(m);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), DLLM_EXIT_INPUT);
+    dllm_tf_free(m);
 }
 END_TEST
 

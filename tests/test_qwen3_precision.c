@@ -33,7 +33,7 @@ static const char *const LIN[7] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                    "gate_proj", "up_proj", "down_proj"};
 
 /* The tiny preset widened so that gate/up/down_proj span several 128 blocks. */
-static qwen3_model *make_model(bool tied, uint64_t seed)
+static dllm_tf *make_model(bool tied, uint64_t seed)
 {
     dllm_model_config cfg;
     dllm_err err = {0};
@@ -41,7 +41,7 @@ static qwen3_model *make_model(bool tied, uint64_t seed)
     cfg.d_model = 144;
     cfg.mlp_hidden = 272;
     cfg.weight_tying = tied;
-    return qwen3_create(&cfg, seed);
+    return dllm_tf_create(&cfg, seed);
 }
 
 static void fill_normal(float *x, size_t n, double std, uint64_t seed)
@@ -52,29 +52,29 @@ static void fill_normal(float *x, size_t n, double std, uint64_t seed)
 }
 
 /* LoRA on every linear with random A and B (B nonzero, so merging matters). */
-static void lora_random(qwen3_model *m, uint64_t seed)
+static void lora_random(dllm_tf *m, uint64_t seed)
 {
-    qwen3_lora_enable(m, 4, 8.0f, LORA_ALL, seed);
+    dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, seed);
     size_t n;
-    float *w = qwen3_trainable(m, &n);
+    float *w = dllm_tf_trainable(m, &n);
     fill_normal(w, n, 0.05, seed + 1);
 }
 
-static llada_precision prec(const char *trainer, const char *rollout, const char *scaling,
+static dllm_precision prec(const char *trainer, const char *rollout, const char *scaling,
                             const char *format)
 {
-    llada_precision p;
+    dllm_precision p;
     dllm_err err = {0};
-    ck_assert_msg(llada_precision_parse(&p, trainer, rollout, format, scaling, false, &err) == 0,
+    ck_assert_msg(dllm_precision_parse(&p, trainer, rollout, format, scaling, false, &err) == 0,
                   "%s", err.msg);
     return p;
 }
 
-static void sync(qwen3_model *m, const llada_precision *p)
+static void sync(dllm_tf *m, const dllm_precision *p)
 {
     dllm_err err = {0};
     double sec = -1;
-    ck_assert_msg(qwen3_rollout_sync(m, p, &sec, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_rollout_sync(m, p, &sec, &err) == 0, "%s", err.msg);
     ck_assert(sec >= 0);
 }
 
@@ -88,15 +88,15 @@ static void batch(int V, int32_t *tok, uint8_t *km)
     }
 }
 
-static float *logits_of(qwen3_model *m, bool rollout)
+static float *logits_of(dllm_tf *m, bool rollout)
 {
-    int V = qwen3_config(m)->vocab_size;
+    int V = dllm_tf_config(m)->vocab_size;
     int32_t tok[B * T];
     uint8_t km[B * T];
     batch(V, tok, km);
     float *lg = dllm_malloc((size_t)B * T * V * sizeof(float));
-    int rc = rollout ? qwen3_forward_rollout(m, tok, km, B, T, NULL, 0, lg)
-                     : qwen3_forward(m, tok, km, B, T, NULL, 0, lg);
+    int rc = rollout ? dllm_tf_forward_rollout(m, tok, km, B, T, NULL, 0, lg)
+                     : dllm_tf_forward(m, tok, km, B, T, NULL, 0, lg);
     ck_assert_int_eq(rc, 0);
     return lg;
 }
@@ -119,7 +119,7 @@ static double maxdiff(const float *a, const float *b, int V, double *amax)
     return d;
 }
 
-static const qwen3_param *find_param(qwen3_param const *ps, int n, const char *name)
+static const dllm_param *find_param(dllm_param const *ps, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
         if (!strcmp(ps[i].name, name))
@@ -130,23 +130,23 @@ static const qwen3_param *find_param(qwen3_param const *ps, int n, const char *n
 
 /* dst (out, in) = W + (alpha/r) B A of linear j of layer l, in double then
  * rounded to fp32 (independent of the model's own merge). */
-static float *merged(qwen3_model *m, int l, int j, int *o, int *in)
+static float *merged(dllm_tf *m, int l, int j, int *o, int *in)
 {
-    const qwen3_param *ps;
-    int np = qwen3_params(m, &ps);
+    const dllm_param *ps;
+    int np = dllm_tf_params(m, &ps);
     char nm[128];
     snprintf(nm, sizeof nm, "model.layers.%d.%s.%s.weight", l, j < 4 ? "self_attn" : "mlp",
              LIN[j]);
-    const qwen3_param *w = find_param(ps, np, nm);
+    const dllm_param *w = find_param(ps, np, nm);
     *o = (int)w->shape[0];
     *in = (int)w->shape[1];
     float *dst = dllm_malloc(w->numel * sizeof(float));
     memcpy(dst, w->data, w->numel * sizeof(float));
     float alpha;
-    int mask, r = qwen3_lora_info(m, &alpha, &mask);
+    int mask, r = dllm_tf_lora_info(m, &alpha, &mask);
     if (r && ((mask >> j) & 1)) {
-        const qwen3_param *ls;
-        int nl = qwen3_lora_params(m, &ls);
+        const dllm_param *ls;
+        int nl = dllm_tf_lora_params(m, &ls);
         snprintf(nm, sizeof nm, "base_model.model.model.layers.%d.%s.%s.lora_A.weight", l,
                  j < 4 ? "self_attn" : "mlp", LIN[j]);
         const float *A = find_param(ls, nl, nm)->data;
@@ -169,11 +169,11 @@ static float *merged(qwen3_model *m, int l, int j, int *o, int *in)
 
 START_TEST(test_trainer_bit_identical)
 {
-    qwen3_model *m = make_model(false, 1);
+    dllm_tf *m = make_model(false, 1);
     lora_random(m, 2);
-    llada_precision p = prec("fp32", "trainer", NULL, NULL);
+    dllm_precision p = prec("fp32", "trainer", NULL, NULL);
     sync(m, &p);
-    int V = qwen3_config(m)->vocab_size;
+    int V = dllm_tf_config(m)->vocab_size;
     size_t nl = (size_t)B * T * V;
     float *lt = logits_of(m, false), *lr = logits_of(m, true);
     ck_assert(memcmp(lt, lr, nl * sizeof(float)) == 0);
@@ -181,22 +181,22 @@ START_TEST(test_trainer_bit_identical)
     float *dl = dllm_malloc(nl * sizeof(float));
     fill_normal(dl, nl, 1.0, 5);
     size_t ng;
-    qwen3_trainable(m, &ng);
-    qwen3_zero_grad(m);
+    dllm_tf_trainable(m, &ng);
+    dllm_tf_zero_grad(m);
     free(logits_of(m, false));
-    qwen3_backward(m, dl);
+    dllm_tf_backward(m, dl);
     float *g1 = dllm_malloc(ng * sizeof(float));
-    memcpy(g1, qwen3_grads(m), ng * sizeof(float));
-    qwen3_zero_grad(m);
+    memcpy(g1, dllm_tf_grads(m), ng * sizeof(float));
+    dllm_tf_zero_grad(m);
     free(logits_of(m, false));
     free(logits_of(m, true));
-    qwen3_backward(m, dl);
-    ck_assert(memcmp(g1, qwen3_grads(m), ng * sizeof(float)) == 0);
+    dllm_tf_backward(m, dl);
+    ck_assert(memcmp(g1, dllm_tf_grads(m), ng * sizeof(float)) == 0);
     free(g1);
     free(dl);
     free(lt);
     free(lr);
-    qwen3_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -207,14 +207,14 @@ START_TEST(test_fp8_linears)
     static const char *const scal[] = {"block", "channel", "tensor"};
     static const char *const fmt[] = {"e4m3", "e5m2"};
     for (int lora = 0; lora < 2; lora++) {
-        qwen3_model *m = make_model(true, 3);
+        dllm_tf *m = make_model(true, 3);
         if (lora)
             lora_random(m, 4);
         for (int si = 0; si < 3; si++)
             for (int fi = 0; fi < 2; fi++) {
-                llada_precision p = prec("fp32", "fp8", scal[si], fmt[fi]);
+                dllm_precision p = prec("fp32", "fp8", scal[si], fmt[fi]);
                 sync(m, &p);
-                for (int l = 0; l < qwen3_config(m)->n_layers; l++)
+                for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
                     for (int j = 0; j < 7; j++) {
                         int o, in, N = 5;
                         float *w = merged(m, l, j, &o, &in);
@@ -223,7 +223,7 @@ START_TEST(test_fp8_linears)
                         x[3] = 40.0f; /* an outlier: the activation scale matters */
                         float *got = dllm_malloc((size_t)N * o * sizeof(float));
                         float *want = dllm_malloc((size_t)N * o * sizeof(float));
-                        ck_assert_int_eq(qwen3_rollout_linear(m, l, LIN[j], x, N, got), 0);
+                        ck_assert_int_eq(dllm_tf_rollout_linear(m, l, LIN[j], x, N, got), 0);
                         fp8_matrix q = {0};
                         dllm_err err = {0};
                         ck_assert_int_eq(fp8_quantise_weight(&q, w, o, in, p.fp8_format,
@@ -251,10 +251,10 @@ START_TEST(test_fp8_linears)
                     }
             }
         float dummy = 0, out;
-        ck_assert_int_eq(qwen3_rollout_linear(m, 0, "lm_head", &dummy, 1, &out),
+        ck_assert_int_eq(dllm_tf_rollout_linear(m, 0, "lm_head", &dummy, 1, &out),
                          DLLM_EXIT_INPUT);
-        ck_assert_int_eq(qwen3_rollout_linear(m, 9, "q_proj", &dummy, 1, &out), DLLM_EXIT_INPUT);
-        qwen3_free(m);
+        ck_assert_int_eq(dllm_tf_rollout_linear(m, 9, "q_proj", &dummy, 1, &out), DLLM_EXIT_INPUT);
+        dllm_tf_free(m);
     }
 }
 END_TEST
@@ -270,11 +270,11 @@ static bool is_bf16(float x)
 
 START_TEST(test_bf16_weights)
 {
-    qwen3_model *m = make_model(false, 5);
+    dllm_tf *m = make_model(false, 5);
     lora_random(m, 6);
-    llada_precision p = prec("fp32", "bf16", NULL, NULL);
+    dllm_precision p = prec("fp32", "bf16", NULL, NULL);
     sync(m, &p);
-    for (int l = 0; l < qwen3_config(m)->n_layers; l++)
+    for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
         for (int j = 0; j < 7; j++) {
             int o, in;
             float *w = merged(m, l, j, &o, &in);
@@ -282,7 +282,7 @@ START_TEST(test_bf16_weights)
             for (int i = 0; i < in; i++)
                 eye[(size_t)i * in + i] = 1.0f;
             float *cols = dllm_malloc((size_t)in * o * sizeof(float)); // (in, o) = W^T
-            ck_assert_int_eq(qwen3_rollout_linear(m, l, LIN[j], eye, in, cols), 0);
+            ck_assert_int_eq(dllm_tf_rollout_linear(m, l, LIN[j], eye, in, cols), 0);
             int off = 0;
             for (int a = 0; a < o; a++)
                 for (int b = 0; b < in; b++) {
@@ -301,7 +301,7 @@ START_TEST(test_bf16_weights)
             free(eye);
             free(cols);
         }
-    qwen3_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -310,11 +310,11 @@ END_TEST
 START_TEST(test_logits_close)
 {
     for (int tied = 0; tied < 2; tied++) {
-        qwen3_model *m = make_model(tied, 7);
-        int V = qwen3_config(m)->vocab_size;
+        dllm_tf *m = make_model(tied, 7);
+        int V = dllm_tf_config(m)->vocab_size;
         float *l32 = logits_of(m, false);
         double amax;
-        llada_precision p = prec("fp32", "bf16", NULL, NULL);
+        dllm_precision p = prec("fp32", "bf16", NULL, NULL);
         sync(m, &p);
         float *lb = logits_of(m, true);
         double db = maxdiff(lb, l32, V, &amax);
@@ -341,31 +341,31 @@ START_TEST(test_logits_close)
         free(lt);
         free(ltb);
         free(lrb);
-        qwen3_free(m);
+        dllm_tf_free(m);
     }
 }
 END_TEST
 
 START_TEST(test_bf16_trainer_grads)
 {
-    qwen3_model *m = make_model(false, 8);
+    dllm_tf *m = make_model(false, 8);
     lora_random(m, 9);
-    int V = qwen3_config(m)->vocab_size;
+    int V = dllm_tf_config(m)->vocab_size;
     size_t nl = (size_t)B * T * V, ng;
     float *dl = dllm_malloc(nl * sizeof(float));
     fill_normal(dl, nl, 1.0, 10);
-    qwen3_trainable(m, &ng);
+    dllm_tf_trainable(m, &ng);
     float *g32 = dllm_malloc(ng * sizeof(float));
-    qwen3_zero_grad(m);
+    dllm_tf_zero_grad(m);
     free(logits_of(m, false));
-    qwen3_backward(m, dl);
-    memcpy(g32, qwen3_grads(m), ng * sizeof(float));
-    llada_precision p = prec("bf16", "trainer", NULL, NULL);
+    dllm_tf_backward(m, dl);
+    memcpy(g32, dllm_tf_grads(m), ng * sizeof(float));
+    dllm_precision p = prec("bf16", "trainer", NULL, NULL);
     sync(m, &p);
-    qwen3_zero_grad(m);
+    dllm_tf_zero_grad(m);
     free(logits_of(m, false));
-    qwen3_backward(m, dl);
-    const float *g16 = qwen3_grads(m);
+    dllm_tf_backward(m, dl);
+    const float *g16 = dllm_tf_grads(m);
     double d = 0, mx = 0;
     for (size_t i = 0; i < ng; i++) {
         d = fmax(d, fabs((double)g16[i] - g32[i]));
@@ -375,13 +375,13 @@ START_TEST(test_bf16_trainer_grads)
     /* back to fp32: the master weights were never rounded */
     p = prec("fp32", "trainer", NULL, NULL);
     sync(m, &p);
-    qwen3_zero_grad(m);
+    dllm_tf_zero_grad(m);
     free(logits_of(m, false));
-    qwen3_backward(m, dl);
-    ck_assert(memcmp(g32, qwen3_grads(m), ng * sizeof(float)) == 0);
+    dllm_tf_backward(m, dl);
+    ck_assert(memcmp(g32, dllm_tf_grads(m), ng * sizeof(float)) == 0);
     free(g32);
     free(dl);
-    qwen3_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -389,16 +389,16 @@ END_TEST
 
 START_TEST(test_sync_moves)
 {
-    qwen3_model *m = make_model(false, 11);
-    int V = qwen3_config(m)->vocab_size;
+    dllm_tf *m = make_model(false, 11);
+    int V = dllm_tf_config(m)->vocab_size;
     size_t nb = (size_t)B * T * V * sizeof(float);
-    llada_precision p = prec("fp32", "fp8", "block", "e4m3");
+    dllm_precision p = prec("fp32", "fp8", "block", "e4m3");
     sync(m, &p);
     float *l0 = logits_of(m, true);
     /* a base weight change: stale until the sync */
-    const qwen3_param *ps;
-    int np = qwen3_params(m, &ps);
-    const qwen3_param *w = find_param(ps, np, "model.layers.0.mlp.up_proj.weight");
+    const dllm_param *ps;
+    int np = dllm_tf_params(m, &ps);
+    const dllm_param *w = find_param(ps, np, "model.layers.0.mlp.up_proj.weight");
     for (size_t e = 0; e < w->numel; e++)
         w->data[e] *= 1.5f;
     float *l1 = logits_of(m, true);
@@ -407,12 +407,12 @@ START_TEST(test_sync_moves)
     float *l2 = logits_of(m, true);
     ck_assert(maxdiff(l2, l1, V, NULL) > 1e-4);
     /* LoRA B change (B = 0 first: enabling changes nothing after a sync) */
-    qwen3_lora_enable(m, 4, 8.0f, LORA_V_PROJ | LORA_FF_OUT, 12);
+    dllm_tf_lora_enable(m, 4, 8.0f, LORA_V_PROJ | LORA_FF_OUT, 12);
     sync(m, &p);
     float *l3 = logits_of(m, true);
     ck_assert(memcmp(l3, l2, nb) == 0);
-    const qwen3_param *ls;
-    int nl = qwen3_lora_params(m, &ls);
+    const dllm_param *ls;
+    int nl = dllm_tf_lora_params(m, &ls);
     for (int i = 0; i < nl; i++)
         if (strstr(ls[i].name, "lora_B"))
             fill_normal(ls[i].data, ls[i].numel, 0.05, 13 + i);
@@ -427,7 +427,7 @@ START_TEST(test_sync_moves)
     free(l3);
     free(l4);
     free(l5);
-    qwen3_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -435,12 +435,12 @@ END_TEST
 
 enum { KB = 3, KP = 5, KG = 6 };
 
-/* Prefill + teacher-forced decode vs qwen3_forward_rollout on the whole
+/* Prefill + teacher-forced decode vs dllm_tf_forward_rollout on the whole
  * sequence; returns the max |difference| over the KB*KG logit rows, *nbad
  * the rows that differ by more than 1e-5 and *amax the max |logit|. */
-static double decode_vs_full(qwen3_model *m, int *nbad, double *amax)
+static double decode_vs_full(dllm_tf *m, int *nbad, double *amax)
 {
-    int V = qwen3_config(m)->vocab_size, TT = KP + KG - 1;
+    int V = dllm_tf_config(m)->vocab_size, TT = KP + KG - 1;
     int32_t seq[KB * (KP + KG - 1)];
     uint8_t km[KB * (KP + KG - 1)];
     for (int b = 0; b < KB; b++)
@@ -449,7 +449,7 @@ static double decode_vs_full(qwen3_model *m, int *nbad, double *amax)
             km[b * TT + t] = !(t < KP && t < b); /* row b left-padded by b */
         }
     float *full = dllm_malloc((size_t)KB * TT * V * sizeof(float));
-    ck_assert_int_eq(qwen3_forward_rollout(m, seq, km, KB, TT, NULL, 0, full), 0);
+    ck_assert_int_eq(dllm_tf_forward_rollout(m, seq, km, KB, TT, NULL, 0, full), 0);
     qwen3_kv_cache *c = qwen3_cache_new(m, KB, KP + KG);
     int32_t prompts[KB * KP], next[KB];
     uint8_t pm[KB * KP];
@@ -494,12 +494,12 @@ static double decode_vs_full(qwen3_model *m, int *nbad, double *amax)
  * decoding off the copy (the trainer's numerics) misses most rows. */
 START_TEST(test_kv_decode_rollout)
 {
-    qwen3_model *m = make_model(false, 14);
+    dllm_tf *m = make_model(false, 14);
     lora_random(m, 15);
     static const char *const modes[][2] = {{"fp8", "block"}, {"fp8", "channel"}, {"bf16", NULL},
                                            {"trainer", NULL}};
     for (int k = 0; k < 4; k++) {
-        llada_precision p = prec("fp32", modes[k][0], modes[k][1], "e4m3");
+        dllm_precision p = prec("fp32", modes[k][0], modes[k][1], "e4m3");
         sync(m, &p);
         qwen3_decode_at_rollout(m, true);
         int nbad, nbad0;
@@ -516,7 +516,7 @@ START_TEST(test_kv_decode_rollout)
                "1e-5 (trainer numerics: max %.3g)\n", modes[k][0], modes[k][1] ? modes[k][1] : "",
                d, nbad, KB * KG, d0);
     }
-    qwen3_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 

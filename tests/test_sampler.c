@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static llada_model *model;
+static dllm_tf *model;
 
 static void load_model(void)
 {
@@ -22,12 +22,12 @@ static void load_model(void)
 
 static void free_model(void)
 {
-    llada_free(model);
+    dllm_tf_free(model);
 }
 
 static dllm_sampler_cfg base_cfg(void)
 {
-    const dllm_model_config *mc = llada_config(model);
+    const dllm_model_config *mc = dllm_tf_config(model);
     dllm_sampler_cfg c = {.gen_length = 8, .block_length = 4, .steps = 4, .temperature = 0,
                           .remasking = REMASK_LOW_CONFIDENCE, .mask_id = mc->mask_token_id,
                           .eos_id = mc->eos_token_id, .eot_id = -1, .vocab = mc->embedding_size};

@@ -77,21 +77,21 @@ static inline st_archive *tu_open_archive(const char *rel)
     return a;
 }
 
-static inline llada_model *tu_load_llada(const char *rel)
+static inline dllm_tf *tu_load_llada(const char *rel)
 {
     char *dir = tu_data_path(rel);
-    llada_model *m = NULL;
+    dllm_tf *m = NULL;
     dllm_err err = {0};
-    ck_assert_msg(llada_load(&m, dir, &err) == 0, "load %s: %s", dir, err.msg);
+    ck_assert_msg(dllm_tf_load(&m, dir, &err) == 0, "load %s: %s", dir, err.msg);
     free(dir);
     return m;
 }
 
-/* The LLaDA forward as a dllm_logits_fn (context: the llada_model). */
+/* The LLaDA forward as a dllm_logits_fn (context: the dllm_tf). */
 static inline int tu_llada_logits(void *m, const int32_t *tokens, const uint8_t *keymask, int B,
                                   int T, const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 #endif
