@@ -12,9 +12,8 @@
  * and the descriptor says which of the bracketed parts exist, how attention
  * and RoPE positions see a left-padded batch, whether the logits are shifted
  * by one position, and what the tensors are called in the HF checkpoint and
- * the PEFT adapter. LLaDA (dllm/llada.c) and Qwen3 (dllm/qwen3.c) are
- * descriptors; Dream (Qwen2-style: bidirectional, q/k/v biases, shifted
- * logits) is one more. */
+ * the PEFT adapter. LLaDA and Qwen3 are descriptors (arch.c); Dream
+ * (Qwen2-style: bidirectional, q/k/v biases, shifted logits) is one more. */
 #ifndef DLLM_ARCH_H
 #define DLLM_ARCH_H
 
@@ -67,11 +66,13 @@ typedef struct dllm_arch_desc {
     const char *const *lora_alias;
 } dllm_arch_desc;
 
-extern const dllm_arch_desc dllm_arch_llada; /* dllm/llada.c */
-extern const dllm_arch_desc dllm_arch_qwen3; /* dllm/qwen3.c */
+extern const dllm_arch_desc dllm_arch_llada;
+extern const dllm_arch_desc dllm_arch_qwen3;
 
 /* The descriptor of a config's arch. */
 const dllm_arch_desc *dllm_arch_get(dllm_arch id);
+/* The descriptor called `name` ("llada", "qwen3"); NULL if none. */
+const dllm_arch_desc *dllm_arch_by_name(const char *name);
 /* "q_proj" -> LORA_Q_PROJ (the arch's names, then its aliases); 0 if unknown. */
 int dllm_arch_lora_bit(const dllm_arch_desc *a, const char *name);
 /* "q_proj, k_proj, ... or down_proj": the arch's target names, for messages. */

@@ -12,7 +12,8 @@
  * v_proj, attn_out, ff_norm, ff_proj, up_proj, ff_out} / ln_f / ff_out (the
  * head, which never carries LoRA); LoRA targets q_proj, k_proj, v_proj,
  * attn_out, ff_proj, up_proj, ff_out. The descriptor is dllm_arch_llada
- * (dllm/arch.h); config.json is read by dllm/model_config.c. */
+ * (dllm/arch.c); config.json is read by dllm/model_config.c. The model itself
+ * is the transformer core's (dllm_tf), which this header brings in. */
 #ifndef DLLM_LLADA_H
 #define DLLM_LLADA_H
 

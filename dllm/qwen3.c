@@ -4,8 +4,8 @@
  * KV cache: K after k_norm and RoPE, and V, per layer; a new query at slot j
  * attends the cached slots s <= j whose key mask is 1 -- the same softmax as
  * the backend's attention (fp32, max subtracted), so decoding reproduces the
- * full forward up to summation order. Each layer is the core's own
- * (tf_layer_fwd) with the cached attention in place of the batch one, at the
+ * full forward up to summation order. The layers are the core's own
+ * (tf_layers_fwd) with the cached attention in place of the batch one, at the
  * trainer's numerics or, with qwen3_decode_at_rollout, the rollout copy's. */
 #include "dllm/qwen3.h"
 #include "dllm/transformer_impl.h"
@@ -14,37 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *const llada_names[DLLM_NLIN] = {"q_proj", "k_proj", "v_proj", "attn_out",
-                                                   "ff_proj", "up_proj", "ff_out"};
-
-const dllm_arch_desc dllm_arch_qwen3 = {
-    .name = "qwen3",
-    .id = DLLM_ARCH_QWEN3,
-    .diffusion = false,
-    .causal = true,
-    .qk_norm = true,
-    .qkv_bias = false,
-    .shift_logits = false,
-    .tie_allowed = true,
-    .embed_is_vocab = true,
-    .rope_pos = DLLM_ROPE_REAL_COUNT,
-    .embed = "model.embed_tokens.weight",
-    .final_norm = "model.norm.weight",
-    .head = "lm_head.weight",
-    .layer_fmt = "model.layers.%d.",
-    .path = {[DLLM_LIN_Q] = "self_attn.q_proj", [DLLM_LIN_K] = "self_attn.k_proj",
-             [DLLM_LIN_V] = "self_attn.v_proj", [DLLM_LIN_O] = "self_attn.o_proj",
-             [DLLM_LIN_GATE] = "mlp.gate_proj", [DLLM_LIN_UP] = "mlp.up_proj",
-             [DLLM_LIN_DOWN] = "mlp.down_proj", [DLLM_T_ATTN_NORM] = "input_layernorm",
-             [DLLM_T_MLP_NORM] = "post_attention_layernorm",
-             [DLLM_T_Q_NORM] = "self_attn.q_norm", [DLLM_T_K_NORM] = "self_attn.k_norm"},
-    .order = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V, DLLM_LIN_O, DLLM_T_Q_NORM, DLLM_T_K_NORM,
-              DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM, DLLM_T_MLP_NORM},
-    .n_order = 11,
-    .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-    .lora_alias = llada_names,
-};
 
 void qwen3_decode_at_rollout(dllm_tf *m, bool on) { m->decode_rollout = on; }
 
@@ -110,15 +79,7 @@ struct qwen3_kv_cache {
     float *k, *v;     // (L, B, max_len, NKV*HD)
     uint8_t *mask;    // (B, max_len)
     int32_t *npos;    // (B) real tokens so far = the next RoPE position
-    /* scratch for one extend of B*T rows (grown on demand) */
-    size_t capN;
-    int32_t *tok, *pos;            // (N)
-    float *x, *n, *h;              // (N, C)
-    float *qr, *q, *y;             // (N, QD)
-    float *kr, *kk, *vv;           // (N, KD)
-    float *g, *u, *s;              // (N, H)
-    float *xa;                     // (N, r)
-    float *xr, *nf;                // (B, C)
+    tf_acts a;        /* one layer's activations for the B*T new rows (grown on demand) */
 };
 
 qwen3_kv_cache *qwen3_cache_new(const dllm_tf *m, int B, int max_len)
@@ -137,19 +98,11 @@ qwen3_kv_cache *qwen3_cache_new(const dllm_tf *m, int B, int max_len)
     return c;
 }
 
-static void cache_scratch_free(qwen3_kv_cache *c)
-{
-    void *bufs[] = {c->tok, c->pos, c->x, c->n, c->h, c->qr, c->q, c->y, c->kr, c->kk,
-                    c->vv, c->g, c->u, c->s, c->xa, c->xr, c->nf};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
-}
-
 void qwen3_cache_free(qwen3_kv_cache *c)
 {
     if (!c)
         return;
-    cache_scratch_free(c);
+    tf_acts_free(&c->a);
     free(c->k);
     free(c->v);
     free(c->mask);
@@ -158,32 +111,6 @@ void qwen3_cache_free(qwen3_kv_cache *c)
 }
 
 int qwen3_cache_len(const qwen3_kv_cache *c) { return c->len; }
-
-static void cache_scratch(const dllm_tf *m, qwen3_kv_cache *c, size_t N)
-{
-    if (N <= c->capN)
-        return;
-    cache_scratch_free(c);
-    size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
-    c->capN = N;
-    c->tok = dllm_malloc(N * sizeof(int32_t));
-    c->pos = dllm_malloc(N * sizeof(int32_t));
-    c->x = TF_FALLOC(N * C);
-    c->n = TF_FALLOC(N * C);
-    c->qr = TF_FALLOC(N * QD);
-    c->q = TF_FALLOC(N * QD);
-    c->kr = TF_FALLOC(N * KD);
-    c->kk = TF_FALLOC(N * KD);
-    c->vv = TF_FALLOC(N * KD);
-    c->y = TF_FALLOC(N * QD);
-    c->h = TF_FALLOC(N * C);
-    c->g = TF_FALLOC(N * H);
-    c->u = TF_FALLOC(N * H);
-    c->s = TF_FALLOC(N * H);
-    c->xa = TF_FALLOC(N * (size_t)(m->lora_rank > 0 ? m->lora_rank : 1));
-    c->xr = TF_FALLOC((size_t)c->B * C);
-    c->nf = TF_FALLOC((size_t)c->B * C);
-}
 
 /* y (B, T, NH, HD) for the T new queries q (B, T, NH, HD) of layer l at slots
  * len .. len+T-1, over the cached keys (their K/V already written). */
@@ -280,41 +207,35 @@ int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
             return dllm_err_set(err, DLLM_EXIT_INPUT,
                                 "qwen3_extend: token %d at (%d, %d) outside the vocabulary [0, %d)",
                                 tokens[n], n / T, n % T, m->V);
-    cache_scratch(m, c, (size_t)N);
-    size_t C = (size_t)m->C;
+    if (m->lora_rank && !c->a.xa) /* LoRA enabled since the buffers were sized */
+        tf_acts_free(&c->a);
+    tf_acts_ensure(m, &c->a, B, T, B, 1);
+    tf_acts *a = &c->a;
+    a->B = B, a->T = T, a->N = N, a->R = B;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             int n = b * T + t;
             uint8_t real = keymask ? keymask[n] != 0 : 1;
             c->mask[(size_t)b * c->max_len + c->len + t] = real;
-            c->pos[n] = real ? c->npos[b]++ : 0;
+            a->pos[n] = real ? c->npos[b]++ : 0;
         }
     int maxpos = 0;
     for (int b = 0; b < B; b++)
         maxpos = c->npos[b] > maxpos ? c->npos[b] : maxpos;
     tf_rope_grow(m, maxpos);
-    memcpy(c->tok, tokens, (size_t)N * sizeof(int32_t));
+    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
 
     const tf_view *v =
         m->decode_rollout && m->prec.rollout != DLLM_ROLLOUT_TRAINER ? &m->rv : &m->tv;
-    bool qkn = m->arch->qk_norm;
     c->T = T;
-    m->be->ops->embedding_fwd(m->be, c->x, c->tok, v->embed, N, m->C);
-    for (int l = 0; l < m->L; l++) {
-        /* nothing is kept: one buffer per quantity, n for both norms' outputs */
-        tf_layer_io io = {.x = c->x, .xn = c->x, .n1 = c->n, .q = c->q, .k = c->kk, .v = c->vv,
-                          .y = c->y, .h = c->h, .n2 = c->n, .g = c->g, .u = c->u, .s = c->s,
-                          .xa = c->xa, .xa_stride = 0};
-        io.qr = qkn ? c->qr : c->q;
-        io.kr = qkn ? c->kr : c->kk;
-        tf_layer_fwd(m, v, l, N, c->pos, &io, cache_attention, c);
-    }
+    const float *x = tf_layers_fwd(m, a, v, false, cache_attention, c);
     c->len += T;
     if (logits) {
+        size_t C = (size_t)m->C;
         for (int b = 0; b < B; b++)
-            m->be->ops->copy(m->be, c->xr + b * C, c->x + ((size_t)b * T + T - 1) * C,
+            m->be->ops->copy(m->be, a->xr + b * C, x + ((size_t)b * T + T - 1) * C,
                              C * sizeof(float));
-        tf_head_fwd(m, v, c->xr, c->nf, NULL, B, logits);
+        tf_head_fwd(m, v, a->xr, a->nf, a->rstdf, B, logits);
     }
     return 0;
 }

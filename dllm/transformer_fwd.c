@@ -53,7 +53,7 @@ void tf_acts_free(tf_acts *a)
 /* Sizes the buffers for B*T rows, R head rows and `layers` layers of kept
  * activations (L for training, 1 for a forward without backward, whose
  * residual stream alternates between two slots). */
-static void acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
+void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
 {
     size_t N = (size_t)B * T, natt = OPS->attn_state_floats(m->be, B, T, m->NH);
     if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
@@ -187,8 +187,9 @@ static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_sl
     }
 }
 
-void tf_layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
-                  tf_layer_io *io, tf_attn_fn attn, void *ctx)
+/* One layer at view v's numerics over N rows at RoPE positions pos. */
+static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
+                      tf_layer_io *io, tf_attn_fn attn, void *ctx)
 {
     const tf_layer *w = &v->lw[l];
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
@@ -246,6 +247,36 @@ static void batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
                        m->arch->causal);
 }
 
+const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, tf_attn_fn attn,
+                           void *ctx)
+{
+    int N = a->N;
+    size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
+    size_t sN = a->capN; /* per-layer stride of the activation arrays */
+    bool qkn = m->arch->qk_norm;
+    OPS->embedding_fwd(m->be, a->resid, a->tokens, v->embed, N, m->C);
+    for (int l = 0; l < m->L; l++) {
+        size_t ls = keep ? (size_t)l : 0; /* activation slot */
+        size_t rx = keep ? (size_t)l : (size_t)l % 2, rn = keep ? rx + 1 : (size_t)(l + 1) % 2;
+        tf_layer_io io = {
+            .x = a->resid + rx * sN * C, .xn = a->resid + rn * sN * C,
+            .n1 = a->n1 + ls * sN * C, .rstd1 = a->rstd1 + ls * sN,
+            .q = a->q + ls * sN * QD, .k = a->k + ls * sN * KD, .v = a->v + ls * sN * KD,
+            .att = a->att + ls * a->capAtt, .y = a->y + ls * sN * QD,
+            .h = a->h + ls * sN * C, .n2 = a->n2 + ls * sN * C, .rstd2 = a->rstd2 + ls * sN,
+            .g = a->g + ls * sN * H, .u = a->u + ls * sN * H, .s = a->s + ls * sN * H,
+            .xa = a->xa ? a->xa + ls * DLLM_NLIN * sN * (size_t)m->lora_rank : NULL,
+            .xa_stride = sN * (size_t)m->lora_rank,
+        };
+        io.qr = qkn ? a->qr + ls * sN * QD : io.q;
+        io.kr = qkn ? a->kr + ls * sN * KD : io.k;
+        io.rstdq = qkn ? a->rstdq + ls * sN * m->NH : NULL;
+        io.rstdk = qkn ? a->rstdk + ls * sN * m->NKV : NULL;
+        layer_fwd(m, v, l, N, a->pos, &io, attn, ctx);
+    }
+    return a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
+}
+
 /* Fills tokens, key mask, RoPE positions and the logits rows of a. */
 static void acts_inputs(const dllm_tf *m, tf_acts *a, const int32_t *tokens,
                         const uint8_t *keymask, const int32_t *rows)
@@ -298,38 +329,16 @@ static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *toke
             return DLLM_EXIT_INPUT;
         }
     tf_rope_grow(m, T);
-    acts_ensure(m, a, B, T, R, keep ? m->L : 1);
+    tf_acts_ensure(m, a, B, T, R, keep ? m->L : 1);
     a->B = B;
     a->T = T;
     a->N = N;
     a->R = R;
     acts_inputs(m, a, tokens, keymask, rows);
 
-    size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
-    size_t sN = a->capN; /* per-layer stride of the activation arrays */
-    bool qkn = m->arch->qk_norm;
-    OPS->embedding_fwd(m->be, a->resid, a->tokens, v->embed, N, m->C);
-    for (int l = 0; l < m->L; l++) {
-        size_t ls = keep ? (size_t)l : 0; /* activation slot */
-        size_t rx = keep ? (size_t)l : (size_t)l % 2, rn = keep ? rx + 1 : (size_t)(l + 1) % 2;
-        tf_layer_io io = {
-            .x = a->resid + rx * sN * C, .xn = a->resid + rn * sN * C,
-            .n1 = a->n1 + ls * sN * C, .rstd1 = a->rstd1 + ls * sN,
-            .q = a->q + ls * sN * QD, .k = a->k + ls * sN * KD, .v = a->v + ls * sN * KD,
-            .att = a->att + ls * a->capAtt, .y = a->y + ls * sN * QD,
-            .h = a->h + ls * sN * C, .n2 = a->n2 + ls * sN * C, .rstd2 = a->rstd2 + ls * sN,
-            .g = a->g + ls * sN * H, .u = a->u + ls * sN * H, .s = a->s + ls * sN * H,
-            .xa = a->xa ? a->xa + ls * DLLM_NLIN * sN * (size_t)m->lora_rank : NULL,
-            .xa_stride = sN * (size_t)m->lora_rank,
-        };
-        io.qr = qkn ? a->qr + ls * sN * QD : io.q;
-        io.kr = qkn ? a->kr + ls * sN * KD : io.k;
-        io.rstdq = qkn ? a->rstdq + ls * sN * m->NH : NULL;
-        io.rstdk = qkn ? a->rstdk + ls * sN * m->NKV : NULL;
-        tf_layer_fwd(m, v, l, N, a->pos, &io, batch_attention, a);
-    }
+    size_t C = (size_t)m->C;
+    const float *xL = tf_layers_fwd(m, a, v, keep, batch_attention, a);
     // the final norm and the head only on the requested rows
-    const float *xL = a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
     for (int r = 0; r < R; r++)
         OPS->copy(m->be, a->xr + r * C, xL + (size_t)a->hrows[r] * C, C * sizeof(float));
     tf_head_fwd(m, v, a->xr, a->nf, a->rstdf, R, logits);

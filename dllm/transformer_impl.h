@@ -138,9 +138,9 @@ void tf_ensure_grads(dllm_tf *m);
 void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, const float *inp,
                 int N, float *xa);
 
-/* One layer's forward buffers: x in, xn out (may alias x), the rest outputs.
- * rstd pointers may be NULL (nothing kept); qr == q and kr == k without
- * qk_norm; xa + j * xa_stride receives linear j's LoRA product. */
+/* One layer's forward buffers (inside a tf_acts): x in, xn out, the rest
+ * outputs; qr == q and kr == k without qk_norm; xa + j * xa_stride receives
+ * linear j's LoRA product. */
 typedef struct {
     const float *x;
     float *xn;
@@ -151,9 +151,15 @@ typedef struct {
 } tf_layer_io;
 /* Attention of layer l: io->y from io->q, io->k, io->v (after RoPE). */
 typedef void (*tf_attn_fn)(dllm_tf *m, int l, tf_layer_io *io, void *ctx);
-/* One layer at view v's numerics over N rows at RoPE positions pos. */
-void tf_layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
-                  tf_layer_io *io, tf_attn_fn attn, void *ctx);
+/* Sizes a's buffers for B*T rows, R head rows and `layers` layers of kept
+ * activations (L for training; 1 without backward, the residual stream then
+ * alternating between two slots). */
+void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers);
+/* The embedding of a->tokens and the L layers at a->pos (a->N rows; keep:
+ * every layer's activations, else one slot), attention by attn; returns x_L
+ * (N, C) inside a. */
+const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, tf_attn_fn attn,
+                           void *ctx);
 /* logits (R, V) = head(final_norm(xr)) at v's numerics (nf, rstdf: outputs). */
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
                  float *logits);
