@@ -378,6 +378,11 @@ void dllm_tf_zero_grad(dllm_tf *m)
 
 int dllm_tf_load(dllm_tf **out, const char *dir, dllm_err *err)
 {
+    return dllm_tf_load_arch(out, NULL, dir, err);
+}
+
+int dllm_tf_load_arch(dllm_tf **out, const dllm_arch_desc *a, const char *dir, dllm_err *err)
+{
     *out = NULL;
     dllm_model_config cfg;
     int rc = dllm_config_load(&cfg, dir, err);
@@ -385,7 +390,8 @@ int dllm_tf_load(dllm_tf **out, const char *dir, dllm_err *err)
         return rc;
     char where[4096];
     snprintf(where, sizeof where, "%s/config.json", dir);
-    const dllm_arch_desc *a = dllm_arch_get(cfg.arch);
+    if (!a)
+        a = dllm_arch_get(cfg.arch);
     if ((rc = dllm_tf_check_config(a, &cfg, where, err)))
         return rc;
     dllm_tf *m = model_alloc(a, &cfg);

@@ -51,6 +51,9 @@ int dllm_tf_check_config(const dllm_arch_desc *a, const dllm_model_config *cfg,
  * dtype); config.json's model_type picks the architecture. A tied checkpoint
  * that still carries the head tensor is read through the embedding. */
 int dllm_tf_load(dllm_tf **out, const char *dir, dllm_err *err);
+/* The same with the architecture given (NULL: model_type's), for a
+ * descriptor model_config does not name; config.json supplies the sizes. */
+int dllm_tf_load_arch(dllm_tf **out, const dllm_arch_desc *a, const char *dir, dllm_err *err);
 /* Writes DIR/config.json + safetensors in the HF layout (no head tensor when
  * tied), dtype ST_F32 or ST_BF16, sharded above max_shard_bytes (0 = one
  * file). With LoRA the merged weights are written. */
