@@ -1,5 +1,5 @@
-/* qwen3.c: the Qwen3 architecture descriptor (qwen3.h), exact sequence
- * log-probabilities and KV-cache decoding.
+/* qwen3.c: what the autoregressive Qwen3 has beyond its descriptor (dllm/arch.c):
+ * exact sequence log-probabilities and KV-cache decoding (qwen3.h).
  *
  * KV cache: K after k_norm and RoPE, and V, per layer; a new query at slot j
  * attends the cached slots s <= j whose key mask is 1 -- the same softmax as

@@ -85,7 +85,7 @@ int cmd_score(int argc, char **argv)
         return cli_fail("score", &err);
     }
     /* --precision: fp32 = the trainer's numerics, bf16 = the bf16 copy, fp8 = the
-     * E4M3 blockwise W8A8 copy (llada.h, precision) */
+     * E4M3 blockwise W8A8 copy (dllm/precision.h) */
     dllm_precision prec;
     if ((strcmp(precision, "fp32") && strcmp(precision, "bf16") && strcmp(precision, "fp8")) ||
         dllm_precision_parse(&prec, "fp32", strcmp(precision, "fp32") ? precision : "trainer",

@@ -133,45 +133,12 @@ static float *all_logits(dllm_tf *m, const batch *b, const uint8_t *masked)
     return lg;
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d)) /* NaN counts as a mismatch */
-            d = isnan(e) ? INFINITY : e;
-    }
-    return d;
-}
-
-static double max_abs(const float *a, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++)
-        d = fabs((double)a[i]) > d ? fabs((double)a[i]) : d;
-    return d;
-}
-
 static double loss_of(dllm_tf *m, const batch *b, bool backward)
 {
     dllm_err err = {0};
     double l = llada_sft_loss_batch(m, &b->bt, b->masked, b->p, backward, &err);
     ck_assert_msg(isfinite(l), "sft loss: %s", err.msg);
     return l;
-}
-
-static char *make_tmpdir(void)
-{
-    char *t = dllm_strdup("/tmp/dllm-llada-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(t));
-    return t;
-}
-
-static void rm_rf(const char *dir)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
 }
 
 /* ---- against the PyTorch goldens --------------------------------------------------------- */
@@ -184,9 +151,9 @@ START_TEST(test_logits_fp32)
     dllm_tf *m = load_model("tiny");
     size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "logits", n), *got = all_logits(m, &b, b.masked);
-    double d = max_abs_diff(got, want, n);
+    double d = tu_max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-4, "logits: max abs err %g", d);
-    ck_assert_msg(max_abs(want, n) > 1.0, "golden logits are flat");
+    ck_assert_msg(tu_max_abs(want, n) > 1.0, "golden logits are flat");
     free(want);
     free(got);
     dllm_tf_free(m);
@@ -204,11 +171,11 @@ START_TEST(test_logits_bf16_sharded)
     ck_assert_str_eq(dllm_tf_config(m)->torch_dtype, "bfloat16");
     size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "logits_bf16", n), *got = all_logits(m, &b, b.masked);
-    double d = max_abs_diff(got, want, n);
+    double d = tu_max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-4, "bf16 logits: max abs err %g", d);
     /* and the bf16 copy really differs from the fp32 model */
     float *f32 = gold_f32(a, "logits", n);
-    ck_assert_msg(max_abs_diff(f32, want, n) > 1e-3, "bf16 golden equals the fp32 one");
+    ck_assert_msg(tu_max_abs_diff(f32, want, n) > 1e-3, "bf16 golden equals the fp32 one");
     free(f32);
     free(want);
     free(got);
@@ -237,7 +204,7 @@ START_TEST(test_loss_and_grads)
         char name[160];
         snprintf(name, sizeof name, "grad.%s", P[i].name);
         float *g = gold_f32(a, name, P[i].numel);
-        double ref = max_abs(g, P[i].numel), d = max_abs_diff(P[i].grad, g, P[i].numel);
+        double ref = tu_max_abs(g, P[i].numel), d = tu_max_abs_diff(P[i].grad, g, P[i].numel);
         ck_assert_msg(ref > 0, "%s: zero golden gradient", name);
         ck_assert_msg(d <= 1e-3 * ref, "%s: max abs err %g, max |g| %g", name, d, ref);
         free(g);
@@ -280,7 +247,7 @@ START_TEST(test_adamw_steps)
         char name[160];
         snprintf(name, sizeof name, "adamw.%s", P[i].name);
         float *w = gold_f32(a, name, P[i].numel);
-        double d = max_abs_diff(P[i].data, w, P[i].numel);
+        double d = tu_max_abs_diff(P[i].data, w, P[i].numel);
         ck_assert_msg(d < 2e-5, "%s: max abs err %g after 5 steps", name, d);
         free(w);
     }
@@ -361,10 +328,10 @@ START_TEST(test_lora_golden)
 
     size_t nlog = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "lora_logits", nlog), *got = all_logits(m, &b, b.masked);
-    double d = max_abs_diff(got, want, nlog);
+    double d = tu_max_abs_diff(got, want, nlog);
     ck_assert_msg(d < 1e-4, "LoRA logits: max abs err %g", d);
     float *base = gold_f32(a, "logits", nlog);
-    ck_assert_msg(max_abs_diff(base, want, nlog) > 1e-2, "LoRA golden equals the base");
+    ck_assert_msg(tu_max_abs_diff(base, want, nlog) > 1e-2, "LoRA golden equals the base");
     free(base);
     free(want);
     free(got);
@@ -379,7 +346,7 @@ START_TEST(test_lora_golden)
         char name[200];
         snprintf(name, sizeof name, "lora_grad.%s", LP[i].name);
         float *g = gold_f32(a, name, LP[i].numel);
-        double ref = max_abs(g, LP[i].numel), e = max_abs_diff(LP[i].grad, g, LP[i].numel);
+        double ref = tu_max_abs(g, LP[i].numel), e = tu_max_abs_diff(LP[i].grad, g, LP[i].numel);
         ck_assert_msg(ref > 0 && e <= 1e-3 * ref, "%s: max abs err %g, max |g| %g", name, e,
                       ref);
         free(g);
@@ -401,7 +368,7 @@ START_TEST(test_gqa_golden)
     ck_assert_int_eq(dllm_tf_config(m)->n_kv_heads, 2);
     size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "gqa_logits", n), *got = all_logits(m, &b, b.masked);
-    double d = max_abs_diff(got, want, n);
+    double d = tu_max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-4, "GQA logits: max abs err %g", d);
     dllm_tf_zero_grad(m);
     double loss = loss_of(m, &b, true);
@@ -417,7 +384,7 @@ START_TEST(test_gqa_golden)
             continue;
         seen++;
         float *g = gold_f32(a, name, P[i].numel);
-        double ref = max_abs(g, P[i].numel), e = max_abs_diff(P[i].grad, g, P[i].numel);
+        double ref = tu_max_abs(g, P[i].numel), e = tu_max_abs_diff(P[i].grad, g, P[i].numel);
         ck_assert_msg(ref > 0 && e <= 1e-3 * ref, "%s: max abs err %g, max |g| %g", name, e, ref);
         free(g);
     }
@@ -459,7 +426,7 @@ static void write_broken(const char *dir, const char *victim, bool reshape)
 
 START_TEST(test_load_errors)
 {
-    char *tmp = make_tmpdir();
+    char *tmp = tu_make_tmpdir();
     char dir[600];
     dllm_err err = {0};
     dllm_tf *m = NULL;
@@ -483,7 +450,7 @@ START_TEST(test_load_errors)
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     ck_assert_int_eq(dllm_tf_load(&m, dir, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "config.json") != NULL, "message: %s", err.msg);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(tmp);
 }
 END_TEST

@@ -120,61 +120,11 @@ static void free_batch(batch *b)
     free(b->keymask);
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d))
-            d = isnan(e) ? INFINITY : e;
-    }
-    return d;
-}
-
-static double max_abs(const float *a, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++)
-        d = fabs((double)a[i]) > d ? fabs((double)a[i]) : d;
-    return d;
-}
-
 /* Mean next-token cross-entropy over the batch rows (the golden loss); with
  * backward, its gradient is accumulated into the model. */
 static double loss_of(dllm_tf *m, const batch *b, bool backward)
 {
-    int V = dllm_tf_config(m)->vocab_size, R = b->R;
-    float *lg = dllm_malloc((size_t)R * V * sizeof(float));
-    int rc = backward ? dllm_tf_forward(m, b->tokens, b->keymask, B, T, b->rows, R, lg)
-                      : dllm_tf_forward_nograd(m, b->tokens, b->keymask, B, T, b->rows, R, lg);
-    ck_assert_int_eq(rc, 0);
-    /* log-softmax in double, so finite differences see little rounding */
-    double loss = 0;
-    for (int r = 0; r < R; r++) {
-        const float *z = lg + (size_t)r * V;
-        double mx = -INFINITY, s = 0;
-        for (int j = 0; j < V; j++)
-            mx = z[j] > mx ? z[j] : mx;
-        for (int j = 0; j < V; j++)
-            s += exp((double)z[j] - mx);
-        loss -= ((double)z[b->targets[r]] - mx - log(s)) / R;
-    }
-    if (backward) {
-        float *logp = dllm_malloc((size_t)R * sizeof(float)), *lse = dllm_malloc(R * sizeof(float));
-        float *dlogp = dllm_malloc((size_t)R * sizeof(float));
-        float *dl = dllm_calloc((size_t)R * V, sizeof(float));
-        op_xent_fwd(logp, lse, lg, b->targets, R, V);
-        for (int r = 0; r < R; r++)
-            dlogp[r] = -1.0f / (float)R;
-        op_xent_bwd(dl, dlogp, lg, lse, b->targets, R, V);
-        dllm_tf_backward(m, dl);
-        free(logp);
-        free(lse);
-        free(dlogp);
-        free(dl);
-    }
-    free(lg);
-    return loss;
+    return tu_rows_xent(m, b->tokens, b->keymask, B, T, b->rows, b->targets, b->R, backward);
 }
 
 /* Random LoRA B (PEFT starts it at zero, which would hide the adapter). */
@@ -208,9 +158,9 @@ static void check_logits(const char *model_dir, const char *golden_name)
     for (int r = 0; r < B * T; r++) {
         if (!b.keymask[r]) /* padding rows are not defined */
             continue;
-        double e = max_abs_diff(got + (size_t)r * V, want + (size_t)r * V, (size_t)V);
+        double e = tu_max_abs_diff(got + (size_t)r * V, want + (size_t)r * V, (size_t)V);
         d = e > d ? e : d;
-        double mx = max_abs(want + (size_t)r * V, (size_t)V);
+        double mx = tu_max_abs(want + (size_t)r * V, (size_t)V);
         big = mx > big ? mx : big;
     }
     ck_assert_msg(d < 1e-4, "%s: logits max abs err %g", golden_name, d);
@@ -277,7 +227,7 @@ START_TEST(test_loss_and_grads)
     for (int i = 0; i < np; i++) {
         snprintf(name, sizeof name, "%s.grad.%s", v, P[i].name);
         float *g = gold_f32(a, name, P[i].numel);
-        double d = max_abs_diff(P[i].grad, g, P[i].numel), mx = max_abs(g, P[i].numel);
+        double d = tu_max_abs_diff(P[i].grad, g, P[i].numel), mx = tu_max_abs(g, P[i].numel);
         ck_assert_msg(mx > 0, "%s: zero golden gradient", name);
         ck_assert_msg(d <= 1e-3 * mx + 1e-7, "%s: max abs err %g (max |grad| %g)", name, d, mx);
         free(g);
@@ -476,7 +426,7 @@ static void check_cache(dllm_tf *m)
     for (int step = 0; step <= GN - 1; step++) {
         int t = GP - 1 + step; /* row whose logits lg holds */
         for (int b = 0; b < GB; b++) {
-            double d = max_abs_diff(lg + (size_t)b * V, full + ((size_t)b * TT + t) * V, (size_t)V);
+            double d = tu_max_abs_diff(lg + (size_t)b * V, full + ((size_t)b * TT + t) * V, (size_t)V);
             worst = d > worst ? d : worst;
         }
         if (step == GN - 1)
@@ -532,7 +482,7 @@ START_TEST(test_padding_invariance)
         float *one = dllm_malloc((size_t)n * V * sizeof(float));
         ck_assert_int_eq(dllm_tf_forward_nograd(m, b.tokens + r * T + start, NULL, 1, n, NULL, 0,
                                               one), 0);
-        double d = max_abs_diff(one, pad + ((size_t)r * T + start) * V, (size_t)n * V);
+        double d = tu_max_abs_diff(one, pad + ((size_t)r * T + start) * V, (size_t)n * V);
         ck_assert_msg(d < 1e-5, "row %d: padded vs unpadded logits differ by %g", r, d);
         free(one);
     }
@@ -540,7 +490,7 @@ START_TEST(test_padding_invariance)
     float *sub = dllm_malloc((size_t)b.R * V * sizeof(float));
     ck_assert_int_eq(dllm_tf_forward(m, b.tokens, b.keymask, B, T, b.rows, b.R, sub), 0);
     for (int r = 0; r < b.R; r++)
-        ck_assert(max_abs_diff(sub + (size_t)r * V, pad + (size_t)b.rows[r] * V, (size_t)V) < 1e-6);
+        ck_assert(tu_max_abs_diff(sub + (size_t)r * V, pad + (size_t)b.rows[r] * V, (size_t)V) < 1e-6);
     free(sub);
     free(pad);
     dllm_tf_free(m);

@@ -158,61 +158,12 @@ static void make_batch(const dllm_tf *m, batch *b)
     }
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d)) /* NaN counts as a mismatch */
-            d = isnan(e) ? INFINITY : e;
-    }
-    return d;
-}
-
-static double max_abs(const float *a, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++)
-        d = fabs((double)a[i]) > d ? fabs((double)a[i]) : d;
-    return d;
-}
-
 /* Mean cross-entropy of the targets at the batch rows (log-softmax in double,
  * so finite differences see little rounding); with backward, its gradient is
  * accumulated into the model. */
 static double loss_of(dllm_tf *m, const batch *b, bool backward)
 {
-    int V = dllm_tf_config(m)->embedding_size, R = b->R;
-    float *lg = dllm_malloc((size_t)R * V * sizeof(float));
-    int rc = backward ? dllm_tf_forward(m, b->tokens, b->keymask, B, T, b->rows, R, lg)
-                      : dllm_tf_forward_nograd(m, b->tokens, b->keymask, B, T, b->rows, R, lg);
-    ck_assert_int_eq(rc, 0);
-    double loss = 0;
-    for (int r = 0; r < R; r++) {
-        const float *z = lg + (size_t)r * V;
-        double mx = -INFINITY, s = 0;
-        for (int j = 0; j < V; j++)
-            mx = z[j] > mx ? z[j] : mx;
-        for (int j = 0; j < V; j++)
-            s += exp((double)z[j] - mx);
-        loss -= ((double)z[b->targets[r]] - mx - log(s)) / R;
-    }
-    if (backward) {
-        float *logp = dllm_malloc((size_t)R * sizeof(float)), *lse = dllm_malloc(R * sizeof(float));
-        float *dlogp = dllm_malloc((size_t)R * sizeof(float));
-        float *dl = dllm_calloc((size_t)R * V, sizeof(float));
-        op_xent_fwd(logp, lse, lg, b->targets, R, V);
-        for (int r = 0; r < R; r++)
-            dlogp[r] = -1.0f / (float)R;
-        op_xent_bwd(dl, dlogp, lg, lse, b->targets, R, V);
-        dllm_tf_backward(m, dl);
-        free(logp);
-        free(lse);
-        free(dlogp);
-        free(dl);
-    }
-    free(lg);
-    return loss;
+    return tu_rows_xent(m, b->tokens, b->keymask, B, T, b->rows, b->targets, b->R, backward);
 }
 
 static float *all_logits(dllm_tf *m, const batch *b)
@@ -221,20 +172,6 @@ static float *all_logits(dllm_tf *m, const batch *b)
     float *lg = dllm_malloc(n * sizeof(float));
     ck_assert_int_eq(dllm_tf_forward_nograd(m, b->tokens, b->keymask, B, T, NULL, 0, lg), 0);
     return lg;
-}
-
-static char *make_tmpdir(void)
-{
-    char *t = dllm_strdup("/tmp/dllm-tf-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(t));
-    return t;
-}
-
-static void rm_rf(const char *dir)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
 }
 
 /* Loads a checkpoint written from a case's model (built ones keep their descriptor). */
@@ -337,7 +274,7 @@ START_TEST(test_rows_and_variants)
     float *sub = dllm_malloc((size_t)R * V * sizeof(float));
     ck_assert_int_eq(dllm_tf_forward(m, b.tokens, b.keymask, B, T, rows, R, sub), 0);
     for (int r = 0; r < R; r++) {
-        double d = max_abs_diff(sub + (size_t)r * V, full + (size_t)rows[r] * V, (size_t)V);
+        double d = tu_max_abs_diff(sub + (size_t)r * V, full + (size_t)rows[r] * V, (size_t)V);
         ck_assert_msg(d < 1e-6, "row %d: subset differs from full by %g", rows[r], d);
     }
     /* nograd and rollout "trainer" are the train forward, bit for bit */
@@ -386,7 +323,7 @@ START_TEST(test_save_load_roundtrip)
     dllm_tf *m = open_case(k);
     batch b;
     make_batch(m, &b);
-    char *tmp = make_tmpdir();
+    char *tmp = tu_make_tmpdir();
     char dir[600];
     dllm_err err = {0};
 
@@ -424,7 +361,7 @@ START_TEST(test_save_load_roundtrip)
     ck_assert_msg(strstr(err.msg, tmp) != NULL, "%s", err.msg);
     free(l1);
     free(l2);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(tmp);
     dllm_tf_free(m);
 }
@@ -458,7 +395,7 @@ START_TEST(test_lora_merged)
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *want = all_logits(m, &b);
 
-    char *tmp = make_tmpdir();
+    char *tmp = tu_make_tmpdir();
     char dir[600], adapter[600];
     dllm_err err = {0};
     snprintf(dir, sizeof dir, "%s/merged", tmp);
@@ -467,8 +404,8 @@ START_TEST(test_lora_merged)
     ck_assert_msg(reload(m, dir, &mm, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(dllm_tf_lora_info(mm, NULL, NULL), 0);
     float *got = all_logits(mm, &b);
-    double d = max_abs_diff(got, want, n);
-    ck_assert_msg(d < 1e-5 * (1 + max_abs(want, n)), "merged checkpoint vs LoRA forward: %g", d);
+    double d = tu_max_abs_diff(got, want, n);
+    ck_assert_msg(d < 1e-5 * (1 + tu_max_abs(want, n)), "merged checkpoint vs LoRA forward: %g", d);
     free(got);
     dllm_tf_zero_grad(mm);
     double l_m = loss_of(mm, &b, true);
@@ -494,8 +431,8 @@ START_TEST(test_lora_merged)
         float *dA = dllm_calloc((size_t)r * in, sizeof(float));
         op_gemm(false, true, out, r, in, s, W->grad, A->data, 0.0f, dB);
         op_gemm(true, false, r, in, out, s, Bm->data, W->grad, 0.0f, dA);
-        double eb = max_abs_diff(dB, Bm->grad, Bm->numel), mb = max_abs(dB, Bm->numel);
-        double ea = max_abs_diff(dA, A->grad, A->numel), ma = max_abs(dA, A->numel);
+        double eb = tu_max_abs_diff(dB, Bm->grad, Bm->numel), mb = tu_max_abs(dB, Bm->numel);
+        double ea = tu_max_abs_diff(dA, A->grad, A->numel), ma = tu_max_abs(dA, A->numel);
         ck_assert_msg(eb <= 1e-4 * mb + 1e-8 && mb > 0, "%s: %g (max %g)", Bm->name, eb, mb);
         ck_assert_msg(ea <= 1e-4 * ma + 1e-8 && ma > 0, "%s: %g (max %g)", A->name, ea, ma);
         free(dA);
@@ -528,7 +465,7 @@ START_TEST(test_lora_merged)
     dllm_tf_free(m3);
     dllm_tf_free(mm);
     free(want);
-    rm_rf(tmp);
+    tu_rm_rf(tmp);
     free(tmp);
     dllm_tf_free(m);
 }
@@ -547,7 +484,7 @@ START_TEST(test_lora_init)
     ck_assert_int_eq(nl, 2 * DLLM_NLIN * dllm_tf_config(m)->n_layers);
     for (int i = 0; i < nl; i++) {
         bool isA = strstr(LP[i].name, "lora_A") != NULL;
-        double bound = 1.0 / sqrt((double)LP[i].shape[1]), mx = max_abs(LP[i].data, LP[i].numel);
+        double bound = 1.0 / sqrt((double)LP[i].shape[1]), mx = tu_max_abs(LP[i].data, LP[i].numel);
         if (isA)
             ck_assert_msg(mx <= bound && mx > 0.5 * bound, "%s: max %g, bound %g", LP[i].name,
                           mx, bound);
@@ -660,13 +597,13 @@ START_TEST(test_shifted_logits)
     for (int i = 0; i < B; i++)
         for (int t = 0; t < T; t++) {
             int src = t > 0 ? t - 1 : 0;
-            double d = max_abs_diff(ls + ((size_t)i * T + t) * V, lu + ((size_t)i * T + src) * V,
+            double d = tu_max_abs_diff(ls + ((size_t)i * T + t) * V, lu + ((size_t)i * T + src) * V,
                                     (size_t)V);
             ck_assert_msg(d < 1e-6, "row (%d, %d): shifted vs unshifted at %d differ by %g", i,
                           t, src, d);
         }
     /* the rows the loss reads, through the subset path and its backward */
-    ck_assert(max_abs_diff(ls, lu, (size_t)B * T * V) > 1e-3);
+    ck_assert(tu_max_abs_diff(ls, lu, (size_t)B * T * V) > 1e-3);
     free(ls);
     free(lu);
     dllm_tf_free(m);
@@ -697,11 +634,11 @@ START_TEST(test_qkv_bias)
     make_batch(m, &b);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *lm = all_logits(m, &b), *lu = all_logits(u, &b);
-    ck_assert_msg(max_abs_diff(lm, lu, n) < 1e-6, "zero biases: %g", max_abs_diff(lm, lu, n));
+    ck_assert_msg(tu_max_abs_diff(lm, lu, n) < 1e-6, "zero biases: %g", tu_max_abs_diff(lm, lu, n));
     for (int j = 2; j <= 6; j += 2) { /* q, k, v bias of layer 0 each move the logits */
         P[j].data[1] = 0.5f;
         float *lb = all_logits(m, &b);
-        ck_assert_msg(max_abs_diff(lb, lu, n) > 1e-4, "%s has no effect", P[j].name);
+        ck_assert_msg(tu_max_abs_diff(lb, lu, n) > 1e-4, "%s has no effect", P[j].name);
         P[j].data[1] = 0.0f;
         free(lb);
     }
@@ -732,7 +669,7 @@ START_TEST(test_padding_invariance)
                                                 one), 0);
         /* shifted logits: the first real row of a padded sequence reads the
          * padding before it (as the published model does), the others match */
-        double d = max_abs_diff(one + V, pad + ((size_t)r * T + start + 1) * V,
+        double d = tu_max_abs_diff(one + V, pad + ((size_t)r * T + start + 1) * V,
                                 (size_t)(n - 1) * V);
         ck_assert_msg(d < 1e-5, "row %d: padded vs unpadded logits differ by %g", r, d);
         free(one);
@@ -753,7 +690,7 @@ START_TEST(test_precision_copies)
     make_batch(m, &b);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *ref = all_logits(m, &b), *got = dllm_malloc(n * sizeof(float));
-    double scale = max_abs(ref, n);
+    double scale = tu_max_abs(ref, n);
     const char *kinds[2] = {"bf16", "fp8"};
     double tol[2] = {0.03, 0.25};
     dllm_err err = {0};
@@ -762,7 +699,7 @@ START_TEST(test_precision_copies)
         ck_assert_int_eq(dllm_precision_parse(&p, "fp32", kinds[k], NULL, NULL, false, &err), 0);
         ck_assert_msg(dllm_tf_rollout_sync(m, &p, NULL, &err) == 0, "%s", err.msg);
         ck_assert_int_eq(dllm_tf_forward_rollout(m, b.tokens, b.keymask, B, T, NULL, 0, got), 0);
-        double d = max_abs_diff(got, ref, n);
+        double d = tu_max_abs_diff(got, ref, n);
         ck_assert_msg(d > 0 && d < tol[k] * scale, "%s rollout: %g (logits up to %g)", kinds[k],
                       d, scale);
         /* the trainer is untouched by the copy */
@@ -783,7 +720,7 @@ START_TEST(test_precision_copies)
     ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), 0);
     dllm_tf_zero_grad(m);
     loss_of(m, &b, true);
-    double d = max_abs_diff(dllm_tf_grads(m), keep, ng), mg = max_abs(keep, ng);
+    double d = tu_max_abs_diff(dllm_tf_grads(m), keep, ng), mg = tu_max_abs(keep, ng);
     ck_assert_msg(d > 0 && d < 0.1 * mg, "bf16 trainer gradients: %g (max %g)", d, mg);
     free(keep);
     free(got);
