@@ -47,12 +47,10 @@ static const size_t SHARD_BYTES = (size_t)5000000000ull;
 
 static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
 {
-    if (!s || !*s || !strcmp(s, "llada"))
-        *a = DLLM_ARCH_LLADA;
-    else if (!strcmp(s, "qwen3"))
-        *a = DLLM_ARCH_QWEN3;
-    else
+    const dllm_arch_desc *d = dllm_arch_by_name(s && *s ? s : "llada");
+    if (!d)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected llada or qwen3", s);
+    *a = d->id;
     return 0;
 }
 
