@@ -9,7 +9,13 @@
  * [out, in], HF state_dict order as the descriptor gives it). With LoRA
  * enabled the base weights are frozen and the trainable vector is the LoRA
  * A/B matrices only; otherwise it is every parameter. Gradients accumulate
- * across dllm_tf_backward calls until dllm_tf_zero_grad. */
+ * across dllm_tf_backward calls until dllm_tf_zero_grad.
+ *
+ * The backend is the CPU's for now, whose memory is the host's: parameters,
+ * gradients, LoRA matrices and activations are host allocations, and the
+ * precision copies (bf16 rounding, FP8 quantisation), the RoPE table and the
+ * token / position inputs are built on the host; a device backend needs
+ * those uploaded (or built by ops of its own). */
 #ifndef DLLM_TRANSFORMER_H
 #define DLLM_TRANSFORMER_H
 
