@@ -133,12 +133,12 @@ void dllm_ar_rollout_free(dllm_ar_rollout *r)
     memset(r, 0, sizeof *r);
 }
 
-int dllm_ar_sample(qwen3_model *m, const int32_t *prompts, const uint8_t *prompt_mask, int B,
+int dllm_ar_sample(dllm_tf *m, const int32_t *prompts, const uint8_t *prompt_mask, int B,
                    int P, const dllm_ar_cfg *c, uint64_t seed, dllm_ar_rollout *out,
                    dllm_err *err)
 {
     memset(out, 0, sizeof *out);
-    int V = qwen3_config(m)->vocab_size, G = c->max_new_tokens;
+    int V = dllm_tf_config(m)->vocab_size, G = c->max_new_tokens;
     int rc = dllm_ar_check(c, V, err);
     if (rc)
         return rc;

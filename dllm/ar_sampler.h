@@ -52,7 +52,7 @@ int32_t dllm_ar_choose(const float *logits, int V, double temperature, double to
 /* Checks the configuration; input errors name the field. */
 int dllm_ar_check(const dllm_ar_cfg *c, int vocab, dllm_err *err);
 /* Generates for every row; allocates out's arrays (dllm_ar_rollout_free). */
-int dllm_ar_sample(qwen3_model *m, const int32_t *prompts, const uint8_t *prompt_mask, int B,
+int dllm_ar_sample(dllm_tf *m, const int32_t *prompts, const uint8_t *prompt_mask, int B,
                    int P, const dllm_ar_cfg *c, uint64_t seed, dllm_ar_rollout *out,
                    dllm_err *err);
 void dllm_ar_rollout_free(dllm_ar_rollout *r);

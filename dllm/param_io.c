@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int param_io_read(const llada_param *pl, int np, const char *path, dllm_err *err)
+int param_io_read(const dllm_param *pl, int np, const char *path, dllm_err *err)
 {
     st_archive *ar;
     int rc = st_open(&ar, path, err);
@@ -21,7 +21,7 @@ int param_io_read(const llada_param *pl, int np, const char *path, dllm_err *err
     return rc;
 }
 
-int param_io_write_dir(const llada_param *pl, int np, const param_lora *lora, int rank, float scale,
+int param_io_write_dir(const dllm_param *pl, int np, const param_lora *lora, int rank, float scale,
                        const dllm_model_config *cfg, const char *dir, st_dtype dtype,
                        size_t max_shard_bytes, dllm_err *err)
 {
@@ -60,7 +60,7 @@ int param_io_write_dir(const llada_param *pl, int np, const param_lora *lora, in
     return dllm_config_save(&c, dir, err);
 }
 
-int param_io_write_file(const llada_param *pl, int np, const char *path, dllm_err *err)
+int param_io_write_file(const dllm_param *pl, int np, const char *path, dllm_err *err)
 {
     st_writer *w = st_writer_new();
     st_writer_metadata(w, "format", "pt");

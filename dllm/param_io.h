@@ -1,10 +1,10 @@
 /* param_io.h: named parameter lists to and from safetensors, shared by the model
- * implementations (dllm/llada.c, dllm/qwen3.c): checkpoints in the HF layout, LoRA
+ * core (dllm/transformer.c): checkpoints in the HF layout, LoRA
  * adapters in the PEFT layout, and the LoRA merge on save. */
 #ifndef DLLM_PARAM_IO_H
 #define DLLM_PARAM_IO_H
 
-#include "dllm/llada.h" /* llada_param */
+#include "dllm/transformer.h" /* dllm_param */
 #include "dllm/model_config.h"
 #include "dllm/safetensors.h"
 
@@ -17,16 +17,16 @@ typedef struct {
 
 /* Reads every parameter of pl from PATH (a directory: single or sharded
  * safetensors; or one .safetensors file); each must be present with its shape. */
-int param_io_read(const llada_param *pl, int np, const char *path, dllm_err *err);
+int param_io_read(const dllm_param *pl, int np, const char *path, dllm_err *err);
 
 /* Writes DIR/config.json (cfg with torch_dtype set from dtype) and safetensors in
  * dtype ST_F32 or ST_BF16, sharded above max_shard_bytes (0 = one file). lora:
  * NULL, or np entries (lora[i] is plist[i]'s adapter), merged as written. */
-int param_io_write_dir(const llada_param *pl, int np, const param_lora *lora, int rank, float scale,
+int param_io_write_dir(const dllm_param *pl, int np, const param_lora *lora, int rank, float scale,
                        const dllm_model_config *cfg, const char *dir, st_dtype dtype,
                        size_t max_shard_bytes, dllm_err *err);
 
 /* One fp32 .safetensors file of the parameters (a PEFT adapter file). */
-int param_io_write_file(const llada_param *pl, int np, const char *path, dllm_err *err);
+int param_io_write_file(const dllm_param *pl, int np, const char *path, dllm_err *err);
 
 #endif

@@ -1,29 +1,31 @@
-/* policy.c: the policy interface (policy.h) over the LLaDA model.
+/* policy.c: the policy interface (policy.h) over the transformer core.
  *
- * A policy owns one llada_model: the fp32 master weights (+ LoRA), the
- * trainer's bf16 copy when the trainer is bf16, and the rollout copy (bf16 or
- * FP8 W8A8, LoRA merged) -- llada.h, "precision". The logits callbacks take
- * the policy itself as their context:
- *   TRAIN    llada_forward (keeps activations; dllm_policy_backward follows)
- *   ROLLOUT  llada_forward_rollout (its own buffers: TRAIN activations survive)
+ * A policy owns one dllm_tf (dllm/transformer.h): the fp32 master weights
+ * (+ LoRA), the trainer's bf16 copy when the trainer is bf16, and the rollout
+ * copy (bf16 or FP8 W8A8, LoRA merged) -- dllm/precision.h. The logits
+ * callbacks take the policy itself as their context:
+ *   TRAIN         dllm_tf_forward (keeps activations; dllm_policy_backward follows)
+ *   TRAIN_NOGRAD  dllm_tf_forward_nograd
+ *   ROLLOUT       dllm_tf_forward_rollout (its own buffers: TRAIN activations survive)
  * The rollout copy is rebuilt by dllm_policy_sync_rollout after every weight
  * change (the RL loop calls it after each optimizer step); open and
  * load_adapter sync by themselves.
  *
+ * The architecture matters in one place: rollouts. A diffusion model
+ * (LLaDA) is sampled by the denoising sampler; an autoregressive one (Qwen3)
+ * by KV-cache decoding (dllm/ar_sampler.h) at the rollout copy's numerics
+ * (qwen3_decode_at_rollout) with commit_step[t] = t and commit_prob = the
+ * sampling probability of token t. Everything else comes from the
+ * architecture descriptor (dllm/arch.h), LoRA target names included.
+ *
  * Adapters use the PEFT layout: DIR/adapter_model.safetensors (lora_A/lora_B
  * under base_model.model.<module>.lora_{A,B}.weight, F32) and
- * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...).
- *
- * Qwen3 (autoregressive) sits behind the same calls with the same precisions
- * (qwen3.h, "precision"): TRAIN = qwen3_forward, ROLLOUT =
- * qwen3_forward_rollout, rollouts = KV-cache decoding (dllm/ar_sampler.h) at
- * the rollout copy's numerics (qwen3_decode_at_rollout) with commit_step[t] =
- * t and commit_prob = the sampling probability of token t. */
+ * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...). */
 #include "dllm/policy.h"
 #include "dllm/ar_sampler.h"
 #include "dllm/json_util.h"
-#include "dllm/llada.h"
 #include "dllm/qwen3.h"
+#include "dllm/transformer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -33,10 +35,9 @@
 #include <sys/stat.h>
 
 struct dllm_policy {
-    dllm_arch arch;
-    llada_model *llada; /* exactly one of llada, qwen is set */
-    qwen3_model *qwen;
-    llada_precision prec;
+    const dllm_arch_desc *arch;
+    dllm_tf *m;
+    dllm_precision prec;
     char base[4096]; /* base_model_name_or_path of saved adapters */
     uint64_t seed;
 };
@@ -44,40 +45,29 @@ struct dllm_policy {
 /* HF's default shard size for merged checkpoints. */
 static const size_t SHARD_BYTES = (size_t)5000000000ull;
 
-static const char *const target_names[] = {"q_proj", "k_proj", "v_proj", "attn_out",
-                                           "ff_proj", "up_proj", "ff_out"};
-static const char *const qwen3_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                 "gate_proj", "up_proj", "down_proj"};
-
 static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
 {
-    if (!s || !*s || !strcmp(s, "llada"))
-        *a = DLLM_ARCH_LLADA;
-    else if (!strcmp(s, "qwen3"))
-        *a = DLLM_ARCH_QWEN3;
-    else
+    const dllm_arch_desc *d = dllm_arch_by_name(s && *s ? s : "llada");
+    if (!d)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected llada or qwen3", s);
+    *a = d->id;
     return 0;
 }
 
-/* LoRA target names -> LORA_* mask (Qwen3 also takes o_proj, gate_proj,
- * down_proj); `what` names the place in messages. */
-static int targets_mask(dllm_arch arch, const char *const *names, int n, const char *what,
-                        int *mask, dllm_err *err)
+/* LoRA target names (the arch's, dllm/arch.h) -> LORA_* mask; `what` names
+ * the place in messages. */
+static int targets_mask(const dllm_arch_desc *arch, const char *const *names, int n,
+                        const char *what, int *mask, dllm_err *err)
 {
     *mask = 0;
     for (int i = 0; i < n; i++) {
-        int bit = arch == DLLM_ARCH_QWEN3 ? qwen3_lora_target_bit(names[i])
-                                          : llada_lora_target_bit(names[i]);
+        int bit = dllm_arch_lora_bit(arch, names[i]);
+        char list[160];
         if (!bit)
             return dllm_err_set(err, DLLM_EXIT_INPUT,
                                 "%s: unknown LoRA target '%s' (expected %s)", what,
                                 names[i] ? names[i] : "(null)",
-                                arch == DLLM_ARCH_QWEN3
-                                    ? "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj or "
-                                      "down_proj"
-                                    : "q_proj, k_proj, v_proj, attn_out, ff_proj, up_proj or "
-                                      "ff_out");
+                                dllm_arch_lora_list(arch, list, sizeof list));
         *mask |= bit;
     }
     return 0;
@@ -86,8 +76,8 @@ static int targets_mask(dllm_arch arch, const char *const *names, int n, const c
 int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
 {
     *out = NULL;
-    llada_precision prec;
-    int rc = llada_precision_parse(&prec, c->trainer, c->rollout, c->fp8_format, c->fp8_scaling,
+    dllm_precision prec;
+    int rc = dllm_precision_parse(&prec, c->trainer, c->rollout, c->fp8_format, c->fp8_scaling,
                                    c->fp8_pow2_scale, err);
     if (rc)
         return rc;
@@ -102,51 +92,40 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
     p->seed = c->seed;
     p->prec = prec;
     dllm_model_config mc;
+    dllm_arch id = DLLM_ARCH_LLADA;
     if (c->path && *c->path) {
         if ((rc = dllm_config_load(&mc, c->path, err)))
             goto fail;
-        p->arch = mc.arch;
+        id = mc.arch;
         snprintf(p->base, sizeof p->base, "%s", c->path);
     } else {
-        if ((rc = parse_arch(c->arch, &p->arch, err)))
+        if ((rc = parse_arch(c->arch, &id, err)))
             goto fail;
         if (!c->preset || !*c->preset) {
             rc = dllm_err_set(err, DLLM_EXIT_INPUT, "model: give a path or a preset");
             goto fail;
         }
-        if ((rc = dllm_config_preset(&mc, p->arch, c->preset, err)))
+        if ((rc = dllm_config_preset(&mc, id, c->preset, err)))
             goto fail;
         snprintf(p->base, sizeof p->base, "preset:%s", c->preset);
     }
+    p->arch = dllm_arch_get(id);
     if (c->lora_rank > 0 && c->n_lora_targets > 0 &&
         (rc = targets_mask(p->arch, c->lora_targets, c->n_lora_targets, "model.lora.targets",
                            &mask, err)))
         goto fail;
-    if (p->arch == DLLM_ARCH_QWEN3) {
-        if (c->path && *c->path)
-            rc = qwen3_load(&p->qwen, c->path, err);
-        else
-            p->qwen = qwen3_create(&mc, c->seed);
-        if (rc)
-            goto fail;
-        if (c->lora_rank > 0)
-            qwen3_lora_enable(p->qwen, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
-        /* rollouts (KV-cache decoding) at the rollout copy's numerics */
-        qwen3_decode_at_rollout(p->qwen, true);
-        if ((rc = qwen3_rollout_sync(p->qwen, &p->prec, NULL, err)))
-            goto fail;
-    } else {
-        if (c->path && *c->path)
-            rc = llada_load(&p->llada, c->path, err);
-        else
-            p->llada = llada_create(&mc, c->seed);
-        if (rc)
-            goto fail;
-        if (c->lora_rank > 0)
-            llada_lora_enable(p->llada, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
-        if ((rc = llada_rollout_sync(p->llada, &p->prec, NULL, err)))
-            goto fail;
-    }
+    if (c->path && *c->path)
+        rc = dllm_tf_load(&p->m, c->path, err);
+    else
+        p->m = dllm_tf_create(&mc, c->seed);
+    if (rc)
+        goto fail;
+    if (c->lora_rank > 0)
+        dllm_tf_lora_enable(p->m, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
+    if (!p->arch->diffusion) /* rollouts (KV-cache decoding) at the rollout copy's numerics */
+        qwen3_decode_at_rollout(p->m, true);
+    if ((rc = dllm_tf_rollout_sync(p->m, &p->prec, NULL, err)))
+        goto fail;
     *out = p;
     return 0;
 fail:
@@ -158,23 +137,24 @@ void dllm_policy_free(dllm_policy *p)
 {
     if (!p)
         return;
-    llada_free(p->llada);
-    qwen3_free(p->qwen);
+    dllm_tf_free(p->m);
     free(p);
 }
 
-dllm_arch dllm_policy_arch(const dllm_policy *p) { return p->arch; }
+dllm_arch dllm_policy_arch(const dllm_policy *p) { return p->arch->id; }
 
-bool dllm_policy_is_diffusion(const dllm_policy *p) { return p->arch == DLLM_ARCH_LLADA; }
+bool dllm_policy_is_diffusion(const dllm_policy *p) { return p->arch->diffusion; }
+
+struct dllm_tf *dllm_policy_model(dllm_policy *p) { return p->m; }
 
 const dllm_model_config *dllm_policy_config(const dllm_policy *p)
 {
-    return p->qwen ? qwen3_config(p->qwen) : llada_config(p->llada);
+    return dllm_tf_config(p->m);
 }
 
 bool dllm_policy_rollout_is_trainer(const dllm_policy *p)
 {
-    return p->prec.rollout == LLADA_ROLLOUT_TRAINER;
+    return p->prec.rollout == DLLM_ROLLOUT_TRAINER;
 }
 
 /* ---- logits and gradients ------------------------------------------------------------ */
@@ -183,27 +163,21 @@ static int train_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask
                         const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
-    if (p->qwen)
-        return qwen3_forward(p->qwen, tokens, keymask, B, T, rows, n_rows, logits);
-    return llada_forward(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward(p->m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 static int train_nograd_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B,
                                int T, const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
-    if (p->qwen)
-        return qwen3_forward_nograd(p->qwen, tokens, keymask, B, T, rows, n_rows, logits);
-    return llada_forward_nograd(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward_nograd(p->m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 static int rollout_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                           const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
-    if (p->qwen)
-        return qwen3_forward_rollout(p->qwen, tokens, keymask, B, T, rows, n_rows, logits);
-    return llada_forward_rollout(p->llada, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward_rollout(p->m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx)
@@ -217,39 +191,30 @@ dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx)
 void dllm_policy_backward(void *ctx, const float *dlogits)
 {
     dllm_policy *p = ctx;
-    if (p->qwen)
-        qwen3_backward(p->qwen, dlogits);
-    else
-        llada_backward(p->llada, dlogits);
+    dllm_tf_backward(p->m, dlogits);
 }
 
 float *dllm_policy_trainable(dllm_policy *p, size_t *n)
 {
-    return p->qwen ? qwen3_trainable(p->qwen, n) : llada_trainable(p->llada, n);
+    return dllm_tf_trainable(p->m, n);
 }
 
 float *dllm_policy_grads(dllm_policy *p)
 {
-    return p->qwen ? qwen3_grads(p->qwen) : llada_grads(p->llada);
+    return dllm_tf_grads(p->m);
 }
 
 void dllm_policy_zero_grad(dllm_policy *p)
 {
-    if (p->qwen)
-        qwen3_zero_grad(p->qwen);
-    else
-        llada_zero_grad(p->llada);
+    dllm_tf_zero_grad(p->m);
 }
 
 int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err)
 {
-    if (p->qwen) {
-        int rc = qwen3_rollout_sync(p->qwen, &p->prec, seconds, err);
-        if (!rc && seconds && !p->prec.trainer_bf16 && p->prec.rollout == LLADA_ROLLOUT_TRAINER)
-            *seconds = 0; /* no copy to build */
-        return rc;
-    }
-    return llada_rollout_sync(p->llada, &p->prec, seconds, err);
+    int rc = dllm_tf_rollout_sync(p->m, &p->prec, seconds, err);
+    if (!rc && seconds && !p->prec.trainer_bf16 && p->prec.rollout == DLLM_ROLLOUT_TRAINER)
+        *seconds = 0; /* no copy to build */
+    return rc;
 }
 
 /* AR decoding into the rollout record: commit_step[t] = t, commit_prob = the
@@ -260,10 +225,10 @@ static int ar_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *pro
 {
     dllm_ar_cfg ac = {.max_new_tokens = sc->gen_length, .temperature = sc->temperature,
                       .top_p = top_p, .eos_id = sc->eos_id, .seq_offset = sc->seq_offset};
-    int rc = dllm_ar_check(&ac, qwen3_config(p->qwen)->embedding_size, err);
+    int rc = dllm_ar_check(&ac, dllm_tf_config(p->m)->embedding_size, err);
     dllm_ar_rollout ar = {0};
     if (!rc)
-        rc = dllm_ar_sample(p->qwen, prompts, prompt_mask, B, P, &ac, seed, &ar, err);
+        rc = dllm_ar_sample(p->m, prompts, prompt_mask, B, P, &ac, seed, &ar, err);
     if (rc)
         return rc;
     int G = sc->gen_length;
@@ -287,7 +252,7 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
                         int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
                         dllm_rollout *out, dllm_err *err)
 {
-    if (p->qwen)
+    if (!p->arch->diffusion)
         return ar_rollout(p, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
     /* top_p: nucleus sampling belongs to AR decoding; the denoising sampler has none */
     return dllm_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, seed, out, err);
@@ -297,14 +262,12 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
 
 int dllm_policy_save(const dllm_policy *p, const char *dir, st_dtype dtype, dllm_err *err)
 {
-    if (p->qwen)
-        return qwen3_save(p->qwen, dir, dtype, SHARD_BYTES, err);
-    return llada_save(p->llada, dir, dtype, SHARD_BYTES, err);
+    return dllm_tf_save(p->m, dir, dtype, SHARD_BYTES, err);
 }
 
 static int lora_info(const dllm_policy *p, float *alpha, int *mask)
 {
-    return p->qwen ? qwen3_lora_info(p->qwen, alpha, mask) : llada_lora_info(p->llada, alpha, mask);
+    return dllm_tf_lora_info(p->m, alpha, mask);
 }
 
 bool dllm_policy_has_lora(const dllm_policy *p) { return lora_info(p, NULL, NULL) > 0; }
@@ -328,14 +291,13 @@ int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *er
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     if (!rc)
-        rc = p->qwen ? qwen3_lora_save(p->qwen, path, err) : llada_lora_save(p->llada, path, err);
+        rc = dllm_tf_lora_save(p->m, path, err);
     if (rc)
         return rc;
     json_t *targets = json_array();
-    for (int j = 0; j < 7; j++)
+    for (int j = 0; j < DLLM_NLIN; j++)
         if ((mask >> j) & 1)
-            json_array_append_new(targets, json_string(p->qwen ? qwen3_target_names[j]
-                                                               : target_names[j]));
+            json_array_append_new(targets, json_string(p->arch->lora_name[j]));
     double a = (double)alpha;
     json_t *cfg = json_object();
     json_object_set_new(cfg, "base_model_name_or_path", json_string(p->base));
@@ -359,7 +321,7 @@ int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *er
 }
 
 /* Reads the LoRA settings of DIR/adapter_config.json. */
-static int read_adapter_config(dllm_arch arch, const char *path, int *rank, double *alpha, int *mask,
+static int read_adapter_config(const dllm_arch_desc *arch, const char *path, int *rank, double *alpha, int *mask,
                                dllm_err *err)
 {
     json_t *root;
@@ -430,10 +392,8 @@ int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err)
         return rc;
     float have_alpha;
     int have_mask, have_rank = lora_info(p, &have_alpha, &have_mask);
-    if (!have_rank && p->qwen) {
-        qwen3_lora_enable(p->qwen, rank, (float)alpha, mask, p->seed);
-    } else if (!have_rank) {
-        llada_lora_enable(p->llada, rank, (float)alpha, mask, p->seed);
+    if (!have_rank) {
+        dllm_tf_lora_enable(p->m, rank, (float)alpha, mask, p->seed);
     } else if (have_rank != rank || have_mask != mask || have_alpha != (float)alpha) {
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "%s: adapter (r %d, alpha %g, targets 0x%x) does not match the "
@@ -441,12 +401,7 @@ int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err)
                             mask, have_rank, (double)have_alpha, have_mask);
     }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    if (p->qwen) {
-        if ((rc = qwen3_lora_load(p->qwen, path, err)))
-            return rc;
-        return qwen3_rollout_sync(p->qwen, &p->prec, NULL, err);
-    }
-    if ((rc = llada_lora_load(p->llada, path, err)))
+    if ((rc = dllm_tf_lora_load(p->m, path, err)))
         return rc;
-    return llada_rollout_sync(p->llada, &p->prec, NULL, err);
+    return dllm_tf_rollout_sync(p->m, &p->prec, NULL, err);
 }

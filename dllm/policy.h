@@ -78,4 +78,8 @@ int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *er
 int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err);
 bool dllm_policy_has_lora(const dllm_policy *p);
 
+/* The policy's model (the transformer core, dllm/transformer.h), for callers
+ * that need more than this interface (benchmarks, tests). */
+struct dllm_tf *dllm_policy_model(dllm_policy *p);
+
 #endif

@@ -26,10 +26,10 @@ void sft_draw_mask(dllm_rng *r, int prompt_len, int T, uint8_t *mask, double *p)
     sft_draw_mask_span(r, prompt_len, T - prompt_len, T, mask, p);
 }
 
-static int check_batch(const llada_model *m, const llada_sft_batch *bt, const uint8_t *masked,
+static int check_batch(const dllm_tf *m, const llada_sft_batch *bt, const uint8_t *masked,
                        const double *p, dllm_err *err)
 {
-    int V = llada_config(m)->vocab_size;
+    int V = dllm_tf_config(m)->vocab_size;
     for (int b = 0; b < bt->B; b++) {
         int s = bt->ans_start[b], n = bt->ans_len[b];
         if (s < 0 || n < 1 || s + n > bt->T)
@@ -55,7 +55,7 @@ static int check_batch(const llada_model *m, const llada_sft_batch *bt, const ui
     return 0;
 }
 
-double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uint8_t *masked,
+double llada_sft_loss_batch(dllm_tf *m, const llada_sft_batch *bt, const uint8_t *masked,
                             const double *p, bool backward, dllm_err *err)
 {
     if (bt->B <= 0 || bt->T <= 0) {
@@ -64,7 +64,7 @@ double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uin
     }
     if (check_batch(m, bt, masked, p, err))
         return NAN;
-    const dllm_model_config *cfg = llada_config(m);
+    const dllm_model_config *cfg = dllm_tf_config(m);
     int B = bt->B, T = bt->T, N = B * T, V = cfg->embedding_size;
 
     // noisy canvas and the masked rows
@@ -87,8 +87,8 @@ double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uin
         float *logits = dllm_malloc((size_t)R * V * sizeof(float));
         float *logp = dllm_malloc((size_t)R * sizeof(float));
         float *lse = dllm_malloc((size_t)R * sizeof(float));
-        int rc = backward ? llada_forward(m, noisy, bt->keymask, B, T, rows, R, logits)
-                          : llada_forward_nograd(m, noisy, bt->keymask, B, T, rows, R, logits);
+        int rc = backward ? dllm_tf_forward(m, noisy, bt->keymask, B, T, rows, R, logits)
+                          : dllm_tf_forward_nograd(m, noisy, bt->keymask, B, T, rows, R, logits);
         if (rc) {
             dllm_err_set(err, rc, "sft batch: the model rejected the batch (see above)");
             loss = NAN;
@@ -103,7 +103,7 @@ double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uin
                 for (int r = 0; r < R; r++)
                     dlogp[r] = (float)(-wrow[r] / B);
                 op_xent_bwd(dlogits, dlogp, logits, lse, target, R, V);
-                llada_backward(m, dlogits);
+                dllm_tf_backward(m, dlogits);
                 free(dlogp);
                 free(dlogits);
             }
@@ -119,7 +119,7 @@ double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uin
     return loss;
 }
 
-double llada_sft_loss(llada_model *m, const int32_t *tokens, const uint8_t *masked,
+double llada_sft_loss(dllm_tf *m, const int32_t *tokens, const uint8_t *masked,
                       const double *p, const int32_t *prompt_len, int B, int T, bool backward)
 {
     int32_t *ans_len = dllm_malloc((size_t)(B > 0 ? B : 1) * sizeof(int32_t));

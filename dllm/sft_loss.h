@@ -32,12 +32,12 @@ void sft_draw_mask(dllm_rng *r, int prompt_len, int T, uint8_t *mask, double *p)
  * positions must lie inside the answers. With backward, gradients accumulate
  * into the model's trainable gradients (the caller zeroes). Returns NAN and
  * fills err on bad input. */
-double llada_sft_loss_batch(llada_model *m, const llada_sft_batch *bt, const uint8_t *masked,
+double llada_sft_loss_batch(dllm_tf *m, const llada_sft_batch *bt, const uint8_t *masked,
                             const double *p, bool backward, dllm_err *err);
 
 /* The common case: no padding keys, answer of sequence b = [prompt_len[b], T).
  * Bad input prints its message to stderr and returns NAN. */
-double llada_sft_loss(llada_model *m, const int32_t *tokens, const uint8_t *masked,
+double llada_sft_loss(dllm_tf *m, const int32_t *tokens, const uint8_t *masked,
                       const double *p, const int32_t *prompt_len, int B, int T, bool backward);
 
 #endif

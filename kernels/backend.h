@@ -85,6 +85,13 @@ typedef struct dllm_backend_ops {
     void (*adamw)(dllm_backend *be, float *p, const float *g, float *m, float *v, size_t n,
                   int t, float lr, float b1, float b2, float eps, float wd);
     double (*grad_norm)(dllm_backend *be, const float *g, size_t n);
+
+    /* ---- used by the transformer core (dllm/transformer_fwd.c) ---- */
+    void (*copy)(dllm_backend *be, void *dst, const void *src, size_t bytes); /* be -> be */
+    /* out (N, OC) += bias (OC) on every row */
+    void (*bias_fwd)(dllm_backend *be, float *out, const float *bias, int N, int OC);
+    /* dbias (OC) += sum over the rows of dout (N, OC), rows in order */
+    void (*bias_bwd)(dllm_backend *be, float *dbias, const float *dout, int N, int OC);
 } dllm_backend_ops;
 
 struct dllm_backend {

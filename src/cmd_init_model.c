@@ -88,14 +88,10 @@ int cmd_init_model(int argc, char **argv)
     }
     /* shard like the published checkpoints (about 5 GB per file) */
     int rc;
-    if (qwen) {
-        qwen3_model *m = qwen3_create(&cfg, (uint64_t)seed);
-        rc = qwen3_save(m, dir, st, (size_t)5 << 30, &err);
-        qwen3_free(m);
-    } else {
-        llada_model *m = llada_create(&cfg, (uint64_t)seed);
-        rc = llada_save(m, dir, st, (size_t)5 << 30, &err);
-        llada_free(m);
+    {
+        dllm_tf *m = dllm_tf_create(&cfg, (uint64_t)seed); /* cfg.arch picks the descriptor */
+        rc = dllm_tf_save(m, dir, st, (size_t)5 << 30, &err);
+        dllm_tf_free(m);
     }
     if (!rc && !big) {
         char path[4600];

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static llada_model *model;
+static dllm_tf *model;
 
 static void load_model(void)
 {
@@ -26,12 +26,12 @@ static void load_model(void)
 
 static void free_model(void)
 {
-    llada_free(model);
+    dllm_tf_free(model);
 }
 
 static dllm_lik_cfg lik_cfg(dllm_estimator kind, int mc)
 {
-    const dllm_model_config *mc_ = llada_config(model);
+    const dllm_model_config *mc_ = dllm_tf_config(model);
     dllm_lik_cfg c = {.kind = kind, .mc = mc, .temperature = 1.0, .shrink = 1,
                       .mask_id = mc_->mask_token_id, .vocab = mc_->embedding_size};
     return c;
@@ -223,7 +223,7 @@ END_TEST
 
 START_TEST(trajectory_replays_sampler_probabilities)
 {
-    const dllm_model_config *mc = llada_config(model);
+    const dllm_model_config *mc = dllm_tf_config(model);
     dllm_sampler_cfg sc = {.gen_length = 8, .block_length = 4, .steps = 8, .temperature = 1.0,
                            .remasking = REMASK_RANDOM, .mask_id = mc->mask_token_id,
                            .eos_id = mc->eos_token_id, .eot_id = -1, .vocab = mc->embedding_size};

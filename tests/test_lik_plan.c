@@ -11,17 +11,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static llada_model *model;
+static dllm_tf *model;
 
 static int fwd(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 static void bwd(void *m, const float *dlogits)
 {
-    llada_backward(m, dlogits);
+    dllm_tf_backward(m, dlogits);
 }
 
 static void load_model(void)
@@ -29,17 +29,17 @@ static void load_model(void)
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/llada/tiny", getenv("DLLM_TEST_DATA"));
     dllm_err err = {0};
-    ck_assert_msg(llada_load(&model, dir, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_load(&model, dir, &err) == 0, "%s", err.msg);
 }
 
 static void free_model(void)
 {
-    llada_free(model);
+    dllm_tf_free(model);
 }
 
 static dllm_lik_cfg cfg_of(dllm_estimator kind)
 {
-    const dllm_model_config *mc = llada_config(model);
+    const dllm_model_config *mc = dllm_tf_config(model);
     dllm_lik_cfg c = {.kind = kind, .mc = 4, .shrink = 1, .temperature = 1.0,
                       .mask_id = mc->mask_token_id, .vocab = mc->embedding_size};
     return c;
@@ -146,21 +146,21 @@ static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32
     double w[N] = {0.7, -1.3, 0.4}, u[N * G];
     for (int k = 0; k < N * G; k++)
         u[k] = token_terms ? 0.1 * ((k * 7) % 5 - 2) : NAN;
-    llada_zero_grad(model);
+    dllm_tf_zero_grad(model);
     double seq[N];
     lin_loss ll = {w, token_terms ? u : NULL};
     ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, NULL, &err), 0);
     /* the estimates backward returns are the forward's */
     double ev[N], evt[N * G], bt[N * G];
     ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 8, ev, evt, NULL, NULL, &err), 0);
-    llada_zero_grad(model);
+    dllm_tf_zero_grad(model);
     ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, bt, &err), 0);
     for (int i = 0; i < N; i++)
         ck_assert_msg(fabs(seq[i] - ev[i]) < 1e-5, "backward's estimate %f vs eval's %f", seq[i], ev[i]);
     for (int k = 0; k < N * G; k++)
         ck_assert(isnan(evt[k]) ? isnan(bt[k]) : fabs(bt[k] - evt[k]) < 1e-5);
-    const llada_param *ps;
-    int np = llada_params(model, &ps);
+    const dllm_param *ps;
+    int np = dllm_tf_params(model, &ps);
     double worst = 0;
     for (int j = 0; j < np; j++) {
         size_t n = 1;
@@ -202,7 +202,7 @@ static void check_gradient(dllm_estimator kind, bool token_terms)
  * middle of the backward's chunks. */
 static void check_gradient_holes(dllm_estimator kind)
 {
-    const int M = llada_config(model)->mask_token_id;
+    const int M = dllm_tf_config(model)->mask_token_id;
     const int32_t gv[N * G] = {20, M, 22, 23, M, 25, M, M, M, M, M, M, 32, 33, 34, 35, 36, 37};
     const int16_t sv[N * G] = {0, -1, 1, 3, -1, 4, -1, -1, -1, -1, -1, -1, 5, 4, 3, 2, 1, 0};
     int L[N] = {G, G, 5};
@@ -217,7 +217,7 @@ static void check_gradient_holes(dllm_estimator kind)
  * input error for trajectory. */
 START_TEST(masked_positions_are_not_scored)
 {
-    const int M = llada_config(model)->mask_token_id;
+    const int M = dllm_tf_config(model)->mask_token_id;
     const int32_t g2[N * G] = {20, 21, M, 23, M, 25, M, M, M, M, M, M, 32, 33, 34, 0, 36, M};
     const int32_t full[N * G] = {20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 0, 36, M};
     const int16_t cs2[N * G] = {0, 2, -1, 3, 3, 4, -1, -1, -1, -1, -1, -1, 5, 4, 3, 2, 1, -1};

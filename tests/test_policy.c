@@ -466,8 +466,8 @@ START_TEST(test_qwen3)
     memcpy(wq, wp, n * sizeof(float));
     char *dir = tmpdir();
     ck_assert_msg(dllm_policy_save(q, dir, ST_F32, &err) == 0, "%s", err.msg);
-    qwen3_model *qm;
-    ck_assert_msg(qwen3_load(&qm, dir, &err) == 0, "%s", err.msg);
+    dllm_tf *qm;
+    ck_assert_msg(dllm_tf_load(&qm, dir, &err) == 0, "%s", err.msg);
     dllm_ar_cfg ac = {.max_new_tokens = 6, .temperature = 0.8, .top_p = 0.9,
                       .eos_id = mc->eos_token_id};
     dllm_ar_rollout ar = {0};
@@ -481,7 +481,7 @@ START_TEST(test_qwen3)
     }
     dllm_ar_rollout_free(&ar);
     dllm_rollout_free(&r);
-    qwen3_free(qm);
+    dllm_tf_free(qm);
     static const char *const files[] = {"model.safetensors", "config.json"};
     rm_tree(dir, files, 2);
     free(dir);

@@ -1,22 +1,30 @@
-/* test_precision.c: the precision machinery of the LLaDA model (llada.h,
- * "precision"): the rollout copy (trainer / bf16 / FP8 W8A8) and the bf16
- * trainer.
+/* test_precision.c: the precision machinery of the transformer core
+ * (dllm/precision.h): the rollout copy (trainer / bf16 / FP8 W8A8) and the
+ * bf16 trainer, table-driven over the architectures (LLaDA; Qwen3 with an
+ * untied and a tied head), each at sizes whose 128-blocks have ragged edges.
  *
- *  - rollout "trainer" is bit-identical to llada_forward (fp32 and bf16
+ *  - rollout "trainer" is bit-identical to dllm_tf_forward (fp32 and bf16
  *    trainers, with LoRA), and a rollout forward leaves the trainer's kept
  *    activations intact;
- *  - FP8: the copy's block linears equal op_fp8_linear_fwd on a weight
- *    quantised here from the model's weights (block, channel and tensor
- *    scaling, each with its activation granularity), bit for bit; the logits
- *    differ from fp32 by a small nonzero amount, more for E5M2 than E4M3 and
- *    more than the bf16 copy's;
+ *  - FP8: every layer linear of the copy equals op_fp8_linear_fwd on a weight
+ *    merged and quantised here, independently of the model (block, channel
+ *    and tensor scaling, each with its activation granularity, both formats),
+ *    bit for bit without LoRA and up to a flipped code with it; close to, but
+ *    not, the fp32 product; the logits differ from fp32 by a small nonzero
+ *    amount, more for E5M2 than E4M3 and more than the bf16 copy's;
  *  - bf16: the copy's weights (read back through the linear on unit vectors)
- *    are bf16 numbers within half an ulp of the merged weights;
- *  - sync: a weight change reaches the copy only at the next sync; LoRA is
- *    merged (FP8 logits of a LoRA model equal those of its merged checkpoint);
- *  - bf16 trainer: differs from fp32, its straight-through gradient matches
- *    finite differences of the bf16 forward along random directions;
- *  - parsing of precision names. */
+ *    are the bf16 roundings of the merged weights;
+ *  - the bf16 trainer without LoRA computes the bf16 rollout's logits;
+ *  - sync: a weight or LoRA change reaches the copy only at the next sync;
+ *    LoRA is merged (FP8 logits of a LoRA model equal those of its merged
+ *    checkpoint);
+ *  - bf16 trainer: differs from fp32, its straight-through gradient is close
+ *    to fp32's and matches finite differences of the bf16 forward along
+ *    random directions (also with LoRA); back at fp32 the gradients are the
+ *    fp32 ones bit for bit;
+ *  - parsing of precision names.
+ * What only Qwen3 has (KV-cache decoding at rollout precision, the AR policy
+ * at FP8) is in test_qwen3_precision.c. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,24 +32,43 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dllm/llada.h"
+#include "dllm/transformer.h"
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 
-/* Sizes chosen so that 128-blocks have ragged edges (C = 160, H = 288). */
-static dllm_model_config test_config(void)
+/* The architectures, at sizes chosen so that 128-blocks have ragged edges
+ * (LLaDA C = 160, H = 288; Qwen3 C = 144, H = 272). */
+typedef struct {
+    const char *name;
+    dllm_arch arch;
+    bool tied;
+} arch_case;
+static const arch_case cases[] = {
+    {"llada", DLLM_ARCH_LLADA, false},
+    {"qwen3-untied", DLLM_ARCH_QWEN3, false},
+    {"qwen3-tied", DLLM_ARCH_QWEN3, true},
+};
+enum { NCASE = sizeof cases / sizeof cases[0] };
+
+static dllm_model_config test_config(int k)
 {
     dllm_model_config c;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_config_preset(&c, DLLM_ARCH_LLADA, "tiny", &err), 0);
-    c.d_model = 160;
-    c.n_heads = 5;
-    c.n_kv_heads = 5;
-    c.head_dim = 32;
-    c.mlp_hidden = 288;
-    c.vocab_size = c.embedding_size = 200;
-    c.n_layers = 2;
+    ck_assert_int_eq(dllm_config_preset(&c, cases[k].arch, "tiny", &err), 0);
+    if (cases[k].arch == DLLM_ARCH_LLADA) {
+        c.d_model = 160;
+        c.n_heads = 5;
+        c.n_kv_heads = 5;
+        c.head_dim = 32;
+        c.mlp_hidden = 288;
+        c.vocab_size = c.embedding_size = 200;
+        c.n_layers = 2;
+    } else {
+        c.d_model = 144;
+        c.mlp_hidden = 272;
+        c.weight_tying = cases[k].tied;
+    }
     return c;
 }
 
@@ -52,15 +79,15 @@ static void fill_normal(float *x, size_t n, double std, uint64_t seed)
         x[i] = (float)(std * dllm_rng_normal(&r));
 }
 
-/* A model with LoRA on every linear and nonzero B (so merging matters). */
-static llada_model *make_model(bool lora)
+/* A model of case k; with LoRA on every linear and nonzero B (so merging matters). */
+static dllm_tf *make_model(int k, bool lora)
 {
-    dllm_model_config c = test_config();
-    llada_model *m = llada_create(&c, 7);
+    dllm_model_config c = test_config(k);
+    dllm_tf *m = dllm_tf_create(&c, 7);
     if (lora) {
-        llada_lora_enable(m, 4, 8.0f, LORA_ALL, 3);
-        const llada_param *lp;
-        int n = llada_lora_params(m, &lp);
+        dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 3);
+        const dllm_param *lp;
+        int n = dllm_tf_lora_params(m, &lp);
         for (int i = 0; i < n; i++)
             if (strstr(lp[i].name, "lora_B"))
                 fill_normal(lp[i].data, lp[i].numel, 0.05, 100 + (uint64_t)i);
@@ -81,35 +108,35 @@ static batch make_batch(int V)
     dllm_rng r = dllm_rng_make(5, DLLM_RNG_INIT, 1, 2);
     for (int i = 0; i < B * T; i++) {
         b.tokens[i] = (int32_t)dllm_rng_below(&r, (uint64_t)V);
-        b.keymask[i] = !(i >= T && i < T + 3); /* row 1: three padding keys */
+        b.keymask[i] = !(i >= T && i < T + 3); /* row 1: three (left) padding keys */
     }
     return b;
 }
 
-static llada_precision prec(const char *trainer, const char *rollout, const char *fmt,
+static dllm_precision prec(const char *trainer, const char *rollout, const char *fmt,
                             const char *scaling)
 {
-    llada_precision p;
+    dllm_precision p;
     dllm_err err = {0};
-    ck_assert_msg(llada_precision_parse(&p, trainer, rollout, fmt, scaling, false, &err) == 0,
+    ck_assert_msg(dllm_precision_parse(&p, trainer, rollout, fmt, scaling, false, &err) == 0,
                   "%s", err.msg);
     return p;
 }
 
-static void do_sync(llada_model *m, llada_precision p)
+static void do_sync(dllm_tf *m, dllm_precision p)
 {
     dllm_err err = {0};
     double sec = -1;
-    ck_assert_msg(llada_rollout_sync(m, &p, &sec, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_rollout_sync(m, &p, &sec, &err) == 0, "%s", err.msg);
     ck_assert(sec >= 0);
 }
 
-static float *logits_of(llada_model *m, const batch *b, bool rollout)
+static float *logits_of(dllm_tf *m, const batch *b, bool rollout)
 {
-    int V = llada_config(m)->embedding_size;
+    int V = dllm_tf_config(m)->embedding_size;
     float *lg = dllm_malloc((size_t)B * T * V * sizeof(float));
-    int rc = rollout ? llada_forward_rollout(m, b->tokens, b->keymask, B, T, NULL, 0, lg)
-                     : llada_forward(m, b->tokens, b->keymask, B, T, NULL, 0, lg);
+    int rc = rollout ? dllm_tf_forward_rollout(m, b->tokens, b->keymask, B, T, NULL, 0, lg)
+                     : dllm_tf_forward(m, b->tokens, b->keymask, B, T, NULL, 0, lg);
     ck_assert_int_eq(rc, 0);
     return lg;
 }
@@ -139,26 +166,74 @@ static double rel_rms(const float *a, const float *b, size_t n)
     return sqrt(e / s);
 }
 
+static const dllm_param *find_param(dllm_param const *ps, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ps[i].name, name))
+            return &ps[i];
+    ck_abort_msg("parameter %s missing", name);
+    return NULL;
+}
+
+/* dst (out, in) = W + (alpha/r) B A of linear j of layer l, in double then
+ * rounded to fp32 (independent of the model's own merge). */
+static float *merged(dllm_tf *m, int l, int j, int *o, int *in)
+{
+    const dllm_param *ps;
+    int np = dllm_tf_params(m, &ps);
+    const dllm_arch_desc *ad = dllm_tf_arch(m);
+    char mod[96], nm[160];
+    int np0 = snprintf(mod, sizeof mod, ad->layer_fmt, l);
+    snprintf(mod + np0, sizeof mod - (size_t)np0, "%s", ad->path[j]);
+    snprintf(nm, sizeof nm, "%s.weight", mod);
+    const dllm_param *w = find_param(ps, np, nm);
+    *o = (int)w->shape[0];
+    *in = (int)w->shape[1];
+    float *dst = dllm_malloc(w->numel * sizeof(float));
+    memcpy(dst, w->data, w->numel * sizeof(float));
+    float alpha;
+    int mask, r = dllm_tf_lora_info(m, &alpha, &mask);
+    if (r && ((mask >> j) & 1)) {
+        const dllm_param *ls;
+        int nl = dllm_tf_lora_params(m, &ls);
+        snprintf(nm, sizeof nm, "base_model.model.%s.lora_A.weight", mod);
+        const float *A = find_param(ls, nl, nm)->data;
+        snprintf(nm, sizeof nm, "base_model.model.%s.lora_B.weight", mod);
+        const float *Bm = find_param(ls, nl, nm)->data;
+        for (int a = 0; a < *o; a++)
+            for (int b = 0; b < *in; b++) {
+                double s = 0;
+                for (int k = 0; k < r; k++)
+                    s += (double)Bm[a * r + k] * A[k * *in + b];
+                dst[(size_t)a * *in + b] = (float)((double)w->data[(size_t)a * *in + b] +
+                                                   (double)alpha / r * s);
+            }
+    }
+    return dst;
+}
+
+
+
 /* ---- rollout "trainer" --------------------------------------------------------------- */
 
 START_TEST(test_trainer_rollout_bit_identical)
 {
     for (int bf = 0; bf < 2; bf++) {
-        llada_model *m = make_model(true);
-        batch b = make_batch(llada_config(m)->embedding_size);
-        size_t n = (size_t)B * T * llada_config(m)->embedding_size;
+        dllm_tf *m = make_model(_i, true);
+        batch b = make_batch(dllm_tf_config(m)->embedding_size);
+        size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
         if (bf)
             do_sync(m, prec("bf16", "trainer", NULL, NULL));
         else { /* never synced: the defaults are fp32 + rollout trainer */
-            llada_precision p = llada_get_precision(m);
-            ck_assert(!p.trainer_bf16 && p.rollout == LLADA_ROLLOUT_TRAINER);
+            dllm_precision p = dllm_tf_get_precision(m);
+            ck_assert(!p.trainer_bf16 && p.rollout == DLLM_ROLLOUT_TRAINER);
         }
         float *a = logits_of(m, &b, false), *r = logits_of(m, &b, true);
-        ck_assert_msg(memcmp(a, r, n * sizeof(float)) == 0, "trainer %s: rollout differs",
-                      bf ? "bf16" : "fp32");
+        ck_assert_msg(memcmp(a, r, n * sizeof(float)) == 0, "%s, trainer %s: rollout differs",
+                      cases[_i].name, bf ? "bf16" : "fp32");
         free(a);
         free(r);
-        llada_free(m);
+        dllm_tf_free(m);
     }
 }
 END_TEST
@@ -166,96 +241,107 @@ END_TEST
 /* A rollout forward between a training forward and its backward changes nothing. */
 START_TEST(test_rollout_keeps_trainer_activations)
 {
-    llada_model *m = make_model(true);
+    dllm_tf *m = make_model(_i, true);
     do_sync(m, prec("fp32", "fp8", NULL, NULL));
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size, nt;
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *dl = dllm_malloc(n * sizeof(float));
     fill_normal(dl, n, 1.0, 9);
-    llada_trainable(m, &nt);
+    dllm_tf_trainable(m, &nt);
     float *g1 = dllm_malloc(nt * sizeof(float));
     for (int pass = 0; pass < 2; pass++) {
-        llada_zero_grad(m);
+        dllm_tf_zero_grad(m);
         float *lg = logits_of(m, &b, false);
         if (pass) {
             float *r = logits_of(m, &b, true);
             free(r);
         }
-        llada_backward(m, dl);
+        dllm_tf_backward(m, dl);
         if (!pass)
-            memcpy(g1, llada_grads(m), nt * sizeof(float));
+            memcpy(g1, dllm_tf_grads(m), nt * sizeof(float));
         else
-            ck_assert(memcmp(g1, llada_grads(m), nt * sizeof(float)) == 0);
+            ck_assert(memcmp(g1, dllm_tf_grads(m), nt * sizeof(float)) == 0);
         free(lg);
     }
     free(g1);
     free(dl);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
 /* ---- FP8 ------------------------------------------------------------------------------- */
 
-START_TEST(test_fp8_linear_matches_op)
+/* Every layer linear of the copy against op_fp8_linear_fwd on the weight
+ * merged and quantised here; without LoRA also against the fp32 product. */
+START_TEST(test_fp8_linears)
 {
-    static const char *const scalings[] = {"block", "channel", "tensor"};
-    static const fp8_scaling modes[] = {FP8_SCALE_BLOCK, FP8_SCALE_CHANNEL, FP8_SCALE_TENSOR};
+    static const char *const scal[] = {"block", "channel", "tensor"};
     static const fp8_scaling acts[] = {FP8_SCALE_GROUP, FP8_SCALE_CHANNEL, FP8_SCALE_TENSOR};
-    llada_model *m = make_model(false);
-    const dllm_model_config *c = llada_config(m);
-    const llada_param *ps;
-    int np = llada_params(m, &ps);
-    for (int s = 0; s < 3; s++)
-        for (int f = 0; f < 2; f++) {
-            do_sync(m, prec(NULL, "fp8", f ? "e5m2" : "e4m3", scalings[s]));
-            /* layer 0 q_proj (OC 160, C 160) and layer 1 ff_out (OC 160, C 288) */
-            const char *names[2] = {"model.transformer.blocks.0.q_proj.weight",
-                                    "model.transformer.blocks.1.ff_out.weight"};
-            for (int k = 0; k < 2; k++) {
-                const llada_param *w = NULL;
-                for (int i = 0; i < np; i++)
-                    if (!strcmp(ps[i].name, names[k]))
-                        w = &ps[i];
-                ck_assert_ptr_nonnull(w);
-                int OC = (int)w->shape[0], C = (int)w->shape[1], N = 7;
-                float *x = dllm_malloc((size_t)N * C * sizeof(float));
-                fill_normal(x, (size_t)N * C, 1.0, 11 + (uint64_t)k);
-                x[3] = 40.0f; /* an outlier: group scales differ from the tensor scale */
-                fp8_matrix q = {0};
-                dllm_err err = {0};
-                ck_assert_int_eq(fp8_quantise_weight(&q, w->data, OC, C, f ? FP8_E5M2 : FP8_E4M3,
-                                                     modes[s], false, &err), 0);
-                q.act_scaling = acts[s];
-                float *ref = dllm_malloc((size_t)N * OC * sizeof(float));
-                float *got = dllm_malloc((size_t)N * OC * sizeof(float));
-                op_fp8_linear_fwd(ref, x, &q, N, C, OC);
-                ck_assert_int_eq(llada_rollout_linear(m, k, k ? "ff_out" : "q_proj", x, N, got), 0);
-                ck_assert_msg(memcmp(ref, got, (size_t)N * OC * sizeof(float)) == 0,
-                              "%s %s %s: the copy's linear is not the FP8 GEMM", names[k],
-                              scalings[s], f ? "e5m2" : "e4m3");
-                /* and close to, but not, the fp32 product */
-                op_linear_fwd(ref, x, w->data, N, C, OC);
-                double e = rel_rms(got, ref, (size_t)N * OC);
-                ck_assert_msg(e > 1e-3 && e < (f ? 0.15 : 0.08), "%s %s: relative error %g",
-                              names[k], scalings[s], e);
-                fp8_matrix_free(&q);
-                free(x);
-                free(ref);
-                free(got);
+    static const char *const fmt[] = {"e4m3", "e5m2"};
+    for (int lora = 0; lora < 2; lora++) {
+        dllm_tf *m = make_model(_i, lora);
+        const dllm_arch_desc *ad = dllm_tf_arch(m);
+        for (int si = 0; si < 3; si++)
+            for (int fi = 0; fi < 2; fi++) {
+                dllm_precision p = prec(NULL, "fp8", fmt[fi], scal[si]);
+                do_sync(m, p);
+                for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
+                    for (int j = 0; j < DLLM_NLIN; j++) {
+                        int o, in, N = 5;
+                        const char *name = ad->lora_name[j];
+                        float *w = merged(m, l, j, &o, &in);
+                        float *x = dllm_malloc((size_t)N * in * sizeof(float));
+                        fill_normal(x, (size_t)N * in, 1.0, 100 + (uint64_t)(l * 7 + j));
+                        x[3] = 40.0f; /* an outlier: group scales differ from the tensor scale */
+                        float *got = dllm_malloc((size_t)N * o * sizeof(float));
+                        float *want = dllm_malloc((size_t)N * o * sizeof(float));
+                        ck_assert_int_eq(dllm_tf_rollout_linear(m, l, name, x, N, got), 0);
+                        fp8_matrix q = {0};
+                        dllm_err err = {0};
+                        ck_assert_int_eq(fp8_quantise_weight(&q, w, o, in, p.fp8_format,
+                                                             p.fp8_scaling, false, &err), 0);
+                        q.act_scaling = acts[si];
+                        op_fp8_linear_fwd(want, x, &q, N, in, o);
+                        if (!lora) { /* the same weight bits: the same product */
+                            ck_assert_msg(memcmp(got, want, (size_t)N * o * sizeof(float)) == 0,
+                                          "%s %s %s layer %d %s: the copy's linear is not the "
+                                          "FP8 GEMM", cases[_i].name, scal[si], fmt[fi], l, name);
+                            /* and close to, but not, the fp32 product */
+                            op_linear_fwd(want, x, w, N, in, o);
+                            double e = rel_rms(got, want, (size_t)N * o);
+                            ck_assert_msg(e > 1e-3 && e < (fi ? 0.15 : 0.08),
+                                          "%s %s layer %d %s: relative error %g", cases[_i].name,
+                                          scal[si], l, name, e);
+                        } else { /* the merge's summation order may flip a code */
+                            double rms, d = max_diff(got, want, (size_t)N * o, &rms);
+                            double mx = 0;
+                            for (size_t e = 0; e < (size_t)N * o; e++)
+                                mx = fmax(mx, fabs((double)want[e]));
+                            ck_assert_msg(d <= 0.02 * mx, "%s %s lora layer %d %s: %g of %g",
+                                          cases[_i].name, scal[si], l, name, d, mx);
+                        }
+                        fp8_matrix_free(&q);
+                        free(w);
+                        free(x);
+                        free(got);
+                        free(want);
+                    }
             }
-        }
-    ck_assert_int_eq(llada_rollout_linear(m, 0, "lm_head", NULL, 1, NULL), DLLM_EXIT_INPUT);
-    ck_assert_int_eq(llada_rollout_linear(m, c->n_layers, "q_proj", NULL, 1, NULL),
-                     DLLM_EXIT_INPUT);
-    llada_free(m);
+        float dummy = 0, out;
+        ck_assert_int_eq(dllm_tf_rollout_linear(m, 0, "lm_head", &dummy, 1, &out),
+                         DLLM_EXIT_INPUT);
+        ck_assert_int_eq(dllm_tf_rollout_linear(m, dllm_tf_config(m)->n_layers, "q_proj", &dummy,
+                                                1, &out), DLLM_EXIT_INPUT);
+        dllm_tf_free(m);
+    }
 }
 END_TEST
 
-START_TEST(test_fp8_logits_close_to_fp32)
+START_TEST(test_logits_close_to_fp32)
 {
-    llada_model *m = make_model(true);
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size;
+    dllm_tf *m = make_model(_i, true);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *ref = logits_of(m, &b, false);
     double d[3];
     const char *kinds[3] = {"bf16", "fp8", "fp8"};
@@ -265,64 +351,100 @@ START_TEST(test_fp8_logits_close_to_fp32)
         float *r = logits_of(m, &b, true);
         d[k] = rel_rms(r, ref, n);
         free(r);
+        /* the trainer logits are untouched by the rollout copy */
+        float *t = logits_of(m, &b, false);
+        ck_assert(memcmp(t, ref, n * sizeof(float)) == 0);
+        free(t);
     }
-    printf("rms(logits - fp32) / rms(fp32): bf16 %.3g, fp8 e4m3 %.3g, e5m2 %.3g\n", d[0], d[1],
-           d[2]);
+    printf("%s: rms(logits - fp32) / rms(fp32): bf16 %.3g, fp8 e4m3 %.3g, e5m2 %.3g\n",
+           cases[_i].name, d[0], d[1], d[2]);
     ck_assert(d[0] > 0 && d[1] > 0 && d[2] > 0);
     ck_assert(d[0] < 0.02 && d[1] < 0.15 && d[2] < 0.3); /* small */
     ck_assert(d[0] < d[1] && d[1] < d[2]);           /* bf16 < e4m3 < e5m2 */
     free(ref);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
 /* ---- bf16 copy ------------------------------------------------------------------------- */
 
-START_TEST(test_bf16_copy_representable)
+static bool is_bf16(float x)
 {
-    llada_model *m = make_model(true);
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (u & 0xffffu) == 0;
+}
+
+/* Every layer linear's weight, read back as I W^T (unit vectors), is the bf16
+ * rounding of the merged weight (up to one bf16 step where the fp32 merge
+ * order differs); LoRA visibly changed it. */
+START_TEST(test_bf16_copy_weights)
+{
+    dllm_tf *m = make_model(_i, true);
     do_sync(m, prec(NULL, "bf16", NULL, NULL));
-    const llada_param *ps, *lp;
-    int np = llada_params(m, &ps);
-    int nlp = llada_lora_params(m, &lp);
-    float alpha;
-    int rank = llada_lora_info(m, &alpha, NULL);
-    /* layer 1 up_proj [288, 160]: its weight, read back as I W^T (unit vectors) */
-    const llada_param *w = NULL, *A = NULL, *Bm = NULL;
-    for (int i = 0; i < np; i++)
-        if (!strcmp(ps[i].name, "model.transformer.blocks.1.up_proj.weight"))
-            w = &ps[i];
-    for (int i = 0; i < nlp; i++) {
-        if (!strcmp(lp[i].name, "base_model.model.model.transformer.blocks.1.up_proj.lora_A.weight"))
-            A = &lp[i];
-        if (!strcmp(lp[i].name, "base_model.model.model.transformer.blocks.1.up_proj.lora_B.weight"))
-            Bm = &lp[i];
-    }
-    ck_assert(w && A && Bm);
-    int OC = (int)w->shape[0], C = (int)w->shape[1];
-    float *eye = calloc((size_t)C * C, sizeof(float)), *wt = dllm_malloc((size_t)C * OC * 4);
-    for (int i = 0; i < C; i++)
-        eye[(size_t)i * C + i] = 1.0f;
-    ck_assert_int_eq(llada_rollout_linear(m, 1, "up_proj", eye, C, wt), 0);
-    int changed = 0;
-    for (int o = 0; o < OC; o++)
-        for (int c = 0; c < C; c++) {
-            float v = wt[(size_t)c * OC + o], r = v;
-            op_round_bf16(&r, 1);
-            ck_assert_msg(r == v, "weight (%d, %d) = %.9g is not a bf16 number", o, c, v);
-            double merged = w->data[(size_t)o * C + c];
-            for (int k = 0; k < rank; k++)
-                merged += (double)alpha / rank * Bm->data[(size_t)o * rank + k] *
-                          A->data[(size_t)k * C + c];
-            /* half a bf16 ulp, plus the fp32 merge's own rounding */
-            ck_assert_msg(fabs(v - merged) <= fabs(merged) * (1.0 / 256) + 1e-6 * fabs(w->data[(size_t)o * C + c]) + 1e-9,
-                          "weight (%d, %d): %.9g vs merged %.9g", o, c, v, merged);
-            changed += fabs(merged - w->data[(size_t)o * C + c]) > fabs(merged) / 128;
+    const dllm_param *ps;
+    int np = dllm_tf_params(m, &ps);
+    for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
+        for (int j = 0; j < DLLM_NLIN; j++) {
+            int o, in;
+            const char *name = dllm_tf_arch(m)->lora_name[j];
+            float *w = merged(m, l, j, &o, &in);
+            char wn[160];
+            int k = snprintf(wn, sizeof wn, dllm_tf_arch(m)->layer_fmt, l);
+            snprintf(wn + k, sizeof wn - (size_t)k, "%s.weight", dllm_tf_arch(m)->path[j]);
+            const float *base = find_param(ps, np, wn)->data;
+            float *eye = dllm_calloc((size_t)in * in, sizeof(float));
+            for (int i = 0; i < in; i++)
+                eye[(size_t)i * in + i] = 1.0f;
+            float *cols = dllm_malloc((size_t)in * o * sizeof(float)); // (in, o) = W^T
+            ck_assert_int_eq(dllm_tf_rollout_linear(m, l, name, eye, in, cols), 0);
+            int off = 0, changed = 0;
+            for (int a = 0; a < o; a++)
+                for (int c = 0; c < in; c++) {
+                    float got = cols[(size_t)c * o + a], want = w[(size_t)a * in + c];
+                    ck_assert_msg(is_bf16(got), "%s layer %d %s [%d,%d] %a not bf16",
+                                  cases[_i].name, l, name, a, c, (double)got);
+                    float r = want;
+                    op_round_bf16(&r, 1);
+                    if (got != r) { /* the fp32 merge order: at most one bf16 step (plus
+                                     * the merge's own rounding where it cancels) */
+                        off++;
+                        ck_assert_msg(fabsf(got - r) <= fabsf(r) * 0x1p-7f +
+                                                            1e-6f * fabsf(base[(size_t)a * in + c]) +
+                                                            1e-9f,
+                                      "%s layer %d %s [%d,%d]: %.9g vs %.9g", cases[_i].name, l,
+                                      name, a, c, (double)got, (double)r);
+                    }
+                    changed += fabs((double)want - base[(size_t)a * in + c]) > fabs(want) / 128;
+                }
+            ck_assert_int_le(off, o * in / 100);
+            ck_assert_msg(changed > o * in / 4, "LoRA hardly changed the merged weight (%d)",
+                          changed);
+            free(w);
+            free(eye);
+            free(cols);
         }
-    ck_assert_msg(changed > OC * C / 4, "LoRA hardly changed the merged weight (%d)", changed);
-    free(eye);
-    free(wt);
-    llada_free(m);
+    dllm_tf_free(m);
+}
+END_TEST
+
+/* Without LoRA the bf16 trainer reads the same weights with the same rounding
+ * points as the bf16 rollout copy: the same logits. */
+START_TEST(test_bf16_trainer_is_bf16_rollout)
+{
+    dllm_tf *m = make_model(_i, false);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
+    do_sync(m, prec("fp32", "bf16", NULL, NULL));
+    float *lb = logits_of(m, &b, true);
+    do_sync(m, prec("bf16", "trainer", NULL, NULL));
+    float *ltb = logits_of(m, &b, false), *lrb = logits_of(m, &b, true);
+    ck_assert(memcmp(ltb, lb, n * sizeof(float)) == 0);
+    ck_assert(memcmp(lrb, lb, n * sizeof(float)) == 0);
+    free(lb);
+    free(ltb);
+    free(lrb);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -330,13 +452,13 @@ END_TEST
 
 START_TEST(test_sync_after_weight_change)
 {
-    llada_model *m = make_model(false);
-    llada_precision p = prec(NULL, "fp8", NULL, NULL);
+    dllm_tf *m = make_model(_i, false);
+    dllm_precision p = prec(NULL, "fp8", NULL, NULL);
     do_sync(m, p);
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size, nt;
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *l0 = logits_of(m, &b, true);
-    float *w = llada_trainable(m, &nt);
+    float *w = dllm_tf_trainable(m, &nt);
     for (size_t i = 0; i < nt; i++)
         w[i] *= 1.05f;
     float *l1 = logits_of(m, &b, true);
@@ -344,25 +466,43 @@ START_TEST(test_sync_after_weight_change)
     do_sync(m, p);
     float *l2 = logits_of(m, &b, true);
     ck_assert_msg(memcmp(l0, l2, n * sizeof(float)) != 0, "sync did not rebuild the copy");
+    /* LoRA enabled with B = 0 changes nothing after a sync; a B change only at the next */
+    dllm_tf_lora_enable(m, 4, 8.0f, LORA_V_PROJ | LORA_FF_OUT, 12);
+    do_sync(m, p);
+    float *l3 = logits_of(m, &b, true);
+    ck_assert(memcmp(l3, l2, n * sizeof(float)) == 0);
+    const dllm_param *ls;
+    int nl = dllm_tf_lora_params(m, &ls);
+    for (int i = 0; i < nl; i++)
+        if (strstr(ls[i].name, "lora_B"))
+            fill_normal(ls[i].data, ls[i].numel, 0.05, 13 + (uint64_t)i);
+    float *l4 = logits_of(m, &b, true);
+    ck_assert(memcmp(l4, l3, n * sizeof(float)) == 0); /* the copy has LoRA merged: stale */
+    do_sync(m, p);
+    float *l5 = logits_of(m, &b, true);
+    ck_assert(max_diff(l5, l4, n, NULL) > 1e-4);
     free(l0);
     free(l1);
     free(l2);
-    llada_free(m);
+    free(l3);
+    free(l4);
+    free(l5);
+    dllm_tf_free(m);
 }
 END_TEST
 
 START_TEST(test_sync_merges_lora)
 {
-    llada_model *m = make_model(true);
-    llada_precision p = prec(NULL, "fp8", NULL, NULL);
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size, nl;
+    dllm_tf *m = make_model(_i, true);
+    dllm_precision p = prec(NULL, "fp8", NULL, NULL);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nl;
     /* B = 0: the copy equals the base model's */
-    float *lw = llada_trainable(m, &nl);
+    float *lw = dllm_tf_trainable(m, &nl);
     float *saved = dllm_malloc(nl * sizeof(float));
     memcpy(saved, lw, nl * sizeof(float));
-    const llada_param *lp;
-    int nlp = llada_lora_params(m, &lp);
+    const dllm_param *lp;
+    int nlp = dllm_tf_lora_params(m, &lp);
     for (int i = 0; i < nlp; i++)
         if (strstr(lp[i].name, "lora_B"))
             memset(lp[i].data, 0, lp[i].numel * sizeof(float));
@@ -373,14 +513,14 @@ START_TEST(test_sync_merges_lora)
     float *l1 = logits_of(m, &b, true);
     ck_assert_msg(memcmp(l0, l1, n * sizeof(float)) != 0, "a nonzero LoRA B left the copy alone");
 
-    /* the merged checkpoint (llada_save merges), reloaded without LoRA, gives
+    /* the merged checkpoint (dllm_tf_save merges), reloaded without LoRA, gives
      * the same FP8 copy: the merge is W + (alpha/r) B A */
     char dir[] = "/tmp/dllm_precision_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     dllm_err err = {0};
-    ck_assert_msg(llada_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
-    llada_model *mm;
-    ck_assert_msg(llada_load(&mm, dir, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tf_save(m, dir, ST_F32, 0, &err) == 0, "%s", err.msg);
+    dllm_tf *mm;
+    ck_assert_msg(dllm_tf_load(&mm, dir, &err) == 0, "%s", err.msg);
     do_sync(mm, p);
     float *l2 = logits_of(mm, &b, true);
     ck_assert_msg(memcmp(l1, l2, n * sizeof(float)) == 0,
@@ -395,20 +535,20 @@ START_TEST(test_sync_merges_lora)
     free(l1);
     free(l2);
     free(saved);
-    llada_free(mm);
-    llada_free(m);
+    dllm_tf_free(mm);
+    dllm_tf_free(m);
 }
 END_TEST
 
 /* ---- bf16 trainer ---------------------------------------------------------------------- */
 
 /* loss = sum c * logits (double) at the current weights, after a sync. */
-static double lin_loss(llada_model *m, llada_precision p, const batch *b, const float *c)
+static double lin_loss(dllm_tf *m, dllm_precision p, const batch *b, const float *c)
 {
     do_sync(m, p);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size;
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *lg = dllm_malloc(n * sizeof(float));
-    ck_assert_int_eq(llada_forward_nograd(m, b->tokens, b->keymask, B, T, NULL, 0, lg), 0);
+    ck_assert_int_eq(dllm_tf_forward_nograd(m, b->tokens, b->keymask, B, T, NULL, 0, lg), 0);
     double s = 0;
     for (size_t i = 0; i < n; i++)
         s += (double)c[i] * lg[i];
@@ -422,21 +562,21 @@ static double lin_loss(llada_model *m, llada_precision p, const batch *b, const 
  * leaning on g keep the signal (g.d = |g|^2) far above the bf16 forward's
  * rounding noise, which finite differences of a rounded function always
  * carry. */
-static double fd_error(llada_model *m, llada_precision p, double eps, int ndir)
+static double fd_error(dllm_tf *m, dllm_precision p, double eps, int ndir)
 {
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size, nt;
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *c = dllm_malloc(n * sizeof(float));
     fill_normal(c, n, 1.0, 21);
-    float *w = llada_trainable(m, &nt);
+    float *w = dllm_tf_trainable(m, &nt);
     float *w0 = dllm_malloc(nt * sizeof(float)), *d = dllm_malloc(nt * sizeof(float));
     float *g = dllm_malloc(nt * sizeof(float));
     memcpy(w0, w, nt * sizeof(float));
     do_sync(m, p);
-    llada_zero_grad(m);
+    dllm_tf_zero_grad(m);
     float *lg = logits_of(m, &b, false);
-    llada_backward(m, c);
-    memcpy(g, llada_grads(m), nt * sizeof(float));
+    dllm_tf_backward(m, c);
+    memcpy(g, dllm_tf_grads(m), nt * sizeof(float));
     double gn = 0, wn = 0;
     for (size_t i = 0; i < nt; i++) {
         gn += (double)g[i] * g[i];
@@ -476,9 +616,9 @@ static double fd_error(llada_model *m, llada_precision p, double eps, int ndir)
 
 START_TEST(test_trainer_bf16)
 {
-    llada_model *m = make_model(false);
-    batch b = make_batch(llada_config(m)->embedding_size);
-    size_t n = (size_t)B * T * llada_config(m)->embedding_size;
+    dllm_tf *m = make_model(_i, false);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *l32 = logits_of(m, &b, false);
     do_sync(m, prec("bf16", NULL, NULL, NULL));
     float *l16 = logits_of(m, &b, false);
@@ -491,44 +631,52 @@ START_TEST(test_trainer_bf16)
 
     /* the straight-through gradient is close to the fp32 gradient, not equal */
     size_t nt;
-    llada_trainable(m, &nt);
+    dllm_tf_trainable(m, &nt);
     float *c = dllm_malloc(n * sizeof(float)), *g32 = dllm_malloc(nt * sizeof(float));
     fill_normal(c, n, 1.0, 21);
     for (int bf = 0; bf < 2; bf++) {
         do_sync(m, prec(bf ? "bf16" : "fp32", NULL, NULL, NULL));
-        llada_zero_grad(m);
+        dllm_tf_zero_grad(m);
         float *lg = logits_of(m, &b, false);
-        llada_backward(m, c);
+        dllm_tf_backward(m, c);
         if (!bf)
-            memcpy(g32, llada_grads(m), nt * sizeof(float));
+            memcpy(g32, dllm_tf_grads(m), nt * sizeof(float));
         free(lg);
     }
-    double eg = rel_rms(llada_grads(m), g32, nt);
-    printf("bf16 straight-through gradient vs fp32 gradient: relative rms %.3g\n", eg);
+    double eg = rel_rms(dllm_tf_grads(m), g32, nt);
+    printf("%s: bf16 straight-through gradient vs fp32 gradient: relative rms %.3g\n",
+           cases[_i].name, eg);
     ck_assert(eg > 0 && eg < 0.05);
+    /* back to fp32: the master weights were never rounded, the gradients are fp32's */
+    do_sync(m, prec("fp32", NULL, NULL, NULL));
+    dllm_tf_zero_grad(m);
+    float *lg32 = logits_of(m, &b, false);
+    dllm_tf_backward(m, c);
+    ck_assert(memcmp(g32, dllm_tf_grads(m), nt * sizeof(float)) == 0);
+    free(lg32);
     free(c);
     free(g32);
 
     double e32 = fd_error(m, prec("fp32", NULL, NULL, NULL), 3e-5, 3);
     double e16 = fd_error(m, prec("bf16", NULL, NULL, NULL), 3e-4, 3);
-    printf("directional derivative vs finite differences: fp32 %.2e, bf16 straight-through %.2e\n",
-           e32, e16);
+    printf("%s: directional derivative vs finite differences: fp32 %.2e, bf16 "
+           "straight-through %.2e\n", cases[_i].name, e32, e16);
     ck_assert_msg(e32 < 1e-3, "fp32 gradient vs finite differences: %g", e32);
     ck_assert_msg(e16 < 2e-2, "bf16 straight-through gradient vs finite differences: %g", e16);
     free(l32);
     free(l16);
     free(l32b);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
 START_TEST(test_trainer_bf16_lora)
 {
-    llada_model *m = make_model(true);
+    dllm_tf *m = make_model(_i, true);
     double e16 = fd_error(m, prec("bf16", "fp8", NULL, NULL), 3e-3, 3);
-    printf("LoRA, bf16 trainer: directional derivative error %.2e\n", e16);
+    printf("%s: LoRA, bf16 trainer: directional derivative error %.2e\n", cases[_i].name, e16);
     ck_assert_msg(e16 < 3e-2, "bf16 straight-through LoRA gradient vs finite differences: %g", e16);
-    llada_free(m);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -536,15 +684,15 @@ END_TEST
 
 START_TEST(test_parse)
 {
-    llada_precision p;
+    dllm_precision p;
     dllm_err err = {0};
-    ck_assert_int_eq(llada_precision_parse(&p, NULL, NULL, NULL, NULL, false, &err), 0);
-    ck_assert(!p.trainer_bf16 && p.rollout == LLADA_ROLLOUT_TRAINER && p.fp8_format == FP8_E4M3 &&
+    ck_assert_int_eq(dllm_precision_parse(&p, NULL, NULL, NULL, NULL, false, &err), 0);
+    ck_assert(!p.trainer_bf16 && p.rollout == DLLM_ROLLOUT_TRAINER && p.fp8_format == FP8_E4M3 &&
               p.fp8_scaling == FP8_SCALE_BLOCK && !p.fp8_pow2_scale);
-    ck_assert_int_eq(llada_precision_parse(&p, "bf16", "fp8", "e5m2", "tensor", true, &err), 0);
-    ck_assert(p.trainer_bf16 && p.rollout == LLADA_ROLLOUT_FP8 && p.fp8_format == FP8_E5M2 &&
+    ck_assert_int_eq(dllm_precision_parse(&p, "bf16", "fp8", "e5m2", "tensor", true, &err), 0);
+    ck_assert(p.trainer_bf16 && p.rollout == DLLM_ROLLOUT_FP8 && p.fp8_format == FP8_E5M2 &&
               p.fp8_scaling == FP8_SCALE_TENSOR && p.fp8_pow2_scale);
-    ck_assert_str_eq(llada_rollout_name(p.rollout), "fp8");
+    ck_assert_str_eq(dllm_rollout_name(p.rollout), "fp8");
     struct {
         const char *t, *r, *f, *s, *word;
     } bad[] = {{"fp16", NULL, NULL, NULL, "fp16"},  {NULL, "int8", NULL, NULL, "int8"},
@@ -552,16 +700,16 @@ START_TEST(test_parse)
                {NULL, "fp8", NULL, "rows", "rows"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = (dllm_err){0};
-        ck_assert_int_eq(llada_precision_parse(&p, bad[i].t, bad[i].r, bad[i].f, bad[i].s, false,
+        ck_assert_int_eq(dllm_precision_parse(&p, bad[i].t, bad[i].r, bad[i].f, bad[i].s, false,
                                                &err), DLLM_EXIT_INPUT);
         ck_assert_msg(strstr(err.msg, bad[i].word), "message '%s' does not name '%s'", err.msg,
                       bad[i].word);
     }
-    llada_model *m = make_model(false);
+    dllm_tf *m = make_model(0, false);
     p = prec(NULL, "fp8", NULL, NULL);
     p.fp8_scaling = FP8_SCALE_GROUP; /* not a weight scaling */
-    ck_assert_int_eq(llada_rollout_sync(m, &p, NULL, &err), DLLM_EXIT_INPUT);
-    llada_free(m);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), DLLM_EXIT_INPUT);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -570,15 +718,16 @@ int main(void)
     Suite *s = suite_create("precision");
     TCase *c = tcase_create("core");
     tcase_set_timeout(c, 300);
-    tcase_add_test(c, test_trainer_rollout_bit_identical);
-    tcase_add_test(c, test_rollout_keeps_trainer_activations);
-    tcase_add_test(c, test_fp8_linear_matches_op);
-    tcase_add_test(c, test_fp8_logits_close_to_fp32);
-    tcase_add_test(c, test_bf16_copy_representable);
-    tcase_add_test(c, test_sync_after_weight_change);
-    tcase_add_test(c, test_sync_merges_lora);
-    tcase_add_test(c, test_trainer_bf16);
-    tcase_add_test(c, test_trainer_bf16_lora);
+    tcase_add_loop_test(c, test_trainer_rollout_bit_identical, 0, NCASE);
+    tcase_add_loop_test(c, test_rollout_keeps_trainer_activations, 0, NCASE);
+    tcase_add_loop_test(c, test_fp8_linears, 0, NCASE);
+    tcase_add_loop_test(c, test_logits_close_to_fp32, 0, NCASE);
+    tcase_add_loop_test(c, test_bf16_copy_weights, 0, NCASE);
+    tcase_add_loop_test(c, test_bf16_trainer_is_bf16_rollout, 0, NCASE);
+    tcase_add_loop_test(c, test_sync_after_weight_change, 0, NCASE);
+    tcase_add_loop_test(c, test_sync_merges_lora, 0, NCASE);
+    tcase_add_loop_test(c, test_trainer_bf16, 0, NCASE);
+    tcase_add_loop_test(c, test_trainer_bf16_lora, 0, NCASE);
     tcase_add_test(c, test_parse);
     suite_add_tcase(s, c);
     SRunner *sr = srunner_create(s);

@@ -61,7 +61,7 @@ static void teardown(void)
 static int fwd(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
 enum { NB = 8, NP = 6, NG = 16 };
@@ -72,10 +72,10 @@ START_TEST(holey_rollouts_are_estimated)
     for (int s = 1; s <= 3; s++) {
         char dir[128];
         snprintf(dir, sizeof dir, "%s/m%d", tmp, s);
-        llada_model *m = NULL;
+        dllm_tf *m = NULL;
         dllm_err err = {0};
-        ck_assert_msg(llada_load(&m, dir, &err) == 0, "%s", err.msg);
-        const dllm_model_config *mc = llada_config(m);
+        ck_assert_msg(dllm_tf_load(&m, dir, &err) == 0, "%s", err.msg);
+        const dllm_model_config *mc = dllm_tf_config(m);
         int32_t prompts[NB * NP];
         for (int i = 0; i < NB * NP; i++)
             prompts[i] = 3 + (i * 7 + s) % 20;
@@ -111,7 +111,7 @@ START_TEST(holey_rollouts_are_estimated)
         }
         dllm_rollout_free(&ro);
         dllm_rollout_free(&rf);
-        llada_free(m);
+        dllm_tf_free(m);
     }
     ck_assert_msg(holes_total > 0, "no rollout left a position masked: the test exercises nothing");
 }
@@ -181,11 +181,11 @@ START_TEST(train_from_fresh_models)
     fclose(f);
     char dir[128];
     snprintf(dir, sizeof dir, "%s/m1", tmp);
-    llada_model *m = NULL;
+    dllm_tf *m = NULL;
     dllm_err err = {0};
-    ck_assert_msg(llada_load(&m, dir, &err) == 0, "%s", err.msg);
-    const int mask_id = llada_config(m)->mask_token_id;
-    llada_free(m);
+    ck_assert_msg(dllm_tf_load(&m, dir, &err) == 0, "%s", err.msg);
+    const int mask_id = dllm_tf_config(m)->mask_token_id;
+    dllm_tf_free(m);
     /* each estimator at the sequence level, and one_step's token-level ratio
      * and weights (holes are NaN tokens there) */
     const char *est[4] = {"trajectory", "elbo", "one_step", "one_step"};

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static llada_model *model;
+static dllm_tf *model;
 
 static void load_model(void)
 {
@@ -23,12 +23,12 @@ static void load_model(void)
 
 static void free_model(void)
 {
-    llada_free(model);
+    dllm_tf_free(model);
 }
 
 static dllm_sampler_cfg base_cfg(void)
 {
-    const dllm_model_config *mc = llada_config(model);
+    const dllm_model_config *mc = dllm_tf_config(model);
     dllm_sampler_cfg c = {.gen_length = 8, .block_length = 4, .steps = 4, .temperature = 0,
                           .remasking = REMASK_LOW_CONFIDENCE, .mask_id = mc->mask_token_id,
                           .eos_id = mc->eos_token_id, .eot_id = -1, .vocab = mc->embedding_size};
@@ -101,7 +101,7 @@ END_TEST
 
 /* A model whose mask-id logit is raised by `bias`, as the golden script's. */
 typedef struct {
-    llada_model *m;
+    dllm_tf *m;
     float bias;
     int mask_id, V;
 } biased_model;
@@ -110,7 +110,7 @@ static int biased_logits(void *ctx, const int32_t *tokens, const uint8_t *keymas
                          const int32_t *rows, int n_rows, float *logits)
 {
     biased_model *bm = ctx;
-    int rc = llada_forward(bm->m, tokens, keymask, B, T, rows, n_rows, logits);
+    int rc = dllm_tf_forward(bm->m, tokens, keymask, B, T, rows, n_rows, logits);
     for (int r = 0; r < n_rows && !rc; r++)
         logits[(size_t)r * bm->V + bm->mask_id] += bm->bias;
     return rc;
@@ -152,8 +152,8 @@ START_TEST(mask_commits_match_reference)
     for (size_t i = 0; i < json_array_size(cases); i++) {
         json_t *c = json_array_get(cases, i);
         const char *name = json_string_value(json_object_get(c, "name"));
-        llada_model *m = tu_load_llada(json_string_value(json_object_get(c, "model")));
-        const dllm_model_config *mc = llada_config(m);
+        dllm_tf *m = tu_load_llada(json_string_value(json_object_get(c, "model")));
+        const dllm_model_config *mc = dllm_tf_config(m);
         biased_model bm = {m, (float)json_real_value(json_object_get(c, "mask_bias")), mc->mask_token_id,
                            mc->embedding_size};
         int B, P, B2, T;
@@ -193,7 +193,7 @@ START_TEST(mask_commits_match_reference)
         for (int b = 0; b < B; b++)
             ck_assert_msg(check_record(&r, &sc, b) == 0, "%s: forbid left a position masked", name);
         dllm_rollout_free(&r);
-        llada_free(m);
+        dllm_tf_free(m);
         free(prompt);
         free(want);
         free(am);

@@ -6,6 +6,7 @@
 
 #include "dllm/llada.h"
 #include "dllm/safetensors.h"
+#include "kernels/ops.h"
 
 #include <check.h>
 #include <jansson.h>
@@ -77,21 +78,97 @@ static inline st_archive *tu_open_archive(const char *rel)
     return a;
 }
 
-static inline llada_model *tu_load_llada(const char *rel)
+static inline dllm_tf *tu_load_llada(const char *rel)
 {
     char *dir = tu_data_path(rel);
-    llada_model *m = NULL;
+    dllm_tf *m = NULL;
     dllm_err err = {0};
-    ck_assert_msg(llada_load(&m, dir, &err) == 0, "load %s: %s", dir, err.msg);
+    ck_assert_msg(dllm_tf_load(&m, dir, &err) == 0, "load %s: %s", dir, err.msg);
     free(dir);
     return m;
 }
 
-/* The LLaDA forward as a dllm_logits_fn (context: the llada_model). */
+/* The LLaDA forward as a dllm_logits_fn (context: the dllm_tf). */
 static inline int tu_llada_logits(void *m, const int32_t *tokens, const uint8_t *keymask, int B,
                                   int T, const int32_t *rows, int n_rows, float *logits)
 {
-    return llada_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+    return dllm_tf_forward(m, tokens, keymask, B, T, rows, n_rows, logits);
+}
+
+/* max |a - b| over n (NaN counts as a mismatch: infinity). */
+static inline double tu_max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= d))
+            d = isnan(e) ? INFINITY : e;
+    }
+    return d;
+}
+
+static inline double tu_max_abs(const float *a, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fabs((double)a[i]) > d ? fabs((double)a[i]) : d;
+    return d;
+}
+
+/* A fresh directory under /tmp (malloc'd name) and its removal. */
+static inline char *tu_make_tmpdir(void)
+{
+    char *t = dllm_strdup("/tmp/dllm-test-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(t));
+    return t;
+}
+
+static inline void tu_rm_rf(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Mean cross-entropy of targets [R] at the logits rows [R] of a forward over
+ * tokens [B,T] (log-softmax in double, so finite differences see little
+ * rounding); with backward, the forward keeps activations and the loss's
+ * gradient is accumulated into the model. */
+static inline double tu_rows_xent(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask,
+                                  int B, int T, const int32_t *rows, const int32_t *targets, int R,
+                                  bool backward)
+{
+    int V = dllm_tf_config(m)->embedding_size;
+    float *lg = dllm_malloc((size_t)R * V * sizeof(float));
+    int rc = backward ? dllm_tf_forward(m, tokens, keymask, B, T, rows, R, lg)
+                      : dllm_tf_forward_nograd(m, tokens, keymask, B, T, rows, R, lg);
+    ck_assert_int_eq(rc, 0);
+    double loss = 0;
+    for (int r = 0; r < R; r++) {
+        const float *z = lg + (size_t)r * V;
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++)
+            mx = z[j] > mx ? z[j] : mx;
+        for (int j = 0; j < V; j++)
+            s += exp((double)z[j] - mx);
+        loss -= ((double)z[targets[r]] - mx - log(s)) / R;
+    }
+    if (backward) {
+        float *logp = dllm_malloc((size_t)R * sizeof(float)), *lse = dllm_malloc(R * sizeof(float));
+        float *dlogp = dllm_malloc((size_t)R * sizeof(float));
+        float *dl = dllm_calloc((size_t)R * V, sizeof(float));
+        op_xent_fwd(logp, lse, lg, targets, R, V);
+        for (int r = 0; r < R; r++)
+            dlogp[r] = -1.0f / (float)R;
+        op_xent_bwd(dl, dlogp, lg, lse, targets, R, V);
+        dllm_tf_backward(m, dl);
+        free(logp);
+        free(lse);
+        free(dlogp);
+        free(dl);
+    }
+    free(lg);
+    return loss;
 }
 
 #endif

@@ -163,6 +163,28 @@ static double cpu_grad_norm(dllm_backend *be, const float *g, size_t n)
     return op_grad_norm(g, n);
 }
 
+static void cpu_bias_fwd(dllm_backend *be, float *out, const float *bias, int N, int OC)
+{
+    (void)be;
+#pragma omp parallel for if ((long)N * OC > 65536)
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++)
+            out[(size_t)n * OC + o] += bias[o];
+}
+/* Column sums, each column over the rows in order (deterministic for any
+ * thread count). */
+static void cpu_bias_bwd(dllm_backend *be, float *dbias, const float *dout, int N, int OC)
+{
+    (void)be;
+#pragma omp parallel for if ((long)N * OC > 65536)
+    for (int o = 0; o < OC; o++) {
+        float acc = 0.0f;
+        for (int n = 0; n < N; n++)
+            acc += dout[(size_t)n * OC + o];
+        dbias[o] += acc;
+    }
+}
+
 static const dllm_backend_ops cpu_ops = {
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
     .memset0 = cpu_memset0, .sync = cpu_sync,
@@ -177,6 +199,7 @@ static const dllm_backend_ops cpu_ops = {
     .xent_fwd = cpu_xent_fwd, .xent_bwd = cpu_xent_bwd,
     .round_bf16 = cpu_round_bf16, .add = cpu_add,
     .adamw = cpu_adamw, .grad_norm = cpu_grad_norm,
+    .copy = cpu_copy, .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
 };
 
 static dllm_backend cpu_backend = {

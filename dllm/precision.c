@@ -1,0 +1,60 @@
+/* precision.c: parsing and naming of the trainer / rollout precision (precision.h). */
+#include "dllm/precision.h"
+
+#include <string.h>
+
+const char *dllm_rollout_name(dllm_rollout_kind k)
+{
+    return k == DLLM_ROLLOUT_BF16 ? "bf16" : k == DLLM_ROLLOUT_FP8 ? "fp8" : "trainer";
+}
+
+dllm_precision dllm_precision_default(void)
+{
+    return (dllm_precision){.trainer_bf16 = false, .rollout = DLLM_ROLLOUT_TRAINER,
+                            .fp8_format = FP8_E4M3, .fp8_scaling = FP8_SCALE_BLOCK};
+}
+
+int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rollout,
+                         const char *format, const char *scaling, bool pow2_scale,
+                         dllm_err *err)
+{
+    *p = dllm_precision_default();
+    p->fp8_pow2_scale = pow2_scale;
+    if (trainer && *trainer) {
+        if (!strcmp(trainer, "bf16"))
+            p->trainer_bf16 = true;
+        else if (strcmp(trainer, "fp32"))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "trainer precision '%s': expected fp32 or bf16", trainer);
+    }
+    if (rollout && *rollout) {
+        if (!strcmp(rollout, "bf16"))
+            p->rollout = DLLM_ROLLOUT_BF16;
+        else if (!strcmp(rollout, "fp8"))
+            p->rollout = DLLM_ROLLOUT_FP8;
+        else if (strcmp(rollout, "trainer"))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "rollout precision '%s': expected trainer, bf16 or fp8", rollout);
+    }
+    if (format && *format && fp8_format_parse(format, &p->fp8_format, err))
+        return dllm_err_prefix(err, "rollout.fp8.format");
+    if (scaling && *scaling) {
+        if (fp8_scaling_parse(scaling, &p->fp8_scaling, err) ||
+            p->fp8_scaling == FP8_SCALE_GROUP)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "rollout.fp8.scaling '%s': expected block, channel or tensor "
+                                "(the weights' scaling; activations follow it)", scaling);
+    }
+    return 0;
+}
+
+int dllm_precision_check(const dllm_precision *p, const char *where, dllm_err *err)
+{
+    if ((unsigned)p->rollout > DLLM_ROLLOUT_FP8 || (unsigned)p->fp8_format > FP8_E5M2 ||
+        (p->fp8_scaling != FP8_SCALE_BLOCK && p->fp8_scaling != FP8_SCALE_CHANNEL &&
+         p->fp8_scaling != FP8_SCALE_TENSOR))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: bad precision (rollout %d, fp8 format %d, scaling %d)", where,
+                            (int)p->rollout, (int)p->fp8_format, (int)p->fp8_scaling);
+    return 0;
+}

@@ -1,0 +1,131 @@
+/* transformer.h: the transformer core -- one implementation of the model
+ * family described by dllm/arch.h (LLaDA, Qwen3, ...), fp32 master weights
+ * with a bf16 trainer option and bf16 / FP8 rollout copies (dllm/precision.h),
+ * LoRA, forward (train / nograd / rollout) and backward, named parameters in
+ * the HF / PEFT layout. Every op runs through the model's backend
+ * (kernels/backend.h).
+ *
+ * Parameters live in one allocation carved into named pointers (torch layout
+ * [out, in], HF state_dict order as the descriptor gives it). With LoRA
+ * enabled the base weights are frozen and the trainable vector is the LoRA
+ * A/B matrices only; otherwise it is every parameter. Gradients accumulate
+ * across dllm_tf_backward calls until dllm_tf_zero_grad.
+ *
+ * The backend is the CPU's for now, whose memory is the host's: parameters,
+ * gradients, LoRA matrices and activations are host allocations, and the
+ * precision copies (bf16 rounding, FP8 quantisation), the RoPE table and the
+ * token / position inputs are built on the host; a device backend needs
+ * those uploaded (or built by ops of its own). */
+#ifndef DLLM_TRANSFORMER_H
+#define DLLM_TRANSFORMER_H
+
+#include "dllm/arch.h"
+#include "dllm/model_config.h"
+#include "dllm/precision.h"
+#include "dllm/safetensors.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dllm_tf dllm_tf;
+
+/* One named parameter (HF / PEFT name), for checkpoints, adapters and tests. */
+typedef struct {
+    char name[96];    /* "model.transformer.blocks.0.q_proj.weight" or the PEFT
+                         "base_model.model.model.transformer.blocks.0.q_proj.lora_A.weight" */
+    float *data;      /* inside the model's one parameter allocation */
+    float *grad;      /* inside the gradient allocation; NULL when frozen (base
+                         weights under LoRA) or not yet allocated (gradients are
+                         allocated by the first dllm_tf_grads, dllm_tf_zero_grad
+                         or dllm_tf_backward) */
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* torch layout: [out, in] */
+    size_t numel;
+} dllm_param;
+
+/* Random initialisation of cfg's architecture (dllm_arch_get(cfg->arch)):
+ * norms 1, everything else N(0, 0.02), deterministic for a seed (one stream
+ * per tensor and chunk, so independent of the thread count). */
+dllm_tf *dllm_tf_create(const dllm_model_config *cfg, uint64_t seed);
+/* The same for an explicit descriptor (an architecture not in model_config). */
+dllm_tf *dllm_tf_create_arch(const dllm_arch_desc *a, const dllm_model_config *cfg,
+                             uint64_t seed);
+/* 0 if cfg has the sizes the descriptor needs; else an input error naming `where`. */
+int dllm_tf_check_config(const dllm_arch_desc *a, const dllm_model_config *cfg,
+                         const char *where, dllm_err *err);
+/* Loads DIR (config.json + safetensors, single or sharded; any supported
+ * dtype); config.json's model_type picks the architecture. A tied checkpoint
+ * that still carries the head tensor is read through the embedding. */
+int dllm_tf_load(dllm_tf **out, const char *dir, dllm_err *err);
+/* The same with the architecture given (NULL: model_type's), for a
+ * descriptor model_config does not name; config.json supplies the sizes. */
+int dllm_tf_load_arch(dllm_tf **out, const dllm_arch_desc *a, const char *dir, dllm_err *err);
+/* Writes DIR/config.json + safetensors in the HF layout (no head tensor when
+ * tied), dtype ST_F32 or ST_BF16, sharded above max_shard_bytes (0 = one
+ * file). With LoRA the merged weights are written. */
+int dllm_tf_save(const dllm_tf *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
+                 dllm_err *err);
+void dllm_tf_free(dllm_tf *m);
+const dllm_model_config *dllm_tf_config(const dllm_tf *m);
+const dllm_arch_desc *dllm_tf_arch(const dllm_tf *m);
+
+/* LoRA on the targets in `mask` (LORA_* bits): W' = W + (alpha/rank) B A,
+ * A [rank, in] ~ kaiming-uniform as PEFT, B [out, rank] = 0. rank <= 0 or
+ * mask 0: off. Only layer linears carry adapters, never the head. */
+void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t seed);
+
+/* Trainable parameters and their gradients, contiguous (for the optimizer). */
+float *dllm_tf_trainable(dllm_tf *m, size_t *n);
+float *dllm_tf_grads(dllm_tf *m);
+void dllm_tf_zero_grad(dllm_tf *m);
+
+/* Forward over tokens [B,T] (keymask [B,T], 1 = real token, NULL = all real;
+ * left padding for the archs counting real tokens for RoPE). Logits [n_rows,
+ * V] (V = embedding_size) only for the flat rows (b*T + t) listed in rows
+ * (NULL: all B*T rows) -- exact, and it saves most of the head's cost.
+ * Activations are kept for dllm_tf_backward. The signature of dllm_logits_fn. */
+int dllm_tf_forward(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                    const int32_t *rows, int n_rows, float *logits);
+/* The same logits, keeping nothing for backward: one layer of activations
+ * instead of L (rollouts, scoring). A following dllm_tf_backward is an error. */
+int dllm_tf_forward_nograd(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                           int T, const int32_t *rows, int n_rows, float *logits);
+/* Forward-only at rollout numerics (nograd-style memory, in buffers of its
+ * own: the trainer's kept activations survive it). */
+int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                            int T, const int32_t *rows, int n_rows, float *logits);
+/* Backward of the last dllm_tf_forward: dlogits [n_rows, V]; accumulates into
+ * the gradients (tied: the head's part lands in the embedding's gradient). */
+void dllm_tf_backward(dllm_tf *m, const float *dlogits);
+/* Number of activation floats kept for backward at the last forward's size. */
+size_t dllm_tf_activation_floats(const dllm_tf *m);
+
+/* ---- named parameters ---- */
+/* The base parameters in HF order; *out points into the model. Returns the count. */
+int dllm_tf_params(dllm_tf *m, const dllm_param **out);
+/* The LoRA parameters (A then B per targeted linear, layer by layer, PEFT
+ * names); returns 0 (and *out = NULL) when LoRA is off. */
+int dllm_tf_lora_params(dllm_tf *m, const dllm_param **out);
+/* LoRA settings of m: returns the rank (0 = off); alpha and mask may be NULL. */
+int dllm_tf_lora_info(const dllm_tf *m, float *alpha, int *mask);
+/* PEFT adapter file <-> the enabled LoRA parameters (F32, every tensor present). */
+int dllm_tf_lora_load(dllm_tf *m, const char *path, dllm_err *err);
+int dllm_tf_lora_save(const dllm_tf *m, const char *path, dllm_err *err);
+
+/* ---- precision (dllm/precision.h) ---- */
+/* Applies p and (re)builds the trainer's bf16 copy and the rollout copy from
+ * the current weights. Call it after every weight change (optimizer step,
+ * adapter load, LoRA enable) when the trainer is bf16 or the rollout is not
+ * "trainer". *seconds (may be NULL) receives its wall time. A model never
+ * synced computes at fp32 with rollout "trainer". */
+int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, dllm_err *err);
+/* The precision last applied by dllm_tf_rollout_sync. */
+dllm_precision dllm_tf_get_precision(const dllm_tf *m);
+/* One layer linear of the rollout copy on its own: out (N, out) = linear
+ * `name` (a LoRA target name of the arch) of `layer` applied to inp (N, in),
+ * exactly as dllm_tf_forward_rollout computes it (for tests and benchmarks;
+ * without the bias). Returns DLLM_EXIT_INPUT for an unknown name or layer. */
+int dllm_tf_rollout_linear(dllm_tf *m, int layer, const char *name, const float *inp, int N,
+                           float *out);
+
+#endif

@@ -1,0 +1,465 @@
+/* transformer_fwd.c: forward and backward of the transformer core
+ * (transformer.h), every op through the model's backend.
+ *
+ *   x_0 = embed[tokens]                                         (N, C), N = B*T
+ *   layer l:  n1 = attn_norm(x_l)
+ *             q = RoPE([q_norm](q_proj n1 [+ q_bias])), k likewise, v = v_proj n1 [+ v_bias]
+ *             y = softmax(q k^T / sqrt(HD) [+ causal] + keymask) v    (GQA)
+ *             h = x_l + o_proj y
+ *             n2 = mlp_norm(h);  s = silu(gate_proj n2) * up_proj n2
+ *             x_{l+1} = h + down_proj s
+ *   logits[r] = head(final_norm(x_L[hrow(r)]))     only the requested rows;
+ *             hrow(r) = rows[r], or with shifted logits the position before it
+ *             in its sequence (the first position reads itself)
+ * (the bracketed parts as the descriptor says, dllm/arch.h).
+ *
+ * Gradient convention (as kernels/ops.h): parameter gradients accumulate (+=)
+ * across dllm_tf_backward calls until dllm_tf_zero_grad; activation gradients
+ * are scratch, zeroed here before each op that accumulates into them. Tied:
+ * the head's gradient and the embedding's land in the one embedding gradient.
+ *
+ * LoRA on a layer linear: out = x W^T + (alpha/r) (x A^T) B^T, A (r, in),
+ * B (out, r). With LoRA on, base weights are frozen (no dW is computed) and
+ * only A, B are trainable. The head never carries LoRA.
+ *
+ * Precision: a forward reads its weights through a view (transformer_view.c)
+ * that also says where linear inputs are rounded to bf16; rounding is applied
+ * in place to the saved linear inputs (n1, y, n2, s, nf), which serve nothing
+ * but those linears, so the backward sees the rounded values. The backward
+ * reads the trainer view's weights (the rounded ones under a bf16 trainer:
+ * straight-through). */
+#include "dllm/transformer_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPS (m->be->ops)
+
+/* ---- activations ------------------------------------------------------------------ */
+
+void tf_acts_free(tf_acts *a)
+{
+    void *bufs[] = {a->tokens, a->keymask, a->pos, a->rows, a->hrows, a->resid, a->n1,
+                    a->rstd1, a->qr, a->rstdq, a->q, a->kr, a->rstdk, a->k, a->v, a->att,
+                    a->y, a->h, a->n2, a->rstd2, a->g, a->u, a->s, a->xa, a->xr, a->nf,
+                    a->rstdf, a->dx, a->dh, a->dn, a->dq, a->dy, a->dqr, a->dk, a->dv,
+                    a->dkr, a->dg, a->du, a->ds, a->dxa, a->dxr, a->dnf};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    memset(a, 0, sizeof *a);
+}
+
+/* Sizes the buffers for B*T rows, R head rows and `layers` layers of kept
+ * activations (L for training, 1 for a forward without backward, whose
+ * residual stream alternates between two slots). */
+void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
+{
+    size_t N = (size_t)B * T, natt = OPS->attn_state_floats(m->be, B, T, m->NH);
+    if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
+        layers <= a->capL)
+        return;
+    size_t capN = N > a->capN ? N : a->capN;
+    size_t capAtt = natt > a->capAtt ? natt : a->capAtt;
+    size_t capR = (size_t)R > a->capR ? (size_t)R : a->capR;
+    int capL = layers > a->capL ? layers : a->capL;
+    tf_acts_free(a);
+    a->capN = capN;
+    a->capAtt = capAtt;
+    a->capR = capR;
+    a->capL = capL;
+    size_t L = (size_t)capL, C = (size_t)m->C, H = (size_t)m->H;
+    size_t QD = (size_t)m->QD, KD = (size_t)m->KD, r = (size_t)m->lora_rank;
+    bool qkn = m->arch->qk_norm;
+    a->tokens = dllm_malloc(capN * sizeof(int32_t));
+    a->keymask = dllm_malloc(capN);
+    a->pos = dllm_malloc(capN * sizeof(int32_t));
+    a->rows = dllm_malloc((capR + 1) * sizeof(int32_t));
+    a->hrows = dllm_malloc((capR + 1) * sizeof(int32_t));
+    a->resid = TF_FALLOC((L + 1) * capN * C);
+    a->n1 = TF_FALLOC(L * capN * C);
+    a->rstd1 = TF_FALLOC(L * capN);
+    a->qr = qkn ? TF_FALLOC(L * capN * QD) : NULL;
+    a->rstdq = qkn ? TF_FALLOC(L * capN * m->NH) : NULL;
+    a->q = TF_FALLOC(L * capN * QD);
+    a->kr = qkn ? TF_FALLOC(L * capN * KD) : NULL;
+    a->rstdk = qkn ? TF_FALLOC(L * capN * m->NKV) : NULL;
+    a->k = TF_FALLOC(L * capN * KD);
+    a->v = TF_FALLOC(L * capN * KD);
+    a->att = TF_FALLOC(L * capAtt);
+    a->y = TF_FALLOC(L * capN * QD);
+    a->h = TF_FALLOC(L * capN * C);
+    a->n2 = TF_FALLOC(L * capN * C);
+    a->rstd2 = TF_FALLOC(L * capN);
+    a->g = TF_FALLOC(L * capN * H);
+    a->u = TF_FALLOC(L * capN * H);
+    a->s = TF_FALLOC(L * capN * H);
+    a->xa = r ? TF_FALLOC(L * DLLM_NLIN * capN * r) : NULL;
+    a->xr = TF_FALLOC(capR * C);
+    a->nf = TF_FALLOC(capR * C);
+    a->rstdf = TF_FALLOC(capR);
+}
+
+/* Backward scratch, allocated by the first backward only. */
+static void acts_ensure_bwd(dllm_tf *m)
+{
+    tf_acts *a = &m->a;
+    if (a->dx)
+        return;
+    size_t N = a->capN, C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
+    size_t KD = (size_t)m->KD, r = (size_t)m->lora_rank;
+    a->dx = TF_FALLOC(N * C);
+    a->dh = TF_FALLOC(N * C);
+    a->dn = TF_FALLOC(N * C);
+    a->dq = TF_FALLOC(N * QD);
+    a->dy = TF_FALLOC(N * QD);
+    a->dqr = TF_FALLOC(N * QD);
+    a->dk = TF_FALLOC(N * KD);
+    a->dv = TF_FALLOC(N * KD);
+    a->dkr = TF_FALLOC(N * KD);
+    a->dg = TF_FALLOC(N * H);
+    a->du = TF_FALLOC(N * H);
+    a->ds = TF_FALLOC(N * H);
+    a->dxa = r ? TF_FALLOC(N * r) : NULL;
+    a->dxr = TF_FALLOC(a->capR * C);
+    a->dnf = TF_FALLOC(a->capR * C);
+}
+
+size_t dllm_tf_activation_floats(const dllm_tf *m)
+{
+    const tf_acts *a = &m->a;
+    size_t L = (size_t)a->capL, C = (size_t)m->C, H = (size_t)m->H, N = a->capN;
+    size_t qkn = m->arch->qk_norm ? (size_t)(m->QD + m->KD + m->NH + m->NKV) : 0;
+    return (L + 1) * N * C +
+           L * (N * (4 * C + 2 * m->QD + 2 * m->KD + 3 * H + 2 + qkn) + a->capAtt) +
+           (a->xa ? L * DLLM_NLIN * N * (size_t)m->lora_rank : 0) + a->capR * (2 * C + 1);
+}
+
+/* ---- linears ---------------------------------------------------------------------- */
+
+void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, const float *inp,
+                int N, float *xa)
+{
+    int o, i;
+    tf_lin_shape(m, j, &o, &i);
+    if (v->q8)
+        OPS->fp8_linear_fwd(m->be, out, inp, &v->q8[l * DLLM_NLIN + j], N, i, o);
+    else
+        OPS->linear_fwd(m->be, out, inp, v->lw[l].t[j], N, i, o);
+    const tf_lora *ad = v->lora && m->ad ? &m->ad[l * DLLM_NLIN + j] : NULL;
+    if (ad && ad->A) {
+        int r = m->lora_rank;
+        OPS->linear_fwd(m->be, xa, inp, ad->A, N, i, r);
+        OPS->gemm(m->be, false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
+    }
+}
+
+/* dinp (N, in) += dout W [+ LoRA path]; dW, dA, dB accumulate where trainable. */
+static void lin_bwd(dllm_tf *m, int l, int j, float *dinp, const float *dout, const float *inp,
+                    int N)
+{
+    int o, i;
+    tf_lin_shape(m, j, &o, &i);
+    OPS->linear_bwd(m->be, dinp, m->lg[l].t[j], dout, inp, m->tv.lw[l].t[j], N, i, o);
+    const tf_lora *ad = m->ad ? &m->ad[l * DLLM_NLIN + j] : NULL;
+    if (ad && ad->A) {
+        int r = m->lora_rank;
+        const float *xa = m->a.xa + ((size_t)l * DLLM_NLIN + j) * m->a.capN * r;
+        float *dxa = m->a.dxa; // (N, r)
+        OPS->gemm(m->be, false, false, N, r, o, m->lora_scale, dout, ad->B, 0.0f, dxa);
+        OPS->gemm(m->be, true, false, o, r, N, m->lora_scale, dout, xa, 1.0f, ad->dB);
+        OPS->linear_bwd(m->be, dinp, ad->dA, dxa, inp, ad->A, N, i, r);
+    }
+}
+
+/* ---- forward ---------------------------------------------------------------------- */
+
+/* linear j [+ its bias], xa slot from io */
+static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_slot, float *out,
+                         const float *inp, int N, const tf_layer_io *io)
+{
+    tf_lin_fwd(m, v, l, j, out, inp, N, io->xa ? io->xa + (size_t)j * io->xa_stride : NULL);
+    const float *b = bias_slot ? v->lw[l].t[bias_slot] : NULL;
+    if (b) {
+        int o, i;
+        tf_lin_shape(m, j, &o, &i);
+        OPS->bias_fwd(m->be, out, b, N, o);
+    }
+}
+
+/* One layer at view v's numerics over N rows at RoPE positions pos. */
+static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
+                      tf_layer_io *io, tf_attn_fn attn, void *ctx)
+{
+    const tf_layer *w = &v->lw[l];
+    size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
+    float eps = m->cfg.rms_norm_eps;
+    bool rl = v->round_lin, qkn = m->arch->qk_norm;
+    // attention sub-block
+    OPS->rmsnorm_fwd(m->be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
+    if (rl)
+        OPS->round_bf16(m->be, io->n1, (size_t)N * C);
+    lin_bias_fwd(m, v, l, DLLM_LIN_Q, DLLM_T_Q_BIAS, io->qr, io->n1, N, io);
+    lin_bias_fwd(m, v, l, DLLM_LIN_K, DLLM_T_K_BIAS, io->kr, io->n1, N, io);
+    lin_bias_fwd(m, v, l, DLLM_LIN_V, DLLM_T_V_BIAS, io->v, io->n1, N, io);
+    if (qkn) {
+        OPS->rmsnorm_fwd(m->be, io->q, io->rstdq, io->qr, w->t[DLLM_T_Q_NORM], N * m->NH, m->HD,
+                         eps);
+        OPS->rmsnorm_fwd(m->be, io->k, io->rstdk, io->kr, w->t[DLLM_T_K_NORM], N * m->NKV,
+                         m->HD, eps);
+    }
+    OPS->rope_fwd(m->be, io->q, io->q, pos, &m->rope, N, m->NH, m->HD);
+    OPS->rope_fwd(m->be, io->k, io->k, pos, &m->rope, N, m->NKV, m->HD);
+    attn(m, l, io, ctx);
+    if (rl)
+        OPS->round_bf16(m->be, io->y, (size_t)N * QD);
+    lin_bias_fwd(m, v, l, DLLM_LIN_O, 0, io->h, io->y, N, io);
+    OPS->add(m->be, io->h, io->x, (size_t)N * C);
+    // MLP sub-block
+    OPS->rmsnorm_fwd(m->be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
+    if (rl)
+        OPS->round_bf16(m->be, io->n2, (size_t)N * C);
+    lin_bias_fwd(m, v, l, DLLM_LIN_GATE, 0, io->g, io->n2, N, io);
+    lin_bias_fwd(m, v, l, DLLM_LIN_UP, 0, io->u, io->n2, N, io);
+    OPS->swiglu_fwd(m->be, io->s, io->g, io->u, (size_t)N * H);
+    if (rl)
+        OPS->round_bf16(m->be, io->s, (size_t)N * H);
+    lin_bias_fwd(m, v, l, DLLM_LIN_DOWN, 0, io->xn, io->s, N, io);
+    OPS->add(m->be, io->xn, io->h, (size_t)N * C);
+}
+
+void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
+                 float *logits)
+{
+    OPS->rmsnorm_fwd(m->be, nf, rstdf, xr, v->final_norm, R, m->C, m->cfg.rms_norm_eps);
+    if (v->round_head)
+        OPS->round_bf16(m->be, nf, (size_t)R * m->C);
+    OPS->linear_fwd(m->be, logits, nf, v->head, R, m->C, m->V);
+}
+
+/* Full-sequence attention over the batch of the activations ctx. */
+static void batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
+{
+    (void)l;
+    const tf_acts *a = ctx;
+    OPS->attention_fwd(m->be, io->y, io->att, io->q, io->k, io->v,
+                       a->have_mask ? a->keymask : NULL, a->B, a->T, m->NH, m->NKV, m->HD,
+                       m->arch->causal);
+}
+
+const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, tf_attn_fn attn,
+                           void *ctx)
+{
+    int N = a->N;
+    size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
+    size_t sN = a->capN; /* per-layer stride of the activation arrays */
+    bool qkn = m->arch->qk_norm;
+    OPS->embedding_fwd(m->be, a->resid, a->tokens, v->embed, N, m->C);
+    for (int l = 0; l < m->L; l++) {
+        size_t ls = keep ? (size_t)l : 0; /* activation slot */
+        size_t rx = keep ? (size_t)l : (size_t)l % 2, rn = keep ? rx + 1 : (size_t)(l + 1) % 2;
+        tf_layer_io io = {
+            .x = a->resid + rx * sN * C, .xn = a->resid + rn * sN * C,
+            .n1 = a->n1 + ls * sN * C, .rstd1 = a->rstd1 + ls * sN,
+            .q = a->q + ls * sN * QD, .k = a->k + ls * sN * KD, .v = a->v + ls * sN * KD,
+            .att = a->att + ls * a->capAtt, .y = a->y + ls * sN * QD,
+            .h = a->h + ls * sN * C, .n2 = a->n2 + ls * sN * C, .rstd2 = a->rstd2 + ls * sN,
+            .g = a->g + ls * sN * H, .u = a->u + ls * sN * H, .s = a->s + ls * sN * H,
+            .xa = a->xa ? a->xa + ls * DLLM_NLIN * sN * (size_t)m->lora_rank : NULL,
+            .xa_stride = sN * (size_t)m->lora_rank,
+        };
+        io.qr = qkn ? a->qr + ls * sN * QD : io.q;
+        io.kr = qkn ? a->kr + ls * sN * KD : io.k;
+        io.rstdq = qkn ? a->rstdq + ls * sN * m->NH : NULL;
+        io.rstdk = qkn ? a->rstdk + ls * sN * m->NKV : NULL;
+        layer_fwd(m, v, l, N, a->pos, &io, attn, ctx);
+    }
+    return a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
+}
+
+/* Fills tokens, key mask, RoPE positions and the logits rows of a. */
+static void acts_inputs(const dllm_tf *m, tf_acts *a, const int32_t *tokens,
+                        const uint8_t *keymask, const int32_t *rows)
+{
+    int B = a->B, T = a->T, N = a->N;
+    bool count = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT;
+    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
+    a->have_mask = keymask != NULL || count;
+    for (int b = 0; b < B; b++) {
+        int real = 0;
+        for (int t = 0; t < T; t++) {
+            int n = b * T + t;
+            a->keymask[n] = keymask ? (keymask[n] != 0) : 1;
+            a->pos[n] = !count ? t : a->keymask[n] ? real++ : 0;
+        }
+    }
+    for (int r = 0; r < a->R; r++) {
+        int row = rows ? rows[r] : r;
+        a->rows[r] = row;
+        a->hrows[r] = m->arch->shift_logits && row % T > 0 ? row - 1 : row;
+    }
+}
+
+/* keep: store every layer's activations for dllm_tf_backward (a = m->a).
+ * The weights and the bf16 rounding points come from v. */
+static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *tokens,
+                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
+                   float *logits, bool keep)
+{
+    const char *fn = m->arch->name;
+    a->valid = false;
+    if (B <= 0 || T <= 0) {
+        fprintf(stderr, "%s forward: empty batch (B=%d, T=%d)\n", fn, B, T);
+        return DLLM_EXIT_INPUT;
+    }
+    int N = B * T, R = rows ? n_rows : N;
+    if (R < 0) {
+        fprintf(stderr, "%s forward: bad row count %d\n", fn, n_rows);
+        return DLLM_EXIT_INPUT;
+    }
+    for (int n = 0; n < N; n++)
+        if (tokens[n] < 0 || tokens[n] >= m->V) {
+            fprintf(stderr, "%s forward: token %d at (%d, %d) outside the vocabulary [0, %d)\n",
+                    fn, tokens[n], n / T, n % T, m->V);
+            return DLLM_EXIT_INPUT;
+        }
+    for (int r = 0; rows && r < R; r++)
+        if (rows[r] < 0 || rows[r] >= N) {
+            fprintf(stderr, "%s forward: row %d outside [0, %d)\n", fn, rows[r], N);
+            return DLLM_EXIT_INPUT;
+        }
+    tf_rope_grow(m, T);
+    tf_acts_ensure(m, a, B, T, R, keep ? m->L : 1);
+    a->B = B;
+    a->T = T;
+    a->N = N;
+    a->R = R;
+    acts_inputs(m, a, tokens, keymask, rows);
+
+    size_t C = (size_t)m->C;
+    const float *xL = tf_layers_fwd(m, a, v, keep, batch_attention, a);
+    // the final norm and the head only on the requested rows
+    for (int r = 0; r < R; r++)
+        OPS->copy(m->be, a->xr + r * C, xL + (size_t)a->hrows[r] * C, C * sizeof(float));
+    tf_head_fwd(m, v, a->xr, a->nf, a->rstdf, R, logits);
+    a->valid = keep;
+    return 0;
+}
+
+int dllm_tf_forward(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                    const int32_t *rows, int n_rows, float *logits)
+{
+    return forward(m, &m->a, &m->tv, tokens, keymask, B, T, rows, n_rows, logits, true);
+}
+
+int dllm_tf_forward_nograd(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                           int T, const int32_t *rows, int n_rows, float *logits)
+{
+    return forward(m, &m->a, &m->tv, tokens, keymask, B, T, rows, n_rows, logits, false);
+}
+
+int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                            int T, const int32_t *rows, int n_rows, float *logits)
+{
+    return forward(m, &m->ra, tf_rollout_view(m), tokens, keymask, B, T, rows, n_rows, logits,
+                   false);
+}
+
+/* ---- backward --------------------------------------------------------------------- */
+
+/* dbias += column sums of dout (N, OC) where the bias exists and is trainable. */
+static void bias_bwd(dllm_tf *m, int l, int slot, const float *dout, int N, int OC)
+{
+    if (m->lg[l].t[slot])
+        OPS->bias_bwd(m->be, m->lg[l].t[slot], dout, N, OC);
+}
+
+void dllm_tf_backward(dllm_tf *m, const float *dlogits)
+{
+    tf_acts *a = &m->a;
+    if (!a->valid) {
+        fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
+        abort();
+    }
+    tf_ensure_grads(m);
+    acts_ensure_bwd(m);
+    dllm_backend *be = m->be;
+    int N = a->N, R = a->R, B = a->B, T = a->T;
+    size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
+    size_t sN = a->capN;
+    size_t fC = C * sizeof(float), fH = H * sizeof(float);
+    size_t fQ = QD * sizeof(float), fK = KD * sizeof(float);
+    bool qkn = m->arch->qk_norm;
+    const uint8_t *mask = a->have_mask ? a->keymask : NULL;
+
+    // head and final norm on the gathered rows, then scatter into dx = dL/dx_L
+    OPS->memset0(be, a->dnf, (size_t)R * fC);
+    OPS->memset0(be, a->dxr, (size_t)R * fC);
+    /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients */
+    OPS->linear_bwd(be, a->dnf, m->d_head, dlogits, a->nf, m->tv.head, R, m->C, m->V);
+    OPS->rmsnorm_bwd(be, a->dxr, m->d_final_norm, a->dnf, a->xr, m->tv.final_norm, a->rstdf, R,
+                     m->C);
+    OPS->memset0(be, a->dx, (size_t)N * fC);
+    for (int r = 0; r < R; r++)
+        OPS->add(be, a->dx + (size_t)a->hrows[r] * C, a->dxr + r * C, C);
+
+    for (int l = m->L - 1; l >= 0; l--) {
+        const tf_layer *w = &m->tv.lw[l]; /* straight-through under a bf16 trainer */
+        const tf_layer *gw = &m->lg[l];
+        const float *x = a->resid + l * sN * C;
+        const float *n1 = a->n1 + l * sN * C, *rstd1 = a->rstd1 + l * sN;
+        const float *q = a->q + l * sN * QD, *k = a->k + l * sN * KD, *v = a->v + l * sN * KD;
+        const float *att = a->att + l * a->capAtt, *y = a->y + l * sN * QD;
+        const float *h = a->h + l * sN * C, *n2 = a->n2 + l * sN * C;
+        const float *rstd2 = a->rstd2 + l * sN;
+        const float *g = a->g + l * sN * H, *u = a->u + l * sN * H, *s = a->s + l * sN * H;
+
+        // MLP: x_{l+1} = h + down(silu(gate n2) * up n2)
+        OPS->copy(be, a->dh, a->dx, (size_t)N * fC);
+        OPS->memset0(be, a->ds, (size_t)N * fH);
+        lin_bwd(m, l, DLLM_LIN_DOWN, a->ds, a->dx, s, N);
+        OPS->memset0(be, a->dg, (size_t)N * fH);
+        OPS->memset0(be, a->du, (size_t)N * fH);
+        OPS->swiglu_bwd(be, a->dg, a->du, a->ds, g, u, (size_t)N * H);
+        OPS->memset0(be, a->dn, (size_t)N * fC);
+        lin_bwd(m, l, DLLM_LIN_GATE, a->dn, a->dg, n2, N);
+        lin_bwd(m, l, DLLM_LIN_UP, a->dn, a->du, n2, N);
+        OPS->rmsnorm_bwd(be, a->dh, gw->t[DLLM_T_MLP_NORM], a->dn, h, w->t[DLLM_T_MLP_NORM],
+                         rstd2, N, m->C);
+
+        // attention: h = x + o_proj(y)
+        OPS->copy(be, a->dx, a->dh, (size_t)N * fC);
+        OPS->memset0(be, a->dy, (size_t)N * fQ);
+        lin_bwd(m, l, DLLM_LIN_O, a->dy, a->dh, y, N);
+        OPS->memset0(be, a->dq, (size_t)N * fQ);
+        OPS->memset0(be, a->dk, (size_t)N * fK);
+        OPS->memset0(be, a->dv, (size_t)N * fK);
+        OPS->attention_bwd(be, a->dq, a->dk, a->dv, a->dy, y, att, q, k, v, mask, B, T, m->NH,
+                           m->NKV, m->HD, m->arch->causal);
+        OPS->rope_bwd(be, a->dq, a->dq, a->pos, &m->rope, N, m->NH, m->HD); /* in place */
+        OPS->rope_bwd(be, a->dk, a->dk, a->pos, &m->rope, N, m->NKV, m->HD);
+        float *dql = a->dq, *dkl = a->dk; /* gradients at the q/k projections' outputs */
+        if (qkn) {
+            const float *qr = a->qr + l * sN * QD, *rstdq = a->rstdq + l * sN * m->NH;
+            const float *kr = a->kr + l * sN * KD, *rstdk = a->rstdk + l * sN * m->NKV;
+            OPS->memset0(be, a->dqr, (size_t)N * fQ);
+            OPS->memset0(be, a->dkr, (size_t)N * fK);
+            OPS->rmsnorm_bwd(be, a->dqr, gw->t[DLLM_T_Q_NORM], a->dq, qr, w->t[DLLM_T_Q_NORM],
+                             rstdq, N * m->NH, m->HD);
+            OPS->rmsnorm_bwd(be, a->dkr, gw->t[DLLM_T_K_NORM], a->dk, kr, w->t[DLLM_T_K_NORM],
+                             rstdk, N * m->NKV, m->HD);
+            dql = a->dqr;
+            dkl = a->dkr;
+        }
+        bias_bwd(m, l, DLLM_T_Q_BIAS, dql, N, m->QD);
+        bias_bwd(m, l, DLLM_T_K_BIAS, dkl, N, m->KD);
+        bias_bwd(m, l, DLLM_T_V_BIAS, a->dv, N, m->KD);
+        OPS->memset0(be, a->dn, (size_t)N * fC);
+        lin_bwd(m, l, DLLM_LIN_Q, a->dn, dql, n1, N);
+        lin_bwd(m, l, DLLM_LIN_K, a->dn, dkl, n1, N);
+        lin_bwd(m, l, DLLM_LIN_V, a->dn, a->dv, n1, N);
+        OPS->rmsnorm_bwd(be, a->dx, gw->t[DLLM_T_ATTN_NORM], a->dn, x, w->t[DLLM_T_ATTN_NORM],
+                         rstd1, N, m->C);
+    }
+    OPS->embedding_bwd(be, m->d_embed, a->dx, a->tokens, N, m->C);
+}

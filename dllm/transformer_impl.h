@@ -1,0 +1,167 @@
+/* transformer_impl.h: the transformer core's internals, shared by its files
+ * (transformer.c: weights, LoRA, checkpoints; transformer_view.c: precision
+ * copies; transformer_fwd.c: forward and backward) and by the model files
+ * that extend it (dllm/qwen3.c: KV-cache decoding). Not a public interface. */
+#ifndef DLLM_TRANSFORMER_IMPL_H
+#define DLLM_TRANSFORMER_IMPL_H
+
+#include "dllm/transformer.h"
+#include "kernels/backend.h"
+#include "kernels/fp8.h"
+#include "kernels/ops.h"
+
+/* A layer's tensors by slot (dllm/arch.h); NULL where the arch has none (or,
+ * in a view, where FP8 replaces a linear). Shapes: q (QD, C), k, v (KD, C),
+ * o (C, QD), gate, up (H, C), down (C, H); norms (C), q/k_norm (HD); biases
+ * (QD), (KD), (KD). */
+typedef struct {
+    float *t[DLLM_NT];
+} tf_layer;
+
+typedef struct {
+    float *A, *B;   // (r, in), (out, r)
+    float *dA, *dB; // same shapes
+    int in, out;
+} tf_lora;
+
+/* Activations kept for backward, and backward scratch. */
+typedef struct {
+    int B, T, N, R;            /* sizes of the last forward */
+    bool valid;                /* a keeping forward ran since the last change */
+    bool have_mask;            /* keymask passed to attention (else NULL) */
+    size_t capN, capAtt, capR; /* allocated for */
+    int capL;                  /* layers with kept activations: L, or 1 (no grad) */
+    int32_t *tokens;  // (N)
+    uint8_t *keymask; // (N) 0/1
+    int32_t *pos;     // (N) RoPE position of row b*T + t
+    int32_t *rows;    // (R) logits rows
+    int32_t *hrows;   // (R) the hidden-state row each logits row reads (shifted logits)
+    float *resid;     // (L+1, N, C) residual stream entering layer l; [L] = final
+    float *n1;        // (L, N, C)
+    float *rstd1;     // (L, N)
+    float *qr;        // (L, N, QD) q_proj output before q_norm (qk_norm only)
+    float *rstdq;     // (L, N*NH)
+    float *q;         // (L, N, QD) after [q_norm and] RoPE
+    float *kr;        // (L, N, KD)
+    float *rstdk;     // (L, N*NKV)
+    float *k;         // (L, N, KD)
+    float *v;         // (L, N, KD)
+    float *att;       // (L, attention state): the backend's (CPU: probabilities B,NH,T,T)
+    float *y;         // (L, N, QD) attention output before o_proj
+    float *h;         // (L, N, C) residual after attention
+    float *n2;        // (L, N, C)
+    float *rstd2;     // (L, N)
+    float *g, *u, *s; // (L, N, H) gate, up, silu(gate) * up
+    float *xa;        // (L, NLIN, N, r) LoRA x A^T (only with LoRA)
+    float *xr;        // (R, C) final residual rows
+    float *nf;        // (R, C) final_norm(xr)
+    float *rstdf;     // (R)
+    /* backward scratch (allocated by the first backward) */
+    float *dx, *dh, *dn;  // (N, C)
+    float *dq, *dy, *dqr; // (N, QD)
+    float *dk, *dv, *dkr; // (N, KD)
+    float *dg, *du, *ds;  // (N, H)
+    float *dxa;           // (N, r)
+    float *dxr, *dnf;     // (R, C)
+} tf_acts;
+
+/* The weights one forward reads, and where it rounds to bf16. */
+typedef struct {
+    float *buf;              // owned copy (NULL: the master weights)
+    const float *embed;      // (V, C)
+    const float *final_norm; // (C)
+    const float *head;       // (V, C): the view's embed when tied
+    tf_layer *lw;            // (L)
+    fp8_matrix *q8;          // (L, NLIN) FP8 layer linears, or NULL
+    bool round_lin;          // bf16 at the layer linears' inputs
+    bool round_head;         // bf16 at the head's input
+    bool lora;               // apply the LoRA adapters at run time (the trainer only:
+                             // the rollout copies have them merged)
+    size_t nbuf;             // floats in buf
+} tf_view;
+
+struct dllm_tf {
+    const dllm_arch_desc *arch;
+    dllm_backend *be;
+    dllm_model_config cfg;
+    int C, L, NH, NKV, HD, H, V, QD, KD; /* QD = NH*HD, KD = NKV*HD, V = embedding_size */
+    bool tied;
+
+    float *params; // (n_params) HF order
+    float *grads;  // (n_params), NULL under LoRA or before first use
+    size_t n_params;
+    float *embed;      // (V, C)
+    tf_layer *lw;      // (L)
+    float *final_norm; // (C)
+    float *head;       // (V, C): the head, or embed when tied
+    float *d_embed, *d_final_norm, *d_head; /* gradients, NULL when frozen */
+    tf_layer *lg;      // (L) gradient pointers, NULL when frozen
+    dllm_param *plist;
+    int np;
+
+    int lora_rank, lora_mask;
+    float lora_alpha, lora_scale; /* scale = alpha / rank */
+    float *lora_params, *lora_grads;
+    size_t n_lora;
+    tf_lora *ad; // (L, NLIN); A == NULL where not targeted
+    dllm_param *llist;
+    int nl;
+
+    op_rope_table rope;
+    tf_acts a;            /* trainer activations */
+    dllm_precision prec;  /* last applied by dllm_tf_rollout_sync */
+    tf_view tv;           /* trainer: master weights or their bf16 copy */
+    tf_view rv;           /* rollout copy (unused under rollout "trainer") */
+    tf_acts ra;           /* activations of the rollout forward */
+    bool decode_rollout;  /* KV-cache decoding (dllm/qwen3.c) reads the rollout copy */
+};
+
+#define TF_FALLOC(n) ((float *)dllm_malloc(((size_t)(n) + 1) * sizeof(float)))
+
+/* (out, in) of linear j. */
+void tf_lin_shape(const dllm_tf *m, int j, int *out, int *in);
+/* Length of per-layer tensor slot t. */
+size_t tf_slot_numel(const dllm_tf *m, int t);
+/* Grows the RoPE table to npos positions. */
+void tf_rope_grow(dllm_tf *m, int npos);
+/* The view a rollout forward reads (the trainer's under rollout "trainer"). */
+const tf_view *tf_rollout_view(const dllm_tf *m);
+void tf_view_free(const dllm_tf *m, tf_view *v);
+void tf_view_master(dllm_tf *m, tf_view *v);
+void tf_acts_free(tf_acts *a);
+/* Allocates the base gradients on first use (no-op under LoRA). */
+void tf_ensure_grads(dllm_tf *m);
+
+/* out (N, out) = inp W^T [+ scale (inp A^T) B^T] for linear j of layer l, W
+ * read through v (FP8: the W8A8 GEMM); xa (N, r) receives inp A^T (needed
+ * when v applies LoRA there). No bias. */
+void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, const float *inp,
+                int N, float *xa);
+
+/* One layer's forward buffers (inside a tf_acts): x in, xn out, the rest
+ * outputs; qr == q and kr == k without qk_norm; xa + j * xa_stride receives
+ * linear j's LoRA product. */
+typedef struct {
+    const float *x;
+    float *xn;
+    float *n1, *rstd1, *qr, *rstdq, *q, *kr, *rstdk, *k, *v, *att, *y, *h, *n2, *rstd2;
+    float *g, *u, *s;
+    float *xa;
+    size_t xa_stride;
+} tf_layer_io;
+/* Attention of layer l: io->y from io->q, io->k, io->v (after RoPE). */
+typedef void (*tf_attn_fn)(dllm_tf *m, int l, tf_layer_io *io, void *ctx);
+/* Sizes a's buffers for B*T rows, R head rows and `layers` layers of kept
+ * activations (L for training; 1 without backward, the residual stream then
+ * alternating between two slots). */
+void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers);
+/* The embedding of a->tokens and the L layers at a->pos (a->N rows; keep:
+ * every layer's activations, else one slot), attention by attn; returns x_L
+ * (N, C) inside a. */
+const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, tf_attn_fn attn,
+                           void *ctx);
+/* logits (R, V) = head(final_norm(xr)) at v's numerics (nf, rstdf: outputs). */
+void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
+                 float *logits);
+
+#endif
