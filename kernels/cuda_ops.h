@@ -125,6 +125,10 @@ void dllm_cuda_bf16_to_f32(float *out, const uint16_t *inp, size_t n, dllm_cuda_
 /* x = bf16(x) in place (op_round_bf16); y += x (the backend table's add). */
 void dllm_cuda_round_bf16(float *x, size_t n, dllm_cuda_stream s);
 void dllm_cuda_add(float *y, const float *x, size_t n, dllm_cuda_stream s);
+/* out (N, OC) += bias (OC) per row; dbias (OC) += column sums of dout, rows in order
+ * (both bit-identical to the CPU backend). */
+void dllm_cuda_bias_fwd(float *out, const float *bias, int N, int OC, dllm_cuda_stream s);
+void dllm_cuda_bias_bwd(float *dbias, const float *dout, int N, int OC, dllm_cuda_stream s);
 
 /* ---- FP8 quantisation (kernels/cuda/fp8_quant.cu) ------------------------------------------
  * Bit-identical to fp8_quantise (kernels/fp8.h): x [R,C] cut into br x bc blocks (edge

@@ -397,6 +397,33 @@ static void run_add(dllm_backend *be, const opc *c, void **p, double *ret)
     be->ops->add(be, p[0], p[1], (size_t)c->d[0]);
 }
 
+/* copy: d = {n floats}; device to device */
+static void mk_copy(const opc *c, tbuf *b, int *nb)
+{
+    size_t n = c->d[0];
+    addb(b, nb, "dst", K_F32, n, rnd(n, 51, 1.0), 0);
+    addb(b, nb, "src", K_F32, n, rnd(n, 52, 1.0), -1);
+}
+static void run_copy(dllm_backend *be, const opc *c, void **p, double *ret)
+{
+    be->ops->copy(be, p[0], p[1], (size_t)c->d[0] * sizeof(float));
+}
+
+/* bias rows: d = {N, OC}; out += bias per row, dbias += column sums in row order */
+static void mk_bias(const opc *c, tbuf *b, int *nb)
+{
+    size_t N = c->d[0], OC = c->d[1];
+    addb(b, nb, "out", K_F32, N * OC, rnd(N * OC, 53, 1.0), 0);
+    addb(b, nb, "bias", K_F32, OC, rnd(OC, 54, 0.5), -1);
+    addb(b, nb, "dbias", K_F32, OC, rnd(OC, 55, 0.1), 0);
+    addb(b, nb, "dout", K_F32, N * OC, rnd(N * OC, 56, 1.0), -1);
+}
+static void run_bias(dllm_backend *be, const opc *c, void **p, double *ret)
+{
+    be->ops->bias_fwd(be, p[0], p[1], c->d[0], c->d[1]);
+    be->ops->bias_bwd(be, p[2], p[3], c->d[0], c->d[1]);
+}
+
 /* adamw, three steps: d = {n, b1 x 100} (b1 0.9 and 0.3: both lerp branches) */
 static void mk_adamw(const opc *c, tbuf *b, int *nb)
 {
@@ -470,6 +497,9 @@ static const opc CASES[] = {
     {"xent", "N13 V5003, backward recomputes lse", {13, 5003, 1}, 1e-10, mk_xent, run_xent, -1},
     {"round_bf16", "n70000", {70000}, 0, mk_round_bf16, run_round_bf16, -1},
     {"add", "n10007", {10007}, 0, mk_add, run_add, -1},
+    {"copy", "n5003", {5003}, 0, mk_copy, run_copy, -1},
+    {"bias", "N37 OC200", {37, 200}, 0, mk_bias, run_bias, -1},
+    {"bias", "N1 OC7", {1, 7}, 0, mk_bias, run_bias, -1},
     {"adamw", "n30011 b1 0.9", {30011, 90}, 0, mk_adamw, run_adamw, -1},
     {"adamw", "n30011 b1 0.3", {30011, 30}, 0, mk_adamw, run_adamw, -1},
     {"grad_norm", "n300001", {300001}, 0, mk_grad_norm, run_grad_norm, 1e-12},
@@ -568,11 +598,11 @@ START_TEST(test_backend_table_complete)
     static const char *const ops[] = {
         "gemm", "linear_fwd", "linear_bwd", "fp8_linear_fwd", "rmsnorm_fwd", "rmsnorm_bwd",
         "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
-        "xent", "round_bf16", "add", "adamw", "grad_norm"};
-    /* 6 buffer entries and 21 ops; attention (with attn_state_floats), swiglu and xent
-     * are cased as forward + backward pairs. A new entry changes the count: add its case
-     * above and its name here. */
-    ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)), 6 + 21);
+        "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias"};
+    /* 6 buffer entries and 24 ops; attention (with attn_state_floats), swiglu, xent and
+     * bias are cased as forward + backward pairs. A new entry changes the count: add its
+     * case above and its name here. */
+    ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)), 6 + 24);
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         bool found = false;
         for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++)

@@ -262,6 +262,20 @@ double cu_grad_norm(dllm_backend *, const float *g, size_t n)
     return dllm_cuda_grad_norm(g, n, (double *)ws_get(sizeof(double)), NULL);
 }
 
+void cu_copy(dllm_backend *, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+void cu_bias_fwd(dllm_backend *, float *out, const float *bias, int N, int OC)
+{
+    dllm_cuda_bias_fwd(out, bias, N, OC, NULL);
+}
+void cu_bias_bwd(dllm_backend *, float *dbias, const float *dout, int N, int OC)
+{
+    dllm_cuda_bias_bwd(dbias, dout, N, OC, NULL);
+}
+
 const dllm_backend_ops cuda_ops = {
     cu_alloc, cu_free, cu_upload, cu_download, cu_memset0, cu_sync,
     cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_fp8_linear_fwd,
@@ -269,6 +283,7 @@ const dllm_backend_ops cuda_ops = {
     cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,
     cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd, cu_embedding_bwd,
     cu_xent_fwd, cu_xent_bwd, cu_round_bf16, cu_add, cu_adamw, cu_grad_norm,
+    cu_copy, cu_bias_fwd, cu_bias_bwd,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

@@ -1,5 +1,5 @@
 /* convert.cu: fp32 <-> bf16 on the device, the same bits as kernels/cpu/convert.c, and
- * the elementwise add of the backend table.
+ * the elementwise add and the bias rows of the backend table.
  * fp32 -> bf16: NaN keeps its top bits with the quiet bit forced; otherwise add
  * 0x7FFF + (lowest kept bit) and truncate (round to nearest, ties to even; values past
  * the largest bf16 carry into inf). bf16 -> fp32 is exact (shift left by 16). */
@@ -73,5 +73,45 @@ extern "C" void dllm_cuda_add(float *y, const float *x, size_t n, dllm_cuda_stre
     if (n == 0)
         return;
     DLLM_LAUNCH(add_kernel, grid_for(n, 256), 256, 0, as_stream(s))(y, x, n);
+    cudaLaunchCheck();
+}
+
+/* out (N, OC) += bias (OC) on every row: one rounding per element, as the CPU. */
+__global__ static void bias_fwd_kernel(float *out, const float *bias, size_t n, int OC)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __fadd_rn(out[i], bias[i % (size_t)OC]);
+}
+
+/* dbias (OC) += column sums of dout (N, OC): one thread per column adds the rows in
+ * order into a float, then into dbias, exactly the CPU's order (bit-identical). */
+__global__ static void bias_bwd_kernel(float *dbias, const float *dout, int N, int OC)
+{
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC)
+        return;
+    float acc = 0.0f;
+    for (int n = 0; n < N; n++)
+        acc = __fadd_rn(acc, dout[(size_t)n * OC + o]);
+    dbias[o] = __fadd_rn(dbias[o], acc);
+}
+
+extern "C" void dllm_cuda_bias_fwd(float *out, const float *bias, int N, int OC,
+                                   dllm_cuda_stream s)
+{
+    size_t n = (size_t)N * OC;
+    if (n == 0)
+        return;
+    DLLM_LAUNCH(bias_fwd_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, bias, n, OC);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_bias_bwd(float *dbias, const float *dout, int N, int OC,
+                                   dllm_cuda_stream s)
+{
+    if (OC <= 0)
+        return;
+    DLLM_LAUNCH(bias_bwd_kernel, (OC + 127) / 128, 128, 0, as_stream(s))(dbias, dout, N, OC);
     cudaLaunchCheck();
 }
