@@ -103,7 +103,7 @@ static int save_checkpoint(const sft_run *r, sft_model *m, int step, dllm_err *e
     cli_rm_tree(tmp);
     if (cli_mkdirs(tmp, err))
         return err->code;
-    st_dtype dt = strcmp(r->cfg->model.dtype, "bf16") ? ST_F32 : ST_BF16;
+    st_dtype dt = r->cfg->model.dtype;
     if (sm_save(m, tmp, dt, err))
         return err->code;
     char tokdst[4300];
@@ -190,8 +190,8 @@ static int load_model(const dllm_cfg *cfg, sft_model *m, dllm_tokenizer **tok, c
             return err->code;
         snprintf(tok_path, tok_len, "%s/tokenizer.json", cfg->model.path);
     } else {
-        dllm_arch arch = strcmp(cfg->model.arch, "qwen3") ? DLLM_ARCH_LLADA : DLLM_ARCH_QWEN3;
-        if (dllm_config_preset(&mc, arch, cfg->model.preset, err))
+        dllm_arch arch = cfg->model.arch;
+        if (dllm_config_preset(&mc, arch, cfg_names_name(&cfg_names_preset, cfg->model.preset), err))
             return err->code;
         if (arch == DLLM_ARCH_QWEN3)
             m->qwen3 = qwen3_create(&mc, (uint64_t)cfg->seed);
@@ -259,7 +259,7 @@ int cmd_sft(int argc, char **argv)
     int quiet = 0;
     if (parse_args(argc, argv, &cfg, &quiet, &err))
         return cli_fail("sft", &err);
-    if (!strcmp(cfg.device, "cuda")) {
+    if (cfg.device == CFG_DEVICE_CUDA) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "device: cuda is not available for sft in this build");
         return cli_fail("sft", &err);
     }
@@ -320,7 +320,8 @@ int cmd_sft(int argc, char **argv)
     }
     if (!quiet)
         printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d\n", ds.n,
-               cfg.model.path[0] ? cfg.model.path : cfg.model.preset, nparam,
+               cfg.model.path[0] ? cfg.model.path : cfg_names_name(&cfg_names_preset, cfg.model.preset),
+               nparam,
                cfg.model.lora.rank ? ", LoRA" : "", cfg.sft.steps, B);
     double t0 = dllm_now(), loss_acc = 0;
     long tokens_acc = 0;

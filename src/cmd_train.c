@@ -313,7 +313,7 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
         h5log_meta meta = {.config_yaml = yaml, .version = PACKAGE_VERSION,
                            .git_revision = getenv("DLLM_GIT_REVISION") ? getenv("DLLM_GIT_REVISION")
                                                                          : dllm_git_revision,
-                           .device = cfg->device, .started = started, .seed = cfg->seed};
+                           .device = cfg_names_name(&cfg_names_device, cfg->device), .started = started, .seed = cfg->seed};
         h5log_dims dims = {.max_prompt = td.P, .max_completion = td.G,
                            .denoise_steps = cfg->rollout.steps, .n_eval_tasks = 1, .eval_tasks = tasks};
         int rc = h5log_create(&run->log, logpath, &meta, &dims, err);
@@ -323,8 +323,10 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
     }
     if (run->rank == 0 && !run->quiet && !run->jsonl)
         printf("train: %s, %s on %s (%zu train / %zu eval items), %d ranks, rollout %s, correction %s\n",
-               run_dir, cfg->model.path[0] ? cfg->model.path : cfg->model.preset, run->task->name,
-               run->train.n, run->eval.n, run->size, cfg->rollout.precision, cfg->correction.method);
+               run_dir, cfg->model.path[0] ? cfg->model.path : cfg_names_name(&cfg_names_preset, cfg->model.preset),
+               run->task->name, run->train.n, run->eval.n, run->size,
+               cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
+               cfg_names_name(&cfg_names_corr_method, cfg->correction.c.method));
     if (first == 1 && cfg->eval.every > 0 && evaluate_and_log(run, 0, err))
         return err->code;
     double t0 = dllm_now();
@@ -573,7 +575,7 @@ int bench_rl_step(int argc, char **argv)
         char *yaml = dllm_cfg_dump(&cfg);
         const char *tasks[1] = {run.task->name};
         h5log_meta meta = {.config_yaml = yaml, .version = PACKAGE_VERSION, .git_revision = "bench",
-                           .device = cfg.device, .started = "bench", .seed = cfg.seed};
+                           .device = cfg_names_name(&cfg_names_device, cfg.device), .started = "bench", .seed = cfg.seed};
         h5log_dims dims = {.max_prompt = td.P, .max_completion = td.G,
                            .denoise_steps = cfg.rollout.steps, .n_eval_tasks = 1, .eval_tasks = tasks};
         char logpath[4200];
@@ -616,9 +618,11 @@ int bench_rl_step(int argc, char **argv)
                                         "logging"};
         printf("bench rl-step: %s, task %s, %d prompts x %d completions, gen %d (%d steps), "
                "rollout %s, correction %s, %d threads; mean over %ld steps after 1 warm-up\n",
-               cfg.model.path[0] ? cfg.model.path : cfg.model.preset, cfg.task.name,
-               cfg.grpo.prompts_per_step, cfg.rollout.group_size, cfg.rollout.gen_length,
-               cfg.rollout.steps, cfg.rollout.precision, cfg.correction.method,
+               cfg.model.path[0] ? cfg.model.path : cfg_names_name(&cfg_names_preset, cfg.model.preset),
+               run.task->name, cfg.grpo.prompts_per_step, cfg.rollout.group_size,
+               cfg.rollout.gen_length, cfg.rollout.steps,
+               cfg_names_name(&cfg_names_rollout_precision, cfg.rollout.precision),
+               cfg_names_name(&cfg_names_corr_method, cfg.correction.c.method),
                omp_get_max_threads(), steps);
         for (int i = 0; i < NT; i++)
             printf("  %-18s %9.4f s  %6.2f%%\n", names[i], tsum[i] / steps, 100 * tsum[i] / total);

@@ -41,9 +41,6 @@ typedef struct {
     dllm_task_items train, eval;
     rl_prompt *train_prompts, *eval_prompts; /* encoded once */
 
-    corr_cfg corr;
-    grpo_loss_cfg loss;
-    grpo_adv_scale adv_scale;
     dllm_lik_cfg lik_w;   /* importance-weight estimator (p_mask_prompt 0) */
     dllm_lik_cfg lik_pol; /* policy-ratio estimator */
     bool shared_plan;     /* same estimator, no prompt masking: l_old = l_pi */

@@ -93,13 +93,13 @@ static int loss_grad(void *vctx, int s0, int s1, const double *seq_logp, const d
         .logp_theta = tok_logp + (size_t)s0 * G, .logp_old = b->tok_old + (size_t)s0 * G,
         .logp_ref = b->tok_ref ? b->tok_ref + (size_t)s0 * G : NULL};
     grpo_loss_out out;
-    if (grpo_loss(&c->run->loss, &in, &out, dseq + s0, dtok + (size_t)s0 * G, err))
+    if (grpo_loss(&c->run->cfg.grpo.loss, &in, &out, dseq + s0, dtok + (size_t)s0 * G, err))
         return err->code;
     /* the chunk's loss is normalised by its own denominator: rescale to the
      * global batch's (sequences for seq_mean, tokens for token_mean) */
     double chunk = 0;
     for (int i = s0; i < s1; i++)
-        chunk += c->run->loss.agg == GRPO_AGG_SEQ_MEAN ? 1.0 : (double)b->L[i];
+        chunk += c->run->cfg.grpo.loss.agg == GRPO_AGG_SEQ_MEAN ? 1.0 : (double)b->L[i];
     double scale = chunk / c->denom;
     for (int i = s0; i < s1; i++) {
         dseq[i] *= scale;
@@ -199,15 +199,15 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
             return err->code;
         const dllm_task_item *it = &run->train.items[b->prompt_index[i / G]];
         b->correct[i] = run->task->correct(it, text, strlen(text));
-        b->reward[i] = strcmp(run->cfg.task.reward, "correct") ? run->task->reward(it, text, strlen(text))
-                                                               : b->correct[i];
+        b->reward[i] = cfg->task.reward == CFG_REWARD_CORRECT ? b->correct[i]
+                                                               : run->task->reward(it, text, strlen(text));
         free(text);
     }
 
     /* 4. advantages, per group (groups never span ranks) */
     b->adv = dllm_malloc(sizeof *b->adv * (size_t)N);
     int zero_var = 0;
-    if ((rc = grpo_advantages(b->reward, ppr, G, run->adv_scale, 1e-6, b->adv, &zero_var, err)))
+    if ((rc = grpo_advantages(b->reward, ppr, G, cfg->grpo.advantage_scale, 1e-6, b->adv, &zero_var, err)))
         return rc;
 
     /* 5. l_mu and l_pi on shared masks (and l_old for the policy ratio) */
@@ -277,23 +277,23 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     /* 6. correction coefficients and diagnostics, over the global batch */
     t0 = dllm_now();
     b->coef = dllm_malloc(sizeof(double) * N);
-    if (run->corr.level == CORR_LEVEL_TOKEN)
+    if (cfg->correction.c.level == CORR_LEVEL_TOKEN)
         b->coef_tok = dllm_malloc(sizeof(double) * NG);
     corr_batch cb = {.N = N, .T = Gen, .log_w = b->log_w, .len = b->L, .d = b->d, .adv = b->adv};
     corr_extrema ext;
     corr_stats st;
     corr_counts cnt;
     if (!rc)
-        rc = corr_local_extrema(&run->corr, &cb, &ext, err);
+        rc = corr_local_extrema(&cfg->correction.c, &cb, &ext, err);
     if (!rc) {
         /* max over ranks of each extremum (stored as maxima) */
         comm_max_d(ext.v, CORR_EXT_N);
-        rc = corr_local_sums(&run->corr, &cb, &ext, &st, err);
+        rc = corr_local_sums(&cfg->correction.c, &cb, &ext, &st, err);
     }
     if (!rc) {
         comm_sum_d(st.v, CORR_STATS_N);
-        corr_finalize(&st, &ext, &run->corr, run->alpha_prev, &b->diag);
-        rc = corr_coefficients(&run->corr, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
+        corr_finalize(&st, &ext, &cfg->correction.c, run->alpha_prev, &b->diag);
+        rc = corr_coefficients(&cfg->correction.c, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
     }
 
     double t_corr = dllm_now() - t0;
@@ -308,7 +308,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         sums[3] += b->log_w_se[i];
     comm_sum_d(sums, 4);
     loss_ctx lc = {.run = run, .b = b,
-                   .denom = run->loss.agg == GRPO_AGG_SEQ_MEAN ? sums[0] : sums[1]};
+                   .denom = cfg->grpo.loss.agg == GRPO_AGG_SEQ_MEAN ? sums[0] : sums[1]};
     double grad_norm = NAN, lr = NAN;
     size_t np;
     float *theta = dllm_policy_trainable(run->pol, &np);
