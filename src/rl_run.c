@@ -222,7 +222,39 @@ void rl_run_close(rl_run *run)
     memset(run, 0, sizeof *run);
 }
 
-/* ---- checkpoints ------------------------------------------------------------------- */
+/* ---- the config of a run, its latest checkpoint ---------------------------------- */
+
+int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, const char *const *sets,
+                   int nsets, dllm_err *err)
+{
+    dllm_cfg_defaults(cfg);
+    char stored[4200];
+    if (resume_dir) {
+        snprintf(stored, sizeof stored, "%s/config.yaml", resume_dir);
+        path = stored;
+    }
+    if (dllm_cfg_load(cfg, path, err))
+        return err->code;
+    for (int i = 0; i < nsets; i++)
+        if (dllm_cfg_set(cfg, sets[i], err))
+            return err->code;
+    return dllm_cfg_validate(cfg, err);
+}
+
+int rl_latest_checkpoint(const char *run_dir, char *ckpt, size_t n)
+{
+    char link[4200];
+    snprintf(link, sizeof link, "%s/ckpt/latest", run_dir);
+    char target[256];
+    ssize_t k = readlink(link, target, sizeof target - 1);
+    if (k <= 0)
+        return -1;
+    target[k] = '\0';
+    snprintf(ckpt, n, "%s/ckpt/%s", run_dir, target);
+    return 0;
+}
+
+/* ---- saving and loading checkpoints ------------------------------------------- */
 
 int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
 {

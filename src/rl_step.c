@@ -365,6 +365,11 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     if ((rc = dllm_policy_sync_rollout(run->pol, &t_sync, err)))
         return rc;
     run->alpha_prev = b->diag.alpha;
+    /* the reference policy (beta > 0) follows the trainer every grpo.ref_sync_every steps */
+    if (cfg->grpo.ref_sync_every > 0 && run->ref_params && step % cfg->grpo.ref_sync_every == 0) {
+        memcpy(run->ref_params, theta, sizeof(float) * np);
+        run->ref_synced_at = step;
+    }
 
     /* mismatch by denoising step: mean |d| of the tokens committed at each step */
     const int S = cfg->rollout.steps;
