@@ -63,10 +63,10 @@ static void progress(const rl_run *run, int64_t step, const double *m, double el
         int left = run->cfg.grpo.steps - (int)step;
         fmt_duration(steps_done > 0 ? elapsed / steps_done * left : NAN, eta, sizeof eta);
         printf("step %lld/%d  reward %.3f  acc %.3f  alpha %.3f  ess %.3f  |logw| %.2g  "
-               "%.0f tok/s  ETA %s\n",
+               "masked %.3f  %.0f tok/s  ETA %s\n",
                (long long)step, run->cfg.grpo.steps, m[H5LOG_M(reward_mean)], m[H5LOG_M(accuracy)],
                m[H5LOG_M(alpha)], m[H5LOG_M(rho_ess)], m[H5LOG_M(delta)],
-               m[H5LOG_M(tokens_per_s)], eta);
+               m[H5LOG_M(frac_masked_left)], m[H5LOG_M(tokens_per_s)], eta);
     }
     fflush(stdout);
 }

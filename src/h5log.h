@@ -64,6 +64,7 @@
     X(frac_zeroed)          /* fraction of c_i zeroed (mis) */ \
     X(frac_nonfinite)       /* fraction of non-finite log w */ \
     X(frac_zero_var_groups) /* fraction of groups with zero reward variance */ \
+    X(frac_masked_left)     /* generated positions still masked after the rollout */ \
     X(t_rollout)            /* seconds */ \
     X(t_likelihood)         /* l_mu, l_pi (and l_old, reference) estimates */ \
     X(t_correction)         /* correction coefficients and AIS diagnostics */ \

@@ -87,8 +87,17 @@ void rl_batch_free(rl_batch *b);
 /* One RL step (step >= 1). metrics: H5LOG_N_METRICS values in table order. */
 int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *err);
 
-/* Greedy evaluation on the held-out items (METHOD.md §4): accuracy, its
- * standard error, mean reward; over all ranks. correct (NULL or run->eval.n):
+/* Completions of B prompts at precision prec: DLLM_PREC_ROLLOUT is the
+ * policy's rollout (dllm_policy_rollout); DLLM_PREC_TRAIN_NOGRAD runs the same
+ * sampler (denoising, or AR decoding with the same choice rule and random
+ * stream) on the trainer's logits. top_p: AR only. */
+int rl_generate(dllm_policy *pol, dllm_prec prec, const int32_t *prompts, const uint8_t *prompt_mask,
+                int B, int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
+                dllm_rollout *out, dllm_err *err);
+
+/* Greedy evaluation on the held-out items (METHOD.md §4) at eval.precision
+ * (the trainer's weights by default, or the rollout copy), the same for every
+ * architecture: accuracy, its standard error, mean reward; over all ranks. correct (NULL or run->eval.n):
  * each item's 0/1 outcome, on every rank. */
 int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *reward_mean,
                 uint8_t *correct, dllm_err *err);

@@ -88,12 +88,18 @@ static int setup_estimators(rl_run *run, dllm_err *err)
                           .mask_id = run->mc->mask_token_id, .eos_id = run->mc->eos_token_id,
                           .eot_id = dllm_tokenizer_token_to_id(run->tok, "<|eot_id|>"),
                           .vocab = run->mc->embedding_size};
+#ifdef DLLM_SAMPLER_HAS_MASK_TOKEN /* the sampler's mask_token option (dllm/sampler.h) */
+    s.mask_token = (dllm_mask_token)c->rollout.mask_token;
+#endif
     run->sampler = s;
     s.gen_length = c->eval.gen_length;
     s.block_length = c->eval.block_length;
     s.steps = c->eval.steps;
     s.temperature = c->eval.temperature;
     s.remasking = REMASK_LOW_CONFIDENCE;
+#ifdef DLLM_SAMPLER_HAS_MASK_TOKEN
+    s.mask_token = (dllm_mask_token)c->eval.mask_token;
+#endif
     run->eval_sampler = s;
     if (dllm_sampler_check(&run->sampler, err))
         return dllm_err_prefix(err, "rollout");
