@@ -4,7 +4,10 @@
  * rl_step() is one step, readable top to bottom: prompts -> rollouts at the
  * rollout precision -> rewards -> advantages -> l_mu and l_pi on shared masks
  * -> correction coefficients and diagnostics -> inner GRPO updates (each an
- * AdamW step) -> rollout-weight sync -> metrics. Every random draw is keyed by
+ * AdamW step) -> rollout-weight sync -> reference-policy sync (every
+ * grpo.ref_sync_every steps) -> metrics. Every likelihood evaluation (l_pi,
+ * l_mu, l_old, the reference) is one call of the step's scoring helper: a
+ * plan, a precision, and optionally a parameter vector put in place. Every random draw is keyed by
  * (seed, step, purpose, global sequence index), so a resumed run and a
  * data-parallel run reproduce an uninterrupted single-rank run. */
 #ifndef DLLM_RL_H
