@@ -576,6 +576,25 @@ START_TEST(ar_decoding_on_trainer_logits)
 }
 END_TEST
 
+/* dllm-rl export (its own command file): merged weights of the latest checkpoint;
+ * an adapter of a full fine-tune and an unknown dtype are input errors */
+START_TEST(export_latest_checkpoint)
+{
+    write_config("e.yaml", "exported", "{method: none}");
+    ck_assert_int_eq(sh("%s train %s/e.yaml --quiet --set grpo.steps=1 --set eval.every=0", bin(), tmp),
+                     0);
+    ck_assert_int_eq(sh("%s export %s/runs/exported --merged --out %s/merged >/dev/null", bin(), tmp,
+                        tmp), 0);
+    ck_assert_int_eq(sh("test -s %s/merged/config.json && test -s %s/merged/model.safetensors && "
+                        "cmp -s %s/merged/tokenizer.json %s/runs/exported/ckpt/step-1/tokenizer.json",
+                        tmp, tmp, tmp, tmp), 0);
+    ck_assert_int_eq(sh("%s export %s/runs/exported --adapter --out %s/ad 2>/dev/null", bin(), tmp,
+                        tmp), 2);
+    ck_assert_int_eq(sh("%s export %s/runs/exported --merged --dtype f16 --out %s/m16 2>/dev/null",
+                        bin(), tmp, tmp), 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -594,6 +613,7 @@ int main(void)
     tcase_add_test(tc, reference_resyncs_in_the_step);
     tcase_add_test(tc, frac_masked_left_matches_the_completions);
     tcase_add_test(tc, ar_decoding_on_trainer_logits);
+    tcase_add_test(tc, export_latest_checkpoint);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
