@@ -152,7 +152,7 @@ static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_er
         snprintf(cfg->task.train.path, sizeof cfg->task.train.path, "%s", a->split);
     }
     /* no rollout copy and one training item: only the evaluation is used */
-    snprintf(cfg->rollout.precision, sizeof cfg->rollout.precision, "trainer");
+    cfg->rollout.precision = CFG_ROLLOUT_TRAINER;
     cfg->task.train.n = 1;
     cfg->grpo.prompts_per_step = 1;
     ckpt_generation g;
@@ -160,7 +160,7 @@ static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_er
     g.block_length = cfg->eval.block_length;
     g.steps = cfg->eval.steps;
     g.temperature = cfg->eval.temperature;
-    snprintf(g.chat, sizeof g.chat, "%s", cfg->task.chat);
+    snprintf(g.chat, sizeof g.chat, "%s", cfg_names_name(&cfg_names_chat, cfg->task.chat));
     int grc = ckpt_read_generation(a->model, &g, err);
     if (grc > 0)
         return grc;
@@ -170,7 +170,9 @@ static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_er
         cfg->eval.block_length = g.block_length;
         cfg->eval.steps = g.steps;
         cfg->eval.temperature = g.temperature;
-        snprintf(cfg->task.chat, sizeof cfg->task.chat, "%s", g.chat);
+        if (!cfg_names_find(&cfg_names_chat, g.chat, &cfg->task.chat))
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s/generation.json: chat '%s' is not one of "
+                                "auto|plain|llada|qwen3", a->model, g.chat);
     }
     if (a->set_gen)
         cfg->eval.gen_length = (int)a->gen;
@@ -201,7 +203,8 @@ int cmd_eval(int argc, char **argv)
     uint8_t *ok = NULL;
     int rc = rl_run_open(&run, &cfg, ".", &err);
     if (!rc && run.eval.n == 0)
-        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "task %s: no evaluation items", cfg.task.name);
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "task %s: no evaluation items",
+                          cfg_names_name(&cfg_names_task, cfg.task.name));
     if (!rc) {
         ok = dllm_calloc(run.eval.n, 1);
         rc = rl_evaluate(&run, &acc, &se, &rew, ok, &err);

@@ -172,7 +172,7 @@ static const char *published_preset(const char *path, dllm_arch *arch)
 static int resolve_model(const plan_args *a, const dllm_cfg *cfg, dllm_model_config *mc, char *what,
                          size_t n, dllm_err *err)
 {
-    dllm_arch arch = strcmp(cfg->model.arch, "qwen3") ? DLLM_ARCH_LLADA : DLLM_ARCH_QWEN3;
+    dllm_arch arch = cfg->model.arch;
     if (a->preset) {
         if (!strcmp(a->preset, "llada-8b"))
             arch = DLLM_ARCH_LLADA;
@@ -205,9 +205,10 @@ static int resolve_model(const plan_args *a, const dllm_cfg *cfg, dllm_model_con
                  cfg->model.path);
         return 0;
     }
-    if (dllm_config_preset(mc, arch, cfg->model.preset, err))
+    const char *preset = cfg_names_name(&cfg_names_preset, cfg->model.preset);
+    if (dllm_config_preset(mc, arch, preset, err))
         return dllm_err_prefix(err, "model.preset");
-    snprintf(what, n, "preset %s", cfg->model.preset);
+    snprintf(what, n, "preset %s", preset);
     return 0;
 }
 
@@ -224,7 +225,7 @@ int cmd_plan(int argc, char **argv)
     for (int i = 0; i < a.nsets; i++)
         if (dllm_cfg_set(&cfg, a.sets[i], &err))
             return cli_fail("plan", &err);
-    const bool cpu = strcmp(a.device ? a.device : cfg.device, "cuda") != 0;
+    const bool cpu = a.device ? strcmp(a.device, "cuda") != 0 : cfg.device != CFG_DEVICE_CUDA;
     dllm_model_config mc;
     char model[CFG_STR_MAX + 128];
     if (resolve_model(&a, &cfg, &mc, model, sizeof model, &err))

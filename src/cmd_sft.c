@@ -156,7 +156,7 @@ static int save_checkpoint(const sft_run *r, const dllm_policy *m, const sft_sta
     cli_rm_tree(tmp);
     if (cli_mkdirs(tmp, err))
         return err->code;
-    st_dtype dt = strcmp(r->cfg->model.dtype, "bf16") ? ST_F32 : ST_BF16;
+    st_dtype dt = r->cfg->model.dtype;
     if (dllm_policy_save(m, tmp, dt, err))
         return err->code;
     char tokdst[4300];
@@ -197,11 +197,15 @@ static int load_model(const dllm_cfg *cfg, dllm_policy **m, dllm_tokenizer **tok
     const char *targets[CFG_LIST_MAX];
     for (int i = 0; i < cfg->model.lora.targets.n; i++)
         targets[i] = cfg->model.lora.targets.items[i];
-    dllm_policy_cfg pc = {.path = cfg->model.path, .preset = cfg->model.preset,
-                          .arch = cfg->model.arch, .seed = (uint64_t)cfg->seed,
+    dllm_policy_cfg pc = {.path = cfg->model.path,
+                          .preset = cfg_names_name(&cfg_names_preset, cfg->model.preset),
+                          .arch = cfg_names_name(&cfg_names_arch, cfg->model.arch),
+                          .seed = (uint64_t)cfg->seed,
                           .lora_rank = cfg->model.lora.rank, .lora_alpha = cfg->model.lora.alpha,
                           .lora_targets = targets, .n_lora_targets = cfg->model.lora.targets.n,
-                          .trainer = cfg->model.trainer_precision, .rollout = "trainer"};
+                          .trainer = cfg_names_name(&cfg_names_trainer_precision,
+                                                    cfg->model.trainer_precision),
+                          .rollout = "trainer"};
     if (dllm_policy_open(m, &pc, err))
         return err->code;
     if (cfg->model.path[0]) {
@@ -338,7 +342,7 @@ int cmd_sft(int argc, char **argv)
     sft_opts opt = {0};
     if (parse_args(argc, argv, &cfg, &opt, &err))
         return cli_fail("sft", &err);
-    if (!strcmp(cfg.device, "cuda")) {
+    if (cfg.device == CFG_DEVICE_CUDA) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "device: cuda is not available for sft in this build");
         return cli_fail("sft", &err);
     }
@@ -389,7 +393,8 @@ int cmd_sft(int argc, char **argv)
         free(text);
     }
     if (!cfg.model.path[0])
-        cli_warn_random_model("sft", cfg.model.arch, cfg.model.preset);
+        cli_warn_random_model("sft", cfg_names_name(&cfg_names_arch, cfg.model.arch),
+                              cfg_names_name(&cfg_names_preset, cfg.model.preset));
     dllm_policy *m = NULL;
     dllm_tokenizer *tok = NULL;
     sft_dataset ds = {0};
@@ -408,7 +413,7 @@ int cmd_sft(int argc, char **argv)
     }
     generation_of_data(&cfg, &ds, dllm_policy_is_diffusion(m), &run.gen);
     const dllm_model_config *mc = dllm_policy_config(m);
-    const bool trainer_bf16 = !strcmp(cfg.model.trainer_precision, "bf16");
+    const bool trainer_bf16 = cfg.model.trainer_precision == CFG_TRAINER_BF16;
     size_t nparam;
     float *params = dllm_policy_trainable(m, &nparam);
     float *grads = dllm_policy_grads(m);
@@ -451,7 +456,8 @@ int cmd_sft(int argc, char **argv)
     }
     if (!opt.quiet) {
         printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d\n", ds.n,
-               cfg.model.path[0] ? cfg.model.path : cfg.model.preset, nparam,
+               cfg.model.path[0] ? cfg.model.path : cfg_names_name(&cfg_names_preset, cfg.model.preset),
+               nparam,
                cfg.model.lora.rank ? ", LoRA" : "", cfg.sft.steps, B);
         if (opt.resume)
             printf("sft: resuming %s from step %d\n", run.run_dir, s.step);

@@ -6,39 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const adv_names[] = {"std", "none"};
-static const char *const ratio_names[] = {"sequence", "token"};
-static const char *const agg_names[] = {"seq_mean", "token_mean"};
+static const cfg_name adv_v[] = {{"std", GRPO_ADV_STD}, {"none", GRPO_ADV_NONE}};
+static const cfg_name ratio_v[] = {{"sequence", GRPO_RATIO_SEQUENCE}, {"token", GRPO_RATIO_TOKEN}};
+static const cfg_name agg_v[] = {{"seq_mean", GRPO_AGG_SEQ_MEAN}, {"token_mean", GRPO_AGG_TOKEN_MEAN}};
+const cfg_names grpo_adv_scale_names = CFG_NAMES("grpo.advantage_scale", adv_v);
+const cfg_names grpo_ratio_names = CFG_NAMES("grpo.ratio", ratio_v);
+const cfg_names grpo_agg_names = CFG_NAMES("grpo.loss_agg", agg_v);
 
-const char *grpo_adv_scale_name(grpo_adv_scale s)
-{
-    return (unsigned)s < 2 ? adv_names[s] : "?";
-}
-const char *grpo_ratio_name(grpo_ratio r)
-{
-    return (unsigned)r < 2 ? ratio_names[r] : "?";
-}
-const char *grpo_agg_name(grpo_agg a)
-{
-    return (unsigned)a < 2 ? agg_names[a] : "?";
-}
-
-static int parse2(const char *s, const char *const names[2], const char *key, int *out,
-                  dllm_err *err)
-{
-    for (int k = 0; k < 2; k++)
-        if (s && strcmp(s, names[k]) == 0) {
-            *out = k;
-            return DLLM_OK;
-        }
-    return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: unknown value '%s' (expected one of: %s, %s)",
-                        key, s ? s : "(null)", names[0], names[1]);
-}
+const char *grpo_adv_scale_name(grpo_adv_scale s) { return cfg_names_name(&grpo_adv_scale_names, s); }
+const char *grpo_ratio_name(grpo_ratio r) { return cfg_names_name(&grpo_ratio_names, r); }
+const char *grpo_agg_name(grpo_agg a) { return cfg_names_name(&grpo_agg_names, a); }
 
 int grpo_parse_adv_scale(const char *s, grpo_adv_scale *out, dllm_err *err)
 {
     int k;
-    int rc = parse2(s, adv_names, "grpo.advantage_scale", &k, err);
+    int rc = cfg_names_parse(&grpo_adv_scale_names, s, &k, err);
     if (!rc)
         *out = (grpo_adv_scale)k;
     return rc;
@@ -46,7 +28,7 @@ int grpo_parse_adv_scale(const char *s, grpo_adv_scale *out, dllm_err *err)
 int grpo_parse_ratio(const char *s, grpo_ratio *out, dllm_err *err)
 {
     int k;
-    int rc = parse2(s, ratio_names, "grpo.ratio", &k, err);
+    int rc = cfg_names_parse(&grpo_ratio_names, s, &k, err);
     if (!rc)
         *out = (grpo_ratio)k;
     return rc;
@@ -54,7 +36,7 @@ int grpo_parse_ratio(const char *s, grpo_ratio *out, dllm_err *err)
 int grpo_parse_agg(const char *s, grpo_agg *out, dllm_err *err)
 {
     int k;
-    int rc = parse2(s, agg_names, "grpo.loss_agg", &k, err);
+    int rc = cfg_names_parse(&grpo_agg_names, s, &k, err);
     if (!rc)
         *out = (grpo_agg)k;
     return rc;

@@ -52,11 +52,14 @@
 #define DLLM_GRPO_H
 
 #include "kernels/base.h"
+#include "src/cfg_names.h"
 
 typedef enum { GRPO_ADV_STD, GRPO_ADV_NONE } grpo_adv_scale;
 typedef enum { GRPO_RATIO_SEQUENCE, GRPO_RATIO_TOKEN } grpo_ratio;
 typedef enum { GRPO_AGG_SEQ_MEAN, GRPO_AGG_TOKEN_MEAN } grpo_agg;
 
+/* The YAML names (the config parser reads them through these tables). */
+extern const cfg_names grpo_adv_scale_names, grpo_ratio_names, grpo_agg_names;
 const char *grpo_adv_scale_name(grpo_adv_scale s);
 const char *grpo_ratio_name(grpo_ratio r);
 const char *grpo_agg_name(grpo_agg a);

@@ -6,7 +6,9 @@
  * reader trusts only the rows that every dataset of a group has. Rows are
  * matched across groups by their `step` column, which is also what resume
  * filters on. HDF5 error stacks are not printed: failures become dllm_err
- * messages naming the file and dataset, with HDF5's innermost reason. */
+ * messages naming the file and dataset, with HDF5's innermost reason.
+ * (Over 900 lines: the writer, the SWMR reader and resume share the handle and
+ * the layout tables, and splitting them would put the layout in two places.) */
 #include "src/h5log.h"
 
 #include <hdf5.h>
@@ -27,28 +29,50 @@ static const char *const metric_names[H5LOG_N_METRICS] = {
 #undef H5LOG_METRIC_NAME_
 };
 
-enum { K_I64, K_I32, K_I16, K_F64, K_F32 };  /* element kinds */
-enum { W_1, W_P, W_G };                        /* row widths: 1, P, G */
+#include <stddef.h>
 
-/* /trajectories, in file creation order. */
-enum {
-    T_STEP, T_PROMPT_INDEX, T_GROUP, T_PROMPT_LEN, T_COMPLETION_LEN, T_PROMPT_TOKENS,
-    T_COMPLETION_TOKENS, T_REWARD, T_ADVANTAGE, T_L_MU, T_L_PI, T_LOG_W, T_COEF,
-    T_TOKEN_LOG_RATIO, T_COMMIT_STEP, T_COMMIT_PROB, N_TRAJ
+/* element kinds and row widths: the public table's */
+#define K_I64 H5LOG_I64
+#define K_I32 H5LOG_I32
+#define K_I16 H5LOG_I16
+#define K_F64 H5LOG_F64
+#define K_F32 H5LOG_F32
+#define W_1 H5LOG_W1
+#define W_P H5LOG_WP
+#define W_G H5LOG_WG
+#define W_STEP H5LOG_WSTEP
+
+/* /trajectories, in file creation order (the indices of the columns read back). */
+enum { T_STEP, T_PROMPT_INDEX, T_GROUP, T_PROMPT_LEN, T_COMPLETION_LEN, T_PROMPT_TOKENS,
+       T_COMPLETION_TOKENS, N_TRAJ = H5LOG_N_TRAJ };
+#define TB(field) offsetof(h5log_traj_batch, field)
+const h5log_traj_col h5log_traj_cols[H5LOG_N_TRAJ] = {
+    {"step", K_I64, W_STEP, TB(step)},
+    {"prompt_index", K_I64, W_1, TB(prompt_index)},
+    {"group", K_I64, W_1, TB(group)},
+    {"prompt_len", K_I32, W_1, TB(prompt_len)},
+    {"completion_len", K_I32, W_1, TB(completion_len)},
+    {"prompt_tokens", K_I32, W_P, TB(prompt_tokens)},
+    {"completion_tokens", K_I32, W_G, TB(completion_tokens)},
+    {"reward", K_F64, W_1, TB(reward)},
+    {"advantage", K_F64, W_1, TB(advantage)},
+    {"l_mu", K_F64, W_1, TB(l_mu)},
+    {"l_pi", K_F64, W_1, TB(l_pi)},
+    {"log_w", K_F64, W_1, TB(log_w)},
+    {"coef", K_F64, W_1, TB(coef)},
+    {"token_log_ratio", K_F32, W_G, TB(token_log_ratio)},
+    {"commit_step", K_I16, W_G, TB(commit_step)},
+    {"commit_prob", K_F32, W_G, TB(commit_prob)},
 };
-static const struct {
-    const char *name;
-    int kind, width;
-} traj_fields[N_TRAJ] = {
-    {"step", K_I64, W_1},           {"prompt_index", K_I64, W_1},
-    {"group", K_I64, W_1},          {"prompt_len", K_I32, W_1},
-    {"completion_len", K_I32, W_1}, {"prompt_tokens", K_I32, W_P},
-    {"completion_tokens", K_I32, W_G}, {"reward", K_F64, W_1},
-    {"advantage", K_F64, W_1},      {"l_mu", K_F64, W_1},
-    {"l_pi", K_F64, W_1},           {"log_w", K_F64, W_1},
-    {"coef", K_F64, W_1},           {"token_log_ratio", K_F32, W_G},
-    {"commit_step", K_I16, W_G},    {"commit_prob", K_F32, W_G},
-};
+#undef TB
+#define traj_fields h5log_traj_cols
+
+const void *h5log_traj_col_data(const h5log_traj_batch *b, int c)
+{
+    if (c < 0 || c >= N_TRAJ || traj_fields[c].width == W_STEP)
+        return NULL;
+    return *(const void *const *)((const char *)b + traj_fields[c].off);
+}
 
 enum { E_STEP, E_ACCURACY, E_ACCURACY_SE, E_REWARD_MEAN, N_EVAL };
 static const char *const eval_fields[N_EVAL] = {"step", "accuracy", "accuracy_se",
@@ -88,6 +112,8 @@ static size_t kind_size(int kind)
     default: return 2;
     }
 }
+
+size_t h5log_kind_size(h5log_kind kind) { return kind_size((int)kind); }
 
 /* The pad / fill value of a kind: -1 for integers, NaN for floats. */
 static void fill_value(int kind, void *out)
@@ -1044,36 +1070,18 @@ static const void *pack_traj(h5log *log, const h5log_traj_batch *b, int f)
     unsigned char *buf = scratch(log, (size_t)n * (size_t)width * es);
     unsigned char pad[8];
     fill_value(kind, pad);
-    const void *src = NULL;
-    const int32_t *len = NULL;
-    int stride = 1;
-    switch (f) {
-    case T_STEP:
+    if (traj_fields[f].width == W_STEP) {
         for (int i = 0; i < n; i++)
             memcpy(buf + (size_t)i * es, &b->step, es);
         return buf;
-    case T_PROMPT_INDEX: src = b->prompt_index; break;
-    case T_GROUP: src = b->group; break;
-    case T_PROMPT_LEN: src = b->prompt_len; break;
-    case T_COMPLETION_LEN: src = b->completion_len; break;
-    case T_REWARD: src = b->reward; break;
-    case T_ADVANTAGE: src = b->advantage; break;
-    case T_L_MU: src = b->l_mu; break;
-    case T_L_PI: src = b->l_pi; break;
-    case T_LOG_W: src = b->log_w; break;
-    case T_COEF: src = b->coef; break;
-    case T_PROMPT_TOKENS: src = b->prompt_tokens; len = b->prompt_len;
-        stride = b->prompt_stride; break;
-    case T_COMPLETION_TOKENS: src = b->completion_tokens; len = b->completion_len;
-        stride = b->completion_stride; break;
-    case T_TOKEN_LOG_RATIO: src = b->token_log_ratio; len = b->completion_len;
-        stride = b->completion_stride; break;
-    case T_COMMIT_STEP: src = b->commit_step; len = b->completion_len;
-        stride = b->completion_stride; break;
-    case T_COMMIT_PROB: src = b->commit_prob; len = b->completion_len;
-        stride = b->completion_stride; break;
-    default: break;
     }
+    const void *src = h5log_traj_col_data(b, f);
+    const int32_t *len = traj_fields[f].width == W_P   ? b->prompt_len
+                         : traj_fields[f].width == W_G ? b->completion_len
+                                                       : NULL;
+    int stride = traj_fields[f].width == W_P   ? b->prompt_stride
+                 : traj_fields[f].width == W_G ? b->completion_stride
+                                               : 1;
     for (int i = 0; i < n; i++) {
         int keep = !src ? 0 : len ? len[i] : 1;
         unsigned char *row = buf + (size_t)i * (size_t)width * es;

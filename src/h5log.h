@@ -64,6 +64,7 @@
     X(frac_zeroed)          /* fraction of c_i zeroed (mis) */ \
     X(frac_nonfinite)       /* non-finite log w or coefficient, plus dropped loss terms */ \
     X(frac_zero_var_groups) /* fraction of groups with zero reward variance */ \
+    X(frac_masked_left)     /* generated positions still masked after the rollout */ \
     X(t_rollout)            /* seconds */ \
     X(t_likelihood)         /* l_mu, l_pi (and l_old, reference) estimates */ \
     X(t_correction)         /* correction coefficients and AIS diagnostics */ \
@@ -126,6 +127,27 @@ typedef struct {
     const int16_t *commit_step;       /* (n, completion_stride) */
     const float *commit_prob;         /* (n, completion_stride) */
 } h5log_traj_batch;
+
+/* The /trajectories columns, in file creation order: one table drives the
+ * writer (h5log_append_trajectories) and anything that moves a batch between
+ * processes (the rank gather of the RL loop packs rows column by column with
+ * it). Adding a column is one line in h5log.c's table plus its pointer here. */
+typedef enum { H5LOG_I64, H5LOG_I32, H5LOG_I16, H5LOG_F64, H5LOG_F32 } h5log_kind;
+/* Row width: one value; a prompt row (max_prompt wide, prompt_len/prompt_stride);
+ * a completion row (max_completion wide, completion_len/completion_stride);
+ * the batch's scalar `step`, the same in every row. */
+typedef enum { H5LOG_W1, H5LOG_WP, H5LOG_WG, H5LOG_WSTEP } h5log_width;
+typedef struct {
+    const char *name;      /* dataset under /trajectories */
+    h5log_kind kind;
+    h5log_width width;
+    size_t off;            /* offsetof(h5log_traj_batch, its array), or of step */
+} h5log_traj_col;
+enum { H5LOG_N_TRAJ = 16 };
+extern const h5log_traj_col h5log_traj_cols[H5LOG_N_TRAJ];
+size_t h5log_kind_size(h5log_kind k);
+/* Column c's array in b (NULL for H5LOG_WSTEP and absent arrays). */
+const void *h5log_traj_col_data(const h5log_traj_batch *b, int c);
 
 typedef struct h5log h5log;
 

@@ -189,7 +189,7 @@ static void add(mem_plan *p, mem_phase ph, const char *name, int64_t bytes, cons
 static void finish(mem_plan *p);
 
 /* Canvases per sequence and scored rows per canvas of an estimator. */
-static void estimator_shape(const dllm_cfg *cfg, bool diffusion, const char *est, int64_t *cps,
+static void estimator_shape(const dllm_cfg *cfg, bool diffusion, dllm_estimator est, int64_t *cps,
                             int64_t *rows)
 {
     const int64_t G = cfg->rollout.gen_length;
@@ -197,9 +197,9 @@ static void estimator_shape(const dllm_cfg *cfg, bool diffusion, const char *est
     *rows = G;
     if (!diffusion)
         return; /* exact: one causal pass over prompt + completion */
-    if (!strcmp(est, "elbo")) {
+    if (est == EST_ELBO) {
         *cps = cfg->likelihood.mc_samples;
-    } else if (!strcmp(est, "trajectory")) {
+    } else if (est == EST_TRAJECTORY) {
         const int64_t steps = cfg->rollout.steps, shrink = cfg->likelihood.shrink;
         *cps = ceil_div(steps, shrink);
         *rows = min64(G, shrink * ceil_div(G, steps));
@@ -266,7 +266,7 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
             nt++;
             n_lora += Ln * r * (in + out);
         }
-        const char *sc = cfg->rollout.fp8.scaling;
+        const char *sc = cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling);
         n_scales += Ln * (!strcmp(sc, "block")     ? ceil_div(out, 128) * ceil_div(in, 128)
                           : !strcmp(sc, "channel") ? out
                                                    : 1);
@@ -280,7 +280,7 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     p->seqs = (int)S;
     p->rollout_seqs = (int)Sr;
     p->T = (int)T;
-    const char *rollout = cfg->rollout.precision;
+    const char *rollout = cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision);
     const bool fp8 = !strcmp(rollout, "fp8"), bf16_copy = !strcmp(rollout, "bf16") && lora;
 
     /* estimators: canvases per sequence (cps) and rows per canvas */
@@ -308,7 +308,7 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
         add(p, MEM_RESIDENT, "LoRA A/B (fp32)", 4 * n_lora, s, "4 Nl");
         add(p, MEM_RESIDENT, "LoRA gradients (fp32)", 4 * n_lora, s, "4 Nl");
         add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * n_lora, s, "8 Nl");
-        if (cfg->grpo.beta > 0)
+        if (cfg->grpo.loss.beta > 0)
             add(p, MEM_RESIDENT, "KL reference LoRA (fp32)", 4 * n_lora, "grpo.beta: 0",
                 "4 Nl (grpo.beta > 0)");
     } else {
@@ -316,15 +316,15 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
         add(p, MEM_RESIDENT, "master weights (fp32)", 4 * P, s, "4 P (full fine-tuning)");
         add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, s, "4 P");
         add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * P, s, "8 P");
-        if (cfg->grpo.beta > 0)
+        if (cfg->grpo.loss.beta > 0)
             add(p, MEM_RESIDENT, "KL reference weights (bf16)", 2 * P, "grpo.beta: 0",
                 "2 P (grpo.beta > 0)");
     }
     if (fp8) {
         add(p, MEM_RESIDENT, "FP8 rollout copy: codes", n_lin, "", "1 Plin");
         add(p, MEM_RESIDENT, "FP8 rollout copy: scales (fp32)", 4 * n_scales, "",
-            !strcmp(cfg->rollout.fp8.scaling, "block")     ? "4 L sum ceil(out/128) ceil(in/128)"
-            : !strcmp(cfg->rollout.fp8.scaling, "channel") ? "4 L sum out"
+            cfg->rollout.fp8.scaling == CFG_FP8_BLOCK     ? "4 L sum ceil(out/128) ceil(in/128)"
+            : cfg->rollout.fp8.scaling == CFG_FP8_CHANNEL ? "4 L sum out"
                                                            : "4 L x 7");
     } else if (bf16_copy) {
         add(p, MEM_RESIDENT, "bf16 rollout copy: merged linears", 2 * n_lin, "rollout.precision",
@@ -357,7 +357,7 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
             "max(Mr Pt, Sr) x %s, Mr = %lld", fwd_f, (long long)Mr);
     }
     if (fp8) {
-        const bool grp = !strcmp(cfg->rollout.fp8.scaling, "block");
+        const bool grp = cfg->rollout.fp8.scaling == CFG_FP8_BLOCK;
         add(p, MEM_ROLLOUT, "FP8 activation codes + scales", Nr * Kin + (grp ? Nr * ceil_div(Kin, 128) * 4 : Nr * 4),
             rs, "N (Kin + %s), N = %lld tokens", grp ? "4 ceil(Kin/128)" : "4", (long long)Nr);
     } else if (lora && !strcmp(rollout, "trainer")) {
@@ -371,7 +371,7 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     /* ---- likelihood ---- */
     const int64_t Nl_tok = Ml * T;
     const char *ms = "--micro-batch";
-    const int64_t n_lp = 3 + (cfg->grpo.beta > 0 ? 1 : 0);
+    const int64_t n_lp = 3 + (cfg->grpo.loss.beta > 0 ? 1 : 0);
     add(p, MEM_LIKELIHOOD, "per-token log-probs (fp64)", n_lp * S * G * 8, "--ranks",
         "8 S G x %lld (l_mu, l_pi, l_old%s)", (long long)n_lp, n_lp > 3 ? ", reference" : "");
     add(p, MEM_LIKELIHOOD, "canvas chunk (ids, masks, rows)", Ml * T * 5 + Ml * G * 24, ms,
@@ -380,7 +380,7 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     if (lora)
         add(p, MEM_LIKELIHOOD, "LoRA x A^T (bf16)", Nl_tok * rr * 2, ms, "2 r Ml T");
     if (fp8) {
-        const bool grp = !strcmp(cfg->rollout.fp8.scaling, "block");
+        const bool grp = cfg->rollout.fp8.scaling == CFG_FP8_BLOCK;
         add(p, MEM_LIKELIHOOD, "FP8 activation codes + scales (l_mu)",
             Nl_tok * Kin + (grp ? Nl_tok * ceil_div(Kin, 128) * 4 : Nl_tok * 4), ms, "Ml T (Kin + %s)",
             grp ? "4 ceil(Kin/128)" : "4");
@@ -507,16 +507,16 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
         add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, "", "4 P");
     }
     add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * ntrain, "", Nl ? "8 Nl" : "8 P");
-    if (cfg->grpo.beta > 0)
+    if (cfg->grpo.loss.beta > 0)
         add(p, MEM_RESIDENT, "KL reference (fp32)", 4 * ntrain, "", Nl ? "4 Nl" : "4 P");
-    if (!strcmp(cfg->model.trainer_precision, "bf16"))
+    if (cfg->model.trainer_precision == CFG_TRAINER_BF16)
         add(p, MEM_RESIDENT, "bf16 trainer copy (stored fp32)", 4 * P, "", "4 P");
-    if (!strcmp(cfg->rollout.precision, "fp8")) {
+    if (cfg->rollout.precision == CFG_ROLLOUT_FP8) {
         int64_t n_scales = 0;
         for (int j = 0; j < NLIN; j++) {
             int64_t out, in;
             lin_shape(mc, j, &out, &in);
-            const char *sc = cfg->rollout.fp8.scaling;
+            const char *sc = cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling);
             n_scales += Ln * (!strcmp(sc, "block")     ? ceil_div(out, 128) * ceil_div(in, 128)
                               : !strcmp(sc, "channel") ? out
                                                        : 1);
@@ -525,7 +525,7 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
         add(p, MEM_RESIDENT, "FP8 copy: codes", Plin, "", "1 Plin");
         add(p, MEM_RESIDENT, "FP8 copy: scales (fp32)", 4 * n_scales, "", "4 x scales");
         add(p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
-    } else if (!strcmp(cfg->rollout.precision, "bf16")) {
+    } else if (cfg->rollout.precision == CFG_ROLLOUT_BF16) {
         add(p, MEM_RESIDENT, "bf16 rollout copy (stored fp32)", 4 * P, "", "4 P");
     }
     /* the activation sets, once grown, stay for the run */
@@ -541,7 +541,7 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
     /* transient */
     add(p, MEM_ROLLOUT, "sampler logits (fp32)", 4 * cfgx * Sr * Bk * V, "", "4 Sr Bk V%s",
         cfgx > 1 ? " x 2 (cfg)" : "");
-    if (!strcmp(cfg->rollout.precision, "fp8"))
+    if (cfg->rollout.precision == CFG_ROLLOUT_FP8)
         add(p, MEM_ROLLOUT, "FP8 linear input, dequantised (fp32)", 4 * cfgx * Sr * T * Kin, "",
             "4 Sr T Kin");
     add(p, MEM_LIKELIHOOD, "chunk logits (fp32)", 4 * (int64_t)p->mb_lik * G * V, "", "4 Ml G V");

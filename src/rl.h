@@ -4,7 +4,10 @@
  * rl_step() is one step, readable top to bottom: prompts -> rollouts at the
  * rollout precision -> rewards -> advantages -> l_mu and l_pi on shared masks
  * -> correction coefficients and diagnostics -> inner GRPO updates (each an
- * AdamW step) -> rollout-weight sync -> metrics. Every random draw is keyed by
+ * AdamW step) -> rollout-weight sync -> reference-policy sync (every
+ * grpo.ref_sync_every steps) -> metrics. Every likelihood evaluation (l_pi,
+ * l_mu, l_old, the reference) is one call of the step's scoring helper: a
+ * plan, a precision, and optionally a parameter vector put in place. Every random draw is keyed by
  * (seed, step, purpose, global sequence index), so a resumed run and a
  * data-parallel run reproduce an uninterrupted single-rank run. */
 #ifndef DLLM_RL_H
@@ -41,9 +44,6 @@ typedef struct {
     dllm_task_items train, eval;
     rl_prompt *train_prompts, *eval_prompts; /* encoded once */
 
-    corr_cfg corr;
-    grpo_loss_cfg loss;
-    grpo_adv_scale adv_scale;
     dllm_lik_cfg lik_w;   /* importance-weight estimator (p_mask_prompt 0) */
     dllm_lik_cfg lik_pol; /* policy-ratio estimator */
     bool shared_plan;     /* same estimator, no prompt masking: l_old = l_pi */
@@ -90,8 +90,17 @@ void rl_batch_free(rl_batch *b);
 /* One RL step (step >= 1). metrics: H5LOG_N_METRICS values in table order. */
 int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *err);
 
-/* Greedy evaluation on the held-out items (METHOD.md §4): accuracy, its
- * standard error, mean reward; over all ranks. correct (NULL or run->eval.n):
+/* Completions of B prompts at precision prec: DLLM_PREC_ROLLOUT is the
+ * policy's rollout (dllm_policy_rollout); DLLM_PREC_TRAIN_NOGRAD runs the same
+ * sampler (denoising, or AR decoding with the same choice rule and random
+ * stream) on the trainer's logits. top_p: AR only. */
+int rl_generate(dllm_policy *pol, dllm_prec prec, const int32_t *prompts, const uint8_t *prompt_mask,
+                int B, int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
+                dllm_rollout *out, dllm_err *err);
+
+/* Greedy evaluation on the held-out items (METHOD.md §4) at eval.precision
+ * (the trainer's weights by default, or the rollout copy), the same for every
+ * architecture: accuracy, its standard error, mean reward; over all ranks. correct (NULL or run->eval.n):
  * each item's 0/1 outcome, on every rank. */
 int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *reward_mean,
                 uint8_t *correct, dllm_err *err);

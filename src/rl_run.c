@@ -4,6 +4,7 @@
 #include "config.h"
 #include "src/cli_util.h"
 #include "src/comm.h"
+#include "src/gen_settings.h"
 #include "src/prompt.h"
 
 #include <dirent.h>
@@ -36,8 +37,8 @@ static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **o
     rl_prompt *ps = dllm_calloc(items->n ? items->n : 1, sizeof *ps);
     for (size_t i = 0; i < items->n; i++) {
         const dllm_task_item *it = &items->items[i];
-        char *text = strcmp(run->cfg.task.format, "d1") ? dllm_strdup(it->question)
-                                                         : run->task->format(it);
+        char *text = run->cfg.task.format == CFG_FORMAT_D1 ? run->task->format(it)
+                                                             : dllm_strdup(it->question);
         int rc = prompt_encode(run->tok, run->chat, run->mc, text, &ps[i].ids, &ps[i].n, err);
         free(text);
         if (rc) {
@@ -53,33 +54,10 @@ static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **o
 
 /* ---- setup ------------------------------------------------------------------------ */
 
-static int parse_enums(rl_run *run, dllm_err *err)
+/* Estimators and samplers of the run from its config. */
+static int setup_estimators(rl_run *run, dllm_err *err)
 {
     const dllm_cfg *c = &run->cfg;
-    corr_cfg_default(&run->corr);
-    if (corr_parse_method(c->correction.method, &run->corr.method, err) ||
-        corr_parse_level(c->correction.level, &run->corr.level, err) ||
-        ais_parse_combine(c->correction.ais.combine, &run->corr.ais.combine, err) ||
-        ais_parse_noise(c->correction.ais.noise, &run->corr.ais.noise, err))
-        return err->code;
-    run->corr.cap = c->correction.cap;
-    run->corr.fixed_alpha = c->correction.fixed_alpha;
-    run->corr.ais.w_rel = c->correction.ais.weights.reliability;
-    run->corr.ais.w_div = c->correction.ais.weights.divergence;
-    run->corr.ais.w_var = c->correction.ais.weights.variance;
-    run->corr.ais.tau_delta = c->correction.ais.tau_delta;
-    run->corr.ais.bias = c->correction.ais.bias;
-    run->corr.ais.eta = c->correction.ais.eta;
-    run->corr.ais.alpha_min = c->correction.ais.alpha_min;
-    run->corr.ais.alpha_max = c->correction.ais.alpha_max;
-    if (corr_cfg_check(&run->corr, err))
-        return err->code;
-    if (grpo_parse_ratio(c->grpo.ratio, &run->loss.ratio, err) ||
-        grpo_parse_agg(c->grpo.loss_agg, &run->loss.agg, err) ||
-        grpo_parse_adv_scale(c->grpo.advantage_scale, &run->adv_scale, err))
-        return err->code;
-    run->loss.clip_eps = c->grpo.clip_eps;
-    run->loss.beta = c->grpo.beta;
     const bool ar = !dllm_policy_is_diffusion(run->pol);
     dllm_lik_cfg base = {.mc = c->likelihood.mc_samples, .shrink = c->likelihood.shrink,
                          .temperature = c->likelihood.temperature,
@@ -88,15 +66,15 @@ static int parse_enums(rl_run *run, dllm_err *err)
     if (ar) {
         run->lik_w.kind = run->lik_pol.kind = EST_AR_EXACT;
     } else {
-        dllm_estimator_parse(c->correction.estimator, &run->lik_w.kind);
-        dllm_estimator_parse(c->grpo.logp_estimator, &run->lik_pol.kind);
+        run->lik_w.kind = c->correction.estimator;
+        run->lik_pol.kind = c->grpo.logp_estimator;
         run->lik_pol.p_mask_prompt = c->grpo.p_mask_prompt;
         /* per-token ratios and weights need every token scored once */
-        if (run->loss.ratio == GRPO_RATIO_TOKEN && run->lik_pol.kind != EST_ONE_STEP)
+        if (c->grpo.loss.ratio == GRPO_RATIO_TOKEN && run->lik_pol.kind != EST_ONE_STEP)
             return dllm_err_set(err, DLLM_EXIT_INPUT,
                                 "grpo.ratio: token needs grpo.logp_estimator one_step for a "
                                 "diffusion model");
-        if (run->corr.level == CORR_LEVEL_TOKEN && run->lik_w.kind != EST_ONE_STEP)
+        if (c->correction.c.level == CORR_LEVEL_TOKEN && run->lik_w.kind != EST_ONE_STEP)
             return dllm_err_set(err, DLLM_EXIT_INPUT,
                                 "correction.level: token needs correction.estimator one_step for a "
                                 "diffusion model");
@@ -104,20 +82,23 @@ static int parse_enums(rl_run *run, dllm_err *err)
     run->shared_plan = run->lik_w.kind == run->lik_pol.kind && run->lik_pol.p_mask_prompt == 0;
     dllm_sampler_cfg s = {.gen_length = c->rollout.gen_length, .block_length = c->rollout.block_length,
                           .steps = c->rollout.steps, .temperature = c->rollout.temperature,
-                          .remasking = strcmp(c->rollout.remasking, "random") ? REMASK_LOW_CONFIDENCE
-                                                                              : REMASK_RANDOM,
+                          .remasking = c->rollout.remasking,
                           .cfg_scale = c->rollout.cfg_scale,
                           .logits_eos_inf = c->rollout.logits_eos_inf,
                           .confidence_eos_eot_inf = c->rollout.confidence_eos_eot_inf,
                           .mask_id = run->mc->mask_token_id, .eos_id = run->mc->eos_token_id,
                           .eot_id = dllm_tokenizer_token_to_id(run->tok, "<|eot_id|>"),
                           .vocab = run->mc->embedding_size};
+    s.mask_token = c->rollout.mask_token == CFG_MASK_TOKEN_FORBID ? DLLM_MASK_TOKEN_FORBID
+                                                                  : DLLM_MASK_TOKEN_ALLOW;
     run->sampler = s;
     s.gen_length = c->eval.gen_length;
     s.block_length = c->eval.block_length;
     s.steps = c->eval.steps;
     s.temperature = c->eval.temperature;
     s.remasking = REMASK_LOW_CONFIDENCE;
+    s.mask_token = c->eval.mask_token == CFG_MASK_TOKEN_FORBID ? DLLM_MASK_TOKEN_FORBID
+                                                               : DLLM_MASK_TOKEN_ALLOW;
     run->eval_sampler = s;
     if (dllm_sampler_check(&run->sampler, err))
         return dllm_err_prefix(err, "rollout");
@@ -139,22 +120,28 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "grpo.prompts_per_step %d is not divisible by the %d ranks",
                             cfg->grpo.prompts_per_step, run->size);
-    if (!strcmp(cfg->device, "cuda"))
+    if (cfg->device == CFG_DEVICE_CUDA)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "device: cuda is not available for train in this build (use cpu)");
-    run->task = dllm_task_find(cfg->task.name);
+    const char *task_name = cfg_names_name(&cfg_names_task, cfg->task.name);
+    run->task = dllm_task_find(task_name);
     if (!run->task)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "task.name: unknown task '%s'", cfg->task.name);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "task.name: unknown task '%s'", task_name);
     const char *targets[CFG_LIST_MAX];
     for (int i = 0; i < cfg->model.lora.targets.n; i++)
         targets[i] = cfg->model.lora.targets.items[i];
-    dllm_policy_cfg pc = {.path = cfg->model.path, .preset = cfg->model.preset,
-                          .arch = cfg->model.arch, .seed = (uint64_t)cfg->seed,
+    /* the policy's API takes the YAML names */
+    dllm_policy_cfg pc = {.path = cfg->model.path,
+                          .preset = cfg_names_name(&cfg_names_preset, cfg->model.preset),
+                          .arch = cfg_names_name(&cfg_names_arch, cfg->model.arch),
+                          .seed = (uint64_t)cfg->seed,
                           .lora_rank = cfg->model.lora.rank, .lora_alpha = cfg->model.lora.alpha,
                           .lora_targets = targets, .n_lora_targets = cfg->model.lora.targets.n,
-                          .trainer = cfg->model.trainer_precision, .rollout = cfg->rollout.precision,
-                          .fp8_format = cfg->rollout.fp8.format,
-                          .fp8_scaling = cfg->rollout.fp8.scaling,
+                          .trainer = cfg_names_name(&cfg_names_trainer_precision,
+                                                    cfg->model.trainer_precision),
+                          .rollout = cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
+                          .fp8_format = cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
+                          .fp8_scaling = cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
                           .fp8_pow2_scale = cfg->rollout.fp8.pow2_scale};
     if (dllm_policy_open(&run->pol, &pc, err))
         return err->code;
@@ -171,17 +158,17 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
     }
     if (dllm_tokenizer_load(&run->tok, tp, err))
         return err->code;
-    if (!strcmp(cfg->task.chat, "auto")) {
+    if (cfg->task.chat == CFG_CHAT_AUTO) {
         if (cfg->model.path[0]) {
             if (dllm_chat_format_from_dir(cfg->model.path, &run->chat, err))
                 return err->code;
         } else {
             run->chat = DLLM_CHAT_PLAIN;
         }
-    } else if (dllm_chat_format_parse(cfg->task.chat, &run->chat, err)) {
-        return err->code;
+    } else {
+        run->chat = (dllm_chat_format)cfg->task.chat;
     }
-    if (parse_enums(run, err))
+    if (setup_estimators(run, err))
         return err->code;
     /* data: the training items and held-out evaluation items */
     if (load_items(run, cfg->task.train.path, (uint64_t)cfg->seed, (size_t)cfg->task.train.n,
@@ -202,7 +189,7 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
     dllm_policy_trainable(run->pol, &run->n_param);
     run->adam_m = dllm_calloc(run->n_param, sizeof(float));
     run->adam_v = dllm_calloc(run->n_param, sizeof(float));
-    if (cfg->grpo.beta > 0) {
+    if (cfg->grpo.loss.beta > 0) {
         run->ref_params = dllm_malloc(sizeof(float) * run->n_param);
         memcpy(run->ref_params, dllm_policy_trainable(run->pol, &run->n_param),
                sizeof(float) * run->n_param);
@@ -240,7 +227,39 @@ void rl_run_close(rl_run *run)
     memset(run, 0, sizeof *run);
 }
 
-/* ---- checkpoints ------------------------------------------------------------------- */
+/* ---- the config of a run, its latest checkpoint ---------------------------------- */
+
+int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, const char *const *sets,
+                   int nsets, dllm_err *err)
+{
+    dllm_cfg_defaults(cfg);
+    char stored[4200];
+    if (resume_dir) {
+        snprintf(stored, sizeof stored, "%s/config.yaml", resume_dir);
+        path = stored;
+    }
+    if (dllm_cfg_load(cfg, path, err))
+        return err->code;
+    for (int i = 0; i < nsets; i++)
+        if (dllm_cfg_set(cfg, sets[i], err))
+            return err->code;
+    return dllm_cfg_validate(cfg, err);
+}
+
+int rl_latest_checkpoint(const char *run_dir, char *ckpt, size_t n)
+{
+    char link[4200];
+    snprintf(link, sizeof link, "%s/ckpt/latest", run_dir);
+    char target[256];
+    ssize_t k = readlink(link, target, sizeof target - 1);
+    if (k <= 0)
+        return -1;
+    target[k] = '\0';
+    snprintf(ckpt, n, "%s/ckpt/%s", run_dir, target);
+    return 0;
+}
+
+/* ---- saving and loading checkpoints ------------------------------------------- */
 
 int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
 {
@@ -256,7 +275,7 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
     if (cli_mkdirs(tmp, err))
         return err->code;
     /* weights for people: the adapter (LoRA) or the full HF model */
-    st_dtype dt = strcmp(run->cfg.model.dtype, "bf16") ? ST_F32 : ST_BF16;
+    st_dtype dt = run->cfg.model.dtype;
     int rc = dllm_policy_has_lora(run->pol) ? dllm_policy_save_adapter(run->pol, tmp, err)
                                             : dllm_policy_save(run->pol, tmp, dt, err);
     if (rc)
@@ -268,6 +287,13 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
         snprintf(tok_from, sizeof tok_from, "%s/tokenizer.json", run->run_dir);
     snprintf(tok_to, sizeof tok_to, "%s/tokenizer.json", tmp);
     if (cli_copy_file(tok_from, tok_to, err))
+        return err->code;
+    /* the sampler settings the model is evaluated with, so `generate --model CKPT`
+     * needs no flags (src/gen_settings.h) */
+    ckpt_generation g;
+    ckpt_generation_from_cfg(&g, &run->cfg, dllm_policy_is_diffusion(run->pol),
+                             dllm_chat_format_name(run->chat));
+    if (ckpt_write_generation(tmp, &g, err))
         return err->code;
     /* exact state for resuming: trainable vector, AdamW moments, reference */
     st_writer *w = st_writer_new();

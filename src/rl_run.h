@@ -7,6 +7,14 @@
 
 #include "src/rl.h"
 
+/* The effective config of a run: defaults, then the YAML file (or, with
+ * resume_dir, that run's stored RUN_DIR/config.yaml), then the --set
+ * assignments, validated. */
+int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, const char *const *sets,
+                   int nsets, dllm_err *err);
+/* RUN_DIR/ckpt/<target of ckpt/latest> into ckpt; -1 when there is none. */
+int rl_latest_checkpoint(const char *run_dir, char *ckpt, size_t n);
+
 int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err *err);
 void rl_run_close(rl_run *run);
 /* Longest encoded training prompt (the log's prompt width). */

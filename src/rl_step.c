@@ -76,7 +76,7 @@ static int pad_prompts(const rl_prompt *const *ps, int n, int rep, int eos, int3
 typedef struct {
     rl_run *run;
     rl_batch *b;
-    double denom;        /* global aggregation denominator (sequences or tokens) */
+    grpo_denoms global;  /* the global batch's aggregation denominators */
     double loss, kl, clip, ratio_terms;
     double nonfinite;    /* loss terms dropped as non-finite (grpo.h) */
 } loss_ctx;
@@ -93,15 +93,16 @@ static int loss_grad(void *vctx, int s0, int s1, const double *seq_logp, const d
         .l_theta = seq_logp + s0, .l_old = b->l_old + s0,
         .logp_theta = tok_logp + (size_t)s0 * G, .logp_old = b->tok_old + (size_t)s0 * G,
         .logp_ref = b->tok_ref ? b->tok_ref + (size_t)s0 * G : NULL};
+    const grpo_loss_cfg *lc = &c->run->cfg.grpo.loss;
     grpo_loss_out out;
-    if (grpo_loss(&c->run->loss, &in, &out, dseq + s0, dtok + (size_t)s0 * G, err))
+    if (grpo_loss(lc, &in, &out, dseq + s0, dtok + (size_t)s0 * G, err))
         return err->code;
     /* the chunk's loss is normalised by its own denominator: rescale to the
-     * global batch's (sequences for seq_mean, tokens for token_mean) */
-    double chunk = 0;
-    for (int i = s0; i < s1; i++)
-        chunk += c->run->loss.agg == GRPO_AGG_SEQ_MEAN ? 1.0 : (double)b->L[i];
-    double scale = chunk / c->denom;
+     * global batch's. (Passing the global denominators to grpo_loss would round
+     * differently; this keeps the numerics of the loss bit for bit.) */
+    grpo_denoms chunk;
+    grpo_local_denoms(lc, &in, &chunk);
+    double scale = chunk.surr / c->global.surr;
     for (int i = s0; i < s1; i++) {
         dseq[i] *= scale;
         for (int t = 0; t < G; t++)
@@ -121,21 +122,28 @@ static double lr_at(const rl_run *run, long opt_step)
     return dllm_cfg_lr(&run->cfg, opt_step, (long)run->cfg.grpo.steps * run->cfg.grpo.inner_steps);
 }
 
-/* Evaluates plan p at TRAIN precision with the trainable vector temporarily
- * replaced by `params` (the reference or the batch's old parameters). */
-static int eval_with_params(rl_run *run, const dllm_lik_plan *p, const float *params,
-                            double *seq, double *tok, dllm_err *err)
+/* Scores the batch under plan p: seq (N) and tok (N, Gen) estimates, and each
+ * canvas's Monte Carlo sample (n_canvas) for standard errors; any may be NULL.
+ * prec: the trainer (TRAIN_NOGRAD) or the rollout copy (ROLLOUT). params: a
+ * trainable vector put in place for the call (the reference policy, or the
+ * parameters that made the batch), NULL for the current one. */
+static int score(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const float *params,
+                 double *seq, double *tok, double *sample, dllm_err *err)
 {
-    size_t n;
-    float *theta = dllm_policy_trainable(run->pol, &n);
-    float *save = dllm_malloc(sizeof *save * n);
-    memcpy(save, theta, sizeof *save * n);
-    memcpy(theta, params, sizeof *theta * n);
+    size_t n = 0;
+    float *theta = params ? dllm_policy_trainable(run->pol, &n) : NULL, *save = NULL;
+    if (params) {
+        save = dllm_malloc(sizeof *save * n);
+        memcpy(save, theta, sizeof *save * n);
+        memcpy(theta, params, sizeof *theta * n);
+    }
     void *ctx;
-    dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
-    int rc = dllm_lik_plan_eval(p, fn, ctx, run->max_canvas, seq, tok, NULL, NULL, err);
-    memcpy(theta, save, sizeof *save * n);
-    free(save);
+    dllm_logits_fn fn = dllm_policy_logits(run->pol, prec, &ctx);
+    int rc = dllm_lik_plan_eval(p, fn, ctx, run->max_canvas, seq, tok, NULL, sample, err);
+    if (params) {
+        memcpy(theta, save, sizeof *save * n);
+        free(save);
+    }
     return rc;
 }
 
@@ -175,20 +183,23 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     /* 2. rollouts at the rollout precision, G per prompt */
     dllm_sampler_cfg sc = run->sampler;
     sc.seq_offset = seq0;
-    rc = dllm_policy_rollout(run->pol, b->prompts, b->prompt_mask, N, P, &sc, cfg->rollout.top_p,
-                             seed ^ ((uint64_t)step * 0x9e3779b97f4a7c15ULL), &b->ro, err);
+    rc = rl_generate(run->pol, DLLM_PREC_ROLLOUT, b->prompts, b->prompt_mask, N, P, &sc,
+                     cfg->rollout.top_p, seed ^ ((uint64_t)step * 0x9e3779b97f4a7c15ULL), &b->ro, err);
     if (rc)
         return rc;
     b->gen = dllm_malloc(sizeof *b->gen * (size_t)N * Gen);
     b->L = dllm_malloc(sizeof *b->L * (size_t)N);
     b->L32 = dllm_malloc(sizeof *b->L32 * (size_t)N);
-    long gen_tokens = 0;
+    long gen_tokens = 0, masked_left = 0;
     for (int i = 0; i < N; i++) {
         memcpy(b->gen + (size_t)i * Gen, b->ro.tokens + (size_t)i * (P + Gen) + P,
                sizeof *b->gen * (size_t)Gen);
         b->L[i] = dllm_completion_length(b->gen + (size_t)i * Gen, Gen, run->mc->eos_token_id);
         b->L32[i] = b->L[i];
         gen_tokens += Gen;
+        /* rollout.mask_token allow: the sampler may leave the mask token in place */
+        for (int t = 0; t < Gen; t++)
+            masked_left += b->gen[(size_t)i * Gen + t] == run->mc->mask_token_id;
     }
     double t_rollout = dllm_now() - t0;
 
@@ -201,15 +212,15 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
             return err->code;
         const dllm_task_item *it = &run->train.items[b->prompt_index[i / G]];
         b->correct[i] = run->task->correct(it, text, strlen(text));
-        b->reward[i] = strcmp(run->cfg.task.reward, "correct") ? run->task->reward(it, text, strlen(text))
-                                                               : b->correct[i];
+        b->reward[i] = cfg->task.reward == CFG_REWARD_CORRECT ? b->correct[i]
+                                                               : run->task->reward(it, text, strlen(text));
         free(text);
     }
 
     /* 4. advantages, per group (groups never span ranks) */
     b->adv = dllm_malloc(sizeof *b->adv * (size_t)N);
     int zero_var = 0;
-    if ((rc = grpo_advantages(b->reward, ppr, G, run->adv_scale, 1e-6, b->adv, &zero_var, err)))
+    if ((rc = grpo_advantages(b->reward, ppr, G, cfg->grpo.advantage_scale, 1e-6, b->adv, &zero_var, err)))
         return rc;
 
     /* 5. l_mu and l_pi on shared masks (and l_old for the policy ratio) */
@@ -232,9 +243,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     if (!rc) {
         smp_pi = dllm_malloc(sizeof(double) * (size_t)(pw.n_canvas ? pw.n_canvas : 1));
         smp_mu = dllm_malloc(sizeof(double) * (size_t)(pw.n_canvas ? pw.n_canvas : 1));
-        void *ctx;
-        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
-        rc = dllm_lik_plan_eval(&pw, fn, ctx, run->max_canvas, b->l_pi, b->tok_pi, NULL, smp_pi, err);
+        rc = score(run, &pw, DLLM_PREC_TRAIN_NOGRAD, NULL, b->l_pi, b->tok_pi, smp_pi, err);
     }
     if (!rc && dllm_policy_rollout_is_trainer(run->pol)) {
         /* the reference arm: mu is pi, bit for bit, so w = 1 exactly */
@@ -242,9 +251,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         memcpy(b->tok_mu, b->tok_pi, sizeof(double) * NG);
         memcpy(smp_mu, smp_pi, sizeof(double) * (size_t)pw.n_canvas);
     } else if (!rc) {
-        void *ctx;
-        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_ROLLOUT, &ctx);
-        rc = dllm_lik_plan_eval(&pw, fn, ctx, run->max_canvas, b->l_mu, b->tok_mu, NULL, smp_mu, err);
+        rc = score(run, &pw, DLLM_PREC_ROLLOUT, NULL, b->l_mu, b->tok_mu, smp_mu, err);
     }
     if (!rc) {
         dllm_lik_plan_diff_se(&pw, smp_pi, smp_mu, b->log_w_se);
@@ -262,24 +269,21 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         rc = dllm_lik_plan_build(&pp, &run->lik_pol, b->prompts, b->prompt_mask, b->gen, b->L,
                                  b->ro.commit_step, N, P, Gen, seed,
                                  ((uint64_t)step << 16) | RL_KEY_POLICY, seq0, err);
-        if (!rc) {
-            void *ctx;
-            dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
-            rc = dllm_lik_plan_eval(&pp, fn, ctx, run->max_canvas, b->l_old, b->tok_old, NULL, NULL,
-                                    err);
-        }
+        if (!rc)
+            rc = score(run, &pp, DLLM_PREC_TRAIN_NOGRAD, NULL, b->l_old, b->tok_old, NULL, err);
     }
     const dllm_lik_plan *policy_plan = run->shared_plan ? &pw : &pp;
     if (!rc && run->ref_params) {
         b->tok_ref = dllm_malloc(sizeof(double) * NG);
-        rc = eval_with_params(run, policy_plan, run->ref_params, NULL, b->tok_ref, err);
+        rc = score(run, policy_plan, DLLM_PREC_TRAIN_NOGRAD, run->ref_params, NULL, b->tok_ref, NULL,
+                   err);
     }
     double t_lik = dllm_now() - t0;
 
     /* 6. correction coefficients and diagnostics, over the global batch */
     t0 = dllm_now();
     b->coef = dllm_malloc(sizeof(double) * N);
-    if (run->corr.level == CORR_LEVEL_TOKEN)
+    if (cfg->correction.c.level == CORR_LEVEL_TOKEN)
         b->coef_tok = dllm_malloc(sizeof(double) * NG);
     corr_batch cb = {.N = N, .T = Gen, .log_w = b->log_w, .len = b->L, .d = b->d, .adv = b->adv,
                      .log_w_se = b->log_w_se};
@@ -288,35 +292,37 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     corr_stats st;
     corr_counts cnt;
     if (!rc)
-        rc = corr_local_extrema(&run->corr, &cb, &ext, err);
+        rc = corr_local_extrema(&cfg->correction.c, &cb, &ext, err);
     if (!rc) {
         /* max over ranks of each extremum (stored as maxima) */
         comm_max_d(ext.v, CORR_EXT_N);
-        rc = corr_local_moments(&run->corr, &cb, &ext, &mom, err);
+        rc = corr_local_moments(&cfg->correction.c, &cb, &ext, &mom, err);
     }
     if (!rc) {
         comm_sum_d(mom.v, CORR_MOM_N);
-        rc = corr_local_sums(&run->corr, &cb, &ext, &mom, &st, err);
+        rc = corr_local_sums(&cfg->correction.c, &cb, &ext, &mom, &st, err);
     }
     if (!rc) {
         comm_sum_d(st.v, CORR_STATS_N);
-        corr_finalize(&st, &ext, &mom, &run->corr, run->alpha_prev, &b->diag);
-        rc = corr_coefficients(&run->corr, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
+        corr_finalize(&st, &ext, &mom, &cfg->correction.c, run->alpha_prev, &b->diag);
+        rc = corr_coefficients(&cfg->correction.c, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
     }
 
     double t_corr = dllm_now() - t0;
 
     /* 7-8. inner GRPO updates, each an AdamW step */
     t0 = dllm_now();
-    double sums[4] = {(double)N, 0, 0, 0}; /* sequences, tokens, zero-var groups, mc se */
+    /* sequences, zero-var groups, mc se, and the loss's two denominators */
+    double sums[5] = {(double)N, (double)zero_var, 0, 0, 0};
     for (int i = 0; i < N; i++)
-        sums[1] += b->L[i];
-    sums[2] = zero_var;
-    for (int i = 0; i < N; i++)
-        sums[3] += b->log_w_se[i];
-    comm_sum_d(sums, 4);
-    loss_ctx lc = {.run = run, .b = b,
-                   .denom = run->loss.agg == GRPO_AGG_SEQ_MEAN ? sums[0] : sums[1]};
+        sums[2] += b->log_w_se[i];
+    grpo_loss_in whole = {.N = N, .T = Gen, .len = b->L, .logp_theta = b->tok_old};
+    grpo_denoms den;
+    grpo_local_denoms(&cfg->grpo.loss, &whole, &den);
+    sums[3] = den.surr;
+    sums[4] = den.kl;
+    comm_sum_d(sums, 5);
+    loss_ctx lc = {.run = run, .b = b, .global = {.surr = sums[3], .kl = sums[4]}};
     double grad_norm = NAN, lr = NAN;
     size_t np;
     float *theta = dllm_policy_trainable(run->pol, &np);
@@ -336,9 +342,11 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
                                      ((uint64_t)step << 16) | (uint64_t)(RL_KEY_POLICY + k), seq0,
                                      err);
             if (!rc)
-                rc = eval_with_params(run, &fresh, run->old_params, b->l_old, b->tok_old, err);
+                rc = score(run, &fresh, DLLM_PREC_TRAIN_NOGRAD, run->old_params, b->l_old, b->tok_old,
+                           NULL, err);
             if (!rc && b->tok_ref)
-                rc = eval_with_params(run, &fresh, run->ref_params, NULL, b->tok_ref, err);
+                rc = score(run, &fresh, DLLM_PREC_TRAIN_NOGRAD, run->ref_params, NULL, b->tok_ref,
+                           NULL, err);
             plan = &fresh;
         }
         lc.loss = lc.kl = lc.clip = lc.ratio_terms = lc.nonfinite = 0;
@@ -373,37 +381,35 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     if ((rc = dllm_policy_sync_rollout(run->pol, &t_sync, err)))
         return rc;
     run->alpha_prev = b->diag.alpha;
+    /* the reference policy (beta > 0) follows the trainer every grpo.ref_sync_every steps */
+    if (cfg->grpo.ref_sync_every > 0 && run->ref_params && step % cfg->grpo.ref_sync_every == 0) {
+        memcpy(run->ref_params, theta, sizeof(float) * np);
+        run->ref_synced_at = step;
+    }
 
     /* mismatch by denoising step: mean |d| of the tokens committed at each step */
     const int S = cfg->rollout.steps;
-    b->mismatch = dllm_calloc((size_t)S, sizeof(double));
-    double *cntS = dllm_calloc((size_t)S, sizeof(double)), *both = dllm_malloc(sizeof(double) * 2 * S);
-    for (int i = 0; i < N; i++)
-        for (int t = 0; t < b->L[i]; t++) {
-            int s = b->ro.commit_step[(size_t)i * Gen + t];
-            double dv = b->d[(size_t)i * Gen + t];
-            if (s >= 0 && s < S && isfinite(dv)) {
-                b->mismatch[s] += fabs(dv);
-                cntS[s] += 1;
-            }
-        }
-    memcpy(both, b->mismatch, sizeof(double) * S);
-    memcpy(both + S, cntS, sizeof(double) * S);
+    double *both = dllm_calloc(2 * (size_t)S, sizeof(double)); /* sums of |d|, then counts */
+    int *commit = dllm_malloc(sizeof *commit * NG);
+    for (size_t k = 0; k < NG; k++)
+        commit[k] = b->ro.commit_step[k];
+    corr_step_mismatch(&cb, commit, S, both, both + S);
+    free(commit);
     comm_sum_d(both, 2 * (size_t)S);
+    b->mismatch = dllm_malloc(sizeof(double) * (size_t)S);
     for (int s = 0; s < S; s++)
         b->mismatch[s] = both[S + s] > 0 ? both[s] / both[S + s] : NAN;
-    free(cntS);
     free(both);
 
     /* 10. step metrics over the global batch */
-    double m[7] = {0, 0, 0, lc.clip, lc.ratio_terms, 0, lc.nonfinite};
+    double m[8] = {0, 0, 0, lc.clip, lc.ratio_terms, 0, (double)masked_left, lc.nonfinite};
     for (int i = 0; i < N; i++) {
         m[0] += b->reward[i];
         m[1] += b->reward[i] * b->reward[i];
         m[2] += b->correct[i];
     }
     m[5] = (double)gen_tokens;
-    comm_sum_d(m, 7);
+    comm_sum_d(m, 8);
     double Ng = sums[0];
     metrics[H5LOG_M(reward_mean)] = m[0] / Ng;
     metrics[H5LOG_M(reward_std)] = sqrt(fmax(0, m[1] / Ng - (m[0] / Ng) * (m[0] / Ng)));
@@ -422,12 +428,16 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     metrics[H5LOG_M(nu)] = b->diag.nu;
     metrics[H5LOG_M(s_var)] = b->diag.s_var;
     metrics[H5LOG_M(k3)] = b->diag.k3;
-    metrics[H5LOG_M(log_w_mc_se)] = sums[3] / Ng;
+    metrics[H5LOG_M(log_w_mc_se)] = sums[2] / Ng;
     metrics[H5LOG_M(frac_truncated)] = b->diag.frac_truncated;
     metrics[H5LOG_M(frac_zeroed)] = b->diag.frac_zeroed;
-    metrics[H5LOG_M(frac_nonfinite)] = b->diag.frac_nonfinite + (m[4] > 0 ? m[6] / m[4] : 0.0);
+    /* non-finite weights, plus the loss terms dropped as non-finite (grpo.h) */
+    metrics[H5LOG_M(frac_nonfinite)] = b->diag.frac_nonfinite + (m[4] > 0 ? m[7] / m[4] : 0.0);
     metrics[H5LOG_M(frac_var_mc)] = b->diag.frac_var_mc;
-    metrics[H5LOG_M(frac_zero_var_groups)] = sums[2] / (Ng / G);
+    metrics[H5LOG_M(frac_zero_var_groups)] = sums[1] / (Ng / G);
+    /* AR decoding has no mask token: NaN, not computed */
+    metrics[H5LOG_M(frac_masked_left)] =
+        dllm_policy_is_diffusion(run->pol) && m[5] > 0 ? m[6] / m[5] : NAN;
     metrics[H5LOG_M(t_rollout)] = t_rollout;
     metrics[H5LOG_M(t_likelihood)] = t_lik;
     metrics[H5LOG_M(t_correction)] = t_corr;
@@ -458,6 +468,8 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
     double sums[3] = {0, 0, 0};
     double *item_ok = correct ? dllm_calloc(n_total ? (size_t)n_total : 1, sizeof *item_ok) : NULL;
     const int chunk = 64;
+    const dllm_prec prec =
+        run->cfg.eval.precision == CFG_EVAL_ROLLOUT ? DLLM_PREC_ROLLOUT : DLLM_PREC_TRAIN_NOGRAD;
     int *mine = dllm_malloc(sizeof *mine * (size_t)(n_total ? n_total : 1)), nm = 0;
     for (int i = run->rank; i < n_total; i += run->size)
         mine[nm++] = i;
@@ -473,14 +485,8 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
         free(ps);
         dllm_sampler_cfg sc = run->eval_sampler;
         sc.seq_offset = (uint64_t)mine[c0];
-        void *ctx;
-        dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
         dllm_rollout ro;
-        if (dllm_policy_is_diffusion(run->pol))
-            rc = dllm_sample(fn, ctx, prompts, pm, n, P, &sc, (uint64_t)run->cfg.seed, &ro, err);
-        else
-            rc = dllm_policy_rollout(run->pol, prompts, pm, n, P, &sc, 1.0, (uint64_t)run->cfg.seed,
-                                     &ro, err);
+        rc = rl_generate(run->pol, prec, prompts, pm, n, P, &sc, 1.0, (uint64_t)run->cfg.seed, &ro, err);
         for (int i = 0; i < n && !rc; i++) {
             const int32_t *g = ro.tokens + (size_t)i * (P + sc.gen_length) + P;
             int L = dllm_completion_length(g, sc.gen_length, run->mc->eos_token_id);

@@ -118,11 +118,12 @@ int sweep_read_result(const char *run_dir, sweep_result *r, dllm_err *err)
     double *es = NULL, *acc = NULL, *se = NULL;
     int64_t ne = 0, na = 0, ns = 0;
     dllm_err e2 = {0};
-    snprintf(ds, sizeof ds, "eval/%s/step", cfg.task.name);
+    const char *task = cfg_names_name(&cfg_names_task, cfg.task.name);
+    snprintf(ds, sizeof ds, "eval/%s/step", task);
     if (!rc && !h5log_read_column(log, ds, &es, &ne, &e2)) {
-        snprintf(ds, sizeof ds, "eval/%s/accuracy", cfg.task.name);
+        snprintf(ds, sizeof ds, "eval/%s/accuracy", task);
         if (!h5log_read_column(log, ds, &acc, &na, &e2)) {
-            snprintf(ds, sizeof ds, "eval/%s/accuracy_se", cfg.task.name);
+            snprintf(ds, sizeof ds, "eval/%s/accuracy_se", task);
             if (!h5log_read_column(log, ds, &se, &ns, &e2)) {
                 const int64_t m = ne < na ? (ne < ns ? ne : ns) : (na < ns ? na : ns);
                 if (m > 0) {

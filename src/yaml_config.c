@@ -1,4 +1,4 @@
-/* config.c: the YAML reader behind config.h. Schema in the key table below. */
+/* yaml_config.c: the YAML reader behind yaml_config.h. Schema in the key table below. */
 #include "src/yaml_config.h"
 
 #include <ctype.h>
@@ -17,10 +17,64 @@ double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total)
     long w = cfg->optim.warmup;
     if (w > 0 && step <= w)
         return lr * (double)step / (double)w;
-    if (!strcmp(cfg->optim.schedule, "cosine") && total > w)
+    if (cfg->optim.schedule == CFG_SCHEDULE_COSINE && total > w)
         lr *= 0.5 * (1 + cos(3.14159265358979323846 * (double)(step - w) / (double)(total - w)));
     return lr;
 }
+
+
+/* ---- names of the enumerated keys -------------------------------------------- */
+
+#define NAMES(var, key, ...)                                   \
+    static const cfg_name var##_v[] = {__VA_ARGS__};           \
+    const cfg_names var = CFG_NAMES(key, var##_v)
+
+NAMES(cfg_names_device, "device", {"cpu", CFG_DEVICE_CPU}, {"cuda", CFG_DEVICE_CUDA});
+NAMES(cfg_names_preset, "model.preset", {"tiny", CFG_PRESET_TINY}, {"small", CFG_PRESET_SMALL},
+      {"llada-8b", CFG_PRESET_LLADA_8B}, {"qwen3-8b", CFG_PRESET_QWEN3_8B});
+NAMES(cfg_names_arch, "model.arch", {"llada", DLLM_ARCH_LLADA}, {"qwen3", DLLM_ARCH_QWEN3});
+NAMES(cfg_names_dtype, "model.dtype", {"f32", ST_F32}, {"bf16", ST_BF16});
+NAMES(cfg_names_trainer_precision, "model.trainer_precision", {"fp32", CFG_TRAINER_FP32},
+      {"bf16", CFG_TRAINER_BF16});
+NAMES(cfg_names_task, "task.name", {"countdown", CFG_TASK_COUNTDOWN}, {"sudoku", CFG_TASK_SUDOKU},
+      {"gsm8k", CFG_TASK_GSM8K}, {"math500", CFG_TASK_MATH500});
+NAMES(cfg_names_task_format, "task.format", {"d1", CFG_FORMAT_D1}, {"plain", CFG_FORMAT_PLAIN});
+NAMES(cfg_names_chat, "task.chat", {"auto", CFG_CHAT_AUTO}, {"plain", DLLM_CHAT_PLAIN},
+      {"llada", DLLM_CHAT_LLADA}, {"qwen3", DLLM_CHAT_QWEN3});
+NAMES(cfg_names_reward, "task.reward", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT});
+NAMES(cfg_names_rollout_precision, "rollout.precision", {"trainer", CFG_ROLLOUT_TRAINER},
+      {"bf16", CFG_ROLLOUT_BF16}, {"fp8", CFG_ROLLOUT_FP8});
+NAMES(cfg_names_fp8_format, "rollout.fp8.format", {"e4m3", CFG_FP8_E4M3}, {"e5m2", CFG_FP8_E5M2});
+NAMES(cfg_names_fp8_scaling, "rollout.fp8.scaling", {"block", CFG_FP8_BLOCK},
+      {"channel", CFG_FP8_CHANNEL}, {"tensor", CFG_FP8_TENSOR});
+NAMES(cfg_names_remasking, "rollout.remasking", {"low_confidence", REMASK_LOW_CONFIDENCE},
+      {"random", REMASK_RANDOM});
+NAMES(cfg_names_estimator, "correction.estimator", {"one_step", EST_ONE_STEP}, {"elbo", EST_ELBO},
+      {"trajectory", EST_TRAJECTORY});
+NAMES(cfg_names_corr_method, "correction.method", {"none", CORR_NONE}, {"is", CORR_IS},
+      {"tis", CORR_TIS}, {"mis", CORR_MIS}, {"fixed", CORR_FIXED}, {"ais", CORR_AIS});
+NAMES(cfg_names_corr_level, "correction.level", {"sequence", CORR_LEVEL_SEQUENCE},
+      {"geo", CORR_LEVEL_GEO}, {"token", CORR_LEVEL_TOKEN});
+NAMES(cfg_names_ais_combine, "correction.ais.combine", {"linear", AIS_COMBINE_LINEAR},
+      {"logistic", AIS_COMBINE_LOGISTIC});
+NAMES(cfg_names_ais_noise, "correction.ais.noise", {"debias", AIS_NOISE_DEBIAS},
+      {"none", AIS_NOISE_NONE});
+NAMES(cfg_names_schedule, "optim.schedule", {"constant", CFG_SCHEDULE_CONSTANT},
+      {"cosine", CFG_SCHEDULE_COSINE});
+NAMES(cfg_names_eval_precision, "eval.precision", {"trainer", CFG_EVAL_TRAINER},
+      {"rollout", CFG_EVAL_ROLLOUT});
+NAMES(cfg_names_mask_token, "rollout.mask_token", {"allow", CFG_MASK_TOKEN_ALLOW},
+      {"forbid", CFG_MASK_TOKEN_FORBID});
+
+/* enumerated fields are stored through an int */
+_Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(dllm_arch) == sizeof(int) &&
+                   sizeof(st_dtype) == sizeof(int) && sizeof(dllm_remasking) == sizeof(int) &&
+                   sizeof(dllm_estimator) == sizeof(int) && sizeof(corr_method) == sizeof(int) &&
+                   sizeof(corr_level) == sizeof(int) && sizeof(ais_combine) == sizeof(int) &&
+                   sizeof(ais_noise) == sizeof(int) &&
+                   sizeof(grpo_ratio) == sizeof(int) && sizeof(grpo_agg) == sizeof(int) &&
+                   sizeof(grpo_adv_scale) == sizeof(int),
+               "enum fields must be int-sized");
 
 typedef enum { K_INT, K_LONG, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_STR_LIST } key_type;
 
@@ -28,10 +82,10 @@ typedef struct {
     const char *path;    /* dotted key path */
     key_type type;
     size_t off;          /* offsetof(dllm_cfg, ...) */
-    size_t size;         /* buffer size for K_STR / K_ENUM */
+    size_t size;         /* buffer size for K_STR, field size otherwise */
     const char *def;     /* default, parsed like a YAML scalar ("" for none) */
     double min, max;     /* numeric range (inclusive) */
-    const char *choices; /* K_ENUM: "a|b|c"; K_STR_LIST: allowed items or NULL */
+    const void *names;   /* K_ENUM: its cfg_names; K_STR_LIST: "a|b|c" allowed items, or NULL */
 } cfg_key;
 
 #define F(field) offsetof(dllm_cfg, field), sizeof(((dllm_cfg *)0)->field)
@@ -40,70 +94,74 @@ typedef struct {
 static const cfg_key keys[] = {
     {"experiment", K_STR, F(experiment), "run", 0, 0, NULL},
     {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL},
-    {"device", K_ENUM, F(device), "cpu", 0, 0, "cpu|cuda"},
+    {"device", K_ENUM, F(device), "cpu", 0, 0, &cfg_names_device},
     {"model.path", K_STR, F(model.path), "", 0, 0, NULL},
-    {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, "tiny|small|llada-8b|qwen3-8b"},
-    {"model.arch", K_ENUM, F(model.arch), "llada", 0, 0, "llada|qwen3"},
-    {"model.dtype", K_ENUM, F(model.dtype), "f32", 0, 0, "f32|bf16"},
-    {"model.trainer_precision", K_ENUM, F(model.trainer_precision), "fp32", 0, 0, "fp32|bf16"},
+    {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, &cfg_names_preset},
+    {"model.arch", K_ENUM, F(model.arch), "llada", 0, 0, &cfg_names_arch},
+    {"model.dtype", K_ENUM, F(model.dtype), "f32", 0, 0, &cfg_names_dtype},
+    {"model.trainer_precision", K_ENUM, F(model.trainer_precision), "fp32", 0, 0, &cfg_names_trainer_precision},
     {"model.lora.rank", K_INT, F(model.lora.rank), "0", 0, 4096, NULL},
     {"model.lora.alpha", K_FLOAT, F(model.lora.alpha), "16", 0, INF, NULL},
     {"model.lora.targets", K_STR_LIST, F(model.lora.targets),
      "[q_proj, k_proj, v_proj, attn_out, ff_proj, up_proj, ff_out]", 0, 0,
      "q_proj|k_proj|v_proj|attn_out|ff_proj|up_proj|ff_out|o_proj|gate_proj|down_proj"},
-    {"task.name", K_ENUM, F(task.name), "countdown", 0, 0, "countdown|sudoku|gsm8k|math500"},
+    {"task.name", K_ENUM, F(task.name), "countdown", 0, 0, &cfg_names_task},
     {"task.train.path", K_STR, F(task.train.path), "", 0, 0, NULL},
     {"task.train.n", K_INT, F(task.train.n), "10000", 1, 1e8, NULL},
     {"task.eval.path", K_STR, F(task.eval.path), "", 0, 0, NULL},
     {"task.n_numbers", K_INT, F(task.n_numbers), "3", 3, 4, NULL},
     {"task.max_blanks", K_INT, F(task.max_blanks), "10", 1, 16, NULL},
-    {"task.format", K_ENUM, F(task.format), "d1", 0, 0, "d1|plain"},
-    {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, "auto|plain|llada|qwen3"},
-    {"task.reward", K_ENUM, F(task.reward), "task", 0, 0, "task|correct"},
-    {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, "trainer|bf16|fp8"},
-    {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, "e4m3|e5m2"},
-    {"rollout.fp8.scaling", K_ENUM, F(rollout.fp8.scaling), "block", 0, 0, "block|channel|tensor"},
+    {"task.format", K_ENUM, F(task.format), "d1", 0, 0, &cfg_names_task_format},
+    {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, &cfg_names_chat},
+    {"task.reward", K_ENUM, F(task.reward), "task", 0, 0, &cfg_names_reward},
+    {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, &cfg_names_rollout_precision},
+    {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, &cfg_names_fp8_format},
+    {"rollout.fp8.scaling", K_ENUM, F(rollout.fp8.scaling), "block", 0, 0, &cfg_names_fp8_scaling},
     {"rollout.fp8.pow2_scale", K_BOOL, F(rollout.fp8.pow2_scale), "false", 0, 0, NULL},
     {"rollout.group_size", K_INT, F(rollout.group_size), "8", 1, 4096, NULL},
     {"rollout.gen_length", K_INT, F(rollout.gen_length), "64", 1, 1 << 20, NULL},
     {"rollout.block_length", K_INT, F(rollout.block_length), "16", 1, 1 << 20, NULL},
     {"rollout.steps", K_INT, F(rollout.steps), "32", 1, 32767, NULL},
     {"rollout.temperature", K_FLOAT, F(rollout.temperature), "0.9", 0, 100, NULL},
-    {"rollout.remasking", K_ENUM, F(rollout.remasking), "low_confidence", 0, 0, "low_confidence|random"},
+    {"rollout.remasking", K_ENUM, F(rollout.remasking), "low_confidence", 0, 0, &cfg_names_remasking},
     {"rollout.cfg_scale", K_FLOAT, F(rollout.cfg_scale), "0", 0, 100, NULL},
     {"rollout.logits_eos_inf", K_BOOL, F(rollout.logits_eos_inf), "false", 0, 0, NULL},
     {"rollout.confidence_eos_eot_inf", K_BOOL, F(rollout.confidence_eos_eot_inf), "false", 0, 0, NULL},
     {"rollout.top_p", K_FLOAT, F(rollout.top_p), "1.0", 1e-6, 1, NULL},
+    /* forbid: a weak model's mask draws would leave holes no estimator scores as the
+     * policy's choice (dllm/sampler.h); identical to allow while the mask never wins */
+    {"rollout.mask_token", K_ENUM, F(rollout.mask_token), "forbid", 0, 0, &cfg_names_mask_token},
     {"likelihood.temperature", K_FLOAT, F(likelihood.temperature), "1.0", 1e-6, 100, NULL},
     {"likelihood.mc_samples", K_INT, F(likelihood.mc_samples), "4", 1, 1 << 16, NULL},
     {"likelihood.shrink", K_INT, F(likelihood.shrink), "1", 1, 1 << 16, NULL},
     {"grpo.steps", K_INT, F(grpo.steps), "200", 0, 1e9, NULL},
     {"grpo.prompts_per_step", K_INT, F(grpo.prompts_per_step), "8", 1, 1 << 20, NULL},
     {"grpo.inner_steps", K_INT, F(grpo.inner_steps), "4", 1, 1 << 16, NULL},
-    {"grpo.logp_estimator", K_ENUM, F(grpo.logp_estimator), "one_step", 0, 0, "one_step|elbo|trajectory"},
+    {"grpo.logp_estimator", K_ENUM, F(grpo.logp_estimator), "one_step", 0, 0, &cfg_names_estimator},
     {"grpo.p_mask_prompt", K_FLOAT, F(grpo.p_mask_prompt), "0", 0, 1, NULL},
-    {"grpo.ratio", K_ENUM, F(grpo.ratio), "sequence", 0, 0, "sequence|token"},
-    {"grpo.clip_eps", K_FLOAT, F(grpo.clip_eps), "0.2", 0, 10, NULL},
-    {"grpo.beta", K_FLOAT, F(grpo.beta), "0", 0, 100, NULL},
+    {"grpo.ratio", K_ENUM, F(grpo.loss.ratio), "sequence", 0, 0, &grpo_ratio_names},
+    {"grpo.clip_eps", K_FLOAT, F(grpo.loss.clip_eps), "0.2", 0, 10, NULL},
+    {"grpo.beta", K_FLOAT, F(grpo.loss.beta), "0", 0, 100, NULL},
     {"grpo.ref_sync_every", K_INT, F(grpo.ref_sync_every), "0", 0, 1e9, NULL},
-    {"grpo.loss_agg", K_ENUM, F(grpo.loss_agg), "seq_mean", 0, 0, "seq_mean|token_mean"},
-    {"grpo.advantage_scale", K_ENUM, F(grpo.advantage_scale), "std", 0, 0, "std|none"},
+    {"grpo.loss_agg", K_ENUM, F(grpo.loss.agg), "seq_mean", 0, 0, &grpo_agg_names},
+    {"grpo.advantage_scale", K_ENUM, F(grpo.advantage_scale), "std", 0, 0, &grpo_adv_scale_names},
     {"grpo.fresh_masks", K_BOOL, F(grpo.fresh_masks), "false", 0, 0, NULL},
-    {"correction.method", K_ENUM, F(correction.method), "ais", 0, 0, "none|is|tis|mis|fixed|ais"},
-    {"correction.estimator", K_ENUM, F(correction.estimator), "elbo", 0, 0, "one_step|elbo|trajectory"},
-    {"correction.level", K_ENUM, F(correction.level), "sequence", 0, 0, "sequence|geo|token"},
-    {"correction.cap", K_FLOAT, F(correction.cap), "2.0", 1, INF, NULL},
-    {"correction.fixed_alpha", K_FLOAT, F(correction.fixed_alpha), "0.5", 0, 1, NULL},
-    {"correction.ais.combine", K_ENUM, F(correction.ais.combine), "linear", 0, 0, "linear|logistic"},
-    {"correction.ais.noise", K_ENUM, F(correction.ais.noise), "debias", 0, 0, "debias|none"},
-    {"correction.ais.weights.reliability", K_FLOAT, F(correction.ais.weights.reliability), "1", -1e300, 1e300, NULL},
-    {"correction.ais.weights.divergence", K_FLOAT, F(correction.ais.weights.divergence), "1", -1e300, 1e300, NULL},
-    {"correction.ais.weights.variance", K_FLOAT, F(correction.ais.weights.variance), "1", -1e300, 1e300, NULL},
-    {"correction.ais.tau_delta", K_FLOAT, F(correction.ais.tau_delta), "0.05", 1e-12, INF, NULL},
-    {"correction.ais.bias", K_FLOAT, F(correction.ais.bias), "-4", -INF, INF, NULL},
-    {"correction.ais.eta", K_FLOAT, F(correction.ais.eta), "0", 0, 1, NULL},
-    {"correction.ais.alpha_min", K_FLOAT, F(correction.ais.alpha_min), "0", 0, 1, NULL},
-    {"correction.ais.alpha_max", K_FLOAT, F(correction.ais.alpha_max), "1", 0, 1, NULL},
+    {"correction.method", K_ENUM, F(correction.c.method), "ais", 0, 0, &cfg_names_corr_method},
+    {"correction.estimator", K_ENUM, F(correction.estimator), "elbo", 0, 0, &cfg_names_estimator},
+    {"correction.level", K_ENUM, F(correction.c.level), "sequence", 0, 0, &cfg_names_corr_level},
+    {"correction.cap", K_FLOAT, F(correction.c.cap), "2.0", 1, INF, NULL},
+    {"correction.fixed_alpha", K_FLOAT, F(correction.c.fixed_alpha), "0.5", 0, 1, NULL},
+    {"correction.ais.combine", K_ENUM, F(correction.c.ais.combine), "linear", 0, 0, &cfg_names_ais_combine},
+    {"correction.ais.noise", K_ENUM, F(correction.c.ais.noise), "debias", 0, 0, &cfg_names_ais_noise},
+    /* signed: a negative weight reverses its diagnostic (docs/METHOD.md §5) */
+    {"correction.ais.weights.reliability", K_FLOAT, F(correction.c.ais.w_rel), "1", -1e300, 1e300, NULL},
+    {"correction.ais.weights.divergence", K_FLOAT, F(correction.c.ais.w_div), "1", -1e300, 1e300, NULL},
+    {"correction.ais.weights.variance", K_FLOAT, F(correction.c.ais.w_var), "1", -1e300, 1e300, NULL},
+    {"correction.ais.tau_delta", K_FLOAT, F(correction.c.ais.tau_delta), "0.05", 1e-12, INF, NULL},
+    {"correction.ais.bias", K_FLOAT, F(correction.c.ais.bias), "-4", -INF, INF, NULL},
+    {"correction.ais.eta", K_FLOAT, F(correction.c.ais.eta), "0", 0, 1, NULL},
+    {"correction.ais.alpha_min", K_FLOAT, F(correction.c.ais.alpha_min), "0", 0, 1, NULL},
+    {"correction.ais.alpha_max", K_FLOAT, F(correction.c.ais.alpha_max), "1", 0, 1, NULL},
     {"data.train", K_STR, F(data.train), "", 0, 0, NULL},
     {"data.max_len", K_INT, F(data.max_len), "128", 2, 1 << 20, NULL},
     {"data.answer_length", K_INT, F(data.answer_length), "0", 0, 1 << 20, NULL},
@@ -116,13 +174,15 @@ static const cfg_key keys[] = {
     {"optim.eps", K_FLOAT, F(optim.eps), "1e-8", 0, 1, NULL},
     {"optim.weight_decay", K_FLOAT, F(optim.weight_decay), "0", 0, 10, NULL},
     {"optim.grad_clip", K_FLOAT, F(optim.grad_clip), "1.0", 0, INF, NULL},
-    {"optim.schedule", K_ENUM, F(optim.schedule), "constant", 0, 0, "constant|cosine"},
+    {"optim.schedule", K_ENUM, F(optim.schedule), "constant", 0, 0, &cfg_names_schedule},
     {"eval.every", K_INT, F(eval.every), "20", 0, 1e9, NULL},
     {"eval.n", K_INT, F(eval.n), "500", 0, 1e8, NULL},
     {"eval.gen_length", K_INT, F(eval.gen_length), "64", 1, 1 << 20, NULL},
     {"eval.block_length", K_INT, F(eval.block_length), "16", 1, 1 << 20, NULL},
     {"eval.steps", K_INT, F(eval.steps), "32", 1, 32767, NULL},
     {"eval.temperature", K_FLOAT, F(eval.temperature), "0", 0, 100, NULL},
+    {"eval.precision", K_ENUM, F(eval.precision), "trainer", 0, 0, &cfg_names_eval_precision},
+    {"eval.mask_token", K_ENUM, F(eval.mask_token), "forbid", 0, 0, &cfg_names_mask_token},
     {"log.dir", K_STR, F(log.dir), "runs", 0, 0, NULL},
     {"log.every", K_INT, F(log.every), "10", 1, 1e9, NULL},
     {"log.trajectories", K_BOOL, F(log.trajectories), "true", 0, 0, NULL},
@@ -337,10 +397,16 @@ static int set_scalar(dllm_cfg *cfg, const cfg_key *k, const char *s, const sour
         *(int *)dst = v;
         return 0;
     }
-    case K_ENUM:
-        if (!in_choices(k->choices, s))
-            return fail_at(err, src, mark, "%s must be one of %s, got '%s'", k->path, k->choices, s);
-        /* fall through */
+    case K_ENUM: {
+        int v;
+        if (!cfg_names_find(k->names, s, &v)) {
+            char choices[256];
+            return fail_at(err, src, mark, "%s must be one of %s, got '%s'", k->path,
+                           cfg_names_choices(k->names, choices, sizeof choices), s);
+        }
+        *(int *)dst = v;
+        return 0;
+    }
     case K_STR:
         if (strlen(s) >= k->size)
             return fail_at(err, src, mark, "%s is too long (at most %zu characters)", k->path,
@@ -385,9 +451,10 @@ static int set_sequence(dllm_cfg *cfg, const cfg_key *k, yaml_document_t *doc, y
         const char *s = it->type == YAML_SCALAR_NODE ? (char *)it->data.scalar.value : NULL;
         if (!s || strlen(s) >= sizeof l->items[0])
             return fail_at(err, src, it->start_mark, "%s[%d] must be a short string", k->path, i);
-        if (k->choices && !in_choices(k->choices, s))
+        const char *allowed = k->names;
+        if (allowed && !in_choices(allowed, s))
             return fail_at(err, src, it->start_mark, "%s: unknown item '%s' (choices: %s)", k->path, s,
-                           k->choices);
+                           allowed);
         strcpy(l->items[l->n++], s);
     }
     return 0;
@@ -554,18 +621,21 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                 "(gen_length / block_length)", sched[i].what, sched[i].steps, nb);
     }
     /* with a model.path the architecture is config.json's: checked when the run opens */
-    const bool diffusion = !cfg->model.path[0] && strcmp(cfg->model.arch, "qwen3");
-    if (diffusion && !strcmp(cfg->grpo.ratio, "token") && strcmp(cfg->grpo.logp_estimator, "one_step"))
+    const bool diffusion = !cfg->model.path[0] && cfg->model.arch != DLLM_ARCH_QWEN3;
+    if (diffusion && cfg->grpo.loss.ratio == GRPO_RATIO_TOKEN && cfg->grpo.logp_estimator != EST_ONE_STEP)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "grpo.ratio: token needs grpo.logp_estimator one_step (or an AR model)");
-    if (diffusion && !strcmp(cfg->correction.level, "token") &&
-        strcmp(cfg->correction.estimator, "one_step"))
+    if (diffusion && cfg->correction.c.level == CORR_LEVEL_TOKEN &&
+        cfg->correction.estimator != EST_ONE_STEP)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "correction.level: token needs correction.estimator one_step (or an AR model)");
-    if (cfg->correction.ais.alpha_min > cfg->correction.ais.alpha_max)
+    if (cfg->correction.c.ais.alpha_min > cfg->correction.c.ais.alpha_max)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "correction.ais.alpha_min %g exceeds correction.ais.alpha_max %g",
-                            cfg->correction.ais.alpha_min, cfg->correction.ais.alpha_max);
+                            cfg->correction.c.ais.alpha_min, cfg->correction.c.ais.alpha_max);
+    /* the correction module's own preconditions (the key table's ranges imply them) */
+    if (corr_cfg_check(&cfg->correction.c, err))
+        return err->code;
     if (cfg->model.lora.rank > 0 && cfg->model.lora.targets.n == 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: empty list with rank %d",
                             cfg->model.lora.rank);
@@ -618,8 +688,8 @@ char *dllm_cfg_dump(const dllm_cfg *cfg)
                 snprintf(val, sizeof val, "%.17g", *(const double *)v);
             break;
         case K_BOOL: snprintf(val, sizeof val, "%s", *(const int *)v ? "true" : "false"); break;
-        case K_STR:
-        case K_ENUM: { /* YAML double-quoted: escape backslash and quote */
+        case K_ENUM: snprintf(val, sizeof val, "\"%s\"", cfg_names_name(k->names, *(const int *)v)); break;
+        case K_STR: { /* YAML double-quoted: escape backslash and quote */
             size_t u = 0;
             val[u++] = '"';
             for (const char *c = v; *c && u + 3 < sizeof val; c++) {

@@ -1,14 +1,25 @@
 /* yaml_config.h: experiments from YAML into a typed struct.
  *
  * One table (the key table in yaml_config.c) names every key: dotted path, type, default,
- * range or choices, and where it lives in dllm_cfg. The reader (libyaml
+ * range or names table, and where it lives in dllm_cfg. Enumerated keys are
+ * parsed once into C enums; the correction and GRPO-loss settings are the
+ * corr_cfg and grpo_loss_cfg that corrections.h and grpo.h consume, filled in
+ * place (their defaults and ranges are the key table's, nowhere else). The reader (libyaml
  * document API) walks the file, rejects unknown keys, checks types and ranges,
  * and reports every error as "file:line:col: message" with the offending line
  * echoed. `--set a.b.c=value` overrides go through the same checks. */
 #ifndef DLLM_YAML_CONFIG_H
 #define DLLM_YAML_CONFIG_H
 
+#include "dllm/chat.h"
+#include "dllm/estimators.h"
+#include "dllm/model_config.h"
+#include "dllm/safetensors.h"
+#include "dllm/sampler.h"
 #include "kernels/base.h"
+#include "src/cfg_names.h"
+#include "src/corrections.h"
+#include "src/grpo.h"
 
 #define CFG_STR_MAX 512
 #define CFG_LIST_MAX 16
@@ -18,16 +29,43 @@ typedef struct {
     char items[CFG_LIST_MAX][64];
 } cfg_str_list;
 
+/* Enumerated keys: parsed once into these values (names in yaml_config.c's
+ * tables, or the library's own enums where one exists: dllm_arch, st_dtype,
+ * dllm_remasking, dllm_estimator, grpo_*, corr_*). */
+typedef enum { CFG_DEVICE_CPU, CFG_DEVICE_CUDA } cfg_device;
+typedef enum { CFG_PRESET_TINY, CFG_PRESET_SMALL, CFG_PRESET_LLADA_8B, CFG_PRESET_QWEN3_8B } cfg_preset;
+typedef enum { CFG_TRAINER_FP32, CFG_TRAINER_BF16 } cfg_trainer_precision;
+typedef enum { CFG_TASK_COUNTDOWN, CFG_TASK_SUDOKU, CFG_TASK_GSM8K, CFG_TASK_MATH500 } cfg_task;
+typedef enum { CFG_FORMAT_D1, CFG_FORMAT_PLAIN } cfg_task_format;
+/* task.chat: auto, or a dllm_chat_format value */
+enum { CFG_CHAT_AUTO = -1 };
+typedef enum { CFG_REWARD_TASK, CFG_REWARD_CORRECT } cfg_reward;
+typedef enum { CFG_ROLLOUT_TRAINER, CFG_ROLLOUT_BF16, CFG_ROLLOUT_FP8 } cfg_rollout_precision;
+typedef enum { CFG_FP8_E4M3, CFG_FP8_E5M2 } cfg_fp8_format;
+typedef enum { CFG_FP8_BLOCK, CFG_FP8_CHANNEL, CFG_FP8_TENSOR } cfg_fp8_scaling;
+typedef enum { CFG_SCHEDULE_CONSTANT, CFG_SCHEDULE_COSINE } cfg_schedule;
+/* eval.precision: the weights greedy evaluation runs at, for every architecture */
+typedef enum { CFG_EVAL_TRAINER, CFG_EVAL_ROLLOUT } cfg_eval_precision;
+/* rollout.mask_token / eval.mask_token: may the sampler leave (or commit) the
+ * mask token in a completion, or must every generated position be a real token */
+typedef enum { CFG_MASK_TOKEN_ALLOW, CFG_MASK_TOKEN_FORBID } cfg_mask_token;
+
+extern const cfg_names cfg_names_device, cfg_names_preset, cfg_names_arch, cfg_names_dtype,
+    cfg_names_trainer_precision, cfg_names_task, cfg_names_task_format, cfg_names_chat,
+    cfg_names_reward, cfg_names_rollout_precision, cfg_names_fp8_format, cfg_names_fp8_scaling,
+    cfg_names_remasking, cfg_names_estimator, cfg_names_corr_method, cfg_names_corr_level,
+    cfg_names_ais_combine, cfg_names_ais_noise, cfg_names_schedule, cfg_names_eval_precision, cfg_names_mask_token;
+
 typedef struct {
     char experiment[128];
     long seed;
-    char device[8];          /* cpu | cuda */
+    cfg_device device;
     struct {
         char path[CFG_STR_MAX];  /* model directory (HF layout); empty: use preset */
-        char preset[32];         /* tiny | small | llada-8b | qwen3-8b */
-        char arch[16];           /* llada | qwen3 (with a path: from config.json) */
-        char dtype[8];           /* f32 | bf16: checkpoint dtype written */
-        char trainer_precision[8]; /* fp32 | bf16: bf16 rounds weights and activations (CPU) */
+        cfg_preset preset;
+        dllm_arch arch;          /* with a path: from config.json */
+        st_dtype dtype;          /* ST_F32 | ST_BF16: checkpoint dtype written */
+        cfg_trainer_precision trainer_precision; /* bf16 rounds weights and activations (CPU) */
         struct {
             int rank;            /* 0 = full fine-tuning */
             double alpha;
@@ -35,25 +73,26 @@ typedef struct {
         } lora;
     } model;
     struct {
-        char name[32];           /* countdown | sudoku | gsm8k | math500 */
+        cfg_task name;
         struct { char path[CFG_STR_MAX]; int n; } train; /* path empty: generator with n items */
         struct { char path[CFG_STR_MAX]; } eval;          /* path empty: generator, held out */
         int n_numbers;           /* countdown generator: 3 or 4 */
         int max_blanks;          /* sudoku generator */
-        char format[16];         /* d1 (reasoning/answer tags) | plain */
-        char chat[16];           /* auto | plain | llada | qwen3 */
-        char reward[16];         /* task: the task's reward | correct: 1 if correct, else 0 */
+        cfg_task_format format;  /* d1 (reasoning/answer tags) | plain */
+        int chat;                /* CFG_CHAT_AUTO or a dllm_chat_format */
+        cfg_reward reward;       /* task: the task's reward | correct: 1 if correct, else 0 */
     } task;
     struct {
-        char precision[16];      /* trainer | bf16 | fp8 */
-        struct { char format[8]; char scaling[16]; int pow2_scale; } fp8;
+        cfg_rollout_precision precision;
+        struct { cfg_fp8_format format; cfg_fp8_scaling scaling; int pow2_scale; } fp8;
         int group_size;
         int gen_length, block_length, steps;
         double temperature;
-        char remasking[24];      /* low_confidence | random */
+        dllm_remasking remasking;
         double cfg_scale;
         int logits_eos_inf, confidence_eos_eot_inf;
         double top_p;            /* AR backend */
+        cfg_mask_token mask_token;
     } rollout;
     struct {
         double temperature;
@@ -62,26 +101,16 @@ typedef struct {
     } likelihood;
     struct {
         int steps, prompts_per_step, inner_steps;
-        char logp_estimator[16]; /* one_step | elbo | trajectory (AR: exact) */
+        dllm_estimator logp_estimator; /* one_step | elbo | trajectory (AR: exact) */
         double p_mask_prompt;
-        char ratio[16];          /* sequence | token */
-        double clip_eps, beta;
+        grpo_loss_cfg loss;      /* ratio, loss_agg, clip_eps, beta */
         int ref_sync_every;
-        char loss_agg[16];       /* seq_mean | token_mean */
-        char advantage_scale[8]; /* std | none */
+        grpo_adv_scale advantage_scale;
         int fresh_masks;
     } grpo;
     struct {
-        char method[8];          /* none | is | tis | mis | fixed | ais */
-        char estimator[16];      /* one_step | elbo | trajectory */
-        char level[16];          /* sequence | geo | token */
-        double cap, fixed_alpha;
-        struct {
-            char combine[16];    /* linear | logistic */
-            char noise[8];       /* debias | none: elbo estimator noise in ESS and nu */
-            struct { double reliability, divergence, variance; } weights;
-            double tau_delta, bias, eta, alpha_min, alpha_max;
-        } ais;
+        corr_cfg c;              /* method, level, cap, fixed_alpha, ais.* */
+        dllm_estimator estimator;
     } correction;
     struct {
         char train[CFG_STR_MAX]; /* JSONL {"prompt": ..., "answer": ...} */
@@ -100,13 +129,15 @@ typedef struct {
         double eps;
         double weight_decay;
         double grad_clip;        /* 0 = off */
-        char schedule[16];       /* constant | cosine (to 0 at the last step, after warmup) */
+        cfg_schedule schedule;   /* constant | cosine (to 0 at the last step, after warmup) */
     } optim;
     struct {
         int every;               /* 0 = only at the end */
         int n;
         int gen_length, block_length, steps;
         double temperature;
+        cfg_eval_precision precision;
+        cfg_mask_token mask_token;
     } eval;
     struct {
         char dir[CFG_STR_MAX];

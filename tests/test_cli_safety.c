@@ -477,6 +477,20 @@ START_TEST(test_inspect_train_csv_metric)
     ck_assert_int_eq(run(NULL, &err, "inspect models"), 2);
     ck_assert_msg(strstr(err, "sft_log.jsonl") && strstr(err, "log.h5"), "%s", err);
     free(err);
+    /* the trainer's checkpoints carry the sampler settings; export keeps them, and
+     * refuses to overwrite an existing export unless --force */
+    ck_assert(exists("runs/r/ckpt/latest/generation.json"));
+    ck_assert_int_eq(run(NULL, NULL, "export runs/r --merged --out ex"), 0);
+    ck_assert(exists("ex/generation.json") && exists("ex/tokenizer.json") &&
+              exists("ex/model.safetensors"));
+    ck_assert_int_eq(sh("cd %s && cp ex/model.safetensors ex-copy.safetensors", tmp), 0);
+    ck_assert_int_eq(run(NULL, &err, "export runs/r --merged --out ex --dtype bf16"), 2);
+    ck_assert_msg(strstr(err, "ex") && strstr(err, "--force"), "%s", err);
+    free(err);
+    ck_assert(files_equal("ex/model.safetensors", "ex-copy.safetensors"));
+    ck_assert_int_eq(run(NULL, NULL, "export runs/r --merged --out ex --dtype bf16 --force"), 0);
+    ck_assert(!files_equal("ex/model.safetensors", "ex-copy.safetensors"));
+    ck_assert(exists("ex/generation.json"));
 }
 END_TEST
 

@@ -46,8 +46,11 @@ START_TEST(defaults_are_set)
 {
     dllm_cfg cfg;
     dllm_cfg_defaults(&cfg);
-    ck_assert_str_eq(cfg.device, "cpu");
-    ck_assert_str_eq(cfg.model.preset, "tiny");
+    ck_assert_int_eq(cfg.device, CFG_DEVICE_CPU);
+    ck_assert_int_eq(cfg.model.preset, CFG_PRESET_TINY);
+    ck_assert_int_eq(cfg.eval.precision, CFG_EVAL_TRAINER);
+    ck_assert_int_eq(cfg.rollout.mask_token, CFG_MASK_TOKEN_FORBID);
+    ck_assert_int_eq(cfg.eval.mask_token, CFG_MASK_TOKEN_FORBID);
     ck_assert_int_eq(cfg.model.lora.targets.n, 7);
     ck_assert_str_eq(cfg.model.lora.targets.items[6], "ff_out");
     ck_assert_double_eq_tol(cfg.optim.betas[1], 0.99, 1e-15);
@@ -68,7 +71,7 @@ START_TEST(file_overrides_defaults)
     ck_assert_int_eq(dllm_cfg_load(&cfg, path, &err), 0);
     ck_assert_str_eq(cfg.experiment, "demo");
     ck_assert_int_eq(cfg.seed, 7);
-    ck_assert_str_eq(cfg.model.preset, "small");
+    ck_assert_int_eq(cfg.model.preset, CFG_PRESET_SMALL);
     ck_assert_int_eq(cfg.model.lora.rank, 4);
     ck_assert_int_eq(cfg.model.lora.targets.n, 1);
     ck_assert_double_eq_tol(cfg.optim.lr, 3e-3, 1e-15);
@@ -176,11 +179,11 @@ START_TEST(cross_key_rules)
                                               "{reliability: 0, divergence: 2}\n    eta: 0.5\n");
     dllm_cfg_defaults(&cfg);
     ck_assert_msg(dllm_cfg_load(&cfg, path, &err) == 0, "%s", err.msg);
-    ck_assert_str_eq(cfg.correction.method, "tis");
-    ck_assert_double_eq(cfg.correction.ais.weights.reliability, 0);
-    ck_assert_double_eq(cfg.correction.ais.weights.divergence, 2);
-    ck_assert_double_eq(cfg.correction.ais.weights.variance, 1);
-    ck_assert_double_eq(cfg.correction.ais.eta, 0.5);
+    ck_assert_int_eq(cfg.correction.c.method, CORR_TIS);
+    ck_assert_double_eq(cfg.correction.c.ais.w_rel, 0);
+    ck_assert_double_eq(cfg.correction.c.ais.w_div, 2);
+    ck_assert_double_eq(cfg.correction.c.ais.w_var, 1);
+    ck_assert_double_eq(cfg.correction.c.ais.eta, 0.5);
     path = write_yaml("ais2.yaml", "correction: {ais: {weights: {reliabilty: 1}}}\n");
     ck_assert_int_eq(dllm_cfg_load(&cfg, path, &err), DLLM_EXIT_INPUT);
     ck_assert_ptr_nonnull(strstr(err.msg, "unknown key 'correction.ais.weights.reliabilty' "
@@ -202,6 +205,124 @@ START_TEST(dump_reloads_to_same_config)
     dllm_cfg_defaults(&b);
     ck_assert_msg(dllm_cfg_load(&b, path, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(memcmp(&a, &b, sizeof a), 0);
+}
+END_TEST
+
+/* Enumerated keys parse once into C values; the correction and GRPO-loss
+ * settings are the structs the math modules consume, with their defaults. */
+START_TEST(enums_are_typed)
+{
+    dllm_cfg cfg;
+    dllm_cfg_defaults(&cfg);
+    corr_cfg ref;
+    corr_cfg_default(&ref);
+    ck_assert_int_eq(cfg.correction.c.method, ref.method);
+    ck_assert_int_eq(cfg.correction.c.level, ref.level);
+    ck_assert_double_eq(cfg.correction.c.cap, ref.cap);
+    ck_assert_double_eq(cfg.correction.c.fixed_alpha, ref.fixed_alpha);
+    ck_assert_int_eq(cfg.correction.c.ais.combine, ref.ais.combine);
+    ck_assert_double_eq(cfg.correction.c.ais.w_rel, ref.ais.w_rel);
+    ck_assert_double_eq(cfg.correction.c.ais.w_div, ref.ais.w_div);
+    ck_assert_double_eq(cfg.correction.c.ais.w_var, ref.ais.w_var);
+    ck_assert_double_eq(cfg.correction.c.ais.tau_delta, ref.ais.tau_delta);
+    ck_assert_double_eq(cfg.correction.c.ais.bias, ref.ais.bias);
+    ck_assert_double_eq(cfg.correction.c.ais.eta, ref.ais.eta);
+    ck_assert_double_eq(cfg.correction.c.ais.alpha_min, ref.ais.alpha_min);
+    ck_assert_double_eq(cfg.correction.c.ais.alpha_max, ref.ais.alpha_max);
+    ck_assert_int_eq(cfg.grpo.loss.ratio, GRPO_RATIO_SEQUENCE);
+    ck_assert_int_eq(cfg.grpo.loss.agg, GRPO_AGG_SEQ_MEAN);
+    ck_assert_double_eq(cfg.grpo.loss.clip_eps, 0.2);
+    ck_assert_int_eq(cfg.model.dtype, ST_F32);
+    ck_assert_int_eq(cfg.task.chat, CFG_CHAT_AUTO);
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.chat=qwen3", &err), 0);
+    ck_assert_int_eq(cfg.task.chat, DLLM_CHAT_QWEN3);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "rollout.remasking=random", &err), 0);
+    ck_assert_int_eq(cfg.rollout.remasking, REMASK_RANDOM);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.logp_estimator=trajectory", &err), 0);
+    ck_assert_int_eq(cfg.grpo.logp_estimator, EST_TRAJECTORY);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.loss_agg=token_mean", &err), 0);
+    ck_assert_int_eq(cfg.grpo.loss.agg, GRPO_AGG_TOKEN_MEAN);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.precision=rollout", &err), 0);
+    ck_assert_int_eq(cfg.eval.precision, CFG_EVAL_ROLLOUT);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "rollout.mask_token=forbid", &err), 0);
+    ck_assert_int_eq(cfg.rollout.mask_token, CFG_MASK_TOKEN_FORBID);
+    /* choices in messages come from the names table */
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.precision=fp8", &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "eval.precision must be one of trainer|rollout, got 'fp8'"), "%s",
+                  err.msg);
+    expect_error("rollout:\n  mask_token: never\n", "bad.yaml:2:15: rollout.mask_token must be one of "
+                 "allow|forbid, got 'never'", "  mask_token: never");
+    /* and the dump names values through the same tables */
+    char *text = dllm_cfg_dump(&cfg);
+    ck_assert_ptr_nonnull(strstr(text, "  precision: \"rollout\"\n"));
+    ck_assert_ptr_nonnull(strstr(text, "  mask_token: \"forbid\"\n"));
+    ck_assert_ptr_nonnull(strstr(text, "  chat: \"qwen3\"\n"));
+    free(text);
+}
+END_TEST
+
+/* Every name of every table maps to a distinct value and back. */
+START_TEST(names_tables_round_trip)
+{
+    const cfg_names *t[] = {&cfg_names_device, &cfg_names_preset, &cfg_names_arch, &cfg_names_dtype,
+                            &cfg_names_trainer_precision, &cfg_names_task, &cfg_names_task_format,
+                            &cfg_names_chat, &cfg_names_reward, &cfg_names_rollout_precision,
+                            &cfg_names_fp8_format, &cfg_names_fp8_scaling, &cfg_names_remasking,
+                            &cfg_names_estimator, &cfg_names_corr_method, &cfg_names_corr_level,
+                            &cfg_names_ais_combine, &cfg_names_schedule, &cfg_names_eval_precision,
+                            &cfg_names_mask_token, &grpo_ratio_names, &grpo_agg_names,
+                            &grpo_adv_scale_names};
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        ck_assert_int_ge(t[k]->n, 2);
+        for (int i = 0; i < t[k]->n; i++) {
+            int v = -99;
+            ck_assert(cfg_names_find(t[k], t[k]->v[i].name, &v));
+            ck_assert_int_eq(v, t[k]->v[i].value);
+            ck_assert_str_eq(cfg_names_name(t[k], v), t[k]->v[i].name);
+            for (int j = 0; j < i; j++)
+                ck_assert_int_ne(t[k]->v[j].value, v);
+        }
+        int v;
+        ck_assert(!cfg_names_find(t[k], "no-such-name", &v));
+    }
+    /* the library's own names agree with the config's */
+    ck_assert_str_eq(cfg_names_name(&cfg_names_corr_method, CORR_MIS), corr_method_name(CORR_MIS));
+    ck_assert_str_eq(cfg_names_name(&cfg_names_estimator, EST_TRAJECTORY),
+                     dllm_estimator_name(EST_TRAJECTORY));
+    ck_assert_str_eq(cfg_names_name(&cfg_names_chat, DLLM_CHAT_LLADA),
+                     dllm_chat_format_name(DLLM_CHAT_LLADA));
+}
+END_TEST
+
+/* The quickstart recipe parses to the values it always had. */
+START_TEST(quickstart_values)
+{
+    const char *data = getenv("DLLM_TEST_DATA");
+    ck_assert_ptr_nonnull(data);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/../../configs/quickstart.yaml", data);
+    dllm_cfg cfg;
+    dllm_cfg_defaults(&cfg);
+    dllm_err err = {0};
+    ck_assert_msg(dllm_cfg_load(&cfg, path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(cfg.task.name, CFG_TASK_SUDOKU);
+    ck_assert_int_eq(cfg.task.format, CFG_FORMAT_PLAIN);
+    ck_assert_int_eq(cfg.task.chat, DLLM_CHAT_PLAIN);
+    ck_assert_int_eq(cfg.task.reward, CFG_REWARD_CORRECT);
+    ck_assert_int_eq(cfg.rollout.precision, CFG_ROLLOUT_FP8);
+    ck_assert_int_eq(cfg.rollout.fp8.format, CFG_FP8_E4M3);
+    ck_assert_int_eq(cfg.rollout.fp8.scaling, CFG_FP8_BLOCK);
+    ck_assert_int_eq(cfg.rollout.remasking, REMASK_LOW_CONFIDENCE);
+    ck_assert_int_eq(cfg.grpo.logp_estimator, EST_TRAJECTORY);
+    ck_assert_int_eq(cfg.grpo.loss.ratio, GRPO_RATIO_SEQUENCE);
+    ck_assert_double_eq(cfg.grpo.loss.clip_eps, 0.2);
+    ck_assert_int_eq(cfg.correction.c.method, CORR_AIS);
+    ck_assert_int_eq(cfg.correction.estimator, EST_TRAJECTORY);
+    ck_assert_int_eq(cfg.correction.c.level, CORR_LEVEL_SEQUENCE);
+    ck_assert_double_eq(cfg.correction.c.cap, 2.0);
+    ck_assert_int_eq(cfg.optim.schedule, CFG_SCHEDULE_CONSTANT);
+    ck_assert_int_eq(cfg.eval.precision, CFG_EVAL_TRAINER);
 }
 END_TEST
 
@@ -248,6 +369,9 @@ int main(void)
     tcase_add_test(tc, cross_key_rules);
     tcase_add_test(tc, dump_reloads_to_same_config);
     tcase_add_test(tc, shipped_configs_parse);
+    tcase_add_test(tc, enums_are_typed);
+    tcase_add_test(tc, names_tables_round_trip);
+    tcase_add_test(tc, quickstart_values);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

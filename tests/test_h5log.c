@@ -11,6 +11,7 @@
  * notebook), then runs the suite as usual. */
 #define _GNU_SOURCE /* nftw */
 #include "src/h5log.h"
+#include "src/rl_log.h"
 
 #include "kernels/base.h"
 #include "kernels/rng.h"
@@ -432,6 +433,88 @@ START_TEST(test_roundtrip_values)
 }
 END_TEST
 
+/* The column table drives the rank gather: two ranks' rows packed with it and
+ * concatenated unpack to the rows of both, in rank order, every column intact. */
+START_TEST(test_traj_table_gather)
+{
+    enum { N1 = 2, N2 = 3, PW = 4, GW = 5 };
+    /* the columns' pointer fields are distinct and the step is the only scalar */
+    for (int c = 0; c < H5LOG_N_TRAJ; c++) {
+        for (int d = 0; d < c; d++)
+            ck_assert_uint_ne(h5log_traj_cols[c].off, h5log_traj_cols[d].off);
+        ck_assert_int_eq(h5log_traj_cols[c].width == H5LOG_WSTEP, !strcmp(h5log_traj_cols[c].name, "step"));
+    }
+    h5log_traj_batch rank[2];
+    void *bytes[2];
+    size_t len[2];
+    for (int k = 0; k < 2; k++) {
+        int n = k ? N2 : N1;
+        int64_t *pidx = malloc(sizeof *pidx * n), *grp = malloc(sizeof *grp * n);
+        int32_t *plen = malloc(sizeof *plen * n), *clen = malloc(sizeof *clen * n);
+        int32_t *ptok = malloc(sizeof *ptok * n * PW), *ctok = malloc(sizeof *ctok * n * GW);
+        double *col[6];
+        for (int f = 0; f < 6; f++)
+            col[f] = malloc(sizeof(double) * n);
+        float *ratio = malloc(sizeof *ratio * n * GW), *prob = malloc(sizeof *prob * n * GW);
+        int16_t *cstep = malloc(sizeof *cstep * n * GW);
+        for (int r = 0; r < n; r++) {
+            pidx[r] = 10 * k + r;
+            grp[r] = -(10 * k + r);
+            plen[r] = 1 + r;
+            clen[r] = 2 + r;
+            for (int f = 0; f < 6; f++)
+                col[f][r] = traj_value(k, r, f);
+            for (int t = 0; t < PW; t++)
+                ptok[r * PW + t] = 1000 * k + 10 * r + t;
+            for (int t = 0; t < GW; t++) {
+                ctok[r * GW + t] = 2000 * k + 10 * r + t;
+                ratio[r * GW + t] = ratio_of(k, r, t);
+                prob[r * GW + t] = (float)t / 16.0f;
+                cstep[r * GW + t] = (int16_t)(100 * k + r + t);
+            }
+        }
+        rank[k] = (h5log_traj_batch){.n = n, .step = 9, .prompt_index = pidx, .group = grp,
+                                     .prompt_tokens = ptok, .prompt_len = plen, .prompt_stride = PW,
+                                     .completion_tokens = ctok, .completion_len = clen,
+                                     .completion_stride = GW, .reward = col[0], .advantage = col[1],
+                                     .l_mu = col[2], .l_pi = col[3], .log_w = col[4], .coef = col[5],
+                                     .token_log_ratio = ratio, .commit_step = cstep,
+                                     .commit_prob = prob};
+        bytes[k] = rl_traj_pack(&rank[k], PW, GW, &len[k]);
+        ck_assert_uint_eq(len[k], (size_t)n * rl_traj_record_size(PW, GW));
+    }
+    /* 2 int64 + 2 int32 + 6 doubles + PW int32 + GW (int32 + 2 float + int16) per row */
+    ck_assert_uint_eq(rl_traj_record_size(PW, GW), 16 + 8 + 48 + 4 * PW + GW * 14);
+    char *all = malloc(len[0] + len[1]);
+    memcpy(all, bytes[0], len[0]);
+    memcpy(all + len[0], bytes[1], len[1]);
+    h5log_traj_batch got;
+    rl_traj_unpack(all, len[0] + len[1], PW, GW, 9, &got);
+    ck_assert_int_eq(got.n, N1 + N2);
+    ck_assert_int_eq(got.step, 9);
+    for (int c = 0; c < H5LOG_N_TRAJ; c++) {
+        if (h5log_traj_cols[c].width == H5LOG_WSTEP)
+            continue;
+        size_t row = h5log_kind_size(h5log_traj_cols[c].kind) *
+                     (h5log_traj_cols[c].width == H5LOG_WP   ? PW
+                      : h5log_traj_cols[c].width == H5LOG_WG ? GW
+                                                             : 1);
+        const char *g = h5log_traj_col_data(&got, c);
+        ck_assert_ptr_nonnull(g);
+        ck_assert_msg(!memcmp(g, h5log_traj_col_data(&rank[0], c), row * N1), "%s rank 0",
+                      h5log_traj_cols[c].name);
+        ck_assert_msg(!memcmp(g + row * N1, h5log_traj_col_data(&rank[1], c), row * N2), "%s rank 1",
+                      h5log_traj_cols[c].name);
+    }
+    rl_traj_free(&got);
+    rl_traj_free(&rank[0]);
+    rl_traj_free(&rank[1]);
+    free(bytes[0]);
+    free(bytes[1]);
+    free(all);
+}
+END_TEST
+
 START_TEST(test_schema_dtypes)
 {
     make_tmpdir();
@@ -453,7 +536,7 @@ START_TEST(test_schema_dtypes)
         "reward_mean", "reward_std", "accuracy", "loss", "policy_kl", "clip_frac",
         "grad_norm", "lr", "alpha_raw", "alpha", "rho_ess", "s_rel", "delta", "s_div", "nu",
         "s_var", "k3", "log_w_mc_se", "frac_truncated", "frac_zeroed", "frac_nonfinite",
-        "frac_zero_var_groups", "t_rollout", "t_likelihood", "t_correction", "t_update", "t_sync", "t_log",
+        "frac_zero_var_groups", "frac_masked_left", "t_rollout", "t_likelihood", "t_correction", "t_update", "t_sync", "t_log",
         "tokens_per_s", "frac_var_mc"};
     ck_assert_int_eq(H5LOG_N_METRICS, (int)(sizeof schema / sizeof schema[0]));
     for (int i = 0; i < H5LOG_N_METRICS; i++) {
@@ -1112,6 +1195,7 @@ static Suite *h5log_suite(void)
     tcase_add_checked_fixture(tc, NULL, rm_tmpdir);
     tcase_add_test(tc, test_roundtrip_values);
     tcase_add_test(tc, test_schema_dtypes);
+    tcase_add_test(tc, test_traj_table_gather);
     tcase_add_test(tc, test_sigkill_leaves_completed_steps);
     tcase_add_test(tc, test_resume_after_kill);
     tcase_add_test(tc, test_resume_drops_later_steps);

@@ -169,7 +169,7 @@ START_TEST(train_from_fresh_models)
             "task: {name: sudoku, format: plain, chat: plain, train: {n: 64}, max_blanks: 8,"
             " reward: correct}\n"
             "rollout: {precision: fp8, group_size: 4, gen_length: 16, block_length: 16, steps: 8,\n"
-            "          temperature: 1.0}\n"
+            "          temperature: 1.0, mask_token: allow}\n"
             "likelihood: {mc_samples: 2, shrink: 2}\n"
             "grpo: {steps: 1, prompts_per_step: 2, inner_steps: 1, ratio: sequence}\n"
             "correction: {method: ais, level: sequence, cap: 2.0}\n"
@@ -212,6 +212,17 @@ START_TEST(train_from_fresh_models)
             masked += count_token(run, mask_id);
         }
     ck_assert_msg(masked > 0, "no logged completion held a masked position: the test exercises nothing");
+    /* the RL default, forbid: the same model never leaves a position masked */
+    ck_assert_msg(sh("OMP_NUM_THREADS=1 %s train %s --quiet --set experiment=forbid --set model.path=%s/m2"
+                     " --set grpo.logp_estimator=trajectory --set correction.estimator=trajectory"
+                     " --set rollout.mask_token=forbid",
+                     bin(), cfg, tmp) == 0, "forbid: train failed");
+    ck_assert_int_eq(count_token("forbid", mask_id), 0);
+    int64_t n;
+    double *left = read_col("forbid", "steps/frac_masked_left", &n);
+    ck_assert_int_eq(n, 1);
+    ck_assert(left[0] == 0.0);
+    free(left);
 }
 END_TEST
 

@@ -7,11 +7,15 @@
  *  - malformed configs exit with status 2 and file:line:col;
  *  - SFT data: EOS padding of answers to data.answer_length;
  *  - per-item eval outcomes: files that agree with the logged accuracy, and paired
- *    differences on a hand-computed case. */
+ *    differences on a hand-computed case;
+ *  - the reference policy re-syncs inside the step; frac_masked_left matches the
+ *    logged completions; AR decoding on the trainer's logits (eval.precision
+ *    trainer) chooses what the KV-cached rollout chooses when the two agree. */
 #include "dllm/model_config.h"
 #include "dllm/tokenizer.h"
 #include "src/eval_outcomes.h"
 #include "src/h5log.h"
+#include "src/rl_run.h"
 #include "src/sft_data.h"
 
 #include <check.h>
@@ -474,6 +478,124 @@ START_TEST(log_records_the_build_revision)
 }
 END_TEST
 
+/* grpo.ref_sync_every: the step re-syncs the reference, the checkpoint records when */
+START_TEST(reference_resyncs_in_the_step)
+{
+    write_config("k.yaml", "refsync", "{method: none}");
+    ck_assert_int_eq(sh("%s train %s/k.yaml --quiet --set grpo.beta=0.01 --set grpo.ref_sync_every=3"
+                        " --set eval.every=0", bin(), tmp), 0);
+    ck_assert_int_eq(sh("grep -q '\"ref_synced_at\": 3' %s/runs/refsync/ckpt/step-4/state.json", tmp), 0);
+    ck_assert_int_eq(sh("grep -q '\"ref_synced_at\": 3' %s/runs/refsync/ckpt/step-3/state.json", tmp), 0);
+    int64_t n;
+    double *kl = read_col("refsync", "steps/policy_kl", &n);
+    ck_assert_int_eq(n, 4);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(isfinite(kl[i]) && kl[i] >= 0);
+    free(kl);
+}
+END_TEST
+
+/* frac_masked_left = completion tokens equal to the mask id / all generated positions */
+START_TEST(frac_masked_left_matches_the_completions)
+{
+    write_config("m.yaml", "masked", "{method: none}");
+    ck_assert_int_eq(sh("%s train %s/m.yaml --quiet --set eval.every=0 --set grpo.steps=3"
+                        " --set rollout.temperature=3 --set rollout.mask_token=allow", bin(), tmp), 0);
+    dllm_model_config mc;
+    dllm_err err = {0};
+    ck_assert_msg(dllm_config_load(&mc, model, &err) == 0, "%s", err.msg);
+    int64_t n, rows, cols;
+    double *frac = read_col("masked", "steps/frac_masked_left", &n);
+    ck_assert_int_eq(n, 3);
+    float *tok = read_tokens("masked", "/trajectories/completion_tokens", &rows, &cols);
+    const int64_t per_step = 2 * 4; /* prompts_per_step x group_size */
+    ck_assert_int_eq(rows, n * per_step);
+    ck_assert_int_eq(cols, 12);
+    for (int64_t s = 0; s < n; s++) {
+        long masked = 0;
+        for (int64_t k = s * per_step * cols; k < (s + 1) * per_step * cols; k++)
+            masked += tok[k] == (float)mc.mask_token_id;
+        ck_assert_msg(frac[s] == (double)masked / (double)(per_step * cols), "step %lld: %g vs %ld",
+                      (long long)s + 1, frac[s], masked);
+    }
+    free(frac);
+    free(tok);
+}
+END_TEST
+
+/* Evaluation decodes at eval.precision: with the rollout copy equal to the
+ * trainer, AR decoding on the trainer's logits chooses the tokens the policy's
+ * KV-cached rollout chooses, greedy and sampled (same choice rule and stream). */
+START_TEST(ar_decoding_on_trainer_logits)
+{
+    char qm[256];
+    snprintf(qm, sizeof qm, "%s/qwen", tmp);
+    ck_assert_int_eq(sh("%s init-model --arch qwen3 --preset tiny --seed 5 --out %s >/dev/null", bin(),
+                        qm), 0);
+    dllm_cfg cfg;
+    dllm_err err = {0};
+    dllm_cfg_defaults(&cfg);
+    char set[400];
+    snprintf(set, sizeof set, "model.path=%s", qm);
+    const char *sets[] = {set, "task.name=sudoku", "task.format=plain", "task.chat=plain",
+                          "task.train.n=16", "eval.n=4", "rollout.precision=trainer",
+                          "rollout.gen_length=10", "rollout.block_length=10", "rollout.steps=10"};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        ck_assert_msg(dllm_cfg_set(&cfg, sets[i], &err) == 0, "%s", err.msg);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/arrun", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    rl_run run;
+    ck_assert_msg(rl_run_open(&run, &cfg, dir, &err) == 0, "%s", err.msg);
+    const int B = 3, P = 6;
+    int32_t prompts[3 * 6];
+    uint8_t pm[3 * 6];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < P; t++) {
+            prompts[b * P + t] = t < b ? 0 : 10 + (7 * b + 3 * t) % 60; /* left padding */
+            pm[b * P + t] = t >= b;
+        }
+    for (int k = 0; k < 2; k++) {
+        dllm_sampler_cfg sc = run.sampler;
+        sc.temperature = k ? 1.0 : 0.0;
+        dllm_rollout a, c;
+        ck_assert_msg(rl_generate(run.pol, DLLM_PREC_TRAIN_NOGRAD, prompts, pm, B, P, &sc, 1.0, 11, &a,
+                                  &err) == 0, "%s", err.msg);
+        ck_assert_msg(rl_generate(run.pol, DLLM_PREC_ROLLOUT, prompts, pm, B, P, &sc, 1.0, 11, &c,
+                                  &err) == 0, "%s", err.msg);
+        for (int i = 0; i < B * (P + sc.gen_length); i++)
+            ck_assert_msg(a.tokens[i] == c.tokens[i], "temperature %g, position %d: %d vs %d",
+                          sc.temperature, i, a.tokens[i], c.tokens[i]);
+        for (int i = 0; i < B * sc.gen_length; i++) {
+            ck_assert_int_eq(a.commit_step[i], c.commit_step[i]);
+            ck_assert_float_eq_tol(a.commit_prob[i], c.commit_prob[i], 1e-4);
+        }
+        dllm_rollout_free(&a);
+        dllm_rollout_free(&c);
+    }
+    rl_run_close(&run);
+}
+END_TEST
+
+/* dllm-rl export (its own command file): merged weights of the latest checkpoint;
+ * an adapter of a full fine-tune and an unknown dtype are input errors */
+START_TEST(export_latest_checkpoint)
+{
+    write_config("e.yaml", "exported", "{method: none}");
+    ck_assert_int_eq(sh("%s train %s/e.yaml --quiet --set grpo.steps=1 --set eval.every=0", bin(), tmp),
+                     0);
+    ck_assert_int_eq(sh("%s export %s/runs/exported --merged --out %s/merged >/dev/null", bin(), tmp,
+                        tmp), 0);
+    ck_assert_int_eq(sh("test -s %s/merged/config.json && test -s %s/merged/model.safetensors && "
+                        "cmp -s %s/merged/tokenizer.json %s/runs/exported/ckpt/step-1/tokenizer.json",
+                        tmp, tmp, tmp, tmp), 0);
+    ck_assert_int_eq(sh("%s export %s/runs/exported --adapter --out %s/ad 2>/dev/null", bin(), tmp,
+                        tmp), 2);
+    ck_assert_int_eq(sh("%s export %s/runs/exported --merged --dtype f16 --out %s/m16 2>/dev/null",
+                        bin(), tmp, tmp), 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("train");
@@ -489,6 +611,10 @@ int main(void)
     tcase_add_test(tc, paired_eval_outcomes);
     tcase_add_test(tc, eval_outcomes_match_the_log);
     tcase_add_test(tc, log_records_the_build_revision);
+    tcase_add_test(tc, reference_resyncs_in_the_step);
+    tcase_add_test(tc, frac_masked_left_matches_the_completions);
+    tcase_add_test(tc, ar_decoding_on_trainer_logits);
+    tcase_add_test(tc, export_latest_checkpoint);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -23,7 +23,7 @@ METRICS = [
     "reward_mean", "reward_std", "accuracy", "loss", "policy_kl", "clip_frac", "grad_norm",
     "lr", "alpha_raw", "alpha", "rho_ess", "s_rel", "delta", "s_div", "nu", "s_var", "k3",
     "log_w_mc_se", "frac_truncated", "frac_zeroed", "frac_nonfinite",
-    "frac_zero_var_groups", "t_rollout", "t_likelihood", "t_correction", "t_update", "t_sync", "t_log",
+    "frac_zero_var_groups", "frac_masked_left", "t_rollout", "t_likelihood", "t_correction", "t_update", "t_sync", "t_log",
     "tokens_per_s",
 ]
 # name: (dtype, row width: None 1-D, "P" prompt, "G" completion)
