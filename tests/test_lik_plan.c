@@ -183,7 +183,9 @@ static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32
             }
             *x = x0;
             double fd = (f[0] - f[1]) / 2e-2, an = ps[j].grad[idx];
-            double rel = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-3);
+            /* the floor: fp32 evaluations of a loss of about 50 differenced over 2e-2
+             * carry ~1e-4 of rounding noise, which the build's optimisation level moves */
+            double rel = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-2);
             ck_assert_msg(rel < 2e-2, "%s[%zu]: analytic %g, finite difference %g", ps[j].name, idx, an, fd);
             worst = rel > worst ? rel : worst;
         }
