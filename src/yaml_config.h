@@ -53,7 +53,12 @@ typedef struct {
         char remasking[24];      /* low_confidence | random */
         double cfg_scale;
         int logits_eos_inf, confidence_eos_eot_inf;
-        double top_p;            /* AR backend */
+        double top_p;            /* AR backend and Dream */
+        struct {                 /* Dream's sampler (dllm/dream_sampler.h) */
+            char alg[16];        /* origin | maskgit_plus | topk_margin | entropy */
+            double eps, alg_temp;
+            int top_k;           /* 0: off */
+        } dream;
     } rollout;
     struct {
         double temperature;
