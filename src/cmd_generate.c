@@ -20,7 +20,7 @@
 
 static const char usage_text[] =
     "usage: dllm-rl generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --batch-file F)\n"
-    "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3]\n"
+    "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3|qwen2.5]\n"
     "         [--d1] [--precision fp32|bf16|fp8] [--format text|ids|json]\n"
     "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
     "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
@@ -355,8 +355,9 @@ int cmd_generate(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--temperature must be >= 0 and --top-p in (0, 1]");
         return cli_fail("generate", &err);
     }
-    if (strcmp(chat, "auto") && strcmp(chat, "plain") && strcmp(chat, "llada") && strcmp(chat, "qwen3")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada or qwen3", chat);
+    if (strcmp(chat, "auto") && strcmp(chat, "plain") && strcmp(chat, "llada") && strcmp(chat, "qwen3") &&
+        strcmp(chat, "qwen2.5")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada, qwen3 or qwen2.5", chat);
         return cli_fail("generate", &err);
     }
     dllm_policy_cfg pc = {.path = model_dir};

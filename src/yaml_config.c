@@ -58,7 +58,7 @@ static const cfg_key keys[] = {
     {"task.n_numbers", K_INT, F(task.n_numbers), "3", 3, 4, NULL},
     {"task.max_blanks", K_INT, F(task.max_blanks), "10", 1, 16, NULL},
     {"task.format", K_ENUM, F(task.format), "d1", 0, 0, "d1|plain"},
-    {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, "auto|plain|llada|qwen3"},
+    {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, "auto|plain|llada|qwen3|qwen2.5"},
     {"task.reward", K_ENUM, F(task.reward), "task", 0, 0, "task|correct"},
     {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, "trainer|bf16|fp8"},
     {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, "e4m3|e5m2"},

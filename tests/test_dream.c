@@ -13,6 +13,7 @@
  *     so the likelihood plans score the rows the shifted model predicts;
  *   - `train` runs 2 GRPO steps of configs/quickstart-dream.yaml (FP8 rollouts,
  *     AIS) on a tiny Dream model with finite logged values. */
+#include "dllm/chat.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/estimators.h"
 #include "dllm/lik_plan.h"
@@ -202,6 +203,30 @@ START_TEST(test_logp)
     free(out);
     dllm_tf_free(m);
     json_decref(g);
+}
+END_TEST
+
+/* Dream's chat format: Qwen2.5's template (the default system turn). */
+START_TEST(test_chat)
+{
+    dllm_err err = {0};
+    char *out = NULL;
+    ck_assert_int_eq(dllm_chat_prompt(DLLM_CHAT_QWEN25, NULL, "2+2?", false, false, &out, &err), 0);
+    ck_assert_str_eq(out, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                          "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+    free(out);
+    ck_assert_int_eq(dllm_chat_prompt(DLLM_CHAT_QWEN25, "Be brief.", "hi", false, false, &out, &err), 0);
+    ck_assert_str_eq(out, "<|im_start|>system\nBe brief.<|im_end|>\n"
+                          "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    free(out);
+    dllm_chat_format f;
+    ck_assert_int_eq(dllm_chat_format_parse("qwen2.5", &f, &err), 0);
+    ck_assert_int_eq(f, DLLM_CHAT_QWEN25);
+    ck_assert_str_eq(dllm_chat_format_name(f), "qwen2.5");
+    char *dir = tu_data_path("dream/tiny"); /* no tokenizer files: config.json's model_type */
+    ck_assert_int_eq(dllm_chat_format_from_dir(dir, &f, &err), 0);
+    ck_assert_int_eq(f, DLLM_CHAT_QWEN25);
+    free(dir);
 }
 END_TEST
 
@@ -449,6 +474,7 @@ int main(void)
     tcase_add_test(tm, test_config);
     tcase_add_test(tm, test_logits);
     tcase_add_test(tm, test_logp);
+    tcase_add_test(tm, test_chat);
     suite_add_tcase(s, tm);
     TCase *ts = tcase_create("sampler");
     tcase_add_test(ts, test_greedy_goldens);
