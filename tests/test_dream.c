@@ -19,6 +19,7 @@
 #include "dllm/lik_plan.h"
 #include "dllm/policy.h"
 #include "dllm/transformer.h"
+#include "src/yaml_config.h"
 #include "tests/test_util.h"
 
 #include <check.h>
@@ -418,6 +419,31 @@ START_TEST(test_policy_trajectory)
 }
 END_TEST
 
+/* The Dream configs parse; rollout.dream.* keys are read and checked. */
+START_TEST(test_recipes)
+{
+    const char *names[2] = {"quickstart-dream.yaml", "dream-7b-gsm8k-d1.yaml"};
+    const char *algs[2] = {"maskgit_plus", "entropy"};
+    dllm_err err = {0};
+    for (int i = 0; i < 2; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "../../configs/%s", names[i]);
+        char *path = tu_data_path(rel);
+        dllm_cfg cfg;
+        dllm_cfg_defaults(&cfg);
+        ck_assert_msg(dllm_cfg_load(&cfg, path, &err) == 0, "%s", err.msg);
+        ck_assert_str_eq(cfg.rollout.dream.alg, algs[i]);
+        ck_assert(fabs(cfg.rollout.dream.eps - 1e-3) < 1e-12);
+        ck_assert_int_eq(cfg.rollout.block_length, cfg.rollout.gen_length);
+        ck_assert_int_eq(dllm_cfg_set(&cfg, "rollout.dream.alg=greedy", &err), DLLM_EXIT_INPUT);
+        ck_assert_ptr_nonnull(strstr(err.msg, "rollout.dream.alg"));
+        ck_assert_int_eq(dllm_cfg_set(&cfg, "rollout.dream.eps=2", &err), DLLM_EXIT_INPUT);
+        ck_assert_int_eq(dllm_cfg_set(&cfg, "model.arch=dream", &err), 0);
+        free(path);
+    }
+}
+END_TEST
+
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
 {
@@ -484,6 +510,7 @@ int main(void)
     TCase *tr = tcase_create("rl");
     tcase_set_timeout(tr, 120);
     tcase_add_test(tr, test_policy_trajectory);
+    tcase_add_test(tr, test_recipes);
     tcase_add_test(tr, test_train_quickstart);
     suite_add_tcase(s, tr);
     SRunner *sr = srunner_create(s);
