@@ -167,6 +167,21 @@ static int32_t draw_x0(const double *p, int V, const dllm_sampler_cfg *c,
     return x0;
 }
 
+int32_t dllm_dream_token_dist(const float *logit, const dllm_sampler_cfg *c,
+                              const dllm_dream_cfg *d, double *p, double *conf)
+{
+    const int V = c->vocab;
+    int *idx = dllm_malloc(sizeof *idx * (size_t)V);
+    double *tmp = dllm_malloc(sizeof *tmp * (size_t)V);
+    token_probs(logit, V, c, d, p, idx, tmp);
+    dllm_sampler_cfg greedy = *c;
+    greedy.temperature = 0;
+    int32_t x0 = draw_x0(p, V, &greedy, d, 0.5, conf);
+    free(idx);
+    free(tmp);
+    return x0;
+}
+
 typedef struct {
     int pos;    /* canvas position */
     int row;    /* index into the step's logits */

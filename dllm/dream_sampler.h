@@ -78,4 +78,11 @@ int dllm_dream_sample(dllm_logits_fn fn, void *model, const int32_t *prompts,
                       const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *c,
                       const dllm_dream_cfg *d, uint64_t seed, dllm_rollout *out, dllm_err *err);
 
+/* One row's token distribution as the published sample_tokens builds it:
+ * p (V) = softmax of the logits after c's mask_token, temperature and d's
+ * top_p, top_k; returns its argmax (ties to the lowest id) and sets *conf to
+ * d->alg's confidence of it. Exposed so tests check the filtering itself. */
+int32_t dllm_dream_token_dist(const float *logit, const dllm_sampler_cfg *c,
+                              const dllm_dream_cfg *d, double *p, double *conf);
+
 #endif

@@ -279,6 +279,53 @@ START_TEST(test_greedy_goldens)
 }
 END_TEST
 
+/* The token distribution after temperature, top_p and top_k, and the three
+ * confidences, as the published sample_tokens computes them. */
+START_TEST(test_token_dist)
+{
+    json_t *g = tu_json_load("dream/golden.json");
+    const json_t *ds = json_object_get(g, "token_dist");
+    ck_assert_int_eq((int)json_array_size(ds), 4);
+    for (size_t k = 0; k < json_array_size(ds); k++) {
+        const json_t *e = json_array_get(ds, k);
+        const json_t *lj = json_object_get(e, "logits"), *pj = json_object_get(e, "probs");
+        const int V = (int)json_array_size(lj);
+        float *lg = dllm_malloc(sizeof *lg * (size_t)V);
+        double *p = dllm_malloc(sizeof *p * (size_t)V);
+        for (int v = 0; v < V; v++)
+            lg[v] = (float)tu_jnum(json_array_get(lj, (size_t)v));
+        dllm_sampler_cfg c = {.vocab = V, .mask_id = V - 1, .temperature = tu_jget(e, "temperature")};
+        dllm_dream_cfg d = dllm_dream_cfg_default();
+        d.top_p = tu_jget(e, "top_p");
+        d.top_k = (int)tu_jget(e, "top_k");
+        const char *names[3] = {"maskgit_plus", "margin", "neg_entropy"};
+        for (int a = 0; a < 3; a++) {
+            d.alg = (dllm_dream_alg)(a + 1);
+            double conf;
+            int32_t x0 = dllm_dream_token_dist(lg, &c, &d, p, &conf);
+            ck_assert_int_eq(x0, (int)tu_jget(e, "argmax"));
+            int kept = 0;
+            for (int v = 0; v < V; v++) {
+                double ref = tu_jnum(json_array_get(pj, (size_t)v));
+                ck_assert_msg(fabs(p[v] - ref) < 1e-6, "case %zu token %d: p %.8f, published %.8f",
+                              k, v, p[v], ref);
+                ck_assert((p[v] == 0) == (ref == 0)); /* the same tokens filtered out */
+                kept += p[v] > 0;
+            }
+            if (d.top_k > 0)
+                ck_assert_int_le(kept, d.top_k);
+            double want = a == 0 ? tu_jnum(json_array_get(pj, (size_t)x0))
+                                 : tu_jget(e, names[a]);
+            ck_assert_msg(fabs(conf - want) < 1e-6, "case %zu %s: %.8f vs %.8f", k, names[a], conf,
+                          want);
+        }
+        free(lg);
+        free(p);
+    }
+    json_decref(g);
+}
+END_TEST
+
 /* The schedule commits int(n * (1 - s/t)) per step: with eps near 0 and
  * steps = G the first step commits nothing and the counts grow. */
 START_TEST(test_schedule_counts)
@@ -505,6 +552,7 @@ int main(void)
     TCase *ts = tcase_create("sampler");
     tcase_add_test(ts, test_greedy_goldens);
     tcase_add_test(ts, test_schedule_counts);
+    tcase_add_test(ts, test_token_dist);
     tcase_add_test(ts, test_sampling_keyed);
     suite_add_tcase(s, ts);
     TCase *tr = tcase_create("rl");

@@ -162,6 +162,24 @@ def linspace_f32(start, end, n):
                      else end - step * np.float32(n - 1 - i) for i in range(n)], dtype=np.float32)
 
 
+def sample_tokens_probs(logits, temperature, top_p, top_k):
+    """The distribution the published sample_tokens draws from (float64)."""
+    z = logits.astype(np.float64)
+    if temperature > 0:
+        z = z / temperature
+    if top_p is not None and top_p < 1:
+        order = np.argsort(-z, kind="stable")
+        cum = np.cumsum(np.exp(log_softmax(z[order])))
+        remove = cum > top_p
+        remove[1:] = remove[:-1].copy()
+        remove[0] = False
+        z[order[remove]] = -np.inf
+    if top_k is not None:
+        kth = np.sort(z)[::-1][top_k - 1]
+        z[z < kth] = -np.inf
+    return np.exp(log_softmax(z))
+
+
 def generate(w, prompt, gen_length, steps, alg, eps):
     """_sample at temperature 0, alg_temp None, batch 1; returns ids and the smallest gap."""
     mask = CFG["mask_token_id"]
@@ -244,6 +262,18 @@ def main():
             gens.append({"alg": alg, "prompt": pr, "gen_length": G, "steps": S, "eps": eps,
                          "ids": ids, "min_gap": gap})
     gold["generate"] = gens
+
+    # the token filtering of sample_tokens: temperature, top_p, top_k
+    dists = []
+    for (temp, top_p, top_k) in [(0.7, 0.8, None), (1.0, None, 5), (0.5, 0.9, 8), (0, None, None)]:
+        lg = rng.normal(0, 2.0, size=V).astype(np.float32)
+        p = sample_tokens_probs(lg, temp, top_p, top_k)
+        srt = np.sort(p)[::-1]
+        dists.append({"logits": lg.tolist(), "temperature": temp, "top_p": top_p or 1.0,
+                      "top_k": top_k or 0, "probs": p.tolist(), "argmax": int(p.argmax()),
+                      "margin": float(srt[0] - srt[1]),
+                      "neg_entropy": float((p * np.log(p + 1e-10)).sum())})
+    gold["token_dist"] = dists
     with open(os.path.join(OUT, "golden.json"), "w") as f:
         json.dump(gold, f)
     for g in gens:
