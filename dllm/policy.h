@@ -74,8 +74,9 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
                         dllm_rollout *out, dllm_err *err);
 
 /* Dream's sampler settings for the rollouts that follow (alg, eps, alg_temp,
- * top_k; top_p comes with each dllm_policy_rollout call). Default: the
- * published defaults (dllm_dream_cfg_default). Ignored by other archs. */
+ * top_k; top_p comes with each dllm_policy_rollout call). Default: those of
+ * the train keys rollout.dream.* (maskgit_plus, eps 1e-3, alg_temp 0, top_k
+ * off). Ignored by other archs. */
 void dllm_policy_set_dream(dllm_policy *p, const dllm_dream_cfg *d);
 
 /* HF weights (LoRA merged), and PEFT adapters. */
