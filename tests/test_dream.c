@@ -207,6 +207,70 @@ START_TEST(test_logp)
 }
 END_TEST
 
+/* Backward through the Dream descriptor (biases, shift, padding) by central
+ * finite differences of sum_r log p(target_r) over masked rows. */
+static double fd_loss(dllm_tf *m, const int32_t *tok, const uint8_t *km, const int32_t *rows,
+                      const int32_t *tg, int n, float *lg, float *dl)
+{
+    const int V = dllm_tf_config(m)->embedding_size;
+    ck_assert_int_eq(dllm_tf_forward(m, tok, km, 2, 8, rows, n, lg), 0);
+    double loss = 0;
+    for (int r = 0; r < n; r++) {
+        const float *z = lg + (size_t)r * V;
+        double mx = z[0], zs = 0;
+        for (int v = 1; v < V; v++)
+            mx = fmax(mx, z[v]);
+        for (int v = 0; v < V; v++)
+            zs += exp(z[v] - mx);
+        loss += z[tg[r]] - mx - log(zs);
+        if (dl)
+            for (int v = 0; v < V; v++)
+                dl[(size_t)r * V + v] = (float)((v == tg[r]) - exp(z[v] - mx) / zs);
+    }
+    return loss;
+}
+
+START_TEST(test_backward_fd)
+{
+    dllm_tf *m = load_tiny();
+    const int V = dllm_tf_config(m)->embedding_size, n = 6;
+    int32_t tok[16] = {0, 0, 5, 6, 39, 39, 8, 39, 4, 9, 10, 39, 39, 12, 39, 3};
+    uint8_t km[16] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    int32_t rows[6] = {4, 5, 7, 11, 12, 14}, tg[6] = {7, 11, 13, 21, 2, 30};
+    float *lg = dllm_malloc(sizeof *lg * (size_t)n * V), *dl = dllm_malloc(sizeof *dl * (size_t)n * V);
+    dllm_tf_zero_grad(m);
+    fd_loss(m, tok, km, rows, tg, n, lg, dl);
+    dllm_tf_backward(m, dl);
+    const dllm_param *P;
+    int np = dllm_tf_params(m, &P);
+    const char *names[] = {"model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.k_proj.bias",
+                           "model.layers.0.self_attn.v_proj.bias", "model.layers.1.self_attn.q_proj.weight",
+                           "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"};
+    int checked = 0;
+    for (int j = 0; j < np; j++)
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+            if (strcmp(P[j].name, names[k]))
+                continue;
+            for (size_t e = 1; e < P[j].numel; e += P[j].numel / 3) {
+                const float h = 1e-2f, x = P[j].data[e];
+                P[j].data[e] = x + h;
+                double up = fd_loss(m, tok, km, rows, tg, n, lg, NULL);
+                P[j].data[e] = x - h;
+                double dn = fd_loss(m, tok, km, rows, tg, n, lg, NULL);
+                P[j].data[e] = x;
+                double fd = (up - dn) / (2 * h), an = P[j].grad[e];
+                ck_assert_msg(fabs(fd - an) < 2e-3 + 2e-2 * fabs(fd), "%s[%zu]: backward %.6f, fd %.6f",
+                              P[j].name, e, an, fd);
+                checked++;
+            }
+        }
+    ck_assert_int_ge(checked, 14);
+    free(lg);
+    free(dl);
+    dllm_tf_free(m);
+}
+END_TEST
+
 /* Dream's chat format: Qwen2.5's template (the default system turn). */
 START_TEST(test_chat)
 {
@@ -548,6 +612,7 @@ int main(void)
     tcase_add_test(tm, test_logits);
     tcase_add_test(tm, test_logp);
     tcase_add_test(tm, test_chat);
+    tcase_add_test(tm, test_backward_fd);
     suite_add_tcase(s, tm);
     TCase *ts = tcase_create("sampler");
     tcase_add_test(ts, test_greedy_goldens);
