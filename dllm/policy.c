@@ -97,7 +97,8 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
     dllm_policy *p = dllm_calloc(1, sizeof *p);
     p->seed = c->seed;
     p->dream = dllm_dream_cfg_default();
-    p->dream.alg = DLLM_DREAM_MASKGIT_PLUS; /* rollout.dream.alg's default: greedy runs commit by confidence */
+    /* rollout.dream.alg's default: greedy runs commit by confidence */
+    p->dream.alg = DLLM_DREAM_MASKGIT_PLUS;
     p->prec = prec;
     dllm_model_config mc;
     dllm_arch id = DLLM_ARCH_LLADA;

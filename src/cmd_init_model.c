@@ -71,7 +71,8 @@ int cmd_init_model(int argc, char **argv)
     if (dtype)
         strcpy(cfg.torch_dtype, strcmp(dtype, "bf16") ? "float32" : "bfloat16");
     st_dtype st = strcmp(cfg.torch_dtype, "bfloat16") ? ST_F32 : ST_BF16;
-    bool big = !strcmp(preset, "llada-8b") || !strcmp(preset, "qwen3-8b") || !strcmp(preset, "dream-7b");
+    bool big = !strcmp(preset, "llada-8b") || !strcmp(preset, "qwen3-8b") ||
+               !strcmp(preset, "dream-7b");
     if (!force && cli_refuse_existing(out, "the output directory", false, &err))
         return cli_fail("init-model", &err);
     /* written beside --out, then renamed into place */

@@ -154,8 +154,9 @@ START_TEST(test_logits)
     uint8_t km[16];
     for (int b = 0; b < 2; b++)
         for (int t = 0; t < 8; t++) {
-            tokens[b * 8 + t] = (int32_t)json_integer_value(json_array_get(json_array_get(rows, (size_t)b), (size_t)t));
-            km[b * 8 + t] = (uint8_t)json_integer_value(json_array_get(json_array_get(am, (size_t)b), (size_t)t));
+            const json_t *tr = json_array_get(rows, (size_t)b), *mr = json_array_get(am, (size_t)b);
+            tokens[b * 8 + t] = (int32_t)json_integer_value(json_array_get(tr, (size_t)t));
+            km[b * 8 + t] = (uint8_t)json_integer_value(json_array_get(mr, (size_t)t));
         }
     out = dllm_malloc(sizeof *out * 16 * (size_t)V);
     ck_assert_int_eq(dllm_tf_forward_nograd(m, tokens, km, 2, 8, NULL, 0, out), 0);
