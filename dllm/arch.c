@@ -1,7 +1,6 @@
 /* arch.c: the architectures the transformer core knows (their descriptors,
- * arch.h) and the lookups. A new member of the family (Dream: bidirectional,
- * q/k/v biases, shifted logits) is one more descriptor here, plus its
- * config.json mapping in model_config.c. */
+ * arch.h) and the lookups: LLaDA, Qwen3 and Dream. A new member of the family
+ * is one more descriptor here, plus its config.json mapping in model_config.c. */
 #include "dllm/arch.h"
 
 #include <stdio.h>
@@ -54,8 +53,38 @@ const dllm_arch_desc dllm_arch_qwen3 = {
     .lora_alias = llada_names,
 };
 
+/* Dream (Dream-v0 remote code modeling_dream.py, Qwen2.5-initialised):
+ * bidirectional attention, q/k/v biases, logits shifted by one position
+ * (position t is predicted from hidden state t-1, the first from itself),
+ * RoPE positions counting real tokens (position_ids from the attention mask),
+ * tied or untied head. Tensor names and order are the published state_dict's. */
+const dllm_arch_desc dllm_arch_dream = {
+    .name = "dream", .id = DLLM_ARCH_DREAM,
+    .diffusion = true, .causal = false, .qk_norm = false, .qkv_bias = true, .shift_logits = true,
+    .tie_allowed = true, .embed_is_vocab = true,
+    .rope_pos = DLLM_ROPE_REAL_COUNT,
+    .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",
+    .head = "lm_head.weight",
+    .layer_fmt = "model.layers.%d.",
+    .path = {[DLLM_LIN_Q] = "self_attn.q_proj", [DLLM_LIN_K] = "self_attn.k_proj",
+             [DLLM_LIN_V] = "self_attn.v_proj", [DLLM_LIN_O] = "self_attn.o_proj",
+             [DLLM_LIN_GATE] = "mlp.gate_proj", [DLLM_LIN_UP] = "mlp.up_proj",
+             [DLLM_LIN_DOWN] = "mlp.down_proj", [DLLM_T_ATTN_NORM] = "input_layernorm",
+             [DLLM_T_MLP_NORM] = "post_attention_layernorm",
+             [DLLM_T_Q_BIAS] = "self_attn.q_proj", [DLLM_T_K_BIAS] = "self_attn.k_proj",
+             [DLLM_T_V_BIAS] = "self_attn.v_proj"},
+    .order = {DLLM_LIN_Q, DLLM_T_Q_BIAS, DLLM_LIN_K, DLLM_T_K_BIAS, DLLM_LIN_V, DLLM_T_V_BIAS,
+              DLLM_LIN_O, DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM,
+              DLLM_T_MLP_NORM},
+    .n_order = 12,
+    .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+    .lora_alias = llada_names,
+};
+
 const dllm_arch_desc *dllm_arch_by_name(const char *name)
 {
+    if (name && !strcmp(name, dllm_arch_dream.name))
+        return &dllm_arch_dream;
     if (name && !strcmp(name, dllm_arch_qwen3.name))
         return &dllm_arch_qwen3;
     if (name && !strcmp(name, dllm_arch_llada.name))
@@ -65,7 +94,9 @@ const dllm_arch_desc *dllm_arch_by_name(const char *name)
 
 const dllm_arch_desc *dllm_arch_get(dllm_arch id)
 {
-    return id == DLLM_ARCH_QWEN3 ? &dllm_arch_qwen3 : &dllm_arch_llada;
+    return id == DLLM_ARCH_QWEN3 ? &dllm_arch_qwen3
+           : id == DLLM_ARCH_DREAM ? &dllm_arch_dream
+                                   : &dllm_arch_llada;
 }
 
 int dllm_arch_lora_bit(const dllm_arch_desc *a, const char *name)

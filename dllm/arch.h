@@ -12,8 +12,8 @@
  * and the descriptor says which of the bracketed parts exist, how attention
  * and RoPE positions see a left-padded batch, whether the logits are shifted
  * by one position, and what the tensors are called in the HF checkpoint and
- * the PEFT adapter. LLaDA and Qwen3 are descriptors (arch.c); Dream
- * (Qwen2-style: bidirectional, q/k/v biases, shifted logits) is one more. */
+ * the PEFT adapter. LLaDA, Qwen3 and Dream (Qwen2-style: bidirectional, q/k/v
+ * biases, shifted logits) are descriptors (arch.c). */
 #ifndef DLLM_ARCH_H
 #define DLLM_ARCH_H
 
@@ -42,7 +42,7 @@ enum {
 typedef enum { DLLM_ROPE_CANVAS = 0, DLLM_ROPE_REAL_COUNT = 1 } dllm_rope_pos;
 
 typedef struct dllm_arch_desc {
-    const char *name;       /* "llada", "qwen3" */
+    const char *name;       /* "llada", "qwen3", "dream" */
     dllm_arch id;           /* model_config's arch (config.json model_type) */
     bool diffusion;         /* sampled by the denoising sampler (else AR decoding) */
     bool causal;            /* causal attention (else bidirectional) */
@@ -68,10 +68,11 @@ typedef struct dllm_arch_desc {
 
 extern const dllm_arch_desc dllm_arch_llada;
 extern const dllm_arch_desc dllm_arch_qwen3;
+extern const dllm_arch_desc dllm_arch_dream;
 
 /* The descriptor of a config's arch. */
 const dllm_arch_desc *dllm_arch_get(dllm_arch id);
-/* The descriptor called `name` ("llada", "qwen3"); NULL if none. */
+/* The descriptor called `name` ("llada", "qwen3", "dream"); NULL if none. */
 const dllm_arch_desc *dllm_arch_by_name(const char *name);
 /* "q_proj" -> LORA_Q_PROJ (the arch's names, then its aliases); 0 if unknown. */
 int dllm_arch_lora_bit(const dllm_arch_desc *a, const char *name);

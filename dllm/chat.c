@@ -67,6 +67,18 @@ static const char *rfind(const char *s, const char *pat)
     return r;
 }
 
+static void render_qwen25(const dllm_chat_msg *m, const char **content, size_t n, const dllm_chat_opts *o, sbuf *b)
+{
+    /* the template's default system turn when the first message is not one */
+    if (!n || strcmp(m[0].role, "system"))
+        sb_put(b, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n");
+    for (size_t i = 0; i < n; i++) {
+        sb_put(b, "<|im_start|>"); sb_put(b, m[i].role); sb_put(b, "\n");
+        sb_put(b, content[i]); sb_put(b, "<|im_end|>\n");
+    }
+    if (o->add_generation_prompt) sb_put(b, "<|im_start|>assistant\n");
+}
+
 static void render_qwen3(const dllm_chat_msg *m, const char **content, size_t n, const dllm_chat_opts *o, sbuf *b)
 {
     if (n && !strcmp(m[0].role, "system")) {
@@ -160,6 +172,7 @@ int dllm_chat_render(dllm_chat_format fmt, const dllm_chat_msg *msgs, size_t n, 
     sb_put(&b, "");
     switch (fmt) {
     case DLLM_CHAT_QWEN3: render_qwen3(msgs, content, n, opts, &b); break;
+    case DLLM_CHAT_QWEN25: render_qwen25(msgs, content, n, opts, &b); break;
     case DLLM_CHAT_LLADA: render_llada(msgs, content, n, opts, &b); break;
     default:
         for (size_t i = 0; i < n; i++) {
@@ -190,13 +203,15 @@ int dllm_chat_format_parse(const char *name, dllm_chat_format *fmt, dllm_err *er
     if (!strcmp(name, "plain")) *fmt = DLLM_CHAT_PLAIN;
     else if (!strcmp(name, "llada")) *fmt = DLLM_CHAT_LLADA;
     else if (!strcmp(name, "qwen3")) *fmt = DLLM_CHAT_QWEN3;
-    else return dllm_err_set(err, DLLM_EXIT_INPUT, "unknown chat format '%s' (plain, llada, qwen3)", name);
+    else if (!strcmp(name, "qwen2.5")) *fmt = DLLM_CHAT_QWEN25;
+    else return dllm_err_set(err, DLLM_EXIT_INPUT, "unknown chat format '%s' (plain, llada, qwen3, qwen2.5)", name);
     return 0;
 }
 
 const char *dllm_chat_format_name(dllm_chat_format fmt)
 {
-    return fmt == DLLM_CHAT_LLADA ? "llada" : fmt == DLLM_CHAT_QWEN3 ? "qwen3" : "plain";
+    return fmt == DLLM_CHAT_LLADA ? "llada" : fmt == DLLM_CHAT_QWEN3 ? "qwen3"
+           : fmt == DLLM_CHAT_QWEN25 ? "qwen2.5" : "plain";
 }
 
 static bool file_exists(const char *p)
@@ -216,9 +231,13 @@ int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *
         if (!root) return dllm_err_set(err, DLLM_EXIT_INPUT, "%s:%d:%d: %s", path, je.line, je.column, je.text);
         json_t *tpl = json_object_get(root, "chat_template");
         const char *s = json_is_string(tpl) ? json_string_value(tpl) : NULL;
-        int found = s && strstr(s, "<|im_start|>") ? 1 : s && strstr(s, "<|start_header_id|>") ? 2 : 0;
+        int found = s && strstr(s, "<|im_start|>") ? (strstr(s, "<think>") ? 1 : 3)
+                    : s && strstr(s, "<|start_header_id|>") ? 2 : 0;
         json_decref(root);
-        if (found) { *fmt = found == 1 ? DLLM_CHAT_QWEN3 : DLLM_CHAT_LLADA; return 0; }
+        if (found) {
+            *fmt = found == 1 ? DLLM_CHAT_QWEN3 : found == 3 ? DLLM_CHAT_QWEN25 : DLLM_CHAT_LLADA;
+            return 0;
+        }
     }
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (file_exists(path)) {
@@ -237,7 +256,8 @@ int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *
     int rc = 0;
     if (!strcmp(s, "llada")) *fmt = DLLM_CHAT_LLADA;
     else if (!strcmp(s, "qwen3") || !strcmp(s, "qwen2")) *fmt = DLLM_CHAT_QWEN3;
-    else rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: model_type '%s' has no known chat format (llada, qwen3)", path, s);
+    else if (!strcmp(s, "Dream")) *fmt = DLLM_CHAT_QWEN25;
+    else rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: model_type '%s' has no known chat format (llada, qwen3, Dream)", path, s);
     json_decref(root);
     return rc;
 }

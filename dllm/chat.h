@@ -8,6 +8,9 @@
  *   [<|im_start|>system\n{sys}<|im_end|>\n] <|im_start|>user\n{content}<|im_end|>\n ...
  *   assistant turns after the last user turn carry their <think> block; earlier ones drop it;
  *   then <|im_start|>assistant\n, plus <think>\n\n</think>\n\n when enable_thinking is false.
+ * Qwen2.5 (Dream-v0-Instruct's template, the Qwen2.5 one without tools):
+ *   <|im_start|>system\n{sys, or "You are a helpful assistant."}<|im_end|>\n then
+ *   <|im_start|>{role}\n{content}<|im_end|>\n per message, then <|im_start|>assistant\n.
  * Plain (char-level tiny models): the contents joined with "\n", and a final "\n" with
  *   add_generation_prompt.
  * d1 reasoning format (opts.d1_reasoning): the last user message becomes
@@ -17,7 +20,7 @@
 
 #include "kernels/base.h"
 
-typedef enum { DLLM_CHAT_PLAIN, DLLM_CHAT_LLADA, DLLM_CHAT_QWEN3 } dllm_chat_format;
+typedef enum { DLLM_CHAT_PLAIN, DLLM_CHAT_LLADA, DLLM_CHAT_QWEN3, DLLM_CHAT_QWEN25 } dllm_chat_format;
 
 typedef struct {
     const char *role;    // "system", "user", "assistant"
@@ -33,13 +36,14 @@ typedef struct {
 /* "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>" */
 extern const char DLLM_D1_SYSTEM_PROMPT[];
 
-/* "plain" | "llada" | "qwen3" */
+/* "plain" | "llada" | "qwen3" | "qwen2.5" */
 int dllm_chat_format_parse(const char *name, dllm_chat_format *fmt, dllm_err *err);
 const char *dllm_chat_format_name(dllm_chat_format fmt);
 
 /* Format of a model directory: tokenizer_config.json's chat_template if present (im_start ->
- * qwen3, start_header_id -> llada); else a char-level tokenizer.json -> plain; else
- * config.json model_type (llada; qwen3/qwen2). */
+ * qwen3 when it has <think> blocks, else qwen2.5; start_header_id -> llada); else a
+ * char-level tokenizer.json -> plain; else config.json model_type (llada; qwen3/qwen2;
+ * Dream -> qwen2.5). */
 int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *err);
 
 /* *out malloc'd, NUL-terminated. Roles other than system/user/assistant are bad input. */

@@ -12,13 +12,19 @@
  * decoder-only keys; sliding windows, RoPE scaling and attention biases are
  * rejected.
  *
+ * Dream (model_type "Dream", remote code configuration_dream.py; Qwen2
+ * keys): like Qwen3 without head_dim or q/k norms, with q/k/v biases (the
+ * architecture's, not a key), a required mask_token_id and a bidirectional
+ * block; sliding windows and RoPE scaling are rejected.
+ *
  * Parameter count (C d_model, L layers, NH/NKV heads, HD head_dim, V rows of
  * the embedding, F mlp width):
  *   V*C (wte) + V*C (head, unless tied) + C (final norm)
  *   + L * (C*NH*HD + 2*C*NKV*HD + NH*HD*C   q, k, v, out
  *          + 3*C*F                          gate, up, down
  *          + 2*C                            two RMSNorm weights
- *          + 2*HD for Qwen3's q/k norms). */
+ *          + 2*HD for Qwen3's q/k norms
+          + NH*HD + 2*NKV*HD for Dream's q/k/v biases). */
 #include "dllm/model_config.h"
 #include "dllm/json_util.h"
 
@@ -295,6 +301,49 @@ static int load_qwen3(cfg_reader *r, dllm_model_config *cfg)
     return read_dtype(r, cfg);
 }
 
+static int load_dream(cfg_reader *r, dllm_model_config *cfg)
+{
+    bool present;
+    cfg->arch = DLLM_ARCH_DREAM;
+    TRY(read_size(r, "hidden_size", &cfg->d_model, NULL));
+    TRY(read_size(r, "num_hidden_layers", &cfg->n_layers, NULL));
+    TRY(read_size(r, "num_attention_heads", &cfg->n_heads, NULL));
+    TRY(read_size(r, "num_key_value_heads", &cfg->n_kv_heads, &present));
+    if (!present)
+        cfg->n_kv_heads = cfg->n_heads;
+    TRY(check_heads(r, cfg, "num_key_value_heads"));
+    if (cfg->d_model % cfg->n_heads != 0) /* the published model has no head_dim key */
+        return dllm_err_set(r->err, DLLM_EXIT_INPUT,
+                            "%s: key 'num_attention_heads': %d heads do not divide hidden_size %d",
+                            r->path, cfg->n_heads, cfg->d_model);
+    cfg->head_dim = cfg->d_model / cfg->n_heads;
+    TRY(read_size(r, "intermediate_size", &cfg->mlp_hidden, NULL));
+    TRY(read_size(r, "vocab_size", &cfg->vocab_size, NULL));
+    cfg->embedding_size = cfg->vocab_size;
+    TRY(read_size(r, "max_position_embeddings", &cfg->max_seq_len, NULL));
+    TRY(read_float(r, "rope_theta", &cfg->rope_theta, 10000.0f));
+    TRY(read_rope_parameters(r, cfg));
+    TRY(read_float(r, "rms_norm_eps", &cfg->rms_norm_eps, 1e-6f));
+    const json_t *mk = json_object_get(r->root, "mask_token_id");
+    if (!mk || json_is_null(mk))
+        return dllm_err_set(r->err, DLLM_EXIT_INPUT,
+                            "%s: key 'mask_token_id': missing (a masked-diffusion model needs it)",
+                            r->path);
+    TRY(read_token(r, "mask_token_id", &cfg->mask_token_id, -1, cfg->embedding_size));
+    TRY(read_token(r, "eos_token_id", &cfg->eos_token_id, -1, cfg->embedding_size));
+    TRY(read_token(r, "pad_token_id", &cfg->pad_token_id, cfg->eos_token_id, cfg->embedding_size));
+    TRY(read_token(r, "bos_token_id", &cfg->bos_token_id, -1, cfg->embedding_size));
+    cfg->weight_tying = false;
+    TRY(ju_get_bool(r->root, "tie_word_embeddings", r->path, &cfg->weight_tying, &present, r->err));
+    TRY(require_string(r, "hidden_act", "silu", "silu"));
+    TRY(require_bool(r, "use_sliding_window", false, false));
+    const json_t *rs = json_object_get(r->root, "rope_scaling");
+    if (rs && !json_is_null(rs))
+        return dllm_err_set(r->err, DLLM_EXIT_INPUT,
+                            "%s: key 'rope_scaling': RoPE scaling is not supported (need null)", r->path);
+    return read_dtype(r, cfg);
+}
+
 int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err)
 {
     size_t n = strlen(dir);
@@ -315,11 +364,14 @@ int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err)
         const json_t *arch = json_object_get(root, "architectures");
         const json_t *a0 = json_is_array(arch) ? json_array_get(arch, 0) : NULL;
         const char *an = json_is_string(a0) ? json_string_value(a0) : "";
-        mt = strcmp(an, "LLaDAModelLM") == 0 ? "llada" : strcmp(an, "Qwen3ForCausalLM") == 0 ? "qwen3" : NULL;
+        mt = strcmp(an, "LLaDAModelLM") == 0       ? "llada"
+             : strcmp(an, "Qwen3ForCausalLM") == 0 ? "qwen3"
+             : strcmp(an, "DreamModel") == 0       ? "Dream"
+                                                   : NULL;
         if (!mt)
             rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                              "%s: key 'model_type': missing (and architectures names neither "
-                              "LLaDAModelLM nor Qwen3ForCausalLM)",
+                              "%s: key 'model_type': missing (and architectures names none of "
+                              "LLaDAModelLM, Qwen3ForCausalLM, DreamModel)",
                               path);
     }
     if (!rc) {
@@ -327,9 +379,12 @@ int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err)
             rc = load_llada(&r, cfg);
         else if (strcmp(mt, "qwen3") == 0)
             rc = load_qwen3(&r, cfg);
+        else if (strcmp(mt, "Dream") == 0 || strcmp(mt, "dream") == 0)
+            rc = load_dream(&r, cfg);
         else
             rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                              "%s: key 'model_type': \"%s\" is not supported (llada or qwen3)", path, mt);
+                              "%s: key 'model_type': \"%s\" is not supported (llada, qwen3 or Dream)",
+                              path, mt);
     }
     json_decref(root);
     free(path);
@@ -443,9 +498,48 @@ static json_t *qwen3_json(const dllm_model_config *c)
     return o;
 }
 
+/* The published Dream-v0-Instruct-7B config.json key set with this model's sizes. */
+static json_t *dream_json(const dllm_model_config *c)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "architectures", json_pack("[s]", "DreamModel"));
+    json_object_set_new(o, "attention_dropout", json_real(0.0));
+    json_t *am = json_object();
+    json_object_set_new(am, "AutoConfig", json_string("configuration_dream.DreamConfig"));
+    json_object_set_new(am, "AutoModel", json_string("modeling_dream.DreamModel"));
+    json_object_set_new(o, "auto_map", am);
+    json_object_set_new(o, "bos_token_id", token(c->bos_token_id));
+    json_object_set_new(o, "eos_token_id", token(c->eos_token_id));
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, "hidden_size", json_integer(c->d_model));
+    json_object_set_new(o, "initializer_range", json_real(0.02));
+    json_object_set_new(o, "intermediate_size", json_integer(c->mlp_hidden));
+    json_object_set_new(o, "mask_token_id", token(c->mask_token_id));
+    json_object_set_new(o, "max_position_embeddings", json_integer(c->max_seq_len));
+    json_object_set_new(o, "max_window_layers", json_integer(c->n_layers));
+    json_object_set_new(o, "model_type", json_string("Dream"));
+    json_object_set_new(o, "num_attention_heads", json_integer(c->n_heads));
+    json_object_set_new(o, "num_hidden_layers", json_integer(c->n_layers));
+    json_object_set_new(o, "num_key_value_heads", json_integer(c->n_kv_heads));
+    json_object_set_new(o, "pad_token_id", token(c->pad_token_id));
+    json_object_set_new(o, "rms_norm_eps", real(c->rms_norm_eps));
+    json_object_set_new(o, "rope_scaling", json_null());
+    json_object_set_new(o, "rope_theta", real(c->rope_theta));
+    json_object_set_new(o, "sliding_window", json_null());
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->weight_tying));
+    json_object_set_new(o, "torch_dtype", json_string(c->torch_dtype[0] ? c->torch_dtype : "float32"));
+    json_object_set_new(o, "transformers_version", json_string("4.46.2"));
+    json_object_set_new(o, "use_cache", json_false());
+    json_object_set_new(o, "use_sliding_window", json_false());
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+    return o;
+}
+
 int dllm_config_save(const dllm_model_config *cfg, const char *dir, dllm_err *err)
 {
-    json_t *o = cfg->arch == DLLM_ARCH_QWEN3 ? qwen3_json(cfg) : llada_json(cfg);
+    json_t *o = cfg->arch == DLLM_ARCH_QWEN3   ? qwen3_json(cfg)
+                : cfg->arch == DLLM_ARCH_DREAM ? dream_json(cfg)
+                                               : llada_json(cfg);
     size_t n = strlen(dir);
     char *path = dllm_malloc(n + 16);
     snprintf(path, n + 16, "%s%sconfig.json", dir, n && dir[n - 1] == '/' ? "" : "/");
@@ -509,6 +603,27 @@ int dllm_config_preset(dllm_model_config *cfg, dllm_arch arch, const char *prese
             return dllm_err_set(err, DLLM_EXIT_INPUT,
                                 "unknown qwen3 preset '%s' (tiny, small or qwen3-8b)", preset);
         }
+    } else if (arch == DLLM_ARCH_DREAM) {
+        /* tiny/small: Qwen2-style sizes (head_dim 16 / 64, GQA) on the char ids above */
+        cfg->rms_norm_eps = 1e-6f;
+        if (strcmp(preset, "tiny") == 0) {
+            cfg->d_model = 64, cfg->n_layers = 2, cfg->n_heads = 4, cfg->n_kv_heads = 2;
+            cfg->mlp_hidden = 176, cfg->vocab_size = 128, cfg->max_seq_len = 512;
+        } else if (strcmp(preset, "small") == 0) {
+            cfg->d_model = 512, cfg->n_layers = 6, cfg->n_heads = 8, cfg->n_kv_heads = 4;
+            cfg->mlp_hidden = 1536, cfg->vocab_size = 8192, cfg->max_seq_len = 1024;
+        } else if (strcmp(preset, "dream-7b") == 0) { /* Dream-org/Dream-v0-Instruct-7B */
+            cfg->d_model = 3584, cfg->n_layers = 28, cfg->n_heads = 28, cfg->n_kv_heads = 4;
+            cfg->mlp_hidden = 18944, cfg->vocab_size = 152064, cfg->max_seq_len = 131072;
+            cfg->rope_theta = 1000000.0f;
+            cfg->mask_token_id = 151666, cfg->eos_token_id = 151643, cfg->pad_token_id = 151643;
+            cfg->bos_token_id = 151643;
+            snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "bfloat16");
+        } else {
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "unknown dream preset '%s' (tiny, small or dream-7b)", preset);
+        }
+        cfg->head_dim = cfg->d_model / cfg->n_heads;
     } else {
         return dllm_err_set(err, DLLM_EXIT_INPUT, "unknown architecture %d", (int)arch);
     }
@@ -523,5 +638,7 @@ int64_t dllm_config_num_params(const dllm_model_config *cfg)
     int64_t layer = C * QD + 2 * C * KVD + QD * C + 3 * C * F + 2 * C;
     if (cfg->arch == DLLM_ARCH_QWEN3)
         layer += 2 * (int64_t)cfg->head_dim;
+    if (cfg->arch == DLLM_ARCH_DREAM)
+        layer += QD + 2 * KVD;
     return V * C + (cfg->weight_tying ? 0 : V * C) + cfg->n_layers * layer + C;
 }

@@ -1,11 +1,11 @@
-/* model_config.h: the model's HF config.json (LLaDA keys; Qwen3 later) and
- * the named presets of init-model. */
+/* model_config.h: the model's HF config.json (LLaDA, Qwen3 and Dream keys)
+ * and the named presets of init-model. */
 #ifndef DLLM_MODEL_CONFIG_H
 #define DLLM_MODEL_CONFIG_H
 
 #include "kernels/base.h"
 
-typedef enum { DLLM_ARCH_LLADA = 0, DLLM_ARCH_QWEN3 = 1 } dllm_arch;
+typedef enum { DLLM_ARCH_LLADA = 0, DLLM_ARCH_QWEN3 = 1, DLLM_ARCH_DREAM = 2 } dllm_arch;
 
 typedef struct {
     dllm_arch arch;
@@ -33,7 +33,8 @@ int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err);
 /* Writes DIR/config.json with the published LLaDA keys (all of them, with the
  * published values for everything this model does not vary). */
 int dllm_config_save(const dllm_model_config *cfg, const char *dir, dllm_err *err);
-/* Presets: "tiny", "small", "llada-8b" (LLaDA); "tiny", "small", "qwen3-8b" (Qwen3). */
+/* Presets: "tiny", "small", "llada-8b" (LLaDA); "tiny", "small", "qwen3-8b" (Qwen3);
+ * "tiny", "small", "dream-7b" (Dream). */
 int dllm_config_preset(dllm_model_config *cfg, dllm_arch arch, const char *preset, dllm_err *err);
 /* Parameter count of the full model. */
 int64_t dllm_config_num_params(const dllm_model_config *cfg);

@@ -11,8 +11,11 @@
  * change (the RL loop calls it after each optimizer step); open and
  * load_adapter sync by themselves.
  *
- * The architecture matters in one place: rollouts. A diffusion model
- * (LLaDA) is sampled by the denoising sampler; an autoregressive one (Qwen3)
+ * The architecture matters in one place: rollouts. A diffusion model is
+ * sampled by its family's sampler -- LLaDA by the block denoising sampler
+ * (dllm/sampler.h), Dream by its timestep-schedule sampler
+ * (dllm/dream_sampler.h, settings from dllm_policy_set_dream); an
+ * autoregressive one (Qwen3)
  * by KV-cache decoding (dllm/ar_sampler.h) at the rollout copy's numerics
  * (qwen3_decode_at_rollout) with commit_step[t] = t and commit_prob = the
  * sampling probability of token t. Everything else comes from the
@@ -23,6 +26,7 @@
  * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...). */
 #include "dllm/policy.h"
 #include "dllm/ar_sampler.h"
+#include "dllm/dream_sampler.h"
 #include "dllm/json_util.h"
 #include "dllm/qwen3.h"
 #include "dllm/transformer.h"
@@ -40,6 +44,7 @@ struct dllm_policy {
     dllm_precision prec;
     char base[4096]; /* base_model_name_or_path of saved adapters */
     uint64_t seed;
+    dllm_dream_cfg dream; /* Dream rollouts (alg, eps, alg_temp, top_k; top_p per call) */
 };
 
 /* HF's default shard size for merged checkpoints. */
@@ -49,7 +54,8 @@ static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
 {
     const dllm_arch_desc *d = dllm_arch_by_name(s && *s ? s : "llada");
     if (!d)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected llada or qwen3", s);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected llada, qwen3 or dream",
+                            s);
     *a = d->id;
     return 0;
 }
@@ -90,6 +96,9 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
 
     dllm_policy *p = dllm_calloc(1, sizeof *p);
     p->seed = c->seed;
+    p->dream = dllm_dream_cfg_default();
+    /* rollout.dream.alg's default: greedy runs commit by confidence */
+    p->dream.alg = DLLM_DREAM_MASKGIT_PLUS;
     p->prec = prec;
     dllm_model_config mc;
     dllm_arch id = DLLM_ARCH_LLADA;
@@ -254,9 +263,17 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
 {
     if (!p->arch->diffusion)
         return ar_rollout(p, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
+    if (p->arch->id == DLLM_ARCH_DREAM) {
+        dllm_dream_cfg d = p->dream;
+        d.top_p = top_p;
+        return dllm_dream_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, &d, seed, out,
+                                 err);
+    }
     /* top_p: nucleus sampling belongs to AR decoding; the denoising sampler has none */
     return dllm_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, seed, out, err);
 }
+
+void dllm_policy_set_dream(dllm_policy *p, const dllm_dream_cfg *d) { p->dream = *d; }
 
 /* ---- checkpoints and adapters -------------------------------------------------------- */
 

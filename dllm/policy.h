@@ -14,6 +14,7 @@
 #include "dllm/lik_plan.h"
 #include "dllm/model_config.h"
 #include "dllm/safetensors.h"
+#include "dllm/dream_sampler.h"
 #include "dllm/sampler.h"
 
 /* TRAIN: trainer numerics, activations kept for dllm_policy_backward; ROLLOUT: the
@@ -23,8 +24,8 @@ typedef enum { DLLM_PREC_TRAIN = 0, DLLM_PREC_ROLLOUT = 1, DLLM_PREC_TRAIN_NOGRA
 
 typedef struct {
     const char *path;        /* model directory, or NULL/"" for a preset */
-    const char *preset;      /* tiny | small | llada-8b | qwen3-8b (with arch) */
-    const char *arch;        /* llada | qwen3 (ignored with a path: config.json decides) */
+    const char *preset;      /* tiny | small | llada-8b | qwen3-8b | dream-7b (with arch) */
+    const char *arch;        /* llada | qwen3 | dream (ignored with a path: config.json decides) */
     uint64_t seed;           /* preset initialisation and LoRA init */
     int lora_rank;           /* 0: full fine-tuning */
     double lora_alpha;
@@ -71,6 +72,12 @@ int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err);
 int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
                         int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
                         dllm_rollout *out, dllm_err *err);
+
+/* Dream's sampler settings for the rollouts that follow (alg, eps, alg_temp,
+ * top_k; top_p comes with each dllm_policy_rollout call). Default: those of
+ * the train keys rollout.dream.* (maskgit_plus, eps 1e-3, alg_temp 0, top_k
+ * off). Ignored by other archs. */
+void dllm_policy_set_dream(dllm_policy *p, const dllm_dream_cfg *d);
 
 /* HF weights (LoRA merged), and PEFT adapters. */
 int dllm_policy_save(const dllm_policy *p, const char *dir, st_dtype dtype, dllm_err *err);

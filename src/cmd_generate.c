@@ -1,8 +1,9 @@
-/* dllm-rl generate: generation from a model of either architecture through the
+/* dllm-rl generate: generation from a model of any architecture through the
  * policy interface (dllm/policy.h): the reference denoising sampler for a
- * masked-diffusion model, KV-cache decoding (greedy, or temperature/top-p
- * sampling) for an autoregressive one. */
+ * LLaDA model, Dream's timestep-schedule sampler for a Dream model, KV-cache
+ * decoding (greedy, or temperature/top-p sampling) for an autoregressive one. */
 #include "dllm/chat.h"
+#include "dllm/dream_sampler.h"
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
 #include "dllm/tokenizer.h"
@@ -19,18 +20,26 @@
 
 static const char usage_text[] =
     "usage: dllm-rl generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --batch-file F)\n"
-    "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3]\n"
+    "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3|qwen2.5]\n"
     "         [--d1] [--precision fp32|bf16|fp8] [--format text|ids|json]\n"
     "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
     "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
     "           [--confidence-eos-eot-inf] [--mask-token allow|forbid]\n"
     "         autoregressive (qwen3): [--top-p 1]\n"
+    "         masked diffusion (dream): [--steps 32] [--alg origin|maskgit_plus|topk_margin|entropy]\n"
+    "           [--eps 0.001] [--alg-temp 0] [--top-p 1] [--top-k 0] [--mask-token allow|forbid]\n"
     "\n"
     "A masked-diffusion model is decoded by the reference denoising sampler; an\n"
     "autoregressive one left to right with a KV cache: greedy at --temperature 0, else\n"
     "sampled from softmax(logits / T) restricted to the --top-p nucleus; a row stops\n"
     "at its EOS (the rest of its gen-length is EOS). Flags of the other kind of model\n"
     "are refused.\n"
+    "A Dream model is decoded by Dream's published sampler: no blocks, --steps over the\n"
+    "timestep schedule linspace(1, --eps, steps + 1); --alg origin commits each masked\n"
+    "position with probability 1 - s/t, the others commit the int(masked * (1 - s/t))\n"
+    "most confident positions (maskgit_plus: top probability, topk_margin: top1 - top2,\n"
+    "entropy: negative entropy), drawn by softmax(confidence / --alg-temp) when it is\n"
+    "above 0; tokens come from softmax(logits / T) after --top-p and --top-k (0: off).\n"
     "Text prompts are wrapped in the model's chat format (--chat auto: from the model\n"
     "directory -- its chat template, plain for a char tokenizer, else its architecture;\n"
     "plain: BOS + text) and encoded with DIR/tokenizer.json; --d1 puts d1's reasoning\n"
@@ -204,6 +213,8 @@ int cmd_generate(int argc, char **argv)
     const char *format = "text", *chat = "auto", *precision = "fp32", *remask = "low_confidence";
     long gen = 64, block = 16, steps = 32, seed = 0;
     double temp = 0, cfg_scale = 0, top_p = 1;
+    dllm_dream_cfg dream = dllm_dream_cfg_default();
+    long top_k = 0;
     int eos_inf = 0, conf_inf = 0;
     /* flags given: they override the checkpoint's generation.json */
     bool set_gen = false, set_block = false, set_steps = false, set_temp = false,
@@ -211,6 +222,8 @@ int cmd_generate(int argc, char **argv)
     dllm_mask_token mask_token = DLLM_MASK_TOKEN_ALLOW;
     /* the last flag given of each kind of model, refused for the other kind */
     const char *denoise_flag = NULL, *ar_flag = NULL;
+    /* LLaDA's block sampler only, and Dream's sampler only */
+    const char *llada_flag = NULL, *dream_flag = NULL;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"prompt", required_argument, 0, 'p'},
@@ -222,7 +235,9 @@ int cmd_generate(int argc, char **argv)
         {"seed", required_argument, 0, 'S'},         {"chat", required_argument, 0, 'a'},
         {"precision", required_argument, 0, 'P'},    {"format", required_argument, 0, 'f'},
         {"top-p", required_argument, 0, 'T'},        {"d1", no_argument, 0, 'D'},
-        {"mask-token", required_argument, 0, 'M'},
+        {"mask-token", required_argument, 0, 'M'},   {"alg", required_argument, 0, 'A'},
+        {"eps", required_argument, 0, 'e'},          {"alg-temp", required_argument, 0, 'L'},
+        {"top-k", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     optind = 1;
     d1_format = false;
@@ -239,7 +254,7 @@ int cmd_generate(int argc, char **argv)
             break;
         case 'k':
             bad = cli_parse_int(optarg, "--block-length", 1, 1 << 20, &block, &err);
-            denoise_flag = "--block-length";
+            denoise_flag = llada_flag = "--block-length";
             set_block = true;
             break;
         case 's':
@@ -251,13 +266,36 @@ int cmd_generate(int argc, char **argv)
             bad = cli_parse_double(optarg, "--temperature", &temp, &err);
             set_temp = true;
             break;
-        case 'r': remask = optarg; denoise_flag = "--remasking"; set_remask = true; break;
+        case 'r':
+            remask = optarg;
+            denoise_flag = llada_flag = "--remasking";
+            set_remask = true;
+            break;
         case 'c':
             bad = cli_parse_double(optarg, "--cfg-scale", &cfg_scale, &err);
-            denoise_flag = "--cfg-scale";
+            denoise_flag = llada_flag = "--cfg-scale";
             break;
-        case 'E': eos_inf = 1; denoise_flag = "--logits-eos-inf"; break;
-        case 'C': conf_inf = 1; denoise_flag = "--confidence-eos-eot-inf"; break;
+        case 'E': eos_inf = 1; denoise_flag = llada_flag = "--logits-eos-inf"; break;
+        case 'C': conf_inf = 1; denoise_flag = llada_flag = "--confidence-eos-eot-inf"; break;
+        case 'A':
+            if (dllm_dream_alg_parse(optarg, &dream.alg))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                                   "--alg %s: expected origin, maskgit_plus, topk_margin or entropy",
+                                   optarg);
+            denoise_flag = dream_flag = "--alg";
+            break;
+        case 'e':
+            bad = cli_parse_double(optarg, "--eps", &dream.eps, &err);
+            denoise_flag = dream_flag = "--eps";
+            break;
+        case 'L':
+            bad = cli_parse_double(optarg, "--alg-temp", &dream.alg_temp, &err);
+            denoise_flag = dream_flag = "--alg-temp";
+            break;
+        case 'K':
+            bad = cli_parse_int(optarg, "--top-k", 0, 1 << 30, &top_k, &err);
+            denoise_flag = dream_flag = "--top-k";
+            break;
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'a': chat = optarg; set_chat = true; break;
         case 'P': precision = optarg; break;
@@ -317,8 +355,9 @@ int cmd_generate(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--temperature must be >= 0 and --top-p in (0, 1]");
         return cli_fail("generate", &err);
     }
-    if (strcmp(chat, "auto") && strcmp(chat, "plain") && strcmp(chat, "llada") && strcmp(chat, "qwen3")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada or qwen3", chat);
+    if (strcmp(chat, "auto") && strcmp(chat, "plain") && strcmp(chat, "llada") && strcmp(chat, "qwen3") &&
+        strcmp(chat, "qwen2.5")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada, qwen3 or qwen2.5", chat);
         return cli_fail("generate", &err);
     }
     dllm_policy_cfg pc = {.path = model_dir};
@@ -328,12 +367,22 @@ int cmd_generate(int argc, char **argv)
     if (dllm_policy_open(&pol, &pc, &err))
         return cli_fail("generate", &err);
     const bool diffusion = dllm_policy_is_diffusion(pol);
+    const bool is_dream = dllm_policy_arch(pol) == DLLM_ARCH_DREAM;
     const dllm_model_config *mc = dllm_policy_config(pol);
     dllm_tokenizer *tok = NULL;
     dllm_chat_format fmt = DLLM_CHAT_PLAIN;
     prompt_ids *ps = NULL;
     int np = 0, rc = 0;
-    if (diffusion && ar_flag)
+    if (is_dream && llada_flag)
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                          "%s: a flag of LLaDA's block sampler; %s is a Dream model (its sampler "
+                          "takes --steps, --alg, --eps, --alg-temp, --top-p, --top-k)",
+                          llada_flag, model_dir);
+    else if (!is_dream && dream_flag)
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                          "%s: a flag of Dream's sampler; %s is not a Dream model", dream_flag,
+                          model_dir);
+    else if (diffusion && !is_dream && ar_flag)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
                           "%s: a flag of autoregressive decoding; %s is a masked-diffusion "
                           "model (its sampler takes --block-length, --steps, --remasking)",
@@ -384,8 +433,16 @@ int cmd_generate(int argc, char **argv)
     int P = 0;
     for (int i = 0; i < np; i++)
         P = ps[i].n > P ? ps[i].n : P;
-    if (!rc && diffusion)
+    if (is_dream) {
+        sc.block_length = sc.gen_length; /* no blocks */
+        dream.top_p = top_p;
+        dream.top_k = (int)top_k;
+        if (!rc)
+            rc = dllm_dream_check(&sc, &dream, &err);
+        dllm_policy_set_dream(pol, &dream);
+    } else if (!rc && diffusion) {
         rc = dllm_sampler_check(&sc, &err);
+    }
     if (!rc && P + gen > mc->max_seq_len)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "prompt (%d) + gen-length (%ld) exceed max_sequence_length %d",
                           P, gen, mc->max_seq_len);

@@ -12,11 +12,12 @@
 static const char usage_text[] =
     "usage: dllm-rl init-model --arch llada --preset tiny|small|llada-8b --out DIR\n"
     "       dllm-rl init-model --arch qwen3 --preset tiny|small|qwen3-8b --out DIR\n"
+    "       dllm-rl init-model --arch dream --preset tiny|small|dream-7b --out DIR\n"
     "                          [--seed N] [--dtype f32|bf16] [--weights] [--force]\n"
     "\n"
-    "Writes DIR/config.json (the published LLaDA or Qwen3 keys) and, for tiny and\n"
+    "Writes DIR/config.json (the published LLaDA, Qwen3 or Dream keys) and, for tiny and\n"
     "small, random weights (normal, std 0.02) as safetensors plus a char-level\n"
-    "tokenizer.json. For llada-8b and qwen3-8b the 16 GB of weights are written\n"
+    "tokenizer.json. For llada-8b, qwen3-8b and dream-7b the 15-16 GB of weights are written\n"
     "only with --weights.\n"
     "An existing non-empty DIR is refused unless --force, which replaces it. The\n"
     "model is written to a temporary directory beside DIR and renamed into place,\n"
@@ -55,13 +56,13 @@ int cmd_init_model(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
-    bool qwen = !strcmp(arch, "qwen3");
-    if (strcmp(arch, "llada") && !qwen) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: supported: llada, qwen3", arch);
+    const dllm_arch_desc *ad = dllm_arch_by_name(arch);
+    if (!ad) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: supported: llada, qwen3, dream", arch);
         return cli_fail("init-model", &err);
     }
     dllm_model_config cfg;
-    if (dllm_config_preset(&cfg, qwen ? DLLM_ARCH_QWEN3 : DLLM_ARCH_LLADA, preset, &err))
+    if (dllm_config_preset(&cfg, ad->id, preset, &err))
         return cli_fail("init-model", &err);
     if (dtype && strcmp(dtype, "f32") && strcmp(dtype, "bf16")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--dtype %s: expected f32 or bf16", dtype);
@@ -70,7 +71,8 @@ int cmd_init_model(int argc, char **argv)
     if (dtype)
         strcpy(cfg.torch_dtype, strcmp(dtype, "bf16") ? "float32" : "bfloat16");
     st_dtype st = strcmp(cfg.torch_dtype, "bfloat16") ? ST_F32 : ST_BF16;
-    bool big = !strcmp(preset, "llada-8b") || !strcmp(preset, "qwen3-8b");
+    bool big = !strcmp(preset, "llada-8b") || !strcmp(preset, "qwen3-8b") ||
+               !strcmp(preset, "dream-7b");
     if (!force && cli_refuse_existing(out, "the output directory", false, &err))
         return cli_fail("init-model", &err);
     /* written beside --out, then renamed into place */
@@ -104,7 +106,7 @@ int cmd_init_model(int argc, char **argv)
         cli_rm_tree(dir);
         return cli_fail("init-model", &err);
     }
-    printf("wrote %s (%s %s, %.3fM parameters, %s)\n", out, qwen ? "qwen3" : "llada", preset,
+    printf("wrote %s (%s %s, %.3fM parameters, %s)\n", out, ad->name, preset,
            (double)dllm_config_num_params(&cfg) / 1e6, st_dtype_name(st));
     return 0;
 }

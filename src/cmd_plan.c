@@ -152,7 +152,9 @@ static const char *published_preset(const char *path, dllm_arch *arch)
         {"LLaDA-8B-Instruct", "llada-8b", DLLM_ARCH_LLADA},
         {"LLaDA-8B-Base", "llada-8b", DLLM_ARCH_LLADA},
         {"Qwen3-8B", "qwen3-8b", DLLM_ARCH_QWEN3},
-        {"Qwen3-8B-Base", "qwen3-8b", DLLM_ARCH_QWEN3}};
+        {"Qwen3-8B-Base", "qwen3-8b", DLLM_ARCH_QWEN3},
+        {"Dream-v0-Instruct-7B", "dream-7b", DLLM_ARCH_DREAM},
+        {"Dream-v0-Base-7B", "dream-7b", DLLM_ARCH_DREAM}};
     char buf[CFG_STR_MAX];
     snprintf(buf, sizeof buf, "%s", path);
     size_t n = strlen(buf);
@@ -178,6 +180,8 @@ static int resolve_model(const plan_args *a, const dllm_cfg *cfg, dllm_model_con
             arch = DLLM_ARCH_LLADA;
         else if (!strcmp(a->preset, "qwen3-8b"))
             arch = DLLM_ARCH_QWEN3;
+        else if (!strcmp(a->preset, "dream-7b"))
+            arch = DLLM_ARCH_DREAM;
         if (dllm_config_preset(mc, arch, a->preset, err))
             return dllm_err_prefix(err, "--preset");
         snprintf(what, n, "preset %s", a->preset);
@@ -237,7 +241,7 @@ int cmd_plan(int argc, char **argv)
     }
     char what[2 * CFG_STR_MAX + 256];
     snprintf(what, sizeof what, "%s, %s %.2fB parameters from %s", a.config,
-             mc.arch == DLLM_ARCH_LLADA ? "llada" : "qwen3", (double)p->n_params / 1e9, model);
+             cfg_names_name(&cfg_names_arch, mc.arch), (double)p->n_params / 1e9, model);
     if (a.json)
         mem_plan_print_json(p, what, stdout);
     else

@@ -4,7 +4,7 @@
  *   {"sampler": "denoising" | "autoregressive",
  *    "gen_length": N, "block_length": N, "steps": N,   (denoising schedule)
  *    "temperature": T, "remasking": "low_confidence" | "random",
- *    "top_p": P, "chat": "plain" | "llada" | "qwen3" | "auto"}
+ *    "top_p": P, "chat": "plain" | "llada" | "qwen3" | "qwen2.5" | "auto"}
  * Every key is optional when read: a missing one keeps the caller's default.
  * block_length and steps are written for either sampler (an autoregressive
  * model ignores them). */

@@ -218,7 +218,7 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
 {
     memset(p, 0, sizeof *p);
     p->opts = *o;
-    const bool diffusion = mc->arch == DLLM_ARCH_LLADA;
+    const bool diffusion = mc->arch != DLLM_ARCH_QWEN3; /* LLaDA and Dream denoise */
     p->arch = mc->arch;
     p->diffusion = diffusion;
     if (o->ranks < 1 || cfg->grpo.prompts_per_step % o->ranks)
@@ -617,7 +617,7 @@ void mem_plan_print_json(const mem_plan *p, const char *what, FILE *f)
         json_object_set_new(phases, mem_phase_names[ph], json_integer((json_int_t)p->phase_bytes[ph]));
     json_t *o = json_pack(
         "{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:I, s:I, s:I, s:s, s:o, s:o, s:I, s:s, s:I, s:b}",
-        "what", what, "arch", p->arch == DLLM_ARCH_LLADA ? "llada" : "qwen3", "ranks", p->opts.ranks,
+        "what", what, "arch", cfg_names_name(&cfg_names_arch, p->arch), "ranks", p->opts.ranks,
         "sequences_per_rank", p->seqs, "rollout_batch", p->rollout_seqs, "tokens", p->T,
         "micro_batch_likelihood", p->mb_lik, "micro_batch_update", p->mb_upd, "recompute",
         recompute_name(&p->opts, rb, sizeof rb), "head_chunk", p->opts.head_chunk, "params",

@@ -145,6 +145,10 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                           .fp8_pow2_scale = cfg->rollout.fp8.pow2_scale};
     if (dllm_policy_open(&run->pol, &pc, err))
         return err->code;
+    dllm_dream_cfg dc = {.eps = cfg->rollout.dream.eps, .alg_temp = cfg->rollout.dream.alg_temp,
+                         .top_p = 1, .top_k = cfg->rollout.dream.top_k};
+    dc.alg = cfg->rollout.dream.alg;
+    dllm_policy_set_dream(run->pol, &dc);
     run->mc = dllm_policy_config(run->pol);
     /* tokenizer: the model's, or the char tokenizer of a preset (written into the run) */
     char tp[4200];

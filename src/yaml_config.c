@@ -31,8 +31,10 @@ double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total)
 
 NAMES(cfg_names_device, "device", {"cpu", CFG_DEVICE_CPU}, {"cuda", CFG_DEVICE_CUDA});
 NAMES(cfg_names_preset, "model.preset", {"tiny", CFG_PRESET_TINY}, {"small", CFG_PRESET_SMALL},
-      {"llada-8b", CFG_PRESET_LLADA_8B}, {"qwen3-8b", CFG_PRESET_QWEN3_8B});
-NAMES(cfg_names_arch, "model.arch", {"llada", DLLM_ARCH_LLADA}, {"qwen3", DLLM_ARCH_QWEN3});
+      {"llada-8b", CFG_PRESET_LLADA_8B}, {"qwen3-8b", CFG_PRESET_QWEN3_8B},
+      {"dream-7b", CFG_PRESET_DREAM_7B});
+NAMES(cfg_names_arch, "model.arch", {"llada", DLLM_ARCH_LLADA}, {"qwen3", DLLM_ARCH_QWEN3},
+      {"dream", DLLM_ARCH_DREAM});
 NAMES(cfg_names_dtype, "model.dtype", {"f32", ST_F32}, {"bf16", ST_BF16});
 NAMES(cfg_names_trainer_precision, "model.trainer_precision", {"fp32", CFG_TRAINER_FP32},
       {"bf16", CFG_TRAINER_BF16});
@@ -40,7 +42,7 @@ NAMES(cfg_names_task, "task.name", {"countdown", CFG_TASK_COUNTDOWN}, {"sudoku",
       {"gsm8k", CFG_TASK_GSM8K}, {"math500", CFG_TASK_MATH500});
 NAMES(cfg_names_task_format, "task.format", {"d1", CFG_FORMAT_D1}, {"plain", CFG_FORMAT_PLAIN});
 NAMES(cfg_names_chat, "task.chat", {"auto", CFG_CHAT_AUTO}, {"plain", DLLM_CHAT_PLAIN},
-      {"llada", DLLM_CHAT_LLADA}, {"qwen3", DLLM_CHAT_QWEN3});
+      {"llada", DLLM_CHAT_LLADA}, {"qwen3", DLLM_CHAT_QWEN3}, {"qwen2.5", DLLM_CHAT_QWEN25});
 NAMES(cfg_names_reward, "task.reward", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT});
 NAMES(cfg_names_rollout_precision, "rollout.precision", {"trainer", CFG_ROLLOUT_TRAINER},
       {"bf16", CFG_ROLLOUT_BF16}, {"fp8", CFG_ROLLOUT_FP8});
@@ -57,6 +59,9 @@ NAMES(cfg_names_corr_level, "correction.level", {"sequence", CORR_LEVEL_SEQUENCE
       {"geo", CORR_LEVEL_GEO}, {"token", CORR_LEVEL_TOKEN});
 NAMES(cfg_names_ais_combine, "correction.ais.combine", {"linear", AIS_COMBINE_LINEAR},
       {"logistic", AIS_COMBINE_LOGISTIC});
+NAMES(cfg_names_dream_alg, "rollout.dream.alg", {"origin", DLLM_DREAM_ORIGIN},
+      {"maskgit_plus", DLLM_DREAM_MASKGIT_PLUS}, {"topk_margin", DLLM_DREAM_TOPK_MARGIN},
+      {"entropy", DLLM_DREAM_ENTROPY});
 NAMES(cfg_names_ais_noise, "correction.ais.noise", {"debias", AIS_NOISE_DEBIAS},
       {"none", AIS_NOISE_NONE});
 NAMES(cfg_names_schedule, "optim.schedule", {"constant", CFG_SCHEDULE_CONSTANT},
@@ -71,7 +76,7 @@ _Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(dllm_arch) == sizeof(
                    sizeof(st_dtype) == sizeof(int) && sizeof(dllm_remasking) == sizeof(int) &&
                    sizeof(dllm_estimator) == sizeof(int) && sizeof(corr_method) == sizeof(int) &&
                    sizeof(corr_level) == sizeof(int) && sizeof(ais_combine) == sizeof(int) &&
-                   sizeof(ais_noise) == sizeof(int) &&
+                   sizeof(ais_noise) == sizeof(int) && sizeof(dllm_dream_alg) == sizeof(int) &&
                    sizeof(grpo_ratio) == sizeof(int) && sizeof(grpo_agg) == sizeof(int) &&
                    sizeof(grpo_adv_scale) == sizeof(int),
                "enum fields must be int-sized");
@@ -131,6 +136,10 @@ static const cfg_key keys[] = {
     /* forbid: a weak model's mask draws would leave holes no estimator scores as the
      * policy's choice (dllm/sampler.h); identical to allow while the mask never wins */
     {"rollout.mask_token", K_ENUM, F(rollout.mask_token), "forbid", 0, 0, &cfg_names_mask_token},
+    {"rollout.dream.alg", K_ENUM, F(rollout.dream.alg), "maskgit_plus", 0, 0, &cfg_names_dream_alg},
+    {"rollout.dream.eps", K_FLOAT, F(rollout.dream.eps), "0.001", 1e-9, 0.999999, NULL},
+    {"rollout.dream.alg_temp", K_FLOAT, F(rollout.dream.alg_temp), "0", 0, 1e6, NULL},
+    {"rollout.dream.top_k", K_INT, F(rollout.dream.top_k), "0", 0, 1 << 30, NULL},
     {"likelihood.temperature", K_FLOAT, F(likelihood.temperature), "1.0", 1e-6, 100, NULL},
     {"likelihood.mc_samples", K_INT, F(likelihood.mc_samples), "4", 1, 1 << 16, NULL},
     {"likelihood.shrink", K_INT, F(likelihood.shrink), "1", 1, 1 << 16, NULL},

@@ -12,6 +12,7 @@
 #define DLLM_YAML_CONFIG_H
 
 #include "dllm/chat.h"
+#include "dllm/dream_sampler.h"
 #include "dllm/estimators.h"
 #include "dllm/model_config.h"
 #include "dllm/safetensors.h"
@@ -33,7 +34,9 @@ typedef struct {
  * tables, or the library's own enums where one exists: dllm_arch, st_dtype,
  * dllm_remasking, dllm_estimator, grpo_*, corr_*). */
 typedef enum { CFG_DEVICE_CPU, CFG_DEVICE_CUDA } cfg_device;
-typedef enum { CFG_PRESET_TINY, CFG_PRESET_SMALL, CFG_PRESET_LLADA_8B, CFG_PRESET_QWEN3_8B } cfg_preset;
+typedef enum {
+    CFG_PRESET_TINY, CFG_PRESET_SMALL, CFG_PRESET_LLADA_8B, CFG_PRESET_QWEN3_8B, CFG_PRESET_DREAM_7B
+} cfg_preset;
 typedef enum { CFG_TRAINER_FP32, CFG_TRAINER_BF16 } cfg_trainer_precision;
 typedef enum { CFG_TASK_COUNTDOWN, CFG_TASK_SUDOKU, CFG_TASK_GSM8K, CFG_TASK_MATH500 } cfg_task;
 typedef enum { CFG_FORMAT_D1, CFG_FORMAT_PLAIN } cfg_task_format;
@@ -54,7 +57,7 @@ extern const cfg_names cfg_names_device, cfg_names_preset, cfg_names_arch, cfg_n
     cfg_names_trainer_precision, cfg_names_task, cfg_names_task_format, cfg_names_chat,
     cfg_names_reward, cfg_names_rollout_precision, cfg_names_fp8_format, cfg_names_fp8_scaling,
     cfg_names_remasking, cfg_names_estimator, cfg_names_corr_method, cfg_names_corr_level,
-    cfg_names_ais_combine, cfg_names_ais_noise, cfg_names_schedule, cfg_names_eval_precision, cfg_names_mask_token;
+    cfg_names_ais_combine, cfg_names_ais_noise, cfg_names_dream_alg, cfg_names_schedule, cfg_names_eval_precision, cfg_names_mask_token;
 
 typedef struct {
     char experiment[128];
@@ -91,8 +94,13 @@ typedef struct {
         dllm_remasking remasking;
         double cfg_scale;
         int logits_eos_inf, confidence_eos_eot_inf;
-        double top_p;            /* AR backend */
+        double top_p;            /* AR backend and Dream */
         cfg_mask_token mask_token;
+        struct {                 /* Dream's sampler (dllm/dream_sampler.h) */
+            dllm_dream_alg alg;  /* origin | maskgit_plus | topk_margin | entropy */
+            double eps, alg_temp;
+            int top_k;           /* 0: off */
+        } dream;
     } rollout;
     struct {
         double temperature;
