@@ -32,7 +32,7 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: dllm-rl bench mismatch [--model DIR | [--arch llada|qwen3] --preset tiny|small]\n"
+    "usage: dllm-rl bench mismatch [--model DIR | [--arch llada|qwen3|dream] --preset tiny|small]\n"
     "         [--n 64] [--prompt 16] [--gen-length 32] [--block-length 32] [--steps 32]\n"
     "         [--temperature 0.9] [--mc 8] [--seed 0] [--fp8-format e4m3|e5m2]\n"
     "         [--fp8-scaling block|channel|tensor] [--prompts FILE.jsonl]\n"
@@ -195,8 +195,8 @@ int bench_mismatch(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
-    if (strcmp(arch, "llada") && strcmp(arch, "qwen3")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada or qwen3", arch);
+    if (strcmp(arch, "llada") && strcmp(arch, "qwen3") && strcmp(arch, "dream")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada, qwen3 or dream", arch);
         return cli_fail("bench mismatch", &err);
     }
     if (strcmp(fmt, "e4m3") && strcmp(fmt, "e5m2")) {

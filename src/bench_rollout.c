@@ -12,6 +12,7 @@
  * On the CPU the FP8 GEMM is a simulation (activations quantised and
  * dequantised, then an fp32 GEMM on dequantised weights), so it is slower than
  * bf16 there; the speed-up belongs to GPUs with FP8 GEMMs. */
+#include "dllm/arch.h"
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
 #include "kernels/rng.h"
@@ -24,7 +25,7 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: dllm-rl bench rollout [--arch llada|qwen3] [--preset tiny|small|llada-8b|qwen3-8b |\n"
+    "usage: dllm-rl bench rollout [--arch llada|qwen3|dream] [--preset tiny|small|llada-8b|qwen3-8b |\n"
     "         --model DIR] [--precision bf16,fp8] [--batch 4] [--prompt 32] [--gen-length 64]\n"
     "         [--block-length 16] [--steps 32] [--temperature 0.9] [--top-p 1] [--iters 3]\n"
     "         [--warmup 1] [--seed 0]\n"
@@ -85,8 +86,8 @@ int bench_rollout(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
-    if (strcmp(arch, "llada") && strcmp(arch, "qwen3")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada or qwen3", arch);
+    if (strcmp(arch, "llada") && strcmp(arch, "qwen3") && strcmp(arch, "dream")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada, qwen3 or dream", arch);
         return cli_fail("bench rollout", &err);
     }
     /* the precision list */
@@ -147,9 +148,10 @@ int bench_rollout(int argc, char **argv)
     }
     const char *what = model_dir ? model_dir : preset;
     if (diffusion)
-        printf("bench rollout: llada %s (d_model %d, %d layers), batch %ld, prompt %ld, "
+        printf("bench rollout: %s %s (d_model %d, %d layers), batch %ld, prompt %ld, "
                "gen-length %ld, block-length %ld, %ld steps, temperature %g; best of %ld after %ld "
-               "warm-up\n", what, mc.d_model, mc.n_layers, B, P, G, blk, steps, temp, iters, warmup);
+               "warm-up\n", dllm_arch_get(mc.arch)->name, what, mc.d_model, mc.n_layers, B, P, G,
+               blk, steps, temp, iters, warmup);
     else
         printf("bench rollout: qwen3 %s (d_model %d, %d layers), KV-cache decoding, batch %ld, "
                "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "

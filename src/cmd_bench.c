@@ -3,6 +3,7 @@
  * bench train: SFT forward+backward (dllm/policy_sft.h: masked diffusion for
  * LLaDA, next-token for Qwen3) on a random model of a preset or on a model
  * directory; reports tokens/s (batch*seq tokens per forward+backward). */
+#include "dllm/arch.h"
 #include "dllm/policy_sft.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
@@ -16,7 +17,7 @@
 
 static const char usage_text[] =
     "usage: dllm-rl bench train|rollout|mismatch|rl-step|gemm ...  (each with --help)\n"
-    "       dllm-rl bench train [--arch llada|qwen3] [--preset tiny|small|llada-8b|qwen3-8b |\n"
+    "       dllm-rl bench train [--arch llada|qwen3|dream] [--preset tiny|small|llada-8b|qwen3-8b |\n"
     "                           --model DIR] [--batch B] [--seq T] [--iters N] [--warmup N]\n"
     "                           [--lora RANK] [--device cpu]\n"
     "\n"
@@ -67,8 +68,8 @@ static int bench_train(int argc, char **argv)
                      device);
         return cli_fail("bench", &err);
     }
-    if (strcmp(arch, "llada") && strcmp(arch, "qwen3")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada or qwen3", arch);
+    if (strcmp(arch, "llada") && strcmp(arch, "qwen3") && strcmp(arch, "dream")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada, qwen3 or dream", arch);
         return cli_fail("bench", &err);
     }
     dllm_policy_cfg pc = {.path = model_dir, .preset = preset, .arch = arch, .seed = 1,
@@ -111,7 +112,7 @@ static int bench_train(int argc, char **argv)
     double el = dllm_now() - t0;
     if (!rc) {
         printf("bench train: %s %s (%.1fM params%s), %s SFT, batch %ld x %ld tokens, %d threads\n",
-               dllm_policy_arch(m) == DLLM_ARCH_QWEN3 ? "qwen3" : "llada",
+               dllm_arch_get(dllm_policy_arch(m))->name,
                model_dir ? model_dir : preset, (double)dllm_config_num_params(mc) / 1e6,
                lora ? ", LoRA" : "", dllm_policy_is_diffusion(m) ? "masked-diffusion" : "next-token",
                B, T, omp_get_max_threads());
