@@ -119,9 +119,12 @@ int bench_rollout(int argc, char **argv)
     const bool diffusion = dllm_policy_is_diffusion(m);
     dllm_policy_free(m);
     m = NULL;
+    /* forbid, as RL rollouts: a random model draws the mask token often, and under
+     * allow those positions would be scored again at every later step, so the work
+     * per step would depend on the weights rather than on the schedule */
     dllm_sampler_cfg sc = {.gen_length = (int)G, .block_length = (int)blk, .steps = (int)steps,
                            .temperature = temp, .remasking = REMASK_LOW_CONFIDENCE,
-                           .mask_id = mc.mask_token_id, .eos_id = mc.eos_token_id, .eot_id = -1,
+                           .mask_token = DLLM_MASK_TOKEN_FORBID, .mask_id = mc.mask_token_id, .eos_id = mc.eos_token_id, .eot_id = -1,
                            .vocab = mc.embedding_size};
     if (diffusion ? dllm_sampler_check(&sc, &err) : 0)
         return cli_fail("bench rollout", &err);
