@@ -9,6 +9,8 @@
  * data section exactly (no overlap, no hole, nothing after the last one).
  * Everything here treats the file as hostile: sizes use checked 64-bit
  * arithmetic and every error names the file and, where there is one, the tensor.
+ * One file on purpose: the reader and the writer share the header grammar, the
+ * dtype table and the shard index, and are checked against each other.
  *
  * Sharded checkpoints: DIR/model.safetensors.index.json
  *   {"metadata": {"total_size": bytes}, "weight_map": {"NAME": "model-00001-of-0000n.safetensors"}}

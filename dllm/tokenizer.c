@@ -5,7 +5,9 @@
  * keyed by the id pair (left << 32 | right) -> (rank, merged id). BPE per pre-token is
  * the rank-min merge loop (a binary heap of candidate pairs for long pre-tokens, a linear
  * scan for short ones: both merge the lowest rank first, leftmost on ties, as HF does).
- * Finished pre-tokens go to a direct-mapped cache (a slot per hash; a collision evicts). */
+ * Finished pre-tokens go to a direct-mapped cache (a slot per hash; a collision evicts).
+ * One file on purpose: loading, pre-tokenisation, BPE and decoding share these private
+ * tables and their invariants, which a split would have to expose in a header. */
 #include "dllm/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8

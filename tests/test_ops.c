@@ -7,7 +7,9 @@
  *  - AdamW against the torch formula in double, gradient clipping;
  *  - bf16/f16 rounding: ties, NaN/inf, overflow, exhaustive round trips;
  *  - guard floats after every output, which must stay untouched;
- *  - results that do not depend on the OpenMP thread count. */
+ *  - results that do not depend on the OpenMP thread count.
+ * One suite for the whole table: the references and harness helpers are shared by
+ * every op, and each op's cases are a few dozen lines. */
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "kernels/base.h"
