@@ -29,27 +29,6 @@
 
 /* ---- the architectures --------------------------------------------------------------------- */
 
-/* Dream (Qwen2-style) as a descriptor: bidirectional attention, q/k/v biases,
- * logits shifted by one position, RoPE positions counting real tokens. */
-static const dllm_arch_desc dream_like = {
-    .name = "dream-like", .id = DLLM_ARCH_QWEN3,
-    .diffusion = true, .causal = false, .qk_norm = false, .qkv_bias = true, .shift_logits = true,
-    .tie_allowed = true, .embed_is_vocab = true, .rope_pos = DLLM_ROPE_REAL_COUNT,
-    .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",
-    .head = "lm_head.weight", .layer_fmt = "model.layers.%d.",
-    .path = {[DLLM_LIN_Q] = "self_attn.q_proj", [DLLM_LIN_K] = "self_attn.k_proj",
-             [DLLM_LIN_V] = "self_attn.v_proj", [DLLM_LIN_O] = "self_attn.o_proj",
-             [DLLM_LIN_GATE] = "mlp.gate_proj", [DLLM_LIN_UP] = "mlp.up_proj",
-             [DLLM_LIN_DOWN] = "mlp.down_proj", [DLLM_T_ATTN_NORM] = "input_layernorm",
-             [DLLM_T_MLP_NORM] = "post_attention_layernorm",
-             [DLLM_T_Q_BIAS] = "self_attn.q_proj", [DLLM_T_K_BIAS] = "self_attn.k_proj",
-             [DLLM_T_V_BIAS] = "self_attn.v_proj"},
-    .order = {DLLM_LIN_Q, DLLM_T_Q_BIAS, DLLM_LIN_K, DLLM_T_K_BIAS, DLLM_LIN_V, DLLM_T_V_BIAS,
-              DLLM_LIN_O, DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM,
-              DLLM_T_MLP_NORM},
-    .n_order = 12,
-    .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-};
 
 typedef struct {
     const char *name;
@@ -75,10 +54,10 @@ static const arch_case cases[] = {
     {"qwen3-untied", "qwen3/untied", NULL, false,
      "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
      "base_model.model.model.layers.0.mlp.gate_proj.lora_B.weight", "lm_head.weight"},
-    {"dream-tied", NULL, &dream_like, true,
+    {"dream-tied", NULL, &dllm_arch_dream, true,
      "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
      "base_model.model.model.layers.0.mlp.gate_proj.lora_B.weight", "lm_head.weight"},
-    {"dream-untied", NULL, &dream_like, false,
+    {"dream-untied", NULL, &dllm_arch_dream, false,
      "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
      "base_model.model.model.layers.0.mlp.gate_proj.lora_B.weight", "lm_head.weight"},
 };
@@ -554,10 +533,10 @@ END_TEST
 
 /* ---- the Dream-style paths ------------------------------------------------------------------- */
 
-/* A descriptor like dream_like with one switch changed. */
+/* A descriptor like dllm_arch_dream with one switch changed. */
 static dllm_arch_desc variant(bool shift, bool bias)
 {
-    dllm_arch_desc d = dream_like;
+    dllm_arch_desc d = dllm_arch_dream;
     d.shift_logits = shift;
     if (!bias) {
         d.qkv_bias = false;
@@ -588,7 +567,7 @@ static void copy_by_name(dllm_tf *dst, dllm_tf *src)
 START_TEST(test_shifted_logits)
 {
     dllm_arch_desc plain = variant(false, true);
-    dllm_tf *m = build_model(&dream_like, _i == 0, 3), *u = build_model(&plain, _i == 0, 3);
+    dllm_tf *m = build_model(&dllm_arch_dream, _i == 0, 3), *u = build_model(&plain, _i == 0, 3);
     copy_by_name(u, m);
     batch b;
     make_batch(m, &b);
@@ -616,7 +595,7 @@ END_TEST
 START_TEST(test_qkv_bias)
 {
     dllm_arch_desc nobias = variant(true, false);
-    dllm_tf *m = build_model(&dream_like, false, 3), *u = build_model(&nobias, false, 3);
+    dllm_tf *m = build_model(&dllm_arch_dream, false, 3), *u = build_model(&nobias, false, 3);
     copy_by_name(m, u);
     const dllm_param *P;
     int np = dllm_tf_params(m, &P), nb = 0;
@@ -653,7 +632,7 @@ END_TEST
  * the logits of the unpadded sequence. */
 START_TEST(test_padding_invariance)
 {
-    dllm_tf *m = build_model(&dream_like, _i == 0, 3);
+    dllm_tf *m = build_model(&dllm_arch_dream, _i == 0, 3);
     batch b;
     make_batch(m, &b);
     int V = dllm_tf_config(m)->embedding_size;
@@ -685,7 +664,7 @@ END_TEST
  * check is that its gradients are those of fp32 up to rounding). */
 START_TEST(test_precision_copies)
 {
-    dllm_tf *m = build_model(&dream_like, false, 3);
+    dllm_tf *m = build_model(&dllm_arch_dream, false, 3);
     batch b;
     make_batch(m, &b);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
@@ -744,20 +723,21 @@ START_TEST(test_descriptors)
     ck_assert_int_eq(dllm_arch_lora_bit(&dllm_arch_qwen3, "gate_proj"), LORA_FF_PROJ);
     ck_assert_int_eq(dllm_arch_lora_bit(&dllm_arch_qwen3, "down_proj"), LORA_FF_OUT);
     ck_assert_int_eq(dllm_arch_lora_bit(&dllm_arch_qwen3, "lm_head"), 0);
-    ck_assert_int_eq(dllm_arch_lora_bit(&dream_like, "attn_out"), 0);
+    ck_assert_int_eq(dllm_arch_lora_bit(&dllm_arch_dream, "attn_out"), LORA_ATTN_OUT);
+    ck_assert_int_eq(dllm_arch_lora_bit(&dllm_arch_dream, "lm_head"), 0);
     char buf[160];
     ck_assert_str_eq(dllm_arch_lora_list(&dllm_arch_qwen3, buf, sizeof buf),
                      "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj or down_proj");
-    ck_assert(dllm_arch_has(&dream_like, DLLM_T_V_BIAS));
+    ck_assert(dllm_arch_has(&dllm_arch_dream, DLLM_T_V_BIAS));
     ck_assert(!dllm_arch_has(&dllm_arch_qwen3, DLLM_T_V_BIAS));
     ck_assert(dllm_arch_has(&dllm_arch_qwen3, DLLM_T_K_NORM));
     dllm_model_config c = small_config(true);
     dllm_err err = {0};
     ck_assert_int_eq(dllm_tf_check_config(&dllm_arch_llada, &c, "cfg", &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "weight_tying") != NULL, "%s", err.msg);
-    ck_assert_int_eq(dllm_tf_check_config(&dream_like, &c, "cfg", &err), 0);
+    ck_assert_int_eq(dllm_tf_check_config(&dllm_arch_dream, &c, "cfg", &err), 0);
     c.n_kv_heads = 3;
-    ck_assert_int_eq(dllm_tf_check_config(&dream_like, &c, "cfg", &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_tf_check_config(&dllm_arch_dream, &c, "cfg", &err), DLLM_EXIT_INPUT);
 }
 END_TEST
 
