@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total)
@@ -118,7 +119,8 @@ static const cfg_key keys[] = {
     {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, &cfg_names_fp8_format},
     {"rollout.fp8.scaling", K_ENUM, F(rollout.fp8.scaling), "block", 0, 0, &cfg_names_fp8_scaling},
     {"rollout.fp8.pow2_scale", K_BOOL, F(rollout.fp8.pow2_scale), "false", 0, 0, NULL},
-    {"rollout.group_size", K_INT, F(rollout.group_size), "8", 1, 4096, NULL},
+    /* GRPO's advantage is a reward minus its group's mean: one completion learns nothing */
+    {"rollout.group_size", K_INT, F(rollout.group_size), "8", 2, 4096, NULL},
     {"rollout.gen_length", K_INT, F(rollout.gen_length), "64", 1, 1 << 20, NULL},
     {"rollout.block_length", K_INT, F(rollout.block_length), "16", 1, 1 << 20, NULL},
     {"rollout.steps", K_INT, F(rollout.steps), "32", 1, 32767, NULL},
@@ -140,7 +142,8 @@ static const cfg_key keys[] = {
     {"grpo.logp_estimator", K_ENUM, F(grpo.logp_estimator), "one_step", 0, 0, &cfg_names_estimator},
     {"grpo.p_mask_prompt", K_FLOAT, F(grpo.p_mask_prompt), "0", 0, 1, NULL},
     {"grpo.ratio", K_ENUM, F(grpo.loss.ratio), "sequence", 0, 0, &grpo_ratio_names},
-    {"grpo.clip_eps", K_FLOAT, F(grpo.loss.clip_eps), "0.2", 0, 10, NULL},
+    /* open interval (0, 1), checked in dllm_cfg_validate: 0 freezes the ratio, 1 lets it reach 0 */
+    {"grpo.clip_eps", K_FLOAT, F(grpo.loss.clip_eps), "0.2", 0, 1, NULL},
     {"grpo.beta", K_FLOAT, F(grpo.loss.beta), "0", 0, 100, NULL},
     {"grpo.ref_sync_every", K_INT, F(grpo.ref_sync_every), "0", 0, 1e9, NULL},
     {"grpo.loss_agg", K_ENUM, F(grpo.loss.agg), "seq_mean", 0, 0, &grpo_agg_names},
@@ -186,7 +189,8 @@ static const cfg_key keys[] = {
     {"log.dir", K_STR, F(log.dir), "runs", 0, 0, NULL},
     {"log.every", K_INT, F(log.every), "10", 1, 1e9, NULL},
     {"log.trajectories", K_BOOL, F(log.trajectories), "true", 0, 0, NULL},
-    {"checkpoint.every", K_INT, F(checkpoint.every), "0", 0, 1e9, NULL},
+    /* 10: a killed run loses at most 10 steps and stays resumable (README) */
+    {"checkpoint.every", K_INT, F(checkpoint.every), "10", 0, 1e9, NULL},
     {"checkpoint.keep", K_INT, F(checkpoint.keep), "2", 0, 1e6, NULL},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -196,6 +200,7 @@ static const cfg_key keys[] = {
 typedef struct {
     const char *file;  /* config path or "--set" */
     const char *text;  /* whole source text, for echoing the line */
+    dllm_cfg_keys_set *count; /* keys the text sets, by kind (NULL: not counted) */
 } source;
 
 static int fail_at(dllm_err *err, const source *src, yaml_mark_t mark, const char *fmt, ...)
@@ -460,6 +465,19 @@ static int set_sequence(dllm_cfg *cfg, const cfg_key *k, yaml_document_t *doc, y
     return 0;
 }
 
+/* Sections that only an RL run reads, and those only sft reads. */
+static const char *const rl_sections[] = {"task.", "rollout.", "likelihood.", "grpo.", "correction."};
+static const char *const sft_sections[] = {"sft.", "data."};
+
+static void count_key(dllm_cfg_keys_set *c, const char *path)
+{
+    c->total++;
+    for (size_t i = 0; i < sizeof rl_sections / sizeof rl_sections[0]; i++)
+        c->rl += !strncmp(path, rl_sections[i], strlen(rl_sections[i]));
+    for (size_t i = 0; i < sizeof sft_sections / sizeof sft_sections[0]; i++)
+        c->sft += !strncmp(path, sft_sections[i], strlen(sft_sections[i]));
+}
+
 static int walk(dllm_cfg *cfg, yaml_document_t *doc, yaml_node_t *node, const char *prefix,
                 const source *src, dllm_err *err)
 {
@@ -498,6 +516,8 @@ static int walk(dllm_cfg *cfg, yaml_document_t *doc, yaml_node_t *node, const ch
             return fail_at(err, src, node->start_mark, "the config must be a mapping of sections");
         return fail_at(err, src, node->start_mark, "'%s' is a section: expected a mapping", prefix);
     }
+    if (src->count)
+        count_key(src->count, k->path);
     if (node->type == YAML_SEQUENCE_NODE)
         return set_sequence(cfg, k, doc, node, src, err);
     if (node->type == YAML_MAPPING_NODE)
@@ -541,7 +561,7 @@ void dllm_cfg_defaults(dllm_cfg *cfg)
     memset(cfg, 0, sizeof *cfg);
     dllm_err err;
     for (size_t i = 0; i < NKEYS; i++) {
-        source src = {"<defaults>", keys[i].def};
+        source src = {"<defaults>", keys[i].def, NULL};
         if (apply_yaml(cfg, keys[i].def, strlen(keys[i].def), keys[i].path, &src, &err)) {
             fprintf(stderr, "dllm-rl: bad default for %s: %s\n", keys[i].path, err.msg);
             abort();
@@ -549,16 +569,50 @@ void dllm_cfg_defaults(dllm_cfg *cfg)
     }
 }
 
-int dllm_cfg_load(dllm_cfg *cfg, const char *path, dllm_err *err)
+int dllm_cfg_load_counted(dllm_cfg *cfg, const char *path, dllm_cfg_keys_set *count,
+                          dllm_err *err)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s is a directory, expected a YAML file "
+                            "(a run directory's config is %s/config.yaml)", path, path);
     char *text;
     size_t len;
     if (dllm_read_file(path, &text, &len, err))
         return err->code;
-    source src = {path, text};
+    dllm_cfg_keys_set c = {0, 0, 0};
+    source src = {path, text, &c};
     int rc = apply_yaml(cfg, text, len, "", &src, err);
     free(text);
+    /* every default on a random model is never what was meant */
+    if (!rc && c.total == 0)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s: empty config: nothing to run (set at least the keys that say what "
+                          "to run, e.g. model.path or model.preset and task.name; `dllm-rl config` "
+                          "lists every key)", path);
+    if (count)
+        *count = c;
     return rc;
+}
+
+int dllm_cfg_load(dllm_cfg *cfg, const char *path, dllm_err *err)
+{
+    return dllm_cfg_load_counted(cfg, path, NULL, err);
+}
+
+int dllm_cfg_require_kind(const dllm_cfg_keys_set *c, const char *path, bool rl, dllm_err *err)
+{
+    if (rl && c->sft > 0 && c->rl == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s is an SFT config (it sets sft.* or data.* keys and no task.*, "
+                            "rollout.*, likelihood.*, grpo.* or correction.* key): run it with "
+                            "`dllm-rl sft %s`", path, path);
+    if (!rl && c->rl > 0 && c->sft == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s is an RL config (it sets task.*, rollout.*, likelihood.*, grpo.* "
+                            "or correction.* keys and no sft.* or data.* key): run it with "
+                            "`dllm-rl train %s`", path, path);
+    return 0;
 }
 
 int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err)
@@ -574,8 +628,13 @@ int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err)
     path[n] = '\0';
     if (!find_key(path))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "--set %s: unknown key '%s'", assignment, path);
-    source src = {"--set", assignment};
+    source src = {"--set", assignment, NULL};
     const char *val = eq + 1;
+    /* an unset shell variable must not quietly run the default */
+    if (!val[0])
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--set %s: empty value for '%s' (give a value, e.g. --set %s=VALUE, or "
+                            "leave the --set out to keep the config's value)", assignment, path, path);
     return apply_yaml(cfg, val, strlen(val), path, &src, err);
 }
 
@@ -636,10 +695,40 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
     /* the correction module's own preconditions (the key table's ranges imply them) */
     if (corr_cfg_check(&cfg->correction.c, err))
         return err->code;
+    if (!(cfg->grpo.loss.clip_eps > 0 && cfg->grpo.loss.clip_eps < 1))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "grpo.clip_eps = %g must lie in (0, 1): the ratio is clipped to "
+                            "[1 - eps, 1 + eps] (0.2 is usual)", cfg->grpo.loss.clip_eps);
+    if (cfg->eval.every > 0 && cfg->eval.n == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "eval.n = 0 with eval.every = %d: nothing to evaluate (set eval.n >= 1, "
+                            "or eval.every=0 to evaluate never)", cfg->eval.every);
     if (cfg->model.lora.rank > 0 && cfg->model.lora.targets.n == 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: empty list with rank %d",
                             cfg->model.lora.rank);
     return 0;
+}
+
+const char *dllm_cfg_first_difference(const dllm_cfg *a, const dllm_cfg *b)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        const cfg_key *k = &keys[i];
+        const char *pa = (const char *)a + k->off, *pb = (const char *)b + k->off;
+        bool same;
+        if (k->type == K_STR) {
+            same = !strcmp(pa, pb);
+        } else if (k->type == K_STR_LIST) { /* items past n and past each NUL are not the value */
+            const cfg_str_list *la = (const cfg_str_list *)pa, *lb = (const cfg_str_list *)pb;
+            same = la->n == lb->n;
+            for (int j = 0; same && j < la->n; j++)
+                same = !strcmp(la->items[j], lb->items[j]);
+        } else {
+            same = !memcmp(pa, pb, k->size);
+        }
+        if (!same)
+            return k->path;
+    }
+    return NULL;
 }
 
 char *dllm_cfg_dump(const dllm_cfg *cfg)
