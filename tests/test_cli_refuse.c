@@ -12,8 +12,9 @@
  *   killed    a run killed at a random point (SIGKILL) after a checkpoint, and
  *             one killed before any: the command each message names is run
  *             and succeeds;
- *   feedback  --print-config, evaluation progress lines, tokenizer.json in
- *             the run directory. */
+ *   feedback  --print-config, evaluation progress lines, inspect's summary
+ *             names the absent metrics and why, tokenizer.json in the run
+ *             directory. */
 #include <check.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -237,6 +238,14 @@ START_TEST(test_feedback)
                       strstr(err_s, "eval: 128/130 items") && strstr(err_s, "ETA"),
                   "%s", err_s);
     ck_assert_ptr_null(strstr(out_s, "eval: 64/130"));
+    /* the summary says why a metric is NaN throughout, and gives units */
+    ck_assert_int_eq(run("inspect runs/killed"), 0);
+    ck_assert_msg(strstr(out_s, "absent (NaN at every step)") && strstr(out_s, "policy_kl") &&
+                      strstr(out_s, "grpo.beta > 0") && strstr(out_s, "  units\n") &&
+                      strstr(out_s, "  s\n"),
+                  "%s", out_s);
+    ck_assert_int_eq(run("inspect runs/killed --json"), 0);
+    ck_assert_msg(strstr(out_s, "\"absent_metrics\"") && strstr(out_s, "grpo.beta > 0"), "%s", out_s);
     /* the model's tokenizer travels with the run */
     ck_assert_int_eq(sh("cmp -s %s/model/tokenizer.json %s/runs/shown/tokenizer.json", tmp, tmp), 0);
 }
