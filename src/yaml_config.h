@@ -175,6 +175,13 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err);
 /* Learning rate at optimizer step `step` (1-based) of `total`: linear warmup
  * over optim.warmup steps, then constant or cosine to 0 at step `total`. */
 double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total);
+/* One key of the table, for listings (`dllm-rl config`). */
+typedef struct {
+    const char *path, *type, *def, *desc;
+    char range[512];  /* "[min, max]", "a|b|c" choices or allowed items; "" for strings */
+} dllm_cfg_key_doc;
+size_t dllm_cfg_nkeys(void);
+void dllm_cfg_key_doc_get(size_t i, dllm_cfg_key_doc *out);
 /* The first key (table order) whose value differs between a and b; NULL if none. */
 const char *dllm_cfg_first_difference(const dllm_cfg *a, const dllm_cfg *b);
 /* The effective config as YAML (every key), malloc'd. */

@@ -12,6 +12,9 @@
  *   killed    a run killed at a random point (SIGKILL) after a checkpoint, and
  *             one killed before any: the command each message names is run
  *             and succeeds;
+ *   config    `dllm-rl config` lists exactly the keys of the README's
+ *             configuration table, each with default, range and meaning;
+ *             --defaults reads back as the defaults;
  *   feedback  --print-config, evaluation progress lines, inspect's summary
  *             names the absent metrics and why, tokenizer.json in the run
  *             directory. */
@@ -251,6 +254,113 @@ START_TEST(test_feedback)
 }
 END_TEST
 
+/* The keys of the README's configuration table: `a.b`, `.c` (a.c), `a.{x,y}`. */
+static int readme_keys(char keys[][64], int cap)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/../../README.md", getenv("DLLM_TEST_DATA"));
+    char *readme = slurp(p);
+    ck_assert_msg(readme != NULL, "%s: cannot read", p);
+    char *sec = strstr(readme, "\n## Configuration\n");
+    ck_assert_ptr_nonnull(sec);
+    char *end = strstr(sec + 5, "\n## ");
+    if (end)
+        *end = '\0';
+    int n = 0;
+    for (char *line = sec; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, "| `", 3))
+            continue;
+        char cell[512], base[128] = "";
+        const char *bar = strstr(line + 2, " |");
+        ck_assert_ptr_nonnull(bar);
+        snprintf(cell, sizeof cell, "%.*s", (int)(bar - line - 2), line + 2);
+        for (char *tok = strtok(cell, ","); tok; tok = strtok(NULL, ",")) {
+            char key[128], full[256];
+            if (sscanf(tok, " `%127[^`]`", key) != 1)
+                continue;
+            if (key[0] == '.') {
+                snprintf(full, sizeof full, "%s%s", base, key + 1);
+            } else {
+                snprintf(full, sizeof full, "%s", key);
+                snprintf(base, sizeof base, "%s", key);
+                char *dot = strrchr(base, '.');
+                if (dot)
+                    dot[1] = '\0';
+            }
+            char *brace = strchr(full, '{');
+            if (brace) { /* a.{x,y}: strtok split it at the comma; rejoin from the line */
+                const char *b = strstr(line, full);
+                ck_assert_ptr_nonnull(b);
+                char list[128];
+                ck_assert_int_eq(sscanf(b + (brace - full) + 1, "%127[^}]", list), 1);
+                for (char *it = list; *it;) {
+                    size_t m = strcspn(it, ",");
+                    ck_assert_int_lt(n, cap);
+                    snprintf(keys[n++], 64, "%.*s%.*s", (int)(brace - full), full, (int)m, it);
+                    it += m + (it[m] == ',');
+                }
+                for (char *t; (t = strtok(NULL, ",")) && !strchr(t, '}');)
+                    ;
+                continue;
+            }
+            ck_assert_int_lt(n, cap);
+            snprintf(keys[n++], 64, "%s", full);
+        }
+    }
+    free(readme);
+    return n;
+}
+
+/* `dllm-rl config` lists every key from the parser's table; the README's
+ * configuration table documents exactly those keys. */
+START_TEST(test_config_command_and_readme)
+{
+    ck_assert_int_eq(run("config"), 0);
+    char *listing = strdup(out_s);
+    static char keys[256][64];
+    int n = readme_keys(keys, 256);
+    ck_assert_int_gt(n, 80);
+    int listed = 0;
+    for (char *line = listing; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (*line == ' ' || *line == '\n')
+            continue;
+        char key[128];
+        ck_assert_int_eq(sscanf(line, "%127s", key), 1);
+        listed++;
+        int found = 0;
+        for (int i = 0; i < n && !found; i++)
+            found = !strcmp(keys[i], key);
+        ck_assert_msg(found, "the README's configuration table does not document %s", key);
+        /* default, range/choices/type, meaning */
+        char *l2 = strchr(line, '\n') + 1, *l3 = strchr(l2, '\n') + 1, *l4 = strchr(l3, '\n') + 1;
+        ck_assert_msg(!strncmp(l2, "  default: ", 11) && l3[0] == ' ' && l4[0] == ' ' && l4[3] != '\n',
+                      "%s: incomplete entry", key);
+    }
+    for (int i = 0; i < n; i++) {
+        char needle[80];
+        snprintf(needle, sizeof needle, "%s\n  default:", keys[i]);
+        ck_assert_msg(strstr(listing, needle), "README key %s is not a key of the config", keys[i]);
+    }
+    ck_assert_int_eq(listed, n);
+    free(listing);
+    /* one key, one section, an unknown name */
+    ck_assert_int_eq(run("config grpo.clip_eps"), 0);
+    ck_assert_msg(strstr(out_s, "default: 0.2") && strstr(out_s, "(0, 1)"), "%s", out_s);
+    ck_assert_int_eq(run("config correction.ais.weights"), 0);
+    ck_assert_ptr_nonnull(strstr(out_s, "correction.ais.weights.variance\n"));
+    ck_assert_ptr_null(strstr(out_s, "correction.ais.bias"));
+    expect_refused("config grpo.nope", "grpo.nope", "dllm-rl config");
+    /* --defaults is a config the reader takes back: the defaults themselves */
+    ck_assert_int_eq(sh("cd %s && %s config --defaults > d.yaml", tmp, bin()), 0);
+    ck_assert_int_eq(run("train d.yaml --print-config"), 0);
+    char *a = strdup(out_s);
+    write_file("min.yaml", "seed: 1\n");
+    ck_assert_int_eq(run("train min.yaml --print-config"), 0);
+    ck_assert_str_eq(a, out_s);
+    free(a);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cli_refuse");
@@ -260,6 +370,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_resume_rules);
     tcase_add_test(tc, test_killed_runs_follow_the_messages);
     tcase_add_test(tc, test_feedback);
+    tcase_add_test(tc, test_config_command_and_readme);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -270,6 +381,10 @@ int main(void)
     if (!b || access(b, X_OK) != 0) {
         fprintf(stderr, "test_cli_refuse: SKIP: DLLM_BIN (the dllm-rl binary) not set or not "
                         "executable\n");
+        return 77;
+    }
+    if (!getenv("DLLM_TEST_DATA")) { /* the README is found beside the test data */
+        fprintf(stderr, "test_cli_refuse: SKIP: DLLM_TEST_DATA not set\n");
         return 77;
     }
     strcpy(tmp, "/tmp/dllm-cli-refuse-XXXXXX");
