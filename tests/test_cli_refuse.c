@@ -15,7 +15,7 @@
  *   config    `dllm-rl config` lists exactly the keys of the README's
  *             configuration table, each with default, range and meaning;
  *             --defaults reads back as the defaults;
- *   feedback  --print-config, evaluation progress lines, inspect's summary
+ *   feedback  the header in a redirected stdout at once, --print-config, evaluation progress lines, inspect's summary
  *             names the absent metrics and why, tokenizer.json in the run
  *             directory. */
 #include <check.h>
@@ -361,6 +361,40 @@ START_TEST(test_config_command_and_readme)
 }
 END_TEST
 
+/* With stdout a file (nohup, a batch system), the header is there while the
+ * first evaluation still runs. */
+START_TEST(test_header_reaches_a_file_at_once)
+{
+    write_rl_config("h.yaml", "header", 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && OMP_NUM_THREADS=1 exec %s train h.yaml --set eval.every=1 "
+                 "--set eval.n=3000 --set task.train.n=64 >h.out 2>h.err", tmp, bin());
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    char p[256];
+    snprintf(p, sizeof p, "%s/h.out", tmp);
+    int seen = 0;
+    for (int i = 0; i < 1200 && !seen; i++) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        char *o = slurp(p);
+        seen = o && strstr(o, "train: runs/header");
+        free(o);
+    }
+    int st;
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    ck_assert_msg(w == 0, "the run ended before the check");
+    ck_assert_msg(seen, "the header did not reach the file during the first evaluation");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cli_refuse");
@@ -371,6 +405,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_killed_runs_follow_the_messages);
     tcase_add_test(tc, test_feedback);
     tcase_add_test(tc, test_config_command_and_readme);
+    tcase_add_test(tc, test_header_reaches_a_file_at_once);
     suite_add_tcase(s, tc);
     return s;
 }
