@@ -328,8 +328,17 @@ int cmd_train(int argc, char **argv)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "rank 0 failed to set up the run");
     rl_run run;
     memset(&run, 0, sizeof run);
+    /* opening a large model and generating the items takes a while: say so (stderr,
+     * beside the evaluation's progress) */
+    if (!rc && comm_rank() == 0 && !a.quiet)
+        fprintf(stderr, "train: opening %s and %s items...\n",
+                cfg.model.path[0] ? cfg.model.path : "the preset",
+                cfg_names_name(&cfg_names_task, cfg.task.name));
+    double t_open = dllm_now();
     if (!rc)
         rc = rl_run_open(&run, &cfg, run_dir, &err);
+    if (!rc && comm_rank() == 0 && !a.quiet)
+        fprintf(stderr, "train: opened in %.1f s\n", dllm_now() - t_open);
     run.quiet = a.quiet;
     run.jsonl = a.jsonl;
     if (!rc)
