@@ -75,6 +75,8 @@ static int bench_train(int argc, char **argv)
     dllm_policy_cfg pc = {.path = model_dir, .preset = preset, .arch = arch, .seed = 1,
                           .lora_rank = (int)lora, .lora_alpha = 2.0 * (double)lora,
                           .trainer = "fp32", .rollout = "trainer"};
+    if (!model_dir) /* timings only, but never mistaken for a trained model's */
+        cli_warn_random_model("bench train", arch, preset);
     dllm_policy *m;
     if (dllm_policy_open(&m, &pc, &err))
         return cli_fail("bench", &err);

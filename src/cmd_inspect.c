@@ -348,7 +348,8 @@ int cmd_inspect(int argc, char **argv)
     int64_t n;
     rc = h5log_read_metric(log, "step", &steps, &n, &err);
     metric_summary *ms = dllm_calloc(H5LOG_N_METRICS, sizeof *ms);
-    int nms = 0;
+    const char **absent = dllm_calloc(H5LOG_N_METRICS, sizeof *absent); /* all-NaN metrics */
+    int nms = 0, nabsent = 0;
     for (int i = 0; i < H5LOG_N_METRICS && !rc; i++) {
         double *v;
         const char *name = h5log_metric_name(i);
@@ -359,6 +360,8 @@ int cmd_inspect(int argc, char **argv)
         free(v);
         if (s.n)
             ms[nms++] = s;
+        else if (nsteps)
+            absent[nabsent++] = name;
     }
     eval_summary *ev = dllm_calloc(d->n_eval_tasks ? (size_t)d->n_eval_tasks : 1, sizeof *ev);
     paired_row *pr = dllm_calloc(2 * (d->n_eval_tasks ? (size_t)d->n_eval_tasks : 1), sizeof *pr);
@@ -410,6 +413,13 @@ int cmd_inspect(int argc, char **argv)
             json_object_set_new(jm, ms[i].name, o);
         }
         json_object_set_new(root, "metrics", jm);
+        json_t *ja = json_object();
+        for (int i = 0; i < nabsent; i++) {
+            char why[512];
+            absent_reason(absent[i], m->config_yaml, why, sizeof why);
+            json_object_set_new(ja, absent[i], json_string(why));
+        }
+        json_object_set_new(root, "absent_metrics", ja);
         json_t *je = json_object();
         for (int t = 0; t < d->n_eval_tasks; t++) {
             json_t *o = json_object();
@@ -455,12 +465,23 @@ int cmd_inspect(int argc, char **argv)
             printf("steps        0\n");
         printf("trajectories %lld\n", (long long)ntraj);
         if (nms) {
-            printf("\n%-22s %6s %13s %13s %13s %13s %13s\n", "metric", "n", "first", "last",
-                   "min", "max", "mean");
-            for (int i = 0; i < nms; i++)
-                printf("%-22s %6lld %13.6g %13.6g %13.6g %13.6g %13.6g\n", ms[i].name,
+            printf("\n%-22s %6s %13s %13s %13s %13s %13s  %s\n", "metric", "n", "first", "last",
+                   "min", "max", "mean", "units");
+            for (int i = 0; i < nms; i++) {
+                const char *units = "?", *desc;
+                h5log_dataset_doc("steps", ms[i].name, &units, &desc);
+                printf("%-22s %6lld %13.6g %13.6g %13.6g %13.6g %13.6g  %s\n", ms[i].name,
                        (long long)ms[i].n, ms[i].first, ms[i].last, ms[i].min, ms[i].max,
-                       ms[i].mean);
+                       ms[i].mean, units);
+            }
+        }
+        if (nabsent) { /* a column of NaN is a question: answer it here */
+            printf("\nabsent (NaN at every step)\n");
+            for (int i = 0; i < nabsent; i++) {
+                char why[512];
+                absent_reason(absent[i], m->config_yaml, why, sizeof why);
+                printf("%-22s %s\n", absent[i], why);
+            }
         }
         if (d->n_eval_tasks) {
             printf("\n%-14s %6s %8s %10s %12s %12s\n", "eval", "evals", "step", "accuracy",
@@ -485,6 +506,7 @@ int cmd_inspect(int argc, char **argv)
         }
     }
 done:
+    free(absent);
     free(pr);
     free(ev);
     free(ms);

@@ -265,7 +265,9 @@ static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_er
         path = argv[optind];
     }
     dllm_cfg_defaults(cfg);
-    if (dllm_cfg_load(cfg, path, err))
+    dllm_cfg_keys_set count;
+    if (dllm_cfg_load_counted(cfg, path, &count, err) ||
+        dllm_cfg_require_kind(&count, path, false, err))
         return err->code;
     for (int i = 0; i < nsets; i++)
         if (dllm_cfg_set(cfg, sets[i], err))

@@ -20,8 +20,9 @@
 #include <unistd.h>
 
 static const char usage_text[] =
-    "usage: dllm-rl train CONFIG.yaml [--set key.path=value ...] [--quiet | --jsonl]\n"
-    "       dllm-rl train --resume RUN_DIR [--set key.path=value ...] [--quiet | --jsonl]\n"
+    "usage: dllm-rl train CONFIG.yaml [--set key.path=value ...] [--force] [--quiet | --jsonl]\n"
+    "       dllm-rl train [CONFIG.yaml] --resume RUN_DIR [--set key.path=value ...] [--quiet | --jsonl]\n"
+    "       dllm-rl train CONFIG.yaml [--set ...] --print-config\n"
     "\n"
     "Runs GRPO on the task of the config with rollouts at rollout.precision and the\n"
     "correction of correction.method (none|is|tis|mis|fixed|ais). The run directory\n"
@@ -31,7 +32,14 @@ static const char usage_text[] =
     "from its latest checkpoint with its stored config, in the same log.h5; on the\n"
     "CPU it reproduces an uninterrupted run bit for bit. Under mpirun each rank takes\n"
     "grpo.prompts_per_step / ranks prompts; rank 0 writes the log.\n"
-    "One progress line per step (--quiet: none; --jsonl: one JSON object per step).\n";
+    "A config that sets sft.*/data.* keys and no task.*, rollout.*, likelihood.*,\n"
+    "grpo.* or correction.* key is refused (run it with sft). A resumed run keeps its\n"
+    "config: a CONFIG given beside --resume must equal it, and --set may change only\n"
+    "grpo.steps (to extend a finished run), eval.every, log.every, checkpoint.every\n"
+    "and checkpoint.keep. --force removes an existing run directory and starts again.\n"
+    "--print-config prints the effective config (YAML) and exits.\n"
+    "One progress line per step (--quiet: none; --jsonl: one JSON object per step);\n"
+    "evaluation reports its progress on stderr.\n";
 
 /* ---- output for people -------------------------------------------------------------- */
 
@@ -97,20 +105,87 @@ static int evaluate_and_log(rl_run *run, int64_t step, dllm_err *err)
     return 0;
 }
 
-/* ---- the command ------------------------------------------------------------------ */
-
 typedef struct {
     const char *config, *resume;
     const char *sets[64];
-    int nsets, quiet, jsonl;
+    int nsets, quiet, jsonl, force, print_config;
 } train_args;
+
+/* ---- the run directory --------------------------------------------------------------- */
+
+static int write_config(const dllm_cfg *cfg, const char *run_dir, dllm_err *err)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.yaml", run_dir);
+    char *yaml = dllm_cfg_dump(cfg);
+    FILE *f = fopen(p, "w");
+    int bad = !f || fputs(yaml, f) < 0;
+    if (f && fclose(f))
+        bad = 1;
+    free(yaml);
+    return bad ? dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot write", p) : 0;
+}
+
+/* A new run's directory: refused when it holds a run (the message names the
+ * command that continues or restarts it), emptied with --force; then the
+ * effective config and the tokenizer, so the run directory alone decodes its
+ * trajectories. */
+static int fresh_run_dir(const train_args *a, const dllm_cfg *cfg, const char *run_dir, dllm_err *err)
+{
+    char p[4200], ckpt[4200];
+    snprintf(p, sizeof p, "%s/log.h5", run_dir);
+    if (a->force) {
+        cli_rm_tree(run_dir);
+    } else if (access(p, F_OK) == 0) {
+        if (rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt) == 0)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s already holds a run: continue it with `dllm-rl train --resume "
+                                "%s`, or start it again with `dllm-rl train %s --force` (deletes "
+                                "it), or set another experiment name", run_dir, run_dir, a->config);
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s already holds a run with no checkpoint to continue from: start it "
+                            "again with `dllm-rl train %s --force` (deletes it), or set another "
+                            "experiment name", run_dir, a->config);
+    }
+    if (cli_mkdirs(run_dir, err) || write_config(cfg, run_dir, err))
+        return err->code;
+    if (cfg->model.path[0]) {
+        char from[4200], to[4200];
+        snprintf(from, sizeof from, "%s/tokenizer.json", cfg->model.path);
+        snprintf(to, sizeof to, "%s/tokenizer.json", run_dir);
+        if (access(from, F_OK) == 0 && cli_copy_file(from, to, err))
+            return err->code;
+    }
+    return 0;
+}
+
+/* -1 (after saying so) when the run to resume has reached grpo.steps: nothing
+ * to do, and the way to extend it. */
+static int finished_run(const train_args *a, const dllm_cfg *cfg, const char *run_dir)
+{
+    char ckpt[4200];
+    if (rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt))
+        return 0;
+    int step = rl_run_step_of(ckpt);
+    if (step < cfg->grpo.steps)
+        return 0;
+    if (comm_rank() == 0 && !a->jsonl)
+        printf("%s is finished (step %d of grpo.steps %d): nothing to do; extend it with "
+               "`dllm-rl train --resume %s --set grpo.steps=N` (N > %d)\n",
+               run_dir, step, cfg->grpo.steps, run_dir, step);
+    fflush(stdout);
+    return -1;
+}
+
+/* ---- the command ------------------------------------------------------------------ */
 
 static int parse_args(int argc, char **argv, train_args *a, dllm_err *err)
 {
     static const struct option opts[] = {
         {"set", required_argument, 0, 's'}, {"resume", required_argument, 0, 'r'},
         {"quiet", no_argument, 0, 'q'},     {"jsonl", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},      {"force", no_argument, 0, 'f'},
+        {"print-config", no_argument, 0, 'p'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -123,6 +198,8 @@ static int parse_args(int argc, char **argv, train_args *a, dllm_err *err)
         case 'r': a->resume = optarg; break;
         case 'q': a->quiet = 1; break;
         case 'j': a->jsonl = 1; break;
+        case 'f': a->force = 1; break;
+        case 'p': a->print_config = 1; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: return dllm_err_set(err, DLLM_EXIT_INPUT, "bad option (see --help)");
         }
@@ -131,6 +208,8 @@ static int parse_args(int argc, char **argv, train_args *a, dllm_err *err)
         a->config = argv[optind++];
     if (optind < argc || (!a->config && !a->resume))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "expected CONFIG.yaml or --resume RUN_DIR (see --help)");
+    if (a->force && a->resume)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--force and --resume exclude each other");
     return 0;
 }
 
@@ -153,8 +232,11 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
     int64_t first = 1;
     if (a->resume) {
         if (rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt))
-            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: no checkpoint to resume from (ckpt/latest)",
-                                run_dir);
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s: no checkpoint to resume from (ckpt/latest; the run stopped "
+                                "before its first checkpoint, checkpoint.every = %d): start it again "
+                                "with `dllm-rl train %s/config.yaml --force`",
+                                run_dir, cfg->checkpoint.every, run_dir);
         if (rl_checkpoint_load(run, ckpt, err))
             return err->code;
         first = run->step + 1;
@@ -162,6 +244,7 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
             return err->code;
         if (run->rank == 0 && !run->quiet && !run->jsonl)
             printf("resuming %s at step %lld\n", run_dir, (long long)first);
+        fflush(stdout);
     } else {
         char started[64];
         time_t now = time(NULL);
@@ -176,6 +259,7 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
                run->task->name, run->train.n, run->eval.n, run->size,
                cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
                cfg_names_name(&cfg_names_corr_method, cfg->correction.c.method));
+    fflush(stdout); /* the header reaches a redirected stdout before the first step */
     if (first == 1 && cfg->eval.every > 0 && evaluate_and_log(run, 0, err))
         return err->code;
     double t0 = dllm_now();
@@ -218,24 +302,25 @@ int cmd_train(int argc, char **argv)
     int rc = parse_args(argc, argv, &a, &err);
     if (!rc)
         rc = load_config(&a, &cfg, run_dir, sizeof run_dir, &err);
-    if (!rc && !a.resume && comm_rank() == 0) {
-        char p[4200];
-        snprintf(p, sizeof p, "%s/log.h5", run_dir);
-        if (access(p, F_OK) == 0)
-            rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
-                              "%s already holds a run: use --resume %s, or another experiment name",
-                              run_dir, run_dir);
-        if (!rc)
-            rc = cli_mkdirs(run_dir, &err);
-        if (!rc) {
-            snprintf(p, sizeof p, "%s/config.yaml", run_dir);
-            char *yaml = dllm_cfg_dump(&cfg);
-            FILE *f = fopen(p, "w");
-            if (!f || fputs(yaml, f) < 0 || fclose(f))
-                rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: cannot write", p);
-            free(yaml);
-        }
+    if (!rc && a.print_config) {
+        char *yaml = comm_rank() == 0 ? dllm_cfg_dump(&cfg) : NULL;
+        if (yaml)
+            fputs(yaml, stdout);
+        free(yaml);
+        comm_finalize();
+        return 0;
     }
+    if (!rc && a.resume && (rc = finished_run(&a, &cfg, run_dir)) < 0) {
+        comm_finalize();
+        return 0;
+    }
+    if (!rc && !a.resume && comm_rank() == 0)
+        rc = fresh_run_dir(&a, &cfg, run_dir, &err);
+    if (!rc && a.resume && a.nsets && comm_rank() == 0) /* the extended settings, for the next resume */
+        rc = write_config(&cfg, run_dir, &err);
+    if (!rc && !cfg.model.path[0] && comm_rank() == 0)
+        cli_warn_random_model("train", cfg_names_name(&cfg_names_arch, cfg.model.arch),
+                              cfg_names_name(&cfg_names_preset, cfg.model.preset));
     /* every rank agrees on the outcome of rank 0's checks */
     double ok = rc;
     comm_max_d(&ok, 1);
@@ -243,8 +328,17 @@ int cmd_train(int argc, char **argv)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "rank 0 failed to set up the run");
     rl_run run;
     memset(&run, 0, sizeof run);
+    /* opening a large model and generating the items takes a while: say so (stderr,
+     * beside the evaluation's progress) */
+    if (!rc && comm_rank() == 0 && !a.quiet)
+        fprintf(stderr, "train: opening %s and %s items...\n",
+                cfg.model.path[0] ? cfg.model.path : "the preset",
+                cfg_names_name(&cfg_names_task, cfg.task.name));
+    double t_open = dllm_now();
     if (!rc)
         rc = rl_run_open(&run, &cfg, run_dir, &err);
+    if (!rc && comm_rank() == 0 && !a.quiet)
+        fprintf(stderr, "train: opened in %.1f s\n", dllm_now() - t_open);
     run.quiet = a.quiet;
     run.jsonl = a.jsonl;
     if (!rc)

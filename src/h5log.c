@@ -257,10 +257,34 @@ static int64_t width_of(hid_t d)
     return rank == 1 ? 1 : rank == 2 ? (int64_t)dims[1] : -1;
 }
 
-/* Chunked dataset with rows unlimited: rank 1 when width == 0, else (rows, width). */
-static hid_t create_dset(hid_t loc, const char *name, int kind, hsize_t width,
+static const struct { const char *group, *name, *units, *description; } dataset_docs[] = {
+#define H5LOG_DOC_(g, n, u, d) {g, n, u, d},
+    H5LOG_DATASET_DOCS(H5LOG_DOC_)
+#undef H5LOG_DOC_
+};
+
+int h5log_dataset_doc(const char *group, const char *name, const char **units,
+                      const char **description)
+{
+    for (size_t i = 0; i < sizeof dataset_docs / sizeof dataset_docs[0]; i++)
+        if (!strcmp(dataset_docs[i].group, group) && !strcmp(dataset_docs[i].name, name)) {
+            *units = dataset_docs[i].units;
+            *description = dataset_docs[i].description;
+            return 0;
+        }
+    return -1;
+}
+
+static int write_str_attr(hid_t loc, const char *name, const char *val);
+
+/* Chunked dataset with rows unlimited: rank 1 when width == 0, else (rows, width),
+ * with its units and description attributes (group: its H5LOG_DATASET_DOCS group). */
+static hid_t create_dset(hid_t loc, const char *group, const char *name, int kind, hsize_t width,
                          size_t chunk_bytes)
 {
+    const char *units, *desc;
+    if (h5log_dataset_doc(group, name, &units, &desc))
+        return -1;
     int rank = width ? 2 : 1;
     hsize_t w = width ? width : 1;
     hsize_t dims[2] = {0, w}, maxdims[2] = {H5S_UNLIMITED, w};
@@ -275,6 +299,10 @@ static hid_t create_dset(hid_t loc, const char *name, int kind, hsize_t width,
     if (space >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, rank, chunk) >= 0 &&
         H5Pset_fill_value(dcpl, mem_type(kind), fill) >= 0)
         d = H5Dcreate2(loc, name, file_type(kind), space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (d >= 0 && (write_str_attr(d, "units", units) || write_str_attr(d, "description", desc))) {
+        H5Dclose(d);
+        d = -1;
+    }
     if (dcpl >= 0)
         H5Pclose(dcpl);
     if (space >= 0)
@@ -567,11 +595,11 @@ static int create_layout(hid_t file, const char *path, const h5log_meta *meta,
     hid_t g = H5Gcreate2(file, "steps", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0)
         return h5_fail(err, DLLM_EXIT_INTERNAL, path, "creating /steps");
-    hid_t d = create_dset(g, "step", K_I64, 0, 4096);
+    hid_t d = create_dset(g, "steps", "step", K_I64, 0, 4096);
     int bad = d < 0;
     close_id(&d);
     for (int i = 0; i < H5LOG_N_METRICS && !bad; i++) {
-        d = create_dset(g, metric_names[i], K_F64, 0, 4096);
+        d = create_dset(g, "steps", metric_names[i], K_F64, 0, 4096);
         bad = d < 0;
         close_id(&d);
     }
@@ -586,7 +614,7 @@ static int create_layout(hid_t file, const char *path, const h5log_meta *meta,
         int w = traj_fields[i].width;
         hsize_t width = w == W_P ? (hsize_t)dims->max_prompt
                         : w == W_G ? (hsize_t)dims->max_completion : 0;
-        d = create_dset(g, traj_fields[i].name, traj_fields[i].kind, width, chunk_bytes);
+        d = create_dset(g, "trajectories", traj_fields[i].name, traj_fields[i].kind, width, chunk_bytes);
         bad = d < 0;
         close_id(&d);
     }
@@ -597,11 +625,11 @@ static int create_layout(hid_t file, const char *path, const h5log_meta *meta,
     g = H5Gcreate2(file, "mismatch_by_step", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0)
         return h5_fail(err, DLLM_EXIT_INTERNAL, path, "creating /mismatch_by_step");
-    d = create_dset(g, "step", K_I64, 0, 4096);
+    d = create_dset(g, "mismatch_by_step", "step", K_I64, 0, 4096);
     bad = d < 0;
     close_id(&d);
     if (!bad) {
-        d = create_dset(g, "mean_abs_d", K_F64, (hsize_t)dims->denoise_steps, chunk_bytes);
+        d = create_dset(g, "mismatch_by_step", "mean_abs_d", K_F64, (hsize_t)dims->denoise_steps, chunk_bytes);
         bad = d < 0;
         close_id(&d);
     }
@@ -620,7 +648,7 @@ static int create_layout(hid_t file, const char *path, const h5log_meta *meta,
         hid_t gt = H5Gcreate2(g, dims->eval_tasks[t], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         bad = gt < 0;
         for (int f = 0; f < N_EVAL && !bad; f++) {
-            d = create_dset(gt, eval_fields[f], f == E_STEP ? K_I64 : K_F64, 0, 1024);
+            d = create_dset(gt, "eval", eval_fields[f], f == E_STEP ? K_I64 : K_F64, 0, 1024);
             bad = d < 0;
             close_id(&d);
         }

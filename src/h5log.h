@@ -68,7 +68,7 @@
     X(t_rollout)            /* seconds */ \
     X(t_likelihood)         /* l_mu, l_pi (and l_old, reference) estimates */ \
     X(t_correction)         /* correction coefficients and AIS diagnostics */ \
-    X(t_update) \
+    X(t_update)             /* seconds, each t_*: H5LOG_DATASET_DOCS */ \
     X(t_sync) \
     X(t_log) \
     X(tokens_per_s)         /* completion tokens per second of the step */ \
@@ -79,6 +79,75 @@ enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
 #undef H5LOG_METRIC_ENUM_
 /* Index of a metric in the values array: v[H5LOG_M(alpha)] = 0.3; */
 #define H5LOG_M(name) H5LOG_METRIC_##name
+
+
+/* units and description of every dataset (HDF5 attributes "units" and
+ * "description" on each): group, dataset name, units, meaning. Units: "1" a
+ * pure number (fraction, ratio, count of a kind named in the description),
+ * "s" seconds, "nats" natural-log probabilities or their differences,
+ * "token id" ids of the model's tokenizer (tokenizer.json of the run). A
+ * dataset without a row here is not created (h5log_create fails), so a metric
+ * added above needs its row below. /eval/<task>/... rows use the group "eval". */
+#define H5LOG_DATASET_DOCS(X) \
+    X("steps", "step", "1", "RL step, 1-based") \
+    X("steps", "reward_mean", "1", "mean reward over the batch") \
+    X("steps", "reward_std", "1", "population standard deviation of the batch's rewards") \
+    X("steps", "accuracy", "1", "fraction of completions judged correct") \
+    X("steps", "loss", "1", "GRPO loss of the last inner step") \
+    X("steps", "policy_kl", "nats", "KL estimate to the reference policy; NaN when grpo.beta = 0 (no reference)") \
+    X("steps", "clip_frac", "1", "fraction of clipped ratios") \
+    X("steps", "grad_norm", "1", "global gradient norm before clipping") \
+    X("steps", "lr", "1", "learning rate used at this step") \
+    X("steps", "alpha_raw", "1", "AIS mixing coefficient before smoothing; NaN unless correction.method = ais") \
+    X("steps", "alpha", "1", "AIS mixing coefficient used; NaN unless correction.method = ais") \
+    X("steps", "rho_ess", "1", "effective sample size / N of the importance weights") \
+    X("steps", "s_rel", "1", "reliability score (N - ESS) / (N - 1)") \
+    X("steps", "delta", "nats", "mean |d| per token, d the trainer-minus-rollout log-likelihood ratio") \
+    X("steps", "s_div", "1", "divergence score 1 - exp(-delta / tau)") \
+    X("steps", "nu", "1", "variance amplification of the importance weights") \
+    X("steps", "s_var", "1", "variance score 1 - 1 / max(nu, 1)") \
+    X("steps", "k3", "nats", "per-token k3 estimate mean(e^d - 1 - d)") \
+    X("steps", "log_w_mc_se", "nats", "Monte Carlo standard error of log w") \
+    X("steps", "frac_truncated", "1", "fraction of coefficients truncated (tis, ais)") \
+    X("steps", "frac_zeroed", "1", "fraction of coefficients zeroed (mis)") \
+    X("steps", "frac_nonfinite", "1", "fraction of non-finite log w or coefficients, plus dropped loss terms") \
+    X("steps", "frac_zero_var_groups", "1", "fraction of groups whose rewards are all equal (no advantage)") \
+    X("steps", "frac_masked_left", "1", "fraction of generated positions still masked after the rollout") \
+    X("steps", "t_rollout", "s", "wall time of the rollouts") \
+    X("steps", "t_likelihood", "s", "wall time of the likelihood estimates (l_mu, l_pi, old, reference)") \
+    X("steps", "t_correction", "s", "wall time of the correction coefficients and AIS diagnostics") \
+    X("steps", "t_update", "s", "wall time of the policy updates (inner steps)") \
+    X("steps", "t_sync", "s", "wall time of copying the weights to the rollout copy") \
+    X("steps", "t_log", "s", "wall time of writing the previous step's log rows") \
+    X("steps", "tokens_per_s", "1/s", "completion tokens generated per second of the step") \
+    X("steps", "frac_var_mc", "1", "share of log w's variance that is estimator noise") \
+    X("trajectories", "step", "1", "RL step of the completion") \
+    X("trajectories", "prompt_index", "1", "index of the prompt in the training items") \
+    X("trajectories", "group", "1", "group (prompt) of the completion within its step") \
+    X("trajectories", "prompt_len", "1", "prompt length in tokens") \
+    X("trajectories", "completion_len", "1", "completion length in tokens, up to the first EOS") \
+    X("trajectories", "prompt_tokens", "token id", "prompt ids, -1 past prompt_len") \
+    X("trajectories", "completion_tokens", "token id", "completion ids, -1 past completion_len") \
+    X("trajectories", "reward", "1", "reward of the completion") \
+    X("trajectories", "advantage", "1", "GRPO advantage of the completion") \
+    X("trajectories", "l_mu", "nats", "log-likelihood under the rollout policy") \
+    X("trajectories", "l_pi", "nats", "log-likelihood under the trainer policy") \
+    X("trajectories", "log_w", "nats", "log importance weight l_pi - l_mu") \
+    X("trajectories", "coef", "1", "correction coefficient applied to the completion's loss") \
+    X("trajectories", "token_log_ratio", "nats", "per-token log ratio trainer minus rollout; NaN not scored or padding") \
+    X("trajectories", "commit_step", "1", "denoising step that committed the token, -1 padding") \
+    X("trajectories", "commit_prob", "1", "probability of the token when committed; NaN padding") \
+    X("mismatch_by_step", "step", "1", "RL step of the row") \
+    X("mismatch_by_step", "mean_abs_d", "nats", "mean |d| of the tokens committed at each denoising step; NaN none committed") \
+    X("eval", "step", "1", "RL step the evaluation ran after (0: before training)") \
+    X("eval", "accuracy", "1", "fraction of evaluation items answered correctly (greedy)") \
+    X("eval", "accuracy_se", "1", "binomial standard error of accuracy") \
+    X("eval", "reward_mean", "1", "mean reward over the evaluation items")
+
+/* The units and description of dataset `name` of `group` ("eval" for every
+ * /eval/<task>); 0, or -1 when the table has no such row. */
+int h5log_dataset_doc(const char *group, const char *name, const char **units,
+                      const char **description);
 
 /* Name of metric i (0 <= i < H5LOG_N_METRICS), NULL outside. */
 const char *h5log_metric_name(int i);

@@ -26,6 +26,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
     {"sweep", cmd_sweep, "run the arms x grid of a sweep file as train runs, then a summary"},
     {"plan", cmd_plan, "itemised GPU memory plan of a config, and whether it fits"},
+    {"config", cmd_config, "every configuration key: default, range or choices, meaning"},
 };
 
 static void usage(FILE *f)

@@ -233,21 +233,74 @@ void rl_run_close(rl_run *run)
 
 /* ---- the config of a run, its latest checkpoint ---------------------------------- */
 
+/* Keys a resumed run may change: they extend it or change what is written
+ * about it, never what a step computes. */
+static const char *const resume_keys[] = {"grpo.steps",  "eval.every",       "log.every",
+                                          "checkpoint.every", "checkpoint.keep"};
+
+bool rl_resume_key_ok(const char *assignment)
+{
+    size_t n = strcspn(assignment, "=");
+    for (size_t i = 0; i < sizeof resume_keys / sizeof resume_keys[0]; i++)
+        if (strlen(resume_keys[i]) == n && !strncmp(assignment, resume_keys[i], n))
+            return true;
+    return false;
+}
+
+static int apply_sets(dllm_cfg *cfg, const char *const *sets, int nsets, dllm_err *err)
+{
+    for (int i = 0; i < nsets; i++)
+        if (dllm_cfg_set(cfg, sets[i], err))
+            return err->code;
+    return 0;
+}
+
 int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, const char *const *sets,
                    int nsets, dllm_err *err)
 {
     dllm_cfg_defaults(cfg);
-    char stored[4200];
-    if (resume_dir) {
-        snprintf(stored, sizeof stored, "%s/config.yaml", resume_dir);
-        path = stored;
-    }
-    if (dllm_cfg_load(cfg, path, err))
-        return err->code;
-    for (int i = 0; i < nsets; i++)
-        if (dllm_cfg_set(cfg, sets[i], err))
+    if (!resume_dir) {
+        dllm_cfg_keys_set count;
+        if (dllm_cfg_load_counted(cfg, path, &count, err) ||
+            dllm_cfg_require_kind(&count, path, true, err) || apply_sets(cfg, sets, nsets, err))
             return err->code;
+        return dllm_cfg_validate(cfg, err);
+    }
+    for (int i = 0; i < nsets; i++)
+        if (!rl_resume_key_ok(sets[i]))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "--set %s: a resumed run keeps its config; only %s, %s, %s, %s and "
+                                "%s may change (for another setting start a new run: another "
+                                "experiment name, or --force to replace %s)",
+                                sets[i], resume_keys[0], resume_keys[1], resume_keys[2],
+                                resume_keys[3], resume_keys[4], resume_dir);
+    char stored[4200];
+    snprintf(stored, sizeof stored, "%s/config.yaml", resume_dir);
+    if (dllm_cfg_load(cfg, stored, err) || apply_sets(cfg, sets, nsets, err))
+        return err->code;
+    if (path) {
+        /* the config named beside --resume must be the run's own */
+        dllm_cfg *given = dllm_malloc(sizeof *given);
+        dllm_cfg_defaults(given);
+        int rc = dllm_cfg_load(given, path, err) || apply_sets(given, sets, nsets, err) ? err->code : 0;
+        const char *diff = rc ? NULL : dllm_cfg_first_difference(given, cfg);
+        free(given);
+        if (rc)
+            return rc;
+        if (diff)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s differs from the config of the run in %s (first in %s): "
+                                "continue the run with `dllm-rl train --resume %s`, or start this "
+                                "config as another experiment", path, resume_dir, diff, resume_dir);
+    }
     return dllm_cfg_validate(cfg, err);
+}
+
+int rl_run_step_of(const char *ckpt)
+{
+    const char *b = strrchr(ckpt, '/');
+    b = b ? b + 1 : ckpt;
+    return strncmp(b, "step-", 5) ? -1 : atoi(b + 5);
 }
 
 int rl_latest_checkpoint(const char *run_dir, char *ckpt, size_t n)

@@ -9,9 +9,16 @@
 
 /* The effective config of a run: defaults, then the YAML file (or, with
  * resume_dir, that run's stored RUN_DIR/config.yaml), then the --set
- * assignments, validated. */
+ * assignments, validated. A new run refuses an SFT config. With resume_dir,
+ * --set may change only the keys rl_resume_key_ok accepts, and path (when
+ * given) must parse to the stored config (after the same --set). */
 int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, const char *const *sets,
                    int nsets, dllm_err *err);
+/* Is "key=value" an override a resumed run accepts (grpo.steps, eval.every,
+ * log.every, checkpoint.every, checkpoint.keep)? */
+bool rl_resume_key_ok(const char *assignment);
+/* N of a checkpoint directory .../step-N; -1 for another name. */
+int rl_run_step_of(const char *ckpt);
 /* RUN_DIR/ckpt/<target of ckpt/latest> into ckpt; -1 when there is none. */
 int rl_latest_checkpoint(const char *run_dir, char *ckpt, size_t n);
 

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 void rl_batch_free(rl_batch *b)
@@ -460,6 +461,24 @@ uint64_t rl_eval_items_hash(const rl_run *run)
     return h;
 }
 
+/* Evaluation of hundreds of items takes minutes on the CPU: a line (stderr, so
+ * --jsonl's stdout stays JSON) before each batch, with items
+ * done (rank 0's share) and the time left at the rate so far. */
+static void eval_progress(const rl_run *run, int done, int total, double elapsed)
+{
+    if (run->rank != 0 || run->quiet)
+        return;
+    if (done == 0) {
+        if (total > 64) /* more than one batch: say what is coming */
+            fprintf(stderr, "eval: %d items...\n", total);
+        return;
+    }
+    double left = elapsed / done * (total - done);
+    fprintf(stderr, "eval: %d/%d items (%.0f%%), %.1f s, ETA %.0f s\n", done, total,
+            100.0 * done / total, elapsed, left);
+    fflush(stderr);
+}
+
 int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *reward_mean,
                 uint8_t *correct, dllm_err *err)
 {
@@ -474,7 +493,9 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
     for (int i = run->rank; i < n_total; i += run->size)
         mine[nm++] = i;
     int rc = 0;
+    const double t0 = dllm_now();
     for (int c0 = 0; c0 < nm && !rc; c0 += chunk) {
+        eval_progress(run, c0, nm, dllm_now() - t0);
         int n = nm - c0 < chunk ? nm - c0 : chunk;
         const rl_prompt **ps = dllm_malloc(sizeof *ps * (size_t)n);
         for (int i = 0; i < n; i++)

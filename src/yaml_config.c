@@ -1,4 +1,6 @@
-/* yaml_config.c: the YAML reader behind yaml_config.h. Schema in the key table below. */
+/* yaml_config.c: the YAML reader behind yaml_config.h. Schema in the key table below.
+ * (Over 900 lines: the key table carries each key's one-line meaning, and the
+ * reader, the checks and the listings walk that one table.) */
 #include "src/yaml_config.h"
 
 #include <ctype.h>
@@ -9,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total)
@@ -91,112 +94,211 @@ typedef struct {
     const char *def;     /* default, parsed like a YAML scalar ("" for none) */
     double min, max;     /* numeric range (inclusive) */
     const void *names;   /* K_ENUM: its cfg_names; K_STR_LIST: "a|b|c" allowed items, or NULL */
+    const char *desc;    /* one line for `dllm-rl config` (the README's meaning) */
 } cfg_key;
 
 #define F(field) offsetof(dllm_cfg, field), sizeof(((dllm_cfg *)0)->field)
 #define INF HUGE_VAL
 
 static const cfg_key keys[] = {
-    {"experiment", K_STR, F(experiment), "run", 0, 0, NULL},
-    {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL},
-    {"device", K_ENUM, F(device), "cpu", 0, 0, &cfg_names_device},
-    {"model.path", K_STR, F(model.path), "", 0, 0, NULL},
-    {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, &cfg_names_preset},
-    {"model.arch", K_ENUM, F(model.arch), "llada", 0, 0, &cfg_names_arch},
-    {"model.dtype", K_ENUM, F(model.dtype), "f32", 0, 0, &cfg_names_dtype},
-    {"model.trainer_precision", K_ENUM, F(model.trainer_precision), "fp32", 0, 0, &cfg_names_trainer_precision},
-    {"model.lora.rank", K_INT, F(model.lora.rank), "0", 0, 4096, NULL},
-    {"model.lora.alpha", K_FLOAT, F(model.lora.alpha), "16", 0, INF, NULL},
+    {"experiment", K_STR, F(experiment), "run", 0, 0, NULL,
+     "run directory name under log.dir"},
+    {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL,
+     "root of every random stream"},
+    {"device", K_ENUM, F(device), "cpu", 0, 0, &cfg_names_device,
+     "cpu (cuda reserved for the GPU path)"},
+    {"model.path", K_STR, F(model.path), "", 0, 0, NULL,
+     "HF model directory (config.json + safetensors + tokenizer.json); empty: a random preset"},
+    {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, &cfg_names_preset,
+     "the random preset built when model.path is empty"},
+    {"model.arch", K_ENUM, F(model.arch), "llada", 0, 0, &cfg_names_arch,
+     "architecture of the random preset (with a path: config.json's)"},
+    {"model.dtype", K_ENUM, F(model.dtype), "f32", 0, 0, &cfg_names_dtype,
+     "checkpoint dtype written"},
+    {"model.trainer_precision", K_ENUM, F(model.trainer_precision), "fp32", 0, 0, &cfg_names_trainer_precision,
+     "bf16 rounds the trainer's weights and linear inputs to bf16 (CPU)"},
+    {"model.lora.rank", K_INT, F(model.lora.rank), "0", 0, 4096, NULL,
+     "LoRA rank (0: full fine-tuning)"},
+    {"model.lora.alpha", K_FLOAT, F(model.lora.alpha), "16", 0, INF, NULL,
+     "LoRA scale numerator (scale alpha / rank)"},
     {"model.lora.targets", K_STR_LIST, F(model.lora.targets),
      "[q_proj, k_proj, v_proj, attn_out, ff_proj, up_proj, ff_out]", 0, 0,
-     "q_proj|k_proj|v_proj|attn_out|ff_proj|up_proj|ff_out|o_proj|gate_proj|down_proj"},
-    {"task.name", K_ENUM, F(task.name), "countdown", 0, 0, &cfg_names_task},
-    {"task.train.path", K_STR, F(task.train.path), "", 0, 0, NULL},
-    {"task.train.n", K_INT, F(task.train.n), "10000", 1, 1e8, NULL},
-    {"task.eval.path", K_STR, F(task.eval.path), "", 0, 0, NULL},
-    {"task.n_numbers", K_INT, F(task.n_numbers), "3", 3, 4, NULL},
-    {"task.max_blanks", K_INT, F(task.max_blanks), "10", 1, 16, NULL},
-    {"task.format", K_ENUM, F(task.format), "d1", 0, 0, &cfg_names_task_format},
-    {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, &cfg_names_chat},
-    {"task.reward", K_ENUM, F(task.reward), "task", 0, 0, &cfg_names_reward},
-    {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, &cfg_names_rollout_precision},
-    {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, &cfg_names_fp8_format},
-    {"rollout.fp8.scaling", K_ENUM, F(rollout.fp8.scaling), "block", 0, 0, &cfg_names_fp8_scaling},
-    {"rollout.fp8.pow2_scale", K_BOOL, F(rollout.fp8.pow2_scale), "false", 0, 0, NULL},
-    {"rollout.group_size", K_INT, F(rollout.group_size), "8", 1, 4096, NULL},
-    {"rollout.gen_length", K_INT, F(rollout.gen_length), "64", 1, 1 << 20, NULL},
-    {"rollout.block_length", K_INT, F(rollout.block_length), "16", 1, 1 << 20, NULL},
-    {"rollout.steps", K_INT, F(rollout.steps), "32", 1, 32767, NULL},
-    {"rollout.temperature", K_FLOAT, F(rollout.temperature), "0.9", 0, 100, NULL},
-    {"rollout.remasking", K_ENUM, F(rollout.remasking), "low_confidence", 0, 0, &cfg_names_remasking},
-    {"rollout.cfg_scale", K_FLOAT, F(rollout.cfg_scale), "0", 0, 100, NULL},
-    {"rollout.logits_eos_inf", K_BOOL, F(rollout.logits_eos_inf), "false", 0, 0, NULL},
-    {"rollout.confidence_eos_eot_inf", K_BOOL, F(rollout.confidence_eos_eot_inf), "false", 0, 0, NULL},
-    {"rollout.top_p", K_FLOAT, F(rollout.top_p), "1.0", 1e-6, 1, NULL},
+     "q_proj|k_proj|v_proj|attn_out|ff_proj|up_proj|ff_out|o_proj|gate_proj|down_proj",
+     "LoRA target modules by HF name"},
+    {"task.name", K_ENUM, F(task.name), "countdown", 0, 0, &cfg_names_task,
+     "the RL task"},
+    {"task.train.path", K_STR, F(task.train.path), "", 0, 0, NULL,
+     "training items from a file (empty: generated)"},
+    {"task.train.n", K_INT, F(task.train.n), "10000", 1, 1e8, NULL,
+     "number of generated training items"},
+    {"task.eval.path", K_STR, F(task.eval.path), "", 0, 0, NULL,
+     "held-out items from a file (empty: generated with another seed)"},
+    {"task.n_numbers", K_INT, F(task.n_numbers), "3", 3, 4, NULL,
+     "countdown generator: numbers per item"},
+    {"task.max_blanks", K_INT, F(task.max_blanks), "10", 1, 16, NULL,
+     "sudoku generator: blanks per puzzle"},
+    {"task.format", K_ENUM, F(task.format), "d1", 0, 0, &cfg_names_task_format,
+     "d1 instruction or the plain question"},
+    {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, &cfg_names_chat,
+     "chat template of the prompts (auto: the model's)"},
+    {"task.reward", K_ENUM, F(task.reward), "task", 0, 0, &cfg_names_reward,
+     "task: the task's reward (d1's); correct: 1 when correct, else 0"},
+    {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, &cfg_names_rollout_precision,
+     "weights of the rollout copy (trainer: the reference arm, w = 1)"},
+    {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, &cfg_names_fp8_format,
+     "FP8 format of the rollout copy"},
+    {"rollout.fp8.scaling", K_ENUM, F(rollout.fp8.scaling), "block", 0, 0, &cfg_names_fp8_scaling,
+     "FP8 weight scaling (block 128x128 with 1x128 activation groups)"},
+    {"rollout.fp8.pow2_scale", K_BOOL, F(rollout.fp8.pow2_scale), "false", 0, 0, NULL,
+     "round FP8 scales to powers of two"},
+    /* GRPO's advantage is a reward minus its group's mean: one completion learns nothing */
+    {"rollout.group_size", K_INT, F(rollout.group_size), "8", 2, 4096, NULL,
+     "completions per prompt (GRPO needs at least 2)"},
+    {"rollout.gen_length", K_INT, F(rollout.gen_length), "64", 1, 1 << 20, NULL,
+     "generated tokens per completion"},
+    {"rollout.block_length", K_INT, F(rollout.block_length), "16", 1, 1 << 20, NULL,
+     "semi-autoregressive block length of the denoising schedule"},
+    {"rollout.steps", K_INT, F(rollout.steps), "32", 1, 32767, NULL,
+     "denoising steps over the whole completion"},
+    {"rollout.temperature", K_FLOAT, F(rollout.temperature), "0.9", 0, 100, NULL,
+     "sampling temperature"},
+    {"rollout.remasking", K_ENUM, F(rollout.remasking), "low_confidence", 0, 0, &cfg_names_remasking,
+     "which positions the sampler commits"},
+    {"rollout.cfg_scale", K_FLOAT, F(rollout.cfg_scale), "0", 0, 100, NULL,
+     "classifier-free guidance scale (0: off)"},
+    {"rollout.logits_eos_inf", K_BOOL, F(rollout.logits_eos_inf), "false", 0, 0, NULL,
+     "the reference sampler's switch: EOS logits to -inf"},
+    {"rollout.confidence_eos_eot_inf", K_BOOL, F(rollout.confidence_eos_eot_inf), "false", 0, 0, NULL,
+     "the reference sampler's switch: EOS/EOT confidence to -inf"},
+    {"rollout.top_p", K_FLOAT, F(rollout.top_p), "1.0", 1e-6, 1, NULL,
+     "nucleus sampling (AR backend)"},
     /* forbid: a weak model's mask draws would leave holes no estimator scores as the
      * policy's choice (dllm/sampler.h); identical to allow while the mask never wins */
-    {"rollout.mask_token", K_ENUM, F(rollout.mask_token), "forbid", 0, 0, &cfg_names_mask_token},
-    {"rollout.dream.alg", K_ENUM, F(rollout.dream.alg), "maskgit_plus", 0, 0, &cfg_names_dream_alg},
-    {"rollout.dream.eps", K_FLOAT, F(rollout.dream.eps), "0.001", 1e-9, 0.999999, NULL},
-    {"rollout.dream.alg_temp", K_FLOAT, F(rollout.dream.alg_temp), "0", 0, 1e6, NULL},
-    {"rollout.dream.top_k", K_INT, F(rollout.dream.top_k), "0", 0, 1 << 30, NULL},
-    {"likelihood.temperature", K_FLOAT, F(likelihood.temperature), "1.0", 1e-6, 100, NULL},
-    {"likelihood.mc_samples", K_INT, F(likelihood.mc_samples), "4", 1, 1 << 16, NULL},
-    {"likelihood.shrink", K_INT, F(likelihood.shrink), "1", 1, 1 << 16, NULL},
-    {"grpo.steps", K_INT, F(grpo.steps), "200", 0, 1e9, NULL},
-    {"grpo.prompts_per_step", K_INT, F(grpo.prompts_per_step), "8", 1, 1 << 20, NULL},
-    {"grpo.inner_steps", K_INT, F(grpo.inner_steps), "4", 1, 1 << 16, NULL},
-    {"grpo.logp_estimator", K_ENUM, F(grpo.logp_estimator), "one_step", 0, 0, &cfg_names_estimator},
-    {"grpo.p_mask_prompt", K_FLOAT, F(grpo.p_mask_prompt), "0", 0, 1, NULL},
-    {"grpo.ratio", K_ENUM, F(grpo.loss.ratio), "sequence", 0, 0, &grpo_ratio_names},
-    {"grpo.clip_eps", K_FLOAT, F(grpo.loss.clip_eps), "0.2", 0, 10, NULL},
-    {"grpo.beta", K_FLOAT, F(grpo.loss.beta), "0", 0, 100, NULL},
-    {"grpo.ref_sync_every", K_INT, F(grpo.ref_sync_every), "0", 0, 1e9, NULL},
-    {"grpo.loss_agg", K_ENUM, F(grpo.loss.agg), "seq_mean", 0, 0, &grpo_agg_names},
-    {"grpo.advantage_scale", K_ENUM, F(grpo.advantage_scale), "std", 0, 0, &grpo_adv_scale_names},
-    {"grpo.fresh_masks", K_BOOL, F(grpo.fresh_masks), "false", 0, 0, NULL},
-    {"correction.method", K_ENUM, F(correction.c.method), "ais", 0, 0, &cfg_names_corr_method},
-    {"correction.estimator", K_ENUM, F(correction.estimator), "elbo", 0, 0, &cfg_names_estimator},
-    {"correction.level", K_ENUM, F(correction.c.level), "sequence", 0, 0, &cfg_names_corr_level},
-    {"correction.cap", K_FLOAT, F(correction.c.cap), "2.0", 1, INF, NULL},
-    {"correction.fixed_alpha", K_FLOAT, F(correction.c.fixed_alpha), "0.5", 0, 1, NULL},
-    {"correction.ais.combine", K_ENUM, F(correction.c.ais.combine), "linear", 0, 0, &cfg_names_ais_combine},
-    {"correction.ais.noise", K_ENUM, F(correction.c.ais.noise), "debias", 0, 0, &cfg_names_ais_noise},
+    {"rollout.mask_token", K_ENUM, F(rollout.mask_token), "forbid", 0, 0, &cfg_names_mask_token,
+     "forbid: every generated position ends as a real token; allow: the published sampler"},
+    {"rollout.dream.alg", K_ENUM, F(rollout.dream.alg), "maskgit_plus", 0, 0, &cfg_names_dream_alg,
+     "Dream's sampler: which masked positions are committed each step"},
+    {"rollout.dream.eps", K_FLOAT, F(rollout.dream.eps), "0.001", 1e-9, 0.999999, NULL,
+     "Dream's sampler: the final timestep of the schedule 1 -> eps"},
+    {"rollout.dream.alg_temp", K_FLOAT, F(rollout.dream.alg_temp), "0", 0, 1e6, NULL,
+     "Dream's sampler: 0 commits the most confident positions; > 0 draws them by softmax(confidence / alg_temp)"},
+    {"rollout.dream.top_k", K_INT, F(rollout.dream.top_k), "0", 0, 1 << 30, NULL,
+     "Dream's sampler: keep only the k most likely tokens (0: off)"},
+    {"likelihood.temperature", K_FLOAT, F(likelihood.temperature), "1.0", 1e-6, 100, NULL,
+     "scoring temperature"},
+    {"likelihood.mc_samples", K_INT, F(likelihood.mc_samples), "4", 1, 1 << 16, NULL,
+     "Monte Carlo samples of the elbo estimator"},
+    {"likelihood.shrink", K_INT, F(likelihood.shrink), "1", 1, 1 << 16, NULL,
+     "trajectory estimator: denoising steps per pass"},
+    {"grpo.steps", K_INT, F(grpo.steps), "200", 0, 1e9, NULL,
+     "RL steps of the run"},
+    {"grpo.prompts_per_step", K_INT, F(grpo.prompts_per_step), "8", 1, 1 << 20, NULL,
+     "prompts per RL step (all ranks together)"},
+    {"grpo.inner_steps", K_INT, F(grpo.inner_steps), "4", 1, 1 << 16, NULL,
+     "clipped-surrogate updates per RL step"},
+    {"grpo.logp_estimator", K_ENUM, F(grpo.logp_estimator), "one_step", 0, 0, &cfg_names_estimator,
+     "estimator of the policy ratio"},
+    {"grpo.p_mask_prompt", K_FLOAT, F(grpo.p_mask_prompt), "0", 0, 1, NULL,
+     "d1's prompt masking probability"},
+    {"grpo.ratio", K_ENUM, F(grpo.loss.ratio), "sequence", 0, 0, &grpo_ratio_names,
+     "sequence: exp((l_theta - l_old)/L); token (one_step, AR)"},
+    /* open interval (0, 1), checked in dllm_cfg_validate: 0 freezes the ratio, 1 lets it reach 0 */
+    {"grpo.clip_eps", K_FLOAT, F(grpo.loss.clip_eps), "0.2", 0, 1, NULL,
+     "ratio clipping to [1 - eps, 1 + eps], in (0, 1)"},
+    {"grpo.beta", K_FLOAT, F(grpo.loss.beta), "0", 0, 100, NULL,
+     "weight of the k3 KL to a reference policy (0: none, policy_kl not logged)"},
+    {"grpo.ref_sync_every", K_INT, F(grpo.ref_sync_every), "0", 0, 1e9, NULL,
+     "re-sync the reference policy every N steps (0: never)"},
+    {"grpo.loss_agg", K_ENUM, F(grpo.loss.agg), "seq_mean", 0, 0, &grpo_agg_names,
+     "loss aggregation"},
+    {"grpo.advantage_scale", K_ENUM, F(grpo.advantage_scale), "std", 0, 0, &grpo_adv_scale_names,
+     "advantage scaling within a group"},
+    {"grpo.fresh_masks", K_BOOL, F(grpo.fresh_masks), "false", 0, 0, NULL,
+     "new masks per inner step (d1)"},
+    {"correction.method", K_ENUM, F(correction.c.method), "ais", 0, 0, &cfg_names_corr_method,
+     "mismatch correction of the importance weights"},
+    {"correction.estimator", K_ENUM, F(correction.estimator), "elbo", 0, 0, &cfg_names_estimator,
+     "estimator of the importance weight"},
+    {"correction.level", K_ENUM, F(correction.c.level), "sequence", 0, 0, &cfg_names_corr_level,
+     "sequence, geometric-mean or per-token weights"},
+    {"correction.cap", K_FLOAT, F(correction.c.cap), "2.0", 1, INF, NULL,
+     "C, the truncation cap of tis/mis/ais"},
+    {"correction.fixed_alpha", K_FLOAT, F(correction.c.fixed_alpha), "0.5", 0, 1, NULL,
+     "the mix of the fixed method"},
+    {"correction.ais.combine", K_ENUM, F(correction.c.ais.combine), "linear", 0, 0, &cfg_names_ais_combine,
+     "how AIS combines its diagnostics"},
+    {"correction.ais.noise", K_ENUM, F(correction.c.ais.noise), "debias", 0, 0, &cfg_names_ais_noise,
+     "debias: subtract the estimator noise from the divergence"},
     /* signed: a negative weight reverses its diagnostic (docs/METHOD.md §5) */
-    {"correction.ais.weights.reliability", K_FLOAT, F(correction.c.ais.w_rel), "1", -1e300, 1e300, NULL},
-    {"correction.ais.weights.divergence", K_FLOAT, F(correction.c.ais.w_div), "1", -1e300, 1e300, NULL},
-    {"correction.ais.weights.variance", K_FLOAT, F(correction.c.ais.w_var), "1", -1e300, 1e300, NULL},
-    {"correction.ais.tau_delta", K_FLOAT, F(correction.c.ais.tau_delta), "0.05", 1e-12, INF, NULL},
-    {"correction.ais.bias", K_FLOAT, F(correction.c.ais.bias), "-4", -INF, INF, NULL},
-    {"correction.ais.eta", K_FLOAT, F(correction.c.ais.eta), "0", 0, 1, NULL},
-    {"correction.ais.alpha_min", K_FLOAT, F(correction.c.ais.alpha_min), "0", 0, 1, NULL},
-    {"correction.ais.alpha_max", K_FLOAT, F(correction.c.ais.alpha_max), "1", 0, 1, NULL},
-    {"data.train", K_STR, F(data.train), "", 0, 0, NULL},
-    {"data.max_len", K_INT, F(data.max_len), "128", 2, 1 << 20, NULL},
-    {"data.answer_length", K_INT, F(data.answer_length), "0", 0, 1 << 20, NULL},
-    {"sft.steps", K_INT, F(sft.steps), "100", 0, 1e9, NULL},
-    {"sft.batch_size", K_INT, F(sft.batch_size), "8", 1, 1 << 20, NULL},
-    {"sft.chat", K_BOOL, F(sft.chat), "false", 0, 0, NULL},
-    {"optim.lr", K_FLOAT, F(optim.lr), "1e-4", 0, 10, NULL},
-    {"optim.warmup", K_INT, F(optim.warmup), "0", 0, 1e9, NULL},
-    {"optim.betas", K_FLOAT2, F(optim.betas), "[0.9, 0.99]", 0, 1 - 1e-12, NULL},
-    {"optim.eps", K_FLOAT, F(optim.eps), "1e-8", 0, 1, NULL},
-    {"optim.weight_decay", K_FLOAT, F(optim.weight_decay), "0", 0, 10, NULL},
-    {"optim.grad_clip", K_FLOAT, F(optim.grad_clip), "1.0", 0, INF, NULL},
-    {"optim.schedule", K_ENUM, F(optim.schedule), "constant", 0, 0, &cfg_names_schedule},
-    {"eval.every", K_INT, F(eval.every), "20", 0, 1e9, NULL},
-    {"eval.n", K_INT, F(eval.n), "500", 0, 1e8, NULL},
-    {"eval.gen_length", K_INT, F(eval.gen_length), "64", 1, 1 << 20, NULL},
-    {"eval.block_length", K_INT, F(eval.block_length), "16", 1, 1 << 20, NULL},
-    {"eval.steps", K_INT, F(eval.steps), "32", 1, 32767, NULL},
-    {"eval.temperature", K_FLOAT, F(eval.temperature), "0", 0, 100, NULL},
-    {"eval.precision", K_ENUM, F(eval.precision), "trainer", 0, 0, &cfg_names_eval_precision},
-    {"eval.mask_token", K_ENUM, F(eval.mask_token), "forbid", 0, 0, &cfg_names_mask_token},
-    {"log.dir", K_STR, F(log.dir), "runs", 0, 0, NULL},
-    {"log.every", K_INT, F(log.every), "10", 1, 1e9, NULL},
-    {"log.trajectories", K_BOOL, F(log.trajectories), "true", 0, 0, NULL},
-    {"checkpoint.every", K_INT, F(checkpoint.every), "0", 0, 1e9, NULL},
-    {"checkpoint.keep", K_INT, F(checkpoint.keep), "2", 0, 1e6, NULL},
+    {"correction.ais.weights.reliability", K_FLOAT, F(correction.c.ais.w_rel), "1", -1e300, 1e300, NULL,
+     "weight of the reliability diagnostic (0 removes it)"},
+    {"correction.ais.weights.divergence", K_FLOAT, F(correction.c.ais.w_div), "1", -1e300, 1e300, NULL,
+     "weight of the divergence diagnostic (0 removes it)"},
+    {"correction.ais.weights.variance", K_FLOAT, F(correction.c.ais.w_var), "1", -1e300, 1e300, NULL,
+     "weight of the variance diagnostic (0 removes it)"},
+    {"correction.ais.tau_delta", K_FLOAT, F(correction.c.ais.tau_delta), "0.05", 1e-12, INF, NULL,
+     "divergence scale tau of s_div"},
+    {"correction.ais.bias", K_FLOAT, F(correction.c.ais.bias), "-4", -INF, INF, NULL,
+     "bias of the logistic combination"},
+    {"correction.ais.eta", K_FLOAT, F(correction.c.ais.eta), "0", 0, 1, NULL,
+     "smoothing of alpha across steps (0: none)"},
+    {"correction.ais.alpha_min", K_FLOAT, F(correction.c.ais.alpha_min), "0", 0, 1, NULL,
+     "lower clamp of alpha"},
+    {"correction.ais.alpha_max", K_FLOAT, F(correction.c.ais.alpha_max), "1", 0, 1, NULL,
+     "upper clamp of alpha"},
+    {"data.train", K_STR, F(data.train), "", 0, 0, NULL,
+     "SFT data: JSONL of prompt/answer pairs"},
+    {"data.max_len", K_INT, F(data.max_len), "128", 2, 1 << 20, NULL,
+     "longest prompt + answer in tokens (longer is an error)"},
+    {"data.answer_length", K_INT, F(data.answer_length), "0", 0, 1 << 20, NULL,
+     "EOS-pad every SFT answer to this many tokens (0: no)"},
+    {"sft.steps", K_INT, F(sft.steps), "100", 0, 1e9, NULL,
+     "SFT optimizer steps"},
+    {"sft.batch_size", K_INT, F(sft.batch_size), "8", 1, 1 << 20, NULL,
+     "SFT pairs per step"},
+    {"sft.chat", K_BOOL, F(sft.chat), "false", 0, 0, NULL,
+     "wrap SFT prompts in the model's chat format"},
+    {"optim.lr", K_FLOAT, F(optim.lr), "1e-4", 0, 10, NULL,
+     "AdamW learning rate"},
+    {"optim.warmup", K_INT, F(optim.warmup), "0", 0, 1e9, NULL,
+     "linear warmup steps"},
+    {"optim.betas", K_FLOAT2, F(optim.betas), "[0.9, 0.99]", 0, 1 - 1e-12, NULL,
+     "AdamW betas"},
+    {"optim.eps", K_FLOAT, F(optim.eps), "1e-8", 0, 1, NULL,
+     "AdamW epsilon"},
+    {"optim.weight_decay", K_FLOAT, F(optim.weight_decay), "0", 0, 10, NULL,
+     "AdamW decoupled weight decay"},
+    {"optim.grad_clip", K_FLOAT, F(optim.grad_clip), "1.0", 0, INF, NULL,
+     "global gradient-norm clipping (0: off)"},
+    {"optim.schedule", K_ENUM, F(optim.schedule), "constant", 0, 0, &cfg_names_schedule,
+     "constant, or cosine to 0 at the last step after the warmup"},
+    {"eval.every", K_INT, F(eval.every), "20", 0, 1e9, NULL,
+     "evaluate every N steps and at the end (0: never)"},
+    {"eval.n", K_INT, F(eval.n), "500", 0, 1e8, NULL,
+     "evaluation items"},
+    {"eval.gen_length", K_INT, F(eval.gen_length), "64", 1, 1 << 20, NULL,
+     "evaluation generated tokens"},
+    {"eval.block_length", K_INT, F(eval.block_length), "16", 1, 1 << 20, NULL,
+     "evaluation block length"},
+    {"eval.steps", K_INT, F(eval.steps), "32", 1, 32767, NULL,
+     "evaluation denoising steps"},
+    {"eval.temperature", K_FLOAT, F(eval.temperature), "0", 0, 100, NULL,
+     "evaluation temperature (0: greedy)"},
+    {"eval.precision", K_ENUM, F(eval.precision), "trainer", 0, 0, &cfg_names_eval_precision,
+     "weights evaluation decodes with: trainer or the rollout copy"},
+    {"eval.mask_token", K_ENUM, F(eval.mask_token), "forbid", 0, 0, &cfg_names_mask_token,
+     "forbid or allow the mask token in evaluation completions"},
+    {"log.dir", K_STR, F(log.dir), "runs", 0, 0, NULL,
+     "directory of the run directories"},
+    {"log.every", K_INT, F(log.every), "10", 1, 1e9, NULL,
+     "sft progress every N steps (train reports every step)"},
+    {"log.trajectories", K_BOOL, F(log.trajectories), "true", 0, 0, NULL,
+     "per-completion rows in log.h5"},
+    /* 10: a killed run loses at most 10 steps and stays resumable (README) */
+    {"checkpoint.every", K_INT, F(checkpoint.every), "10", 0, 1e9, NULL,
+     "checkpoint every N steps and at the end (0: only at the end)"},
+    {"checkpoint.keep", K_INT, F(checkpoint.keep), "2", 0, 1e6, NULL,
+     "newest checkpoints kept (0: all)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -205,6 +307,7 @@ static const cfg_key keys[] = {
 typedef struct {
     const char *file;  /* config path or "--set" */
     const char *text;  /* whole source text, for echoing the line */
+    dllm_cfg_keys_set *count; /* keys the text sets, by kind (NULL: not counted) */
 } source;
 
 static int fail_at(dllm_err *err, const source *src, yaml_mark_t mark, const char *fmt, ...)
@@ -469,6 +572,19 @@ static int set_sequence(dllm_cfg *cfg, const cfg_key *k, yaml_document_t *doc, y
     return 0;
 }
 
+/* Sections that only an RL run reads, and those only sft reads. */
+static const char *const rl_sections[] = {"task.", "rollout.", "likelihood.", "grpo.", "correction."};
+static const char *const sft_sections[] = {"sft.", "data."};
+
+static void count_key(dllm_cfg_keys_set *c, const char *path)
+{
+    c->total++;
+    for (size_t i = 0; i < sizeof rl_sections / sizeof rl_sections[0]; i++)
+        c->rl += !strncmp(path, rl_sections[i], strlen(rl_sections[i]));
+    for (size_t i = 0; i < sizeof sft_sections / sizeof sft_sections[0]; i++)
+        c->sft += !strncmp(path, sft_sections[i], strlen(sft_sections[i]));
+}
+
 static int walk(dllm_cfg *cfg, yaml_document_t *doc, yaml_node_t *node, const char *prefix,
                 const source *src, dllm_err *err)
 {
@@ -507,6 +623,8 @@ static int walk(dllm_cfg *cfg, yaml_document_t *doc, yaml_node_t *node, const ch
             return fail_at(err, src, node->start_mark, "the config must be a mapping of sections");
         return fail_at(err, src, node->start_mark, "'%s' is a section: expected a mapping", prefix);
     }
+    if (src->count)
+        count_key(src->count, k->path);
     if (node->type == YAML_SEQUENCE_NODE)
         return set_sequence(cfg, k, doc, node, src, err);
     if (node->type == YAML_MAPPING_NODE)
@@ -550,7 +668,7 @@ void dllm_cfg_defaults(dllm_cfg *cfg)
     memset(cfg, 0, sizeof *cfg);
     dllm_err err;
     for (size_t i = 0; i < NKEYS; i++) {
-        source src = {"<defaults>", keys[i].def};
+        source src = {"<defaults>", keys[i].def, NULL};
         if (apply_yaml(cfg, keys[i].def, strlen(keys[i].def), keys[i].path, &src, &err)) {
             fprintf(stderr, "dllm-rl: bad default for %s: %s\n", keys[i].path, err.msg);
             abort();
@@ -558,16 +676,50 @@ void dllm_cfg_defaults(dllm_cfg *cfg)
     }
 }
 
-int dllm_cfg_load(dllm_cfg *cfg, const char *path, dllm_err *err)
+int dllm_cfg_load_counted(dllm_cfg *cfg, const char *path, dllm_cfg_keys_set *count,
+                          dllm_err *err)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s is a directory, expected a YAML file "
+                            "(a run directory's config is %s/config.yaml)", path, path);
     char *text;
     size_t len;
     if (dllm_read_file(path, &text, &len, err))
         return err->code;
-    source src = {path, text};
+    dllm_cfg_keys_set c = {0, 0, 0};
+    source src = {path, text, &c};
     int rc = apply_yaml(cfg, text, len, "", &src, err);
     free(text);
+    /* every default on a random model is never what was meant */
+    if (!rc && c.total == 0)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s: empty config: nothing to run (set at least the keys that say what "
+                          "to run, e.g. model.path or model.preset and task.name; `dllm-rl config` "
+                          "lists every key)", path);
+    if (count)
+        *count = c;
     return rc;
+}
+
+int dllm_cfg_load(dllm_cfg *cfg, const char *path, dllm_err *err)
+{
+    return dllm_cfg_load_counted(cfg, path, NULL, err);
+}
+
+int dllm_cfg_require_kind(const dllm_cfg_keys_set *c, const char *path, bool rl, dllm_err *err)
+{
+    if (rl && c->sft > 0 && c->rl == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s is an SFT config (it sets sft.* or data.* keys and no task.*, "
+                            "rollout.*, likelihood.*, grpo.* or correction.* key): run it with "
+                            "`dllm-rl sft %s`", path, path);
+    if (!rl && c->rl > 0 && c->sft == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s is an RL config (it sets task.*, rollout.*, likelihood.*, grpo.* "
+                            "or correction.* keys and no sft.* or data.* key): run it with "
+                            "`dllm-rl train %s`", path, path);
+    return 0;
 }
 
 int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err)
@@ -583,8 +735,13 @@ int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err)
     path[n] = '\0';
     if (!find_key(path))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "--set %s: unknown key '%s'", assignment, path);
-    source src = {"--set", assignment};
+    source src = {"--set", assignment, NULL};
     const char *val = eq + 1;
+    /* an unset shell variable must not quietly run the default */
+    if (!val[0])
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--set %s: empty value for '%s' (give a value, e.g. --set %s=VALUE, or "
+                            "leave the --set out to keep the config's value)", assignment, path, path);
     return apply_yaml(cfg, val, strlen(val), path, &src, err);
 }
 
@@ -645,10 +802,74 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
     /* the correction module's own preconditions (the key table's ranges imply them) */
     if (corr_cfg_check(&cfg->correction.c, err))
         return err->code;
+    if (!(cfg->grpo.loss.clip_eps > 0 && cfg->grpo.loss.clip_eps < 1))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "grpo.clip_eps = %g must lie in (0, 1): the ratio is clipped to "
+                            "[1 - eps, 1 + eps] (0.2 is usual)", cfg->grpo.loss.clip_eps);
+    if (cfg->eval.every > 0 && cfg->eval.n == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "eval.n = 0 with eval.every = %d: nothing to evaluate (set eval.n >= 1, "
+                            "or eval.every=0 to evaluate never)", cfg->eval.every);
     if (cfg->model.lora.rank > 0 && cfg->model.lora.targets.n == 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: empty list with rank %d",
                             cfg->model.lora.rank);
     return 0;
+}
+
+size_t dllm_cfg_nkeys(void)
+{
+    return NKEYS;
+}
+
+void dllm_cfg_key_doc_get(size_t i, dllm_cfg_key_doc *out)
+{
+    const cfg_key *k = &keys[i];
+    out->path = k->path;
+    out->def = k->def;
+    out->desc = k->desc ? k->desc : "";
+    out->type = k->type == K_INT || k->type == K_LONG ? "int"
+                : k->type == K_FLOAT                  ? "float"
+                : k->type == K_BOOL                   ? "bool"
+                : k->type == K_STR                    ? "string"
+                : k->type == K_ENUM                   ? "choice"
+                : k->type == K_FLOAT2                 ? "[float, float]"
+                                                      : "[string, ...]";
+    switch (k->type) {
+    case K_INT:
+    case K_LONG:
+    case K_FLOAT:
+    case K_FLOAT2:
+        snprintf(out->range, sizeof out->range, "[%g, %g]", k->min, k->max);
+        break;
+    case K_BOOL: snprintf(out->range, sizeof out->range, "true|false"); break;
+    case K_ENUM: cfg_names_choices(k->names, out->range, sizeof out->range); break;
+    case K_STR_LIST:
+        snprintf(out->range, sizeof out->range, "%s", k->names ? (const char *)k->names : "");
+        break;
+    default: out->range[0] = '\0';
+    }
+}
+
+const char *dllm_cfg_first_difference(const dllm_cfg *a, const dllm_cfg *b)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        const cfg_key *k = &keys[i];
+        const char *pa = (const char *)a + k->off, *pb = (const char *)b + k->off;
+        bool same;
+        if (k->type == K_STR) {
+            same = !strcmp(pa, pb);
+        } else if (k->type == K_STR_LIST) { /* items past n and past each NUL are not the value */
+            const cfg_str_list *la = (const cfg_str_list *)pa, *lb = (const cfg_str_list *)pb;
+            same = la->n == lb->n;
+            for (int j = 0; same && j < la->n; j++)
+                same = !strcmp(la->items[j], lb->items[j]);
+        } else {
+            same = !memcmp(pa, pb, k->size);
+        }
+        if (!same)
+            return k->path;
+    }
+    return NULL;
 }
 
 char *dllm_cfg_dump(const dllm_cfg *cfg)

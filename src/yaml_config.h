@@ -158,17 +158,40 @@ typedef struct {
     } checkpoint;
 } dllm_cfg;
 
+/* How many keys a config file sets, and how many of them only an RL run (task,
+ * rollout, likelihood, grpo, correction) or only sft (sft, data) reads. */
+typedef struct {
+    int total, rl, sft;
+} dllm_cfg_keys_set;
+
 /* Defaults for every key. */
 void dllm_cfg_defaults(dllm_cfg *cfg);
-/* Parses a YAML file over the defaults. */
+/* Parses a YAML file over the defaults. A directory, or a file that sets no
+ * key ("empty config: nothing to run"), is an input error. */
 int dllm_cfg_load(dllm_cfg *cfg, const char *path, dllm_err *err);
-/* Applies "a.b.c=value" (value parsed as a YAML scalar or flow sequence). */
+/* dllm_cfg_load that also counts the keys the file sets (count may be NULL). */
+int dllm_cfg_load_counted(dllm_cfg *cfg, const char *path, dllm_cfg_keys_set *count,
+                          dllm_err *err);
+/* An input error when the counted file is the other command's: rl (train) refuses
+ * a config with sft/data keys and no RL key; !rl (sft) the reverse. */
+int dllm_cfg_require_kind(const dllm_cfg_keys_set *count, const char *path, bool rl, dllm_err *err);
+/* Applies "a.b.c=value" (value parsed as a YAML scalar or flow sequence; an
+ * empty value is an input error). */
 int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err);
 /* Checks cross-key constraints and file existence after all overrides. */
 int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err);
 /* Learning rate at optimizer step `step` (1-based) of `total`: linear warmup
  * over optim.warmup steps, then constant or cosine to 0 at step `total`. */
 double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total);
+/* One key of the table, for listings (`dllm-rl config`). */
+typedef struct {
+    const char *path, *type, *def, *desc;
+    char range[512];  /* "[min, max]", "a|b|c" choices or allowed items; "" for strings */
+} dllm_cfg_key_doc;
+size_t dllm_cfg_nkeys(void);
+void dllm_cfg_key_doc_get(size_t i, dllm_cfg_key_doc *out);
+/* The first key (table order) whose value differs between a and b; NULL if none. */
+const char *dllm_cfg_first_difference(const dllm_cfg *a, const dllm_cfg *b);
 /* The effective config as YAML (every key), malloc'd. */
 char *dllm_cfg_dump(const dllm_cfg *cfg);
 

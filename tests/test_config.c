@@ -100,6 +100,98 @@ START_TEST(set_overrides_and_validates)
 }
 END_TEST
 
+/* Inputs that used to run something else than meant. */
+START_TEST(refused_inputs_name_the_key)
+{
+    dllm_cfg cfg;
+    dllm_cfg_defaults(&cfg);
+    dllm_err err = {0};
+    ck_assert_int_eq(cfg.checkpoint.every, 10);
+    /* an unset shell variable: --set grpo.steps=$STEPS */
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.steps=", &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "empty value for 'grpo.steps'"), "%s", err.msg);
+    ck_assert_int_eq(cfg.grpo.steps, 200);
+    /* an empty file, a comment-only file, a directory */
+    expect_error("", "empty config: nothing to run", "dllm-rl config");
+    expect_error("# just a comment\n", "empty config", NULL);
+    ck_assert_int_eq(dllm_cfg_load(&cfg, tmpdir, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "is a directory, expected a YAML file"), "%s", err.msg);
+    /* one completion per group has no advantage; clip_eps outside (0, 1) */
+    expect_error("rollout: {group_size: 1}\n", "rollout.group_size = 1 is out of range [2,", NULL);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.clip_eps=5", &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "grpo.clip_eps"));
+    const char *bad[] = {"grpo.clip_eps=0", "grpo.clip_eps=1"};
+    for (int i = 0; i < 2; i++) {
+        dllm_cfg_defaults(&cfg);
+        ck_assert_int_eq(dllm_cfg_set(&cfg, bad[i], &err), 0);
+        ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+        ck_assert_msg(strstr(err.msg, "grpo.clip_eps") && strstr(err.msg, "(0, 1)"), "%s", err.msg);
+    }
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.n=0", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "eval.n = 0") && strstr(err.msg, "eval.every=0"), "%s", err.msg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.every=0", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), 0);
+}
+END_TEST
+
+/* train refuses an SFT config and sft an RL one; a full dump is both. */
+START_TEST(config_kind)
+{
+    dllm_cfg cfg;
+    dllm_err err = {0};
+    dllm_cfg_keys_set c;
+    dllm_cfg_defaults(&cfg);
+    const char *p = write_yaml("s.yaml", "model: {preset: tiny}\nsft: {steps: 3}\ndata: {max_len: 64}\n");
+    ck_assert_int_eq(dllm_cfg_load_counted(&cfg, p, &c, &err), 0);
+    ck_assert_int_eq(c.total, 3);
+    ck_assert_int_eq(c.sft, 2);
+    ck_assert_int_eq(c.rl, 0);
+    ck_assert_int_eq(dllm_cfg_require_kind(&c, p, false, &err), 0);
+    ck_assert_int_eq(dllm_cfg_require_kind(&c, p, true, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "is an SFT config") && strstr(err.msg, "dllm-rl sft"), "%s", err.msg);
+    p = write_yaml("r.yaml", "task: {name: sudoku}\ngrpo: {steps: 3}\n");
+    ck_assert_int_eq(dllm_cfg_load_counted(&cfg, p, &c, &err), 0);
+    ck_assert_int_eq(dllm_cfg_require_kind(&c, p, true, &err), 0);
+    ck_assert_int_eq(dllm_cfg_require_kind(&c, p, false, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "is an RL config") && strstr(err.msg, "dllm-rl train"), "%s", err.msg);
+    dllm_cfg_defaults(&cfg);
+    char *dump = dllm_cfg_dump(&cfg);
+    p = write_yaml("all.yaml", dump);
+    free(dump);
+    ck_assert_int_eq(dllm_cfg_load_counted(&cfg, p, &c, &err), 0);
+    ck_assert_int_eq(c.total, (int)dllm_cfg_nkeys());
+    ck_assert_int_eq(dllm_cfg_require_kind(&c, p, true, &err), 0);
+    ck_assert_int_eq(dllm_cfg_require_kind(&c, p, false, &err), 0);
+    /* first_difference names the first differing key, strings and lists by value */
+    dllm_cfg a, b;
+    dllm_cfg_defaults(&a);
+    dllm_cfg_defaults(&b);
+    ck_assert_ptr_null(dllm_cfg_first_difference(&a, &b));
+    ck_assert_int_eq(dllm_cfg_set(&a, "experiment=a-much-longer-name", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&a, "experiment=run", &err), 0);
+    ck_assert_ptr_null(dllm_cfg_first_difference(&a, &b));
+    ck_assert_int_eq(dllm_cfg_set(&b, "grpo.beta=0.1", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&b, "optim.lr=0.5", &err), 0);
+    ck_assert_str_eq(dllm_cfg_first_difference(&a, &b), "grpo.beta");
+}
+END_TEST
+
+/* Every key is documented: a meaning and, for numbers and choices, a range. */
+START_TEST(every_key_documented)
+{
+    ck_assert_int_gt(dllm_cfg_nkeys(), 80);
+    for (size_t i = 0; i < dllm_cfg_nkeys(); i++) {
+        dllm_cfg_key_doc k;
+        dllm_cfg_key_doc_get(i, &k);
+        ck_assert_msg(strlen(k.desc) > 8, "%s: no description", k.path);
+        if (strcmp(k.type, "string"))
+            ck_assert_msg(k.range[0], "%s: no range or choices", k.path);
+    }
+}
+END_TEST
+
 START_TEST(syntax_error_has_position)
 {
     expect_error("seed: 1\nmodel: {preset: tiny\n", "bad.yaml:", "YAML syntax error");
@@ -369,6 +461,9 @@ int main(void)
     tcase_add_test(tc, cross_key_rules);
     tcase_add_test(tc, dump_reloads_to_same_config);
     tcase_add_test(tc, shipped_configs_parse);
+    tcase_add_test(tc, refused_inputs_name_the_key);
+    tcase_add_test(tc, config_kind);
+    tcase_add_test(tc, every_key_documented);
     tcase_add_test(tc, enums_are_typed);
     tcase_add_test(tc, names_tables_round_trip);
     tcase_add_test(tc, quickstart_values);

@@ -515,6 +515,57 @@ START_TEST(test_traj_table_gather)
 }
 END_TEST
 
+/* Every dataset of the file: units and description attributes, the table's. */
+static herr_t check_doc(hid_t g, const char *name, const H5L_info_t *info, void *data)
+{
+    (void)info;
+    hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+    ck_assert_msg(o >= 0, "%s", name);
+    if (H5Iget_type(o) == H5I_DATASET) {
+        char *units = raw_str_attr(o, "units"), *desc = raw_str_attr(o, "description");
+        ck_assert_msg(units[0] && desc[0], "%s: empty units or description", name);
+        /* the table's row: its group is the first component ("eval" for eval/<task>) */
+        char group[64];
+        snprintf(group, sizeof group, "%.*s", (int)strcspn(name, "/"), name);
+        const char *u, *d;
+        ck_assert_int_eq(h5log_dataset_doc(group, strrchr(name, '/') + 1, &u, &d), 0);
+        ck_assert_str_eq(units, u);
+        ck_assert_str_eq(desc, d);
+        const char *base = strrchr(name, '/') + 1;
+        if (!strncmp(base, "t_", 2))
+            ck_assert_msg(!strcmp(units, "s"), "%s: units %s, not seconds", name, units);
+        if (!strcmp(base, "log_w") || !strcmp(base, "token_log_ratio") || !strcmp(base, "l_pi"))
+            ck_assert_msg(!strcmp(units, "nats"), "%s: units %s, not nats", name, units);
+        (*(int *)data)++;
+    }
+    H5Oclose(o);
+    return 0;
+}
+
+START_TEST(test_datasets_have_units_and_description)
+{
+    make_tmpdir();
+    const char *path = tmp_path("log.h5");
+    write_log(path, 0, 2, 0.0);
+    for (int pass = 0; pass < 2; pass++) {
+        hid_t f = raw_open(path);
+        int n = 0;
+        ck_assert(H5Lvisit(f, H5_INDEX_NAME, H5_ITER_NATIVE, check_doc, &n) >= 0);
+        /* step + metrics, trajectories, mismatch (2), eval (4 per task) */
+        ck_assert_int_eq(n, 1 + H5LOG_N_METRICS + H5LOG_N_TRAJ + 2 + 4 * 2);
+        H5Fclose(f);
+        /* a resumed log is created anew: the attributes again */
+        h5log *log;
+        dllm_err err;
+        ck_assert_msg(h5log_resume(&log, path, 1, &err) == 0, "%s", err.msg);
+        h5log_close(log);
+    }
+    const char *u, *d;
+    ck_assert_int_eq(h5log_dataset_doc("steps", "no_such_metric", &u, &d), -1);
+    rm_tmpdir();
+}
+END_TEST
+
 START_TEST(test_schema_dtypes)
 {
     make_tmpdir();
@@ -995,7 +1046,11 @@ START_TEST(test_inspect_cli)
     ck_assert_int_eq(run_cli(args, &out, &eout), 0);
     ck_assert_ptr_nonnull(strstr(out, "steps        12 (step 1 .. 12)"));
     ck_assert_ptr_nonnull(strstr(out, "tokens_per_s"));
-    ck_assert_ptr_null(strstr(out, "policy_kl"));
+    /* the all-NaN policy_kl is not in the table, but listed with the reason */
+    const char *absent = strstr(out, "absent (NaN at every step)");
+    ck_assert_ptr_nonnull(absent);
+    const char *kl = strstr(out, "policy_kl");
+    ck_assert_msg(kl && kl > absent && strstr(kl, "grpo.beta"), "%s", out);
     ck_assert_ptr_nonnull(strstr(out, "gsm8k"));
     free(out);
     free(eout);
@@ -1195,6 +1250,7 @@ static Suite *h5log_suite(void)
     tcase_add_checked_fixture(tc, NULL, rm_tmpdir);
     tcase_add_test(tc, test_roundtrip_values);
     tcase_add_test(tc, test_schema_dtypes);
+    tcase_add_test(tc, test_datasets_have_units_and_description);
     tcase_add_test(tc, test_traj_table_gather);
     tcase_add_test(tc, test_sigkill_leaves_completed_steps);
     tcase_add_test(tc, test_resume_after_kill);
