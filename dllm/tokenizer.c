@@ -1247,7 +1247,8 @@ static int model_piece_cached(dllm_tokenizer *t, const char *p, size_t n, ivec *
         e->klen = (uint32_t)n;
         e->ids = dllm_realloc(e->ids, (m ? m : 1) * sizeof *e->ids);
         e->lens = dllm_realloc(e->lens, (m ? m : 1) * sizeof *e->lens);
-        memcpy(e->ids, ids->p + i0, m * sizeof *e->ids);
+        if (m) /* an empty piece leaves ids->p possibly NULL: no offset into it */
+            memcpy(e->ids, ids->p + i0, m * sizeof *e->ids);
         for (uint32_t k = 0; k < m; k++) e->lens[k] = (uint32_t)lens->p[l0 + k];
         e->n = m;
     }

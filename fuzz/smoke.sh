@@ -29,7 +29,8 @@ build fuzz_safetensors_config fuzz/fuzz_safetensors_config.c dllm/safetensors.c 
   dllm/model_config.c dllm/json_util.c kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
   $(pkg-config --cflags --libs jansson) -lm
 # shellcheck disable=SC2046
-build fuzz_yaml_config fuzz/fuzz_yaml_config.c src/yaml_config.c kernels/base.c \
+build fuzz_yaml_config fuzz/fuzz_yaml_config.c src/yaml_config.c src/cfg_names.c \
+  src/corrections.c src/grpo.c kernels/base.c \
   $(pkg-config --cflags --libs yaml-0.1) -lm
 
 # seeds: the fixtures the suites already use
@@ -51,6 +52,13 @@ seed yaml_config; i=0
 for f in configs/*.yaml; do
   { cat "$f"; printf '\0seed=3\ngrpo.steps=2\nrollout.fp8.format=e5m2\n'; } > "$out/corpus_yaml_config/seed$i"
   i=$((i+1))
+done
+
+# inputs that once failed, kept so every run replays them (fuzz/regressions/HARNESS-*)
+for f in fuzz/regressions/*; do
+  [ -e "$f" ] || continue
+  h=$(basename "$f" | sed 's/-.*//')
+  mkdir -p "$out/corpus_$h" && cp "$f" "$out/corpus_$h/"
 done
 
 run() { # harness corpus max_len
