@@ -60,7 +60,7 @@ static const cfg_key keys[] = {
     {"task.format", K_ENUM, F(task.format), "d1", 0, 0, "d1|plain"},
     {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, "auto|plain|llada|qwen3"},
     {"task.reward", K_ENUM, F(task.reward), "task", 0, 0, "task|correct"},
-    {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, "trainer|bf16|fp8"},
+    {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, "trainer|bf16|fp8|fp8-exact|nvfp4"},
     {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, "e4m3|e5m2"},
     {"rollout.fp8.scaling", K_ENUM, F(rollout.fp8.scaling), "block", 0, 0, "block|channel|tensor"},
     {"rollout.fp8.pow2_scale", K_BOOL, F(rollout.fp8.pow2_scale), "false", 0, 0, NULL},

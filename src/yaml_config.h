@@ -45,7 +45,7 @@ typedef struct {
         char reward[16];         /* task: the task's reward | correct: 1 if correct, else 0 */
     } task;
     struct {
-        char precision[16];      /* trainer | bf16 | fp8 */
+        char precision[16];      /* trainer | bf16 | fp8 | fp8-exact | nvfp4 */
         struct { char format[8]; char scaling[16]; int pow2_scale; } fp8;
         int group_size;
         int gen_length, block_length, steps;
