@@ -22,12 +22,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char usage_text[] =
     "usage: dllm-rl bench rollout [--arch llada|qwen3] [--preset tiny|small|llada-8b|qwen3-8b |\n"
     "         --model DIR] [--precision bf16,fp8] [--batch 4] [--prompt 32] [--gen-length 64]\n"
     "         [--block-length 16] [--steps 32] [--temperature 0.9] [--top-p 1] [--iters 3]\n"
-    "         [--warmup 1] [--seed 0]\n"
+    "         [--warmup 1] [--seed 0] [--clock wall|cpu]\n"
     "\n"
     "Rollouts of --batch random prompts on a random model of the preset (or on --model),\n"
     "at each precision of the comma-separated list (fp32 = the trainer's numerics; bf16;\n"
@@ -41,7 +42,19 @@ static const char usage_text[] =
     "(4 B T^2 QD per layer), plus the head on the rows the sampler asks for (estimated:\n"
     "the block's masked positions, on average B blk (spb + 1) / (2 spb), spb = steps per\n"
     "block). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
+    "--clock cpu times by the process's CPU time instead of wall time: per core-second,\n"
+    "less sensitive to other jobs on a shared machine (use it with OMP_NUM_THREADS=1).\n"
     "Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS.\n";
+
+/* Wall or process CPU seconds (--clock). */
+static double clock_now(bool cpu)
+{
+    if (!cpu)
+        return dllm_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 enum { MAX_PREC = 8 };
 
@@ -50,7 +63,7 @@ int bench_rollout(int argc, char **argv)
     const char *preset = "tiny", *list = "bf16,fp8", *arch = "llada", *model_dir = NULL;
     long B = 4, P = 32, G = 64, blk = 16, steps = 32, iters = 3, warmup = 1, seed = 0;
     double temp = 0.9, top_p = 1;
-    bool preset_given = false;
+    bool preset_given = false, cpu_clock = false;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'},     {"precision", required_argument, 0, 'P'},
@@ -60,7 +73,8 @@ int bench_rollout(int argc, char **argv)
         {"iters", required_argument, 0, 'i'},      {"warmup", required_argument, 0, 'w'},
         {"seed", required_argument, 0, 'S'},       {"arch", required_argument, 0, 'a'},
         {"model", required_argument, 0, 'm'},      {"top-p", required_argument, 0, 'T'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"clock", required_argument, 0, 'c'},      {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
@@ -79,6 +93,12 @@ int bench_rollout(int argc, char **argv)
         case 'a': arch = optarg; break;
         case 'm': model_dir = optarg; break;
         case 'T': bad = cli_parse_double(optarg, "--top-p", &top_p, &err); break;
+        case 'c':
+            cpu_clock = !strcmp(optarg, "cpu");
+            if (!cpu_clock && strcmp(optarg, "wall"))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--clock %s: expected wall or cpu",
+                                   optarg);
+            break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -154,11 +174,13 @@ int bench_rollout(int argc, char **argv)
     if (diffusion)
         printf("bench rollout: llada %s (d_model %d, %d layers), batch %ld, prompt %ld, "
                "gen-length %ld, block-length %ld, %ld steps, temperature %g; best of %ld after %ld "
-               "warm-up\n", what, mc.d_model, mc.n_layers, B, P, G, blk, steps, temp, iters, warmup);
+               "warm-up%s\n", what, mc.d_model, mc.n_layers, B, P, G, blk, steps, temp, iters, warmup,
+               cpu_clock ? "; CPU time" : "");
     else
         printf("bench rollout: qwen3 %s (d_model %d, %d layers), KV-cache decoding, batch %ld, "
                "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "
-               "warm-up\n", what, mc.d_model, mc.n_layers, B, P, G, temp, top_p, iters, warmup);
+               "warm-up%s\n", what, mc.d_model, mc.n_layers, B, P, G, temp, top_p, iters, warmup,
+               cpu_clock ? "; CPU time" : "");
     /* FLOPs of one denoising step (see the usage text) */
     double step_flops = 0;
     if (diffusion) {
@@ -187,10 +209,10 @@ int bench_rollout(int argc, char **argv)
         long toks = B * G;
         for (long it = 0; it < warmup + iters && !rc; it++) {
             dllm_rollout ro = {0};
-            double t0 = dllm_now();
+            double t0 = clock_now(cpu_clock);
             rc = dllm_policy_rollout(m, prompts, NULL, (int)B, (int)P, &sc, top_p, (uint64_t)seed,
                                      &ro, &err);
-            double dt = dllm_now() - t0;
+            double dt = clock_now(cpu_clock) - t0;
             if (!rc && !diffusion) { /* decoding stops at EOS: count what was decoded */
                 toks = 0;
                 for (long b = 0; b < B; b++)
