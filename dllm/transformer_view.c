@@ -195,8 +195,9 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
         m->rv.lora = false;
     } else if (p->rollout != DLLM_ROLLOUT_TRAINER) {
         rc = view_packed(m, &m->rv, p, err);
-        /* the FP8 and NVFP4 GEMMs quantise their own (fp32) inputs */
-        m->rv.round_lin = p->rollout == DLLM_ROLLOUT_BF16;
+        /* each of these linears rounds or quantises its own fp32 input (rounding it
+         * in place first would change no bit, and costs a pass per input) */
+        m->rv.round_lin = false;
         m->rv.round_head = true;
         m->rv.lora = false;
     }
