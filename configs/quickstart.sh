@@ -1,7 +1,7 @@
 #!/bin/sh
 # The CPU quickstart: a tiny LLaDA-architecture model learns 4x4 Sudoku.
 #   1. 500 solver-made SFT examples; 2. masked-diffusion SFT warm start;
-#   3. GRPO with FP8 rollouts and the AIS correction, evaluated on 500 held-out
+#   3. GRPO with FP8 rollouts (the fast FP8 product) and the AIS correction, evaluated on 500 held-out
 #      puzzles before RL (= the SFT model) and after.
 #   --control also runs the SFT-only control: the SFT model trained by SFT for
 #   about as long as the RL phase took, evaluated on the same puzzles.

@@ -7,12 +7,14 @@
 int dllm_policy_infer_cfg(dllm_policy_cfg *c, const char *precision, const char *flag,
                           dllm_err *err)
 {
-    const char *rollout = !strcmp(precision, "fp32")   ? "trainer"
-                          : !strcmp(precision, "bf16") ? "bf16"
-                          : !strcmp(precision, "fp8")  ? "fp8"
-                                                       : NULL;
+    static const char *const names[] = {"bf16", "fp8", "fp8-exact", "nvfp4"};
+    const char *rollout = !strcmp(precision, "fp32") ? "trainer" : NULL;
+    for (size_t i = 0; !rollout && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(precision, names[i]))
+            rollout = names[i];
     if (!rollout)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s %s: expected fp32, bf16 or fp8", flag,
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s %s: expected fp32, bf16, fp8, fp8-exact or nvfp4", flag,
                             precision);
     c->trainer = "fp32";
     c->rollout = rollout;

@@ -3,9 +3,18 @@
 
 #include <string.h>
 
+/* by dllm_rollout_kind */
+static const char *const rollout_names[] = {"trainer", "bf16", "fp8", "fp8-exact", "nvfp4"};
+enum { N_ROLLOUT = sizeof rollout_names / sizeof rollout_names[0] };
+
 const char *dllm_rollout_name(dllm_rollout_kind k)
 {
-    return k == DLLM_ROLLOUT_BF16 ? "bf16" : k == DLLM_ROLLOUT_FP8 ? "fp8" : "trainer";
+    return (unsigned)k < N_ROLLOUT ? rollout_names[k] : "trainer";
+}
+
+bool dllm_rollout_is_fp8(dllm_rollout_kind k)
+{
+    return k == DLLM_ROLLOUT_FP8 || k == DLLM_ROLLOUT_FP8_EXACT;
 }
 
 dllm_precision dllm_precision_default(void)
@@ -28,13 +37,14 @@ int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rol
                                 "trainer precision '%s': expected fp32 or bf16", trainer);
     }
     if (rollout && *rollout) {
-        if (!strcmp(rollout, "bf16"))
-            p->rollout = DLLM_ROLLOUT_BF16;
-        else if (!strcmp(rollout, "fp8"))
-            p->rollout = DLLM_ROLLOUT_FP8;
-        else if (strcmp(rollout, "trainer"))
+        int k = 0;
+        while (k < N_ROLLOUT && strcmp(rollout, rollout_names[k]))
+            k++;
+        if (k == N_ROLLOUT)
             return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "rollout precision '%s': expected trainer, bf16 or fp8", rollout);
+                                "rollout precision '%s': expected trainer, bf16, fp8, fp8-exact "
+                                "or nvfp4", rollout);
+        p->rollout = (dllm_rollout_kind)k;
     }
     if (format && *format && fp8_format_parse(format, &p->fp8_format, err))
         return dllm_err_prefix(err, "rollout.fp8.format");
@@ -50,7 +60,7 @@ int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rol
 
 int dllm_precision_check(const dllm_precision *p, const char *where, dllm_err *err)
 {
-    if ((unsigned)p->rollout > DLLM_ROLLOUT_FP8 || (unsigned)p->fp8_format > FP8_E5M2 ||
+    if ((unsigned)p->rollout >= N_ROLLOUT || (unsigned)p->fp8_format > FP8_E5M2 ||
         (p->fp8_scaling != FP8_SCALE_BLOCK && p->fp8_scaling != FP8_SCALE_CHANNEL &&
          p->fp8_scaling != FP8_SCALE_TENSOR))
         return dllm_err_set(err, DLLM_EXIT_INPUT,

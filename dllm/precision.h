@@ -10,18 +10,51 @@
  *
  * Rollout copy, a forward-only model built by dllm_tf_rollout_sync from the
  * current master weights with LoRA merged (W + (alpha/r) B A, in fp32):
- *   trainer  no copy: the rollout forward is the trainer forward, bit for bit
- *            (the reference arm, w = 1 exactly);
- *   bf16     every weight rounded to bf16, every linear input rounded to bf16,
- *            fp32 accumulation;
- *   fp8      the seven layer linears quantised (kernels/fp8.h) in fp8_format
- *            with weight scaling block (128x128) | channel | tensor, activations
- *            quantised at run time to match: block -> 1x128 groups, channel ->
- *            per token, tensor -> per tensor; the backend's fp8_linear_fwd does
- *            the product. Embeddings, norms, biases and the head are bf16
- *            (weights rounded, head input rounded).
+ *   trainer    no copy: the rollout forward is the trainer forward, bit for bit
+ *              (the reference arm, w = 1 exactly);
+ *   bf16       every weight rounded to bf16, every linear input rounded to bf16,
+ *              products exact, sums in fp32. The seven layer linears and the
+ *              head are packed as bf16 at the sync and multiplied by the
+ *              backend's bf16 linear (CPU: op_bf16_linear_fwd, oneDNN's bf16
+ *              matmul where the CPU has AVX512-BF16); only the order of the
+ *              fp32 sums differs from the exact simulation (the rounded values
+ *              widened to fp32, op_gemm), which it is bit for bit where the CPU
+ *              lacks bf16 dot products or DLLM_BF16_GEMM=fp32 is set;
+ *   fp8        the seven layer linears quantised (kernels/fp8.h) in fp8_format
+ *              with weight scaling block (128x128) | channel | tensor,
+ *              activations quantised at run time to match: block -> 1x128
+ *              groups, channel -> per token, tensor -> per tensor; the product
+ *              in the FP8 GEMM's fast mode (fp8_matrix.fast): the codes
+ *              multiplied exactly on bf16 dot products and summed in fp32 per
+ *              128-wide k-block, each block's sum times its two scales added to
+ *              the output in fp32, as an FP8 tensor core does. The quantised
+ *              values are those of fp8-exact bit for bit; the products differ
+ *              from it by fp32 rounding only (|fast - exact| <= (2K + 8) 2^-24
+ *              sum_k |a_k w_k|). Embeddings, norms and biases are bf16-rounded
+ *              fp32 values; the head is the bf16 copy's (bf16 linear);
+ *   fp8-exact  the same quantisation, the product simulated exactly: both
+ *              operands dequantised and multiplied in fp32 (op_gemm), the head
+ *              a bf16-rounded fp32 weight on a bf16-rounded input through the
+ *              fp32 linear -- the rollout "fp8" of earlier versions, bit for bit;
+ *   nvfp4      the seven layer linears as NVFP4 (kernels/nvfp4.h, W4A4: E2M1
+ *              codes, E4M3 scales per 16 elements along the reduction, one fp32
+ *              scale per tensor; activations quantised at run time the same
+ *              way, per call), simulated: both operands dequantised and
+ *              multiplied in fp32. The rest as fp8 (bf16, the head a bf16
+ *              linear).
  * The residual stream, norms, RoPE, attention and softmax compute in fp32 in
- * every mode. */
+ * every mode.
+ *
+ * Bit-exactness. Every mode is deterministic for a given input batch, thread
+ * count and build, so resumed runs repeat themselves bit for bit. Per row: the
+ * fast FP8 kernel (kernels/cpu/fp8_bf16dot.c) sums each output in one thread in
+ * a fixed order, so its results depend neither on the thread count nor on the
+ * other rows; the bf16 linear's sums are oneDNN's (observed, not promised, to
+ * be independent of both); fp8 with tensor scaling and nvfp4 compute one
+ * activation scale over the whole call, so a row's result depends on the other
+ * rows of the batch, as the exact simulation's fp32 GEMM may on the thread
+ * count. Runs across data-parallel ranks therefore agree to floating-point
+ * tolerance, as before. */
 #ifndef DLLM_PRECISION_H
 #define DLLM_PRECISION_H
 
@@ -33,25 +66,30 @@
 typedef enum {
     DLLM_ROLLOUT_TRAINER = 0,
     DLLM_ROLLOUT_BF16 = 1,
-    DLLM_ROLLOUT_FP8 = 2
+    DLLM_ROLLOUT_FP8 = 2,       /* the fast FP8 product */
+    DLLM_ROLLOUT_FP8_EXACT = 3, /* the exact FP8 simulation */
+    DLLM_ROLLOUT_NVFP4 = 4
 } dllm_rollout_kind;
 
 typedef struct {
     bool trainer_bf16;        /* trainer: false = fp32, true = bf16 rounding */
     dllm_rollout_kind rollout;
-    fp8_format fp8_format;    /* FP8_E4M3 | FP8_E5M2 */
+    fp8_format fp8_format;    /* FP8_E4M3 | FP8_E5M2 (fp8, fp8-exact) */
     fp8_scaling fp8_scaling;  /* weights: FP8_SCALE_BLOCK | _CHANNEL | _TENSOR */
     bool fp8_pow2_scale;
 } dllm_precision;
 
 /* Fills p from config names; NULL or "" takes the default:
- * trainer "fp32" | "bf16", rollout "trainer" | "bf16" | "fp8",
+ * trainer "fp32" | "bf16", rollout "trainer" | "bf16" | "fp8" | "fp8-exact" | "nvfp4",
  * format "e4m3" | "e5m2", scaling "block" | "channel" | "tensor".
  * Input errors name the key and list the choices. */
 int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rollout,
                          const char *format, const char *scaling, bool pow2_scale,
                          dllm_err *err);
-const char *dllm_rollout_name(dllm_rollout_kind k); /* "trainer" | "bf16" | "fp8" */
+/* "trainer" | "bf16" | "fp8" | "fp8-exact" | "nvfp4" */
+const char *dllm_rollout_name(dllm_rollout_kind k);
+/* Whether k quantises the layer linears to FP8 (fp8, fp8-exact). */
+bool dllm_rollout_is_fp8(dllm_rollout_kind k);
 /* The default: fp32 trainer, rollout "trainer" (e4m3 block for a later fp8). */
 dllm_precision dllm_precision_default(void);
 /* 0 if p holds valid enum values; else an input error naming `where`. */

@@ -23,7 +23,8 @@
  * only A, B are trainable. The head never carries LoRA.
  *
  * Precision: a forward reads its weights through a view (transformer_view.c)
- * that also says where linear inputs are rounded to bf16; rounding is applied
+ * that also says where linear inputs are rounded to bf16 and in which format
+ * the linears multiply (fp32, packed bf16, FP8, NVFP4); rounding is applied
  * in place to the saved linear inputs (n1, y, n2, s, nf), which serve nothing
  * but those linears, so the backward sees the rounded values. The backward
  * reads the trainer view's weights (the rounded ones under a bf16 trainer:
@@ -142,8 +143,13 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
 {
     int o, i;
     tf_lin_shape(m, j, &o, &i);
+    size_t k = (size_t)l * DLLM_NLIN + (size_t)j;
     if (v->q8)
-        OPS->fp8_linear_fwd(m->be, out, inp, &v->q8[l * DLLM_NLIN + j], N, i, o);
+        OPS->fp8_linear_fwd(m->be, out, inp, &v->q8[k], N, i, o);
+    else if (v->q4)
+        OPS->nvfp4_linear_fwd(m->be, out, inp, &v->q4[k], N, i, o);
+    else if (v->b16)
+        OPS->bf16_linear_fwd(m->be, out, inp, &v->b16[k], N, i, o);
     else
         OPS->linear_fwd(m->be, out, inp, v->lw[l].t[j], N, i, o);
     const tf_lora *ad = v->lora && m->ad ? &m->ad[l * DLLM_NLIN + j] : NULL;
@@ -234,7 +240,10 @@ void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float
     OPS->rmsnorm_fwd(m->be, nf, rstdf, xr, v->final_norm, R, m->C, m->cfg.rms_norm_eps);
     if (v->round_head)
         OPS->round_bf16(m->be, nf, (size_t)R * m->C);
-    OPS->linear_fwd(m->be, logits, nf, v->head, R, m->C, m->V);
+    if (v->head16.w) /* (the op may fill the matrix's fp32 fallback cache) */
+        OPS->bf16_linear_fwd(m->be, logits, nf, (bf16_matrix *)&v->head16, R, m->C, m->V);
+    else
+        OPS->linear_fwd(m->be, logits, nf, v->head, R, m->C, m->V);
 }
 
 /* Full-sequence attention over the batch of the activations ctx. */

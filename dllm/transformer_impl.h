@@ -8,10 +8,11 @@
 #include "dllm/transformer.h"
 #include "kernels/backend.h"
 #include "kernels/fp8.h"
+#include "kernels/nvfp4.h"
 #include "kernels/ops.h"
 
 /* A layer's tensors by slot (dllm/arch.h); NULL where the arch has none (or,
- * in a view, where FP8 replaces a linear). Shapes: q (QD, C), k, v (KD, C),
+ * in a view, where a packed or quantised matrix replaces a linear). Shapes: q (QD, C), k, v (KD, C),
  * o (C, QD), gate, up (H, C), down (C, H); norms (C), q/k_norm (HD); biases
  * (QD), (KD), (KD). */
 typedef struct {
@@ -72,7 +73,12 @@ typedef struct {
     const float *final_norm; // (C)
     const float *head;       // (V, C): the view's embed when tied
     tf_layer *lw;            // (L)
-    fp8_matrix *q8;          // (L, NLIN) FP8 layer linears, or NULL
+    /* the layer linears in a rollout copy's format (at most one set; none: the
+     * fp32 weights in lw through the backend's linear_fwd) */
+    fp8_matrix *q8;          // (L, NLIN) FP8, or NULL
+    nvfp4_matrix *q4;        // (L, NLIN) NVFP4, or NULL
+    bf16_matrix *b16;        // (L, NLIN) bf16, or NULL
+    bf16_matrix head16;      // the head packed as bf16 (head16.w NULL: the fp32 head)
     bool round_lin;          // bf16 at the layer linears' inputs
     bool round_head;         // bf16 at the head's input
     bool lora;               // apply the LoRA adapters at run time (the trainer only:
@@ -133,7 +139,7 @@ void tf_acts_free(tf_acts *a);
 void tf_ensure_grads(dllm_tf *m);
 
 /* out (N, out) = inp W^T [+ scale (inp A^T) B^T] for linear j of layer l, W
- * read through v (FP8: the W8A8 GEMM); xa (N, r) receives inp A^T (needed
+ * read through v (FP8: the W8A8 GEMM, NVFP4: the W4A4 one, bf16: the bf16 linear); xa (N, r) receives inp A^T (needed
  * when v applies LoRA there). No bias. */
 void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, const float *inp,
                 int N, float *xa);

@@ -1,8 +1,8 @@
 /* transformer_view.c: the weight views of the transformer core
  * (dllm/precision.h) -- a forward reads its weights through a tf_view: the
- * fp32 master weights, the trainer's bf16 copy, or the rollout copy (bf16, or
- * FP8 layer linears plus bf16 embedding / norms / biases / head) -- which
- * also says where activations are rounded to bf16. */
+ * fp32 master weights, the trainer's bf16 copy, or the rollout copy (bf16
+ * packed linears, or FP8 / NVFP4 layer linears, plus bf16 embedding / norms /
+ * biases / head) -- which also says where activations are rounded to bf16. */
 #include "dllm/transformer_impl.h"
 
 #include <stdio.h>
@@ -12,11 +12,18 @@
 void tf_view_free(const dllm_tf *m, tf_view *v)
 {
     free(v->buf);
-    if (v->q8) {
-        for (int k = 0; k < m->L * DLLM_NLIN; k++)
+    for (int k = 0; k < m->L * DLLM_NLIN; k++) {
+        if (v->q8)
             fp8_matrix_free(&v->q8[k]);
-        free(v->q8);
+        if (v->q4)
+            nvfp4_matrix_free(&v->q4[k]);
+        if (v->b16)
+            bf16_matrix_free(&v->b16[k]);
     }
+    free(v->q8);
+    free(v->q4);
+    free(v->b16);
+    bf16_matrix_free(&v->head16);
     free(v->lw);
     memset(v, 0, sizeof *v);
 }
@@ -98,18 +105,27 @@ static void view_bf16_copy(dllm_tf *m, tf_view *v, bool merge, bool skip_lin)
     m->be->ops->round_bf16(m->be, v->buf, n);
 }
 
-/* v = the FP8 rollout copy: layer linears quantised from the merged weights,
- * the rest rounded to bf16. */
-static int view_fp8(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err *err)
+/* v = a rollout copy whose layer linears are packed or quantised (bf16 on a
+ * backend with a bf16 linear, fp8, fp8-exact, nvfp4) from the merged weights,
+ * the rest rounded to bf16 in fp32; the head packed as bf16 too, except under
+ * fp8-exact (the earlier fp8's fp32 head) or where the backend has no bf16
+ * linear. */
+static int view_packed(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err *err)
 {
+    dllm_rollout_kind k = p->rollout;
     view_bf16_copy(m, v, false, true);
-    if (!v->q8)
-        v->q8 = dllm_calloc((size_t)m->L * DLLM_NLIN, sizeof *v->q8);
+    size_t nlin = (size_t)m->L * DLLM_NLIN;
+    if (dllm_rollout_is_fp8(k) && !v->q8)
+        v->q8 = dllm_calloc(nlin, sizeof *v->q8);
+    if (k == DLLM_ROLLOUT_NVFP4 && !v->q4)
+        v->q4 = dllm_calloc(nlin, sizeof *v->q4);
+    if (k == DLLM_ROLLOUT_BF16 && !v->b16)
+        v->b16 = dllm_calloc(nlin, sizeof *v->b16);
     size_t maxw = 0;
     for (int j = 0; j < DLLM_NLIN; j++)
         maxw = tf_slot_numel(m, j) > maxw ? tf_slot_numel(m, j) : maxw;
     float *tmp = dllm_malloc(maxw * sizeof(float));
-    /* activations are quantised to match the weights' granularity */
+    /* FP8 activations are quantised to match the weights' granularity */
     fp8_scaling act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
                       : p->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
                                                             : FP8_SCALE_TENSOR;
@@ -118,16 +134,29 @@ static int view_fp8(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err *e
         for (int j = 0; j < DLLM_NLIN && !rc; j++) {
             int o, i;
             tf_lin_shape(m, j, &o, &i);
-            fp8_matrix *q = &v->q8[l * DLLM_NLIN + j];
             merged_weight(m, l, j, tmp);
-            rc = fp8_quantise_weight(q, tmp, o, i, p->fp8_format, p->fp8_scaling,
-                                     p->fp8_pow2_scale, err);
-            if (!rc) {
-                q->act_scaling = act;
-                fp8_matrix_cache_dequant(q); /* before any threaded use */
+            if (v->b16) {
+                bf16_matrix_pack(&v->b16[l * DLLM_NLIN + j], tmp, o, i);
+            } else if (v->q4) {
+                nvfp4_matrix *q = &v->q4[l * DLLM_NLIN + j];
+                rc = nvfp4_quantise(q, tmp, o, i, err);
+                if (!rc)
+                    nvfp4_matrix_cache_dequant(q); /* before any threaded use */
+            } else {
+                fp8_matrix *q = &v->q8[l * DLLM_NLIN + j];
+                rc = fp8_quantise_weight(q, tmp, o, i, p->fp8_format, p->fp8_scaling,
+                                         p->fp8_pow2_scale, err);
+                if (!rc) {
+                    q->act_scaling = act;
+                    q->fast = k == DLLM_ROLLOUT_FP8;
+                    if (!q->fast) /* the fast mode packs its own bf16 codes on first use */
+                        fp8_matrix_cache_dequant(q); /* before any threaded use */
+                }
             }
         }
     free(tmp);
+    if (!rc && k != DLLM_ROLLOUT_FP8_EXACT && m->be->ops->bf16_linear_fwd)
+        bf16_matrix_pack(&v->head16, v->head, m->V, m->C); /* v->head is rounded already */
     return rc;
 }
 
@@ -155,13 +184,20 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
     if (p->rollout != m->prec.rollout || p->fp8_format != m->prec.fp8_format ||
         p->fp8_scaling != m->prec.fp8_scaling || p->fp8_pow2_scale != m->prec.fp8_pow2_scale)
         tf_view_free(m, &m->rv);
-    if (p->rollout == DLLM_ROLLOUT_BF16) {
+    bool bf16_op = m->be->ops->bf16_linear_fwd != NULL;
+    if (p->rollout == DLLM_ROLLOUT_NVFP4 && !m->be->ops->nvfp4_linear_fwd) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "rollout precision nvfp4: the %s backend has "
+                          "no NVFP4 linear", m->be->name);
+    } else if (p->rollout == DLLM_ROLLOUT_BF16 && !bf16_op) {
+        /* the exact simulation: fp32 weights holding bf16 values, fp32 linears */
         view_bf16_copy(m, &m->rv, true, false);
         m->rv.round_lin = m->rv.round_head = true;
         m->rv.lora = false;
-    } else if (p->rollout == DLLM_ROLLOUT_FP8) {
-        rc = view_fp8(m, &m->rv, p, err);
-        m->rv.round_lin = false; /* the FP8 GEMM quantises its own inputs */
+    } else if (p->rollout != DLLM_ROLLOUT_TRAINER) {
+        rc = view_packed(m, &m->rv, p, err);
+        /* each of these linears rounds or quantises its own fp32 input (rounding it
+         * in place first would change no bit, and costs a pass per input) */
+        m->rv.round_lin = false;
         m->rv.round_head = true;
         m->rv.lora = false;
     }

@@ -19,6 +19,7 @@
 #define DLLM_BACKEND_H
 
 #include "kernels/fp8.h"
+#include "kernels/nvfp4.h"
 #include "kernels/ops.h"
 
 #include <stdbool.h>
@@ -92,6 +93,15 @@ typedef struct dllm_backend_ops {
     void (*bias_fwd)(dllm_backend *be, float *out, const float *bias, int N, int OC);
     /* dbias (OC) += sum over the rows of dout (N, OC), rows in order */
     void (*bias_bwd)(dllm_backend *be, float *dbias, const float *dout, int N, int OC);
+
+    /* ---- low-precision rollout linears; optional (NULL: the backend has none, and
+     * the transformer core uses the exact fp32 simulation, or refuses nvfp4) ---- */
+    /* out (N, OC) = bf16(inp) w^T, w packed as bf16 (kernels/ops.h), fp32 sums */
+    void (*bf16_linear_fwd)(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
+                            int N, int C, int OC);
+    /* W4A4 (kernels/nvfp4.h): activations quantised per call */
+    void (*nvfp4_linear_fwd)(dllm_backend *be, float *out, const float *inp, nvfp4_matrix *w,
+                             int N, int C, int OC);
 } dllm_backend_ops;
 
 struct dllm_backend {

@@ -5,13 +5,13 @@
  * one.
  *
  * For every precision in --precision (fp32 = the trainer's numerics, bf16, fp8
- * = E4M3 128x128 blockwise W8A8): open the model with that rollout copy (the
- * copy's build is timed: the weight sync), run --warmup untimed rollouts, then
- * --iters timed ones; report the best time per rollout, per denoising step (per
- * decoded position for AR), generated tokens/s, and the fp8/bf16 time ratio.
- * On the CPU the FP8 GEMM is a simulation (activations quantised and
- * dequantised, then an fp32 GEMM on dequantised weights), so it is slower than
- * bf16 there; the speed-up belongs to GPUs with FP8 GEMMs. */
+ * = E4M3 128x128 blockwise W8A8 on the fast product, fp8-exact = its exact
+ * simulation, nvfp4; dllm/precision.h): open the model with that rollout copy
+ * (the copy's build is timed: the weight sync), run --warmup untimed rollouts,
+ * then --iters timed ones; report the best time per rollout, per denoising step
+ * (per decoded position for AR), generated tokens/s, the time relative to the
+ * first precision and, for a masked-diffusion model, the achieved GFLOP/s of a
+ * step (counted below), to set against the peaks `bench gemm` measures. */
 #include "dllm/arch.h"
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
@@ -23,22 +23,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char usage_text[] =
     "usage: dllm-rl bench rollout [--arch llada|qwen3|dream] [--preset tiny|small|llada-8b|qwen3-8b |\n"
     "         --model DIR] [--precision bf16,fp8] [--batch 4] [--prompt 32] [--gen-length 64]\n"
     "         [--block-length 16] [--steps 32] [--temperature 0.9] [--top-p 1] [--iters 3]\n"
-    "         [--warmup 1] [--seed 0]\n"
+    "         [--warmup 1] [--seed 0] [--clock wall|cpu]\n"
     "\n"
     "Rollouts of --batch random prompts on a random model of the preset (or on --model),\n"
-    "at each precision of the comma-separated list (fp32 = the trainer's numerics, bf16,\n"
-    "fp8 = E4M3 128x128 blockwise W8A8); prints the weight-sync time, the best time per\n"
-    "rollout and per denoising step (llada) or per decoded position (qwen3: KV-cache\n"
-    "decoding; --block-length and --steps do not apply), generated tokens/s (qwen3:\n"
-    "tokens up to each row's EOS), and the fp8/bf16 time ratio.\n"
-    "On the CPU the FP8 GEMM is simulated (quantise, dequantise, fp32 GEMM): expect\n"
-    "fp8 to be SLOWER there; FP8 speed-ups need a GPU with FP8 GEMMs.\n"
+    "at each precision of the comma-separated list (fp32 = the trainer's numerics; bf16;\n"
+    "fp8 = E4M3 128x128 blockwise W8A8 on the fast product (bf16 dot products where the\n"
+    "CPU has them); fp8-exact = the same copy simulated exactly (dequantise, fp32 GEMM);\n"
+    "nvfp4 = W4A4, simulated); prints the weight-sync time, the best time per rollout\n"
+    "and per denoising step (llada) or per decoded position (qwen3: KV-cache decoding;\n"
+    "--block-length and --steps do not apply), generated tokens/s (qwen3: tokens up to\n"
+    "each row's EOS), the time relative to the first precision, and for llada the\n"
+    "achieved GFLOP/s of a step: 2 x tokens x the layer linears' weights, plus attention\n"
+    "(4 B T^2 QD per layer), plus the head on the rows the sampler asks for (estimated:\n"
+    "the block's masked positions, on average B blk (spb + 1) / (2 spb), spb = steps per\n"
+    "block). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
+    "--clock cpu times by the process's CPU time instead of wall time: per core-second,\n"
+    "less sensitive to other jobs on a shared machine (use it with OMP_NUM_THREADS=1).\n"
     "Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS.\n";
+
+/* Wall or process CPU seconds (--clock). */
+static double clock_now(bool cpu)
+{
+    if (!cpu)
+        return dllm_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 enum { MAX_PREC = 8 };
 
@@ -47,7 +64,7 @@ int bench_rollout(int argc, char **argv)
     const char *preset = "tiny", *list = "bf16,fp8", *arch = "llada", *model_dir = NULL;
     long B = 4, P = 32, G = 64, blk = 16, steps = 32, iters = 3, warmup = 1, seed = 0;
     double temp = 0.9, top_p = 1;
-    bool preset_given = false;
+    bool preset_given = false, cpu_clock = false;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'},     {"precision", required_argument, 0, 'P'},
@@ -57,7 +74,8 @@ int bench_rollout(int argc, char **argv)
         {"iters", required_argument, 0, 'i'},      {"warmup", required_argument, 0, 'w'},
         {"seed", required_argument, 0, 'S'},       {"arch", required_argument, 0, 'a'},
         {"model", required_argument, 0, 'm'},      {"top-p", required_argument, 0, 'T'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"clock", required_argument, 0, 'c'},      {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
@@ -76,6 +94,12 @@ int bench_rollout(int argc, char **argv)
         case 'a': arch = optarg; break;
         case 'm': model_dir = optarg; break;
         case 'T': bad = cli_parse_double(optarg, "--top-p", &top_p, &err); break;
+        case 'c':
+            cpu_clock = !strcmp(optarg, "cpu");
+            if (!cpu_clock && strcmp(optarg, "wall"))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--clock %s: expected wall or cpu",
+                                   optarg);
+            break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -98,7 +122,8 @@ int bench_rollout(int argc, char **argv)
         dllm_policy_cfg probe = {0};
         if (np == MAX_PREC || dllm_policy_infer_cfg(&probe, tok, "--precision", &err)) {
             dllm_err_set(&err, DLLM_EXIT_INPUT,
-                         "--precision %s: expected a comma-separated list of fp32, bf16, fp8", list);
+                         "--precision %s: expected a comma-separated list of fp32, bf16, fp8, "
+                         "fp8-exact, nvfp4", list);
             free(dup);
             return cli_fail("bench rollout", &err);
         }
@@ -153,14 +178,25 @@ int bench_rollout(int argc, char **argv)
     if (diffusion)
         printf("bench rollout: %s %s (d_model %d, %d layers), batch %ld, prompt %ld, "
                "gen-length %ld, block-length %ld, %ld steps, temperature %g; best of %ld after %ld "
-               "warm-up\n", dllm_arch_get(mc.arch)->name, what, mc.d_model, mc.n_layers, B, P, G,
-               blk, steps, temp, iters, warmup);
+               "warm-up%s\n", dllm_arch_get(mc.arch)->name, what, mc.d_model, mc.n_layers, B, P, G,
+               blk, steps, temp, iters, warmup, cpu_clock ? "; CPU time" : "");
     else
         printf("bench rollout: qwen3 %s (d_model %d, %d layers), KV-cache decoding, batch %ld, "
                "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "
-               "warm-up\n", what, mc.d_model, mc.n_layers, B, P, G, temp, top_p, iters, warmup);
-    printf("%-9s %10s %12s %12s %12s %12s\n", "precision", "sync_s", "rollout_s",
-           diffusion ? "step_ms" : "token_ms", "tokens/s", "vs_first");
+               "warm-up%s\n", what, mc.d_model, mc.n_layers, B, P, G, temp, top_p, iters, warmup,
+               cpu_clock ? "; CPU time" : "");
+    /* FLOPs of one denoising step (see the usage text) */
+    double step_flops = 0;
+    if (diffusion) {
+        double C = mc.d_model, QD = (double)mc.n_heads * mc.head_dim;
+        double KD = (double)mc.n_kv_heads * mc.head_dim, H = mc.mlp_hidden, T = (double)(P + G);
+        double plin = 2 * C * QD + 2 * C * KD + 3 * C * H, spb = (double)steps / (double)(G / blk);
+        step_flops = mc.n_layers * (2 * B * T * plin + 4 * B * T * T * QD) +
+                     2 * (B * blk * (spb + 1) / (2 * spb)) * C * mc.embedding_size;
+    }
+    printf("%-9s %10s %12s %12s %12s %12s%s\n", "precision", "sync_s", "rollout_s",
+           diffusion ? "step_ms" : "token_ms", "tokens/s", "vs_first",
+           diffusion ? "      GFLOP/s" : "");
     double best[MAX_PREC];
     int rc = 0;
     for (int k = 0; k < np && !rc; k++) {
@@ -177,10 +213,10 @@ int bench_rollout(int argc, char **argv)
         long toks = B * G;
         for (long it = 0; it < warmup + iters && !rc; it++) {
             dllm_rollout ro = {0};
-            double t0 = dllm_now();
+            double t0 = clock_now(cpu_clock);
             rc = dllm_policy_rollout(m, prompts, NULL, (int)B, (int)P, &sc, top_p, (uint64_t)seed,
                                      &ro, &err);
-            double dt = dllm_now() - t0;
+            double dt = clock_now(cpu_clock) - t0;
             if (!rc && !diffusion) { /* decoding stops at EOS: count what was decoded */
                 toks = 0;
                 for (long b = 0; b < B; b++)
@@ -195,26 +231,16 @@ int bench_rollout(int argc, char **argv)
         m = NULL;
         if (rc)
             break;
-        printf("%-9s %10.4f %12.4f %12.3f %12.1f %12.3f\n", names[k], sync_s, best[k],
-               1e3 * best[k] / (double)(diffusion ? steps : G), (double)toks / best[k],
-               best[k] / best[0]);
+        double step_s = best[k] / (double)(diffusion ? steps : G);
+        printf("%-9s %10.4f %12.4f %12.3f %12.1f %12.3f", names[k], sync_s, best[k],
+               1e3 * step_s, (double)toks / best[k], best[k] / best[0]);
+        if (diffusion)
+            printf(" %12.1f", 1e-9 * step_flops / step_s);
+        printf("\n");
         fflush(stdout);
     }
-    if (!rc) {
-        int ib = -1, i8 = -1;
-        for (int k = 0; k < np; k++) {
-            if (!strcmp(names[k], "bf16"))
-                ib = k;
-            if (!strcmp(names[k], "fp8"))
-                i8 = k;
-        }
-        if (ib >= 0 && i8 >= 0)
-            printf("fp8/bf16 rollout time ratio: %.3f (%s)\n", best[i8] / best[ib],
-                   best[i8] > best[ib]
-                       ? "FP8 slower: on the CPU the FP8 GEMM is a simulation (quantise, "
-                         "dequantise, fp32 GEMM); FP8 speed-ups need a GPU with FP8 GEMMs"
-                       : "FP8 faster");
-    }
+    if (!rc && diffusion)
+        printf("one step: %.3f GFLOP (head rows estimated)\n", 1e-9 * step_flops);
     free(prompts);
     return rc ? cli_fail("bench rollout", &err) : 0;
 }

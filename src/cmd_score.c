@@ -20,7 +20,7 @@ static const char usage_text[] =
     "usage: dllm-rl score --model DIR --prompt-ids 1,2,3 --completion-ids 4,5,6\n"
     "         [--estimator one_step|elbo|trajectory|exact] [--mc K] [--p-mask-prompt P]\n"
     "         [--commit-steps 0,3,1,...] [--shrink S] [--temperature T] [--seed N]\n"
-    "         [--precision fp32|bf16|fp8]\n"
+    "         [--precision fp32|bf16|fp8|fp8-exact|nvfp4]\n"
     "\n"
     "Prints {\"seq_logp\": x, \"token_logp\": [...], \"estimator\": ...}; elbo adds\n"
     "\"mc_se\" (standard error of the estimate) and a token's value is its mean over the\n"
@@ -32,8 +32,12 @@ static const char usage_text[] =
     "Autoregressive (qwen3) models: exact (the default and the only one):\n"
     "token_logp[i] = log softmax(logits at position P+i-1 / T)[completion[i]];\n"
     "the masking flags (--mc, --p-mask-prompt, --commit-steps, --shrink) do not apply.\n"
-    "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights;\n"
-    "fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of the block linears.\n";
+    "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights\n"
+    "(bf16 products, fp32 sums); fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of\n"
+    "the block linears, multiplied as an FP8 tensor core does (exact products, fp32 sums\n"
+    "per 128-block, scales per block); fp8-exact the same copy simulated exactly\n"
+    "(dequantised, fp32 GEMM); nvfp4 with an NVFP4 (W4A4, 16-element blocks) copy of the\n"
+    "block linears, simulated. The rest of a low-precision copy is bf16.\n";
 
 int cmd_score(int argc, char **argv)
 {

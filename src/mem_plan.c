@@ -281,7 +281,11 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     p->rollout_seqs = (int)Sr;
     p->T = (int)T;
     const char *rollout = cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision);
-    const bool fp8 = !strcmp(rollout, "fp8"), bf16_copy = !strcmp(rollout, "bf16") && lora;
+    /* fp8-exact is a CPU-side numerics choice (the device copy is the same FP8 copy);
+     * NVFP4 is planned as FP8 (1 byte per code: an upper bound for 4-bit codes) */
+    const bool fp8 = !strcmp(rollout, "fp8") || !strcmp(rollout, "fp8-exact") ||
+                     !strcmp(rollout, "nvfp4"),
+               bf16_copy = !strcmp(rollout, "bf16") && lora;
 
     /* estimators: canvases per sequence (cps) and rows per canvas */
     int64_t cps_w, rows_w, cps_o, rows_o;
@@ -511,7 +515,9 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
         add(p, MEM_RESIDENT, "KL reference (fp32)", 4 * ntrain, "", Nl ? "4 Nl" : "4 P");
     if (cfg->model.trainer_precision == CFG_TRAINER_BF16)
         add(p, MEM_RESIDENT, "bf16 trainer copy (stored fp32)", 4 * P, "", "4 P");
-    if (cfg->rollout.precision == CFG_ROLLOUT_FP8) {
+    const bool fp8 = cfg->rollout.precision == CFG_ROLLOUT_FP8 ||
+                     cfg->rollout.precision == CFG_ROLLOUT_FP8_EXACT;
+    if (fp8) {
         int64_t n_scales = 0;
         for (int j = 0; j < NLIN; j++) {
             int64_t out, in;
@@ -524,7 +530,17 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
         add(p, MEM_RESIDENT, "FP8 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "", "4 (P - Plin)");
         add(p, MEM_RESIDENT, "FP8 copy: codes", Plin, "", "1 Plin");
         add(p, MEM_RESIDENT, "FP8 copy: scales (fp32)", 4 * n_scales, "", "4 x scales");
-        add(p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
+        if (cfg->rollout.precision == CFG_ROLLOUT_FP8_EXACT)
+            add(p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
+        else /* the fast product reads the codes widened to bf16 */
+            add(p, MEM_RESIDENT, "FP8 copy: codes as bf16 (fast product)", 2 * Plin, "", "2 Plin");
+    } else if (cfg->rollout.precision == CFG_ROLLOUT_NVFP4) {
+        add(p, MEM_RESIDENT, "NVFP4 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "",
+            "4 (P - Plin)");
+        add(p, MEM_RESIDENT, "NVFP4 copy: codes (a byte each)", Plin, "", "1 Plin");
+        add(p, MEM_RESIDENT, "NVFP4 copy: block scales (E4M3, 1 per 16)", ceil_div(Plin, 16), "",
+            "Plin / 16");
+        add(p, MEM_RESIDENT, "NVFP4 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
     } else if (cfg->rollout.precision == CFG_ROLLOUT_BF16) {
         add(p, MEM_RESIDENT, "bf16 rollout copy (stored fp32)", 4 * P, "", "4 P");
     }
@@ -541,7 +557,7 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
     /* transient */
     add(p, MEM_ROLLOUT, "sampler logits (fp32)", 4 * cfgx * Sr * Bk * V, "", "4 Sr Bk V%s",
         cfgx > 1 ? " x 2 (cfg)" : "");
-    if (cfg->rollout.precision == CFG_ROLLOUT_FP8)
+    if (fp8)
         add(p, MEM_ROLLOUT, "FP8 linear input, dequantised (fp32)", 4 * cfgx * Sr * T * Kin, "",
             "4 Sr T Kin");
     add(p, MEM_LIKELIHOOD, "chunk logits (fp32)", 4 * (int64_t)p->mb_lik * G * V, "", "4 Ml G V");

@@ -48,7 +48,8 @@ NAMES(cfg_names_chat, "task.chat", {"auto", CFG_CHAT_AUTO}, {"plain", DLLM_CHAT_
       {"llada", DLLM_CHAT_LLADA}, {"qwen3", DLLM_CHAT_QWEN3}, {"qwen2.5", DLLM_CHAT_QWEN25});
 NAMES(cfg_names_reward, "task.reward", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT});
 NAMES(cfg_names_rollout_precision, "rollout.precision", {"trainer", CFG_ROLLOUT_TRAINER},
-      {"bf16", CFG_ROLLOUT_BF16}, {"fp8", CFG_ROLLOUT_FP8});
+      {"bf16", CFG_ROLLOUT_BF16}, {"fp8", CFG_ROLLOUT_FP8}, {"fp8-exact", CFG_ROLLOUT_FP8_EXACT},
+      {"nvfp4", CFG_ROLLOUT_NVFP4});
 NAMES(cfg_names_fp8_format, "rollout.fp8.format", {"e4m3", CFG_FP8_E4M3}, {"e5m2", CFG_FP8_E5M2});
 NAMES(cfg_names_fp8_scaling, "rollout.fp8.scaling", {"block", CFG_FP8_BLOCK},
       {"channel", CFG_FP8_CHANNEL}, {"tensor", CFG_FP8_TENSOR});

@@ -43,7 +43,9 @@ typedef enum { CFG_FORMAT_D1, CFG_FORMAT_PLAIN } cfg_task_format;
 /* task.chat: auto, or a dllm_chat_format value */
 enum { CFG_CHAT_AUTO = -1 };
 typedef enum { CFG_REWARD_TASK, CFG_REWARD_CORRECT } cfg_reward;
-typedef enum { CFG_ROLLOUT_TRAINER, CFG_ROLLOUT_BF16, CFG_ROLLOUT_FP8 } cfg_rollout_precision;
+typedef enum {
+    CFG_ROLLOUT_TRAINER, CFG_ROLLOUT_BF16, CFG_ROLLOUT_FP8, CFG_ROLLOUT_FP8_EXACT, CFG_ROLLOUT_NVFP4
+} cfg_rollout_precision;
 typedef enum { CFG_FP8_E4M3, CFG_FP8_E5M2 } cfg_fp8_format;
 typedef enum { CFG_FP8_BLOCK, CFG_FP8_CHANNEL, CFG_FP8_TENSOR } cfg_fp8_scaling;
 typedef enum { CFG_SCHEDULE_CONSTANT, CFG_SCHEDULE_COSINE } cfg_schedule;

@@ -333,7 +333,13 @@ START_TEST(test_tiny_llada_cpu)
     ck_assert(p.cpu && p.fits);
     ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "weights (fp32)"), 4 * 117056);
     ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "bf16 trainer copy (stored fp32)"), 4 * 117056);
-    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)"), 4 * 100352);
+    /* the fast FP8 product keeps the codes widened to bf16; fp8-exact a dequantised fp32 cache */
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "FP8 copy: codes as bf16 (fast product)"), 2 * 100352);
+    mem_plan pe;
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "rollout.precision=fp8-exact", &err), 0);
+    ck_assert_msg(mem_plan_build_cpu(&pe, &mc, &cfg, &o, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(bytes_of(&pe, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)"), 4 * 100352);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "rollout.precision=fp8", &err), 0);
     ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "FP8 copy: other weights (bf16 stored fp32)"),
                      4 * (117056 - 100352));
     /* softmax probabilities of every layer: 2 x 64 canvases x 4 heads x 74 x 74 floats */

@@ -1,20 +1,31 @@
 /* test_precision.c: the precision machinery of the transformer core
- * (dllm/precision.h): the rollout copy (trainer / bf16 / FP8 W8A8) and the
- * bf16 trainer, table-driven over the architectures (LLaDA; Qwen3 with an
+ * (dllm/precision.h): the rollout copy (trainer / bf16 / FP8 W8A8 fast and
+ * exact / NVFP4 W4A4) and the bf16 trainer, table-driven over the architectures (LLaDA; Qwen3 with an
  * untied and a tied head), each at sizes whose 128-blocks have ragged edges.
  *
  *  - rollout "trainer" is bit-identical to dllm_tf_forward (fp32 and bf16
  *    trainers, with LoRA), and a rollout forward leaves the trainer's kept
  *    activations intact;
- *  - FP8: every layer linear of the copy equals op_fp8_linear_fwd on a weight
- *    merged and quantised here, independently of the model (block, channel
- *    and tensor scaling, each with its activation granularity, both formats),
- *    bit for bit without LoRA and up to a flipped code with it; close to, but
- *    not, the fp32 product; the logits differ from fp32 by a small nonzero
- *    amount, more for E5M2 than E4M3 and more than the bf16 copy's;
+ *  - FP8 (fp8-exact and the fast fp8): every layer linear of the copy equals
+ *    op_fp8_linear_fwd (exact mode, resp. fast mode) on a weight merged and
+ *    quantised here, independently of the model (block, channel and tensor
+ *    scaling, each with its activation granularity, both formats), bit for
+ *    bit without LoRA and up to a flipped code with it; the fast one is within
+ *    the fp32 accumulation bound of the exact one; both are close to, but not,
+ *    the fp32 product; the logits differ from fp32 by a small nonzero amount,
+ *    more for E5M2 than E4M3 and more than the bf16 copy's; fp8-exact's are
+ *    fp8's of earlier versions (the same ops, checked at the linears);
+ *  - NVFP4: every layer linear equals a direct computation from the
+ *    dequantised values (weights quantised here, activations by
+ *    nvfp4_quant_dequant), within the fp32 accumulation bound; its logits are
+ *    further from fp32 than FP8 E4M3's;
+ *  - fast vs exact: the fast bf16 and fp8 copies' logits are within a stated
+ *    tolerance of the exact simulations' (bf16: DLLM_BF16_GEMM=fp32, which is
+ *    bit for bit the exact one; fp8: fp8-exact);
  *  - bf16: the copy's weights (read back through the linear on unit vectors)
  *    are the bf16 roundings of the merged weights;
- *  - the bf16 trainer without LoRA computes the bf16 rollout's logits;
+ *  - the bf16 trainer without LoRA computes the bf16 rollout's logits (bit for
+ *    bit on the exact bf16 path, within tolerance on the fast one);
  *  - sync: a weight or LoRA change reaches the copy only at the next sync;
  *    LoRA is merged (FP8 logits of a LoRA model equal those of its merged
  *    checkpoint);
@@ -24,7 +35,8 @@
  *    fp32 ones bit for bit;
  *  - parsing of precision names.
  * What only Qwen3 has (KV-cache decoding at rollout precision, the AR policy
- * at FP8) is in test_qwen3_precision.c. */
+ * at FP8) is in test_qwen3_precision.c. The file runs past 900 lines because
+ * every precision's checks share its model, batch and reference helpers. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +46,7 @@
 
 #include "dllm/transformer.h"
 #include "kernels/fp8.h"
+#include "kernels/nvfp4.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 
@@ -271,67 +284,166 @@ END_TEST
 
 /* ---- FP8 ------------------------------------------------------------------------------- */
 
-/* Every layer linear of the copy against op_fp8_linear_fwd on the weight
- * merged and quantised here; without LoRA also against the fp32 product. */
+/* Every layer linear of the copy against op_fp8_linear_fwd (the copy's mode)
+ * on the weight merged and quantised here; without LoRA also against the fp32
+ * product, and the fast mode against the exact one. */
 START_TEST(test_fp8_linears)
 {
     static const char *const scal[] = {"block", "channel", "tensor"};
     static const fp8_scaling acts[] = {FP8_SCALE_GROUP, FP8_SCALE_CHANNEL, FP8_SCALE_TENSOR};
     static const char *const fmt[] = {"e4m3", "e5m2"};
+    static const char *const kinds[] = {"fp8-exact", "fp8"};
     for (int lora = 0; lora < 2; lora++) {
         dllm_tf *m = make_model(_i, lora);
         const dllm_arch_desc *ad = dllm_tf_arch(m);
-        for (int si = 0; si < 3; si++)
-            for (int fi = 0; fi < 2; fi++) {
-                dllm_precision p = prec(NULL, "fp8", fmt[fi], scal[si]);
-                do_sync(m, p);
-                for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
-                    for (int j = 0; j < DLLM_NLIN; j++) {
-                        int o, in, N = 5;
-                        const char *name = ad->lora_name[j];
-                        float *w = merged(m, l, j, &o, &in);
-                        float *x = dllm_malloc((size_t)N * in * sizeof(float));
-                        fill_normal(x, (size_t)N * in, 1.0, 100 + (uint64_t)(l * 7 + j));
-                        x[3] = 40.0f; /* an outlier: group scales differ from the tensor scale */
-                        float *got = dllm_malloc((size_t)N * o * sizeof(float));
-                        float *want = dllm_malloc((size_t)N * o * sizeof(float));
-                        ck_assert_int_eq(dllm_tf_rollout_linear(m, l, name, x, N, got), 0);
-                        fp8_matrix q = {0};
-                        dllm_err err = {0};
-                        ck_assert_int_eq(fp8_quantise_weight(&q, w, o, in, p.fp8_format,
-                                                             p.fp8_scaling, false, &err), 0);
-                        q.act_scaling = acts[si];
-                        op_fp8_linear_fwd(want, x, &q, N, in, o);
-                        if (!lora) { /* the same weight bits: the same product */
-                            ck_assert_msg(memcmp(got, want, (size_t)N * o * sizeof(float)) == 0,
-                                          "%s %s %s layer %d %s: the copy's linear is not the "
-                                          "FP8 GEMM", cases[_i].name, scal[si], fmt[fi], l, name);
-                            /* and close to, but not, the fp32 product */
-                            op_linear_fwd(want, x, w, N, in, o);
-                            double e = rel_rms(got, want, (size_t)N * o);
-                            ck_assert_msg(e > 1e-3 && e < (fi ? 0.15 : 0.08),
-                                          "%s %s layer %d %s: relative error %g", cases[_i].name,
-                                          scal[si], l, name, e);
-                        } else { /* the merge's summation order may flip a code */
-                            double rms, d = max_diff(got, want, (size_t)N * o, &rms);
-                            double mx = 0;
-                            for (size_t e = 0; e < (size_t)N * o; e++)
-                                mx = fmax(mx, fabs((double)want[e]));
-                            ck_assert_msg(d <= 0.02 * mx, "%s %s lora layer %d %s: %g of %g",
-                                          cases[_i].name, scal[si], l, name, d, mx);
+        for (int ki = 0; ki < 2; ki++)
+            for (int si = 0; si < 3; si++)
+                for (int fi = 0; fi < 2; fi++) {
+                    dllm_precision p = prec(NULL, kinds[ki], fmt[fi], scal[si]);
+                    do_sync(m, p);
+                    for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
+                        for (int j = 0; j < DLLM_NLIN; j++) {
+                            int o, in, N = 5;
+                            const char *name = ad->lora_name[j];
+                            float *w = merged(m, l, j, &o, &in);
+                            size_t no = (size_t)N * o;
+                            float *x = dllm_malloc((size_t)N * in * sizeof(float));
+                            fill_normal(x, (size_t)N * in, 1.0, 100 + (uint64_t)(l * 7 + j));
+                            x[3] = 40.0f; /* an outlier: group scales differ from the tensor's */
+                            float *got = dllm_malloc(no * sizeof(float));
+                            float *want = dllm_malloc(no * sizeof(float));
+                            ck_assert_int_eq(dllm_tf_rollout_linear(m, l, name, x, N, got), 0);
+                            fp8_matrix q = {0};
+                            dllm_err err = {0};
+                            ck_assert_int_eq(fp8_quantise_weight(&q, w, o, in, p.fp8_format,
+                                                                 p.fp8_scaling, false, &err), 0);
+                            q.act_scaling = acts[si];
+                            q.fast = ki == 1;
+                            op_fp8_linear_fwd(want, x, &q, N, in, o);
+                            if (!lora) { /* the same weight bits: the same product */
+                                ck_assert_msg(memcmp(got, want, no * sizeof(float)) == 0,
+                                              "%s %s %s %s layer %d %s: the copy's linear is not "
+                                              "the FP8 GEMM", kinds[ki], cases[_i].name, scal[si],
+                                              fmt[fi], l, name);
+                                if (q.fast) { /* within fp32 rounding of the exact mode */
+                                    float *ex = dllm_malloc(no * sizeof(float));
+                                    float *xd = dllm_malloc((size_t)N * in * sizeof(float));
+                                    q.fast = false;
+                                    op_fp8_linear_fwd(ex, x, &q, N, in, o);
+                                    fp8_quant_dequant(xd, x, N, in, p.fp8_format, acts[si], false);
+                                    fp8_matrix_cache_dequant(&q);
+                                    for (size_t e = 0; e < no; e++) {
+                                        const float *a = xd + (e / (size_t)o) * (size_t)in;
+                                        const float *wr = q.deq + (e % (size_t)o) * (size_t)in;
+                                        double sa = 0;
+                                        for (int c = 0; c < in; c++)
+                                            sa += fabs((double)a[c] * wr[c]);
+                                        ck_assert_msg(fabs((double)got[e] - ex[e]) <=
+                                                          (2.0 * in + 8) * 0x1p-24 * sa + 1e-37,
+                                                      "fast fp8 %s %s layer %d %s [%zu]: %.9g vs "
+                                                      "exact %.9g", cases[_i].name, scal[si], l,
+                                                      name, e, (double)got[e], (double)ex[e]);
+                                    }
+                                    free(ex);
+                                    free(xd);
+                                }
+                                /* and close to, but not, the fp32 product */
+                                op_linear_fwd(want, x, w, N, in, o);
+                                double e = rel_rms(got, want, no);
+                                ck_assert_msg(e > 1e-3 && e < (fi ? 0.15 : 0.08),
+                                              "%s %s layer %d %s: relative error %g",
+                                              cases[_i].name, scal[si], l, name, e);
+                            } else { /* the merge's summation order may flip a code */
+                                double rms, d = max_diff(got, want, no, &rms);
+                                double mx = 0;
+                                for (size_t e = 0; e < no; e++)
+                                    mx = fmax(mx, fabs((double)want[e]));
+                                ck_assert_msg(d <= 0.02 * mx, "%s %s lora layer %d %s: %g of %g",
+                                              cases[_i].name, scal[si], l, name, d, mx);
+                            }
+                            fp8_matrix_free(&q);
+                            free(w);
+                            free(x);
+                            free(got);
+                            free(want);
                         }
-                        fp8_matrix_free(&q);
-                        free(w);
-                        free(x);
-                        free(got);
-                        free(want);
-                    }
-            }
+                }
         float dummy = 0, out;
         ck_assert_int_eq(dllm_tf_rollout_linear(m, 0, "lm_head", &dummy, 1, &out),
                          DLLM_EXIT_INPUT);
         ck_assert_int_eq(dllm_tf_rollout_linear(m, dllm_tf_config(m)->n_layers, "q_proj", &dummy,
                                                 1, &out), DLLM_EXIT_INPUT);
+        dllm_tf_free(m);
+    }
+}
+END_TEST
+
+/* ---- NVFP4 ----------------------------------------------------------------------------- */
+
+/* Every layer linear of the nvfp4 copy against out = Q(x) Q(W)^T computed here
+ * in double from the dequantised values (Q(W): the merged weight quantised
+ * here; Q(x): nvfp4_quant_dequant): within the fp32 accumulation bound
+ * (K + 4) 2^-24 sum_k |a_k w_k| without LoRA (the same weight bits); with
+ * LoRA the merge's summation order may move an element across a code
+ * boundary (a step of up to a third of its block's maximum). */
+START_TEST(test_nvfp4_linears)
+{
+    for (int lora = 0; lora < 2; lora++) {
+        dllm_tf *m = make_model(_i, lora);
+        const dllm_arch_desc *ad = dllm_tf_arch(m);
+        do_sync(m, prec(NULL, "nvfp4", NULL, NULL));
+        for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
+            for (int j = 0; j < DLLM_NLIN; j++) {
+                int o, in, N = 5;
+                float *w = merged(m, l, j, &o, &in);
+                size_t no = (size_t)N * o;
+                float *x = dllm_malloc((size_t)N * in * sizeof(float));
+                fill_normal(x, (size_t)N * in, 1.0, 200 + (uint64_t)(l * 7 + j));
+                x[5] = 30.0f; /* an outlier: its block's scale differs from the others */
+                float *got = dllm_malloc(no * sizeof(float));
+                ck_assert_int_eq(dllm_tf_rollout_linear(m, l, ad->lora_name[j], x, N, got), 0);
+                nvfp4_matrix q = {0};
+                dllm_err err = {0};
+                ck_assert_int_eq(nvfp4_quantise(&q, w, o, in, &err), 0);
+                float *wd = dllm_malloc((size_t)o * in * sizeof(float));
+                float *xd = dllm_malloc((size_t)N * in * sizeof(float));
+                nvfp4_dequantise(wd, &q);
+                nvfp4_quant_dequant(xd, x, N, in);
+                double worst = 0, mx = 0, e2 = 0, r2 = 0, f2 = 0;
+                for (size_t e = 0; e < no; e++) {
+                    const float *a = xd + (e / (size_t)o) * (size_t)in;
+                    const float *wr = wd + (e % (size_t)o) * (size_t)in;
+                    const float *xr = x + (e / (size_t)o) * (size_t)in;
+                    const float *w32 = w + (e % (size_t)o) * (size_t)in;
+                    double sum = 0, sa = 0, f = 0;
+                    for (int c = 0; c < in; c++) {
+                        sum += (double)a[c] * wr[c];
+                        sa += fabs((double)a[c] * wr[c]);
+                        f += (double)xr[c] * w32[c];
+                    }
+                    worst = fmax(worst, fabs(got[e] - sum) / ((in + 4) * 0x1p-24 * sa + 1e-37));
+                    mx = fmax(mx, fabs(sum));
+                    e2 += (got[e] - sum) * (got[e] - sum);
+                    r2 += sum * sum;
+                    f2 += (sum - f) * (sum - f);
+                }
+                if (!lora)
+                    ck_assert_msg(worst <= 1.0, "%s layer %d %s: %g x the accumulation bound",
+                                  cases[_i].name, l, ad->lora_name[j], worst);
+                else
+                    ck_assert_msg(sqrt(e2 / r2) < 0.05, "%s lora layer %d %s: relative rms %g",
+                                  cases[_i].name, l, ad->lora_name[j], sqrt(e2 / r2));
+                /* 4-bit values: far from the fp32 product, but not unrelated */
+                double ef = sqrt(f2 / r2);
+                ck_assert_msg(ef > 0.02 && ef < 0.5, "%s layer %d %s: nvfp4 vs fp32 %g",
+                              cases[_i].name, l, ad->lora_name[j], ef);
+                nvfp4_matrix_free(&q);
+                free(wd);
+                free(xd);
+                free(w);
+                free(x);
+                free(got);
+            }
         dllm_tf_free(m);
     }
 }
@@ -343,10 +455,11 @@ START_TEST(test_logits_close_to_fp32)
     batch b = make_batch(dllm_tf_config(m)->embedding_size);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *ref = logits_of(m, &b, false);
-    double d[3];
-    const char *kinds[3] = {"bf16", "fp8", "fp8"};
-    const char *fmts[3] = {NULL, "e4m3", "e5m2"};
-    for (int k = 0; k < 3; k++) {
+    enum { NK = 5 };
+    double d[NK];
+    const char *kinds[NK] = {"bf16", "fp8", "fp8", "fp8-exact", "nvfp4"};
+    const char *fmts[NK] = {NULL, "e4m3", "e5m2", "e4m3", NULL};
+    for (int k = 0; k < NK; k++) {
         do_sync(m, prec(NULL, kinds[k], fmts[k], NULL));
         float *r = logits_of(m, &b, true);
         d[k] = rel_rms(r, ref, n);
@@ -356,11 +469,67 @@ START_TEST(test_logits_close_to_fp32)
         ck_assert(memcmp(t, ref, n * sizeof(float)) == 0);
         free(t);
     }
-    printf("%s: rms(logits - fp32) / rms(fp32): bf16 %.3g, fp8 e4m3 %.3g, e5m2 %.3g\n",
-           cases[_i].name, d[0], d[1], d[2]);
-    ck_assert(d[0] > 0 && d[1] > 0 && d[2] > 0);
-    ck_assert(d[0] < 0.02 && d[1] < 0.15 && d[2] < 0.3); /* small */
+    printf("%s: rms(logits - fp32) / rms(fp32): bf16 %.3g, fp8 e4m3 %.3g, e5m2 %.3g, "
+           "fp8-exact e4m3 %.3g, nvfp4 %.3g\n", cases[_i].name, d[0], d[1], d[2], d[3], d[4]);
+    for (int k = 0; k < NK; k++)
+        ck_assert(d[k] > 0);
+    ck_assert(d[0] < 0.02 && d[1] < 0.15 && d[2] < 0.3 && d[3] < 0.15 && d[4] < 0.6); /* small */
     ck_assert(d[0] < d[1] && d[1] < d[2]);           /* bf16 < e4m3 < e5m2 */
+    ck_assert(d[3] < d[4] && d[1] < d[4]);           /* e4m3 < nvfp4 */
+    free(ref);
+    dllm_tf_free(m);
+}
+END_TEST
+
+/* ---- fast vs exact --------------------------------------------------------------------- */
+
+/* Rollout logits of the fast bf16 and fp8 copies against the exact
+ * simulations, on a LoRA model. The fast products differ from the exact ones
+ * by fp32 rounding only (~1e-7 relative); where such a difference carries an
+ * activation across a bf16 or FP8 rounding boundary, that element moves by a
+ * rounding step and the logits by more. Tolerances, relative rms: bf16 at most
+ * 0.33 x the exact bf16's distance from fp32 (seen: 0.07 x on LLaDA, 1e-5 x on
+ * Qwen3), fp8 at most 0.02 x fp8-exact's (seen: below 5e-4 x); a mis-scaled or
+ * misplaced product exceeds either many times. The fast bf16 path on a CPU without bf16 dot products is the exact
+ * one: equal bit for bit there. */
+START_TEST(test_fast_vs_exact)
+{
+    dllm_tf *m = make_model(_i, true);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
+    float *ref = logits_of(m, &b, false);
+    /* bf16 */
+    unsetenv("DLLM_BF16_GEMM");
+    bool bf16_fast = strcmp(op_bf16_gemm_path(), "fp32") != 0;
+    do_sync(m, prec(NULL, "bf16", NULL, NULL));
+    float *fast = logits_of(m, &b, true);
+    setenv("DLLM_BF16_GEMM", "fp32", 1);
+    float *exact = logits_of(m, &b, true);
+    unsetenv("DLLM_BF16_GEMM");
+    double db = rel_rms(fast, exact, n), db32 = rel_rms(exact, ref, n);
+    printf("%s: bf16 (%s) vs exact bf16: relative rms %.3g (exact bf16 vs fp32: %.3g)\n",
+           cases[_i].name, op_bf16_gemm_path(), db, db32);
+    if (!bf16_fast)
+        ck_assert(memcmp(fast, exact, n * sizeof(float)) == 0);
+    ck_assert_msg(db <= 0.33 * db32, "%s: fast bf16 vs exact %g (bf16 vs fp32 %g)",
+                  cases[_i].name, db, db32);
+    free(fast);
+    free(exact);
+    /* fp8 (block, both formats) */
+    static const char *const fmt[] = {"e4m3", "e5m2"};
+    for (int f = 0; f < 2; f++) {
+        do_sync(m, prec(NULL, "fp8", fmt[f], NULL));
+        fast = logits_of(m, &b, true);
+        do_sync(m, prec(NULL, "fp8-exact", fmt[f], NULL));
+        exact = logits_of(m, &b, true);
+        double d8 = rel_rms(fast, exact, n), d832 = rel_rms(exact, ref, n);
+        printf("%s: fp8 %s (%s) vs fp8-exact: relative rms %.3g (fp8-exact vs fp32: %.3g)\n",
+               cases[_i].name, fmt[f], fp8_fast_path(), d8, d832);
+        ck_assert_msg(d8 <= 0.02 * d832, "%s: fast fp8 %s vs exact %g (exact vs fp32 %g)",
+                      cases[_i].name, fmt[f], d8, d832);
+        free(fast);
+        free(exact);
+    }
     free(ref);
     dllm_tf_free(m);
 }
@@ -429,18 +598,27 @@ START_TEST(test_bf16_copy_weights)
 END_TEST
 
 /* Without LoRA the bf16 trainer reads the same weights with the same rounding
- * points as the bf16 rollout copy: the same logits. */
+ * points as the bf16 rollout copy: the same logits, bit for bit on the exact
+ * bf16 path (DLLM_BF16_GEMM=fp32), and within the fast-vs-exact tolerance on
+ * the fast one (the trainer's products stay fp32 GEMMs over bf16 values). */
 START_TEST(test_bf16_trainer_is_bf16_rollout)
 {
     dllm_tf *m = make_model(_i, false);
     batch b = make_batch(dllm_tf_config(m)->embedding_size);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
+    float *l32 = logits_of(m, &b, false);
     do_sync(m, prec("fp32", "bf16", NULL, NULL));
+    setenv("DLLM_BF16_GEMM", "fp32", 1);
     float *lb = logits_of(m, &b, true);
+    unsetenv("DLLM_BF16_GEMM");
+    float *lfast = logits_of(m, &b, true);
     do_sync(m, prec("bf16", "trainer", NULL, NULL));
     float *ltb = logits_of(m, &b, false), *lrb = logits_of(m, &b, true);
     ck_assert(memcmp(ltb, lb, n * sizeof(float)) == 0);
     ck_assert(memcmp(lrb, lb, n * sizeof(float)) == 0);
+    ck_assert(rel_rms(lfast, ltb, n) <= 0.33 * rel_rms(ltb, l32, n));
+    free(l32);
+    free(lfast);
     free(lb);
     free(ltb);
     free(lrb);
@@ -693,11 +871,19 @@ START_TEST(test_parse)
     ck_assert(p.trainer_bf16 && p.rollout == DLLM_ROLLOUT_FP8 && p.fp8_format == FP8_E5M2 &&
               p.fp8_scaling == FP8_SCALE_TENSOR && p.fp8_pow2_scale);
     ck_assert_str_eq(dllm_rollout_name(p.rollout), "fp8");
+    static const char *const kinds[] = {"trainer", "bf16", "fp8", "fp8-exact", "nvfp4"};
+    for (int k = 0; k < 5; k++) {
+        ck_assert_int_eq(dllm_precision_parse(&p, NULL, kinds[k], NULL, NULL, false, &err), 0);
+        ck_assert_int_eq(p.rollout, k);
+        ck_assert_str_eq(dllm_rollout_name(p.rollout), kinds[k]);
+        ck_assert(dllm_rollout_is_fp8(p.rollout) == (k == 2 || k == 3));
+    }
     struct {
         const char *t, *r, *f, *s, *word;
     } bad[] = {{"fp16", NULL, NULL, NULL, "fp16"},  {NULL, "int8", NULL, NULL, "int8"},
                {NULL, "fp8", "e3m4", NULL, "e3m4"}, {NULL, "fp8", NULL, "group", "group"},
-               {NULL, "fp8", NULL, "rows", "rows"}};
+               {NULL, "fp8", NULL, "rows", "rows"},
+               {NULL, "fp8exact", NULL, NULL, "fp8-exact or nvfp4"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = (dllm_err){0};
         ck_assert_int_eq(dllm_precision_parse(&p, bad[i].t, bad[i].r, bad[i].f, bad[i].s, false,
@@ -721,7 +907,9 @@ int main(void)
     tcase_add_loop_test(c, test_trainer_rollout_bit_identical, 0, NCASE);
     tcase_add_loop_test(c, test_rollout_keeps_trainer_activations, 0, NCASE);
     tcase_add_loop_test(c, test_fp8_linears, 0, NCASE);
+    tcase_add_loop_test(c, test_nvfp4_linears, 0, NCASE);
     tcase_add_loop_test(c, test_logits_close_to_fp32, 0, NCASE);
+    tcase_add_loop_test(c, test_fast_vs_exact, 0, NCASE);
     tcase_add_loop_test(c, test_bf16_copy_weights, 0, NCASE);
     tcase_add_loop_test(c, test_bf16_trainer_is_bf16_rollout, 0, NCASE);
     tcase_add_loop_test(c, test_sync_after_weight_change, 0, NCASE);

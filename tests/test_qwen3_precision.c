@@ -2,7 +2,8 @@
  * the trainer/rollout precisions (dllm/precision.h; METHOD.md §6):
  *
  *  - KV-cache decoding at rollout precision (qwen3_decode_at_rollout) equals
- *    the full rollout forward on left-padded prompts;
+ *    the full rollout forward on left-padded prompts (fp8 fast and exact, bf16
+ *    fast and exact);
  *  - a policy opened with arch qwen3 and rollout fp8 is not "trainer", and its
  *    AR rollouts record the sampling probabilities of the FP8 copy.
  * The precision checks every architecture shares (rollout "trainer" bit for
@@ -127,30 +128,40 @@ static double decode_vs_full(dllm_tf *m, int *nbad, double *amax)
  * where such a difference carries an activation across a bf16 or FP8
  * rounding boundary, one code flips and the logits move by more (seen on a
  * few rows out of tens, ~1e-4). So: most rows within 1e-5, every row close;
- * decoding off the copy (the trainer's numerics) misses most rows. */
+ * decoding off the copy (the trainer's numerics) misses most rows. The fast
+ * bf16 linear (oneDNN's bf16 matmul, whose sums follow the row count) crosses
+ * more boundaries (4 of 18 rows seen beyond 1e-5, max 0.003): there only
+ * every row close is asserted; the exact bf16 path (DLLM_BF16_GEMM=fp32) takes
+ * the strict check. */
 START_TEST(test_kv_decode_rollout)
 {
     dllm_tf *m = make_model(false, 14);
     lora_random(m, 15);
-    static const char *const modes[][2] = {{"fp8", "block"}, {"fp8", "channel"}, {"bf16", NULL},
-                                           {"trainer", NULL}};
-    for (int k = 0; k < 4; k++) {
+    static const char *const modes[][3] = {
+        {"fp8", "block", ""},          {"fp8", "channel", ""},      {"fp8-exact", "block", ""},
+        {"bf16", NULL, "exact"},       {"bf16", NULL, "fast"},      {"trainer", NULL, ""}};
+    for (int k = 0; k < 6; k++) {
         dllm_precision p = prec("fp32", modes[k][0], modes[k][1], "e4m3");
+        bool loose = !strcmp(modes[k][2], "fast") && strcmp(op_bf16_gemm_path(), "fp32");
+        if (!strcmp(modes[k][2], "exact"))
+            setenv("DLLM_BF16_GEMM", "fp32", 1);
         sync(m, &p);
         qwen3_decode_at_rollout(m, true);
         int nbad, nbad0;
         double amax, d = decode_vs_full(m, &nbad, &amax);
-        ck_assert_msg(nbad <= KB * KG / 5 && d < 0.01 * amax,
-                      "%s %s: decode vs full rollout forward: %d of %d rows beyond 1e-5, max %g",
-                      modes[k][0], modes[k][1] ? modes[k][1] : "", nbad, KB * KG, d);
+        ck_assert_msg((loose || nbad <= KB * KG / 5) && d < 0.01 * amax,
+                      "%s %s %s: decode vs full rollout forward: %d of %d rows beyond 1e-5, "
+                      "max %g", modes[k][0], modes[k][1] ? modes[k][1] : "", modes[k][2], nbad,
+                      KB * KG, d);
         qwen3_decode_at_rollout(m, false);
         double d0 = decode_vs_full(m, &nbad0, &amax);
+        unsetenv("DLLM_BF16_GEMM");
         if (strcmp(modes[k][0], "trainer"))
             ck_assert_msg(nbad0 >= KB * KG / 2, "%s: decoding off the copy matched it (%g)",
                           modes[k][0], d0);
-        printf("qwen3 KV decode vs full rollout forward, %s %s: max %.3g, %d of %d rows beyond "
-               "1e-5 (trainer numerics: max %.3g)\n", modes[k][0], modes[k][1] ? modes[k][1] : "",
-               d, nbad, KB * KG, d0);
+        printf("qwen3 KV decode vs full rollout forward, %s %s %s: max %.3g, %d of %d rows "
+               "beyond 1e-5 (trainer numerics: max %.3g)\n", modes[k][0],
+               modes[k][1] ? modes[k][1] : "", modes[k][2], d, nbad, KB * KG, d0);
     }
     dllm_tf_free(m);
 }

@@ -55,6 +55,18 @@ static void cpu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, f
     (void)be;
     op_fp8_linear_fwd(out, inp, w, N, C, OC);
 }
+static void cpu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
+                                int N, int C, int OC)
+{
+    (void)be;
+    op_bf16_linear_fwd(out, inp, w, N, C, OC);
+}
+static void cpu_nvfp4_linear_fwd(dllm_backend *be, float *out, const float *inp,
+                                 nvfp4_matrix *w, int N, int C, int OC)
+{
+    (void)be;
+    op_nvfp4_linear_fwd(out, inp, w, N, C, OC);
+}
 static void cpu_rmsnorm_fwd(dllm_backend *be, float *out, float *rstd, const float *inp,
                             const float *w, int N, int C, float eps)
 {
@@ -200,6 +212,7 @@ static const dllm_backend_ops cpu_ops = {
     .round_bf16 = cpu_round_bf16, .add = cpu_add,
     .adamw = cpu_adamw, .grad_norm = cpu_grad_norm,
     .copy = cpu_copy, .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
+    .bf16_linear_fwd = cpu_bf16_linear_fwd, .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd,
 };
 
 static dllm_backend cpu_backend = {

@@ -284,6 +284,7 @@ const dllm_backend_ops cuda_ops = {
     cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd, cu_embedding_bwd,
     cu_xent_fwd, cu_xent_bwd, cu_round_bf16, cu_add, cu_adamw, cu_grad_norm,
     cu_copy, cu_bias_fwd, cu_bias_bwd,
+    NULL, NULL, /* no bf16 / NVFP4 rollout linears yet: the core simulates bf16 exactly */
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};
