@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* LLaDA (METHOD.md §1): bidirectional, canvas positions, untied head; see llada.h. */
+/* LLaDA (docs/METHOD.md §1): bidirectional, canvas positions, untied head; see llada.h. */
 const dllm_arch_desc dllm_arch_llada = {
     .name = "llada", .id = DLLM_ARCH_LLADA,
     .diffusion = true, .causal = false, .qk_norm = false, .qkv_bias = false, .shift_logits = false,

@@ -1,5 +1,5 @@
 /* estimators.h: sequence-level log-likelihood estimates for a masked-diffusion
- * model (METHOD.md §3). Every log-probability that feeds a ratio is summed in
+ * model (docs/METHOD.md §3). Every log-probability that feeds a ratio is summed in
  * double.
  *
  *  one_step   completion fully masked (prompt tokens masked with probability

@@ -142,7 +142,7 @@ static int build(dllm_lik_plan *p, const dllm_lik_cfg *c, const int32_t *prompts
             for (int k = 0; k < K; k++) {
                 int32_t *cv = new_canvas(&b, i, pr, g);
                 /* the padding tail past the first EOS is masked in every sample and
-                 * never scored: the context one_step sees (METHOD.md §3) */
+                 * never scored: the context one_step sees (docs/METHOD.md §3) */
                 for (int t = Li; t < G; t++)
                     cv[P + t] = c->mask_id;
                 for (int j = 0; j < Ls; j++)

@@ -1,6 +1,6 @@
 /* lik_plan.h: likelihood estimates for a whole batch of completions, with
  * their gradients -- the engine behind l_mu, l_pi, l_old and l_theta of the RL
- * step (METHOD.md §3-§5).
+ * step (docs/METHOD.md §3-§5).
  *
  * A plan lists every canvas the estimator needs (prompt left-padded to a common
  * length P, then the G generated positions) and every scored row: (canvas,

@@ -1,4 +1,4 @@
-/* llada.h: the LLaDA masked-diffusion transformer (METHOD.md §1) -- an
+/* llada.h: the LLaDA masked-diffusion transformer (docs/METHOD.md §1) -- an
  * architecture descriptor of the transformer core (dllm/transformer.h):
  *
  *   x = wte[tokens]

@@ -1,4 +1,4 @@
-/* policy.h: one interface over the models the RL loop trains (DESIGN.md,
+/* policy.h: one interface over the models the RL loop trains (docs/DESIGN.md,
  * "The policy interface"). The loop never asks whether the model is a
  * masked-diffusion LLaDA or an autoregressive Qwen3; it sees
  *   - logits callbacks at two precisions: TRAIN (the trainer: fp32, or bf16

@@ -1,4 +1,4 @@
-/* precision.h: the trainer's numerics and the rollout copy (METHOD.md §5, §6),
+/* precision.h: the trainer's numerics and the rollout copy (docs/METHOD.md §5, §6),
  * shared by every architecture of the transformer core (dllm/transformer.h).
  *
  * Trainer: fp32 (default), or bf16 -- every weight the trainer forward reads is

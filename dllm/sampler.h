@@ -1,4 +1,4 @@
-/* sampler.h: the LLaDA reference denoising sampler (METHOD.md §2), token for
+/* sampler.h: the LLaDA reference denoising sampler (docs/METHOD.md §2), token for
  * token the published generate() of LLaDA.
  *
  * Canvas = prompt (left-padded, key-masked) followed by gen_length mask tokens.

@@ -1,4 +1,4 @@
-/* sft_loss.h: the masked-diffusion SFT objective of LLaDA (METHOD.md §1).
+/* sft_loss.h: the masked-diffusion SFT objective of LLaDA (docs/METHOD.md §1).
  *
  * A sequence is [left padding][prompt][answer], the answer (EOS padding
  * included) at positions [ans_start, ans_start + ans_len). Draw t ~ U(0,1),

@@ -1,5 +1,5 @@
 /* fp8.h: FP8 numbers, scaled FP8 matrices, and the simulated W8A8 linear layer
- * (METHOD.md section 6).
+ * (docs/METHOD.md section 6).
  *
  * Formats (sign s, exponent e, mantissa m):
  *   E4M3 "fn": bias 7, 3 mantissa bits, max 448, no infinities, NaN = S.1111.111

@@ -25,7 +25,7 @@ md(r"""
 # Run log analysis (`log.h5`)
 
 Opens a dllm-rl run log with h5py in SWMR read mode (so it works on a running or killed
-run), plots the training curves and the AIS diagnostics of METHOD.md section 5, and
+run), plots the training curves and the AIS diagnostics of docs/METHOD.md section 5, and
 recomputes the diagnostics from the logged per-completion `log_w` and `advantage` and the
 per-token `token_log_ratio`, to check the values logged under `/steps`.
 
@@ -103,7 +103,7 @@ plt.show()
 """)
 
 md(r"""
-## Recomputing the diagnostics from the trajectories (METHOD.md section 5)
+## Recomputing the diagnostics from the trajectories (docs/METHOD.md section 5)
 
 Per step, over its N completions: `w = exp(log_w)`, `ESS = (sum w)^2 / sum w^2`,
 `rho_ess = ESS/N`; `delta` = mean over completions of the mean over scored tokens of `|d|`
@@ -111,7 +111,7 @@ Per step, over its N completions: `w = exp(log_w)`, `ESS = (sum w)^2 / sum w^2`,
 `w~ = w / mean(w)` and population variances (1 when `Var(A) = 0`); the linear combination
 with the configured weights gives `alpha_raw`, then `alpha_t = eta alpha_{t-1} + (1 - eta)
 alpha_raw` clamped to `[alpha_min, alpha_max]`. The constants come from the run's
-`config_yaml` (`correction.ais`), defaulting to METHOD.md's.
+`config_yaml` (`correction.ais`), defaulting to docs/METHOD.md's.
 """)
 
 code(r"""

@@ -1,5 +1,5 @@
 /* dllm-rl bench mismatch: how far the FP8 rollout copy is from the bf16 copy
- * and from the trainer (METHOD.md §5, §6), for a model of either architecture
+ * and from the trainer (docs/METHOD.md §5, §6), for a model of either architecture
  * through the policy interface.
  *
  * 1. Rollouts of the same --n prompts with the same seed, once with the FP8

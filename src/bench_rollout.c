@@ -1,4 +1,4 @@
-/* dllm-rl bench rollout: rollouts (METHOD.md §2) at each rollout precision, on
+/* dllm-rl bench rollout: rollouts (docs/METHOD.md §2) at each rollout precision, on
  * one model -- a random one of a preset (--arch llada|qwen3), or --model DIR --
  * and the same random prompts, through the policy interface: the denoising
  * sampler for a masked-diffusion model, KV-cache decoding for an autoregressive

@@ -1,6 +1,6 @@
 /* dllm-rl score: the sequence log-likelihood of a completion under a model of
  * either architecture, through the policy interface (dllm/policy_infer.h).
- * Masked diffusion (LLaDA): any estimator of dllm/estimators.h (METHOD.md §3);
+ * Masked diffusion (LLaDA): any estimator of dllm/estimators.h (docs/METHOD.md §3);
  * one_step (the default) is deterministic; elbo and one_step with prompt
  * masking draw their masks from the stream keyed by --seed, so two models
  * scored with the same seed see identical masks. Autoregressive (Qwen3): the

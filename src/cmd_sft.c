@@ -1,4 +1,4 @@
-/* dllm-rl sft: supervised fine-tuning. LLaDA: masked diffusion (METHOD.md §1);
+/* dllm-rl sft: supervised fine-tuning. LLaDA: masked diffusion (docs/METHOD.md §1);
  * Qwen3 (autoregressive): next-token cross-entropy on the answer tokens, the
  * mean over the batch's answer tokens.
  *

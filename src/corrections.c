@@ -1,5 +1,5 @@
 /* corrections.c: mismatch correction coefficients and AIS diagnostics
- * (METHOD.md §5); the definitions and the two-phase protocol are in corrections.h. */
+ * (docs/METHOD.md §5); the definitions and the two-phase protocol are in corrections.h. */
 #include "src/corrections.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /* corrections.h: rollout-training mismatch corrections and the AIS diagnostics
- * (METHOD.md §5). Pure math on arrays, all in double; no model code.
+ * (docs/METHOD.md §5). Pure math on arrays, all in double; no model code.
  *
  * Units. A "unit" is what carries one importance weight w = exp(lw):
  *   level sequence: completion i, lw_i = log w_i = l_pi(y_i) - l_mu(y_i);
@@ -94,7 +94,7 @@ typedef struct {
     ais_cfg ais;
 } corr_cfg;
 
-/* METHOD.md defaults: ais, sequence, C 2, fixed_alpha 0.5, linear (1,1,1),
+/* docs/METHOD.md defaults: ais, sequence, C 2, fixed_alpha 0.5, linear (1,1,1),
  * noise debias, tau_delta 0.05, bias -4, eta 0, alpha in [0, 1]. */
 void corr_cfg_default(corr_cfg *cfg);
 /* Range checks; messages name the config key ("correction.cap: ..."). */

@@ -1,5 +1,5 @@
 /* grpo.c: GRPO advantages and clipped-surrogate loss with its exact gradient
- * (METHOD.md §4); the definitions are in grpo.h. */
+ * (docs/METHOD.md §4); the definitions are in grpo.h. */
 #include "src/grpo.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /* grpo.h: GRPO advantages and the clipped-surrogate loss with its exact
- * gradient (METHOD.md §4). Pure math on arrays, all in double; the model code
+ * gradient (docs/METHOD.md §4). Pure math on arrays, all in double; the model code
  * back-propagates the gradients returned here.
  *
  * Advantages, per group of G rewards:
@@ -69,7 +69,7 @@ int grpo_parse_adv_scale(const char *s, grpo_adv_scale *out, dllm_err *err);
 int grpo_parse_ratio(const char *s, grpo_ratio *out, dllm_err *err);
 int grpo_parse_agg(const char *s, grpo_agg *out, dllm_err *err);
 
-/* rewards, adv: (n_groups, G), group-major. eps_adv: 1e-6 in METHOD.md.
+/* rewards, adv: (n_groups, G), group-major. eps_adv: 1e-6 in docs/METHOD.md.
  * *n_zero_var (may be NULL): groups with zero reward variance.
  * Non-finite rewards are bad input (the message names group and member). */
 int grpo_advantages(const double *rewards, int n_groups, int G, grpo_adv_scale scale,

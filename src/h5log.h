@@ -1,6 +1,6 @@
 /* h5log.h: the run log of an RL training run (RUN_DIR/log.h5), HDF5 1.10, SWMR.
  *
- * Layout (docs: DESIGN.md "HDF5 log"):
+ * Layout (docs: docs/DESIGN.md "The log"):
  *   /                     attributes config_yaml, version, git_revision, device,
  *                         started (strings), seed (int64)
  *   /steps/step           int64 (T)        one row per RL step
@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 /* The step metrics, in /steps and in the values array of h5log_append_step.
- * Adding a metric is one line here (METHOD.md section 5 defines the AIS ones). */
+ * Adding a metric is one line here (docs/METHOD.md section 5 defines the AIS ones). */
 #define H5LOG_STEP_METRICS(X) \
     X(reward_mean)          /* mean reward over the batch */ \
     X(reward_std)           /* population std of the rewards */ \

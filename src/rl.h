@@ -1,4 +1,4 @@
-/* rl.h: an RL training run (DESIGN.md "The RL step"; METHOD.md §4-§5).
+/* rl.h: an RL training run (docs/DESIGN.md "The RL step"; docs/METHOD.md §4-§5).
  *
  * The run owns the policy, the task data, the optimizer state and the log.
  * rl_step() is one step, readable top to bottom: prompts -> rollouts at the
@@ -98,7 +98,7 @@ int rl_generate(dllm_policy *pol, dllm_prec prec, const int32_t *prompts, const 
                 int B, int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
                 dllm_rollout *out, dllm_err *err);
 
-/* Greedy evaluation on the held-out items (METHOD.md §4) at eval.precision
+/* Greedy evaluation on the held-out items (docs/METHOD.md §4) at eval.precision
  * (the trainer's weights by default, or the rollout copy), the same for every
  * architecture: accuracy, its standard error, mean reward; over all ranks. correct (NULL or run->eval.n):
  * each item's 0/1 outcome, on every rank. */

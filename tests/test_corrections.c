@@ -1,4 +1,4 @@
-/* test_corrections: mismatch corrections and AIS diagnostics (METHOD.md §5).
+/* test_corrections: mismatch corrections and AIS diagnostics (docs/METHOD.md §5).
  *  - every method x level x combine against an independent numpy reference
  *    (tests/ref/make_ais_goldens.py -> tests/data/grpo/ais.json) to 1e-12
  *    relative: light and heavy-tailed log w, log w past exp's range, N = 1,

@@ -1,4 +1,4 @@
-/* test_estimators: sequence log-likelihood estimators (METHOD.md §3).
+/* test_estimators: sequence log-likelihood estimators (docs/METHOD.md §3).
  *  - elbo agrees with the published reference estimator within Monte Carlo
  *    error; one_step agrees to 1e-4 (tests/ref/make_estimator_goldens.py);
  *  - elbo is unbiased on a model whose exact likelihood is known;

@@ -483,7 +483,7 @@ START_TEST(test_pow2_scales)
 END_TEST
 
 /* NaN and inf do not enter amax: the scale comes from the finite values, inf saturates
- * and NaN stays NaN (METHOD.md: inf saturates to max, NaN stays NaN). */
+ * and NaN stays NaN (docs/METHOD.md: inf saturates to max, NaN stays NaN). */
 START_TEST(test_nonfinite_in_matrix)
 {
     float x[6] = {1.0f, -INFINITY, NAN, -3.5f, INFINITY, 0.25f};

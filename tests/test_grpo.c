@@ -1,4 +1,4 @@
-/* test_grpo: GRPO advantages and loss (METHOD.md §4).
+/* test_grpo: GRPO advantages and loss (docs/METHOD.md §4).
  *  - advantages against hand values and torch.std (unbiased) goldens; zero-variance
  *    groups give exactly 0 and are counted;
  *  - loss, surrogate, KL, clip_frac and the gradients against a PyTorch float64

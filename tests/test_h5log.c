@@ -1,13 +1,13 @@
 /* test_h5log.c: the HDF5 run log. Files written through h5log are read back
  * with the raw HDF5 API (not through h5log's reader) and every value, dtype,
- * shape and pad is checked against the schema of DESIGN.md; a writer killed
+ * shape and pad is checked against the schema of docs/DESIGN.md; a writer killed
  * with SIGKILL leaves a file with every completed step; resume keeps the steps
  * up to the checkpoint exactly once; bad files are input errors (2) naming the
  * file; `dllm-rl inspect` summaries are checked against sums computed here.
  *
  * With DLLM_H5LOG_EXPORT=DIR the program also writes DIR/test_values.h5 (the
  * values the tests check, for tests/ref/check_h5log.py) and DIR/demo.h5 (a
- * synthetic run whose diagnostics follow METHOD.md section 5, for the analysis
+ * synthetic run whose diagnostics follow docs/METHOD.md section 5, for the analysis
  * notebook), then runs the suite as usual. */
 #define _GNU_SOURCE /* nftw */
 #include "src/h5log.h"
@@ -1072,7 +1072,7 @@ END_TEST
 /* A synthetic run: NP prompts x NG completions of up to DG tokens; the
  * per-token log-ratios d grow over training (as rollout/trainer mismatch does),
  * rewards are Bernoulli with a rising success rate. The step diagnostics are
- * computed from the logged trajectories exactly as METHOD.md section 5 defines
+ * computed from the logged trajectories exactly as docs/METHOD.md section 5 defines
  * them (AIS linear combine, weights 1, tau_delta 0.05, C 2, eta 0), so the
  * notebook can recompute and compare them. */
 static void write_demo_log(const char *path)

@@ -191,7 +191,7 @@ START_TEST(test_presets)
     ck_assert_int_eq(c.mask_token_id, 2);
     ck_assert_str_eq(c.torch_dtype, "float32");
 
-    /* Parameter count = sum over the HF tensor list (METHOD.md §1). */
+    /* Parameter count = sum over the HF tensor list (docs/METHOD.md §1). */
     int64_t C = c.d_model, V = c.embedding_size, F = c.mlp_hidden, sum = 0;
     sum += V * C + C + V * C; /* wte, ln_f, ff_out (head) */
     for (int l = 0; l < c.n_layers; l++)

@@ -1,5 +1,5 @@
 /* test_qwen3_precision.c: what only the autoregressive architecture has at
- * the trainer/rollout precisions (dllm/precision.h; METHOD.md §6):
+ * the trainer/rollout precisions (dllm/precision.h; docs/METHOD.md §6):
  *
  *  - KV-cache decoding at rollout precision (qwen3_decode_at_rollout) equals
  *    the full rollout forward on left-padded prompts (fp8 fast and exact, bf16

@@ -2,7 +2,7 @@
  *  - SIGKILL mid-run, then --resume: the log equals an uninterrupted run's,
  *    every step exactly once, bit for bit (timings aside);
  *  - from the logged log_w, advantages and token log-ratios, the diagnostics
- *    rho_ess, delta, nu, alpha and every c_i recompute (METHOD.md §5) with an
+ *    rho_ess, delta, nu, alpha and every c_i recompute (docs/METHOD.md §5) with an
  *    implementation written here, independent of src/corrections.c;
  *  - malformed configs exit with status 2 and file:line:col;
  *  - SFT data: EOS padding of answers to data.answer_length;
@@ -179,7 +179,7 @@ START_TEST(sigkill_then_resume_is_bit_exact)
 }
 END_TEST
 
-/* METHOD.md §5, written out again here in plain double arithmetic. */
+/* docs/METHOD.md §5, written out again here in plain double arithmetic. */
 START_TEST(diagnostics_recompute_from_the_log)
 {
     /* noise none: the log has no per-completion standard errors to de-noise with */

@@ -1,5 +1,5 @@
 /* fp8.c: FP8 E4M3 / E5M2 encode and decode, and block-scaled quantisation
- * (contract in kernels/fp8.h, method in METHOD.md section 6).
+ * (contract in kernels/fp8.h, method in docs/METHOD.md section 6).
  *
  * Encoding works on the fp32 bit pattern. With m mantissa bits and bias b:
  *  - |x| >= 2^(1-b) (fp8 normal range): drop the low 23-m mantissa bits of |x| with
@@ -40,7 +40,7 @@ uint8_t fp8_encode(float x, fp8_format f)
     if (a > 0x7F800000u)
         return sign | FP8_NAN;
     if (a == 0x7F800000u)
-        return sign | p->max_code;  /* inf saturates (METHOD.md) */
+        return sign | p->max_code;  /* inf saturates (docs/METHOD.md) */
 
     uint32_t code;
     const uint32_t min_normal = (uint32_t)(127 + 1 - p->bias) << 23;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent read check of a dllm-rl run log (log.h5) with h5py.
 
-Checks the schema of DESIGN.md "HDF5 log" (dtypes, ranks, unlimited chunked
+Checks the schema of docs/DESIGN.md "The log" (dtypes, ranks, unlimited chunked
 first dimension, consistent row counts per group, pads) on any log, and with
 --test-values the exact values tests/test_h5log.c writes (its formulas are
 re-implemented here). Produce the files with

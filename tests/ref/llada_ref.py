@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """llada_ref.py: an independent fp32 PyTorch reference of the LLaDA
-masked-diffusion transformer (METHOD.md section 1), written from the method
+masked-diffusion transformer (docs/METHOD.md section 1), written from the method
 description only (it shares no code with the C model).
 
     x = wte[tokens]

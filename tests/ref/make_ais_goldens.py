@@ -1,6 +1,6 @@
 """Golden values for tests/test_corrections.c and tests/test_grpo.c.
 
-ais.json: the mismatch corrections and AIS diagnostics of METHOD.md §5, written
+ais.json: the mismatch corrections and AIS diagnostics of docs/METHOD.md §5, written
 here directly from the definitions with numpy (weights as arrays, np.var for the
 population variances, w~ = w / mean(w) explicitly), on random batches: light and
 heavy-tailed log-weights (one beyond exp's range), N = 1, zero-variance
@@ -11,7 +11,7 @@ standard errors of log w: lw~ = m + k (lw - m), k = sqrt(max(0, 1 - S/V)), appli
 here to the log-weights themselves before ESS and nu are taken.
 
 loss.json: GRPO advantages (torch.std, unbiased) and the clipped-surrogate loss
-of METHOD.md §4 in PyTorch float64 with its autograd gradient, for both ratios,
+of docs/METHOD.md §4 in PyTorch float64 with its autograd gradient, for both ratios,
 both aggregations, beta 0 and > 0, clipped terms, unscored tokens and c_i = 0.
 
 Non-finite numbers are written as the strings "nan", "inf", "-inf".
@@ -96,7 +96,7 @@ def coefficient(cfg, alpha, lw):
 
 
 def denoise(cfg, lw, lens, se):
-    """De-noised log-weights of the finite units and frac_var_mc (METHOD.md §5)."""
+    """De-noised log-weights of the finite units and frac_var_mc (docs/METHOD.md §5)."""
     if se is None or cfg["level"] == "token" or len(lw) == 0:
         return lw, 0.0, 1.0
     se_u = se / lens if cfg["level"] == "geo" else se

@@ -12,7 +12,7 @@ Writes tests/data/fp8/:
   quant_cases.json                   scaling cases: shape, format, mode, pow2, input seed
   quant_<name>.bin                   uint8 codes[R*C] then float32 scales[SR*SC]
 
-Scaling reference (METHOD.md section 6): the matrix is cut into blocks (tensor: one
+Scaling reference (docs/METHOD.md section 6): the matrix is cut into blocks (tensor: one
 block; channel: 1 x C; block: 128 x 128; group: 1 x 128; edge blocks cover the
 remainder). Per block: amax = max |x| (fp32), scale = amax / max_code in fp32
 (amax == 0 -> 1), pow2 rounds scale up to a power of two, q = cast(clamp(x / scale)).

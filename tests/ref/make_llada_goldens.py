@@ -16,7 +16,7 @@ golden.safetensors:
     tokens, keymask, masked [B,T] I32; ans_start, ans_len [B] I32; p [B] F32
     logits [B,T,V]           forward of the noisy canvas (fp32 model)
     logits_bf16 [B,T,V]      the same with the bf16 weights
-    loss [1]                 SFT loss (METHOD.md section 1)
+    loss [1]                 SFT loss (docs/METHOD.md section 1)
     grad.<name>              d loss / d parameter, every parameter
     adamw.<name>             parameters after 5 AdamW steps (clip 1.0) on this batch
     adamw_loss [5]           the loss before each step
