@@ -274,6 +274,8 @@ static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_er
             return err->code;
     if (!cfg->data.train[0])
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: data.train is required", path);
+    if (dllm_cfg_absolute_paths(cfg, err)) /* the stored config.yaml means the same anywhere */
+        return err->code;
     return dllm_cfg_validate(cfg, err);
 }
 

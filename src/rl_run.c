@@ -262,7 +262,8 @@ int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, cons
     if (!resume_dir) {
         dllm_cfg_keys_set count;
         if (dllm_cfg_load_counted(cfg, path, &count, err) ||
-            dllm_cfg_require_kind(&count, path, true, err) || apply_sets(cfg, sets, nsets, err))
+            dllm_cfg_require_kind(&count, path, true, err) || apply_sets(cfg, sets, nsets, err) ||
+            dllm_cfg_absolute_paths(cfg, err))
             return err->code;
         return dllm_cfg_validate(cfg, err);
     }
@@ -276,13 +277,17 @@ int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, cons
                                 resume_keys[3], resume_keys[4], resume_dir);
     char stored[4200];
     snprintf(stored, sizeof stored, "%s/config.yaml", resume_dir);
-    if (dllm_cfg_load(cfg, stored, err) || apply_sets(cfg, sets, nsets, err))
+    if (dllm_cfg_load(cfg, stored, err) || apply_sets(cfg, sets, nsets, err) ||
+        dllm_cfg_absolute_paths(cfg, err))
         return err->code;
     if (path) {
         /* the config named beside --resume must be the run's own */
         dllm_cfg *given = dllm_malloc(sizeof *given);
         dllm_cfg_defaults(given);
-        int rc = dllm_cfg_load(given, path, err) || apply_sets(given, sets, nsets, err) ? err->code : 0;
+        int rc = dllm_cfg_load(given, path, err) || apply_sets(given, sets, nsets, err) ||
+                         dllm_cfg_absolute_paths(given, err)
+                     ? err->code
+                     : 0;
         const char *diff = rc ? NULL : dllm_cfg_first_difference(given, cfg);
         free(given);
         if (rc)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <yaml.h>
 
@@ -744,6 +745,35 @@ int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err)
                             "--set %s: empty value for '%s' (give a value, e.g. --set %s=VALUE, or "
                             "leave the --set out to keep the config's value)", assignment, path, path);
     return apply_yaml(cfg, val, strlen(val), path, &src, err);
+}
+
+int dllm_cfg_absolute_paths(dllm_cfg *cfg, dllm_err *err)
+{
+    struct { char *v; const char *key; } paths[] = {
+        {cfg->model.path, "model.path"},
+        {cfg->task.train.path, "task.train.path"},
+        {cfg->task.eval.path, "task.eval.path"},
+        {cfg->data.train, "data.train"},
+    };
+    char cwd[CFG_STR_MAX];
+    bool have_cwd = false;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        char *v = paths[i].v;
+        if (!v[0] || v[0] == '/')
+            continue;
+        if (!have_cwd && !getcwd(cwd, sizeof cwd))
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot resolve '%s': %s", paths[i].key, v,
+                                strerror(errno));
+        have_cwd = true;
+        char abs[2 * CFG_STR_MAX];
+        const char *rel = strncmp(v, "./", 2) ? v : v + 2;
+        int n = snprintf(abs, sizeof abs, "%s/%s", cwd, rel);
+        if (n < 0 || n >= CFG_STR_MAX)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: '%s' is too long as an absolute path",
+                                paths[i].key, v);
+        memcpy(v, abs, (size_t)n + 1);
+    }
+    return 0;
 }
 
 int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)

@@ -182,6 +182,12 @@ int dllm_cfg_require_kind(const dllm_cfg_keys_set *count, const char *path, bool
 int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err);
 /* Checks cross-key constraints and file existence after all overrides. */
 int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err);
+/* Makes the file and directory keys (model.path, task.train.path, task.eval.path,
+ * data.train) absolute by prefixing the working directory to relative ones, so a
+ * run's stored config.yaml means the same from anywhere (export, inspect, resume
+ * from another directory). Symbolic links are kept as written (ckpt/latest stays
+ * "the latest"). Returns an input error when a path would not fit. */
+int dllm_cfg_absolute_paths(dllm_cfg *cfg, dllm_err *err);
 /* Learning rate at optimizer step `step` (1-based) of `total`: linear warmup
  * over optim.warmup steps, then constant or cosine to 0 at step `total`. */
 double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total);

@@ -237,7 +237,7 @@ START_TEST(test_feedback)
     /* evaluation of more than one batch reports its progress, on stderr */
     ck_assert_int_eq(run("train p.yaml --set grpo.steps=0 --set eval.every=1 --set eval.n=130 "
                          "--set task.train.n=64"), 0);
-    ck_assert_msg(strstr(err_s, "train: opening model and sudoku items") &&
+    ck_assert_msg(strstr(err_s, "train: opening ") && strstr(err_s, "model and sudoku items") &&
                       strstr(err_s, "train: opened in ") && strstr(err_s, "eval: 130 items") && strstr(err_s, "eval: 64/130 items") &&
                       strstr(err_s, "eval: 128/130 items") && strstr(err_s, "ETA"),
                   "%s", err_s);

@@ -494,6 +494,38 @@ START_TEST(test_inspect_train_csv_metric)
 }
 END_TEST
 
+/* A run started from a relative model path is usable from anywhere: its stored
+ * config names the model absolutely, so export and inspect work from another
+ * directory. */
+START_TEST(test_run_relocatable)
+{
+    ck_assert_int_eq(run(NULL, NULL, "init-model --preset tiny --seed 3 --out relmodel"), 0);
+    char p[256];
+    snprintf(p, sizeof p, "%s/rel.yaml", tmp);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("experiment: rel\nseed: 1\nmodel: {path: relmodel}\n"
+          "task: {name: sudoku, format: plain, chat: plain, train: {n: 20}, max_blanks: 8}\n"
+          "rollout: {precision: trainer, group_size: 2, gen_length: 34, block_length: 34, steps: 17}\n"
+          "grpo: {steps: 1, prompts_per_step: 2, inner_steps: 1}\n"
+          "eval: {every: 0}\nlog: {dir: runs}\n", f);
+    fclose(f);
+    ck_assert_int_eq(run(NULL, NULL, "train rel.yaml --quiet"), 0);
+    char *stored;
+    snprintf(p, sizeof p, "%s/runs/rel/config.yaml", tmp);
+    stored = slurp(p);
+    ck_assert_ptr_nonnull(stored);
+    char want[300];
+    snprintf(want, sizeof want, "%s/relmodel", tmp);
+    ck_assert_msg(strstr(stored, want), "model.path not absolute in %s", stored);
+    free(stored);
+    ck_assert_int_eq(sh("cd / && OMP_NUM_THREADS=1 %s export %s/runs/rel --merged --out %s/relex "
+                        ">/dev/null 2>&1", bin(), tmp, tmp), 0);
+    ck_assert(exists("relex/model.safetensors"));
+    ck_assert_int_eq(sh("cd / && %s inspect %s/runs/rel >/dev/null 2>&1", bin(), tmp), 0);
+}
+END_TEST
+
 /* ---- feedback --------------------------------------------------------------------- */
 
 START_TEST(test_help_every_command)
@@ -645,6 +677,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_inspect_sft);
     tcase_add_test(tc, test_inspect_train_csv_metric);
+    tcase_add_test(tc, test_run_relocatable);
     suite_add_tcase(s, tc);
     tc = tcase_create("feedback");
     tcase_set_timeout(tc, 120);
