@@ -136,6 +136,10 @@ int cmd_bench(int argc, char **argv)
         fputs(usage_text, argc < 2 ? stderr : stdout);
         return argc < 2 ? DLLM_EXIT_INPUT : 0;
     }
+    /* `dllm-rl bench NAME -h` is `--help`, as for every command */
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "-h"))
+            argv[i] = (char *)"--help";
     if (!strcmp(argv[1], "train"))
         return bench_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "rollout"))

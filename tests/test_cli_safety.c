@@ -552,6 +552,16 @@ START_TEST(test_help_every_command)
     }
     ck_assert_int_ge(n, 12);
     ck_assert_msg(strstr(list, "eval"), "eval is not in the command table");
+    /* and every benchmark of `bench` */
+    static const char *const benches[] = {"train", "rollout", "mismatch", "rl-step", "gemm"};
+    for (size_t i = 0; i < sizeof benches / sizeof *benches; i++)
+        for (int k = 0; k < 2; k++) {
+            char *out;
+            ck_assert_msg(run(&out, NULL, "bench %s %s", benches[i], k ? "-h" : "--help") == 0 &&
+                              strstr(out, "usage"),
+                          "dllm-rl bench %s %s", benches[i], k ? "-h" : "--help");
+            free(out);
+        }
     free(list);
 }
 END_TEST
