@@ -15,6 +15,7 @@
  *              and its gradient against finite differences;
  *   a Qwen3 run: sft, 2 GRPO steps with LoRA, inspect, export (adapter and
  *              merged), the merged model against base + adapter. */
+#include "tests/test_shell.h"
 #include "dllm/policy.h"
 #include "dllm/policy_infer.h"
 #include "dllm/policy_sft.h"
@@ -40,18 +41,6 @@ static const char *bin(void)
 }
 
 /* Runs a shell command; its exit status. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* Runs `dllm-rl ARGS`: its exit status; stdout into *out and stderr into *errs
  * (malloc'd, either may be NULL). */
 static int run(char **out, char **errs, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -62,7 +51,7 @@ static int run(char **out, char **errs, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    int st = sh("OMP_NUM_THREADS=1 %s %s >%s/stdout 2>%s/stderr", bin(), args, tmp, tmp);
+    int st = tu_sh("OMP_NUM_THREADS=1 %s %s >%s/stdout 2>%s/stderr", bin(), args, tmp, tmp);
     const char *names[2] = {"stdout", "stderr"};
     char **dst[2] = {out, errs};
     for (int k = 0; k < 2; k++) {
@@ -470,7 +459,7 @@ START_TEST(test_generate_text_prompt)
     for (int k = 0; k < 2; k++) {
         const char *sched = k == 0 ? "--block-length 8 --steps 8" : "";
         char *ids, *a, *b;
-        ck_assert_int_eq(sh("printf 'ab1' | %s tokenize --tokenizer %s/tokenizer.json > %s/ids.txt",
+        ck_assert_int_eq(tu_sh("printf 'ab1' | %s tokenize --tokenizer %s/tokenizer.json > %s/ids.txt",
                             bin(), models[k], tmp), 0);
         char path[256];
         snprintf(path, sizeof path, "%s/ids.txt", tmp);
@@ -683,7 +672,7 @@ END_TEST
 
 START_TEST(test_qwen3_run_inspect_export)
 {
-    ck_assert_int_eq(sh("%s tasks sft-data sudoku --n 64 --seed 101 --max-blanks 4 > %s/sft.jsonl",
+    ck_assert_int_eq(tu_sh("%s tasks sft-data sudoku --n 64 --seed 101 --max-blanks 4 > %s/sft.jsonl",
                         bin(), tmp), 0);
     ck_assert_int_eq(run(NULL, NULL, "sft %s/sft.cfg --quiet", tmp), 2); /* no such file */
     char path[256];
@@ -826,8 +815,8 @@ int main(void)
         return 1;
     snprintf(m_llada, sizeof m_llada, "%s/llada", tmp);
     snprintf(m_qwen, sizeof m_qwen, "%s/qwen3", tmp);
-    if (sh("%s init-model --arch llada --preset tiny --seed 3 --out %s >/dev/null", b, m_llada) ||
-        sh("%s init-model --arch qwen3 --preset tiny --seed 3 --out %s >/dev/null", b, m_qwen)) {
+    if (tu_sh("%s init-model --arch llada --preset tiny --seed 3 --out %s >/dev/null", b, m_llada) ||
+        tu_sh("%s init-model --arch qwen3 --preset tiny --seed 3 --out %s >/dev/null", b, m_qwen)) {
         fprintf(stderr, "test_cli_arch: init-model failed\n");
         return 1;
     }
@@ -835,6 +824,6 @@ int main(void)
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);
     srunner_free(sr);
-    sh("rm -rf %s", tmp);
+    tu_sh("rm -rf %s", tmp);
     return nf == 0 ? 0 : 1;
 }

@@ -18,6 +18,7 @@
  *   feedback  the header in a redirected stdout at once, --print-config, evaluation progress lines, inspect's summary
  *             names the absent metrics and why, tokenizer.json in the run
  *             directory. */
+#include "tests/test_shell.h"
 #include <check.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -35,18 +36,6 @@ static const char *bin(void)
 {
     const char *b = getenv("DLLM_BIN");
     return b ? b : "./dllm-rl";
-}
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static char *slurp(const char *path)
@@ -75,7 +64,7 @@ static int run(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    int st = sh("cd %s && OMP_NUM_THREADS=1 %s %s >stdout 2>stderr", tmp, bin(), args);
+    int st = tu_sh("cd %s && OMP_NUM_THREADS=1 %s %s >stdout 2>stderr", tmp, bin(), args);
     free(out_s);
     free(err_s);
     snprintf(p, sizeof p, "%s/stdout", tmp);
@@ -123,7 +112,7 @@ START_TEST(test_refused_inputs)
     write_rl_config("rl.yaml", "r", 0);
     write_file("empty.yaml", "# nothing\n");
     write_file("sft.yaml", "sft: {steps: 2}\ndata: {train: d.jsonl}\n");
-    ck_assert_int_eq(sh("mkdir -p %s/adir", tmp), 0);
+    ck_assert_int_eq(tu_sh("mkdir -p %s/adir", tmp), 0);
     expect_refused("train rl.yaml --set grpo.steps=", "grpo.steps", "empty value");
     expect_refused("train rl.yaml --set grpo.steps=", "--set grpo.steps=VALUE", "leave the --set out");
     expect_refused("train empty.yaml", "empty.yaml: empty config: nothing to run", "model.");
@@ -251,7 +240,7 @@ START_TEST(test_feedback)
     ck_assert_int_eq(run("inspect runs/killed --json"), 0);
     ck_assert_msg(strstr(out_s, "\"absent_metrics\"") && strstr(out_s, "grpo.beta > 0"), "%s", out_s);
     /* the model's tokenizer travels with the run */
-    ck_assert_int_eq(sh("cmp -s %s/model/tokenizer.json %s/runs/shown/tokenizer.json", tmp, tmp), 0);
+    ck_assert_int_eq(tu_sh("cmp -s %s/model/tokenizer.json %s/runs/shown/tokenizer.json", tmp, tmp), 0);
 }
 END_TEST
 
@@ -352,7 +341,7 @@ START_TEST(test_config_command_and_readme)
     ck_assert_ptr_null(strstr(out_s, "correction.ais.bias"));
     expect_refused("config grpo.nope", "grpo.nope", "dllm-rl config");
     /* --defaults is a config the reader takes back: the defaults themselves */
-    ck_assert_int_eq(sh("cd %s && %s config --defaults > d.yaml", tmp, bin()), 0);
+    ck_assert_int_eq(tu_sh("cd %s && %s config --defaults > d.yaml", tmp, bin()), 0);
     ck_assert_int_eq(run("train d.yaml --print-config"), 0);
     char *a = strdup(out_s);
     write_file("min.yaml", "seed: 1\n");
@@ -426,7 +415,7 @@ int main(void)
     strcpy(tmp, "/tmp/dllm-cli-refuse-XXXXXX");
     if (!mkdtemp(tmp))
         return 1;
-    if (sh("%s init-model --arch llada --preset tiny --seed 3 --out %s/model >/dev/null", b, tmp)) {
+    if (tu_sh("%s init-model --arch llada --preset tiny --seed 3 --out %s/model >/dev/null", b, tmp)) {
         fprintf(stderr, "test_cli_refuse: init-model failed\n");
         return 1;
     }
@@ -437,6 +426,6 @@ int main(void)
     srunner_free(sr);
     free(out_s);
     free(err_s);
-    sh("rm -rf %s", tmp);
+    tu_sh("rm -rf %s", tmp);
     return nf == 0 ? 0 : 1;
 }

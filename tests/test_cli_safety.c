@@ -19,6 +19,7 @@
  *   feedback          --help and -h of every command; sft --help lists every
  *                     sft key of the README's configuration table; the random
  *                     model warning; progress reaches a file while running. */
+#include "tests/test_shell.h"
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -38,18 +39,6 @@ static const char *bin(void)
 {
     const char *b = getenv("DLLM_BIN");
     return b ? b : "./dllm-rl";
-}
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static char *slurp(const char *path)
@@ -76,7 +65,7 @@ static int run(char **out, char **errs, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    int st = sh("cd %s && OMP_NUM_THREADS=1 %s %s >stdout 2>stderr", tmp, bin(), args);
+    int st = tu_sh("cd %s && OMP_NUM_THREADS=1 %s %s >stdout 2>stderr", tmp, bin(), args);
     char p[256];
     if (out) {
         snprintf(p, sizeof p, "%s/stdout", tmp);
@@ -91,7 +80,7 @@ static int run(char **out, char **errs, const char *fmt, ...)
 
 static int files_equal(const char *a, const char *b)
 {
-    return sh("cd %s && cmp -s %s %s", tmp, a, b) == 0;
+    return tu_sh("cd %s && cmp -s %s %s", tmp, a, b) == 0;
 }
 
 static int exists(const char *rel)
@@ -108,9 +97,9 @@ static void write_sft_inputs(void)
     static int done;
     if (done)
         return;
-    ck_assert_int_eq(sh("cd %s && %s tasks sft-data sudoku --n 40 --seed 5 --max-blanks 8 > d.jsonl",
+    ck_assert_int_eq(tu_sh("cd %s && %s tasks sft-data sudoku --n 40 --seed 5 --max-blanks 8 > d.jsonl",
                         tmp, bin()), 0);
-    ck_assert_int_eq(sh("cd %s && %s tasks sft-data sudoku --n 10 --seed 6 --max-blanks 8 > d10.jsonl",
+    ck_assert_int_eq(tu_sh("cd %s && %s tasks sft-data sudoku --n 10 --seed 6 --max-blanks 8 > d10.jsonl",
                         tmp, bin()), 0);
     char p[256];
     snprintf(p, sizeof p, "%s/s.yaml", tmp);
@@ -131,7 +120,7 @@ START_TEST(test_init_model_refuses_and_forces)
 {
     char *out, *err;
     ck_assert_int_eq(run(NULL, NULL, "init-model --preset tiny --seed 1 --out models/m"), 0);
-    ck_assert_int_eq(sh("cp %s/models/m/model.safetensors %s/m1.safetensors", tmp, tmp), 0);
+    ck_assert_int_eq(tu_sh("cp %s/models/m/model.safetensors %s/m1.safetensors", tmp, tmp), 0);
     ck_assert_int_eq(run(&out, &err, "init-model --preset tiny --seed 2 --out models/m"), 2);
     ck_assert_msg(strstr(err, "models/m") && strstr(err, "--force"), "%s", err);
     ck_assert_msg(files_equal("models/m/model.safetensors", "m1.safetensors"),
@@ -143,9 +132,9 @@ START_TEST(test_init_model_refuses_and_forces)
                   "--force did not replace the model");
     ck_assert(exists("models/m/config.json") && exists("models/m/tokenizer.json"));
     /* nothing but the model beside it: the temporary and the old copy are gone */
-    ck_assert_int_eq(sh("test \"$(ls -A %s/models)\" = m", tmp), 0);
+    ck_assert_int_eq(tu_sh("test \"$(ls -A %s/models)\" = m", tmp), 0);
     /* an empty directory is not work: accepted without --force */
-    ck_assert_int_eq(sh("mkdir -p %s/models/empty", tmp), 0);
+    ck_assert_int_eq(tu_sh("mkdir -p %s/models/empty", tmp), 0);
     ck_assert_int_eq(run(NULL, NULL, "init-model --preset tiny --out models/empty"), 0);
     ck_assert(exists("models/empty/model.safetensors"));
 }
@@ -157,7 +146,7 @@ START_TEST(test_sft_refuses_and_forces)
     char *out, *err;
     ck_assert_int_eq(run(NULL, NULL, "sft s.yaml --set experiment=f --quiet"), 0);
     ck_assert(exists("runs/f/ckpt/step-6") && exists("runs/f/ckpt/step-2"));
-    ck_assert_int_eq(sh("cp %s/runs/f/ckpt/step-6/model.safetensors %s/f6.safetensors", tmp, tmp), 0);
+    ck_assert_int_eq(tu_sh("cp %s/runs/f/ckpt/step-6/model.safetensors %s/f6.safetensors", tmp, tmp), 0);
     ck_assert_int_eq(run(&out, &err, "sft s.yaml --set experiment=f --set sft.steps=3 --quiet"), 2);
     ck_assert_msg(strstr(err, "runs/f") && strstr(err, "--force") && strstr(err, "--resume"), "%s",
                   err);
@@ -168,7 +157,7 @@ START_TEST(test_sft_refuses_and_forces)
     ck_assert_int_eq(run(NULL, NULL, "sft s.yaml --set experiment=f --set sft.steps=3 "
                                      "--set checkpoint.every=0 --force --quiet"), 0);
     /* the new run alone: no step-6 of the old one beside its step-3 */
-    ck_assert_int_eq(sh("test \"$(ls %s/runs/f/ckpt | tr '\\n' ' ')\" = 'latest step-3 '", tmp), 0);
+    ck_assert_int_eq(tu_sh("test \"$(ls %s/runs/f/ckpt | tr '\\n' ' ')\" = 'latest step-3 '", tmp), 0);
     char lp[256];
     snprintf(lp, sizeof lp, "%s/runs/f/sft_log.jsonl", tmp);
     char *log = slurp(lp);
@@ -181,7 +170,7 @@ END_TEST
 /* step, loss, grad_norm and lr of every line (timings differ between runs) */
 static char *log_values(const char *rel)
 {
-    ck_assert_int_eq(sh("cd %s && cut -d, -f1-4 %s > cut.txt", tmp, rel), 0);
+    ck_assert_int_eq(tu_sh("cd %s && cut -d, -f1-4 %s > cut.txt", tmp, rel), 0);
     char p[256];
     snprintf(p, sizeof p, "%s/cut.txt", tmp);
     return slurp(p);
@@ -216,7 +205,7 @@ START_TEST(test_sft_resume_bit_identical)
     /* the same run cut after its step-3 checkpoint, as a kill at step 5 leaves it:
      * later checkpoints gone, latest at step-3, log lines past it */
     ck_assert_int_eq(run(NULL, NULL, "sft s.yaml --set experiment=cut %s", common), 0);
-    ck_assert_int_eq(sh("cd %s/runs/cut/ckpt && rm -rf step-6 step-9 step-10 && ln -sfn step-3 "
+    ck_assert_int_eq(tu_sh("cd %s/runs/cut/ckpt && rm -rf step-6 step-9 step-10 && ln -sfn step-3 "
                         "latest && cd .. && head -n 2 sft_log.jsonl > l && mv l sft_log.jsonl",
                         tmp), 0);
     char *out, *err;
@@ -236,7 +225,7 @@ START_TEST(test_sft_resume_bit_identical)
                      "--set model.trainer_precision=bf16";
     ck_assert_int_eq(run(NULL, NULL, "sft s.yaml --set experiment=ar1 %s %s", ar, common), 0);
     ck_assert_int_eq(run(NULL, NULL, "sft s.yaml --set experiment=ar2 %s %s", ar, common), 0);
-    ck_assert_int_eq(sh("cd %s/runs/ar2/ckpt && rm -rf step-6 step-9 step-10 && ln -sfn step-3 "
+    ck_assert_int_eq(tu_sh("cd %s/runs/ar2/ckpt && rm -rf step-6 step-9 step-10 && ln -sfn step-3 "
                         "latest", tmp), 0);
     ck_assert_int_eq(run(NULL, NULL, "sft --resume runs/ar2 --quiet"), 0);
     assert_same_run("ar1", "ar2", 10);
@@ -265,7 +254,7 @@ static void trained_model(void)
     write_sft_inputs();
     if (exists("runs/w/ckpt/latest/generation.json"))
         return;
-    ck_assert_int_eq(sh("cd %s && %s tasks sft-data sudoku --n 200 --seed 101 --max-blanks 8 > "
+    ck_assert_int_eq(tu_sh("cd %s && %s tasks sft-data sudoku --n 200 --seed 101 --max-blanks 8 > "
                         "d200.jsonl", tmp, bin()), 0);
     ck_assert_int_eq(run(NULL, NULL, "sft s.yaml --set experiment=w --set data.train=d200.jsonl "
                                      "--set sft.steps=150 --set sft.batch_size=8 --set log.every=50 "
@@ -309,7 +298,7 @@ START_TEST(test_generation_json)
     ck_assert_int_eq(commas, 19);
     free(a);
     /* a malformed file is an input error naming it */
-    ck_assert_int_eq(sh("cp -r %s/runs/w/ckpt/latest/ %s/bad && echo '{\"steps\": -1}' > "
+    ck_assert_int_eq(tu_sh("cp -r %s/runs/w/ckpt/latest/ %s/bad && echo '{\"steps\": -1}' > "
                         "%s/bad/generation.json", tmp, tmp, tmp), 0);
     char *err;
     ck_assert_int_eq(run(NULL, &err, "generate --model bad --prompt 1"), 2);
@@ -383,7 +372,7 @@ START_TEST(test_generate_json_to_grade)
           "{\"prompt\": \"2000012400034012\", \"puzzle\": \"2000012400034012\", "
           "\"solution\": \"2431312412434312\"}\n", f);
     fclose(f);
-    ck_assert_int_eq(sh("cd %s && %s generate --model runs/w/ckpt/latest --batch-file batch.jsonl "
+    ck_assert_int_eq(tu_sh("cd %s && %s generate --model runs/w/ckpt/latest --batch-file batch.jsonl "
                         "--format json > gen.jsonl", tmp, bin()), 0);
     char *out;
     ck_assert_int_eq(run(&out, NULL, "grade sudoku --input gen.jsonl"), 0);
@@ -433,7 +422,7 @@ START_TEST(test_inspect_sft)
     ck_assert_msg(strstr(err, "sft"), "%s", err);
     free(err);
     /* an interrupted run is reported as such */
-    ck_assert_int_eq(sh("cp -r %s/runs/i %s/runs/i2 && cd %s/runs/i2/ckpt && rm -rf step-6 && "
+    ck_assert_int_eq(tu_sh("cp -r %s/runs/i %s/runs/i2 && cd %s/runs/i2/ckpt && rm -rf step-6 && "
                         "ln -sfn step-4 latest", tmp, tmp, tmp), 0);
     ck_assert_int_eq(run(&out, NULL, "inspect runs/i2"), 0);
     ck_assert_msg(strstr(out, "--resume"), "%s", out);
@@ -483,7 +472,7 @@ START_TEST(test_inspect_train_csv_metric)
     ck_assert_int_eq(run(NULL, NULL, "export runs/r --merged --out ex"), 0);
     ck_assert(exists("ex/generation.json") && exists("ex/tokenizer.json") &&
               exists("ex/model.safetensors"));
-    ck_assert_int_eq(sh("cd %s && cp ex/model.safetensors ex-copy.safetensors", tmp), 0);
+    ck_assert_int_eq(tu_sh("cd %s && cp ex/model.safetensors ex-copy.safetensors", tmp), 0);
     ck_assert_int_eq(run(NULL, &err, "export runs/r --merged --out ex --dtype bf16"), 2);
     ck_assert_msg(strstr(err, "ex") && strstr(err, "--force"), "%s", err);
     free(err);
@@ -519,10 +508,10 @@ START_TEST(test_run_relocatable)
     snprintf(want, sizeof want, "%s/relmodel", tmp);
     ck_assert_msg(strstr(stored, want), "model.path not absolute in %s", stored);
     free(stored);
-    ck_assert_int_eq(sh("cd / && OMP_NUM_THREADS=1 %s export %s/runs/rel --merged --out %s/relex "
+    ck_assert_int_eq(tu_sh("cd / && OMP_NUM_THREADS=1 %s export %s/runs/rel --merged --out %s/relex "
                         ">/dev/null 2>&1", bin(), tmp, tmp), 0);
     ck_assert(exists("relex/model.safetensors"));
-    ck_assert_int_eq(sh("cd / && %s inspect %s/runs/rel >/dev/null 2>&1", bin(), tmp), 0);
+    ck_assert_int_eq(tu_sh("cd / && %s inspect %s/runs/rel >/dev/null 2>&1", bin(), tmp), 0);
 }
 END_TEST
 
@@ -720,6 +709,6 @@ int main(void)
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);
     srunner_free(sr);
-    sh("rm -rf %s", tmp);
+    tu_sh("rm -rf %s", tmp);
     return nf == 0 ? 0 : 1;
 }

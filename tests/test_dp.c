@@ -7,6 +7,7 @@
  * weights differ in the last bit (gradient sums in another order), and an FP8
  * code can flip on that, moving one log w by ~1e-3; bf16's steps are 256x
  * finer. SKIP (77) when built without MPI or when mpirun is missing. */
+#include "tests/test_shell.h"
 #include "config.h"
 #include "src/h5log.h"
 
@@ -20,18 +21,6 @@
 #include <unistd.h>
 
 static char tmp[64];
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static double *col(const char *run, const char *dset, int64_t *n)
 {
@@ -50,7 +39,7 @@ START_TEST(two_ranks_match_one)
 {
     const char *bin = getenv("DLLM_BIN");
     ck_assert_ptr_nonnull(bin);
-    ck_assert_int_eq(sh("%s init-model --arch llada --preset tiny --seed 5 --out %s/model >/dev/null",
+    ck_assert_int_eq(tu_sh("%s init-model --arch llada --preset tiny --seed 5 --out %s/model >/dev/null",
                         bin, tmp), 0);
     char cfg[256];
     snprintf(cfg, sizeof cfg, "%s/dp.yaml", tmp);
@@ -66,8 +55,8 @@ START_TEST(two_ranks_match_one)
                "eval: {every: 3, n: 6, gen_length: 12, block_length: 6, steps: 6}\n"
                "log: {dir: %s/runs}\n", tmp, tmp);
     fclose(f);
-    ck_assert_int_eq(sh("OMP_NUM_THREADS=1 %s train %s --quiet --set experiment=one", bin, cfg), 0);
-    ck_assert_int_eq(sh("OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 "
+    ck_assert_int_eq(tu_sh("OMP_NUM_THREADS=1 %s train %s --quiet --set experiment=one", bin, cfg), 0);
+    ck_assert_int_eq(tu_sh("OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 "
                         "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
                         "mpirun --oversubscribe -np 2 %s train %s --quiet --set experiment=two",
                         bin, cfg), 0);
@@ -117,7 +106,7 @@ int main(void)
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    sh("rm -rf %s", tmp);
+    tu_sh("rm -rf %s", tmp);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 #endif
 }

@@ -13,6 +13,7 @@
  *     so the likelihood plans score the rows the shifted model predicts;
  *   - `train` runs 2 GRPO steps of configs/quickstart-dream.yaml (FP8 rollouts,
  *     AIS) on a tiny Dream model with finite logged values. */
+#include "tests/test_shell.h"
 #include "dllm/chat.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/estimators.h"
@@ -556,18 +557,6 @@ START_TEST(test_recipes)
 }
 END_TEST
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* `train` on configs/quickstart-dream.yaml, 2 steps at a tiny size, from a
  * random tiny Dream model: FP8 rollouts, AIS, finite logged values. */
 START_TEST(test_train_quickstart)
@@ -578,14 +567,14 @@ START_TEST(test_train_quickstart)
         return;
     }
     char *tmp = tu_make_tmpdir();
-    ck_assert_int_eq(sh("%s init-model --arch dream --preset tiny --seed 3 --out %s/model > /dev/null",
+    ck_assert_int_eq(tu_sh("%s init-model --arch dream --preset tiny --seed 3 --out %s/model > /dev/null",
                         bin, tmp), 0);
-    ck_assert_int_eq(sh("%s train %s/../../configs/quickstart-dream.yaml --quiet --set log.dir=%s/runs"
+    ck_assert_int_eq(tu_sh("%s train %s/../../configs/quickstart-dream.yaml --quiet --set log.dir=%s/runs"
                         " --set model.path=%s/model --set grpo.steps=2 --set grpo.prompts_per_step=2"
                         " --set rollout.group_size=2 --set eval.every=0 --set checkpoint.every=0"
                         " --set task.train.n=16",
                         bin, data, tmp, tmp), 0);
-    ck_assert_int_eq(sh("%s inspect %s/runs/quickstart-dream --csv > %s/steps.csv", bin, tmp, tmp), 0);
+    ck_assert_int_eq(tu_sh("%s inspect %s/runs/quickstart-dream --csv > %s/steps.csv", bin, tmp, tmp), 0);
     char path[512];
     snprintf(path, sizeof path, "%s/steps.csv", tmp);
     FILE *f = fopen(path, "r");

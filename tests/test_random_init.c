@@ -8,6 +8,7 @@
  *    `init-model --preset tiny --seed 1|2|3` with each estimator (and one_step
  *    at the token level) exits 0, its log has finite l_pi and log_w, and the
  *    rollouts did hold masked positions (else this test would prove nothing). */
+#include "tests/test_shell.h"
 #include "dllm/lik_plan.h"
 #include "dllm/llada.h"
 #include "dllm/sampler.h"
@@ -25,18 +26,6 @@
 
 static char tmp[64];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static const char *bin(void)
 {
     const char *b = getenv("DLLM_BIN");
@@ -48,14 +37,14 @@ static void setup(void)
     strcpy(tmp, "/tmp/dllm-rinit-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmp));
     for (int s = 1; s <= 3; s++)
-        ck_assert_int_eq(sh("%s init-model --arch llada --preset tiny --seed %d --out %s/m%d >/dev/null",
+        ck_assert_int_eq(tu_sh("%s init-model --arch llada --preset tiny --seed %d --out %s/m%d >/dev/null",
                             bin(), s, tmp, s),
                          0);
 }
 
 static void teardown(void)
 {
-    sh("rm -rf %s", tmp);
+    tu_sh("rm -rf %s", tmp);
 }
 
 static int fwd(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
@@ -196,7 +185,7 @@ START_TEST(train_from_fresh_models)
             char run[64];
             snprintf(run, sizeof run, "s%d-%s%s", s, est[e], e == 3 ? "-token" : "");
             /* one thread: a dozen short runs, on a machine that may be busy */
-            ck_assert_msg(sh("OMP_NUM_THREADS=1 %s train %s --quiet --set experiment=%s --set model.path=%s/m%d"
+            ck_assert_msg(tu_sh("OMP_NUM_THREADS=1 %s train %s --quiet --set experiment=%s --set model.path=%s/m%d"
                              " --set grpo.logp_estimator=%s --set correction.estimator=%s%s",
                              bin(), cfg, run, tmp, s, est[e], est[e], extra[e]) == 0,
                           "seed %d, estimator %s%s: train failed", s, est[e], extra[e]);
@@ -213,7 +202,7 @@ START_TEST(train_from_fresh_models)
         }
     ck_assert_msg(masked > 0, "no logged completion held a masked position: the test exercises nothing");
     /* the RL default, forbid: the same model never leaves a position masked */
-    ck_assert_msg(sh("OMP_NUM_THREADS=1 %s train %s --quiet --set experiment=forbid --set model.path=%s/m2"
+    ck_assert_msg(tu_sh("OMP_NUM_THREADS=1 %s train %s --quiet --set experiment=forbid --set model.path=%s/m2"
                      " --set grpo.logp_estimator=trajectory --set correction.estimator=trajectory"
                      " --set rollout.mask_token=forbid",
                      bin(), cfg, tmp) == 0, "forbid: train failed");

@@ -12,6 +12,7 @@
  *    a grid that is not a list, YAML syntax errors; exit status 2 from the CLI;
  *  - every shipped sweep file (configs/sweeps) loads and expands;
  *  - the collapse step on hand-made accuracy curves. */
+#include "tests/test_shell.h"
 #include "src/h5log.h"
 #include "src/sweep_file.h"
 #include "src/sweep_summary.h"
@@ -30,18 +31,6 @@
 #include <unistd.h>
 
 static char tmp[64];
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static const char *bin(void)
 {
@@ -84,7 +73,7 @@ static void setup(void)
 {
     strcpy(tmp, "/tmp/dllm-sweep-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmp));
-    ck_assert_int_eq(sh("%s init-model --arch llada --preset tiny --seed 3 --out %s/model >/dev/null",
+    ck_assert_int_eq(tu_sh("%s init-model --arch llada --preset tiny --seed 3 --out %s/model >/dev/null",
                         bin(), tmp), 0);
     write_file("base.yaml",
                "experiment: x\n"
@@ -105,7 +94,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    sh("rm -rf %s", tmp);
+    tu_sh("rm -rf %s", tmp);
 }
 
 /* ---- the run directories ------------------------------------------------------------ */
@@ -245,7 +234,7 @@ START_TEST(sweep_stops_restarts_and_summarises)
     file_state tl0 = state_of(RUNS[0], "train.log");
 
     /* again: the rest is finished, the first run untouched */
-    ck_assert_int_eq(sh("%s sweep %s --jobs 2 > %s/second.out", bin(), sweep, tmp), 0);
+    ck_assert_int_eq(tu_sh("%s sweep %s --jobs 2 > %s/second.out", bin(), sweep, tmp), 0);
     char p[512];
     snprintf(p, sizeof p, "%s/second.out", tmp);
     char *second = slurp(p, NULL);
@@ -352,13 +341,13 @@ START_TEST(sweep_stops_restarts_and_summarises)
     char *csv0 = slurp(p, &csv_len), md[512];
     snprintf(md, sizeof md, "%s/runs/tiny/summary.md", tmp);
     char *md0 = slurp(md, NULL);
-    ck_assert_int_eq(sh("rm %s %s && %s sweep %s --summary > /dev/null", p, md, bin(), sweep), 0);
+    ck_assert_int_eq(tu_sh("rm %s %s && %s sweep %s --summary > /dev/null", p, md, bin(), sweep), 0);
     char *csv1 = slurp(p, NULL), *md1 = slurp(md, NULL);
     ck_assert_str_eq(csv0, csv1);
     ck_assert_str_eq(md0, md1);
     ck_assert_ptr_nonnull(strstr(md1, "| fp8-ais_seed=2 | fp8-ais | 2 | done | 2 |"));
     free(csv0), free(csv1), free(md0), free(md1);
-    ck_assert_int_eq(sh("%s sweep %s --dry-run > %s/dry.out", bin(), sweep, tmp), 0);
+    ck_assert_int_eq(tu_sh("%s sweep %s --dry-run > %s/dry.out", bin(), sweep, tmp), 0);
     snprintf(p, sizeof p, "%s/dry.out", tmp);
     char *dry = slurp(p, NULL);
     for (int r = 0; r < 4; r++) {
@@ -381,7 +370,7 @@ START_TEST(failed_run_reported_others_go_on)
                "  - {name: broken, model.path: %s/no-such-model}\n"
                "  - {name: fine}\n",
                tmp);
-    ck_assert_int_eq(sh("%s sweep %s/fail.yaml > %s/fail.out", bin(), tmp, tmp), 1);
+    ck_assert_int_eq(tu_sh("%s sweep %s/fail.yaml > %s/fail.out", bin(), tmp, tmp), 1);
     char p[512];
     snprintf(p, sizeof p, "%s/fail.out", tmp);
     char *o = slurp(p, NULL);
@@ -395,13 +384,13 @@ START_TEST(failed_run_reported_others_go_on)
     ck_assert_ptr_nonnull(strstr(csv, "\nfine,fine,done,2,"));
     free(csv);
     /* a run with a log but no checkpoint (stopped before its first) starts again */
-    ck_assert_int_eq(sh("rm -r %s/runs/tiny/fine/ckpt", tmp), 0);
-    ck_assert_int_eq(sh("%s sweep %s/fail.yaml --dry-run > %s/fail.out", bin(), tmp, tmp), 0);
+    ck_assert_int_eq(tu_sh("rm -r %s/runs/tiny/fine/ckpt", tmp), 0);
+    ck_assert_int_eq(tu_sh("%s sweep %s/fail.yaml --dry-run > %s/fail.out", bin(), tmp, tmp), 0);
     snprintf(p, sizeof p, "%s/fail.out", tmp);
     o = slurp(p, NULL);
     ck_assert_ptr_nonnull(strstr(o, "incomplete restart (no checkpoint)"));
     free(o);
-    ck_assert_int_eq(sh("%s sweep %s/fail.yaml > %s/fail.out", bin(), tmp, tmp), 1);
+    ck_assert_int_eq(tu_sh("%s sweep %s/fail.yaml > %s/fail.out", bin(), tmp, tmp), 1);
     o = slurp(p, NULL);
     ck_assert_ptr_nonnull(strstr(o, "start fine\n"));
     ck_assert_ptr_nonnull(strstr(o, "done fine"));
@@ -448,7 +437,7 @@ START_TEST(bad_sweep_files)
     check_bad("base: base.yaml\n", 1, 1, "missing 'name'");
     /* the command: exit status 2 and the location on stderr */
     write_file("bad.yaml", "name: x\nbase: base.yaml\ngrid: {seed: [1, 2], seeed: [1]}\n");
-    ck_assert_int_eq(sh("%s sweep %s/bad.yaml 2> %s/err.out", bin(), tmp, tmp), 2);
+    ck_assert_int_eq(tu_sh("%s sweep %s/bad.yaml 2> %s/err.out", bin(), tmp, tmp), 2);
     char p[256];
     snprintf(p, sizeof p, "%s/err.out", tmp);
     char *e = slurp(p, NULL), want[300];

@@ -1,5 +1,6 @@
 /* test_tokenizer: tokenizer.json loading, encode/decode against HF `tokenizers` goldens
  * (tests/ref/make_tokenizer_goldens.py), the char-level tokenizer, hostile files, CLI. */
+#include "tests/test_shell.h"
 #include "dllm/tokenizer.h"
 
 #include <check.h>
@@ -350,18 +351,6 @@ END_TEST
 
 /* ---- CLI: runs the built binary with files under the temp dir */
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[16384];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static char *slurp(const char *p, size_t *len)
 {
     char *s;
@@ -379,18 +368,18 @@ START_TEST(test_cli)
     snprintf(in, sizeof in, "%s/in.txt", tmp_dir);
     snprintf(out, sizeof out, "%s/out.txt", tmp_dir);
     snprintf(out2, sizeof out2, "%s/out2.txt", tmp_dir);
-    ck_assert_int_eq(sh("'%s' tokenize --write-char '%s'", bin, tok), 0);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --write-char '%s'", bin, tok), 0);
     /* stdin read exactly: no trailing newline added or stripped, NUL kept (-> unk) */
     const char text[] = "Hi!\nend\0x";
     FILE *f = fopen(in, "wb");
     fwrite(text, 1, sizeof text - 1, f);
     fclose(f);
-    ck_assert_int_eq(sh("'%s' tokenize --tokenizer '%s' < '%s' > '%s'", bin, tok, in, out), 0);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' < '%s' > '%s'", bin, tok, in, out), 0);
     size_t len;
     char *s = slurp(out, &len);
     ck_assert_str_eq(s, "47,80,8,6,76,85,75,102,95\n");
     free(s);
-    ck_assert_int_eq(sh("'%s' tokenize --tokenizer '%s' --add-special < '%s' > '%s'", bin, tok, in, out), 0);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' --add-special < '%s' > '%s'", bin, tok, in, out), 0);
     s = slurp(out, &len);
     ck_assert_str_eq(s, "1,47,80,8,6,76,85,75,102,95\n");
     free(s);
@@ -398,7 +387,7 @@ START_TEST(test_cli)
     f = fopen(in, "wb");
     fputs("47, 80,8,6\n", f);
     fclose(f);
-    ck_assert_int_eq(sh("'%s' tokenize --tokenizer '%s' --decode < '%s' > '%s'", bin, tok, in, out), 0);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' --decode < '%s' > '%s'", bin, tok, in, out), 0);
     s = slurp(out, &len);
     ck_assert_uint_eq(len, 4);
     ck_assert(!memcmp(s, "Hi!\n", 4));
@@ -408,15 +397,15 @@ START_TEST(test_cli)
     snprintf(qpath, sizeof qpath, "%s/qwen.json", tmp_dir);
     char gz[4096];
     path_of(gz, sizeof gz, "qwen3-tokenizer.json.gz");
-    ck_assert_int_eq(sh("gzip -dc '%s' > '%s'", gz, qpath), 0);
+    ck_assert_int_eq(tu_sh("gzip -dc '%s' > '%s'", gz, qpath), 0);
     f = fopen(in, "wb");
     fputs("日本語 text\r\n<|im_start|>x 🤗\n\n", f);
     fclose(f);
-    ck_assert_int_eq(sh("'%s' tokenize --tokenizer '%s' < '%s' > '%s' && '%s' tokenize --tokenizer '%s' --decode < '%s' > '%s'",
+    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' < '%s' > '%s' && '%s' tokenize --tokenizer '%s' --decode < '%s' > '%s'",
                         bin, qpath, in, out, bin, qpath, out, out2), 0);
-    ck_assert_int_eq(sh("cmp -s '%s' '%s'", in, out2), 0);
+    ck_assert_int_eq(tu_sh("cmp -s '%s' '%s'", in, out2), 0);
     /* --json: ids, tokens, byte offsets */
-    ck_assert_int_eq(sh("'%s' tokenize --tokenizer '%s' --json < '%s' > '%s'", bin, qpath, in, out), 0);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' --json < '%s' > '%s'", bin, qpath, in, out), 0);
     json_error_t je;
     json_t *j = json_load_file(out, 0, &je);
     ck_assert_ptr_nonnull(j);
@@ -428,17 +417,17 @@ START_TEST(test_cli)
     ck_assert_int_eq(json_integer_value(json_array_get(lastoff, 1)), (json_int_t)strlen("日本語 text\r\n<|im_start|>x 🤗\n\n"));
     json_decref(j);
     /* bad input: exit 2 */
-    ck_assert_int_eq(sh("'%s' tokenize < /dev/null > /dev/null 2>&1", bin), 2);
-    ck_assert_int_eq(sh("'%s' tokenize --tokenizer '%s' --bogus < /dev/null > /dev/null 2>&1", bin, tok), 2);
-    ck_assert_int_eq(sh("'%s' tokenize --tokenizer '%s' --decode < '%s' > /dev/null 2>&1", bin, tok, tok), 2);
-    ck_assert_int_eq(sh("echo 5,999 | '%s' tokenize --tokenizer '%s' --decode > /dev/null 2>&1", bin, tok), 2);
+    ck_assert_int_eq(tu_sh("'%s' tokenize < /dev/null > /dev/null 2>&1", bin), 2);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' --bogus < /dev/null > /dev/null 2>&1", bin, tok), 2);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' --decode < '%s' > /dev/null 2>&1", bin, tok, tok), 2);
+    ck_assert_int_eq(tu_sh("echo 5,999 | '%s' tokenize --tokenizer '%s' --decode > /dev/null 2>&1", bin, tok), 2);
     char mal[4096];
     path_of(mal, sizeof mal, "malformed/syntax_truncated.json");
-    ck_assert_int_eq(sh("'%s' tokenize --tokenizer '%s' < /dev/null 2> '%s'", bin, mal, out), 2);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' < /dev/null 2> '%s'", bin, mal, out), 2);
     s = slurp(out, &len);
     ck_assert_ptr_nonnull(strstr(s, "syntax_truncated.json:"));
     free(s);
-    ck_assert_int_eq(sh("'%s' tokenize --help > /dev/null", bin), 0);
+    ck_assert_int_eq(tu_sh("'%s' tokenize --help > /dev/null", bin), 0);
 }
 END_TEST
 

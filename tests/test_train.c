@@ -11,6 +11,7 @@
  *  - the reference policy re-syncs inside the step; frac_masked_left matches the
  *    logged completions; AR decoding on the trainer's logits (eval.precision
  *    trainer) chooses what the KV-cached rollout chooses when the two agree. */
+#include "tests/test_shell.h"
 #include "dllm/model_config.h"
 #include "dllm/tokenizer.h"
 #include "src/eval_outcomes.h"
@@ -33,18 +34,6 @@
 
 static char tmp[64];
 static char model[128];
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static const char *bin(void)
 {
@@ -81,13 +70,13 @@ static void setup(void)
     strcpy(tmp, "/tmp/dllm-train-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmp));
     snprintf(model, sizeof model, "%s/model", tmp);
-    ck_assert_int_eq(sh("%s init-model --arch llada --preset tiny --seed 3 --out %s >/dev/null", bin(),
+    ck_assert_int_eq(tu_sh("%s init-model --arch llada --preset tiny --seed 3 --out %s >/dev/null", bin(),
                         model), 0);
 }
 
 static void teardown(void)
 {
-    sh("rm -rf %s", tmp);
+    tu_sh("rm -rf %s", tmp);
 }
 
 /* ---- reading a log ---------------------------------------------------------------- */
@@ -138,7 +127,7 @@ START_TEST(sigkill_then_resume_is_bit_exact)
 {
     write_config("a.yaml", "straight", NULL);
     write_config("b.yaml", "killed", NULL);
-    ck_assert_int_eq(sh("%s train %s/a.yaml --quiet --set grpo.steps=8", bin(), tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/a.yaml --quiet --set grpo.steps=8", bin(), tmp), 0);
     /* start b, kill it once a checkpoint (and maybe more) exists, at a varying point */
     pid_t pid = fork();
     if (pid == 0) {
@@ -158,7 +147,7 @@ START_TEST(sigkill_then_resume_is_bit_exact)
     int st;
     waitpid(pid, &st, 0);
     ck_assert_msg(WIFSIGNALED(st), "the run finished before it could be killed");
-    ck_assert_int_eq(sh("%s train --resume %s/runs/killed --quiet", bin(), tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train --resume %s/runs/killed --quiet", bin(), tmp), 0);
     for (size_t k = 0; k < sizeof compared / sizeof compared[0]; k++) {
         int64_t na, nb;
         double *a = read_col("straight", compared[k], &na);
@@ -186,7 +175,7 @@ START_TEST(diagnostics_recompute_from_the_log)
     write_config("c.yaml", "recompute", "{method: ais, estimator: elbo, cap: 1.5,\n"
                                         "  ais: {weights: {reliability: 1, divergence: 2, variance: 1},"
                                         " tau_delta: 0.02, eta: 0.5, noise: none}}");
-    ck_assert_int_eq(sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
     int64_t n, ns, rows, cols;
     double *tstep = read_col("recompute", "trajectories/step", &n);
     double *logw = read_col("recompute", "trajectories/log_w", &n);
@@ -267,7 +256,7 @@ END_TEST
 START_TEST(reference_arm_has_unit_weights)
 {
     write_config("r.yaml", "reference", "{method: is}");
-    ck_assert_int_eq(sh("%s train %s/r.yaml --quiet --set rollout.precision=trainer --set grpo.steps=1"
+    ck_assert_int_eq(tu_sh("%s train %s/r.yaml --quiet --set rollout.precision=trainer --set grpo.steps=1"
                         " --set task.reward=correct", bin(), tmp), 0);
     int64_t n;
     double *logw = read_col("reference", "trajectories/log_w", &n);
@@ -293,7 +282,7 @@ static void expect_config_error(const char *yaml, const char *needle)
     FILE *f = fopen(path, "w");
     fputs(yaml, f);
     fclose(f);
-    ck_assert_int_eq(sh("%s train %s 2>%s >/dev/null", bin(), path, out), 2);
+    ck_assert_int_eq(tu_sh("%s train %s 2>%s >/dev/null", bin(), path, out), 2);
     char *msg = NULL;
     size_t len = 0;
     FILE *e = fopen(out, "r");
@@ -319,7 +308,7 @@ END_TEST
 START_TEST(generate_text_with_a_padded_vocabulary)
 {
     for (int seed = 1; seed <= 4; seed++)
-        ck_assert_int_eq(sh("%s generate --model %s --prompt 12 --gen-length 16 --block-length 16"
+        ck_assert_int_eq(tu_sh("%s generate --model %s --prompt 12 --gen-length 16 --block-length 16"
                             " --steps 16 --temperature 1 --seed %d >/dev/null", bin(), model, seed), 0);
 }
 END_TEST
@@ -417,7 +406,7 @@ START_TEST(paired_eval_outcomes)
     ck_assert_int_eq(eval_outcomes_read(pb, &ob, &err), 2);
     ck_assert_msg(strstr(err.msg, "sudoku-step-7.txt:3: expected 0 or 1"), "%s", err.msg);
     /* inspect --against compares the latest evals: needs a log.h5 */
-    ck_assert_int_ne(sh("%s inspect %s --against %s >/dev/null 2>&1", bin(), dir_a, dir_b), 0);
+    ck_assert_int_ne(tu_sh("%s inspect %s --against %s >/dev/null 2>&1", bin(), dir_a, dir_b), 0);
 }
 END_TEST
 
@@ -425,7 +414,7 @@ END_TEST
 START_TEST(eval_outcomes_match_the_log)
 {
     write_config("c.yaml", "outcomes", NULL);
-    ck_assert_int_eq(sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
     int64_t n;
     double *acc = read_col("outcomes", "eval/sudoku/accuracy", &n);
     double *step = read_col("outcomes", "eval/sudoku/step", &n);
@@ -448,7 +437,7 @@ START_TEST(eval_outcomes_match_the_log)
     /* a run against itself: no difference, and inspect says so */
     char run[256];
     snprintf(run, sizeof run, "%s/runs/outcomes", tmp);
-    ck_assert_int_eq(sh("%s inspect %s --against %s | grep -q '^sudoku .* +0.0000 '", bin(), run,
+    ck_assert_int_eq(tu_sh("%s inspect %s --against %s | grep -q '^sudoku .* +0.0000 '", bin(), run,
                         run), 0);
 }
 END_TEST
@@ -457,7 +446,7 @@ END_TEST
 START_TEST(log_records_the_build_revision)
 {
     write_config("c.yaml", "revision", "{method: none}");
-    ck_assert_int_eq(sh("env -u DLLM_GIT_REVISION %s train %s/c.yaml --quiet --set grpo.steps=1"
+    ck_assert_int_eq(tu_sh("env -u DLLM_GIT_REVISION %s train %s/c.yaml --quiet --set grpo.steps=1"
                         " --set eval.every=0", bin(), tmp), 0);
     char cmd[512], line[256] = "";
     snprintf(cmd, sizeof cmd, "%s --version", bin());
@@ -482,10 +471,10 @@ END_TEST
 START_TEST(reference_resyncs_in_the_step)
 {
     write_config("k.yaml", "refsync", "{method: none}");
-    ck_assert_int_eq(sh("%s train %s/k.yaml --quiet --set grpo.beta=0.01 --set grpo.ref_sync_every=3"
+    ck_assert_int_eq(tu_sh("%s train %s/k.yaml --quiet --set grpo.beta=0.01 --set grpo.ref_sync_every=3"
                         " --set eval.every=0", bin(), tmp), 0);
-    ck_assert_int_eq(sh("grep -q '\"ref_synced_at\": 3' %s/runs/refsync/ckpt/step-4/state.json", tmp), 0);
-    ck_assert_int_eq(sh("grep -q '\"ref_synced_at\": 3' %s/runs/refsync/ckpt/step-3/state.json", tmp), 0);
+    ck_assert_int_eq(tu_sh("grep -q '\"ref_synced_at\": 3' %s/runs/refsync/ckpt/step-4/state.json", tmp), 0);
+    ck_assert_int_eq(tu_sh("grep -q '\"ref_synced_at\": 3' %s/runs/refsync/ckpt/step-3/state.json", tmp), 0);
     int64_t n;
     double *kl = read_col("refsync", "steps/policy_kl", &n);
     ck_assert_int_eq(n, 4);
@@ -499,7 +488,7 @@ END_TEST
 START_TEST(frac_masked_left_matches_the_completions)
 {
     write_config("m.yaml", "masked", "{method: none}");
-    ck_assert_int_eq(sh("%s train %s/m.yaml --quiet --set eval.every=0 --set grpo.steps=3"
+    ck_assert_int_eq(tu_sh("%s train %s/m.yaml --quiet --set eval.every=0 --set grpo.steps=3"
                         " --set rollout.temperature=3 --set rollout.mask_token=allow", bin(), tmp), 0);
     dllm_model_config mc;
     dllm_err err = {0};
@@ -530,7 +519,7 @@ START_TEST(ar_decoding_on_trainer_logits)
 {
     char qm[256];
     snprintf(qm, sizeof qm, "%s/qwen", tmp);
-    ck_assert_int_eq(sh("%s init-model --arch qwen3 --preset tiny --seed 5 --out %s >/dev/null", bin(),
+    ck_assert_int_eq(tu_sh("%s init-model --arch qwen3 --preset tiny --seed 5 --out %s >/dev/null", bin(),
                         qm), 0);
     dllm_cfg cfg;
     dllm_err err = {0};
@@ -582,16 +571,16 @@ END_TEST
 START_TEST(export_latest_checkpoint)
 {
     write_config("e.yaml", "exported", "{method: none}");
-    ck_assert_int_eq(sh("%s train %s/e.yaml --quiet --set grpo.steps=1 --set eval.every=0", bin(), tmp),
+    ck_assert_int_eq(tu_sh("%s train %s/e.yaml --quiet --set grpo.steps=1 --set eval.every=0", bin(), tmp),
                      0);
-    ck_assert_int_eq(sh("%s export %s/runs/exported --merged --out %s/merged >/dev/null", bin(), tmp,
+    ck_assert_int_eq(tu_sh("%s export %s/runs/exported --merged --out %s/merged >/dev/null", bin(), tmp,
                         tmp), 0);
-    ck_assert_int_eq(sh("test -s %s/merged/config.json && test -s %s/merged/model.safetensors && "
+    ck_assert_int_eq(tu_sh("test -s %s/merged/config.json && test -s %s/merged/model.safetensors && "
                         "cmp -s %s/merged/tokenizer.json %s/runs/exported/ckpt/step-1/tokenizer.json",
                         tmp, tmp, tmp, tmp), 0);
-    ck_assert_int_eq(sh("%s export %s/runs/exported --adapter --out %s/ad 2>/dev/null", bin(), tmp,
+    ck_assert_int_eq(tu_sh("%s export %s/runs/exported --adapter --out %s/ad 2>/dev/null", bin(), tmp,
                         tmp), 2);
-    ck_assert_int_eq(sh("%s export %s/runs/exported --merged --dtype f16 --out %s/m16 2>/dev/null",
+    ck_assert_int_eq(tu_sh("%s export %s/runs/exported --merged --dtype f16 --out %s/m16 2>/dev/null",
                         bin(), tmp, tmp), 2);
 }
 END_TEST
