@@ -536,6 +536,8 @@ static herr_t check_doc(hid_t g, const char *name, const H5L_info_t *info, void 
             ck_assert_msg(!strcmp(units, "s"), "%s: units %s, not seconds", name, units);
         if (!strcmp(base, "log_w") || !strcmp(base, "token_log_ratio") || !strcmp(base, "l_pi"))
             ck_assert_msg(!strcmp(units, "nats"), "%s: units %s, not nats", name, units);
+        free(units);
+        free(desc);
         (*(int *)data)++;
     }
     H5Oclose(o);
