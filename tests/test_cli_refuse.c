@@ -356,31 +356,14 @@ END_TEST
 START_TEST(test_header_reaches_a_file_at_once)
 {
     write_rl_config("h.yaml", "header", 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd,
-                 "cd %s && OMP_NUM_THREADS=1 exec %s train h.yaml --set eval.every=1 "
-                 "--set eval.n=3000 --set task.train.n=64 >h.out 2>h.err", tmp, bin());
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    char p[256];
+    char cmd[2048], p[256];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && OMP_NUM_THREADS=1 exec %s train h.yaml --set eval.every=1 "
+             "--set eval.n=3000 --set task.train.n=64 >h.out 2>h.err", tmp, bin());
     snprintf(p, sizeof p, "%s/h.out", tmp);
-    int seen = 0;
-    for (int i = 0; i < 1200 && !seen; i++) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        char *o = slurp(p);
-        seen = o && strstr(o, "train: runs/header");
-        free(o);
-    }
-    int st;
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    ck_assert_msg(w == 0, "the run ended before the check");
+    bool running;
+    bool seen = tu_text_appears_while_running(cmd, p, "train: runs/header", 1200, &running);
+    ck_assert_msg(running, "the run ended before the check");
     ck_assert_msg(seen, "the header did not reach the file during the first evaluation");
 }
 END_TEST

@@ -627,32 +627,15 @@ END_TEST
 START_TEST(test_progress_reaches_file)
 {
     write_sft_inputs();
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        char cmd[2048];
-        snprintf(cmd, sizeof cmd,
-                 "cd %s && OMP_NUM_THREADS=1 exec %s sft s.yaml --set experiment=live "
-                 "--set sft.steps=10000000 --set log.every=10000000 --set checkpoint.every=0 "
-                 ">live.out 2>live.err", tmp, bin());
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    char p[256];
+    char cmd[2048], p[256];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && OMP_NUM_THREADS=1 exec %s sft s.yaml --set experiment=live "
+             "--set sft.steps=10000000 --set log.every=10000000 --set checkpoint.every=0 "
+             ">live.out 2>live.err", tmp, bin());
     snprintf(p, sizeof p, "%s/live.out", tmp);
-    int seen = 0;
-    for (int i = 0; i < 600 && !seen; i++) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        char *s = slurp(p);
-        seen = s && strstr(s, "sft: 40 examples");
-        free(s);
-    }
-    int st;
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    ck_assert_msg(w == 0, "the run ended early");
+    bool running;
+    bool seen = tu_text_appears_while_running(cmd, p, "sft: 40 examples", 600, &running);
+    ck_assert_msg(running, "the run ended early");
     ck_assert_msg(seen, "no progress line in the file while the run was going");
 }
 END_TEST

@@ -4,9 +4,14 @@
 #define DLLM_TEST_SHELL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <string.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Runs the printf-formatted command with /bin/sh; its exit status, or -1 when it
  * did not exit normally (a signal). */
@@ -20,6 +25,41 @@ static inline int tu_sh(const char *fmt, ...)
     va_end(ap);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Starts the shell command cmd (it should redirect its output to file), polls file
+ * every 50 ms for up to tries polls until it contains needle, then kills the
+ * command. Returns whether needle was seen; *still_running says whether the
+ * command had not ended when it was seen (or when polling gave up). */
+static inline bool tu_text_appears_while_running(const char *cmd, const char *file,
+                                                 const char *needle, int tries,
+                                                 bool *still_running)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    bool seen = false;
+    for (int i = 0; pid > 0 && i < tries && !seen; i++) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        FILE *f = fopen(file, "rb");
+        if (!f)
+            continue;
+        char buf[65536];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        seen = strstr(buf, needle) != NULL;
+    }
+    int st;
+    *still_running = pid > 0 && waitpid(pid, &st, WNOHANG) == 0;
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    return seen;
 }
 
 #endif
