@@ -1,0 +1,34 @@
+/* device_logits.h: a model whose forward runs on a device backend, as a
+ * device-resident sampler sees it. Token ids, the key mask and row lists live
+ * in the backend's memory; logits come out a chunk of rows at a time into a
+ * buffer of the backend's, so no full [B*T, V] logits tensor exists and
+ * nothing crosses to the host but what the caller downloads.
+ *
+ * The host-side interface (dllm_logits_fn, dllm/sampler.h) stays the one every
+ * sampler and estimator uses; this one is for the loops that keep the canvas
+ * on the device (the LLaDA sampler's device path). One instance reads one set
+ * of weights at one numerics (a trainer view or a rollout copy). */
+#ifndef DLLM_DEVICE_LOGITS_H
+#define DLLM_DEVICE_LOGITS_H
+
+#include "kernels/backend.h"
+
+#include <stdint.h>
+
+typedef struct dllm_device_logits {
+    void *ctx;
+    dllm_backend *be; /* the backend whose memory every pointer below is */
+    int V;            /* logits per row (the embedding size) */
+    int max_rows;     /* most rows one head() call takes: the chunk */
+    /* The layers over d_tokens [B,T] (backend int32) with d_keymask [B,T]
+     * (backend bytes, 1 = real token; NULL: all real). Keeps the final hidden
+     * states for head() until the next layers() call. 0 on success. */
+    int (*layers)(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymask, int B, int T);
+    /* logits (n, V) into d_logits (backend memory) for the flat rows d_rows
+     * (backend int32, b*T + t) of the last layers() call, 0 < n <= max_rows,
+     * at the numerics of this instance (shifted archs read the shifted hidden
+     * row, as dllm_tf_forward does). 0 on success. */
+    int (*head)(void *ctx, const int32_t *d_rows, int n, float *d_logits);
+} dllm_device_logits;
+
+#endif
