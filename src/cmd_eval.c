@@ -170,6 +170,12 @@ static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_er
         cfg->eval.block_length = g.block_length;
         cfg->eval.steps = g.steps;
         cfg->eval.temperature = g.temperature;
+        if (g.dream) { /* a Dream checkpoint's sampler */
+            cfg->rollout.dream.alg = g.dcfg.alg;
+            cfg->rollout.dream.eps = g.dcfg.eps;
+            cfg->rollout.dream.alg_temp = g.dcfg.alg_temp;
+            cfg->rollout.dream.top_k = g.dcfg.top_k;
+        }
         if (!cfg_names_find(&cfg_names_chat, g.chat, &cfg->task.chat))
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s/generation.json: chat '%s' is not one of "
                                 "auto|plain|llada|qwen3", a->model, g.chat);

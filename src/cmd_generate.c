@@ -223,6 +223,8 @@ int cmd_generate(int argc, char **argv)
     /* flags given: they override the checkpoint's generation.json */
     bool set_gen = false, set_block = false, set_steps = false, set_temp = false,
          set_remask = false, set_chat = false, set_top_p = false;
+    /* Dream's flags given (--alg, --eps, --alg-temp, --top-k): they override generation.json's "dream" */
+    bool set_alg = false, set_eps = false, set_alg_temp = false, set_top_k = false;
     dllm_mask_token mask_token = DLLM_MASK_TOKEN_ALLOW;
     /* the last flag given of each kind of model, refused for the other kind */
     const char *denoise_flag = NULL, *ar_flag = NULL;
@@ -287,18 +289,22 @@ int cmd_generate(int argc, char **argv)
                                    "--alg %s: expected origin, maskgit_plus, topk_margin or entropy",
                                    optarg);
             denoise_flag = dream_flag = "--alg";
+            set_alg = true;
             break;
         case 'e':
             bad = cli_parse_double(optarg, "--eps", &dream.eps, &err);
             denoise_flag = dream_flag = "--eps";
+            set_eps = true;
             break;
         case 'L':
             bad = cli_parse_double(optarg, "--alg-temp", &dream.alg_temp, &err);
             denoise_flag = dream_flag = "--alg-temp";
+            set_alg_temp = true;
             break;
         case 'K':
             bad = cli_parse_int(optarg, "--top-k", 0, 1 << 30, &top_k, &err);
             denoise_flag = dream_flag = "--top-k";
+            set_top_k = true;
             break;
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'a': chat = optarg; set_chat = true; break;
@@ -346,6 +352,12 @@ int cmd_generate(int argc, char **argv)
         snprintf(gen_chat, sizeof gen_chat, "%s", gs.chat);
         remask = set_remask ? remask : gen_remask;
         chat = set_chat ? chat : gen_chat;
+        if (gs.dream) { /* a Dream checkpoint's sampler (read for Dream models only) */
+            dream.alg = set_alg ? dream.alg : gs.dcfg.alg;
+            dream.eps = set_eps ? dream.eps : gs.dcfg.eps;
+            dream.alg_temp = set_alg_temp ? dream.alg_temp : gs.dcfg.alg_temp;
+            top_k = set_top_k ? top_k : gs.dcfg.top_k;
+        }
     }
     if (strcmp(format, "text") && strcmp(format, "ids") && strcmp(format, "json")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--format %s: expected text, ids or json", format);

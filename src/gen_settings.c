@@ -2,6 +2,7 @@
 #include "src/gen_settings.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,6 +18,8 @@ void ckpt_generation_default(ckpt_generation *g, bool diffusion, int gen_length)
     g->top_p = 1;
     snprintf(g->remasking, sizeof g->remasking, "low_confidence");
     snprintf(g->chat, sizeof g->chat, "plain");
+    g->dream = false;
+    g->dcfg = dllm_dream_cfg_default();
 }
 
 void ckpt_generation_from_cfg(ckpt_generation *g, const dllm_cfg *cfg, bool diffusion,
@@ -30,6 +33,15 @@ void ckpt_generation_from_cfg(ckpt_generation *g, const dllm_cfg *cfg, bool diff
     snprintf(g->chat, sizeof g->chat, "%s", chat && chat[0] ? chat : "auto");
 }
 
+void ckpt_generation_set_dream(ckpt_generation *g, const dllm_cfg *cfg)
+{
+    g->dream = true;
+    g->dcfg = (dllm_dream_cfg){.alg = cfg->rollout.dream.alg, .eps = cfg->rollout.dream.eps,
+                               .alg_temp = cfg->rollout.dream.alg_temp, .top_p = cfg->rollout.top_p,
+                               .top_k = cfg->rollout.dream.top_k};
+    g->top_p = cfg->rollout.top_p;
+}
+
 int ckpt_write_generation(const char *dir, const ckpt_generation *g, dllm_err *err)
 {
     char path[4400];
@@ -39,6 +51,11 @@ int ckpt_write_generation(const char *dir, const ckpt_generation *g, dllm_err *e
                           g->gen_length, "block_length", g->block_length, "steps", g->steps,
                           "temperature", g->temperature, "remasking", g->remasking, "top_p",
                           g->top_p, "chat", g->chat);
+    if (o && g->dream)
+        json_object_set_new(o, "dream",
+                            json_pack("{s:s, s:f, s:f, s:i}", "alg", dllm_dream_alg_name(g->dcfg.alg),
+                                      "eps", g->dcfg.eps, "alg_temp", g->dcfg.alg_temp, "top_k",
+                                      g->dcfg.top_k));
     int rc = !o || json_dump_file(o, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
                                                JSON_REAL_PRECISION(17));
     json_decref(o);
@@ -83,6 +100,42 @@ static int get_str(json_t *o, const char *key, char *out, size_t cap, const char
     return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key '%s': unexpected value", path, key);
 }
 
+/* The "dream" object: each key optional, checked as dllm_dream_check does. */
+static int get_dream(json_t *o, ckpt_generation *g, const char *path, dllm_err *err)
+{
+    json_t *d = json_object_get(o, "dream");
+    if (!d)
+        return 0;
+    if (!json_is_object(d))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key 'dream': expected an object", path);
+    dllm_dream_cfg c = g->dcfg;
+    json_t *v = json_object_get(d, "alg");
+    if (v && (!json_is_string(v) || dllm_dream_alg_parse(json_string_value(v), &c.alg)))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key 'dream.alg': expected origin, "
+                            "maskgit_plus, topk_margin or entropy", path);
+    if ((v = json_object_get(d, "eps")) &&
+        (!json_is_number(v) || !(json_number_value(v) > 0 && json_number_value(v) < 1)))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key 'dream.eps': expected a number in (0, 1)",
+                            path);
+    if (v)
+        c.eps = json_number_value(v);
+    if ((v = json_object_get(d, "alg_temp")) &&
+        (!json_is_number(v) || !(json_number_value(v) >= 0) || !isfinite(json_number_value(v))))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key 'dream.alg_temp': expected a number >= 0",
+                            path);
+    if (v)
+        c.alg_temp = json_number_value(v);
+    if ((v = json_object_get(d, "top_k")) &&
+        (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30)))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key 'dream.top_k': expected an integer >= 0",
+                            path);
+    if (v)
+        c.top_k = (int)json_integer_value(v);
+    g->dcfg = c;
+    g->dream = true;
+    return 0;
+}
+
 int ckpt_read_generation(const char *dir, ckpt_generation *g, dllm_err *err)
 {
     char path[4400];
@@ -117,6 +170,10 @@ int ckpt_read_generation(const char *dir, ckpt_generation *g, dllm_err *err)
         rc = get_str(o, "remasking", g->remasking, sizeof g->remasking, remask, path, err);
     if (!rc)
         rc = get_str(o, "chat", g->chat, sizeof g->chat, chats, path, err);
+    if (!rc)
+        rc = get_dream(o, g, path, err);
+    if (!rc)
+        g->dcfg.top_p = g->top_p;
     if (!rc && sampler[0])
         g->diffusion = !strcmp(sampler, "denoising");
     json_decref(o);

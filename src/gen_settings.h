@@ -4,13 +4,18 @@
  *   {"sampler": "denoising" | "autoregressive",
  *    "gen_length": N, "block_length": N, "steps": N,   (denoising schedule)
  *    "temperature": T, "remasking": "low_confidence" | "random",
- *    "top_p": P, "chat": "plain" | "llada" | "qwen3" | "qwen2.5" | "auto"}
+ *    "top_p": P, "chat": "plain" | "llada" | "qwen3" | "qwen2.5" | "auto",
+ *    "dream": {"alg": "origin" | "maskgit_plus" | "topk_margin" | "entropy",
+ *              "eps": E, "alg_temp": A, "top_k": K}}   (Dream models only)
  * Every key is optional when read: a missing one keeps the caller's default.
  * block_length and steps are written for either sampler (an autoregressive
- * model ignores them). */
+ * model ignores them; Dream's sampler reads steps, not block_length). Dream's
+ * sampler takes the top-level top_p as its nucleus; "dream" holds the rest of
+ * its settings (dllm/dream_sampler.h). */
 #ifndef DLLM_GEN_SETTINGS_H
 #define DLLM_GEN_SETTINGS_H
 
+#include "dllm/dream_sampler.h"
 #include "kernels/base.h"
 #include "src/yaml_config.h"
 
@@ -22,6 +27,8 @@ typedef struct {
     double temperature, top_p;
     char remasking[32];
     char chat[16];
+    bool dream;          /* the "dream" object: written when set, set when read */
+    dllm_dream_cfg dcfg; /* its alg, eps, alg_temp, top_k (top_p: the field above) */
 } ckpt_generation;
 
 /* Writes DIR/generation.json. */
@@ -43,5 +50,9 @@ void ckpt_generation_default(ckpt_generation *g, bool diffusion, int gen_length)
  * ckpt_write_generation(ckpt_dir, &g, err). */
 void ckpt_generation_from_cfg(ckpt_generation *g, const dllm_cfg *cfg, bool diffusion,
                               const char *chat);
+
+/* Marks g as a Dream model's settings and records cfg's rollout.dream.* (alg,
+ * eps, alg_temp, top_k) and rollout.top_p: the sampler the run trained with. */
+void ckpt_generation_set_dream(ckpt_generation *g, const dllm_cfg *cfg);
 
 #endif

@@ -11,8 +11,11 @@
  *   - the trajectory estimator replays Dream rollouts: its log-likelihood of
  *     a completion equals the sum of the sampler's log commit probabilities,
  *     so the likelihood plans score the rows the shifted model predicts;
+ *   - generation.json records Dream's sampler settings and reads them back;
  *   - `train` runs 2 GRPO steps of configs/quickstart-dream.yaml (FP8 rollouts,
- *     AIS) on a tiny Dream model with finite logged values. */
+ *     AIS) on a tiny Dream model with finite logged values, and its final
+ *     checkpoint's generation.json holds the run's Dream sampler.
+ * tests/test_dream_published.c compares against the published code itself. */
 #include "tests/test_shell.h"
 #include "dllm/chat.h"
 #include "dllm/dream_sampler.h"
@@ -20,6 +23,7 @@
 #include "dllm/lik_plan.h"
 #include "dllm/policy.h"
 #include "dllm/transformer.h"
+#include "src/gen_settings.h"
 #include "src/yaml_config.h"
 #include "tests/test_util.h"
 
@@ -557,6 +561,66 @@ START_TEST(test_recipes)
 }
 END_TEST
 
+/* generation.json records Dream's sampler settings ("dream": alg, eps,
+ * alg_temp, top_k; top_p top-level) for Dream models only, and reads them back. */
+START_TEST(test_gen_settings)
+{
+    dllm_cfg cfg;
+    dllm_cfg_defaults(&cfg);
+    dllm_err err = {0};
+    const char *sets[] = {"rollout.dream.alg=entropy", "rollout.dream.eps=0.01",
+                          "rollout.dream.alg_temp=0.5", "rollout.dream.top_k=7", "rollout.top_p=0.9"};
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
+        ck_assert_msg(dllm_cfg_set(&cfg, sets[i], &err) == 0, "%s", err.msg);
+    char *tmp = tu_make_tmpdir();
+    ckpt_generation w, r;
+    ckpt_generation_from_cfg(&w, &cfg, true, "qwen2.5");
+    ck_assert(!w.dream);
+    ckpt_generation_set_dream(&w, &cfg);
+    ck_assert_int_eq(ckpt_write_generation(tmp, &w, &err), 0);
+    ckpt_generation_default(&r, true, 4);
+    ck_assert_msg(ckpt_read_generation(tmp, &r, &err) == 0, "%s", err.msg);
+    ck_assert(r.dream);
+    ck_assert_int_eq(r.dcfg.alg, DLLM_DREAM_ENTROPY);
+    ck_assert(r.dcfg.eps == 0.01 && r.dcfg.alg_temp == 0.5 && r.dcfg.top_k == 7);
+    ck_assert(r.top_p == 0.9 && r.dcfg.top_p == 0.9);
+    ck_assert_int_eq(r.gen_length, cfg.eval.gen_length);
+    ck_assert_str_eq(r.chat, "qwen2.5");
+
+    /* a model of another architecture: no "dream" object, none read */
+    char path[512];
+    snprintf(path, sizeof path, "%s/generation.json", tmp);
+    ckpt_generation_from_cfg(&w, &cfg, true, "plain");
+    ck_assert_int_eq(ckpt_write_generation(tmp, &w, &err), 0);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_ptr_null(json_object_get(o, "dream"));
+    json_decref(o);
+    ckpt_generation_default(&r, true, 4);
+    ck_assert_int_eq(ckpt_read_generation(tmp, &r, &err), 0);
+    ck_assert(!r.dream);
+
+    /* bad values: input errors naming the file and key */
+    const char *bad[][2] = {{"{\"dream\": {\"alg\": \"greedy\"}}", "dream.alg"},
+                            {"{\"dream\": {\"eps\": 1.5}}", "dream.eps"},
+                            {"{\"dream\": {\"alg_temp\": -1}}", "dream.alg_temp"},
+                            {"{\"dream\": {\"top_k\": 2.5}}", "dream.top_k"},
+                            {"{\"dream\": 3}", "'dream'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(bad[i][0], f);
+        fclose(f);
+        ckpt_generation_default(&r, true, 4);
+        ck_assert_int_eq(ckpt_read_generation(tmp, &r, &err), DLLM_EXIT_INPUT);
+        ck_assert_msg(strstr(err.msg, bad[i][1]) && strstr(err.msg, "generation.json"), "%s", err.msg);
+    }
+    tu_rm_rf(tmp);
+    free(tmp);
+}
+END_TEST
+
 /* `train` on configs/quickstart-dream.yaml, 2 steps at a tiny size, from a
  * random tiny Dream model: FP8 rollouts, AIS, finite logged values. */
 START_TEST(test_train_quickstart)
@@ -589,6 +653,16 @@ START_TEST(test_train_quickstart)
     }
     fclose(f);
     ck_assert_int_eq(rows, 2);
+    /* the final checkpoint records the Dream sampler the run trained with */
+    char ck[512];
+    snprintf(ck, sizeof ck, "%s/runs/quickstart-dream/ckpt/latest", tmp);
+    ckpt_generation g;
+    ckpt_generation_default(&g, true, 1);
+    dllm_err err = {0};
+    ck_assert_msg(ckpt_read_generation(ck, &g, &err) == 0, "%s", err.msg);
+    ck_assert(g.dream);
+    ck_assert_int_eq(g.dcfg.alg, DLLM_DREAM_MASKGIT_PLUS);
+    ck_assert(fabs(g.dcfg.eps - 1e-3) < 1e-12);
     tu_rm_rf(tmp);
     free(tmp);
 }
@@ -614,6 +688,7 @@ int main(void)
     tcase_set_timeout(tr, 120);
     tcase_add_test(tr, test_policy_trajectory);
     tcase_add_test(tr, test_recipes);
+    tcase_add_test(tr, test_gen_settings);
     tcase_add_test(tr, test_train_quickstart);
     suite_add_tcase(s, tr);
     SRunner *sr = srunner_create(s);

@@ -10,7 +10,9 @@
  *   - `score` (one_step) on a prompt and completion: its token_logp (1e-4);
  *   - greedy generations of maskgit_plus, topk_margin and entropy over
  *     several steps/eps settings, a left-padded batch of 3 and top_p/top_k
- *     filtering: ids equal. */
+ *     filtering: ids equal;
+ *   - `generate` driven by a checkpoint's generation.json alone (its "dream"
+ *     settings, src/gen_settings.h) gives the published ids. */
 #include "tests/test_shell.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/transformer.h"
@@ -255,6 +257,69 @@ START_TEST(test_published_generate)
 }
 END_TEST
 
+/* `generate` with no sampler flags on a Dream checkpoint whose generation.json
+ * holds the settings (steps, gen_length, top_p and the "dream" object: alg,
+ * eps, top_k) reproduces the published generations. */
+START_TEST(test_published_generate_cli)
+{
+    const char *bin = getenv("DLLM_BIN"), *data = getenv("DLLM_TEST_DATA");
+    if (!bin || !data) {
+        fprintf(stderr, "test_published_generate_cli: DLLM_BIN / DLLM_TEST_DATA not set\n");
+        return;
+    }
+    json_t *gold = tu_json_load("dream_published/golden.json");
+    char *tmp = tu_make_tmpdir();
+    const json_t *me = json_array_get(json_object_get(gold, "models"), 0);
+    const char *name = json_string_value(json_object_get(me, "name"));
+    ck_assert_int_eq(tu_sh("cp %s/dream_published/%s/config.json %s/dream_published/%s/model.safetensors %s/",
+                           data, name, data, name, tmp),
+                     0);
+    const json_t *gens = json_object_get(me, "generate");
+    int checked = 0;
+    for (size_t c = 0; c < json_array_size(gens); c++) {
+        const json_t *e = json_array_get(gens, c);
+        const json_t *prs = json_object_get(e, "prompts");
+        /* batch 1: the first setting and the top_p / top_k one */
+        if (json_array_size(prs) != 1 || (c % 6 != 0 && tu_jget(e, "top_k") == 0))
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/generation.json", tmp);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "{\"sampler\": \"denoising\", \"gen_length\": %d, \"block_length\": %d,"
+                   " \"steps\": %d, \"temperature\": 0, \"top_p\": %.17g, \"chat\": \"plain\","
+                   " \"dream\": {\"alg\": \"%s\", \"eps\": %.17g, \"alg_temp\": 0, \"top_k\": %d}}\n",
+                (int)tu_jget(e, "gen_length"), (int)tu_jget(e, "gen_length"), (int)tu_jget(e, "steps"),
+                tu_jget(e, "top_p"), json_string_value(json_object_get(e, "alg")), tu_jget(e, "eps"),
+                (int)tu_jget(e, "top_k"));
+        fclose(f);
+        const json_t *pr = json_array_get(prs, 0), *want = json_array_get(json_object_get(e, "ids"), 0);
+        char pids[512] = "", wids[512] = "";
+        for (size_t t = 0; t < json_array_size(pr); t++)
+            snprintf(pids + strlen(pids), sizeof pids - strlen(pids), "%s%d", t ? "," : "", jint(pr, t));
+        for (size_t t = 0; t < json_array_size(want); t++)
+            snprintf(wids + strlen(wids), sizeof wids - strlen(wids), "%s%d", t ? "," : "", jint(want, t));
+        ck_assert_int_eq(tu_sh("%s generate --model %s --prompt-ids %s --format ids > %s/ids.txt", bin,
+                               tmp, pids, tmp),
+                         0);
+        snprintf(path, sizeof path, "%s/ids.txt", tmp);
+        f = fopen(path, "r");
+        ck_assert_ptr_nonnull(f);
+        char line[1024] = "";
+        ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+        fclose(f);
+        line[strcspn(line, "\n")] = '\0';
+        ck_assert_msg(!strcmp(line, wids), "%s %s from generation.json: %s, published %s", name,
+                      json_string_value(json_object_get(e, "alg")), line, wids);
+        checked++;
+    }
+    ck_assert_int_eq(checked, 6);
+    tu_rm_rf(tmp);
+    free(tmp);
+    json_decref(gold);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dream_published");
@@ -263,6 +328,7 @@ int main(void)
     tcase_add_test(tc, test_published_logp);
     tcase_add_test(tc, test_published_score_cli);
     tcase_add_test(tc, test_published_generate);
+    tcase_add_test(tc, test_published_generate_cli);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
