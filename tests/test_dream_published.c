@@ -11,6 +11,8 @@
  *   - greedy generations of maskgit_plus, topk_margin and entropy over
  *     several steps/eps settings, a left-padded batch of 3 and top_p/top_k
  *     filtering: ids equal;
+ *   - the dream-7b preset keeps DreamConfig's defaults (RMSNorm eps, mask and
+ *     pad ids, untied head, no sliding window or RoPE scaling);
  *   - `generate` driven by a checkpoint's generation.json alone (its "dream"
  *     settings, src/gen_settings.h) gives the published ids. */
 #include "tests/test_shell.h"
@@ -320,11 +322,49 @@ START_TEST(test_published_generate_cli)
 }
 END_TEST
 
+/* The dream-7b preset keeps the published DreamConfig defaults that the
+ * Dream-v0 checkpoints do not override, and its config.json says so. */
+START_TEST(test_published_preset)
+{
+    json_t *gold = tu_json_load("dream_published/golden.json");
+    const json_t *d = json_object_get(gold, "config_defaults");
+    ck_assert_ptr_nonnull(d);
+    dllm_model_config c;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_config_preset(&c, DLLM_ARCH_DREAM, "dream-7b", &err), 0);
+    ck_assert(fabs(c.rms_norm_eps - tu_jget(d, "rms_norm_eps")) < 1e-12);
+    ck_assert_int_eq(c.mask_token_id, (int)tu_jget(d, "mask_token_id"));
+    ck_assert_int_eq(c.pad_token_id, (int)tu_jget(d, "pad_token_id"));
+    ck_assert(c.weight_tying == json_is_true(json_object_get(d, "tie_word_embeddings")));
+    char *tmp = tu_make_tmpdir();
+    ck_assert_msg(dllm_config_save(&c, tmp, &err) == 0, "%s", err.msg);
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    ck_assert_ptr_nonnull(o);
+    const char *keys[] = {"hidden_act", "use_sliding_window", "rope_scaling", "attention_dropout",
+                          "tie_word_embeddings", "mask_token_id", "pad_token_id"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const json_t *a = json_object_get(o, keys[i]), *b = json_object_get(d, keys[i]);
+        ck_assert_msg(a && b && (json_equal(a, b) ||
+                                 (json_is_number(a) && json_is_number(b) &&
+                                  json_number_value(a) == json_number_value(b))),
+                      "config.json key %s differs from the published default", keys[i]);
+    }
+    json_decref(o);
+    tu_rm_rf(tmp);
+    free(tmp);
+    json_decref(gold);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dream_published");
     TCase *tc = tcase_create("published");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_published_preset);
     tcase_add_test(tc, test_published_logp);
     tcase_add_test(tc, test_published_score_cli);
     tcase_add_test(tc, test_published_generate);

@@ -45,6 +45,9 @@ tensor) and records:
              redrawn. Each row of a padded batch must keep the same masked
              count at every step (the published code commits the batch
              average; see dllm/dream_sampler.h).
+  config_defaults   DreamConfig's defaults that the Dream-v0 checkpoints keep
+             (RMSNorm eps, mask and pad ids, untied head, no sliding window
+             or RoPE scaling), for the dream-7b preset.
 
 Usage: python tests/ref/make_dream_goldens_published.py DREAM_CODE_DIR [OUT_DIR]
 OUT_DIR defaults to tests/data/dream_published.
@@ -267,7 +270,12 @@ def main():
     out = sys.argv[2] if len(sys.argv) == 3 else os.path.join(here, "..", "data", "dream_published")
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
-    gold = {"models": []}
+    # the published defaults a Dream-v0 config.json does not override (the
+    # 7B's sizes are its config.json's, not these defaults)
+    d = conf.DreamConfig()
+    gold = {"config_defaults": {k: getattr(d, k) for k in (
+        "rms_norm_eps", "mask_token_id", "pad_token_id", "tie_word_embeddings", "hidden_act",
+        "use_sliding_window", "rope_scaling", "attention_dropout")}, "models": []}
     for k, (name, spec) in enumerate(MODELS.items()):
         m = build_model(conf, modeling, spec, 1000 + k)
         save_checkpoint(m, os.path.join(out, name))
