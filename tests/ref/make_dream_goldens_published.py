@@ -36,7 +36,11 @@ tensor) and records:
   generate   greedy (temperature 0) diffusion_generate for maskgit_plus,
              topk_margin and entropy: batch 1 with several steps/eps settings
              (including more steps than tokens), a left-padded batch of 3,
-             and top_p / top_k filtering. origin and alg_temp > 0 are
+             and top_p / top_k filtering. No empty prompt: positions 0 and 1
+             then share one logit (position 0 is scored from itself), so
+             their confidences tie exactly and torch.topk's order decides; the
+             first position's shifted logit is compared in logp instead
+             (clean sequences without padding include t = 0). origin and alg_temp > 0 are
              stochastic and not recorded. Every case's smallest decision gap
              (the top-2 probabilities of a masked position, and the
              confidences either side of the k-th committed one) is measured
@@ -140,7 +144,7 @@ def shifted_logp(m, x, am):
 
 def left_pad(rows, pad):
     T = max(len(r) for r in rows)
-    x = torch.tensor([[pad] * (T - len(r)) + r for r in rows])
+    x = torch.tensor([[pad] * (T - len(r)) + r for r in rows], dtype=torch.long)
     am = torch.tensor([[0] * (T - len(r)) + [1] * len(r) for r in rows])
     return x, am
 
@@ -248,7 +252,7 @@ def generate_cases(m, gen, spec, rng):
                 ([5, 3, 4], 8, 4, 1e-3, None, None), ([4], 8, 4, 1e-3, 0.9, 5)]
     cases = []
     for alg in ("maskgit_plus", "topk_margin", "entropy"):
-        for (plens, G, S, eps, top_p, top_k) in settings:
+        for j, (plens, G, S, eps, top_p, top_k) in enumerate(settings):
             for attempt in range(50):
                 prompts = [torch.randint(3, mask, (n,), generator=rng).tolist() for n in plens]
                 ids, probe = generate_case(m, gen, spec, prompts, G, S, eps, alg, top_p, top_k)
@@ -256,7 +260,7 @@ def generate_cases(m, gen, spec, rng):
                     break
             else:
                 raise SystemExit("no prompt with a safe decision gap: %s %s" % (alg, plens))
-            cases.append({"alg": alg, "prompts": prompts, "gen_length": G, "steps": S,
+            cases.append({"alg": alg, "setting": j, "prompts": prompts, "gen_length": G, "steps": S,
                           "eps": eps, "top_p": top_p or 1.0, "top_k": top_k or 0,
                           "ids": ids, "min_gap": probe.gap})
     return cases
