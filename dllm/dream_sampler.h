@@ -23,11 +23,20 @@
  *                 softmax(confidence / alg_temp).
  *
  * Differences from the published code, all deliberate: n_masked is the row's
- * own masked count (the published code averages it over the batch, which is
- * the same number whenever every row has the same masked count, e.g. batch 1
- * or equal prompts); prompt positions are never rewritten; mask_token = forbid
- * (dllm/sampler.h) removes the mask id from the token distribution. A committed
- * mask id (allow) leaves the position masked, as in the published code.
+ * own masked count. The published code commits int(batch-mean masked count *
+ * (1 - s/t)) in every row: the same number whenever the rows have equal counts
+ * (always, unless a row commits the mask id), otherwise a row above the mean
+ * keeps masks after the last step and a row below it has its top-k reach
+ * unmasked positions, writing the mask id over committed or prompt tokens (both
+ * seen running it); the own count also keeps a rollout independent of its
+ * batch. Prompt positions are never rewritten (the published code also
+ * denoises mask ids inside the prompt); mask_token = forbid (dllm/sampler.h)
+ * removes the mask id from the token distribution. A committed mask id (allow)
+ * leaves the position masked, as in the published code. There is no EOS
+ * handling, as published: generated EOS tokens stay on the canvas.
+ *
+ * Greedy runs are compared with the published diffusion_generate itself in
+ * tests/test_dream_published.c (goldens of tests/ref/make_dream_goldens_published.py).
  *
  * The record is LLaDA's (dllm_rollout): commit_step = the step that committed
  * each generated token, commit_prob = its softmax probability at temperature 1

@@ -26,6 +26,11 @@ Every greedy case's smallest decision gap (argmax and top-k confidence) is
 checked to be far above float rounding, so the ids cannot flip.
 
 Usage: python3 tests/ref/make_dream_goldens.py   (NumPy only)
+
+tests/ref/make_dream_goldens_published.py runs the published code itself (it
+needs torch and the published model files); this re-implementation needs
+neither and was checked against it: the same schedule, filter order,
+confidences and shift.
 """
 import json
 import os
