@@ -8,6 +8,8 @@
  *   - greedy generations of maskgit_plus, topk_margin and entropy (ids equal);
  *   - sampler properties: keyed draws independent of the batch, the record
  *     (commit steps, probabilities), forbid, alg_temp, origin, top-k;
+ *   - alg_temp's and origin's draws have the published distributions
+ *     (multinomial without replacement; transfer probability 1 - s/t);
  *   - the trajectory estimator replays Dream rollouts: its log-likelihood of
  *     a completion equals the sum of the sampler's log commit probabilities,
  *     so the likelihood plans score the rows the shifted model predicts;
@@ -475,6 +477,79 @@ START_TEST(test_sampling_keyed)
 }
 END_TEST
 
+/* A stand-in model for the draw statistics: V = 4 (mask id 3); canvas
+ * position t's logits are (a_t, 0, 0, 0), so x0 = 0 and maskgit_plus's
+ * confidence p(x0) = e^a_t / (e^a_t + 3) differs by position. */
+static const double stat_a[8] = {0.2, 1.4, 0.7, 2.0, 1.1, 0.4, 1.7, 0.9};
+
+static int stat_logits(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                       const int32_t *rows, int n_rows, float *logits)
+{
+    (void)m, (void)tokens, (void)keymask, (void)B;
+    for (int r = 0; r < n_rows; r++) {
+        float *z = logits + (size_t)r * 4;
+        z[0] = (float)stat_a[rows[r] % T - 2];
+        z[1] = z[2] = z[3] = 0;
+    }
+    return 0;
+}
+
+/* The stochastic choices have the published distributions: alg_temp > 0
+ * commits k positions drawn without replacement from softmax(confidence /
+ * alg_temp) (torch.multinomial), and origin commits each masked position with
+ * probability 1 - s/t. Step 0 of G = 8, steps = 2: s/t = 0.5005 (float32
+ * linspace(1, 1e-3, 3)), so k = int(8 * 0.4995) = 3. */
+START_TEST(test_draw_distributions)
+{
+    const int G = 8, N = 6000;
+    int32_t pr[2] = {1, 2};
+    dllm_sampler_cfg c = {.gen_length = G, .block_length = G, .steps = 2, .temperature = 0,
+                          .mask_id = 3, .eos_id = -1, .eot_id = -1, .vocab = 4};
+    dllm_dream_cfg d = dllm_dream_cfg_default();
+    d.alg = DLLM_DREAM_MASKGIT_PLUS;
+    d.alg_temp = 0.5;
+    dllm_err err = {0};
+    /* exact inclusion probabilities of 3 sequential draws without replacement */
+    double w[8], incl[8] = {0}, W = 0;
+    for (int i = 0; i < G; i++) {
+        const double conf = exp(stat_a[i]) / (exp(stat_a[i]) + 3);
+        W += w[i] = exp(conf / d.alg_temp);
+    }
+    for (int i = 0; i < G; i++)
+        for (int j = 0; j < G; j++)
+            for (int l = 0; l < G; l++) {
+                if (i == j || j == l || i == l)
+                    continue;
+                double pr3 = w[i] / W * w[j] / (W - w[i]) * w[l] / (W - w[i] - w[j]);
+                incl[i] += pr3, incl[j] += pr3, incl[l] += pr3;
+            }
+    int hits[8] = {0}, origin_hits = 0;
+    for (int n = 0; n < N; n++) {
+        dllm_rollout r;
+        d.alg = DLLM_DREAM_MASKGIT_PLUS;
+        ck_assert_int_eq(dllm_dream_sample(stat_logits, NULL, pr, NULL, 1, 2, &c, &d, (uint64_t)n, &r, &err), 0);
+        int k = 0;
+        for (int t = 0; t < G; t++)
+            if (r.commit_step[t] == 0)
+                hits[t]++, k++;
+        ck_assert_int_eq(k, 3);
+        dllm_rollout_free(&r);
+        d.alg = DLLM_DREAM_ORIGIN;
+        ck_assert_int_eq(dllm_dream_sample(stat_logits, NULL, pr, NULL, 1, 2, &c, &d, (uint64_t)n, &r, &err), 0);
+        for (int t = 0; t < G; t++)
+            origin_hits += r.commit_step[t] == 0;
+        dllm_rollout_free(&r);
+    }
+    for (int t = 0; t < G; t++) {
+        const double f = (double)hits[t] / N, sd = sqrt(incl[t] * (1 - incl[t]) / N);
+        ck_assert_msg(fabs(f - incl[t]) < 4.5 * sd, "alg_temp: position %d committed at step 0 "
+                      "in %.4f of runs, multinomial without replacement %.4f", t, f, incl[t]);
+    }
+    const double f = (double)origin_hits / (N * G), p = 1 - 0.5005f / 1.0f;
+    ck_assert_msg(fabs(f - p) < 4.5 * sqrt(p * (1 - p) / (N * G)), "origin: %.4f vs %.4f", f, p);
+}
+END_TEST
+
 /* ---- RL on Dream ---------------------------------------------------------------------------- */
 
 /* The policy samples a Dream model with Dream's sampler, and the trajectory
@@ -683,6 +758,7 @@ int main(void)
     tcase_add_test(ts, test_schedule_counts);
     tcase_add_test(ts, test_token_dist);
     tcase_add_test(ts, test_sampling_keyed);
+    tcase_add_test(ts, test_draw_distributions);
     suite_add_tcase(s, ts);
     TCase *tr = tcase_create("rl");
     tcase_set_timeout(tr, 120);
