@@ -223,7 +223,7 @@ int cmd_generate(int argc, char **argv)
     /* flags given: they override the checkpoint's generation.json */
     bool set_gen = false, set_block = false, set_steps = false, set_temp = false,
          set_remask = false, set_chat = false, set_top_p = false;
-    /* Dream's flags given (--alg, --eps, --alg-temp, --top-k): they override generation.json's "dream" */
+    /* Dream's flags given: they override generation.json's "dream" */
     bool set_alg = false, set_eps = false, set_alg_temp = false, set_top_k = false;
     dllm_mask_token mask_token = DLLM_MASK_TOKEN_ALLOW;
     /* the last flag given of each kind of model, refused for the other kind */

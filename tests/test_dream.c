@@ -527,7 +527,8 @@ START_TEST(test_draw_distributions)
     for (int n = 0; n < N; n++) {
         dllm_rollout r;
         d.alg = DLLM_DREAM_MASKGIT_PLUS;
-        ck_assert_int_eq(dllm_dream_sample(stat_logits, NULL, pr, NULL, 1, 2, &c, &d, (uint64_t)n, &r, &err), 0);
+        ck_assert_int_eq(
+            dllm_dream_sample(stat_logits, NULL, pr, NULL, 1, 2, &c, &d, (uint64_t)n, &r, &err), 0);
         int k = 0;
         for (int t = 0; t < G; t++)
             if (r.commit_step[t] == 0)
@@ -535,7 +536,8 @@ START_TEST(test_draw_distributions)
         ck_assert_int_eq(k, 3);
         dllm_rollout_free(&r);
         d.alg = DLLM_DREAM_ORIGIN;
-        ck_assert_int_eq(dllm_dream_sample(stat_logits, NULL, pr, NULL, 1, 2, &c, &d, (uint64_t)n, &r, &err), 0);
+        ck_assert_int_eq(
+            dllm_dream_sample(stat_logits, NULL, pr, NULL, 1, 2, &c, &d, (uint64_t)n, &r, &err), 0);
         for (int t = 0; t < G; t++)
             origin_hits += r.commit_step[t] == 0;
         dllm_rollout_free(&r);
