@@ -16,7 +16,7 @@
  * depend on thread order. */
 #include "kernels/cuda/common.cuh"
 
-enum { ROWS_THREADS = 256, COMMIT_THREADS = 128 };
+enum { ROWS_THREADS = 1024, COMMIT_THREADS = 128 }; /* rows: one block, as wide as it goes */
 
 /* Exclusive prefix sum of v over the block (blockDim.x a multiple of 32); *total gets the
  * block's sum. Three barriers; safe to call again at once. */
@@ -51,10 +51,10 @@ __device__ static int block_excl_scan(int v, int *total)
 
 /* One block walks the (sequence, position) grid in order, so rows come out sequence-major
  * and by position, as committable_rows in dllm/sampler.c lists them. */
-__global__ static void rows_kernel(int32_t *rows, int32_t *rows_u, int64_t *row_seq,
-                                   int32_t *row_pos, int32_t *seq_start, int32_t *n_out,
-                                   const int32_t *canvas, int B, int T, int P, int hi,
-                                   int mask_id, uint64_t seq_offset)
+__global__ static void __launch_bounds__(ROWS_THREADS)
+rows_kernel(int32_t *rows, int32_t *rows_u, int64_t *row_seq, int32_t *row_pos,
+            int32_t *seq_start, int32_t *n_out, const int32_t *canvas, int B, int T, int P,
+            int hi, int mask_id, uint64_t seq_offset)
 {
     // rows, rows_u, row_seq, row_pos (up to B*(hi-P)); seq_start (B+1); canvas (B, T)
     const int W = hi - P;
