@@ -209,10 +209,51 @@ void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf, const flo
                           const int64_t *row_seq, const int32_t *row_pos, int n, int V,
                           double temperature, uint64_t seed, uint64_t gstep,
                           dllm_cuda_stream s);
+/* The same draw over every id but exclude (-1: none; mask_token = forbid passes the mask
+ * id), as dllm_sampler_draw_x0_excl; prob keeps the excluded id in the normaliser. */
+void dllm_cuda_sampler_x0_excl(int32_t *x0, float *prob, double *rand_conf,
+                               const float *logits, const int64_t *row_seq,
+                               const int32_t *row_pos, int n, int V, double temperature,
+                               uint64_t seed, uint64_t gstep, int exclude, dllm_cuda_stream s);
 /* out[i] = draw ctr0 + i of stream (seed, a, b, c), i.e. dllm_rng_u64 after setting
  * ctr = ctr0 + i: the device RNG checked bit for bit against kernels/rng.c. */
 void dllm_cuda_rng_u64(uint64_t *out, size_t n, uint64_t seed, uint64_t a, uint64_t b,
                        uint64_t c, uint64_t ctr0, dllm_cuda_stream s);
+
+/* ---- Device sampler step (kernels/cuda/sampler_step.cu) -------------------------------------
+ * The rest of one step of the LLaDA sampler (dllm/sampler_device.c), each as dllm/sampler.c.
+ * canvas [B,T] int32 (T = P + G; with CFG [2B,T], the unconditional copy second).
+ *
+ * dllm_cuda_sampler_rows: the committable rows, every position t in [P, hi) of the first B
+ * sequences that holds mask_id, sequence-major then by t: rows[i] = b*T + t (rows_u[i] =
+ * (B+b)*T + t, the unconditional copy's row, when rows_u is not NULL), row_seq[i] =
+ * seq_offset + b (the noise key), row_pos[i] = t; seq_start[b] = the first row of sequence
+ * b, seq_start[B] = *n = the count. Arrays sized B*(hi-P). One block: ordered compaction. */
+void dllm_cuda_sampler_rows(int32_t *rows, int32_t *rows_u, int64_t *row_seq, int32_t *row_pos,
+                            int32_t *seq_start, int32_t *n, const int32_t *canvas, int B, int T,
+                            int P, int hi, int mask_id, uint64_t seq_offset,
+                            dllm_cuda_stream s);
+/* nm[b] = positions t in [lo, hi) of sequence b holding mask_id (the block's masked count
+ * at its start, which the transfer-count schedule splits). */
+void dllm_cuda_sampler_block_counts(int32_t *nm, const int32_t *canvas, int B, int T, int lo,
+                                    int hi, int mask_id, dllm_cuda_stream s);
+/* cond [n,V] = uncond + w (cond - uncond) in fp32 without fused multiply-adds (uncond
+ * NULL: no CFG), then cond[:, eos_id] = -inf when eos_id >= 0 (logits_eos_inf). */
+void dllm_cuda_sampler_logits_fix(float *cond, const float *uncond, int n, int V, float w,
+                                  int eos_id, dllm_cuda_stream s);
+/* Per sequence b, among its rows [seq_start[b], seq_start[b+1]) with x0, prob and (random
+ * remasking; NULL for low_confidence) rand_conf from dllm_cuda_sampler_x0_excl: confidence
+ * = rand_conf or (double)prob, -inf where x0 is eos_id or eot_id (pass -1 for both when
+ * confidence_eos_eot_inf is off); the k = nm[b]/spb + (step_in_block < nm[b] % spb) most
+ * confident are committed, ties to the lower position: canvas (both copies when cfg) gets
+ * x0, commit_step (B,G) gets gstep and commit_prob (B,G) prob, except where x0 is mask_id
+ * (written back: the position stays masked and unrecorded). */
+void dllm_cuda_sampler_commit(int32_t *canvas, int16_t *commit_step, float *commit_prob,
+                              const int32_t *x0, const float *prob, const double *rand_conf,
+                              const int32_t *row_pos, const int32_t *seq_start,
+                              const int32_t *nm, int spb, int step_in_block, int gstep, int B,
+                              int T, int P, int G, int mask_id, int eos_id, int eot_id,
+                              bool cfg, dllm_cuda_stream s);
 
 #ifdef __cplusplus
 }

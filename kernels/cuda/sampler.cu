@@ -9,6 +9,9 @@
  *                      the CPU's strict ">" scan: the lowest v among equal maxima.
  *   prob = softmax(logit)[x0] with float64 sums; rand_conf = uniform draw pos of stream
  *   2*b + 1 (random remasking).
+ *   exclude >= 0 (mask_token = forbid) leaves that id out of the draw, as
+ *   dllm_sampler_draw_x0_excl: the scan starts from id 1 instead of 0 when it is 0, and
+ *   prob keeps it in the normaliser.
  * The max/argmax reductions are order-independent, so x0 is the CPU's bit for bit
  * (the device's float64 exp/log/pow may differ from libm's in the last ulp, which could
  * only matter for two scores equal to ~1e-16). One block per row. */
@@ -57,7 +60,7 @@ __device__ static void block_argmax(double &s, int &i)
 __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_conf,
                                          const float *logits, const int64_t *row_seq,
                                          const int32_t *row_pos, int V, double temperature,
-                                         uint64_t seed, uint64_t gstep)
+                                         uint64_t seed, uint64_t gstep, int exclude)
 {
     // x0, prob, rand_conf, row_seq, row_pos (n); logits (n, V); grid.x = n
     int row = blockIdx.x;
@@ -71,7 +74,7 @@ __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_
     if (temperature == 0.0) {
         for (int v = threadIdx.x; v < V; v += blockDim.x) {
             double x = (double)lg[v];
-            if (x > best_s) { /* per-thread v ascends: strict ">" keeps the first */
+            if (v != exclude && x > best_s) { /* per-thread v ascends: strict ">" keeps the first */
                 best_s = x;
                 best = v;
             }
@@ -79,6 +82,8 @@ __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_
     } else {
         uint64_t key = dllm_rng_key(seed, DLLM_RNG_PURPOSE_SAMPLER, gstep, 2 * b);
         for (int v = threadIdx.x; v < V; v += blockDim.x) {
+            if (v == exclude)
+                continue;
             double u = dllm_rng_u01(dllm_rng_draw(key, pos * (uint64_t)V + (uint64_t)v + 1));
             double sc = exp((double)lg[v]) / pow(-log(u), temperature);
             if (sc > best_s) {
@@ -88,9 +93,11 @@ __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_
         }
     }
     block_argmax(best_s, best);
-    int pick = best == 0x7FFFFFFF ? 0 : best; /* nothing beat the start: the CPU's 0 */
-    if (temperature == 0.0 && isnan(lg[0]))
-        pick = 0; /* the CPU scan compares against logit[0] first and never moves */
+    /* the CPU scan's start: id 0, or 1 when 0 is excluded */
+    const int start = exclude == 0 && V > 1 ? 1 : 0;
+    int pick = best == 0x7FFFFFFF ? start : best; /* nothing beat the start */
+    if (temperature == 0.0 && isnan(lg[start]))
+        pick = start; /* the CPU scan compares against logit[start] first and never moves */
 
     /* softmax(logit)[pick] in double, max subtracted (NaN skipped by the max) */
     float mx = -INFINITY;
@@ -113,18 +120,28 @@ __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_
     }
 }
 
-extern "C" void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf,
-                                     const float *logits, const int64_t *row_seq,
-                                     const int32_t *row_pos, int n, int V, double temperature,
-                                     uint64_t seed, uint64_t gstep, dllm_cuda_stream s)
+extern "C" void dllm_cuda_sampler_x0_excl(int32_t *x0, float *prob, double *rand_conf,
+                                          const float *logits, const int64_t *row_seq,
+                                          const int32_t *row_pos, int n, int V,
+                                          double temperature, uint64_t seed, uint64_t gstep,
+                                          int exclude, dllm_cuda_stream s)
 {
     DLLM_CUDA_REQUIRE(n >= 0 && V > 0, "bad shape n=%d V=%d", n, V);
     DLLM_CUDA_REQUIRE(temperature >= 0.0, "temperature %g < 0", temperature);
     if (n == 0)
         return;
     DLLM_LAUNCH(sampler_x0_kernel, n, SAMPLER_THREADS, 0, as_stream(s))(x0, prob, rand_conf, logits,
-        row_seq, row_pos, V, temperature, seed, gstep);
+        row_seq, row_pos, V, temperature, seed, gstep, exclude);
     cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf,
+                                     const float *logits, const int64_t *row_seq,
+                                     const int32_t *row_pos, int n, int V, double temperature,
+                                     uint64_t seed, uint64_t gstep, dllm_cuda_stream s)
+{
+    dllm_cuda_sampler_x0_excl(x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature,
+                              seed, gstep, -1, s);
 }
 
 __global__ static void rng_u64_kernel(uint64_t *out, size_t n, uint64_t key, uint64_t ctr0)
