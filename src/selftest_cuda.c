@@ -248,10 +248,8 @@ void selftest_cuda(stbl_table *t)
         return;
     }
     bcase_model m;
-    if (t->quick) {
-        model_of("tiny", 96, 2, 48, &m);
-        op_rows(t, cpu, dev, &m);
-    }
+    model_of("tiny", 96, 2, 48, &m);
+    op_rows(t, cpu, dev, &m);
     model_of("small", 96, 2, 48, &m);
     op_rows(t, cpu, dev, &m);
     if (t->quick || d.emulated)
