@@ -252,6 +252,15 @@ void selftest_cuda(stbl_table *t)
     op_rows(t, cpu, dev, &m);
     model_of("small", 96, 2, 48, &m);
     op_rows(t, cpu, dev, &m);
+    /* the optional low-precision linears (kernels/backend.h): a device without them
+     * leaves them empty and the core falls back */
+    const struct { const char *name; bool present; } opt[] = {
+        {"op bf16_linear_fwd", dev->ops->bf16_linear_fwd != NULL},
+        {"op nvfp4_linear_fwd", dev->ops->nvfp4_linear_fwd != NULL}};
+    for (int i = 0; i < 2; i++)
+        stbl_add(t, opt[i].name, STBL_SKIP, "", "", "%s",
+                 opt[i].present ? "the device backend has it; no parity case for it yet"
+                                : "optional entry the device backend leaves empty (the core falls back)");
     if (t->quick || d.emulated)
         stbl_add(t, "op: backend table, llada-8b", STBL_SKIP, "", "", "%s",
                t->quick ? "--quick: the presets' shapes only"
