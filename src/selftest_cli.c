@@ -96,18 +96,18 @@ static void generate_rows(stbl_table *t, const char *exe, const char *model, con
     char line[240];
     if (no_device_flag(c[0]) || no_device_flag(c[1]))
         stbl_add(t, check, STBL_SKIP, "", "",
-               "this build's generate has no device path (no --device flag): %s",
-               first_line(no_device_flag(c[0]) ? c[0]->err : c[1]->err, line, sizeof line));
+                 "this build's generate has no device path (no --device flag): %s",
+                 first_line(no_device_flag(c[0]) ? c[0]->err : c[1]->err, line, sizeof line));
     else if (c[0]->status || c[1]->status)
         stbl_add(t, check, STBL_FAIL, "", "", "generate --device %s exited %d: %s",
-               dev[c[0]->status ? 0 : 1], c[0]->status ? c[0]->status : c[1]->status,
-               first_line(c[0]->status ? c[0]->err : c[1]->err, line, sizeof line));
+                 dev[c[0]->status ? 0 : 1], c[0]->status ? c[0]->status : c[1]->status,
+                 first_line(c[0]->status ? c[0]->err : c[1]->err, line, sizeof line));
     else {
         bool same = strcmp(c[0]->out, c[1]->out) == 0 && c[0]->out[0];
         if (t->perturb && !strcmp(t->perturb, "generate"))
             same = false;
         stbl_add(t, check, same ? STBL_PASS : STBL_FAIL, same ? "equal" : "differ", "equal ids",
-               "tiny preset, 16 tokens greedy: %s", first_line(c[0]->out, line, sizeof line));
+                 "tiny preset, 16 tokens greedy: %s", first_line(c[0]->out, line, sizeof line));
     }
     free(c[0]);
     free(c[1]);
@@ -129,12 +129,12 @@ static void score_rows(stbl_table *t, const char *exe, const char *model, const 
     char line[240];
     if (no_device_flag(c[0]) || no_device_flag(c[1])) {
         stbl_add(t, check, STBL_SKIP, "", "",
-               "this build's score has no device path (no --device flag): %s",
-               first_line(no_device_flag(c[0]) ? c[0]->err : c[1]->err, line, sizeof line));
+                 "this build's score has no device path (no --device flag): %s",
+                 first_line(no_device_flag(c[0]) ? c[0]->err : c[1]->err, line, sizeof line));
     } else if (c[0]->status || c[1]->status) {
         stbl_add(t, check, STBL_FAIL, "", "", "score --device %s exited %d: %s",
-               dev[c[0]->status ? 0 : 1], c[0]->status ? c[0]->status : c[1]->status,
-               first_line(c[0]->status ? c[0]->err : c[1]->err, line, sizeof line));
+                 dev[c[0]->status ? 0 : 1], c[0]->status ? c[0]->status : c[1]->status,
+                 first_line(c[0]->status ? c[0]->err : c[1]->err, line, sizeof line));
     } else {
         json_t *j[2];
         for (int i = 0; i < 2; i++)
@@ -159,8 +159,8 @@ static void score_rows(stbl_table *t, const char *exe, const char *model, const 
         char meas[48];
         snprintf(meas, sizeof meas, "%.2e", worst);
         stbl_add(t, check, worst <= 1e-4 ? STBL_PASS : STBL_FAIL, meas, "1e-4 abs",
-               "tiny preset, one_step log-probs of 6 completion tokens%s",
-               j[0] && j[1] ? "" : " (output is not JSON)");
+                 "tiny preset, one_step log-probs of 6 completion tokens%s",
+                 j[0] && j[1] ? "" : " (output is not JSON)");
         json_decref(j[0]);
         json_decref(j[1]);
     }
@@ -185,7 +185,7 @@ void selftest_cli(stbl_table *t)
     char line[240];
     if (c->status) {
         stbl_add(t, "cli: init-model --preset tiny", STBL_FAIL, "", "", "exited %d: %s", c->status,
-               first_line(c->err, line, sizeof line));
+                 first_line(c->err, line, sizeof line));
     } else {
         generate_rows(t, t->exe, model, dir);
         score_rows(t, t->exe, model, dir);

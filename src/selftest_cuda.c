@@ -28,45 +28,52 @@
 /* d1's rollout: 64 sequences of 200 prompt + 256 generated tokens, blocks of 32 */
 enum { D1_SEQS = 64, D1_TOKENS = 200 + 256, D1_BLOCK = 32, TIMED_REPS = 10 };
 
-static void device_rows(stbl_table *t, dllm_cuda_device_info *d)
+/* The device rows; false when no kernel of this binary can run on it (the remaining
+ * rows would only abort). */
+static bool device_rows(stbl_table *t, dllm_cuda_device_info *d)
 {
     char why[256] = "";
     if (dllm_cuda_device_info_get(d, why, sizeof why)) {
         stbl_add(t, "cuda: device", STBL_FAIL, "", "", "%s", why);
-        return;
+        return false;
     }
     if (d->emulated) {
         stbl_add(t, "cuda: device", STBL_PASS, "emulated", "",
-               "%s (kernels/cuda_emu: logic only, no speed); answers as sm_%d%d", d->name,
-               d->cc_major, d->cc_minor);
+                 "%s (kernels/cuda_emu: logic only, no speed); answers as sm_%d%d", d->name,
+                 d->cc_major, d->cc_minor);
         stbl_add(t, "cuda: code for this device", STBL_PASS, "emulated", "",
-               "the .cu files compiled for the host: no SASS or PTX to check");
-        return;
+                 "the .cu files compiled for the host: no SASS or PTX to check");
+        return true;
     }
     char cc[48];
     snprintf(cc, sizeof cc, "sm_%d%d", d->cc_major, d->cc_minor);
     stbl_add(t, "cuda: device", STBL_PASS, cc, "",
-           "%s, %d SMs, %.1f GiB (%.1f free), driver %d.%d, runtime %d.%d", d->name, d->sms,
-           d->mem_total_gib, d->mem_free_gib, d->driver_version / 1000,
-           d->driver_version % 1000 / 10, d->runtime_version / 1000,
-           d->runtime_version % 1000 / 10);
+             "%s, %d SMs, %.1f GiB (%.1f free), driver %d.%d, runtime %d.%d", d->name, d->sms,
+             d->mem_total_gib, d->mem_free_gib, d->driver_version / 1000,
+             d->driver_version % 1000 / 10, d->runtime_version / 1000,
+             d->runtime_version % 1000 / 10);
     /* built: SASS for sm_90 and sm_90a, PTX for compute_90 (mk/cuda.am) */
     char bv[48];
     snprintf(bv, sizeof bv, "binary %d, ptx %d", d->binary_version, d->ptx_version);
-    if (d->kernel_error[0])
+    if (d->kernel_error[0]) {
         stbl_add(t, "cuda: code for this device", STBL_FAIL, "none", "sm_90 / compute_90",
-               "no image of this binary runs on %s (built: SASS sm_90, sm_90a; PTX compute_90): %s",
-               cc, d->kernel_error);
-    else if (d->cc_major == 9 && d->cc_minor == 0)
+                 "no image of this binary runs on %s (built: SASS sm_90, sm_90a; PTX compute_90): %s",
+                 cc, d->kernel_error);
+        return false;
+    }
+    if (d->cc_major == 9 && d->cc_minor == 0)
         stbl_add(t, "cuda: code for this device", STBL_PASS, bv, "sm_90 / compute_90",
-               "SASS for %s is in the binary", cc);
+                 "SASS for %s is in the binary", cc);
     else if (d->cc_major * 10 + d->cc_minor > 90)
         stbl_add(t, "cuda: code for this device", STBL_PASS, bv, "sm_90 / compute_90",
-               "no SASS for %s: the driver JIT-compiles the compute_90 PTX (slower first launch; "
-               "sm_90a-only paths are not used)", cc);
-    else
+                 "no SASS for %s: the driver JIT-compiles the compute_90 PTX (slower first launch; "
+                 "sm_90a-only paths are not used)", cc);
+    else {
         stbl_add(t, "cuda: code for this device", STBL_FAIL, bv, "sm_90 / compute_90",
-               "%s is older than sm_90: neither the SASS nor the compute_90 PTX fits", cc);
+                 "%s is older than sm_90: neither the SASS nor the compute_90 PTX fits", cc);
+        return false;
+    }
+    return true;
 }
 
 static void probe_row(void *ctx, const char *name, int status, const char *detail)
@@ -74,8 +81,8 @@ static void probe_row(void *ctx, const char *name, int status, const char *detai
     char check[72];
     snprintf(check, sizeof check, "cuda: %s", name);
     stbl_add((stbl_table *)ctx, check,
-           status == DLLM_PROBE_PASS ? STBL_PASS : status == DLLM_PROBE_FAIL ? STBL_FAIL : STBL_SKIP, "",
-           "", "%s", detail);
+             status == DLLM_PROBE_PASS ? STBL_PASS : status == DLLM_PROBE_FAIL ? STBL_FAIL : STBL_SKIP, "",
+             "", "%s", detail);
 }
 
 static void model_of(const char *preset, int rows, int B, int T, bcase_model *m)
@@ -109,7 +116,7 @@ static void op_rows(stbl_table *t, dllm_backend *cpu, dllm_backend *dev, const b
         }
         if (r.ok)
             stbl_add(t, check, STBL_PASS, meas, tol, "%s; worst output %s (%s)", c->shape, r.what,
-                   c->ret_tol >= 0 ? "relative error" : "nmse");
+                     c->ret_tol >= 0 ? "relative error" : "nmse");
         else
             stbl_add(t, check, STBL_FAIL, meas, tol, "%s", r.msg);
     }
@@ -132,10 +139,10 @@ static void fp8_row(stbl_table *t, fp8_scaling s, const char *what, int N, int C
     snprintf(meas, sizeof meas, "%.2e", r.nmse_f32);
     snprintf(tol, sizeof tol, "%.1e", r.tol);
     stbl_add(t, check, ok ? STBL_PASS : STBL_FAIL, meas, tol,
-           "N%d C%d OC%d E4M3 vs the CPU's exact simulation: nmse (relative RMS %.1e, bound "
-           "%.1e = sqrt((C/32) 2^-24)); bf16 out %.2e; codes %s; guards %s", N, C, OC,
-           sqrt(r.nmse_f32), sqrt(r.tol), r.nmse_bf16, r.codes_equal ? "equal" : "DIFFER",
-           r.guards_ok ? "intact" : "OVERWRITTEN");
+             "N%d C%d OC%d E4M3 vs the CPU's exact simulation: nmse (relative RMS %.1e, bound "
+             "%.1e = sqrt((C/32) 2^-24)); bf16 out %.2e; codes %s; guards %s", N, C, OC,
+             sqrt(r.nmse_f32), sqrt(r.tol), r.nmse_bf16, r.codes_equal ? "equal" : "DIFFER",
+             r.guards_ok ? "intact" : "OVERWRITTEN");
 }
 
 /* ---- rates ------------------------------------------------------------------------------- */
@@ -162,7 +169,7 @@ static void rate_rows(stbl_table *t, const dllm_cuda_device_info *d)
     if (d->emulated || t->quick) {
         for (int i = 0; i < 3; i++)
             stbl_add(t, names[i], STBL_SKIP, "", "", "%s",
-                   d->emulated ? "emulation measures no speed (logic only)"
+                     d->emulated ? "emulation measures no speed (logic only)"
                                : "--quick: no timing at the 8B shapes");
         return;
     }
@@ -192,7 +199,7 @@ static void rate_rows(stbl_table *t, const dllm_cuda_device_info *d)
         }
         snprintf(meas, sizeof meas, "%.1f TFLOP/s", flop / (bf * 1e-3) / 1e12);
         stbl_add(t, check, STBL_PASS, meas, "", "%s; %.3f ms, median of %d (cudaEvent)", rows_note, bf,
-               TIMED_REPS);
+                 TIMED_REPS);
         snprintf(check, sizeof check, "cuda: FP8 GEMM rate, %s", l->what);
         if (dllm_cuda_time_fp8_linear(rows, l->C, l->OC, s, TIMED_REPS, &g, &q, &err)) {
             stbl_add(t, check, STBL_FAIL, "", "", "%s", err.msg);
@@ -200,8 +207,8 @@ static void rate_rows(stbl_table *t, const dllm_cuda_device_info *d)
         }
         snprintf(meas, sizeof meas, "%.1f TFLOP/s", flop / (g * 1e-3) / 1e12);
         stbl_add(t, check, STBL_PASS, meas, "",
-               "%s scaling; %.3f ms GEMM + %.3f ms activation quantisation, medians of %d",
-               fp8_scaling_name(s), g, q, TIMED_REPS);
+                 "%s scaling; %.3f ms GEMM + %.3f ms activation quantisation, medians of %d",
+                 fp8_scaling_name(s), g, q, TIMED_REPS);
         /* a layer quantises three inputs of width 4096 (q/k/v, o, gate/up) and one of 12288
          * (down): counted with the shape whose input they are */
         double quants = l->C == 12288 ? 1 : (l->OC == 4096 ? 2 : 1);
@@ -217,34 +224,33 @@ static void rate_rows(stbl_table *t, const dllm_cuda_device_info *d)
     char meas[48];
     snprintf(meas, sizeof meas, "%.1f TFLOP/s", 2.0 * head_rows * 4096 * V / (head * 1e-3) / 1e12);
     stbl_add(t, "cuda: BF16 GEMM rate, head 4096 -> 126464", STBL_PASS, meas, "",
-           "%d rows (64 x a block of 32); %.3f ms; bf16 in both rollout copies", head_rows, head);
+             "%d rows (64 x a block of 32); %.3f ms; bf16 in both rollout copies", head_rows, head);
     step_bf += head;
     step_fp += head;
     double ratio = step_bf / step_fp;
     snprintf(meas, sizeof meas, "%.2f", ratio);
     stbl_add(t, names[2], ratio >= 1.6 ? STBL_PASS : STBL_FAIL, meas, ">= 1.6",
-           "32 layers x (4 x 4096^2, 2 x 4096x12288, 12288x4096) on %d rows + the bf16 head: "
-           "BF16 %.1f ms, FP8 (%s, with 4 activation quantisations per layer) %.1f ms",
-           rows, step_bf, fp8_scaling_name(s), step_fp);
+             "32 layers x (4 x 4096^2, 2 x 4096x12288, 12288x4096) on %d rows + the bf16 head: "
+             "BF16 %.1f ms, FP8 (%s, with 4 activation quantisations per layer) %.1f ms",
+             rows, step_bf, fp8_scaling_name(s), step_fp);
 }
 
 void selftest_cuda(stbl_table *t)
 {
     dllm_cuda_device_info d;
-    device_rows(t, &d);
-    if (!d.name[0])
+    if (!device_rows(t, &d))
         return;
     /* the probes first: under emulation one of them resets the device */
     dllm_cuda_selftest_rows(probe_row, t);
     char why[256] = "";
     bool blk = dllm_cuda_fp8_block_scaling_available(why, sizeof why);
     stbl_add(t, "cuda: block-scaled FP8 GEMM", blk ? STBL_PASS : STBL_SKIP, blk ? "available" : "no", "",
-           "%s", blk ? "cuBLASLt 128x128 weight / 1x128 activation scales (rollout.fp8 block)"
+             "%s", blk ? "cuBLASLt 128x128 weight / 1x128 activation scales (rollout.fp8 block)"
                      : why);
     dllm_backend *cpu = dllm_backend_cpu(), *dev = dllm_backend_cuda();
     if (!dev) {
         stbl_add(t, "op: backend table", STBL_FAIL, "", "", "no CUDA backend: %s",
-               dllm_backend_cuda_why());
+                 dllm_backend_cuda_why());
         return;
     }
     bcase_model m;
@@ -263,11 +269,11 @@ void selftest_cuda(stbl_table *t)
                                 : "optional entry the device backend leaves empty (the core falls back)");
     if (t->quick || d.emulated)
         stbl_add(t, "op: backend table, llada-8b", STBL_SKIP, "", "", "%s",
-               t->quick ? "--quick: the presets' shapes only"
+                 t->quick ? "--quick: the presets' shapes only"
                         : "emulation: the 8B shapes are for a GPU");
     else if (d.mem_free_gib < 12.0)
         stbl_add(t, "op: backend table, llada-8b", STBL_SKIP, "", "",
-               "%.1f GiB free: the 8B cases need about 12", d.mem_free_gib);
+                 "%.1f GiB free: the 8B cases need about 12", d.mem_free_gib);
     else {
         model_of("llada-8b", 64, 1, 64, &m);
         op_rows(t, cpu, dev, &m);

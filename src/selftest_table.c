@@ -23,7 +23,7 @@ void stbl_print_row(FILE *f, const stbl_row *r)
 }
 
 void stbl_add(stbl_table *t, const char *check, stbl_status s, const char *measured,
-            const char *tolerance, const char *note_fmt, ...)
+              const char *tolerance, const char *note_fmt, ...)
 {
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 64;
