@@ -31,7 +31,7 @@ typedef struct {
 
 /* Adds a row (printf-formatted note) and prints it to t->live. */
 void stbl_add(stbl_table *t, const char *check, stbl_status s, const char *measured,
-            const char *tolerance, const char *note_fmt, ...)
+              const char *tolerance, const char *note_fmt, ...)
     __attribute__((format(printf, 6, 7)));
 void stbl_print_header(FILE *f);
 void stbl_print_row(FILE *f, const stbl_row *r);
