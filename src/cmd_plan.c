@@ -5,11 +5,9 @@
 #include "src/mem_plan.h"
 
 #include <getopt.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 static const char usage_text[] =
     "usage: dllm-rl plan CONFIG.yaml [--set key.path=value ...] [--device cuda|cpu]\n"
@@ -144,78 +142,6 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
     return 0;
 }
 
-/* Published checkpoints whose directory may not be on this machine yet: the
- * plan needs only their dimensions, which the presets hold. */
-static const char *published_preset(const char *path, dllm_arch *arch)
-{
-    static const struct { const char *dir, *preset; dllm_arch arch; } known[] = {
-        {"LLaDA-8B-Instruct", "llada-8b", DLLM_ARCH_LLADA},
-        {"LLaDA-8B-Base", "llada-8b", DLLM_ARCH_LLADA},
-        {"Qwen3-8B", "qwen3-8b", DLLM_ARCH_QWEN3},
-        {"Qwen3-8B-Base", "qwen3-8b", DLLM_ARCH_QWEN3},
-        {"Dream-v0-Instruct-7B", "dream-7b", DLLM_ARCH_DREAM},
-        {"Dream-v0-Base-7B", "dream-7b", DLLM_ARCH_DREAM}};
-    char buf[CFG_STR_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    size_t n = strlen(buf);
-    while (n > 1 && buf[n - 1] == '/')
-        buf[--n] = '\0';
-    const char *base = basename(buf);
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (!strcasecmp(base, known[i].dir)) {
-            *arch = known[i].arch;
-            return known[i].preset;
-        }
-    return NULL;
-}
-
-/* The model's dimensions: --preset, model.path's config.json, a published
- * checkpoint's preset, or model.preset/model.arch. `what` describes the source. */
-static int resolve_model(const plan_args *a, const dllm_cfg *cfg, dllm_model_config *mc, char *what,
-                         size_t n, dllm_err *err)
-{
-    dllm_arch arch = cfg->model.arch;
-    if (a->preset) {
-        if (!strcmp(a->preset, "llada-8b"))
-            arch = DLLM_ARCH_LLADA;
-        else if (!strcmp(a->preset, "qwen3-8b"))
-            arch = DLLM_ARCH_QWEN3;
-        else if (!strcmp(a->preset, "dream-7b"))
-            arch = DLLM_ARCH_DREAM;
-        if (dllm_config_preset(mc, arch, a->preset, err))
-            return dllm_err_prefix(err, "--preset");
-        snprintf(what, n, "preset %s", a->preset);
-        return 0;
-    }
-    if (cfg->model.path[0]) {
-        char p[CFG_STR_MAX + 16];
-        snprintf(p, sizeof p, "%s/config.json", cfg->model.path);
-        FILE *f = fopen(p, "r");
-        if (f) {
-            fclose(f);
-            if (dllm_config_load(mc, cfg->model.path, err))
-                return err->code;
-            snprintf(what, n, "%s", p);
-            return 0;
-        }
-        const char *preset = published_preset(cfg->model.path, &arch);
-        if (!preset)
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "model.path: '%s' has no config.json (give --preset NAME to plan with "
-                                "a preset's dimensions)", cfg->model.path);
-        if (dllm_config_preset(mc, arch, preset, err))
-            return err->code;
-        snprintf(what, n, "preset %s (model.path %s is not here; its published dimensions)", preset,
-                 cfg->model.path);
-        return 0;
-    }
-    const char *preset = cfg_names_name(&cfg_names_preset, cfg->model.preset);
-    if (dllm_config_preset(mc, arch, preset, err))
-        return dllm_err_prefix(err, "model.preset");
-    snprintf(what, n, "preset %s", preset);
-    return 0;
-}
-
 int cmd_plan(int argc, char **argv)
 {
     dllm_err err = {0};
@@ -232,7 +158,7 @@ int cmd_plan(int argc, char **argv)
     const bool cpu = a.device ? strcmp(a.device, "cuda") != 0 : cfg.device != CFG_DEVICE_CUDA;
     dllm_model_config mc;
     char model[CFG_STR_MAX + 128];
-    if (resolve_model(&a, &cfg, &mc, model, sizeof model, &err))
+    if (mem_plan_model(&cfg, a.preset, &mc, model, sizeof model, &err))
         return cli_fail("plan", &err);
     mem_plan *p = dllm_malloc(sizeof *p);
     if (cpu ? mem_plan_build_cpu(p, &mc, &cfg, &a.o, &err) : mem_plan_build(p, &mc, &cfg, &a.o, &err)) {

@@ -5,6 +5,7 @@
 #include "src/comm.h"
 #include "src/commands.h"
 #include "src/eval_outcomes.h"
+#include "src/mem_plan.h"
 #include "src/rl_log.h"
 #include "src/rl_run.h"
 
@@ -23,6 +24,7 @@ static const char usage_text[] =
     "usage: dllm-rl train CONFIG.yaml [--set key.path=value ...] [--force] [--quiet | --jsonl]\n"
     "       dllm-rl train [CONFIG.yaml] --resume RUN_DIR [--set key.path=value ...] [--quiet | --jsonl]\n"
     "       dllm-rl train CONFIG.yaml [--set ...] --print-config\n"
+    "       (any of them: [--max-gpu-memory SIZE])\n"
     "\n"
     "Runs GRPO on the task of the config with rollouts at rollout.precision and the\n"
     "correction of correction.method (none|is|tis|mis|fixed|ais). The run directory\n"
@@ -39,7 +41,11 @@ static const char usage_text[] =
     "and checkpoint.keep. --force removes an existing run directory and starts again.\n"
     "--print-config prints the effective config (YAML) and exits.\n"
     "One progress line per step (--quiet: none; --jsonl: one JSON object per step);\n"
-    "evaluation reports its progress on stderr.\n";
+    "evaluation reports its progress on stderr.\n"
+    "On a device (device: cuda), or with --max-gpu-memory SIZE (default 80GB; GB, GiB,\n"
+    "MB, ... as `dllm-rl plan`), the run's device-memory plan is printed first, and a\n"
+    "plan that does not fit is refused (exit 2, naming what to change) before anything\n"
+    "is written.\n";
 
 /* ---- output for people -------------------------------------------------------------- */
 
@@ -109,6 +115,7 @@ typedef struct {
     const char *config, *resume;
     const char *sets[64];
     int nsets, quiet, jsonl, force, print_config;
+    const char *max_gpu_memory; /* --max-gpu-memory SIZE, or NULL */
 } train_args;
 
 /* ---- the run directory --------------------------------------------------------------- */
@@ -185,7 +192,8 @@ static int parse_args(int argc, char **argv, train_args *a, dllm_err *err)
         {"set", required_argument, 0, 's'}, {"resume", required_argument, 0, 'r'},
         {"quiet", no_argument, 0, 'q'},     {"jsonl", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},      {"force", no_argument, 0, 'f'},
-        {"print-config", no_argument, 0, 'p'}, {0, 0, 0, 0}};
+        {"print-config", no_argument, 0, 'p'}, {"max-gpu-memory", required_argument, 0, 'm'},
+        {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -200,6 +208,7 @@ static int parse_args(int argc, char **argv, train_args *a, dllm_err *err)
         case 'j': a->jsonl = 1; break;
         case 'f': a->force = 1; break;
         case 'p': a->print_config = 1; break;
+        case 'm': a->max_gpu_memory = optarg; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: return dllm_err_set(err, DLLM_EXIT_INPUT, "bad option (see --help)");
         }
@@ -222,6 +231,44 @@ static int load_config(const train_args *a, dllm_cfg *cfg, char *run_dir, size_t
     else
         snprintf(run_dir, n, "%s/%s", cfg->log.dir, cfg->experiment);
     return 0;
+}
+
+/* The run's device-memory plan (src/mem_plan.h), on a device or under --max-gpu-memory:
+ * printed (stderr under --jsonl; under --quiet only when it does not fit), and refused
+ * with what to change when its peak does not fit the cap. Nothing is written before. */
+static int check_memory_plan(const train_args *a, const dllm_cfg *cfg, dllm_err *err)
+{
+    if (cfg->device != CFG_DEVICE_CUDA && !a->max_gpu_memory)
+        return 0;
+    mem_plan_opts o;
+    mem_plan_opts_defaults(&o);
+    o.ranks = comm_size();
+    if (a->max_gpu_memory && mem_parse_size(a->max_gpu_memory, "--max-gpu-memory", &o.cap, err))
+        return err->code;
+    dllm_model_config mc;
+    char model[CFG_STR_MAX + 128];
+    if (mem_plan_model(cfg, NULL, &mc, model, sizeof model, err))
+        return dllm_err_prefix(err, "memory plan");
+    mem_plan *p = dllm_malloc(sizeof *p);
+    int rc = mem_plan_build(p, &mc, cfg, &o, err);
+    if (rc)
+        dllm_err_prefix(err, "memory plan");
+    if (!rc && comm_rank() == 0 && (!a->quiet || !p->fits)) {
+        char what[2 * CFG_STR_MAX + 256];
+        snprintf(what, sizeof what, "train %s, %s", a->config ? a->config : a->resume, model);
+        mem_plan_print(p, what, a->jsonl || a->quiet ? stderr : stdout);
+    }
+    if (!rc && !p->fits) {
+        char advice[900], fix[128];
+        mem_plan_advice(p, advice, sizeof advice);
+        bool one = mem_plan_suggest(&mc, cfg, p, fix, sizeof fix);
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "the memory plan does not fit --max-gpu-memory %s: %s%s%s",
+                          a->max_gpu_memory ? a->max_gpu_memory : "80GB (the default)", advice,
+                          one ? ". With `dllm-rl plan` options this fits: " : "", one ? fix : "");
+    }
+    free(p);
+    return rc;
 }
 
 static int run_training(rl_run *run, const train_args *a, const char *run_dir, dllm_err *err)
@@ -310,6 +357,8 @@ int cmd_train(int argc, char **argv)
         comm_finalize();
         return 0;
     }
+    if (!rc)
+        rc = check_memory_plan(&a, &cfg, &err);
     if (!rc && a.resume && (rc = finished_run(&a, &cfg, run_dir)) < 0) {
         comm_finalize();
         return 0;

@@ -21,6 +21,7 @@ int cmd_sweep(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_config(int argc, char **argv);
+int cmd_selftest(int argc, char **argv);
 
 /* dllm-rl bench subcommands, one file each (src/bench_*.c) */
 int bench_rollout(int argc, char **argv);

@@ -27,6 +27,7 @@ static const command commands[] = {
     {"sweep", cmd_sweep, "run the arms x grid of a sweep file as train runs, then a summary"},
     {"plan", cmd_plan, "itemised GPU memory plan of a config, and whether it fits"},
     {"config", cmd_config, "every configuration key: default, range or choices, meaning"},
+    {"selftest", cmd_selftest, "check this build on this machine (CPU products; --device cuda: the GPU)"},
 };
 
 static void usage(FILE *f)

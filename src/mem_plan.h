@@ -74,6 +74,13 @@ extern const char *const mem_phase_names[MEM_NPHASE];
  * recomputation per layer, head chunks of 1024 rows, cap 80 GB (80e9 bytes). */
 void mem_plan_opts_defaults(mem_plan_opts *o);
 
+/* The model's dimensions: preset_flag (a preset name, or NULL), else model.path's
+ * config.json, else the preset of a published checkpoint directory that is not here
+ * (LLaDA-8B-Instruct, Qwen3-8B, ...), else model.preset / model.arch. `what` receives
+ * where they came from. Input errors name the flag or key. */
+int mem_plan_model(const dllm_cfg *cfg, const char *preset_flag, dllm_model_config *mc, char *what,
+                   size_t n, dllm_err *err);
+
 /* Builds the plan. Input errors (ranks not dividing the prompts, a micro-batch
  * or rollout batch out of range, an unknown LoRA target) name the flag or key. */
 int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,

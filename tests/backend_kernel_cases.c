@@ -13,6 +13,7 @@
 #include "kernels/cuda/fp8_codec.cuh"
 #include "kernels/cuda/rng_mix.cuh"
 #include "kernels/cuda_ops.h"
+#include "kernels/fp8_gemm_check.h"
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
 
@@ -310,70 +311,22 @@ START_TEST(test_gemm_bf16)
 END_TEST
 
 /* FP8 linear vs the CPU's definition (op_fp8_linear_fwd: dequantised codes, exact
- * products, fp32 sums): quantise weight and activations on the GPU in the cuBLASLt scale
- * layouts, multiply, compare within FP8_GEMM_NMSE (the accumulator's precision). The
- * activations may take another format than the weight (op_fp8_linear_fwd uses the
- * weight's; the reference here is spelled out so mixed pairs are checked too). */
+ * products, fp32 sums): weight and activations quantised on the GPU in the cuBLASLt scale
+ * layouts, multiplied, compared within FP8_GEMM_NMSE (the accumulator's precision), by
+ * dllm_fp8_linear_parity (kernels/fp8_gemm_check.c, which `dllm-rl selftest` runs too).
+ * The activations may take another format than the weight, so mixed pairs are checked. */
 static void fp8_linear_case(fp8_scaling ws, fp8_format wf, fp8_format af, int N, int C, int OC,
                             uint64_t seed)
 {
-    float *a = host_normal((size_t)N * C, seed, 1.0), *w = host_normal((size_t)OC * C, seed + 1, 0.05);
-    for (size_t i = 0; i < (size_t)N * C; i += 131)
-        a[i] *= 30.0f; /* outliers: groups get different scales */
-    fp8_matrix wm = {0};
+    dllm_fp8_parity r;
     dllm_err err = {0};
-    ck_assert_int_eq(fp8_quantise_weight(&wm, w, OC, C, wf, ws, false, &err), 0);
-    fp8_scaling as = ws == FP8_SCALE_BLOCK ? FP8_SCALE_GROUP : FP8_SCALE_TENSOR;
-    float *ref = dllm_malloc((size_t)N * OC * 4), *adq = dllm_malloc((size_t)N * C * 4);
-    fp8_quant_dequant(adq, a, N, C, af, as, false);
-    fp8_matrix_cache_dequant(&wm);
-    op_gemm(false, true, N, OC, C, 1.0f, adq, wm.deq, 0.0f, ref);
-
-    long as_r, as_c, ws_r, ws_c;
-    size_t nas, nws;
-    int abr = 1, abc = 128, wbr = 128, wbc = 128;
-    if (ws == FP8_SCALE_BLOCK) {
-        dllm_cuda_fp8_gemm_scale_strides(N, C, &as_r, &as_c, &ws_r, &ws_c);
-        nas = (size_t)N * ((C + 127) / 128);
-        nws = dllm_cuda_fp8_weight_scale_count(OC, C);
-    } else {
-        as_r = as_c = ws_r = ws_c = 0;
-        nas = nws = 1;
-        abr = N, abc = C, wbr = OC, wbc = C;
-    }
-    dbuf d_a = dnew((size_t)N * C * 4, a), d_w = dnew((size_t)OC * C * 4, w);
-    dbuf d_aq = dnew((size_t)N * C, NULL), d_wq = dnew((size_t)OC * C, NULL);
-    dbuf d_as = dnew(nas * 4, NULL), d_ws = dnew(nws * 4, NULL);
-    dbuf d_out = dnew((size_t)N * OC * 4, NULL), d_outb = dnew((size_t)N * OC * 2, NULL);
-    dllm_cuda_fp8_quantise(d_wq.d, d_ws.d, ws_r, ws_c, d_w.d, OC, C, wbr, wbc, wf, false, NULL);
-    dllm_cuda_fp8_quantise(d_aq.d, d_as.d, as_r, as_c, d_a.d, N, C, abr, abc, af, false, NULL);
-    /* the weight codes are the CPU's */
-    uint8_t *gq = dllm_malloc((size_t)OC * C);
-    dget(gq, d_wq);
-    ck_assert_msg(memcmp(gq, wm.q, (size_t)OC * C) == 0, "weight codes differ");
-    int rc = dllm_cuda_fp8_linear(d_out.d, false, d_aq.d, d_as.d, af, d_wq.d, d_ws.d, wf, ws, N,
-                                  C, OC, NULL, &err);
+    int rc = dllm_fp8_linear_parity(ws, wf, af, N, C, OC, seed, &r, &err);
     ck_assert_msg(rc == 0, "%s", err.msg);
-    rc = dllm_cuda_fp8_linear(d_outb.d, true, d_aq.d, d_as.d, af, d_wq.d, d_ws.d, wf, ws, N, C,
-                              OC, NULL, &err);
-    ck_assert_msg(rc == 0, "%s", err.msg);
-    float *g_out = dl_f32(d_out), *g_outb = dllm_malloc((size_t)N * OC * 4);
-    uint16_t *ob = dllm_malloc((size_t)N * OC * 2);
-    dget(ob, d_outb);
-    op_bf16_to_f32_array(g_outb, ob, (size_t)N * OC);
-    check_nmse(g_out, ref, (size_t)N * OC, FP8_GEMM_NMSE(C));
-    check_nmse(g_outb, ref, (size_t)N * OC, FP8_GEMM_NMSE(C) + 1e-5); /* + bf16 output */
-    dguard(d_aq);
-    dguard(d_wq);
-    dguard(d_as);
-    dguard(d_ws);
-    dguard(d_out);
-    dguard(d_outb);
-    dbuf all[] = {d_a, d_w, d_aq, d_wq, d_as, d_ws, d_out, d_outb};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        dfree(&all[i]);
-    fp8_matrix_free(&wm);
-    free(a), free(w), free(ref), free(adq), free(gq), free(g_out), free(g_outb), free(ob);
+    ck_assert_msg(r.codes_equal, "weight codes differ");
+    ck_assert_msg(r.guards_ok, "a guard byte after a device buffer was overwritten");
+    ck_assert_msg(r.nmse_f32 <= r.tol, "fp32 out: nmse %.3g > %.3g", r.nmse_f32, r.tol);
+    ck_assert_msg(r.nmse_bf16 <= r.tol + 1e-5, "bf16 out: nmse %.3g > %.3g", r.nmse_bf16,
+                  r.tol + 1e-5); /* + bf16 output rounding */
 }
 
 START_TEST(test_fp8_linear)

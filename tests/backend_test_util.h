@@ -1,9 +1,11 @@
 /* backend_test_util.h: what the parts of tests/test_backend_ops share: random inputs,
  * the normalised MSE, and device buffers followed by guard bytes. Only in builds with
- * the CUDA backend (nvcc or the emulation). */
+ * the CUDA backend (nvcc or the emulation). The random inputs, the normalised MSE and
+ * FP8_GEMM_NMSE are the library's (kernels/backend_cases.h). */
 #ifndef DLLM_BACKEND_TEST_UTIL_H
 #define DLLM_BACKEND_TEST_UTIL_H
 
+#include "kernels/backend_cases.h"
 #include "kernels/base.h"
 #include "kernels/cuda_device.h"
 #include "kernels/rng.h"
@@ -17,41 +19,12 @@
 
 /* ---- host helpers ----------------------------------------------------------------- */
 
-static inline void fill_normal(float *x, size_t n, uint64_t seed, double scale)
-{
-    dllm_rng r = dllm_rng_make(seed, 91, 0, 0);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(scale * dllm_rng_normal(&r));
-}
-
 static inline float *host_normal(size_t n, uint64_t seed, double scale)
 {
-    float *x = dllm_malloc((n ? n : 1) * sizeof(float));
-    fill_normal(x, n, seed, scale);
-    return x;
+    return dllm_host_normal(n, seed, scale);
 }
 
-/* sum (a - ref)^2 / sum ref^2; NaN where ref is finite and a is not gives +inf;
- * NaN in both places agrees. */
-static inline double nmse(const float *a, const float *ref, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(ref[i]) && isnan(a[i]))
-            continue;
-        if (isnan(a[i]) != isnan(ref[i]) || isinf(a[i]) != isinf(ref[i]))
-            return INFINITY;
-        if (isinf(ref[i])) {
-            if (a[i] != ref[i])
-                return INFINITY;
-            continue;
-        }
-        double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return num / (den > 1e-30 ? den : 1e-30);
-}
+static inline double nmse(const float *a, const float *ref, size_t n) { return dllm_nmse(a, ref, n); }
 
 #define check_nmse(a, ref, n, tol)                                                            \
     do {                                                                                    \
@@ -107,14 +80,6 @@ static inline float *dl_f32(dbuf b)
     return h;
 }
 
-
-/* Tolerance of an FP8 GEMM on Hopper tensor cores against exact products with fp32
- * sums. Within each promotion interval the FP8 accumulator keeps about 14 significant
- * bits, so each of the K/32 MMA steps may drop up to 2^-13 of the running partial sum;
- * with partial sums up to about twice the result that is a normalised MSE of at most
- * about (K/32) * 2^-24. (The former bound, 1e-9, assumed full fp32 accumulation and would
- * fail on a real GPU; the emulation's cuBLASLt models the accumulator and shows it.) */
-#define FP8_GEMM_NMSE(K) ((double)(K) / 32.0 * 5.96e-8)
 
 /* The direct kernel cases (tests/backend_kernel_cases.c). */
 void backend_kernel_cases_add(TCase *tc);

@@ -1,5 +1,6 @@
-/* test_cuda_selftest: runs tests/cuda_selftest.cu, the CUDA runtime and cuBLASLt checks
- * (on a GPU: what the emulation assumes; under emulation: also what it must report).
+/* test_cuda_selftest: runs kernels/cuda/selftest_probe.cu, the CUDA runtime and cuBLASLt
+ * checks (on a GPU: what the emulation assumes; under emulation: also what it must
+ * report), which `dllm-rl selftest --device cuda` reports as rows.
  * SKIP (77) without the CUDA backend or without a device. */
 #include "config.h"
 
@@ -10,7 +11,7 @@
 #include <stdlib.h>
 
 #ifdef HAVE_CUDA
-int dllm_cuda_selftest(char *report, size_t report_len);
+#include "kernels/cuda_selftest.h"
 
 START_TEST(test_selftest)
 {

@@ -7,7 +7,9 @@
  *  - the binary: the d1 LLaDA-8B recipe fits 80 GB with per-layer recomputation and
  *    not without it, is refused at 40 GB with a message naming what to change, gives
  *    the same plan from the published config.json as from the preset; the Qwen3-8B
- *    recipe is planned; bad flags are exit 2 naming the flag. */
+ *    recipe is planned; bad flags are exit 2 naming the flag;
+ *  - train with --max-gpu-memory: a tiny run under a 1 MB cap is refused with exit 2 and
+ *    the message before anything is written; under 1 GB the plan is printed first. */
 #include "src/mem_plan.h"
 
 #include <check.h>
@@ -628,6 +630,48 @@ START_TEST(test_bin_bad_input)
 }
 END_TEST
 
+/* train with a cap: a plan that does not fit is refused (exit 2, the message names the
+ * cap and what to change) before anything is written; one that fits is printed first and
+ * the run goes on. */
+START_TEST(test_bin_train_cap)
+{
+    char yaml[300], runs[300];
+    snprintf(yaml, sizeof yaml, "%s/tiny-rl.yaml", tmp);
+    snprintf(runs, sizeof runs, "%s/runs", tmp);
+    FILE *f = fopen(yaml, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "experiment: cap\nmodel: {arch: llada, preset: tiny}\ntask: {name: sudoku}\n"
+               "log: {dir: %s}\ngrpo: {steps: 1, prompts_per_step: 2}\n"
+               "rollout: {group_size: 2, gen_length: 8, block_length: 8, steps: 4}\n"
+               "eval: {every: 0}\n", runs);
+    fclose(f);
+    char *out, *errs;
+    int rc = run(&out, &errs, "train %s --max-gpu-memory 1MB", yaml);
+    ck_assert_msg(rc == 2, "exit %d: %s", rc, errs);
+    ck_assert_msg(strstr(errs, "memory plan does not fit --max-gpu-memory 1MB") &&
+                      strstr(errs, "resident buffers alone"), "%s", errs);
+    ck_assert_msg(strstr(out, "fits in 0.00 GB (0.00 GiB): no"), "%s", out);
+    ck_assert_msg(access(runs, F_OK) != 0, "the refused run wrote %s", runs);
+    free(out), free(errs);
+    rc = run(&out, &errs, "train %s --max-gpu-memory 12XB", yaml);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(errs, "--max-gpu-memory"), "%s", errs);
+    ck_assert_msg(access(runs, F_OK) != 0, "the refused run wrote %s", runs);
+    free(out), free(errs);
+    /* a cap it fits: the plan first, then the run */
+    rc = run(&out, &errs, "train %s --max-gpu-memory 1GB", yaml);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    const char *plan = strstr(out, "fits in 1.00 GB (0.93 GiB): yes"), *hdr = strstr(out, "train: ");
+    ck_assert_msg(plan && hdr && plan < hdr, "%s", out);
+    free(out), free(errs);
+    /* without a cap on the CPU no plan is printed */
+    rc = run(&out, &errs, "train %s --force", yaml);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    ck_assert_msg(!strstr(out, "memory plan"), "%s", out);
+    free(out), free(errs);
+}
+END_TEST
+
 static bool have_bin(void)
 {
     const char *b = getenv("DLLM_BIN");
@@ -653,6 +697,7 @@ static Suite *suite(bool bin)
         tcase_add_test(tc, test_bin_qwen3_recipe);
         tcase_add_test(tc, test_bin_cpu);
         tcase_add_test(tc, test_bin_bad_input);
+        tcase_add_test(tc, test_bin_train_cap);
         suite_add_tcase(s, tc);
     }
     return s;

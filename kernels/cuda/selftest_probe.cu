@@ -1,9 +1,14 @@
-/* cuda_selftest.cu: checks of the CUDA runtime and cuBLASLt behaviour the project relies
+/* selftest_probe.cu: checks of the CUDA runtime and cuBLASLt behaviour the project relies
  * on, compiled like the kernels: by nvcc for a GPU, or by the host compiler for the
- * emulation (kernels/cuda_emu/). On a GPU it confirms what the emulation assumes (the
- * probes of kernels/cuda_emu/PROBES.md); under emulation it also checks that the
+ * emulation (kernels/cuda_emu/). On a GPU they confirm what the emulation assumes (the
+ * probes of kernels/cuda_emu/PROBES.md); under emulation they also check that the
  * emulation reports what a GPU would hide or fault on (a barrier in divergent code, a
- * shuffle with an exited lane, a store past a buffer). tests/test_cuda_selftest.c runs it. */
+ * shuffle with an exited lane, a store past a buffer). The checks come in groups, one
+ * row each of `dllm-rl selftest --device cuda` (kernels/cuda_selftest.h);
+ * tests/test_cuda_selftest.c runs them all. Also here: what the device is and which of
+ * this binary's code it runs (SASS or JIT-compiled PTX), and GEMM timing with events. */
+#include "kernels/cuda_selftest.h"
+#include "kernels/cuda_ops.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codec.cuh"
 
@@ -11,14 +16,18 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #endif
+#include <algorithm>
 #include <cstdarg>
 #include <cstring>
+#include <vector>
 
 namespace {
 
-int g_fail;
-char *g_rep;
-size_t g_rep_len;
+/* The group being run: its failed checks and the first failure's message. */
+int g_fail, g_total_fail;
+char g_first[300];
+dllm_cuda_probe_row g_row;
+void *g_ctx;
 
 void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void fail(const char *fmt, ...)
@@ -28,9 +37,21 @@ void fail(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    g_fail++;
-    size_t used = strlen(g_rep);
-    snprintf(g_rep + used, g_rep_len - used, "%s\n", line);
+    if (g_fail++ == 0)
+        snprintf(g_first, sizeof g_first, "%s", line);
+    g_total_fail++;
+}
+
+/* Ends a group: one row, PASS with what was checked or FAIL with the first failure. */
+void row_end(const char *name, const char *checked)
+{
+    if (g_fail > 1) {
+        size_t n = strlen(g_first);
+        snprintf(g_first + n, sizeof g_first - n, " (and %d more)", g_fail - 1);
+    }
+    g_row(g_ctx, name, g_fail ? DLLM_PROBE_FAIL : DLLM_PROBE_PASS, g_fail ? g_first : checked);
+    g_fail = 0;
+    g_first[0] = '\0';
 }
 #define EXPECT(cond, ...)                                                                   \
     do {                                                                                    \
@@ -112,6 +133,8 @@ void runtime_checks(void)
         EXPECT(sums[b] == 2.0f * want, "block sum %d: %g, want %g", b, sums[b], 2.0f * want);
     }
 
+    row_end("runtime: shared memory and barriers", "block sums over static and dynamic shared memory");
+
     int *d_w, w[160];
     cudaCheck(cudaMalloc(&d_w, sizeof w));
     DLLM_LAUNCH(warp_kernel, 1, 32, 0, NULL)(d_w);
@@ -123,6 +146,8 @@ void runtime_checks(void)
         EXPECT(w[96 + l] == (l < 16 ? 30 : 190), "shfl width 16 lane %d: %d", l, w[96 + l]);
         EXPECT(w[128 + l] == 7, "ballot/all/any lane %d: %d", l, w[128 + l]);
     }
+
+    row_end("runtime: warp shuffles and votes", "shfl xor/down/up/width 16, ballot, all, any");
 
     float *d_f;
     int *d_mx;
@@ -142,6 +167,8 @@ void runtime_checks(void)
     cudaCheck(cudaMemcpy(&cas, d_cas, 4, cudaMemcpyDeviceToHost));
     EXPECT(f == 672.0f && mx == 671 && cas == 672u, "atomics: add %g max %d cas %u", f, mx, cas);
 
+    row_end("runtime: atomics", "atomicAdd, atomicMax, a CAS loop over 672 threads");
+
     int *d_idx, idx[2 * 3 * 2 * 4 * 2 * 3];
     cudaCheck(cudaMalloc(&d_idx, sizeof idx));
     DLLM_LAUNCH(index_kernel, dim3(2, 3, 2), dim3(4, 2, 3), 0, NULL)(d_idx);
@@ -149,6 +176,8 @@ void runtime_checks(void)
     for (int b = 0; b < 12; b++)
         for (int t = 0; t < 24; t++)
             EXPECT(idx[b * 24 + t] == b * 1000 + t, "index of block %d thread %d", b, t);
+
+    row_end("runtime: 3-D grid and block indices", "grid 2x3x2, block 4x2x3");
 
     /* configuration errors are reported by cudaGetLastError and then cleared */
     DLLM_LAUNCH(index_kernel, 1, 2048, 0, NULL)(d_idx);
@@ -160,6 +189,8 @@ void runtime_checks(void)
     e = cudaMalloc(&big, (size_t)1 << 52);
     EXPECT(e == cudaErrorMemoryAllocation, "4 PiB cudaMalloc: %s", cudaGetErrorName(e));
     cudaGetLastError();
+    row_end("runtime: launch and allocation errors",
+            "2048 threads: cudaErrorInvalidConfiguration, cleared; 4 PiB: cudaErrorMemoryAllocation");
     cudaCheck(cudaFree(d_in));
     cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_w));
@@ -222,6 +253,8 @@ void conversion_checks(void)
         if (bf[i] != want_bf && badb++ < 3)
             fail("bf16 of %a: 0x%04x, RNE 0x%04x", x[i], bf[i], want_bf);
     }
+    row_end("conversions: fp8 and bf16 intrinsics",
+            "E4M3/E5M2 SATFINITE and bf16 RNE of 20000 values equal the project's codecs");
     cudaCheck(cudaFree(d_x));
     cudaCheck(cudaFree(d_e4));
     cudaCheck(cudaFree(d_e5));
@@ -269,6 +302,8 @@ void emulation_checks(void)
     e = cudaDeviceSynchronize();
     EXPECT(e == cudaErrorIllegalAddress, "store past the end: %s", cudaGetErrorName(e));
     cudaDeviceReset();
+    row_end("emulation: faults a GPU hides are reported",
+            "divergent barrier, shuffle with an exited lane, store past a buffer");
 }
 #endif
 
@@ -327,32 +362,259 @@ void cublaslt_checks(void)
     EXPECT(lt_accepts(E4, E5, true, false, 64, 64, 128, 0, 0), "FP8 E4M3 x E5M2 TN refused");
     EXPECT(lt_accepts(E5, E4, true, false, 64, 64, 128, 0, 0), "FP8 E5M2 x E4M3 TN refused");
     EXPECT(!lt_accepts(E5, E5, true, false, 64, 64, 128, 0, 0), "FP8 E5M2 x E5M2 accepted");
+    row_end("cuBLASLt: FP8 format pairs",
+            "E4M3xE4M3, E4M3xE5M2, E5M2xE4M3 taken; E5M2xE5M2 refused (PROBES 10)");
     EXPECT(!lt_accepts(E4, E4, false, false, 64, 64, 128, 0, 0), "FP8 NN accepted (sm_90: TN only)");
     EXPECT(!lt_accepts(E4, E4, true, false, 64, 64, 24, 0, 0), "FP8 with k = 24 accepted");
+    row_end("cuBLASLt: FP8 layout and alignment",
+            "TN only (NN refused); k = 24 refused: k a multiple of 16 (PROBES 5)");
     EXPECT(lt_accepts(BF, BF, false, false, 48, 40, 64, 0, 0), "bf16 NN refused");
     EXPECT(lt_accepts(BF, BF, true, true, 48, 40, 64, 0, 0), "bf16 TT refused");
+    row_end("cuBLASLt: bf16 transposes", "bf16 NN and TT taken");
 #if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120900
     const int32_t V = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
                   B = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     EXPECT(lt_accepts(E4, E4, true, false, 256, 64, 256, B, V), "block scaling 128x128 x 1x128 refused");
     EXPECT(!lt_accepts(E4, E4, true, false, 256, 256, 256, B, B), "128x128 on both operands accepted");
     EXPECT(!lt_accepts(BF, BF, true, false, 256, 64, 256, B, V), "block scaling of bf16 accepted");
+    row_end("cuBLASLt: block-scaling modes",
+            "128x128 x 1x128 taken; 128x128 on both and bf16 refused (PROBES 9)");
+#else
+    g_row(g_ctx, "cuBLASLt: block-scaling modes", DLLM_PROBE_SKIP,
+          "cuBLAS older than 12.9 has no block-scaled FP8: tensor scaling is used");
 #endif
 }
 
 } // namespace
 
-extern "C" int dllm_cuda_selftest(char *report, size_t report_len)
+
+/* ---- the entry points ------------------------------------------------------------------ */
+
+extern "C" int dllm_cuda_selftest_rows(dllm_cuda_probe_row row, void *ctx)
 {
-    g_fail = 0;
-    g_rep = report;
-    g_rep_len = report_len;
-    report[0] = '\0';
+    g_row = row;
+    g_ctx = ctx;
+    g_fail = g_total_fail = 0;
+    g_first[0] = '\0';
     runtime_checks();
     conversion_checks();
     cublaslt_checks();
 #ifdef DLLM_CUDA_EMULATION
     emulation_checks();
 #endif
-    return g_fail;
+    return g_total_fail;
+}
+
+namespace {
+struct report_buf {
+    char *p;
+    size_t n;
+};
+void report_row(void *ctx, const char *name, int status, const char *detail)
+{
+    report_buf *r = (report_buf *)ctx;
+    if (status != DLLM_PROBE_FAIL)
+        return;
+    size_t used = strlen(r->p);
+    snprintf(r->p + used, r->n - used, "%s: %s\n", name, detail);
+}
+} // namespace
+
+extern "C" int dllm_cuda_selftest(char *report, size_t report_len)
+{
+    report[0] = '\0';
+    report_buf r = {report, report_len};
+    return dllm_cuda_selftest_rows(report_row, &r);
+}
+
+/* ---- the device and its code ---------------------------------------------------------------- */
+
+extern "C" int dllm_cuda_device_info_get(dllm_cuda_device_info *d, char *why, size_t why_len)
+{
+    memset(d, 0, sizeof *d);
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, 0);
+    if (e != cudaSuccess) {
+        snprintf(why, why_len, "cudaGetDeviceProperties: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    snprintf(d->name, sizeof d->name, "%s", p.name);
+    d->cc_major = p.major;
+    d->cc_minor = p.minor;
+    d->sms = p.multiProcessorCount;
+    d->mem_total_gib = (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0);
+#ifdef DLLM_CUDA_EMULATION
+    d->emulated = true;
+    d->mem_free_gib = d->mem_total_gib;
+#else
+    cudaDriverGetVersion(&d->driver_version);
+    cudaRuntimeGetVersion(&d->runtime_version);
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess)
+        d->mem_free_gib = (double)fr / (1024.0 * 1024.0 * 1024.0);
+    /* which of the fat binary's images the driver loads for this device: SASS for
+     * sm_90/sm_90a, else the compute_90 PTX compiled at load time, else none */
+    cudaFuncAttributes fa;
+    e = cudaFuncGetAttributes(&fa, block_sum_kernel);
+    if (e == cudaSuccess) {
+        d->binary_version = fa.binaryVersion;
+        d->ptx_version = fa.ptxVersion;
+    } else {
+        snprintf(d->kernel_error, sizeof d->kernel_error, "%s", cudaGetErrorString(e));
+        cudaGetLastError();
+    }
+#endif
+    return 0;
+}
+
+/* ---- GEMM timing ------------------------------------------------------------------------------ */
+
+namespace {
+
+/* Uniform values in [-scale, scale) from a hash of the index: bf16 bits and/or fp32. */
+__global__ void fill_kernel(uint16_t *bf, float *f, size_t n, uint32_t seed, float scale)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        float v = scale * ((float)(h & 0xFFFFFFu) / 8388608.0f - 1.0f);
+        if (bf)
+            bf[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        if (f)
+            f[i] = v;
+    }
+}
+
+void fill(uint16_t *bf, float *f, size_t n, uint32_t seed, float scale)
+{
+    DLLM_LAUNCH(fill_kernel, 1024, 256, 0, NULL)(bf, f, n, seed, scale);
+    cudaLaunchCheck();
+}
+
+/* Device buffers released on every return path. */
+struct bufs {
+    std::vector<void *> p;
+    ~bufs()
+    {
+        for (void *q : p)
+            cudaFree(q);
+    }
+    void *get(size_t bytes, const char *what, dllm_err *err)
+    {
+        void *q = NULL;
+        if (cudaMalloc(&q, bytes ? bytes : 1) != cudaSuccess) {
+            cudaGetLastError();
+            dllm_err_set(err, DLLM_EXIT_INTERNAL, "timing: cannot allocate %s (%.2f GiB)", what,
+                         (double)bytes / (1024.0 * 1024.0 * 1024.0));
+            return NULL;
+        }
+        p.push_back(q);
+        return q;
+    }
+};
+
+struct events {
+    cudaEvent_t e[3];
+    events()
+    {
+        for (cudaEvent_t &x : e)
+            cudaCheck(cudaEventCreate(&x));
+    }
+    ~events()
+    {
+        for (cudaEvent_t x : e)
+            cudaEventDestroy(x);
+    }
+    float ms(int a, int b)
+    {
+        float t = 0.0f;
+        cudaCheck(cudaEventSynchronize(e[b]));
+        cudaCheck(cudaEventElapsedTime(&t, e[a], e[b]));
+        return t;
+    }
+};
+
+double median(std::vector<float> v)
+{
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+} // namespace
+
+extern "C" int dllm_cuda_time_bf16_linear(int N, int C, int OC, int reps, double *ms, dllm_err *err)
+{
+    bufs b;
+    uint16_t *a = (uint16_t *)b.get((size_t)N * C * 2, "the activations", err);
+    uint16_t *w = a ? (uint16_t *)b.get((size_t)OC * C * 2, "the weight", err) : NULL;
+    void *out = w ? b.get((size_t)N * OC * 2, "the output", err) : NULL;
+    if (!out)
+        return err->code;
+    fill(a, NULL, (size_t)N * C, 1, 1.0f);
+    fill(w, NULL, (size_t)OC * C, 2, 0.05f);
+    events ev;
+    std::vector<float> t;
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up (the algorithm is chosen and cached) */
+        cudaCheck(cudaEventRecord(ev.e[0], NULL));
+        if (dllm_cuda_gemm_bf16(false, true, N, OC, C, 1.0f, a, w, 0.0f, out, true, NULL, err))
+            return err->code;
+        cudaCheck(cudaEventRecord(ev.e[1], NULL));
+        float x = ev.ms(0, 1);
+        if (r >= 0)
+            t.push_back(x);
+    }
+    *ms = median(t);
+    return 0;
+}
+
+extern "C" int dllm_cuda_time_fp8_linear(int N, int C, int OC, fp8_scaling scaling, int reps,
+                                         double *gemm_ms, double *quant_ms, dllm_err *err)
+{
+    const bool block = scaling == FP8_SCALE_BLOCK;
+    long as_r = 0, as_c = 0, ws_r = 0, ws_c = 0;
+    size_t nas = 1, nws = 1;
+    if (block) {
+        dllm_cuda_fp8_gemm_scale_strides(N, C, &as_r, &as_c, &ws_r, &ws_c);
+        nas = (size_t)N * ((C + 127) / 128);
+        nws = dllm_cuda_fp8_weight_scale_count(OC, C);
+    }
+    bufs b;
+    uint16_t *a = (uint16_t *)b.get((size_t)N * C * 2, "the activations", err);
+    float *w = a ? (float *)b.get((size_t)OC * C * 4, "the fp32 weight", err) : NULL;
+    uint8_t *aq = w ? (uint8_t *)b.get((size_t)N * C, "the activation codes", err) : NULL;
+    uint8_t *wq = aq ? (uint8_t *)b.get((size_t)OC * C, "the weight codes", err) : NULL;
+    float *as = wq ? (float *)b.get(nas * 4, "the activation scales", err) : NULL;
+    float *ws = as ? (float *)b.get(nws * 4, "the weight scales", err) : NULL;
+    void *out = ws ? b.get((size_t)N * OC * 2, "the output", err) : NULL;
+    if (!out)
+        return err->code;
+    fill(a, NULL, (size_t)N * C, 3, 1.0f);
+    fill(NULL, w, (size_t)OC * C, 4, 0.05f);
+    dllm_cuda_fp8_quantise(wq, ws, ws_r, ws_c, w, OC, C, block ? 128 : OC, block ? 128 : C,
+                           FP8_E4M3, false, NULL);
+    events ev;
+    std::vector<float> tg, tq;
+    for (int r = -1; r < reps; r++) {
+        cudaCheck(cudaEventRecord(ev.e[0], NULL));
+        dllm_cuda_fp8_quantise_bf16(aq, as, as_r, as_c, a, N, C, block ? 1 : N, block ? 128 : C,
+                                    FP8_E4M3, false, NULL);
+        cudaCheck(cudaEventRecord(ev.e[1], NULL));
+        if (dllm_cuda_fp8_linear(out, true, aq, as, FP8_E4M3, wq, ws, FP8_E4M3, scaling, N, C, OC,
+                                 NULL, err))
+            return err->code;
+        cudaCheck(cudaEventRecord(ev.e[2], NULL));
+        float q = ev.ms(0, 1), g = ev.ms(1, 2);
+        if (r >= 0) {
+            tq.push_back(q);
+            tg.push_back(g);
+        }
+    }
+    *gemm_ms = median(tg);
+    if (quant_ms)
+        *quant_ms = median(tq);
+    return 0;
 }
