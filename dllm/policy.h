@@ -16,6 +16,7 @@
 #include "dllm/safetensors.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/sampler.h"
+#include "kernels/backend.h"
 
 /* TRAIN: trainer numerics, activations kept for dllm_policy_backward; ROLLOUT: the
  * rollout copy; TRAIN_NOGRAD: trainer numerics (the same logits as TRAIN), nothing
@@ -36,11 +37,23 @@ typedef struct {
     const char *fp8_format;  /* e4m3 | e5m2 */
     const char *fp8_scaling; /* block | channel | tensor */
     bool fp8_pow2_scale;
+    const char *device;      /* cpu (NULL, "") | cuda: where the forwards without backward
+                                (rollouts, scoring) run (dllm_tf_to_device); the update and
+                                the forward it differentiates stay on the host */
+    const char *device_flag; /* the flag or key that named device, for messages (NULL:
+                                "device") */
 } dllm_policy_cfg;
 
 typedef struct dllm_policy dllm_policy;
 
 int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err);
+/* device cpu (NULL or "": *be = NULL) or cuda (*be = dllm_backend_cuda()); an input
+ * error naming `flag` for another value, or for cuda without a usable CUDA backend
+ * (saying why: dllm_backend_cuda_why). */
+int dllm_policy_device_parse(const char *device, const char *flag, dllm_backend **be,
+                             dllm_err *err);
+/* The device backend the policy's model is on (NULL: the host). */
+dllm_backend *dllm_policy_device(const dllm_policy *p);
 void dllm_policy_free(dllm_policy *p);
 
 dllm_arch dllm_policy_arch(const dllm_policy *p);

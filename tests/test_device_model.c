@@ -5,10 +5,14 @@
  *     (max abs; fp32 sums in another order), a left-padded row and a subset of rows;
  *     the device interface (dllm/device_logits.h: layers once, head in row chunks into
  *     device memory) gives the same logits;
- *   - a bf16 trainer with a bf16 rollout copy, and the FP8 rollout copies (fp8, block
- *     128x128 / 1x128 groups; fp8-exact): within a normalised MSE of 1e-4 of the CPU's
- *     simulation and max abs 0.05 (the values are the same products; a bf16 rounding
- *     or an FP8 code at a boundary may flip with the summation order);
+ *   - a bf16 trainer with a bf16 rollout copy: within a normalised MSE of 1e-4 of the
+ *     CPU's simulation and max abs 0.05 (the same products; a bf16 rounding at a
+ *     boundary may flip with the summation order); the FP8 rollout copies (fp8, block
+ *     128x128 / 1x128 groups; fp8-exact) within 1e-3 and 0.05: the FP8 GEMM's tensor-core
+ *     accumulator keeps about 14 bits per promotion interval (FP8_GEMM_NMSE,
+ *     tests/backend_test_util.h), and an activation code at a boundary may flip; the
+ *     logits of these random models are small (|z| ~ 0.3), so the normalised error is
+ *     large next to the absolute one (measured 1.1e-4 to 1.6e-4, max abs 0.011);
  *   - after a weight change and dllm_tf_rollout_sync the device copies follow;
  *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable;
  *   - Qwen3 greedy decoding (full forwards on the device) gives the CPU's token ids.
@@ -187,7 +191,8 @@ START_TEST(test_low_precision)
     for (int j = 0; j < 2; j++) {
         ck_assert_int_eq(f[j](m, tok, mask, B, T, rows, NROWS, dev[j]), 0);
         double e = nmse(dev[j], cpu[j], nl), mx = max_abs(dev[j], cpu[j], nl);
-        ck_assert_msg(e <= 1e-4 && mx <= 0.05, "%s %s/%s %s: nmse %g, max abs %g", ARCHS[arch_i],
+        double tol = j == 1 && k > 0 ? 1e-3 : 1e-4; /* the FP8 rollout copies */
+        ck_assert_msg(e <= tol && mx <= 0.05, "%s %s/%s %s: nmse %g, max abs %g", ARCHS[arch_i],
                       PRECS[k][0], PRECS[k][1], j ? "rollout" : "trainer", e, mx);
     }
     /* the rollout copy differs from the trainer's numerics (it is not the trainer view) */
