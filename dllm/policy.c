@@ -169,6 +169,8 @@ int dllm_policy_device_parse(const char *device, const char *flag, dllm_backend 
 
 dllm_backend *dllm_policy_device(const dllm_policy *p) { return dllm_tf_device(p->m); }
 
+void dllm_policy_trainer_changed(dllm_policy *p) { dllm_tf_device_trainer_changed(p->m); }
+
 void dllm_policy_free(dllm_policy *p)
 {
     if (!p)

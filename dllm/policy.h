@@ -52,6 +52,9 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
  * (saying why: dllm_backend_cuda_why). */
 int dllm_policy_device_parse(const char *device, const char *flag, dllm_backend **be,
                              dllm_err *err);
+/* The trainable vector was changed in place outside an optimizer step's sync (a
+ * temporary swap for scoring): the device's trainer copy follows (no-op on the host). */
+void dllm_policy_trainer_changed(dllm_policy *p);
 /* The device backend the policy's model is on (NULL: the host). */
 dllm_backend *dllm_policy_device(const dllm_policy *p);
 void dllm_policy_free(dllm_policy *p);

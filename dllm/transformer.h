@@ -140,6 +140,11 @@ int dllm_tf_rollout_linear(dllm_tf *m, int layer, const char *name, const float 
  * tokens in, the requested rows' logits downloaded). An nvfp4 rollout is refused
  * (DLLM_EXIT_INPUT: no device NVFP4 linear); on failure the model stays on the host. */
 int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err);
+/* The trainable parameters changed in place without a dllm_tf_rollout_sync (a
+ * temporary swap, e.g. scoring under older weights): the device's trainer view follows
+ * (under LoRA only the adapters are uploaded). The rollout copy is left as it was. A
+ * no-op on the host. */
+int dllm_tf_device_trainer_changed(dllm_tf *m);
 /* The device backend the model is on, or NULL (host). */
 dllm_backend *dllm_tf_device(const dllm_tf *m);
 /* The device interface (dllm/device_logits.h) to the model on its device, at the

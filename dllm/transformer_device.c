@@ -242,7 +242,8 @@ static void lora_upload(dllm_tf *m)
     }
 }
 
-int tf_device_sync(dllm_tf *m, dllm_err *err)
+/* The trainer view on the device, at the host trainer's numerics, with the adapters. */
+static void device_trainer(dllm_tf *m)
 {
     tf_device *d = m->dev;
     const dllm_precision *p = &m->prec;
@@ -253,7 +254,6 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         d->xl[0] = d->xl[1] = NULL;
     }
     lora_upload(m);
-    /* the trainer view, at the host trainer's numerics */
     bool tb = p->trainer_bf16;
     if (d->tv.be && (d->tv.b16 != NULL) != tb)
         dview_free(m, &d->tv);
@@ -261,6 +261,24 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
     d->tv.round_lin = d->tv.round_head = tb;
     d->tv.lora = true;
     d->tv.ad = d->ad;
+}
+
+int dllm_tf_device_trainer_changed(dllm_tf *m)
+{
+    if (!m->dev)
+        return 0;
+    if (m->lora_rank && m->dev->tv.be && m->dev->n_lora == m->n_lora)
+        lora_upload(m); /* the base weights are frozen: the adapters are what changed */
+    else
+        device_trainer(m);
+    return 0;
+}
+
+int tf_device_sync(dllm_tf *m, dllm_err *err)
+{
+    tf_device *d = m->dev;
+    const dllm_precision *p = &m->prec;
+    device_trainer(m);
     /* the rollout copy */
     dllm_rollout_kind k = p->rollout;
     if (d->rv.be && (k != d->rprec.rollout || p->fp8_format != d->rprec.fp8_format ||

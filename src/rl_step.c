@@ -137,6 +137,7 @@ static int score(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const floa
         save = dllm_malloc(sizeof *save * n);
         memcpy(save, theta, sizeof *save * n);
         memcpy(theta, params, sizeof *theta * n);
+        dllm_policy_trainer_changed(run->pol); /* a model on a device: its copy follows */
     }
     void *ctx;
     dllm_logits_fn fn = dllm_policy_logits(run->pol, prec, &ctx);
@@ -144,6 +145,7 @@ static int score(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const floa
     if (params) {
         memcpy(theta, save, sizeof *save * n);
         free(save);
+        dllm_policy_trainer_changed(run->pol);
     }
     return rc;
 }

@@ -15,9 +15,16 @@
  *     large next to the absolute one (measured 1.1e-4 to 1.6e-4, max abs 0.011);
  *   - after a weight change and dllm_tf_rollout_sync the device copies follow;
  *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable;
- *   - Qwen3 greedy decoding (full forwards on the device) gives the CPU's token ids.
- * SKIP (77) without a usable CUDA backend (the plain CPU build): the emulation build's
- * `make check` runs it. */
+ *   - Qwen3 greedy decoding (full forwards on the device) gives the CPU's token ids;
+ *   - through the CLI (DLLM_BIN) on `init-model --preset tiny` models of each arch:
+ *     greedy `generate --device cuda` ids equal the CPU's, `score --device cuda` within
+ *     1e-4 of the CPU's (every token), `bench rollout --device cuda` runs (and reports
+ *     the emulated allocator's peak in the emulation build), `train` with `device: cuda`
+ *     runs 2 steps of a tiny LoRA config with fresh masks (device copies re-synced after
+ *     each update, swapped for the old policy's scores) and logs device cuda.
+ * Without a usable CUDA backend (the plain CPU build) the commands must refuse
+ * `--device cuda` / `device: cuda` with exit 2, naming the flag or key and why; the
+ * rest reports SKIP (77) with the reason: the emulation build's `make check` runs it. */
 #include "config.h"
 
 #include "dllm/ar_sampler.h"
@@ -26,11 +33,16 @@
 #include "kernels/backend.h"
 #include "kernels/rng.h"
 
+#include "tests/test_shell.h"
+
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { B = 2, T = 11, NROWS = 7 };
 static const char *const ARCHS[] = {"llada", "qwen3", "dream"};
@@ -249,24 +261,204 @@ START_TEST(test_qwen3_decode)
 }
 END_TEST
 
+/* ---- the commands ------------------------------------------------------------------------ */
+
+static char tmp[64];
+
+/* `dllm-rl ARGS` with stdout into *out (malloc'd; may be NULL), stderr into tmp/stderr. */
+static int run(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run(char **out, const char *fmt, ...)
+{
+    char args[4000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int st = tu_sh("OMP_NUM_THREADS=1 %s %s >%s/stdout 2>%s/stderr", getenv("DLLM_BIN"), args,
+                   tmp, tmp);
+    if (out) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/stdout", tmp);
+        FILE *f = fopen(path, "rb");
+        ck_assert_ptr_nonnull(f);
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        *out = malloc((size_t)n + 1);
+        ck_assert_int_eq(fread(*out, 1, (size_t)n, f), (size_t)n);
+        (*out)[n] = 0;
+        fclose(f);
+    }
+    return st;
+}
+
+static char *errs(void)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/stderr", tmp);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* generate's greedy settings per arch (LLaDA: one block; Dream: its steps; Qwen3: none) */
+static const char *const GEN_FLAGS[] = {"--steps 6 --block-length 6", "", "--steps 6"};
+
+START_TEST(test_cli_generate_score)
+{
+    char *a = NULL, *b = NULL;
+    for (int dv = 0; dv < 2; dv++) {
+        char **o = dv ? &b : &a;
+        ck_assert_int_eq(run(o, "generate --model %s/%s --prompt-ids 5,9,12,7 --gen-length 6 %s "
+                                "--format ids --device %s", tmp, ARCHS[_i], GEN_FLAGS[_i],
+                             dv ? "cuda" : "cpu"), 0);
+    }
+    ck_assert_msg(strlen(a) > 2 && !strcmp(a, b), "%s: cpu ids %s, cuda ids %s", ARCHS[_i], a, b);
+    free(a), free(b);
+    json_t *j[2];
+    for (int dv = 0; dv < 2; dv++) {
+        char *o;
+        ck_assert_int_eq(run(&o, "score --model %s/%s --prompt-ids 5,9,12,7 --completion-ids "
+                                 "11,3,40 --device %s", tmp, ARCHS[_i], dv ? "cuda" : "cpu"), 0);
+        json_error_t je;
+        j[dv] = json_loads(o, 0, &je);
+        ck_assert_msg(j[dv] != NULL, "not JSON: %s", o);
+        free(o);
+    }
+    const json_t *t0 = json_object_get(j[0], "token_logp"), *t1 = json_object_get(j[1], "token_logp");
+    ck_assert_int_eq(json_array_size(t0), 3);
+    ck_assert_int_eq(json_array_size(t1), 3);
+    for (size_t i = 0; i < 3; i++) {
+        double x = json_number_value(json_array_get(t0, i)), y = json_number_value(json_array_get(t1, i));
+        ck_assert_msg(isfinite(x) && fabs(x - y) <= 1e-4, "%s token %zu: cpu %g, cuda %g",
+                      ARCHS[_i], i, x, y);
+    }
+    double x = json_number_value(json_object_get(j[0], "seq_logp"));
+    double y = json_number_value(json_object_get(j[1], "seq_logp"));
+    ck_assert_msg(fabs(x - y) <= 1e-4, "%s seq_logp: cpu %g, cuda %g", ARCHS[_i], x, y);
+    json_decref(j[0]);
+    json_decref(j[1]);
+}
+END_TEST
+
+START_TEST(test_cli_bench_train)
+{
+    char *o;
+    ck_assert_int_eq(run(&o, "bench rollout --arch %s --device cuda --batch 2 --prompt 4 "
+                             "--gen-length 4 --block-length 4 --steps 2 --iters 1 --warmup 0 "
+                             "--precision fp32,bf16,fp8 --temperature 0", ARCHS[_i]), 0);
+    ck_assert_msg(strstr(o, "device: cuda") && strstr(o, "\nfp8 "), "%s", o);
+#ifdef DLLM_CUDA_EMULATION
+    ck_assert_msg(strstr(o, "dev_peak_MiB"), "%s", o);
+#endif
+    free(o);
+    /* train: 2 steps, LoRA, fresh masks (old-policy scores on swapped weights) */
+    char path[128];
+    snprintf(path, sizeof path, "%s/rl-%s.yaml", tmp, ARCHS[_i]);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "experiment: dev-%s\nseed: 1\ndevice: cuda\n"
+               "model: {arch: %s, preset: tiny, lora: {rank: 4, alpha: 16}}\n"
+               "task: {name: sudoku, format: plain, chat: plain, train: {n: 16}, max_blanks: 4}\n"
+               "rollout: {precision: bf16, group_size: 2, gen_length: 6, block_length: 6, "
+               "steps: 3, temperature: 1.0}\n"
+               "grpo: {steps: 2, prompts_per_step: 2, inner_steps: 2, ratio: token%s}\n"
+               "correction: {method: ais, level: token%s}\noptim: {lr: 1e-2}\n"
+               "eval: {every: 0}\nlog: {dir: %s/runs}\ncheckpoint: {every: 0}\n",
+            ARCHS[_i], ARCHS[_i], _i == 1 ? "" : ", fresh_masks: true",
+            _i == 1 ? "" : ", estimator: one_step", tmp);
+    fclose(f);
+    ck_assert_msg(run(NULL, "train %s --quiet", path) == 0, "%s", errs());
+    ck_assert_int_eq(run(&o, "inspect %s/runs/dev-%s --json", tmp, ARCHS[_i]), 0);
+    json_error_t je;
+    json_t *j = json_loads(o, 0, &je);
+    ck_assert_msg(j != NULL, "not JSON: %s", o);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "steps")), 2);
+    ck_assert_msg(strstr(o, "\"cuda\""), "the log does not say device cuda: %s", o);
+    json_decref(j);
+    free(o);
+}
+END_TEST
+
+/* Without a CUDA backend every command refuses the device, naming the flag/key and why. */
+START_TEST(test_cli_refused)
+{
+    bool have = dllm_backend_cuda() != NULL;
+    const char *cmds[] = {"generate --model %s/llada --prompt-ids 5 --device %s",
+                          "score --model %s/llada --prompt-ids 5 --completion-ids 6 --device %s",
+                          "bench rollout --arch llada --iters 1 --warmup 0 --device %s%s"};
+    for (int k = 0; k < 3; k++) {
+        const char *dev = have ? "tpu" : "cuda"; /* a bad value is refused in every build */
+        int rc = k < 2 ? run(NULL, cmds[k], tmp, dev) : run(NULL, cmds[k], dev, "");
+        ck_assert_int_eq(rc, 2);
+        char want[64];
+        snprintf(want, sizeof want, "--device %s", dev);
+        ck_assert_msg(strstr(errs(), want), "%s", errs());
+        if (!have)
+            ck_assert_msg(strstr(errs(), dllm_backend_cuda_why()), "%s", errs());
+    }
+    if (!have) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/refuse.yaml", tmp);
+        FILE *f = fopen(path, "w");
+        fprintf(f, "experiment: refuse\ndevice: cuda\nmodel: {arch: llada, preset: tiny}\n"
+                   "task: {name: sudoku}\nlog: {dir: %s/runs}\n", tmp);
+        fclose(f);
+        ck_assert_int_eq(run(NULL, "train %s --quiet", path), 2);
+        ck_assert_msg(strstr(errs(), "device cuda"), "%s", errs());
+    }
+}
+END_TEST
+
 int main(void)
 {
-    if (!dllm_backend_cuda()) {
-        printf("SKIP: no usable CUDA backend: %s\n", dllm_backend_cuda_why());
-        return 77;
-    }
+    bool have = dllm_backend_cuda() != NULL;
+    const char *b = getenv("DLLM_BIN");
+    bool cli = b && access(b, X_OK) == 0;
+    strcpy(tmp, "/tmp/dllm-device-XXXXXX");
+    if (cli && !mkdtemp(tmp))
+        return 1;
+    for (int k = 0; cli && k < 3; k++)
+        if (tu_sh("%s init-model --arch %s --preset tiny --seed 3 --out %s/%s >/dev/null", b,
+                  ARCHS[k], tmp, ARCHS[k])) {
+            fprintf(stderr, "test_device_model: init-model failed\n");
+            return 1;
+        }
     Suite *s = suite_create("device_model");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, test_fp32_trainer, 0, 3);
-    tcase_add_loop_test(tc, test_low_precision, 0, 9);
-    tcase_add_test(tc, test_nvfp4_refused);
-    tcase_add_test(tc, test_qwen3_decode);
+    if (have) {
+        tcase_add_loop_test(tc, test_fp32_trainer, 0, 3);
+        tcase_add_loop_test(tc, test_low_precision, 0, 9);
+        tcase_add_test(tc, test_nvfp4_refused);
+        tcase_add_test(tc, test_qwen3_decode);
+    }
+    if (cli) {
+        tcase_add_test(tc, test_cli_refused);
+        if (have) {
+            tcase_add_loop_test(tc, test_cli_generate_score, 0, 3);
+            tcase_add_loop_test(tc, test_cli_bench_train, 0, 3);
+        }
+    }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive a fork */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    if (cli)
+        tu_sh("rm -rf %s", tmp);
+    if (failed)
+        return EXIT_FAILURE;
+    if (!have || !cli) {
+        printf("SKIP: %s%s\n",
+               !have ? "no usable CUDA backend (the refusal of --device cuda was checked): " : "",
+               !have ? dllm_backend_cuda_why() : "DLLM_BIN (the dllm-rl binary) not set");
+        return 77;
+    }
+    return EXIT_SUCCESS;
 }
