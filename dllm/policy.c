@@ -226,6 +226,28 @@ dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx)
                                             : train_logits;
 }
 
+static int nograd_logp(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                       const int32_t *rows, const int32_t *targets, int n_rows, float *logp)
+{
+    dllm_policy *p = ctx;
+    return dllm_tf_target_logp(p->m, false, tokens, keymask, B, T, rows, targets, n_rows, logp);
+}
+
+static int rollout_logp(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                        const int32_t *rows, const int32_t *targets, int n_rows, float *logp)
+{
+    dllm_policy *p = ctx;
+    return dllm_tf_target_logp(p->m, true, tokens, keymask, B, T, rows, targets, n_rows, logp);
+}
+
+dllm_logp_fn dllm_policy_logp(dllm_policy *p, dllm_prec prec, void **ctx)
+{
+    *ctx = p;
+    if (!dllm_tf_device(p->m) || prec == DLLM_PREC_TRAIN)
+        return NULL;
+    return prec == DLLM_PREC_ROLLOUT ? rollout_logp : nograd_logp;
+}
+
 void dllm_policy_backward(void *ctx, const float *dlogits)
 {
     dllm_policy *p = ctx;

@@ -69,6 +69,10 @@ bool dllm_policy_rollout_is_trainer(const dllm_policy *p);
 /* Logits callback and its context for a precision (for the sampler and the
  * likelihood plans). TRAIN keeps activations for dllm_policy_backward. */
 dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx);
+/* The fused log-prob callback (dllm_tf_target_logp) for a precision other than TRAIN
+ * when the model is on a device (only log-probs cross to the host), else NULL: on the
+ * host the likelihoods keep their double log-softmax of the logits. */
+dllm_logp_fn dllm_policy_logp(dllm_policy *p, dllm_prec prec, void **ctx);
 /* Backward of the last TRAIN forward (dllm_backward_fn-compatible; ctx from
  * dllm_policy_logits(p, DLLM_PREC_TRAIN, &ctx)). */
 void dllm_policy_backward(void *ctx, const float *dlogits);

@@ -95,6 +95,15 @@ int dllm_tf_forward_nograd(dllm_tf *m, const int32_t *tokens, const uint8_t *key
  * own: the trainer's kept activations survive it). */
 int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                             int T, const int32_t *rows, int n_rows, float *logits);
+/* log softmax(logits)[target] for the rows (as dllm_tf_forward_nograd's rows, or at
+ * the rollout copy's numerics when `rollout`) without a [n_rows, V] logits tensor: the
+ * head runs a chunk of rows at a time (64 on the host; a device's logits chunk),
+ * followed by the backend's log-softmax (xent_fwd: fp32, online log-sum-exp), so
+ * logp (n_rows) equals the logits' log-softmax up to fp32 rounding. Temperature 1. On
+ * a device only the log-probs are downloaded. Input errors as the forward's. */
+int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
+                        int B, int T, const int32_t *rows, const int32_t *targets, int n_rows,
+                        float *logp);
 /* Backward of the last dllm_tf_forward: dlogits [n_rows, V]; accumulates into
  * the gradients (tied: the head's part lands in the embedding's gradient). */
 void dllm_tf_backward(dllm_tf *m, const float *dlogits);

@@ -48,6 +48,8 @@ struct tf_device {
     size_t hcap;
     float *lg;               // (lg_rows, V) one chunk of logits
     int lg_rows;
+    int32_t *tgt;            // (lg_rows) a chunk's targets
+    float *lp;               // (lg_rows) a chunk's log-probs
     const float *xl[2];      /* device_logits: x_L of the last layers() */
     dl_ctx dl[2];
 };
@@ -320,6 +322,8 @@ void tf_device_free(dllm_tf *m)
     dfree(d, d->lora);
     dfree(d, d->stage);
     dfree(d, d->lg);
+    dfree(d, d->tgt);
+    dfree(d, d->lp);
     free(d->ad);
     free(d->hstage);
     free(d->h_tok);
@@ -365,12 +369,14 @@ static void head_download(dllm_tf *m, tf_acts *a, const tf_view *v, const float 
     }
 }
 
-int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
-                      int B, int T, const int32_t *rows, int R, float *logits)
+/* The layers over host inputs on the device; x_L (N, C) in a, the head rows' indices in
+ * a->hrows. */
+static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
+                                  const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                                  const int32_t *rows, int R)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    tf_acts *a = rollout ? &d->ra : &d->a;
     int N = B * T;
     tf_rope_grow(m, T);
     a->be = be;
@@ -383,8 +389,39 @@ int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uin
     be->ops->upload(be, a->keymask, d->h_mask, (size_t)N);
     be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
     be->ops->upload(be, a->hrows, d->h_rows, (size_t)R * sizeof(int32_t));
+    return tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+}
+
+int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
+                          const uint8_t *keymask, int B, int T, const int32_t *rows,
+                          const int32_t *targets, int R, float *logp)
+{
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    tf_acts *a = rollout ? &d->ra : &d->a;
     const tf_view *v = dview(m, rollout);
-    const float *xL = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R);
+    if (R <= 0)
+        return 0;
+    size_t C = (size_t)m->C;
+    be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
+    for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
+        int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
+        tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
+        be->ops->upload(be, d->tgt, targets + r0, (size_t)n * sizeof(int32_t));
+        be->ops->xent_fwd(be, d->lp, NULL, d->lg, d->tgt, n, m->V);
+        be->ops->download(be, logp + r0, d->lp, (size_t)n * sizeof(float));
+    }
+    return 0;
+}
+
+int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
+                      int B, int T, const int32_t *rows, int R, float *logits)
+{
+    tf_device *d = m->dev;
+    tf_acts *a = rollout ? &d->ra : &d->a;
+    const tf_view *v = dview(m, rollout);
+    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R);
     if (R > 0)
         head_download(m, a, v, xL, R, logits);
     return 0;
@@ -494,6 +531,8 @@ int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
         d->lg_rows = rows < 1 ? 1 : rows > LOGITS_CHUNK_MAX_ROWS ? LOGITS_CHUNK_MAX_ROWS
                                                                  : (int)rows;
         d->lg = dalloc(d, (size_t)d->lg_rows * m->V * sizeof(float));
+        d->tgt = dalloc(d, (size_t)d->lg_rows * sizeof(int32_t));
+        d->lp = dalloc(d, (size_t)d->lg_rows * sizeof(float));
         /* the host's rollout copy and its activations are not used from now on */
         tf_view_free(m, &m->rv);
         tf_acts_free(&m->ra);

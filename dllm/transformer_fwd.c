@@ -339,14 +339,11 @@ bool tf_inputs(const dllm_tf *m, int B, int T, int R, const int32_t *tokens,
     return keymask != NULL || count;
 }
 
-/* keep: store every layer's activations for dllm_tf_backward (a = m->a).
- * The weights and the bf16 rounding points come from v. */
-static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *tokens,
-                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
-                   float *logits, bool keep)
+/* Input errors of a forward over tokens [B,T] with R rows (printed; DLLM_EXIT_INPUT). */
+static int check_inputs(const dllm_tf *m, const int32_t *tokens, int B, int T,
+                        const int32_t *rows, int n_rows)
 {
     const char *fn = m->arch->name;
-    a->valid = false;
     if (B <= 0 || T <= 0) {
         fprintf(stderr, "%s forward: empty batch (B=%d, T=%d)\n", fn, B, T);
         return DLLM_EXIT_INPUT;
@@ -367,6 +364,20 @@ static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *toke
             fprintf(stderr, "%s forward: row %d outside [0, %d)\n", fn, rows[r], N);
             return DLLM_EXIT_INPUT;
         }
+    return 0;
+}
+
+/* keep: store every layer's activations for dllm_tf_backward (a = m->a).
+ * The weights and the bf16 rounding points come from v. */
+static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *tokens,
+                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
+                   float *logits, bool keep)
+{
+    a->valid = false;
+    int rc = check_inputs(m, tokens, B, T, rows, n_rows);
+    if (rc)
+        return rc;
+    int N = B * T, R = rows ? n_rows : N;
     if (!keep && m->dev) /* the copies on the device; the kept forward stays on the host */
         return tf_device_forward(m, a == &m->ra, tokens, keymask, B, T, rows, R, logits);
     tf_rope_grow(m, T);
@@ -405,6 +416,49 @@ int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *ke
 {
     return forward(m, &m->ra, tf_rollout_view(m), tokens, keymask, B, T, rows, n_rows, logits,
                    false);
+}
+
+/* ---- log-probs at targets: the head fused with the log-softmax ------------------------ */
+
+/* Rows of logits the host path computes per chunk (a device's chunk is its own). */
+enum { LOGP_CHUNK_ROWS = 64 };
+
+int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
+                        int B, int T, const int32_t *rows, const int32_t *targets, int n_rows,
+                        float *logp)
+{
+    int rc = check_inputs(m, tokens, B, T, rows, n_rows);
+    if (rc)
+        return rc;
+    int N = B * T, R = rows ? n_rows : N;
+    for (int r = 0; r < R; r++)
+        if (targets[r] < 0 || targets[r] >= m->V) {
+            fprintf(stderr, "%s target log-probs: target %d outside [0, %d)\n", m->arch->name,
+                    targets[r], m->V);
+            return DLLM_EXIT_INPUT;
+        }
+    if (m->dev)
+        return tf_device_target_logp(m, rollout, tokens, keymask, B, T, rows, targets, R, logp);
+    tf_acts *a = rollout ? &m->ra : &m->a;
+    const tf_view *v = rollout ? tf_rollout_view(m) : &m->tv;
+    a->valid = false;
+    tf_rope_grow(m, T);
+    tf_acts_ensure(m, a, B, T, R, 1);
+    a->B = B, a->T = T, a->N = N, a->R = R;
+    a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, a->tokens, a->keymask, a->pos,
+                             a->rows, a->hrows);
+    const float *xL = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+    size_t C = (size_t)m->C;
+    for (int r = 0; r < R; r++)
+        OPS->copy(m->be, a->xr + r * C, xL + (size_t)a->hrows[r] * C, C * sizeof(float));
+    float *lg = TF_FALLOC((size_t)(R < LOGP_CHUNK_ROWS ? R : LOGP_CHUNK_ROWS) * m->V); // (chunk, V)
+    for (int r0 = 0; r0 < R; r0 += LOGP_CHUNK_ROWS) {
+        int n = R - r0 < LOGP_CHUNK_ROWS ? R - r0 : LOGP_CHUNK_ROWS;
+        tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, lg);
+        OPS->xent_fwd(m->be, logp + r0, NULL, lg, targets + r0, n, m->V);
+    }
+    free(lg);
+    return 0;
 }
 
 /* ---- backward --------------------------------------------------------------------- */

@@ -150,6 +150,10 @@ void tf_device_free(dllm_tf *m);
  * chunks of rows (no [R, V] tensor on the device). */
 int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
                       int B, int T, const int32_t *rows, int R, float *logits);
+/* dllm_tf_target_logp on the device (inputs checked): only the R log-probs come down. */
+int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
+                          const uint8_t *keymask, int B, int T, const int32_t *rows,
+                          const int32_t *targets, int R, float *logp);
 
 /* dst (out, in) = W + (alpha/r) B A for linear j of layer l (W alone without an
  * adapter there), on the host: the weight a rollout copy is built from. */

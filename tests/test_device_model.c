@@ -16,6 +16,9 @@
  *   - after a weight change and dllm_tf_rollout_sync the device copies follow;
  *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable;
  *   - Qwen3 greedy decoding (full forwards on the device) gives the CPU's token ids;
+ *   - the head fused with the log-softmax (dllm_tf_target_logp, chunks of rows): within
+ *     2e-5 of the double log-softmax of the same backend's logits, on the CPU (every
+ *     build) and on the device, for the trainer view and a bf16 rollout copy;
  *   - through the CLI (DLLM_BIN) on `init-model --preset tiny` models of each arch:
  *     greedy `generate --device cuda` ids equal the CPU's, `score --device cuda` within
  *     1e-4 of the CPU's (every token), `bench rollout --device cuda` runs (and reports
@@ -261,6 +264,54 @@ START_TEST(test_qwen3_decode)
 }
 END_TEST
 
+/* The fused log-probs against the log-softmax of the logits, on the host (_i 0..2) or the
+ * device (_i 3..5). 70 rows: more than one host chunk of 64. */
+START_TEST(test_target_logp)
+{
+    int arch_i = _i % 3;
+    bool dev = _i >= 3;
+    dllm_tf *m = tiny(arch_i);
+    int V = dllm_tf_config(m)->embedding_size;
+    enum { BB = 5, TT = 14, R = 70 };
+    int32_t tok[BB * TT], rows[R], tg[R];
+    uint8_t mask[BB * TT];
+    for (int i = 0; i < BB * TT; i++) {
+        tok[i] = (i * 29 + 3) % V;
+        mask[i] = !(i / TT == 2 && i % TT < 4);
+    }
+    for (int r = 0; r < R; r++)
+        rows[r] = r, tg[r] = (r * 11 + 1) % V;
+    dllm_precision p;
+    dllm_err err;
+    ck_assert_int_eq(dllm_precision_parse(&p, "fp32", "bf16", "e4m3", "block", false, &err), 0);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), 0);
+    if (dev)
+        ck_assert_int_eq(dllm_tf_to_device(m, cuda_or_skip(), &err), 0);
+    float *lg = malloc((size_t)R * V * 4), lp[R];
+    fwd_fn f[2] = {dllm_tf_forward_nograd, dllm_tf_forward_rollout};
+    for (int ro = 0; ro < 2; ro++) {
+        ck_assert_int_eq(f[ro](m, tok, mask, BB, TT, rows, R, lg), 0);
+        ck_assert_int_eq(dllm_tf_target_logp(m, ro, tok, mask, BB, TT, rows, tg, R, lp), 0);
+        for (int r = 0; r < R; r++) {
+            const float *z = lg + (size_t)r * V;
+            double mx = -INFINITY, s = 0;
+            for (int v = 0; v < V; v++)
+                mx = fmax(mx, z[v]);
+            for (int v = 0; v < V; v++)
+                s += exp(z[v] - mx);
+            double ref = z[tg[r]] - mx - log(s);
+            ck_assert_msg(fabs(lp[r] - ref) <= 2e-5, "%s %s %s row %d: %g vs %g", ARCHS[arch_i],
+                          dev ? "cuda" : "cpu", ro ? "rollout" : "trainer", r, lp[r], ref);
+        }
+    }
+    tg[3] = V; /* a target outside the vocabulary is an input error */
+    ck_assert_int_eq(dllm_tf_target_logp(m, false, tok, mask, BB, TT, rows, tg, R, lp),
+                     DLLM_EXIT_INPUT);
+    free(lg);
+    dllm_tf_free(m);
+}
+END_TEST
+
 /* ---- the commands ------------------------------------------------------------------------ */
 
 static char tmp[64];
@@ -431,6 +482,7 @@ int main(void)
     Suite *s = suite_create("device_model");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_target_logp, 0, have ? 6 : 3);
     if (have) {
         tcase_add_loop_test(tc, test_fp32_trainer, 0, 3);
         tcase_add_loop_test(tc, test_low_precision, 0, 9);
@@ -456,7 +508,8 @@ int main(void)
         return EXIT_FAILURE;
     if (!have || !cli) {
         printf("SKIP: %s%s\n",
-               !have ? "no usable CUDA backend (the refusal of --device cuda was checked): " : "",
+               !have ? "no usable CUDA backend (the host's fused log-probs and the refusal of "
+                       "--device cuda were checked): " : "",
                !have ? dllm_backend_cuda_why() : "DLLM_BIN (the dllm-rl binary) not set");
         return 77;
     }
