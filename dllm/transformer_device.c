@@ -448,7 +448,7 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
     a->be = be;
     tf_acts_ensure(m, a, B, T, d->lg_rows, 1);
     a->B = B, a->T = T, a->N = N, a->R = 0;
-    host_staging(d, (size_t)N);
+    host_staging(d, (size_t)(N > d->lg_rows ? N : d->lg_rows)); /* head() stages its rows too */
     be->ops->copy(be, a->tokens, d_tokens, (size_t)N * sizeof(int32_t));
     /* positions counting real tokens need the mask on the host (N bytes down) */
     if (d_keymask && count)

@@ -171,7 +171,7 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
         be->ops->bf16_linear_fwd(be, out, inp, &v->b16[k], N, i, o);
     else
         be->ops->linear_fwd(be, out, inp, v->lw[l].t[j], N, i, o);
-    const tf_lora *ads = v->ad ? v->ad : m->ad;
+    const tf_lora *ads = v->be == m->be ? m->ad : v->ad; /* a device view: its copies only */
     const tf_lora *ad = v->lora && ads ? &ads[l * DLLM_NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;

@@ -71,8 +71,8 @@ typedef struct {
 typedef struct {
     dllm_backend *be;        // whose memory every pointer below is, and which runs the
                              // forward reading it (host views: the model's CPU backend)
-    const tf_lora *ad;       // the adapters applied at run time (with lora): a device
-                             // view's uploaded copies (NULL: the host's m->ad)
+    const tf_lora *ad;       // the adapters a device view applies at run time (with lora):
+                             // its uploaded copies (host views read m->ad)
     float *buf;              // owned copy (NULL: the master weights)
     const float *embed;      // (V, C)
     const float *final_norm; // (C)
