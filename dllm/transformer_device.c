@@ -46,10 +46,11 @@ struct tf_device {
     int32_t *h_tok, *h_pos, *h_rows; // (hcap) host input staging
     uint8_t *h_mask;         // (hcap)
     size_t hcap;
-    float *lg;               // (lg_rows, V) one chunk of logits
-    int lg_rows;
-    int32_t *tgt;            // (lg_rows) a chunk's targets
-    float *lp;               // (lg_rows) a chunk's log-probs
+    float *lg;               // (lg_cap, V) one chunk of logits, grown up to lg_rows
+    int lg_rows, lg_cap;     /* the chunk, and the rows allocated so far */
+    int32_t *tgt;            // (lg_cap) a chunk's targets
+    float *lp;               // (lg_cap) a chunk's log-probs
+    bool tv_stale;           /* the trainer view is built on first use after a sync */
     const float *xl[2];      /* device_logits: x_L of the last layers() */
     dl_ctx dl[2];
 };
@@ -249,12 +250,6 @@ static void device_trainer(dllm_tf *m)
 {
     tf_device *d = m->dev;
     const dllm_precision *p = &m->prec;
-    if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
-        tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
-        for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
-            tf_acts_free(acts[i]);
-        d->xl[0] = d->xl[1] = NULL;
-    }
     lora_upload(m);
     bool tb = p->trainer_bf16;
     if (d->tv.be && (d->tv.b16 != NULL) != tb)
@@ -267,20 +262,42 @@ static void device_trainer(dllm_tf *m)
 
 int dllm_tf_device_trainer_changed(dllm_tf *m)
 {
-    if (!m->dev)
+    tf_device *d = m->dev;
+    if (!d)
         return 0;
-    if (m->lora_rank && m->dev->tv.be && m->dev->n_lora == m->n_lora)
+    if (m->lora_rank && d->tv.be && !d->tv_stale && d->n_lora == m->n_lora)
         lora_upload(m); /* the base weights are frozen: the adapters are what changed */
     else
-        device_trainer(m);
+        d->tv_stale = true;
     return 0;
+}
+
+/* The view a device forward reads; the trainer view (re)built first when stale. Building
+ * it on first use keeps the fp32 (or bf16) trainer copy off a device that only runs the
+ * rollout copy (generate, score, bench rollout at a low precision). */
+static const tf_view *dview_ready(dllm_tf *m, bool rollout)
+{
+    tf_device *d = m->dev;
+    bool tv = !rollout || m->prec.rollout == DLLM_ROLLOUT_TRAINER;
+    if (tv && (d->tv_stale || !d->tv.be)) {
+        device_trainer(m);
+        d->tv_stale = false;
+    }
+    return tv ? &d->tv : &d->rv;
 }
 
 int tf_device_sync(dllm_tf *m, dllm_err *err)
 {
     tf_device *d = m->dev;
     const dllm_precision *p = &m->prec;
-    device_trainer(m);
+    d->tv_stale = true; /* rebuilt by the next forward that reads it */
+    if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
+        tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
+        for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
+            tf_acts_free(acts[i]);
+        d->xl[0] = d->xl[1] = NULL;
+    }
+    lora_upload(m);
     /* the rollout copy */
     dllm_rollout_kind k = p->rollout;
     if (d->rv.be && (k != d->rprec.rollout || p->fp8_format != d->rprec.fp8_format ||
@@ -336,9 +353,19 @@ void tf_device_free(dllm_tf *m)
 
 /* ---- forwards ------------------------------------------------------------------------- */
 
-static const tf_view *dview(const dllm_tf *m, bool rollout)
+/* The logits chunk (and its targets and log-probs) for n rows (n <= lg_rows). */
+static void chunk_ensure(dllm_tf *m, int n)
 {
-    return rollout && m->prec.rollout != DLLM_ROLLOUT_TRAINER ? &m->dev->rv : &m->dev->tv;
+    tf_device *d = m->dev;
+    if (n <= d->lg_cap)
+        return;
+    dfree(d, d->lg);
+    dfree(d, d->tgt);
+    dfree(d, d->lp);
+    d->lg = dalloc(d, (size_t)n * m->V * sizeof(float));
+    d->tgt = dalloc(d, (size_t)n * sizeof(int32_t));
+    d->lp = dalloc(d, (size_t)n * sizeof(float));
+    d->lg_cap = n;
 }
 
 static void host_staging(tf_device *d, size_t n)
@@ -362,6 +389,7 @@ static void head_download(dllm_tf *m, tf_acts *a, const tf_view *v, const float 
     dllm_backend *be = d->be;
     size_t C = (size_t)m->C, V = (size_t)m->V;
     be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
+    chunk_ensure(m, R < d->lg_rows ? R : d->lg_rows);
     for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
         int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
         tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
@@ -399,12 +427,13 @@ int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     tf_acts *a = rollout ? &d->ra : &d->a;
-    const tf_view *v = dview(m, rollout);
+    const tf_view *v = dview_ready(m, rollout);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R);
     if (R <= 0)
         return 0;
     size_t C = (size_t)m->C;
     be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
+    chunk_ensure(m, R < d->lg_rows ? R : d->lg_rows);
     for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
         int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
         tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
@@ -420,7 +449,7 @@ int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uin
 {
     tf_device *d = m->dev;
     tf_acts *a = rollout ? &d->ra : &d->a;
-    const tf_view *v = dview(m, rollout);
+    const tf_view *v = dview_ready(m, rollout);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R);
     if (R > 0)
         head_download(m, a, v, xL, R, logits);
@@ -444,6 +473,7 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
     }
     int N = B * T;
     bool count = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT;
+    const tf_view *v = dview_ready(m, k);
     tf_rope_grow(m, T);
     a->be = be;
     tf_acts_ensure(m, a, B, T, d->lg_rows, 1);
@@ -463,7 +493,7 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
                              NULL, NULL, d->h_pos, NULL, NULL) ||
                    d_keymask != NULL;
     be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
-    d->xl[k] = tf_layers_fwd(m, a, dview(m, k), false, tf_batch_attention, a);
+    d->xl[k] = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
     return 0;
 }
 
@@ -489,7 +519,7 @@ static int dl_head(void *ctx, const int32_t *d_rows, int n, float *d_logits)
         hr = a->hrows;
     }
     be->ops->embedding_fwd(be, a->xr, hr, d->xl[k], n, m->C);
-    tf_head_fwd(m, dview(m, k), a->xr, a->nf, a->rstdf, n, d_logits);
+    tf_head_fwd(m, dview_ready(m, k), a->xr, a->nf, a->rstdf, n, d_logits);
     return 0;
 }
 
@@ -530,9 +560,6 @@ int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
         size_t rows = LOGITS_CHUNK_BYTES / ((size_t)m->V * sizeof(float));
         d->lg_rows = rows < 1 ? 1 : rows > LOGITS_CHUNK_MAX_ROWS ? LOGITS_CHUNK_MAX_ROWS
                                                                  : (int)rows;
-        d->lg = dalloc(d, (size_t)d->lg_rows * m->V * sizeof(float));
-        d->tgt = dalloc(d, (size_t)d->lg_rows * sizeof(int32_t));
-        d->lp = dalloc(d, (size_t)d->lg_rows * sizeof(float));
         /* the host's rollout copy and its activations are not used from now on */
         tf_view_free(m, &m->rv);
         tf_acts_free(&m->ra);
