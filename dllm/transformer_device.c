@@ -6,7 +6,8 @@
  *           trainer view with its kept activations (dllm_tf_forward and the backward
  *           stay on the host);
  *   device  the trainer view (fp32, or bf16: packed bf16 linears, the rest rounded;
- *           LoRA applied at run time from uploaded A/B copies, as on the host), the
+ *           LoRA applied at run time from uploaded A/B copies, as on the host; built
+ *           on first use after each sync), the
  *           rollout copy (bf16 packed or FP8 W8A8, LoRA merged; none under rollout
  *           "trainer"), the RoPE table, the activations of the forwards without
  *           backward, one fp32 staging matrix and a chunk of logits rows.
