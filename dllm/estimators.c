@@ -51,6 +51,15 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
                      const int32_t *completion, int L, const int16_t *commit_step,
                      const dllm_lik_cfg *c, dllm_rng rng, dllm_lik_result *out, dllm_err *err)
 {
+    return dllm_seq_logprob_logp(fn, NULL, model, prompt, P, completion, L, commit_step, c, rng,
+                                 out, err);
+}
+
+int dllm_seq_logprob_logp(dllm_logits_fn fn, dllm_logp_fn lfn, void *model,
+                          const int32_t *prompt, int P, const int32_t *completion, int L,
+                          const int16_t *commit_step, const dllm_lik_cfg *c, dllm_rng rng,
+                          dllm_lik_result *out, dllm_err *err)
+{
     /* one sequence is a plan with one sequence: the masks, rows and sums are the
      * batched code's, so single and batched estimates cannot drift apart */
     memset(out, 0, sizeof *out);
@@ -59,8 +68,8 @@ int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int 
         return err->code;
     out->L = L;
     out->token_logp = dllm_malloc(sizeof *out->token_logp * (size_t)L);
-    int rc = dllm_lik_plan_eval(&p, fn, model, 64, &out->seq_logp, out->token_logp, &out->mc_se,
-                                NULL, err);
+    int rc = dllm_lik_plan_eval_logp(&p, fn, lfn, model, 64, &out->seq_logp, out->token_logp,
+                                     &out->mc_se, NULL, err);
     dllm_lik_plan_free(&p);
     if (rc)
         dllm_lik_result_free(out);

@@ -75,11 +75,23 @@ typedef struct {
 int dllm_estimator_parse(const char *s, dllm_estimator *out);
 const char *dllm_estimator_name(dllm_estimator e);
 
+/* log softmax(logits / 1)[target] for the listed rows of the canvases tokens [B,T]
+ * (keymask as dllm_logits_fn's), without the caller seeing logits: a model that fuses
+ * its head with the log-softmax (dllm_tf_target_logp). 0 on success. */
+typedef int (*dllm_logp_fn)(void *model, const int32_t *tokens, const uint8_t *keymask, int B,
+                            int T, const int32_t *rows, const int32_t *targets, int n_rows,
+                            float *logp);
 /* prompt [P], completion [L]; commit_step [L] is required for trajectory.
  * rng: the mask stream (its counter is not advanced for the caller). */
 int dllm_seq_logprob(dllm_logits_fn fn, void *model, const int32_t *prompt, int P,
                      const int32_t *completion, int L, const int16_t *commit_step,
                      const dllm_lik_cfg *c, dllm_rng rng, dllm_lik_result *out, dllm_err *err);
+/* The same, with the plan's log-probs from lfn where it applies (dllm_lik_plan_eval_logp;
+ * lfn NULL: exactly dllm_seq_logprob). */
+int dllm_seq_logprob_logp(dllm_logits_fn fn, dllm_logp_fn lfn, void *model,
+                          const int32_t *prompt, int P, const int32_t *completion, int L,
+                          const int16_t *commit_step, const dllm_lik_cfg *c, dllm_rng rng,
+                          dllm_lik_result *out, dllm_err *err);
 void dllm_lik_result_free(dllm_lik_result *r);
 
 /* The stratified mask counts of the elbo estimator: n[0..K) in 1..L. */

@@ -355,6 +355,16 @@ int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, i
                        double *seq_logp, double *tok_logp, double *mc_se, double *sample,
                        dllm_err *err)
 {
+    return dllm_lik_plan_eval_logp(p, fn, NULL, model, max_canvas, seq_logp, tok_logp, mc_se,
+                                   sample, err);
+}
+
+int dllm_lik_plan_eval_logp(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp_fn lfn,
+                            void *model, int max_canvas, double *seq_logp, double *tok_logp,
+                            double *mc_se, double *sample, dllm_err *err)
+{
+    if (p->temperature != 1.0)
+        lfn = NULL; /* the fused path is the log-softmax at temperature 1 */
     if (max_canvas < 1)
         max_canvas = 1;
     double *logp = dllm_malloc(sizeof *logp * (size_t)(p->n_rows ? p->n_rows : 1));
@@ -363,7 +373,20 @@ int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, i
         int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas, r1 = r0;
         while (r1 < p->n_rows && p->row[r1] / p->T < c1)
             r1++;
-        if (r1 > r0) {
+        if (r1 > r0 && lfn) {
+            int32_t *rows = dllm_malloc(sizeof *rows * (size_t)(r1 - r0));
+            float *lp = dllm_malloc(sizeof *lp * (size_t)(r1 - r0));
+            for (int r = r0; r < r1; r++)
+                rows[r - r0] = p->row[r] - c0 * p->T;
+            if (lfn(model, p->canvas + (size_t)c0 * p->T,
+                    p->keymask ? p->keymask + (size_t)c0 * p->T : NULL, c1 - c0, p->T, rows,
+                    p->target + r0, r1 - r0, lp))
+                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed");
+            for (int r = r0; r < r1 && !rc; r++)
+                logp[r] = lp[r - r0];
+            free(rows);
+            free(lp);
+        } else if (r1 > r0) {
             float *logits = dllm_malloc(sizeof *logits * (size_t)(r1 - r0) * p->V);
             int32_t *rows = dllm_malloc(sizeof *rows * (size_t)(r1 - r0));
             if (run_chunk(p, fn, model, c0, c1, r0, r1, logits, rows))

@@ -68,6 +68,13 @@ void dllm_lik_plan_free(dllm_lik_plan *p);
 int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, int max_canvas,
                        double *seq_logp, double *tok_logp, double *mc_se, double *sample,
                        dllm_err *err);
+/* The same with the log-probs from lfn where it applies (temperature 1; lfn non-NULL):
+ * the model's head fused with the log-softmax, so no logits reach this code -- fp32
+ * log-probs in place of the double log-softmax of fn's logits (they agree to fp32
+ * rounding). lfn NULL or another temperature: exactly dllm_lik_plan_eval. */
+int dllm_lik_plan_eval_logp(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp_fn lfn,
+                            void *model, int max_canvas, double *seq_logp, double *tok_logp,
+                            double *mc_se, double *sample, dllm_err *err);
 /* Standard error of the mean over each sequence's samples of a - b (two
  * evaluations of the same plan): the Monte Carlo error of a coupled log-ratio.
  * se (n_seq); 0 for estimators with one sample per sequence. */

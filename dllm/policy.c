@@ -21,6 +21,11 @@
  * sampling probability of token t. Everything else comes from the
  * architecture descriptor (dllm/arch.h), LoRA target names included.
  *
+ * With cfg.device cuda the model's forwards without backward (ROLLOUT, TRAIN_NOGRAD,
+ * hence rollouts and scoring) run on the CUDA backend (dllm_tf_to_device); TRAIN and
+ * its backward, the optimizer and the master weights stay on the host, and
+ * sync_rollout refreshes the device copies.
+ *
  * Adapters use the PEFT layout: DIR/adapter_model.safetensors (lora_A/lora_B
  * under base_model.model.<module>.lora_{A,B}.weight, F32) and
  * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...). */
@@ -30,6 +35,7 @@
 #include "dllm/json_util.h"
 #include "dllm/qwen3.h"
 #include "dllm/transformer.h"
+#include "kernels/backend.h"
 
 #include <errno.h>
 #include <math.h>
@@ -135,12 +141,35 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
         qwen3_decode_at_rollout(p->m, true);
     if ((rc = dllm_tf_rollout_sync(p->m, &p->prec, NULL, err)))
         goto fail;
+    dllm_backend *be = NULL;
+    if ((rc = dllm_policy_device_parse(c->device, c->device_flag ? c->device_flag : "device",
+                                       &be, err)) ||
+        (be && (rc = dllm_tf_to_device(p->m, be, err))))
+        goto fail;
     *out = p;
     return 0;
 fail:
     dllm_policy_free(p);
     return rc;
 }
+
+int dllm_policy_device_parse(const char *device, const char *flag, dllm_backend **be,
+                             dllm_err *err)
+{
+    *be = NULL;
+    if (!device || !*device || !strcmp(device, "cpu"))
+        return 0;
+    if (strcmp(device, "cuda"))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s %s: expected cpu or cuda", flag, device);
+    if (!(*be = dllm_backend_cuda()))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s cuda: no usable CUDA backend (%s)", flag,
+                            dllm_backend_cuda_why());
+    return 0;
+}
+
+dllm_backend *dllm_policy_device(const dllm_policy *p) { return dllm_tf_device(p->m); }
+
+void dllm_policy_trainer_changed(dllm_policy *p) { dllm_tf_device_trainer_changed(p->m); }
 
 void dllm_policy_free(dllm_policy *p)
 {
@@ -195,6 +224,28 @@ dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx)
     return prec == DLLM_PREC_ROLLOUT        ? rollout_logits
            : prec == DLLM_PREC_TRAIN_NOGRAD ? train_nograd_logits
                                             : train_logits;
+}
+
+static int nograd_logp(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                       const int32_t *rows, const int32_t *targets, int n_rows, float *logp)
+{
+    dllm_policy *p = ctx;
+    return dllm_tf_target_logp(p->m, false, tokens, keymask, B, T, rows, targets, n_rows, logp);
+}
+
+static int rollout_logp(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                        const int32_t *rows, const int32_t *targets, int n_rows, float *logp)
+{
+    dllm_policy *p = ctx;
+    return dllm_tf_target_logp(p->m, true, tokens, keymask, B, T, rows, targets, n_rows, logp);
+}
+
+dllm_logp_fn dllm_policy_logp(dllm_policy *p, dllm_prec prec, void **ctx)
+{
+    *ctx = p;
+    if (!dllm_tf_device(p->m) || prec == DLLM_PREC_TRAIN)
+        return NULL;
+    return prec == DLLM_PREC_ROLLOUT ? rollout_logp : nograd_logp;
 }
 
 void dllm_policy_backward(void *ctx, const float *dlogits)

@@ -16,6 +16,7 @@
 #include "dllm/safetensors.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/sampler.h"
+#include "kernels/backend.h"
 
 /* TRAIN: trainer numerics, activations kept for dllm_policy_backward; ROLLOUT: the
  * rollout copy; TRAIN_NOGRAD: trainer numerics (the same logits as TRAIN), nothing
@@ -36,11 +37,26 @@ typedef struct {
     const char *fp8_format;  /* e4m3 | e5m2 */
     const char *fp8_scaling; /* block | channel | tensor */
     bool fp8_pow2_scale;
+    const char *device;      /* cpu (NULL, "") | cuda: where the forwards without backward
+                                (rollouts, scoring) run (dllm_tf_to_device); the update and
+                                the forward it differentiates stay on the host */
+    const char *device_flag; /* the flag or key that named device, for messages (NULL:
+                                "device") */
 } dllm_policy_cfg;
 
 typedef struct dllm_policy dllm_policy;
 
 int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err);
+/* device cpu (NULL or "": *be = NULL) or cuda (*be = dllm_backend_cuda()); an input
+ * error naming `flag` for another value, or for cuda without a usable CUDA backend
+ * (saying why: dllm_backend_cuda_why). */
+int dllm_policy_device_parse(const char *device, const char *flag, dllm_backend **be,
+                             dllm_err *err);
+/* The trainable vector was changed in place outside an optimizer step's sync (a
+ * temporary swap for scoring): the device's trainer copy follows (no-op on the host). */
+void dllm_policy_trainer_changed(dllm_policy *p);
+/* The device backend the policy's model is on (NULL: the host). */
+dllm_backend *dllm_policy_device(const dllm_policy *p);
 void dllm_policy_free(dllm_policy *p);
 
 dllm_arch dllm_policy_arch(const dllm_policy *p);
@@ -53,6 +69,10 @@ bool dllm_policy_rollout_is_trainer(const dllm_policy *p);
 /* Logits callback and its context for a precision (for the sampler and the
  * likelihood plans). TRAIN keeps activations for dllm_policy_backward. */
 dllm_logits_fn dllm_policy_logits(dllm_policy *p, dllm_prec prec, void **ctx);
+/* The fused log-prob callback (dllm_tf_target_logp) for a precision other than TRAIN
+ * when the model is on a device (only log-probs cross to the host), else NULL: on the
+ * host the likelihoods keep their double log-softmax of the logits. */
+dllm_logp_fn dllm_policy_logp(dllm_policy *p, dllm_prec prec, void **ctx);
 /* Backward of the last TRAIN forward (dllm_backward_fn-compatible; ctx from
  * dllm_policy_logits(p, DLLM_PREC_TRAIN, &ctx)). */
 void dllm_policy_backward(void *ctx, const float *dlogits);

@@ -74,5 +74,7 @@ int dllm_policy_score(dllm_policy *p, dllm_prec prec, const int32_t *prompt, int
     c->vocab = mc->embedding_size;
     void *ctx;
     dllm_logits_fn fn = dllm_policy_logits(p, prec, &ctx);
-    return dllm_seq_logprob(fn, ctx, prompt, P, completion, L, commit_step, c, rng, out, err);
+    dllm_logp_fn lfn = dllm_policy_logp(p, prec, &ctx); /* on a device: the fused head */
+    return dllm_seq_logprob_logp(fn, lfn, ctx, prompt, P, completion, L, commit_step, c, rng, out,
+                                 err);
 }

@@ -6,7 +6,8 @@
  * the backend's attention (fp32, max subtracted), so decoding reproduces the
  * full forward up to summation order. The layers are the core's own
  * (tf_layers_fwd) with the cached attention in place of the batch one, at the
- * trainer's numerics or, with qwen3_decode_at_rollout, the rollout copy's. */
+ * trainer's numerics or, with qwen3_decode_at_rollout, the rollout copy's. A model on
+ * a device backend decodes by full forwards over the tokens so far (device_extend). */
 #include "dllm/qwen3.h"
 #include "dllm/transformer_impl.h"
 
@@ -80,6 +81,8 @@ struct qwen3_kv_cache {
     uint8_t *mask;    // (B, max_len)
     int32_t *npos;    // (B) real tokens so far = the next RoPE position
     tf_acts a;        /* one layer's activations for the B*T new rows (grown on demand) */
+    int32_t *tok;     // (B, max_len) every token so far: a model on a device decodes by
+                      // full forwards over them (no device KV cache yet)
 };
 
 qwen3_kv_cache *qwen3_cache_new(const dllm_tf *m, int B, int max_len)
@@ -107,6 +110,7 @@ void qwen3_cache_free(qwen3_kv_cache *c)
     free(c->v);
     free(c->mask);
     free(c->npos);
+    free(c->tok);
     free(c);
 }
 
@@ -188,6 +192,42 @@ static void cache_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
     cached_attention(m, c, l, io->y, io->q, T);
 }
 
+/* qwen3_extend for a model on a device: the new tokens join the history, and one full
+ * forward (without backward, at the rollout copy when decoding at rollout numerics) over
+ * it gives each row's last logits -- the same positions and visibility as the cache. */
+static int device_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
+                         const uint8_t *keymask, int T, float *logits, dllm_err *err)
+{
+    int B = c->B, S = c->len + T;
+    if (!c->tok)
+        c->tok = dllm_calloc((size_t)B * c->max_len, sizeof(int32_t));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            size_t s = (size_t)b * c->max_len + c->len + t;
+            uint8_t real = keymask ? keymask[b * T + t] != 0 : 1;
+            c->tok[s] = tokens[b * T + t];
+            c->mask[s] = real;
+            c->npos[b] += real;
+        }
+    c->len = S;
+    if (!logits)
+        return 0;
+    int32_t *seq = dllm_malloc((size_t)B * S * sizeof(int32_t)), *rows = dllm_malloc(
+                                                                      (size_t)B * sizeof(int32_t));
+    uint8_t *mask = dllm_malloc((size_t)B * S);
+    for (int b = 0; b < B; b++) {
+        memcpy(seq + (size_t)b * S, c->tok + (size_t)b * c->max_len, (size_t)S * sizeof(int32_t));
+        memcpy(mask + (size_t)b * S, c->mask + (size_t)b * c->max_len, (size_t)S);
+        rows[b] = b * S + S - 1;
+    }
+    int rc = m->decode_rollout ? dllm_tf_forward_rollout(m, seq, mask, B, S, rows, B, logits)
+                               : dllm_tf_forward_nograd(m, seq, mask, B, S, rows, B, logits);
+    free(seq);
+    free(rows);
+    free(mask);
+    return rc ? dllm_err_set(err, rc, "qwen3_extend: device forward failed (see above)") : 0;
+}
+
 int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
                  const uint8_t *keymask, int T, float *logits, dllm_err *err)
 {
@@ -207,6 +247,8 @@ int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
             return dllm_err_set(err, DLLM_EXIT_INPUT,
                                 "qwen3_extend: token %d at (%d, %d) outside the vocabulary [0, %d)",
                                 tokens[n], n / T, n % T, m->V);
+    if (m->dev)
+        return device_extend(m, c, tokens, keymask, T, logits, err);
     if (m->lora_rank && !c->a.xa) /* LoRA enabled since the buffers were sized */
         tf_acts_free(&c->a);
     tf_acts_ensure(m, &c->a, B, T, B, 1);

@@ -216,6 +216,7 @@ void dllm_tf_free(dllm_tf *m)
 {
     if (!m)
         return;
+    tf_device_free(m);
     tf_acts_free(&m->a);
     tf_acts_free(&m->ra);
     tf_view_free(m, &m->tv);

@@ -20,6 +20,7 @@
 #define DLLM_TRANSFORMER_H
 
 #include "dllm/arch.h"
+#include "dllm/device_logits.h"
 #include "dllm/model_config.h"
 #include "dllm/precision.h"
 #include "dllm/safetensors.h"
@@ -94,6 +95,15 @@ int dllm_tf_forward_nograd(dllm_tf *m, const int32_t *tokens, const uint8_t *key
  * own: the trainer's kept activations survive it). */
 int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                             int T, const int32_t *rows, int n_rows, float *logits);
+/* log softmax(logits)[target] for the rows (as dllm_tf_forward_nograd's rows, or at
+ * the rollout copy's numerics when `rollout`) without a [n_rows, V] logits tensor: the
+ * head runs a chunk of rows at a time (64 on the host; a device's logits chunk),
+ * followed by the backend's log-softmax (xent_fwd: fp32, online log-sum-exp), so
+ * logp (n_rows) equals the logits' log-softmax up to fp32 rounding. Temperature 1. On
+ * a device only the log-probs are downloaded. Input errors as the forward's. */
+int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
+                        int B, int T, const int32_t *rows, const int32_t *targets, int n_rows,
+                        float *logp);
 /* Backward of the last dllm_tf_forward: dlogits [n_rows, V]; accumulates into
  * the gradients (tied: the head's part lands in the embedding's gradient). */
 void dllm_tf_backward(dllm_tf *m, const float *dlogits);
@@ -127,5 +137,29 @@ dllm_precision dllm_tf_get_precision(const dllm_tf *m);
  * without the bias). Returns DLLM_EXIT_INPUT for an unknown name or layer. */
 int dllm_tf_rollout_linear(dllm_tf *m, int layer, const char *name, const float *inp, int N,
                            float *out);
+
+/* ---- a device backend (transformer_device.c) ---- */
+/* Places what the forwards without backward read on be (NULL or the CPU backend: back
+ * on the host): the trainer view (fp32, or packed bf16 under a bf16 trainer; LoRA at run
+ * time), the rollout copy (packed bf16 or FP8, LoRA merged; built on the device from
+ * the uploaded weights), the RoPE table and the activations. The fp32 masters, LoRA,
+ * gradients and dllm_tf_forward with its backward stay on the host;
+ * dllm_tf_rollout_sync refreshes the device copies after every weight change.
+ * dllm_tf_forward_nograd and dllm_tf_forward_rollout then run on the device (host
+ * tokens in, the requested rows' logits downloaded). An nvfp4 rollout is refused
+ * (DLLM_EXIT_INPUT: no device NVFP4 linear); on failure the model stays on the host. */
+int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err);
+/* The trainable parameters changed in place without a dllm_tf_rollout_sync (a
+ * temporary swap, e.g. scoring under older weights): the device's trainer view follows
+ * (under LoRA only the adapters are uploaded). The rollout copy is left as it was. A
+ * no-op on the host. */
+int dllm_tf_device_trainer_changed(dllm_tf *m);
+/* The device backend the model is on, or NULL (host). */
+dllm_backend *dllm_tf_device(const dllm_tf *m);
+/* The device interface (dllm/device_logits.h) to the model on its device, at the
+ * trainer view's numerics (rollout false) or the rollout copy's; valid until the model
+ * leaves the device or is freed. Ids are trusted (not range-checked on the device). An
+ * input error when the model is not on a device. */
+int dllm_tf_device_logits(dllm_tf *m, bool rollout, dllm_device_logits *out, dllm_err *err);
 
 #endif

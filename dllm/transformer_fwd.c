@@ -39,6 +39,17 @@
 
 /* ---- activations ------------------------------------------------------------------ */
 
+/* Buffers in the backend's memory (host: plain malloc, as before devices existed). */
+static bool acts_on_device(const tf_acts *a)
+{
+    return a->be && a->be->kind != DLLM_BACKEND_CPU;
+}
+static void *acts_alloc(const tf_acts *a, size_t bytes)
+{
+    return acts_on_device(a) ? a->be->ops->alloc(a->be, bytes + 4) : dllm_malloc(bytes + 4);
+}
+#define ACTS_F(n) ((float *)acts_alloc(a, (size_t)(n) * sizeof(float)))
+
 void tf_acts_free(tf_acts *a)
 {
     void *bufs[] = {a->tokens, a->keymask, a->pos, a->rows, a->hrows, a->resid, a->n1,
@@ -46,9 +57,15 @@ void tf_acts_free(tf_acts *a)
                     a->y, a->h, a->n2, a->rstd2, a->g, a->u, a->s, a->xa, a->xr, a->nf,
                     a->rstdf, a->dx, a->dh, a->dn, a->dq, a->dy, a->dqr, a->dk, a->dv,
                     a->dkr, a->dg, a->du, a->ds, a->dxa, a->dxr, a->dnf};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    dllm_backend *be = a->be;
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (acts_on_device(a))
+            be->ops->free(be, bufs[i]);
+        else
+            free(bufs[i]);
+    }
     memset(a, 0, sizeof *a);
+    a->be = be;
 }
 
 /* Sizes the buffers for B*T rows, R head rows and `layers` layers of kept
@@ -56,7 +73,8 @@ void tf_acts_free(tf_acts *a)
  * residual stream alternates between two slots). */
 void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
 {
-    size_t N = (size_t)B * T, natt = OPS->attn_state_floats(m->be, B, T, m->NH);
+    dllm_backend *be = a->be ? a->be : m->be;
+    size_t N = (size_t)B * T, natt = be->ops->attn_state_floats(be, B, T, m->NH);
     if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
         layers <= a->capL)
         return;
@@ -72,33 +90,33 @@ void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
     size_t L = (size_t)capL, C = (size_t)m->C, H = (size_t)m->H;
     size_t QD = (size_t)m->QD, KD = (size_t)m->KD, r = (size_t)m->lora_rank;
     bool qkn = m->arch->qk_norm;
-    a->tokens = dllm_malloc(capN * sizeof(int32_t));
-    a->keymask = dllm_malloc(capN);
-    a->pos = dllm_malloc(capN * sizeof(int32_t));
-    a->rows = dllm_malloc((capR + 1) * sizeof(int32_t));
-    a->hrows = dllm_malloc((capR + 1) * sizeof(int32_t));
-    a->resid = TF_FALLOC((L + 1) * capN * C);
-    a->n1 = TF_FALLOC(L * capN * C);
-    a->rstd1 = TF_FALLOC(L * capN);
-    a->qr = qkn ? TF_FALLOC(L * capN * QD) : NULL;
-    a->rstdq = qkn ? TF_FALLOC(L * capN * m->NH) : NULL;
-    a->q = TF_FALLOC(L * capN * QD);
-    a->kr = qkn ? TF_FALLOC(L * capN * KD) : NULL;
-    a->rstdk = qkn ? TF_FALLOC(L * capN * m->NKV) : NULL;
-    a->k = TF_FALLOC(L * capN * KD);
-    a->v = TF_FALLOC(L * capN * KD);
-    a->att = TF_FALLOC(L * capAtt);
-    a->y = TF_FALLOC(L * capN * QD);
-    a->h = TF_FALLOC(L * capN * C);
-    a->n2 = TF_FALLOC(L * capN * C);
-    a->rstd2 = TF_FALLOC(L * capN);
-    a->g = TF_FALLOC(L * capN * H);
-    a->u = TF_FALLOC(L * capN * H);
-    a->s = TF_FALLOC(L * capN * H);
-    a->xa = r ? TF_FALLOC(L * DLLM_NLIN * capN * r) : NULL;
-    a->xr = TF_FALLOC(capR * C);
-    a->nf = TF_FALLOC(capR * C);
-    a->rstdf = TF_FALLOC(capR);
+    a->tokens = acts_alloc(a, capN * sizeof(int32_t));
+    a->keymask = acts_alloc(a, capN);
+    a->pos = acts_alloc(a, capN * sizeof(int32_t));
+    a->rows = acts_alloc(a, (capR + 1) * sizeof(int32_t));
+    a->hrows = acts_alloc(a, (capR + 1) * sizeof(int32_t));
+    a->resid = ACTS_F((L + 1) * capN * C);
+    a->n1 = ACTS_F(L * capN * C);
+    a->rstd1 = ACTS_F(L * capN);
+    a->qr = qkn ? ACTS_F(L * capN * QD) : NULL;
+    a->rstdq = qkn ? ACTS_F(L * capN * m->NH) : NULL;
+    a->q = ACTS_F(L * capN * QD);
+    a->kr = qkn ? ACTS_F(L * capN * KD) : NULL;
+    a->rstdk = qkn ? ACTS_F(L * capN * m->NKV) : NULL;
+    a->k = ACTS_F(L * capN * KD);
+    a->v = ACTS_F(L * capN * KD);
+    a->att = ACTS_F(L * capAtt);
+    a->y = ACTS_F(L * capN * QD);
+    a->h = ACTS_F(L * capN * C);
+    a->n2 = ACTS_F(L * capN * C);
+    a->rstd2 = ACTS_F(L * capN);
+    a->g = ACTS_F(L * capN * H);
+    a->u = ACTS_F(L * capN * H);
+    a->s = ACTS_F(L * capN * H);
+    a->xa = r ? ACTS_F(L * DLLM_NLIN * capN * r) : NULL;
+    a->xr = ACTS_F(capR * C);
+    a->nf = ACTS_F(capR * C);
+    a->rstdf = ACTS_F(capR);
 }
 
 /* Backward scratch, allocated by the first backward only. */
@@ -144,19 +162,21 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
     int o, i;
     tf_lin_shape(m, j, &o, &i);
     size_t k = (size_t)l * DLLM_NLIN + (size_t)j;
+    dllm_backend *be = v->be;
     if (v->q8)
-        OPS->fp8_linear_fwd(m->be, out, inp, &v->q8[k], N, i, o);
+        be->ops->fp8_linear_fwd(be, out, inp, &v->q8[k], N, i, o);
     else if (v->q4)
-        OPS->nvfp4_linear_fwd(m->be, out, inp, &v->q4[k], N, i, o);
+        be->ops->nvfp4_linear_fwd(be, out, inp, &v->q4[k], N, i, o);
     else if (v->b16)
-        OPS->bf16_linear_fwd(m->be, out, inp, &v->b16[k], N, i, o);
+        be->ops->bf16_linear_fwd(be, out, inp, &v->b16[k], N, i, o);
     else
-        OPS->linear_fwd(m->be, out, inp, v->lw[l].t[j], N, i, o);
-    const tf_lora *ad = v->lora && m->ad ? &m->ad[l * DLLM_NLIN + j] : NULL;
+        be->ops->linear_fwd(be, out, inp, v->lw[l].t[j], N, i, o);
+    const tf_lora *ads = v->be == m->be ? m->ad : v->ad; /* a device view: its copies only */
+    const tf_lora *ad = v->lora && ads ? &ads[l * DLLM_NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
-        OPS->linear_fwd(m->be, xa, inp, ad->A, N, i, r);
-        OPS->gemm(m->be, false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
+        be->ops->linear_fwd(be, xa, inp, ad->A, N, i, r);
+        be->ops->gemm(be, false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
     }
 }
 
@@ -189,7 +209,7 @@ static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_sl
     if (b) {
         int o, i;
         tf_lin_shape(m, j, &o, &i);
-        OPS->bias_fwd(m->be, out, b, N, o);
+        v->be->ops->bias_fwd(v->be, out, b, N, o);
     }
 }
 
@@ -198,60 +218,64 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
                       tf_layer_io *io, tf_attn_fn attn, void *ctx)
 {
     const tf_layer *w = &v->lw[l];
+    dllm_backend *be = v->be;
+    const op_rope_table *rope = tf_rope_on(m, be);
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
     float eps = m->cfg.rms_norm_eps;
     bool rl = v->round_lin, qkn = m->arch->qk_norm;
     // attention sub-block
-    OPS->rmsnorm_fwd(m->be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
+    be->ops->rmsnorm_fwd(be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
     if (rl)
-        OPS->round_bf16(m->be, io->n1, (size_t)N * C);
+        be->ops->round_bf16(be, io->n1, (size_t)N * C);
     lin_bias_fwd(m, v, l, DLLM_LIN_Q, DLLM_T_Q_BIAS, io->qr, io->n1, N, io);
     lin_bias_fwd(m, v, l, DLLM_LIN_K, DLLM_T_K_BIAS, io->kr, io->n1, N, io);
     lin_bias_fwd(m, v, l, DLLM_LIN_V, DLLM_T_V_BIAS, io->v, io->n1, N, io);
     if (qkn) {
-        OPS->rmsnorm_fwd(m->be, io->q, io->rstdq, io->qr, w->t[DLLM_T_Q_NORM], N * m->NH, m->HD,
+        be->ops->rmsnorm_fwd(be, io->q, io->rstdq, io->qr, w->t[DLLM_T_Q_NORM], N * m->NH, m->HD,
                          eps);
-        OPS->rmsnorm_fwd(m->be, io->k, io->rstdk, io->kr, w->t[DLLM_T_K_NORM], N * m->NKV,
+        be->ops->rmsnorm_fwd(be, io->k, io->rstdk, io->kr, w->t[DLLM_T_K_NORM], N * m->NKV,
                          m->HD, eps);
     }
-    OPS->rope_fwd(m->be, io->q, io->q, pos, &m->rope, N, m->NH, m->HD);
-    OPS->rope_fwd(m->be, io->k, io->k, pos, &m->rope, N, m->NKV, m->HD);
+    be->ops->rope_fwd(be, io->q, io->q, pos, rope, N, m->NH, m->HD);
+    be->ops->rope_fwd(be, io->k, io->k, pos, rope, N, m->NKV, m->HD);
     attn(m, l, io, ctx);
     if (rl)
-        OPS->round_bf16(m->be, io->y, (size_t)N * QD);
+        be->ops->round_bf16(be, io->y, (size_t)N * QD);
     lin_bias_fwd(m, v, l, DLLM_LIN_O, 0, io->h, io->y, N, io);
-    OPS->add(m->be, io->h, io->x, (size_t)N * C);
+    be->ops->add(be, io->h, io->x, (size_t)N * C);
     // MLP sub-block
-    OPS->rmsnorm_fwd(m->be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
+    be->ops->rmsnorm_fwd(be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
     if (rl)
-        OPS->round_bf16(m->be, io->n2, (size_t)N * C);
+        be->ops->round_bf16(be, io->n2, (size_t)N * C);
     lin_bias_fwd(m, v, l, DLLM_LIN_GATE, 0, io->g, io->n2, N, io);
     lin_bias_fwd(m, v, l, DLLM_LIN_UP, 0, io->u, io->n2, N, io);
-    OPS->swiglu_fwd(m->be, io->s, io->g, io->u, (size_t)N * H);
+    be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
     if (rl)
-        OPS->round_bf16(m->be, io->s, (size_t)N * H);
+        be->ops->round_bf16(be, io->s, (size_t)N * H);
     lin_bias_fwd(m, v, l, DLLM_LIN_DOWN, 0, io->xn, io->s, N, io);
-    OPS->add(m->be, io->xn, io->h, (size_t)N * C);
+    be->ops->add(be, io->xn, io->h, (size_t)N * C);
 }
 
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
                  float *logits)
 {
-    OPS->rmsnorm_fwd(m->be, nf, rstdf, xr, v->final_norm, R, m->C, m->cfg.rms_norm_eps);
+    dllm_backend *be = v->be;
+    be->ops->rmsnorm_fwd(be, nf, rstdf, xr, v->final_norm, R, m->C, m->cfg.rms_norm_eps);
     if (v->round_head)
-        OPS->round_bf16(m->be, nf, (size_t)R * m->C);
+        be->ops->round_bf16(be, nf, (size_t)R * m->C);
     if (v->head16.w) /* (the op may fill the matrix's fp32 fallback cache) */
-        OPS->bf16_linear_fwd(m->be, logits, nf, (bf16_matrix *)&v->head16, R, m->C, m->V);
+        be->ops->bf16_linear_fwd(be, logits, nf, (bf16_matrix *)&v->head16, R, m->C, m->V);
     else
-        OPS->linear_fwd(m->be, logits, nf, v->head, R, m->C, m->V);
+        be->ops->linear_fwd(be, logits, nf, v->head, R, m->C, m->V);
 }
 
 /* Full-sequence attention over the batch of the activations ctx. */
-static void batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
+void tf_batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
 {
     (void)l;
     const tf_acts *a = ctx;
-    OPS->attention_fwd(m->be, io->y, io->att, io->q, io->k, io->v,
+    dllm_backend *be = a->be ? a->be : m->be;
+    be->ops->attention_fwd(be, io->y, io->att, io->q, io->k, io->v,
                        a->have_mask ? a->keymask : NULL, a->B, a->T, m->NH, m->NKV, m->HD,
                        m->arch->causal);
 }
@@ -263,7 +287,7 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
     size_t sN = a->capN; /* per-layer stride of the activation arrays */
     bool qkn = m->arch->qk_norm;
-    OPS->embedding_fwd(m->be, a->resid, a->tokens, v->embed, N, m->C);
+    v->be->ops->embedding_fwd(v->be, a->resid, a->tokens, v->embed, N, m->C);
     for (int l = 0; l < m->L; l++) {
         size_t ls = keep ? (size_t)l : 0; /* activation slot */
         size_t rx = keep ? (size_t)l : (size_t)l % 2, rn = keep ? rx + 1 : (size_t)(l + 1) % 2;
@@ -286,37 +310,40 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
     return a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
 }
 
-/* Fills tokens, key mask, RoPE positions and the logits rows of a. */
-static void acts_inputs(const dllm_tf *m, tf_acts *a, const int32_t *tokens,
-                        const uint8_t *keymask, const int32_t *rows)
+bool tf_inputs(const dllm_tf *m, int B, int T, int R, const int32_t *tokens,
+               const uint8_t *keymask, const int32_t *rows, int32_t *o_tokens, uint8_t *o_mask,
+               int32_t *o_pos, int32_t *o_rows, int32_t *o_hrows)
 {
-    int B = a->B, T = a->T, N = a->N;
+    int N = B * T;
     bool count = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT;
-    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
-    a->have_mask = keymask != NULL || count;
+    if (o_tokens)
+        memcpy(o_tokens, tokens, (size_t)N * sizeof(int32_t));
     for (int b = 0; b < B; b++) {
         int real = 0;
         for (int t = 0; t < T; t++) {
             int n = b * T + t;
-            a->keymask[n] = keymask ? (keymask[n] != 0) : 1;
-            a->pos[n] = !count ? t : a->keymask[n] ? real++ : 0;
+            uint8_t k = keymask ? (keymask[n] != 0) : 1;
+            if (o_mask)
+                o_mask[n] = k;
+            if (o_pos)
+                o_pos[n] = !count ? t : k ? real++ : 0;
         }
     }
-    for (int r = 0; r < a->R; r++) {
+    for (int r = 0; r < R; r++) {
         int row = rows ? rows[r] : r;
-        a->rows[r] = row;
-        a->hrows[r] = m->arch->shift_logits && row % T > 0 ? row - 1 : row;
+        if (o_rows)
+            o_rows[r] = row;
+        if (o_hrows)
+            o_hrows[r] = m->arch->shift_logits && row % T > 0 ? row - 1 : row;
     }
+    return keymask != NULL || count;
 }
 
-/* keep: store every layer's activations for dllm_tf_backward (a = m->a).
- * The weights and the bf16 rounding points come from v. */
-static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *tokens,
-                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
-                   float *logits, bool keep)
+/* Input errors of a forward over tokens [B,T] with R rows (printed; DLLM_EXIT_INPUT). */
+static int check_inputs(const dllm_tf *m, const int32_t *tokens, int B, int T,
+                        const int32_t *rows, int n_rows)
 {
     const char *fn = m->arch->name;
-    a->valid = false;
     if (B <= 0 || T <= 0) {
         fprintf(stderr, "%s forward: empty batch (B=%d, T=%d)\n", fn, B, T);
         return DLLM_EXIT_INPUT;
@@ -337,16 +364,33 @@ static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *toke
             fprintf(stderr, "%s forward: row %d outside [0, %d)\n", fn, rows[r], N);
             return DLLM_EXIT_INPUT;
         }
+    return 0;
+}
+
+/* keep: store every layer's activations for dllm_tf_backward (a = m->a).
+ * The weights and the bf16 rounding points come from v. */
+static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *tokens,
+                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
+                   float *logits, bool keep)
+{
+    a->valid = false;
+    int rc = check_inputs(m, tokens, B, T, rows, n_rows);
+    if (rc)
+        return rc;
+    int N = B * T, R = rows ? n_rows : N;
+    if (!keep && m->dev) /* the copies on the device; the kept forward stays on the host */
+        return tf_device_forward(m, a == &m->ra, tokens, keymask, B, T, rows, R, logits);
     tf_rope_grow(m, T);
     tf_acts_ensure(m, a, B, T, R, keep ? m->L : 1);
     a->B = B;
     a->T = T;
     a->N = N;
     a->R = R;
-    acts_inputs(m, a, tokens, keymask, rows);
+    a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, a->tokens, a->keymask, a->pos,
+                             a->rows, a->hrows);
 
     size_t C = (size_t)m->C;
-    const float *xL = tf_layers_fwd(m, a, v, keep, batch_attention, a);
+    const float *xL = tf_layers_fwd(m, a, v, keep, tf_batch_attention, a);
     // the final norm and the head only on the requested rows
     for (int r = 0; r < R; r++)
         OPS->copy(m->be, a->xr + r * C, xL + (size_t)a->hrows[r] * C, C * sizeof(float));
@@ -372,6 +416,49 @@ int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *ke
 {
     return forward(m, &m->ra, tf_rollout_view(m), tokens, keymask, B, T, rows, n_rows, logits,
                    false);
+}
+
+/* ---- log-probs at targets: the head fused with the log-softmax ------------------------ */
+
+/* Rows of logits the host path computes per chunk (a device's chunk is its own). */
+enum { LOGP_CHUNK_ROWS = 64 };
+
+int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
+                        int B, int T, const int32_t *rows, const int32_t *targets, int n_rows,
+                        float *logp)
+{
+    int rc = check_inputs(m, tokens, B, T, rows, n_rows);
+    if (rc)
+        return rc;
+    int N = B * T, R = rows ? n_rows : N;
+    for (int r = 0; r < R; r++)
+        if (targets[r] < 0 || targets[r] >= m->V) {
+            fprintf(stderr, "%s target log-probs: target %d outside [0, %d)\n", m->arch->name,
+                    targets[r], m->V);
+            return DLLM_EXIT_INPUT;
+        }
+    if (m->dev)
+        return tf_device_target_logp(m, rollout, tokens, keymask, B, T, rows, targets, R, logp);
+    tf_acts *a = rollout ? &m->ra : &m->a;
+    const tf_view *v = rollout ? tf_rollout_view(m) : &m->tv;
+    a->valid = false;
+    tf_rope_grow(m, T);
+    tf_acts_ensure(m, a, B, T, R, 1);
+    a->B = B, a->T = T, a->N = N, a->R = R;
+    a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, a->tokens, a->keymask, a->pos,
+                             a->rows, a->hrows);
+    const float *xL = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+    size_t C = (size_t)m->C;
+    for (int r = 0; r < R; r++)
+        OPS->copy(m->be, a->xr + r * C, xL + (size_t)a->hrows[r] * C, C * sizeof(float));
+    float *lg = TF_FALLOC((size_t)(R < LOGP_CHUNK_ROWS ? R : LOGP_CHUNK_ROWS) * m->V); // (chunk, V)
+    for (int r0 = 0; r0 < R; r0 += LOGP_CHUNK_ROWS) {
+        int n = R - r0 < LOGP_CHUNK_ROWS ? R - r0 : LOGP_CHUNK_ROWS;
+        tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, lg);
+        OPS->xent_fwd(m->be, logp + r0, NULL, lg, targets + r0, n, m->V);
+    }
+    free(lg);
+    return 0;
 }
 
 /* ---- backward --------------------------------------------------------------------- */

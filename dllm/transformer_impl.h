@@ -27,6 +27,7 @@ typedef struct {
 
 /* Activations kept for backward, and backward scratch. */
 typedef struct {
+    dllm_backend *be;          /* whose memory the buffers are (NULL: the host's) */
     int B, T, N, R;            /* sizes of the last forward */
     bool valid;                /* a keeping forward ran since the last change */
     bool have_mask;            /* keymask passed to attention (else NULL) */
@@ -68,6 +69,10 @@ typedef struct {
 
 /* The weights one forward reads, and where it rounds to bf16. */
 typedef struct {
+    dllm_backend *be;        // whose memory every pointer below is, and which runs the
+                             // forward reading it (host views: the model's CPU backend)
+    const tf_lora *ad;       // the adapters a device view applies at run time (with lora):
+                             // its uploaded copies (host views read m->ad)
     float *buf;              // owned copy (NULL: the master weights)
     const float *embed;      // (V, C)
     const float *final_norm; // (C)
@@ -85,6 +90,8 @@ typedef struct {
                              // the rollout copies have them merged)
     size_t nbuf;             // floats in buf
 } tf_view;
+
+typedef struct tf_device tf_device;
 
 struct dllm_tf {
     const dllm_arch_desc *arch;
@@ -120,9 +127,37 @@ struct dllm_tf {
     tf_view rv;           /* rollout copy (unused under rollout "trainer") */
     tf_acts ra;           /* activations of the rollout forward */
     bool decode_rollout;  /* KV-cache decoding (dllm/qwen3.c) reads the rollout copy */
+    tf_device *dev;       /* the copies on a device backend (transformer_device.c), or NULL */
 };
 
 #define TF_FALLOC(n) ((float *)dllm_malloc(((size_t)(n) + 1) * sizeof(float)))
+
+/* The inputs of a forward computed on the host: token ids, key mask (0/1), RoPE
+ * positions, logits rows and the hidden row each reads (shifted logits); returns
+ * whether attention needs the key mask. Any output may be NULL. */
+bool tf_inputs(const dllm_tf *m, int B, int T, int R, const int32_t *tokens,
+               const uint8_t *keymask, const int32_t *rows, int32_t *o_tokens, uint8_t *o_mask,
+               int32_t *o_pos, int32_t *o_rows, int32_t *o_hrows);
+/* The RoPE table in be's memory (the host's, or the device copy grown to match it). */
+const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be);
+
+/* ---- the device copies (transformer_device.c) ---- */
+/* Rebuilds the device views from the current weights at m->prec (called by
+ * dllm_tf_rollout_sync when the model is on a device). */
+int tf_device_sync(dllm_tf *m, dllm_err *err);
+void tf_device_free(dllm_tf *m);
+/* The forward at a device view: host inputs uploaded, logits of the rows downloaded in
+ * chunks of rows (no [R, V] tensor on the device). */
+int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
+                      int B, int T, const int32_t *rows, int R, float *logits);
+/* dllm_tf_target_logp on the device (inputs checked): only the R log-probs come down. */
+int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
+                          const uint8_t *keymask, int B, int T, const int32_t *rows,
+                          const int32_t *targets, int R, float *logp);
+
+/* dst (out, in) = W + (alpha/r) B A for linear j of layer l (W alone without an
+ * adapter there), on the host: the weight a rollout copy is built from. */
+void tf_merged_weight(const dllm_tf *m, int l, int j, float *dst);
 
 /* (out, in) of linear j. */
 void tf_lin_shape(const dllm_tf *m, int j, int *out, int *in);
@@ -169,5 +204,8 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
 /* logits (R, V) = head(final_norm(xr)) at v's numerics (nf, rstdf: outputs). */
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
                  float *logits);
+
+/* Full-sequence attention over the batch of the activations ctx (a tf_acts). */
+void tf_batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx);
 
 #endif

@@ -34,6 +34,7 @@ void tf_view_master(dllm_tf *m, tf_view *v)
     tf_view_free(m, v);
     v->lw = dllm_malloc((size_t)m->L * sizeof *v->lw);
     memcpy(v->lw, m->lw, (size_t)m->L * sizeof *v->lw);
+    v->be = m->be;
     v->embed = m->embed;
     v->final_norm = m->final_norm;
     v->head = m->head;
@@ -47,7 +48,7 @@ const tf_view *tf_rollout_view(const dllm_tf *m)
 
 /* dst (out, in) = W + (alpha/r) B A for linear j of layer l (W alone without
  * an adapter there): the weight the rollout copy is built from. */
-static void merged_weight(const dllm_tf *m, int l, int j, float *dst)
+void tf_merged_weight(const dllm_tf *m, int l, int j, float *dst)
 {
     int o, i;
     tf_lin_shape(m, j, &o, &i);
@@ -75,6 +76,7 @@ static void view_bf16_copy(dllm_tf *m, tf_view *v, bool merge, bool skip_lin)
     }
     if (!v->lw)
         v->lw = dllm_calloc((size_t)m->L, sizeof *v->lw);
+    v->be = m->be;
     float *dst = v->buf;
 #define TAKE(field, src, cnt)                                                                    \
     do {                                                                                         \
@@ -89,7 +91,7 @@ static void view_bf16_copy(dllm_tf *m, tf_view *v, bool merge, bool skip_lin)
             if (!m->lw[l].t[t] || (t < DLLM_NLIN && skip_lin)) {
                 v->lw[l].t[t] = NULL;
             } else if (t < DLLM_NLIN && merge) {
-                merged_weight(m, l, t, dst);
+                tf_merged_weight(m, l, t, dst);
                 v->lw[l].t[t] = dst;
                 dst += cnt;
             } else {
@@ -134,7 +136,7 @@ static int view_packed(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err
         for (int j = 0; j < DLLM_NLIN && !rc; j++) {
             int o, i;
             tf_lin_shape(m, j, &o, &i);
-            merged_weight(m, l, j, tmp);
+            tf_merged_weight(m, l, j, tmp);
             if (v->b16) {
                 bf16_matrix_pack(&v->b16[l * DLLM_NLIN + j], tmp, o, i);
             } else if (v->q4) {
@@ -185,7 +187,9 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
         p->fp8_scaling != m->prec.fp8_scaling || p->fp8_pow2_scale != m->prec.fp8_pow2_scale)
         tf_view_free(m, &m->rv);
     bool bf16_op = m->be->ops->bf16_linear_fwd != NULL;
-    if (p->rollout == DLLM_ROLLOUT_NVFP4 && !m->be->ops->nvfp4_linear_fwd) {
+    if (m->dev) {
+        /* on a device the rollout copy lives there only (tf_device_sync below) */
+    } else if (p->rollout == DLLM_ROLLOUT_NVFP4 && !m->be->ops->nvfp4_linear_fwd) {
         rc = dllm_err_set(err, DLLM_EXIT_INPUT, "rollout precision nvfp4: the %s backend has "
                           "no NVFP4 linear", m->be->name);
     } else if (p->rollout == DLLM_ROLLOUT_BF16 && !bf16_op) {
@@ -202,6 +206,8 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
         m->rv.lora = false;
     }
     m->prec = *p;
+    if (!rc && m->dev)
+        rc = tf_device_sync(m, err);
     if (rc) { /* a half-built copy must not be used: fall back to the trainer */
         tf_view_free(m, &m->rv);
         m->prec.rollout = DLLM_ROLLOUT_TRAINER;
@@ -216,7 +222,7 @@ int dllm_tf_rollout_linear(dllm_tf *m, int layer, const char *name, const float 
                            float *out)
 {
     int bit = dllm_arch_lora_bit(m->arch, name), j = 0;
-    if (!bit || layer < 0 || layer >= m->L || N <= 0)
+    if (!bit || layer < 0 || layer >= m->L || N <= 0 || m->dev) /* host copies only */
         return DLLM_EXIT_INPUT;
     while (!((bit >> j) & 1))
         j++;

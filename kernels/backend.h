@@ -94,6 +94,14 @@ typedef struct dllm_backend_ops {
     /* dbias (OC) += sum over the rows of dout (N, OC), rows in order */
     void (*bias_bwd)(dllm_backend *be, float *dbias, const float *dout, int N, int OC);
 
+    /* ---- weight copies built in the backend's memory (dllm/transformer_device.c) ---- */
+    /* out (n) = the bf16 bits of inp (n), round to nearest even (op_f32_to_bf16_array) */
+    void (*to_bf16)(dllm_backend *be, uint16_t *out, const float *inp, size_t n);
+    /* x (R, C) -> codes q (R, C) and scales (SR, SC) in the CPU layout of fp8_matrix,
+     * blocks as fp8_block_shape(s, R, C) gives them; bit-identical to fp8_quantise */
+    void (*fp8_quantise)(dllm_backend *be, uint8_t *q, float *scale, const float *x, int R,
+                         int C, fp8_format f, fp8_scaling s, bool pow2);
+
     /* ---- low-precision rollout linears; optional (NULL: the backend has none, and
      * the transformer core uses the exact fp32 simulation, or refuses nvfp4) ---- */
     /* out (N, OC) = bf16(inp) w^T, w packed as bf16 (kernels/ops.h), fp32 sums */

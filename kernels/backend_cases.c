@@ -142,6 +142,59 @@ static void run_fp8_linear(dllm_backend *be, const bcase *c, void **p, double *r
         free(w.deq); /* the CPU's dequantised cache */
 }
 
+/* bf16_linear_fwd: d = {N, C, OC}; the weight packed as bf16 bits */
+static void mk_bf16_linear(const bcase *c, bcase_buf *b, int *nb)
+{
+    size_t N = c->d[0], C = c->d[1], OC = c->d[2];
+    float *w = rnd(OC * C, 61, 0.2);
+    uint16_t *wb = dllm_malloc(OC * C * 2);
+    op_f32_to_bf16_array(wb, w, OC * C);
+    free(w);
+    addb(b, nb, "w", BK_U8, OC * C * 2, wb, -1);
+    addb(b, nb, "inp", BK_F32, N * C, rnd(N * C, 62, 1.0), -1);
+    addb(b, nb, "out", BK_F32, N * OC, NULL, c->tol);
+}
+static void run_bf16_linear(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
+    be->ops->bf16_linear_fwd(be, p[2], p[1], &w, c->d[0], c->d[1], c->d[2]);
+    if (be->kind == DLLM_BACKEND_CPU)
+        free(w.wf32); /* the CPU's widened cache */
+}
+
+/* to_bf16: d = {n} */
+static void mk_to_bf16(const bcase *c, bcase_buf *b, int *nb)
+{
+    size_t n = (size_t)c->d[0];
+    float *x = rnd(n, 63, 3.0);
+    x[0] = NAN, x[1] = INFINITY, x[2] = -0.0f, x[3] = 1e-40f; /* the special values */
+    addb(b, nb, "inp", BK_F32, n, x, -1);
+    addb(b, nb, "out", BK_U8, n * 2, NULL, 0);
+}
+static void run_to_bf16(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    be->ops->to_bf16(be, p[1], p[0], (size_t)c->d[0]);
+}
+
+/* fp8_quantise: d = {R, C, scaling, format, pow2} */
+static void mk_fp8_quantise(const bcase *c, bcase_buf *b, int *nb)
+{
+    int R = c->d[0], C = c->d[1], br, bc;
+    fp8_block_shape((fp8_scaling)c->d[2], R, C, &br, &bc);
+    size_t ns = (size_t)((R + br - 1) / br) * ((C + bc - 1) / bc);
+    float *x = rnd((size_t)R * C, 64, 0.05);
+    for (size_t i = 0; i < (size_t)R * C; i += 97)
+        x[i] *= 40.0f; /* outliers: blocks get different scales */
+    addb(b, nb, "x", BK_F32, (size_t)R * C, x, -1);
+    addb(b, nb, "q", BK_U8, (size_t)R * C, NULL, 0);
+    addb(b, nb, "scale", BK_F32, ns, NULL, 0);
+}
+static void run_fp8_quantise(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    be->ops->fp8_quantise(be, p[1], p[2], p[0], c->d[0], c->d[1], (fp8_format)c->d[3],
+                          (fp8_scaling)c->d[2], c->d[4]);
+}
+
 /* rmsnorm: d = {N, C} */
 static void mk_rmsnorm_fwd(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -418,6 +471,17 @@ const bcase dllm_backend_cases[] = {
      mk_fp8_linear, run_fp8_linear, -1},
     {"fp8_linear_fwd", "fallback channel/group N24 C96 OC40", {24, 96, 40, CH_, GRP_}, 1e-10,
      mk_fp8_linear, run_fp8_linear, -1},
+    {"bf16_linear_fwd", "cuBLASLt N33 C64 OC40", {33, 64, 40}, 1e-10, mk_bf16_linear,
+     run_bf16_linear, -1},
+    {"bf16_linear_fwd", "widened N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear,
+     run_bf16_linear, -1},
+    {"to_bf16", "n10007", {10007}, 0, mk_to_bf16, run_to_bf16, -1},
+    {"fp8_quantise", "block R200 C300 e4m3", {200, 300, BLK_, FP8_E4M3, 0}, 0, mk_fp8_quantise,
+     run_fp8_quantise, -1},
+    {"fp8_quantise", "tensor R40 C96 e5m2 pow2", {40, 96, T_, FP8_E5M2, 1}, 0, mk_fp8_quantise,
+     run_fp8_quantise, -1},
+    {"fp8_quantise", "channel R40 C96 e4m3", {40, 96, CH_, FP8_E4M3, 0}, 0, mk_fp8_quantise,
+     run_fp8_quantise, -1},
     {"rmsnorm_fwd", "N37 C300", {37, 300}, 1e-11, mk_rmsnorm_fwd, run_rmsnorm_fwd, -1},
     {"rmsnorm_bwd", "N37 C300", {37, 300}, 1e-10, mk_rmsnorm_bwd, run_rmsnorm_bwd, -1},
     {"rmsnorm_bwd", "N130 C96 (3 dw chunks)", {130, 96}, 1e-10, mk_rmsnorm_bwd, run_rmsnorm_bwd, -1},

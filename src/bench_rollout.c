@@ -11,13 +11,21 @@
  * then --iters timed ones; report the best time per rollout, per denoising step
  * (per decoded position for AR), generated tokens/s, the time relative to the
  * first precision and, for a masked-diffusion model, the achieved GFLOP/s of a
- * step (counted below), to set against the peaks `bench gemm` measures. */
+ * step (counted below), to set against the peaks `bench gemm` measures.
+ * --device cuda runs the model on the CUDA backend (dllm_tf_to_device); in the emulation
+ * build the emulated allocator's peak is reported per precision, to set against the
+ * itemised plan of `dllm-rl plan` (emulation proves the allocation, never the speed). */
+#include "config.h"
+
 #include "dllm/arch.h"
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
+#ifdef DLLM_CUDA_EMULATION
+#include "kernels/cuda_emu/emu_hooks.h"
+#endif
 
 #include <getopt.h>
 #include <stdio.h>
@@ -29,7 +37,7 @@ static const char usage_text[] =
     "usage: dllm-rl bench rollout [--arch llada|qwen3|dream] [--preset tiny|small|llada-8b|qwen3-8b |\n"
     "         --model DIR] [--precision bf16,fp8] [--batch 4] [--prompt 32] [--gen-length 64]\n"
     "         [--block-length 16] [--steps 32] [--temperature 0.9] [--top-p 1] [--iters 3]\n"
-    "         [--warmup 1] [--seed 0] [--clock wall|cpu]\n"
+    "         [--warmup 1] [--seed 0] [--clock wall|cpu] [--device cpu|cuda]\n"
     "\n"
     "Rollouts of --batch random prompts on a random model of the preset (or on --model),\n"
     "at each precision of the comma-separated list (fp32 = the trainer's numerics; bf16;\n"
@@ -45,6 +53,10 @@ static const char usage_text[] =
     "block). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
     "--clock cpu times by the process's CPU time instead of wall time: per core-second,\n"
     "less sensitive to other jobs on a shared machine (use it with OMP_NUM_THREADS=1).\n"
+    "--device cuda runs the model on the CUDA backend (the sampler on the host); under the\n"
+    "CUDA emulation build it also prints the device memory peak of each precision\n"
+    "(dev_peak_MiB: everything allocated, the backend's workspaces included), to compare\n"
+    "with `dllm-rl plan`; the emulation's times say nothing about a GPU.\n"
     "Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS.\n";
 
 /* Wall or process CPU seconds (--clock). */
@@ -62,6 +74,7 @@ enum { MAX_PREC = 8 };
 int bench_rollout(int argc, char **argv)
 {
     const char *preset = "tiny", *list = "bf16,fp8", *arch = "llada", *model_dir = NULL;
+    const char *device = "cpu";
     long B = 4, P = 32, G = 64, blk = 16, steps = 32, iters = 3, warmup = 1, seed = 0;
     double temp = 0.9, top_p = 1;
     bool preset_given = false, cpu_clock = false;
@@ -74,8 +87,8 @@ int bench_rollout(int argc, char **argv)
         {"iters", required_argument, 0, 'i'},      {"warmup", required_argument, 0, 'w'},
         {"seed", required_argument, 0, 'S'},       {"arch", required_argument, 0, 'a'},
         {"model", required_argument, 0, 'm'},      {"top-p", required_argument, 0, 'T'},
-        {"clock", required_argument, 0, 'c'},      {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"clock", required_argument, 0, 'c'},      {"device", required_argument, 0, 'U'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
@@ -93,6 +106,7 @@ int bench_rollout(int argc, char **argv)
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'a': arch = optarg; break;
         case 'm': model_dir = optarg; break;
+        case 'U': device = optarg; break;
         case 'T': bad = cli_parse_double(optarg, "--top-p", &top_p, &err); break;
         case 'c':
             cpu_clock = !strcmp(optarg, "cpu");
@@ -114,6 +128,13 @@ int bench_rollout(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada, qwen3 or dream", arch);
         return cli_fail("bench rollout", &err);
     }
+    dllm_backend *dev_be = NULL;
+    if (dllm_policy_device_parse(device, "--device", &dev_be, &err))
+        return cli_fail("bench rollout", &err);
+    bool peak = false; /* the emulated allocator's peak (a GPU's is not measured here) */
+#ifdef DLLM_CUDA_EMULATION
+    peak = dev_be != NULL;
+#endif
     /* the precision list */
     char names[MAX_PREC][16];
     int np = 0;
@@ -136,7 +157,8 @@ int bench_rollout(int argc, char **argv)
     }
     /* the model's configuration, for the prompts and the checks (the timed
      * opens below build each precision's copy) */
-    dllm_policy_cfg pc = {.path = model_dir, .preset = preset, .arch = arch, .seed = (uint64_t)seed};
+    dllm_policy_cfg pc = {.path = model_dir, .preset = preset, .arch = arch, .seed = (uint64_t)seed,
+                          .device = device, .device_flag = "--device"};
     dllm_policy *m = NULL;
     if (dllm_policy_infer_cfg(&pc, "fp32", "--precision", &err) || dllm_policy_open(&m, &pc, &err))
         return cli_fail("bench rollout", &err);
@@ -180,10 +202,13 @@ int bench_rollout(int argc, char **argv)
                "gen-length %ld, block-length %ld, %ld steps, temperature %g; best of %ld after %ld "
                "warm-up%s\n", dllm_arch_get(mc.arch)->name, what, mc.d_model, mc.n_layers, B, P, G,
                blk, steps, temp, iters, warmup, cpu_clock ? "; CPU time" : "");
+    if (dev_be)
+        printf("device: %s%s\n", dev_be->name, peak ? " (emulated: times are not a GPU's)" : "");
     else
-        printf("bench rollout: qwen3 %s (d_model %d, %d layers), KV-cache decoding, batch %ld, "
+        printf("bench rollout: qwen3 %s (d_model %d, %d layers), %s decoding, batch %ld, "
                "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "
-               "warm-up%s\n", what, mc.d_model, mc.n_layers, B, P, G, temp, top_p, iters, warmup,
+               "warm-up%s\n", what, mc.d_model, mc.n_layers,
+               dev_be ? "full-forward" : "KV-cache", B, P, G, temp, top_p, iters, warmup,
                cpu_clock ? "; CPU time" : "");
     /* FLOPs of one denoising step (see the usage text) */
     double step_flops = 0;
@@ -194,12 +219,16 @@ int bench_rollout(int argc, char **argv)
         step_flops = mc.n_layers * (2 * B * T * plin + 4 * B * T * T * QD) +
                      2 * (B * blk * (spb + 1) / (2 * spb)) * C * mc.embedding_size;
     }
-    printf("%-9s %10s %12s %12s %12s %12s%s\n", "precision", "sync_s", "rollout_s",
+    printf("%-9s %10s %12s %12s %12s %12s%s%s\n", "precision", "sync_s", "rollout_s",
            diffusion ? "step_ms" : "token_ms", "tokens/s", "vs_first",
-           diffusion ? "      GFLOP/s" : "");
+           diffusion ? "      GFLOP/s" : "", peak ? " dev_peak_MiB" : "");
     double best[MAX_PREC];
     int rc = 0;
     for (int k = 0; k < np && !rc; k++) {
+#ifdef DLLM_CUDA_EMULATION
+        if (peak)
+            dllm_emu_reset_stats(); /* the peak of this precision alone */
+#endif
         if ((rc = dllm_policy_infer_cfg(&pc, names[k], "--precision", &err)) ||
             (rc = dllm_policy_open(&m, &pc, &err)))
             break;
@@ -227,6 +256,14 @@ int bench_rollout(int argc, char **argv)
             if (it >= warmup && dt < best[k])
                 best[k] = dt;
         }
+        double peak_mib = 0;
+#ifdef DLLM_CUDA_EMULATION
+        if (peak) {
+            dllm_emu_stats st;
+            dllm_emu_get_stats(&st);
+            peak_mib = (double)st.peak_bytes / (1 << 20);
+        }
+#endif
         dllm_policy_free(m);
         m = NULL;
         if (rc)
@@ -236,6 +273,8 @@ int bench_rollout(int argc, char **argv)
                1e3 * step_s, (double)toks / best[k], best[k] / best[0]);
         if (diffusion)
             printf(" %12.1f", 1e-9 * step_flops / step_s);
+        if (peak)
+            printf(" %12.2f", peak_mib);
         printf("\n");
         fflush(stdout);
     }

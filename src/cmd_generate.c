@@ -22,6 +22,7 @@ static const char usage_text[] =
     "usage: dllm-rl generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --batch-file F)\n"
     "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3|qwen2.5]\n"
     "         [--d1] [--precision fp32|bf16|fp8|fp8-exact|nvfp4] [--format text|ids|json]\n"
+    "         [--device cpu|cuda]\n"
     "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
     "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
     "           [--confidence-eos-eot-inf] [--mask-token allow|forbid]\n"
@@ -57,6 +58,10 @@ static const char usage_text[] =
     "per 128-block, scales per block); fp8-exact the same copy simulated exactly\n"
     "(dequantised, fp32 GEMM); nvfp4 with an NVFP4 (W4A4, 16-element blocks) copy of the\n"
     "block linears, simulated. The rest of a low-precision copy is bf16.\n"
+    "--device cuda runs the model's forwards on the CUDA backend (weights, rollout copy\n"
+    "and activations in device memory; the sampler on the host, reading the logits of the\n"
+    "rows it asks for); cpu (the default) on the host. Without a usable CUDA device (or\n"
+    "in a build without CUDA) cuda is refused, saying why.\n"
     "--mask-token: allow (default, the published sampler) lets x0 be the mask token,\n"
     "which leaves the position masked to compete again later; forbid never draws it,\n"
     "so every generated position ends with a real token. --format json reports the\n"
@@ -215,6 +220,7 @@ int cmd_generate(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt = NULL, *ids_s = NULL, *batch_file = NULL;
     const char *format = "text", *chat = "auto", *precision = "fp32", *remask = "low_confidence";
+    const char *device = "cpu";
     long gen = 64, block = 16, steps = 32, seed = 0;
     double temp = 0, cfg_scale = 0, top_p = 1;
     dllm_dream_cfg dream = dllm_dream_cfg_default();
@@ -243,7 +249,7 @@ int cmd_generate(int argc, char **argv)
         {"top-p", required_argument, 0, 'T'},        {"d1", no_argument, 0, 'D'},
         {"mask-token", required_argument, 0, 'M'},   {"alg", required_argument, 0, 'A'},
         {"eps", required_argument, 0, 'e'},          {"alg-temp", required_argument, 0, 'L'},
-        {"top-k", required_argument, 0, 'K'},
+        {"top-k", required_argument, 0, 'K'},        {"device", required_argument, 0, 'U'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     optind = 1;
     d1_format = false;
@@ -309,6 +315,7 @@ int cmd_generate(int argc, char **argv)
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'a': chat = optarg; set_chat = true; break;
         case 'P': precision = optarg; break;
+        case 'U': device = optarg; break;
         case 'f': format = optarg; break;
         case 'T':
             bad = cli_parse_double(optarg, "--top-p", &top_p, &err);
@@ -376,8 +383,10 @@ int cmd_generate(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada, qwen3 or qwen2.5", chat);
         return cli_fail("generate", &err);
     }
-    dllm_policy_cfg pc = {.path = model_dir};
-    if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err))
+    dllm_policy_cfg pc = {.path = model_dir, .device = device, .device_flag = "--device"};
+    dllm_backend *dev_be;
+    if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err) ||
+        dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("generate", &err);
     dllm_policy *pol;
     if (dllm_policy_open(&pol, &pc, &err))

@@ -20,7 +20,7 @@ static const char usage_text[] =
     "usage: dllm-rl score --model DIR --prompt-ids 1,2,3 --completion-ids 4,5,6\n"
     "         [--estimator one_step|elbo|trajectory|exact] [--mc K] [--p-mask-prompt P]\n"
     "         [--commit-steps 0,3,1,...] [--shrink S] [--temperature T] [--seed N]\n"
-    "         [--precision fp32|bf16|fp8|fp8-exact|nvfp4]\n"
+    "         [--precision fp32|bf16|fp8|fp8-exact|nvfp4] [--device cpu|cuda]\n"
     "\n"
     "Prints {\"seq_logp\": x, \"token_logp\": [...], \"estimator\": ...}; elbo adds\n"
     "\"mc_se\" (standard error of the estimate) and a token's value is its mean over the\n"
@@ -37,12 +37,15 @@ static const char usage_text[] =
     "the block linears, multiplied as an FP8 tensor core does (exact products, fp32 sums\n"
     "per 128-block, scales per block); fp8-exact the same copy simulated exactly\n"
     "(dequantised, fp32 GEMM); nvfp4 with an NVFP4 (W4A4, 16-element blocks) copy of the\n"
-    "block linears, simulated. The rest of a low-precision copy is bf16.\n";
+    "block linears, simulated. The rest of a low-precision copy is bf16.\n"
+    "--device cuda computes the forwards on the CUDA backend (the estimator on the\n"
+    "host, reading the logits of the rows it scores); cpu (the default) on the host.\n"
+    "Without a usable CUDA device (or in a build without CUDA) cuda is refused.\n";
 
 int cmd_score(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt_s = NULL, *compl_s = NULL, *est_s = NULL;
-    const char *steps_s = NULL, *precision = "fp32";
+    const char *steps_s = NULL, *precision = "fp32", *device = "cpu";
     long mc = 32, shrink = 1, seed = 0;
     double pmp = 0, temp = 1;
     /* flags of the masking estimators, given explicitly (refused for AR models) */
@@ -54,8 +57,8 @@ int cmd_score(int argc, char **argv)
         {"mc", required_argument, 0, 'k'},            {"p-mask-prompt", required_argument, 0, 'q'},
         {"commit-steps", required_argument, 0, 's'},  {"shrink", required_argument, 0, 'r'},
         {"temperature", required_argument, 0, 't'},   {"seed", required_argument, 0, 'S'},
-        {"precision", required_argument, 0, 'P'},     {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"precision", required_argument, 0, 'P'},     {"device", required_argument, 0, 'U'},
+        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
@@ -77,6 +80,7 @@ int cmd_score(int argc, char **argv)
         case 't': bad = cli_parse_double(optarg, "--temperature", &temp, &err); break;
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'P': precision = optarg; break;
+        case 'U': device = optarg; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -97,8 +101,10 @@ int cmd_score(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--p-mask-prompt must be in [0, 1] and --temperature > 0");
         return cli_fail("score", &err);
     }
-    dllm_policy_cfg pc = {.path = model_dir};
-    if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err))
+    dllm_policy_cfg pc = {.path = model_dir, .device = device, .device_flag = "--device"};
+    dllm_backend *dev_be;
+    if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err) ||
+        dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("score", &err);
     int32_t *prompt = NULL, *compl = NULL, *steps = NULL;
     int np = 0, nc = 0, ns = 0;

@@ -120,9 +120,6 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "grpo.prompts_per_step %d is not divisible by the %d ranks",
                             cfg->grpo.prompts_per_step, run->size);
-    if (cfg->device == CFG_DEVICE_CUDA)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "device: cuda is not available for train in this build (use cpu)");
     const char *task_name = cfg_names_name(&cfg_names_task, cfg->task.name);
     run->task = dllm_task_find(task_name);
     if (!run->task)
@@ -142,7 +139,12 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                           .rollout = cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
                           .fp8_format = cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
                           .fp8_scaling = cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
-                          .fp8_pow2_scale = cfg->rollout.fp8.pow2_scale};
+                          .fp8_pow2_scale = cfg->rollout.fp8.pow2_scale,
+                          /* device: cuda puts the rollouts and the likelihoods without
+                           * gradient on the device; the update stays on the host, and
+                           * every sync after it refreshes the device copies */
+                          .device = cfg->device == CFG_DEVICE_CUDA ? "cuda" : "cpu",
+                          .device_flag = "device"};
     if (dllm_policy_open(&run->pol, &pc, err))
         return err->code;
     dllm_dream_cfg dc = {.eps = cfg->rollout.dream.eps, .alg_temp = cfg->rollout.dream.alg_temp,

@@ -137,13 +137,17 @@ static int score(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const floa
         save = dllm_malloc(sizeof *save * n);
         memcpy(save, theta, sizeof *save * n);
         memcpy(theta, params, sizeof *theta * n);
+        dllm_policy_trainer_changed(run->pol); /* a model on a device: its copy follows */
     }
     void *ctx;
     dllm_logits_fn fn = dllm_policy_logits(run->pol, prec, &ctx);
-    int rc = dllm_lik_plan_eval(p, fn, ctx, run->max_canvas, seq, tok, NULL, sample, err);
+    dllm_logp_fn lfn = dllm_policy_logp(run->pol, prec, &ctx); /* on a device: fused head */
+    int rc = dllm_lik_plan_eval_logp(p, fn, lfn, ctx, run->max_canvas, seq, tok, NULL, sample,
+                                     err);
     if (params) {
         memcpy(theta, save, sizeof *save * n);
         free(save);
+        dllm_policy_trainer_changed(run->pol);
     }
     return rc;
 }

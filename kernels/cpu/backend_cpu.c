@@ -4,6 +4,7 @@
  * to one calling the ops directly. */
 #include "kernels/backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,6 +198,26 @@ static void cpu_bias_bwd(dllm_backend *be, float *dbias, const float *dout, int 
     }
 }
 
+static void cpu_to_bf16(dllm_backend *be, uint16_t *out, const float *inp, size_t n)
+{
+    (void)be;
+    op_f32_to_bf16_array(out, inp, n);
+}
+static void cpu_fp8_quantise(dllm_backend *be, uint8_t *q, float *scale, const float *x, int R,
+                             int C, fp8_format f, fp8_scaling s, bool pow2)
+{
+    (void)be;
+    fp8_matrix m = {0};
+    dllm_err err;
+    if (fp8_quantise(&m, x, R, C, f, s, pow2, &err)) {
+        fprintf(stderr, "dllm-rl: cpu backend: %s\n", err.msg);
+        exit(1);
+    }
+    memcpy(q, m.q, (size_t)R * C);
+    memcpy(scale, m.scale, (size_t)m.scale_rows * m.scale_cols * sizeof(float));
+    fp8_matrix_free(&m);
+}
+
 static const dllm_backend_ops cpu_ops = {
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
     .memset0 = cpu_memset0, .sync = cpu_sync,
@@ -212,6 +233,7 @@ static const dllm_backend_ops cpu_ops = {
     .round_bf16 = cpu_round_bf16, .add = cpu_add,
     .adamw = cpu_adamw, .grad_norm = cpu_grad_norm,
     .copy = cpu_copy, .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
+    .to_bf16 = cpu_to_bf16, .fp8_quantise = cpu_fp8_quantise,
     .bf16_linear_fwd = cpu_bf16_linear_fwd, .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd,
 };
 

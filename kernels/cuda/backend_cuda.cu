@@ -276,6 +276,54 @@ void cu_bias_bwd(dllm_backend *, float *dbias, const float *dout, int N, int OC)
     dllm_cuda_bias_bwd(dbias, dout, N, OC, NULL);
 }
 
+void cu_to_bf16(dllm_backend *, uint16_t *out, const float *inp, size_t n)
+{
+    dllm_cuda_f32_to_bf16(out, inp, n, NULL);
+}
+void cu_fp8_quantise(dllm_backend *, uint8_t *q, float *scale, const float *x, int R, int C,
+                     fp8_format f, fp8_scaling s, bool pow2)
+{
+    int br, bc;
+    fp8_block_shape(s, R, C, &br, &bc);
+    long SC = (C + bc - 1) / bc;
+    dllm_cuda_fp8_quantise(q, scale, SC, 1, x, R, C, br, bc, f, pow2, NULL);
+}
+
+/* bf16(inp) w^T with fp32 sums: cuBLASLt's bf16 GEMM where its alignment rules hold (C a
+ * multiple of 8, out's rows 16-byte aligned), otherwise the same products widened to fp32
+ * through the fp32 GEMM (bf16 x bf16 is exact in fp32: only the summation order differs). */
+void cu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_matrix *w, int N,
+                        int C, int OC)
+{
+    if (!w->w || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: bf16 weight is [%d, %d], call expects [%d, %d]\n",
+                w->rows, w->cols, OC, C);
+        exit(1);
+    }
+    if (N <= 0)
+        return;
+    size_t na = (size_t)N * C, nw = (size_t)OC * C;
+    bool lt = C % 8 == 0 && OC % 4 == 0 && (uintptr_t)out % 16 == 0 &&
+              (uintptr_t)w->w % 16 == 0;
+    if (lt) {
+        uint16_t *a16 = (uint16_t *)ws_get(align256(na * 2));
+        dllm_cuda_f32_to_bf16(a16, inp, na, NULL);
+        dllm_err err = {};
+        check_rc(dllm_cuda_gemm_bf16(false, true, N, OC, C, 1.0f, a16, w->w, 0.0f, out, false,
+                                     NULL, &err),
+                 err);
+        return;
+    }
+    char *ws = (char *)ws_get(align256(na * 2) + align256(na * 4) + align256(nw * 4));
+    uint16_t *a16 = (uint16_t *)ws;
+    float *af = (float *)(ws + align256(na * 2)), *wf = (float *)(ws + align256(na * 2) +
+                                                                  align256(na * 4));
+    dllm_cuda_f32_to_bf16(a16, inp, na, NULL);
+    dllm_cuda_bf16_to_f32(af, a16, na, NULL);
+    dllm_cuda_bf16_to_f32(wf, w->w, nw, NULL);
+    cu_gemm(be, false, true, N, OC, C, 1.0f, af, wf, 0.0f, out);
+}
+
 const dllm_backend_ops cuda_ops = {
     cu_alloc, cu_free, cu_upload, cu_download, cu_memset0, cu_sync,
     cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_fp8_linear_fwd,
@@ -283,8 +331,8 @@ const dllm_backend_ops cuda_ops = {
     cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,
     cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd, cu_embedding_bwd,
     cu_xent_fwd, cu_xent_bwd, cu_round_bf16, cu_add, cu_adamw, cu_grad_norm,
-    cu_copy, cu_bias_fwd, cu_bias_bwd,
-    NULL, NULL, /* no bf16 / NVFP4 rollout linears yet: the core simulates bf16 exactly */
+    cu_copy, cu_bias_fwd, cu_bias_bwd, cu_to_bf16, cu_fp8_quantise,
+    cu_bf16_linear_fwd, NULL, /* no NVFP4 linear: an nvfp4 rollout is refused on the device */
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

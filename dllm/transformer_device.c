@@ -1,0 +1,576 @@
+/* transformer_device.c: the transformer core on a device backend
+ * (dllm_tf_to_device, transformer.h).
+ *
+ * What lives where once a model is on a device:
+ *   host    the fp32 master weights, LoRA, gradients, the optimizer's state and the
+ *           trainer view with its kept activations (dllm_tf_forward and the backward
+ *           stay on the host);
+ *   device  the trainer view (fp32, or bf16: packed bf16 linears, the rest rounded;
+ *           LoRA applied at run time from uploaded A/B copies, as on the host; built
+ *           on first use after each sync), the
+ *           rollout copy (bf16 packed or FP8 W8A8, LoRA merged; none under rollout
+ *           "trainer"), the RoPE table, the activations of the forwards without
+ *           backward, one fp32 staging matrix and a chunk of logits rows.
+ * dllm_tf_rollout_sync rebuilds the device copies from the master weights: each
+ * layer linear is merged on the host into one host matrix, uploaded into the one
+ * device staging matrix and packed (bf16) or quantised (FP8) there by the backend,
+ * so no second full fp32 copy exists on the device beyond the fp32 trainer view.
+ * Per forward the host builds token ids, key mask, RoPE positions and the hidden
+ * rows the logits read (small int arrays), uploads them, and downloads the logits of
+ * the requested rows, a chunk of rows at a time. */
+#include "dllm/device_logits.h"
+#include "dllm/transformer_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The bytes one chunk of logits rows may take on the device. */
+enum { LOGITS_CHUNK_BYTES = 64 << 20, LOGITS_CHUNK_MAX_ROWS = 1024 };
+
+typedef struct {
+    dllm_tf *m;
+    bool rollout;
+} dl_ctx;
+
+struct tf_device {
+    dllm_backend *be;
+    op_rope_table rope;      /* cos/sin in device memory, as large as the host's */
+    tf_view tv, rv;          /* trainer view; rollout copy (rv.be NULL: none) */
+    dllm_precision rprec;    /* what rv was built for */
+    tf_lora *ad;             // (L, NLIN) A/B pointing into lora, or NULL
+    float *lora;             // (n_lora) device copy of the LoRA parameters
+    size_t n_lora;
+    tf_acts a, ra, la[2];    /* nograd, rollout, device_logits (trainer, rollout) */
+    float *stage;            // (largest linear) device staging, fp32
+    float *hstage;           // (largest linear) host: one merged weight
+    int32_t *h_tok, *h_pos, *h_rows; // (hcap) host input staging
+    uint8_t *h_mask;         // (hcap)
+    size_t hcap;
+    float *lg;               // (lg_cap, V) one chunk of logits, grown up to lg_rows
+    int lg_rows, lg_cap;     /* the chunk, and the rows allocated so far */
+    int32_t *tgt;            // (lg_cap) a chunk's targets
+    float *lp;               // (lg_cap) a chunk's log-probs
+    bool tv_stale;           /* the trainer view is built on first use after a sync */
+    const float *xl[2];      /* device_logits: x_L of the last layers() */
+    dl_ctx dl[2];
+};
+
+static size_t max_linear(const dllm_tf *m)
+{
+    size_t mx = 0;
+    for (int j = 0; j < DLLM_NLIN; j++)
+        mx = tf_slot_numel(m, j) > mx ? tf_slot_numel(m, j) : mx;
+    return mx;
+}
+
+static void *dalloc(tf_device *d, size_t bytes) { return d->be->ops->alloc(d->be, bytes); }
+static void dfree(tf_device *d, void *p)
+{
+    if (p)
+        d->be->ops->free(d->be, p);
+}
+
+const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be)
+{
+    if (!m->dev || be != m->dev->be)
+        return &m->rope;
+    tf_device *d = m->dev;
+    if (d->rope.max_pos != m->rope.max_pos || d->rope.half != m->rope.half) {
+        dfree(d, d->rope.cos);
+        dfree(d, d->rope.sin);
+        size_t bytes = (size_t)m->rope.max_pos * m->rope.half * sizeof(float);
+        d->rope = (op_rope_table){m->rope.max_pos, m->rope.half, dalloc(d, bytes),
+                                  dalloc(d, bytes)};
+        be->ops->upload(be, d->rope.cos, m->rope.cos, bytes);
+        be->ops->upload(be, d->rope.sin, m->rope.sin, bytes);
+    }
+    return &d->rope;
+}
+
+/* ---- device views --------------------------------------------------------------------- */
+
+static void dview_free(dllm_tf *m, tf_view *v)
+{
+    tf_device *d = m->dev;
+    dfree(d, v->buf);
+    for (int k = 0; k < m->L * DLLM_NLIN; k++) {
+        if (v->b16)
+            dfree(d, v->b16[k].w);
+        if (v->q8) {
+            dfree(d, v->q8[k].q);
+            dfree(d, v->q8[k].scale);
+        }
+    }
+    free(v->b16);
+    free(v->q8);
+    dfree(d, v->head16.w);
+    free(v->lw);
+    memset(v, 0, sizeof *v);
+}
+
+typedef enum { LIN_F32, LIN_BF16, LIN_FP8 } lin_fmt;
+
+/* The host matrix linear j of layer l is built from: the base weight, or (merge) the
+ * weight with its adapter merged, in d->hstage. */
+static const float *lin_source(dllm_tf *m, int l, int j, bool merge)
+{
+    const tf_lora *ad = m->ad ? &m->ad[l * DLLM_NLIN + j] : NULL;
+    if (!merge || !ad || !ad->A)
+        return m->lw[l].t[j];
+    tf_merged_weight(m, l, j, m->dev->hstage);
+    return m->dev->hstage;
+}
+
+/* v = the weights in device memory: every tensor but the layer linears uploaded as fp32
+ * (bf16-rounded there when `round`); the layer linears fp32 in the same buffer (LIN_F32),
+ * or packed bf16 / quantised FP8 on the device from the base (or merged) weights through
+ * the staging matrix; the head packed as bf16 too when `head16`. Reuses v's buffers when
+ * their sizes are unchanged (the sync after every optimizer step). */
+static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool merge,
+                       bool head16, const dllm_precision *p)
+{
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    size_t n = m->n_params;
+    for (int l = 0; lin != LIN_F32 && l < m->L; l++)
+        for (int j = 0; j < DLLM_NLIN; j++)
+            n -= tf_slot_numel(m, j);
+    if (!v->buf || v->nbuf != n) {
+        dfree(d, v->buf);
+        v->buf = dalloc(d, n * sizeof(float));
+        v->nbuf = n;
+    }
+    if (!v->lw)
+        v->lw = dllm_calloc((size_t)m->L, sizeof *v->lw);
+    v->be = be;
+    float *dst = v->buf;
+#define UP(field, src, cnt)                                                                      \
+    do {                                                                                         \
+        be->ops->upload(be, dst, (src), (size_t)(cnt) * sizeof(float));                          \
+        field = dst;                                                                             \
+        dst += (size_t)(cnt);                                                                    \
+    } while (0)
+    UP(v->embed, m->embed, (size_t)m->V * m->C);
+    for (int l = 0; l < m->L; l++)
+        for (int t = 0; t < DLLM_NT; t++) {
+            if (!m->lw[l].t[t] || (t < DLLM_NLIN && lin != LIN_F32))
+                v->lw[l].t[t] = NULL;
+            else if (t < DLLM_NLIN)
+                UP(v->lw[l].t[t], lin_source(m, l, t, merge), tf_slot_numel(m, t));
+            else
+                UP(v->lw[l].t[t], m->lw[l].t[t], tf_slot_numel(m, t));
+        }
+    UP(v->final_norm, m->final_norm, m->C);
+    if (m->tied)
+        v->head = v->embed;
+    else
+        UP(v->head, m->head, (size_t)m->V * m->C);
+#undef UP
+    if (round)
+        be->ops->round_bf16(be, v->buf, n);
+
+    size_t nlin = (size_t)m->L * DLLM_NLIN;
+    if (lin == LIN_BF16 && !v->b16)
+        v->b16 = dllm_calloc(nlin, sizeof *v->b16);
+    if (lin == LIN_FP8 && !v->q8)
+        v->q8 = dllm_calloc(nlin, sizeof *v->q8);
+    /* FP8 activations are quantised to match the weights' granularity (as on the host) */
+    fp8_scaling act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
+                      : p->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
+                                                            : FP8_SCALE_TENSOR;
+    for (int l = 0; lin != LIN_F32 && l < m->L; l++)
+        for (int j = 0; j < DLLM_NLIN; j++) {
+            int o, i;
+            tf_lin_shape(m, j, &o, &i);
+            size_t cnt = (size_t)o * i;
+            be->ops->upload(be, d->stage, lin_source(m, l, j, merge), cnt * sizeof(float));
+            if (lin == LIN_BF16) {
+                bf16_matrix *b = &v->b16[l * DLLM_NLIN + j];
+                if (!b->w)
+                    b->w = dalloc(d, cnt * sizeof(uint16_t));
+                b->rows = o, b->cols = i;
+                be->ops->to_bf16(be, b->w, d->stage, cnt);
+            } else {
+                fp8_matrix *q = &v->q8[l * DLLM_NLIN + j];
+                q->rows = o, q->cols = i;
+                q->format = p->fp8_format;
+                q->scaling = p->fp8_scaling;
+                q->pow2_scale = p->fp8_pow2_scale;
+                fp8_block_shape(q->scaling, o, i, &q->block_rows, &q->block_cols);
+                q->scale_rows = (o + q->block_rows - 1) / q->block_rows;
+                q->scale_cols = (i + q->block_cols - 1) / q->block_cols;
+                q->act_scaling = act;
+                q->fast = p->rollout == DLLM_ROLLOUT_FP8;
+                if (!q->q) {
+                    q->q = dalloc(d, cnt);
+                    q->scale = dalloc(d, (size_t)q->scale_rows * q->scale_cols * sizeof(float));
+                }
+                be->ops->fp8_quantise(be, q->q, q->scale, d->stage, o, i, q->format, q->scaling,
+                                      q->pow2_scale);
+            }
+        }
+    if (head16) { /* v->head holds the rounded values already */
+        if (!v->head16.w)
+            v->head16.w = dalloc(d, (size_t)m->V * m->C * sizeof(uint16_t));
+        v->head16.rows = m->V, v->head16.cols = m->C;
+        be->ops->to_bf16(be, v->head16.w, v->head, (size_t)m->V * m->C);
+    }
+    return 0;
+}
+
+/* The LoRA parameters uploaded, and A/B pointers into the copy. */
+static void lora_upload(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    if (d->n_lora != m->n_lora) {
+        dfree(d, d->lora);
+        free(d->ad);
+        d->lora = NULL, d->ad = NULL, d->n_lora = 0;
+    }
+    if (!m->lora_rank)
+        return;
+    if (!d->lora) {
+        d->lora = dalloc(d, m->n_lora * sizeof(float));
+        d->n_lora = m->n_lora;
+        d->ad = dllm_calloc((size_t)m->L * DLLM_NLIN, sizeof *d->ad);
+    }
+    d->be->ops->upload(d->be, d->lora, m->lora_params, m->n_lora * sizeof(float));
+    for (int k = 0; k < m->L * DLLM_NLIN; k++) {
+        const tf_lora *h = &m->ad[k];
+        d->ad[k] = (tf_lora){NULL, NULL, NULL, NULL, h->in, h->out};
+        if (h->A) {
+            d->ad[k].A = d->lora + (h->A - m->lora_params);
+            d->ad[k].B = d->lora + (h->B - m->lora_params);
+        }
+    }
+}
+
+/* The trainer view on the device, at the host trainer's numerics, with the adapters. */
+static void device_trainer(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    const dllm_precision *p = &m->prec;
+    lora_upload(m);
+    bool tb = p->trainer_bf16;
+    if (d->tv.be && (d->tv.b16 != NULL) != tb)
+        dview_free(m, &d->tv);
+    dview_build(m, &d->tv, tb, tb ? LIN_BF16 : LIN_F32, false, tb, p);
+    d->tv.round_lin = d->tv.round_head = tb;
+    d->tv.lora = true;
+    d->tv.ad = d->ad;
+}
+
+int dllm_tf_device_trainer_changed(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    if (!d)
+        return 0;
+    if (m->lora_rank && d->tv.be && !d->tv_stale && d->n_lora == m->n_lora)
+        lora_upload(m); /* the base weights are frozen: the adapters are what changed */
+    else
+        d->tv_stale = true;
+    return 0;
+}
+
+/* The view a device forward reads; the trainer view (re)built first when stale. Building
+ * it on first use keeps the fp32 (or bf16) trainer copy off a device that only runs the
+ * rollout copy (generate, score, bench rollout at a low precision). */
+static const tf_view *dview_ready(dllm_tf *m, bool rollout)
+{
+    tf_device *d = m->dev;
+    bool tv = !rollout || m->prec.rollout == DLLM_ROLLOUT_TRAINER;
+    if (tv && (d->tv_stale || !d->tv.be)) {
+        device_trainer(m);
+        d->tv_stale = false;
+    }
+    return tv ? &d->tv : &d->rv;
+}
+
+int tf_device_sync(dllm_tf *m, dllm_err *err)
+{
+    tf_device *d = m->dev;
+    const dllm_precision *p = &m->prec;
+    d->tv_stale = true; /* rebuilt by the next forward that reads it */
+    if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
+        tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
+        for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
+            tf_acts_free(acts[i]);
+        d->xl[0] = d->xl[1] = NULL;
+    }
+    lora_upload(m);
+    /* the rollout copy */
+    dllm_rollout_kind k = p->rollout;
+    if (d->rv.be && (k != d->rprec.rollout || p->fp8_format != d->rprec.fp8_format ||
+                     p->fp8_scaling != d->rprec.fp8_scaling ||
+                     p->fp8_pow2_scale != d->rprec.fp8_pow2_scale))
+        dview_free(m, &d->rv);
+    d->rprec = *p;
+    if (k == DLLM_ROLLOUT_TRAINER)
+        return 0;
+    if (k == DLLM_ROLLOUT_NVFP4 || (!dllm_rollout_is_fp8(k) && k != DLLM_ROLLOUT_BF16)) {
+        dview_free(m, &d->rv);
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "rollout precision %s: the %s backend has no linear for it "
+                            "(use bf16 or fp8)", dllm_rollout_name(k), d->be->name);
+    }
+    if (k == DLLM_ROLLOUT_BF16)
+        dview_build(m, &d->rv, true, LIN_BF16, true, true, p);
+    else
+        dview_build(m, &d->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, p);
+    /* each of these linears rounds or quantises its own input, as on the host */
+    d->rv.round_lin = false;
+    d->rv.round_head = true;
+    d->rv.lora = false;
+    return 0;
+}
+
+void tf_device_free(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    if (!d)
+        return;
+    dview_free(m, &d->tv);
+    dview_free(m, &d->rv);
+    tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
+        tf_acts_free(acts[i]);
+    dfree(d, d->rope.cos);
+    dfree(d, d->rope.sin);
+    dfree(d, d->lora);
+    dfree(d, d->stage);
+    dfree(d, d->lg);
+    dfree(d, d->tgt);
+    dfree(d, d->lp);
+    free(d->ad);
+    free(d->hstage);
+    free(d->h_tok);
+    free(d->h_pos);
+    free(d->h_rows);
+    free(d->h_mask);
+    free(d);
+    m->dev = NULL;
+}
+
+/* ---- forwards ------------------------------------------------------------------------- */
+
+/* The logits chunk (and its targets and log-probs) for n rows (n <= lg_rows). */
+static void chunk_ensure(dllm_tf *m, int n)
+{
+    tf_device *d = m->dev;
+    if (n <= d->lg_cap)
+        return;
+    dfree(d, d->lg);
+    dfree(d, d->tgt);
+    dfree(d, d->lp);
+    d->lg = dalloc(d, (size_t)n * m->V * sizeof(float));
+    d->tgt = dalloc(d, (size_t)n * sizeof(int32_t));
+    d->lp = dalloc(d, (size_t)n * sizeof(float));
+    d->lg_cap = n;
+}
+
+static void host_staging(tf_device *d, size_t n)
+{
+    if (n <= d->hcap)
+        return;
+    free(d->h_tok), free(d->h_pos), free(d->h_rows), free(d->h_mask);
+    d->h_tok = dllm_malloc(n * sizeof(int32_t));
+    d->h_pos = dllm_malloc(n * sizeof(int32_t));
+    d->h_rows = dllm_malloc(n * sizeof(int32_t));
+    d->h_mask = dllm_malloc(n);
+    d->hcap = n;
+}
+
+/* R head rows of x_L (hrows, device) through the head, a chunk of rows at a time, the
+ * logits downloaded into logits (R, V) on the host. */
+static void head_download(dllm_tf *m, tf_acts *a, const tf_view *v, const float *xL, int R,
+                          float *logits)
+{
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    size_t C = (size_t)m->C, V = (size_t)m->V;
+    be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
+    chunk_ensure(m, R < d->lg_rows ? R : d->lg_rows);
+    for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
+        int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
+        tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
+        be->ops->download(be, logits + (size_t)r0 * V, d->lg, (size_t)n * V * sizeof(float));
+    }
+}
+
+/* The layers over host inputs on the device; x_L (N, C) in a, the head rows' indices in
+ * a->hrows. */
+static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
+                                  const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                                  const int32_t *rows, int R)
+{
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    int N = B * T;
+    tf_rope_grow(m, T);
+    a->be = be;
+    tf_acts_ensure(m, a, B, T, R, 1);
+    a->B = B, a->T = T, a->N = N, a->R = R;
+    host_staging(d, (size_t)(N > R ? N : R));
+    a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, d->h_tok, d->h_mask, d->h_pos,
+                             NULL, d->h_rows);
+    be->ops->upload(be, a->tokens, d->h_tok, (size_t)N * sizeof(int32_t));
+    be->ops->upload(be, a->keymask, d->h_mask, (size_t)N);
+    be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
+    be->ops->upload(be, a->hrows, d->h_rows, (size_t)R * sizeof(int32_t));
+    return tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+}
+
+int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
+                          const uint8_t *keymask, int B, int T, const int32_t *rows,
+                          const int32_t *targets, int R, float *logp)
+{
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    tf_acts *a = rollout ? &d->ra : &d->a;
+    const tf_view *v = dview_ready(m, rollout);
+    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R);
+    if (R <= 0)
+        return 0;
+    size_t C = (size_t)m->C;
+    be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
+    chunk_ensure(m, R < d->lg_rows ? R : d->lg_rows);
+    for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
+        int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
+        tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
+        be->ops->upload(be, d->tgt, targets + r0, (size_t)n * sizeof(int32_t));
+        be->ops->xent_fwd(be, d->lp, NULL, d->lg, d->tgt, n, m->V);
+        be->ops->download(be, logp + r0, d->lp, (size_t)n * sizeof(float));
+    }
+    return 0;
+}
+
+int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
+                      int B, int T, const int32_t *rows, int R, float *logits)
+{
+    tf_device *d = m->dev;
+    tf_acts *a = rollout ? &d->ra : &d->a;
+    const tf_view *v = dview_ready(m, rollout);
+    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R);
+    if (R > 0)
+        head_download(m, a, v, xL, R, logits);
+    return 0;
+}
+
+/* ---- the device interface (dllm/device_logits.h) -------------------------------------- */
+
+static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymask, int B, int T)
+{
+    dl_ctx *c = ctx;
+    dllm_tf *m = c->m;
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    int k = c->rollout;
+    tf_acts *a = &d->la[k];
+    d->xl[k] = NULL;
+    if (B <= 0 || T <= 0 || (size_t)B * T > (size_t)1 << 30) {
+        fprintf(stderr, "%s device layers: bad batch (B=%d, T=%d)\n", m->arch->name, B, T);
+        return DLLM_EXIT_INPUT;
+    }
+    int N = B * T;
+    bool count = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT;
+    const tf_view *v = dview_ready(m, k);
+    tf_rope_grow(m, T);
+    a->be = be;
+    tf_acts_ensure(m, a, B, T, d->lg_rows, 1);
+    a->B = B, a->T = T, a->N = N, a->R = 0;
+    host_staging(d, (size_t)(N > d->lg_rows ? N : d->lg_rows)); /* head() stages its rows too */
+    be->ops->copy(be, a->tokens, d_tokens, (size_t)N * sizeof(int32_t));
+    /* positions counting real tokens need the mask on the host (N bytes down) */
+    if (d_keymask && count)
+        be->ops->download(be, d->h_mask, d_keymask, (size_t)N);
+    if (d_keymask)
+        be->ops->copy(be, a->keymask, d_keymask, (size_t)N);
+    else if (count) {
+        memset(d->h_mask, 1, (size_t)N);
+        be->ops->upload(be, a->keymask, d->h_mask, (size_t)N);
+    }
+    a->have_mask = tf_inputs(m, B, T, 0, NULL, d_keymask && count ? d->h_mask : NULL, NULL,
+                             NULL, NULL, d->h_pos, NULL, NULL) ||
+                   d_keymask != NULL;
+    be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
+    d->xl[k] = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+    return 0;
+}
+
+static int dl_head(void *ctx, const int32_t *d_rows, int n, float *d_logits)
+{
+    dl_ctx *c = ctx;
+    dllm_tf *m = c->m;
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    int k = c->rollout;
+    tf_acts *a = &d->la[k];
+    if (!d->xl[k] || n <= 0 || n > d->lg_rows) {
+        fprintf(stderr, "%s device head: %s\n", m->arch->name,
+                !d->xl[k] ? "no layers() call before it" : "row count outside [1, max_rows]");
+        return DLLM_EXIT_INPUT;
+    }
+    const int32_t *hr = d_rows;
+    if (m->arch->shift_logits) { /* the row before, within its sequence (n ints each way) */
+        be->ops->download(be, d->h_rows, d_rows, (size_t)n * sizeof(int32_t));
+        for (int r = 0; r < n; r++)
+            d->h_rows[r] = d->h_rows[r] % a->T > 0 ? d->h_rows[r] - 1 : d->h_rows[r];
+        be->ops->upload(be, a->hrows, d->h_rows, (size_t)n * sizeof(int32_t));
+        hr = a->hrows;
+    }
+    be->ops->embedding_fwd(be, a->xr, hr, d->xl[k], n, m->C);
+    tf_head_fwd(m, dview_ready(m, k), a->xr, a->nf, a->rstdf, n, d_logits);
+    return 0;
+}
+
+int dllm_tf_device_logits(dllm_tf *m, bool rollout, dllm_device_logits *out, dllm_err *err)
+{
+    if (!m->dev)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "dllm_tf_device_logits: the model is not on a device backend "
+                            "(dllm_tf_to_device)");
+    tf_device *d = m->dev;
+    d->dl[rollout] = (dl_ctx){m, rollout};
+    *out = (dllm_device_logits){&d->dl[rollout], d->be, m->V, d->lg_rows, dl_layers, dl_head};
+    return 0;
+}
+
+/* ---- placement ------------------------------------------------------------------------ */
+
+dllm_backend *dllm_tf_device(const dllm_tf *m) { return m->dev ? m->dev->be : NULL; }
+
+int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
+{
+    if (!be || be->kind == DLLM_BACKEND_CPU) { /* back to the host: its rollout copy again */
+        if (!m->dev)
+            return 0;
+        tf_device_free(m);
+        dllm_precision p = m->prec;
+        return dllm_tf_rollout_sync(m, &p, NULL, err);
+    }
+    if (m->dev && m->dev->be != be)
+        tf_device_free(m);
+    if (!m->dev) {
+        tf_device *d = dllm_calloc(1, sizeof *d);
+        d->be = be;
+        m->dev = d;
+        size_t mx = max_linear(m);
+        d->stage = dalloc(d, mx * sizeof(float));
+        d->hstage = dllm_malloc(mx * sizeof(float));
+        size_t rows = LOGITS_CHUNK_BYTES / ((size_t)m->V * sizeof(float));
+        d->lg_rows = rows < 1 ? 1 : rows > LOGITS_CHUNK_MAX_ROWS ? LOGITS_CHUNK_MAX_ROWS
+                                                                 : (int)rows;
+        /* the host's rollout copy and its activations are not used from now on */
+        tf_view_free(m, &m->rv);
+        tf_acts_free(&m->ra);
+    }
+    int rc = tf_device_sync(m, err);
+    if (rc) { /* the model stays on the host, its rollout copy rebuilt there */
+        tf_device_free(m);
+        dllm_precision p = m->prec;
+        dllm_err e2;
+        dllm_tf_rollout_sync(m, &p, NULL, &e2);
+    }
+    return rc;
+}
