@@ -34,6 +34,7 @@
 #include "dllm/dream_sampler.h"
 #include "dllm/json_util.h"
 #include "dllm/qwen3.h"
+#include "dllm/sampler_device.h"
 #include "dllm/transformer.h"
 #include "kernels/backend.h"
 
@@ -308,6 +309,22 @@ static int ar_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *pro
     return 0;
 }
 
+/* LLaDA's denoising sampler at the rollout copy's or the trainer view's numerics: on
+ * the device (dllm/sampler_device.h: only tokens and commit records come back) when
+ * the model is there, else on the host. */
+static int llada_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
+                        const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *sc,
+                        uint64_t seed, dllm_rollout *out, dllm_err *err)
+{
+    if (dllm_tf_device(p->m)) {
+        dllm_device_logits dl;
+        int rc = dllm_tf_device_logits(p->m, rollout, &dl, err);
+        return rc ? rc : dllm_sample_device(&dl, prompts, prompt_mask, B, P, sc, seed, out, err);
+    }
+    return dllm_sample(rollout ? rollout_logits : train_nograd_logits, p, prompts, prompt_mask, B,
+                       P, sc, seed, out, err);
+}
+
 int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
                         int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
                         dllm_rollout *out, dllm_err *err)
@@ -321,7 +338,20 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
                                  err);
     }
     /* top_p: nucleus sampling belongs to AR decoding; the denoising sampler has none */
-    return dllm_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, seed, out, err);
+    return llada_sample(p, true, prompts, prompt_mask, B, P, sc, seed, out, err);
+}
+
+int dllm_policy_sample_trainer(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask,
+                               int B, int P, const dllm_sampler_cfg *sc, double top_p,
+                               uint64_t seed, dllm_rollout *out, dllm_err *err)
+{
+    if (p->arch->id == DLLM_ARCH_DREAM) {
+        dllm_dream_cfg d = p->dream;
+        d.top_p = top_p;
+        return dllm_dream_sample(train_nograd_logits, p, prompts, prompt_mask, B, P, sc, &d, seed,
+                                 out, err);
+    }
+    return llada_sample(p, false, prompts, prompt_mask, B, P, sc, seed, out, err);
 }
 
 void dllm_policy_set_dream(dllm_policy *p, const dllm_dream_cfg *d) { p->dream = *d; }

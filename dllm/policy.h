@@ -92,6 +92,12 @@ int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err);
 int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
                         int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
                         dllm_rollout *out, dllm_err *err);
+/* The same sampler family at the trainer view's numerics (no gradient): LLaDA's
+ * denoising sampler (on the device when the model is there) or Dream's; diffusion
+ * architectures only (AR decoding at the trainer's numerics is the caller's). */
+int dllm_policy_sample_trainer(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask,
+                               int B, int P, const dllm_sampler_cfg *sc, double top_p,
+                               uint64_t seed, dllm_rollout *out, dllm_err *err);
 
 /* Dream's sampler settings for the rollouts that follow (alg, eps, alg_temp,
  * top_k; top_p comes with each dllm_policy_rollout call). Default: those of

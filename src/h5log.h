@@ -133,7 +133,7 @@ enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
     X("trajectories", "l_mu", "nats", "log-likelihood under the rollout policy") \
     X("trajectories", "l_pi", "nats", "log-likelihood under the trainer policy") \
     X("trajectories", "log_w", "nats", "log importance weight l_pi - l_mu") \
-    X("trajectories", "coef", "1", "correction coefficient applied to the completion's loss") \
+    X("trajectories", "coef", "1", "correction coefficient applied to the completion's loss (level token: the mean of its scored tokens' coefficients)") \
     X("trajectories", "token_log_ratio", "nats", "per-token log ratio trainer minus rollout; NaN not scored or padding") \
     X("trajectories", "commit_step", "1", "denoising step that committed the token, -1 padding") \
     X("trajectories", "commit_prob", "1", "probability of the token when committed; NaN padding") \

@@ -101,9 +101,10 @@ int rl_generate(dllm_policy *pol, dllm_prec prec, const int32_t *prompts, const 
 {
     if (prec == DLLM_PREC_ROLLOUT)
         return dllm_policy_rollout(pol, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
+    if (dllm_policy_is_diffusion(pol))
+        return dllm_policy_sample_trainer(pol, prompts, prompt_mask, B, P, sc, top_p, seed, out,
+                                          err);
     void *ctx;
     dllm_logits_fn fn = dllm_policy_logits(pol, DLLM_PREC_TRAIN_NOGRAD, &ctx);
-    if (dllm_policy_is_diffusion(pol))
-        return dllm_sample(fn, ctx, prompts, prompt_mask, B, P, sc, seed, out, err);
     return ar_decode(fn, ctx, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
 }

@@ -47,6 +47,24 @@ char *rl_completion_text(rl_run *run, const int32_t *gen, int L, dllm_err *err)
 
 /* Left-pads prompts of several items into (rows, P) with a key mask; each
  * prompt repeated `rep` times (the group). */
+/* At level token the loss weighs each token by its own coefficient; the logged
+ * per-completion coef is then their mean over the completion's scored tokens (NaN
+ * when none is scored), so the column is always defined. */
+static void token_coef_means(double *coef, const double *coef_tok, const double *d,
+                             const int *len, int N, int T)
+{
+    for (int i = 0; i < N; i++) {
+        double s = 0;
+        int n = 0;
+        for (int t = 0; t < len[i] && t < T; t++)
+            if (isfinite(d[(size_t)i * T + t])) {
+                s += coef_tok[(size_t)i * T + t];
+                n++;
+            }
+        coef[i] = n ? s / n : NAN;
+    }
+}
+
 static int pad_prompts(const rl_prompt *const *ps, int n, int rep, int eos, int32_t **out,
                        uint8_t **mask, int32_t **lens)
 {
@@ -312,6 +330,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         corr_finalize(&st, &ext, &mom, &cfg->correction.c, run->alpha_prev, &b->diag);
         rc = corr_coefficients(&cfg->correction.c, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
     }
+    if (!rc && b->coef_tok)
+        token_coef_means(b->coef, b->coef_tok, b->d, b->L, N, Gen);
 
     double t_corr = dllm_now() - t0;
 

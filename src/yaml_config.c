@@ -827,6 +827,11 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
         cfg->correction.estimator != EST_ONE_STEP)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "correction.level: token needs correction.estimator one_step (or an AR model)");
+    /* per-token coefficients multiply per-token ratios: a sequence ratio has none */
+    if (cfg->correction.c.level == CORR_LEVEL_TOKEN && cfg->grpo.loss.ratio != GRPO_RATIO_TOKEN)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "correction.level: token needs grpo.ratio token (per-token "
+                            "coefficients weigh per-token ratios)");
     if (cfg->correction.c.ais.alpha_min > cfg->correction.c.ais.alpha_max)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "correction.ais.alpha_min %g exceeds correction.ais.alpha_max %g",

@@ -274,6 +274,43 @@ START_TEST(reference_arm_has_unit_weights)
 }
 END_TEST
 
+/* At level token the logged coef is the mean of the completion's token coefficients:
+ * for tis each is min(w_t, cap) (w_t = exp(d_t)) over its scored tokens, so the column is
+ * defined (before, it was left uninitialised) and recomputes from token_log_ratio. */
+START_TEST(token_level_coef_is_the_token_mean)
+{
+    write_config("t.yaml", "toklevel", "{method: tis, level: token, cap: 1.5, estimator: one_step}");
+    ck_assert_int_eq(tu_sh("%s train %s/t.yaml --quiet --set grpo.steps=1 --set grpo.ratio=token"
+                           " --set grpo.logp_estimator=one_step", bin(), tmp), 0);
+    int64_t n, rows, cols;
+    double *coef = read_col("toklevel", "trajectories/coef", &n);
+    float *d = read_tokens("toklevel", "trajectories/token_log_ratio", &rows, &cols);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(rows, n);
+    int checked = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double s = 0;
+        int k = 0;
+        for (int64_t t = 0; t < cols; t++)
+            if (isfinite(d[i * cols + t])) {
+                double w = exp((double)d[i * cols + t]);
+                s += w < 1.5 ? w : 1.5;
+                k++;
+            }
+        if (!k) {
+            ck_assert(isnan(coef[i]));
+            continue;
+        }
+        ck_assert_msg(fabs(coef[i] - s / k) < 1e-5 * (1 + fabs(s / k)), "row %lld: %g vs %g",
+                      (long long)i, coef[i], s / k);
+        checked++;
+    }
+    ck_assert_int_gt(checked, 0);
+    free(coef);
+    free(d);
+}
+END_TEST
+
 static void expect_config_error(const char *yaml, const char *needle)
 {
     char path[256], out[256];
@@ -297,6 +334,8 @@ START_TEST(bad_configs_exit_2_with_position)
     expect_config_error("grpo:\n  stepz: 3\n", "bad.yaml:2:3: unknown key 'grpo.stepz'");
     expect_config_error("rollout: {precision: fp4}\n", "rollout.precision must be one of trainer|bf16|fp8");
     expect_config_error("grpo: {clip_eps: -1}\n", "grpo.clip_eps = -1 is out of range");
+    expect_config_error("correction: {level: token, estimator: one_step}\n",
+                        "correction.level: token needs grpo.ratio token");
     expect_config_error("task: {train: {path: /nonexistent/train.jsonl}}\n", "task.train.path");
     expect_config_error("seed: [1\n", "bad.yaml:2:1: YAML syntax error");
     expect_config_error("model: {path: /nonexistent/model}\n", "model.path");
@@ -594,6 +633,7 @@ int main(void)
     tcase_add_test(tc, sigkill_then_resume_is_bit_exact);
     tcase_add_test(tc, diagnostics_recompute_from_the_log);
     tcase_add_test(tc, reference_arm_has_unit_weights);
+    tcase_add_test(tc, token_level_coef_is_the_token_mean);
     tcase_add_test(tc, bad_configs_exit_2_with_position);
     tcase_add_test(tc, generate_text_with_a_padded_vocabulary);
     tcase_add_test(tc, sft_answers_pad_to_answer_length);
