@@ -140,8 +140,20 @@ static int bench_train(int argc, char **argv)
                lora ? ", LoRA" : "", dllm_policy_is_diffusion(m) ? "masked-diffusion" : "next-token",
                B, T, omp_get_max_threads(), cpu_clock ? ", CPU time" : "",
                op_gemm_library_name(op_gemm_library()));
-        printf("  %.3f s per forward+backward, %.1f tokens/s (loss %.4f)\n", el / (double)iters,
-               (double)n * (double)iters / el, loss);
+        /* FLOPs: the forward's layer linears (2 x tokens x weights), attention (4 B T^2
+         * QD per layer) and the head on the masked rows (LLaDA; every row for next-token
+         * SFT), and a backward twice the forward (a product for the input gradient and
+         * one for the weight's); a frozen base under LoRA makes this an upper bound */
+        double C = mc->d_model, QD = (double)mc->n_heads * mc->head_dim;
+        double KD = (double)mc->n_kv_heads * mc->head_dim, H = mc->mlp_hidden;
+        double plin = 2 * C * QD + 2 * C * KD + 3 * C * H, rows = 0;
+        for (size_t i = 0; i < n; i++)
+            rows += dllm_policy_is_diffusion(m) ? mask[i] : 1;
+        double fwd = mc->n_layers * (2.0 * (double)n * plin + 4.0 * B * (double)T * T * QD) +
+                     2 * rows * C * mc->embedding_size;
+        printf("  %.3f s per forward+backward, %.1f tokens/s, %.1f GFLOP/s (loss %.4f; %.2f "
+               "GFLOP per step, backward counted as twice the forward)\n", el / (double)iters,
+               (double)n * (double)iters / el, 3e-9 * fwd * (double)iters / el, loss, 3e-9 * fwd);
     }
     free(tokens);
     free(plen);
