@@ -18,7 +18,8 @@ summation orders, so agreement is partial).
 
 The default shapes: 8 prompts of 32 random ids, 128 generated tokens in blocks of
 32, 64 denoising steps, greedy (temperature 0), low-confidence remasking, fp32,
-2 threads each.
+2 threads each. --clock cpu counts CPU seconds instead of wall seconds (with --threads
+1: per core-second, the robust measure on a shared machine).
 
     python3 tests/ref/bench_generate_torch.py --published DIR --model MODEL_DIR \\
         --dllm build/dllm-rl --rounds 2
@@ -30,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -65,23 +67,32 @@ if unexpected or [k for k in missing if "rotary" not in k]:
     sys.exit("state dict mismatch: missing %s, unexpected %s" % (missing, unexpected))
 model = model.float().eval()
 prompt = torch.tensor(args["prompts"], dtype=torch.long)
-t1 = time.time()
+clock = time.process_time if args["clock"] == "cpu" else time.time
+t1 = clock()
 out = generate(model, prompt, steps=args["steps"], gen_length=args["gen"],
                block_length=args["block"], temperature=args["temperature"],
                remasking="low_confidence", mask_id=cfg.mask_token_id)
 gen = out[:, prompt.shape[1]:].tolist()
-print(json.dumps({"ids": gen, "generate_s": time.time() - t1}))
+print(json.dumps({"ids": gen, "generate_s": clock() - t1}))
 """
+
+
+def child_clock(kind):
+    """Wall seconds, or the CPU seconds of the finished child processes (--clock cpu)."""
+    if kind == "wall":
+        return time.time()
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def run_published(py, published, args, prompts, env):
     spec = {"model": args.model, "threads": args.threads, "prompts": prompts,
             "steps": args.steps, "gen": args.gen_length, "block": args.block_length,
-            "temperature": args.temperature}
-    t0 = time.time()
+            "temperature": args.temperature, "clock": args.clock}
+    t0 = child_clock(args.clock)
     res = subprocess.run([py, "-c", CHILD, published, json.dumps(spec)], env=env,
                          capture_output=True, text=True)
-    dt = time.time() - t0
+    dt = child_clock(args.clock) - t0
     if res.returncode != 0:
         sys.exit("published generate failed:\n" + res.stderr[-3000:])
     out = json.loads(res.stdout.strip().splitlines()[-1])
@@ -93,9 +104,9 @@ def run_dllm(dllm, args, batch_file, env):
            "--gen-length", str(args.gen_length), "--block-length", str(args.block_length),
            "--steps", str(args.steps), "--temperature", str(args.temperature),
            "--precision", args.precision, "--format", "ids", "--chat", "plain"]
-    t0 = time.time()
+    t0 = child_clock(args.clock)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    dt = time.time() - t0
+    dt = child_clock(args.clock) - t0
     if res.returncode != 0:
         sys.exit("dllm-rl generate failed:\n" + res.stderr[-3000:])
     ids = [[int(t) for t in line.split(",")] for line in res.stdout.strip().splitlines()]
@@ -119,6 +130,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: CPU seconds of each process (per core-second; use --threads 1)")
     args = ap.parse_args()
     for f in ("generate.py", "configuration_llada.py", "modeling_llada.py"):
         if not os.path.isfile(os.path.join(args.published, f)):
