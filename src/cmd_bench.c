@@ -5,6 +5,7 @@
  * directory; reports tokens/s (batch*seq tokens per forward+backward). */
 #include "dllm/arch.h"
 #include "dllm/policy_sft.h"
+#include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
@@ -14,32 +15,45 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char usage_text[] =
     "usage: dllm-rl bench train|rollout|mismatch|rl-step|gemm ...  (each with --help)\n"
     "       dllm-rl bench train [--arch llada|qwen3|dream] [--preset tiny|small|llada-8b|qwen3-8b |\n"
     "                           --model DIR] [--batch B] [--seq T] [--iters N] [--warmup N]\n"
-    "                           [--lora RANK] [--device cpu]\n"
+    "                           [--lora RANK] [--device cpu] [--clock wall|cpu]\n"
     "\n"
     "train: SFT forward+backward tokens/s (masked diffusion for llada, next-token for\n"
     "qwen3; the first quarter of each sequence is the prompt) on randomly initialised\n"
     "weights of the preset or on the weights of --model (default: llada small preset,\n"
     "batch 4 x 256 tokens, 5 timed iterations after 1 warm-up).\n"
+    "--clock cpu times by the process's CPU time instead of wall time: per core-second,\n"
+    "less sensitive to other jobs on a shared machine (use it with OMP_NUM_THREADS=1).\n"
     "Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS.\n";
+
+/* Wall or process CPU seconds (--clock). */
+static double train_clock(bool cpu)
+{
+    if (!cpu)
+        return dllm_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int bench_train(int argc, char **argv)
 {
     const char *preset = "small", *device = "cpu", *arch = "llada", *model_dir = NULL;
     long B = 4, T = 256, iters = 5, warmup = 1, lora = 0;
-    bool preset_given = false;
+    bool preset_given = false, cpu_clock = false;
     dllm_err err = {0};
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'}, {"batch", required_argument, 0, 'b'},
         {"seq", required_argument, 0, 't'},    {"iters", required_argument, 0, 'i'},
         {"warmup", required_argument, 0, 'w'}, {"lora", required_argument, 0, 'l'},
         {"device", required_argument, 0, 'd'}, {"arch", required_argument, 0, 'a'},
-        {"model", required_argument, 0, 'm'},  {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"model", required_argument, 0, 'm'},  {"clock", required_argument, 0, 'c'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
@@ -53,6 +67,12 @@ static int bench_train(int argc, char **argv)
         case 'd': device = optarg; break;
         case 'a': arch = optarg; break;
         case 'm': model_dir = optarg; break;
+        case 'c':
+            cpu_clock = !strcmp(optarg, "cpu");
+            if (!cpu_clock && strcmp(optarg, "wall"))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--clock %s: expected wall or cpu",
+                                   optarg);
+            break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -107,19 +127,33 @@ static int bench_train(int argc, char **argv)
     int rc = 0;
     for (long it = 0; it < warmup + iters && !rc; it++) {
         if (it == warmup)
-            t0 = dllm_now();
+            t0 = train_clock(cpu_clock);
         dllm_policy_zero_grad(m);
         rc = dllm_policy_sft_loss(m, tokens, mask, p, plen, len, (int)B, (int)T, true, &loss, &err);
     }
-    double el = dllm_now() - t0;
+    double el = train_clock(cpu_clock) - t0;
     if (!rc) {
-        printf("bench train: %s %s (%.1fM params%s), %s SFT, batch %ld x %ld tokens, %d threads\n",
+        printf("bench train: %s %s (%.1fM params%s), %s SFT, batch %ld x %ld tokens, %d threads%s; "
+               "fp32 GEMM %s\n",
                dllm_arch_get(dllm_policy_arch(m))->name,
                model_dir ? model_dir : preset, (double)dllm_config_num_params(mc) / 1e6,
                lora ? ", LoRA" : "", dllm_policy_is_diffusion(m) ? "masked-diffusion" : "next-token",
-               B, T, omp_get_max_threads());
-        printf("  %.3f s per forward+backward, %.1f tokens/s (loss %.4f)\n", el / (double)iters,
-               (double)n * (double)iters / el, loss);
+               B, T, omp_get_max_threads(), cpu_clock ? ", CPU time" : "",
+               op_gemm_library_name(op_gemm_library()));
+        /* FLOPs: the forward's layer linears (2 x tokens x weights), attention (4 B T^2
+         * QD per layer) and the head on the masked rows (LLaDA; every row for next-token
+         * SFT), and a backward twice the forward (a product for the input gradient and
+         * one for the weight's); a frozen base under LoRA makes this an upper bound */
+        double C = mc->d_model, QD = (double)mc->n_heads * mc->head_dim;
+        double KD = (double)mc->n_kv_heads * mc->head_dim, H = mc->mlp_hidden;
+        double plin = 2 * C * QD + 2 * C * KD + 3 * C * H, rows = 0;
+        for (size_t i = 0; i < n; i++)
+            rows += dllm_policy_is_diffusion(m) ? mask[i] : 1;
+        double fwd = mc->n_layers * (2.0 * (double)n * plin + 4.0 * B * (double)T * T * QD) +
+                     2 * rows * C * mc->embedding_size;
+        printf("  %.3f s per forward+backward, %.1f tokens/s, %.1f GFLOP/s (loss %.4f; %.2f "
+               "GFLOP per step, backward counted as twice the forward)\n", el / (double)iters,
+               (double)n * (double)iters / el, 3e-9 * fwd * (double)iters / el, loss, 3e-9 * fwd);
     }
     free(tokens);
     free(plen);

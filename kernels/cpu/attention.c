@@ -17,7 +17,8 @@
  * output is not an argument of the backward.
  *
  * Threads: OpenMP splits the (b, head) units; each unit runs its GEMMs on one
- * thread (OpenBLAS is held at one thread meanwhile), so a unit's result does
+ * thread (OpenBLAS is held at one thread meanwhile), on the library op_gemm uses
+ * (DLLM_GEMM: OpenBLAS by default, or oneDNN), so a unit's result does
  * not depend on the thread count nor on the rest of the batch. In the
  * backward one unit is a (b, kv head) with every query head of its group, so
  * dk/dv are written without races. */
@@ -25,7 +26,6 @@
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/base.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,14 +158,14 @@ void op_attention_fwd(float *out, float *att, const float *q, const float *k, co
         float *p = att + (size_t)u * T * T;                          // (T, T)
         const uint8_t *km = keymask ? keymask + (size_t)b * T : NULL;
         if (HD > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, qh, ldq, kb,
+            gemm_serial(false, true, T, T, HD, scale, qh, ldq, kb,
                         ldk, 0.0f, p, T);
         else
             memset(p, 0, (size_t)T * T * sizeof(float));
         for (int t = 0; t < T; t++)
             softmax_row(p + (size_t)t * T, T, causal ? t + 1 : T, km);
         if (HD > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, p, T, vb, ldk,
+            gemm_serial(false, false, T, HD, T, 1.0f, p, T, vb, ldk,
                         0.0f, oh, ldq);
     }
     blas_release(saved);
@@ -200,19 +200,19 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
                 const float *p = att + ((size_t)b * NH + h) * T * T; // (T, T)
                 const float *go = dout + qoff;
                 if (dvb) /* dV += P^T dO */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, p, T,
+                    gemm_serial(true, false, T, HD, T, 1.0f, p, T,
                                 go, ldq, 1.0f, dvb, ldk);
                 if (!ds)
                     continue;
                 /* dP = dO V^T, then dS = scale * P * (dP - rowsum(P * dP)) in place */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, go, ldq, vb,
+                gemm_serial(false, true, T, T, HD, 1.0f, go, ldq, vb,
                             ldk, 0.0f, ds, T);
                 softmax_bwd_rows(ds, p, T, scale);
                 if (dq) /* dQ += dS K */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, ds, T,
+                    gemm_serial(false, false, T, HD, T, 1.0f, ds, T,
                                 kb, ldk, 1.0f, dq + qoff, ldq);
                 if (dkb) /* dK += dS^T Q */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, ds, T,
+                    gemm_serial(true, false, T, HD, T, 1.0f, ds, T,
                                 q + qoff, ldq, 1.0f, dkb, ldk);
             }
         }

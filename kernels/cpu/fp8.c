@@ -225,16 +225,25 @@ static float scale_from_amax(float amax, const fp8_params *p, bool pow2)
 }
 
 /* Largest finite |x| of the block rows [r0, r1) x cols [c0, c1) of x[R, C]; NaN and
- * inf are skipped (NaN fails the comparison, inf exceeds FLT_MAX). */
+ * inf are skipped (NaN fails the comparison, inf exceeds FLT_MAX, both count as 0).
+ * The FP8 rollout copy takes these maxima over every linear input, so the loop is
+ * branch-free and compiled for AVX-512, AVX2 and the baseline (chosen at load time)
+ * with the vectoriser on; a maximum does not depend on the order it is taken in, so
+ * every clone returns the same value. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),
+               optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
 static float block_amax(const float *x, int C, int r0, int r1, int c0, int c1)
 {
     float amax = 0.0f;
     for (int r = r0; r < r1; r++) {
         const float *row = x + (size_t)r * C;
+#pragma omp simd reduction(max : amax)
         for (int c = c0; c < c1; c++) {
             float a = fabsf(row[c]);
-            if (a > amax && a <= FLT_MAX)
-                amax = a;
+            a = a <= FLT_MAX ? a : 0.0f;
+            amax = a > amax ? a : amax;
         }
     }
     return amax;

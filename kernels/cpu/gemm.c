@@ -85,6 +85,12 @@ static void sgemm(op_gemm_lib lib, bool transA, bool transB, int M, int N, int K
                 ldc);
 }
 
+void gemm_serial(bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    sgemm(op_gemm_library(), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* The product split over nt OpenMP threads in blocks of C. */
 static void gemm_split(op_gemm_lib lib, int nt, bool transA, bool transB, int M, int N, int K,
                        float alpha, const float *A, int lda, const float *B, int ldb, float beta,

@@ -9,13 +9,34 @@
 
 #define PAR_MIN 65536
 
+/* The forward in chunks: expf (a library call, scalar) into a small buffer, then the
+ * division and product over the chunk, which the compiler vectorises (AVX-512, AVX2 or
+ * the baseline, chosen at load time). Every element is still g / (1 + expf(-g)) * up,
+ * in that order, so the bits are those of the plain loop. */
+enum { SWIGLU_CHUNK = 256 };
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),
+               optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
+static void swiglu_chunk(float *restrict out, const float *restrict gate,
+                         const float *restrict up, float *restrict e, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        e[i] = expf(-gate[i]);
+    for (size_t i = 0; i < n; i++)
+        out[i] = gate[i] / (1.0f + e[i]) * up[i];
+}
+
 void op_swiglu_fwd(float *out, const float *gate, const float *up, size_t n)
 {
     // out, gate, up (n)
+    size_t nchunk = (n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK;
 #pragma omp parallel for if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+    for (size_t c = 0; c < nchunk; c++) {
+        float e[SWIGLU_CHUNK];
+        size_t i0 = c * SWIGLU_CHUNK, len = n - i0 < SWIGLU_CHUNK ? n - i0 : SWIGLU_CHUNK;
+        swiglu_chunk(out + i0, gate + i0, up + i0, e, len);
     }
 }
 

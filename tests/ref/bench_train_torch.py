@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--sdpa", action="store_true", help="fused scaled_dot_product_attention")
     ap.add_argument("--full-head", action="store_true", help="ln_f and head on every row")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: the process's CPU time (per core-second; use with --threads 1)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -109,13 +111,14 @@ def main():
 
     for _ in range(a.warmup):
         step()
-    t0 = time.perf_counter()
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
+    t0 = clock()
     for _ in range(a.iters):
         loss = step()
-    dt = (time.perf_counter() - t0) / a.iters
+    dt = (clock() - t0) / a.iters
     print(f"bench train (torch {torch.__version__} eager{', sdpa' if a.sdpa else ''}"
           f"{', full head' if a.full_head else ''}): preset {a.preset}, batch {B} x {T} tokens, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads{'; CPU time' if a.clock == 'cpu' else ''}")
     print(f"  {dt:.3f} s per forward+backward, {B * T / dt:.1f} tokens/s (loss {loss:.4f})")
 
 
