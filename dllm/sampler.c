@@ -149,37 +149,42 @@ static int committable_rows(const int32_t *x, int B, int T, int P, int hi, int m
     return n;
 }
 
-/* One sequence's step: x0 and confidence at its rows [i0, i1) (logits of row i
- * at logits + i*V), then the k most confident are committed. A committed mask
- * id leaves the position masked and unrecorded (commit_step -1), as the
- * reference writes the mask back. */
-static void commit_sequence(const dllm_sampler_cfg *c, uint64_t seed, int gstep, int b, int T,
-                            int P, const int32_t *rows, int i0, int i1, const float *logits, int k,
-                            candidate *cand, int32_t *x, dllm_rollout *out)
+/* x0 and confidence of committable row i (logits at logits + i*V; sequence b =
+ * row_seq[i]). Each row's noise is keyed by its sequence and position alone, so the
+ * rows are independent and are drawn in parallel with the same results. */
+static void draw_row(const dllm_sampler_cfg *c, uint64_t seed, int gstep, int T,
+                     const int32_t *rows, const int *row_seq, int i, const float *logits,
+                     candidate *cd)
 {
-    const int V = c->vocab, G = c->gen_length;
+    const int V = c->vocab;
     const int exclude = c->mask_token == DLLM_MASK_TOKEN_FORBID ? c->mask_id : -1;
-    uint64_t gb = c->seq_offset + (uint64_t)b;
+    const int b = row_seq[i];
+    const uint64_t gb = c->seq_offset + (uint64_t)b;
+    const float *lg = logits + (size_t)i * V;
+    int pos = rows[i] - b * T;
     dllm_rng noise = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb);
-    dllm_rng remask = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb + 1);
-    int nc = 0;
-    for (int i = i0; i < i1; i++) {
-        const float *lg = logits + (size_t)i * V;
-        int pos = rows[i] - b * T;
-        candidate *cd = &cand[nc++];
-        cd->row = i;
-        cd->pos = pos;
-        cd->x0 = dllm_sampler_draw_x0_excl(lg, V, c->temperature, &noise, pos, exclude);
-        cd->prob = (float)dllm_sampler_prob(lg, V, cd->x0);
-        if (c->remasking == REMASK_LOW_CONFIDENCE) {
-            cd->conf = cd->prob;
-        } else {
-            remask.ctr = (uint64_t)pos;
-            cd->conf = dllm_rng_uniform(&remask);
-        }
-        if (c->confidence_eos_eot_inf && (cd->x0 == c->eos_id || (c->eot_id >= 0 && cd->x0 == c->eot_id)))
-            cd->conf = -INFINITY;
+    cd->row = i;
+    cd->pos = pos;
+    cd->x0 = dllm_sampler_draw_x0_excl(lg, V, c->temperature, &noise, pos, exclude);
+    cd->prob = (float)dllm_sampler_prob(lg, V, cd->x0);
+    if (c->remasking == REMASK_LOW_CONFIDENCE) {
+        cd->conf = cd->prob;
+    } else {
+        dllm_rng remask = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)gstep, 2 * gb + 1);
+        remask.ctr = (uint64_t)pos;
+        cd->conf = dllm_rng_uniform(&remask);
     }
+    if (c->confidence_eos_eot_inf && (cd->x0 == c->eos_id || (c->eot_id >= 0 && cd->x0 == c->eot_id)))
+        cd->conf = -INFINITY;
+}
+
+/* One sequence's commit: its drawn rows cand[0, nc) sorted by confidence, the k
+ * most confident committed. A committed mask id leaves the position masked and
+ * unrecorded (commit_step -1), as the reference writes the mask back. */
+static void commit_sequence(const dllm_sampler_cfg *c, int gstep, int b, int T, int P, int k,
+                            candidate *cand, int nc, int32_t *x, dllm_rollout *out)
+{
+    const int G = c->gen_length;
     qsort(cand, (size_t)nc, sizeof *cand, cmp_candidate);
     for (int j = 0; j < k && j < nc; j++) {
         if (cand[j].x0 == c->mask_id)
@@ -232,7 +237,7 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
      * worth only when committed mask ids left earlier positions masked */
     size_t cap = (size_t)B * c->block_length;
     float *logits = dllm_malloc(sizeof *logits * (cap ? cap : 1) * (cfg ? 2 : 1) * (size_t)V);
-    candidate *cand = dllm_malloc(sizeof *cand * (size_t)G);
+    candidate *cand = dllm_malloc(sizeof *cand * (size_t)B * G);
     int *ntransfer = dllm_malloc(sizeof *ntransfer * (size_t)B * spb);
     int rc = 0, gstep = 0;
 
@@ -279,12 +284,16 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
             if (c->logits_eos_inf)
                 for (int i = 0; i < n; i++)
                     logits[(size_t)i * V + c->eos_id] = -INFINITY;
+            /* the float64 draws dominate the sampler: worth threads above a few rows */
+#pragma omp parallel for schedule(dynamic, 4) if ((size_t)n * V > 262144)
+            for (int i = 0; i < n; i++)
+                draw_row(c, seed, gstep, T, rows, row_seq, i, logits, &cand[i]);
             for (int i0 = 0; i0 < n;) {
                 int b = row_seq[i0], i1 = i0;
                 while (i1 < n && row_seq[i1] == b)
                     i1++;
-                commit_sequence(c, seed, gstep, b, T, P, rows, i0, i1, logits, ntransfer[b * spb + s],
-                                cand, x, out);
+                commit_sequence(c, gstep, b, T, P, ntransfer[b * spb + s], cand + i0, i1 - i0, x,
+                                out);
                 i0 = i1;
             }
         }
