@@ -14,7 +14,8 @@ Runs are named ARM_seed=S (as `dllm-rl sweep` names them). Prints Markdown:
    eval items): the mean difference over all paired items of all seeds, with the standard
    error of the per-item differences, and the count of items solved only by one side.
 
-Needs h5py and numpy. Exit status 2 on a bad directory or a run without its log.
+Needs h5py, numpy and pyyaml. Runs that have not logged every step of their config are
+left out (and named). Exit status 2 on a bad directory or a run without its log.
 """
 import argparse
 import glob
@@ -25,6 +26,7 @@ import sys
 
 import h5py
 import numpy as np
+import yaml
 
 
 def fail(msg):
@@ -51,6 +53,17 @@ def read_run(d):
             lines = [x.strip() for x in fh if x.strip() and not x.startswith("#")]
         evals[int(m.group(1))] = np.array([int(x) for x in lines])
     return steps, traj, evals
+
+
+def target_steps(d):
+    """grpo.steps of the run's effective config (RUN/config.yaml)."""
+    path = os.path.join(d, "config.yaml")
+    try:
+        with open(path) as fh:
+            cfg = yaml.safe_load(fh)
+        return int(cfg["grpo"]["steps"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as e:
+        fail(f"{path}: no grpo.steps ({e})")
 
 
 def window_means(steps, traj, lo, hi):
@@ -92,13 +105,21 @@ def main():
     a = ap.parse_args()
     if not os.path.isdir(a.sweep_dir):
         fail(f"{a.sweep_dir}: not a directory")
-    runs = {}
+    runs, skipped = {}, []
     for d in sorted(glob.glob(os.path.join(a.sweep_dir, "*_seed=*"))):
         m = re.match(r"(.+)_seed=(\d+)$", os.path.basename(d))
-        if m and os.path.exists(os.path.join(d, "log.h5")):
-            runs.setdefault(m.group(1), {})[int(m.group(2))] = read_run(d)
+        if not m or not os.path.exists(os.path.join(d, "log.h5")):
+            continue
+        run = read_run(d)
+        # finished runs only: every step of the config logged (runs still going are left out)
+        if len(run[0]["step"]) < target_steps(d):
+            skipped.append(os.path.basename(d))
+            continue
+        runs.setdefault(m.group(1), {})[int(m.group(2))] = run
+    if skipped:
+        print(f"Left out (not finished): {', '.join(skipped)}.\n")
     if not runs:
-        fail(f"{a.sweep_dir}: no ARM_seed=S runs with a log")
+        fail(f"{a.sweep_dir}: no finished ARM_seed=S runs")
     arms = sorted(runs, key=lambda x: (x != a.reference, x.split("-")[0], x))
 
     keys = ["lw_tok", "delta", "rho_ess", "alpha", "reward", "commit_prob"]
