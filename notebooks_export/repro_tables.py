@@ -10,9 +10,10 @@ Runs are named ARM_seed=S (as `dllm-rl sweep` names them). Prints Markdown:
    its runs: the mismatch per token (mean |log w| / L over completions; delta, the mean |d|
    per scored token), the ESS ratio, alpha, the reward of the training batches and the
    mean commit probability of the sampled tokens (how concentrated the rollout policy is);
-2. per arm, the final evaluation paired with the reference arm's of the same seed (the same
-   eval items): the mean difference over all paired items of all seeds, with the standard
-   error of the per-item differences, and the count of items solved only by one side.
+2. per arm, the final evaluation paired with the same run's step-0 evaluation (the SFT
+   model) and with the reference arm's of the same seed (the same eval items): the mean
+   difference over all paired items of all seeds, with the standard error of the per-item
+   differences, and the count of items solved only by the arm or only by the reference.
 
 Needs h5py, numpy and pyyaml. Runs that have not logged every step of their config are
 left out (and named). Exit status 2 on a bad directory or a run without its log.
@@ -148,10 +149,11 @@ def main():
     print(f"\nFinal evaluation paired with `{a.reference}` of the same seed (the same items): "
           "mean difference over all paired items, standard error of the per-item "
           "differences, items solved only by the arm / only by the reference.\n")
-    print("| arm | seeds | final accuracy | difference | only arm / only reference |")
-    print("|---|---|---|---|---|")
+    print("| arm | seeds | step 0 (SFT) | final accuracy | change since step 0 | "
+          "difference to reference | only arm / only reference |")
+    print("|---|---|---|---|---|---|---|")
     for arm in arms:
-        diffs, accs, only_a, only_r, seeds = [], [], 0, 0, 0
+        diffs, accs, starts, changes, only_a, only_r, seeds = [], [], [], [], 0, 0, 0
         for s, (_, _, ev) in sorted(runs[arm].items()):
             if s not in ref or not ev or not ref[s][2]:
                 continue
@@ -161,15 +163,23 @@ def main():
             x, y = ev[step], ref[s][2][step]
             diffs.append(x - y)
             accs.append(x.mean())
+            if 0 in ev and len(ev[0]) == len(x):
+                starts.append(ev[0].mean())
+                changes.append(x - ev[0])
             only_a += int(((x == 1) & (y == 0)).sum())
             only_r += int(((x == 0) & (y == 1)).sum())
             seeds += 1
         if not seeds:
             continue
-        d = np.concatenate(diffs)
-        se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else math.nan
-        print(f"| {arm} | {seeds} | {np.mean(accs):.3f} | {d.mean():+.3f} +- {se:.3f} | "
-              f"{only_a} / {only_r} |")
+        def paired(parts):
+            if not parts:
+                return ""
+            d = np.concatenate(parts)
+            se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else math.nan
+            return f"{d.mean():+.3f} +- {se:.3f}"
+        start = f"{np.mean(starts):.3f}" if starts else ""
+        print(f"| {arm} | {seeds} | {start} | {np.mean(accs):.3f} | {paired(changes)} | "
+              f"{paired(diffs)} | {only_a} / {only_r} |")
 
 
 if __name__ == "__main__":
