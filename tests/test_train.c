@@ -172,7 +172,9 @@ END_TEST
 /* docs/METHOD.md §5, written out again here in plain double arithmetic. */
 START_TEST(diagnostics_recompute_from_the_log)
 {
-    /* noise none: the log has no per-completion standard errors to de-noise with */
+    /* noise none: the ESS and nu below are recomputed on the raw log-weights (the
+     * de-noising is tested in test_corrections; frac_var_mc from the logged log_w_se in
+     * log_w_se_per_trajectory) */
     write_config("c.yaml", "recompute", "{method: ais, estimator: elbo, cap: 1.5,\n"
                                         "  ais: {weights: {reliability: 1, divergence: 2, variance: 1},"
                                         " tau_delta: 0.02, eta: 0.5, noise: none}}");
