@@ -1,8 +1,8 @@
 #!/bin/sh
 # The CPU reproduction study (docs/REPRODUCTION.md): reference, FP8 and NVFP4 rollouts
-# with none, tis, mis, fixed and ais; three seeds.
+# with none, tis, mis, fixed and ais; five seeds.
 #   1. 500 solver-made SFT examples (the quickstart's); 2. a 2,000-step masked-diffusion
-#   SFT warm start (runs/repro-sft); 3. the sweep configs/sweeps/repro.yaml (33 runs of
+#   SFT warm start (runs/repro-sft); 3. the sweep configs/sweeps/repro.yaml (55 runs of
 #   30 GRPO steps); 4. its summary, runs/repro/summary.md.
 # One thread everywhere: the results depend on the thread count (the order of
 # floating-point sums), and docs/REPRODUCTION.md's table is for one thread.
