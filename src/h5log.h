@@ -10,7 +10,8 @@
  *                         prompt_len, completion_len                 int32 (R)
  *                         prompt_tokens                              int32 (R, P)
  *                         completion_tokens                          int32 (R, G)
- *                         reward, advantage, l_mu, l_pi, log_w, coef float64 (R)
+ *                         reward, advantage, l_mu, l_pi, log_w, coef,
+ *                         log_w_se                                   float64 (R)
  *                         token_log_ratio, commit_prob               float32 (R, G)
  *                         commit_step                                int16 (R, G)
  *   /mismatch_by_step/step        int64 (M)
@@ -134,6 +135,7 @@ enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
     X("trajectories", "l_pi", "nats", "log-likelihood under the trainer policy") \
     X("trajectories", "log_w", "nats", "log importance weight l_pi - l_mu") \
     X("trajectories", "coef", "1", "correction coefficient applied to the completion's loss (level token: the mean of its scored tokens' coefficients)") \
+    X("trajectories", "log_w_se", "nats", "Monte Carlo standard error of log_w (elbo); 0 for a deterministic estimator") \
     X("trajectories", "token_log_ratio", "nats", "per-token log ratio trainer minus rollout; NaN not scored or padding") \
     X("trajectories", "commit_step", "1", "denoising step that committed the token, -1 padding") \
     X("trajectories", "commit_prob", "1", "probability of the token when committed; NaN padding") \
@@ -192,6 +194,7 @@ typedef struct {
     int completion_stride;
     const double *reward, *advantage; /* (n) */
     const double *l_mu, *l_pi, *log_w, *coef; /* (n) */
+    const double *log_w_se;           /* (n) Monte Carlo standard error of log_w */
     const float *token_log_ratio;     /* (n, completion_stride), NaN: not scored */
     const int16_t *commit_step;       /* (n, completion_stride) */
     const float *commit_prob;         /* (n, completion_stride) */
@@ -212,7 +215,7 @@ typedef struct {
     h5log_width width;
     size_t off;            /* offsetof(h5log_traj_batch, its array), or of step */
 } h5log_traj_col;
-enum { H5LOG_N_TRAJ = 16 };
+enum { H5LOG_N_TRAJ = 17 };
 extern const h5log_traj_col h5log_traj_cols[H5LOG_N_TRAJ];
 size_t h5log_kind_size(h5log_kind k);
 /* Column c's array in b (NULL for H5LOG_WSTEP and absent arrays). */

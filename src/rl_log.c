@@ -132,9 +132,9 @@ static void local_rows(const rl_run *run, const rl_batch *b, int P, int G, int64
             cs[o] = t < b->Gen ? b->ro.commit_step[k] : -1;
         }
     }
-    const double *per[6] = {b->reward, b->adv, b->l_mu, b->l_pi, b->log_w, b->coef};
-    double *copy[6];
-    for (int j = 0; j < 6; j++) {
+    const double *per[7] = {b->reward, b->adv, b->l_mu, b->l_pi, b->log_w, b->coef, b->log_w_se};
+    double *copy[7];
+    for (int j = 0; j < 7; j++) {
         copy[j] = dllm_malloc(sizeof(double) * (size_t)(N ? N : 1));
         memcpy(copy[j], per[j], sizeof(double) * (size_t)N);
     }
@@ -143,7 +143,8 @@ static void local_rows(const rl_run *run, const rl_batch *b, int P, int G, int64
                              .completion_tokens = ctok, .completion_len = clen,
                              .completion_stride = G, .reward = copy[0], .advantage = copy[1],
                              .l_mu = copy[2], .l_pi = copy[3], .log_w = copy[4], .coef = copy[5],
-                             .token_log_ratio = lr, .commit_step = cs, .commit_prob = cp};
+                             .log_w_se = copy[6], .token_log_ratio = lr, .commit_step = cs,
+                             .commit_prob = cp};
 }
 
 static int log_trajectories(rl_run *run, const rl_batch *b, int64_t step, dllm_err *err)

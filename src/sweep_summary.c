@@ -54,7 +54,8 @@ int sweep_read_result(const char *run_dir, sweep_result *r, dllm_err *err)
 {
     *r = (sweep_result){.status = RUN_MISSING, .final_accuracy = NAN, .final_accuracy_se = NAN,
                         .best_accuracy = NAN, .collapse_step = -1, .mean_alpha = NAN,
-                        .mean_rho_ess = NAN, .mean_abs_log_w = NAN, .seconds = NAN,
+                        .mean_rho_ess = NAN, .mean_abs_log_w = NAN,
+                        .mean_abs_log_w_tok = NAN, .seconds = NAN,
                         .target_steps = -1};
     char p[4200];
     /* the last attempt's exit status, when the sweep ran it */
@@ -108,10 +109,19 @@ int sweep_read_result(const char *run_dir, sweep_result *r, dllm_err *err)
         free(v);
         v = NULL;
     }
+    double *len = NULL;
+    int64_t nl = 0;
     if (!rc && h5log_ntrajectories(log) > 0 &&
-        !(rc = h5log_read_column(log, "trajectories/log_w", &v, &n, err)))
+        !(rc = h5log_read_column(log, "trajectories/log_w", &v, &n, err)) &&
+        !(rc = h5log_read_column(log, "trajectories/completion_len", &len, &nl, err))) {
         r->mean_abs_log_w = mean_finite(v, n, true);
+        /* per token: the mismatch whatever the completions' lengths (|log w| / L) */
+        for (int64_t i = 0; i < n && i < nl; i++)
+            v[i] = len[i] > 0 ? v[i] / len[i] : NAN;
+        r->mean_abs_log_w_tok = mean_finite(v, n < nl ? n : nl, true);
+    }
     free(v);
+    free(len);
     v = NULL;
     /* evaluations of the run's task (none logged yet is not an error) */
     char ds[256];
@@ -166,10 +176,11 @@ int sweep_read_result(const char *run_dir, sweep_result *r, dllm_err *err)
 
 /* ---- tables ------------------------------------------------------------------------ */
 
-enum { COL_FINAL, COL_FINAL_SE, COL_BEST, COL_ALPHA, COL_RHO, COL_LOGW, COL_SECONDS, N_VCOL };
+enum { COL_FINAL, COL_FINAL_SE, COL_BEST, COL_ALPHA, COL_RHO, COL_LOGW, COL_LOGW_TOK, COL_SECONDS,
+       N_VCOL };
 static const char *const vcol_names[N_VCOL] = {"final_accuracy", "final_accuracy_se",
                                                "best_accuracy", "mean_alpha", "mean_rho_ess",
-                                               "mean_abs_log_w", "seconds"};
+                                               "mean_abs_log_w", "mean_abs_log_w_tok", "seconds"};
 
 static void values_of(const sweep_result *r, double *v)
 {
@@ -179,6 +190,7 @@ static void values_of(const sweep_result *r, double *v)
     v[COL_ALPHA] = r->mean_alpha;
     v[COL_RHO] = r->mean_rho_ess;
     v[COL_LOGW] = r->mean_abs_log_w;
+    v[COL_LOGW_TOK] = r->mean_abs_log_w_tok;
     v[COL_SECONDS] = r->seconds;
 }
 

@@ -12,7 +12,8 @@
  * evaluation of the run's task), best_accuracy (the best evaluation), collapse_step
  * (see sweep_collapse_step), mean_alpha and mean_rho_ess (means over the logged
  * steps of the finite values), mean_abs_log_w (mean |log w| over the logged
- * completions with a finite log w), seconds (the sum of the logged step times,
+ * completions with a finite log w), mean_abs_log_w_tok (the same of |log w| / L, L
+ * the completion's length: the mismatch per token), seconds (the sum of the logged step times,
  * t_rollout + t_likelihood + t_correction + t_update + t_sync + t_log: training
  * time, without evaluations and checkpoints, comparable across interrupted runs).
  * Values that do not exist are NaN (empty in the tables). */
@@ -39,7 +40,7 @@ typedef struct {
     int64_t steps, target_steps;
     double final_accuracy, final_accuracy_se, best_accuracy;
     int64_t collapse_step;      /* -1: none */
-    double mean_alpha, mean_rho_ess, mean_abs_log_w, seconds;
+    double mean_alpha, mean_rho_ess, mean_abs_log_w, mean_abs_log_w_tok, seconds;
 } sweep_result;
 
 const char *sweep_status_name(sweep_status s);

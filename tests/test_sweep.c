@@ -274,13 +274,14 @@ START_TEST(sweep_stops_restarts_and_summarises)
     ck_assert_ptr_nonnull(csv);
     char *save, *line = strtok_r(csv, "\n", &save);
     ck_assert_str_eq(line, "run,arm,seed,status,steps,final_accuracy,final_accuracy_se,best_accuracy,"
-                           "collapse_step,mean_alpha,mean_rho_ess,mean_abs_log_w,seconds");
+                           "collapse_step,mean_alpha,mean_rho_ess,mean_abs_log_w,mean_abs_log_w_tok,"
+                           "seconds");
     double arm_acc[2] = {0, 0}, arm_alpha[2] = {0, 0};
     for (int r = 0; r < 4; r++) {
         line = strtok_r(NULL, "\n", &save);
         ck_assert_ptr_nonnull(line);
         char *f[32];
-        ck_assert_int_eq(split(line, f), 13);
+        ck_assert_int_eq(split(line, f), 14);
         ck_assert_str_eq(f[0], RUNS[r]);
         ck_assert_str_eq(f[1], r < 2 ? "reference" : "fp8-ais");
         ck_assert_str_eq(f[2], r % 2 ? "2" : "1");
@@ -314,24 +315,37 @@ START_TEST(sweep_stops_restarts_and_summarises)
         free(rho);
         double *lw = read_col(RUNS[r], "trajectories/log_w", &n);
         ck_assert_int_eq(n, 2 * 2 * 4);
-        if (r < 2)
+        double *len = read_col(RUNS[r], "trajectories/completion_len", &n);
+        double tok = 0;
+        int ntok = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (len[i] > 0 && isfinite(lw[i])) {
+                tok += fabs(lw[i]) / len[i];
+                ntok++;
+            }
+        ck_assert_int_gt(ntok, 0);
+        if (r < 2) {
             ck_assert_str_eq(f[11], "0"); /* the reference arm: w = 1 exactly */
-        else
+            ck_assert_str_eq(f[12], "0");
+        } else {
             check_num(f[11], mean_of(lw, n, true), "mean_abs_log_w");
+            check_num(f[12], tok / ntok, "mean_abs_log_w_tok");
+        }
         free(lw);
-        ck_assert(strtod(f[12], NULL) > 0);
+        free(len);
+        ck_assert(strtod(f[13], NULL) > 0);
     }
     for (int a = 0; a < 2; a++) {
         char *f[32];
         line = strtok_r(NULL, "\n", &save);
-        ck_assert_int_eq(split(line, f), 13);
+        ck_assert_int_eq(split(line, f), 14);
         ck_assert_str_eq(f[0], a ? "mean:fp8-ais" : "mean:reference");
         ck_assert_str_eq(f[3], "n=2");
         check_num(f[5], arm_acc[a], "arm mean final_accuracy");
         if (a)
             check_num(f[9], arm_alpha[a], "arm mean_alpha");
         line = strtok_r(NULL, "\n", &save);
-        ck_assert_int_eq(split(line, f), 13);
+        ck_assert_int_eq(split(line, f), 14);
         ck_assert_str_eq(f[0], a ? "se:fp8-ais" : "se:reference");
     }
     ck_assert_ptr_null(strtok_r(NULL, "\n", &save));

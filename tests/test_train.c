@@ -3,7 +3,8 @@
  *    every step exactly once, bit for bit (timings aside);
  *  - from the logged log_w, advantages and token log-ratios, the diagnostics
  *    rho_ess, delta, nu, alpha and every c_i recompute (docs/METHOD.md §5) with an
- *    implementation written here, independent of src/corrections.c;
+ *    implementation written here, independent of src/corrections.c; the per-completion
+ *    log_w_se is logged (0 for exact estimators) and frac_var_mc recomputes from it;
  *  - malformed configs exit with status 2 and file:line:col;
  *  - SFT data: EOS padding of answers to data.answer_length;
  *  - per-item eval outcomes: files that agree with the logged accuracy, and paired
@@ -171,7 +172,9 @@ END_TEST
 /* docs/METHOD.md §5, written out again here in plain double arithmetic. */
 START_TEST(diagnostics_recompute_from_the_log)
 {
-    /* noise none: the log has no per-completion standard errors to de-noise with */
+    /* noise none: the ESS and nu below are recomputed on the raw log-weights (the
+     * de-noising is tested in test_corrections; frac_var_mc from the logged log_w_se in
+     * log_w_se_per_trajectory) */
     write_config("c.yaml", "recompute", "{method: ais, estimator: elbo, cap: 1.5,\n"
                                         "  ais: {weights: {reliability: 1, divergence: 2, variance: 1},"
                                         " tau_delta: 0.02, eta: 0.5, noise: none}}");
@@ -262,15 +265,90 @@ START_TEST(reference_arm_has_unit_weights)
     double *logw = read_col("reference", "trajectories/log_w", &n);
     double *coef = read_col("reference", "trajectories/coef", &n);
     double *reward = read_col("reference", "trajectories/reward", &n);
+    double *se = read_col("reference", "trajectories/log_w_se", &n);
     ck_assert_int_gt(n, 0);
     for (int64_t i = 0; i < n; i++) {
         ck_assert(logw[i] == 0.0);
+        ck_assert(se[i] == 0.0); /* the same masks on the same weights: no noise either */
         ck_assert(coef[i] == 1.0);
         ck_assert(reward[i] == 0.0 || reward[i] == 1.0); /* task.reward: correct */
     }
     free(logw);
     free(coef);
     free(reward);
+    free(se);
+}
+END_TEST
+
+/* trajectories/log_w_se, the Monte Carlo standard error of each completion's log w:
+ * one row per completion; > 0 for elbo with 2 samples (a completion of at least two
+ * tokens is scored by two different mask subsets); the step's log_w_mc_se is its mean
+ * and frac_var_mc = min(1, S/V) recomputes from it and log_w (docs/METHOD.md §5: V the
+ * population variance of the step's log w, S the mean of se^2; sequence level). */
+START_TEST(log_w_se_per_trajectory)
+{
+    write_config("se.yaml", "se", "{method: ais, estimator: elbo, level: sequence}");
+    ck_assert_int_eq(tu_sh("%s train %s/se.yaml --quiet --set eval.every=0", bin(), tmp), 0);
+    int64_t n, n2, n3, ns, nm;
+    double *tstep = read_col("se", "trajectories/step", &n);
+    double *logw = read_col("se", "trajectories/log_w", &n2);
+    double *se = read_col("se", "trajectories/log_w_se", &n3);
+    double *clen = read_col("se", "trajectories/completion_len", &n2);
+    double *frac = read_col("se", "steps/frac_var_mc", &ns);
+    double *mc_se = read_col("se", "steps/log_w_mc_se", &nm);
+    ck_assert_int_eq(ns, 4);
+    ck_assert_int_eq(n, 4 * 2 * 4); /* steps x prompts x group */
+    ck_assert_int_eq(n3, n);
+    ck_assert_int_eq(n2, n);
+    int positive = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert_msg(isfinite(se[i]) && se[i] >= 0, "row %lld: se %g", (long long)i, se[i]);
+        ck_assert(isfinite(logw[i]));
+        if (clen[i] >= 2) {
+            ck_assert_msg(se[i] > 0, "row %lld (%g tokens): se 0", (long long)i, clen[i]);
+            positive++;
+        }
+    }
+    ck_assert_int_gt(positive, n / 2);
+    for (int64_t s = 0; s < ns; s++) {
+        double cnt = 0, m = 0, se_sum = 0, se2 = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (tstep[i] == s + 1) {
+                cnt++;
+                m += logw[i];
+                se_sum += se[i];
+                se2 += se[i] * se[i];
+            }
+        ck_assert(cnt == 8);
+        m /= cnt;
+        double V = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (tstep[i] == s + 1)
+                V += (logw[i] - m) * (logw[i] - m) / cnt;
+        double want = V > 0 ? fmin(1.0, (se2 / cnt) / V) : 0.0;
+        ck_assert_msg(fabs(frac[s] - want) <= 1e-9 * fmax(1.0, want),
+                      "step %lld frac_var_mc %.12g vs %.12g", (long long)s + 1, frac[s], want);
+        ck_assert_msg(fabs(mc_se[s] - se_sum / cnt) <= 1e-12 * fmax(1.0, mc_se[s]),
+                      "step %lld log_w_mc_se %.12g vs %.12g", (long long)s + 1, mc_se[s], se_sum / cnt);
+    }
+    /* a deterministic estimator: no Monte Carlo noise, se 0 and frac_var_mc 0 */
+    write_config("se1.yaml", "se-one-step", "{method: ais, estimator: one_step}");
+    ck_assert_int_eq(tu_sh("%s train %s/se1.yaml --quiet --set eval.every=0 --set grpo.steps=1",
+                           bin(), tmp), 0);
+    double *se1 = read_col("se-one-step", "trajectories/log_w_se", &n3);
+    double *frac1 = read_col("se-one-step", "steps/frac_var_mc", &ns);
+    ck_assert_int_eq(n3, 8);
+    for (int64_t i = 0; i < n3; i++)
+        ck_assert_msg(se1[i] == 0.0, "one_step row %lld: se %g", (long long)i, se1[i]);
+    ck_assert(frac1[0] == 0.0);
+    free(tstep);
+    free(logw);
+    free(se);
+    free(clen);
+    free(frac);
+    free(mc_se);
+    free(se1);
+    free(frac1);
 }
 END_TEST
 
@@ -634,6 +712,7 @@ int main(void)
     tcase_add_test(tc, diagnostics_recompute_from_the_log);
     tcase_add_test(tc, reference_arm_has_unit_weights);
     tcase_add_test(tc, token_level_coef_is_the_token_mean);
+    tcase_add_test(tc, log_w_se_per_trajectory);
     tcase_add_test(tc, bad_configs_exit_2_with_position);
     tcase_add_test(tc, generate_text_with_a_padded_vocabulary);
     tcase_add_test(tc, sft_answers_pad_to_answer_length);

@@ -33,6 +33,7 @@ TRAJ = {
     "prompt_len": ("<i4", None), "completion_len": ("<i4", None),
     "reward": ("<f8", None), "advantage": ("<f8", None), "l_mu": ("<f8", None),
     "l_pi": ("<f8", None), "log_w": ("<f8", None), "coef": ("<f8", None),
+    "log_w_se": ("<f8", None),
     "token_log_ratio": ("<f4", "G"), "commit_step": ("<i2", "G"),
     "commit_prob": ("<f4", "G"),
 }
@@ -135,7 +136,8 @@ def check_test_values(f):
                          equal_nan=True), "commit_prob")
     check(np.array_equal(t["commit_step"][:], np.where(inside, (tg * 5 + r[:, None]) % S, -1)),
           "commit_step")
-    for k, name in enumerate(["reward", "advantage", "l_mu", "l_pi", "log_w", "coef"]):
+    for k, name in enumerate(["reward", "advantage", "l_mu", "l_pi", "log_w", "coef",
+                                 "log_w_se"]):
         check(np.array_equal(t[name][:], s + r / 8.0 + k / 64.0), f"trajectories/{name}")
     mm = f["mismatch_by_step/mean_abs_d"][:]
     want = steps[:, None] / 4.0 + np.arange(S)[None, :]
