@@ -248,6 +248,10 @@ int cmd_plan(int argc, char **argv)
     if (mem_plan_model(&cfg, a.preset, &mc, model, sizeof model, &err))
         return cli_fail("plan", &err);
     if (a.phase) {
+        if (a.json) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--phase prints a table only: not with --json");
+            return cli_fail("plan", &err);
+        }
         if (cpu && a.device) {
             dllm_err_set(&err, DLLM_EXIT_INPUT, "--phase plans the cuda device path: not with "
                          "--device cpu");

@@ -326,8 +326,8 @@ void mem_plan_device_print(const mem_dev_plan *p, const char *what, int64_t cap,
 {
     const double MIB = 1024.0 * 1024.0;
     fprintf(f, "device memory now (%s phase): %s\n", mem_dev_phase_names[p->phase], what);
-    fprintf(f, "what the device path allocates today: weights' masters, LoRA training, "
-               "gradients and the optimizer stay on the host\n\n");
+    fprintf(f, "what the device path allocates today (the fp32 master weights, LoRA training, "
+               "gradients and AdamW stay on the host)\n\n");
     int wn = 4;
     for (int i = 0; i < p->n; i++) {
         int l = (int)strlen(p->items[i].name);

@@ -744,6 +744,10 @@ START_TEST(test_bin_phase)
     ck_assert_int_eq(rc, 2);
     ck_assert_msg(strstr(errs, "does not fit") && strstr(errs, "--rollout-batch"), "%s", errs);
     free(out), free(errs);
+    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --phase score --json", configs);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(errs, "--json"), "%s", errs);
+    free(out), free(errs);
     rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --phase update", configs);
     ck_assert_int_eq(rc, 2);
     ck_assert_msg(strstr(errs, "--phase"), "%s", errs);

@@ -3,8 +3,9 @@
  *
  * For tiny LLaDA, Dream and Qwen3 models at every precision (fp32 trainer, bf16 trainer,
  * bf16 and FP8 rollout copies), with and without LoRA, at several batches and lengths,
- * one rollout (or one scoring forward) runs on the emulated device and its peak of
- * device bytes is compared with the plan's:
+ * one rollout, one scoring forward, or a step's device work (rollout, the l_mu and l_pi
+ * scoring forwards, the next step's rollout) runs on the emulated device and its peak of
+ * device bytes is compared with the plan's phase (rollout, score, train):
  *   - the whole peak within 10%;
  *   - the peak less the two fixed workspaces (cuBLASLt's 32 MiB, the backend's) within
  *     10% of the plan's other items, so the tiny model's own bytes are what is checked;
@@ -30,18 +31,23 @@
 typedef struct {
     const char *arch, *prec; /* bench rollout's precision names */
     int lora, B, P, G;
-    bool cfg, score;         /* LLaDA CFG rollout; a scoring forward instead of a rollout */
+    bool cfg;                /* LLaDA CFG rollout */
+    int mode;                /* 0 a rollout; 1 a scoring forward at the rollout copy; 2 a
+                                step's device work: rollout, then l_mu (rollout copy) and
+                                l_pi (trainer view) scoring forwards */
 } pcase;
 
 static const pcase CASES[] = {
-    {"llada", "fp32", 0, 2, 4, 8, false, false},  {"llada", "bf16", 0, 3, 6, 8, false, false},
-    {"llada", "fp8", 0, 2, 8, 16, false, false},  {"llada", "fp8", 4, 4, 4, 8, false, false},
-    {"llada", "bf16", 8, 2, 5, 12, true, false},  {"llada", "fp32", 3, 1, 3, 6, false, false},
-    {"qwen3", "fp32", 0, 2, 4, 6, false, false},  {"qwen3", "bf16", 4, 3, 5, 4, false, false},
-    {"qwen3", "fp8", 0, 2, 6, 5, false, false},   {"dream", "bf16", 0, 2, 4, 6, false, false},
-    {"dream", "fp8", 5, 3, 3, 4, false, false},   {"dream", "fp32", 0, 1, 6, 8, false, false},
-    {"llada", "fp8", 4, 3, 6, 8, false, true},    {"qwen3", "fp32", 0, 4, 5, 6, false, true},
-    {"dream", "bf16", 8, 2, 7, 5, false, true},   {"llada", "bf16-trainer", 4, 2, 4, 8, false, false},
+    {"llada", "fp32", 0, 2, 4, 8, false, 0},  {"llada", "bf16", 0, 3, 6, 8, false, 0},
+    {"llada", "fp8", 0, 2, 8, 16, false, 0},  {"llada", "fp8", 4, 4, 4, 8, false, 0},
+    {"llada", "bf16", 8, 2, 5, 12, true, 0},  {"llada", "fp32", 3, 1, 3, 6, false, 0},
+    {"qwen3", "fp32", 0, 2, 4, 6, false, 0},  {"qwen3", "bf16", 4, 3, 5, 4, false, 0},
+    {"qwen3", "fp8", 0, 2, 6, 5, false, 0},   {"dream", "bf16", 0, 2, 4, 6, false, 0},
+    {"dream", "fp8", 5, 3, 3, 4, false, 0},   {"dream", "fp32", 0, 1, 6, 8, false, 0},
+    {"llada", "fp8", 4, 3, 6, 8, false, 1},       {"qwen3", "fp32", 0, 4, 5, 6, false, 1},
+    {"dream", "bf16", 8, 2, 7, 5, false, 1},      {"llada", "bf16-trainer", 4, 2, 4, 8, false, 0},
+    {"llada", "fp8", 4, 2, 4, 8, false, 2},       {"qwen3", "bf16", 3, 2, 5, 4, false, 2},
+    {"dream", "fp8", 0, 2, 4, 6, false, 2},       {"llada", "fp32", 0, 2, 3, 8, true, 2},
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -84,7 +90,18 @@ START_TEST(test_peak_matches_plan)
     ck_assert_int_eq(dllm_policy_has_lora(p), c->lora > 0);
     ck_assert_int_eq(dllm_precision_parse(&s.prec, pc.trainer, pc.rollout, pc.fp8_format,
                                           pc.fp8_scaling, pc.fp8_pow2_scale, &err), 0);
-    if (c->score) { /* one forward of B canvases scoring their G generated rows */
+    const dllm_sampler_cfg sc = {.gen_length = G, .block_length = G, .steps = G / 2,
+                               .temperature = 1.0, .remasking = REMASK_LOW_CONFIDENCE,
+                               .mask_token = DLLM_MASK_TOKEN_FORBID, .mask_id = mc.mask_token_id,
+                               .eos_id = mc.eos_token_id, .eot_id = -1,
+                               .vocab = mc.embedding_size, .cfg_scale = c->cfg ? 1.0 : 0.0};
+    if (c->mode != 1) {
+        dllm_rollout ro = {0};
+        ck_assert_msg(dllm_policy_rollout(p, tok, NULL, B, P, &sc, 1.0, 9, &ro, &err) == 0, "%s",
+                      err.msg);
+        dllm_rollout_free(&ro);
+    }
+    if (c->mode != 0) { /* forwards of B canvases scoring their G generated rows */
         int32_t *rows = malloc(sizeof *rows * (size_t)B * G), *tg = malloc(sizeof *tg * B * G);
         float *lp = malloc(sizeof *lp * (size_t)B * G);
         for (int b = 0; b < B; b++)
@@ -94,20 +111,22 @@ START_TEST(test_peak_matches_plan)
                 tok[b * T + P + g] = mc.arch == DLLM_ARCH_QWEN3 ? tok[b * T + P + g]
                                                                 : mc.mask_token_id;
             }
-        void *ctx;
-        dllm_logp_fn f = dllm_policy_logp(p, DLLM_PREC_ROLLOUT, &ctx);
-        ck_assert_ptr_nonnull(f);
-        ck_assert_int_eq(f(ctx, tok, NULL, B, T, rows, tg, B * G, lp), 0);
+        for (int k = 0; k < (c->mode == 2 ? 2 : 1); k++) {
+            void *ctx;
+            dllm_logp_fn f = dllm_policy_logp(p, k ? DLLM_PREC_TRAIN_NOGRAD : DLLM_PREC_ROLLOUT,
+                                              &ctx);
+            ck_assert_ptr_nonnull(f);
+            ck_assert_int_eq(f(ctx, tok, NULL, B, T, rows, tg, B * G, lp), 0);
+        }
         s.sB = B, s.sT = T, s.sR = B * G, s.score_rollout = true;
         free(rows), free(tg), free(lp);
-    } else {
-        dllm_sampler_cfg sc = {.gen_length = G, .block_length = G, .steps = G / 2,
-                               .temperature = 1.0, .remasking = REMASK_LOW_CONFIDENCE,
-                               .mask_token = DLLM_MASK_TOKEN_FORBID, .mask_id = mc.mask_token_id,
-                               .eos_id = mc.eos_token_id, .eot_id = -1,
-                               .vocab = mc.embedding_size, .cfg_scale = c->cfg ? 1.0 : 0.0};
+    }
+    if (c->mode == 2) { /* the next step's rollout, with the scoring buffers kept */
+        for (int i = 0; i < B * T; i++)
+            if (tok[i] == mc.mask_token_id)
+                tok[i] = 5;
         dllm_rollout ro = {0};
-        ck_assert_msg(dllm_policy_rollout(p, tok, NULL, B, P, &sc, 1.0, 9, &ro, &err) == 0, "%s",
+        ck_assert_msg(dllm_policy_rollout(p, tok, NULL, B, P, &sc, 1.0, 10, &ro, &err) == 0, "%s",
                       err.msg);
         dllm_rollout_free(&ro);
     }
@@ -118,16 +137,17 @@ START_TEST(test_peak_matches_plan)
     free(tok);
 
     mem_dev_plan pl;
-    ck_assert_msg(mem_plan_device(&pl, &mc, &s, c->score ? MEM_DEV_SCORE : MEM_DEV_ROLLOUT,
+    ck_assert_msg(mem_plan_device(&pl, &mc, &s, (mem_dev_phase)c->mode,
                                   &err) == 0, "%s", err.msg);
     int64_t got = (int64_t)st.peak_bytes, own = got - ws - ((int64_t)32 << 20);
-    printf("%-5s %-12s lora %d B %d P %d G %d%s%s: peak %lld, plan %lld (%+.2f%%); without the "
+    printf("%-5s %-12s lora %d B %d P %d G %d%s %s: peak %lld, plan %lld (%+.2f%%); without the "
            "workspaces %lld, plan %lld (%+.2f%%)\n", c->arch, c->prec, c->lora, B, P, G,
-           c->cfg ? " cfg" : "", c->score ? " score" : "", (long long)got, (long long)pl.peak,
+           c->cfg ? " cfg" : "", c->mode ? mem_dev_phase_names[c->mode] : "", (long long)got, (long long)pl.peak,
            100 * rel(pl.peak, got), (long long)own, (long long)(pl.peak - pl.fixed),
            100 * rel(pl.peak - pl.fixed, own));
     if (own <= 0 || rel(pl.peak - pl.fixed, own) > 0.10 || rel(pl.peak - pl.fixed, own) < -0.10) {
         mem_plan_device_print(&pl, c->arch, 0, stdout);
+        fflush(stdout); /* the forked child exits without flushing */
         ck_abort_msg("the plan's own bytes %lld are not within 10%% of the measured %lld",
                      (long long)(pl.peak - pl.fixed), (long long)own);
     }
