@@ -538,6 +538,12 @@ int dllm_tf_device_logits(dllm_tf *m, bool rollout, dllm_device_logits *out, dll
 
 /* ---- placement ------------------------------------------------------------------------ */
 
+int dllm_tf_device_chunk_rows(int V)
+{
+    size_t rows = LOGITS_CHUNK_BYTES / ((size_t)(V > 0 ? V : 1) * sizeof(float));
+    return rows < 1 ? 1 : rows > LOGITS_CHUNK_MAX_ROWS ? LOGITS_CHUNK_MAX_ROWS : (int)rows;
+}
+
 dllm_backend *dllm_tf_device(const dllm_tf *m) { return m->dev ? m->dev->be : NULL; }
 
 int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
@@ -558,9 +564,7 @@ int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
         size_t mx = max_linear(m);
         d->stage = dalloc(d, mx * sizeof(float));
         d->hstage = dllm_malloc(mx * sizeof(float));
-        size_t rows = LOGITS_CHUNK_BYTES / ((size_t)m->V * sizeof(float));
-        d->lg_rows = rows < 1 ? 1 : rows > LOGITS_CHUNK_MAX_ROWS ? LOGITS_CHUNK_MAX_ROWS
-                                                                 : (int)rows;
+        d->lg_rows = dllm_tf_device_chunk_rows(m->V);
         /* the host's rollout copy and its activations are not used from now on */
         tf_view_free(m, &m->rv);
         tf_acts_free(&m->ra);

@@ -3,6 +3,9 @@
 #include "src/commands.h"
 #include "src/cli_util.h"
 #include "src/mem_plan.h"
+#include "src/mem_plan_device.h"
+
+#include "dllm/arch.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -13,7 +16,8 @@ static const char usage_text[] =
     "usage: dllm-rl plan CONFIG.yaml [--set key.path=value ...] [--device cuda|cpu]\n"
     "                    [--max-gpu-memory SIZE] [--ranks N] [--prompt-tokens N]\n"
     "                    [--micro-batch N] [--rollout-batch N] [--recompute none|layer|every:K]\n"
-    "                    [--head-chunk ROWS] [--preset NAME] [--json]\n\n"
+    "                    [--head-chunk ROWS] [--preset NAME] [--json]\n"
+    "                    [--phase rollout|score|train]\n\n"
     "Prints the itemised device-memory plan of CONFIG's RL run on the GPU path: every\n"
     "buffer (resident, rollout, likelihood, update) with its size and formula, the peak\n"
     "per phase (resident + the phase's transient buffers), and whether the peak fits.\n"
@@ -33,7 +37,18 @@ static const char usage_text[] =
     "  --head-chunk ROWS      rows of one fused head + log-softmax chunk (default 1024)\n"
     "  --preset NAME          plan with a preset's dimensions (tiny, small, llada-8b,\n"
     "                         qwen3-8b) instead of model.path's config.json\n"
-    "  --json                 the plan as one JSON object\n\n"
+    "  --json                 the plan as one JSON object\n"
+    "  --phase PHASE          instead of the full GPU design: what the device path holds on\n"
+    "                         the device now (fp32 masters, LoRA training, gradients and\n"
+    "                         AdamW stay on the host), allocation by allocation: rollout\n"
+    "                         (one rollout of --rollout-batch sequences, default all of the\n"
+    "                         rank's), score (one forward of --micro-batch canvases, default\n"
+    "                         min(64, the rank's sequences), at the rollout copy, every\n"
+    "                         generated row scored), train (both, at both views: the device\n"
+    "                         keeps every buffer it grew while the model is there). Under\n"
+    "                         the CUDA emulation this matches the allocator's measured peak\n"
+    "                         (tests/test_plan_device.c). With --max-gpu-memory: exit 2 when\n"
+    "                         it does not fit\n\n"
     "The model's dimensions come from model.path/config.json; a published checkpoint\n"
     "directory that is not there (LLaDA-8B-Instruct, LLaDA-8B-Base, Qwen3-8B) is planned\n"
     "with its preset. Without model.path: model.preset and model.arch.\n\n"
@@ -41,9 +56,9 @@ static const char usage_text[] =
     "or bad input, 1 internal failure\n";
 
 typedef struct {
-    const char *config, *device, *preset;
+    const char *config, *device, *preset, *phase;
     const char *sets[64];
-    int nsets, json;
+    int nsets, json, cap_given;
     mem_plan_opts o;
 } plan_args;
 
@@ -75,6 +90,7 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
         {"rollout-batch", required_argument, 0, 'R'},  {"recompute", required_argument, 0, 'c'},
         {"head-chunk", required_argument, 0, 'H'},     {"preset", required_argument, 0, 'P'},
         {"json", no_argument, 0, 'j'},                 {"help", no_argument, 0, 'h'},
+        {"phase", required_argument, 0, 'F'},
         {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     mem_plan_opts_defaults(&a->o);
@@ -96,6 +112,7 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
         case 'm':
             if (mem_parse_size(optarg, "--max-gpu-memory", &a->o.cap, err))
                 return err->code;
+            a->cap_given = 1;
             break;
         case 'r':
             if (cli_parse_int(optarg, "--ranks", 1, 1 << 20, &v, err))
@@ -127,6 +144,12 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
             a->o.head_chunk = (int)v;
             break;
         case 'P': a->preset = optarg; break;
+        case 'F':
+            if (strcmp(optarg, "rollout") && strcmp(optarg, "score") && strcmp(optarg, "train"))
+                return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                    "--phase: expected rollout, score or train, got '%s'", optarg);
+            a->phase = optarg;
+            break;
         case 'j': a->json = 1; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         case ':':
@@ -140,6 +163,70 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
     if (optind < argc || !a->config)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "expected one CONFIG.yaml (see --help)");
     return 0;
+}
+
+/* --phase: the shapes of the config's run on today's device path (mem_plan_device.h). */
+static int plan_device_now(const plan_args *a, const dllm_cfg *cfg, const dllm_model_config *mc,
+                           const char *model, dllm_err *err)
+{
+    mem_dev_shape s = {0};
+    if (dllm_precision_parse(&s.prec,
+                             cfg_names_name(&cfg_names_trainer_precision, cfg->model.trainer_precision),
+                             cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
+                             cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
+                             cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
+                             cfg->rollout.fp8.pow2_scale != 0, err))
+        return err->code;
+    const dllm_arch_desc *ad = dllm_arch_get(mc->arch);
+    s.lora_rank = cfg->model.lora.rank;
+    s.lora_mask = cfg->model.lora.targets.n ? 0 : LORA_ALL;
+    for (int i = 0; s.lora_rank > 0 && i < cfg->model.lora.targets.n; i++) {
+        int bit = dllm_arch_lora_bit(ad, cfg->model.lora.targets.items[i]);
+        char list[160];
+        if (!bit)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: unknown module '%s' "
+                                "(expected %s)", cfg->model.lora.targets.items[i],
+                                dllm_arch_lora_list(ad, list, sizeof list));
+        s.lora_mask |= bit;
+    }
+    if (a->o.ranks < 1 || cfg->grpo.prompts_per_step % a->o.ranks)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--ranks %d must divide grpo.prompts_per_step %d (groups never split)",
+                            a->o.ranks, cfg->grpo.prompts_per_step);
+    const int S = cfg->grpo.prompts_per_step / a->o.ranks * cfg->rollout.group_size;
+    s.B = a->o.rollout_batch ? a->o.rollout_batch : S;
+    s.P = a->o.prompt_tokens;
+    s.G = cfg->rollout.gen_length;
+    s.cfg = cfg->rollout.cfg_scale > 0;
+    s.random_remask = cfg->rollout.remasking == REMASK_RANDOM;
+    s.sB = a->o.micro_batch ? a->o.micro_batch : S < 64 ? S : 64;
+    s.sT = s.P + s.G;
+    s.sR = s.sB * s.G;
+    s.score_rollout = true;
+    mem_dev_phase ph = !strcmp(a->phase, "rollout") ? MEM_DEV_ROLLOUT
+                       : !strcmp(a->phase, "score") ? MEM_DEV_SCORE
+                                                    : MEM_DEV_TRAIN;
+    mem_dev_plan *p = dllm_malloc(sizeof *p);
+    if (mem_plan_device(p, mc, &s, ph, err)) {
+        free(p);
+        return err->code;
+    }
+    char what[2 * CFG_STR_MAX + 320];
+    snprintf(what, sizeof what, "%s, %s from %s; rollout %d x (%d + %d) tokens%s, score %d "
+             "canvases of %d tokens, %d rows", a->config, cfg_names_name(&cfg_names_arch, mc->arch),
+             model, s.B, s.P, s.G, s.cfg ? " (CFG: twice)" : "", s.sB, s.sT, s.sR);
+    mem_plan_device_print(p, what, a->cap_given ? a->o.cap : 0, stdout);
+    int rc = 0;
+    if (a->cap_given && p->peak > a->o.cap)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "does not fit: the device path's %s phase peaks at %.2f GB over "
+                          "--max-gpu-memory %.2f GB; lower %s", a->phase, (double)p->peak / 1e9,
+                          (double)a->o.cap / 1e9,
+                          ph == MEM_DEV_ROLLOUT ? "--rollout-batch (sequences decoded together)"
+                          : ph == MEM_DEV_SCORE ? "--micro-batch (canvases per forward)"
+                                                : "--rollout-batch or --micro-batch");
+    free(p);
+    return rc;
 }
 
 int cmd_plan(int argc, char **argv)
@@ -160,6 +247,18 @@ int cmd_plan(int argc, char **argv)
     char model[CFG_STR_MAX + 128];
     if (mem_plan_model(&cfg, a.preset, &mc, model, sizeof model, &err))
         return cli_fail("plan", &err);
+    if (a.phase) {
+        if (a.json) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--phase prints a table only: not with --json");
+            return cli_fail("plan", &err);
+        }
+        if (cpu && a.device) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--phase plans the cuda device path: not with "
+                         "--device cpu");
+            return cli_fail("plan", &err);
+        }
+        return plan_device_now(&a, &cfg, &mc, model, &err) ? cli_fail("plan", &err) : 0;
+    }
     mem_plan *p = dllm_malloc(sizeof *p);
     if (cpu ? mem_plan_build_cpu(p, &mc, &cfg, &a.o, &err) : mem_plan_build(p, &mc, &cfg, &a.o, &err)) {
         free(p);

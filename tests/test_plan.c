@@ -8,9 +8,12 @@
  *    not without it, is refused at 40 GB with a message naming what to change, gives
  *    the same plan from the published config.json as from the preset; the Qwen3-8B
  *    recipe is planned; bad flags are exit 2 naming the flag;
+ *  - what the device path holds now (src/mem_plan_device.h) for a tiny LLaDA, by hand; the
+ *    emulated allocator's check of it is tests/test_plan_device.c; `plan --phase`;
  *  - train with --max-gpu-memory: a tiny run under a 1 MB cap is refused with exit 2 and
  *    the message before anything is written; under 1 GB the plan is printed first. */
 #include "src/mem_plan.h"
+#include "src/mem_plan_device.h"
 
 #include <check.h>
 #include <jansson.h>
@@ -672,6 +675,86 @@ START_TEST(test_bin_train_cap)
 }
 END_TEST
 
+/* ---- the device path of today, by hand ----------------------------------------------- */
+
+static int64_t dev_bytes(const mem_dev_plan *p, const char *name)
+{
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->items[i].name, name))
+            return p->items[i].bytes;
+    ck_abort_msg("no device item '%s'", name);
+    return -1;
+}
+
+START_TEST(test_device_now_tiny)
+{
+    dllm_model_config mc;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_config_preset(&mc, DLLM_ARCH_LLADA, "tiny", &err), 0);
+    mem_dev_shape s = {.B = 2, .P = 4, .G = 8, .sB = 2, .sT = 12, .sR = 16, .score_rollout = true};
+    ck_assert_int_eq(dllm_precision_parse(&s.prec, "fp32", "trainer", NULL, NULL, false, &err), 0);
+    mem_dev_plan p;
+    ck_assert_msg(mem_plan_device(&p, &mc, &s, MEM_DEV_ROLLOUT, &err) == 0, "%s", err.msg);
+    /* fp32 trainer view: all 117056 parameters; staging: gate's 176 x 64; RoPE: 512
+     * positions x 8 frequencies, cos and sin; 1024 logits rows (64 MiB / (4 x 128) is
+     * more) in the sampler: 1024 x 128 fp32 */
+    ck_assert_int_eq(dev_bytes(&p, "trainer view (fp32)"), 4 * 117056);
+    ck_assert_int_eq(dev_bytes(&p, "staging matrix"), 4 * 176 * 64);
+    ck_assert_int_eq(dev_bytes(&p, "RoPE table"), 2 * 4 * 512 * 8);
+    ck_assert_int_eq(dev_bytes(&p, "cuBLASLt workspace"), 32 << 20);
+    ck_assert_int_eq(p.backend_ws, 0); /* no bf16 or FP8 linear runs */
+    const int64_t nr = 2 * 8, sampler = 2 * 12 * 5 + nr * 30 + 4 * 3 + 4 + 4 * 2 + 1024 * 128 * 4;
+    ck_assert_int_eq(dev_bytes(&p, "device sampler"), sampler);
+    int64_t sum = 0;
+    for (int i = 0; i < p.n; i++)
+        sum += p.items[i].bytes;
+    ck_assert_int_eq(p.peak, sum);
+    ck_assert_int_eq(p.kept, sum - sampler);
+    /* the FP8 rollout copy: fp32 embedding, head, three norms per layer pair (66816 bytes),
+     * 100352 codes, 20 block scales (per layer q k v out 1, gate up down 2), bf16 head */
+    ck_assert_int_eq(dllm_precision_parse(&s.prec, "fp32", "fp8", "e4m3", "block", false, &err), 0);
+    ck_assert_int_eq(mem_plan_device(&p, &mc, &s, MEM_DEV_ROLLOUT, &err), 0);
+    ck_assert_int_eq(dev_bytes(&p, "rollout copy (fp8)"), 66816 + 100352 + 4 * 20 + 2 * 128 * 64);
+    ck_assert_int_eq(p.backend_ws, 1 << 20);
+    for (int i = 0; i < p.n; i++) /* the rollout never reads the trainer view */
+        ck_assert_msg(strcmp(p.items[i].name, "trainer view (fp32)"), "trainer view planned");
+    /* a run holds both views and every activation set */
+    mem_dev_plan r = p, sc, t;
+    ck_assert_int_eq(mem_plan_device(&sc, &mc, &s, MEM_DEV_SCORE, &err), 0);
+    ck_assert_int_eq(mem_plan_device(&t, &mc, &s, MEM_DEV_TRAIN, &err), 0);
+    ck_assert_int_eq(dev_bytes(&t, "trainer view (fp32)"), 4 * 117056);
+    ck_assert(t.peak > r.peak && t.peak > sc.peak);
+    /* no device linear for NVFP4 */
+    ck_assert_int_eq(dllm_precision_parse(&s.prec, "fp32", "nvfp4", NULL, NULL, false, &err), 0);
+    ck_assert_int_eq(mem_plan_device(&p, &mc, &s, MEM_DEV_TRAIN, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "rollout.precision"), "%s", err.msg);
+}
+END_TEST
+
+START_TEST(test_bin_phase)
+{
+    char *out, *errs;
+    int rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --phase rollout", configs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    ck_assert_msg(strstr(out, "device memory now (rollout phase)") && strstr(out, "device sampler") &&
+                      strstr(out, "peak: "), "%s", out);
+    free(out), free(errs);
+    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --phase train --max-gpu-memory 10GB",
+             configs);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(errs, "does not fit") && strstr(errs, "--rollout-batch"), "%s", errs);
+    free(out), free(errs);
+    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --phase score --json", configs);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(errs, "--json"), "%s", errs);
+    free(out), free(errs);
+    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --phase update", configs);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(errs, "--phase"), "%s", errs);
+    free(out), free(errs);
+}
+END_TEST
+
 static bool have_bin(void)
 {
     const char *b = getenv("DLLM_BIN");
@@ -689,6 +772,7 @@ static Suite *suite(bool bin)
     tcase_add_test(tc, test_tiny_qwen3_items);
     tcase_add_test(tc, test_check_run);
     tcase_add_test(tc, test_tiny_llada_cpu);
+    tcase_add_test(tc, test_device_now_tiny);
     suite_add_tcase(s, tc);
     if (bin) {
         tc = tcase_create("binary");
@@ -698,6 +782,7 @@ static Suite *suite(bool bin)
         tcase_add_test(tc, test_bin_cpu);
         tcase_add_test(tc, test_bin_bad_input);
         tcase_add_test(tc, test_bin_train_cap);
+        tcase_add_test(tc, test_bin_phase);
         suite_add_tcase(s, tc);
     }
     return s;
