@@ -16,7 +16,8 @@
  * the batch (OpenBLAS's threaded split would change its rounding).
  *
  * Library: op_gemm_library() picks the kernel each block call runs on, OpenBLAS
- * sgemm or oneDNN's dnnl_sgemm; the split above is the same for both, so either is
+ * sgemm or oneDNN's dnnl_sgemm (the default where built: about twice OpenBLAS's rate
+ * at the model's shapes under the common Haswell pin, BENCHMARKS.md); the split above is the same for both, so either is
  * deterministic for a given thread count and shape, but the two differ from each other
  * in the last bits (their kernels sum K in different orders). The row independence at
  * one thread is OpenBLAS's: oneDNN picks its blocking by shape, so with it a row's
