@@ -132,12 +132,12 @@ static double decode_vs_full(dllm_tf *m, int *nbad, double *amax)
  * bf16 linear (oneDNN's bf16 matmul, whose sums follow the row count) crosses
  * more boundaries (4 of 18 rows seen beyond 1e-5, max 0.003): there only
  * every row close is asserted. The exact bf16 path (DLLM_BF16_GEMM=fp32) is
- * op_gemm over bf16 values: on OpenBLAS a row's sums do not depend on the
- * batch, and it takes the strict check; on oneDNN (the default fp32 GEMM where
- * built) they follow the row count like the fast path's (every fp32 sum of the
- * 3-row decoding product differs from the 30-row forward's by a few ulp, the
- * trainer row below prints it), so it crosses as many boundaries (4 of 18 rows
- * seen, max 0.0027) and takes the loose check; it runs on OpenBLAS too. */
+ * op_gemm over bf16 values. On OpenBLAS few of a linear's outputs change
+ * between the 3-row decoding product and the 30-row forward, and it takes the
+ * strict check; on oneDNN (the default fp32 GEMM where built) most of them
+ * move by a few ulp, as with the fast path, so it crosses as many boundaries
+ * (4 of 18 rows seen, max 0.0027) and takes the loose check; it runs on
+ * OpenBLAS too. */
 START_TEST(test_kv_decode_rollout)
 {
     dllm_tf *m = make_model(false, 14);
