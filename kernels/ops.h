@@ -10,7 +10,7 @@
  *    pointer means "not needed" and is skipped.
  *  - Forward functions overwrite their outputs.
  *  - Threads: the CPU ops parallelise over rows with OpenMP; GEMMs go to
- *    OpenBLAS (or oneDNN: op_gemm_library). Results do not depend on the thread
+ *    oneDNN or OpenBLAS (op_gemm_library). Results do not depend on the thread
  *    count except for GEMM summation order. */
 #ifndef DLLM_OPS_H
 #define DLLM_OPS_H
@@ -27,9 +27,10 @@ void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
 
 /* The library op_gemm's kernel calls run on: OpenBLAS, or oneDNN (if built). Chosen
  * per call by the environment variable DLLM_GEMM=openblas|dnnl, else configure's
- * --with-gemm (default openblas); an unknown or unbuilt choice is bad input (message,
- * exit 2). The blocking and threading are the same for both, so each is
- * deterministic for a given thread count; the two differ in the last bits. */
+ * --with-gemm (default oneDNN where configure found it, else OpenBLAS); an unknown or
+ * unbuilt choice is bad input (message, exit 2). The blocking and threading are the
+ * same for both, so each is deterministic for a given thread count; the two differ in
+ * the last bits. */
 typedef enum { OP_GEMM_OPENBLAS = 0, OP_GEMM_DNNL = 1 } op_gemm_lib;
 op_gemm_lib op_gemm_library(void);
 bool op_gemm_library_built(op_gemm_lib lib);

@@ -15,7 +15,9 @@
  *  - the exact mode stays the default of a freshly quantised weight;
  *  - op_gemm on each library (DLLM_GEMM): repeatable bit for bit, the libraries within
  *    the accumulation bound of each other, the default library as configured, and a
- *    bad DLLM_GEMM exits 2. */
+ *    bad DLLM_GEMM exits 2;
+ *  - op_gemm's bits do not depend on where the operands lie (a resumed run allocates
+ *    its buffers at other addresses than the run it repeats), on each library. */
 #include "config.h"
 #include "kernels/base.h"
 #include "kernels/fp8.h"
@@ -402,6 +404,55 @@ START_TEST(test_gemm_library)
 }
 END_TEST
 
+/* The same product with every operand moved by 0-15 floats off its allocation (other
+ * 64-byte alignments): the same bits. Resume is bit for bit only if this holds, since a
+ * resumed process's heap layout is not the uninterrupted one's. */
+START_TEST(test_gemm_address_invariant)
+{
+    static const char *const LIBS[2] = {"openblas", "dnnl"};
+    /* the model's kinds of product: a linear forward, its two backward products */
+    static const int S[][5] = {{384, 64, 176, 0, 1}, {7, 512, 96, 0, 1}, {384, 176, 64, 0, 0},
+                               {64, 176, 384, 1, 0}};
+    for (int lib = 0; lib < 2; lib++) {
+        if (!op_gemm_library_built((op_gemm_lib)lib))
+            continue;
+        setenv("DLLM_GEMM", LIBS[lib], 1);
+        for (int s = 0; s < 4; s++) {
+            int M = S[s][0], K = S[s][1], N = S[s][2];
+            bool ta = S[s][3], tb = S[s][4];
+            size_t na = (size_t)M * K, nb = (size_t)K * N, mn = (size_t)M * N;
+            float *a = randn(na, 600 + s, 1.0f), *b = randn(nb, 700 + s, 1.0f);
+            float *c0 = randn(mn, 800 + s, 1.0f);
+            float *ref = dllm_malloc(mn * sizeof(float));
+            memcpy(ref, c0, mn * sizeof(float));
+            op_gemm(ta, tb, M, N, K, 1.0f, a, b, 1.0f, ref);
+            static const int OFF[][3] = {{1, 2, 3}, {5, 0, 7}, {15, 9, 4}, {8, 13, 1}};
+            for (int o = 0; o < 4; o++) {
+                float *a2 = dllm_malloc((na + 16) * sizeof(float));
+                float *b2 = dllm_malloc((nb + 16) * sizeof(float));
+                float *c2 = dllm_malloc((mn + 16) * sizeof(float));
+                float *pa = a2 + OFF[o][0], *pb = b2 + OFF[o][1], *pc = c2 + OFF[o][2];
+                memcpy(pa, a, na * sizeof(float));
+                memcpy(pb, b, nb * sizeof(float));
+                memcpy(pc, c0, mn * sizeof(float));
+                op_gemm(ta, tb, M, N, K, 1.0f, pa, pb, 1.0f, pc);
+                ck_assert_msg(memcmp(pc, ref, mn * sizeof(float)) == 0,
+                              "%s gemm [%d,%d,%d]: other bits with operands moved by %d/%d/%d "
+                              "floats", LIBS[lib], M, N, K, OFF[o][0], OFF[o][1], OFF[o][2]);
+                free(a2);
+                free(b2);
+                free(c2);
+            }
+            free(a);
+            free(b);
+            free(c0);
+            free(ref);
+        }
+    }
+    unsetenv("DLLM_GEMM");
+}
+END_TEST
+
 START_TEST(test_gemm_env_bad)
 {
     setenv("DLLM_GEMM", "mkl", 1);
@@ -432,6 +483,7 @@ static Suite *fast_gemm_suite(void)
     tcase_add_test(tc, test_fp8_fast_fallback);
     tcase_add_test(tc, test_fp8_fast_invariance);
     tcase_add_test(tc, test_gemm_library);
+    tcase_add_test(tc, test_gemm_address_invariant);
     tcase_add_exit_test(tc, test_gemm_env_bad, 2);
 #ifndef HAVE_DNNL
     tcase_add_exit_test(tc, test_gemm_env_unbuilt, 2);

@@ -11,16 +11,18 @@
  * single-threaded here, and a large product is cut into blocks of C along its
  * longer side, a few per OpenMP thread, handed out dynamically, one OpenBLAS
  * call each: every element still gets its whole K sum from one kernel call,
- * only the work is shared out. OMP_NUM_THREADS alone sets the thread count,
- * and with one thread a row's result does not depend on the other rows of
- * the batch (OpenBLAS's threaded split would change its rounding).
+ * only the work is shared out. OMP_NUM_THREADS alone sets the thread count
+ * (OpenBLAS's own threaded split would change the rounding with its count).
  *
  * Library: op_gemm_library() picks the kernel each block call runs on, OpenBLAS
- * sgemm or oneDNN's dnnl_sgemm; the split above is the same for both, so either is
- * deterministic for a given thread count and shape, but the two differ from each other
- * in the last bits (their kernels sum K in different orders). The row independence at
- * one thread is OpenBLAS's: oneDNN picks its blocking by shape, so with it a row's
- * result can depend on the batch size. */
+ * sgemm or oneDNN's dnnl_sgemm (the default where built: about twice OpenBLAS's rate
+ * at the model's shapes under the common Haswell pin, BENCHMARKS.md); the split above
+ * is the same for both, so either is deterministic for a given thread count and shape
+ * (and wherever the operands lie: tests/test_fast_gemm.c), but the two differ from
+ * each other in the last bits (their kernels sum K in different orders). Neither makes a row's
+ * result independent of the batch, both pick kernels by shape; oneDNN changes more of
+ * it (3 rows against 30 at K = 64-176: about 40 of 192-768 outputs differed on OpenBLAS
+ * under the Haswell pin at one thread, most of them on oneDNN). */
 #include "config.h"
 #include "kernels/ops.h"
 #include "kernels/cpu/blas_threads.h"
