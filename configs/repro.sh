@@ -5,12 +5,15 @@
 #   SFT warm start (runs/repro-sft); 3. the sweep configs/sweeps/repro.yaml (55 runs of
 #   30 GRPO steps); 4. its summary, runs/repro/summary.md.
 # One thread everywhere: the results depend on the thread count (the order of
-# floating-point sums), and docs/REPRODUCTION.md's table is for one thread.
+# floating-point sums), and docs/REPRODUCTION.md's table is for one thread on OpenBLAS.
 # Run from the repository root after building (build/dllm-rl); outputs go to runs/.
 # Running it again skips what is done (the sweep resumes interrupted runs).
 set -eu
 BIN=${DLLM_BIN:-build/dllm-rl}
 export OMP_NUM_THREADS=1
+# The table was made with OpenBLAS as the fp32 GEMM; builds that find oneDNN default
+# to it (README, "The fp32 GEMM library"), which sums in another order.
+export DLLM_GEMM=${DLLM_GEMM:-openblas}
 mkdir -p runs
 if [ ! -e runs/repro-sft/ckpt/latest ]; then
   "$BIN" tasks sft-data sudoku --n 500 --seed 101 --max-blanks 8 > runs/repro-sft.jsonl
