@@ -10,7 +10,21 @@
  *     downloaded gradients, the clipped gradients op_clip_grad's (normalised MSE 1e-12);
  *   - three AdamW steps on the device equal op_adamw on the host from the same
  *     gradients bit for bit (parameters, which come down into the host masters, and both
- *     moments), and the moments go back up unchanged.
+ *     moments), and the moments go back up unchanged;
+ *   - through the CLI (DLLM_BIN), `train` of a tiny LLaDA model (200 SFT steps on Sudoku
+ *     answers first, so step 1 has rewards and gradients; rollout trainer, so the rollout
+ *     reads the trainer's weights), LoRA and full, 3 steps with `device: cuda` against
+ *     `device: cpu`: step 1's sampled completion tokens identical (the same weights and
+ *     keyed noise, logits within 1e-4: a draw could flip only at a margin below that,
+ *     which this config does not have); LoRA: rewards identical at every step, loss
+ *     within 1e-4 relative (+1e-6 absolute), grad_norm within 1e-4 relative (measured
+ *     1.1e-5); full: step 1 only, rewards identical, loss and grad_norm within 1e-2 (the
+ *     logged loss follows one AdamW step, which moves each weight by about lr times the
+ *     sign of its gradient, so near-zero gradients amplify 1e-12 differences; measured
+ *     4e-3), the later steps printed;
+ *   - a device run cut after 2 steps and resumed (`train --resume --set grpo.steps=3`)
+ *     equals the uninterrupted device run bit for bit (losses, norms, rewards, log_w,
+ *     completion tokens).
  * Without a usable CUDA backend (the plain build) it reports SKIP (77) with the reason;
  * the emulation build's `make check` runs it. */
 #include "config.h"
@@ -19,8 +33,13 @@
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
+#include "src/h5log.h"
+
+#include "tests/test_shell.h"
 
 #include <check.h>
+#include <hdf5.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,22 +195,194 @@ START_TEST(test_bf16_trainer_refused)
 }
 END_TEST
 
+/* ---- train through the CLI ------------------------------------------------------------ */
+
+static char tmp[64];
+static const char *bin;
+
+static void write_rl(const char *name, const char *device, bool lora)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.yaml", tmp, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "experiment: %s\nseed: 5\ndevice: %s\n"
+               "model: {path: %s/runs/sft/ckpt/latest%s}\n"
+               "task: {name: sudoku, format: plain, chat: plain, train: {n: 16}, max_blanks: 4}\n"
+               "rollout: {precision: trainer, group_size: 4, gen_length: 34, block_length: 34, "
+               "steps: 8, temperature: 1.0}\n"
+               "grpo: {steps: 3, prompts_per_step: 4, inner_steps: 2, fresh_masks: true}\n"
+               "correction: {method: ais}\noptim: {lr: 1e-2, grad_clip: 1.0}\n"
+               "eval: {every: 0}\nlog: {dir: %s/runs}\ncheckpoint: {every: 1}\n",
+            name, device, tmp, lora ? ", lora: {rank: 4, alpha: 16}" : "", tmp);
+    fclose(f);
+}
+
+static double *col(const char *run, const char *dset, int64_t *n)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
+    h5log *log;
+    dllm_err err = {0};
+    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
+    double *v;
+    ck_assert_msg(h5log_read_column(log, dset, &v, n, &err) == 0, "%s: %s", dset, err.msg);
+    h5log_close(log);
+    return v;
+}
+
+/* (rows, cols) int32 dataset */
+static int32_t *ints(const char *run, const char *dset, int64_t *rows, int64_t *cols)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+    ck_assert(f >= 0);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT), sp = H5Dget_space(d);
+    hsize_t dims[2];
+    ck_assert_int_eq(H5Sget_simple_extent_ndims(sp), 2);
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    int32_t *out = malloc(sizeof *out * dims[0] * dims[1] + 4);
+    ck_assert(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    H5Pclose(fapl);
+    *rows = (int64_t)dims[0];
+    *cols = (int64_t)dims[1];
+    return out;
+}
+
+/* _i: LoRA (0) or full (1) */
+START_TEST(test_train_matches_cpu)
+{
+    bool lora = _i == 0;
+    char cpu[32], dev[32];
+    snprintf(cpu, sizeof cpu, "cpu-%d", _i);
+    snprintf(dev, sizeof dev, "dev-%d", _i);
+    write_rl(cpu, "cpu", lora);
+    write_rl(dev, "cuda", lora);
+    ck_assert_int_eq(tu_sh("%s train %s/%s.yaml --quiet", bin, tmp, cpu), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/%s.yaml --quiet 2>%s/err-%d", bin, tmp, dev, tmp, _i), 0);
+    /* the update ran on the device: no note that it stayed on the host */
+    ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/err-%d", tmp, _i), 1);
+    int64_t n, n2, r1, c1, r2, c2;
+    const char *m[] = {"steps/loss", "steps/grad_norm", "steps/reward_mean"};
+    for (int k = 0; k < 3; k++) {
+        double *a = col(cpu, m[k], &n), *b = col(dev, m[k], &n2);
+        ck_assert_int_eq(n, 3);
+        ck_assert_int_eq(n2, 3);
+        for (int i = 0; i < 3; i++) {
+            /* full fine-tuning: the logged loss is the second inner update's, after one
+             * AdamW step, whose first update moves each weight by about lr times the sign
+             * of its gradient: weights with gradients near 0 move by +-lr on differences
+             * at the 1e-12 level, hence 1e-2 there; after step 1 only LoRA is compared */
+            double rel = lora ? 1e-4 : 1e-2;
+            double tol = k == 2 ? 0 : rel * fabs(a[i]) + (k == 0 ? 1e-6 : 0);
+            if (!lora && i > 0) {
+                printf("full %s step %d: cpu %.9g device %.9g (not compared)\n", m[k], i + 1,
+                       a[i], b[i]);
+                continue;
+            }
+            printf("%s %s step %d: cpu %.9g device %.9g\n", lora ? "LoRA" : "full", m[k], i + 1,
+                   a[i], b[i]);
+            ck_assert_msg(fabs(a[i] - b[i]) <= tol, "%s step %d: cpu %.9g device %.9g", m[k],
+                          i + 1, a[i], b[i]);
+        }
+        free(a), free(b);
+    }
+    double *rw = col(cpu, "steps/reward_mean", &n), *gn = col(cpu, "steps/grad_norm", &n);
+    ck_assert_msg(rw[0] > 0 && gn[0] > 0, "step 1 has no reward signal: nothing was compared");
+    free(rw), free(gn);
+    int32_t *ta = ints(cpu, "trajectories/completion_tokens", &r1, &c1);
+    int32_t *tb = ints(dev, "trajectories/completion_tokens", &r2, &c2);
+    ck_assert(r1 == r2 && c1 == c2 && r1 >= 4);
+    /* step 1's completions (the first 16 rows: 4 prompts x 4) */
+    ck_assert(r1 >= 16);
+    ck_assert(memcmp(ta, tb, sizeof *ta * (size_t)(16 * c1)) == 0);
+    printf("%s: completion tokens identical over %s\n", lora ? "LoRA" : "full",
+           memcmp(ta, tb, sizeof *ta * (size_t)(r1 * c1)) == 0 ? "all 3 steps" : "step 1 only");
+    free(ta), free(tb);
+}
+END_TEST
+
+START_TEST(test_device_resume_exact)
+{
+    write_rl("straight", "cuda", true);
+    write_rl("cut", "cuda", true);
+    ck_assert_int_eq(tu_sh("%s train %s/straight.yaml --quiet 2>/dev/null", bin, tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/cut.yaml --quiet --set grpo.steps=2 2>/dev/null", bin,
+                           tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train --resume %s/runs/cut --quiet --set grpo.steps=3 2>/dev/null",
+                           bin, tmp), 0);
+    const char *m[] = {"steps/step", "steps/loss", "steps/grad_norm", "steps/reward_mean",
+                       "trajectories/reward", "trajectories/log_w", "trajectories/l_pi"};
+    for (size_t k = 0; k < sizeof m / sizeof *m; k++) {
+        int64_t na, nb;
+        double *a = col("straight", m[k], &na), *b = col("cut", m[k], &nb);
+        ck_assert_msg(na == nb && na > 0, "%s: %lld vs %lld rows", m[k], (long long)na,
+                      (long long)nb);
+        for (int64_t i = 0; i < na; i++)
+            ck_assert_msg(memcmp(&a[i], &b[i], sizeof(double)) == 0 || (isnan(a[i]) && isnan(b[i])),
+                          "%s[%lld]: %.17g vs %.17g", m[k], (long long)i, a[i], b[i]);
+        free(a), free(b);
+    }
+    int64_t r1, c1, r2, c2;
+    int32_t *ta = ints("straight", "trajectories/completion_tokens", &r1, &c1);
+    int32_t *tb = ints("cut", "trajectories/completion_tokens", &r2, &c2);
+    ck_assert(r1 == r2 && c1 == c2);
+    ck_assert(memcmp(ta, tb, sizeof *ta * (size_t)(r1 * c1)) == 0);
+    free(ta), free(tb);
+}
+END_TEST
+
 int main(void)
 {
     if (!dllm_backend_cuda()) {
         printf("SKIP: no usable CUDA backend: %s\n", dllm_backend_cuda_why());
         return 77;
     }
+    bin = getenv("DLLM_BIN");
+    bool cli = bin && access(bin, X_OK) == 0;
+    strcpy(tmp, "/tmp/dllm-devtrain-XXXXXX");
+    /* a short masked-diffusion SFT on solver-made Sudoku answers, so that the tiny model
+     * earns some reward and the RL steps have gradients to compare (a random model's
+     * rewards, and so its advantages and gradients, are all 0) */
+    if (cli && (!mkdtemp(tmp) ||
+                tu_sh("%s tasks sft-data sudoku --n 200 --seed 101 --max-blanks 4 > %s/sft.jsonl",
+                      bin, tmp) ||
+                tu_sh("printf 'experiment: sft\\nseed: 1\\nmodel: {preset: tiny}\\n"
+                      "data: {train: %s/sft.jsonl, max_len: 64, answer_length: 34}\\n"
+                      "sft: {steps: 200, batch_size: 16}\\noptim: {lr: 1e-2, warmup: 10}\\n"
+                      "log: {dir: %s/runs}\\ncheckpoint: {every: 200}\\n' > %s/sft.yaml && "
+                      "%s sft %s/sft.yaml --quiet 2>/dev/null", tmp, tmp, tmp, bin, tmp))) {
+        fprintf(stderr, "test_device_train: the SFT model could not be made\n");
+        return 1;
+    }
     Suite *s = suite_create("device_train");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_grad_parity, 0, 6);
     tcase_add_test(tc, test_bf16_trainer_refused);
+    if (cli) {
+        tcase_add_loop_test(tc, test_train_matches_cpu, 0, 2);
+        tcase_add_test(tc, test_device_resume_exact);
+    }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive a fork */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    if (cli)
+        tu_sh("rm -rf %s", tmp);
+    if (failed)
+        return EXIT_FAILURE;
+    if (!cli) {
+        printf("SKIP: DLLM_BIN (the dllm-rl binary) not set: train was not run\n");
+        return 77;
+    }
+    return EXIT_SUCCESS;
 }
