@@ -166,4 +166,24 @@ int dllm_tf_device_logits(dllm_tf *m, bool rollout, dllm_device_logits *out, dll
  * plans with it). */
 int dllm_tf_device_chunk_rows(int V);
 
+/* ---- training on the device (transformer_device_train.c) ---- */
+/* From now on dllm_tf_forward keeps its activations on the device (the logits of its rows
+ * come down), dllm_tf_backward uploads the dlogits and runs there, and the gradients and
+ * AdamW moments live in device memory: the dllm_tf_device_* calls below replace
+ * dllm_tf_grads / dllm_tf_zero_grad and the host optimizer. Needs the fp32 trainer
+ * (an input error under a bf16 trainer). Ended by leaving the device or a LoRA change. */
+int dllm_tf_device_train(dllm_tf *m, dllm_err *err);
+bool dllm_tf_device_trains(const dllm_tf *m);
+void dllm_tf_device_zero_grad(dllm_tf *m);
+/* The gradients' global L2 norm (for the log); clipped on the device when max_norm > 0
+ * (op_clip_grad's rule). */
+double dllm_tf_device_clip_grad(dllm_tf *m, double max_norm);
+/* One AdamW step (op_adamw's, bit-identical per element) of the trainable vector on the
+ * device; the new values then come down into the host parameters. */
+void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float eps, float wd);
+/* The gradients (out: the trainable vector's length and order, as dllm_tf_grads). */
+void dllm_tf_device_grads(dllm_tf *m, float *out);
+/* The AdamW moments between host vectors in trainable order and the device (up: to it). */
+void dllm_tf_device_moments(dllm_tf *m, float *mh, float *vh, bool up);
+
 #endif

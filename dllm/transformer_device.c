@@ -19,42 +19,11 @@
  * rows the logits read (small int arrays), uploads them, and downloads the logits of
  * the requested rows, a chunk of rows at a time. */
 #include "dllm/device_logits.h"
-#include "dllm/transformer_impl.h"
+#include "dllm/transformer_device_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The bytes one chunk of logits rows may take on the device. */
-enum { LOGITS_CHUNK_BYTES = 64 << 20, LOGITS_CHUNK_MAX_ROWS = 1024 };
-
-typedef struct {
-    dllm_tf *m;
-    bool rollout;
-} dl_ctx;
-
-struct tf_device {
-    dllm_backend *be;
-    op_rope_table rope;      /* cos/sin in device memory, as large as the host's */
-    tf_view tv, rv;          /* trainer view; rollout copy (rv.be NULL: none) */
-    dllm_precision rprec;    /* what rv was built for */
-    tf_lora *ad;             // (L, NLIN) A/B pointing into lora, or NULL
-    float *lora;             // (n_lora) device copy of the LoRA parameters
-    size_t n_lora;
-    tf_acts a, ra, la[2];    /* nograd, rollout, device_logits (trainer, rollout) */
-    float *stage;            // (largest linear) device staging, fp32
-    float *hstage;           // (largest linear) host: one merged weight
-    int32_t *h_tok, *h_pos, *h_rows; // (hcap) host input staging
-    uint8_t *h_mask;         // (hcap)
-    size_t hcap;
-    float *lg;               // (lg_cap, V) one chunk of logits, grown up to lg_rows
-    int lg_rows, lg_cap;     /* the chunk, and the rows allocated so far */
-    int32_t *tgt;            // (lg_cap) a chunk's targets
-    float *lp;               // (lg_cap) a chunk's log-probs
-    bool tv_stale;           /* the trainer view is built on first use after a sync */
-    const float *xl[2];      /* device_logits: x_L of the last layers() */
-    dl_ctx dl[2];
-};
 
 static size_t max_linear(const dllm_tf *m)
 {
@@ -276,7 +245,7 @@ int dllm_tf_device_trainer_changed(dllm_tf *m)
 /* The view a device forward reads; the trainer view (re)built first when stale. Building
  * it on first use keeps the fp32 (or bf16) trainer copy off a device that only runs the
  * rollout copy (generate, score, bench rollout at a low precision). */
-static const tf_view *dview_ready(dllm_tf *m, bool rollout)
+const tf_view *tf_device_view(dllm_tf *m, bool rollout)
 {
     tf_device *d = m->dev;
     bool tv = !rollout || m->prec.rollout == DLLM_ROLLOUT_TRAINER;
@@ -293,10 +262,11 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
     const dllm_precision *p = &m->prec;
     d->tv_stale = true; /* rebuilt by the next forward that reads it */
     if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
-        tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
+        tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1], &d->ka};
         for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
             tf_acts_free(acts[i]);
         d->xl[0] = d->xl[1] = NULL;
+        tf_device_train_free(m); /* its adapters' layout changed */
     }
     lora_upload(m);
     /* the rollout copy */
@@ -330,9 +300,10 @@ void tf_device_free(dllm_tf *m)
     tf_device *d = m->dev;
     if (!d)
         return;
+    tf_device_train_free(m);
     dview_free(m, &d->tv);
     dview_free(m, &d->rv);
-    tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
+    tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1], &d->ka};
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
         tf_acts_free(acts[i]);
     dfree(d, d->rope.cos);
@@ -402,14 +373,14 @@ static void head_download(dllm_tf *m, tf_acts *a, const tf_view *v, const float 
  * a->hrows. */
 static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
                                   const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                                  const int32_t *rows, int R)
+                                  const int32_t *rows, int R, bool keep)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     int N = B * T;
     tf_rope_grow(m, T);
     a->be = be;
-    tf_acts_ensure(m, a, B, T, R, 1);
+    tf_acts_ensure(m, a, B, T, R, keep ? m->L : 1);
     a->B = B, a->T = T, a->N = N, a->R = R;
     host_staging(d, (size_t)(N > R ? N : R));
     a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, d->h_tok, d->h_mask, d->h_pos,
@@ -418,7 +389,21 @@ static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
     be->ops->upload(be, a->keymask, d->h_mask, (size_t)N);
     be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
     be->ops->upload(be, a->hrows, d->h_rows, (size_t)R * sizeof(int32_t));
-    return tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+    return tf_layers_fwd(m, a, v, keep, tf_batch_attention, a);
+}
+
+int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                           int T, const int32_t *rows, int R, float *logits)
+{
+    tf_device *d = m->dev;
+    tf_acts *a = &d->ka;
+    a->valid = false;
+    const tf_view *v = tf_device_view(m, false);
+    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
+    if (R > 0)
+        head_download(m, a, v, xL, R, logits);
+    a->valid = true;
+    return 0;
 }
 
 int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
@@ -428,8 +413,8 @@ int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     tf_acts *a = rollout ? &d->ra : &d->a;
-    const tf_view *v = dview_ready(m, rollout);
-    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R);
+    const tf_view *v = tf_device_view(m, rollout);
+    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, false);
     if (R <= 0)
         return 0;
     size_t C = (size_t)m->C;
@@ -450,8 +435,8 @@ int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uin
 {
     tf_device *d = m->dev;
     tf_acts *a = rollout ? &d->ra : &d->a;
-    const tf_view *v = dview_ready(m, rollout);
-    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R);
+    const tf_view *v = tf_device_view(m, rollout);
+    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, false);
     if (R > 0)
         head_download(m, a, v, xL, R, logits);
     return 0;
@@ -474,7 +459,7 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
     }
     int N = B * T;
     bool count = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT;
-    const tf_view *v = dview_ready(m, k);
+    const tf_view *v = tf_device_view(m, k);
     tf_rope_grow(m, T);
     a->be = be;
     tf_acts_ensure(m, a, B, T, d->lg_rows, 1);
@@ -520,7 +505,7 @@ static int dl_head(void *ctx, const int32_t *d_rows, int n, float *d_logits)
         hr = a->hrows;
     }
     be->ops->embedding_fwd(be, a->xr, hr, d->xl[k], n, m->C);
-    tf_head_fwd(m, dview_ready(m, k), a->xr, a->nf, a->rstdf, n, d_logits);
+    tf_head_fwd(m, tf_device_view(m, k), a->xr, a->nf, a->rstdf, n, d_logits);
     return 0;
 }
 

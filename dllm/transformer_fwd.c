@@ -119,29 +119,28 @@ void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
     a->rstdf = ACTS_F(capR);
 }
 
-/* Backward scratch, allocated by the first backward only. */
-static void acts_ensure_bwd(dllm_tf *m)
+/* Backward scratch, allocated by the first backward only (in a's memory). */
+static void acts_ensure_bwd(dllm_tf *m, tf_acts *a)
 {
-    tf_acts *a = &m->a;
     if (a->dx)
         return;
     size_t N = a->capN, C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
     size_t KD = (size_t)m->KD, r = (size_t)m->lora_rank;
-    a->dx = TF_FALLOC(N * C);
-    a->dh = TF_FALLOC(N * C);
-    a->dn = TF_FALLOC(N * C);
-    a->dq = TF_FALLOC(N * QD);
-    a->dy = TF_FALLOC(N * QD);
-    a->dqr = TF_FALLOC(N * QD);
-    a->dk = TF_FALLOC(N * KD);
-    a->dv = TF_FALLOC(N * KD);
-    a->dkr = TF_FALLOC(N * KD);
-    a->dg = TF_FALLOC(N * H);
-    a->du = TF_FALLOC(N * H);
-    a->ds = TF_FALLOC(N * H);
-    a->dxa = r ? TF_FALLOC(N * r) : NULL;
-    a->dxr = TF_FALLOC(a->capR * C);
-    a->dnf = TF_FALLOC(a->capR * C);
+    a->dx = ACTS_F(N * C);
+    a->dh = ACTS_F(N * C);
+    a->dn = ACTS_F(N * C);
+    a->dq = ACTS_F(N * QD);
+    a->dy = ACTS_F(N * QD);
+    a->dqr = ACTS_F(N * QD);
+    a->dk = ACTS_F(N * KD);
+    a->dv = ACTS_F(N * KD);
+    a->dkr = ACTS_F(N * KD);
+    a->dg = ACTS_F(N * H);
+    a->du = ACTS_F(N * H);
+    a->ds = ACTS_F(N * H);
+    a->dxa = r ? ACTS_F(N * r) : NULL;
+    a->dxr = ACTS_F(a->capR * C);
+    a->dnf = ACTS_F(a->capR * C);
 }
 
 size_t dllm_tf_activation_floats(const dllm_tf *m)
@@ -181,20 +180,22 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
 }
 
 /* dinp (N, in) += dout W [+ LoRA path]; dW, dA, dB accumulate where trainable. */
-static void lin_bwd(dllm_tf *m, int l, int j, float *dinp, const float *dout, const float *inp,
-                    int N)
+static void lin_bwd(dllm_tf *m, const tf_bwd_target *t, int l, int j, float *dinp,
+                    const float *dout, const float *inp, int N)
 {
     int o, i;
     tf_lin_shape(m, j, &o, &i);
-    OPS->linear_bwd(m->be, dinp, m->lg[l].t[j], dout, inp, m->tv.lw[l].t[j], N, i, o);
-    const tf_lora *ad = m->ad ? &m->ad[l * DLLM_NLIN + j] : NULL;
+    dllm_backend *be = t->be;
+    tf_acts *a = t->a;
+    be->ops->linear_bwd(be, dinp, t->lg[l].t[j], dout, inp, t->w->lw[l].t[j], N, i, o);
+    const tf_lora *ad = t->ad ? &t->ad[l * DLLM_NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
-        const float *xa = m->a.xa + ((size_t)l * DLLM_NLIN + j) * m->a.capN * r;
-        float *dxa = m->a.dxa; // (N, r)
-        OPS->gemm(m->be, false, false, N, r, o, m->lora_scale, dout, ad->B, 0.0f, dxa);
-        OPS->gemm(m->be, true, false, o, r, N, m->lora_scale, dout, xa, 1.0f, ad->dB);
-        OPS->linear_bwd(m->be, dinp, ad->dA, dxa, inp, ad->A, N, i, r);
+        const float *xa = a->xa + ((size_t)l * DLLM_NLIN + j) * a->capN * r;
+        float *dxa = a->dxa; // (N, r)
+        be->ops->gemm(be, false, false, N, r, o, m->lora_scale, dout, ad->B, 0.0f, dxa);
+        be->ops->gemm(be, true, false, o, r, N, m->lora_scale, dout, xa, 1.0f, ad->dB);
+        be->ops->linear_bwd(be, dinp, ad->dA, dxa, inp, ad->A, N, i, r);
     }
 }
 
@@ -378,8 +379,10 @@ static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *toke
     if (rc)
         return rc;
     int N = B * T, R = rows ? n_rows : N;
-    if (!keep && m->dev) /* the copies on the device; the kept forward stays on the host */
+    if (!keep && m->dev) /* the copies on the device */
         return tf_device_forward(m, a == &m->ra, tokens, keymask, B, T, rows, R, logits);
+    if (keep && m->dev && tf_device_training(m)) /* the kept forward too, when it trains there */
+        return tf_device_forward_keep(m, tokens, keymask, B, T, rows, R, logits);
     tf_rope_grow(m, T);
     tf_acts_ensure(m, a, B, T, R, keep ? m->L : 1);
     a->B = B;
@@ -464,22 +467,34 @@ int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const u
 /* ---- backward --------------------------------------------------------------------- */
 
 /* dbias += column sums of dout (N, OC) where the bias exists and is trainable. */
-static void bias_bwd(dllm_tf *m, int l, int slot, const float *dout, int N, int OC)
+static void bias_bwd(const tf_bwd_target *t, int l, int slot, const float *dout, int N, int OC)
 {
-    if (m->lg[l].t[slot])
-        OPS->bias_bwd(m->be, m->lg[l].t[slot], dout, N, OC);
+    if (t->lg[l].t[slot])
+        t->be->ops->bias_bwd(t->be, t->lg[l].t[slot], dout, N, OC);
 }
 
 void dllm_tf_backward(dllm_tf *m, const float *dlogits)
 {
-    tf_acts *a = &m->a;
-    if (!a->valid) {
+    if (m->dev && tf_device_training(m)) {
+        tf_device_backward(m, dlogits);
+        return;
+    }
+    if (!m->a.valid) {
         fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
         abort();
     }
     tf_ensure_grads(m);
-    acts_ensure_bwd(m);
-    dllm_backend *be = m->be;
+    tf_bwd_target t = {m->be, &m->a, &m->tv, m->lg, m->d_embed, m->d_final_norm, m->d_head,
+                       m->ad, &m->rope};
+    tf_backward(m, &t, dlogits);
+}
+
+void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits)
+{
+    tf_acts *a = t->a;
+    acts_ensure_bwd(m, a);
+    dllm_backend *be = t->be;
+    const dllm_backend_ops *ops = be->ops;
     int N = a->N, R = a->R, B = a->B, T = a->T;
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
     size_t sN = a->capN;
@@ -489,19 +504,22 @@ void dllm_tf_backward(dllm_tf *m, const float *dlogits)
     const uint8_t *mask = a->have_mask ? a->keymask : NULL;
 
     // head and final norm on the gathered rows, then scatter into dx = dL/dx_L
-    OPS->memset0(be, a->dnf, (size_t)R * fC);
-    OPS->memset0(be, a->dxr, (size_t)R * fC);
+    ops->memset0(be, a->dnf, (size_t)R * fC);
+    ops->memset0(be, a->dxr, (size_t)R * fC);
     /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients */
-    OPS->linear_bwd(be, a->dnf, m->d_head, dlogits, a->nf, m->tv.head, R, m->C, m->V);
-    OPS->rmsnorm_bwd(be, a->dxr, m->d_final_norm, a->dnf, a->xr, m->tv.final_norm, a->rstdf, R,
+    ops->linear_bwd(be, a->dnf, t->d_head, dlogits, a->nf, t->w->head, R, m->C, m->V);
+    ops->rmsnorm_bwd(be, a->dxr, t->d_final_norm, a->dnf, a->xr, t->w->final_norm, a->rstdf, R,
                      m->C);
-    OPS->memset0(be, a->dx, (size_t)N * fC);
-    for (int r = 0; r < R; r++)
-        OPS->add(be, a->dx + (size_t)a->hrows[r] * C, a->dxr + r * C, C);
+    ops->memset0(be, a->dx, (size_t)N * fC);
+    if (acts_on_device(a)) /* the scatter-add of the rows by the embedding's backward */
+        ops->embedding_bwd(be, a->dx, a->dxr, a->hrows, R, m->C);
+    else
+        for (int r = 0; r < R; r++)
+            ops->add(be, a->dx + (size_t)a->hrows[r] * C, a->dxr + r * C, C);
 
     for (int l = m->L - 1; l >= 0; l--) {
-        const tf_layer *w = &m->tv.lw[l]; /* straight-through under a bf16 trainer */
-        const tf_layer *gw = &m->lg[l];
+        const tf_layer *w = &t->w->lw[l]; /* straight-through under a bf16 trainer */
+        const tf_layer *gw = &t->lg[l];
         const float *x = a->resid + l * sN * C;
         const float *n1 = a->n1 + l * sN * C, *rstd1 = a->rstd1 + l * sN;
         const float *q = a->q + l * sN * QD, *k = a->k + l * sN * KD, *v = a->v + l * sN * KD;
@@ -511,51 +529,51 @@ void dllm_tf_backward(dllm_tf *m, const float *dlogits)
         const float *g = a->g + l * sN * H, *u = a->u + l * sN * H, *s = a->s + l * sN * H;
 
         // MLP: x_{l+1} = h + down(silu(gate n2) * up n2)
-        OPS->copy(be, a->dh, a->dx, (size_t)N * fC);
-        OPS->memset0(be, a->ds, (size_t)N * fH);
-        lin_bwd(m, l, DLLM_LIN_DOWN, a->ds, a->dx, s, N);
-        OPS->memset0(be, a->dg, (size_t)N * fH);
-        OPS->memset0(be, a->du, (size_t)N * fH);
-        OPS->swiglu_bwd(be, a->dg, a->du, a->ds, g, u, (size_t)N * H);
-        OPS->memset0(be, a->dn, (size_t)N * fC);
-        lin_bwd(m, l, DLLM_LIN_GATE, a->dn, a->dg, n2, N);
-        lin_bwd(m, l, DLLM_LIN_UP, a->dn, a->du, n2, N);
-        OPS->rmsnorm_bwd(be, a->dh, gw->t[DLLM_T_MLP_NORM], a->dn, h, w->t[DLLM_T_MLP_NORM],
+        ops->copy(be, a->dh, a->dx, (size_t)N * fC);
+        ops->memset0(be, a->ds, (size_t)N * fH);
+        lin_bwd(m, t, l, DLLM_LIN_DOWN, a->ds, a->dx, s, N);
+        ops->memset0(be, a->dg, (size_t)N * fH);
+        ops->memset0(be, a->du, (size_t)N * fH);
+        ops->swiglu_bwd(be, a->dg, a->du, a->ds, g, u, (size_t)N * H);
+        ops->memset0(be, a->dn, (size_t)N * fC);
+        lin_bwd(m, t, l, DLLM_LIN_GATE, a->dn, a->dg, n2, N);
+        lin_bwd(m, t, l, DLLM_LIN_UP, a->dn, a->du, n2, N);
+        ops->rmsnorm_bwd(be, a->dh, gw->t[DLLM_T_MLP_NORM], a->dn, h, w->t[DLLM_T_MLP_NORM],
                          rstd2, N, m->C);
 
         // attention: h = x + o_proj(y)
-        OPS->copy(be, a->dx, a->dh, (size_t)N * fC);
-        OPS->memset0(be, a->dy, (size_t)N * fQ);
-        lin_bwd(m, l, DLLM_LIN_O, a->dy, a->dh, y, N);
-        OPS->memset0(be, a->dq, (size_t)N * fQ);
-        OPS->memset0(be, a->dk, (size_t)N * fK);
-        OPS->memset0(be, a->dv, (size_t)N * fK);
-        OPS->attention_bwd(be, a->dq, a->dk, a->dv, a->dy, y, att, q, k, v, mask, B, T, m->NH,
+        ops->copy(be, a->dx, a->dh, (size_t)N * fC);
+        ops->memset0(be, a->dy, (size_t)N * fQ);
+        lin_bwd(m, t, l, DLLM_LIN_O, a->dy, a->dh, y, N);
+        ops->memset0(be, a->dq, (size_t)N * fQ);
+        ops->memset0(be, a->dk, (size_t)N * fK);
+        ops->memset0(be, a->dv, (size_t)N * fK);
+        ops->attention_bwd(be, a->dq, a->dk, a->dv, a->dy, y, att, q, k, v, mask, B, T, m->NH,
                            m->NKV, m->HD, m->arch->causal);
-        OPS->rope_bwd(be, a->dq, a->dq, a->pos, &m->rope, N, m->NH, m->HD); /* in place */
-        OPS->rope_bwd(be, a->dk, a->dk, a->pos, &m->rope, N, m->NKV, m->HD);
+        ops->rope_bwd(be, a->dq, a->dq, a->pos, t->rope, N, m->NH, m->HD); /* in place */
+        ops->rope_bwd(be, a->dk, a->dk, a->pos, t->rope, N, m->NKV, m->HD);
         float *dql = a->dq, *dkl = a->dk; /* gradients at the q/k projections' outputs */
         if (qkn) {
             const float *qr = a->qr + l * sN * QD, *rstdq = a->rstdq + l * sN * m->NH;
             const float *kr = a->kr + l * sN * KD, *rstdk = a->rstdk + l * sN * m->NKV;
-            OPS->memset0(be, a->dqr, (size_t)N * fQ);
-            OPS->memset0(be, a->dkr, (size_t)N * fK);
-            OPS->rmsnorm_bwd(be, a->dqr, gw->t[DLLM_T_Q_NORM], a->dq, qr, w->t[DLLM_T_Q_NORM],
+            ops->memset0(be, a->dqr, (size_t)N * fQ);
+            ops->memset0(be, a->dkr, (size_t)N * fK);
+            ops->rmsnorm_bwd(be, a->dqr, gw->t[DLLM_T_Q_NORM], a->dq, qr, w->t[DLLM_T_Q_NORM],
                              rstdq, N * m->NH, m->HD);
-            OPS->rmsnorm_bwd(be, a->dkr, gw->t[DLLM_T_K_NORM], a->dk, kr, w->t[DLLM_T_K_NORM],
+            ops->rmsnorm_bwd(be, a->dkr, gw->t[DLLM_T_K_NORM], a->dk, kr, w->t[DLLM_T_K_NORM],
                              rstdk, N * m->NKV, m->HD);
             dql = a->dqr;
             dkl = a->dkr;
         }
-        bias_bwd(m, l, DLLM_T_Q_BIAS, dql, N, m->QD);
-        bias_bwd(m, l, DLLM_T_K_BIAS, dkl, N, m->KD);
-        bias_bwd(m, l, DLLM_T_V_BIAS, a->dv, N, m->KD);
-        OPS->memset0(be, a->dn, (size_t)N * fC);
-        lin_bwd(m, l, DLLM_LIN_Q, a->dn, dql, n1, N);
-        lin_bwd(m, l, DLLM_LIN_K, a->dn, dkl, n1, N);
-        lin_bwd(m, l, DLLM_LIN_V, a->dn, a->dv, n1, N);
-        OPS->rmsnorm_bwd(be, a->dx, gw->t[DLLM_T_ATTN_NORM], a->dn, x, w->t[DLLM_T_ATTN_NORM],
+        bias_bwd(t, l, DLLM_T_Q_BIAS, dql, N, m->QD);
+        bias_bwd(t, l, DLLM_T_K_BIAS, dkl, N, m->KD);
+        bias_bwd(t, l, DLLM_T_V_BIAS, a->dv, N, m->KD);
+        ops->memset0(be, a->dn, (size_t)N * fC);
+        lin_bwd(m, t, l, DLLM_LIN_Q, a->dn, dql, n1, N);
+        lin_bwd(m, t, l, DLLM_LIN_K, a->dn, dkl, n1, N);
+        lin_bwd(m, t, l, DLLM_LIN_V, a->dn, a->dv, n1, N);
+        ops->rmsnorm_bwd(be, a->dx, gw->t[DLLM_T_ATTN_NORM], a->dn, x, w->t[DLLM_T_ATTN_NORM],
                          rstd1, N, m->C);
     }
-    OPS->embedding_bwd(be, m->d_embed, a->dx, a->tokens, N, m->C);
+    ops->embedding_bwd(be, t->d_embed, a->dx, a->tokens, N, m->C);
 }

@@ -155,6 +155,29 @@ int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
                           const uint8_t *keymask, int B, int T, const int32_t *rows,
                           const int32_t *targets, int R, float *logp);
 
+/* Training on the device (transformer_device_train.c): whether the kept forward, the
+ * backward and the optimizer step run there; the kept forward over host inputs (the
+ * logits of the rows downloaded); the backward of host dlogits (uploaded). */
+bool tf_device_training(const dllm_tf *m);
+int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                           int T, const int32_t *rows, int R, float *logits);
+void tf_device_backward(dllm_tf *m, const float *dlogits);
+
+/* What a backward reads and writes, all in be's memory: the kept activations, the
+ * weights it differentiates through (straight-through under a bf16 trainer), the
+ * gradients (NULL where frozen) and the adapters with theirs. */
+typedef struct {
+    dllm_backend *be;
+    tf_acts *a;
+    const tf_view *w;
+    const tf_layer *lg;                     // (L) gradient pointers
+    float *d_embed, *d_final_norm, *d_head; /* d_head == d_embed when tied */
+    const tf_lora *ad;                      // (L, NLIN) A, B, dA, dB; NULL without LoRA
+    const op_rope_table *rope;              /* in be's memory */
+} tf_bwd_target;
+/* The backward of the last keeping forward into t (dlogits (R, V) in t->be's memory). */
+void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits);
+
 /* dst (out, in) = W + (alpha/r) B A for linear j of layer l (W alone without an
  * adapter there), on the host: the weight a rollout copy is built from. */
 void tf_merged_weight(const dllm_tf *m, int l, int j, float *dst);

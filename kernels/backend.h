@@ -110,6 +110,12 @@ typedef struct dllm_backend_ops {
     /* W4A4 (kernels/nvfp4.h): activations quantised per call */
     void (*nvfp4_linear_fwd)(dllm_backend *be, float *out, const float *inp, nvfp4_matrix *w,
                              int N, int C, int OC);
+
+    /* ---- the optimizer's global norm (dllm/transformer_device_train.c) ---- */
+    /* returns the L2 norm of g (n) (as grad_norm); when max_norm > 0, then g *= coef with
+     * coef = max_norm / (norm + 1e-6) where coef < 1 (op_clip_grad). A device clips
+     * from the norm in its own memory: the returned value is for the log. */
+    double (*clip_grad)(dllm_backend *be, float *g, size_t n, double max_norm);
 } dllm_backend_ops;
 
 struct dllm_backend {

@@ -446,6 +446,16 @@ static void run_grad_norm(dllm_backend *be, const bcase *c, void **p, double *re
     *ret = be->ops->grad_norm(be, p[0], (size_t)c->d[0]);
 }
 
+/* clip_grad: d = {n, max_norm x 1000}; the clipped g and the returned norm compared */
+static void mk_clip_grad(const bcase *c, bcase_buf *b, int *nb)
+{
+    addb(b, nb, "g", BK_F32, (size_t)c->d[0], rnd((size_t)c->d[0], 57, 0.01), 0);
+}
+static void run_clip_grad(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    *ret = be->ops->clip_grad(be, p[0], (size_t)c->d[0], (double)c->d[1] / 1000.0);
+}
+
 #define T_ (FP8_SCALE_TENSOR)
 #define BLK_ (FP8_SCALE_BLOCK)
 #define GRP_ (FP8_SCALE_GROUP)
@@ -507,6 +517,9 @@ const bcase dllm_backend_cases[] = {
     {"adamw", "n30011 b1 0.9", {30011, 90}, 0, mk_adamw, run_adamw, -1},
     {"adamw", "n30011 b1 0.3", {30011, 30}, 0, mk_adamw, run_adamw, -1},
     {"grad_norm", "n300001", {300001}, 0, mk_grad_norm, run_grad_norm, 1e-12},
+    {"clip_grad", "n30011 clipped", {30011, 100}, 1e-12, mk_clip_grad, run_clip_grad, 1e-12},
+    {"clip_grad", "n30011 not clipped", {30011, 100000}, 0, mk_clip_grad, run_clip_grad, 1e-12},
+    {"clip_grad", "n30011 norm only", {30011, 0}, 0, mk_clip_grad, run_clip_grad, 1e-12},
 };
 const size_t dllm_backend_n_cases = sizeof dllm_backend_cases / sizeof *dllm_backend_cases;
 #undef T_

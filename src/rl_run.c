@@ -2,6 +2,7 @@
 #include "src/rl_run.h"
 
 #include "config.h"
+#include "dllm/transformer.h"
 #include "src/cli_util.h"
 #include "src/comm.h"
 #include "src/gen_settings.h"
@@ -140,9 +141,8 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                           .fp8_format = cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
                           .fp8_scaling = cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
                           .fp8_pow2_scale = cfg->rollout.fp8.pow2_scale,
-                          /* device: cuda puts the rollouts and the likelihoods without
-                           * gradient on the device; the update stays on the host, and
-                           * every sync after it refreshes the device copies */
+                          /* device: cuda puts the rollouts and the likelihoods on the
+                           * device, and the update too where it can run there (below) */
                           .device = cfg->device == CFG_DEVICE_CUDA ? "cuda" : "cpu",
                           .device_flag = "device"};
     if (dllm_policy_open(&run->pol, &pc, err))
@@ -199,6 +199,16 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         run->ref_params = dllm_malloc(sizeof(float) * run->n_param);
         memcpy(run->ref_params, dllm_policy_trainable(run->pol, &run->n_param),
                sizeof(float) * run->n_param);
+    }
+    /* the update on the device: one rank (the gradients' all-reduce is a host one), an
+     * fp32 trainer; otherwise it stays on the host, as the note says */
+    if (dllm_policy_device(run->pol)) {
+        dllm_err e2;
+        int rc = run->size > 1 ? dllm_err_set(&e2, DLLM_EXIT_INPUT, "%d ranks", run->size)
+                               : dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
+        run->dev_update = rc == 0;
+        if (rc && run->rank == 0)
+            fprintf(stderr, "device cuda: the update runs on the host (%s)\n", e2.msg);
     }
     return dllm_policy_sync_rollout(run->pol, NULL, err);
 }
@@ -361,7 +371,10 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
         ckpt_generation_set_dream(&g, &run->cfg);
     if (ckpt_write_generation(tmp, &g, err))
         return err->code;
-    /* exact state for resuming: trainable vector, AdamW moments, reference */
+    /* exact state for resuming: trainable vector, AdamW moments, reference (the moments
+     * of a device update come down first; the trainable vector is on the host already) */
+    if (run->dev_update)
+        dllm_tf_device_moments(dllm_policy_model(run->pol), run->adam_m, run->adam_v, false);
     st_writer *w = st_writer_new();
     int64_t shape[1] = {(int64_t)run->n_param};
     size_t n;
@@ -457,6 +470,8 @@ int rl_checkpoint_load(rl_run *run, const char *ckpt_dir, dllm_err *err)
     st_close(a);
     if (rc)
         return rc;
+    if (run->dev_update)
+        dllm_tf_device_moments(dllm_policy_model(run->pol), run->adam_m, run->adam_v, true);
     run->step = step;
     run->opt_step = (long)opt;
     run->alpha_prev = alpha;

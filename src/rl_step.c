@@ -1,6 +1,7 @@
 /* rl_step.c: one RL step and the evaluation protocol. See rl.h. */
 #include "src/rl.h"
 
+#include "dllm/transformer.h"
 #include "kernels/ops.h"
 #include "src/comm.h"
 #include "src/prompt.h"
@@ -375,7 +376,10 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
             plan = &fresh;
         }
         lc.loss = lc.kl = lc.clip = lc.ratio_terms = lc.nonfinite = 0;
-        dllm_policy_zero_grad(run->pol);
+        if (run->dev_update)
+            dllm_tf_device_zero_grad(dllm_policy_model(run->pol));
+        else
+            dllm_policy_zero_grad(run->pol);
         if (!rc) {
             void *ctx;
             dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
@@ -385,6 +389,17 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         dllm_lik_plan_free(&fresh);
         if (rc)
             break;
+        if (run->dev_update) { /* one rank: norm, clip and AdamW on the device */
+            dllm_tf *m = dllm_policy_model(run->pol);
+            grad_norm = dllm_tf_device_clip_grad(m, cfg->optim.grad_clip > 0 ? cfg->optim.grad_clip
+                                                                              : 0.0);
+            run->opt_step++;
+            lr = lr_at(run, run->opt_step);
+            dllm_tf_device_adamw(m, (int)run->opt_step, (float)lr, (float)cfg->optim.betas[0],
+                                 (float)cfg->optim.betas[1], (float)cfg->optim.eps,
+                                 (float)cfg->optim.weight_decay);
+            continue;
+        }
         comm_sum_f(grads, np);
         grad_norm = op_grad_norm(grads, np);
         if (cfg->optim.grad_clip > 0)

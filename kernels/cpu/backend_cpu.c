@@ -170,6 +170,14 @@ static void cpu_adamw(dllm_backend *be, float *p, const float *g, float *m, floa
     (void)be;
     op_adamw(p, g, m, v, n, t, lr, b1, b2, eps, wd);
 }
+static double cpu_clip_grad(dllm_backend *be, float *g, size_t n, double max_norm)
+{
+    (void)be;
+    double norm = op_grad_norm(g, n);
+    if (max_norm > 0)
+        op_clip_grad(g, n, norm, max_norm);
+    return norm;
+}
 static double cpu_grad_norm(dllm_backend *be, const float *g, size_t n)
 {
     (void)be;
@@ -235,6 +243,7 @@ static const dllm_backend_ops cpu_ops = {
     .copy = cpu_copy, .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
     .to_bf16 = cpu_to_bf16, .fp8_quantise = cpu_fp8_quantise,
     .bf16_linear_fwd = cpu_bf16_linear_fwd, .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd,
+    .clip_grad = cpu_clip_grad,
 };
 
 static dllm_backend cpu_backend = {

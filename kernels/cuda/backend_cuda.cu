@@ -261,6 +261,17 @@ double cu_grad_norm(dllm_backend *, const float *g, size_t n)
 {
     return dllm_cuda_grad_norm(g, n, (double *)ws_get(sizeof(double)), NULL);
 }
+/* the sum of squares stays on the device for the clip; one double comes down for the log */
+double cu_clip_grad(dllm_backend *, float *g, size_t n, double max_norm)
+{
+    double *acc = (double *)ws_get(sizeof(double)), sumsq = 0;
+    cudaCheck(cudaMemset(acc, 0, sizeof(double)));
+    dllm_cuda_sumsq_accum(acc, g, n, NULL);
+    if (max_norm > 0)
+        dllm_cuda_clip_grad(g, n, acc, max_norm, NULL);
+    cudaCheck(cudaMemcpy(&sumsq, acc, sizeof(double), cudaMemcpyDeviceToHost));
+    return sqrt(sumsq);
+}
 
 void cu_copy(dllm_backend *, void *dst, const void *src, size_t bytes)
 {
@@ -333,6 +344,7 @@ const dllm_backend_ops cuda_ops = {
     cu_xent_fwd, cu_xent_bwd, cu_round_bf16, cu_add, cu_adamw, cu_grad_norm,
     cu_copy, cu_bias_fwd, cu_bias_bwd, cu_to_bf16, cu_fp8_quantise,
     cu_bf16_linear_fwd, NULL, /* no NVFP4 linear: an nvfp4 rollout is refused on the device */
+    cu_clip_grad,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

@@ -1,0 +1,58 @@
+/* transformer_device_impl.h: the device copies of the transformer core, shared by
+ * transformer_device.c (placement, views, forwards) and transformer_device_train.c
+ * (the kept forward's backward, gradients and AdamW on the device). Not a public
+ * interface. */
+#ifndef DLLM_TRANSFORMER_DEVICE_IMPL_H
+#define DLLM_TRANSFORMER_DEVICE_IMPL_H
+
+#include "dllm/transformer_impl.h"
+
+/* The bytes one chunk of logits rows may take on the device. */
+enum { LOGITS_CHUNK_BYTES = 64 << 20, LOGITS_CHUNK_MAX_ROWS = 1024 };
+
+typedef struct {
+    dllm_tf *m;
+    bool rollout;
+} dl_ctx;
+
+struct tf_device {
+    dllm_backend *be;
+    op_rope_table rope;      /* cos/sin in device memory, as large as the host's */
+    tf_view tv, rv;          /* trainer view; rollout copy (rv.be NULL: none) */
+    dllm_precision rprec;    /* what rv was built for */
+    tf_lora *ad;             // (L, NLIN) A/B pointing into lora, or NULL
+    float *lora;             // (n_lora) device copy of the LoRA parameters
+    size_t n_lora;
+    tf_acts a, ra, la[2];    /* nograd, rollout, device_logits (trainer, rollout) */
+    float *stage;            // (largest linear) device staging, fp32
+    float *hstage;           // (largest linear) host: one merged weight
+    int32_t *h_tok, *h_pos, *h_rows; // (hcap) host input staging
+    uint8_t *h_mask;         // (hcap)
+    size_t hcap;
+    float *lg;               // (lg_cap, V) one chunk of logits, grown up to lg_rows
+    int lg_rows, lg_cap;     /* the chunk, and the rows allocated so far */
+    int32_t *tgt;            // (lg_cap) a chunk's targets
+    float *lp;               // (lg_cap) a chunk's log-probs
+    bool tv_stale;           /* the trainer view is built on first use after a sync */
+    const float *xl[2];      /* device_logits: x_L of the last layers() */
+    dl_ctx dl[2];
+    /* training on the device (transformer_device_train.c); off until enabled */
+    bool train;
+    tf_acts ka;              /* the kept activations of dllm_tf_forward */
+    float *g;                // (n_train) gradients, in the trainable's device layout
+    float *adam_m, *adam_v;  // (n_train) AdamW moments, the same layout
+    size_t n_train;
+    tf_layer *glw;           // (L) gradient pointers into g (NULL entries: frozen)
+    float *g_embed, *g_final_norm, *g_head;
+    tf_lora *gad;            // (L, NLIN) A, B of ad with dA, dB into g (LoRA)
+    float *dlog;             // (dlog_rows, V) the uploaded dlogits
+    int dlog_rows;
+};
+
+
+/* The view a device forward reads (the trainer view rebuilt first when stale). */
+const tf_view *tf_device_view(dllm_tf *m, bool rollout);
+/* Frees the training state (gradients, moments, kept activations' scratch). */
+void tf_device_train_free(dllm_tf *m);
+
+#endif

@@ -1,0 +1,208 @@
+/* transformer_device_train.c: training on the device (dllm_tf_device_train,
+ * transformer.h) -- the kept forward's backward, the gradients and AdamW in device
+ * memory.
+ *
+ * The trainable vector on the device is the copy the trainer view reads: the uploaded
+ * LoRA parameters (the host's layout), or under full fine-tuning the fp32 trainer view
+ * itself (embedding, layers slot by slot, final norm, head: not the HF order; segments()
+ * maps one onto the other). Gradients and AdamW moments take the same layout, so the
+ * optimizer step is one elementwise call and the global norm one reduction. After each
+ * step the new parameters come down into the host masters, which the rollout copy is
+ * built from and checkpoints read: n_lora floats under LoRA, every weight under full
+ * fine-tuning (which the next sync uploads again: a known cost of this first version).
+ * The GRPO loss's dlogits are computed on the host from the downloaded logits rows (the
+ * likelihood plan's rows only) and uploaded. A bf16 trainer keeps only packed bf16
+ * linears on the device, nothing to differentiate through: refused. */
+#include "dllm/transformer_device_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool tf_device_training(const dllm_tf *m) { return m->dev && m->dev->train; }
+bool dllm_tf_device_trains(const dllm_tf *m) { return tf_device_training(m); }
+
+/* The device copy the optimizer updates (the trainer view must be built). */
+static float *dev_trainable(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    return m->lora_rank ? d->lora : d->tv.buf;
+}
+
+/* The trainable vector's tensors as (host offset, device offset, count) triples; returns
+ * their count. seg holds 3 + L * DLLM_NT triples. */
+static int segments(dllm_tf *m, size_t (*seg)[3])
+{
+    tf_device *d = m->dev;
+    if (m->lora_rank) {
+        seg[0][0] = 0, seg[0][1] = 0, seg[0][2] = m->n_lora;
+        return 1;
+    }
+    const tf_view *v = &d->tv;
+    int n = 0;
+#define SEG(h, dv, cnt)                                                                          \
+    do {                                                                                         \
+        seg[n][0] = (size_t)((h) - m->params), seg[n][1] = (size_t)((dv) - v->buf);              \
+        seg[n][2] = (size_t)(cnt);                                                               \
+        n++;                                                                                     \
+    } while (0)
+    SEG(m->embed, v->embed, (size_t)m->V * m->C);
+    for (int l = 0; l < m->L; l++)
+        for (int t = 0; t < DLLM_NT; t++)
+            if (m->lw[l].t[t])
+                SEG(m->lw[l].t[t], v->lw[l].t[t], tf_slot_numel(m, t));
+    SEG(m->final_norm, v->final_norm, m->C);
+    if (!m->tied)
+        SEG(m->head, v->head, (size_t)m->V * m->C);
+#undef SEG
+    return n;
+}
+
+/* Moves n_train floats between a host vector in trainable order and device memory in
+ * the device layout. */
+static void transfer(dllm_tf *m, float *host, float *dev, bool up)
+{
+    dllm_backend *be = m->dev->be;
+    size_t(*seg)[3] = dllm_malloc((3 + (size_t)m->L * DLLM_NT) * sizeof *seg);
+    int n = segments(m, seg);
+    for (int i = 0; i < n; i++) {
+        size_t bytes = seg[i][2] * sizeof(float);
+        if (up)
+            be->ops->upload(be, dev + seg[i][1], host + seg[i][0], bytes);
+        else
+            be->ops->download(be, host + seg[i][0], dev + seg[i][1], bytes);
+    }
+    free(seg);
+}
+
+void tf_device_train_free(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    float *bufs[] = {d->g, d->adam_m, d->adam_v, d->dlog};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i])
+            be->ops->free(be, bufs[i]);
+    free(d->glw);
+    free(d->gad);
+    d->g = d->adam_m = d->adam_v = d->dlog = NULL;
+    d->glw = NULL, d->gad = NULL;
+    d->g_embed = d->g_final_norm = d->g_head = NULL;
+    d->n_train = 0, d->dlog_rows = 0;
+    d->train = false;
+}
+
+int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
+{
+    tf_device *d = m->dev;
+    if (!d)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "training on the device: the model is not on a device backend");
+    if (d->train)
+        return 0;
+    if (m->prec.trainer_bf16)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "training on the device needs the fp32 trainer (precision.trainer: "
+                            "bf16 keeps only packed bf16 linears there)");
+    const tf_view *v = tf_device_view(m, false);
+    dllm_backend *be = d->be;
+    d->n_train = m->lora_rank ? m->n_lora : v->nbuf;
+    if (!m->lora_rank && v->nbuf != m->n_params) {
+        d->n_train = 0;
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL,
+                            "training on the device: the trainer view holds %zu floats, the "
+                            "model %zu", v->nbuf, m->n_params);
+    }
+    size_t bytes = d->n_train * sizeof(float);
+    d->g = be->ops->alloc(be, bytes);
+    d->adam_m = be->ops->alloc(be, bytes);
+    d->adam_v = be->ops->alloc(be, bytes);
+    d->glw = dllm_calloc((size_t)m->L, sizeof *d->glw);
+    d->gad = m->lora_rank ? dllm_calloc((size_t)m->L * DLLM_NLIN, sizeof *d->gad) : NULL;
+    tf_acts_free(&d->ka); /* its backward scratch is allocated by the first backward */
+    d->ka.be = be;
+    d->train = true;
+    return 0;
+}
+
+/* The gradient pointers into g for the current trainer view (its buffers are reused
+ * across syncs, but rebuilt after a precision change). */
+static void grad_pointers(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    const tf_view *v = &d->tv;
+    if (m->lora_rank) {
+        for (int k = 0; k < m->L * DLLM_NLIN; k++) {
+            const tf_lora *a = &d->ad[k];
+            d->gad[k] = (tf_lora){(float *)a->A, (float *)a->B, NULL, NULL, a->in, a->out};
+            if (a->A) {
+                d->gad[k].dA = d->g + (a->A - d->lora);
+                d->gad[k].dB = d->g + (a->B - d->lora);
+            }
+        }
+        return;
+    }
+    for (int l = 0; l < m->L; l++)
+        for (int t = 0; t < DLLM_NT; t++)
+            d->glw[l].t[t] = v->lw[l].t[t] ? d->g + (v->lw[l].t[t] - v->buf) : NULL;
+    d->g_embed = d->g + (v->embed - v->buf);
+    d->g_final_norm = d->g + (v->final_norm - v->buf);
+    d->g_head = m->tied ? d->g_embed : d->g + (v->head - v->buf);
+}
+
+void tf_device_backward(dllm_tf *m, const float *dlogits)
+{
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    tf_acts *a = &d->ka;
+    if (!a->valid) {
+        fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
+        abort();
+    }
+    if (a->R > d->dlog_rows) {
+        if (d->dlog)
+            be->ops->free(be, d->dlog);
+        d->dlog = be->ops->alloc(be, (size_t)a->R * m->V * sizeof(float));
+        d->dlog_rows = a->R;
+    }
+    be->ops->upload(be, d->dlog, dlogits, (size_t)a->R * m->V * sizeof(float));
+    grad_pointers(m);
+    tf_bwd_target t = {be, a, &d->tv, d->glw, d->g_embed, d->g_final_norm, d->g_head,
+                       m->lora_rank ? d->gad : NULL, tf_rope_on(m, be)};
+    tf_backward(m, &t, d->dlog);
+}
+
+void dllm_tf_device_zero_grad(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    d->be->ops->memset0(d->be, d->g, d->n_train * sizeof(float));
+}
+
+double dllm_tf_device_clip_grad(dllm_tf *m, double max_norm)
+{
+    tf_device *d = m->dev;
+    return d->be->ops->clip_grad(d->be, d->g, d->n_train, max_norm);
+}
+
+void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float eps, float wd)
+{
+    tf_device *d = m->dev;
+    tf_device_view(m, false); /* the trainable copy is current */
+    float *p = dev_trainable(m);
+    d->be->ops->adamw(d->be, p, d->g, d->adam_m, d->adam_v, d->n_train, t, lr, b1, b2, eps, wd);
+    /* the host masters follow (the rollout copy and checkpoints read them) */
+    transfer(m, m->lora_rank ? m->lora_params : m->params, p, false);
+}
+
+void dllm_tf_device_grads(dllm_tf *m, float *out)
+{
+    transfer(m, out, m->dev->g, false);
+}
+
+void dllm_tf_device_moments(dllm_tf *m, float *mh, float *vh, bool up)
+{
+    tf_device *d = m->dev;
+    tf_device_view(m, false); /* the layout segments() reads */
+    transfer(m, mh, d->adam_m, up);
+    transfer(m, vh, d->adam_v, up);
+}
