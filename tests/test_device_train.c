@@ -266,8 +266,9 @@ START_TEST(test_train_matches_cpu)
     write_rl(dev, "cuda", lora);
     ck_assert_int_eq(tu_sh("%s train %s/%s.yaml --quiet", bin, tmp, cpu), 0);
     ck_assert_int_eq(tu_sh("%s train %s/%s.yaml --quiet 2>%s/err-%d", bin, tmp, dev, tmp, _i), 0);
-    /* the update ran on the device: no note that it stayed on the host */
-    ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/err-%d", tmp, _i), 1);
+    /* LoRA: the update ran on the device (no note that it stayed on the host); full
+     * fine-tuning: on the host, saying so (its device update is not yet exact) */
+    ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/err-%d", tmp, _i), lora ? 1 : 0);
     int64_t n, n2, r1, c1, r2, c2;
     const char *m[] = {"steps/loss", "steps/grad_norm", "steps/reward_mean"};
     for (int k = 0; k < 3; k++) {
@@ -279,7 +280,7 @@ START_TEST(test_train_matches_cpu)
              * after one AdamW step; they differ from the CPU's by 0.4-4% in the emulation
              * (not yet explained, see docs/DESIGN.md): only step 1's rewards compared */
             double tol = k == 2 ? 0 : 1e-4 * fabs(a[i]) + (k == 0 ? 1e-6 : 0);
-            if (!lora && (i > 0 || k < 2)) {
+            if (!lora && (i > 0 || k < 2)) { /* the host update on device rollouts */
                 printf("full %s step %d: cpu %.9g device %.9g (not compared)\n", m[k], i + 1,
                        a[i], b[i]);
                 continue;
