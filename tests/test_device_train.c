@@ -348,6 +348,10 @@ int main(void)
     bin = getenv("DLLM_BIN");
     bool cli = bin && access(bin, X_OK) == 0;
     strcpy(tmp, "/tmp/dllm-devtrain-XXXXXX");
+    /* the short SFT below must leave a model that earns reward at step 1 (else nothing
+     * is compared, which the test refuses); its trajectory depends on the fp32 GEMM's
+     * summation order, so the runs pin the library they were sized on */
+    setenv("DLLM_GEMM", "openblas", 1);
     /* a short masked-diffusion SFT on solver-made Sudoku answers, so that the tiny model
      * earns some reward and the RL steps have gradients to compare (a random model's
      * rewards, and so its advantages and gradients, are all 0) */
