@@ -11,6 +11,10 @@ BIN=${DLLM_BIN:-build/dllm-rl}
 # The results depend on the thread count (the order of floating-point sums): the
 # README's numbers are for 2 threads.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# ... and for OpenBLAS as the fp32 GEMM. The tiny model's SFT is sensitive to the
+# summation order: on oneDNN (the default where configure finds it) the same recipe
+# gave an SFT model of 0.484 that 60 RL steps did not improve (README, "The quickstart").
+export DLLM_GEMM=${DLLM_GEMM:-openblas}
 RUNS=${RUNS:-runs}
 mkdir -p "$RUNS"
 if [ -e "$RUNS/quickstart-sft" ] || [ -e "$RUNS/quickstart-rl" ]; then
