@@ -580,6 +580,14 @@ START_TEST(test_policy_trajectory)
     ck_assert_int_eq(dllm_dream_sample(tf_logits, m, pr, pm, B, P, &c, &d, 4, &direct, &err), 0);
     for (int i = 0; i < B * (P + G); i++)
         ck_assert_int_eq(r.tokens[i], direct.tokens[i]);
+    /* evaluation at the trainer's numerics samples with Dream's sampler too (it once ran
+     * LLaDA's denoising sampler on every diffusion model) */
+    dllm_rollout ev;
+    ck_assert_msg(dllm_policy_sample_trainer(p, pr, pm, B, P, &c, 1.0, 4, &ev, &err) == 0, "%s",
+                  err.msg);
+    for (int i = 0; i < B * (P + G); i++)
+        ck_assert_int_eq(ev.tokens[i], direct.tokens[i]);
+    dllm_rollout_free(&ev);
 
     int32_t *gen = dllm_malloc(sizeof *gen * (size_t)B * G);
     int L[3];
