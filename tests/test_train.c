@@ -175,22 +175,31 @@ START_TEST(diagnostics_recompute_from_the_log)
     /* noise none: the ESS and nu below are recomputed on the raw log-weights (the
      * de-noising is tested in test_corrections; frac_var_mc from the logged log_w_se in
      * log_w_se_per_trajectory) */
-    write_config("c.yaml", "recompute", "{method: ais, estimator: elbo, cap: 1.5,\n"
+    /* _i: 0 LLaDA, 1 Dream (the log of either architecture recomputes alike) */
+    const char *run = _i ? "recompute-dream" : "recompute";
+    if (_i) {
+        ck_assert_int_eq(tu_sh("%s init-model --arch dream --preset tiny --seed 3 --out %s/dream"
+                               " >/dev/null", bin(), tmp), 0);
+        snprintf(model, sizeof model, "%s/dream", tmp);
+    }
+    write_config("c.yaml", run, "{method: ais, estimator: elbo, cap: 1.5,\n"
                                         "  ais: {weights: {reliability: 1, divergence: 2, variance: 1},"
                                         " tau_delta: 0.02, eta: 0.5, noise: none}}");
     ck_assert_int_eq(tu_sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
     int64_t n, ns, rows, cols;
-    double *tstep = read_col("recompute", "trajectories/step", &n);
-    double *logw = read_col("recompute", "trajectories/log_w", &n);
-    double *adv = read_col("recompute", "trajectories/advantage", &n);
-    double *coef = read_col("recompute", "trajectories/coef", &n);
-    double *clen = read_col("recompute", "trajectories/completion_len", &n);
-    double *rho = read_col("recompute", "steps/rho_ess", &ns);
-    double *delta = read_col("recompute", "steps/delta", &ns);
-    double *nu = read_col("recompute", "steps/nu", &ns);
-    double *alpha = read_col("recompute", "steps/alpha", &ns);
-    float *d = read_tokens("recompute", "trajectories/token_log_ratio", &rows, &cols);
+    double *tstep = read_col(run, "trajectories/step", &n);
+    double *logw = read_col(run, "trajectories/log_w", &n);
+    double *adv = read_col(run, "trajectories/advantage", &n);
+    double *coef = read_col(run, "trajectories/coef", &n);
+    double *clen = read_col(run, "trajectories/completion_len", &n);
+    double *rho = read_col(run, "steps/rho_ess", &ns);
+    double *delta = read_col(run, "steps/delta", &ns);
+    double *nu = read_col(run, "steps/nu", &ns);
+    double *alpha = read_col(run, "steps/alpha", &ns);
+    float *d = read_tokens(run, "trajectories/token_log_ratio", &rows, &cols);
     ck_assert_int_eq(rows, n);
+    ck_assert_int_gt(ns, 0);
+    ck_assert_int_gt(n, 0);
     double alpha_prev = 0;
     for (int64_t s = 0; s < ns; s++) {
         double sw = 0, sw2 = 0, cnt = 0, dsum = 0, dn = 0;
@@ -709,7 +718,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sigkill_then_resume_is_bit_exact);
-    tcase_add_test(tc, diagnostics_recompute_from_the_log);
+    tcase_add_loop_test(tc, diagnostics_recompute_from_the_log, 0, 2);
     tcase_add_test(tc, reference_arm_has_unit_weights);
     tcase_add_test(tc, token_level_coef_is_the_token_mean);
     tcase_add_test(tc, log_w_se_per_trajectory);
