@@ -38,10 +38,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def fp32_envs():
     """(label, environment changes) of each fp32 GEMM arm."""
+    # DLLM_GEMM names each arm's library: the build's default is not assumed (it is
+    # oneDNN when configure found it, OpenBLAS otherwise)
     pin = os.environ.get("OPENBLAS_CORETYPE")
-    envs = [("openblas" + (" (OPENBLAS_CORETYPE=%s)" % pin if pin else ""), {})]
+    envs = [("openblas" + (" (OPENBLAS_CORETYPE=%s)" % pin if pin else ""), {"DLLM_GEMM": "openblas"})]
     if pin:
-        envs.append(("openblas (unpinned)", {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}))
+        envs.append(("openblas (unpinned)", {"DLLM_GEMM": "openblas", "OPENBLAS_CORETYPE": None,
+                                             "OPENBLAS_L2_SIZE": None}))
     envs.append(("dnnl", {"DLLM_GEMM": "dnnl"}))
     return envs
 
