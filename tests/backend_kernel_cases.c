@@ -454,6 +454,51 @@ START_TEST(test_fp8_e5m2_pair_refused)
 }
 END_TEST
 
+/* The cuBLASLt heuristic runs once per problem: a second GEMM of a shape reuses the
+ * cached algorithm; another row count, another FP8 format pair (the E4M3/E5M2 choice is
+ * an argument of the call), another scaling or output type is another problem. The
+ * shapes are used by no other case, so the counts start from an empty cache entry. */
+START_TEST(test_gemm_heuristic_cache)
+{
+#ifdef DLLM_CUDA_EMULATION
+    enum { N = 48, C = 176, OC = 80 };
+    dbuf d_a = dnew((size_t)N * C, NULL), d_w = dnew((size_t)OC * C, NULL);
+    dbuf d_s = dnew(16, NULL), d_out = dnew((size_t)N * OC * 4, NULL);
+    float one = 1.0f;
+    dllm_cuda_memcpy_h2d(d_s.d, &one, sizeof one);
+    struct {
+        int n;
+        fp8_format af;
+        bool bf16;
+        unsigned long long new_queries;
+    } calls[] = {
+        {N, FP8_E4M3, false, 1}, {N, FP8_E4M3, false, 0}, {N - 16, FP8_E4M3, false, 1},
+        {N, FP8_E5M2, false, 1}, {N, FP8_E5M2, false, 0}, {N, FP8_E4M3, true, 1},
+        {N - 16, FP8_E4M3, false, 0},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
+        dllm_emu_stats a, b;
+        dllm_emu_get_stats(&a);
+        dllm_err err = {0};
+        int rc = dllm_cuda_fp8_linear(d_out.d, calls[i].bf16, d_a.d, d_s.d, calls[i].af, d_w.d,
+                                      d_s.d, FP8_E4M3, FP8_SCALE_TENSOR, calls[i].n, C, OC,
+                                      NULL, &err);
+        ck_assert_msg(rc == 0, "%s", err.msg);
+        dllm_cuda_synchronize();
+        dllm_emu_get_stats(&b);
+        ck_assert_msg(b.heuristics - a.heuristics == calls[i].new_queries &&
+                          b.matmuls - a.matmuls == 1,
+                      "call %zu: %llu heuristic queries (expected %llu), %llu matmuls", i,
+                      b.heuristics - a.heuristics, calls[i].new_queries, b.matmuls - a.matmuls);
+    }
+    dguard(d_out);
+    dfree(&d_a), dfree(&d_w), dfree(&d_s), dfree(&d_out);
+#else
+    printf("backend_ops: cuBLASLt's heuristic calls are counted only under emulation\n");
+#endif
+}
+END_TEST
+
 /* ---- sampler x0 and the device RNG -------------------------------------------------------------- */
 
 START_TEST(test_sampler_x0)
@@ -560,6 +605,7 @@ void backend_kernel_cases_add(TCase *tc)
     tcase_add_test(tc, test_gemm_bf16);
     tcase_add_test(tc, test_fp8_linear);
     tcase_add_test(tc, test_fp8_e5m2_pair_refused);
+    tcase_add_test(tc, test_gemm_heuristic_cache);
     tcase_add_test(tc, test_sampler_x0);
 }
 #else
