@@ -13,6 +13,9 @@
  *     tests/backend_test_util.h), and an activation code at a boundary may flip; the
  *     logits of these random models are small (|z| ~ 0.3), so the normalised error is
  *     large next to the absolute one (measured 1.1e-4 to 1.6e-4, max abs 0.011);
+ *   - the FP8 copy with RMSNorm and SwiGLU writing their linears' codes (fused) gives
+ *     the unfused path's logits bit for bit, with 6 kernel launches fewer per layer
+ *     under emulation;
  *   - after a weight change and dllm_tf_rollout_sync the device copies follow;
  *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable;
  *   - Qwen3 greedy decoding (full forwards on the device) gives the CPU's token ids;
