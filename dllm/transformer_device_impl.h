@@ -47,11 +47,17 @@ struct tf_device {
     tf_lora *gad;            // (L, NLIN) A, B of ad with dA, dB into g (LoRA)
     float *dlog;             // (dlog_rows, V) the uploaded dlogits
     int dlog_rows;
+    bool no_fuse_fp8;        /* the rollout copy's producers leave FP8 quantisation to
+                                the linears (tf_device_fuse_fp8) */
 };
 
 
 /* The view a device forward reads (the trainer view rebuilt first when stale). */
 const tf_view *tf_device_view(dllm_tf *m, bool rollout);
+/* Whether the FP8 rollout copy's producers (RMSNorm, SwiGLU) write the codes its linears
+ * read (on, the default) or each linear quantises its input (off): the same logits bit
+ * for bit, fewer launches when on. For the test that compares the two. */
+void tf_device_fuse_fp8(dllm_tf *m, bool on);
 /* Frees the training state (gradients, moments, kept activations' scratch). */
 void tf_device_train_free(dllm_tf *m);
 

@@ -201,17 +201,40 @@ static void lin_bwd(dllm_tf *m, const tf_bwd_target *t, int l, int j, float *din
 
 /* ---- forward ---------------------------------------------------------------------- */
 
-/* linear j [+ its bias], xa slot from io */
+/* linear j [+ its bias], xa slot from io; qa: its input already quantised by the
+ * producer (fused_act), or NULL */
 static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_slot, float *out,
-                         const float *inp, int N, const tf_layer_io *io)
+                         const float *inp, int N, const tf_layer_io *io, const fp8_act *qa)
 {
-    tf_lin_fwd(m, v, l, j, out, inp, N, io->xa ? io->xa + (size_t)j * io->xa_stride : NULL);
+    if (qa) {
+        int o, i;
+        tf_lin_shape(m, j, &o, &i);
+        v->be->ops->fp8_linear_act_fwd(v->be, out, qa, &v->q8[(size_t)l * DLLM_NLIN + j], N, i,
+                                       o);
+    } else {
+        tf_lin_fwd(m, v, l, j, out, inp, N, io->xa ? io->xa + (size_t)j * io->xa_stride : NULL);
+    }
     const float *b = bias_slot ? v->lw[l].t[bias_slot] : NULL;
     if (b) {
         int o, i;
         tf_lin_shape(m, j, &o, &i);
         v->be->ops->bias_fwd(v->be, out, b, N, o);
     }
+}
+
+/* Whether the producer of the input of the FP8 linears js[0..n) of layer l writes their
+ * codes itself (the backend's fused ops; qa set up for it): an FP8 view without bf16
+ * rounding or run-time LoRA between producer and linear, on a backend that has the ops
+ * and takes these weights. Otherwise each linear quantises its fp32 input. */
+static bool fused_act(const tf_view *v, int l, const int *js, int n, int N, fp8_act *qa)
+{
+    dllm_backend *be = v->be;
+    if (!v->fuse_fp8 || !v->q8 || v->round_lin || v->lora || !be->ops->fp8_act_prepare)
+        return false;
+    const fp8_matrix *ws[3];
+    for (int i = 0; i < n; i++)
+        ws[i] = &v->q8[(size_t)l * DLLM_NLIN + js[i]];
+    return be->ops->fp8_act_prepare(be, qa, N, ws[0]->cols, ws, n);
 }
 
 /* One layer at view v's numerics over N rows at RoPE positions pos. */
@@ -224,13 +247,24 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
     float eps = m->cfg.rms_norm_eps;
     bool rl = v->round_lin, qkn = m->arch->qk_norm;
+    static const int QKV[] = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V};
+    static const int GU[] = {DLLM_LIN_GATE, DLLM_LIN_UP}, DN[] = {DLLM_LIN_DOWN};
+    fp8_act qa;
+    const fp8_act *fq = NULL; /* the codes the last producer wrote, if it did */
     // attention sub-block
-    be->ops->rmsnorm_fwd(be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
+    if (fused_act(v, l, QKV, 3, N, &qa)) {
+        be->ops->rmsnorm_fp8_fwd(be, io->n1, io->rstd1, &qa, io->x, w->t[DLLM_T_ATTN_NORM], N,
+                                 m->C, eps);
+        fq = &qa;
+    } else {
+        be->ops->rmsnorm_fwd(be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
+    }
     if (rl)
         be->ops->round_bf16(be, io->n1, (size_t)N * C);
-    lin_bias_fwd(m, v, l, DLLM_LIN_Q, DLLM_T_Q_BIAS, io->qr, io->n1, N, io);
-    lin_bias_fwd(m, v, l, DLLM_LIN_K, DLLM_T_K_BIAS, io->kr, io->n1, N, io);
-    lin_bias_fwd(m, v, l, DLLM_LIN_V, DLLM_T_V_BIAS, io->v, io->n1, N, io);
+    lin_bias_fwd(m, v, l, DLLM_LIN_Q, DLLM_T_Q_BIAS, io->qr, io->n1, N, io, fq);
+    lin_bias_fwd(m, v, l, DLLM_LIN_K, DLLM_T_K_BIAS, io->kr, io->n1, N, io, fq);
+    lin_bias_fwd(m, v, l, DLLM_LIN_V, DLLM_T_V_BIAS, io->v, io->n1, N, io, fq);
+    fq = NULL;
     if (qkn) {
         be->ops->rmsnorm_fwd(be, io->q, io->rstdq, io->qr, w->t[DLLM_T_Q_NORM], N * m->NH, m->HD,
                          eps);
@@ -242,18 +276,30 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     attn(m, l, io, ctx);
     if (rl)
         be->ops->round_bf16(be, io->y, (size_t)N * QD);
-    lin_bias_fwd(m, v, l, DLLM_LIN_O, 0, io->h, io->y, N, io);
+    lin_bias_fwd(m, v, l, DLLM_LIN_O, 0, io->h, io->y, N, io, NULL);
     be->ops->add(be, io->h, io->x, (size_t)N * C);
     // MLP sub-block
-    be->ops->rmsnorm_fwd(be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
+    if (fused_act(v, l, GU, 2, N, &qa)) {
+        be->ops->rmsnorm_fp8_fwd(be, io->n2, io->rstd2, &qa, io->h, w->t[DLLM_T_MLP_NORM], N,
+                                 m->C, eps);
+        fq = &qa;
+    } else {
+        be->ops->rmsnorm_fwd(be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
+    }
     if (rl)
         be->ops->round_bf16(be, io->n2, (size_t)N * C);
-    lin_bias_fwd(m, v, l, DLLM_LIN_GATE, 0, io->g, io->n2, N, io);
-    lin_bias_fwd(m, v, l, DLLM_LIN_UP, 0, io->u, io->n2, N, io);
-    be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
+    lin_bias_fwd(m, v, l, DLLM_LIN_GATE, 0, io->g, io->n2, N, io, fq);
+    lin_bias_fwd(m, v, l, DLLM_LIN_UP, 0, io->u, io->n2, N, io, fq);
+    fq = NULL;
+    if (fused_act(v, l, DN, 1, N, &qa)) {
+        be->ops->swiglu_fp8_fwd(be, io->s, &qa, io->g, io->u, N, (int)H);
+        fq = &qa;
+    } else {
+        be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
+    }
     if (rl)
         be->ops->round_bf16(be, io->s, (size_t)N * H);
-    lin_bias_fwd(m, v, l, DLLM_LIN_DOWN, 0, io->xn, io->s, N, io);
+    lin_bias_fwd(m, v, l, DLLM_LIN_DOWN, 0, io->xn, io->s, N, io, fq);
     be->ops->add(be, io->xn, io->h, (size_t)N * C);
 }
 

@@ -89,6 +89,8 @@ typedef struct {
     bool lora;               // apply the LoRA adapters at run time (the trainer only:
                              // the rollout copies have them merged)
     size_t nbuf;             // floats in buf
+    bool fuse_fp8;           // FP8 linears read codes their producer (RMSNorm, SwiGLU)
+                             // wrote, where the backend has the fused ops
 } tf_view;
 
 typedef struct tf_device tf_device;

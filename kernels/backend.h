@@ -30,6 +30,19 @@ typedef enum { DLLM_BACKEND_CPU = 0, DLLM_BACKEND_CUDA = 1 } dllm_backend_kind;
 
 typedef struct dllm_backend dllm_backend;
 
+/* FP8 activations quantised by the op that produced them (the fused ops at the end of
+ * the table): codes q (rows, cols) and one scale per 1 x group of a row, scale (r, j) at
+ * scale[r*srs + j*scs]; all in the backend's memory, laid out as its FP8 GEMM reads
+ * them. The backend fills it (fp8_act_prepare); it stays valid until the next prepare. */
+typedef struct {
+    uint8_t *q;
+    float *scale;
+    long srs, scs;
+    int rows, cols, group;
+    fp8_format format;
+    bool pow2;
+} fp8_act;
+
 typedef struct dllm_backend_ops {
     /* ---- buffers ---- */
     void *(*alloc)(dllm_backend *be, size_t bytes);          /* zero-filled */
@@ -116,6 +129,23 @@ typedef struct dllm_backend_ops {
      * coef = max_norm / (norm + 1e-6) where coef < 1 (op_clip_grad). A device clips
      * from the norm in its own memory: the returned value is for the log. */
     double (*clip_grad)(dllm_backend *be, float *g, size_t n, double max_norm);
+
+    /* ---- FP8 activation quantisation fused into the producing op (the rollout forward,
+     * dllm/transformer_fwd.c); optional, all four or none (NULL: the producer writes
+     * fp32 and each fp8_linear_fwd quantises its input). Bit-identical to that path. ---- */
+    /* true when the fused path serves the FP8 linears ws[0..nw) (all of input width C)
+     * over N rows; then qa is set up for one producer's output (N, C) */
+    bool (*fp8_act_prepare)(dllm_backend *be, fp8_act *qa, int N, int C,
+                            const fp8_matrix *const *ws, int nw);
+    /* rmsnorm_fwd (out, rstd may be NULL) that also writes qa's codes and scales */
+    void (*rmsnorm_fp8_fwd)(dllm_backend *be, float *out, float *rstd, const fp8_act *qa,
+                            const float *inp, const float *w, int N, int C, float eps);
+    /* swiglu_fwd over (N, H) (out may be NULL) that also writes qa's codes and scales */
+    void (*swiglu_fp8_fwd)(dllm_backend *be, float *out, const fp8_act *qa, const float *gate,
+                           const float *up, int N, int H);
+    /* fp8_linear_fwd with the activations already quantised (qa of the same N, C) */
+    void (*fp8_linear_act_fwd)(dllm_backend *be, float *out, const fp8_act *qa, fp8_matrix *w,
+                               int N, int C, int OC);
 } dllm_backend_ops;
 
 struct dllm_backend {

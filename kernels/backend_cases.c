@@ -142,6 +142,67 @@ static void run_fp8_linear(dllm_backend *be, const bcase *c, void **p, double *r
         free(w.deq); /* the CPU's dequantised cache */
 }
 
+/* fp8_act: an FP8 linear whose input is a producer's output, d = {N, C, OC, producer}
+ * (0 RMSNorm, 1 SwiGLU), weights 128x128 blocks, activations 1x128 groups, E4M3. A
+ * backend with the fused entries (fp8_act_prepare ... fp8_linear_act_fwd) lets the
+ * producer write the codes; the CPU reference runs the producer, then fp8_linear_fwd
+ * quantises its input. The producer's fp32 output and the product are compared. */
+static void mk_fp8_act(const bcase *c, bcase_buf *b, int *nb)
+{
+    int N = c->d[0], C = c->d[1], OC = c->d[2];
+    bool sw = c->d[3];
+    float *w = rnd((size_t)OC * C, 41, 0.05), *x = rnd((size_t)N * C, 42, sw ? 3.0 : 1.5);
+    for (size_t i = 0; i < (size_t)N * C; i += 131)
+        x[i] *= 30.0f; /* outliers: groups get different scales */
+    fp8_matrix m = {0};
+    dllm_err err;
+    if (fp8_quantise_weight(&m, w, OC, C, FP8_E4M3, FP8_SCALE_BLOCK, false, &err)) {
+        fprintf(stderr, "backend case %s %s: %s\n", c->op, c->shape, err.msg);
+        exit(1);
+    }
+    size_t ns = (size_t)m.scale_rows * m.scale_cols;
+    addb(b, nb, "w.q", BK_U8, (size_t)OC * C, dup_bytes(m.q, (size_t)OC * C), -1);
+    addb(b, nb, "w.scale", BK_F32, ns, dup_bytes(m.scale, ns * 4), -1);
+    addb(b, nb, sw ? "gate" : "inp", BK_F32, (size_t)N * C, x, -1);
+    if (sw)
+        addb(b, nb, "up", BK_F32, (size_t)N * C, rnd((size_t)N * C, 43, 1.0), -1);
+    else
+        addb(b, nb, "norm.w", BK_F32, (size_t)C, rnd((size_t)C, 44, 1.0), -1);
+    addb(b, nb, sw ? "swiglu" : "rmsnorm", BK_F32, (size_t)N * C, NULL, 1e-10);
+    addb(b, nb, "out", BK_F32, (size_t)N * OC, NULL, c->tol);
+    addb(b, nb, "rstd", BK_F32, (size_t)N, NULL, sw ? -1 : 1e-10);
+    fp8_matrix_free(&m);
+    free(w);
+}
+static void run_fp8_act(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    int N = c->d[0], C = c->d[1], OC = c->d[2];
+    bool sw = c->d[3];
+    fp8_matrix w = {0};
+    w.rows = OC, w.cols = C, w.format = FP8_E4M3, w.scaling = FP8_SCALE_BLOCK;
+    fp8_block_shape(w.scaling, OC, C, &w.block_rows, &w.block_cols);
+    w.scale_rows = (OC + w.block_rows - 1) / w.block_rows;
+    w.scale_cols = (C + w.block_cols - 1) / w.block_cols;
+    w.q = p[0], w.scale = p[1], w.act_scaling = FP8_SCALE_GROUP;
+    const fp8_matrix *ws[1] = {&w};
+    fp8_act qa;
+    if (be->ops->fp8_act_prepare && be->ops->fp8_act_prepare(be, &qa, N, C, ws, 1)) {
+        if (sw)
+            be->ops->swiglu_fp8_fwd(be, p[4], &qa, p[2], p[3], N, C);
+        else
+            be->ops->rmsnorm_fp8_fwd(be, p[4], p[6], &qa, p[2], p[3], N, C, 1e-5f);
+        be->ops->fp8_linear_act_fwd(be, p[5], &qa, &w, N, C, OC);
+    } else {
+        if (sw)
+            be->ops->swiglu_fwd(be, p[4], p[2], p[3], (size_t)N * C);
+        else
+            be->ops->rmsnorm_fwd(be, p[4], p[6], p[2], p[3], N, C, 1e-5f);
+        be->ops->fp8_linear_fwd(be, p[5], p[4], &w, N, C, OC);
+    }
+    if (be->kind == DLLM_BACKEND_CPU)
+        free(w.deq); /* the CPU's dequantised cache */
+}
+
 /* bf16_linear_fwd: d = {N, C, OC}; the weight packed as bf16 bits */
 static void mk_bf16_linear(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -486,6 +547,10 @@ const bcase dllm_backend_cases[] = {
     {"bf16_linear_fwd", "widened N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear,
      run_bf16_linear, -1},
     {"to_bf16", "n10007", {10007}, 0, mk_to_bf16, run_to_bf16, -1},
+    {"fp8_act", "rmsnorm N40 C256 OC192", {40, 256, 192, 0}, FP8_GEMM_NMSE(256), mk_fp8_act,
+     run_fp8_act, -1},
+    {"fp8_act", "swiglu N33 C384 OC272", {33, 384, 272, 1}, FP8_GEMM_NMSE(384), mk_fp8_act,
+     run_fp8_act, -1},
     {"fp8_quantise", "block R200 C300 e4m3", {200, 300, BLK_, FP8_E4M3, 0}, 0, mk_fp8_quantise,
      run_fp8_quantise, -1},
     {"fp8_quantise", "tensor R40 C96 e5m2 pow2", {40, 96, T_, FP8_E5M2, 1}, 0, mk_fp8_quantise,
@@ -592,6 +657,10 @@ int bcase_model_cases(const bcase_model *m, bcase *out, int max)
              FP8_GEMM_NMSE(C), mk_fp8_linear, run_fp8_linear, -1);
     add_case(out, &n, max, "fp8_linear_fwd", R, I, C, BLK_, GRP_, 0, 0, "block/group N%d C%d OC%d",
              FP8_GEMM_NMSE(I), mk_fp8_linear, run_fp8_linear, -1);
+    add_case(out, &n, max, "fp8_act", R, C, I, 0, 0, 0, 0, "rmsnorm N%d C%d OC%d (up)",
+             FP8_GEMM_NMSE(C), mk_fp8_act, run_fp8_act, -1);
+    add_case(out, &n, max, "fp8_act", R, I, C, 1, 0, 0, 0, "swiglu N%d C%d OC%d (down)",
+             FP8_GEMM_NMSE(I), mk_fp8_act, run_fp8_act, -1);
     add_case(out, &n, max, "rmsnorm_fwd", R, C, 0, 0, 0, 0, 0, "N%d C%d", table_tol("rmsnorm_fwd"),
              mk_rmsnorm_fwd, run_rmsnorm_fwd, -1);
     add_case(out, &n, max, "rmsnorm_bwd", R, C, 0, 0, 0, 0, 0, "N%d C%d", table_tol("rmsnorm_bwd"),

@@ -152,6 +152,22 @@ void dllm_cuda_fp8_dequantise(float *out, const uint8_t *q, const float *scale, 
                               long scs, int R, int C, int br, int bc, fp8_format f,
                               dllm_cuda_stream s);
 
+/* ---- FP8 activations written by their producer (rmsnorm.cu, swiglu.cu) -------------------
+ * The producer's forward plus the FP8 codes q [R,C] of its output and one scale per
+ * 1 x gc group of each row (edge groups cover the remainder; gc >= C: one per row), in
+ * one pass: bit-identical to the plain forward followed by
+ *   dllm_cuda_fp8_quantise(q, scale, srs, scs, out, R, C, 1, gc, f, pow2)
+ * (tests/backend_kernel_cases.c). out (and rstd) may be NULL when only the codes are
+ * needed. The layout arguments are the quantise pass's: gc = 128 with
+ * dllm_cuda_fp8_gemm_scale_strides' activation strides gives what the block-scaled
+ * FP8 GEMM reads. RMSNorm: R = N rows of C; SwiGLU: out = silu(gate) * up over [R, C]. */
+void dllm_cuda_rmsnorm_fp8_fwd(float *out, float *rstd, uint8_t *q, float *scale, long srs,
+                               long scs, const float *inp, const float *w, int N, int C,
+                               float eps, int gc, fp8_format f, bool pow2, dllm_cuda_stream s);
+void dllm_cuda_swiglu_fp8_fwd(float *out, uint8_t *q, float *scale, long srs, long scs,
+                              const float *gate, const float *up, int R, int C, int gc,
+                              fp8_format f, bool pow2, dllm_cuda_stream s);
+
 /* ---- GEMMs through cuBLASLt (kernels/cuda/gemm_cublaslt.cu) ---------------------------------
  * 32 MiB workspace (256-byte aligned) per device; the heuristic's algorithm is chosen
  * once per (shape, transposes, types) and cached. Shapes are checked on the host:

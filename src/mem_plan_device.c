@@ -10,7 +10,8 @@
  *             sized by the largest forward it served; the device sampler's set holds
  *             max_rows head rows), the logits chunk with its targets and log-probs, the
  *             backend's workspace (1 MiB doubled until the largest bf16 or FP8 linear's
- *             scratch fits; none when no such linear runs) and cuBLASLt's 32 MiB;
+ *             scratch fits; none when no such linear runs), the FP8 activations the
+ *             fused producers write (block-scaled FP8 copies) and cuBLASLt's 32 MiB;
  *   transient the device sampler's buffers for one call.
  * A training run keeps all the sets of its rollouts and its scoring at once (they
  * stay allocated while the model is on the device); the update is on the host. */
@@ -166,8 +167,35 @@ static int64_t ws_fp8(const dllm_precision *pr, int64_t N, int64_t C, int64_t OC
     return a256(OC * C * 4) + a256(N * C * 4) + a256(N * C) + a256(sr * sc * 4);
 }
 
+/* Whether FP8 linear j reads codes its producer wrote (transformer_fwd.c's fused_act,
+ * backend_cuda.cu's fp8_act_prepare): block scaling, E4M3, and every linear reading
+ * that producer (Q, K, V after the input norm; gate, up; down) takes the block GEMM.
+ * Never the output projection (its input comes from attention). */
+static bool fp8_fused(const dims *d, const dllm_precision *pr, int j)
+{
+    if (pr->fp8_scaling != FP8_SCALE_BLOCK || pr->fp8_format != FP8_E4M3 || j == DLLM_LIN_O)
+        return false;
+    if (j == DLLM_LIN_Q || j == DLLM_LIN_K || j == DLLM_LIN_V)
+        return d->C % 16 == 0 && d->QD % 16 == 0 && d->KD % 16 == 0;
+    return d->C % 16 == 0 && d->F % 16 == 0;
+}
+
+/* The buffer of producer-written FP8 activations one FP8 forward of N rows needs:
+ * codes and 1x128 group scales of the widest fused input. */
+static int64_t qa_forward(const dims *d, vfmt f, const dllm_precision *pr, int64_t N)
+{
+    int64_t b = 0;
+    for (int j = 0; f == V_FP8 && j < DLLM_NLIN; j++) {
+        int64_t o, in;
+        lin_shape(d, j, &o, &in);
+        if (fp8_fused(d, pr, j))
+            b = max64(b, a256(N * in) + a256(N * ((in + 127) / 128) * 4));
+    }
+    return b;
+}
+
 /* The largest workspace the linears of one forward of N rows (and R head rows) at view
- * format f ask for. */
+ * format f ask for (a fused FP8 linear: only the weight's scales in cuBLASLt's layout). */
 static int64_t ws_forward(const dims *d, vfmt f, bool head16, const dllm_precision *pr, int64_t N,
                           int64_t R)
 {
@@ -175,7 +203,10 @@ static int64_t ws_forward(const dims *d, vfmt f, bool head16, const dllm_precisi
     for (int j = 0; f != V_F32 && j < DLLM_NLIN; j++) {
         int64_t o, in;
         lin_shape(d, j, &o, &in);
-        w = max64(w, f == V_BF16 ? ws_bf16(N, in, o) : ws_fp8(pr, N, in, o));
+        if (f == V_FP8 && fp8_fused(d, pr, j))
+            w = max64(w, (o + 127) / 128 * (((in + 127) / 128 + 3) / 4 * 4) * 4);
+        else
+            w = max64(w, f == V_BF16 ? ws_bf16(N, in, o) : ws_fp8(pr, N, in, o));
     }
     if (head16 && R > 0)
         w = max64(w, ws_bf16(R, d->C, d->V));
@@ -238,7 +269,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
 
     /* the forwards: which activation set, rows and chunks */
     acts_cap la = {0}, ra = {0}, ta = {0};
-    int64_t chunk = 0, wsneed = 0, tmax = 0;
+    int64_t chunk = 0, wsneed = 0, tmax = 0, qaneed = 0;
     const int64_t T = (int64_t)s->P + s->G;
     if (roll) {
         vfmt f = rtrainer ? tf : rf;
@@ -247,18 +278,21 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
             int64_t BB = s->cfg ? 2 * (int64_t)s->B : s->B;
             acts_use(&la, BB, T, rows, &d);
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, BB * T, rows));
+            qaneed = max64(qaneed, qa_forward(&d, f, pr, BB * T));
             tmax = max64(tmax, T);
         } else if (a->diffusion) { /* Dream's host sampler: the first step scores B G rows */
             int64_t R = (int64_t)s->B * s->G;
             acts_use(&ra, s->B, T, R, &d);
             chunk = max64(chunk, R < rows ? R : rows);
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, s->B * T, R < rows ? R : rows));
+            qaneed = max64(qaneed, qa_forward(&d, f, pr, s->B * T));
             tmax = max64(tmax, T);
         } else { /* decoding by full forwards up to the last token's logits */
             int64_t S = T - 1 > s->P ? T - 1 : s->P;
             acts_use(&ra, s->B, S, s->B, &d);
             chunk = max64(chunk, s->B < rows ? s->B : rows);
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, s->B * S, s->B < rows ? s->B : rows));
+            qaneed = max64(qaneed, qa_forward(&d, f, pr, s->B * S));
             tmax = max64(tmax, S);
         }
     }
@@ -270,6 +304,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         if (at_r) {
             acts_use(&ra, s->sB, s->sT, R, &d);
             wsneed = max64(wsneed, ws_forward(&d, rf, rhead16, pr, (int64_t)s->sB * s->sT, n));
+            qaneed = max64(qaneed, qa_forward(&d, rf, pr, (int64_t)s->sB * s->sT));
         }
         if (at_t) {
             acts_use(rtrainer && s->score_rollout && ph != MEM_DEV_TRAIN ? &ra : &ta, s->sB, s->sT,
@@ -311,6 +346,11 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         p->backend_ws = ws;
         item(p, false, "backend workspace", ws, "1 MiB doubled to fit %lld (bf16 / FP8 linears)",
              (long long)wsneed);
+    }
+    if (qaneed > 0) { /* grown to the largest request, counted with the workspace */
+        p->backend_ws += qaneed;
+        item(p, false, "FP8 activations (fused)", qaneed, "codes + 1x128 scales of the "
+             "widest input a norm or SwiGLU quantises");
     }
     item(p, false, "cuBLASLt workspace", CUBLASLT_WS, "32 MiB");
     p->fixed = CUBLASLT_WS + p->backend_ws;

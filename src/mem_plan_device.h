@@ -45,7 +45,8 @@ typedef struct {
     int64_t kept;            /* allocated once and kept while the model is on the device */
     int64_t peak;            /* kept + the transient items */
     int64_t fixed;           /* of them: the cuBLASLt and backend workspaces */
-    int64_t backend_ws;      /* the CUDA backend's workspace as it grows to */
+    int64_t backend_ws;      /* the CUDA backend's workspace as it grows to, with its
+                                buffer of fused FP8 activations */
 } mem_dev_plan;
 
 extern const char *const mem_dev_phase_names[3];

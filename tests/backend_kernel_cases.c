@@ -258,6 +258,97 @@ START_TEST(test_fp8_quantise)
 }
 END_TEST
 
+/* ---- FP8 codes written by their producer ------------------------------------------------------
+ * rmsnorm_fp8_fwd and swiglu_fp8_fwd against the plain forward followed by the quantise
+ * pass, bit for bit (out, rstd, codes, scales), in both scale layouts, both formats, with
+ * and without pow2 scales, on partial groups (C % gc != 0, gc > C) and rows of one group
+ * (gc = C, channel scaling), with a NaN row, an inf and an all-zero row. */
+typedef struct {
+    int R, C, gc;
+} fused_case;
+
+static const fused_case FUSED_CASES[] = {
+    {37, 300, 128}, {20, 256, 128}, {9, 72, 128}, {33, 70, 70}, {5, 1000, 128},
+};
+
+/* The codes and scales of both paths agree byte for byte. */
+static void fused_compare(const char *what, dbuf q1, dbuf s1, dbuf q2, dbuf s2, int f, int pow2,
+                          int layout)
+{
+    uint8_t *a = dllm_malloc(q1.bytes), *b = dllm_malloc(q1.bytes);
+    float *sa = dllm_malloc(s1.bytes), *sb = dllm_malloc(s1.bytes);
+    dget(a, q1), dget(b, q2), dget(sa, s1), dget(sb, s2);
+    ck_assert_msg(memcmp(sa, sb, s1.bytes) == 0, "%s %s pow2=%d layout %d: scales differ", what,
+                  fp8_format_name((fp8_format)f), pow2, layout);
+    ck_assert_msg(memcmp(a, b, q1.bytes) == 0, "%s %s pow2=%d layout %d: codes differ", what,
+                  fp8_format_name((fp8_format)f), pow2, layout);
+    free(a), free(b), free(sa), free(sb);
+}
+
+START_TEST(test_fp8_fused_producers)
+{
+    const fused_case *fc = &FUSED_CASES[_i];
+    const int R = fc->R, C = fc->C, gc = fc->gc, SC = (C + gc - 1) / gc;
+    const size_t n = (size_t)R * C, ns = (size_t)R * SC;
+    float *x = host_normal(n, 300 + _i, 2.0), *w = host_normal((size_t)C, 310 + _i, 0.3);
+    float *g = host_normal(n, 320 + _i, 3.0), *u = host_normal(n, 330 + _i, 1.0);
+    for (int c = 0; c < C; c++)
+        w[c] += 1.0f;
+    for (size_t i = 0; i < n; i += 53)
+        x[i] *= 30.0f, g[i] *= 5.0f, u[i] *= 20.0f; /* outliers: groups differ in scale */
+    for (int c = 0; c < C; c++)
+        x[(size_t)(R - 1) * C + c] = 0.0f, u[(size_t)(R - 1) * C + c] = 0.0f; /* scale 1 */
+    x[C + 3] = NAN, g[C + 3] = NAN; /* a NaN row after the norm; one NaN code in SwiGLU */
+    if (R > 3)
+        x[2 * C + 1] = INFINITY, u[2 * (size_t)C + 2] = -INFINITY;
+    dbuf d_x = dnew(n * 4, x), d_w = dnew((size_t)C * 4, w), d_g = dnew(n * 4, g),
+         d_u = dnew(n * 4, u);
+    dbuf o1 = dnew(n * 4, NULL), o2 = dnew(n * 4, NULL), r1 = dnew((size_t)R * 4, NULL),
+         r2 = dnew((size_t)R * 4, NULL);
+    dbuf q1 = dnew(n, NULL), q2 = dnew(n, NULL), s1 = dnew(ns * 4, NULL), s2 = dnew(ns * 4, NULL);
+    for (int layout = 0; layout < 2; layout++) /* the CPU's [R, SC]; cuBLASLt's [SC, R] */
+        for (int f = 0; f < 2; f++)
+            for (int pow2 = 0; pow2 < 2; pow2++) {
+                long srs = layout ? 1 : SC, scs = layout ? R : 1;
+                fp8_format ff = (fp8_format)f;
+                /* RMSNorm */
+                dllm_cuda_rmsnorm_fwd(o1.d, r1.d, d_x.d, d_w.d, R, C, 1e-5f, NULL);
+                dllm_cuda_fp8_quantise(q1.d, s1.d, srs, scs, o1.d, R, C, 1, gc, ff, pow2, NULL);
+                dllm_cuda_rmsnorm_fp8_fwd(o2.d, r2.d, q2.d, s2.d, srs, scs, d_x.d, d_w.d, R, C,
+                                          1e-5f, gc, ff, pow2, NULL);
+                float *a = dl_f32(o1), *b = dl_f32(o2), *ra = dl_f32(r1), *rb = dl_f32(r2);
+                ck_assert(memcmp(a, b, n * 4) == 0 && memcmp(ra, rb, (size_t)R * 4) == 0);
+                ck_assert(isnan(a[C]) && a[(size_t)(R - 1) * C] == 0.0f);
+                fused_compare("rmsnorm", q1, s1, q2, s2, f, pow2, layout);
+                dllm_cuda_memset(q2.d, 0, n), dllm_cuda_memset(s2.d, 0, ns * 4);
+                dllm_cuda_rmsnorm_fp8_fwd(NULL, NULL, q2.d, s2.d, srs, scs, d_x.d, d_w.d, R, C,
+                                          1e-5f, gc, ff, pow2, NULL);
+                fused_compare("rmsnorm (codes only)", q1, s1, q2, s2, f, pow2, layout);
+                free(a), free(b), free(ra), free(rb);
+                /* SwiGLU */
+                dllm_cuda_swiglu_fwd(o1.d, d_g.d, d_u.d, n, NULL);
+                dllm_cuda_fp8_quantise(q1.d, s1.d, srs, scs, o1.d, R, C, 1, gc, ff, pow2, NULL);
+                dllm_cuda_swiglu_fp8_fwd(o2.d, q2.d, s2.d, srs, scs, d_g.d, d_u.d, R, C, gc, ff,
+                                         pow2, NULL);
+                a = dl_f32(o1), b = dl_f32(o2);
+                ck_assert(memcmp(a, b, n * 4) == 0);
+                fused_compare("swiglu", q1, s1, q2, s2, f, pow2, layout);
+                dllm_cuda_memset(q2.d, 0, n), dllm_cuda_memset(s2.d, 0, ns * 4);
+                dllm_cuda_swiglu_fp8_fwd(NULL, q2.d, s2.d, srs, scs, d_g.d, d_u.d, R, C, gc, ff,
+                                         pow2, NULL);
+                fused_compare("swiglu (codes only)", q1, s1, q2, s2, f, pow2, layout);
+                free(a), free(b);
+            }
+    dbuf all[] = {o1, o2, r1, r2, q1, q2, s1, s2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        dguard(all[i]);
+        dfree(&all[i]);
+    }
+    dfree(&d_x), dfree(&d_w), dfree(&d_g), dfree(&d_u);
+    free(x), free(w), free(g), free(u);
+}
+END_TEST
+
 /* ---- GEMMs ---------------------------------------------------------------------------------- */
 
 START_TEST(test_gemm_bf16)
@@ -363,6 +454,51 @@ START_TEST(test_fp8_e5m2_pair_refused)
 }
 END_TEST
 
+/* The cuBLASLt heuristic runs once per problem: a second GEMM of a shape reuses the
+ * cached algorithm; another row count, another FP8 format pair (the E4M3/E5M2 choice is
+ * an argument of the call), another scaling or output type is another problem. The
+ * shapes are used by no other case, so the counts start from an empty cache entry. */
+START_TEST(test_gemm_heuristic_cache)
+{
+#ifdef DLLM_CUDA_EMULATION
+    enum { N = 48, C = 176, OC = 80 };
+    dbuf d_a = dnew((size_t)N * C, NULL), d_w = dnew((size_t)OC * C, NULL);
+    dbuf d_s = dnew(16, NULL), d_out = dnew((size_t)N * OC * 4, NULL);
+    float one = 1.0f;
+    dllm_cuda_memcpy_h2d(d_s.d, &one, sizeof one);
+    struct {
+        int n;
+        fp8_format af;
+        bool bf16;
+        unsigned long long new_queries;
+    } calls[] = {
+        {N, FP8_E4M3, false, 1}, {N, FP8_E4M3, false, 0}, {N - 16, FP8_E4M3, false, 1},
+        {N, FP8_E5M2, false, 1}, {N, FP8_E5M2, false, 0}, {N, FP8_E4M3, true, 1},
+        {N - 16, FP8_E4M3, false, 0},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
+        dllm_emu_stats a, b;
+        dllm_emu_get_stats(&a);
+        dllm_err err = {0};
+        int rc = dllm_cuda_fp8_linear(d_out.d, calls[i].bf16, d_a.d, d_s.d, calls[i].af, d_w.d,
+                                      d_s.d, FP8_E4M3, FP8_SCALE_TENSOR, calls[i].n, C, OC,
+                                      NULL, &err);
+        ck_assert_msg(rc == 0, "%s", err.msg);
+        dllm_cuda_synchronize();
+        dllm_emu_get_stats(&b);
+        ck_assert_msg(b.heuristics - a.heuristics == calls[i].new_queries &&
+                          b.matmuls - a.matmuls == 1,
+                      "call %zu: %llu heuristic queries (expected %llu), %llu matmuls", i,
+                      b.heuristics - a.heuristics, calls[i].new_queries, b.matmuls - a.matmuls);
+    }
+    dguard(d_out);
+    dfree(&d_a), dfree(&d_w), dfree(&d_s), dfree(&d_out);
+#else
+    printf("backend_ops: cuBLASLt's heuristic calls are counted only under emulation\n");
+#endif
+}
+END_TEST
+
 /* ---- sampler x0 and the device RNG -------------------------------------------------------------- */
 
 START_TEST(test_sampler_x0)
@@ -464,9 +600,12 @@ void backend_kernel_cases_add(TCase *tc)
     tcase_add_test(tc, test_bf16);
     tcase_add_loop_test(tc, test_fp8_quantise, 0, (int)(sizeof QUANT_CASES / sizeof *QUANT_CASES));
     tcase_add_test(tc, test_fp8_tensor_amax_multiblock);
+    tcase_add_loop_test(tc, test_fp8_fused_producers, 0,
+                        (int)(sizeof FUSED_CASES / sizeof *FUSED_CASES));
     tcase_add_test(tc, test_gemm_bf16);
     tcase_add_test(tc, test_fp8_linear);
     tcase_add_test(tc, test_fp8_e5m2_pair_refused);
+    tcase_add_test(tc, test_gemm_heuristic_cache);
     tcase_add_test(tc, test_sampler_x0);
 }
 #else

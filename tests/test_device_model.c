@@ -13,6 +13,9 @@
  *     tests/backend_test_util.h), and an activation code at a boundary may flip; the
  *     logits of these random models are small (|z| ~ 0.3), so the normalised error is
  *     large next to the absolute one (measured 1.1e-4 to 1.6e-4, max abs 0.011);
+ *   - the FP8 copy with RMSNorm and SwiGLU writing their linears' codes (fused) gives
+ *     the unfused path's logits bit for bit, with 6 kernel launches fewer per layer
+ *     under emulation;
  *   - after a weight change and dllm_tf_rollout_sync the device copies follow;
  *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable;
  *   - Qwen3 greedy decoding (full forwards on the device) gives the CPU's token ids;
@@ -33,6 +36,7 @@
 #include "dllm/ar_sampler.h"
 #include "dllm/device_logits.h"
 #include "dllm/transformer.h"
+#include "dllm/transformer_device_impl.h" /* tf_device_fuse_fp8 */
 #include "kernels/backend.h"
 #include "kernels/rng.h"
 
@@ -46,6 +50,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef DLLM_CUDA_EMULATION
+#include "kernels/cuda_emu/emu_hooks.h"
+#endif
 
 enum { B = 2, T = 11, NROWS = 7 };
 static const char *const ARCHS[] = {"llada", "qwen3", "dream"};
@@ -215,6 +222,83 @@ START_TEST(test_low_precision)
         ck_assert_double_gt(max_abs(dev[1], dev[0], nl), 0);
     for (int j = 0; j < 2; j++)
         free(cpu[j]), free(dev[j]);
+    dllm_tf_free(m);
+}
+END_TEST
+
+/* The FP8 rollout copy (block 128x128 weights, 1x128 activation groups; pow2 scales or
+ * not): RMSNorm and SwiGLU writing the codes their FP8 linears read give the logits of
+ * the path where each linear quantises its input, bit for bit, on the batch forward and
+ * on the device-logits interface the sampler drives. Under emulation the fused path
+ * runs 6 kernels fewer per layer (3 producers instead of 3 + 6 quantise passes: Q, K, V
+ * and gate, up share their producer's codes; down reads SwiGLU's). */
+START_TEST(test_fp8_fused_logits)
+{
+    dllm_backend *be = cuda_or_skip();
+    int arch_i = _i / 2;
+    bool pow2 = _i % 2;
+    dllm_tf *m = tiny(arch_i);
+    const dllm_model_config *cfg = dllm_tf_config(m);
+    int V = cfg->embedding_size;
+    int32_t tok[B * T], rows[NROWS];
+    uint8_t mask[B * T];
+    inputs(m, tok, mask, rows);
+    dllm_precision p;
+    dllm_err err;
+    ck_assert_int_eq(dllm_precision_parse(&p, "fp32", "fp8", "e4m3", "block", pow2, &err), 0);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(m, be, &err), 0);
+    size_t nl = (size_t)NROWS * V;
+    float *lg[2] = {malloc(nl * 4), malloc(nl * 4)};
+    float *dl[2];
+    unsigned long long launches[2] = {0, 0};
+    for (int fused = 0; fused < 2; fused++) {
+        tf_device_fuse_fp8(m, fused);
+#ifdef DLLM_CUDA_EMULATION
+        dllm_emu_reset_stats();
+#endif
+        ck_assert_int_eq(dllm_tf_forward_rollout(m, tok, mask, B, T, rows, NROWS, lg[fused]), 0);
+#ifdef DLLM_CUDA_EMULATION
+        dllm_emu_stats st;
+        dllm_emu_get_stats(&st);
+        launches[fused] = st.launches;
+        ck_assert_msg((dllm_emu_max_blocks("rmsnorm_fp8") > 0) == fused &&
+                          (dllm_emu_max_blocks("swiglu_fp8") > 0) == fused,
+                      "fused=%d: the fused producers ran %s", fused, fused ? "not" : "anyway");
+#endif
+        /* the device-logits interface: layers, then the head over the device rows */
+        dllm_device_logits dv;
+        ck_assert_int_eq(dllm_tf_device_logits(m, true, &dv, &err), 0);
+        int32_t *d_tok = be->ops->alloc(be, sizeof tok), *d_rows = be->ops->alloc(be, sizeof rows);
+        uint8_t *d_mask = be->ops->alloc(be, sizeof mask);
+        float *d_lg = be->ops->alloc(be, nl * 4);
+        be->ops->upload(be, d_tok, tok, sizeof tok);
+        be->ops->upload(be, d_mask, mask, sizeof mask);
+        be->ops->upload(be, d_rows, rows, sizeof rows);
+        ck_assert_int_eq(dv.layers(dv.ctx, d_tok, d_mask, B, T), 0);
+        ck_assert_int_eq(dv.head(dv.ctx, d_rows, NROWS, d_lg), 0);
+        dl[fused] = malloc(nl * 4);
+        be->ops->download(be, dl[fused], d_lg, nl * 4);
+        be->ops->free(be, d_tok), be->ops->free(be, d_rows), be->ops->free(be, d_mask);
+        be->ops->free(be, d_lg);
+    }
+    ck_assert_msg(memcmp(lg[0], lg[1], nl * 4) == 0, "%s pow2=%d: fused logits differ",
+                  ARCHS[arch_i], pow2);
+    ck_assert_msg(memcmp(dl[0], dl[1], nl * 4) == 0, "%s pow2=%d: fused device logits differ",
+                  ARCHS[arch_i], pow2);
+    for (size_t i = 0; i < nl; i++)
+        ck_assert(isfinite(lg[1][i]));
+#ifdef DLLM_CUDA_EMULATION
+    ck_assert_msg(launches[1] + 6ull * (unsigned long long)cfg->n_layers == launches[0],
+                  "%s: %llu launches fused, %llu unfused (%d layers)", ARCHS[arch_i],
+                  launches[1], launches[0], cfg->n_layers);
+    printf("device_model: %s fp8 rollout forward, pow2=%d: %llu kernel launches fused, %llu "
+           "unfused\n", ARCHS[arch_i], pow2, launches[1], launches[0]);
+#else
+    (void)launches;
+#endif
+    for (int k = 0; k < 2; k++)
+        free(lg[k]), free(dl[k]);
     dllm_tf_free(m);
 }
 END_TEST
@@ -488,6 +572,7 @@ int main(void)
         tcase_add_loop_test(tc, test_low_precision, 0, 9);
         tcase_add_test(tc, test_nvfp4_refused);
         tcase_add_test(tc, test_qwen3_decode);
+        tcase_add_loop_test(tc, test_fp8_fused_logits, 0, 6);
     }
     if (cli) {
         tcase_add_test(tc, test_cli_refused);

@@ -715,7 +715,11 @@ START_TEST(test_device_now_tiny)
     ck_assert_int_eq(dllm_precision_parse(&s.prec, "fp32", "fp8", "e4m3", "block", false, &err), 0);
     ck_assert_int_eq(mem_plan_device(&p, &mc, &s, MEM_DEV_ROLLOUT, &err), 0);
     ck_assert_int_eq(dev_bytes(&p, "rollout copy (fp8)"), 66816 + 100352 + 4 * 20 + 2 * 128 * 64);
-    ck_assert_int_eq(p.backend_ws, 1 << 20);
+    /* the sampler's 24 rows: RMSNorm and SwiGLU write the codes and 1x128 scales of the
+     * widest fused input (down's 176) into a buffer of their own, counted with the
+     * workspace: 256-byte rounded 24 x 176 codes and 24 x 2 scales */
+    ck_assert_int_eq(dev_bytes(&p, "FP8 activations (fused)"), 4352 + 256);
+    ck_assert_int_eq(p.backend_ws, (1 << 20) + 4352 + 256);
     for (int i = 0; i < p.n; i++) /* the rollout never reads the trainer view */
         ck_assert_msg(strcmp(p.items[i].name, "trainer view (fp32)"), "trainer view planned");
     /* a run holds both views and every activation set */

@@ -12,7 +12,9 @@
  * fp8_linear_fwd runs cuBLASLt's FP8 GEMM where it applies (tensor x tensor scaling, or
  * 128x128 weight blocks x 1x128 activation groups where block scaling is available;
  * C and OC multiples of 16) and otherwise the CPU's definition on the device
- * (dequantised operands, fp32 GEMM). Both formats E5M2 has no cuBLASLt kernel: refused
+ * (dequantised operands, fp32 GEMM). Where the block-scaled GEMM applies, the rollout
+ * forward may hand it activations its producer (RMSNorm, SwiGLU) already quantised: the
+ * fused ops at the end of the table. Both formats E5M2 has no cuBLASLt kernel: refused
  * with exit status 2 (rollout.fp8.format: e4m3). An op that fails prints why and exits:
  * the table's ops return nothing. */
 #include "kernels/cuda/common.cuh"
@@ -29,6 +31,8 @@ struct cuda_impl {
     void *ws;         /* device workspace */
     size_t ws_bytes;
     bool block_fp8;   /* block-scaled FP8 GEMMs available */
+    void *qa;         /* device: activations quantised by their producer (fp8_act) */
+    size_t qa_bytes;
 };
 
 cuda_impl g_impl;
@@ -118,14 +122,56 @@ void cu_linear_bwd(dllm_backend *be, float *dinp, float *dw, const float *dout, 
         cu_gemm(be, true, false, OC, C, N, 1.0f, dout, inp, 1.0f, dw);
 }
 
-void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
-                       int C, int OC)
+/* Whether w takes cuBLASLt's FP8 GEMM (tensor x tensor, or 128x128 blocks x 1x128 groups
+ * where block scaling is available; C and OC multiples of 16); *block says which. */
+bool fp8_gemm_path(const fp8_matrix *w, int C, int OC, bool *block)
+{
+    bool tensor = w->scaling == FP8_SCALE_TENSOR && w->act_scaling == FP8_SCALE_TENSOR;
+    *block = w->scaling == FP8_SCALE_BLOCK && w->act_scaling == FP8_SCALE_GROUP &&
+             g_impl.block_fp8;
+    return (tensor || *block) && C % 16 == 0 && OC % 16 == 0;
+}
+
+/* The weight's scales in cuBLASLt's layout (block: the CPU-layout [OB, KB] into padded
+ * rows; tensor: the one scale) at wsc, then the GEMM over quantised activations. */
+void fp8_gemm_run(float *out, const uint8_t *aq, const float *as, const fp8_matrix *w,
+                  float *wsc, bool block, int N, int C, int OC)
+{
+    if (block) {
+        long a_srs, a_scs, w_srs, w_scs;
+        dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
+        size_t KB = ((size_t)C + 127) / 128, OB = ((size_t)OC + 127) / 128;
+        for (size_t ob = 0; ob < OB; ob++)
+            cudaCheck(cudaMemcpyAsync(wsc + ob * (size_t)w_srs, w->scale + ob * KB,
+                                      KB * sizeof(float), cudaMemcpyDeviceToDevice, NULL));
+    } else {
+        cudaCheck(cudaMemcpyAsync(wsc, w->scale, sizeof(float), cudaMemcpyDeviceToDevice, NULL));
+    }
+    dllm_err err = {};
+    check_rc(dllm_cuda_fp8_linear(out, false, aq, as, w->format, w->q, wsc, w->format,
+                                  block ? FP8_SCALE_BLOCK : FP8_SCALE_TENSOR, N, C, OC, NULL,
+                                  &err),
+             err);
+}
+
+size_t fp8_wscale_floats(bool block, int C, int OC)
+{
+    return block ? dllm_cuda_fp8_weight_scale_count(OC, C) : 1;
+}
+
+void fp8_check_weight(const fp8_matrix *w, int C, int OC)
 {
     if (!w->q || w->rows != OC || w->cols != C) {
         fprintf(stderr, "dllm-rl: cuda backend: fp8 weight is [%d, %d], call expects [%d, %d]\n",
                 w->rows, w->cols, OC, C);
         exit(1);
     }
+}
+
+void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
+                       int C, int OC)
+{
+    fp8_check_weight(w, C, OC);
     if (N <= 0)
         return;
     if (w->format == FP8_E5M2) { /* activations take the weight's format, as on the CPU */
@@ -138,34 +184,20 @@ void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matri
     int abr, abc;
     fp8_block_shape(w->act_scaling, N, C, &abr, &abc);
     int aSR = (N + abr - 1) / abr, aSC = (C + abc - 1) / abc;
-    bool tensor = w->scaling == FP8_SCALE_TENSOR && w->act_scaling == FP8_SCALE_TENSOR;
-    bool block = w->scaling == FP8_SCALE_BLOCK && w->act_scaling == FP8_SCALE_GROUP &&
-                 g_impl.block_fp8;
-    if ((tensor || block) && C % 16 == 0 && OC % 16 == 0) {
-        size_t KB = ((size_t)C + 127) / 128, OB = ((size_t)OC + 127) / 128;
-        size_t nas = block ? (size_t)N * KB : 1, nws = block ? OB * ((KB + 3) / 4 * 4) : 1;
+    bool block = false;
+    if (fp8_gemm_path(w, C, OC, &block)) {
+        size_t KB = ((size_t)C + 127) / 128;
+        size_t nas = block ? (size_t)N * KB : 1, nws = fp8_wscale_floats(block, C, OC);
         char *ws = (char *)ws_get(align256(na) + align256(nas * 4) + align256(nws * 4));
         uint8_t *aq = (uint8_t *)ws;
         float *as = (float *)(ws + align256(na));
         float *wsc = (float *)(ws + align256(na) + align256(nas * 4));
         long a_srs = 0, a_scs = 0, w_srs = 0, w_scs = 0;
-        if (block) {
+        if (block)
             dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
-            /* the weight's CPU-layout scales [OB, KB] into cuBLASLt's padded rows */
-            for (size_t ob = 0; ob < OB; ob++)
-                cudaCheck(cudaMemcpyAsync(wsc + ob * (size_t)w_srs, w->scale + ob * KB,
-                                          KB * sizeof(float), cudaMemcpyDeviceToDevice, NULL));
-        } else {
-            cudaCheck(cudaMemcpyAsync(wsc, w->scale, sizeof(float), cudaMemcpyDeviceToDevice,
-                                      NULL));
-        }
         dllm_cuda_fp8_quantise(aq, as, a_srs, a_scs, inp, N, C, abr, abc, f, w->pow2_scale,
                                NULL);
-        dllm_err err = {};
-        check_rc(dllm_cuda_fp8_linear(out, false, aq, as, f, w->q, wsc, f,
-                                      block ? FP8_SCALE_BLOCK : FP8_SCALE_TENSOR, N, C, OC, NULL,
-                                      &err),
-                 err);
+        fp8_gemm_run(out, aq, as, w, wsc, block, N, C, OC);
         return;
     }
     /* the CPU's definition: dequantised weight and quantised-dequantised activations */
@@ -335,6 +367,88 @@ void cu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_mat
     cu_gemm(be, false, true, N, OC, C, 1.0f, af, wf, 0.0f, out);
 }
 
+/* ---- FP8 activations from their producer ----------------------------------------------
+ * Fused where the consumer takes the block-scaled GEMM (1x128 groups: a row-local
+ * quantisation the producer can finish alone). Tensor-wide activation scales need the
+ * whole activation's amax first, and the fallback GEMM reads the CPU layout: both keep
+ * the unfused path. The codes live in their own buffer (qa_*), not the workspace the
+ * linears reuse for their weight scales. */
+bool cu_fp8_act_prepare(dllm_backend *, fp8_act *qa, int N, int C, const fp8_matrix *const *ws,
+                        int nw)
+{
+    if (N <= 0 || C <= 0 || nw <= 0)
+        return false;
+    for (int i = 0; i < nw; i++) {
+        bool block = false;
+        const fp8_matrix *w = ws[i];
+        /* e5m2 x e5m2 stays on the unfused path, which refuses it with its message */
+        if (!w || w->cols != C || w->format != ws[0]->format || w->format == FP8_E5M2 ||
+            w->pow2_scale != ws[0]->pow2_scale || !fp8_gemm_path(w, C, w->rows, &block) ||
+            !block)
+            return false;
+    }
+    size_t KB = ((size_t)C + 127) / 128, nq = align256((size_t)N * C);
+    size_t bytes = nq + align256((size_t)N * KB * sizeof(float));
+    if (bytes > g_impl.qa_bytes) {
+        cudaCheck(cudaDeviceSynchronize());
+        if (g_impl.qa)
+            cudaCheck(cudaFree(g_impl.qa));
+        cudaCheck(cudaMalloc(&g_impl.qa, bytes));
+        g_impl.qa_bytes = bytes;
+    }
+    long a_srs, a_scs, w_srs, w_scs;
+    dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
+    *qa = fp8_act{};
+    qa->q = (uint8_t *)g_impl.qa;
+    qa->scale = (float *)((char *)g_impl.qa + nq);
+    qa->srs = a_srs, qa->scs = a_scs;
+    qa->rows = N, qa->cols = C, qa->group = 128;
+    qa->format = ws[0]->format;
+    qa->pow2 = ws[0]->pow2_scale;
+    return true;
+}
+
+void fp8_check_act(const fp8_act *qa, int N, int C, const char *op)
+{
+    if (!qa || !qa->q || qa->rows != N || qa->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: %s: quantised activations are [%d, %d], call "
+                        "expects [%d, %d]\n", op, qa ? qa->rows : -1, qa ? qa->cols : -1, N, C);
+        exit(1);
+    }
+}
+
+void cu_rmsnorm_fp8_fwd(dllm_backend *, float *out, float *rstd, const fp8_act *qa,
+                        const float *inp, const float *w, int N, int C, float eps)
+{
+    fp8_check_act(qa, N, C, "rmsnorm_fp8_fwd");
+    dllm_cuda_rmsnorm_fp8_fwd(out, rstd, qa->q, qa->scale, qa->srs, qa->scs, inp, w, N, C, eps,
+                              qa->group, qa->format, qa->pow2, NULL);
+}
+
+void cu_swiglu_fp8_fwd(dllm_backend *, float *out, const fp8_act *qa, const float *gate,
+                       const float *up, int N, int H)
+{
+    fp8_check_act(qa, N, H, "swiglu_fp8_fwd");
+    dllm_cuda_swiglu_fp8_fwd(out, qa->q, qa->scale, qa->srs, qa->scs, gate, up, N, H, qa->group,
+                             qa->format, qa->pow2, NULL);
+}
+
+void cu_fp8_linear_act_fwd(dllm_backend *, float *out, const fp8_act *qa, fp8_matrix *w, int N,
+                           int C, int OC)
+{
+    fp8_check_weight(w, C, OC);
+    fp8_check_act(qa, N, C, "fp8_linear_act_fwd");
+    bool block = false;
+    if (!fp8_gemm_path(w, C, OC, &block) || !block || qa->format != w->format ||
+        qa->pow2 != w->pow2_scale) {
+        fprintf(stderr, "dllm-rl: cuda backend: fp8_linear_act_fwd: weight [%d, %d] does not "
+                        "take the prepared activations (fp8_act_prepare)\n", OC, C);
+        exit(1);
+    }
+    float *wsc = (float *)ws_get(fp8_wscale_floats(true, C, OC) * sizeof(float));
+    fp8_gemm_run(out, qa->q, qa->scale, w, wsc, true, N, C, OC);
+}
+
 const dllm_backend_ops cuda_ops = {
     cu_alloc, cu_free, cu_upload, cu_download, cu_memset0, cu_sync,
     cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_fp8_linear_fwd,
@@ -345,6 +459,7 @@ const dllm_backend_ops cuda_ops = {
     cu_copy, cu_bias_fwd, cu_bias_bwd, cu_to_bf16, cu_fp8_quantise,
     cu_bf16_linear_fwd, NULL, /* no NVFP4 linear: an nvfp4 rollout is refused on the device */
     cu_clip_grad,
+    cu_fp8_act_prepare, cu_rmsnorm_fp8_fwd, cu_swiglu_fp8_fwd, cu_fp8_linear_act_fwd,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};
@@ -370,4 +485,7 @@ extern "C" const char *dllm_backend_cuda_why(void)
     return g_have ? "" : g_why;
 }
 
-extern "C" size_t dllm_backend_cuda_workspace_bytes(void) { return g_impl.ws_bytes; }
+extern "C" size_t dllm_backend_cuda_workspace_bytes(void)
+{
+    return g_impl.ws_bytes + g_impl.qa_bytes;
+}

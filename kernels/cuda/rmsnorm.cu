@@ -7,10 +7,27 @@
  *                                                 (no allocation inside the op, so memory
  *                                                 caps see it), then summed in chunk order:
  *                                                 deterministic, no atomics.
- * fp32 sums (block tree reductions) instead of the CPU's double: agreement to ~1e-6. */
+ * fp32 sums (block tree reductions) instead of the CPU's double: agreement to ~1e-6.
+ * The FP8 variant (rmsnorm_fp8_fwd) also quantises each row's 1 x gc groups in the same
+ * block: the row's rstd, then per group (one warp each) out, its absmax, the scale and
+ * the codes. rms_rstd and rms_out are shared with the plain forward, so out, the scales
+ * and the codes are bit for bit those of the forward followed by fp8_quant.cu's pass. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codec.cuh"
 
 enum { RMS_THREADS = 256, DW_ROWS = 64 /* rows per chunk of the dw partial sums */ };
+
+/* 1/sqrt(mean(x^2) + eps) of one row x (C), in every thread of the block. */
+__device__ __forceinline__ float rms_rstd(const float *x, int C, float eps)
+{
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        ss += x[c] * x[c];
+    ss = block_sum(ss);
+    return 1.0f / sqrtf(ss / (float)C + eps);
+}
+
+__device__ __forceinline__ float rms_out(float w, float x, float r) { return w * (x * r); }
 
 __global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp,
                                           const float *w, int C, float eps)
@@ -18,15 +35,43 @@ __global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *
     // out (N, C), rstd (N) or NULL, inp (N, C), w (C); grid.x = N
     const float *x = inp + (size_t)blockIdx.x * C;
     float *o = out + (size_t)blockIdx.x * C;
-    float ss = 0.0f;
+    float r = rms_rstd(x, C, eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        ss += x[c] * x[c];
-    ss = block_sum(ss);
-    float r = 1.0f / sqrtf(ss / (float)C + eps);
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        o[c] = w[c] * (x[c] * r);
+        o[c] = rms_out(w[c], x[c], r);
     if (rstd && threadIdx.x == 0)
         rstd[blockIdx.x] = r;
+}
+
+/* The forward and its FP8 codes: warp k of the block takes groups k, k + 8, ... of the
+ * row (a whole warp per group, so warp_max sees every lane). */
+__global__ static void rmsnorm_fp8_fwd_kernel(float *out, float *rstd, uint8_t *q, float *scale,
+                                              long srs, long scs, const float *inp,
+                                              const float *w, int C, float eps, int gc, int f,
+                                              bool pow2)
+{
+    // out (N, C) or NULL, rstd (N) or NULL, q (N, C), inp (N, C), w (C); grid.x = N
+    const size_t row = blockIdx.x, off = row * (size_t)C;
+    const float *x = inp + off;
+    float r = rms_rstd(x, C, eps);
+    int lane = threadIdx.x & 31, nw = blockDim.x >> 5, SC = (C + gc - 1) / gc;
+    for (int j = threadIdx.x >> 5; j < SC; j += nw) {
+        int c0 = j * gc, c1 = min(c0 + gc, C);
+        float amax = 0.0f;
+        for (int c = c0 + lane; c < c1; c += 32) {
+            float y = rms_out(w[c], x[c], r);
+            if (out)
+                out[off + c] = y;
+            amax = fmaxf(amax, fp8c_finite_abs(y));
+        }
+        amax = warp_max(amax);
+        float sc = fp8c_scale_from_amax(amax, f, pow2);
+        if (lane == 0)
+            scale[(long)row * srs + (long)j * scs] = sc;
+        for (int c = c0 + lane; c < c1; c += 32)
+            q[off + c] = fp8c_encode(fp8c_div(rms_out(w[c], x[c], r), sc), f);
+    }
+    if (rstd && threadIdx.x == 0)
+        rstd[row] = r;
 }
 
 __global__ static void rmsnorm_dx_kernel(float *dinp, const float *dout, const float *inp,
@@ -77,6 +122,22 @@ extern "C" void dllm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp,
     if (N == 0)
         return;
     DLLM_LAUNCH(rmsnorm_fwd_kernel, N, RMS_THREADS, 0, as_stream(s))(out, rstd, inp, w, C, eps);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_rmsnorm_fp8_fwd(float *out, float *rstd, uint8_t *q, float *scale,
+                                          long srs, long scs, const float *inp, const float *w,
+                                          int N, int C, float eps, int gc, fp8_format f,
+                                          bool pow2, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(N >= 0 && C > 0 && gc > 0, "bad shape N=%d C=%d group %d", N, C, gc);
+    DLLM_CUDA_REQUIRE(f == FP8_E4M3 || f == FP8_E5M2, "unknown fp8 format %d", (int)f);
+    if (N == 0)
+        return;
+    if (gc > C) /* as the quantise pass: a group never reaches past the row */
+        gc = C;
+    DLLM_LAUNCH(rmsnorm_fp8_fwd_kernel, N, RMS_THREADS, 0, as_stream(s))(out, rstd, q, scale, srs,
+        scs, inp, w, C, eps, gc, (int)f, pow2);
     cudaLaunchCheck();
 }
 

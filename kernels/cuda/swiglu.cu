@@ -1,17 +1,50 @@
 /* swiglu.cu: the SwiGLU gate of the MLP, elementwise.
  *   out = silu(gate) * up,  silu(x) = x * sigmoid(x) = x / (1 + exp(-x))
  * Backward (accumulated):  dup   += dout * silu(gate)
- *                          dgate += dout * up * sig * (1 + gate * (1 - sig)) */
+ *                          dgate += dout * up * sig * (1 + gate * (1 - sig))
+ * The FP8 variant (swiglu_fp8_fwd) quantises [R, C] in 1 x gc groups of each row as it
+ * goes, one warp per group (as fp8_quant.cu's row kernel): out, the group's absmax, the
+ * scale, the codes. swiglu_val is shared with the plain forward, so everything is bit
+ * for bit the plain forward followed by the quantise pass. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_codec.cuh"
+
+__device__ __forceinline__ float swiglu_val(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 __global__ static void swiglu_fwd_kernel(float *out, const float *gate, const float *up, size_t n)
 {
     // out, gate, up (n)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = swiglu_val(gate[i], up[i]);
+}
+
+/* One warp per (row r, group j); blockDim.x = 256 (8 warps). */
+__global__ static void swiglu_fp8_fwd_kernel(float *out, uint8_t *q, float *scale, long srs,
+                                             long scs, const float *gate, const float *up, int R,
+                                             int C, int gc, int SC, int f, bool pow2)
+{
+    // out (R, C) or NULL, q (R, C), gate (R, C), up (R, C)
+    size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)R * SC)
+        return; /* whole warp leaves together */
+    int r = (int)(warp / SC), j = (int)(warp % SC);
+    int c0 = j * gc, c1 = min(c0 + gc, C);
+    size_t row = (size_t)r * C;
+    float amax = 0.0f;
+    for (int c = c0 + lane; c < c1; c += 32) {
+        float y = swiglu_val(gate[row + c], up[row + c]);
+        if (out)
+            out[row + c] = y;
+        amax = fmaxf(amax, fp8c_finite_abs(y));
     }
+    amax = warp_max(amax);
+    float sc = fp8c_scale_from_amax(amax, f, pow2);
+    if (lane == 0)
+        scale[(long)r * srs + (long)j * scs] = sc;
+    for (int c = c0 + lane; c < c1; c += 32)
+        q[row + c] = fp8c_encode(fp8c_div(swiglu_val(gate[row + c], up[row + c]), sc), f);
 }
 
 __global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
@@ -34,6 +67,25 @@ extern "C" void dllm_cuda_swiglu_fwd(float *out, const float *gate, const float 
     if (n == 0)
         return;
     DLLM_LAUNCH(swiglu_fwd_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, gate, up, n);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_swiglu_fp8_fwd(float *out, uint8_t *q, float *scale, long srs,
+                                         long scs, const float *gate, const float *up, int R,
+                                         int C, int gc, fp8_format f, bool pow2,
+                                         dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(R >= 0 && C > 0 && gc > 0, "bad shape [%d, %d] group %d", R, C, gc);
+    DLLM_CUDA_REQUIRE(f == FP8_E4M3 || f == FP8_E5M2, "unknown fp8 format %d", (int)f);
+    if (R == 0)
+        return;
+    if (gc > C)
+        gc = C;
+    int SC = (C + gc - 1) / gc;
+    size_t blocks = ((size_t)R * SC + 7) / 8;
+    DLLM_CUDA_REQUIRE(blocks <= 0x7FFFFFFFu, "too many groups (%zu)", (size_t)R * SC);
+    DLLM_LAUNCH(swiglu_fp8_fwd_kernel, (unsigned)blocks, 256, 0, as_stream(s))(out, q, scale, srs,
+        scs, gate, up, R, C, gc, SC, (int)f, pow2);
     cudaLaunchCheck();
 }
 

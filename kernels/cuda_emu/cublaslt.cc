@@ -425,6 +425,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatmulHeuristicResult_t *results,
                                               int *returned)
 {
+    dllm_emu::count_heuristic();
     if (!h)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!p || requested < 1 || !results || !returned)
@@ -461,6 +462,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               size_t workspace_bytes, cudaStream_t s)
 {
     (void)s;
+    dllm_emu::count_matmul();
     if (!h)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!alpha || !beta || !A || !B || !D || (workspace_bytes && !workspace))

@@ -15,6 +15,8 @@ typedef struct {
     unsigned long long device_allocs; /* cudaMalloc and cudaMallocAsync calls */
     unsigned long long async_allocs;  /* cudaMallocAsync calls alone */
     size_t bytes_in_use, peak_bytes;  /* device memory, without guard zones */
+    unsigned long long heuristics;    /* cublasLtMatmulAlgoGetHeuristic calls */
+    unsigned long long matmuls;       /* cublasLtMatmul calls */
 } dllm_emu_stats;
 
 /* Counters since the start or the last reset. */

@@ -11,6 +11,9 @@ bool execute_grid(const char *name, dim3 grid, dim3 block, size_t smem, thread_b
 const char *schedule_name(void);
 /* runtime.cc: is [p, p + bytes) inside one live device allocation? */
 bool is_device_range(const void *p, size_t bytes);
+/* runtime.cc: the cuBLASLt stand-in's calls, for dllm_emu_stats */
+void count_heuristic(void);
+void count_matmul(void);
 } // namespace dllm_emu
 
 #endif
