@@ -15,7 +15,7 @@
  *     large next to the absolute one (measured 1.1e-4 to 1.6e-4, max abs 0.011);
  *   - after a weight change and dllm_tf_rollout_sync the device copies follow;
  *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable;
- *   - Qwen3 greedy decoding (full forwards on the device) gives the CPU's token ids;
+ *   - Qwen3 greedy decoding (the device KV cache and sampler) gives the CPU's token ids;
  *   - the head fused with the log-softmax (dllm_tf_target_logp, chunks of rows): within
  *     2e-5 of the double log-softmax of the same backend's logits, on the CPU (every
  *     build) and on the device, for the trainer view and a bf16 rollout copy;
