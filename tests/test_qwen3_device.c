@@ -14,8 +14,10 @@
  *     lengths and log-probs equal to a host loop over dllm_ar_choose with the same keyed
  *     noise, with EOS stopping rows early, several head() chunks, a seq_offset past 2^32
  *     and no EOS.
- * `generate --device cuda` on the tiny Qwen3 preset against the CPU's ids is
- * tests/test_device_model.c's CLI case (it runs this decoder).
+ *   - through the CLI (DLLM_BIN), on an `init-model --preset tiny` Qwen3: sampled
+ *     `generate --device cuda` ids equal the CPU's, with the whole nucleus (the device
+ *     sampler) and with --top-p 0.9 (the host's choice); the greedy case is
+ *     tests/test_device_model.c's.
  * Runs in the CUDA emulation build (and on a GPU); SKIP (77) without CUDA, after checking
  * that the device sampler says so. */
 #include "config.h"
@@ -27,11 +29,14 @@
 #include "kernels/backend.h"
 #include "kernels/rng.h"
 
+#include "tests/test_shell.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static dllm_tf *tiny_qwen3(void)
 {
@@ -436,6 +441,38 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* ---- the command --------------------------------------------------------------------- */
+
+static char tmp[64];
+
+/* generate's ids on one device into out (malloc'd). */
+static int generate_ids(char **out, const char *device, const char *flags)
+{
+    int st = tu_sh("OMP_NUM_THREADS=1 %s generate --model %s/qwen3 --prompt-ids 5,9,12,7 "
+                   "--gen-length 10 --format ids --device %s %s >%s/stdout 2>%s/stderr",
+                   getenv("DLLM_BIN"), tmp, device, flags, tmp, tmp);
+    char path[128];
+    snprintf(path, sizeof path, "%s/stdout", tmp);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    *out = calloc(4096, 1);
+    size_t n = fread(*out, 1, 4095, f);
+    (*out)[n] = 0;
+    fclose(f);
+    return st;
+}
+
+START_TEST(test_cli_sampled)
+{
+    const char *flags[] = {"--temperature 1.0 --seed 4", "--temperature 0.8 --seed 9 --top-p 0.9"};
+    char *a, *b;
+    ck_assert_int_eq(generate_ids(&a, "cpu", flags[_i]), 0);
+    ck_assert_int_eq(generate_ids(&b, "cuda", flags[_i]), 0);
+    ck_assert_msg(strlen(a) > 2 && !strcmp(a, b), "%s: cpu ids %s, cuda ids %s", flags[_i], a, b);
+    free(a), free(b);
+}
+END_TEST
+
 int main(void)
 {
     if (!dllm_backend_cuda()) {
@@ -453,6 +490,14 @@ int main(void)
         printf("SKIP: no usable CUDA backend (%s)\n", dllm_backend_cuda_why());
         return 77;
     }
+    const char *bin = getenv("DLLM_BIN");
+    bool cli = bin && access(bin, X_OK) == 0;
+    strcpy(tmp, "test_qwen3_device-XXXXXX"); /* in the build directory */
+    if (cli && (!mkdtemp(tmp) || tu_sh("%s init-model --arch qwen3 --preset tiny --seed 5 "
+                                       "--out %s/qwen3 >/dev/null", bin, tmp))) {
+        fprintf(stderr, "test_qwen3_device: init-model failed\n");
+        return EXIT_FAILURE;
+    }
     Suite *s = suite_create("qwen3_device");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
@@ -461,11 +506,21 @@ int main(void)
     tcase_add_test(tc, test_transfers);
     tcase_add_loop_test(tc, test_fake_sampler, 0, (int)(sizeof FCASES / sizeof *FCASES));
     tcase_add_test(tc, test_refusals);
+    if (cli)
+        tcase_add_loop_test(tc, test_cli_sampled, 0, 2);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive a fork */
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    if (cli)
+        tu_sh("rm -rf %s", tmp);
+    if (failed)
+        return EXIT_FAILURE;
+    if (!cli) {
+        printf("SKIP: DLLM_BIN (the dllm-rl binary) not set: the CLI cases did not run\n");
+        return 77;
+    }
+    return EXIT_SUCCESS;
 }
