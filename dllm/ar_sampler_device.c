@@ -39,6 +39,12 @@ int dllm_ar_sample_device(const dllm_ar_device_model *m, const int32_t *prompts,
         return dllm_err_set(err, DLLM_EXIT_INTERNAL,
                             "ar device sampler: the decoder is incomplete (max_rows %d)",
                             m->max_rows);
+    for (size_t i = 0; i < (size_t)B * P; i++) /* the device's embedding does not check */
+        if (prompts[i] < 0 || prompts[i] >= m->V)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "ar sampler: prompt token %d at (%zu, %zu) outside the "
+                                "vocabulary [0, %d)", prompts[i], i / (size_t)P, i % (size_t)P,
+                                m->V);
     for (int b = 0; b < B && prompt_mask; b++) {
         int real = 0;
         for (int t = 0; t < P; t++)

@@ -42,8 +42,8 @@ int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_device_model *ou
                          dllm_err *err);
 
 /* As dllm_ar_sample with the model m (a CUDA backend, the emulation build included):
- * out's arrays on the host. DLLM_EXIT_INPUT for a bad config, top_p < 1 with a
- * temperature, a vocabulary that is not m->V, a backend that is not CUDA or a build
+ * out's arrays on the host. DLLM_EXIT_INPUT for a bad config, a prompt id outside the
+ * vocabulary, top_p < 1 with a temperature, a backend that is not CUDA or a build
  * without CUDA; DLLM_EXIT_INTERNAL when the model fails. */
 int dllm_ar_sample_device(const dllm_ar_device_model *m, const int32_t *prompts,
                           const uint8_t *prompt_mask, int B, int P, const dllm_ar_cfg *c,

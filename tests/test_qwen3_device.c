@@ -434,8 +434,11 @@ START_TEST(test_refusals)
     c.eos_id = FV;
     ck_assert_int_eq(dllm_ar_sample_device(&dm, p, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "eos_id"), "%s", err.msg);
-    dm.be = dllm_backend_cpu();
     c.eos_id = 1;
+    int32_t bad[2] = {3, FV};
+    ck_assert_int_eq(dllm_ar_sample_device(&dm, bad, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "prompt token"), "%s", err.msg);
+    dm.be = dllm_backend_cpu();
     ck_assert_int_eq(dllm_ar_sample_device(&dm, p, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "not cuda"), "%s", err.msg);
 }
