@@ -1,5 +1,6 @@
 /* ar_sampler.c: autoregressive decoding with a KV cache, temperature and
- * nucleus (top-p) sampling, keyed randomness (contract in ar_sampler.h).
+ * nucleus (top-p) sampling, keyed randomness (contract in ar_sampler.h). A model on
+ * a CUDA device runs the loop there (ar_sampler_device.c) unless it samples a nucleus.
  *
  * Nucleus: with p sorted in decreasing order (ties by increasing id), token
  * k of that order is kept iff the mass before it is < top_p -- i.e. the
@@ -7,6 +8,7 @@
  * kept. This is transformers' rule (remove the ascending-cumulative mass
  * <= 1 - top_p) computed in double. */
 #include "dllm/ar_sampler.h"
+#include "dllm/ar_sampler_device.h"
 #include "kernels/rng.h"
 
 #include <math.h>
@@ -152,6 +154,16 @@ int dllm_ar_sample(dllm_tf *m, const int32_t *prompts, const uint8_t *prompt_mas
             return dllm_err_set(err, DLLM_EXIT_INPUT, "ar sampler: prompt %d has no real token", b);
     }
     qwen3_kv_cache *kv = qwen3_cache_new(m, B, P + G);
+    dllm_backend *dev = dllm_tf_device(m);
+    if (dev && dev->kind == DLLM_BACKEND_CUDA && !(c->temperature > 0 && c->top_p < 1)) {
+        /* the whole loop on the device; a nucleus is chosen on the host below */
+        dllm_ar_device_model dm;
+        rc = qwen3_device_decoder(m, kv, &dm, err);
+        if (!rc)
+            rc = dllm_ar_sample_device(&dm, prompts, prompt_mask, B, P, c, seed, out, err);
+        qwen3_cache_free(kv);
+        return rc;
+    }
     float *logits = dllm_malloc((size_t)B * V * sizeof(float));
     int32_t *next = dllm_malloc((size_t)B * sizeof(int32_t));
     out->B = B, out->P = P, out->G = G;

@@ -7,9 +7,9 @@
  * full forward up to summation order. The layers are the core's own
  * (tf_layers_fwd) with the cached attention in place of the batch one, at the
  * trainer's numerics or, with qwen3_decode_at_rollout, the rollout copy's. A model on
- * a device backend decodes by full forwards over the tokens so far (device_extend). */
+ * a device backend keeps the cache in the device's memory (dllm/qwen3_device.c). */
 #include "dllm/qwen3.h"
-#include "dllm/transformer_impl.h"
+#include "dllm/qwen3_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -74,17 +74,6 @@ int qwen3_seq_logprob(dllm_tf *m, const int32_t *prompt, int P, const int32_t *c
 
 /* ---- KV-cache decoding ----------------------------------------------------------------- */
 
-struct qwen3_kv_cache {
-    int B, max_len, len, L, NKV, HD;
-    int T;            /* slots the extend in progress appends */
-    float *k, *v;     // (L, B, max_len, NKV*HD)
-    uint8_t *mask;    // (B, max_len)
-    int32_t *npos;    // (B) real tokens so far = the next RoPE position
-    tf_acts a;        /* one layer's activations for the B*T new rows (grown on demand) */
-    int32_t *tok;     // (B, max_len) every token so far: a model on a device decodes by
-                      // full forwards over them (no device KV cache yet)
-};
-
 qwen3_kv_cache *qwen3_cache_new(const dllm_tf *m, int B, int max_len)
 {
     qwen3_kv_cache *c = dllm_calloc(1, sizeof *c);
@@ -93,11 +82,15 @@ qwen3_kv_cache *qwen3_cache_new(const dllm_tf *m, int B, int max_len)
     c->L = m->L;
     c->NKV = m->NKV;
     c->HD = m->HD;
+    c->mask = dllm_calloc((size_t)c->B * c->max_len, 1);
+    c->npos = dllm_calloc((size_t)c->B, sizeof(int32_t));
+    if (m->dev) { /* K/V in the device's memory only */
+        qwen3_device_cache_init(m, c);
+        return c;
+    }
     size_t n = (size_t)m->L * c->B * c->max_len * m->KD;
     c->k = TF_FALLOC(n);
     c->v = TF_FALLOC(n);
-    c->mask = dllm_calloc((size_t)c->B * c->max_len, 1);
-    c->npos = dllm_calloc((size_t)c->B, sizeof(int32_t));
     return c;
 }
 
@@ -105,12 +98,13 @@ void qwen3_cache_free(qwen3_kv_cache *c)
 {
     if (!c)
         return;
+    if (c->be)
+        qwen3_device_cache_free(c);
     tf_acts_free(&c->a);
     free(c->k);
     free(c->v);
     free(c->mask);
     free(c->npos);
-    free(c->tok);
     free(c);
 }
 
@@ -192,42 +186,6 @@ static void cache_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
     cached_attention(m, c, l, io->y, io->q, T);
 }
 
-/* qwen3_extend for a model on a device: the new tokens join the history, and one full
- * forward (without backward, at the rollout copy when decoding at rollout numerics) over
- * it gives each row's last logits -- the same positions and visibility as the cache. */
-static int device_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
-                         const uint8_t *keymask, int T, float *logits, dllm_err *err)
-{
-    int B = c->B, S = c->len + T;
-    if (!c->tok)
-        c->tok = dllm_calloc((size_t)B * c->max_len, sizeof(int32_t));
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            size_t s = (size_t)b * c->max_len + c->len + t;
-            uint8_t real = keymask ? keymask[b * T + t] != 0 : 1;
-            c->tok[s] = tokens[b * T + t];
-            c->mask[s] = real;
-            c->npos[b] += real;
-        }
-    c->len = S;
-    if (!logits)
-        return 0;
-    int32_t *seq = dllm_malloc((size_t)B * S * sizeof(int32_t)), *rows = dllm_malloc(
-                                                                      (size_t)B * sizeof(int32_t));
-    uint8_t *mask = dllm_malloc((size_t)B * S);
-    for (int b = 0; b < B; b++) {
-        memcpy(seq + (size_t)b * S, c->tok + (size_t)b * c->max_len, (size_t)S * sizeof(int32_t));
-        memcpy(mask + (size_t)b * S, c->mask + (size_t)b * c->max_len, (size_t)S);
-        rows[b] = b * S + S - 1;
-    }
-    int rc = m->decode_rollout ? dllm_tf_forward_rollout(m, seq, mask, B, S, rows, B, logits)
-                               : dllm_tf_forward_nograd(m, seq, mask, B, S, rows, B, logits);
-    free(seq);
-    free(rows);
-    free(mask);
-    return rc ? dllm_err_set(err, rc, "qwen3_extend: device forward failed (see above)") : 0;
-}
-
 int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
                  const uint8_t *keymask, int T, float *logits, dllm_err *err)
 {
@@ -247,8 +205,12 @@ int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
             return dllm_err_set(err, DLLM_EXIT_INPUT,
                                 "qwen3_extend: token %d at (%d, %d) outside the vocabulary [0, %d)",
                                 tokens[n], n / T, n % T, m->V);
-    if (m->dev)
-        return device_extend(m, c, tokens, keymask, T, logits, err);
+    if (c->be || m->dev) {
+        if (c->be != dllm_tf_device(m))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "qwen3_extend: the cache and the model are on different backends");
+        return qwen3_device_extend_host(m, c, tokens, keymask, T, logits, err);
+    }
     if (m->lora_rank && !c->a.xa) /* LoRA enabled since the buffers were sized */
         tf_acts_free(&c->a);
     tf_acts_ensure(m, &c->a, B, T, B, 1);

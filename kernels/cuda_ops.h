@@ -271,6 +271,30 @@ void dllm_cuda_sampler_commit(int32_t *canvas, int16_t *commit_step, float *comm
                               int T, int P, int G, int mask_id, int eos_id, int eot_id,
                               bool cfg, dllm_cuda_stream s);
 
+/* ---- KV-cache attention (kernels/cuda/attention.cu) ------------------------------------------
+ * The cache of dllm/qwen3_device.c: kc, vc [B,max_len,NKV,HD] (K after k_norm and RoPE),
+ * cmask [B,max_len]. kv_append writes k, v [B,T,NKV,HD] into slots len .. len+T-1 and,
+ * when cmask is not NULL, their key mask (newmask [B,T], or NULL: all real).
+ * attention_cached: y [B,T,NH,HD] for the queries q [B,T,NH,HD] at slots len + t over the
+ * cached slots s <= len + t with cmask != 0 (none visible: 0). HD <= 256. */
+void dllm_cuda_kv_append(float *kc, float *vc, uint8_t *cmask, const float *k, const float *v,
+                         const uint8_t *newmask, int B, int T, int len, int max_len, int KD,
+                         dllm_cuda_stream s);
+void dllm_cuda_attention_cached(float *y, const float *q, const float *kc, const float *vc,
+                                const uint8_t *cmask, int B, int T, int len, int max_len,
+                                int NH, int NKV, int HD, dllm_cuda_stream s);
+
+/* ---- Autoregressive sampler step (kernels/cuda/ar_sample.cu) --------------------------------
+ * For the n rows r0 .. r0+n-1 of logits [n,V] (row r0 + i of the batch): the token of
+ * dllm_ar_choose (top_p = 1) with u = draw 1 of (seed, DLLM_RNG_SAMPLER, g,
+ * seq_offset + row), written to tokens[row,g] and next[row], its log-probs to logp and
+ * logp_t1 [B,G], length[row] = g + 1, done[row] = (token == eos_id). A row with done set
+ * only gets next[row] = eos_id. */
+void dllm_cuda_ar_choose(int32_t *tokens, int32_t *next, float *logp, float *logp_t1,
+                         int32_t *length, uint8_t *done, const float *logits, int r0, int n,
+                         int V, int G, int g, double temperature, int eos_id, uint64_t seed,
+                         uint64_t seq_offset, dllm_cuda_stream s);
+
 #ifdef __cplusplus
 }
 #endif

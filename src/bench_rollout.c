@@ -206,7 +206,7 @@ int bench_rollout(int argc, char **argv)
         printf("bench rollout: qwen3 %s (d_model %d, %d layers), %s decoding, batch %ld, "
                "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "
                "warm-up%s\n", what, mc.d_model, mc.n_layers,
-               dev_be ? "full-forward" : "KV-cache", B, P, G, temp, top_p, iters, warmup,
+               dev_be ? "device KV-cache" : "KV-cache", B, P, G, temp, top_p, iters, warmup,
                cpu_clock ? "; CPU time" : "");
     if (dev_be)
         printf("device: %s%s\n", dev_be->name, peak ? " (emulated: times are not a GPU's)" : "");

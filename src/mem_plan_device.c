@@ -12,7 +12,9 @@
  *             backend's workspace (1 MiB doubled until the largest bf16 or FP8 linear's
  *             scratch fits; none when no such linear runs), the FP8 activations the
  *             fused producers write (block-scaled FP8 copies) and cuBLASLt's 32 MiB;
- *   transient the device sampler's buffers for one call.
+ *   transient the device sampler's buffers for one call; for Qwen3 the KV cache
+ *             (dllm/qwen3_device.c), its activation set and the autoregressive sampler's
+ *             buffers (dllm/ar_sampler_device.c), for one call (top_p = 1).
  * A training run keeps all the sets of its rollouts and its scoring at once (they
  * stay allocated while the model is on the device); the update is on the host. */
 #include "src/mem_plan_device.h"
@@ -287,13 +289,11 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, s->B * T, R < rows ? R : rows));
             qaneed = max64(qaneed, qa_forward(&d, f, pr, s->B * T));
             tmax = max64(tmax, T);
-        } else { /* decoding by full forwards up to the last token's logits */
-            int64_t S = T - 1 > s->P ? T - 1 : s->P;
-            acts_use(&ra, s->B, S, s->B, &d);
-            chunk = max64(chunk, s->B < rows ? s->B : rows);
-            wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, s->B * S, s->B < rows ? s->B : rows));
-            qaneed = max64(qaneed, qa_forward(&d, f, pr, s->B * S));
-            tmax = max64(tmax, S);
+        } else { /* KV-cache decoding (dllm/qwen3_device.c): the prefill is the widest */
+            wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, (int64_t)s->B * s->P,
+                                              s->B < rows ? s->B : rows));
+            qaneed = max64(qaneed, qa_forward(&d, f, pr, (int64_t)s->B * s->P));
+            tmax = max64(tmax, T);
         }
     }
     if (score) {
@@ -338,6 +338,18 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         item(p, true, "device sampler", b, "canvas and key mask 5 BB T, per row %d bytes, "
              "%s%lld x V logits", 30 + (s->cfg ? 4 : 0) + (s->random_remask ? 8 : 0),
              s->cfg ? "2 x " : "", (long long)rows);
+    }
+    if (roll && mc->arch == DLLM_ARCH_QWEN3) { /* one dllm_ar_sample on the device */
+        int64_t B = s->B, S = T, hr = B < rows ? B : rows;
+        item(p, true, "KV cache", 2 * 4 * d.L * B * S * d.KD + 2 * B * S,
+             "K, V 2 x 4 L B (P+G) KD, key masks 2 B (P+G)");
+        acts_cap ka = {0};
+        acts_use(&ka, B, s->P, B, &d);
+        item(p, true, "activations: KV-cache decoding", acts_bytes(&d, ka.N, ka.att, ka.R),
+             "one layer: %lld rows (the prefill), %lld head rows%s", (long long)ka.N,
+             (long long)B, d.r ? ", LoRA x A^T" : "");
+        item(p, true, "AR device sampler", 4 * B * s->P + 12 * B * s->G + 9 * B + hr * d.V * 4,
+             "prompts 4 B P, records 12 B G, 9 B, %lld x V logits", (long long)hr);
     }
     if (wsneed > 0) {
         int64_t ws = BACKEND_WS_MIN;

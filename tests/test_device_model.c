@@ -18,7 +18,7 @@
  *     under emulation;
  *   - after a weight change and dllm_tf_rollout_sync the device copies follow;
  *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable;
- *   - Qwen3 greedy decoding (full forwards on the device) gives the CPU's token ids;
+ *   - Qwen3 greedy decoding (the device KV cache and sampler) gives the CPU's token ids;
  *   - the head fused with the log-softmax (dllm_tf_target_logp, chunks of rows): within
  *     2e-5 of the double log-softmax of the same backend's logits, on the CPU (every
  *     build) and on the device, for the trainer view and a bf16 rollout copy;

@@ -387,3 +387,119 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
     default: bwd_launch<256>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
     }
 }
+
+/* ---- Cached attention (KV-cache decoding, dllm/qwen3_device.c) -----------------------------
+ * The cache holds K (after k_norm and RoPE) and V of every slot so far,
+ * kc, vc [B,max_len,NKV,HD], with a key mask cmask [B,max_len]. kv_append writes the T new
+ * slots len .. len+T-1 of each row; attention_cached lets new query t (slot len + t) see
+ * the cached slots s <= len + t with cmask != 0: the CPU cache's rule (dllm/qwen3.c).
+ * One block per query row and head, the keys in tiles of CACHED_THREADS (one key per
+ * thread for the scores, then one output dim per thread over the tile), online softmax
+ * as in the forward above; a query with no visible key gets 0. */
+enum { CACHED_THREADS = 128, CACHED_MAX_HD = 256, CACHED_DIMS = CACHED_MAX_HD / CACHED_THREADS };
+
+__global__ static void kv_append_kernel(float *kc, float *vc, uint8_t *cmask, const float *k,
+                                        const float *v, const uint8_t *newmask, int T, int len,
+                                        int max_len, int KD, size_t n)
+{
+    // k, v (B*T, KD); newmask (B*T) or NULL (all real); n = B*T*KD
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / (size_t)KD, kd = i % (size_t)KD;
+        size_t b = bt / (size_t)T, t = bt % (size_t)T;
+        size_t slot = b * (size_t)max_len + (size_t)len + t;
+        kc[slot * KD + kd] = k[i];
+        vc[slot * KD + kd] = v[i];
+        if (cmask && kd == 0)
+            cmask[slot] = newmask ? newmask[bt] != 0 : 1;
+    }
+}
+
+__global__ static void attention_cached_kernel(float *y, const float *q, const float *kc,
+                                               const float *vc, const uint8_t *cmask, int T,
+                                               int len, int max_len, int NH, int NKV, int HD,
+                                               float scale)
+{
+    // y, q (B*T*NH, HD); grid.x = B*T*NH
+    __shared__ float qs[CACHED_MAX_HD];
+    __shared__ float ps[CACHED_THREADS];
+    const int r = blockIdx.x, tid = threadIdx.x;
+    const int h = r % NH, t = (r / NH) % T, b = r / (NH * T);
+    const int kh = h / (NH / NKV), send = len + t + 1;
+    const size_t KD = (size_t)NKV * HD;
+    const float *kb = kc + (size_t)b * max_len * KD + (size_t)kh * HD;
+    const float *vb = vc + (size_t)b * max_len * KD + (size_t)kh * HD;
+    const uint8_t *mb = cmask + (size_t)b * max_len;
+    for (int i = tid; i < HD; i += CACHED_THREADS)
+        qs[i] = q[(size_t)r * HD + i];
+    __syncthreads();
+    float run_max = -INFINITY, run_sum = 0.0f, acc[CACHED_DIMS];
+    for (int j = 0; j < CACHED_DIMS; j++)
+        acc[j] = 0.0f;
+    for (int s0 = 0; s0 < send; s0 += CACHED_THREADS) {
+        const int s = s0 + tid;
+        float sc = -INFINITY;
+        if (s < send && mb[s]) {
+            float dot = 0.0f;
+            for (int i = 0; i < HD; i++)
+                dot += qs[i] * kb[(size_t)s * KD + i];
+            sc = dot * scale;
+        }
+        const float nmax = fmaxf(run_max, block_max(sc));
+        if (nmax == -INFINITY)
+            continue; /* nothing visible yet: the same on every thread */
+        const float e = sc == -INFINITY ? 0.0f : expf(sc - nmax);
+        const float corr = run_max == -INFINITY ? 0.0f : expf(run_max - nmax);
+        const float tsum = block_sum(e); /* its barriers also order ps[] against the last tile */
+        ps[tid] = e;
+        __syncthreads();
+        run_sum = run_sum * corr + tsum;
+        run_max = nmax;
+        const int ns = send - s0 < CACHED_THREADS ? send - s0 : CACHED_THREADS;
+        for (int j = 0; j < CACHED_DIMS; j++) {
+            const int i = tid + j * CACHED_THREADS;
+            if (i >= HD)
+                break;
+            float o = acc[j] * corr;
+            for (int u = 0; u < ns; u++)
+                if (ps[u] != 0.0f)
+                    o += ps[u] * vb[(size_t)(s0 + u) * KD + i];
+            acc[j] = o;
+        }
+        __syncthreads(); /* ps[] is rewritten by the next tile */
+    }
+    for (int j = 0; j < CACHED_DIMS; j++) {
+        const int i = tid + j * CACHED_THREADS;
+        if (i < HD)
+            y[(size_t)r * HD + i] = run_sum > 0.0f ? acc[j] / run_sum : 0.0f;
+    }
+}
+
+extern "C" void dllm_cuda_kv_append(float *kc, float *vc, uint8_t *cmask, const float *k,
+                                    const float *v, const uint8_t *newmask, int B, int T, int len,
+                                    int max_len, int KD, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(B > 0 && T > 0 && len >= 0 && len + T <= max_len,
+                      "%d new slots after %d do not fit %d", T, len, max_len);
+    size_t n = (size_t)B * T * KD;
+    DLLM_LAUNCH(kv_append_kernel, grid_for(n, 256), 256, 0, as_stream(s))(kc, vc, cmask, k, v,
+        newmask, T, len, max_len, KD, n);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_attention_cached(float *y, const float *q, const float *kc,
+                                           const float *vc, const uint8_t *cmask, int B, int T,
+                                           int len, int max_len, int NH, int NKV, int HD,
+                                           dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(HD <= CACHED_MAX_HD && NKV > 0 && NH % NKV == 0,
+                      "head dim %d (at most %d), %d heads over %d kv heads", HD, CACHED_MAX_HD,
+                      NH, NKV);
+    DLLM_CUDA_REQUIRE(len + T <= max_len, "%d queries after %d exceed %d slots", T, len, max_len);
+    size_t rows = (size_t)B * T * NH;
+    if (rows == 0)
+        return;
+    DLLM_LAUNCH(attention_cached_kernel, (unsigned)rows, CACHED_THREADS, 0, as_stream(s))(y, q,
+        kc, vc, cmask, T, len, max_len, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+    cudaLaunchCheck();
+}
