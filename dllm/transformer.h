@@ -170,8 +170,10 @@ int dllm_tf_device_chunk_rows(int V);
 /* From now on dllm_tf_forward keeps its activations on the device (the logits of its rows
  * come down), dllm_tf_backward uploads the dlogits and runs there, and the gradients and
  * AdamW moments live in device memory: the dllm_tf_device_* calls below replace
- * dllm_tf_grads / dllm_tf_zero_grad and the host optimizer. Needs the fp32 trainer
- * (an input error under a bf16 trainer). Ended by leaving the device or a LoRA change. */
+ * dllm_tf_grads / dllm_tf_zero_grad and the host optimizer. Full fine-tuning needs the
+ * fp32 trainer (an input error under a bf16 trainer); LoRA trains under either (a bf16
+ * trainer's packed base linears pass only dX back). Ended by leaving the device or a
+ * LoRA change. */
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err);
 bool dllm_tf_device_trains(const dllm_tf *m);
 void dllm_tf_device_zero_grad(dllm_tf *m);

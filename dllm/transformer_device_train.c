@@ -12,7 +12,9 @@
  * fine-tuning (which the next sync uploads again: a known cost of this first version).
  * The GRPO loss's dlogits are computed on the host from the downloaded logits rows (the
  * likelihood plan's rows only) and uploaded. A bf16 trainer keeps only packed bf16
- * linears on the device, nothing to differentiate through: refused. */
+ * linears on the device: with LoRA the base weights are frozen and the backward needs
+ * only dX through them (the backend's bf16_linear_bwd_x); full fine-tuning would need
+ * their fp32 gradients and masters on the device: refused. */
 #include "dllm/transformer_device_impl.h"
 
 #include <stdio.h>
@@ -100,10 +102,11 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
                             "training on the device: the model is not on a device backend");
     if (d->train)
         return 0;
-    if (m->prec.trainer_bf16)
+    if (m->prec.trainer_bf16 && !m->lora_rank)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "training on the device needs the fp32 trainer (precision.trainer: "
-                            "bf16 keeps only packed bf16 linears there)");
+                            "full fine-tuning on the device needs the fp32 trainer (a bf16 "
+                            "trainer keeps only packed bf16 linears there; LoRA over them "
+                            "trains)");
     const tf_view *v = tf_device_view(m, false);
     dllm_backend *be = d->be;
     d->n_train = m->lora_rank ? m->n_lora : v->nbuf;
@@ -157,6 +160,11 @@ void tf_device_backward(dllm_tf *m, const float *dlogits)
     tf_acts *a = &d->ka;
     if (!a->valid) {
         fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
+        abort();
+    }
+    if (m->prec.trainer_bf16 && !m->lora_rank) { /* packed base linears have no dW */
+        fprintf(stderr, "%s backward: full fine-tuning under a bf16 trainer on the device\n",
+                m->arch->name);
         abort();
     }
     if (a->R > d->dlog_rows) {

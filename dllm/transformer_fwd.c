@@ -187,7 +187,11 @@ static void lin_bwd(dllm_tf *m, const tf_bwd_target *t, int l, int j, float *din
     tf_lin_shape(m, j, &o, &i);
     dllm_backend *be = t->be;
     tf_acts *a = t->a;
-    be->ops->linear_bwd(be, dinp, t->lg[l].t[j], dout, inp, t->w->lw[l].t[j], N, i, o);
+    if (t->w->b16) /* packed bf16 base linears (a bf16 trainer on a device): frozen, dX only */
+        be->ops->bf16_linear_bwd_x(be, dinp, dout, &t->w->b16[(size_t)l * DLLM_NLIN + j], N, i,
+                                   o);
+    else
+        be->ops->linear_bwd(be, dinp, t->lg[l].t[j], dout, inp, t->w->lw[l].t[j], N, i, o);
     const tf_lora *ad = t->ad ? &t->ad[l * DLLM_NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;

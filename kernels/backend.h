@@ -146,6 +146,12 @@ typedef struct dllm_backend_ops {
     /* fp8_linear_fwd with the activations already quantised (qa of the same N, C) */
     void (*fp8_linear_act_fwd)(dllm_backend *be, float *out, const fp8_act *qa, fp8_matrix *w,
                                int N, int C, int OC);
+    /* ---- a bf16 trainer on a device (dllm/transformer_fwd.c's backward) ---- */
+    /* dinp (N, C) += dout (N, OC) w (OC, C), w packed as bf16, dout fp32, fp32 sums: the
+     * input gradient of bf16_linear_fwd through a frozen weight (LoRA over bf16 base
+     * linears needs no dw) -- op_linear_bwd's dinp with the widened weight */
+    void (*bf16_linear_bwd_x)(dllm_backend *be, float *dinp, const float *dout,
+                              bf16_matrix *w, int N, int C, int OC);
 } dllm_backend_ops;
 
 struct dllm_backend {
@@ -172,6 +178,10 @@ extern "C" {
 dllm_backend *dllm_backend_cuda(void);
 const char *dllm_backend_cuda_why(void);
 size_t dllm_backend_cuda_workspace_bytes(void);
+/* Bytes moved by the CUDA backend's upload (host -> device) and download (device -> host)
+ * entries since the process started (0 without the backend): what `bench rl-step
+ * --device cuda` reports per step. */
+void dllm_backend_cuda_transfers(unsigned long long *up, unsigned long long *down);
 #ifdef __cplusplus
 }
 #endif

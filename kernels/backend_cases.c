@@ -223,6 +223,27 @@ static void run_bf16_linear(dllm_backend *be, const bcase *c, void **p, double *
         free(w.wf32); /* the CPU's widened cache */
 }
 
+/* bf16_linear_bwd_x: d = {N, C, OC}; dinp accumulates onto random values */
+static void mk_bf16_linear_bwd_x(const bcase *c, bcase_buf *b, int *nb)
+{
+    size_t N = c->d[0], C = c->d[1], OC = c->d[2];
+    float *w = rnd(OC * C, 63, 0.2);
+    uint16_t *wb = dllm_malloc(OC * C * 2);
+    op_f32_to_bf16_array(wb, w, OC * C);
+    free(w);
+    addb(b, nb, "w", BK_U8, OC * C * 2, wb, -1);
+    addb(b, nb, "dout", BK_F32, N * OC, rnd(N * OC, 64, 1.0), -1);
+    addb(b, nb, "dinp", BK_F32, N * C, rnd(N * C, 65, 0.1), c->tol);
+}
+static void run_bf16_linear_bwd_x(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    (void)ret;
+    bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
+    be->ops->bf16_linear_bwd_x(be, p[2], p[1], &w, c->d[0], c->d[1], c->d[2]);
+    if (be->kind == DLLM_BACKEND_CPU)
+        free(w.wf32); /* the CPU's widened cache */
+}
+
 /* to_bf16: d = {n} */
 static void mk_to_bf16(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -546,6 +567,10 @@ const bcase dllm_backend_cases[] = {
      run_bf16_linear, -1},
     {"bf16_linear_fwd", "widened N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear,
      run_bf16_linear, -1},
+    {"bf16_linear_bwd_x", "N33 C64 OC40", {33, 64, 40}, 1e-10, mk_bf16_linear_bwd_x,
+     run_bf16_linear_bwd_x, -1},
+    {"bf16_linear_bwd_x", "N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear_bwd_x,
+     run_bf16_linear_bwd_x, -1},
     {"to_bf16", "n10007", {10007}, 0, mk_to_bf16, run_to_bf16, -1},
     {"fp8_act", "rmsnorm N40 C256 OC192", {40, 256, 192, 0}, FP8_GEMM_NMSE(256), mk_fp8_act,
      run_fp8_act, -1},

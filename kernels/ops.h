@@ -140,6 +140,9 @@ void bf16_matrix_pack(bf16_matrix *m, const float *w, int OC, int C);
 void bf16_matrix_free(bf16_matrix *m);
 /* w->rows == OC and w->cols == C are checked (abort: a programming error). */
 void op_bf16_linear_fwd(float *out, const float *inp, bf16_matrix *w, int N, int C, int OC);
+/* dinp[N,C] += dout[N,OC] @ w[OC,C] with the bf16 weight widened (its fp32 cache): bit
+ * for bit op_linear_bwd's dinp with the bf16-rounded fp32 weight. */
+void op_bf16_linear_bwd_x(float *dinp, const float *dout, bf16_matrix *w, int N, int C, int OC);
 /* Whether op_bf16_linear_fwd (and the fast FP8 linear) run on bf16 dot products now
  * ("dnnl-bf16") or on the fp32 fallback ("fp32"). */
 const char *op_bf16_gemm_path(void);

@@ -3,6 +3,7 @@
 #include "src/commands.h"
 #include "src/rl_log.h"
 #include "src/rl_run.h"
+#include "kernels/backend.h"
 
 #include <getopt.h>
 #include <omp.h>
@@ -12,11 +13,16 @@
 
 static const char bench_usage[] =
     "usage: dllm-rl bench rl-step [CONFIG.yaml] [--set key.path=value ...] [--steps N]\n"
+    "                             [--device cpu|cuda] [--preset NAME]\n"
     "\n"
     "Times RL steps of a config (default: the built-in defaults on the tiny preset,\n"
     "sudoku, FP8 rollouts, AIS) split into rollout / likelihood / correction /\n"
     "update / sync / logging, with the HDF5 log written to a temporary directory.\n"
-    "The first step is a warm-up and is not counted. No evaluation, no checkpoints.\n";
+    "The first step is a warm-up and is not counted. No evaluation, no checkpoints.\n"
+    "--device cuda (the key device: cuda) runs the rollouts, the likelihoods and, where\n"
+    "the device code can, the update on the GPU, and adds the bytes the step moved\n"
+    "between host and device; --preset NAME is model.preset=NAME (e.g. llada-8b, a\n"
+    "random model of that shape built on the host).\n";
 
 int bench_rl_step(int argc, char **argv)
 {
@@ -25,7 +31,8 @@ int bench_rl_step(int argc, char **argv)
     int nsets = 0;
     dllm_err err = {0};
     long steps = 3;
-    /* --steps is ours; the rest is train's syntax */
+    const char *device = NULL, *preset = NULL;
+    /* --steps, --device and --preset are ours; the rest is train's syntax */
     char **rest = dllm_malloc(sizeof *rest * (size_t)(argc + 1));
     int nrest = 0;
     for (int i = 0; i < argc; i++) {
@@ -34,6 +41,10 @@ int bench_rl_step(int argc, char **argv)
                 free(rest);
                 return cli_fail("bench rl-step", &err);
             }
+        } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            device = argv[++i];
+        } else if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
+            preset = argv[++i];
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(bench_usage, stdout);
             free(rest);
@@ -75,6 +86,22 @@ int bench_rl_step(int argc, char **argv)
              dllm_cfg_set(&cfg, "rollout.steps=20", &err);
     for (int i = 0; !rc && i < nsets; i++)
         rc = dllm_cfg_set(&cfg, sets[i], &err);
+    /* the flags as the keys they stand for (an unknown value: the key's own error) */
+    char kv[300];
+    if (!rc && device) {
+        snprintf(kv, sizeof kv, "device=%s", device);
+        if ((rc = dllm_cfg_set(&cfg, kv, &err)))
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--device %s: expected cpu or cuda", device);
+    }
+    if (!rc && preset) {
+        snprintf(kv, sizeof kv, "model.preset=%s", preset);
+        if ((rc = dllm_cfg_set(&cfg, kv, &err))) { /* the key's reason, under the flag's name */
+            char why[sizeof err.msg];
+            const char *c = strstr(err.msg, ": ");
+            snprintf(why, sizeof why, "--preset %s%s", preset, c ? c : "");
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "%s", why);
+        }
+    }
     char setdir[4200];
     snprintf(setdir, sizeof setdir, "log.dir=%s", tmpdir);
     if (!rc)
@@ -94,9 +121,13 @@ int bench_rl_step(int argc, char **argv)
     }
     enum { R, LK, C, U, S, LG, NT };
     double tsum[NT] = {0}, toks = 0;
+    unsigned long long up0 = 0, down0 = 0, up = 0, down = 0; /* host<->device bytes */
+    const bool dev = !rc && dllm_policy_device(run.pol) != NULL;
     for (long step = 1; !rc && step <= steps + 1; step++) {
         double m[H5LOG_N_METRICS];
         rl_batch b;
+        if (step == 2 && dev)
+            dllm_backend_cuda_transfers(&up0, &down0);
         rc = rl_step(&run, step, &b, m, &err);
         if (!rc)
             rc = rl_log_step(&run, &b, step, m, &err);
@@ -113,6 +144,10 @@ int bench_rl_step(int argc, char **argv)
         }
         rl_batch_free(&b);
     }
+    if (!rc && dev) {
+        dllm_backend_cuda_transfers(&up, &down);
+        up -= up0, down -= down0;
+    }
     if (!rc) {
         double total = 0;
         for (int i = 0; i < NT; i++)
@@ -120,17 +155,23 @@ int bench_rl_step(int argc, char **argv)
         static const char *names[NT] = {"rollout", "likelihood", "correction (AIS)", "update", "sync",
                                         "logging"};
         printf("bench rl-step: %s, task %s, %d prompts x %d completions, gen %d (%d steps), "
-               "rollout %s, correction %s, %d threads; mean over %ld steps after 1 warm-up\n",
+               "rollout %s, correction %s, %d threads%s; mean over %ld steps after 1 warm-up\n",
                cfg.model.path[0] ? cfg.model.path : cfg_names_name(&cfg_names_preset, cfg.model.preset),
                run.task->name, cfg.grpo.prompts_per_step, cfg.rollout.group_size,
                cfg.rollout.gen_length, cfg.rollout.steps,
                cfg_names_name(&cfg_names_rollout_precision, cfg.rollout.precision),
                cfg_names_name(&cfg_names_corr_method, cfg.correction.c.method),
-               omp_get_max_threads(), steps);
+               omp_get_max_threads(),
+               !dev ? "" : run.dev_update ? ", device cuda (update on the device)"
+                                          : ", device cuda (update on the host)",
+               steps);
         for (int i = 0; i < NT; i++)
             printf("  %-18s %9.4f s  %6.2f%%\n", names[i], tsum[i] / steps, 100 * tsum[i] / total);
         printf("  %-18s %9.4f s  (AIS + logging %.3f%% of the step; %.0f generated tokens/s)\n",
                "step", total / steps, 100 * (tsum[C] + tsum[LG]) / total, toks / total);
+        if (dev) /* the backend table's upload / download entries, logging included */
+            printf("  %-18s %9.2f MB up (host -> device), %.2f MB down per step\n", "transfers",
+                   up / 1e6 / steps, down / 1e6 / steps);
     }
     rl_run_close(&run);
     free(rest);

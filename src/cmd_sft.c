@@ -12,9 +12,15 @@
  * checkpoints ckpt/step-N in HF layout (ckpt/latest points to the newest), each
  * with tokenizer.json, generation.json (the sampler settings of the data it was
  * trained on) and the exact training state (optimizer.safetensors, state.json),
- * so --resume continues an interrupted run bit for bit. */
+ * so --resume continues an interrupted run bit for bit.
+ * With device: cuda the forward, its backward, the norm, the clip and AdamW run on the
+ * device through the transformer core's device training (dllm_tf_device_train, as
+ * `train` uses it); the new parameters come down after each step, so checkpoints keep
+ * the host format, and the AdamW moments come down for a checkpoint and go up on
+ * resume. */
 #include "dllm/policy_sft.h"
 #include "dllm/sft_loss.h"
+#include "dllm/transformer.h"
 #include "dllm/tokenizer.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -41,7 +47,7 @@ static const char usage_text[] =
     "SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}): masked diffusion\n"
     "for a LLaDA model, next-token cross-entropy on the answer for a Qwen3 model.\n"
     "Keys:\n"
-    "  experiment, seed, device\n"
+    "  experiment, seed, device (cuda: the forward, backward and AdamW on the device)\n"
     "  model.path | model.arch + model.preset, model.dtype, model.trainer_precision,\n"
     "  model.lora.rank, model.lora.alpha, model.lora.targets\n"
     "  data.train, data.max_len, data.answer_length (EOS-pad answers to the sampling\n"
@@ -205,9 +211,18 @@ static int load_model(const dllm_cfg *cfg, dllm_policy **m, dllm_tokenizer **tok
                           .lora_targets = targets, .n_lora_targets = cfg->model.lora.targets.n,
                           .trainer = cfg_names_name(&cfg_names_trainer_precision,
                                                     cfg->model.trainer_precision),
-                          .rollout = "trainer"};
+                          .rollout = "trainer",
+                          .device = cfg->device == CFG_DEVICE_CUDA ? "cuda" : "cpu",
+                          .device_flag = "device"};
     if (dllm_policy_open(m, &pc, err))
         return err->code;
+    /* on a device the update runs there too; where the device code cannot train this
+     * model the update stays on the host, saying why (as `train` does) */
+    if (dllm_policy_device(*m)) {
+        dllm_err e2 = {0};
+        if (dllm_tf_device_train(dllm_policy_model(*m), &e2))
+            fprintf(stderr, "sft: device cuda: the update runs on the host (%s)\n", e2.msg);
+    }
     if (cfg->model.path[0]) {
         snprintf(tok_path, tok_len, "%s/tokenizer.json", cfg->model.path);
     } else {
@@ -346,10 +361,6 @@ int cmd_sft(int argc, char **argv)
     sft_opts opt = {0};
     if (parse_args(argc, argv, &cfg, &opt, &err))
         return cli_fail("sft", &err);
-    if (cfg.device == CFG_DEVICE_CUDA) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "device: cuda is not available for sft in this build");
-        return cli_fail("sft", &err);
-    }
     sft_run run = {.cfg = &cfg};
     if (opt.resume)
         snprintf(run.run_dir, sizeof run.run_dir, "%s", opt.resume);
@@ -420,6 +431,10 @@ int cmd_sft(int argc, char **argv)
         ckpt_generation_set_dream(&run.gen, &cfg);
     const dllm_model_config *mc = dllm_policy_config(m);
     const bool trainer_bf16 = cfg.model.trainer_precision == CFG_TRAINER_BF16;
+    dllm_tf *tfm = dllm_policy_model(m);
+    /* the update on the device: its trainable copy is the one the forward reads (updated
+     * in place), so no copy is rebuilt after a step there */
+    const bool dev = dllm_tf_device_trains(tfm);
     size_t nparam;
     float *params = dllm_policy_trainable(m, &nparam);
     float *grads = dllm_policy_grads(m);
@@ -448,8 +463,11 @@ int cmd_sft(int argc, char **argv)
             goto done;
         }
         epoch_order(&cfg, s.epoch, order, ds.n);
-        if (trainer_bf16 && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
+        /* the loaded parameters into the copies the forward reads (the device's too) */
+        if ((trainer_bf16 || dev) && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
             goto done;
+        if (dev)
+            dllm_tf_device_moments(tfm, adam_m, adam_v, true);
         logf = reopen_log(logpath, s.step, &err);
     } else {
         logf = fopen(logpath, "w");
@@ -461,10 +479,11 @@ int cmd_sft(int argc, char **argv)
         goto done;
     }
     if (!opt.quiet) {
-        printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d\n", ds.n,
+        printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d%s\n",
+               ds.n,
                cfg.model.path[0] ? cfg.model.path : cfg_names_name(&cfg_names_preset, cfg.model.preset),
-               nparam,
-               cfg.model.lora.rank ? ", LoRA" : "", cfg.sft.steps, B);
+               nparam, cfg.model.lora.rank ? ", LoRA" : "", cfg.sft.steps, B,
+               dev ? ", on the device" : "");
         if (opt.resume)
             printf("sft: resuming %s from step %d\n", run.run_dir, s.step);
     }
@@ -493,19 +512,32 @@ int cmd_sft(int argc, char **argv)
             dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_SFT, (uint64_t)step, (uint64_t)b);
             sft_draw_mask(&r, prompt_len[b], T, mask + (size_t)b * (size_t)T, &p_mask[b]);
         }
-        dllm_policy_zero_grad(m);
+        if (dev)
+            dllm_tf_device_zero_grad(tfm);
+        else
+            dllm_policy_zero_grad(m);
         double loss;
         if ((rc = dllm_policy_sft_loss(m, tokens, mask, p_mask, prompt_len, lens, B, T, true,
                                        &loss, &err)))
             goto done;
-        double norm = op_grad_norm(grads, nparam);
-        if (cfg.optim.grad_clip > 0)
-            op_clip_grad(grads, nparam, norm, cfg.optim.grad_clip);
-        double lr = dllm_cfg_lr(&cfg, step, cfg.sft.steps);
-        op_adamw(params, grads, adam_m, adam_v, nparam, step, (float)lr, (float)cfg.optim.betas[0],
-                 (float)cfg.optim.betas[1], (float)cfg.optim.eps, (float)cfg.optim.weight_decay);
-        /* a bf16 trainer computes with a bf16 copy of the weights: rebuild it */
-        if (trainer_bf16 && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
+        double lr = dllm_cfg_lr(&cfg, step, cfg.sft.steps), norm;
+        if (dev) { /* norm, clip and AdamW on the device; the parameters come down */
+            norm = dllm_tf_device_clip_grad(tfm, cfg.optim.grad_clip > 0 ? cfg.optim.grad_clip
+                                                                          : 0.0);
+            dllm_tf_device_adamw(tfm, step, (float)lr, (float)cfg.optim.betas[0],
+                                 (float)cfg.optim.betas[1], (float)cfg.optim.eps,
+                                 (float)cfg.optim.weight_decay);
+        } else {
+            norm = op_grad_norm(grads, nparam);
+            if (cfg.optim.grad_clip > 0)
+                op_clip_grad(grads, nparam, norm, cfg.optim.grad_clip);
+            op_adamw(params, grads, adam_m, adam_v, nparam, step, (float)lr,
+                     (float)cfg.optim.betas[0], (float)cfg.optim.betas[1], (float)cfg.optim.eps,
+                     (float)cfg.optim.weight_decay);
+        }
+        /* a bf16 trainer computes with a bf16 copy of the weights: rebuild it (on the
+         * device the LoRA copy the forward reads was updated in place) */
+        if (trainer_bf16 && !dev && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
             goto done;
         if (!isfinite(loss)) {
             dllm_err_set(&err, DLLM_EXIT_INTERNAL, "step %d: loss is not finite (lr too high?)", step);
@@ -535,6 +567,8 @@ int cmd_sft(int argc, char **argv)
         }
         if ((cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0) ||
             step == cfg.sft.steps) {
+            if (dev) /* the moments come down for the checkpoint only */
+                dllm_tf_device_moments(tfm, adam_m, adam_v, false);
             if ((rc = save_checkpoint(&run, m, &s, adam_m, adam_v, &err)))
                 goto done;
         }

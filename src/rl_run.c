@@ -201,7 +201,7 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                sizeof(float) * run->n_param);
     }
     /* the update on the device: one rank (the gradients' all-reduce is a host one), an
-     * fp32 trainer; otherwise it stays on the host, as the note says */
+     * fp32 trainer or LoRA; otherwise it stays on the host, as the note says */
     if (dllm_policy_device(run->pol)) {
         dllm_err e2;
         /* full fine-tuning's device update drifts from the host's after its first AdamW

@@ -184,6 +184,11 @@ START_TEST(test_backend_table_complete)
      * and bias are cased as forward + backward pairs. A new entry changes the count: add
      * its case above and its name here. */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)), 6 + 27 + 2 + 4);
+        "fp8_quantise", "bf16_linear_fwd", "clip_grad", "bf16_linear_bwd_x"};
+    /* 6 buffer entries, 28 ops and 2 optional ones; attention (with attn_state_floats),
+     * swiglu, xent and bias are cased as forward + backward pairs. A new entry changes the
+     * count: add its case above and its name here. */
+    ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)), 6 + 28 + 2);
     /* the optional low-precision linears (backend.h): the CPU reference has them; a
      * device backend without one must leave it NULL (the core then refuses or falls
      * back), never a half-made entry -- a device entry needs its case here (bf16 has) */

@@ -62,6 +62,12 @@ static void cpu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, 
     (void)be;
     op_bf16_linear_fwd(out, inp, w, N, C, OC);
 }
+static void cpu_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout,
+                                  bf16_matrix *w, int N, int C, int OC)
+{
+    (void)be;
+    op_bf16_linear_bwd_x(dinp, dout, w, N, C, OC);
+}
 static void cpu_nvfp4_linear_fwd(dllm_backend *be, float *out, const float *inp,
                                  nvfp4_matrix *w, int N, int C, int OC)
 {
@@ -244,6 +250,7 @@ static const dllm_backend_ops cpu_ops = {
     .to_bf16 = cpu_to_bf16, .fp8_quantise = cpu_fp8_quantise,
     .bf16_linear_fwd = cpu_bf16_linear_fwd, .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd,
     .clip_grad = cpu_clip_grad,
+    .bf16_linear_bwd_x = cpu_bf16_linear_bwd_x,
 };
 
 static dllm_backend cpu_backend = {

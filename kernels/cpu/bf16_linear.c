@@ -73,3 +73,21 @@ void op_bf16_linear_fwd(float *out, const float *inp, bf16_matrix *w, int N, int
     op_linear_fwd(out, a, w->wf32, N, C, OC);
     free(a);
 }
+
+void op_bf16_linear_bwd_x(float *dinp, const float *dout, bf16_matrix *w, int N, int C, int OC)
+{
+    if (!w->w || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "op_bf16_linear_bwd_x: weight is [%d, %d]%s, call expects [%d, %d]\n",
+                w->rows, w->cols, w->w ? "" : " (not packed)", OC, C);
+        abort();
+    }
+    if (N <= 0)
+        return;
+    if (!w->wf32_valid) {
+        if (!w->wf32)
+            w->wf32 = dllm_malloc((size_t)OC * C * sizeof(float));
+        op_bf16_to_f32_array(w->wf32, w->w, (size_t)OC * C);
+        w->wf32_valid = true;
+    }
+    op_linear_bwd(dinp, NULL, dout, NULL, w->wf32, N, C, OC);
+}

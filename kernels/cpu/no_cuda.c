@@ -70,4 +70,8 @@ const char *dllm_backend_cuda_why(void)
            "CUDA code on the host)";
 }
 size_t dllm_backend_cuda_workspace_bytes(void) { return 0; }
+void dllm_backend_cuda_transfers(unsigned long long *up, unsigned long long *down)
+{
+    *up = *down = 0;
+}
 #endif

@@ -33,6 +33,7 @@ struct cuda_impl {
     bool block_fp8;   /* block-scaled FP8 GEMMs available */
     void *qa;         /* device: activations quantised by their producer (fp8_act) */
     size_t qa_bytes;
+    unsigned long long up, down; /* bytes through upload / download (the table's only) */
 };
 
 cuda_impl g_impl;
@@ -79,11 +80,13 @@ void cu_upload(dllm_backend *, void *dst, const void *src, size_t bytes)
 {
     if (bytes)
         cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    g_impl.up += bytes;
 }
 void cu_download(dllm_backend *, void *dst, const void *src, size_t bytes)
 {
     if (bytes)
         cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    g_impl.down += bytes;
 }
 void cu_memset0(dllm_backend *, void *p, size_t bytes)
 {
@@ -447,6 +450,24 @@ void cu_fp8_linear_act_fwd(dllm_backend *, float *out, const fp8_act *qa, fp8_ma
     }
     float *wsc = (float *)ws_get(fp8_wscale_floats(true, C, OC) * sizeof(float));
     fp8_gemm_run(out, qa->q, qa->scale, w, wsc, true, N, C, OC);
+/* dinp += dout w with the bf16 weight widened to fp32 in the workspace and the fp32 GEMM:
+ * the products the host's bf16 trainer forms (dout stays fp32; a bf16 GEMM would round
+ * it), so a device bf16 trainer's LoRA gradients match the host's up to summation order.
+ * The workspace holds the largest linear in fp32 (the forward's widened fallback needs
+ * as much). */
+void cu_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16_matrix *w,
+                          int N, int C, int OC)
+{
+    if (!w->w || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: bf16 weight is [%d, %d], call expects [%d, %d]\n",
+                w->rows, w->cols, OC, C);
+        exit(1);
+    }
+    if (N <= 0)
+        return;
+    float *wf = (float *)ws_get(align256((size_t)OC * C * 4));
+    dllm_cuda_bf16_to_f32(wf, w->w, (size_t)OC * C, NULL);
+    cu_gemm(be, false, false, N, C, OC, 1.0f, dout, wf, 1.0f, dinp);
 }
 
 const dllm_backend_ops cuda_ops = {
@@ -460,6 +481,7 @@ const dllm_backend_ops cuda_ops = {
     cu_bf16_linear_fwd, NULL, /* no NVFP4 linear: an nvfp4 rollout is refused on the device */
     cu_clip_grad,
     cu_fp8_act_prepare, cu_rmsnorm_fp8_fwd, cu_swiglu_fp8_fwd, cu_fp8_linear_act_fwd,
+    cu_bf16_linear_bwd_x,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};
@@ -488,4 +510,10 @@ extern "C" const char *dllm_backend_cuda_why(void)
 extern "C" size_t dllm_backend_cuda_workspace_bytes(void)
 {
     return g_impl.ws_bytes + g_impl.qa_bytes;
+extern "C" size_t dllm_backend_cuda_workspace_bytes(void) { return g_impl.ws_bytes; }
+
+extern "C" void dllm_backend_cuda_transfers(unsigned long long *up, unsigned long long *down)
+{
+    *up = g_impl.up;
+    *down = g_impl.down;
 }
