@@ -204,13 +204,8 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
      * fp32 trainer; otherwise it stays on the host, as the note says */
     if (dllm_policy_device(run->pol)) {
         dllm_err e2;
-        /* full fine-tuning's device update drifts from the host's after its first AdamW
-         * step (docs/DESIGN.md): until that is explained it stays on the host */
         int rc = run->size > 1 ? dllm_err_set(&e2, DLLM_EXIT_INPUT, "%d ranks", run->size)
-                 : cfg->model.lora.rank <= 0
-                     ? dllm_err_set(&e2, DLLM_EXIT_INPUT,
-                                    "full fine-tuning: the device update is LoRA-only for now")
-                     : dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
+                               : dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
         run->dev_update = rc == 0;
         if (rc && run->rank == 0)
             fprintf(stderr, "device cuda: the update runs on the host (%s)\n", e2.msg);
