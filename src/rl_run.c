@@ -147,6 +147,11 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                           .device_flag = "device"};
     if (dllm_policy_open(&run->pol, &pc, err))
         return err->code;
+    int every = 0; /* train.recompute: checked at load */
+    dllm_cfg_recompute_every(cfg->train.recompute, &every);
+    if (dllm_tf_set_recompute(dllm_policy_model(run->pol), every))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "train.recompute: '%s' refused",
+                            cfg->train.recompute);
     dllm_dream_cfg dc = {.eps = cfg->rollout.dream.eps, .alg_temp = cfg->rollout.dream.alg_temp,
                          .top_p = 1, .top_k = cfg->rollout.dream.top_k};
     dc.alg = cfg->rollout.dream.alg;
