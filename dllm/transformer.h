@@ -107,6 +107,13 @@ int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const u
 /* Backward of the last dllm_tf_forward: dlogits [n_rows, V]; accumulates into
  * the gradients (tied: the head's part lands in the embedding's gradient). */
 void dllm_tf_backward(dllm_tf *m, const float *dlogits);
+/* Activation recomputation of the forwards kept for the backward (host and device):
+ * every = 0 keeps every layer's activations; every = K keeps the input of layers 0, K,
+ * 2K, ... and the activations of K layers, and the backward recomputes a segment of K
+ * layers from its input before differentiating it (the same ops in the same order: the
+ * gradients are bit-identical to every = 0; the last segment's activations are the
+ * forward's own). K >= L: one segment, nothing recomputed. Negative: an input error. */
+int dllm_tf_set_recompute(dllm_tf *m, int every);
 /* Number of activation floats kept for backward at the last forward's size. */
 size_t dllm_tf_activation_floats(const dllm_tf *m);
 

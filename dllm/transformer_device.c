@@ -390,7 +390,7 @@ static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
     int N = B * T;
     tf_rope_grow(m, T);
     a->be = be;
-    tf_acts_ensure(m, a, B, T, R, keep ? m->L : 1);
+    tf_acts_ensure_fwd(m, a, B, T, R, keep);
     a->B = B, a->T = T, a->N = N, a->R = R;
     host_staging(d, (size_t)(N > R ? N : R));
     a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, d->h_tok, d->h_mask, d->h_pos,

@@ -128,6 +128,16 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
     return 0;
 }
 
+void tf_device_recompute_changed(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    d->ka.valid = false;
+    /* fewer slots than before: the set is rebuilt at its new size (more: it grows) */
+    dllm_backend *be = d->ka.be;
+    tf_acts_free(&d->ka);
+    d->ka.be = be;
+}
+
 /* The gradient pointers into g for the current trainer view (its buffers are reused
  * across syncs, but rebuilt after a precision change). */
 static void grad_pointers(dllm_tf *m)

@@ -71,22 +71,39 @@ void tf_acts_free(tf_acts *a)
 /* Sizes the buffers for B*T rows, R head rows and `layers` layers of kept
  * activations (L for training, 1 for a forward without backward, whose
  * residual stream alternates between two slots). */
-void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
+/* The recomputation segment length of a kept forward (0: none), at most L. */
+static int recompute_k(const dllm_tf *m) { return m->recompute < m->L ? m->recompute : 0; }
+
+/* The residual-stream slot of x_l (l in [0, L]) under recomputation K: the segments'
+ * inputs x_0, x_K, ... and x_L first (ceil(L/K) + 1 slots), then the inputs inside a
+ * segment (K - 1 slots, reused by every segment). K = 0: slot l. */
+static size_t xslot(const dllm_tf *m, int K, int l)
+{
+    if (!K)
+        return (size_t)l;
+    int nck = (m->L + K - 1) / K + 1;
+    return l % K == 0 || l == m->L ? (size_t)((l + K - 1) / K) : (size_t)(nck + l % K - 1);
+}
+
+static void acts_ensure_slots(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers,
+                              int xslots)
 {
     dllm_backend *be = a->be ? a->be : m->be;
     size_t N = (size_t)B * T, natt = be->ops->attn_state_floats(be, B, T, m->NH);
     if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
-        layers <= a->capL)
+        layers <= a->capL && xslots <= a->capX)
         return;
     size_t capN = N > a->capN ? N : a->capN;
     size_t capAtt = natt > a->capAtt ? natt : a->capAtt;
     size_t capR = (size_t)R > a->capR ? (size_t)R : a->capR;
     int capL = layers > a->capL ? layers : a->capL;
+    int capX = xslots > a->capX ? xslots : a->capX;
     tf_acts_free(a);
     a->capN = capN;
     a->capAtt = capAtt;
     a->capR = capR;
     a->capL = capL;
+    a->capX = capX;
     size_t L = (size_t)capL, C = (size_t)m->C, H = (size_t)m->H;
     size_t QD = (size_t)m->QD, KD = (size_t)m->KD, r = (size_t)m->lora_rank;
     bool qkn = m->arch->qk_norm;
@@ -95,7 +112,7 @@ void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
     a->pos = acts_alloc(a, capN * sizeof(int32_t));
     a->rows = acts_alloc(a, (capR + 1) * sizeof(int32_t));
     a->hrows = acts_alloc(a, (capR + 1) * sizeof(int32_t));
-    a->resid = ACTS_F((L + 1) * capN * C);
+    a->resid = ACTS_F((size_t)capX * capN * C);
     a->n1 = ACTS_F(L * capN * C);
     a->rstd1 = ACTS_F(L * capN);
     a->qr = qkn ? ACTS_F(L * capN * QD) : NULL;
@@ -117,6 +134,39 @@ void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
     a->xr = ACTS_F(capR * C);
     a->nf = ACTS_F(capR * C);
     a->rstdf = ACTS_F(capR);
+}
+
+void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
+{
+    acts_ensure_slots(m, a, B, T, R, layers, layers + 1);
+}
+
+void tf_acts_ensure_fwd(dllm_tf *m, tf_acts *a, int B, int T, int R, bool keep)
+{
+    int K = keep ? recompute_k(m) : 0;
+    if (!keep)
+        acts_ensure_slots(m, a, B, T, R, 1, 2);
+    else if (!K)
+        acts_ensure_slots(m, a, B, T, R, m->L, m->L + 1);
+    else
+        acts_ensure_slots(m, a, B, T, R, K, (m->L + K - 1) / K + K);
+}
+
+int dllm_tf_set_recompute(dllm_tf *m, int every)
+{
+    if (every < 0) {
+        fprintf(stderr, "%s: recomputation every %d layers: expected 0 (none) or K >= 1\n",
+                m->arch->name, every);
+        return DLLM_EXIT_INPUT;
+    }
+    m->recompute = every;
+    /* a kept forward's slots follow the setting: rebuilt at the new size */
+    dllm_backend *be = m->a.be;
+    tf_acts_free(&m->a);
+    m->a.be = be;
+    if (m->dev)
+        tf_device_recompute_changed(m);
+    return 0;
 }
 
 /* Backward scratch, allocated by the first backward only (in a's memory). */
@@ -148,7 +198,7 @@ size_t dllm_tf_activation_floats(const dllm_tf *m)
     const tf_acts *a = &m->a;
     size_t L = (size_t)a->capL, C = (size_t)m->C, H = (size_t)m->H, N = a->capN;
     size_t qkn = m->arch->qk_norm ? (size_t)(m->QD + m->KD + m->NH + m->NKV) : 0;
-    return (L + 1) * N * C +
+    return (size_t)a->capX * N * C +
            L * (N * (4 * C + 2 * m->QD + 2 * m->KD + 3 * H + 2 + qkn) + a->capAtt) +
            (a->xa ? L * DLLM_NLIN * N * (size_t)m->lora_rank : 0) + a->capR * (2 * C + 1);
 }
@@ -195,7 +245,8 @@ static void lin_bwd(dllm_tf *m, const tf_bwd_target *t, int l, int j, float *din
     const tf_lora *ad = t->ad ? &t->ad[l * DLLM_NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
-        const float *xa = a->xa + ((size_t)l * DLLM_NLIN + j) * a->capN * r;
+        size_t ls = a->rk ? (size_t)(l % a->rk) : (size_t)l; /* its activation slot */
+        const float *xa = a->xa + (ls * DLLM_NLIN + j) * a->capN * r;
         float *dxa = a->dxa; // (N, r)
         be->ops->gemm(be, false, false, N, r, o, m->lora_scale, dout, ad->B, 0.0f, dxa);
         be->ops->gemm(be, true, false, o, r, N, m->lora_scale, dout, xa, 1.0f, ad->dB);
@@ -331,34 +382,62 @@ void tf_batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
                        m->arch->causal);
 }
 
-const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, tf_attn_fn attn,
-                           void *ctx)
+/* Layer l's buffers in a: activation slot ls, input x in residual slot rx, output in rn. */
+static tf_layer_io layer_io(const dllm_tf *m, tf_acts *a, size_t ls, size_t rx, size_t rn)
 {
-    int N = a->N;
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD, KD = (size_t)m->KD;
     size_t sN = a->capN; /* per-layer stride of the activation arrays */
     bool qkn = m->arch->qk_norm;
+    tf_layer_io io = {
+        .x = a->resid + rx * sN * C, .xn = a->resid + rn * sN * C,
+        .n1 = a->n1 + ls * sN * C, .rstd1 = a->rstd1 + ls * sN,
+        .q = a->q + ls * sN * QD, .k = a->k + ls * sN * KD, .v = a->v + ls * sN * KD,
+        .att = a->att + ls * a->capAtt, .y = a->y + ls * sN * QD,
+        .h = a->h + ls * sN * C, .n2 = a->n2 + ls * sN * C, .rstd2 = a->rstd2 + ls * sN,
+        .g = a->g + ls * sN * H, .u = a->u + ls * sN * H, .s = a->s + ls * sN * H,
+        .xa = a->xa ? a->xa + ls * DLLM_NLIN * sN * (size_t)m->lora_rank : NULL,
+        .xa_stride = sN * (size_t)m->lora_rank,
+    };
+    io.qr = qkn ? a->qr + ls * sN * QD : io.q;
+    io.kr = qkn ? a->kr + ls * sN * KD : io.k;
+    io.rstdq = qkn ? a->rstdq + ls * sN * m->NH : NULL;
+    io.rstdk = qkn ? a->rstdk + ls * sN * m->NKV : NULL;
+    return io;
+}
+
+const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, tf_attn_fn attn,
+                           void *ctx)
+{
+    int N = a->N, K = keep ? recompute_k(m) : 0;
+    size_t C = (size_t)m->C, sN = a->capN;
+    a->rk = K;
+    a->seg = K ? (m->L - 1) / K * K : -1; /* the slots end with the last segment's layers */
     v->be->ops->embedding_fwd(v->be, a->resid, a->tokens, v->embed, N, m->C);
     for (int l = 0; l < m->L; l++) {
-        size_t ls = keep ? (size_t)l : 0; /* activation slot */
-        size_t rx = keep ? (size_t)l : (size_t)l % 2, rn = keep ? rx + 1 : (size_t)(l + 1) % 2;
-        tf_layer_io io = {
-            .x = a->resid + rx * sN * C, .xn = a->resid + rn * sN * C,
-            .n1 = a->n1 + ls * sN * C, .rstd1 = a->rstd1 + ls * sN,
-            .q = a->q + ls * sN * QD, .k = a->k + ls * sN * KD, .v = a->v + ls * sN * KD,
-            .att = a->att + ls * a->capAtt, .y = a->y + ls * sN * QD,
-            .h = a->h + ls * sN * C, .n2 = a->n2 + ls * sN * C, .rstd2 = a->rstd2 + ls * sN,
-            .g = a->g + ls * sN * H, .u = a->u + ls * sN * H, .s = a->s + ls * sN * H,
-            .xa = a->xa ? a->xa + ls * DLLM_NLIN * sN * (size_t)m->lora_rank : NULL,
-            .xa_stride = sN * (size_t)m->lora_rank,
-        };
-        io.qr = qkn ? a->qr + ls * sN * QD : io.q;
-        io.kr = qkn ? a->kr + ls * sN * KD : io.k;
-        io.rstdq = qkn ? a->rstdq + ls * sN * m->NH : NULL;
-        io.rstdk = qkn ? a->rstdk + ls * sN * m->NKV : NULL;
+        /* activation slot, input and output residual slots */
+        size_t ls = !keep ? 0 : K ? (size_t)(l % K) : (size_t)l;
+        size_t rx = keep ? xslot(m, K, l) : (size_t)l % 2;
+        size_t rn = keep ? xslot(m, K, l + 1) : (size_t)(l + 1) % 2;
+        tf_layer_io io = layer_io(m, a, ls, rx, rn);
         layer_fwd(m, v, l, N, a->pos, &io, attn, ctx);
     }
-    return a->resid + (keep ? (size_t)m->L : (size_t)m->L % 2) * sN * C;
+    return a->resid + (keep ? xslot(m, K, m->L) : (size_t)m->L % 2) * sN * C;
+}
+
+/* Recomputation: the activations of the segment ending at layer l (its layers from the
+ * kept input x_s, the same ops as the forward), into the K slots; the segment's output
+ * (x_{l+1}, kept already) goes to scratch. */
+static void recompute_segment(dllm_tf *m, const tf_bwd_target *t, int l)
+{
+    tf_acts *a = t->a;
+    int K = a->rk, s = l / K * K;
+    for (int j = s; j <= l; j++) {
+        tf_layer_io io = layer_io(m, a, (size_t)(j % K), xslot(m, K, j), xslot(m, K, j + 1));
+        if (j == l)
+            io.xn = a->dn; /* free until this layer's backward zeroes it */
+        layer_fwd(m, t->w, j, a->N, a->pos, &io, tf_batch_attention, a);
+    }
+    a->seg = s;
 }
 
 bool tf_inputs(const dllm_tf *m, int B, int T, int R, const int32_t *tokens,
@@ -434,7 +513,7 @@ static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *toke
     if (keep && m->dev && tf_device_training(m)) /* the kept forward too, when it trains there */
         return tf_device_forward_keep(m, tokens, keymask, B, T, rows, R, logits);
     tf_rope_grow(m, T);
-    tf_acts_ensure(m, a, B, T, R, keep ? m->L : 1);
+    tf_acts_ensure_fwd(m, a, B, T, R, keep);
     a->B = B;
     a->T = T;
     a->N = N;
@@ -570,13 +649,17 @@ void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits)
     for (int l = m->L - 1; l >= 0; l--) {
         const tf_layer *w = &t->w->lw[l]; /* straight-through under a bf16 trainer */
         const tf_layer *gw = &t->lg[l];
-        const float *x = a->resid + l * sN * C;
-        const float *n1 = a->n1 + l * sN * C, *rstd1 = a->rstd1 + l * sN;
-        const float *q = a->q + l * sN * QD, *k = a->k + l * sN * KD, *v = a->v + l * sN * KD;
-        const float *att = a->att + l * a->capAtt, *y = a->y + l * sN * QD;
-        const float *h = a->h + l * sN * C, *n2 = a->n2 + l * sN * C;
-        const float *rstd2 = a->rstd2 + l * sN;
-        const float *g = a->g + l * sN * H, *u = a->u + l * sN * H, *s = a->s + l * sN * H;
+        int K = a->rk;
+        if (K && a->seg != l / K * K) /* the first of its segment's layers met going down */
+            recompute_segment(m, t, l);
+        size_t ls = K ? (size_t)(l % K) : (size_t)l; /* activation slot */
+        const float *x = a->resid + xslot(m, K, l) * sN * C;
+        const float *n1 = a->n1 + ls * sN * C, *rstd1 = a->rstd1 + ls * sN;
+        const float *q = a->q + ls * sN * QD, *k = a->k + ls * sN * KD, *v = a->v + ls * sN * KD;
+        const float *att = a->att + ls * a->capAtt, *y = a->y + ls * sN * QD;
+        const float *h = a->h + ls * sN * C, *n2 = a->n2 + ls * sN * C;
+        const float *rstd2 = a->rstd2 + ls * sN;
+        const float *g = a->g + ls * sN * H, *u = a->u + ls * sN * H, *s = a->s + ls * sN * H;
 
         // MLP: x_{l+1} = h + down(silu(gate n2) * up n2)
         ops->copy(be, a->dh, a->dx, (size_t)N * fC);
@@ -604,8 +687,8 @@ void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits)
         ops->rope_bwd(be, a->dk, a->dk, a->pos, t->rope, N, m->NKV, m->HD);
         float *dql = a->dq, *dkl = a->dk; /* gradients at the q/k projections' outputs */
         if (qkn) {
-            const float *qr = a->qr + l * sN * QD, *rstdq = a->rstdq + l * sN * m->NH;
-            const float *kr = a->kr + l * sN * KD, *rstdk = a->rstdk + l * sN * m->NKV;
+            const float *qr = a->qr + ls * sN * QD, *rstdq = a->rstdq + ls * sN * m->NH;
+            const float *kr = a->kr + ls * sN * KD, *rstdk = a->rstdk + ls * sN * m->NKV;
             ops->memset0(be, a->dqr, (size_t)N * fQ);
             ops->memset0(be, a->dkr, (size_t)N * fK);
             ops->rmsnorm_bwd(be, a->dqr, gw->t[DLLM_T_Q_NORM], a->dq, qr, w->t[DLLM_T_Q_NORM],

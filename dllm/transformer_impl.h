@@ -32,13 +32,20 @@ typedef struct {
     bool valid;                /* a keeping forward ran since the last change */
     bool have_mask;            /* keymask passed to attention (else NULL) */
     size_t capN, capAtt, capR; /* allocated for */
-    int capL;                  /* layers with kept activations: L, or 1 (no grad) */
+    int capL;                  /* layers with kept activations: L, or 1 (no grad), or K */
+    int capX;                  /* residual-stream slots (capL + 1, or ceil(L/K) + K) */
+    int rk;                    /* the kept forward's recomputation: 0 none, else K (every
+                                  K-th layer's input kept, a segment recomputed at a time) */
+    int seg;                   /* recomputation: the first layer of the segment whose
+                                  activations the K slots hold (-1: none) */
     int32_t *tokens;  // (N)
     uint8_t *keymask; // (N) 0/1
     int32_t *pos;     // (N) RoPE position of row b*T + t
     int32_t *rows;    // (R) logits rows
     int32_t *hrows;   // (R) the hidden-state row each logits row reads (shifted logits)
-    float *resid;     // (L+1, N, C) residual stream entering layer l; [L] = final
+    float *resid;     // (capX, N, C) residual stream entering layer l; [L] = final
+                      // (recomputation: the segments' inputs and x_L, then the K - 1
+                      // inputs inside a segment: tf_acts_xslot)
     float *n1;        // (L, N, C)
     float *rstd1;     // (L, N)
     float *qr;        // (L, N, QD) q_proj output before q_norm (qk_norm only)
@@ -130,6 +137,7 @@ struct dllm_tf {
     tf_acts ra;           /* activations of the rollout forward */
     bool decode_rollout;  /* KV-cache decoding (dllm/qwen3.c) reads the rollout copy */
     tf_device *dev;       /* the copies on a device backend (transformer_device.c), or NULL */
+    int recompute;        /* kept forwards: 0 keep every layer, K recompute (dllm_tf_set_recompute) */
 };
 
 #define TF_FALLOC(n) ((float *)dllm_malloc(((size_t)(n) + 1) * sizeof(float)))
@@ -161,6 +169,9 @@ int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
  * backward and the optimizer step run there; the kept forward over host inputs (the
  * logits of the rows downloaded); the backward of host dlogits (uploaded). */
 bool tf_device_training(const dllm_tf *m);
+/* dllm_tf_set_recompute changed the kept forward's slots: the device's kept set is
+ * rebuilt at its new size by its next forward. */
+void tf_device_recompute_changed(dllm_tf *m);
 int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                            int T, const int32_t *rows, int R, float *logits);
 void tf_device_backward(dllm_tf *m, const float *dlogits);
@@ -221,6 +232,10 @@ typedef void (*tf_attn_fn)(dllm_tf *m, int l, tf_layer_io *io, void *ctx);
  * activations (L for training; 1 without backward, the residual stream then
  * alternating between two slots). */
 void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers);
+/* tf_acts_ensure for a forward that keeps its activations for the backward (keep) at the
+ * model's recomputation (dllm_tf_set_recompute: every layer's, or each K-th layer's input
+ * and K layers' slots), or for one without backward (!keep: one slot). */
+void tf_acts_ensure_fwd(dllm_tf *m, tf_acts *a, int B, int T, int R, bool keep);
 /* The embedding of a->tokens and the L layers at a->pos (a->N rows; keep:
  * every layer's activations, else one slot), attention by attn; returns x_L
  * (N, C) inside a. */

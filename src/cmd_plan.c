@@ -32,8 +32,9 @@ static const char usage_text[] =
     "  --micro-batch N        canvases per forward in the likelihood and update phases\n"
     "                         (default 64, as the RL loop chunks them)\n"
     "  --rollout-batch N      sequences decoded together (default: all of the rank's)\n"
-    "  --recompute MODE       activations kept for backward: none, layer (default: the\n"
-    "                         layer inputs and one layer's activations), every:K\n"
+    "  --recompute MODE       activations kept for backward: none, layer (the layer\n"
+    "                         inputs and one layer's activations), every:K (default: the\n"
+    "                         config's train.recompute, itself layer by default)\n"
     "  --head-chunk ROWS      rows of one fused head + log-softmax chunk (default 1024)\n"
     "  --preset NAME          plan with a preset's dimensions (tiny, small, llada-8b,\n"
     "                         qwen3-8b) instead of model.path's config.json\n"
@@ -58,7 +59,7 @@ static const char usage_text[] =
 typedef struct {
     const char *config, *device, *preset, *phase;
     const char *sets[64];
-    int nsets, json, cap_given;
+    int nsets, json, cap_given, recompute_given;
     mem_plan_opts o;
 } plan_args;
 
@@ -137,6 +138,7 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
         case 'c':
             if (parse_recompute(optarg, &a->o, err))
                 return err->code;
+            a->recompute_given = 1;
             break;
         case 'H':
             if (cli_parse_int(optarg, "--head-chunk", 1, 1 << 22, &v, err))
@@ -247,6 +249,14 @@ int cmd_plan(int argc, char **argv)
     char model[CFG_STR_MAX + 128];
     if (mem_plan_model(&cfg, a.preset, &mc, model, sizeof model, &err))
         return cli_fail("plan", &err);
+    if (!a.recompute_given) { /* the run's train.recompute (checked at load) */
+        int k = 0;
+        dllm_cfg_recompute_every(cfg.train.recompute, &k);
+        a.o.recompute = k == 0 ? MEM_RECOMPUTE_NONE : k == 1 ? MEM_RECOMPUTE_LAYER
+                                                             : MEM_RECOMPUTE_EVERY;
+        /* K at or above the layers: one segment, as the run clamps it */
+        a.o.recompute_every = k > mc.n_layers ? mc.n_layers : k > 0 ? k : 1;
+    }
     if (a.phase) {
         if (a.json) {
             dllm_err_set(&err, DLLM_EXIT_INPUT, "--phase prints a table only: not with --json");

@@ -458,25 +458,27 @@ static void finish(mem_plan *p)
  * weight, stored as fp32); the rollout copy (fp8: the non-linear weights as
  * fp32-stored bf16, the codes, the scales and a dequantised fp32 cache of every
  * block linear; bf16: every weight); two activation sets that grow on demand
- * and stay allocated: the trainer's (L layers for backward, sized by the
+ * and stay allocated: the trainer's (L layers for backward, K under recomputation, sized by the
  * largest chunk: N = max(Ml, Mu) T tokens, with the softmax probabilities
  * L x B x NH x T x T) and the rollout forward's (one layer, N = the rollout's
- * Sr T tokens). Per set (acts_ensure): (Lk + 1) N C + Lk N (4C + 2QD + 2KD +
+ * Sr T tokens). Per set (acts_ensure): X N C + Lk N (4C + 2QD + 2KD +
  * 3F + 2) + Lk B NH T^2 + Lk 7 N r + R (2C + 1), backward scratch N (3C + 2QD +
- * 2KD + 3F + r) + 2 R C, with Lk the kept layers and R the head rows. Transient:
+ * 2KD + 3F + r) + 2 R C, with Lk the kept layers, X the residual slots and R the
+ * head rows; under --recompute (train.recompute) the trainer's set keeps K layers and
+ * ceil(L/K) + K slots (layer: K = 1), as tf_acts_ensure_fwd does. Transient:
  * the sampler's logits (Sr Bk rows), a likelihood chunk's logits (up to Ml G
  * rows, the gradient in place in the update), the FP8 linear's dequantised
  * activations (N Kin). Small tables (RoPE, token ids, masks) are left out. */
-static void add_acts(mem_plan *p, const char *who, const dllm_model_config *mc, int64_t Lk, int64_t B,
-                     int64_t T, int64_t R, int64_t r, mem_phase ph)
+static void add_acts(mem_plan *p, const char *who, const dllm_model_config *mc, int64_t Lk, int64_t X,
+                     int64_t B, int64_t T, int64_t R, int64_t r, mem_phase ph)
 {
     const int64_t C = mc->d_model, NH = mc->n_heads, HD = mc->head_dim, F = mc->mlp_hidden;
     const int64_t QD = NH * HD, KD = (int64_t)mc->n_kv_heads * HD, N = B * T;
     char name[64];
     snprintf(name, sizeof name, "%s activations (%lld layer%s)", who, (long long)Lk, Lk > 1 ? "s" : "");
-    add(p, ph, name, 4 * ((Lk + 1) * N * C + Lk * N * (4 * C + 2 * QD + 2 * KD + 3 * F + 2) + Lk * 7 * N * r),
-        "", "4 N ((Lk+1) C + Lk (4C + 2QD + 2KD + 3F + 2 + 7r)), Lk %lld, N %lld", (long long)Lk,
-        (long long)N);
+    add(p, ph, name, 4 * (X * N * C + Lk * N * (4 * C + 2 * QD + 2 * KD + 3 * F + 2) + Lk * 7 * N * r),
+        "", "4 N (X C + Lk (4C + 2QD + 2KD + 3F + 2 + 7r)), Lk %lld, X %lld, N %lld", (long long)Lk,
+        (long long)X, (long long)N);
     snprintf(name, sizeof name, "%s attention probabilities", who);
     add(p, ph, name, 4 * Lk * B * NH * T * T, "", "4 Lk B NH T^2, B %lld", (long long)B);
     snprintf(name, sizeof name, "%s backward scratch + head rows", who);
@@ -551,9 +553,15 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
     estimator_shape(cfg, true, cfg->grpo.logp_estimator, &cps_o, &rows_o);
     (void)cps_o;
     const int64_t Rt = max64((int64_t)p->mb_lik * G, (int64_t)p->mb_upd * rows_o);
-    add_acts(p, "trainer", mc, Ln, Mt, T, Rt, r, MEM_RESIDENT);
+    /* the kept forward's slots under recomputation K (dllm_tf_set_recompute): K layers'
+     * activations, ceil(L/K) + K residual slots; none: L and L + 1 */
+    const int64_t K = o->recompute == MEM_RECOMPUTE_NONE    ? Ln
+                      : o->recompute == MEM_RECOMPUTE_LAYER ? 1
+                                                            : min64(o->recompute_every, Ln);
+    add_acts(p, "trainer", mc, K, K < Ln ? ceil_div(Ln, K) + K : Ln + 1, Mt, T, Rt, r, MEM_RESIDENT);
     const int64_t Br = max64(cfgx * Sr, p->mb_lik);
-    add_acts(p, "rollout", mc, 1, Br, T, max64(cfgx * Sr * Bk, (int64_t)p->mb_lik * G), r, MEM_RESIDENT);
+    add_acts(p, "rollout", mc, 1, 2, Br, T, max64(cfgx * Sr * Bk, (int64_t)p->mb_lik * G), r,
+             MEM_RESIDENT);
     /* transient */
     add(p, MEM_ROLLOUT, "sampler logits (fp32)", 4 * cfgx * Sr * Bk * V, "", "4 Sr Bk V%s",
         cfgx > 1 ? " x 2 (cfg)" : "");

@@ -147,6 +147,11 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                           .device_flag = "device"};
     if (dllm_policy_open(&run->pol, &pc, err))
         return err->code;
+    int every = 0; /* train.recompute: checked at load */
+    dllm_cfg_recompute_every(cfg->train.recompute, &every);
+    if (dllm_tf_set_recompute(dllm_policy_model(run->pol), every))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "train.recompute: '%s' refused",
+                            cfg->train.recompute);
     dllm_dream_cfg dc = {.eps = cfg->rollout.dream.eps, .alg_temp = cfg->rollout.dream.alg_temp,
                          .top_p = 1, .top_k = cfg->rollout.dream.top_k};
     dc.alg = cfg->rollout.dream.alg;
@@ -204,13 +209,8 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
      * fp32 trainer or LoRA; otherwise it stays on the host, as the note says */
     if (dllm_policy_device(run->pol)) {
         dllm_err e2;
-        /* full fine-tuning's device update drifts from the host's after its first AdamW
-         * step (docs/DESIGN.md): until that is explained it stays on the host */
         int rc = run->size > 1 ? dllm_err_set(&e2, DLLM_EXIT_INPUT, "%d ranks", run->size)
-                 : cfg->model.lora.rank <= 0
-                     ? dllm_err_set(&e2, DLLM_EXIT_INPUT,
-                                    "full fine-tuning: the device update is LoRA-only for now")
-                     : dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
+                               : dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
         run->dev_update = rc == 0;
         if (rc && run->rank == 0)
             fprintf(stderr, "device cuda: the update runs on the host (%s)\n", e2.msg);

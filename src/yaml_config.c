@@ -15,6 +15,24 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+int dllm_cfg_recompute_every(const char *s, int *every)
+{
+    long k = 0;
+    char *end = NULL;
+    if (!strcmp(s, "none"))
+        k = 0;
+    else if (!strcmp(s, "layer"))
+        k = 1;
+    else if (!strncmp(s, "every:", 6) && s[6] >= '0' && s[6] <= '9' &&
+             ((k = strtol(s + 6, &end, 10)), *end == '\0') && k >= 1 && k <= 1000000)
+        ;
+    else
+        return -1;
+    if (every)
+        *every = (int)k;
+    return 0;
+}
+
 double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total)
 {
     double lr = cfg->optim.lr;
@@ -302,6 +320,10 @@ static const cfg_key keys[] = {
      "checkpoint every N steps and at the end (0: only at the end)"},
     {"checkpoint.keep", K_INT, F(checkpoint.keep), "2", 0, 1e6, NULL,
      "newest checkpoints kept (0: all)"},
+    {"train.recompute", K_STR, F(train.recompute), "layer", 0, 0, NULL,
+     "activations the update's forward keeps: none (all), layer (each layer's input; one "
+     "layer recomputed at a time) or every:K (each K-th layer's input; K layers recomputed "
+     "at a time); the gradients are the same bit for bit (plan reads it too)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -526,6 +548,9 @@ static int set_scalar(dllm_cfg *cfg, const cfg_key *k, const char *s, const sour
         if (strlen(s) >= k->size)
             return fail_at(err, src, mark, "%s is too long (at most %zu characters)", k->path,
                            k->size - 1);
+        if (!strcmp(k->path, "train.recompute") && dllm_cfg_recompute_every(s, NULL))
+            return fail_at(err, src, mark, "%s: expected none, layer or every:K (K >= 1), got "
+                           "'%s'", k->path, s);
         strcpy(dst, s);
         return 0;
     default:

@@ -158,6 +158,9 @@ typedef struct {
         int every;               /* 0 = only at the end */
         int keep;                /* newest checkpoints kept, 0 = all */
     } checkpoint;
+    struct {
+        char recompute[24];      /* none | layer | every:K (dllm_cfg_recompute_every) */
+    } train;
 } dllm_cfg;
 
 /* How many keys a config file sets, and how many of them only an RL run (task,
@@ -188,6 +191,8 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err);
  * from another directory). Symbolic links are kept as written (ckpt/latest stays
  * "the latest"). Returns an input error when a path would not fit. */
 int dllm_cfg_absolute_paths(dllm_cfg *cfg, dllm_err *err);
+/* train.recompute's K (0: none, layer: 1, every:K: K); -1 when s is none of them. */
+int dllm_cfg_recompute_every(const char *s, int *every);
 /* Learning rate at optimizer step `step` (1-based) of `total`: linear warmup
  * over optim.warmup steps, then constant or cosine to 0 at step `total`. */
 double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total);

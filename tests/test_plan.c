@@ -333,6 +333,7 @@ START_TEST(test_tiny_llada_cpu)
     mem_plan_opts_defaults(&o);
     o.prompt_tokens = 10;
     o.cap = 1; /* ignored: no cap on the host */
+    o.recompute = MEM_RECOMPUTE_NONE; /* every layer's activations kept */
     mem_plan p;
     ck_assert_msg(mem_plan_build_cpu(&p, &mc, &cfg, &o, &err) == 0, "%s", err.msg);
     ck_assert(p.cpu && p.fits);
@@ -352,6 +353,15 @@ START_TEST(test_tiny_llada_cpu)
     /* kept per layer: 4C + 2QD + 2KD + 3F + 2 = 1042 floats, 7 r = 28 LoRA, plus 3 residual slots */
     ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "trainer activations (2 layers)"),
                      4LL * 4736 * (3 * 64 + 2 * (1042 + 28)));
+    /* recomputation (train.recompute layer, the default): one layer's activations and
+     * probabilities, the same 3 residual slots (the layers' inputs and x_L) */
+    mem_plan pr;
+    o.recompute = MEM_RECOMPUTE_LAYER;
+    ck_assert_msg(mem_plan_build_cpu(&pr, &mc, &cfg, &o, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(bytes_of(&pr, MEM_RESIDENT, "trainer activations (1 layer)"),
+                     4LL * 4736 * (3 * 64 + 1042 + 28));
+    ck_assert_int_eq(bytes_of(&pr, MEM_RESIDENT, "trainer attention probabilities"),
+                     4LL * 64 * 4 * 74 * 74);
     ck_assert_int_eq(bytes_of(&p, MEM_LIKELIHOOD, "chunk logits (fp32)"), 4LL * 64 * 64 * 128);
     ck_assert_int_eq(bytes_of(&p, MEM_ROLLOUT, "sampler logits (fp32)"), 4LL * 64 * 16 * 128);
     ck_assert_ptr_null(item(&p, MEM_RESIDENT, "trainer weights (bf16)"));
@@ -557,7 +567,19 @@ START_TEST(test_bin_cpu)
     json_t *j = plan_json(args);
     ck_assert(json_is_true(json_object_get(j, "fits")));
     ck_assert_int_eq(json_integer_value(json_object_get(j, "cap_bytes")), 0);
+    /* train.recompute layer (the default): one layer's activations and probabilities */
+    ck_assert(json_integer_value(json_object_get(j, "peak_bytes")) > 100LL * 1000000000LL);
+    json_decref(j);
+    snprintf(args, sizeof args, "%s/llada-8b-gsm8k-d1.yaml --device cpu --recompute none", configs);
+    j = plan_json(args);
     ck_assert(json_integer_value(json_object_get(j, "peak_bytes")) > 400LL * 1000000000LL);
+    json_decref(j);
+    /* the config's key is what the plan reads when --recompute is not given */
+    snprintf(args, sizeof args, "%s/llada-8b-gsm8k-d1.yaml --device cpu --set train.recompute=none",
+             configs);
+    j = plan_json(args);
+    ck_assert(json_integer_value(json_object_get(j, "peak_bytes")) > 400LL * 1000000000LL);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "recompute")), "none");
     json_decref(j);
 }
 END_TEST
