@@ -5,6 +5,7 @@
 #include "dllm/transformer.h"
 #include "src/cli_util.h"
 #include "src/comm.h"
+#include "src/comm_device.h"
 #include "src/gen_settings.h"
 #include "src/prompt.h"
 
@@ -145,6 +146,10 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                            * device, and the update too where it can run there (below) */
                           .device = cfg->device == CFG_DEVICE_CUDA ? "cuda" : "cpu",
                           .device_flag = "device"};
+    /* several ranks on devices: each its own, made current before the policy puts
+     * anything there */
+    if (cfg->device == CFG_DEVICE_CUDA && comm_device_select(NULL, err))
+        return err->code;
     if (dllm_policy_open(&run->pol, &pc, err))
         return err->code;
     dllm_dream_cfg dc = {.eps = cfg->rollout.dream.eps, .alg_temp = cfg->rollout.dream.alg_temp,
@@ -200,20 +205,22 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         memcpy(run->ref_params, dllm_policy_trainable(run->pol, &run->n_param),
                sizeof(float) * run->n_param);
     }
-    /* the update on the device: one rank (the gradients' all-reduce is a host one), an
-     * fp32 trainer; otherwise it stays on the host, as the note says */
+    /* the update on the device: an fp32 trainer, LoRA; otherwise it stays on the host,
+     * as the note says. Several ranks sum the device gradients with NCCL. */
     if (dllm_policy_device(run->pol)) {
         dllm_err e2;
         /* full fine-tuning's device update drifts from the host's after its first AdamW
          * step (docs/DESIGN.md): until that is explained it stays on the host */
-        int rc = run->size > 1 ? dllm_err_set(&e2, DLLM_EXIT_INPUT, "%d ranks", run->size)
-                 : cfg->model.lora.rank <= 0
+        int rc = cfg->model.lora.rank <= 0
                      ? dllm_err_set(&e2, DLLM_EXIT_INPUT,
                                     "full fine-tuning: the device update is LoRA-only for now")
                      : dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
         run->dev_update = rc == 0;
         if (rc && run->rank == 0)
             fprintf(stderr, "device cuda: the update runs on the host (%s)\n", e2.msg);
+        /* every rank decides alike (same config), so all or none open it */
+        if (run->dev_update && comm_device_open(err))
+            return err->code;
     }
     return dllm_policy_sync_rollout(run->pol, NULL, err);
 }
@@ -239,6 +246,7 @@ void rl_run_close(rl_run *run)
     dllm_task_items_free(&run->train);
     dllm_task_items_free(&run->eval);
     dllm_tokenizer_free(run->tok);
+    comm_device_close();
     if (run->pol)
         dllm_policy_free(run->pol);
     free(run->adam_m);
