@@ -15,7 +15,11 @@
 
 #if defined(HAVE_MPI) && (defined(DLLM_CUDA_EMULATION) || defined(HAVE_NCCL))
 #define DEVICE_DP 1
+/* <nccl.h> declares ncclGroupStart() without (void): C reads that as no prototype */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include "kernels/cuda/nccl_api.h"
+#pragma GCC diagnostic pop
 
 static ncclComm_t g_comm;
 #endif
