@@ -194,5 +194,8 @@ void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float
 void dllm_tf_device_grads(dllm_tf *m, float *out);
 /* The AdamW moments between host vectors in trainable order and the device (up: to it). */
 void dllm_tf_device_moments(dllm_tf *m, float *mh, float *vh, bool up);
+/* The device gradient buffer itself (*n floats, device memory, the device layout: the
+ * same on every rank), for an in-place all-reduce between backward and clip. */
+float *dllm_tf_device_grad_buffer(dllm_tf *m, size_t *n);
 
 #endif

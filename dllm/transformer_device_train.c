@@ -224,3 +224,9 @@ void dllm_tf_device_moments(dllm_tf *m, float *mh, float *vh, bool up)
     transfer(m, mh, d->adam_m, up);
     transfer(m, vh, d->adam_v, up);
 }
+
+float *dllm_tf_device_grad_buffer(dllm_tf *m, size_t *n)
+{
+    *n = m->dev->n_train;
+    return m->dev->g;
+}

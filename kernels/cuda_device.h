@@ -25,6 +25,9 @@ void dllm_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 void dllm_cuda_memset(void *p, int byte, size_t bytes);
 /* Waits for all work on the device and reports any asynchronous error. */
 void dllm_cuda_synchronize(void);
+/* Makes device i current for this process (before anything is allocated there: the data
+ * parallel ranks pick theirs). 0, or -1 with the CUDA error string in why. */
+int dllm_cuda_set_device(int i, char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

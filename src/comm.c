@@ -57,6 +57,20 @@ int comm_size(void)
     return s;
 }
 
+/* The rank among the processes of this node (those that can share memory): MPI's own
+ * answer, which every launcher gives, rather than a launcher's environment variable. */
+int comm_local_rank(void)
+{
+    if (comm_size() == 1)
+        return 0;
+    MPI_Comm node;
+    int r = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm_rank(), MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &r);
+    MPI_Comm_free(&node);
+    return r;
+}
+
 /* MPI counts are int: reduce in pieces */
 #define PIECE ((size_t)1 << 28)
 
@@ -128,6 +142,7 @@ void comm_init(int *argc, char ***argv) { (void)argc; (void)argv; }
 void comm_finalize(void) {}
 int comm_rank(void) { return 0; }
 int comm_size(void) { return 1; }
+int comm_local_rank(void) { return 0; }
 void comm_sum_d(double *x, size_t n) { (void)x; (void)n; }
 void comm_sum_f(float *x, size_t n) { (void)x; (void)n; }
 void comm_max_d(double *x, size_t n) { (void)x; (void)n; }

@@ -14,6 +14,7 @@ void comm_init(int *argc, char ***argv);
 void comm_finalize(void);
 int comm_rank(void);
 int comm_size(void);
+int comm_local_rank(void); /* among this node's ranks: picks the rank's device */
 void comm_sum_d(double *x, size_t n);   /* in place, every rank gets the sum */
 void comm_sum_f(float *x, size_t n);
 void comm_max_d(double *x, size_t n);

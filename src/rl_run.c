@@ -5,6 +5,7 @@
 #include "dllm/transformer.h"
 #include "src/cli_util.h"
 #include "src/comm.h"
+#include "src/comm_device.h"
 #include "src/gen_settings.h"
 #include "src/prompt.h"
 
@@ -145,6 +146,10 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                            * device, and the update too where it can run there (below) */
                           .device = cfg->device == CFG_DEVICE_CUDA ? "cuda" : "cpu",
                           .device_flag = "device"};
+    /* several ranks on devices: each its own, made current before the policy puts
+     * anything there */
+    if (cfg->device == CFG_DEVICE_CUDA && comm_device_select(NULL, err))
+        return err->code;
     if (dllm_policy_open(&run->pol, &pc, err))
         return err->code;
     int every = 0; /* train.recompute: checked at load */
@@ -205,15 +210,18 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         memcpy(run->ref_params, dllm_policy_trainable(run->pol, &run->n_param),
                sizeof(float) * run->n_param);
     }
-    /* the update on the device: one rank (the gradients' all-reduce is a host one), an
-     * fp32 trainer or LoRA; otherwise it stays on the host, as the note says */
+    /* the update on the device: an fp32 trainer, or LoRA under a bf16 one; otherwise it
+     * stays on the host, as the note says. Several ranks sum the device gradients with
+     * NCCL (rl_step.c). */
     if (dllm_policy_device(run->pol)) {
         dllm_err e2;
-        int rc = run->size > 1 ? dllm_err_set(&e2, DLLM_EXIT_INPUT, "%d ranks", run->size)
-                               : dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
+        int rc = dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
         run->dev_update = rc == 0;
         if (rc && run->rank == 0)
             fprintf(stderr, "device cuda: the update runs on the host (%s)\n", e2.msg);
+        /* every rank decides alike (same config), so all or none open it */
+        if (run->dev_update && comm_device_open(err))
+            return err->code;
     }
     return dllm_policy_sync_rollout(run->pol, NULL, err);
 }
@@ -239,6 +247,7 @@ void rl_run_close(rl_run *run)
     dllm_task_items_free(&run->train);
     dllm_task_items_free(&run->eval);
     dllm_tokenizer_free(run->tok);
+    comm_device_close();
     if (run->pol)
         dllm_policy_free(run->pol);
     free(run->adam_m);

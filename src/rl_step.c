@@ -4,6 +4,7 @@
 #include "dllm/transformer.h"
 #include "kernels/ops.h"
 #include "src/comm.h"
+#include "src/comm_device.h"
 #include "src/prompt.h"
 
 #include <math.h>
@@ -389,8 +390,13 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         dllm_lik_plan_free(&fresh);
         if (rc)
             break;
-        if (run->dev_update) { /* one rank: norm, clip and AdamW on the device */
+        if (run->dev_update) { /* norm, clip and AdamW on the device */
             dllm_tf *m = dllm_policy_model(run->pol);
+            /* several ranks: their gradients summed where the host path sums them */
+            size_t ng;
+            float *g = dllm_tf_device_grad_buffer(m, &ng);
+            if ((rc = comm_device_sum_f(g, ng, err)))
+                break;
             grad_norm = dllm_tf_device_clip_grad(m, cfg->optim.grad_clip > 0 ? cfg->optim.grad_clip
                                                                               : 0.0);
             run->opt_step++;

@@ -63,6 +63,13 @@ void dllm_cuda_memset(void *p, int byte, size_t bytes)
 
 void dllm_cuda_synchronize(void) { no_device(__func__); }
 
+int dllm_cuda_set_device(int i, char *why, size_t why_len)
+{
+    if (why)
+        snprintf(why, why_len, "device %d: built without CUDA (configure --with-cuda)", i);
+    return -1;
+}
+
 dllm_backend *dllm_backend_cuda(void) { return NULL; }
 const char *dllm_backend_cuda_why(void)
 {

@@ -59,3 +59,13 @@ extern "C" void dllm_cuda_synchronize(void)
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaGetLastError());
 }
+
+extern "C" int dllm_cuda_set_device(int i, char *why, size_t why_len)
+{
+    cudaError_t e = cudaSetDevice(i);
+    if (e == cudaSuccess)
+        return 0;
+    if (why)
+        snprintf(why, why_len, "cudaSetDevice(%d): %s", i, cudaGetErrorString(e));
+    return -1;
+}

@@ -1,0 +1,293 @@
+/* test_device_dp: data parallelism on the device (src/comm_device.c) in the emulation
+ * build, where the NCCL stand-in runs over MPI and every rank has its own emulated
+ * device 0.
+ *   - the communicator: this program under `mpirun -np 2`: each rank picks its device,
+ *     rank 0's unique id reaches rank 1 (the communicator opens), and the NCCL sum of a
+ *     device buffer equals MPI's sum of the same host values, bit for bit (two terms:
+ *     one rounding either way);
+ *   - `train` with `device: cuda` and a LoRA policy on 2 ranks against 1 rank with the
+ *     same global batch (the CPU pattern of test_dp): the update runs on the device with
+ *     2 ranks (no note that it stayed on the host), the same sampled tokens and rewards,
+ *     loss and grad_norm within 1e-4 relative (the gradient sum's order differs: one
+ *     rank's accumulation of all groups against two partial sums added by the stand-in),
+ *     the final LoRA parameters within 1e-4 absolute, and the log written once: by rank
+ *     0, with one rank's rows and one progress line per step.
+ * SKIP (77) outside the emulation build, without MPI, without mpirun, or (the train part)
+ * without DLLM_BIN. */
+#include "config.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(DLLM_CUDA_EMULATION) && defined(HAVE_MPI)
+#include "dllm/safetensors.h"
+#include "kernels/cuda_device.h"
+#include "src/comm.h"
+#include "src/comm_device.h"
+#include "src/h5log.h"
+#include "tests/test_shell.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <unistd.h>
+
+#define MPIRUN                                                                              \
+    "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 "                 \
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 "
+
+/* One rank of the communicator check: the number of failed checks over all ranks. */
+static int child(int argc, char **argv)
+{
+    int fails = 0;
+    comm_init(&argc, &argv);
+    int rank = comm_rank(), size = comm_size(), dev = -2;
+    dllm_err err = {0};
+#define REQUIRE(cond, ...)                                                                  \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            fprintf(stderr, "rank %d (line %d): ", rank, __LINE__);                         \
+            fprintf(stderr, __VA_ARGS__);                                                   \
+            fputc('\n', stderr);                                                            \
+            fails++;                                                                        \
+        }                                                                                   \
+    } while (0)
+    REQUIRE(size == 2, "%d ranks, launched for 2", size);
+    REQUIRE(comm_local_rank() == rank, "local rank %d on one node", comm_local_rank());
+    REQUIRE(comm_device_select(&dev, &err) == 0, "select: %s", err.msg);
+    REQUIRE(dev == 0, "device %d: the emulation has one per process", dev); /* 1 device */
+    REQUIRE(!comm_device_active(), "active before open");
+    REQUIRE(comm_device_open(&err) == 0, "open: %s", err.msg);
+    REQUIRE(comm_device_active(), "not active after open");
+
+    enum { N = 4099 };
+    float *h = malloc(sizeof *h * N), *want = malloc(sizeof *h * N), *got = malloc(sizeof *h * N);
+    for (int i = 0; i < N; i++) /* values whose sum rounds */
+        h[i] = (float)sin(0.37 * i + rank) * (rank ? 1e-3f : 3.0f) + 1.0f / (float)(i + 1);
+    memcpy(want, h, sizeof *h * N);
+    comm_sum_f(want, N);
+    float *d = dllm_cuda_malloc(sizeof *h * N);
+    dllm_cuda_memcpy_h2d(d, h, sizeof *h * N);
+    REQUIRE(comm_device_sum_f(d, N, &err) == 0, "sum: %s", err.msg);
+    dllm_cuda_memcpy_d2h(got, d, sizeof *h * N);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += memcmp(&got[i], &want[i], sizeof *got) != 0;
+    REQUIRE(bad == 0, "%d of %d sums differ from MPI's (first: %.9g vs %.9g)", bad, N, got[0],
+            want[0]);
+    REQUIRE(got[1] != h[1], "nothing was summed");
+    /* closed: the identity */
+    comm_device_close();
+    REQUIRE(!comm_device_active(), "active after close");
+    dllm_cuda_memcpy_h2d(d, h, sizeof *h * N);
+    REQUIRE(comm_device_sum_f(d, N, &err) == 0, "sum after close: %s", err.msg);
+    dllm_cuda_memcpy_d2h(got, d, sizeof *h * N);
+    REQUIRE(memcmp(got, h, sizeof *h * N) == 0, "closed communicator changed the buffer");
+    dllm_cuda_free(d);
+    free(h), free(want), free(got);
+    double f = fails;
+    comm_sum_d(&f, 1);
+    comm_finalize();
+    return (int)f;
+#undef REQUIRE
+}
+
+static char self[4096];
+
+START_TEST(test_communicator)
+{
+    ck_assert_int_eq(tu_sh(MPIRUN "'%s' --rank", self), 0);
+}
+END_TEST
+
+/* ---- train: 2 ranks against 1 ------------------------------------------------------ */
+
+static char tmp[64];
+static const char *bin;
+
+static double *col(const char *run, const char *dset, int64_t *n)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
+    h5log *log;
+    dllm_err err = {0};
+    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
+    double *v;
+    ck_assert_msg(h5log_read_column(log, dset, &v, n, &err) == 0, "%s: %s", dset, err.msg);
+    h5log_close(log);
+    return v;
+}
+
+/* (rows, cols) int32 dataset */
+static int32_t *ints(const char *run, const char *dset, int64_t *rows, int64_t *cols)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+    ck_assert(f >= 0);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT), sp = H5Dget_space(d);
+    hsize_t dims[2];
+    ck_assert_int_eq(H5Sget_simple_extent_ndims(sp), 2);
+    H5Sget_simple_extent_dims(sp, dims, NULL);
+    int32_t *out = malloc(sizeof *out * dims[0] * dims[1] + 4);
+    ck_assert(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    H5Pclose(fapl);
+    *rows = (int64_t)dims[0];
+    *cols = (int64_t)dims[1];
+    return out;
+}
+
+enum { STEPS = 2 };
+/* a LoRA checkpoint keeps the adapter as PEFT does */
+#define LORA_FILE "adapter_model.safetensors"
+
+START_TEST(test_train_two_ranks_match_one)
+{
+    char cfg[256];
+    snprintf(cfg, sizeof cfg, "%s/ddp.yaml", tmp);
+    FILE *f = fopen(cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "seed: 5\ndevice: cuda\n"
+               "model: {path: %s/runs/sft/ckpt/latest, lora: {rank: 4, alpha: 16}}\n"
+               "task: {name: sudoku, format: plain, chat: plain, train: {n: 16}, max_blanks: 10}\n"
+               "rollout: {precision: trainer, group_size: 4, gen_length: 34, block_length: 34,"
+               " steps: 4, temperature: 1.0}\n"
+               "grpo: {steps: %d, prompts_per_step: 2, inner_steps: 2, fresh_masks: true}\n"
+               "correction: {method: ais}\noptim: {lr: 1e-2, grad_clip: 1.0}\n"
+               "eval: {every: 0}\nlog: {dir: %s/runs}\ncheckpoint: {every: %d}\n",
+            tmp, STEPS, tmp, STEPS);
+    fclose(f);
+    ck_assert_int_eq(tu_sh("OMP_NUM_THREADS=1 %s train %s --jsonl --set experiment=one "
+                           ">%s/one.out 2>%s/one.err", bin, cfg, tmp, tmp), 0);
+    ck_assert_int_eq(tu_sh(MPIRUN "%s train %s --jsonl --set experiment=two >%s/two.out "
+                           "2>%s/two.err", bin, cfg, tmp, tmp), 0);
+    /* the update ran on the devices of both ranks; one progress line per step */
+    ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/two.err", tmp), 1);
+    ck_assert_int_eq(tu_sh("test $(grep -c '\"step\"' %s/two.out) -eq %d", tmp, STEPS), 0);
+    ck_assert_int_eq(tu_sh("test $(grep -c '\"step\"' %s/one.out) -eq %d", tmp, STEPS), 0);
+    static const struct { const char *name; double tol; } cols[] = {
+        {"trajectories/reward", 0}, {"trajectories/advantage", 0},
+        {"trajectories/prompt_index", 0}, {"trajectories/completion_len", 0},
+        {"trajectories/l_pi", 1e-4}, {"trajectories/log_w", 1e-3}, {"steps/reward_mean", 0},
+        {"steps/loss", 1e-4}, {"steps/grad_norm", 1e-4}, {"steps/alpha", 1e-5}};
+    for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++) {
+        int64_t na, nb;
+        double *a = col("one", cols[k].name, &na), *b = col("two", cols[k].name, &nb);
+        /* written once: the 2-rank log has the 1-rank log's rows, not twice as many */
+        ck_assert_msg(na == nb && na > 0, "%s: %lld vs %lld rows", cols[k].name, (long long)na,
+                      (long long)nb);
+        for (int64_t i = 0; i < na; i++) {
+            double tol = cols[k].tol * fmax(1, fabs(a[i]));
+            ck_assert_msg(fabs(a[i] - b[i]) <= tol || (isnan(a[i]) && isnan(b[i])),
+                          "%s[%lld]: one rank %.17g, two ranks %.17g", cols[k].name,
+                          (long long)i, a[i], b[i]);
+        }
+        if (strcmp(cols[k].name, "steps/grad_norm") == 0) {
+            printf("grad_norm step 1: one rank %.9g, two ranks %.9g\n", a[0], b[0]);
+            ck_assert_msg(a[0] > 0, "no gradient at step 1: nothing was compared");
+        }
+        free(a);
+        free(b);
+    }
+    int64_t r1, c1, r2, c2;
+    int32_t *ta = ints("one", "trajectories/completion_tokens", &r1, &c1);
+    int32_t *tb = ints("two", "trajectories/completion_tokens", &r2, &c2);
+    ck_assert(r1 == r2 && c1 == c2 && r1 == 2 * 4 * STEPS);
+    ck_assert_msg(memcmp(ta, tb, sizeof *ta * (size_t)(r1 * c1)) == 0,
+                  "sampled tokens differ between one and two ranks");
+    free(ta), free(tb);
+    /* the final LoRA parameters */
+    char pa[256], pb[256];
+    snprintf(pa, sizeof pa, "%s/runs/one/ckpt/latest/" LORA_FILE, tmp);
+    snprintf(pb, sizeof pb, "%s/runs/two/ckpt/latest/" LORA_FILE, tmp);
+    st_archive *A, *B;
+    dllm_err err = {0};
+    ck_assert_msg(st_open(&A, pa, &err) == 0, "%s", err.msg);
+    ck_assert_msg(st_open(&B, pb, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(st_count(A), st_count(B));
+    ck_assert_int_gt(st_count(A), 0);
+    double worst = 0;
+    int64_t total = 0;
+    for (int i = 0; i < st_count(A); i++) {
+        const st_tensor *ta0 = st_at(A, i), *tb0 = st_find(B, ta0->name);
+        ck_assert_msg(tb0 && tb0->numel == ta0->numel, "%s", ta0->name);
+        float *x = malloc(sizeof *x * (size_t)ta0->numel), *y = malloc(sizeof *y * (size_t)ta0->numel);
+        ck_assert_msg(st_read_f32(A, ta0->name, ta0->shape, ta0->ndim, x, &err) == 0, "%s", err.msg);
+        ck_assert_msg(st_read_f32(B, ta0->name, ta0->shape, ta0->ndim, y, &err) == 0, "%s", err.msg);
+        for (int64_t j = 0; j < ta0->numel; j++)
+            worst = fmax(worst, fabs((double)x[j] - y[j]));
+        total += ta0->numel;
+        free(x), free(y);
+    }
+    st_close(A), st_close(B);
+    printf("final LoRA parameters: %lld floats, largest difference %.3g\n", (long long)total,
+           worst);
+    ck_assert_msg(worst <= 1e-4, "final LoRA parameters differ by %.3g", worst);
+}
+END_TEST
+#endif
+
+int main(int argc, char **argv)
+{
+#if !defined(DLLM_CUDA_EMULATION)
+    (void)argc, (void)argv;
+    printf("SKIP: the NCCL stand-in exists in the emulation build (--enable-cuda-emulation)\n");
+    return 77;
+#elif !defined(HAVE_MPI)
+    (void)argc, (void)argv;
+    printf("SKIP: built without MPI (configure found no ompi-c)\n");
+    return 77;
+#else
+    if (argc > 1 && strcmp(argv[1], "--rank") == 0)
+        return child(argc, argv) ? EXIT_FAILURE : EXIT_SUCCESS;
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("SKIP: mpirun not found (apt-get install openmpi-bin)\n");
+        return 77;
+    }
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return 1;
+    self[n] = '\0';
+    Suite *s = suite_create("device_dp");
+    TCase *tc = tcase_create("mpi");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_communicator);
+    bin = getenv("DLLM_BIN");
+    strcpy(tmp, "/tmp/dllm-devdp-XXXXXX");
+    if (bin && !mkdtemp(tmp))
+        return 1;
+    if (bin) {
+        /* a model that earns rewards, so the update has gradients to sum: 500 masked
+         * diffusion SFT steps on solver-made answers (at 200 its tags are still garbled
+         * and every reward of this config is 0) */
+        if (tu_sh("%s tasks sft-data sudoku --n 200 --seed 101 --max-blanks 4 > %s/sft.jsonl",
+                  bin, tmp) ||
+            tu_sh("printf 'experiment: sft\\nseed: 1\\nmodel: {preset: tiny}\\n"
+                  "data: {train: %s/sft.jsonl, max_len: 64, answer_length: 34}\\n"
+                  "sft: {steps: 500, batch_size: 16}\\noptim: {lr: 1e-2, warmup: 10}\\n"
+                  "log: {dir: %s/runs}\\ncheckpoint: {every: 500}\\n' > %s/sft.yaml && "
+                  "%s sft %s/sft.yaml --quiet 2>/dev/null",
+                  tmp, tmp, tmp, bin, tmp)) {
+            fprintf(stderr, "test_device_dp: the SFT model could not be made\n");
+            return 1;
+        }
+        tcase_add_test(tc, test_train_two_ranks_match_one);
+    } else {
+        printf("SKIP (train part): DLLM_BIN (the dllm-rl binary) not set\n");
+    }
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (bin)
+        tu_sh("rm -rf %s", tmp);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+#endif
+}
