@@ -200,14 +200,19 @@ KERNEL_TARGET static inline void act_group_bf16(uint16_t *row, const float *x, f
         __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, shift), one);
         __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(a, half), odd), keep);
         r = _mm512_min_epu32(r, vmax);
-        /* below the smallest normal: a multiple of the smallest step, rint */
-        __m512 q = _mm512_mul_ps(
-            _mm512_roundscale_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), up),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-            down);
-        __mmask16 sub = _mm512_cmplt_epu32_mask(a, minnorm);
-        r = _mm512_mask_mov_epi32(r, sub, _mm512_castps_si512(q));
-        r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(a, inf), qnan);
+        /* nonzero values below the smallest normal (zeros are right already), NaN:
+         * rare in a scaled group (E4M3: |x| < amax / 28672), so tested for first */
+        __mmask16 sub = _mm512_mask_cmplt_epu32_mask(_mm512_test_epi32_mask(a, a), a, minnorm);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(a, inf);
+        if (sub | nan) {
+            /* below the smallest normal: a multiple of the smallest step, rint */
+            __m512 q = _mm512_mul_ps(
+                _mm512_roundscale_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), up),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                down);
+            r = _mm512_mask_mov_epi32(r, sub, _mm512_castps_si512(q));
+            r = _mm512_mask_mov_epi32(r, nan, qnan);
+        }
         r = _mm512_or_si512(r, sign);
         r = _mm512_maskz_mov_epi32(m, r); /* zeros past the group */
         _mm256_storeu_si256((__m256i *)(row + k),
