@@ -205,6 +205,22 @@ size_t dllm_tf_activation_floats(const dllm_tf *m)
 
 /* ---- linears ---------------------------------------------------------------------- */
 
+/* out (N, o) += the LoRA path of linear j, where the view has one. */
+static void lin_lora_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out,
+                         const float *inp, int N, float *xa)
+{
+    int o, i;
+    tf_lin_shape(m, j, &o, &i);
+    dllm_backend *be = v->be;
+    const tf_lora *ads = v->be == m->be ? m->ad : v->ad; /* a device view: its copies only */
+    const tf_lora *ad = v->lora && ads ? &ads[l * DLLM_NLIN + j] : NULL;
+    if (ad && ad->A) {
+        int r = m->lora_rank;
+        be->ops->linear_fwd(be, xa, inp, ad->A, N, i, r);
+        be->ops->gemm(be, false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
+    }
+}
+
 void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, const float *inp,
                 int N, float *xa)
 {
@@ -220,13 +236,7 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
         be->ops->bf16_linear_fwd(be, out, inp, &v->b16[k], N, i, o);
     else
         be->ops->linear_fwd(be, out, inp, v->lw[l].t[j], N, i, o);
-    const tf_lora *ads = v->be == m->be ? m->ad : v->ad; /* a device view: its copies only */
-    const tf_lora *ad = v->lora && ads ? &ads[l * DLLM_NLIN + j] : NULL;
-    if (ad && ad->A) {
-        int r = m->lora_rank;
-        be->ops->linear_fwd(be, xa, inp, ad->A, N, i, r);
-        be->ops->gemm(be, false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
-    }
+    lin_lora_fwd(m, v, l, j, out, inp, N, xa);
 }
 
 /* dinp (N, in) += dout W [+ LoRA path]; dW, dA, dB accumulate where trainable. */
@@ -292,6 +302,35 @@ static bool fused_act(const tf_view *v, int l, const int *js, int n, int N, fp8_
     return be->ops->fp8_act_prepare(be, qa, N, ws[0]->cols, ws, n);
 }
 
+/* The n linears js[] [+ their biases] of one input (q/k/v, gate/up): as n calls of
+ * lin_bias_fwd, bit for bit. On the CPU backend the FP8 copy's products go in one call
+ * (op_fp8_linears_fwd), which quantises the shared input once instead of n times;
+ * fq: the codes the producer wrote (fused_act), passed to each linear. */
+static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int *js,
+                          const int *bias_slots, float *const *outs, const float *inp, int N,
+                          const tf_layer_io *io, const fp8_act *fq)
+{
+    if (!v->q8 || v->be->kind != DLLM_BACKEND_CPU || fq) {
+        for (int g = 0; g < n; g++)
+            lin_bias_fwd(m, v, l, js[g], bias_slots[g], outs[g], inp, N, io, fq);
+        return;
+    }
+    fp8_matrix *ws[3];
+    int ocs[3], i = 0;
+    for (int g = 0; g < n; g++) {
+        tf_lin_shape(m, js[g], &ocs[g], &i);
+        ws[g] = &v->q8[(size_t)l * DLLM_NLIN + (size_t)js[g]];
+    }
+    op_fp8_linears_fwd(n, outs, inp, ws, N, i, ocs);
+    for (int g = 0; g < n; g++) {
+        lin_lora_fwd(m, v, l, js[g], outs[g], inp, N,
+                     io->xa ? io->xa + (size_t)js[g] * io->xa_stride : NULL);
+        const float *b = bias_slots[g] ? v->lw[l].t[bias_slots[g]] : NULL;
+        if (b)
+            v->be->ops->bias_fwd(v->be, outs[g], b, N, ocs[g]);
+    }
+}
+
 /* One layer at view v's numerics over N rows at RoPE positions pos. */
 static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
                       tf_layer_io *io, tf_attn_fn attn, void *ctx)
@@ -316,9 +355,9 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     }
     if (rl)
         be->ops->round_bf16(be, io->n1, (size_t)N * C);
-    lin_bias_fwd(m, v, l, DLLM_LIN_Q, DLLM_T_Q_BIAS, io->qr, io->n1, N, io, fq);
-    lin_bias_fwd(m, v, l, DLLM_LIN_K, DLLM_T_K_BIAS, io->kr, io->n1, N, io, fq);
-    lin_bias_fwd(m, v, l, DLLM_LIN_V, DLLM_T_V_BIAS, io->v, io->n1, N, io, fq);
+    static const int qkv_bias[3] = {DLLM_T_Q_BIAS, DLLM_T_K_BIAS, DLLM_T_V_BIAS};
+    lin_group_fwd(m, v, l, 3, QKV, qkv_bias, (float *const[]){io->qr, io->kr, io->v}, io->n1, N,
+                  io, fq);
     fq = NULL;
     if (qkn) {
         be->ops->rmsnorm_fwd(be, io->q, io->rstdq, io->qr, w->t[DLLM_T_Q_NORM], N * m->NH, m->HD,
@@ -343,8 +382,8 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     }
     if (rl)
         be->ops->round_bf16(be, io->n2, (size_t)N * C);
-    lin_bias_fwd(m, v, l, DLLM_LIN_GATE, 0, io->g, io->n2, N, io, fq);
-    lin_bias_fwd(m, v, l, DLLM_LIN_UP, 0, io->u, io->n2, N, io, fq);
+    static const int no_bias[2] = {0, 0};
+    lin_group_fwd(m, v, l, 2, GU, no_bias, (float *const[]){io->g, io->u}, io->n2, N, io, fq);
     fq = NULL;
     if (fused_act(v, l, DN, 1, N, &qa)) {
         be->ops->swiglu_fp8_fwd(be, io->s, &qa, io->g, io->u, N, (int)H);

@@ -95,7 +95,7 @@ typedef struct {
                                 simulation, true = codes on bf16 dot products (below) */
     uint16_t *qbf;           /* the codes as bf16, packed for the fast mode's kernel
                                 (kernels/cpu/fp8_bf16dot.c); valid iff qbf_valid */
-    float *qbf_scale;        /* the weight scales per 32-column tile and k-block, ditto */
+    float *qbf_scale;        /* the weight scales per 64-column tile and k-block, ditto */
     bool qbf_valid;
 } fp8_matrix;
 
@@ -119,6 +119,9 @@ int fp8_quantise_act(fp8_matrix *m, const float *a, int N, int K, fp8_format f,
  * SR x SC as fp8_block_shape gives them; no codes. */
 void fp8_scales(float *scale, const float *x, int R, int C, fp8_format f, fp8_scaling s,
                 bool pow2_scale);
+/* The scale of a block whose largest finite |x| is amax, as fp8_quantise sets it (for
+ * kernels that find a block's maximum themselves). */
+float fp8_scale_from_amax(float amax, fp8_format f, bool pow2_scale);
 /* out[R, C] = decode(q) * scale. */
 void fp8_dequantise(float *out, const fp8_matrix *m);
 /* Fills m->deq (allocating it once) unless already valid. Call after (re)quantising a
@@ -149,6 +152,11 @@ void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
  *   rounding: |fast - exact| <= (2K + 8) 2^-24 sum_k |a_k w_k| (tests/test_fast_gemm.c).
  *   The bf16 codes are cached in w on first use. */
 void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC);
+/* out[i] (N, OC[i]) = op_fp8_linear_fwd(inp, w[i]) for the nw weights of one input
+ * (q/k/v, gate/up), bit for bit as nw calls; where the weights' modes allow (fast,
+ * same format, activation scaling and pow2), the activations are quantised once. */
+void op_fp8_linears_fwd(int nw, float *const out[], const float *inp, fp8_matrix *const w[],
+                        int N, int C, const int OC[]);
 /* Where the fast mode runs now: "bf16-dot" (the AVX512-BF16 kernel, results independent
  * of the thread count and of the other rows) or "fp32" (the fallback on op_gemm). */
 const char *fp8_fast_path(void);

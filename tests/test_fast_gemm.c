@@ -12,6 +12,9 @@
  *    activation scaling, pow2 scales, odd shapes (N = 1, K not a multiple of 128), on
  *    both paths, and after an in-place re-quantisation; on bf16 dot products the
  *    same bits on 1 or 2 threads and for a row alone or in a batch;
+ *  - the fast mode's activation quantisation (in the kernel) against fp8_scales and
+ *    fp8_round bit for bit (one-hot weights), and the grouped op_fp8_linears_fwd
+ *    against one op_fp8_linear_fwd per weight bit for bit;
  *  - the exact mode stays the default of a freshly quantised weight;
  *  - op_gemm on each library (DLLM_GEMM): repeatable bit for bit, the libraries within
  *    the accumulation bound of each other, the default library as configured, and a
@@ -339,6 +342,133 @@ START_TEST(test_fp8_fast_invariance)
 }
 END_TEST
 
+/* The fast mode quantises its activations in the kernel (each 128-group's maximum and
+ * rounding in one pass): against fp8_scales and fp8_round, bit for bit. With one-hot
+ * weights w[oc, k] = 448 [k == oc] (every weight scale 1, the codes exact) the output
+ * is out[n, k] = fp8_round(x[n, k] / s) * s * 448, rounded once in both products (the
+ * other products are zeros), for every activation scaling, format, pow2 choice and
+ * edge value (saturation, infinities, the subnormal range). Zeros are compared by
+ * value: the sign of a zero sum is the products' order. */
+START_TEST(test_fp8_fast_quant_bitwise)
+{
+    unsetenv("DLLM_BF16_GEMM");
+    static const int NK[][2] = {{1, 128}, {7, 200}, {30, 520}, {13, 256}};
+    static const fp8_scaling AS[3] = {FP8_SCALE_GROUP, FP8_SCALE_CHANNEL, FP8_SCALE_TENSOR};
+    int checked = 0;
+    for (size_t c = 0; c < sizeof NK / sizeof NK[0]; c++)
+        for (int f = 0; f < 2; f++)
+            for (int as = 0; as < 3; as++)
+                for (int pow2 = 0; pow2 < 2; pow2++) {
+                    int N = NK[c][0], K = NK[c][1], OC = K;
+                    fp8_format fmt = f ? FP8_E5M2 : FP8_E4M3;
+                    float *x = randn((size_t)N * K, 300 + c, 2.0f);
+                    x[0] = INFINITY;
+                    if (K > 3) {
+                        x[1] = -INFINITY;
+                        x[2] = 3e5f; /* saturates after scaling in most groups */
+                        x[3] = 1e-30f;
+                    }
+                    for (int k = 0; k < K && N > 1; k++) /* 2^-30 .. 2^10 */
+                        x[K + k] = ldexpf((k % 3 ? -1.0f : 1.0f) * (1.0f + (float)(k % 5) / 4.0f),
+                                          k % 41 - 30);
+                    float *w = dllm_calloc((size_t)OC * K, sizeof *w);
+                    for (int k = 0; k < K; k++)
+                        w[(size_t)k * K + k] = 448.0f;
+                    fp8_matrix m = {0};
+                    dllm_err err = {0};
+                    ck_assert_int_eq(fp8_quantise_weight(&m, w, OC, K, fmt, FP8_SCALE_BLOCK,
+                                                         pow2, &err), 0);
+                    m.act_scaling = AS[as];
+                    m.fast = true;
+                    float *out = dllm_malloc((size_t)N * OC * sizeof *out);
+                    op_fp8_linear_fwd(out, x, &m, N, K, OC);
+                    int br, bc;
+                    fp8_block_shape(AS[as], N, K, &br, &bc);
+                    int SC = (K + bc - 1) / bc;
+                    float *sc = dllm_malloc((size_t)((N + br - 1) / br) * SC * sizeof *sc);
+                    fp8_scales(sc, x, N, K, fmt, AS[as], pow2);
+                    for (int n = 0; n < N; n++)
+                        for (int k = 0; k < K; k++) {
+                            float s = sc[(size_t)(n / br) * SC + k / bc];
+                            float want = (float)((double)fp8_round(x[(size_t)n * K + k] / s, fmt) *
+                                                 s * 448.0);
+                            float got = out[(size_t)n * OC + k];
+                            ck_assert_msg(got == want &&
+                                              (want == 0 || memcmp(&got, &want, sizeof got) == 0),
+                                          "%s %s a:%s pow2 %d [%d,%d] (%d,%d): %a, want %a",
+                                          fp8_fast_path(), fp8_format_name(fmt),
+                                          fp8_scaling_name(AS[as]), pow2, N, K, n, k, got, want);
+                            checked++;
+                        }
+                    fp8_matrix_free(&m);
+                    free(x);
+                    free(w);
+                    free(out);
+                    free(sc);
+                }
+    ck_assert_int_gt(checked, 10000);
+}
+END_TEST
+
+/* op_fp8_linears_fwd (one input, several weights: q/k/v, gate/up) equals one
+ * op_fp8_linear_fwd per weight bit for bit: fast mode (the input quantised once), on 1
+ * and 2 threads, with fewer row blocks than threads (N = 1) and more, and weights whose
+ * modes differ (then it is the separate calls). */
+START_TEST(test_fp8_linears_grouped)
+{
+    unsetenv("DLLM_BF16_GEMM");
+    enum { NW = 3 };
+    int K = 520, OC[NW] = {200, 72, 72};
+    fp8_matrix m[NW] = {{0}};
+    fp8_matrix *ws[NW];
+    dllm_err err = {0};
+    for (int i = 0; i < NW; i++) {
+        float *w = randn((size_t)OC[i] * K, 400 + i, 0.05f);
+        ck_assert_int_eq(fp8_quantise_weight(&m[i], w, OC[i], K, FP8_E4M3, FP8_SCALE_BLOCK,
+                                             false, &err), 0);
+        m[i].fast = true;
+        ws[i] = &m[i];
+        free(w);
+    }
+    static const int NS[3] = {1, 300, 13};
+    int compared = 0;
+    for (int ni = 0; ni < 3; ni++)
+        for (int threads = 1; threads <= 2; threads++)
+            for (int mixed = 0; mixed < 2; mixed++) {
+                int N = NS[ni];
+                float *x = randn((size_t)N * K, 500 + ni, 1.0f);
+                x[0] *= 50.0f;
+                m[1].fast = !mixed; /* mixed: the exact simulation for k */
+#ifdef _OPENMP
+                int saved = omp_get_max_threads();
+                omp_set_num_threads(threads);
+#endif
+                float *sep[NW], *grp[NW];
+                for (int i = 0; i < NW; i++) {
+                    sep[i] = dllm_malloc((size_t)N * OC[i] * sizeof(float));
+                    grp[i] = dllm_malloc((size_t)N * OC[i] * sizeof(float));
+                    op_fp8_linear_fwd(sep[i], x, ws[i], N, K, OC[i]);
+                }
+                op_fp8_linears_fwd(NW, grp, x, ws, N, K, OC);
+#ifdef _OPENMP
+                omp_set_num_threads(saved);
+#endif
+                for (int i = 0; i < NW; i++) {
+                    ck_assert_msg(memcmp(sep[i], grp[i], (size_t)N * OC[i] * sizeof(float)) == 0,
+                                  "grouped fp8 linear %d, N %d, %d threads%s: other bits", i, N,
+                                  threads, mixed ? ", mixed modes" : "");
+                    compared++;
+                    free(sep[i]);
+                    free(grp[i]);
+                }
+                free(x);
+            }
+    ck_assert_int_eq(compared, 3 * 2 * 2 * NW);
+    for (int i = 0; i < NW; i++)
+        fp8_matrix_free(&m[i]);
+}
+END_TEST
+
 /* ---- op_gemm's library -------------------------------------------------------------- */
 
 /* c[M,N] = alpha op(a) op(b) + beta c0 within 2 (K + 4) 2^-24 of the double sum of the
@@ -482,6 +612,8 @@ static Suite *fast_gemm_suite(void)
     tcase_add_test(tc, test_fp8_fast_auto);
     tcase_add_test(tc, test_fp8_fast_fallback);
     tcase_add_test(tc, test_fp8_fast_invariance);
+    tcase_add_test(tc, test_fp8_fast_quant_bitwise);
+    tcase_add_test(tc, test_fp8_linears_grouped);
     tcase_add_test(tc, test_gemm_library);
     tcase_add_test(tc, test_gemm_address_invariant);
     tcase_add_exit_test(tc, test_gemm_env_bad, 2);

@@ -224,6 +224,11 @@ static float scale_from_amax(float amax, const fp8_params *p, bool pow2)
     return pow2 ? pow2_up(s) : s;
 }
 
+float fp8_scale_from_amax(float amax, fp8_format f, bool pow2_scale)
+{
+    return scale_from_amax(amax, &PARAMS[f], pow2_scale);
+}
+
 /* Largest finite |x| of the block rows [r0, r1) x cols [c0, c1) of x[R, C]; NaN and
  * inf are skipped (NaN fails the comparison, inf exceeds FLT_MAX, both count as 0).
  * The FP8 rollout copy takes these maxima over every linear input, so the loop is

@@ -17,5 +17,10 @@ bool fp8_bf16dot_usable(void);
  * summed by one thread in a fixed order: results depend neither on the thread count
  * nor on the other rows. */
 void fp8_bf16dot_linear(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC);
+/* The same for nw weights of one input, which is quantised once: w[i] (OC[i], C), all of
+ * w[0]'s format, activation scaling and pow2_scale; out[i] (N, OC[i]) bit for bit as
+ * fp8_bf16dot_linear(out[i], inp, w[i], ...). */
+void fp8_bf16dot_linears(int nw, float *const out[], const float *inp, fp8_matrix *const w[],
+                         int N, int C, const int OC[]);
 
 #endif

@@ -134,6 +134,23 @@ const char *fp8_fast_path(void)
     return fp8_bf16dot_usable() ? "bf16-dot" : "fp32";
 }
 
+void op_fp8_linears_fwd(int nw, float *const out[], const float *inp, fp8_matrix *const w[],
+                        int N, int C, const int OC[])
+{
+    bool shared = nw > 0 && N > 0 && C > 0 && fp8_bf16dot_usable();
+    for (int i = 0; i < nw && shared; i++) {
+        check_shape(w[i], N, C, OC[i]);
+        shared = w[i]->fast && w[i]->format == w[0]->format &&
+                 w[i]->act_scaling == w[0]->act_scaling && w[i]->pow2_scale == w[0]->pow2_scale;
+    }
+    if (shared) {
+        fp8_bf16dot_linears(nw, out, inp, w, N, C, OC);
+        return;
+    }
+    for (int i = 0; i < nw; i++)
+        op_fp8_linear_fwd(out[i], inp, w[i], N, C, OC[i]);
+}
+
 void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC)
 {
     check_shape(w, N, C, OC);
