@@ -68,9 +68,6 @@ void tf_acts_free(tf_acts *a)
     a->be = be;
 }
 
-/* Sizes the buffers for B*T rows, R head rows and `layers` layers of kept
- * activations (L for training, 1 for a forward without backward, whose
- * residual stream alternates between two slots). */
 /* The recomputation segment length of a kept forward (0: none), at most L. */
 static int recompute_k(const dllm_tf *m) { return m->recompute < m->L ? m->recompute : 0; }
 
@@ -85,6 +82,9 @@ static size_t xslot(const dllm_tf *m, int K, int l)
     return l % K == 0 || l == m->L ? (size_t)((l + K - 1) / K) : (size_t)(nck + l % K - 1);
 }
 
+/* Sizes the buffers for B*T rows, R head rows, `layers` slots of layer activations (L
+ * for training, K under recomputation, 1 for a forward without backward) and `xslots`
+ * residual-stream slots (L + 1; ceil(L/K) + K; 2, alternating, without backward). */
 static void acts_ensure_slots(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers,
                               int xslots)
 {

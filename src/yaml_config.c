@@ -126,8 +126,8 @@ static const cfg_key keys[] = {
     {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL,
      "root of every random stream"},
     {"device", K_ENUM, F(device), "cpu", 0, 0, &cfg_names_device,
-     "cpu, or cuda: rollouts and the likelihoods without gradient on the CUDA backend (the "
-     "update on the host)"},
+     "cpu, or cuda: rollouts and the likelihoods on the CUDA backend, and the update too "
+     "with an fp32 trainer and one rank (LoRA or full fine-tuning)"},
     {"model.path", K_STR, F(model.path), "", 0, 0, NULL,
      "HF model directory (config.json + safetensors + tokenizer.json); empty: a random preset"},
     {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, &cfg_names_preset,
