@@ -450,6 +450,8 @@ void cu_fp8_linear_act_fwd(dllm_backend *, float *out, const fp8_act *qa, fp8_ma
     }
     float *wsc = (float *)ws_get(fp8_wscale_floats(true, C, OC) * sizeof(float));
     fp8_gemm_run(out, qa->q, qa->scale, w, wsc, true, N, C, OC);
+}
+
 /* dinp += dout w with the bf16 weight widened to fp32 in the workspace and the fp32 GEMM:
  * the products the host's bf16 trainer forms (dout stays fp32; a bf16 GEMM would round
  * it), so a device bf16 trainer's LoRA gradients match the host's up to summation order.
