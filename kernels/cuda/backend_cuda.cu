@@ -512,7 +512,7 @@ extern "C" const char *dllm_backend_cuda_why(void)
 extern "C" size_t dllm_backend_cuda_workspace_bytes(void)
 {
     return g_impl.ws_bytes + g_impl.qa_bytes;
-extern "C" size_t dllm_backend_cuda_workspace_bytes(void) { return g_impl.ws_bytes; }
+}
 
 extern "C" void dllm_backend_cuda_transfers(unsigned long long *up, unsigned long long *down)
 {
