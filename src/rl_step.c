@@ -448,20 +448,23 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     free(both);
 
     /* 10. step metrics over the global batch */
-    double m[8] = {0, 0, 0, lc.clip, lc.ratio_terms, 0, (double)masked_left, lc.nonfinite};
+    /* the loss and KL are each rank's share of the global batch's (normalised by the
+     * global denominators): their sum is the batch's */
+    double m[10] = {0, 0, 0, lc.clip, lc.ratio_terms, 0, (double)masked_left, lc.nonfinite,
+                    lc.loss, lc.kl};
     for (int i = 0; i < N; i++) {
         m[0] += b->reward[i];
         m[1] += b->reward[i] * b->reward[i];
         m[2] += b->correct[i];
     }
     m[5] = (double)gen_tokens;
-    comm_sum_d(m, 8);
+    comm_sum_d(m, 10);
     double Ng = sums[0];
     metrics[H5LOG_M(reward_mean)] = m[0] / Ng;
     metrics[H5LOG_M(reward_std)] = sqrt(fmax(0, m[1] / Ng - (m[0] / Ng) * (m[0] / Ng)));
     metrics[H5LOG_M(accuracy)] = m[2] / Ng;
-    metrics[H5LOG_M(loss)] = lc.loss;
-    metrics[H5LOG_M(policy_kl)] = run->ref_params ? lc.kl : NAN;
+    metrics[H5LOG_M(loss)] = m[8];
+    metrics[H5LOG_M(policy_kl)] = run->ref_params ? m[9] : NAN;
     metrics[H5LOG_M(clip_frac)] = m[4] > 0 ? m[3] / m[4] : NAN;
     metrics[H5LOG_M(grad_norm)] = grad_norm;
     metrics[H5LOG_M(lr)] = lr;

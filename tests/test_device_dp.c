@@ -8,10 +8,14 @@
  *   - `train` with `device: cuda` and a LoRA policy on 2 ranks against 1 rank with the
  *     same global batch (the CPU pattern of test_dp): the update runs on the device with
  *     2 ranks (no note that it stayed on the host), the same sampled tokens and rewards,
- *     loss and grad_norm within 1e-4 relative (the gradient sum's order differs: one
- *     rank's accumulation of all groups against two partial sums added by the stand-in),
- *     the final LoRA parameters within 1e-4 absolute, and the log written once: by rank
- *     0, with one rank's rows and one progress line per step.
+ *     step 1's gradient norm within 1e-4 relative (the gradient sum's order differs: one
+ *     rank's accumulation of all groups against two partial sums added by the stand-in);
+ *     after AdamW's first step, which moves each element by about lr whatever its
+ *     gradient's size, elements whose summed gradient is near 0 may step either way, so
+ *     later likelihoods, losses and norms agree within 1e-3 to 2e-3 relative and the
+ *     final LoRA parameters within an rms of 1e-3 (measured 2e-4) and 2 lr at most; the
+ *     log is written once: by rank 0, with one rank's rows and one progress line per
+ *     step, its loss the global batch's.
  * SKIP (77) outside the emulation build, without MPI, without mpirun, or (the train part)
  * without DLLM_BIN. */
 #include "config.h"
@@ -174,27 +178,39 @@ START_TEST(test_train_two_ranks_match_one)
     static const struct { const char *name; double tol; } cols[] = {
         {"trajectories/reward", 0}, {"trajectories/advantage", 0},
         {"trajectories/prompt_index", 0}, {"trajectories/completion_len", 0},
-        {"trajectories/l_pi", 1e-4}, {"trajectories/log_w", 1e-3}, {"steps/reward_mean", 0},
-        {"steps/loss", 1e-4}, {"steps/grad_norm", 1e-4}, {"steps/alpha", 1e-5}};
+        {"trajectories/l_pi", 2e-3}, {"trajectories/log_w", 1e-3}, {"steps/reward_mean", 1e-12} /* the mean's sum order */,
+        {"steps/loss", 1e-3}, {"steps/grad_norm", 1e-3}, {"steps/alpha", 1e-5}};
+    /* every column compared and its worst difference printed before any verdict */
+    int bad = 0;
     for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++) {
         int64_t na, nb;
         double *a = col("one", cols[k].name, &na), *b = col("two", cols[k].name, &nb);
         /* written once: the 2-rank log has the 1-rank log's rows, not twice as many */
         ck_assert_msg(na == nb && na > 0, "%s: %lld vs %lld rows", cols[k].name, (long long)na,
                       (long long)nb);
+        double worst = 0;
+        int64_t at = 0;
         for (int64_t i = 0; i < na; i++) {
-            double tol = cols[k].tol * fmax(1, fabs(a[i]));
-            ck_assert_msg(fabs(a[i] - b[i]) <= tol || (isnan(a[i]) && isnan(b[i])),
-                          "%s[%lld]: one rank %.17g, two ranks %.17g", cols[k].name,
-                          (long long)i, a[i], b[i]);
+            if (isnan(a[i]) && isnan(b[i]))
+                continue;
+            double d = fabs(a[i] - b[i]) / fmax(1, fabs(a[i]));
+            if (!(d <= worst))
+                worst = d, at = i;
         }
+        fprintf(stderr, "%-28s worst difference %.3g (row %lld: one rank %.10g, two ranks %.10g)%s\n",
+               cols[k].name, worst, (long long)at, a[at], b[at],
+               worst <= cols[k].tol ? "" : "  ABOVE TOLERANCE");
+        bad += !(worst <= cols[k].tol);
         if (strcmp(cols[k].name, "steps/grad_norm") == 0) {
-            printf("grad_norm step 1: one rank %.9g, two ranks %.9g\n", a[0], b[0]);
+            /* step 1's last gradient: the sum order alone (measured 5e-6) */
             ck_assert_msg(a[0] > 0, "no gradient at step 1: nothing was compared");
+            ck_assert_msg(fabs(a[0] - b[0]) <= 1e-4 * a[0], "step 1 grad_norm %.9g vs %.9g", a[0],
+                          b[0]);
         }
         free(a);
         free(b);
     }
+    ck_assert_msg(bad == 0, "%d columns differ beyond their tolerance (above)", bad);
     int64_t r1, c1, r2, c2;
     int32_t *ta = ints("one", "trajectories/completion_tokens", &r1, &c1);
     int32_t *tb = ints("two", "trajectories/completion_tokens", &r2, &c2);
@@ -212,7 +228,7 @@ START_TEST(test_train_two_ranks_match_one)
     ck_assert_msg(st_open(&B, pb, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(st_count(A), st_count(B));
     ck_assert_int_gt(st_count(A), 0);
-    double worst = 0;
+    double worst = 0, ss = 0;
     int64_t total = 0;
     for (int i = 0; i < st_count(A); i++) {
         const st_tensor *ta0 = st_at(A, i), *tb0 = st_find(B, ta0->name);
@@ -221,14 +237,20 @@ START_TEST(test_train_two_ranks_match_one)
         ck_assert_msg(st_read_f32(A, ta0->name, ta0->shape, ta0->ndim, x, &err) == 0, "%s", err.msg);
         ck_assert_msg(st_read_f32(B, ta0->name, ta0->shape, ta0->ndim, y, &err) == 0, "%s", err.msg);
         for (int64_t j = 0; j < ta0->numel; j++)
-            worst = fmax(worst, fabs((double)x[j] - y[j]));
+            worst = fmax(worst, fabs((double)x[j] - y[j])), ss += ((double)x[j] - y[j]) * (x[j] - y[j]);
         total += ta0->numel;
         free(x), free(y);
     }
     st_close(A), st_close(B);
-    printf("final LoRA parameters: %lld floats, largest difference %.3g\n", (long long)total,
-           worst);
-    ck_assert_msg(worst <= 1e-4, "final LoRA parameters differ by %.3g", worst);
+    double rms = sqrt(ss / (double)total);
+    fprintf(stderr, "final LoRA parameters: %lld floats, rms difference %.3g, largest %.3g\n",
+            (long long)total, rms, worst);
+    /* AdamW's first step moves an element by about lr whatever its gradient's size, so
+     * an element whose summed gradient is near 0 can step either way by the sum's order:
+     * a few elements differ by up to ~lr (measured 0.011 of lr 0.01), the rest barely
+     * (rms measured 2.1e-4, against parameters of rms 0.05) */
+    ck_assert_msg(rms <= 1e-3 && worst <= 2 * 1e-2, "final LoRA parameters: rms difference "
+                  "%.3g, largest %.3g", rms, worst);
 }
 END_TEST
 #endif
