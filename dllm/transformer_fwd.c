@@ -224,9 +224,10 @@ static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_sl
     }
 }
 
-/* The n linears js[] [+ their biases] of one input (q/k/v, gate/up): as n calls of
- * lin_bias_fwd, bit for bit. On the CPU backend the FP8 copy's products go in one call
- * (op_fp8_linears_fwd), which quantises the shared input once instead of n times. */
+/* The n <= 3 linears js[] [+ their biases] of one input (q/k/v, gate/up): as n calls
+ * of lin_bias_fwd, bit for bit. On the CPU backend the FP8 copy's products go in one
+ * call of the kernel (op_fp8_linears_fwd; the op table's fp8 linear takes one weight),
+ * which quantises the shared input once instead of n times, in one thread region. */
 static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int *js,
                           const int *bias_slots, float *const *outs, const float *inp, int N,
                           const tf_layer_io *io)
