@@ -302,10 +302,11 @@ static bool fused_act(const tf_view *v, int l, const int *js, int n, int N, fp8_
     return be->ops->fp8_act_prepare(be, qa, N, ws[0]->cols, ws, n);
 }
 
-/* The n linears js[] [+ their biases] of one input (q/k/v, gate/up): as n calls of
- * lin_bias_fwd, bit for bit. On the CPU backend the FP8 copy's products go in one call
- * (op_fp8_linears_fwd), which quantises the shared input once instead of n times;
- * fq: the codes the producer wrote (fused_act), passed to each linear. */
+/* The n <= 3 linears js[] [+ their biases] of one input (q/k/v, gate/up): as n calls
+ * of lin_bias_fwd, bit for bit. On the CPU backend the FP8 copy's products go in one
+ * call of the kernel (op_fp8_linears_fwd; the op table's fp8 linear takes one weight),
+ * which quantises the shared input once instead of n times, in one thread region;
+ * fq: the codes a device producer wrote (fused_act), passed to each linear. */
 static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int *js,
                           const int *bias_slots, float *const *outs, const float *inp, int N,
                           const tf_layer_io *io, const fp8_act *fq)
@@ -315,8 +316,8 @@ static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int 
             lin_bias_fwd(m, v, l, js[g], bias_slots[g], outs[g], inp, N, io, fq);
         return;
     }
-    fp8_matrix *ws[3];
-    int ocs[3], i = 0;
+    fp8_matrix *ws[3] = {0}; /* initialised for the compilers that cannot see n <= 3 */
+    int ocs[3] = {0}, i = 0;
     for (int g = 0; g < n; g++) {
         tf_lin_shape(m, js[g], &ocs[g], &i);
         ws[g] = &v->q8[(size_t)l * DLLM_NLIN + (size_t)js[g]];

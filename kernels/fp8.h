@@ -95,7 +95,7 @@ typedef struct {
                                 simulation, true = codes on bf16 dot products (below) */
     uint16_t *qbf;           /* the codes as bf16, packed for the fast mode's kernel
                                 (kernels/cpu/fp8_bf16dot.c); valid iff qbf_valid */
-    float *qbf_scale;        /* the weight scales per 64-column tile and k-block, ditto */
+    float *qbf_scale;        /* the weight scales per 32-column tile and k-block, ditto */
     bool qbf_valid;
 } fp8_matrix;
 

@@ -3,17 +3,16 @@
  * vdpbf16ps multiplies 16 pairs of bf16 values and adds each pair's two products to
  * an fp32 lane. E4M3 and E5M2 codes decode to bf16 values exactly, and the product of
  * two has at most 8 significant bits, so every product is exact and only the fp32
- * sums round. For each output tile of 6 rows x 64 columns the kernel keeps the partial
- * dot products of the current 128-wide k-block in registers (24 of them) and adds
- * each block's partial, times its scale sa[row, block] * sw[column, block] (one fused
- * multiply-add), to the tile's output sums, which wait in an L1-resident buffer. No
- * partial sum leaves the registers before its block ends, and no scale is applied to
- * a single product.
+ * sums round. For each output tile of 6 rows x 32 columns the kernel keeps two sets
+ * of accumulators in registers: the partial dot products of the current 128-wide
+ * k-block, and the output, into which each block's partial is added times its scale
+ * sa[row, block] * sw[column, block] (one fused multiply-add). No partial sum leaves
+ * the registers, and no scale is applied to a single product.
  *
- * Weight packing (once per quantisation, in w->qbf): for each tile of 64 output
- * channels and each k-block, 64 k-pairs x 4 registers x 16 lanes x 2 values, so the
- * kernel loads the four weight registers of a k-pair with aligned loads; w->qbf_scale
- * holds sw[block, column] for the tile's 64 columns. Channels past OC and k past C are
+ * Weight packing (once per quantisation, in w->qbf): for each tile of 32 output
+ * channels and each k-block, 64 k-pairs x 2 registers x 16 lanes x 2 values, so the
+ * kernel loads the two weight registers of a k-pair with two aligned loads; w->qbf_scale
+ * holds sw[block, column] for the tile's 32 columns. Channels past OC and k past C are
  * zero codes. Activations are rounded straight into bf16 rows padded to a multiple of
  * 128 (and to 6 rows): with 1 x 128 groups each group's maximum, scale and rounding in
  * one pass while it is in L1 (no codes: the kernel needs only their bf16 values), and
@@ -39,9 +38,7 @@
 #include <immintrin.h>
 #endif
 
-/* 6 rows x 64 columns (4 registers): 24 partial sums in registers, as many dot
- * products per k-pair as 10 loads feed (the 6 x 32 tile of 12 reached 10% less) */
-enum { TR = 6, NREG = 4, TC = 16 * NREG, KPAIRS = FP8_BLOCK / 2 };
+enum { TR = 6, TC = 32, KPAIRS = FP8_BLOCK / 2 };
 
 bool fp8_bf16dot_usable(void)
 {
@@ -97,7 +94,7 @@ static void pack_weight(fp8_matrix *w)
                     for (int e = 0; e < 2; e++) {
                         int k = j * FP8_BLOCK + 2 * kk + e;
                         /* register c / 16, lane c % 16, pair element e */
-                        pt[((size_t)(j * KPAIRS + kk) * NREG + c / 16) * 32 + (c % 16) * 2 + e] =
+                        pt[((size_t)(j * KPAIRS + kk) * 2 + c / 16) * 32 + (c % 16) * 2 + e] =
                             oc < OC && k < C ? lut[w->q[(size_t)oc * C + k]] : 0;
                     }
             }
@@ -112,47 +109,43 @@ KERNEL_TARGET static void tile_kernel(float *out, int ldo, int rows, int cols, c
                                       int lda, const float *sa, int KB, const uint16_t *wp,
                                       const float *sw)
 {
-    _Alignas(64) float f[TR][TC] = {{0}};
-    __m512 p[TR][NREG];
+    __m512 f[TR][2], p[TR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < TR; r++)
+        f[r][0] = f[r][1] = _mm512_setzero_ps();
     for (int j = 0; j < KB; j++) {
-#pragma GCC unroll 16
+#pragma GCC unroll 6
         for (int r = 0; r < TR; r++)
-#pragma GCC unroll 4
-            for (int q = 0; q < NREG; q++)
-                p[r][q] = _mm512_setzero_ps();
-        const uint16_t *wj = wp + (size_t)j * KPAIRS * 32 * NREG;
+            p[r][0] = p[r][1] = _mm512_setzero_ps();
+        const uint16_t *wj = wp + (size_t)j * KPAIRS * 64;
         const uint16_t *aj = a + (size_t)j * FP8_BLOCK;
         for (int kk = 0; kk < KPAIRS; kk++) {
-            __m512bh wv[NREG];
-#pragma GCC unroll 4
-            for (int q = 0; q < NREG; q++)
-                wv[q] = (__m512bh)_mm512_load_si512(wj + (kk * NREG + q) * 32);
-#pragma GCC unroll 16
+            __m512bh w0 = (__m512bh)_mm512_load_si512(wj + kk * 64);
+            __m512bh w1 = (__m512bh)_mm512_load_si512(wj + kk * 64 + 32);
+#pragma GCC unroll 6
             for (int r = 0; r < TR; r++) {
                 uint32_t pair;
                 memcpy(&pair, aj + (size_t)r * lda + 2 * kk, sizeof pair);
                 __m512bh b = (__m512bh)_mm512_set1_epi32((int)pair);
-#pragma GCC unroll 4
-                for (int q = 0; q < NREG; q++)
-                    p[r][q] = _mm512_dpbf16_ps(p[r][q], b, wv[q]);
+                p[r][0] = _mm512_dpbf16_ps(p[r][0], b, w0);
+                p[r][1] = _mm512_dpbf16_ps(p[r][1], b, w1);
             }
         }
-#pragma GCC unroll 16
+        __m512 s0 = _mm512_load_ps(sw + j * TC), s1 = _mm512_load_ps(sw + j * TC + 16);
+#pragma GCC unroll 6
         for (int r = 0; r < TR; r++) {
             __m512 sr = _mm512_set1_ps(sa[r * KB + j]);
-#pragma GCC unroll 4
-            for (int q = 0; q < NREG; q++)
-                _mm512_store_ps(f[r] + 16 * q,
-                                _mm512_fmadd_ps(p[r][q],
-                                                _mm512_mul_ps(sr, _mm512_load_ps(sw + j * TC + 16 * q)),
-                                                _mm512_load_ps(f[r] + 16 * q)));
+            f[r][0] = _mm512_fmadd_ps(p[r][0], _mm512_mul_ps(sr, s0), f[r][0]);
+            f[r][1] = _mm512_fmadd_ps(p[r][1], _mm512_mul_ps(sr, s1), f[r][1]);
         }
     }
-    for (int r = 0; r < rows; r++)
-        for (int q = 0; q < NREG; q++) {
-            int n = cols - 16 * q;
-            __mmask16 m = n >= 16 ? 0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-            _mm512_mask_storeu_ps(out + (size_t)r * ldo + 16 * q, m, _mm512_load_ps(f[r] + 16 * q));
+    __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+#pragma GCC unroll 6
+    for (int r = 0; r < TR; r++)
+        if (r < rows) {
+            _mm512_mask_storeu_ps(out + (size_t)r * ldo, m0, f[r][0]);
+            _mm512_mask_storeu_ps(out + (size_t)r * ldo + 16, m1, f[r][1]);
         }
 }
 
