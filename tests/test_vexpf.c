@@ -1,5 +1,7 @@
-/* test_vexpf.c: the vectorised expf (kernels/cpu/vexpf.h) against the C library's,
- * bit for bit, and the SwiGLU forward that uses it against its plain formula.
+/* test_vexpf.c: the vectorised exponentials keep the scalar bits: expf
+ * (kernels/cpu/vexpf.h) against the C library's, the SwiGLU forward that uses it
+ * against its plain formula, and the bidirectional attention's softmax (rows together,
+ * exponentials sixteen at a time) against the causal path's row-by-row one.
  *
  * The fast path must give the library's bits on every input, or results would
  * depend on the CPU: a spread of float bit patterns over the whole range (every
@@ -114,6 +116,40 @@ START_TEST(test_swiglu_plain_bits)
 }
 END_TEST
 
+/* A causal attention's last query row sees every key, as each row of the
+ * bidirectional attention does: the two softmax paths must agree there bit for bit,
+ * with and without a key mask. */
+START_TEST(test_attention_rows_bits)
+{
+    enum { B = 2, T = 37, NH = 3, HD = 8 };
+    size_t nq = (size_t)B * T * NH * HD;
+    float *q = malloc(nq * 4), *k = malloc(nq * 4), *v = malloc(nq * 4);
+    float *o1 = malloc(nq * 4), *o2 = malloc(nq * 4);
+    float *a1 = malloc((size_t)B * NH * T * T * 4), *a2 = malloc((size_t)B * NH * T * T * 4);
+    uint32_t s = 99;
+    for (size_t i = 0; i < nq; i++) {
+        s = s * 1664525u + 1013904223u;
+        q[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 6.0f;
+        s = s * 1664525u + 1013904223u;
+        k[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 3.0f;
+        v[i] = (float)(i % 13) - 6.0f;
+    }
+    uint8_t km[B * T];
+    for (int i = 0; i < B * T; i++)
+        km[i] = i % 5 != 1;
+    for (int masked = 0; masked < 2; masked++) {
+        op_attention_fwd(o1, a1, q, k, v, masked ? km : NULL, B, T, NH, NH, HD, false);
+        op_attention_fwd(o2, a2, q, k, v, masked ? km : NULL, B, T, NH, NH, HD, true);
+        for (int u = 0; u < B * NH; u++) {
+            const float *r1 = a1 + ((size_t)u * T + T - 1) * T, *r2 = a2 + ((size_t)u * T + T - 1) * T;
+            ck_assert_msg(!memcmp(r1, r2, T * sizeof(float)), "unit %d (mask %d): the "
+                          "bidirectional softmax differs from the row-by-row one", u, masked);
+        }
+    }
+    free(q), free(k), free(v), free(o1), free(o2), free(a1), free(a2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vexpf");
@@ -122,6 +158,7 @@ int main(void)
     tcase_add_test(tc, test_spread);
     tcase_add_test(tc, test_edges);
     tcase_add_test(tc, test_swiglu_plain_bits);
+    tcase_add_test(tc, test_attention_rows_bits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

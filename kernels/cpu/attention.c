@@ -117,6 +117,107 @@ static void softmax_row(float *restrict p, int T, int send, const uint8_t *restr
         p[s] *= inv;
 }
 
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#include <immintrin.h>
+/* q[s] = exp_nonpos(q[s] - maxv) over a row, sixteen lanes at a time, with the bits
+ * of exp_nonpos as the AVX2 build of softmax_row computes it (the same operations
+ * and the same fused multiply-adds, in the same order; GCC leaves that loop scalar). */
+__attribute__((target("avx512f"))) static void exp_row_avx512(float *restrict q, int T,
+                                                                float maxv)
+{
+    const __m512 m = _mm512_set1_ps(maxv), lim = _mm512_set1_ps(-87.3f);
+    const __m512 big = _mm512_set1_ps(12582912.0f), l2e = _mm512_set1_ps(1.44269504f);
+    const __m512 c1 = _mm512_set1_ps(0.693359375f), c2 = _mm512_set1_ps(2.12194440e-4f);
+    const __m512 p0 = _mm512_set1_ps(1.9875691500e-4f), p1 = _mm512_set1_ps(1.3981999507e-3f);
+    const __m512 p2 = _mm512_set1_ps(8.3334519073e-3f), p3 = _mm512_set1_ps(4.1665795894e-2f);
+    const __m512 p4 = _mm512_set1_ps(1.6666665459e-1f), p5 = _mm512_set1_ps(5.0000001201e-1f);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int s = 0; s < T; s += 16) {
+        __mmask16 k = T - s >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (T - s)) - 1);
+        __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, q + s), m);
+        __mmask16 under = _mm512_cmp_ps_mask(x, lim, _CMP_LT_OQ);
+        __m512 xc = _mm512_mask_mov_ps(x, under, lim);
+        __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, l2e, big), big);
+        __m512 r = _mm512_fnmadd_ps(n, c1, xc);
+        r = _mm512_fmadd_ps(n, c2, r);
+        __m512 y = _mm512_fmadd_ps(r, p0, p1);
+        y = _mm512_fmadd_ps(y, r, p2);
+        y = _mm512_fmadd_ps(y, r, p3);
+        y = _mm512_fmadd_ps(y, r, p4);
+        y = _mm512_fmadd_ps(y, r, p5);
+        y = _mm512_add_ps(_mm512_fmadd_ps(r, _mm512_mul_ps(r, y), r), one);
+        __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n),
+                                                          _mm512_set1_epi32(127)), 23);
+        y = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+        _mm512_mask_storeu_ps(q + s, k, _mm512_maskz_mov_ps((__mmask16)~under, y));
+    }
+}
+static bool exp_row_fast(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        __builtin_cpu_init();
+        on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    }
+    return on;
+}
+#define EXP_ROW_AVX512 1
+#endif
+
+/* softmax_row over nr rows of T with the same visible keys (no causal limit), with the
+ * same bits: the masking, the maximum and the exponentials are elementwise (vectorised
+ * here), and each row's sum still runs key by key from the first; the sums of RB rows
+ * advance together, so the additions of one row no longer wait on each other (the
+ * single sum's latency chain was most of softmax_row's time). */
+ROW_KERNEL
+static void softmax_rows(float *restrict p, int nr, int T, const uint8_t *restrict km)
+{
+    enum { RB = 8 };
+    for (int r0 = 0; r0 < nr; r0 += RB) {
+        int nb = nr - r0 < RB ? nr - r0 : RB;
+        float sum[RB] = {0};
+        bool live[RB] = {0};
+        for (int j = 0; j < nb; j++) {
+            float *restrict q = p + (size_t)(r0 + j) * T;
+            float maxv = -INFINITY;
+            if (km) {
+#pragma omp simd
+                for (int s = 0; s < T; s++)
+                    q[s] = km[s] ? q[s] : -INFINITY;
+            }
+#pragma omp simd reduction(max : maxv)
+            for (int s = 0; s < T; s++)
+                maxv = q[s] > maxv ? q[s] : maxv;
+            if (maxv == -INFINITY) { /* no visible key */
+                memset(q, 0, (size_t)T * sizeof(float));
+                continue;
+            }
+            live[j] = true;
+#ifdef EXP_ROW_AVX512
+            if (exp_row_fast()) {
+                exp_row_avx512(q, T, maxv);
+                continue;
+            }
+#endif
+#pragma omp simd
+            for (int s = 0; s < T; s++)
+                q[s] = exp_nonpos(q[s] - maxv); /* masked: exp(-inf) = 0 */
+        }
+        for (int s = 0; s < T; s++)
+            for (int j = 0; j < nb; j++)
+                sum[j] += p[(size_t)(r0 + j) * T + s];
+        for (int j = 0; j < nb; j++) {
+            if (!live[j])
+                continue;
+            float *restrict q = p + (size_t)(r0 + j) * T;
+            float inv = 1.0f / sum[j];
+#pragma omp simd
+            for (int s = 0; s < T; s++)
+                q[s] *= inv;
+        }
+    }
+}
+
 /* dS = scale * P * (dP - rowsum(P * dP)) for the rows of one head, in place
  * over dP. */
 ROW_KERNEL
@@ -162,8 +263,11 @@ void op_attention_fwd(float *out, float *att, const float *q, const float *k, co
                         ldk, 0.0f, p, T);
         else
             memset(p, 0, (size_t)T * T * sizeof(float));
-        for (int t = 0; t < T; t++)
-            softmax_row(p + (size_t)t * T, T, causal ? t + 1 : T, km);
+        if (causal)
+            for (int t = 0; t < T; t++)
+                softmax_row(p + (size_t)t * T, T, t + 1, km);
+        else
+            softmax_rows(p, T, T, km);
         if (HD > 0)
             gemm_serial(false, false, T, HD, T, 1.0f, p, T, vb, ldk,
                         0.0f, oh, ldq);
