@@ -96,16 +96,25 @@ int32_t dllm_sampler_draw_x0_excl(const float *logit, int V, double temp, dllm_r
                 best = v;
         return best;
     }
-    double best_s = -1;
+    /* A token whose score cannot beat the best so far is skipped before its exp, log
+     * and pow (most of a step's sampling time): with w = -log u >= 1 - u,
+     * log s = l - T log w <= l + T u / (1 - u) (as log(1/y) <= 1/y - 1). The margin
+     * dwarfs the rounding of either side, so the winner, and every score compared, is
+     * the one the full loop computes. */
+    const bool prune = temp > 0;
+    double best_s = -1, log_best = -INFINITY;
     for (int v = 0; v < V; v++) {
         if (v == exclude)
             continue;
         noise->ctr = (uint64_t)pos * (uint64_t)V + (uint64_t)v;
         double u = dllm_rng_uniform(noise);
+        if (prune && (double)logit[v] + temp * u / (1.0 - u) < log_best - 1e-9)
+            continue;
         double s = exp((double)logit[v]) / pow(-log(u), temp);
         if (s > best_s) {
             best_s = s;
             best = v;
+            log_best = best_s > 0 && isfinite(best_s) ? log(best_s) : -INFINITY;
         }
     }
     return best;

@@ -257,6 +257,56 @@ START_TEST(forbid_is_allow_when_the_mask_never_wins)
 }
 END_TEST
 
+/* The Gumbel draw skips tokens whose score bound cannot beat the best so far: it must
+ * pick what the full loop (every token's exp(l) / (-log u)^T, written out here)
+ * picks, on flat and peaked rows, at low and high temperatures, with -inf logits
+ * and an excluded id. */
+static int32_t full_draw(const float *logit, int V, double temp, dllm_rng *noise, int pos,
+                         int exclude)
+{
+    int32_t best = exclude == 0 && V > 1 ? 1 : 0;
+    double best_s = -1;
+    for (int v = 0; v < V; v++) {
+        if (v == exclude)
+            continue;
+        noise->ctr = (uint64_t)pos * (uint64_t)V + (uint64_t)v;
+        double u = dllm_rng_uniform(noise);
+        double s = exp((double)logit[v]) / pow(-log(u), temp);
+        if (s > best_s)
+            best_s = s, best = v;
+    }
+    return best;
+}
+
+START_TEST(pruned_draw_is_the_full_draw)
+{
+    enum { V = 3000 };
+    float *logit = malloc(V * sizeof *logit);
+    const double temps[] = {0.05, 0.5, 0.9, 1.0, 1.7, 4.0};
+    int n = 0;
+    for (int shape = 0; shape < 4; shape++)
+        for (size_t ti = 0; ti < sizeof temps / sizeof *temps; ti++)
+            for (int pos = 0; pos < 40; pos++) {
+                for (int v = 0; v < V; v++) {
+                    double x = sin(0.731 * v + 1.3 * pos + shape);
+                    logit[v] = (float)(shape == 0 ? 0.02 * x                /* flat */
+                                       : shape == 1 ? 6.0 * x                 /* spread */
+                                       : shape == 2 ? (v % 97 == pos ? 12.0 : x) /* peaked */
+                                                    : (v % 3 ? -INFINITY : x)); /* masked */
+                }
+                int excl = pos % 3 == 0 ? (pos * 7) % V : -1;
+                dllm_rng a = dllm_rng_make(5 + pos, DLLM_RNG_SAMPLER, 0, 0), b = a;
+                int32_t want = full_draw(logit, V, temps[ti], &a, pos, excl);
+                int32_t got = dllm_sampler_draw_x0_excl(logit, V, temps[ti], &b, pos, excl);
+                ck_assert_msg(got == want, "shape %d, T %g, pos %d: drew %d, the full loop %d",
+                              shape, temps[ti], pos, got, want);
+                n++;
+            }
+    ck_assert_int_eq(n, 4 * 6 * 40);
+    free(logit);
+}
+END_TEST
+
 START_TEST(mask_token_names)
 {
     dllm_mask_token m;
@@ -372,6 +422,7 @@ int main(void)
     tcase_add_test(tc, mask_commits_match_reference);
     tcase_add_test(tc, forbid_is_allow_when_the_mask_never_wins);
     tcase_add_test(tc, mask_token_names);
+    tcase_add_test(tc, pruned_draw_is_the_full_draw);
     tcase_add_test(tc, commit_schedule);
     tcase_add_test(tc, seeded_and_batch_independent);
     tcase_add_test(tc, eos_switches_and_lengths);
