@@ -480,3 +480,71 @@ int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backw
     free(dtok);
     return rc;
 }
+
+int dllm_lik_plan_backward_logp(const dllm_lik_plan *p, dllm_logp_fn fwd,
+                                dllm_backward_logp_fn bwd, void *model, int max_canvas,
+                                dllm_lik_grad_fn grad, void *grad_ctx, double *seq_logp,
+                                double *tok_logp, dllm_err *err)
+{
+    if (p->temperature != 1.0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "the loss gradient on the device scores at "
+                            "temperature 1, not %g", p->temperature);
+    if (max_canvas < 1)
+        max_canvas = 1;
+    const int G = p->G;
+    size_t ns = (size_t)(p->n_seq ? p->n_seq : 1), nr = (size_t)(p->n_rows ? p->n_rows : 1);
+    double *sq = dllm_calloc(ns, sizeof *sq), *dseq = dllm_calloc(ns, sizeof *dseq);
+    double *tk = dllm_malloc(sizeof *tk * ns * G), *dtok = dllm_malloc(sizeof *dtok * ns * G);
+    float *lp = dllm_malloc(sizeof *lp * nr), *g = dllm_malloc(sizeof *g * nr);
+    int32_t *rows = dllm_malloc(sizeof *rows * nr);
+    for (size_t k = 0; k < (size_t)p->n_seq * G; k++) {
+        tk[k] = p->tok_count[k] ? 0 : NAN;
+        dtok[k] = 0;
+    }
+    int rc = 0, c0 = 0, r0 = 0;
+    while (c0 < p->n_canvas && !rc) {
+        /* whole sequences, as dllm_lik_plan_backward's chunks */
+        int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas;
+        while (c1 < p->n_canvas && p->canvas_seq[c1] == p->canvas_seq[c1 - 1])
+            c1++;
+        int s0 = p->canvas_seq[c0], s1 = p->canvas_seq[c1 - 1] + 1, r1 = r0;
+        while (r1 < p->n_rows && p->row[r1] / p->T < c1)
+            r1++;
+        int n = r1 - r0;
+        for (int r = r0; r < r1; r++)
+            rows[r - r0] = p->row[r] - c0 * p->T;
+        if (n && fwd(model, p->canvas + (size_t)c0 * p->T,
+                     p->keymask ? p->keymask + (size_t)c0 * p->T : NULL, c1 - c0, p->T, rows,
+                     p->target + r0, n, lp))
+            rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed");
+        for (int r = r0; r < r1 && !rc; r++) {
+            double l = lp[r - r0];
+            size_t k = (size_t)p->seq[r] * G + p->tok[r];
+            sq[p->seq[r]] += p->a[r] * l;
+            tk[k] += l / p->tok_count[k];
+        }
+        if (!rc)
+            rc = grad(grad_ctx, s0, s1, sq, tk, dseq, dtok, err);
+        bool any = false;
+        for (int r = r0; r < r1 && !rc; r++) {
+            size_t k = (size_t)p->seq[r] * G + p->tok[r];
+            double gr = 0;
+            if (isfinite(dseq[p->seq[r]]))
+                gr += dseq[p->seq[r]] * p->a[r];
+            if (isfinite(dtok[k]))
+                gr += dtok[k] / p->tok_count[k];
+            g[r - r0] = (float)gr;
+            any |= gr != 0;
+        }
+        if (!rc && any)
+            bwd(model, g);
+        c0 = c1;
+        r0 = r1;
+    }
+    if (!rc && seq_logp)
+        memcpy(seq_logp, sq, sizeof *sq * (size_t)p->n_seq);
+    if (!rc && tok_logp)
+        memcpy(tok_logp, tk, sizeof *tk * (size_t)p->n_seq * G);
+    free(sq), free(dseq), free(tk), free(dtok), free(lp), free(g), free(rows);
+    return rc;
+}

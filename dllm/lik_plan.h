@@ -96,5 +96,16 @@ typedef int (*dllm_lik_grad_fn)(void *ctx, int s0, int s1, const double *seq_log
 int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backward_fn bwd,
                            void *model, int max_canvas, dllm_lik_grad_fn grad, void *grad_ctx,
                            double *seq_logp, double *tok_logp, dllm_err *err);
+/* The same with the loss gradient built where the logits are (a model training on a
+ * device; temperature 1, else an input error): fwd is a keeping forward that returns the
+ * rows' log-probs of their targets (dllm_logp_fn's signature; fp32), bwd the backward of
+ * dLoss/dlogp per row (n_rows floats, the last fwd's rows). Each row's gradient is the
+ * host path's g in float; the log-probs are the model's fp32 ones instead of the double
+ * log-softmax of fp32 logits (they agree to fp32 rounding). */
+typedef void (*dllm_backward_logp_fn)(void *model, const float *g);
+int dllm_lik_plan_backward_logp(const dllm_lik_plan *p, dllm_logp_fn fwd,
+                                dllm_backward_logp_fn bwd, void *model, int max_canvas,
+                                dllm_lik_grad_fn grad, void *grad_ctx, double *seq_logp,
+                                double *tok_logp, dllm_err *err);
 
 #endif

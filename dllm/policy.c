@@ -255,6 +255,25 @@ void dllm_policy_backward(void *ctx, const float *dlogits)
     dllm_tf_backward(p->m, dlogits);
 }
 
+static int train_logp(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                      const int32_t *rows, const int32_t *targets, int n_rows, float *logp)
+{
+    dllm_policy *p = ctx;
+    return dllm_tf_device_forward_logp(p->m, tokens, keymask, B, T, rows, targets, n_rows, logp);
+}
+
+dllm_logp_fn dllm_policy_train_logp(dllm_policy *p, void **ctx)
+{
+    *ctx = p;
+    return dllm_tf_device_trains(p->m) ? train_logp : NULL;
+}
+
+void dllm_policy_backward_logp(void *ctx, const float *g)
+{
+    dllm_policy *p = ctx;
+    dllm_tf_device_backward_logp(p->m, g);
+}
+
 float *dllm_policy_trainable(dllm_policy *p, size_t *n)
 {
     return dllm_tf_trainable(p->m, n);

@@ -76,6 +76,12 @@ dllm_logp_fn dllm_policy_logp(dllm_policy *p, dllm_prec prec, void **ctx);
 /* Backward of the last TRAIN forward (dllm_backward_fn-compatible; ctx from
  * dllm_policy_logits(p, DLLM_PREC_TRAIN, &ctx)). */
 void dllm_policy_backward(void *ctx, const float *dlogits);
+/* When the model trains on a device: the TRAIN forward that leaves its logits there and
+ * returns the rows' log-probs (dllm_tf_device_forward_logp), for
+ * dllm_lik_plan_backward_logp with dllm_policy_backward_logp; else NULL (the host builds
+ * the dlogits). */
+dllm_logp_fn dllm_policy_train_logp(dllm_policy *p, void **ctx);
+void dllm_policy_backward_logp(void *ctx, const float *g);
 
 float *dllm_policy_trainable(dllm_policy *p, size_t *n);
 float *dllm_policy_grads(dllm_policy *p);

@@ -1,6 +1,7 @@
 /* policy_sft.c: the SFT loss through the policy's logits callbacks (see
  * policy_sft.h). Only the scored rows go through the output head; the
- * cross-entropy and its backward are the reference ops. */
+ * cross-entropy and its backward are the reference ops, or the device's when the model
+ * trains there (the logits never leave it). */
 #include "dllm/policy_sft.h"
 #include "kernels/ops.h"
 
@@ -14,6 +15,26 @@ static int rows_loss(dllm_policy *p, const int32_t *canvas, const uint8_t *keyma
 {
     const int V = dllm_policy_config(p)->embedding_size;
     void *ctx;
+    /* training on a device: the logits stay there, only log-probs and dloss/dlogp cross */
+    dllm_logp_fn lfn = backward ? dllm_policy_train_logp(p, &ctx) : NULL;
+    if (lfn) {
+        float *lp = dllm_malloc(sizeof *lp * (size_t)R), *g = dllm_malloc(sizeof *g * (size_t)R);
+        int rc = lfn(ctx, canvas, keymask, B, T, rows, target, R, lp);
+        if (rc) {
+            rc = dllm_err_set(err, rc, "sft batch: the model rejected the batch");
+        } else {
+            double s = 0;
+            for (int r = 0; r < R; r++) {
+                s -= w[r] * (double)lp[r];
+                g[r] = (float)-w[r];
+            }
+            *loss = s;
+            dllm_policy_backward_logp(ctx, g);
+        }
+        free(lp);
+        free(g);
+        return rc;
+    }
     dllm_logits_fn fn = dllm_policy_logits(p, backward ? DLLM_PREC_TRAIN : DLLM_PREC_TRAIN_NOGRAD,
                                            &ctx);
     float *logits = dllm_malloc(sizeof *logits * (size_t)R * V);

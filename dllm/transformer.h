@@ -194,6 +194,17 @@ void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float
 void dllm_tf_device_grads(dllm_tf *m, float *out);
 /* The AdamW moments between host vectors in trainable order and the device (up: to it). */
 void dllm_tf_device_moments(dllm_tf *m, float *mh, float *vh, bool up);
+/* The loss gradient computed on the device (temperature 1). dllm_tf_device_forward_logp
+ * is dllm_tf_forward's kept forward whose logits rows stay in device memory: only their
+ * log-probs of targets (n_rows) come down (fp32: the backend's xent_fwd, as
+ * dllm_tf_target_logp's). dllm_tf_device_backward_logp then runs the backward of
+ * g = dLoss/dlogp (n_rows, host) through them: dlogits = g (onehot - softmax), built on
+ * the device by xent_bwd, so 2 n_rows floats cross instead of 2 n_rows V. Input errors
+ * as the forward's; also one when the model does not train on a device. */
+int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                                int T, const int32_t *rows, const int32_t *targets, int n_rows,
+                                float *logp);
+void dllm_tf_device_backward_logp(dllm_tf *m, const float *g);
 /* The device gradient buffer itself (*n floats, device memory, the device layout: the
  * same on every rank), for an in-place all-reduce between backward and clip. */
 float *dllm_tf_device_grad_buffer(dllm_tf *m, size_t *n);

@@ -408,11 +408,48 @@ int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *key
     tf_device *d = m->dev;
     tf_acts *a = &d->ka;
     a->valid = false;
+    d->k_valid = false;
     const tf_view *v = tf_device_view(m, false);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
     if (R > 0)
         head_download(m, a, v, xL, R, logits);
     a->valid = true;
+    return 0;
+}
+
+/* The kept forward of the loss gradient's device path: every head row's logits into
+ * klg (not chunked: the backward needs them all), their log-probs of the targets and
+ * log-sum-exps beside them; only the log-probs come down. */
+int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                           int T, const int32_t *rows, const int32_t *targets, int R,
+                           float *logp)
+{
+    tf_device *d = m->dev;
+    dllm_backend *be = d->be;
+    tf_acts *a = &d->ka;
+    a->valid = false;
+    d->k_valid = false;
+    const tf_view *v = tf_device_view(m, false);
+    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
+    if (R > d->k_cap) {
+        dfree(d, d->klg), dfree(d, d->ktgt), dfree(d, d->klp), dfree(d, d->klse);
+        dfree(d, d->kg);
+        d->klg = dalloc(d, (size_t)R * m->V * sizeof(float));
+        d->ktgt = dalloc(d, (size_t)R * sizeof(int32_t));
+        d->klp = dalloc(d, (size_t)R * sizeof(float));
+        d->klse = dalloc(d, (size_t)R * sizeof(float));
+        d->kg = dalloc(d, (size_t)R * sizeof(float));
+        d->k_cap = R;
+    }
+    if (R > 0) {
+        be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
+        tf_head_fwd(m, v, a->xr, a->nf, a->rstdf, R, d->klg);
+        be->ops->upload(be, d->ktgt, targets, (size_t)R * sizeof(int32_t));
+        be->ops->xent_fwd(be, d->klp, d->klse, d->klg, d->ktgt, R, m->V);
+        be->ops->download(be, logp, d->klp, (size_t)R * sizeof(float));
+    }
+    a->valid = true;
+    d->k_valid = true;
     return 0;
 }
 

@@ -45,8 +45,15 @@ struct tf_device {
     tf_layer *glw;           // (L) gradient pointers into g (NULL entries: frozen)
     float *g_embed, *g_final_norm, *g_head;
     tf_lora *gad;            // (L, NLIN) A, B of ad with dA, dB into g (LoRA)
-    float *dlog;             // (dlog_rows, V) the uploaded dlogits
+    float *dlog;             // (dlog_rows, V) the dlogits (uploaded, or built here)
     int dlog_rows;
+    /* the loss gradient's device path (dllm_tf_device_forward_logp): the kept forward's
+     * logits rows stay here, with their targets, log-probs and log-sum-exps */
+    float *klg;              // (k_cap, V) logits of the kept forward's rows
+    int32_t *ktgt;           // (k_cap) their targets
+    float *klp, *klse, *kg;  // (k_cap) log-probs, log-sum-exps, dLoss/dlogp
+    int k_cap;
+    bool k_valid;            /* klg holds the last kept forward's rows */
     bool no_fuse_fp8;        /* the rollout copy's producers leave FP8 quantisation to
                                 the linears (tf_device_fuse_fp8) */
 };

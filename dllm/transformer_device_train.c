@@ -10,8 +10,10 @@
  * step the new parameters come down into the host masters, which the rollout copy is
  * built from and checkpoints read: n_lora floats under LoRA, every weight under full
  * fine-tuning (which the next sync uploads again: a known cost of this first version).
- * The GRPO loss's dlogits are computed on the host from the downloaded logits rows (the
- * likelihood plan's rows only) and uploaded. A bf16 trainer keeps only packed bf16
+ * The loss's dlogits are built on the device (dllm_tf_device_forward_logp /
+ * dllm_tf_device_backward_logp: the kept forward's logits rows stay there, only their
+ * log-probs come down and dLoss/dlogp per row goes up), or, through dllm_tf_backward,
+ * uploaded from the host. A bf16 trainer keeps only packed bf16
  * linears on the device: with LoRA the base weights are frozen and the backward needs
  * only dX through them (the backend's bf16_linear_bwd_x); full fine-tuning would need
  * their fp32 gradients and masters on the device: refused. */
@@ -81,10 +83,13 @@ void tf_device_train_free(dllm_tf *m)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    float *bufs[] = {d->g, d->adam_m, d->adam_v, d->dlog};
+    void *bufs[] = {d->g, d->adam_m, d->adam_v, d->dlog, d->klg, d->ktgt, d->klp, d->klse, d->kg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
+    d->klg = d->klp = d->klse = d->kg = NULL;
+    d->ktgt = NULL;
+    d->k_cap = 0, d->k_valid = false;
     free(d->glw);
     free(d->gad);
     d->g = d->adam_m = d->adam_v = d->dlog = NULL;
@@ -163,7 +168,8 @@ static void grad_pointers(dllm_tf *m)
     d->g_head = m->tied ? d->g_embed : d->g + (v->head - v->buf);
 }
 
-void tf_device_backward(dllm_tf *m, const float *dlogits)
+/* The kept forward's activations, checked, and d->dlog large enough for its rows. */
+static tf_acts *backward_ready(dllm_tf *m)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
@@ -183,11 +189,44 @@ void tf_device_backward(dllm_tf *m, const float *dlogits)
         d->dlog = be->ops->alloc(be, (size_t)a->R * m->V * sizeof(float));
         d->dlog_rows = a->R;
     }
-    be->ops->upload(be, d->dlog, dlogits, (size_t)a->R * m->V * sizeof(float));
+    return a;
+}
+
+/* The backward of the dlogits in d->dlog into the device gradients. */
+static void backward_dlog(dllm_tf *m, tf_acts *a)
+{
+    tf_device *d = m->dev;
     grad_pointers(m);
-    tf_bwd_target t = {be, a, &d->tv, d->glw, d->g_embed, d->g_final_norm, d->g_head,
-                       m->lora_rank ? d->gad : NULL, tf_rope_on(m, be)};
+    tf_bwd_target t = {d->be, a, &d->tv, d->glw, d->g_embed, d->g_final_norm, d->g_head,
+                       m->lora_rank ? d->gad : NULL, tf_rope_on(m, d->be)};
     tf_backward(m, &t, d->dlog);
+}
+
+void tf_device_backward(dllm_tf *m, const float *dlogits)
+{
+    tf_acts *a = backward_ready(m);
+    tf_device *d = m->dev;
+    d->be->ops->upload(d->be, d->dlog, dlogits, (size_t)a->R * m->V * sizeof(float));
+    backward_dlog(m, a);
+}
+
+void dllm_tf_device_backward_logp(dllm_tf *m, const float *g)
+{
+    tf_device *d = m->dev;
+    if (!d || !d->k_valid) {
+        fprintf(stderr, "%s backward: no dllm_tf_device_forward_logp to differentiate\n",
+                m->arch->name);
+        abort();
+    }
+    tf_acts *a = backward_ready(m);
+    dllm_backend *be = d->be;
+    size_t R = (size_t)a->R;
+    if (R > 0) { /* dlogits = g (onehot - softmax): the accumulating xent_bwd from zero */
+        be->ops->upload(be, d->kg, g, R * sizeof(float));
+        be->ops->memset0(be, d->dlog, R * m->V * sizeof(float));
+        be->ops->xent_bwd(be, d->dlog, d->kg, d->klg, d->klse, d->ktgt, (int)R, m->V);
+    }
+    backward_dlog(m, a);
 }
 
 void dllm_tf_device_zero_grad(dllm_tf *m)

@@ -592,6 +592,29 @@ int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *ke
 
 /* ---- log-probs at targets: the head fused with the log-softmax ------------------------ */
 
+int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                                int T, const int32_t *rows, const int32_t *targets, int n_rows,
+                                float *logp)
+{
+    m->a.valid = false;
+    if (!m->dev || !tf_device_training(m)) {
+        fprintf(stderr, "%s device log-probs: the model does not train on a device\n",
+                m->arch->name);
+        return DLLM_EXIT_INPUT;
+    }
+    int rc = check_inputs(m, tokens, B, T, rows, n_rows);
+    if (rc)
+        return rc;
+    int R = rows ? n_rows : B * T;
+    for (int r = 0; r < R; r++)
+        if (targets[r] < 0 || targets[r] >= m->V) {
+            fprintf(stderr, "%s device log-probs: target %d outside [0, %d)\n", m->arch->name,
+                    targets[r], m->V);
+            return DLLM_EXIT_INPUT;
+        }
+    return tf_device_forward_logp(m, tokens, keymask, B, T, rows, targets, R, logp);
+}
+
 /* Rows of logits the host path computes per chunk (a device's chunk is its own). */
 enum { LOGP_CHUNK_ROWS = 64 };
 

@@ -175,6 +175,11 @@ void tf_device_recompute_changed(dllm_tf *m);
 int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                            int T, const int32_t *rows, int R, float *logits);
 void tf_device_backward(dllm_tf *m, const float *dlogits);
+/* The kept forward with its logits rows left on the device (dllm_tf_device_forward_logp,
+ * inputs checked). */
+int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
+                           int T, const int32_t *rows, const int32_t *targets, int R,
+                           float *logp);
 
 /* What a backward reads and writes, all in be's memory: the kept activations, the
  * weights it differentiates through (straight-through under a bf16 trainer), the

@@ -383,9 +383,17 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
             dllm_policy_zero_grad(run->pol);
         if (!rc) {
             void *ctx;
+            /* training on a device: the dlogits are built there from its logits (at the
+             * plan's temperature 1; another temperature takes the host path) */
+            dllm_logp_fn lfn = dllm_policy_train_logp(run->pol, &ctx);
             dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
-            rc = dllm_lik_plan_backward(plan, fn, dllm_policy_backward, ctx, run->max_canvas,
-                                        loss_grad, &lc, NULL, NULL, err);
+            if (lfn && plan->temperature == 1.0)
+                rc = dllm_lik_plan_backward_logp(plan, lfn, dllm_policy_backward_logp, ctx,
+                                                 run->max_canvas, loss_grad, &lc, NULL, NULL,
+                                                 err);
+            else
+                rc = dllm_lik_plan_backward(plan, fn, dllm_policy_backward, ctx,
+                                            run->max_canvas, loss_grad, &lc, NULL, NULL, err);
         }
         dllm_lik_plan_free(&fresh);
         if (rc)

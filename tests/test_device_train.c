@@ -8,18 +8,27 @@
  *     probabilities), and the global norm within 1e-5 relative;
  *   - the norm and clipping on the device: the norm within 1e-12 of op_grad_norm of the
  *     downloaded gradients, the clipped gradients op_clip_grad's (normalised MSE 1e-12);
+ *   - the loss gradient built on the device (dllm_tf_device_forward_logp /
+ *     dllm_tf_device_backward_logp): log-probs within 1e-4 of op_xent_fwd of the CPU's
+ *     logits, gradients within a normalised MSE of 1e-8 of the CPU's (measured at most
+ *     3e-13) and of 1e-10 of host-built dlogits on the same device; a bad target and a
+ *     model not training on a device are input errors;
  *   - three AdamW steps on the device equal op_adamw on the host from the same
  *     gradients bit for bit (parameters, which come down into the host masters, and both
  *     moments), and the moments go back up unchanged;
  *   - through the CLI (DLLM_BIN), `train` of a tiny LLaDA model (200 SFT steps on Sudoku
- *     answers first, so step 1 has rewards and gradients; rollout trainer, so the rollout
- *     reads the trainer's weights), LoRA and full, 3 steps with `device: cuda` against
+ *     answers with up to 4 blanks, and RL on puzzles with as many, at lr 1e-3, so step 1
+ *     has rewards and gradients, and under full fine-tuning steps 2 and 3 too; with LoRA
+ *     steps 2 and 3 draw no reward at this size; rollout trainer, so the rollout reads
+ *     the trainer's weights), LoRA and full, 3 steps with `device: cuda` against
  *     `device: cpu`: step 1's sampled completion tokens identical (the same weights and
  *     keyed noise, logits within 1e-4: a draw could flip only at a margin below that,
  *     which this config does not have); rewards identical at every step, loss within
- *     1e-4 relative (+1e-6 absolute), grad_norm within 1e-4 relative (measured 1.1e-5
- *     LoRA, 2.3e-5 full: full fine-tuning runs with AdamW's eps at 1e-4, above the
- *     rounding noise of its cancelling gradient elements, see the test);
+ *     1e-4 relative (+1e-6 absolute), grad_norm within 1e-4 relative (measured with
+ *     the dlogits built on the device: loss 2.6e-5 LoRA, at most 2.6e-5 full; grad_norm
+ *     1e-6 LoRA, at most 1.6e-5 full over the 3 steps; full fine-tuning runs with
+ *     AdamW's eps at 1e-4, above the rounding noise of its cancelling gradient
+ *     elements, see the test);
  *   - two and three updates in a row (forward, backward, clip, AdamW; LoRA and full):
  *     the logits, gradients and parameters after each match the CPU's as the first do,
  *     so the device copy and the host masters stay in step across AdamW steps;
@@ -179,6 +188,88 @@ START_TEST(test_grad_parity)
 }
 END_TEST
 
+/* The loss gradient built on the device (dllm_tf_device_forward_logp, then
+ * dllm_tf_device_backward_logp of dL/dlogp) against the host's: the CPU model's logits,
+ * op_xent_fwd for the log-probs, op_xent_bwd for dlogits = g (onehot - softmax), its
+ * backward. Log-probs within 1e-4 absolute (the kept forward's logits agree to 1e-4),
+ * every gradient within a normalised MSE of 1e-8, as test_grad_parity; the rows' g
+ * include zeros (skipped rows) and both signs. A second device model through
+ * dllm_tf_forward + host dlogits + dllm_tf_backward must agree with the first to 1e-10
+ * (the same device sums, only where the dlogits are built differs).
+ * _i: arch (0..2) x {LoRA, full} */
+START_TEST(test_device_dlogits)
+{
+    int arch_i = _i / 2;
+    bool lora = _i % 2 == 0;
+    dllm_backend *be = dllm_backend_cuda();
+    dllm_err err;
+    dllm_tf *h = tiny(arch_i, lora), *d = tiny(arch_i, lora), *u = tiny(arch_i, lora);
+    ck_assert_int_eq(dllm_tf_to_device(d, be, &err), 0);
+    ck_assert_int_eq(dllm_tf_device_train(d, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(u, be, &err), 0);
+    ck_assert_int_eq(dllm_tf_device_train(u, &err), 0);
+    int V = dllm_tf_config(h)->embedding_size, Vt = dllm_tf_config(h)->vocab_size;
+    int32_t tok[B * T], rows[NROWS], tgt[NROWS];
+    uint8_t mask[B * T];
+    inputs(h, tok, mask, rows);
+    float g[NROWS], lpd[NROWS], lph[NROWS], lse[NROWS];
+    for (int r = 0; r < NROWS; r++) {
+        tgt[r] = (r * 11 + 3) % Vt;
+        g[r] = r == 2 ? 0.0f : (float)((r % 2 ? -0.7 : 0.4) * (1 + r));
+    }
+    float *lh = malloc(sizeof(float) * NROWS * V), *lu = malloc(sizeof(float) * NROWS * V);
+    float *dl = calloc((size_t)NROWS * V, sizeof(float));
+    float *dlu = calloc((size_t)NROWS * V, sizeof(float));
+    /* a bad target is an input error before anything runs */
+    int32_t bad[NROWS];
+    memcpy(bad, tgt, sizeof bad);
+    bad[3] = V + 5;
+    ck_assert_int_eq(dllm_tf_device_forward_logp(d, tok, mask, B, T, rows, bad, NROWS, lpd),
+                     DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_tf_device_forward_logp(h, tok, mask, B, T, rows, tgt, NROWS, lpd),
+                     DLLM_EXIT_INPUT); /* the host model does not train on a device */
+    dllm_tf_zero_grad(h);
+    dllm_tf_device_zero_grad(d);
+    dllm_tf_device_zero_grad(u);
+    for (int rep = 0; rep < 2; rep++) {
+        ck_assert_int_eq(dllm_tf_forward(h, tok, mask, B, T, rows, NROWS, lh), 0);
+        ck_assert_int_eq(dllm_tf_device_forward_logp(d, tok, mask, B, T, rows, tgt, NROWS, lpd), 0);
+        op_xent_fwd(lph, lse, lh, tgt, NROWS, V);
+        for (int r = 0; r < NROWS; r++)
+            ck_assert_msg(fabs((double)lpd[r] - lph[r]) <= 1e-4, "%s row %d: log-prob %g, cpu %g",
+                          ARCHS[arch_i], r, (double)lpd[r], (double)lph[r]);
+        memset(dl, 0, sizeof(float) * NROWS * V);
+        op_xent_bwd(dl, g, lh, lse, tgt, NROWS, V);
+        dllm_tf_backward(h, dl);
+        dllm_tf_device_backward_logp(d, g);
+        /* the same device model's sums, dlogits built on the host from its own logits */
+        ck_assert_int_eq(dllm_tf_forward(u, tok, mask, B, T, rows, NROWS, lu), 0);
+        float lpu[NROWS], lseu[NROWS];
+        op_xent_fwd(lpu, lseu, lu, tgt, NROWS, V);
+        memset(dlu, 0, sizeof(float) * NROWS * V);
+        op_xent_bwd(dlu, g, lu, lseu, tgt, NROWS, V);
+        dllm_tf_backward(u, dlu);
+    }
+    size_t n;
+    dllm_tf_trainable(h, &n);
+    float *gh = dllm_tf_grads(h), *gd = malloc(sizeof(float) * n), *gu = malloc(sizeof(float) * n);
+    dllm_tf_device_grads(d, gd);
+    dllm_tf_device_grads(u, gu);
+    double e = nmse(gd, gh, n), eu = nmse(gd, gu, n);
+    ck_assert(op_grad_norm(gh, n) > 0);
+    ck_assert_msg(e <= 1e-8, "%s %s: device-dlogits gradients nmse %g against the CPU's",
+                  ARCHS[arch_i], lora ? "LoRA" : "full", e);
+    ck_assert_msg(eu <= 1e-10, "%s %s: device-dlogits gradients nmse %g against host dlogits on "
+                  "the device", ARCHS[arch_i], lora ? "LoRA" : "full", eu);
+    printf("%s %s: device dlogits, gradient nmse %.2e (cpu), %.2e (host dlogits)\n",
+           ARCHS[arch_i], lora ? "LoRA" : "full", e, eu);
+    free(gd), free(gu), free(lh), free(lu), free(dl), free(dlu);
+    dllm_tf_free(h);
+    dllm_tf_free(d);
+    dllm_tf_free(u);
+}
+END_TEST
+
 /* Two updates in a row, as an inner loop runs them: forward, backward, clip, AdamW on
  * both sides, then a second forward and backward from the updated weights. The second
  * gradients (and the parameters after the second step) must agree with the CPU's as the
@@ -275,11 +366,11 @@ static void write_rl(const char *name, const char *device, bool lora)
     ck_assert_ptr_nonnull(f);
     fprintf(f, "experiment: %s\nseed: 5\ndevice: %s\n"
                "model: {path: %s/runs/sft/ckpt/latest%s}\n"
-               "task: {name: sudoku, format: plain, chat: plain, train: {n: 16}, max_blanks: 10}\n"
+               "task: {name: sudoku, format: plain, chat: plain, train: {n: 16}, max_blanks: 4}\n"
                "rollout: {precision: trainer, group_size: 4, gen_length: 34, block_length: 34, "
                "steps: 4, temperature: 1.0}\n"
                "grpo: {steps: 3, prompts_per_step: 2, inner_steps: 2, fresh_masks: true}\n"
-               "correction: {method: ais}\noptim: {lr: 1e-2, grad_clip: 1.0%s}\n"
+               "correction: {method: ais}\noptim: {lr: 1e-3, grad_clip: 1.0%s}\n"
                "eval: {every: 0}\nlog: {dir: %s/runs}\ncheckpoint: {every: 1}\n",
             name, device, tmp, lora ? ", lora: {rank: 4, alpha: 16}" : "",
             /* full fine-tuning: AdamW's eps well above the gradients' rounding noise, see
@@ -441,6 +532,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_grad_parity, 0, 6);
     tcase_add_loop_test(tc, test_second_update_parity, 0, 6);
+    tcase_add_loop_test(tc, test_device_dlogits, 0, 6);
     tcase_add_test(tc, test_bf16_trainer_refused);
     if (cli) {
         tcase_add_loop_test(tc, test_train_matches_cpu, 0, 2);

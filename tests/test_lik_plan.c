@@ -5,6 +5,8 @@
 #include "dllm/lik_plan.h"
 #include "dllm/llada.h"
 
+#include "kernels/ops.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +24,40 @@ static int fwd(void *m, const int32_t *tokens, const uint8_t *keymask, int B, in
 static void bwd(void *m, const float *dlogits)
 {
     dllm_tf_backward(m, dlogits);
+}
+
+/* The loss gradient the way a device builds it (dllm_lik_plan_backward_logp), played on
+ * the host model: the kept forward's logits stay here, only log-probs (op_xent_fwd) go
+ * to the plan and only dL/dlogp per row comes back (op_xent_bwd builds the dlogits). */
+static struct {
+    float *logits, *lse;
+    int32_t *target;
+    int R;
+} kept;
+
+static int fwd_logp(void *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                    const int32_t *rows, const int32_t *targets, int n_rows, float *logp)
+{
+    int V = dllm_tf_config(m)->embedding_size;
+    free(kept.logits), free(kept.lse), free(kept.target);
+    kept.logits = malloc(sizeof(float) * (size_t)n_rows * V);
+    kept.lse = malloc(sizeof(float) * (size_t)n_rows);
+    kept.target = malloc(sizeof(int32_t) * (size_t)n_rows);
+    memcpy(kept.target, targets, sizeof(int32_t) * (size_t)n_rows);
+    kept.R = n_rows;
+    int rc = dllm_tf_forward(m, tokens, keymask, B, T, rows, n_rows, kept.logits);
+    if (!rc)
+        op_xent_fwd(logp, kept.lse, kept.logits, targets, n_rows, V);
+    return rc;
+}
+
+static void bwd_logp(void *m, const float *g)
+{
+    int V = dllm_tf_config(m)->embedding_size;
+    float *dl = calloc((size_t)kept.R * V, sizeof(float));
+    op_xent_bwd(dl, g, kept.logits, kept.lse, kept.target, kept.R, V);
+    dllm_tf_backward(m, dl);
+    free(dl);
 }
 
 static void load_model(void)
@@ -159,6 +195,32 @@ static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32
         ck_assert_msg(fabs(seq[i] - ev[i]) < 1e-5, "backward's estimate %f vs eval's %f", seq[i], ev[i]);
     for (int k = 0; k < N * G; k++)
         ck_assert(isnan(evt[k]) ? isnan(bt[k]) : fabs(bt[k] - evt[k]) < 1e-5);
+    /* the device form of the same backward: the same estimates and gradients to fp32
+     * rounding (log-probs in fp32, dlogits from fp32 g) */
+    size_t ntr;
+    dllm_tf_trainable(model, &ntr);
+    float *g_host = malloc(sizeof(float) * ntr);
+    memcpy(g_host, dllm_tf_grads(model), sizeof(float) * ntr);
+    dllm_tf_zero_grad(model);
+    double seq_l[N], bt_l[N * G];
+    ck_assert_int_eq(dllm_lik_plan_backward_logp(&p, fwd_logp, bwd_logp, model, 2, lin_grad, &ll,
+                                                 seq_l, bt_l, &err), 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(fabs(seq_l[i] - ev[i]) < 1e-4, "logp backward's estimate %f vs %f", seq_l[i],
+                      ev[i]);
+    for (int k = 0; k < N * G; k++)
+        ck_assert(isnan(evt[k]) ? isnan(bt_l[k]) : fabs(bt_l[k] - evt[k]) < 1e-4);
+    const float *g_dev = dllm_tf_grads(model);
+    double e = 0, s2 = 0;
+    for (size_t k = 0; k < ntr; k++) {
+        e += ((double)g_dev[k] - g_host[k]) * ((double)g_dev[k] - g_host[k]);
+        s2 += (double)g_host[k] * g_host[k];
+    }
+    ck_assert(s2 > 0);
+    ck_assert_msg(e / s2 < 1e-10, "logp backward's gradients: normalised MSE %g", e / s2);
+    free(g_host);
+    dllm_tf_zero_grad(model);
+    ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, bt, &err), 0);
     const dllm_param *ps;
     int np = dllm_tf_params(model, &ps);
     double worst = 0;
