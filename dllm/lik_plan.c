@@ -406,6 +406,35 @@ int dllm_lik_plan_eval_logp(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp
     return rc;
 }
 
+/* The backward's next chunk from canvas c0 and row r0: at most max_canvas canvases,
+ * extended to the end of the last sequence touched (a sequence's estimate needs all of
+ * its canvases); its canvases end at *c1, its sequences are [*s0, *s1), its rows end
+ * at *r1. */
+static void backward_chunk(const dllm_lik_plan *p, int c0, int r0, int max_canvas, int *c1,
+                           int *s0, int *s1, int *r1)
+{
+    int c = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas;
+    while (c < p->n_canvas && p->canvas_seq[c] == p->canvas_seq[c - 1])
+        c++;
+    int r = r0;
+    while (r < p->n_rows && p->row[r] / p->T < c)
+        r++;
+    *c1 = c, *s0 = p->canvas_seq[c0], *s1 = p->canvas_seq[c - 1] + 1, *r1 = r;
+}
+
+/* dLoss/dlogp of row r from the loss's gradients with respect to the estimates (a
+ * non-finite one contributes nothing). */
+static double row_grad(const dllm_lik_plan *p, int r, const double *dseq, const double *dtok)
+{
+    size_t k = (size_t)p->seq[r] * p->G + p->tok[r];
+    double g = 0;
+    if (isfinite(dseq[p->seq[r]]))
+        g += dseq[p->seq[r]] * p->a[r];
+    if (isfinite(dtok[k]))
+        g += dtok[k] / p->tok_count[k];
+    return g;
+}
+
 int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backward_fn bwd,
                            void *model, int max_canvas, dllm_lik_grad_fn grad, void *grad_ctx,
                            double *seq_logp, double *tok_logp, dllm_err *err)
@@ -425,13 +454,8 @@ int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backw
     }
     int rc = 0, c0 = 0, r0 = 0;
     while (c0 < p->n_canvas && !rc) {
-        /* whole sequences: extend to the end of the last sequence touched */
-        int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas;
-        while (c1 < p->n_canvas && p->canvas_seq[c1] == p->canvas_seq[c1 - 1])
-            c1++;
-        int s0 = p->canvas_seq[c0], s1 = p->canvas_seq[c1 - 1] + 1, r1 = r0;
-        while (r1 < p->n_rows && p->row[r1] / p->T < c1)
-            r1++;
+        int c1, s0, s1, r1;
+        backward_chunk(p, c0, r0, max_canvas, &c1, &s0, &s1, &r1);
         size_t nr = (size_t)(r1 - r0);
         float *logits = dllm_malloc(sizeof *logits * (nr ? nr : 1) * V);
         int32_t *rows = dllm_malloc(sizeof *rows * (nr ? nr : 1));
@@ -451,12 +475,7 @@ int dllm_lik_plan_backward(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_backw
         bool any = false;
         for (int r = r0; r < r1 && !rc; r++) {
             float *z = logits + (size_t)(r - r0) * V;
-            size_t k = (size_t)p->seq[r] * G + p->tok[r];
-            double g = 0;
-            if (isfinite(dseq[p->seq[r]]))
-                g += dseq[p->seq[r]] * p->a[r];
-            if (isfinite(dtok[k]))
-                g += dtok[k] / p->tok_count[k];
+            double g = row_grad(p, r, dseq, dtok);
             for (int v = 0; v < V; v++)
                 z[v] = (float)(-g * z[v] / temp);
             z[p->target[r]] += (float)(g / temp);
@@ -503,13 +522,8 @@ int dllm_lik_plan_backward_logp(const dllm_lik_plan *p, dllm_logp_fn fwd,
     }
     int rc = 0, c0 = 0, r0 = 0;
     while (c0 < p->n_canvas && !rc) {
-        /* whole sequences, as dllm_lik_plan_backward's chunks */
-        int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas;
-        while (c1 < p->n_canvas && p->canvas_seq[c1] == p->canvas_seq[c1 - 1])
-            c1++;
-        int s0 = p->canvas_seq[c0], s1 = p->canvas_seq[c1 - 1] + 1, r1 = r0;
-        while (r1 < p->n_rows && p->row[r1] / p->T < c1)
-            r1++;
+        int c1, s0, s1, r1;
+        backward_chunk(p, c0, r0, max_canvas, &c1, &s0, &s1, &r1);
         int n = r1 - r0;
         for (int r = r0; r < r1; r++)
             rows[r - r0] = p->row[r] - c0 * p->T;
@@ -527,12 +541,7 @@ int dllm_lik_plan_backward_logp(const dllm_lik_plan *p, dllm_logp_fn fwd,
             rc = grad(grad_ctx, s0, s1, sq, tk, dseq, dtok, err);
         bool any = false;
         for (int r = r0; r < r1 && !rc; r++) {
-            size_t k = (size_t)p->seq[r] * G + p->tok[r];
-            double gr = 0;
-            if (isfinite(dseq[p->seq[r]]))
-                gr += dseq[p->seq[r]] * p->a[r];
-            if (isfinite(dtok[k]))
-                gr += dtok[k] / p->tok_count[k];
+            double gr = row_grad(p, r, dseq, dtok);
             g[r - r0] = (float)gr;
             any |= gr != 0;
         }
