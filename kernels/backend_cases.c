@@ -676,6 +676,16 @@ int bcase_model_cases(const bcase_model *m, bcase *out, int max)
              table_tol("linear_fwd"), mk_linear_fwd, run_linear_fwd, -1);
     add_case(out, &n, max, "linear_bwd", R, C, I, 0, 0, 0, 0, "N%d C%d OC%d",
              table_tol("linear_bwd"), mk_linear_bwd, run_linear_bwd, -1);
+    /* the bf16 linears a bf16 rollout copy and a bf16 trainer's LoRA backward run: bf16
+     * products summed in fp32 on both sides, so the fp32 linear's tolerance */
+    add_case(out, &n, max, "bf16_linear_fwd", R, C, I, 0, 0, 0, 0, "N%d C%d OC%d (up)",
+             table_tol("bf16_linear_fwd"), mk_bf16_linear, run_bf16_linear, -1);
+    add_case(out, &n, max, "bf16_linear_fwd", R, I, C, 0, 0, 0, 0, "N%d C%d OC%d (down)",
+             table_tol("bf16_linear_fwd"), mk_bf16_linear, run_bf16_linear, -1);
+    add_case(out, &n, max, "bf16_linear_bwd_x", R, C, I, 0, 0, 0, 0, "N%d C%d OC%d (up)",
+             table_tol("bf16_linear_bwd_x"), mk_bf16_linear_bwd_x, run_bf16_linear_bwd_x, -1);
+    add_case(out, &n, max, "bf16_linear_bwd_x", R, I, C, 0, 0, 0, 0, "N%d C%d OC%d (down)",
+             table_tol("bf16_linear_bwd_x"), mk_bf16_linear_bwd_x, run_bf16_linear_bwd_x, -1);
     add_case(out, &n, max, "fp8_linear_fwd", R, C, C, T_, T_, 0, 0, "tensor N%d C%d OC%d",
              FP8_GEMM_NMSE(C), mk_fp8_linear, run_fp8_linear, -1);
     add_case(out, &n, max, "fp8_linear_fwd", R, C, I, BLK_, GRP_, 0, 0, "block/group N%d C%d OC%d",
