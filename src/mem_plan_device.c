@@ -16,7 +16,10 @@
  *             (dllm/qwen3_device.c), its activation set and the autoregressive sampler's
  *             buffers (dllm/ar_sampler_device.c), for one call (top_p = 1).
  * A training run keeps all the sets of its rollouts and its scoring at once (they
- * stay allocated while the model is on the device); the update is on the host. */
+ * stay allocated while the model is on the device). Not itemised yet: the update's own
+ * buffers when it runs on the device (dllm/transformer_device_train.c: gradients and
+ * AdamW moments, the backward's kept activations and scratch, the scored rows' logits
+ * and dlogits). */
 #include "src/mem_plan_device.h"
 
 #include "dllm/arch.h"
@@ -378,8 +381,9 @@ void mem_plan_device_print(const mem_dev_plan *p, const char *what, int64_t cap,
 {
     const double MIB = 1024.0 * 1024.0;
     fprintf(f, "device memory now (%s phase): %s\n", mem_dev_phase_names[p->phase], what);
-    fprintf(f, "what the device path allocates today (the fp32 master weights, LoRA training, "
-               "gradients and AdamW stay on the host)\n\n");
+    fprintf(f, "what the device path allocates today for its rollouts and scoring (not yet "
+               "itemised: the update's gradients, AdamW moments and backward buffers when it "
+               "runs on the device)\n\n");
     int wn = 4;
     for (int i = 0; i < p->n; i++) {
         int l = (int)strlen(p->items[i].name);
