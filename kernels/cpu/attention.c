@@ -120,8 +120,10 @@ static void softmax_row(float *restrict p, int T, int send, const uint8_t *restr
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 #include <immintrin.h>
 /* q[s] = exp_nonpos(q[s] - maxv) over a row, sixteen lanes at a time, with the bits
- * of exp_nonpos as the AVX2 build of softmax_row computes it (the same operations
- * and the same fused multiply-adds, in the same order; GCC leaves that loop scalar). */
+ * of exp_nonpos as the optimised AVX2 build of softmax_row computes it (the same
+ * operations and the same fused multiply-adds, in the same order; GCC leaves that loop
+ * scalar). Other builds (-O1 forms no fused multiply-adds) fail exp_row_fast's check
+ * and keep the scalar loop. */
 __attribute__((target("avx512f"))) static void exp_row_avx512(float *restrict q, int T,
                                                                 float maxv)
 {
@@ -152,14 +154,41 @@ __attribute__((target("avx512f"))) static void exp_row_avx512(float *restrict q,
         _mm512_mask_storeu_ps(q + s, k, _mm512_maskz_mov_ps((__mmask16)~under, y));
     }
 }
+/* The scalar form the vector one must reproduce: exp_nonpos as this build compiles it
+ * (fused multiply-adds where the optimiser forms them: -O2, not -O1). */
+ROW_KERNEL
+static void exp_row_scalar(float *restrict q, int T, float maxv)
+{
+#pragma omp simd
+    for (int s = 0; s < T; s++)
+        q[s] = exp_nonpos(q[s] - maxv);
+}
+
+/* The vector path runs only where it gives this build's scalar bits: checked once on a
+ * spread of scores (differences from the row maximum in [-100, 0], -inf included). */
 static bool exp_row_fast(void)
 {
+    /* threads that meet it first may all run the check: each on its own buffers, and
+     * all store the same answer */
     static int on = -1;
-    if (on < 0) {
+    int v = __atomic_load_n(&on, __ATOMIC_ACQUIRE);
+    if (v < 0) {
         __builtin_cpu_init();
-        on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+        int ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+        enum { NS = 1027 };
+        float a[NS], b[NS];
+        for (int i = 0; ok && i < NS; i++)
+            a[i] = i == 7 ? -INFINITY : -100.0f * (float)((i * 2654435761u) % 65536u) / 65536.0f;
+        if (ok) {
+            memcpy(b, a, sizeof a);
+            exp_row_scalar(a, NS, 0.0f);
+            exp_row_avx512(b, NS, 0.0f);
+            ok = memcmp(a, b, sizeof a) == 0;
+        }
+        v = ok;
+        __atomic_store_n(&on, v, __ATOMIC_RELEASE);
     }
-    return on;
+    return v;
 }
 #define EXP_ROW_AVX512 1
 #endif
