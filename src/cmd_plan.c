@@ -40,13 +40,14 @@ static const char usage_text[] =
     "                         qwen3-8b) instead of model.path's config.json\n"
     "  --json                 the plan as one JSON object\n"
     "  --phase PHASE          instead of the full GPU design: what the device path holds on\n"
-    "                         the device now (not yet the update's gradients, AdamW\n"
-    "                         moments and backward buffers), allocation by allocation: rollout\n"
-    "                         (one rollout of --rollout-batch sequences, default all of the\n"
+    "                         the device now, allocation by allocation: rollout (one\n"
+    "                         rollout of --rollout-batch sequences, default all of the\n"
     "                         rank's), score (one forward of --micro-batch canvases, default\n"
     "                         min(64, the rank's sequences), at the rollout copy, every\n"
-    "                         generated row scored), train (both, at both views: the device\n"
-    "                         keeps every buffer it grew while the model is there). Under\n"
+    "                         generated row scored), train (both, at both views, and the\n"
+    "                         update on the device: gradients, AdamW moments, the kept\n"
+    "                         forward of --micro-batch canvases at --recompute and its\n"
+    "                         backward; the device keeps every buffer it grew). Under\n"
     "                         the CUDA emulation this matches the allocator's measured peak\n"
     "                         (tests/test_plan_device.c). With --max-gpu-memory: exit 2 when\n"
     "                         it does not fit\n\n"
@@ -205,6 +206,13 @@ static int plan_device_now(const plan_args *a, const dllm_cfg *cfg, const dllm_m
     s.sT = s.P + s.G;
     s.sR = s.sB * s.G;
     s.score_rollout = true;
+    /* the update on the device where dllm_tf_device_train takes it (rl_run.c): an fp32
+     * trainer, or LoRA under a bf16 one; its chunks as the scoring's (max_canvas) */
+    s.update = !s.prec.trainer_bf16 || s.lora_rank > 0;
+    s.uB = s.sB, s.uT = s.sT, s.uR = s.sR;
+    s.recompute = a->o.recompute == MEM_RECOMPUTE_NONE    ? 0
+                  : a->o.recompute == MEM_RECOMPUTE_LAYER ? 1
+                                                          : a->o.recompute_every;
     mem_dev_phase ph = !strcmp(a->phase, "rollout") ? MEM_DEV_ROLLOUT
                        : !strcmp(a->phase, "score") ? MEM_DEV_SCORE
                                                     : MEM_DEV_TRAIN;
@@ -214,9 +222,15 @@ static int plan_device_now(const plan_args *a, const dllm_cfg *cfg, const dllm_m
         return err->code;
     }
     char what[2 * CFG_STR_MAX + 320];
+    char rec[32] = "";
+    if (ph == MEM_DEV_TRAIN && s.update && s.recompute > 1)
+        snprintf(rec, sizeof rec, ", update recompute every:%d", s.recompute);
+    else if (ph == MEM_DEV_TRAIN && s.update)
+        snprintf(rec, sizeof rec, ", update recompute %s", s.recompute ? "layer" : "none");
     snprintf(what, sizeof what, "%s, %s from %s; rollout %d x (%d + %d) tokens%s, score %d "
-             "canvases of %d tokens, %d rows", a->config, cfg_names_name(&cfg_names_arch, mc->arch),
-             model, s.B, s.P, s.G, s.cfg ? " (CFG: twice)" : "", s.sB, s.sT, s.sR);
+             "canvases of %d tokens, %d rows%s", a->config,
+             cfg_names_name(&cfg_names_arch, mc->arch), model, s.B, s.P, s.G,
+             s.cfg ? " (CFG: twice)" : "", s.sB, s.sT, s.sR, rec);
     mem_plan_device_print(p, what, a->cap_given ? a->o.cap : 0, stdout);
     int rc = 0;
     if (a->cap_given && p->peak > a->o.cap)
@@ -226,7 +240,10 @@ static int plan_device_now(const plan_args *a, const dllm_cfg *cfg, const dllm_m
                           (double)a->o.cap / 1e9,
                           ph == MEM_DEV_ROLLOUT ? "--rollout-batch (sequences decoded together)"
                           : ph == MEM_DEV_SCORE ? "--micro-batch (canvases per forward)"
-                                                : "--rollout-batch or --micro-batch");
+                          : s.update && s.recompute != 1
+                              ? "--rollout-batch or --micro-batch, or recompute more "
+                                "(--recompute layer)"
+                              : "--rollout-batch or --micro-batch, or add ranks (--ranks)");
     free(p);
     return rc;
 }

@@ -16,10 +16,17 @@
  *             (dllm/qwen3_device.c), its activation set and the autoregressive sampler's
  *             buffers (dllm/ar_sampler_device.c), for one call (top_p = 1).
  * A training run keeps all the sets of its rollouts and its scoring at once (they
- * stay allocated while the model is on the device). Not itemised yet: the update's own
- * buffers when it runs on the device (dllm/transformer_device_train.c: gradients and
- * AdamW moments, the backward's kept activations and scratch, the scored rows' logits
- * and dlogits). */
+ * stay allocated while the model is on the device), and, when its update runs on the
+ * device (dllm/transformer_device_train.c), the update's buffers, all kept:
+ *   the gradients and both AdamW moments (n_train floats each: the LoRA parameters, or
+ *   under full fine-tuning every weight in the trainer view's layout), the kept
+ *   forward's activation set (tf_acts_ensure_fwd: L layers and L + 1 residual slots, or
+ *   under recomputation every:K, K layers and ceil(L/K) + K slots), the backward's
+ *   scratch (acts_ensure_bwd: one layer's activation gradients), the scored rows' kept
+ *   logits with their targets, log-probs, log-sum-exps and dL/dlogp (rows x (V + 4)
+ *   fp32: the loss gradient built on the device), the dlogits (rows x V fp32) and the workspace the backward asks of the backend (the attention
+ *   backward's B NH T floats; RMSNorm's dw partial sums under full fine-tuning; a bf16
+ *   trainer's bf16_linear_bwd_x: the largest linear widened to fp32). */
 #include "src/mem_plan_device.h"
 
 #include "dllm/arch.h"
@@ -85,6 +92,22 @@ static int64_t slot_numel(const dims *d, int t)
 
 typedef enum { V_F32, V_BF16, V_FP8 } vfmt;
 
+/* The floats of every weight in the fp32 trainer view (dview_build's buffer): what full
+ * fine-tuning trains on the device. */
+static int64_t view_floats(const dims *d, const dllm_arch_desc *a, bool tied)
+{
+    int64_t nonlin = 0, lin = 0;
+    for (int i = 0; i < a->n_order; i++)
+        if (a->order[i] >= DLLM_NLIN)
+            nonlin += slot_numel(d, a->order[i]);
+    for (int j = 0; j < DLLM_NLIN; j++) {
+        int64_t o, in;
+        lin_shape(d, j, &o, &in);
+        lin += o * in;
+    }
+    return d->V * d->C + d->L * (nonlin + lin) + d->C + (tied ? 0 : d->V * d->C);
+}
+
 /* A device view's bytes (transformer_device.c's dview_build). */
 static int64_t view_bytes(const dims *d, const dllm_arch_desc *a, bool tied, vfmt f, bool head16,
                           const dllm_precision *pr, char *why, size_t nwhy)
@@ -115,22 +138,39 @@ static int64_t view_bytes(const dims *d, const dllm_arch_desc *a, bool tied, vfm
     return b;
 }
 
-/* One activation set (tf_acts_ensure with one layer) for capN rows, capAtt state floats and
- * capR head rows; each buffer carries acts_alloc's 4 extra bytes. */
-static int64_t acts_bytes(const dims *d, int64_t N, int64_t att, int64_t R)
+/* One activation set (acts_ensure_slots) of `layers` layer slots and `xs` residual slots
+ * for N rows, att state floats (per layer) and R head rows; each buffer carries
+ * acts_alloc's 4 extra bytes. Without backward: one layer, two residual slots. */
+static int64_t acts_bytes_slots(const dims *d, int64_t layers, int64_t xs, int64_t N,
+                                int64_t att, int64_t R)
 {
-    int64_t f = 2 * N * d->C + N * d->C + N + N * d->QD + 2 * N * d->KD + att + N * d->QD +
-                2 * N * d->C + N + 3 * N * d->F + 2 * R * d->C + R;
+    int64_t per = N * d->C + N + N * d->QD + 2 * N * d->KD + att + N * d->QD + 2 * N * d->C +
+                  N + 3 * N * d->F; /* n1 rstd1 q k v att y h n2 rstd2 g u s */
     int nbuf = 5 + 17;
     if (d->qkn) {
-        f += N * d->QD + N * d->NH + N * d->KD + N * d->NKV;
+        per += N * d->QD + N * d->NH + N * d->KD + N * d->NKV;
         nbuf += 4;
     }
     if (d->r) {
-        f += (int64_t)DLLM_NLIN * N * d->r;
+        per += (int64_t)DLLM_NLIN * N * d->r;
         nbuf += 1;
     }
+    int64_t f = xs * N * d->C + layers * per + 2 * R * d->C + R;
     return 4 * f + 4 * N + N + 4 * N + 2 * 4 * (R + 1) + 4 * nbuf;
+}
+
+static int64_t acts_bytes(const dims *d, int64_t N, int64_t att, int64_t R)
+{
+    return acts_bytes_slots(d, 1, 2, N, att, R);
+}
+
+/* The backward's scratch (transformer_fwd.c's acts_ensure_bwd) for N rows, R head rows:
+ * dx dh dn (N, C), dq dy dqr (N, QD), dk dv dkr (N, KD), dg du ds (N, F), dxa (N, r) with
+ * LoRA, dxr dnf (R, C); 4 extra bytes each. */
+static int64_t bwd_bytes(const dims *d, int64_t N, int64_t R)
+{
+    int64_t f = 3 * N * (d->C + d->QD + d->KD + d->F) + (d->r ? N * d->r : 0) + 2 * R * d->C;
+    return 4 * f + 4 * (14 + (d->r ? 1 : 0));
 }
 
 typedef struct {
@@ -240,6 +280,15 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         return dllm_err_set(err, DLLM_EXIT_INPUT, "plan --phase %s: %d canvases of %d tokens, "
                             "%d scored rows must be positive", mem_dev_phase_names[ph], s->sB,
                             s->sT, s->sR);
+    const bool upd = ph == MEM_DEV_TRAIN && s->update;
+    if (upd && (s->uB < 1 || s->uT < 1 || s->uR < 1 || s->recompute < 0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "plan --phase train: the update's %d canvases "
+                            "of %d tokens, %d rows must be positive (recompute %d: 0 or K >= 1)",
+                            s->uB, s->uT, s->uR, s->recompute);
+    if (upd && pr->trainer_bf16 && s->lora_rank <= 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.trainer_precision bf16 without LoRA: "
+                            "full fine-tuning updates on the host (the device keeps only packed "
+                            "bf16 linears), not on the device");
     dims d = {mc->d_model, mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->head_dim,
               (int64_t)mc->n_heads * mc->head_dim, (int64_t)mc->n_kv_heads * mc->head_dim,
               mc->mlp_hidden, mc->embedding_size, s->lora_rank > 0 ? s->lora_rank : 0, a->qk_norm};
@@ -319,6 +368,36 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         chunk = max64(chunk, n);
         tmax = max64(tmax, s->sT);
     }
+    /* the update (transformer_device_train.c): every buffer kept once grown */
+    int64_t ntrain = 0, kept_acts = 0, kbwd = 0, dlog = 0;
+    int64_t kaL = 0, kaX = 0;
+    if (upd) {
+        const int64_t N = (int64_t)s->uB * s->uT, R = s->uR, n = R < rows ? R : rows;
+        /* dllm_tf_device_train: n_lora, or the fp32 trainer view's every weight */
+        ntrain = d.r ? nl : view_floats(&d, a, mc->weight_tying);
+        /* tf_acts_ensure_fwd's kept slots (recompute_k: K at or above L keeps all) */
+        int64_t K = s->recompute < d.L ? s->recompute : 0;
+        kaL = K ? K : d.L;
+        kaX = K ? (d.L + K - 1) / K + K : d.L + 1;
+        kept_acts = acts_bytes_slots(&d, kaL, kaX, N, (int64_t)s->uB * d.NH * s->uT, R);
+        kbwd = bwd_bytes(&d, N, R);
+        dlog = 4 * R * d.V; /* tf_device_backward's d->dlog, not chunked */
+        /* the kept forward: the trainer view's linears, its logits through the chunk */
+        chunk = max64(chunk, n);
+        wsneed = max64(wsneed, ws_forward(&d, tf, tb, pr, N, n));
+        /* the backward's requests of ws_get: the attention backward's (B, NH, T) floats */
+        wsneed = max64(wsneed, 4 * (int64_t)s->uB * d.NH * s->uT);
+        if (tb) /* bf16_linear_bwd_x: the packed weight widened to fp32 */
+            wsneed = max64(wsneed, a256(4 * mxlin));
+        if (!d.r) { /* RMSNorm's dw partial sums: 64-row chunks of C (HD for q/k_norm) */
+            wsneed = max64(wsneed, 4 * ((N + 63) / 64) * d.C);
+            wsneed = max64(wsneed, 4 * ((R + 63) / 64) * d.C);
+            if (d.qkn)
+                wsneed = max64(wsneed, 4 * ((N * d.NH + 63) / 64) * d.HD);
+        }
+        wsneed = max64(wsneed, 8); /* the clip's sum of squares (one double) */
+        tmax = max64(tmax, s->uT);
+    }
     int64_t npos = max64(mc->max_seq_len > 0 ? mc->max_seq_len : 1, tmax);
     item(p, false, "RoPE table", 2 * 4 * npos * (d.HD / 2), "2 x 4 x %lld positions x HD/2",
          (long long)npos);
@@ -330,6 +409,27 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
             item(p, false, names[i], acts_bytes(&d, sets[i]->N, sets[i]->att, sets[i]->R),
                  "one layer: %lld rows, %lld head rows%s", (long long)sets[i]->N,
                  (long long)sets[i]->R, d.r ? ", LoRA x A^T" : "");
+    if (upd) {
+        const int64_t base = p->n;
+        item(p, false, "update: gradients", 4 * ntrain, "4 x %lld (%s)", (long long)ntrain,
+             d.r ? "the LoRA parameters" : "every weight");
+        item(p, false, "update: AdamW moments m, v", 8 * ntrain, "2 x 4 x %lld",
+             (long long)ntrain);
+        item(p, false, "update: kept activations", kept_acts, "%lld layers, %lld residual slots: %d "
+             "canvases x %d tokens, %d head rows%s", (long long)kaL, (long long)kaX, s->uB,
+             s->uT, s->uR, d.r ? ", LoRA x A^T" : "");
+        item(p, false, "update: backward scratch", kbwd, "one layer's gradients: %lld rows, "
+             "%d head rows", (long long)s->uB * s->uT, s->uR);
+        /* the loss gradient built on the device (dllm_tf_device_forward_logp: rl_step and
+         * sft at temperature 1; the autoregressive models' other rollout temperatures
+         * upload host dlogits instead and leave this item out: an upper bound there) */
+        item(p, false, "update: kept logits rows", (int64_t)s->uR * (4 * d.V + 16),
+             "%d rows x (4 V + 16): logits, targets, log-probs, log-sum-exps, dL/dlogp",
+             s->uR);
+        item(p, false, "update: dlogits", dlog, "4 x %d rows x V", s->uR);
+        for (int i = (int)base; i < p->n; i++)
+            p->update += p->items[i].bytes;
+    }
     if (chunk)
         item(p, false, "logits chunk", chunk * (4 * d.V + 8), "%lld rows x (4 V + 8) (of at most "
              "%lld)", (long long)chunk, (long long)rows);
@@ -381,9 +481,15 @@ void mem_plan_device_print(const mem_dev_plan *p, const char *what, int64_t cap,
 {
     const double MIB = 1024.0 * 1024.0;
     fprintf(f, "device memory now (%s phase): %s\n", mem_dev_phase_names[p->phase], what);
-    fprintf(f, "what the device path allocates today for its rollouts and scoring (not yet "
-               "itemised: the update's gradients, AdamW moments and backward buffers when it "
-               "runs on the device)\n\n");
+    if (p->phase != MEM_DEV_TRAIN)
+        fprintf(f, "what the device path allocates today for this phase\n\n");
+    else if (p->update)
+        fprintf(f, "what the device path allocates today: the rollouts, the scoring and the "
+                   "update (gradients, AdamW moments, the kept forward and its backward; the "
+                   "host keeps the fp32 masters, which each step's parameters come down to)\n\n");
+    else
+        fprintf(f, "what the device path allocates today for the rollouts and the scoring "
+                   "(the update runs on the host)\n\n");
     int wn = 4;
     for (int i = 0; i < p->n; i++) {
         int l = (int)strlen(p->items[i].name);
@@ -395,6 +501,9 @@ void mem_plan_device_print(const mem_dev_plan *p, const char *what, int64_t cap,
                 p->items[i].name, (double)p->items[i].bytes / MIB, p->items[i].formula);
     fprintf(f, "\npeak: %.3f MiB (%.2f GB; %lld bytes)\n", (double)p->peak / MIB,
             (double)p->peak / 1e9, (long long)p->peak);
+    if (p->update)
+        fprintf(f, "of which the update's own items: %.3f MiB (%.2f GB)\n",
+                (double)p->update / MIB, (double)p->update / 1e9);
     if (cap > 0)
         fprintf(f, "fits in %.2f GB: %s\n", (double)cap / 1e9, p->peak <= cap ? "yes" : "no");
 }

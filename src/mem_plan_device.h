@@ -1,7 +1,8 @@
 /* mem_plan_device.h: what the device path of today holds on the device
- * (dllm/transformer_device.c, dllm/sampler_device.c, the CUDA backend), for the
- * phases it runs there: rollouts, scoring without gradients, or a training run's
- * both (the update stays on the host). `dllm-rl plan --phase` prints it; the
+ * (dllm/transformer_device.c, dllm/transformer_device_train.c, dllm/sampler_device.c,
+ * the CUDA backend), for the phases it runs there: rollouts, scoring without
+ * gradients, or a training run's both with the update on the device (gradients, AdamW
+ * moments, the kept forward and its backward). `dllm-rl plan --phase` prints it; the
  * emulation build checks it against the allocator's measured peak
  * (tests/test_plan_device.c). mem_plan.h is the full GPU design instead. */
 #ifndef DLLM_MEM_PLAN_DEVICE_H
@@ -27,6 +28,12 @@ typedef struct {
     /* scoring (SCORE, TRAIN): one forward of sB canvases of sT tokens, sR scored rows */
     int sB, sT, sR;
     bool score_rollout;      /* SCORE: at the rollout copy (else the trainer view) */
+    /* TRAIN: the update on the device (dllm_tf_device_train: an fp32 trainer, or LoRA
+     * under a bf16 one), one kept forward of uB canvases of uT tokens, uR rows, and its
+     * backward, at recompute (dllm_tf_set_recompute: 0 every layer kept, K every K-th) */
+    bool update;
+    int uB, uT, uR;
+    int recompute;
 } mem_dev_shape;
 
 #define MEM_DEV_MAX_ITEMS 32
@@ -47,12 +54,14 @@ typedef struct {
     int64_t fixed;           /* of them: the cuBLASLt and backend workspaces */
     int64_t backend_ws;      /* the CUDA backend's workspace as it grows to, with its
                                 buffer of fused FP8 activations */
+    int64_t update;          /* of kept: the update's own items (0: not on the device) */
 } mem_dev_plan;
 
 extern const char *const mem_dev_phase_names[3];
 
 /* The itemised device bytes. Input errors (an nvfp4 rollout: no device linear; a
- * non-positive shape) name the key. */
+ * non-positive shape; a device update of full fine-tuning under a bf16 trainer, which
+ * dllm_tf_device_train refuses) name the key. */
 int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_shape *s,
                     mem_dev_phase ph, dllm_err *err);
 
