@@ -638,6 +638,14 @@ int st_read_f32(const st_archive *a, const char *name, const int64_t *shape, int
                 float *dst, dllm_err *err)
 {
     const st_tensor *t = st_find(a, name);
+    size_t n = t ? (size_t)t->numel : 0;
+    return st_read_f32_range(a, name, shape, ndim, 0, n, dst, err);
+}
+
+int st_read_f32_range(const st_archive *a, const char *name, const int64_t *shape, int ndim,
+                      size_t off, size_t n, float *dst, dllm_err *err)
+{
+    const st_tensor *t = st_find(a, name);
     if (!t)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: missing tensor '%s'", a->path, name);
     bool same = t->ndim == ndim;
@@ -650,35 +658,39 @@ int st_read_f32(const st_archive *a, const char *name, const int64_t *shape, int
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: tensor '%s': expected shape %s, found %s",
                             t->file, name, want, got);
     }
-    const uint8_t *src = t->data;
-    int64_t n = t->numel;
+    if (off > (size_t)t->numel || n > (size_t)t->numel - off)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: tensor '%s': elements [%zu, %zu) outside its %lld", t->file,
+                            name, off, off + n, (long long)t->numel);
+    const uint8_t *src = (const uint8_t *)t->data + off * st_dtype_size(t->dtype);
+    int64_t cnt = (int64_t)n;
     switch (t->dtype) {
     case ST_F32:
-        if (n)
-            memcpy(dst, src, t->nbytes);
+        if (cnt)
+            memcpy(dst, src, n * sizeof(float));
         break;
     case ST_BF16: /* threads help with multi-GB checkpoints; tiny tensors stay serial */
-#pragma omp parallel for if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++) {
+#pragma omp parallel for if (cnt > (1 << 20))
+        for (int64_t i = 0; i < cnt; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
             dst[i] = bf16_to_f32(h);
         }
         break;
     case ST_F16:
-#pragma omp parallel for if (n > (1 << 20))
-        for (int64_t i = 0; i < n; i++) {
+#pragma omp parallel for if (cnt > (1 << 20))
+        for (int64_t i = 0; i < cnt; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, 2);
             dst[i] = f16_to_f32(h);
         }
         break;
     case ST_F8_E4M3:
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < cnt; i++)
             dst[i] = e4m3_to_f32(src[i]);
         break;
     case ST_F8_E5M2:
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < cnt; i++)
             dst[i] = e5m2_to_f32(src[i]);
         break;
     default:
@@ -697,8 +709,11 @@ typedef struct {
     st_dtype dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    uint8_t *bytes; /* nbytes, little-endian */
+    uint8_t *bytes; /* nbytes, little-endian; NULL: streamed (fill, or ref) */
     size_t nbytes;
+    st_fill_fn fill;  /* streamed: produces the values at write time */
+    void *ctx;
+    const float *ref; /* streamed from this host array (fill NULL) */
 } st_wtensor;
 
 struct st_writer {
@@ -750,7 +765,7 @@ void st_writer_metadata(st_writer *w, const char *key, const char *value)
 
 /* Validates and appends an entry with an uninitialised buffer of the right size. */
 static st_wtensor *writer_push(st_writer *w, const char *name, st_dtype dtype, int ndim,
-                               const int64_t *shape, dllm_err *err)
+                               const int64_t *shape, bool alloc, dllm_err *err)
 {
     if (!name[0] || strcmp(name, "__metadata__") == 0) {
         dllm_err_set(err, DLLM_EXIT_INPUT, "tensor name '%s' is not allowed", name);
@@ -787,36 +802,72 @@ static st_wtensor *writer_push(st_writer *w, const char *name, st_dtype dtype, i
     for (int i = 0; i < ndim; i++)
         t->shape[i] = shape[i];
     t->nbytes = (size_t)nbytes;
-    t->bytes = dllm_malloc(t->nbytes);
+    t->bytes = alloc ? dllm_malloc(t->nbytes ? t->nbytes : 1) : NULL;
     return t;
 }
 
-int st_writer_add_f32(st_writer *w, const char *name, st_dtype dtype, int ndim,
-                      const int64_t *shape, const float *src, dllm_err *err)
+/* fp32 values to dtype's little-endian bytes (F32, BF16 or F16). */
+static void encode_f32(st_dtype dtype, const float *src, size_t n, uint8_t *out)
+{
+    if (dtype == ST_F32) {
+        if (n)
+            memcpy(out, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *d = (uint16_t *)out;
+    for (size_t i = 0; i < n; i++)
+        d[i] = dtype == ST_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+}
+
+static int check_f32_dtype(const char *name, st_dtype dtype, dllm_err *err)
 {
     if (dtype != ST_F32 && dtype != ST_BF16 && dtype != ST_F16)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "tensor '%s': cannot store fp32 values as %s (F32, BF16 or F16 only)", name,
                             st_dtype_name(dtype));
-    st_wtensor *t = writer_push(w, name, dtype, ndim, shape, err);
+    return DLLM_OK;
+}
+
+int st_writer_add_f32(st_writer *w, const char *name, st_dtype dtype, int ndim,
+                      const int64_t *shape, const float *src, dllm_err *err)
+{
+    if (check_f32_dtype(name, dtype, err))
+        return DLLM_EXIT_INPUT;
+    st_wtensor *t = writer_push(w, name, dtype, ndim, shape, true, err);
     if (!t)
         return err ? err->code : DLLM_EXIT_INPUT;
-    size_t n = t->nbytes / st_dtype_size(dtype);
-    if (dtype == ST_F32) {
-        if (n)
-            memcpy(t->bytes, src, t->nbytes);
-    } else {
-        uint16_t *d = (uint16_t *)t->bytes;
-        for (size_t i = 0; i < n; i++)
-            d[i] = dtype == ST_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
-    }
+    encode_f32(dtype, src, t->nbytes / st_dtype_size(dtype), t->bytes);
+    return DLLM_OK;
+}
+
+int st_writer_add_f32_fn(st_writer *w, const char *name, st_dtype dtype, int ndim,
+                         const int64_t *shape, st_fill_fn fill, void *ctx, dllm_err *err)
+{
+    if (check_f32_dtype(name, dtype, err))
+        return DLLM_EXIT_INPUT;
+    st_wtensor *t = writer_push(w, name, dtype, ndim, shape, false, err);
+    if (!t)
+        return err ? err->code : DLLM_EXIT_INPUT;
+    t->fill = fill, t->ctx = ctx;
+    return DLLM_OK;
+}
+
+int st_writer_add_f32_ref(st_writer *w, const char *name, st_dtype dtype, int ndim,
+                          const int64_t *shape, const float *src, dllm_err *err)
+{
+    if (check_f32_dtype(name, dtype, err))
+        return DLLM_EXIT_INPUT;
+    st_wtensor *t = writer_push(w, name, dtype, ndim, shape, false, err);
+    if (!t)
+        return err ? err->code : DLLM_EXIT_INPUT;
+    t->ref = src;
     return DLLM_OK;
 }
 
 int st_writer_add_raw(st_writer *w, const char *name, st_dtype dtype, int ndim,
                       const int64_t *shape, const void *bytes, dllm_err *err)
 {
-    st_wtensor *t = writer_push(w, name, dtype, ndim, shape, err);
+    st_wtensor *t = writer_push(w, name, dtype, ndim, shape, true, err);
     if (!t)
         return err ? err->code : DLLM_EXIT_INPUT;
     if (t->nbytes)
@@ -843,6 +894,31 @@ static char *tmp_name(const char *path)
     memcpy(p, path, n);
     memcpy(p + n, ".tmp", 5);
     return p;
+}
+
+/* A streamed tensor's values, ST_STREAM_CHUNK at a time, into f; the chunk buffers are
+ * allocated on first use. Sets *bad on a write error; returns a fill's error. */
+static int write_streamed(const st_wtensor *t, FILE *f, float **chunk, uint8_t **bytes, bool *bad,
+                          dllm_err *err)
+{
+    size_t es = st_dtype_size(t->dtype), numel = t->nbytes / es;
+    for (size_t off = 0; off < numel && !*bad; off += ST_STREAM_CHUNK) {
+        size_t n = numel - off < ST_STREAM_CHUNK ? numel - off : ST_STREAM_CHUNK;
+        const float *src = t->ref ? t->ref + off : NULL;
+        if (!src) {
+            if (!*chunk)
+                *chunk = dllm_malloc(ST_STREAM_CHUNK * sizeof(float));
+            int rc = t->fill(t->ctx, off, n, *chunk, err);
+            if (rc)
+                return rc;
+            src = *chunk;
+        }
+        if (!*bytes)
+            *bytes = dllm_malloc(ST_STREAM_CHUNK * sizeof(float));
+        encode_f32(t->dtype, src, n, *bytes);
+        *bad = fwrite(*bytes, 1, n * es, f) != n * es;
+    }
+    return DLLM_OK;
 }
 
 /* Writes the tensors ts[0..n) as one file at path (through path.tmp). */
@@ -877,6 +953,8 @@ static int write_one(const st_writer *w, const st_wtensor **ts, int n, const cha
 
     char *tmp = tmp_name(path);
     int rc = DLLM_OK;
+    float *chunk = NULL; /* the streamed tensors' one bounded buffer, and its bytes */
+    uint8_t *bytes = NULL;
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", tmp, strerror(errno));
@@ -885,10 +963,18 @@ static int write_one(const st_writer *w, const st_wtensor **ts, int n, const cha
     bool bad = fwrite(lenb, 1, 8, f) != 8 || fwrite(header, 1, hlen, f) != hlen;
     for (size_t i = hlen; i < padded && !bad; i++)
         bad = fputc(' ', f) == EOF;
-    for (int i = 0; i < n && !bad; i++)
-        bad = fwrite(ts[i]->bytes, 1, ts[i]->nbytes, f) != ts[i]->nbytes;
+    for (int i = 0; i < n && !bad && !rc; i++) {
+        if (ts[i]->bytes)
+            bad = fwrite(ts[i]->bytes, 1, ts[i]->nbytes, f) != ts[i]->nbytes;
+        else
+            rc = write_streamed(ts[i], f, &chunk, &bytes, &bad, err);
+    }
     bad = bad || fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad = (fclose(f) != 0) || bad;
+    if (rc) {
+        unlink(tmp);
+        goto out;
+    }
     if (bad) {
         rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed: %s", tmp, strerror(errno));
         unlink(tmp);
@@ -900,6 +986,8 @@ static int write_one(const st_writer *w, const st_wtensor **ts, int n, const cha
         unlink(tmp);
     }
 out:
+    free(chunk);
+    free(bytes);
     free(tmp);
     free(header);
     return rc;

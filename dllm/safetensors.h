@@ -53,6 +53,11 @@ const char *st_metadata(const st_archive *a, const char *key);
  * archive path. */
 int st_read_f32(const st_archive *a, const char *name, const int64_t *shape, int ndim,
                 float *dst, dllm_err *err);
+/* The same for the elements [off, off + n) of the tensor in row-major order (a bounded
+ * host buffer streaming a large tensor somewhere else, e.g. up to a device). A range
+ * outside the tensor is an input error naming file and tensor. */
+int st_read_f32_range(const st_archive *a, const char *name, const int64_t *shape, int ndim,
+                      size_t off, size_t n, float *dst, dllm_err *err);
 
 /* Writer: collects tensors (data copied and converted from fp32 to dtype at
  * add time), then writes one file, or shards of at most max_shard_bytes plus
@@ -66,6 +71,19 @@ int st_writer_add_f32(st_writer *w, const char *name, st_dtype dtype, int ndim,
                       const int64_t *shape, const float *src, dllm_err *err);
 int st_writer_add_raw(st_writer *w, const char *name, st_dtype dtype, int ndim,
                       const int64_t *shape, const void *bytes, dllm_err *err);
+/* Streamed tensors: nothing is copied at add time; the values are produced while the
+ * file is written, ST_STREAM_CHUNK elements at a time through one bounded host buffer,
+ * so a checkpoint never holds a second copy of the model in host memory. fill writes
+ * the fp32 values of elements [off, off + n) to dst, in order of off within a tensor
+ * (a tensor's chunks are asked for consecutively); a nonzero return aborts the save
+ * with err set. The _ref form reads src itself when the file is written: src must
+ * stay valid and unchanged until the save returns. F32, BF16 or F16. */
+#define ST_STREAM_CHUNK ((size_t)1 << 22)
+typedef int (*st_fill_fn)(void *ctx, size_t off, size_t n, float *dst, dllm_err *err);
+int st_writer_add_f32_fn(st_writer *w, const char *name, st_dtype dtype, int ndim,
+                         const int64_t *shape, st_fill_fn fill, void *ctx, dllm_err *err);
+int st_writer_add_f32_ref(st_writer *w, const char *name, st_dtype dtype, int ndim,
+                          const int64_t *shape, const float *src, dllm_err *err);
 /* dir + "model.safetensors" (or sharded "model-0000i-of-0000n.safetensors"). */
 int st_writer_save_dir(st_writer *w, const char *dir, size_t max_shard_bytes, dllm_err *err);
 /* One file at an explicit path (optimizer state, adapters). */

@@ -388,6 +388,113 @@ START_TEST(test_roundtrip_single)
 }
 END_TEST
 
+/* Streamed tensors: a fill producing the values a chunk at a time (counting its calls,
+ * and failing when asked). */
+typedef struct {
+    const float *x;
+    size_t next; /* the offset the writer must ask for next */
+    int calls, fail_at;
+} fill_ctx;
+
+static int fill_from(void *ctx, size_t off, size_t n, float *dst, dllm_err *err)
+{
+    fill_ctx *c = ctx;
+    ck_assert_uint_eq(off, c->next); /* chunks in order, consecutively */
+    ck_assert_uint_le(n, ST_STREAM_CHUNK);
+    if (++c->calls == c->fail_at)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "device gone");
+    memcpy(dst, c->x + off, n * sizeof(float));
+    c->next = off + n;
+    return 0;
+}
+
+static bool same_files(const char *a, const char *b)
+{
+    char cmd[1400];
+    pathf(cmd, sizeof cmd, "diff -r %s %s >/dev/null", a, b);
+    return system(cmd) == 0;
+}
+
+/* The streamed forms (fill, ref) write byte for byte what add_f32's copies write, in
+ * every fp32 dtype, single-file and sharded, a tensor longer than one chunk included;
+ * a fill's error aborts the save and leaves no file behind. Range reads equal the
+ * matching slices of a whole read; a range past the end is refused naming the tensor. */
+START_TEST(test_streamed_writer)
+{
+    const st_dtype dts[3] = {ST_F32, ST_BF16, ST_F16};
+    size_t big = ST_STREAM_CHUNK + 1234;
+    float *x = randn((int64_t)big, 9);
+    dllm_err err = {0};
+    for (int sharded = 0; sharded < 2; sharded++) {
+        char da[512], db[512];
+        pathf(da, sizeof da, "%s/stream_copy_%d", g_tmp, sharded);
+        pathf(db, sizeof db, "%s/stream_fill_%d", g_tmp, sharded);
+        st_writer *wa = st_writer_new(), *wb = st_writer_new();
+        fill_ctx fc[3];
+        for (int k = 0; k < 3; k++) {
+            char name[64];
+            int64_t shape[2] = {k == 0 ? (int64_t)big : 37, 1};
+            pathf(name, sizeof name, "t.%d", k);
+            ck_assert_int_eq(st_writer_add_f32(wa, name, dts[k], 2, shape, x, &err), 0);
+            fc[k] = (fill_ctx){x, 0, 0, 0};
+            if (k == 2)
+                ck_assert_int_eq(st_writer_add_f32_ref(wb, name, dts[k], 2, shape, x, &err), 0);
+            else
+                ck_assert_int_eq(st_writer_add_f32_fn(wb, name, dts[k], 2, shape, fill_from, &fc[k],
+                                                      &err), 0);
+        }
+        size_t shard = sharded ? 1024 : 0;
+        ck_assert_msg(st_writer_save_dir(wa, da, shard, &err) == 0, "%s", err.msg);
+        ck_assert_msg(st_writer_save_dir(wb, db, shard, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(fc[0].calls, 2); /* the long tensor in two chunks */
+        ck_assert_int_eq(fc[1].calls, 1);
+        ck_assert_msg(same_files(da, db), "streamed files differ from copied ones");
+        st_writer_free(wa);
+        st_writer_free(wb);
+    }
+    /* a failing fill: an error, and no file (nor temporary) left */
+    char dc[512], p[700];
+    pathf(dc, sizeof dc, "%s/stream_fail", g_tmp);
+    mkdir(dc, 0755);
+    pathf(p, sizeof p, "%s/opt.safetensors", dc);
+    st_writer *w = st_writer_new();
+    int64_t shape[1] = {(int64_t)big};
+    fill_ctx bad = {x, 0, 0, 2};
+    ck_assert_int_eq(st_writer_add_f32_fn(w, "m", ST_F32, 1, shape, fill_from, &bad, &err), 0);
+    ck_assert_int_eq(st_writer_save_file(w, p, &err), DLLM_EXIT_INTERNAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "device gone"));
+    ck_assert_int_ne(access(p, F_OK), 0);
+    pathf(p, sizeof p, "%s/opt.safetensors.tmp", dc);
+    ck_assert_int_ne(access(p, F_OK), 0);
+    st_writer_free(w);
+
+    /* range reads */
+    char dr[512];
+    pathf(dr, sizeof dr, "%s/stream_copy_0", g_tmp);
+    st_archive *a;
+    ck_assert_msg(st_open(&a, dr, &err) == 0, "%s", err.msg);
+    for (int k = 0; k < 3; k++) {
+        char name[64];
+        int64_t sh[2] = {k == 0 ? (int64_t)big : 37, 1};
+        size_t n = (size_t)sh[0];
+        pathf(name, sizeof name, "t.%d", k);
+        float *whole = malloc(n * sizeof(float)), *part = malloc(n * sizeof(float));
+        ck_assert_int_eq(st_read_f32(a, name, sh, 2, whole, &err), 0);
+        for (size_t off = 0; off < n; off += 7919) {
+            size_t c = n - off < 7919 ? n - off : 7919;
+            ck_assert_int_eq(st_read_f32_range(a, name, sh, 2, off, c, part + off, &err), 0);
+        }
+        ck_assert(memcmp(whole, part, n * sizeof(float)) == 0);
+        ck_assert_int_eq(st_read_f32_range(a, name, sh, 2, n - 1, 2, part, &err), DLLM_EXIT_INPUT);
+        ck_assert_ptr_nonnull(strstr(err.msg, name));
+        free(whole);
+        free(part);
+    }
+    st_close(a);
+    free(x);
+}
+END_TEST
+
 START_TEST(test_roundtrip_sharded)
 {
     char dir[512], p[700];
@@ -792,6 +899,7 @@ static Suite *safetensors_suite(void)
     tc = tcase_create("roundtrip");
     tcase_add_test(tc, test_roundtrip_single);
     tcase_add_test(tc, test_roundtrip_sharded);
+    tcase_add_test(tc, test_streamed_writer);
     tcase_add_test(tc, test_writer_rejects);
     suite_add_tcase(s, tc);
     tc = tcase_create("hostile");
