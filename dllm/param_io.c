@@ -21,9 +21,45 @@ int param_io_read(const dllm_param *pl, int np, const char *path, dllm_err *err)
     return rc;
 }
 
+/* What one streamed parameter's fill reads: its values through src (or its data), with
+ * its adapter merged into the shared one-tensor buffer first. */
+typedef struct {
+    const dllm_param *p;
+    int i;
+    const param_lora *ad; /* NULL: no adapter */
+    int rank;
+    float scale;
+    const param_source *src;
+    float *tmp; /* (largest adapted weight) shared: tensors are written one at a time */
+} param_fill;
+
+static int read_values(const param_fill *f, size_t off, size_t n, float *dst, dllm_err *err)
+{
+    if (f->src && f->src->read)
+        return f->src->read(f->src->ctx, f->i, off, n, dst, err);
+    memcpy(dst, f->p->data + off, n * sizeof(float));
+    return 0;
+}
+
+static int fill_param(void *ctx, size_t off, size_t n, float *dst, dllm_err *err)
+{
+    const param_fill *f = ctx;
+    if (!f->ad)
+        return read_values(f, off, n, dst, err);
+    if (off == 0) { /* the tensor's first chunk: W + scale B A, whole, into tmp */
+        int rc = read_values(f, 0, f->p->numel, f->tmp, err);
+        if (rc)
+            return rc;
+        op_gemm(false, false, f->ad->out, f->ad->in, f->rank, f->scale, f->ad->B, f->ad->A, 1.0f,
+                f->tmp);
+    }
+    memcpy(dst, f->tmp + off, n * sizeof(float));
+    return 0;
+}
+
 int param_io_write_dir(const dllm_param *pl, int np, const param_lora *lora, int rank, float scale,
-                       const dllm_model_config *cfg, const char *dir, st_dtype dtype,
-                       size_t max_shard_bytes, dllm_err *err)
+                       const param_source *src, const dllm_model_config *cfg, const char *dir,
+                       st_dtype dtype, size_t max_shard_bytes, dllm_err *err)
 {
     if (dtype != ST_F32 && dtype != ST_BF16)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: weights can be saved as F32 or BF16, not %s",
@@ -36,23 +72,26 @@ int param_io_write_dir(const dllm_param *pl, int np, const param_lora *lora, int
         if (lora[i].A && pl[i].numel > maxw)
             maxw = pl[i].numel;
     float *tmp = maxw ? dllm_malloc(maxw * sizeof(float)) : NULL;
+    param_fill *fills = dllm_calloc((size_t)(np ? np : 1), sizeof *fills);
     st_writer *w = st_writer_new();
     st_writer_metadata(w, "format", "pt");
     int rc = 0;
     for (int i = 0; i < np && !rc; i++) {
-        const float *src = pl[i].data;
-        if (lora && lora[i].A) { /* merged: W + scale B A */
-            const param_lora *ad = &lora[i];
-            memcpy(tmp, pl[i].data, pl[i].numel * sizeof(float));
-            op_gemm(false, false, ad->out, ad->in, rank, scale, ad->B, ad->A, 1.0f, tmp);
-            src = tmp;
+        bool adapted = lora && lora[i].A;
+        if (!adapted && !(src && src->read)) { /* the host array itself, read as written */
+            rc = st_writer_add_f32_ref(w, pl[i].name, dtype, pl[i].ndim, pl[i].shape, pl[i].data,
+                                       err);
+            continue;
         }
-        rc = st_writer_add_f32(w, pl[i].name, dtype, pl[i].ndim, pl[i].shape, src, err);
+        fills[i] = (param_fill){&pl[i], i, adapted ? &lora[i] : NULL, rank, scale, src, tmp};
+        rc = st_writer_add_f32_fn(w, pl[i].name, dtype, pl[i].ndim, pl[i].shape, fill_param,
+                                  &fills[i], err);
     }
-    free(tmp);
     if (!rc)
         rc = st_writer_save_dir(w, dir, max_shard_bytes, err);
     st_writer_free(w);
+    free(fills);
+    free(tmp);
     if (rc)
         return rc;
     dllm_model_config c = *cfg;
@@ -66,7 +105,8 @@ int param_io_write_file(const dllm_param *pl, int np, const char *path, dllm_err
     st_writer_metadata(w, "format", "pt");
     int rc = 0;
     for (int i = 0; i < np && !rc; i++)
-        rc = st_writer_add_f32(w, pl[i].name, ST_F32, pl[i].ndim, pl[i].shape, pl[i].data, err);
+        rc = st_writer_add_f32_ref(w, pl[i].name, ST_F32, pl[i].ndim, pl[i].shape, pl[i].data,
+                                   err);
     if (!rc)
         rc = st_writer_save_file(w, path, err);
     st_writer_free(w);

@@ -246,12 +246,14 @@ void tf_rope_grow(dllm_tf *m, int npos)
 
 int dllm_tf_params(dllm_tf *m, const dllm_param **out)
 {
+    tf_device_host_access(m); /* the caller may read or write the host's values */
     *out = m->plist;
     return m->np;
 }
 
 int dllm_tf_lora_params(dllm_tf *m, const dllm_param **out)
 {
+    tf_device_host_access(m);
     *out = m->llist;
     return m->nl;
 }
@@ -278,6 +280,7 @@ static void set_base_grads(dllm_tf *m, float *grads)
 
 void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t seed)
 {
+    tf_device_host_access(m); /* masters on a device come down while their layout holds */
     lora_free(m);
     tf_acts_free(&m->a); /* the LoRA activations change size */
     tf_acts_free(&m->ra);
@@ -342,6 +345,7 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
 
 float *dllm_tf_trainable(dllm_tf *m, size_t *n)
 {
+    tf_device_host_access(m); /* current on the host, which may write it */
     if (m->lora_rank) {
         *n = m->n_lora;
         return m->lora_params;
@@ -404,9 +408,25 @@ int dllm_tf_load_arch(dllm_tf **out, const dllm_arch_desc *a, const char *dir, d
     return 0;
 }
 
-int dllm_tf_save(const dllm_tf *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
+/* A base parameter's values from the device's trainer view, where they are newer. */
+static int device_param(void *ctx, int i, size_t off, size_t n, float *dst, dllm_err *err)
+{
+    (void)err;
+    dllm_tf *m = ctx;
+    size_t at = (size_t)(m->plist[i].data - m->params) + off;
+    dllm_tf_device_state_read(m, DLLM_TF_STATE_PARAMS, at, n, dst);
+    return 0;
+}
+
+int dllm_tf_save(dllm_tf *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
                  dllm_err *err)
 {
+    /* full fine-tuning on a device: streamed from its copy, a chunk at a time (no copy of
+     * the model in host memory); LoRA: the adapters, small, come down */
+    param_source dev = {device_param, m};
+    bool from_dev = dllm_tf_device_ahead(m) && !m->lora_rank;
+    if (m->lora_rank)
+        tf_device_pull(m);
     /* under LoRA each layer linear's adapter is merged into what is written */
     param_lora *lora = m->lora_rank ? dllm_calloc((size_t)m->np, sizeof *lora) : NULL;
     for (int i = 0; lora && i < m->np; i++)
@@ -416,8 +436,8 @@ int dllm_tf_save(const dllm_tf *m, const char *dir, st_dtype dtype, size_t max_s
                 if (m->lw[l].t[k] == m->plist[i].data && ad->A)
                     lora[i] = (param_lora){ad->A, ad->B, ad->in, ad->out};
             }
-    int rc = param_io_write_dir(m->plist, m->np, lora, m->lora_rank, m->lora_scale, &m->cfg, dir,
-                                dtype, max_shard_bytes, err);
+    int rc = param_io_write_dir(m->plist, m->np, lora, m->lora_rank, m->lora_scale,
+                                from_dev ? &dev : NULL, &m->cfg, dir, dtype, max_shard_bytes, err);
     free(lora);
     return rc;
 }
@@ -426,11 +446,13 @@ int dllm_tf_lora_load(dllm_tf *m, const char *path, dllm_err *err)
 {
     if (!m->lora_rank)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: LoRA is not enabled on the model", path);
+    tf_device_host_access(m);
     return param_io_read(m->llist, m->nl, path, err);
 }
 
-int dllm_tf_lora_save(const dllm_tf *m, const char *path, dllm_err *err)
+int dllm_tf_lora_save(dllm_tf *m, const char *path, dllm_err *err)
 {
+    tf_device_pull(m);
     if (!m->lora_rank)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: LoRA is not enabled on the model", path);
     return param_io_write_file(m->llist, m->nl, path, err);

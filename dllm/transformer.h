@@ -64,7 +64,7 @@ int dllm_tf_load_arch(dllm_tf **out, const dllm_arch_desc *a, const char *dir, d
 /* Writes DIR/config.json + safetensors in the HF layout (no head tensor when
  * tied), dtype ST_F32 or ST_BF16, sharded above max_shard_bytes (0 = one
  * file). With LoRA the merged weights are written. */
-int dllm_tf_save(const dllm_tf *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
+int dllm_tf_save(dllm_tf *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
                  dllm_err *err);
 void dllm_tf_free(dllm_tf *m);
 const dllm_model_config *dllm_tf_config(const dllm_tf *m);
@@ -127,7 +127,7 @@ int dllm_tf_lora_params(dllm_tf *m, const dllm_param **out);
 int dllm_tf_lora_info(const dllm_tf *m, float *alpha, int *mask);
 /* PEFT adapter file <-> the enabled LoRA parameters (F32, every tensor present). */
 int dllm_tf_lora_load(dllm_tf *m, const char *path, dllm_err *err);
-int dllm_tf_lora_save(const dllm_tf *m, const char *path, dllm_err *err);
+int dllm_tf_lora_save(dllm_tf *m, const char *path, dllm_err *err);
 
 /* ---- precision (dllm/precision.h) ---- */
 /* Applies p and (re)builds the trainer's bf16 copy and the rollout copy from
@@ -188,12 +188,24 @@ void dllm_tf_device_zero_grad(dllm_tf *m);
  * (op_clip_grad's rule). */
 double dllm_tf_device_clip_grad(dllm_tf *m, double max_norm);
 /* One AdamW step (op_adamw's, bit-identical per element) of the trainable vector on the
- * device; the new values then come down into the host parameters. */
+ * device. The device copy is the master from then on: nothing comes down (the host's
+ * trainable vector is stale, dllm_tf_device_ahead, until something on the host reads it:
+ * dllm_tf_trainable downloads it first). The rollout copy is built on the device from it
+ * (full fine-tuning) or from the host's frozen base and the adapters, which are small;
+ * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_tf_device_state_read). */
 void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float eps, float wd);
+/* Whether the device's trainable copy is newer than the host's. */
+bool dllm_tf_device_ahead(const dllm_tf *m);
 /* The gradients (out: the trainable vector's length and order, as dllm_tf_grads). */
 void dllm_tf_device_grads(dllm_tf *m, float *out);
-/* The AdamW moments between host vectors in trainable order and the device (up: to it). */
-void dllm_tf_device_moments(dllm_tf *m, float *mh, float *vh, bool up);
+/* The training state in device memory, addressed as host vectors in trainable order
+ * (dllm_tf_trainable's): elements [off, off + n) of the parameters or an AdamW moment
+ * to or from a host buffer of n floats, so a checkpoint moves it through a bounded
+ * buffer. Writing the parameters makes the device copy the master (as an AdamW step). */
+typedef enum { DLLM_TF_STATE_PARAMS, DLLM_TF_STATE_ADAM_M, DLLM_TF_STATE_ADAM_V } dllm_tf_state;
+void dllm_tf_device_state_read(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *dst);
+void dllm_tf_device_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t n,
+                                const float *src);
 /* The loss gradient computed on the device (temperature 1). dllm_tf_device_forward_logp
  * is dllm_tf_forward's kept forward whose logits rows stay in device memory: only their
  * log-probs of targets (n_rows) come down (fp32: the backend's xent_fwd, as

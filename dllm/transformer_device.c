@@ -2,19 +2,22 @@
  * (dllm_tf_to_device, transformer.h).
  *
  * What lives where once a model is on a device:
- *   host    the fp32 master weights, LoRA, gradients, the optimizer's state and the
- *           trainer view with its kept activations (dllm_tf_forward and the backward
- *           stay on the host);
+ *   host    the weights as loaded (the masters until the model trains here; the frozen
+ *           base under LoRA), LoRA, and the host trainer's state when the update runs
+ *           on the host;
  *   device  the trainer view (fp32, or bf16: packed bf16 linears, the rest rounded;
  *           LoRA applied at run time from uploaded A/B copies, as on the host; built
  *           on first use after each sync), the
  *           rollout copy (bf16 packed or FP8 W8A8, LoRA merged; none under rollout
  *           "trainer"), the RoPE table, the activations of the forwards without
- *           backward, one fp32 staging matrix and a chunk of logits rows.
+ *           backward, one fp32 staging matrix and a chunk of logits rows; when it trains
+ *           here (transformer_device_train.c) the gradients, the AdamW moments and the
+ *           masters themselves (the trainer view's copy, or the LoRA copy).
  * dllm_tf_rollout_sync rebuilds the device copies from the master weights: each
  * layer linear is merged on the host into one host matrix, uploaded into the one
  * device staging matrix and packed (bf16) or quantised (FP8) there by the backend,
- * so no second full fp32 copy exists on the device beyond the fp32 trainer view.
+ * so no second full fp32 copy exists on the device beyond the fp32 trainer view; a
+ * full fine-tune training here packs from its trainer view on the device instead.
  * Per forward the host builds token ids, key mask, RoPE positions and the hidden
  * rows the logits read (small int arrays), uploads them, and downloads the logits of
  * the requested rows, a chunk of rows at a time. */
@@ -94,10 +97,12 @@ static const float *lin_source(dllm_tf *m, int l, int j, bool merge)
 /* v = the weights in device memory: every tensor but the layer linears uploaded as fp32
  * (bf16-rounded there when `round`); the layer linears fp32 in the same buffer (LIN_F32),
  * or packed bf16 / quantised FP8 on the device from the base (or merged) weights through
- * the staging matrix; the head packed as bf16 too when `head16`. Reuses v's buffers when
- * their sizes are unchanged (the sync after every optimizer step). */
+ * the staging matrix; the head packed as bf16 too when `head16`. With `from` (an fp32
+ * view on this device, LoRA off: the trainer view that trains here and is the master),
+ * every tensor is copied or packed from it on the device instead: nothing crosses. Reuses
+ * v's buffers when their sizes are unchanged (the sync after every optimizer step). */
 static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool merge,
-                       bool head16, const dllm_precision *p)
+                       bool head16, const dllm_precision *p, const tf_view *from)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
@@ -114,27 +119,31 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
         v->lw = dllm_calloc((size_t)m->L, sizeof *v->lw);
     v->be = be;
     float *dst = v->buf;
-#define UP(field, src, cnt)                                                                      \
+#define UP(field, src, dsrc, cnt)                                                                \
     do {                                                                                         \
-        be->ops->upload(be, dst, (src), (size_t)(cnt) * sizeof(float));                          \
+        if (from)                                                                                \
+            be->ops->copy(be, dst, (dsrc), (size_t)(cnt) * sizeof(float));                       \
+        else                                                                                     \
+            be->ops->upload(be, dst, (src), (size_t)(cnt) * sizeof(float));                      \
         field = dst;                                                                             \
         dst += (size_t)(cnt);                                                                    \
     } while (0)
-    UP(v->embed, m->embed, (size_t)m->V * m->C);
+    UP(v->embed, m->embed, from->embed, (size_t)m->V * m->C);
     for (int l = 0; l < m->L; l++)
         for (int t = 0; t < DLLM_NT; t++) {
             if (!m->lw[l].t[t] || (t < DLLM_NLIN && lin != LIN_F32))
                 v->lw[l].t[t] = NULL;
             else if (t < DLLM_NLIN)
-                UP(v->lw[l].t[t], lin_source(m, l, t, merge), tf_slot_numel(m, t));
+                UP(v->lw[l].t[t], lin_source(m, l, t, merge), from->lw[l].t[t],
+                   tf_slot_numel(m, t));
             else
-                UP(v->lw[l].t[t], m->lw[l].t[t], tf_slot_numel(m, t));
+                UP(v->lw[l].t[t], m->lw[l].t[t], from->lw[l].t[t], tf_slot_numel(m, t));
         }
-    UP(v->final_norm, m->final_norm, m->C);
+    UP(v->final_norm, m->final_norm, from->final_norm, m->C);
     if (m->tied)
         v->head = v->embed;
     else
-        UP(v->head, m->head, (size_t)m->V * m->C);
+        UP(v->head, m->head, from->head, (size_t)m->V * m->C);
 #undef UP
     if (round)
         be->ops->round_bf16(be, v->buf, n);
@@ -153,13 +162,15 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
             int o, i;
             tf_lin_shape(m, j, &o, &i);
             size_t cnt = (size_t)o * i;
-            be->ops->upload(be, d->stage, lin_source(m, l, j, merge), cnt * sizeof(float));
+            const float *w = from ? from->lw[l].t[j] : d->stage;
+            if (!from)
+                be->ops->upload(be, d->stage, lin_source(m, l, j, merge), cnt * sizeof(float));
             if (lin == LIN_BF16) {
                 bf16_matrix *b = &v->b16[l * DLLM_NLIN + j];
                 if (!b->w)
                     b->w = dalloc(d, cnt * sizeof(uint16_t));
                 b->rows = o, b->cols = i;
-                be->ops->to_bf16(be, b->w, d->stage, cnt);
+                be->ops->to_bf16(be, b->w, w, cnt);
             } else {
                 fp8_matrix *q = &v->q8[l * DLLM_NLIN + j];
                 q->rows = o, q->cols = i;
@@ -175,7 +186,7 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
                     q->q = dalloc(d, cnt);
                     q->scale = dalloc(d, (size_t)q->scale_rows * q->scale_cols * sizeof(float));
                 }
-                be->ops->fp8_quantise(be, q->q, q->scale, d->stage, o, i, q->format, q->scaling,
+                be->ops->fp8_quantise(be, q->q, q->scale, w, o, i, q->format, q->scaling,
                                       q->pow2_scale);
             }
         }
@@ -224,10 +235,36 @@ static void device_trainer(dllm_tf *m)
     bool tb = p->trainer_bf16;
     if (d->tv.be && (d->tv.b16 != NULL) != tb)
         dview_free(m, &d->tv);
-    dview_build(m, &d->tv, tb, tb ? LIN_BF16 : LIN_F32, false, tb, p);
+    dview_build(m, &d->tv, tb, tb ? LIN_BF16 : LIN_F32, false, tb, p, NULL);
     d->tv.round_lin = d->tv.round_head = tb;
     d->tv.lora = true;
     d->tv.ad = d->ad;
+}
+
+/* The host's trainable vector was (or may have been) written there: it is the master
+ * again (it was pulled before it was handed out), and the device's trainer copy follows:
+ * the adapters re-uploaded under LoRA, the view rebuilt on next use otherwise. */
+static void follow_host(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    if (!d->host_written)
+        return;
+    d->host_written = false;
+    d->ahead = false;
+    d->ka.valid = d->k_valid = false;
+    if (m->lora_rank && d->tv.be && !d->tv_stale && d->n_lora == m->n_lora)
+        lora_upload(m); /* the base weights are frozen: the adapters are what changed */
+    else
+        d->tv_stale = true;
+}
+
+void tf_device_host_access(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    if (!d)
+        return;
+    tf_device_pull(m);
+    d->host_written = true;
 }
 
 int dllm_tf_device_trainer_changed(dllm_tf *m)
@@ -235,10 +272,8 @@ int dllm_tf_device_trainer_changed(dllm_tf *m)
     tf_device *d = m->dev;
     if (!d)
         return 0;
-    if (m->lora_rank && d->tv.be && !d->tv_stale && d->n_lora == m->n_lora)
-        lora_upload(m); /* the base weights are frozen: the adapters are what changed */
-    else
-        d->tv_stale = true;
+    d->host_written = true;
+    follow_host(m);
     return 0;
 }
 
@@ -249,6 +284,8 @@ const tf_view *tf_device_view(dllm_tf *m, bool rollout)
 {
     tf_device *d = m->dev;
     bool tv = !rollout || m->prec.rollout == DLLM_ROLLOUT_TRAINER;
+    if (tv)
+        follow_host(m);
     if (tv && (d->tv_stale || !d->tv.be)) {
         device_trainer(m);
         d->tv_stale = false;
@@ -260,7 +297,15 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
 {
     tf_device *d = m->dev;
     const dllm_precision *p = &m->prec;
-    d->tv_stale = true; /* rebuilt by the next forward that reads it */
+    follow_host(m);
+    /* a trainer view that trains here keeps its copy (the master, or equal to the host's)
+     * unless its layout changes; otherwise it is rebuilt from the host's, pulled first */
+    bool keep = d->train && d->tv.be && !d->tv_stale && d->n_lora == m->n_lora &&
+                (d->tv.b16 != NULL) == p->trainer_bf16;
+    if (!keep) {
+        tf_device_pull(m);
+        d->tv_stale = true; /* rebuilt by the next forward that reads it */
+    }
     if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
         tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1], &d->ka};
         for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
@@ -268,7 +313,8 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         d->xl[0] = d->xl[1] = NULL;
         tf_device_train_free(m); /* its adapters' layout changed */
     }
-    lora_upload(m);
+    if (!keep)
+        lora_upload(m);
     /* the rollout copy */
     dllm_rollout_kind k = p->rollout;
     if (d->rv.be && (k != d->rprec.rollout || p->fp8_format != d->rprec.fp8_format ||
@@ -284,10 +330,18 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
                             "rollout precision %s: the %s backend has no linear for it "
                             "(use bf16 or fp8)", dllm_rollout_name(k), d->be->name);
     }
-    if (k == DLLM_ROLLOUT_BF16)
-        dview_build(m, &d->rv, true, LIN_BF16, true, true, p);
+    /* full fine-tuning here: built from the trainer view on the device (the same fp32
+     * values as the host's masters, or newer); LoRA: merged on the host from the frozen
+     * base and the adapters, which come down first when they are newer here */
+    const tf_view *from = NULL;
+    if (d->train && !m->lora_rank)
+        from = tf_device_view(m, false);
     else
-        dview_build(m, &d->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, p);
+        tf_device_pull(m);
+    if (k == DLLM_ROLLOUT_BF16)
+        dview_build(m, &d->rv, true, LIN_BF16, true, true, p, from);
+    else
+        dview_build(m, &d->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, p, from);
     /* each of these linears rounds or quantises its own input, as on the host, or its
      * input's producer quantises for it on the device (the same codes) */
     d->rv.fuse_fp8 = !d->no_fuse_fp8;
@@ -583,12 +637,15 @@ int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
     if (!be || be->kind == DLLM_BACKEND_CPU) { /* back to the host: its rollout copy again */
         if (!m->dev)
             return 0;
+        tf_device_pull(m); /* the masters come home */
         tf_device_free(m);
         dllm_precision p = m->prec;
         return dllm_tf_rollout_sync(m, &p, NULL, err);
     }
-    if (m->dev && m->dev->be != be)
+    if (m->dev && m->dev->be != be) {
+        tf_device_pull(m);
         tf_device_free(m);
+    }
     if (!m->dev) {
         tf_device *d = dllm_calloc(1, sizeof *d);
         d->be = be;

@@ -38,6 +38,9 @@ struct tf_device {
     dl_ctx dl[2];
     /* training on the device (transformer_device_train.c); off until enabled */
     bool train;
+    bool ahead;              /* the trainable copy here is newer than the host's */
+    bool host_written;       /* the host's trainable vector was handed out for writing:
+                                the trainer copy follows it at the next use */
     tf_acts ka;              /* the kept activations of dllm_tf_forward */
     float *g;                // (n_train) gradients, in the trainable's device layout
     float *adam_m, *adam_v;  // (n_train) AdamW moments, the same layout
@@ -67,5 +70,6 @@ const tf_view *tf_device_view(dllm_tf *m, bool rollout);
 void tf_device_fuse_fp8(dllm_tf *m, bool on);
 /* Frees the training state (gradients, moments, kept activations' scratch). */
 void tf_device_train_free(dllm_tf *m);
+
 
 #endif

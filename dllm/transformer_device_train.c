@@ -6,10 +6,13 @@
  * LoRA parameters (the host's layout), or under full fine-tuning the fp32 trainer view
  * itself (embedding, layers slot by slot, final norm, head: not the HF order; segments()
  * maps one onto the other). Gradients and AdamW moments take the same layout, so the
- * optimizer step is one elementwise call and the global norm one reduction. After each
- * step the new parameters come down into the host masters, which the rollout copy is
- * built from and checkpoints read: n_lora floats under LoRA, every weight under full
- * fine-tuning (which the next sync uploads again: a known cost of this first version).
+ * optimizer step is one elementwise call and the global norm one reduction. After the
+ * first step the device copy is the master (d->ahead): nothing comes down per step. The
+ * host's copy is refreshed only when the host reads it (dllm_tf_trainable, leaving the
+ * device, a LoRA change; tf_device_pull), the rollout copy is built on the device from
+ * the trainer view (full fine-tuning; under LoRA from the host's frozen base with the
+ * adapters, n_lora floats, pulled first), and checkpoints stream the state a bounded
+ * chunk at a time (dllm_tf_device_state_read, dllm_tf_save).
  * The loss's dlogits are built on the device (dllm_tf_device_forward_logp /
  * dllm_tf_device_backward_logp: the kept forward's logits rows stay there, only their
  * log-probs come down and dLoss/dlogp per row goes up), or, through dllm_tf_backward,
@@ -62,22 +65,44 @@ static int segments(dllm_tf *m, size_t (*seg)[3])
     return n;
 }
 
-/* Moves n_train floats between a host vector in trainable order and device memory in
- * the device layout. */
-static void transfer(dllm_tf *m, float *host, float *dev, bool up)
+/* Moves the elements [off, off + n) of the trainable vector between a host buffer of n
+ * floats (host order) and device memory in the device layout. */
+static void transfer_range(dllm_tf *m, float *host, float *dev, size_t off, size_t n, bool up)
 {
     dllm_backend *be = m->dev->be;
     size_t(*seg)[3] = dllm_malloc((3 + (size_t)m->L * DLLM_NT) * sizeof *seg);
-    int n = segments(m, seg);
-    for (int i = 0; i < n; i++) {
-        size_t bytes = seg[i][2] * sizeof(float);
+    int ns = segments(m, seg);
+    for (int i = 0; i < ns; i++) {
+        size_t lo = seg[i][0] > off ? seg[i][0] : off;
+        size_t hi = seg[i][0] + seg[i][2] < off + n ? seg[i][0] + seg[i][2] : off + n;
+        if (lo >= hi)
+            continue;
+        float *h = host + (lo - off), *dv = dev + seg[i][1] + (lo - seg[i][0]);
+        size_t bytes = (hi - lo) * sizeof(float);
         if (up)
-            be->ops->upload(be, dev + seg[i][1], host + seg[i][0], bytes);
+            be->ops->upload(be, dv, h, bytes);
         else
-            be->ops->download(be, host + seg[i][0], dev + seg[i][1], bytes);
+            be->ops->download(be, h, dv, bytes);
     }
     free(seg);
 }
+
+static void transfer(dllm_tf *m, float *host, float *dev, bool up)
+{
+    transfer_range(m, host, dev, 0, m->dev->n_train, up);
+}
+
+void tf_device_pull(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    if (!d || !d->ahead)
+        return;
+    /* ahead implies a current trainer view: its copy is what the optimizer updated */
+    transfer(m, m->lora_rank ? m->lora_params : m->params, dev_trainable(m), false);
+    d->ahead = false;
+}
+
+bool dllm_tf_device_ahead(const dllm_tf *m) { return m->dev && m->dev->ahead; }
 
 void tf_device_train_free(dllm_tf *m)
 {
@@ -97,6 +122,7 @@ void tf_device_train_free(dllm_tf *m)
     d->g_embed = d->g_final_norm = d->g_head = NULL;
     d->n_train = 0, d->dlog_rows = 0;
     d->train = false;
+    d->ahead = false;
 }
 
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
@@ -247,8 +273,7 @@ void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float
     tf_device_view(m, false); /* the trainable copy is current */
     float *p = dev_trainable(m);
     d->be->ops->adamw(d->be, p, d->g, d->adam_m, d->adam_v, d->n_train, t, lr, b1, b2, eps, wd);
-    /* the host masters follow (the rollout copy and checkpoints read them) */
-    transfer(m, m->lora_rank ? m->lora_params : m->params, p, false);
+    d->ahead = true; /* the host's copy is stale until it is read there */
 }
 
 void dllm_tf_device_grads(dllm_tf *m, float *out)
@@ -256,12 +281,28 @@ void dllm_tf_device_grads(dllm_tf *m, float *out)
     transfer(m, out, m->dev->g, false);
 }
 
-void dllm_tf_device_moments(dllm_tf *m, float *mh, float *vh, bool up)
+static float *state_vector(dllm_tf *m, dllm_tf_state s)
 {
     tf_device *d = m->dev;
-    tf_device_view(m, false); /* the layout segments() reads */
-    transfer(m, mh, d->adam_m, up);
-    transfer(m, vh, d->adam_v, up);
+    tf_device_view(m, false); /* the layout segments() reads, current */
+    return s == DLLM_TF_STATE_PARAMS ? dev_trainable(m)
+           : s == DLLM_TF_STATE_ADAM_M ? d->adam_m
+                                       : d->adam_v;
+}
+
+void dllm_tf_device_state_read(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *dst)
+{
+    transfer_range(m, dst, state_vector(m, s), off, n, false);
+}
+
+void dllm_tf_device_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t n,
+                                const float *src)
+{
+    transfer_range(m, (float *)src, state_vector(m, s), off, n, true);
+    if (s == DLLM_TF_STATE_PARAMS) {
+        m->dev->ahead = true;
+        m->dev->ka.valid = m->dev->k_valid = false; /* kept for the old values */
+    }
 }
 
 float *dllm_tf_device_grad_buffer(dllm_tf *m, size_t *n)

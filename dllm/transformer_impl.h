@@ -156,6 +156,12 @@ const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be);
  * dllm_tf_rollout_sync when the model is on a device). */
 int tf_device_sync(dllm_tf *m, dllm_err *err);
 void tf_device_free(dllm_tf *m);
+/* The host's trainable vector is about to be read or written there (dllm_tf_trainable):
+ * pulled first when the device's copy is newer; the device's trainer copy follows it at
+ * its next use (no-op on the host). */
+void tf_device_host_access(dllm_tf *m);
+/* The device's trainable copy down into the host's when it is newer (no-op otherwise). */
+void tf_device_pull(dllm_tf *m);
 /* The forward at a device view: host inputs uploaded, logits of the rows downloaded in
  * chunks of rows (no [R, V] tensor on the device). */
 int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,

@@ -25,6 +25,7 @@
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
+#include "src/opt_state.h"
 #include "src/commands.h"
 #include "src/gen_settings.h"
 #include "src/yaml_config.h"
@@ -82,21 +83,11 @@ typedef struct {
     int n_acc;
 } sft_state;
 
-static int save_state(const char *dir, const sft_state *s, const float *params, const float *m,
-                      const float *v, size_t n, dllm_err *err)
+static int save_state(const char *dir, const sft_state *s, const opt_state *os, dllm_err *err)
 {
     char path[4400];
-    st_writer *w = st_writer_new();
-    int64_t shape[1] = {(int64_t)n};
-    int rc = st_writer_add_f32(w, "trainable", ST_F32, 1, shape, params, err);
-    if (!rc)
-        rc = st_writer_add_f32(w, "adam_m", ST_F32, 1, shape, m, err);
-    if (!rc)
-        rc = st_writer_add_f32(w, "adam_v", ST_F32, 1, shape, v, err);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    if (!rc)
-        rc = st_writer_save_file(w, path, err);
-    st_writer_free(w);
+    int rc = opt_state_save(os, path, err);
     if (rc)
         return rc;
     /* the same step/opt_step keys as the RL trainer's state.json */
@@ -110,8 +101,7 @@ static int save_state(const char *dir, const sft_state *s, const float *params, 
     return rc ? dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", path) : 0;
 }
 
-static int load_state(const char *dir, sft_state *s, float *params, float *m, float *v, size_t n,
-                      dllm_err *err)
+static int load_state(const char *dir, sft_state *s, const opt_state *os, dllm_err *err)
 {
     char path[4400];
     snprintf(path, sizeof path, "%s/state.json", dir);
@@ -134,23 +124,13 @@ static int load_state(const char *dir, sft_state *s, float *params, float *m, fl
                             "loss_acc, tokens_acc, n_acc, elapsed_s)", path);
     s->tokens_acc = (long)tok;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    st_archive *a;
-    if (st_open(&a, path, err))
-        return err->code;
-    int64_t shape[1] = {(int64_t)n};
-    int rc = st_read_f32(a, "trainable", shape, 1, params, err);
-    if (!rc)
-        rc = st_read_f32(a, "adam_m", shape, 1, m, err);
-    if (!rc)
-        rc = st_read_f32(a, "adam_v", shape, 1, v, err);
-    st_close(a);
-    return rc;
+    return opt_state_load(os, path, err);
 }
 
 /* ckpt/step-N written under a temporary name, then renamed; latest re-pointed;
  * older checkpoints beyond checkpoint.keep removed. */
 static int save_checkpoint(const sft_run *r, const dllm_policy *m, const sft_state *s,
-                           const float *adam_m, const float *adam_v, dllm_err *err)
+                           const opt_state *os, dllm_err *err)
 {
     char dir[4096], tmp[4200], final_[4200], link[4200], tmplink[4300];
     const int step = s->step;
@@ -171,9 +151,7 @@ static int save_checkpoint(const sft_run *r, const dllm_policy *m, const sft_sta
         return err->code;
     if (ckpt_write_generation(tmp, &r->gen, err))
         return err->code;
-    size_t n;
-    const float *params = dllm_policy_trainable((dllm_policy *)m, &n);
-    if (save_state(tmp, s, params, adam_m, adam_v, n, err))
+    if (save_state(tmp, s, os, err))
         return err->code;
     cli_rm_tree(final_);
     if (rename(tmp, final_))
@@ -436,11 +414,15 @@ int cmd_sft(int argc, char **argv)
      * in place), so no copy is rebuilt after a step there */
     const bool dev = dllm_tf_device_trains(tfm);
     size_t nparam;
+    /* the host's vectors only where the update runs there: on a device its copies are the
+     * masters, streamed to and from checkpoints */
     float *params = dllm_policy_trainable(m, &nparam);
-    float *grads = dllm_policy_grads(m);
+    float *grads = dev ? NULL : dllm_policy_grads(m);
     int *lens = dllm_malloc(sizeof *lens * (size_t)cfg.sft.batch_size);
-    float *adam_m = dllm_calloc(nparam, sizeof(float));
-    float *adam_v = dllm_calloc(nparam, sizeof(float));
+    float *adam_m = dev ? NULL : dllm_calloc(nparam, sizeof(float));
+    float *adam_v = dev ? NULL : dllm_calloc(nparam, sizeof(float));
+    const opt_state os = {.n = nparam, .dev = dev ? tfm : NULL, .params = dev ? NULL : params,
+                          .adam_m = adam_m, .adam_v = adam_v};
     int B = cfg.sft.batch_size;
     int32_t *tokens = dllm_malloc(sizeof *tokens * (size_t)B * (size_t)ds.max_len);
     int32_t *prompt_len = dllm_malloc(sizeof *prompt_len * (size_t)B);
@@ -454,7 +436,7 @@ int cmd_sft(int argc, char **argv)
     char logpath[4200];
     snprintf(logpath, sizeof logpath, "%s/sft_log.jsonl", run.run_dir);
     if (opt.resume) {
-        if ((rc = load_state(latest, &s, params, adam_m, adam_v, nparam, &err)))
+        if ((rc = load_state(latest, &s, &os, &err)))
             goto done;
         if (s.epoch < 0 || s.cursor < 0 || s.cursor > ds.n) {
             rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s/state.json: data position (epoch %d, "
@@ -466,8 +448,6 @@ int cmd_sft(int argc, char **argv)
         /* the loaded parameters into the copies the forward reads (the device's too) */
         if ((trainer_bf16 || dev) && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
             goto done;
-        if (dev)
-            dllm_tf_device_moments(tfm, adam_m, adam_v, true);
         logf = reopen_log(logpath, s.step, &err);
     } else {
         logf = fopen(logpath, "w");
@@ -521,7 +501,7 @@ int cmd_sft(int argc, char **argv)
                                        &loss, &err)))
             goto done;
         double lr = dllm_cfg_lr(&cfg, step, cfg.sft.steps), norm;
-        if (dev) { /* norm, clip and AdamW on the device; the parameters come down */
+        if (dev) { /* norm, clip and AdamW on the device, whose copy is the master */
             norm = dllm_tf_device_clip_grad(tfm, cfg.optim.grad_clip > 0 ? cfg.optim.grad_clip
                                                                           : 0.0);
             dllm_tf_device_adamw(tfm, step, (float)lr, (float)cfg.optim.betas[0],
@@ -567,9 +547,7 @@ int cmd_sft(int argc, char **argv)
         }
         if ((cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0) ||
             step == cfg.sft.steps) {
-            if (dev) /* the moments come down for the checkpoint only */
-                dllm_tf_device_moments(tfm, adam_m, adam_v, false);
-            if ((rc = save_checkpoint(&run, m, &s, adam_m, adam_v, &err)))
+            if ((rc = save_checkpoint(&run, m, &s, &os, &err)))
                 goto done;
         }
     }

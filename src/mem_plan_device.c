@@ -486,7 +486,7 @@ void mem_plan_device_print(const mem_dev_plan *p, const char *what, int64_t cap,
     else if (p->update)
         fprintf(f, "what the device path allocates today: the rollouts, the scoring and the "
                    "update (gradients, AdamW moments, the kept forward and its backward; the "
-                   "host keeps the fp32 masters, which each step's parameters come down to)\n\n");
+                   "masters stay here, checkpoints stream from them)\n\n");
     else
         fprintf(f, "what the device path allocates today for the rollouts and the scoring "
                    "(the update runs on the host)\n\n");

@@ -6,6 +6,7 @@
 #include "src/cli_util.h"
 #include "src/comm.h"
 #include "src/comm_device.h"
+#include "src/opt_state.h"
 #include "src/gen_settings.h"
 #include "src/prompt.h"
 
@@ -203,8 +204,6 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         return err->code;
     /* optimizer, reference policy */
     dllm_policy_trainable(run->pol, &run->n_param);
-    run->adam_m = dllm_calloc(run->n_param, sizeof(float));
-    run->adam_v = dllm_calloc(run->n_param, sizeof(float));
     if (cfg->grpo.loss.beta > 0) {
         run->ref_params = dllm_malloc(sizeof(float) * run->n_param);
         memcpy(run->ref_params, dllm_policy_trainable(run->pol, &run->n_param),
@@ -222,6 +221,10 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         /* every rank decides alike (same config), so all or none open it */
         if (run->dev_update && comm_device_open(err))
             return err->code;
+    }
+    if (!run->dev_update) { /* on a device the moments live there */
+        run->adam_m = dllm_calloc(run->n_param, sizeof(float));
+        run->adam_v = dllm_calloc(run->n_param, sizeof(float));
     }
     return dllm_policy_sync_rollout(run->pol, NULL, err);
 }
@@ -385,25 +388,18 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
         ckpt_generation_set_dream(&g, &run->cfg);
     if (ckpt_write_generation(tmp, &g, err))
         return err->code;
-    /* exact state for resuming: trainable vector, AdamW moments, reference (the moments
-     * of a device update come down first; the trainable vector is on the host already) */
-    if (run->dev_update)
-        dllm_tf_device_moments(dllm_policy_model(run->pol), run->adam_m, run->adam_v, false);
-    st_writer *w = st_writer_new();
-    int64_t shape[1] = {(int64_t)run->n_param};
+    /* exact state for resuming: trainable vector, AdamW moments, reference (streamed from
+     * the device when the update runs there: its copies are the masters) */
     size_t n;
-    rc = st_writer_add_f32(w, "trainable", ST_F32, 1, shape, dllm_policy_trainable(run->pol, &n), err);
-    if (!rc)
-        rc = st_writer_add_f32(w, "adam_m", ST_F32, 1, shape, run->adam_m, err);
-    if (!rc)
-        rc = st_writer_add_f32(w, "adam_v", ST_F32, 1, shape, run->adam_v, err);
-    if (!rc && run->ref_params)
-        rc = st_writer_add_f32(w, "reference", ST_F32, 1, shape, run->ref_params, err);
+    opt_state os = {.n = run->n_param, .extra_name = run->ref_params ? "reference" : NULL,
+                    .extra = run->ref_params};
+    if (run->dev_update)
+        os.dev = dllm_policy_model(run->pol);
+    else
+        os.params = dllm_policy_trainable(run->pol, &n), os.adam_m = run->adam_m,
+        os.adam_v = run->adam_v;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-    if (!rc)
-        rc = st_writer_save_file(w, path, err);
-    st_writer_free(w);
-    if (rc)
+    if ((rc = opt_state_save(&os, path, err)))
         return rc;
     json_t *st = json_pack("{s:I, s:I, s:f, s:I, s:I, s:s}", "step", (json_int_t)step, "opt_step",
                            (json_int_t)run->opt_step, "alpha_prev", run->alpha_prev,
@@ -469,23 +465,17 @@ int rl_checkpoint_load(rl_run *run, const char *ckpt_dir, dllm_err *err)
     }
     json_decref(st);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
-    st_archive *a;
-    if (st_open(&a, path, err))
-        return err->code;
-    int64_t shape[1] = {(int64_t)run->n_param};
     size_t n;
-    int rc = st_read_f32(a, "trainable", shape, 1, dllm_policy_trainable(run->pol, &n), err);
-    if (!rc)
-        rc = st_read_f32(a, "adam_m", shape, 1, run->adam_m, err);
-    if (!rc)
-        rc = st_read_f32(a, "adam_v", shape, 1, run->adam_v, err);
-    if (!rc && run->ref_params)
-        rc = st_read_f32(a, "reference", shape, 1, run->ref_params, err);
-    st_close(a);
+    opt_state os = {.n = run->n_param, .extra_name = run->ref_params ? "reference" : NULL,
+                    .extra = run->ref_params};
+    if (run->dev_update) /* up into the device's copies, a chunk at a time */
+        os.dev = dllm_policy_model(run->pol);
+    else
+        os.params = dllm_policy_trainable(run->pol, &n), os.adam_m = run->adam_m,
+        os.adam_v = run->adam_v;
+    int rc = opt_state_load(&os, path, err);
     if (rc)
         return rc;
-    if (run->dev_update)
-        dllm_tf_device_moments(dllm_policy_model(run->pol), run->adam_m, run->adam_v, true);
     run->step = step;
     run->opt_step = (long)opt;
     run->alpha_prev = alpha;

@@ -351,13 +351,15 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     comm_sum_d(sums, 5);
     loss_ctx lc = {.run = run, .b = b, .global = {.surr = sums[3], .kl = sums[4]}};
     double grad_norm = NAN, lr = NAN;
-    size_t np;
-    float *theta = dllm_policy_trainable(run->pol, &np);
-    float *grads = dllm_policy_grads(run->pol);
-    if (!rc && cfg->grpo.fresh_masks) {
+    size_t np = run->n_param;
+    /* the host's vectors only where the update runs there: on a device its copies are the
+     * masters, and reading the host's would bring them down */
+    float *theta = run->dev_update ? NULL : dllm_policy_trainable(run->pol, &np);
+    float *grads = run->dev_update ? NULL : dllm_policy_grads(run->pol);
+    if (!rc && cfg->grpo.fresh_masks) { /* scored by a swap on the host (score) */
         if (!run->old_params)
             run->old_params = dllm_malloc(sizeof(float) * np);
-        memcpy(run->old_params, theta, sizeof(float) * np);
+        memcpy(run->old_params, dllm_policy_trainable(run->pol, &np), sizeof(float) * np);
     }
     for (int k = 0; k < cfg->grpo.inner_steps && !rc; k++) {
         const dllm_lik_plan *plan = policy_plan;
@@ -437,7 +439,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     run->alpha_prev = b->diag.alpha;
     /* the reference policy (beta > 0) follows the trainer every grpo.ref_sync_every steps */
     if (cfg->grpo.ref_sync_every > 0 && run->ref_params && step % cfg->grpo.ref_sync_every == 0) {
-        memcpy(run->ref_params, theta, sizeof(float) * np);
+        memcpy(run->ref_params, dllm_policy_trainable(run->pol, &np), sizeof(float) * np);
         run->ref_synced_at = step;
     }
 

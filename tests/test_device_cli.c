@@ -16,9 +16,10 @@
  *     relative (measured 1.2e-6; bf16 trainer: 1e-3, measured 2.3e-5), the final
  *     trainable vector of the checkpoints within a normalised MSE of 1e-8 (measured
  *     6e-11; bf16: 1e-4, measured 8.8e-6);
- *   - a device `sft` cut after 2 steps and resumed (`sft --resume --set sft.steps=4`)
- *     equals the uninterrupted device run bit for bit (log losses and norms, and the
- *     checkpoint's optimizer.safetensors: parameters and both moments);
+ *   - a device `sft` cut after 2 steps and resumed (`sft --resume --set sft.steps=4`),
+ *     LoRA and full fine-tuning, equals the uninterrupted device run bit for bit (log
+ *     losses and norms, and the checkpoint's files streamed from the device byte for
+ *     byte: optimizer.safetensors, parameters and both moments, and model.safetensors);
  *   - `train` with a bf16 trainer, LoRA and bf16 rollouts, 3 steps with `device: cuda`
  *     against `device: cpu` (from a short SFT so that step 1 has rewards; in this config
  *     steps 2 and 3 draw no reward, so their loss and norm are 0 on both): the update ran
@@ -238,21 +239,27 @@ START_TEST(test_sft_matches_cpu)
 }
 END_TEST
 
+/* _i: LoRA (0) or full fine-tuning (1) */
 START_TEST(test_sft_resume_exact)
 {
-    write_sft("straight", "cuda", 0);
-    write_sft("cut", "cuda", 0);
-    ck_assert_int_eq(tu_sh("%s sft %s/straight.yaml --quiet 2>/dev/null", bin, tmp), 0);
-    ck_assert_int_eq(tu_sh("%s sft %s/cut.yaml --quiet --set sft.steps=2 2>/dev/null", bin, tmp),
-                     0);
-    ck_assert_int_eq(tu_sh("%s sft --resume %s/runs/cut --quiet --set sft.steps=4 2>/dev/null",
-                           bin, tmp), 0);
+    char straight[32], cut[32];
+    snprintf(straight, sizeof straight, "straight-%d", _i);
+    snprintf(cut, sizeof cut, "cut-%d", _i);
+    write_sft(straight, "cuda", _i);
+    write_sft(cut, "cuda", _i);
+    ck_assert_int_eq(tu_sh("%s sft %s/%s.yaml --quiet 2>/dev/null", bin, tmp, straight), 0);
+    ck_assert_int_eq(tu_sh("%s sft %s/%s.yaml --quiet --set sft.steps=2 2>/dev/null", bin, tmp,
+                           cut), 0);
+    ck_assert_int_eq(tu_sh("%s sft --resume %s/runs/%s --quiet --set sft.steps=4 2>/dev/null",
+                           bin, tmp, cut), 0);
     double la[8], na[8], lb[8], nb[8];
-    ck_assert_int_eq(sft_log("straight", la, na, 8), 4);
-    ck_assert_int_eq(sft_log("cut", lb, nb, 8), 4);
+    ck_assert_int_eq(sft_log(straight, la, na, 8), 4);
+    ck_assert_int_eq(sft_log(cut, lb, nb, 8), 4);
     ck_assert(memcmp(la, lb, sizeof(double) * 4) == 0 && memcmp(na, nb, sizeof(double) * 4) == 0);
-    ck_assert_int_eq(tu_sh("cmp -s %s/runs/straight/ckpt/latest/optimizer.safetensors "
-                           "%s/runs/cut/ckpt/latest/optimizer.safetensors", tmp, tmp), 0);
+    /* the optimizer state and the weights streamed from the device, byte for byte */
+    ck_assert_int_eq(tu_sh("cd %s/runs && for f in optimizer.safetensors model.safetensors; do "
+                           "cmp -s %s/ckpt/latest/$f %s/ckpt/latest/$f || exit 1; done", tmp,
+                           straight, cut), 0);
 }
 END_TEST
 
@@ -407,7 +414,7 @@ int main(void)
         tcase_add_test(tc, test_refused);
         if (have) {
             tcase_add_loop_test(tc, test_sft_matches_cpu, 0, 3);
-            tcase_add_test(tc, test_sft_resume_exact);
+            tcase_add_loop_test(tc, test_sft_resume_exact, 0, 2);
             tcase_add_test(tc, test_train_bf16_matches_cpu);
             tcase_add_test(tc, test_bench_rl_step_device);
         }

@@ -173,18 +173,95 @@ START_TEST(test_grad_parity)
     }
     ck_assert(memcmp(p, dllm_tf_trainable(d, &nd), sizeof(float) * n) == 0);
     float *md = malloc(sizeof(float) * n), *vd = malloc(sizeof(float) * n);
-    dllm_tf_device_moments(d, md, vd, false);
+    dllm_tf_device_state_read(d, DLLM_TF_STATE_ADAM_M, 0, n, md);
+    dllm_tf_device_state_read(d, DLLM_TF_STATE_ADAM_V, 0, n, vd);
     ck_assert(memcmp(md, mo, sizeof(float) * n) == 0);
     ck_assert(memcmp(vd, vo, sizeof(float) * n) == 0);
-    /* up and down again: unchanged */
+    /* up and down again in uneven pieces that straddle the tensors: unchanged */
     memset(md, 0, sizeof(float) * n);
-    dllm_tf_device_moments(d, mo, vo, true);
-    dllm_tf_device_moments(d, md, vd, false);
+    for (size_t off = 0; off < n; off += 997) {
+        size_t c = n - off < 997 ? n - off : 997;
+        dllm_tf_device_state_write(d, DLLM_TF_STATE_ADAM_M, off, c, mo + off);
+    }
+    for (size_t off = 0; off < n; off += 1013) {
+        size_t c = n - off < 1013 ? n - off : 1013;
+        dllm_tf_device_state_read(d, DLLM_TF_STATE_ADAM_M, off, c, md + off);
+    }
     ck_assert(memcmp(md, mo, sizeof(float) * n) == 0);
     free(md), free(vd), free(p), free(mo), free(vo), free(gc), free(gcd), free(gd);
     free(lh), free(ld), free(dl);
     dllm_tf_free(h);
     dllm_tf_free(d);
+}
+END_TEST
+
+/* The device's copy is the master once it trains there: after AdamW steps nothing has
+ * come down (dllm_tf_device_ahead), yet a full fine-tune's checkpoint streamed from the
+ * device (dllm_tf_save while ahead: no pull) and its rollout copy built on the device
+ * from the trainer view equal, byte for byte and bit for bit, those of a second model
+ * given the same weights on the host and uploaded. The chunked state reads agree with
+ * the pulled vector. _i: arch (0..2) x {LoRA, full} */
+START_TEST(test_device_masters)
+{
+    int arch_i = _i / 2;
+    bool lora = _i % 2 == 0;
+    dllm_backend *be = dllm_backend_cuda();
+    dllm_err err;
+    dllm_tf *d = tiny(arch_i, lora), *e = tiny(arch_i, lora);
+    dllm_precision pr;
+    ck_assert_int_eq(dllm_precision_parse(&pr, "fp32", "bf16", "e4m3", "block", false, &err), 0);
+    ck_assert_int_eq(dllm_tf_rollout_sync(d, &pr, NULL, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(d, be, &err), 0);
+    ck_assert_int_eq(dllm_tf_device_train(d, &err), 0);
+    int V = dllm_tf_config(d)->embedding_size;
+    int32_t tok[B * T], rows[NROWS];
+    uint8_t mask[B * T];
+    inputs(d, tok, mask, rows);
+    float *lg = malloc(sizeof(float) * NROWS * V), *dl = malloc(sizeof(float) * NROWS * V);
+    dllm_rng r = dllm_rng_make(81, DLLM_RNG_INIT, 4, 0);
+    for (int i = 0; i < NROWS * V; i++)
+        dl[i] = (float)(0.1 * dllm_rng_normal(&r));
+    size_t n;
+    dllm_tf_trainable(d, &n);
+    for (int t = 1; t <= 2; t++) {
+        dllm_tf_device_zero_grad(d);
+        ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, lg), 0);
+        dllm_tf_backward(d, dl);
+        dllm_tf_device_adamw(d, t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f);
+        ck_assert(dllm_tf_device_ahead(d));
+    }
+    char da[64] = "/tmp/dllm-masters-XXXXXX", db[64] = "/tmp/dllm-masters-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(da));
+    ck_assert_ptr_nonnull(mkdtemp(db));
+    ck_assert_int_eq(dllm_tf_save(d, da, ST_F32, 4096, &err), 0); /* sharded: several files */
+    ck_assert(dllm_tf_device_ahead(d) == !lora); /* LoRA pulls its small adapters */
+    ck_assert_int_eq(dllm_tf_rollout_sync(d, &pr, NULL, &err), 0);
+    float *rd = malloc(sizeof(float) * NROWS * V), *re = malloc(sizeof(float) * NROWS * V);
+    ck_assert_int_eq(dllm_tf_forward_rollout(d, tok, mask, B, T, rows, NROWS, rd), 0);
+    ck_assert(dllm_tf_device_ahead(d) == !lora);
+    float *chunked = malloc(sizeof(float) * n);
+    for (size_t off = 0; off < n; off += 4093)
+        dllm_tf_device_state_read(d, DLLM_TF_STATE_PARAMS, off, n - off < 4093 ? n - off : 4093,
+                                  chunked + off);
+    const float *p = dllm_tf_trainable(d, &n); /* now it comes down */
+    ck_assert(!dllm_tf_device_ahead(d));
+    ck_assert(memcmp(chunked, p, sizeof(float) * n) == 0);
+    /* the same weights given on the host, then uploaded */
+    memcpy(dllm_tf_trainable(e, &n), p, sizeof(float) * n);
+    ck_assert_int_eq(dllm_tf_rollout_sync(e, &pr, NULL, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(e, be, &err), 0);
+    ck_assert_int_eq(dllm_tf_forward_rollout(e, tok, mask, B, T, rows, NROWS, re), 0);
+    ck_assert_msg(memcmp(rd, re, sizeof(float) * NROWS * V) == 0,
+                  "%s: the rollout copy built from the device's masters differs", ARCHS[arch_i]);
+    ck_assert_int_eq(dllm_tf_save(e, db, ST_F32, 4096, &err), 0);
+    ck_assert_int_eq(tu_sh("diff -r %s %s >/dev/null", da, db), 0);
+    ck_assert_int_eq(tu_sh("ls %s/model-00002-of-*.safetensors >/dev/null 2>&1", da), 0);
+    printf("%s %s: checkpoint streamed from the device equals the host's; rollout copy equal\n",
+           ARCHS[arch_i], lora ? "LoRA" : "full");
+    tu_sh("rm -rf %s %s", da, db);
+    free(lg), free(dl), free(rd), free(re), free(chunked);
+    dllm_tf_free(d);
+    dllm_tf_free(e);
 }
 END_TEST
 
@@ -468,22 +545,33 @@ START_TEST(test_train_matches_cpu)
 }
 END_TEST
 
+/* _i: LoRA (0) or full (1): a run cut after step 1 and resumed equals an uninterrupted
+ * one: its log bit for bit, and the step-2 checkpoint (weights and the optimizer state
+ * streamed from the device) byte for byte. */
 START_TEST(test_device_resume_exact)
 {
-    write_rl("straight", "cuda", true);
-    write_rl("cut", "cuda", true);
+    bool lora = _i == 0;
+    char straight[32], cut[32];
+    snprintf(straight, sizeof straight, "straight-%d", _i);
+    snprintf(cut, sizeof cut, "cut-%d", _i);
+    write_rl(straight, "cuda", lora);
+    write_rl(cut, "cuda", lora);
     /* 2 steps (the emulation is slow): cut after 1, resumed for the second */
-    ck_assert_int_eq(tu_sh("%s train %s/straight.yaml --quiet --set grpo.steps=2 2>/dev/null", bin,
-                           tmp), 0);
-    ck_assert_int_eq(tu_sh("%s train %s/cut.yaml --quiet --set grpo.steps=1 2>/dev/null", bin,
-                           tmp), 0);
-    ck_assert_int_eq(tu_sh("%s train --resume %s/runs/cut --quiet --set grpo.steps=2 2>/dev/null",
-                           bin, tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/%s.yaml --quiet --set grpo.steps=2 2>/dev/null", bin,
+                           tmp, straight), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/%s.yaml --quiet --set grpo.steps=1 2>/dev/null", bin,
+                           tmp, cut), 0);
+    ck_assert_int_eq(tu_sh("%s train --resume %s/runs/%s --quiet --set grpo.steps=2 2>/dev/null",
+                           bin, tmp, cut), 0);
+    ck_assert_int_eq(tu_sh("cd %s/runs && for f in optimizer.safetensors %s; do "
+                           "cmp %s/ckpt/step-2/$f %s/ckpt/step-2/$f || exit 1; done",
+                           tmp, lora ? "adapter_model.safetensors" : "model.safetensors",
+                           straight, cut), 0);
     const char *m[] = {"steps/step", "steps/loss", "steps/grad_norm", "steps/reward_mean",
                        "trajectories/reward", "trajectories/log_w", "trajectories/l_pi"};
     for (size_t k = 0; k < sizeof m / sizeof *m; k++) {
         int64_t na, nb;
-        double *a = col("straight", m[k], &na), *b = col("cut", m[k], &nb);
+        double *a = col(straight, m[k], &na), *b = col(cut, m[k], &nb);
         ck_assert_msg(na == nb && na > 0, "%s: %lld vs %lld rows", m[k], (long long)na,
                       (long long)nb);
         for (int64_t i = 0; i < na; i++)
@@ -492,8 +580,8 @@ START_TEST(test_device_resume_exact)
         free(a), free(b);
     }
     int64_t r1, c1, r2, c2;
-    int32_t *ta = ints("straight", "trajectories/completion_tokens", &r1, &c1);
-    int32_t *tb = ints("cut", "trajectories/completion_tokens", &r2, &c2);
+    int32_t *ta = ints(straight, "trajectories/completion_tokens", &r1, &c1);
+    int32_t *tb = ints(cut, "trajectories/completion_tokens", &r2, &c2);
     ck_assert(r1 == r2 && c1 == c2);
     ck_assert(memcmp(ta, tb, sizeof *ta * (size_t)(r1 * c1)) == 0);
     free(ta), free(tb);
@@ -533,10 +621,11 @@ int main(void)
     tcase_add_loop_test(tc, test_grad_parity, 0, 6);
     tcase_add_loop_test(tc, test_second_update_parity, 0, 6);
     tcase_add_loop_test(tc, test_device_dlogits, 0, 6);
+    tcase_add_loop_test(tc, test_device_masters, 0, 6);
     tcase_add_test(tc, test_bf16_trainer_refused);
     if (cli) {
         tcase_add_loop_test(tc, test_train_matches_cpu, 0, 2);
-        tcase_add_test(tc, test_device_resume_exact);
+        tcase_add_loop_test(tc, test_device_resume_exact, 0, 2);
     }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

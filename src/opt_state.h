@@ -1,0 +1,27 @@
+/* opt_state.h: the exact optimizer state a checkpoint holds for resuming
+ * (optimizer.safetensors, the same file for `sft` and `train`): the trainable vector
+ * "trainable", the AdamW moments "adam_m" and "adam_v", and optional host vectors of
+ * the same length ("reference": the KL reference policy). From host vectors, or
+ * streamed to and from a model that trains on a device (its copies are the masters
+ * there), a bounded chunk at a time through one host buffer: no host copy of the
+ * state is made. */
+#ifndef DLLM_OPT_STATE_H
+#define DLLM_OPT_STATE_H
+
+#include "dllm/transformer.h"
+
+typedef struct {
+    size_t n;                        /* the trainable vector's length */
+    dllm_tf *dev;                    /* non-NULL: trainable and moments live on its device */
+    float *params, *adam_m, *adam_v; /* host vectors of n floats (dev NULL) */
+    const char *extra_name;          /* NULL, or one more host vector of n floats */
+    float *extra;
+} opt_state;
+
+/* Writes PATH (through PATH.tmp). */
+int opt_state_save(const opt_state *s, const char *path, dllm_err *err);
+/* Reads PATH into the state's vectors (each tensor present with shape [n]; errors name
+ * file and tensor). */
+int opt_state_load(const opt_state *s, const char *path, dllm_err *err);
+
+#endif
