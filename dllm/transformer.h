@@ -190,7 +190,8 @@ double dllm_tf_device_clip_grad(dllm_tf *m, double max_norm);
 /* One AdamW step (op_adamw's, bit-identical per element) of the trainable vector on the
  * device. The device copy is the master from then on: nothing comes down (the host's
  * trainable vector is stale, dllm_tf_device_ahead, until something on the host reads it:
- * dllm_tf_trainable downloads it first). The rollout copy is built on the device from it
+ * dllm_tf_trainable downloads it first; a full fine-tune's host masters give their pages
+ * back to the system meanwhile). The rollout copy is built on the device from it
  * (full fine-tuning) or from the host's frozen base and the adapters, which are small;
  * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_tf_device_state_read). */
 void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float eps, float wd);

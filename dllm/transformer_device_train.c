@@ -22,9 +22,12 @@
  * their fp32 gradients and masters on the device: refused. */
 #include "dllm/transformer_device_impl.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 bool tf_device_training(const dllm_tf *m) { return m->dev && m->dev->train; }
 bool dllm_tf_device_trains(const dllm_tf *m) { return tf_device_training(m); }
@@ -90,6 +93,25 @@ static void transfer_range(dllm_tf *m, float *host, float *dev, size_t off, size
 static void transfer(dllm_tf *m, float *host, float *dev, bool up)
 {
     transfer_range(m, host, dev, 0, m->dev->n_train, up);
+}
+
+/* The device's copy has become the master. A full fine-tune's host masters then give
+ * their pages back to the system (they read as zeros until a pull writes them again):
+ * while it trains here the host holds no copy of the model. LoRA's host base is frozen
+ * and read by the rollout copy's merge: kept. */
+static void become_ahead(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    if (d->ahead)
+        return;
+    d->ahead = true;
+    if (m->lora_rank)
+        return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)m->params + pg - 1) & ~(pg - 1);
+    uintptr_t b = (uintptr_t)(m->params + m->n_params) & ~(pg - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 void tf_device_pull(dllm_tf *m)
@@ -273,7 +295,7 @@ void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float
     tf_device_view(m, false); /* the trainable copy is current */
     float *p = dev_trainable(m);
     d->be->ops->adamw(d->be, p, d->g, d->adam_m, d->adam_v, d->n_train, t, lr, b1, b2, eps, wd);
-    d->ahead = true; /* the host's copy is stale until it is read there */
+    become_ahead(m); /* the host's copy is stale until it is read there */
 }
 
 void dllm_tf_device_grads(dllm_tf *m, float *out)
@@ -300,7 +322,7 @@ void dllm_tf_device_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t 
 {
     transfer_range(m, (float *)src, state_vector(m, s), off, n, true);
     if (s == DLLM_TF_STATE_PARAMS) {
-        m->dev->ahead = true;
+        become_ahead(m);
         m->dev->ka.valid = m->dev->k_valid = false; /* kept for the old values */
     }
 }

@@ -392,6 +392,14 @@ int cmd_train(int argc, char **argv)
     run.jsonl = a.jsonl;
     if (!rc)
         rc = run_training(&run, &a, run_dir, &err);
+    if (rc && ok == 0 && comm_size() > 1) {
+        /* past the agreement above a rank can fail alone (its model, its device, NCCL):
+         * the others would wait for it in their next collective, so the job ends here */
+        cli_fail("train", &err);
+        fprintf(stderr, "dllm-rl train: rank %d of %d failed: ending every rank\n", comm_rank(),
+                comm_size());
+        comm_abort(rc);
+    }
     rl_run_close(&run);
     if (rc)
         cli_fail("train", &err);

@@ -3,6 +3,7 @@
 
 #include "kernels/base.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,6 +109,15 @@ void comm_barrier(void)
         MPI_Barrier(MPI_COMM_WORLD);
 }
 
+void comm_abort(int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    if (comm_size() > 1)
+        MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
 size_t comm_gather_bytes(const void *buf, size_t n, void **out)
 {
     int size = comm_size(), rank = comm_rank();
@@ -148,6 +158,11 @@ void comm_sum_f(float *x, size_t n) { (void)x; (void)n; }
 void comm_max_d(double *x, size_t n) { (void)x; (void)n; }
 void comm_bcast_bytes(void *buf, size_t n) { (void)buf; (void)n; }
 void comm_barrier(void) {}
+void comm_abort(int code)
+{
+    fflush(stdout);
+    exit(code);
+}
 
 size_t comm_gather_bytes(const void *buf, size_t n, void **out)
 {

@@ -20,6 +20,10 @@ void comm_sum_f(float *x, size_t n);
 void comm_max_d(double *x, size_t n);
 void comm_bcast_bytes(void *buf, size_t n); /* from rank 0 */
 void comm_barrier(void);
+/* Ends every rank with exit status `code` (MPI_Abort; one rank: exit). For a failure
+ * one rank meets alone after the ranks' agreement points: the others would wait for it
+ * in their next collective (or inside NCCL's set-up) forever. */
+void comm_abort(int code);
 /* Gathers variable-size byte blocks to rank 0: out (rank 0 only) receives the
  * concatenation in rank order; returns its size. */
 size_t comm_gather_bytes(const void *buf, size_t n, void **out);

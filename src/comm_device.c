@@ -61,7 +61,7 @@ int comm_device_open(dllm_err *err)
                             comm_rank() == 0 ? ncclGetErrorString(r) : "failed");
     comm_bcast_bytes(&id, sizeof id);
     r = ncclCommInitRank(&g_comm, comm_size(), id, comm_rank());
-    if (r != ncclSuccess) {
+    if (r != ncclSuccess) { /* the caller ends every rank (comm_abort): others may wait */
         g_comm = NULL;
         return dllm_err_set(err, DLLM_EXIT_INTERNAL,
                             "rank %d: ncclCommInitRank over %d ranks: %s (NCCL_DEBUG=INFO says "

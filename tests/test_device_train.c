@@ -49,6 +49,7 @@
 
 #include <check.h>
 #include <hdf5.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <math.h>
 #include <stdio.h>
@@ -222,13 +223,28 @@ START_TEST(test_device_masters)
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
     size_t n;
-    dllm_tf_trainable(d, &n);
+    const float *host = dllm_tf_trainable(d, &n); /* the host masters' own memory */
     for (int t = 1; t <= 2; t++) {
         dllm_tf_device_zero_grad(d);
         ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, lg), 0);
         dllm_tf_backward(d, dl);
         dllm_tf_device_adamw(d, t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f);
         ck_assert(dllm_tf_device_ahead(d));
+    }
+    /* a full fine-tune's host masters gave their pages back (and nothing has touched them
+     * since); LoRA's are the adapters, small, and its frozen base stays */
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a0 = ((uintptr_t)host + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+    uintptr_t a1 = (uintptr_t)(host + n) & ~(uintptr_t)(pg - 1);
+    size_t pages = a1 > a0 ? (a1 - a0) / (size_t)pg : 0, resident = 0;
+    if (!lora && pages) {
+        unsigned char *vec = malloc(pages);
+        ck_assert_int_eq(mincore((void *)a0, a1 - a0, vec), 0);
+        for (size_t i = 0; i < pages; i++)
+            resident += vec[i] & 1;
+        free(vec);
+        ck_assert_msg(pages > 16 && resident == 0, "%zu of the host masters' %zu pages resident",
+                      resident, pages);
     }
     char da[64] = "/tmp/dllm-masters-XXXXXX", db[64] = "/tmp/dllm-masters-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(da));
@@ -256,8 +272,9 @@ START_TEST(test_device_masters)
     ck_assert_int_eq(dllm_tf_save(e, db, ST_F32, 4096, &err), 0);
     ck_assert_int_eq(tu_sh("diff -r %s %s >/dev/null", da, db), 0);
     ck_assert_int_eq(tu_sh("ls %s/model-00002-of-*.safetensors >/dev/null 2>&1", da), 0);
-    printf("%s %s: checkpoint streamed from the device equals the host's; rollout copy equal\n",
-           ARCHS[arch_i], lora ? "LoRA" : "full");
+    printf("%s %s: checkpoint streamed from the device equals the host's; rollout copy equal; "
+           "host masters' pages resident while ahead: %zu of %zu\n",
+           ARCHS[arch_i], lora ? "LoRA" : "full", resident, lora ? 0 : pages);
     tu_sh("rm -rf %s %s", da, db);
     free(lg), free(dl), free(rd), free(re), free(chunked);
     dllm_tf_free(d);

@@ -6,7 +6,10 @@
  * rollout copy is bf16 rather than FP8: after the first update the ranks'
  * weights differ in the last bit (gradient sums in another order), and an FP8
  * code can flip on that, moving one log w by ~1e-3; bf16's steps are 256x
- * finer. SKIP (77) when built without MPI or when mpirun is missing. */
+ * finer. A rank that fails alone once the ranks have agreed on the setup (here its
+ * model has no weights) ends the job (MPI_Abort) instead of leaving the other waiting
+ * in its next collective: the job exits non-zero within the time limit, saying which
+ * rank failed and why. SKIP (77) when built without MPI or when mpirun is missing. */
 #include "tests/test_shell.h"
 #include "config.h"
 #include "src/h5log.h"
@@ -84,6 +87,39 @@ START_TEST(two_ranks_match_one)
 }
 END_TEST
 
+START_TEST(one_rank_fails_alone)
+{
+    const char *bin = getenv("DLLM_BIN");
+    ck_assert_ptr_nonnull(bin);
+    ck_assert_int_eq(tu_sh("%s init-model --arch llada --preset tiny --seed 5 --out %s/m2 >/dev/null"
+                           " && cp -r %s/m2 %s/broken && rm %s/broken/model.safetensors",
+                           bin, tmp, tmp, tmp, tmp), 0);
+#define FAIL_YAML                                                                                \
+    "seed: 3\nmodel: {path: %s/%s}\n"                                                            \
+    "task: {name: sudoku, format: plain, chat: plain, train: {n: 64}, max_blanks: 6}\n"           \
+    "rollout: {precision: bf16, group_size: 4, gen_length: 12, block_length: 6, steps: 6, "      \
+    "temperature: 1.0}\n"                                                                       \
+    "grpo: {steps: 3, prompts_per_step: 4, inner_steps: 1}\n"                                    \
+    "eval: {every: 0}\nlog: {dir: %s/runs}\n"
+    for (int k = 0; k < 2; k++) {
+        char cfg[256];
+        snprintf(cfg, sizeof cfg, "%s/%s.yaml", tmp, k ? "bad" : "good");
+        FILE *f = fopen(cfg, "w");
+        fprintf(f, FAIL_YAML, tmp, k ? "broken" : "m2", tmp);
+        fclose(f);
+    }
+    /* rank 0 passes every check and starts; rank 1's model fails to open */
+    int rc = tu_sh("OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun --oversubscribe "
+                   "-np 1 %s train %s/good.yaml --quiet --set experiment=fail : "
+                   "-np 1 %s train %s/bad.yaml --quiet --set experiment=fail > %s/fail.out 2>&1",
+                   bin, tmp, bin, tmp, tmp);
+    ck_assert_msg(rc != 0 && rc != 124, "exit status %d (124: the job hung)", rc);
+    ck_assert_int_eq(tu_sh("grep -q 'rank 1 of 2 failed' %s/fail.out", tmp), 0);
+    ck_assert_int_eq(tu_sh("grep -q 'model.safetensors' %s/fail.out", tmp), 0);
+}
+END_TEST
+
 int main(void)
 {
 #ifndef HAVE_MPI
@@ -101,6 +137,7 @@ int main(void)
     TCase *tc = tcase_create("mpi");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, two_ranks_match_one);
+    tcase_add_test(tc, one_rank_fails_alone);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
