@@ -24,9 +24,16 @@
  *     against `device: cpu` (from a short SFT so that step 1 has rewards; in this config
  *     steps 2 and 3 draw no reward, so their loss and norm are 0 on both): the update ran
  *     on the device, rewards identical at step 1, loss and grad_norm within 1e-2
- *     relative (+1e-6 absolute for the loss) at every step (measured 3.2e-3 at step 1:
- *     the logged values are the second inner update's, after one AdamW step, and the
- *     bf16 rounding points amplify the differences above);
+ *     relative (+1e-4 absolute for the loss, a sum of terms of both signs whose scale is
+ *     the advantages', about 0.5) at every step. The logged values are the second inner
+ *     update's, after one AdamW step, and the bf16 rounding points make the first
+ *     gradients differ (grad_norm 0.65 % apart before any update on an Intel Xeon);
+ *     AdamW's first step moves every element by about lr whatever its gradient's size, so
+ *     elements whose gradient is rounding noise step either way; eps 1e-4 (as the full
+ *     fine-tuning config of test_device_train.c) keeps those steps small. Measured:
+ *     grad_norm 0.18 % and the loss 9.5e-5 apart (Intel Xeon; 3.2e-3 relative on an AMD
+ *     EPYC, whose OpenBLAS kernels make another SFT model); at the default eps 1e-8 the
+ *     Xeon's grad_norm is 12 % apart;
  *   - `bench rl-step --device cuda` on the tiny preset with LoRA prints every phase of
  *     the step split, the update on the device and the transfers line.
  * In every build: `bench rl-step --device tpu` and `--preset nosuch` are refused (exit 2,
@@ -291,7 +298,7 @@ static void write_rl(const char *name, const char *device)
                "rollout: {precision: bf16, group_size: 4, gen_length: 34, block_length: 34, "
                "steps: 4, temperature: 1.0}\n"
                "grpo: {steps: 3, prompts_per_step: 2, inner_steps: 2, fresh_masks: true}\n"
-               "correction: {method: ais}\noptim: {lr: 1e-2, grad_clip: 1.0}\n"
+               "correction: {method: ais}\noptim: {lr: 1e-2, grad_clip: 1.0, eps: 1e-4}\n"
                "eval: {every: 0}\nlog: {dir: %s/runs}\ncheckpoint: {every: 0}\n",
             name, device, tmp, tmp);
     fclose(f);
@@ -316,7 +323,7 @@ START_TEST(test_train_bf16_matches_cpu)
             printf("train bf16 LoRA %s step %d: cpu %.9g device %.9g\n", m[k], i + 1, a[i], b[i]);
             if (k == 2 && i > 0) /* later rollouts follow the updates: not compared */
                 continue;
-            double tol = k == 2 ? 0 : 1e-2 * fabs(a[i]) + (k == 0 ? 1e-6 : 0);
+            double tol = k == 2 ? 0 : 1e-2 * fabs(a[i]) + (k == 0 ? 1e-4 : 0);
             ck_assert_msg(fabs(a[i] - b[i]) <= tol, "%s step %d: cpu %.9g device %.9g", m[k],
                           i + 1, a[i], b[i]);
         }
