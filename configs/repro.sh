@@ -14,6 +14,11 @@ export OMP_NUM_THREADS=1
 # The table was made with OpenBLAS as the fp32 GEMM; builds that find oneDNN default
 # to it (README, "The fp32 GEMM library"), which sums in another order.
 export DLLM_GEMM=${DLLM_GEMM:-openblas}
+# ... and OpenBLAS's Haswell kernels (docs/REPRODUCTION.md, "Reproducibility"), which
+# any AVX2 CPU runs; OpenBLAS would pick SkylakeX on an Intel AVX-512 CPU.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+  export OPENBLAS_CORETYPE=Haswell
+fi
 mkdir -p runs
 if [ ! -e runs/repro-sft/ckpt/latest ]; then
   "$BIN" tasks sft-data sudoku --n 500 --seed 101 --max-blanks 8 > runs/repro-sft.jsonl
