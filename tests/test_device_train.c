@@ -14,8 +14,14 @@
  *     3e-13) and of 1e-10 of host-built dlogits on the same device; a bad target and a
  *     model not training on a device are input errors;
  *   - three AdamW steps on the device equal op_adamw on the host from the same
- *     gradients bit for bit (parameters, which come down into the host masters, and both
- *     moments), and the moments go back up unchanged;
+ *     gradients bit for bit (parameters, pulled by dllm_tf_trainable, and both moments,
+ *     read through dllm_tf_device_state_read), and the moments written back in uneven
+ *     chunks read back unchanged;
+ *   - the device's copy as the master (test_device_masters): ahead after AdamW steps; a
+ *     checkpoint streamed from it (sharded) equals, file for file, a host-made model's
+ *     with the same weights; its rollout copy, packed from the device masters, gives the
+ *     same rollout logits bit for bit; chunked reads equal the pulled vector; a full
+ *     fine-tune's host masters have no resident page while the device is ahead;
  *   - through the CLI (DLLM_BIN), `train` of a tiny LLaDA model (200 SFT steps on Sudoku
  *     answers with up to 4 blanks, and RL on puzzles with as many, at lr 1e-3, so step 1
  *     has rewards and gradients, and under full fine-tuning steps 2 and 3 too; with LoRA
@@ -30,11 +36,11 @@
  *     AdamW's eps at 1e-4, above the rounding noise of its cancelling gradient
  *     elements, see the test);
  *   - two and three updates in a row (forward, backward, clip, AdamW; LoRA and full):
- *     the logits, gradients and parameters after each match the CPU's as the first do,
- *     so the device copy and the host masters stay in step across AdamW steps;
- *   - a device run cut after 1 step and resumed (`train --resume --set grpo.steps=2`)
- *     equals the uninterrupted device run bit for bit (losses, norms, rewards, log_w,
- *     completion tokens).
+ *     the logits, gradients and parameters after each match the CPU's as the first do;
+ *   - a device run cut after 1 step and resumed (`train --resume --set grpo.steps=2`),
+ *     LoRA and full, equals the uninterrupted device run bit for bit (losses, norms,
+ *     rewards, log_w, completion tokens) and its step-2 checkpoint byte for byte
+ *     (optimizer.safetensors and the weights, streamed from the device).
  * Without a usable CUDA backend (the plain build) it reports SKIP (77) with the reason;
  * the emulation build's `make check` runs it. */
 #include "config.h"
