@@ -709,11 +709,10 @@ typedef struct {
     st_dtype dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    uint8_t *bytes; /* nbytes, little-endian; NULL: streamed (fill, or ref) */
+    uint8_t *bytes; /* nbytes, little-endian; NULL: streamed */
     size_t nbytes;
-    st_fill_fn fill;  /* streamed: produces the values at write time */
+    st_fill_fn fill; /* streamed: produces the values at write time */
     void *ctx;
-    const float *ref; /* streamed from this host array (fill NULL) */
 } st_wtensor;
 
 struct st_writer {
@@ -852,16 +851,18 @@ int st_writer_add_f32_fn(st_writer *w, const char *name, st_dtype dtype, int ndi
     return DLLM_OK;
 }
 
+/* The _ref form: a fill that reads the caller's array (ctx) itself. */
+static int fill_from_array(void *ctx, size_t off, size_t n, float *dst, dllm_err *err)
+{
+    (void)err;
+    memcpy(dst, (const float *)ctx + off, n * sizeof(float));
+    return DLLM_OK;
+}
+
 int st_writer_add_f32_ref(st_writer *w, const char *name, st_dtype dtype, int ndim,
                           const int64_t *shape, const float *src, dllm_err *err)
 {
-    if (check_f32_dtype(name, dtype, err))
-        return DLLM_EXIT_INPUT;
-    st_wtensor *t = writer_push(w, name, dtype, ndim, shape, false, err);
-    if (!t)
-        return err ? err->code : DLLM_EXIT_INPUT;
-    t->ref = src;
-    return DLLM_OK;
+    return st_writer_add_f32_fn(w, name, dtype, ndim, shape, fill_from_array, (void *)src, err);
 }
 
 int st_writer_add_raw(st_writer *w, const char *name, st_dtype dtype, int ndim,
@@ -904,18 +905,14 @@ static int write_streamed(const st_wtensor *t, FILE *f, float **chunk, uint8_t *
     size_t es = st_dtype_size(t->dtype), numel = t->nbytes / es;
     for (size_t off = 0; off < numel && !*bad; off += ST_STREAM_CHUNK) {
         size_t n = numel - off < ST_STREAM_CHUNK ? numel - off : ST_STREAM_CHUNK;
-        const float *src = t->ref ? t->ref + off : NULL;
-        if (!src) {
-            if (!*chunk)
-                *chunk = dllm_malloc(ST_STREAM_CHUNK * sizeof(float));
-            int rc = t->fill(t->ctx, off, n, *chunk, err);
-            if (rc)
-                return rc;
-            src = *chunk;
-        }
-        if (!*bytes)
+        if (!*chunk) {
+            *chunk = dllm_malloc(ST_STREAM_CHUNK * sizeof(float));
             *bytes = dllm_malloc(ST_STREAM_CHUNK * sizeof(float));
-        encode_f32(t->dtype, src, n, *bytes);
+        }
+        int rc = t->fill(t->ctx, off, n, *chunk, err);
+        if (rc)
+            return rc;
+        encode_f32(t->dtype, *chunk, n, *bytes);
         *bad = fwrite(*bytes, 1, n * es, f) != n * es;
     }
     return DLLM_OK;
