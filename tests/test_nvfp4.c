@@ -8,6 +8,8 @@
  *    scale 2), and on random matrices every block scale and code recomputed here
  *    from the definitions, bit for bit; edge blocks (C not a multiple of 16),
  *    all-zero blocks and tensors, non-finite entries;
+ *  - the vectorised block loops at every boundary, NaN, infinities and -0, codes
+ *    and the codeless path, against the brute-force encoding;
  *  - quantise-dequantise of random matrices within the format's error bound;
  *  - the W4A4 linear against a plain product of the dequantised operands. */
 #include "kernels/fp8.h"
@@ -256,6 +258,57 @@ START_TEST(nonfinite_entries)
 }
 END_TEST
 
+/* The matrix paths count comparisons in vectorised block loops instead of calling
+ * the scalar encoder: at every rounding boundary, the floats either side of it,
+ * both signs, -0, NaN and infinities, in blocks whose decode scale is exactly 1
+ * (a 2688 elsewhere makes g = 1; a 6 in the block makes its scale 1), the codes and
+ * the codeless path's values are the brute-force encoding's, bit for bit. */
+START_TEST(block_loops_match_the_definition_at_boundaries)
+{
+    const float edges[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.0f, 0.5f, 6.0f, 7.0f};
+    enum { C = 16 * 12 };
+    float x[2 * C];
+    int n = 0;
+    x[n++] = 2688.0f;
+    while (n % 16)
+        x[n++] = 1.0f;
+    for (int e = 0; e < (int)(sizeof edges / sizeof *edges); e++)
+        for (int sg = 0; sg < 2; sg++) {
+            const float v = sg ? -edges[e] : edges[e];
+            const float vals[3] = {nextafterf(v, -10.0f), v, nextafterf(v, 10.0f)};
+            for (int k = 0; k < 3; k++) {
+                if (n % 16 == 0)
+                    x[n++] = 6.0f; /* the block's max: scale exactly 1 */
+                x[n++] = vals[k];
+            }
+        }
+    const float odd[] = {-0.0f, NAN, -NAN, INFINITY, -INFINITY, 1e-30f, -1e-30f};
+    for (int k = 0; k < (int)(sizeof odd / sizeof *odd); k++) {
+        if (n % 16 == 0)
+            x[n++] = 6.0f;
+        x[n++] = odd[k];
+    }
+    while (n < 2 * C - 16)
+        x[n++] = 0.0f;
+    while (n < 2 * C) /* an all-zero block with signs: scale 0 */
+        x[n] = n % 2 ? -0.0f : 0.0f, n++;
+    nvfp4_matrix m = {0};
+    dllm_err err = {0};
+    ck_assert_int_eq(nvfp4_quantise(&m, x, 2, C, &err), 0);
+    ck_assert(m.global_scale == 1.0f);
+    check_against_definition(x, 2, C, &m);
+    float out[2 * C];
+    nvfp4_quant_dequant(out, x, 2, C);
+    for (int k = 0; k < 2 * C; k++) {
+        const float d = nvfp4_block_decode_scale(&m, k / C, (k % C) / 16);
+        const float want = nvfp4_e2m1_decode(m.q[k]) * d;
+        ck_assert_msg(memcmp(&out[k], &want, sizeof want) == 0, "%d: %a -> %a, want %a", k,
+                      x[k], out[k], want);
+    }
+    nvfp4_matrix_free(&m);
+}
+END_TEST
+
 START_TEST(linear_matches_dequantised_product)
 {
     enum { N = 5, C = 40, OC = 7 };
@@ -301,6 +354,7 @@ static Suite *nvfp4_suite(void)
     tcase_add_test(tc, hand_computed_scales);
     tcase_add_test(tc, random_matrices_bit_exact_and_bounded);
     tcase_add_test(tc, nonfinite_entries);
+    tcase_add_test(tc, block_loops_match_the_definition_at_boundaries);
     tcase_add_test(tc, linear_matches_dequantised_product);
     suite_add_tcase(s, tc);
     return s;
