@@ -28,7 +28,9 @@ static void usage(FILE *f)
             "Runs every arm x grid point of SWEEP.yaml as `dllm-rl train BASE --set ...`\n"
             "into LOG_DIR/NAME/RUN (LOG_DIR: the base config's log.dir), N runs at once\n"
             "(--jobs, default 1) with the OpenMP threads (OMP_NUM_THREADS, else the\n"
-            "cores) divided between them. A finished run is skipped, an interrupted one\n"
+            "cores) divided between them, grid point by grid point (every arm of the\n"
+            "first point, then of the next), so a sweep stopped part way holds whole\n"
+            "comparisons. A finished run is skipped, an interrupted one\n"
             "continues with `train --resume` (or starts again when it wrote no\n"
             "checkpoint), a failed one is reported while the others go on. Each run's\n"
             "output goes to RUN/train.log. Then LOG_DIR/NAME/summary.csv and summary.md:\n"
@@ -149,11 +151,22 @@ static int read_all(const char *sweep_dir, const sweep_run *runs, int n, sweep_r
     return 0;
 }
 
+/* The k-th run to start: grid point by grid point, every arm of a point before the
+ * next point (runs are stored arms outer), so that a sweep stopped part way, or still
+ * running, already holds whole comparisons (every arm of seed 1, then of seed 2, ...). */
+static int run_at(const sweep_file *sf, int n, int k)
+{
+    const int per_arm = n / sf->n_arms;
+    return (k % sf->n_arms) * per_arm + k / sf->n_arms;
+}
+
 static int dry_run(const sweep_file *sf, const sweep_run *runs, int n, const sweep_result *res,
                    const char *sweep_dir)
 {
-    printf("sweep %s: %d runs in %s (base %s)\n", sf->name, n, sweep_dir, sf->base);
-    for (int r = 0; r < n; r++) {
+    printf("sweep %s: %d runs in %s (base %s), in the order they run\n", sf->name, n, sweep_dir,
+           sf->base);
+    for (int k = 0; k < n; k++) {
+        const int r = run_at(sf, n, k);
         const sweep_result *x = &res[r];
         const char *what = x->status == RUN_DONE       ? "skip (done)"
                            : x->status == RUN_MISSING  ? "start"
@@ -175,7 +188,8 @@ static int execute(const sweep_file *sf, const sweep_run *runs, int n, sweep_res
     bool *resume = dllm_calloc((size_t)n + 1, sizeof *resume);
     int nq = 0, failed = 0;
     char rd[4200], p[4300];
-    for (int r = 0; r < n; r++) {
+    for (int k = 0; k < n; k++) {
+        const int r = run_at(sf, n, k);
         if (res[r].status == RUN_DONE) {
             printf("skip %s (done)\n", runs[r].name);
             continue;

@@ -5,7 +5,8 @@
  *  - summary.csv's rows agree with the logs read here (steps, final accuracy and
  *    its standard error, mean alpha and rho_ess, mean |log w|), the per-arm rows
  *    with the mean of the runs; --summary rebuilds the same files from the run
- *    directories; --dry-run lists the runs as done;
+ *    directories; --dry-run lists the runs as done; runs start grid point by grid
+ *    point (both arms of seed 1 first);
  *  - a run that fails is reported (exit status 1, `failed (exit 2)` in the
  *    summary) while the others finish;
  *  - bad sweep files: file:line:col for unknown keys, bad override keys and values,
@@ -187,8 +188,10 @@ static int split(char *line, char **f)
     return n;
 }
 
+/* in the summary's order (arms outer); they run grid point by grid point */
 static const char *const RUNS[4] = {"reference_seed=1", "reference_seed=2", "fp8-ais_seed=1",
                                     "fp8-ais_seed=2"};
+static const int RUN_ORDER[4] = {0, 2, 1, 3};
 
 START_TEST(sweep_stops_restarts_and_summarises)
 {
@@ -215,13 +218,18 @@ START_TEST(sweep_stops_restarts_and_summarises)
     for (int i = 0; i < 6000 && !run_done(RUNS[0]); i++)
         usleep(10000);
     ck_assert_msg(run_done(RUNS[0]), "the first run did not finish");
-    /* stop it while the second run is between its checkpoints, if we catch it */
-    for (int i = 0; i < 5000 && latest_step(RUNS[1]) == 0; i++)
+    /* stop it while the second run (the other arm of seed 1) is between its
+     * checkpoints, if we catch it */
+    for (int i = 0; i < 5000 && latest_step(RUNS[RUN_ORDER[1]]) == 0; i++)
         usleep(1000);
     kill(pid, SIGTERM);
     int st;
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0); /* stopped, not finished */
+    char *first = slurp(out, NULL); /* seed 1's other arm ran second */
+    ck_assert_msg(strstr(first, "[1/4] start reference_seed=1\n") &&
+                      strstr(first, "[2/4] start fp8-ais_seed=1\n"), "run order:\n%s", first);
+    free(first);
     int done_before = 0;
     bool resumable[4], was_done[4];
     for (int r = 0; r < 4; r++) {
@@ -364,10 +372,14 @@ START_TEST(sweep_stops_restarts_and_summarises)
     ck_assert_int_eq(tu_sh("%s sweep %s --dry-run > %s/dry.out", bin(), sweep, tmp), 0);
     snprintf(p, sizeof p, "%s/dry.out", tmp);
     char *dry = slurp(p, NULL);
-    for (int r = 0; r < 4; r++) {
+    /* listed in the order they run: both arms of seed 1, then of seed 2 */
+    const char *at = dry;
+    for (int k = 0; k < 4; k++) {
         char want[128];
-        snprintf(want, sizeof want, "%s", RUNS[r]);
-        ck_assert_ptr_nonnull(strstr(dry, want));
+        snprintf(want, sizeof want, "\n  %s ", RUNS[RUN_ORDER[k]]);
+        const char *hit = strstr(dry, want);
+        ck_assert_msg(hit && hit > at, "%s not listed after the run before it:\n%s", want + 3, dry);
+        at = hit;
     }
     ck_assert_ptr_nonnull(strstr(dry, "skip (done)"));
     free(dry);
