@@ -3,7 +3,7 @@
 # LLaDA model, 2 arms x 2 seeds, 3 GRPO steps, an 8-item eval every step, one thread
 # per run), renders the notebook over it headless, and fails unless every figure
 # exists and is not empty, the executed notebook has no error output and no metric
-# was reported absent.
+# was reported absent; then the reproduction study's tables (repro_tables.py) over it.
 #   sh notebooks_export/ci_sweep_notebook.sh BUILD_DIR
 # Python packages go to a virtual environment, created when missing: NB_VENV
 # (default build-nb/venv under the repository root). KEEP=1 keeps the work directory.
@@ -102,6 +102,19 @@ PYEOF
 then
   fail=1
 fi
+# the reproduction study's tables (docs/REPRODUCTION.md) over the same sweep: every
+# arm has a row in each table
+"$PY" "$ROOT/notebooks_export/repro_tables.py" runs/tiny --window 1 > tables.md || {
+  echo "ci_sweep_notebook: repro_tables.py failed" >&2
+  fail=1
+}
+for arm in reference fp8-ais; do
+  n=$(grep -c "^| $arm | 2 | " tables.md || true)
+  if [ "$n" -ne 3 ]; then
+    echo "ci_sweep_notebook: repro_tables.py: $n rows for $arm, expected 3 (two windows tables, the paired one)" >&2
+    fail=1
+  fi
+done
 t3=$(date +%s)
 echo "ci_sweep_notebook: packages $((t1 - t0)) s, sweep $((t2 - t1)) s, notebook $((t3 - t2)) s"
 if [ $fail -ne 0 ]; then

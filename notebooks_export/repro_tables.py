@@ -9,7 +9,9 @@ Runs are named ARM_seed=S (as `dllm-rl sweep` names them). Prints Markdown:
 1. per arm, early (the first --window steps) and late (the last --window steps) means over
    its runs: the mismatch per token (mean |log w| / L over completions; delta, the mean |d|
    per scored token), the ESS ratio, alpha, the reward of the training batches and the
-   mean commit probability of the sampled tokens (how concentrated the rollout policy is);
+   mean commit probability of the sampled tokens; then how concentrated the rollout
+   policy is: the completions' negative log-likelihood under the trainer, the distinct
+   completions per group and the share of groups with equal rewards (no gradient);
 2. per arm, the final evaluation paired with the same run's step-0 evaluation (the SFT
    model) and with the reference arm's of the same seed (the same eval items): the mean
    difference over all paired items of all seeds, with the standard error of the per-item
@@ -44,9 +46,13 @@ def read_run(d):
         n = min(len(v) for v in steps.values())
         steps = {k: v[:n] for k, v in steps.items()}
         t = f["trajectories"]
-        r = min(t[k].shape[0] for k in ("step", "log_w", "completion_len", "commit_prob"))
-        traj = {"step": t["step"][:r], "log_w": t["log_w"][:r],
-                "len": t["completion_len"][:r], "commit_prob": t["commit_prob"][:r]}
+        names = ("step", "group", "log_w", "l_pi", "reward", "completion_len", "commit_prob",
+                 "completion_tokens")
+        r = min(t[k].shape[0] for k in names)
+        traj = {"step": t["step"][:r], "group": t["group"][:r], "log_w": t["log_w"][:r],
+                "l_pi": t["l_pi"][:r], "reward": t["reward"][:r],
+                "len": t["completion_len"][:r], "commit_prob": t["commit_prob"][:r],
+                "tokens": t["completion_tokens"][:r]}
     evals = {}
     for p in glob.glob(os.path.join(d, "eval", "*-step-*.txt")):
         m = re.search(r"-step-(\d+)\.txt$", p)
@@ -79,6 +85,16 @@ def window_means(steps, traj, lo, hi):
     cpv = cp[mask]
     cpv = cpv[np.isfinite(cpv)]
     nanmean = lambda v: float(np.nanmean(v)) if np.isfinite(v).any() else math.nan
+    # per group (a prompt's completions in one step): distinct completions, and whether
+    # every reward is the same (no advantage, no gradient)
+    distinct, flat = [], []
+    keys = np.stack([traj["step"][ts], traj["group"][ts]], axis=1)
+    toks, rew = traj["tokens"][ts], traj["reward"][ts]
+    for k in np.unique(keys, axis=0):
+        g = np.all(keys == k, axis=1)
+        distinct.append(len({row.tobytes() for row in toks[g]}))
+        flat.append(float(np.ptp(rew[g]) == 0))
+    nll = -traj["l_pi"][ts]
     return {
         "lw_tok": float(np.mean(np.abs(lw[ok]) / ln[ok])) if ok.any() else math.nan,
         "delta": nanmean(steps["delta"][sel]),
@@ -86,6 +102,9 @@ def window_means(steps, traj, lo, hi):
         "alpha": nanmean(steps["alpha"][sel]),
         "reward": nanmean(steps["reward_mean"][sel]),
         "commit_prob": float(np.mean(cpv)) if cpv.size else math.nan,
+        "distinct": float(np.mean(distinct)) if distinct else math.nan,
+        "nll": nanmean(nll) if nll.size else math.nan,
+        "flat": float(np.mean(flat)) if flat else math.nan,
     }
 
 
@@ -123,12 +142,7 @@ def main():
         fail(f"{a.sweep_dir}: no finished ARM_seed=S runs")
     arms = sorted(runs, key=lambda x: (x != a.reference, x.split("-")[0], x))
 
-    keys = ["lw_tok", "delta", "rho_ess", "alpha", "reward", "commit_prob"]
-    heads = ["abs(log w) / L", "delta", "ESS / N", "alpha", "reward", "commit prob"]
-    print(f"Early: steps 1-{a.window}; late: the last {a.window} steps of each run. "
-          "Means over the arm's seeds.\n")
-    print("| arm | seeds | steps | " + " | ".join(f"{h} early | late" for h in heads) + " |")
-    print("|---|---|---|" + "---|---|" * len(heads))
+    windows = {}
     for arm in arms:
         early, late, nsteps = [], [], []
         for s, (steps, traj, _) in sorted(runs[arm].items()):
@@ -136,12 +150,31 @@ def main():
             nsteps.append(last)
             early.append(window_means(steps, traj, 1, a.window))
             late.append(window_means(steps, traj, last - a.window + 1, last))
-        cells = []
-        for k in keys:
-            e = np.nanmean([x[k] for x in early]) if any(np.isfinite(x[k]) for x in early) else math.nan
-            l = np.nanmean([x[k] for x in late]) if any(np.isfinite(x[k]) for x in late) else math.nan
-            cells += [fmt(e, 4 if k in ("lw_tok", "delta") else 3), fmt(l, 4 if k in ("lw_tok", "delta") else 3)]
-        print(f"| {arm} | {len(early)} | {min(nsteps)} | " + " | ".join(cells) + " |")
+        windows[arm] = (early, late, nsteps)
+
+    def table(keys, heads, digits):
+        print("| arm | seeds | steps | " + " | ".join(f"{h} early | late" for h in heads) + " |")
+        print("|---|---|---|" + "---|---|" * len(heads))
+        for arm in arms:
+            early, late, nsteps = windows[arm]
+            cells = []
+            for k in keys:
+                e, l = ([x[k] for x in w] for w in (early, late))
+                mean = lambda v: np.nanmean(v) if any(np.isfinite(x) for x in v) else math.nan
+                cells += [fmt(mean(e), digits.get(k, 3)), fmt(mean(l), digits.get(k, 3))]
+            print(f"| {arm} | {len(early)} | {min(nsteps)} | " + " | ".join(cells) + " |")
+
+    print(f"Early: steps 1-{a.window}; late: the last {a.window} steps of each run. "
+          "Means over the arm's seeds.\n")
+    table(["lw_tok", "delta", "rho_ess", "alpha", "reward", "commit_prob"],
+          ["abs(log w) / L", "delta", "ESS / N", "alpha", "reward", "commit prob"],
+          {"lw_tok": 4, "delta": 4})
+    print("\nConcentration of the rollout policy, same windows: the completions' negative "
+          "log-likelihood under the trainer (-l_pi, nats per completion), distinct "
+          "completions per group, and the share of groups whose rewards are all equal (no "
+          "advantage, so no gradient).\n")
+    table(["nll", "distinct", "flat"], ["-l_pi", "distinct / group", "flat groups"],
+          {"nll": 2, "distinct": 2})
 
     ref = runs.get(a.reference)
     if not ref:
