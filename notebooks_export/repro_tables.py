@@ -11,7 +11,8 @@ Runs are named ARM_seed=S (as `dllm-rl sweep` names them). Prints Markdown:
    per scored token), the ESS ratio, alpha, the reward of the training batches and the
    mean commit probability of the sampled tokens; then how concentrated the rollout
    policy is: the completions' negative log-likelihood under the trainer, the distinct
-   completions per group and the share of groups with equal rewards (no gradient);
+   completions per group, the share of groups with equal rewards (no gradient), and the
+   share of tokens committed with probability below 0.9 with their share of the mismatch;
 2. per arm, the final evaluation paired with the same run's step-0 evaluation (the SFT
    model) and with the reference arm's of the same seed (the same eval items): the mean
    difference over all paired items of all seeds, with the standard error of the per-item
@@ -47,12 +48,12 @@ def read_run(d):
         steps = {k: v[:n] for k, v in steps.items()}
         t = f["trajectories"]
         names = ("step", "group", "log_w", "l_pi", "reward", "completion_len", "commit_prob",
-                 "completion_tokens")
+                 "completion_tokens", "token_log_ratio")
         r = min(t[k].shape[0] for k in names)
         traj = {"step": t["step"][:r], "group": t["group"][:r], "log_w": t["log_w"][:r],
                 "l_pi": t["l_pi"][:r], "reward": t["reward"][:r],
                 "len": t["completion_len"][:r], "commit_prob": t["commit_prob"][:r],
-                "tokens": t["completion_tokens"][:r]}
+                "tokens": t["completion_tokens"][:r], "d": t["token_log_ratio"][:r]}
     evals = {}
     for p in glob.glob(os.path.join(d, "eval", "*-step-*.txt")):
         m = re.search(r"-step-(\d+)\.txt$", p)
@@ -71,6 +72,9 @@ def target_steps(d):
         return int(cfg["grpo"]["steps"])
     except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as e:
         fail(f"{path}: no grpo.steps ({e})")
+
+
+UNSURE = 0.9  # commit probability below which a token counts as one the policy is unsure of
 
 
 def window_means(steps, traj, lo, hi):
@@ -95,6 +99,12 @@ def window_means(steps, traj, lo, hi):
         distinct.append(len({row.tobytes() for row in toks[g]}))
         flat.append(float(np.ptp(rew[g]) == 0))
     nll = -traj["l_pi"][ts]
+    # the tokens the policy is unsure of (committed with probability below 0.9): their
+    # share of the scored tokens, and their share of the summed |d|
+    d = np.abs(traj["d"][ts][:, :cp.shape[1]])
+    scored = mask & np.isfinite(d) & np.isfinite(cp)
+    unsure = scored & (cp < UNSURE)
+    dsum = d[scored].sum()
     return {
         "lw_tok": float(np.mean(np.abs(lw[ok]) / ln[ok])) if ok.any() else math.nan,
         "delta": nanmean(steps["delta"][sel]),
@@ -105,6 +115,8 @@ def window_means(steps, traj, lo, hi):
         "distinct": float(np.mean(distinct)) if distinct else math.nan,
         "nll": nanmean(nll) if nll.size else math.nan,
         "flat": float(np.mean(flat)) if flat else math.nan,
+        "unsure": float(unsure.sum() / scored.sum()) if scored.any() else math.nan,
+        "unsure_d": float(d[unsure].sum() / dsum) if dsum > 0 else math.nan,
     }
 
 
@@ -171,10 +183,13 @@ def main():
           {"lw_tok": 4, "delta": 4})
     print("\nConcentration of the rollout policy, same windows: the completions' negative "
           "log-likelihood under the trainer (-l_pi, nats per completion), distinct "
-          "completions per group, and the share of groups whose rewards are all equal (no "
-          "advantage, so no gradient).\n")
-    table(["nll", "distinct", "flat"], ["-l_pi", "distinct / group", "flat groups"],
-          {"nll": 2, "distinct": 2})
+          "completions per group, the share of groups whose rewards are all equal (no "
+          "advantage, so no gradient), and the share of scored tokens committed with "
+          f"probability below {UNSURE} with their share of the summed abs(d) (the per-token "
+          "log-ratio).\n")
+    table(["nll", "distinct", "flat", "unsure", "unsure_d"],
+          ["-l_pi", "distinct / group", "flat groups", "unsure tokens", "their share of abs(d)"],
+          {"nll": 2, "distinct": 2, "unsure": 4})
 
     ref = runs.get(a.reference)
     if not ref:
