@@ -24,6 +24,7 @@
  * dk/dv are written without races. */
 #include "kernels/ops.h"
 #include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/vec_kernel.h"
 #include "kernels/base.h"
 
 #include <math.h>
@@ -46,24 +47,14 @@ static int n_threads(bool par)
 #endif
 }
 
-/* Row passes are compiled twice, for AVX2+FMA and for the baseline, and the
- * loader picks one for this CPU (the default flags target the baseline). At
- * -O2 GCC only vectorises loops that need no scalar remainder; these rows have
- * any length, so the row kernels ask for the usual cost model. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define ROW_OPT optimize("tree-vectorize", "vect-cost-model=dynamic")
-#define ROW_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default"), ROW_OPT))
-#define ROW_INLINE static inline __attribute__((always_inline, ROW_OPT))
-#else
-#define ROW_KERNEL
-#define ROW_INLINE static inline
-#endif
+/* The row passes are compiled for AVX2+FMA and the baseline (vec_kernel.h; the
+ * default flags target the baseline only). */
 
 /* exp(x) for x <= 0 in a form the compiler vectorises: 2^n * e^r with
  * n = round(x / ln 2), |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial
  * (about 1 ulp). Below -87.3 (where expf leaves the normal range) it returns
  * 0, which is also exp(-inf), the value of a masked score. */
-ROW_INLINE float exp_nonpos(float x)
+VEC_INLINE float exp_nonpos(float x)
 {
     const float big = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float xc = x < -87.3f ? -87.3f : x;
@@ -86,7 +77,7 @@ ROW_INLINE float exp_nonpos(float x)
 /* Softmax of one score row in place over the visible keys: s < send and
  * (km == NULL or km[s] != 0). Invisible entries become 0; if nothing is
  * visible the whole row is 0. */
-ROW_KERNEL
+VEC_KERNEL
 static void softmax_row(float *restrict p, int T, int send, const uint8_t *restrict km)
 {
     float maxv = -INFINITY;
@@ -156,7 +147,7 @@ __attribute__((target("avx512f"))) static void exp_row_avx512(float *restrict q,
 }
 /* The scalar form the vector one must reproduce: exp_nonpos as this build compiles it
  * (fused multiply-adds where the optimiser forms them: -O2, not -O1). */
-ROW_KERNEL
+VEC_KERNEL
 static void exp_row_scalar(float *restrict q, int T, float maxv)
 {
 #pragma omp simd
@@ -198,7 +189,7 @@ static bool exp_row_fast(void)
  * here), and each row's sum still runs key by key from the first; the sums of RB rows
  * advance together, so the additions of one row no longer wait on each other (the
  * single sum's latency chain was most of softmax_row's time). */
-ROW_KERNEL
+VEC_KERNEL
 static void softmax_rows(float *restrict p, int nr, int T, const uint8_t *restrict km)
 {
     enum { RB = 8 };
@@ -249,7 +240,7 @@ static void softmax_rows(float *restrict p, int nr, int T, const uint8_t *restri
 
 /* dS = scale * P * (dP - rowsum(P * dP)) for the rows of one head, in place
  * over dP. */
-ROW_KERNEL
+VEC_KERNEL
 static void softmax_bwd_rows(float *restrict ds, const float *restrict p, int T, float scale)
 {
     for (int t = 0; t < T; t++) {

@@ -7,6 +7,7 @@
  * whose payload lives in the low bits into inf).
  * fp32 -> f16 rounds the same way, with subnormal halves (|x| < 2^-14) rounded
  * through an exact scale by 2^24 and rintf (ties to even). */
+#include "kernels/cpu/vec_kernel.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -50,35 +51,27 @@ float op_bf16_to_f32(uint16_t h)
 
 /* The array passes run once per linear input of a low-precision rollout, where the
  * scalar loops cost as much as a small GEMM: they are compiled for AVX-512, AVX2 and
- * the baseline, the loader picking one for this CPU, with the vectoriser on (at -O2
- * GCC 12 would not vectorise them). Integer arithmetic only: every clone gives the
- * same bits. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define CONV_KERNEL                                                                              \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),                \
-                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#else
-#define CONV_KERNEL
-#endif
+ * the baseline (vec_kernel.h). Integer arithmetic only: every clone gives the same
+ * bits. */
 
 /* Below this many values a pass stays on one thread. */
 #define CONV_PAR_MIN 262144
 
-CONV_KERNEL
+VEC_KERNEL_WIDE
 static void to_bf16_range(uint16_t *restrict out, const float *restrict inp, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = bf16_bits(f32_bits(inp[i]));
 }
 
-CONV_KERNEL
+VEC_KERNEL_WIDE
 static void round_bf16_range(float *restrict x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = bits_f32((uint32_t)bf16_bits(f32_bits(x[i])) << 16);
 }
 
-CONV_KERNEL
+VEC_KERNEL_WIDE
 static void from_bf16_range(float *restrict out, const uint16_t *restrict inp, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -9,6 +9,7 @@
  *    integer, i.e. the 24-bit significand shifted right with RNE; a carry out gives
  *    the smallest normal code, which is again the right answer. */
 #include "kernels/fp8.h"
+#include "kernels/cpu/vec_kernel.h"
 
 #include <float.h>
 #include <math.h>
@@ -235,10 +236,7 @@ float fp8_scale_from_amax(float amax, fp8_format f, bool pow2_scale)
  * branch-free and compiled for AVX-512, AVX2 and the baseline (chosen at load time)
  * with the vectoriser on; a maximum does not depend on the order it is taken in, so
  * every clone returns the same value. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),
-               optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#endif
+VEC_KERNEL_WIDE
 static float block_amax(const float *x, int C, int r0, int r1, int c0, int c1)
 {
     float amax = 0.0f;

@@ -2,6 +2,7 @@
  * layer; the definitions are in kernels/nvfp4.h. */
 #include "kernels/nvfp4.h"
 
+#include "kernels/cpu/vec_kernel.h"
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
 
@@ -45,18 +46,14 @@ uint8_t nvfp4_e2m1_encode(float x)
     return sign | c;
 }
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define NVFP4_KERNEL                                                                   \
-    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),       \
-                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#else
-#define NVFP4_KERNEL
-#endif
+/* The block loops run over every linear input of an NVFP4 rollout: compiled for
+ * AVX-512, AVX2 and the baseline (vec_kernel.h); integer and element-wise arithmetic,
+ * so every clone gives the same bits. */
 
 /* max |x| over the finite values. The bits of a non-negative float order like the
  * integers they read as, and the finite ones lie below the infinity's, so this is an
  * integer max, which vectorises (a float max with NaN would not). */
-NVFP4_KERNEL static float amax_finite(const float *x, size_t n)
+VEC_KERNEL_WIDE static float amax_finite(const float *x, size_t n)
 {
     uint32_t m = 0;
     for (size_t k = 0; k < n; k++) {
@@ -92,14 +89,14 @@ static inline float e2m1_round(float v)
 }
 
 /* one block with decode scale d > 0: the dequantised values (deq may be x) */
-NVFP4_KERNEL static void block_dequant(float *deq, const float *x, int n, float d)
+VEC_KERNEL_WIDE static void block_dequant(float *deq, const float *x, int n, float d)
 {
     for (int j = 0; j < n; j++)
         deq[j] = e2m1_round(x[j] / d) * d;
 }
 
 /* one block with decode scale d > 0: the codes */
-NVFP4_KERNEL static void block_codes(uint8_t *restrict q, const float *restrict x, int n, float d)
+VEC_KERNEL_WIDE static void block_codes(uint8_t *restrict q, const float *restrict x, int n, float d)
 {
     for (int j = 0; j < n; j++) {
         const float v = x[j] / d;

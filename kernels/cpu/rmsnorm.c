@@ -6,6 +6,7 @@
  *   dx = rstd * (dy - y * mean(dy * y))      (accumulated into dinp)
  *   dw = sum over rows of dout * y           (accumulated into dw)
  * Sums of squares are taken in double so the result does not hinge on C. */
+#include "kernels/cpu/vec_kernel.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -14,19 +15,10 @@
 /* Below this many elements, thread start-up costs more than it saves. */
 #define PAR_MIN 32768
 
-/* Row loops are compiled twice, for AVX2+FMA and for the baseline, and the
- * loader picks one for this CPU. At -O2 GCC only vectorises loops that need no
- * scalar remainder, so these ask for the usual cost model. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define VEC_KERNEL                                                                   \
-    __attribute__((target_clones("arch=x86-64-v3", "default"),                      \
-                   optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")))
-#else
-#define VEC_KERNEL
-#endif
+/* The row loops are compiled for AVX2+FMA and the baseline (vec_kernel.h). */
 
 /* out = w * (x * rstd) for one row; returns rstd. */
-VEC_KERNEL
+VEC_KERNEL_NO_TRAP
 static float fwd_row(float *restrict o, const float *restrict x, const float *restrict w, int C,
                      float eps)
 {
@@ -42,7 +34,7 @@ static float fwd_row(float *restrict o, const float *restrict x, const float *re
 }
 
 /* dx += rstd * (dy - y * mean(dy * y)), dy = g * w, y = x * rstd, for one row. */
-VEC_KERNEL
+VEC_KERNEL_NO_TRAP
 static void bwd_row(float *restrict dx, const float *restrict g, const float *restrict x,
                     const float *restrict w, float r, int C)
 {
@@ -57,7 +49,7 @@ static void bwd_row(float *restrict dx, const float *restrict g, const float *re
 }
 
 /* acc[c - c0] += g[c] * y[c] over the rows, for columns [c0, c1). */
-VEC_KERNEL
+VEC_KERNEL_NO_TRAP
 static void dw_cols(double *restrict acc, const float *restrict dout, const float *restrict inp,
                     const float *restrict rstd, int N, int C, int c0, int c1)
 {

@@ -4,6 +4,7 @@
  * Backward (accumulated):  dup += dout * silu(gate),
  *   dgate += dout * up * sigmoid(gate) * (1 + gate * (1 - sigmoid(gate))). */
 #include "kernels/ops.h"
+#include "kernels/cpu/vec_kernel.h"
 #include "kernels/cpu/vexpf.h"
 
 #include <math.h>
@@ -17,10 +18,7 @@
  * that order, so the bits are those of the plain loop. */
 enum { SWIGLU_CHUNK = 256 };
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"),
-               optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#endif
+VEC_KERNEL_WIDE
 static void swiglu_chunk(float *restrict out, const float *restrict gate,
                          const float *restrict up, float *restrict e, size_t n)
 {

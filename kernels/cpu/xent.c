@@ -9,6 +9,7 @@
  *
  * exp is taken in double by a polynomial the compiler vectorises (below), so
  * a row of the vocabulary costs a few vector instructions per logit. */
+#include "kernels/cpu/vec_kernel.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -17,25 +18,16 @@
 
 #define PAR_MIN 65536
 
-/* Row loops are compiled twice, for AVX2+FMA and for the baseline, and the
- * loader picks one for this CPU. At -O2 GCC only vectorises loops that need no
- * scalar remainder, so these ask for the usual cost model; and it keeps
- * branches on float compares unless told they do not trap. */
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define VEC_OPT optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")
-#define VEC_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default"), VEC_OPT))
-#define VEC_INLINE static inline __attribute__((always_inline, VEC_OPT))
-#else
-#define VEC_KERNEL
-#define VEC_INLINE static inline
-#endif
+/* The row loops are compiled for AVX2+FMA and the baseline (vec_kernel.h), with
+ * float compares allowed to become selects: GCC keeps them as branches unless told
+ * they do not trap. */
 
 /* exp(x) in double for x <= 709: 2^n * e^r with n = round(x / ln 2) and
  * r = x - n ln 2 (two-part ln 2, |r| <= 0.347), e^r by its Taylor series to
  * r^13 (truncation below 1e-17 relative). 2^n is built in the exponent bits;
  * n is read from the mantissa of x / ln 2 + 1.5 * 2^52, which needs no
  * double-to-int64 conversion (AVX2 has none). Below -708 it returns 0. */
-VEC_INLINE double exp_d(double x)
+VEC_INLINE_NO_TRAP double exp_d(double x)
 {
     const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
     double xc = x < -708.0 ? -708.0 : x;
@@ -67,7 +59,7 @@ VEC_INLINE double exp_d(double x)
 }
 
 /* log sum_j exp(x[j]) in double; -inf for an all -inf row. */
-VEC_KERNEL
+VEC_KERNEL_NO_TRAP
 static double row_logsumexp(const float *restrict x, int V)
 {
     float maxv = -INFINITY;
@@ -84,7 +76,7 @@ static double row_logsumexp(const float *restrict x, int V)
 }
 
 /* d[j] -= g * exp(x[j] - lse) over one row. */
-VEC_KERNEL
+VEC_KERNEL_NO_TRAP
 static void row_softmax_sub(float *restrict d, const float *restrict x, double lse, float g, int V)
 {
 #pragma omp simd
