@@ -110,11 +110,15 @@ fi
 }
 for arm in reference fp8-ais; do
   n=$(grep -c "^| $arm | 2 | " tables.md || true)
-  if [ "$n" -ne 3 ]; then
-    echo "ci_sweep_notebook: repro_tables.py: $n rows for $arm, expected 3 (two windows tables, the paired one)" >&2
+  if [ "$n" -ne 4 ]; then
+    echo "ci_sweep_notebook: repro_tables.py: $n rows for $arm, expected 4 (two windows tables, the paired one, the curves)" >&2
     fail=1
   fi
 done
+if ! grep -q "^| fp8-ais - reference | 2 | " tables.md; then
+  echo "ci_sweep_notebook: repro_tables.py: no paired curve row for fp8-ais" >&2
+  fail=1
+fi
 t3=$(date +%s)
 echo "ci_sweep_notebook: packages $((t1 - t0)) s, sweep $((t2 - t1)) s, notebook $((t3 - t2)) s"
 if [ $fail -ne 0 ]; then

@@ -16,7 +16,9 @@ Runs are named ARM_seed=S (as `dllm-rl sweep` names them). Prints Markdown:
 2. per arm, the final evaluation paired with the same run's step-0 evaluation (the SFT
    model) and with the reference arm's of the same seed (the same eval items): the mean
    difference over all paired items of all seeds, with the standard error of the per-item
-   differences, and the count of items solved only by the arm or only by the reference.
+   differences, and the count of items solved only by the arm or only by the reference;
+3. per arm, the held-out accuracy at every evaluation step (mean over its seeds), and each
+   other arm's paired difference to the reference at that step, as in 2.
 
 Needs h5py, numpy and pyyaml. Runs that have not logged every step of their config are
 left out (and named). Exit status 2 on a bad directory or a run without its log.
@@ -72,6 +74,15 @@ def target_steps(d):
         return int(cfg["grpo"]["steps"])
     except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as e:
         fail(f"{path}: no grpo.steps ({e})")
+
+
+def paired(parts):
+    """Mean +- standard error of the per-item differences pooled over seeds."""
+    if not parts:
+        return ""
+    d = np.concatenate(parts)
+    se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else math.nan
+    return f"{d.mean():+.3f} +- {se:.3f}"
 
 
 UNSURE = 0.9  # commit probability below which a token counts as one the policy is unsure of
@@ -219,15 +230,47 @@ def main():
             seeds += 1
         if not seeds:
             continue
-        def paired(parts):
-            if not parts:
-                return ""
-            d = np.concatenate(parts)
-            se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else math.nan
-            return f"{d.mean():+.3f} +- {se:.3f}"
         start = f"{np.mean(starts):.3f}" if starts else ""
         print(f"| {arm} | {seeds} | {start} | {np.mean(accs):.3f} | {paired(changes)} | "
               f"{paired(diffs)} | {only_a} / {only_r} |")
+
+    curves(runs, arms, a.reference)
+
+
+def curves(runs, arms, reference):
+    """Table 3: accuracy at each evaluation step, and the paired difference to the
+    reference of the same seed at that step."""
+    evals = {arm: {s: r[2] for s, r in runs[arm].items()} for arm in arms}
+    steps = sorted({t for arm in arms for ev in evals[arm].values() for t in ev})
+    if not steps:
+        return
+    ref = evals.get(reference, {})
+    print("\nHeld-out accuracy at each evaluation (mean over the arm's seeds), and the "
+          f"paired difference to `{reference}` of the same seed (mean over all paired "
+          "items, standard error of the per-item differences).\n")
+    print("| arm | seeds | " + " | ".join(f"step {t}" for t in steps) + " |")
+    print("|---|---|" + "---|" * len(steps))
+    for arm in arms:
+        ev = evals[arm]
+        cells = []
+        for t in steps:
+            acc = [e[t].mean() for e in ev.values() if t in e]
+            cells.append(f"{np.mean(acc):.3f}" if len(acc) == len(ev) else "")
+        print(f"| {arm} | {len(ev)} | " + " | ".join(cells) + " |")
+    for arm in arms:
+        if arm == reference or not ref:
+            continue
+        cells, seeds = [], set()
+        for t in steps:
+            parts = []
+            for s, e in evals[arm].items():
+                r = ref.get(s, {})
+                if t in e and t in r and len(e[t]) == len(r[t]):
+                    parts.append(e[t] - r[t])
+                    seeds.add(s)
+            cells.append(paired(parts) if t > 0 else "")
+        if seeds:
+            print(f"| {arm} - {reference} | {len(seeds)} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
