@@ -48,8 +48,8 @@
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
-#include "src/h5log.h"
 
+#include "tests/test_log.h"
 #include "tests/test_shell.h"
 
 #include <check.h>
@@ -276,15 +276,7 @@ END_TEST
 
 static double *col(const char *run, const char *dset, int64_t *n)
 {
-    char path[256];
-    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
-    h5log *log;
-    dllm_err err = {0};
-    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
-    double *v;
-    ck_assert_msg(h5log_read_column(log, dset, &v, n, &err) == 0, "%s: %s", dset, err.msg);
-    h5log_close(log);
-    return v;
+    return tu_log_column(dset, n, "%s/runs/%s/log.h5", tmp, run);
 }
 
 static void write_rl(const char *name, const char *device)

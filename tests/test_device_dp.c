@@ -34,6 +34,7 @@
 #include "src/comm.h"
 #include "src/comm_device.h"
 #include "src/h5log.h"
+#include "tests/test_log.h"
 #include "tests/test_shell.h"
 
 #include <hdf5.h>
@@ -115,39 +116,14 @@ static const char *bin;
 
 static double *col(const char *run, const char *dset, int64_t *n)
 {
-    char path[256];
-    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
-    h5log *log;
-    dllm_err err = {0};
-    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
-    double *v;
-    ck_assert_msg(h5log_read_column(log, dset, &v, n, &err) == 0, "%s: %s", dset, err.msg);
-    h5log_close(log);
-    return v;
+    return tu_log_column(dset, n, "%s/runs/%s/log.h5", tmp, run);
 }
 
 /* (rows, cols) int32 dataset */
 static int32_t *ints(const char *run, const char *dset, int64_t *rows, int64_t *cols)
 {
-    char path[256];
-    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
-    ck_assert(f >= 0);
-    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT), sp = H5Dget_space(d);
-    hsize_t dims[2];
-    ck_assert_int_eq(H5Sget_simple_extent_ndims(sp), 2);
-    H5Sget_simple_extent_dims(sp, dims, NULL);
-    int32_t *out = malloc(sizeof *out * dims[0] * dims[1] + 4);
-    ck_assert(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
-    H5Sclose(sp);
-    H5Dclose(d);
-    H5Fclose(f);
-    H5Pclose(fapl);
-    *rows = (int64_t)dims[0];
-    *cols = (int64_t)dims[1];
-    return out;
+    return tu_log_matrix(dset, H5T_NATIVE_INT32, sizeof(int32_t), rows, cols,
+                         "%s/runs/%s/log.h5", tmp, run);
 }
 
 enum { STEPS = 2 };

@@ -10,9 +10,9 @@
  * model has no weights) ends the job (MPI_Abort) instead of leaving the other waiting
  * in its next collective: the job exits non-zero within the time limit, saying which
  * rank failed and why. SKIP (77) when built without MPI or when mpirun is missing. */
+#include "tests/test_log.h"
 #include "tests/test_shell.h"
 #include "config.h"
-#include "src/h5log.h"
 
 #include <check.h>
 #include <math.h>
@@ -27,15 +27,7 @@ static char tmp[64];
 
 static double *col(const char *run, const char *dset, int64_t *n)
 {
-    char path[256];
-    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
-    h5log *log;
-    dllm_err err = {0};
-    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
-    double *v;
-    ck_assert_msg(h5log_read_column(log, dset, &v, n, &err) == 0, "%s", err.msg);
-    h5log_close(log);
-    return v;
+    return tu_log_column(dset, n, "%s/runs/%s/log.h5", tmp, run);
 }
 
 START_TEST(two_ranks_match_one)

@@ -8,6 +8,7 @@
  *    `init-model --preset tiny --seed 1|2|3` with each estimator (and one_step
  *    at the token level) exits 0, its log has finite l_pi and log_w, and the
  *    rollouts did hold masked positions (else this test would prove nothing). */
+#include "tests/test_log.h"
 #include "tests/test_shell.h"
 #include "dllm/lik_plan.h"
 #include "dllm/llada.h"
@@ -108,40 +109,19 @@ END_TEST
 
 static double *read_col(const char *run, const char *dset, int64_t *n)
 {
-    char path[256];
-    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
-    h5log *log;
-    dllm_err err = {0};
-    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
-    double *v;
-    ck_assert_msg(h5log_read_column(log, dset, &v, n, &err) == 0, "%s: %s", dset, err.msg);
-    h5log_close(log);
-    return v;
+    return tu_log_column(dset, n, "%s/runs/%s/log.h5", tmp, run);
 }
 
 /* Logged completion tokens equal to id (padding past a row's length is -1). */
 static int count_token(const char *run, int id)
 {
-    char path[256];
-    snprintf(path, sizeof path, "%s/runs/%s/log.h5", tmp, run);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
-    ck_assert(f >= 0);
-    hid_t d = H5Dopen2(f, "trajectories/completion_tokens", H5P_DEFAULT), sp = H5Dget_space(d);
-    hsize_t dims[2];
-    ck_assert_int_eq(H5Sget_simple_extent_ndims(sp), 2);
-    H5Sget_simple_extent_dims(sp, dims, NULL);
-    int32_t *v = malloc(sizeof *v * dims[0] * dims[1]);
-    ck_assert(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    int64_t rows, cols;
+    int32_t *v = tu_log_matrix("trajectories/completion_tokens", H5T_NATIVE_INT32,
+                               sizeof(int32_t), &rows, &cols, "%s/runs/%s/log.h5", tmp, run);
     int n = 0;
-    for (hsize_t i = 0; i < dims[0] * dims[1]; i++)
+    for (int64_t i = 0; i < rows * cols; i++)
         n += v[i] == id;
     free(v);
-    H5Sclose(sp);
-    H5Dclose(d);
-    H5Fclose(f);
-    H5Pclose(fapl);
     return n;
 }
 

@@ -13,8 +13,8 @@
  *    a grid that is not a list, YAML syntax errors; exit status 2 from the CLI;
  *  - every shipped sweep file (configs/sweeps) loads and expands;
  *  - the collapse step on hand-made accuracy curves. */
+#include "tests/test_log.h"
 #include "tests/test_shell.h"
-#include "src/h5log.h"
 #include "src/sweep_file.h"
 #include "src/sweep_summary.h"
 
@@ -144,15 +144,7 @@ static void check_unchanged(const file_state *a, const file_state *b, const char
 
 static double *read_col(const char *run, const char *dset, int64_t *n)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/runs/tiny/%s/log.h5", tmp, run);
-    h5log *log;
-    dllm_err err = {0};
-    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
-    double *v;
-    ck_assert_msg(h5log_read_column(log, dset, &v, n, &err) == 0, "%s: %s", dset, err.msg);
-    h5log_close(log);
-    return v;
+    return tu_log_column(dset, n, "%s/runs/tiny/%s/log.h5", tmp, run);
 }
 
 static double mean_of(const double *v, int64_t n, bool absolute)
