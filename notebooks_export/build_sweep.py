@@ -135,7 +135,11 @@ if os.path.isfile(summary_path):
                 order.append(runs[r]["group"])
 groups = order + sorted({r["group"] for r in runs.values()} - set(order))
 members = {g: [n for n in runs if runs[n]["group"] == g] for g in groups}
-color = {g: f"C{i % 10}" for i, g in enumerate(groups)}
+# the default cycle has 10 colours; past 10 groups it would repeat one, so a larger
+# sweep (repro-late has 11 arms) takes the 20-colour map instead
+palette = ([f"C{i}" for i in range(10)] if len(groups) <= 10
+           else [matplotlib.colormaps["tab20"](i % 20) for i in range(len(groups))])
+color = {g: palette[i] for i, g in enumerate(groups)}
 
 def complete_rows(group):
     # rows every dataset of the group has: a writer between two writes can leave
