@@ -9,7 +9,9 @@ in one command (see README.md).
     python3 notebooks_export/build_sweep.py [--about TEXT] [--out FILE]
 """
 import argparse
+import inspect
 import os
+import re
 
 import nbformat as nbf
 
@@ -22,6 +24,14 @@ FIGURES = ("final_accuracy", "train_curves", "eval_curves", "ais_scores", "token
 
 DEFAULT_ABOUT = ("Set `SWEEP_DIR` to a sweep directory (`LOG_DIR/NAME`) before running it; "
                  "`render_sweep.py` does this and records here which sweep it executed on.")
+
+
+# A run's arm (its group). The notebook carries this function's source, and
+# render_sweep.py checks --arms with it: one definition of what an arm is.
+def group_of(run):
+    # the run name without its seed: `ARM_key=v_seed=N` -> `ARM_key=v`
+    g = re.sub(r"(^|_)seed=[^_]*", "", run).strip("_")
+    return g or "(all)"
 
 
 def cells(about):
@@ -69,6 +79,9 @@ except ImportError:
 
 SWEEP_DIR = os.environ.get("SWEEP_DIR", ".")
 FIG_DIR = os.environ.get("FIG_DIR")        # where the PNG figures go (none: only shown)
+# the arms to draw, comma-separated (none: every arm); a sweep of many arms reads better
+# drawn in parts (repro-late: the reference with the NVFP4 arms, then with the FP8 ones)
+ARMS = [a.strip() for a in os.environ.get("SWEEP_ARMS", "").split(",") if a.strip()]
 DPI = 80
 NOTES = []                                 # (kind, text): kind "absent" for a missing metric
 
@@ -99,14 +112,12 @@ def open_log(path):
     except OSError:
         return h5py.File(path, "r")  # a log not written in SWMR mode
 
-def group_of(run):
-    # the run name without its seed: `ARM_key=v_seed=N` -> `ARM_key=v`
-    g = re.sub(r"(^|_)seed=[^_]*", "", run).strip("_")
-    return g or "(all)"
-
+""" + inspect.getsource(group_of) + r"""
 runs, no_log = {}, []
 for name in sorted(os.listdir(SWEEP_DIR)):
     p = os.path.join(SWEEP_DIR, name, "log.h5")
+    if ARMS and group_of(name) not in ARMS:
+        continue
     if not os.path.isfile(p):
         if os.path.isfile(os.path.join(SWEEP_DIR, name, "train.log")):
             no_log.append(name)  # started, or failed before its log
@@ -119,6 +130,13 @@ for name in sorted(os.listdir(SWEEP_DIR)):
     seed = f.attrs.get("seed", "")
     runs[name] = {"f": f, "group": group_of(name), "seed": seed,
                   "dir": os.path.join(SWEEP_DIR, name)}
+if ARMS:
+    present = {group_of(n) for n in os.listdir(SWEEP_DIR)
+               if os.path.isdir(os.path.join(SWEEP_DIR, n))}
+    unknown = [a for a in ARMS if a not in present]
+    if unknown:
+        raise SystemExit(f"SWEEP_ARMS: no run of arm {', '.join(unknown)} under "
+                         f"SWEEP_DIR={SWEEP_DIR} (the arms there: {', '.join(sorted(present))})")
 if not runs:
     raise SystemExit(f"no RUN/log.h5 under SWEEP_DIR={SWEEP_DIR}: is it a sweep directory "
                      "(LOG_DIR/NAME of `dllm-rl sweep`)?")

@@ -2,10 +2,11 @@
 """Builds, executes and exports the sweep notebook over one sweep directory, headless.
 
     python3 notebooks_export/render_sweep.py SWEEP_DIR [--out DIR] [--name sweep]
-        [--about TEXT | --about-file FILE] [--check [--strict]]
+        [--arms A,B,...] [--about TEXT | --about-file FILE] [--check [--strict]]
 
 writes DIR/NAME.ipynb (executed), DIR/NAME.html (readable without Jupyter) and the
-figures DIR/NAME_figures/*.png (DIR defaults to SWEEP_DIR). The kernel runs in the
+figures DIR/NAME_figures/*.png (DIR defaults to SWEEP_DIR); --arms draws only the
+named arms (a run's arm: its name without `seed=N`). The kernel runs in the
 current directory, so a relative SWEEP_DIR is what the notebook prints. --check exits 1
 unless every figure of build_sweep.FIGURES exists and is not empty and no cell raised;
 --strict also fails on a note that a metric is absent. Exit status 2: bad arguments.
@@ -88,6 +89,8 @@ def main():
                     help="a sweep directory: LOG_DIR/NAME of `dllm-rl sweep`")
     ap.add_argument("--out", metavar="DIR", help="output directory (default: SWEEP_DIR)")
     ap.add_argument("--name", default="sweep", help="output base name (default: sweep)")
+    ap.add_argument("--arms", metavar="A,B,...",
+                    help="draw only these arms (comma-separated; default: every arm)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--about", help="Markdown for the first cell: what it was executed on")
     g.add_argument("--about-file", metavar="FILE", help="the same, read from FILE")
@@ -103,6 +106,13 @@ def main():
     if not any(os.path.isfile(os.path.join(a.sweep_dir, d, "log.h5"))
                for d in os.listdir(a.sweep_dir)):
         fail(f"{a.sweep_dir}: no RUN/log.h5 in it (expected a sweep directory LOG_DIR/NAME)")
+    if a.arms:
+        present = {build_sweep.group_of(d) for d in os.listdir(a.sweep_dir)
+                   if os.path.isfile(os.path.join(a.sweep_dir, d, "log.h5"))}
+        unknown = [x for x in a.arms.split(",") if x.strip() and x.strip() not in present]
+        if unknown:
+            fail(f"--arms: no run of {', '.join(unknown)} in {a.sweep_dir} "
+                 f"(its arms: {', '.join(sorted(present))})")
     if not a.name or "/" in a.name:
         fail(f"--name {a.name!r}: a file base name is expected")
     out_dir = a.out or a.sweep_dir
@@ -135,6 +145,7 @@ def main():
                 os.remove(p)
     # the kernel inherits these
     os.environ["SWEEP_DIR"] = a.sweep_dir
+    os.environ["SWEEP_ARMS"] = a.arms or ""
     os.environ["FIG_DIR"] = os.path.abspath(fig_dir)
     os.environ.setdefault("MPLBACKEND", "Agg")
     client = NotebookClient(nb, timeout=a.timeout, kernel_name="python3", allow_errors=True,
