@@ -24,6 +24,7 @@ Needs h5py, numpy and pyyaml. Runs that have not logged every step of their conf
 left out (and named). Exit status 2 on a bad directory or a run without its log.
 """
 import argparse
+import csv
 import glob
 import math
 import os
@@ -163,7 +164,16 @@ def main():
         print(f"Left out (not finished): {', '.join(skipped)}.\n")
     if not runs:
         fail(f"{a.sweep_dir}: no finished ARM_seed=S runs")
-    arms = sorted(runs, key=lambda x: (x != a.reference, x.split("-")[0], x))
+    # the sweep file's order (summary.csv lists the runs in it), as the docs' tables are;
+    # the reference first, arms summary.csv does not list after the others
+    order = []
+    summary = os.path.join(a.sweep_dir, "summary.csv")
+    if os.path.isfile(summary):
+        with open(summary, newline="") as fh:
+            order = list(dict.fromkeys(r.get("arm", "") for r in csv.DictReader(fh)))
+    rank = {arm: i for i, arm in enumerate(order)}
+    arms = sorted(runs, key=lambda x: (x != a.reference, rank.get(x, len(rank)),
+                                       x.split("-")[0], x))
 
     windows = {}
     for arm in arms:
