@@ -107,8 +107,9 @@ def main():
                for d in os.listdir(a.sweep_dir)):
         fail(f"{a.sweep_dir}: no RUN/log.h5 in it (expected a sweep directory LOG_DIR/NAME)")
     if a.arms:
+        # as the notebook reads it: an arm whose runs have started (a directory) is there
         present = {build_sweep.group_of(d) for d in os.listdir(a.sweep_dir)
-                   if os.path.isfile(os.path.join(a.sweep_dir, d, "log.h5"))}
+                   if os.path.isdir(os.path.join(a.sweep_dir, d))}
         unknown = [x for x in a.arms.split(",") if x.strip() and x.strip() not in present]
         if unknown:
             fail(f"--arms: no run of {', '.join(unknown)} in {a.sweep_dir} "
