@@ -13,7 +13,7 @@ BIN=${DLLM_BIN:-build/dllm-rl}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # ... and for OpenBLAS as the fp32 GEMM. The tiny model's SFT is sensitive to the
 # summation order: on oneDNN (the default where configure finds it) the same recipe
-# gave an SFT model of 0.484 that 60 RL steps did not improve (README, "The quickstart").
+# gave an SFT model of 0.484 that 60 RL steps did not improve (docs/RESULTS.md).
 export DLLM_GEMM=${DLLM_GEMM:-openblas}
 # ... and for OpenBLAS's Haswell kernels, which it picks by CPU: on an Intel AVX-512 CPU
 # it would take its SkylakeX kernels, which sum in another order (the same recipe on an

@@ -12,7 +12,7 @@ set -eu
 BIN=${DLLM_BIN:-build/dllm-rl}
 export OMP_NUM_THREADS=1
 # The table was made with OpenBLAS as the fp32 GEMM; builds that find oneDNN default
-# to it (README, "The fp32 GEMM library"), which sums in another order.
+# to it (docs/BUILDING.md, "The fp32 GEMM library"), which sums in another order.
 export DLLM_GEMM=${DLLM_GEMM:-openblas}
 # ... and OpenBLAS's Haswell kernels (docs/REPRODUCTION.md, "Reproducibility"), which
 # any AVX2 CPU runs; OpenBLAS would pick SkylakeX on an Intel AVX-512 CPU.

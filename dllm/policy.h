@@ -37,9 +37,10 @@ typedef struct {
     const char *fp8_format;  /* e4m3 | e5m2 */
     const char *fp8_scaling; /* block | channel | tensor */
     bool fp8_pow2_scale;
-    const char *device;      /* cpu (NULL, "") | cuda: where the forwards without backward
-                                (rollouts, scoring) run (dllm_tf_to_device); the update and
-                                the forward it differentiates stay on the host */
+    const char *device;      /* cpu (NULL, "") | cuda: where the model runs
+                                (dllm_tf_to_device): rollouts and scoring, and the update
+                                where the run's trainer allows it there (COMMANDS.md,
+                                "The device flag") */
     const char *device_flag; /* the flag or key that named device, for messages (NULL:
                                 "device") */
 } dllm_policy_cfg;

@@ -11,11 +11,11 @@
  * A/B matrices only; otherwise it is every parameter. Gradients accumulate
  * across dllm_tf_backward calls until dllm_tf_zero_grad.
  *
- * The backend is the CPU's for now, whose memory is the host's: parameters,
- * gradients, LoRA matrices and activations are host allocations, and the
- * precision copies (bf16 rounding, FP8 quantisation), the RoPE table and the
- * token / position inputs are built on the host; a device backend needs
- * those uploaded (or built by ops of its own). */
+ * These host allocations are the CPU backend's memory. With the model on a
+ * device (dllm_tf_to_device) the device holds its own copies of the views,
+ * activations and, when the update runs there, the trainable vector,
+ * gradients and AdamW moments (transformer_device_impl.h); checkpoints stream
+ * from wherever the masters are. */
 #ifndef DLLM_TRANSFORMER_H
 #define DLLM_TRANSFORMER_H
 

@@ -114,7 +114,7 @@ typedef struct {
     const char *def;     /* default, parsed like a YAML scalar ("" for none) */
     double min, max;     /* numeric range (inclusive) */
     const void *names;   /* K_ENUM: its cfg_names; K_STR_LIST: "a|b|c" allowed items, or NULL */
-    const char *desc;    /* one line for `dllm-rl config` (the README's meaning) */
+    const char *desc;    /* one line for `dllm-rl config` (docs/CONFIG.md's meaning) */
 } cfg_key;
 
 #define F(field) offsetof(dllm_cfg, field), sizeof(((dllm_cfg *)0)->field)
@@ -315,7 +315,7 @@ static const cfg_key keys[] = {
      "sft progress every N steps (train reports every step)"},
     {"log.trajectories", K_BOOL, F(log.trajectories), "true", 0, 0, NULL,
      "per-completion rows in log.h5"},
-    /* 10: a killed run loses at most 10 steps and stays resumable (README) */
+    /* 10: a killed run loses at most 10 steps and stays resumable (docs/COMMANDS.md, train) */
     {"checkpoint.every", K_INT, F(checkpoint.every), "10", 0, 1e9, NULL,
      "checkpoint every N steps and at the end (0: only at the end)"},
     {"checkpoint.keep", K_INT, F(checkpoint.keep), "2", 0, 1e6, NULL,

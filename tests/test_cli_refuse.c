@@ -12,7 +12,7 @@
  *   killed    a run killed at a random point (SIGKILL) after a checkpoint, and
  *             one killed before any: the command each message names is run
  *             and succeeds;
- *   config    `dllm-rl config` lists exactly the keys of the README's
+ *   config    `dllm-rl config` lists exactly the keys of docs/CONFIG.md's
  *             configuration table, each with default, range and meaning;
  *             --defaults reads back as the defaults;
  *   feedback  the header in a redirected stdout at once, --print-config, evaluation progress lines, inspect's summary
@@ -244,16 +244,17 @@ START_TEST(test_feedback)
 }
 END_TEST
 
-/* The keys of the README's configuration table: `a.b`, `.c` (a.c), `a.{x,y}`. */
-static int readme_keys(char keys[][64], int cap)
+/* The keys of the configuration reference's table (docs/CONFIG.md, up to its first
+ * section): `a.b`, `.c` (a.c), `a.{x,y}`. */
+static int config_doc_keys(char keys[][64], int cap)
 {
     char p[4096];
-    snprintf(p, sizeof p, "%s/../../README.md", getenv("DLLM_TEST_DATA"));
+    snprintf(p, sizeof p, "%s/../../docs/CONFIG.md", getenv("DLLM_TEST_DATA"));
     char *readme = slurp(p);
     ck_assert_msg(readme != NULL, "%s: cannot read", p);
-    char *sec = strstr(readme, "\n## Configuration\n");
+    char *sec = strstr(readme, "# Configuration\n");
     ck_assert_ptr_nonnull(sec);
-    char *end = strstr(sec + 5, "\n## ");
+    char *end = strstr(sec, "\n## ");
     if (end)
         *end = '\0';
     int n = 0;
@@ -301,14 +302,14 @@ static int readme_keys(char keys[][64], int cap)
     return n;
 }
 
-/* `dllm-rl config` lists every key from the parser's table; the README's
+/* `dllm-rl config` lists every key from the parser's table; docs/CONFIG.md's
  * configuration table documents exactly those keys. */
-START_TEST(test_config_command_and_readme)
+START_TEST(test_config_command_and_doc)
 {
     ck_assert_int_eq(run("config"), 0);
     char *listing = strdup(out_s);
     static char keys[256][64];
-    int n = readme_keys(keys, 256);
+    int n = config_doc_keys(keys, 256);
     ck_assert_int_gt(n, 80);
     int listed = 0;
     for (char *line = listing; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
@@ -320,7 +321,7 @@ START_TEST(test_config_command_and_readme)
         int found = 0;
         for (int i = 0; i < n && !found; i++)
             found = !strcmp(keys[i], key);
-        ck_assert_msg(found, "the README's configuration table does not document %s", key);
+        ck_assert_msg(found, "docs/CONFIG.md's configuration table does not document %s", key);
         /* default, range/choices/type, meaning */
         char *l2 = strchr(line, '\n') + 1, *l3 = strchr(l2, '\n') + 1, *l4 = strchr(l3, '\n') + 1;
         ck_assert_msg(!strncmp(l2, "  default: ", 11) && l3[0] == ' ' && l4[0] == ' ' && l4[3] != '\n',
@@ -329,7 +330,7 @@ START_TEST(test_config_command_and_readme)
     for (int i = 0; i < n; i++) {
         char needle[80];
         snprintf(needle, sizeof needle, "%s\n  default:", keys[i]);
-        ck_assert_msg(strstr(listing, needle), "README key %s is not a key of the config", keys[i]);
+        ck_assert_msg(strstr(listing, needle), "docs/CONFIG.md key %s is not a key of the config", keys[i]);
     }
     ck_assert_int_eq(listed, n);
     free(listing);
@@ -377,7 +378,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_resume_rules);
     tcase_add_test(tc, test_killed_runs_follow_the_messages);
     tcase_add_test(tc, test_feedback);
-    tcase_add_test(tc, test_config_command_and_readme);
+    tcase_add_test(tc, test_config_command_and_doc);
     tcase_add_test(tc, test_header_reaches_a_file_at_once);
     suite_add_tcase(s, tc);
     return s;
@@ -391,7 +392,7 @@ int main(void)
                         "executable\n");
         return 77;
     }
-    if (!getenv("DLLM_TEST_DATA")) { /* the README is found beside the test data */
+    if (!getenv("DLLM_TEST_DATA")) { /* docs/CONFIG.md is found beside the test data */
         fprintf(stderr, "test_cli_refuse: SKIP: DLLM_TEST_DATA not set\n");
         return 77;
     }

@@ -17,7 +17,7 @@
  *   inspect           an sft run (summary, --csv, --json), a train run's --csv and
  *                     --metric (an absent metric says why);
  *   feedback          --help and -h of every command; sft --help lists every
- *                     sft key of the README's configuration table; the random
+ *                     sft key of docs/CONFIG.md's configuration table; the random
  *                     model warning; progress reaches a file while running. */
 #include "tests/test_shell.h"
 #include <check.h>
@@ -555,13 +555,13 @@ START_TEST(test_help_every_command)
 }
 END_TEST
 
-/* Every key of the README's configuration table with a prefix sft reads
+/* Every key of docs/CONFIG.md's configuration table with a prefix sft reads
  * ("`optim.lr`, `.warmup`" names optim.lr and optim.warmup) is in sft --help. */
 START_TEST(test_sft_help_lists_readme_keys)
 {
     const char *data = getenv("DLLM_TEST_DATA");
     char p[4096];
-    snprintf(p, sizeof p, "%s/../../README.md", data);
+    snprintf(p, sizeof p, "%s/../../docs/CONFIG.md", data);
     char *readme = slurp(p);
     ck_assert_msg(readme != NULL, "%s: cannot read", p);
     char *help;
