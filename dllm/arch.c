@@ -1,15 +1,74 @@
-/* arch.c: the architectures the transformer core knows (their descriptors,
- * arch.h) and the lookups: LLaDA, Qwen3 and Dream. A new member of the family
- * is one more descriptor here, plus its config.json mapping in model_config.c. */
+/* arch.c: the architecture registry (arch.h): one array of descriptors --
+ * LLaDA, Qwen3 and Dream -- plus those registered at run time, and the lookups
+ * over it. A new member of the family is one more descriptor. */
 #include "dllm/arch.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
+/* The char-level tokenizer's special ids, shared by the tiny and small presets:
+ * 0 <|endoftext|>, 1 <|startoftext|>, 2 <|mdm_mask|>. */
+#define CHAR_IDS                                                                                   \
+    .eos_token_id = 0, .pad_token_id = 0, .bos_token_id = 1, .mask_token_id = 2,                   \
+    .rope_theta = 10000.0f, .torch_dtype = "float32"
+
+static const dllm_arch_preset llada_presets[] = {
+    {"tiny", {.d_model = 64, .n_layers = 2, .n_heads = 4, .mlp_hidden = 176, .vocab_size = 128,
+              .max_seq_len = 512, .rms_norm_eps = 1e-5f, CHAR_IDS}, {NULL, NULL}},
+    {"small", {.d_model = 512, .n_layers = 6, .n_heads = 8, .mlp_hidden = 1536, .vocab_size = 8192,
+               .max_seq_len = 1024, .rms_norm_eps = 1e-5f, CHAR_IDS}, {NULL, NULL}},
+    /* GSAI-ML/LLaDA-8B-Instruct */
+    {"llada-8b", {.d_model = 4096, .n_layers = 32, .n_heads = 32, .mlp_hidden = 12288,
+                  .vocab_size = 126464, .max_seq_len = 4096, .rope_theta = 500000.0f,
+                  .rms_norm_eps = 1e-5f, .mask_token_id = 126336, .eos_token_id = 126081,
+                  .pad_token_id = 126081, .bos_token_id = 126080, .torch_dtype = "bfloat16"},
+     {"LLaDA-8B-Instruct", "LLaDA-8B-Base"}},
+};
+
+static const dllm_arch_preset qwen3_presets[] = {
+    {"tiny", {.d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16,
+              .mlp_hidden = 176, .vocab_size = 128, .max_seq_len = 512, .rms_norm_eps = 1e-6f,
+              CHAR_IDS}, {NULL, NULL}},
+    {"small", {.d_model = 512, .n_layers = 6, .n_heads = 8, .n_kv_heads = 4, .head_dim = 64,
+               .mlp_hidden = 1536, .vocab_size = 8192, .max_seq_len = 1024, .rms_norm_eps = 1e-6f,
+               CHAR_IDS}, {NULL, NULL}},
+    /* Qwen/Qwen3-8B */
+    {"qwen3-8b", {.d_model = 4096, .n_layers = 36, .n_heads = 32, .n_kv_heads = 8, .head_dim = 128,
+                  .mlp_hidden = 12288, .vocab_size = 151936, .max_seq_len = 40960,
+                  .rope_theta = 1000000.0f, .rms_norm_eps = 1e-6f, .bos_token_id = 151643,
+                  .eos_token_id = 151645, .pad_token_id = -1, .mask_token_id = -1,
+                  .torch_dtype = "bfloat16"},
+     {"Qwen3-8B", "Qwen3-8B-Base"}},
+};
+
+/* tiny/small: Qwen2-style sizes (head_dim 16 / 64, GQA) on the char ids */
+static const dllm_arch_preset dream_presets[] = {
+    {"tiny", {.d_model = 64, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .mlp_hidden = 176,
+              .vocab_size = 128, .max_seq_len = 512, .rms_norm_eps = 1e-6f, CHAR_IDS}, {NULL, NULL}},
+    {"small", {.d_model = 512, .n_layers = 6, .n_heads = 8, .n_kv_heads = 4, .mlp_hidden = 1536,
+               .vocab_size = 8192, .max_seq_len = 1024, .rms_norm_eps = 1e-6f, CHAR_IDS},
+     {NULL, NULL}},
+    /* Dream-org/Dream-v0-Instruct-7B */
+    {"dream-7b", {.d_model = 3584, .n_layers = 28, .n_heads = 28, .n_kv_heads = 4,
+                  .mlp_hidden = 18944, .vocab_size = 152064, .max_seq_len = 131072,
+                  .rope_theta = 1000000.0f, .rms_norm_eps = 1e-6f, .mask_token_id = 151666,
+                  .eos_token_id = 151643, .pad_token_id = 151643, .bos_token_id = 151643,
+                  .torch_dtype = "bfloat16"},
+     {"Dream-v0-Instruct-7B", "Dream-v0-Base-7B"}},
+};
+
+#define PRESETS(p) .presets = p, .n_presets = (int)(sizeof p / sizeof p[0])
+
+/* LLaDA names, accepted slot for slot by Qwen3 and Dream. */
+static const char *const llada_names[DLLM_NLIN] = {"q_proj", "k_proj", "v_proj", "attn_out",
+                                                   "ff_proj", "up_proj", "ff_out"};
+
+const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN] = {
 /* LLaDA (docs/METHOD.md §1): bidirectional, canvas positions, untied head; see llada.h. */
-const dllm_arch_desc dllm_arch_llada = {
+[DLLM_ARCH_LLADA] = {
     .name = "llada", .id = DLLM_ARCH_LLADA,
-    .diffusion = true, .causal = false, .qk_norm = false, .qkv_bias = false, .shift_logits = false,
+    .sampler = DLLM_SAMPLER_BLOCK, .chat = DLLM_CHAT_LLADA, .causal = false, .qk_norm = false, .qkv_bias = false, .shift_logits = false,
     .tie_allowed = false, .embed_is_vocab = false,
     .rope_pos = DLLM_ROPE_CANVAS,
     .embed = "model.transformer.wte.weight", .final_norm = "model.transformer.ln_f.weight",
@@ -24,17 +83,17 @@ const dllm_arch_desc dllm_arch_llada = {
     .n_order = 9,
     .lora_name = {"q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"},
     .lora_alias = NULL,
-};
+    .model_type = "llada", .hf_class = "LLaDAModelLM",
+    .config_read = dllm_config_read_llada, .config_write = dllm_config_json_llada,
+    PRESETS(llada_presets),
+},
 
 /* Qwen3 (HF Qwen3ForCausalLM): causal, q/k RMSNorm, left-padded batches,
  * tied or untied head; see qwen3.h. The LLaDA target names are accepted slot
  * for slot. */
-static const char *const llada_names[DLLM_NLIN] = {"q_proj", "k_proj", "v_proj", "attn_out",
-                                                   "ff_proj", "up_proj", "ff_out"};
-
-const dllm_arch_desc dllm_arch_qwen3 = {
+[DLLM_ARCH_QWEN3] = {
     .name = "qwen3", .id = DLLM_ARCH_QWEN3,
-    .diffusion = false, .causal = true, .qk_norm = true, .qkv_bias = false, .shift_logits = false,
+    .sampler = DLLM_SAMPLER_AR, .chat = DLLM_CHAT_QWEN3, .causal = true, .qk_norm = true, .qkv_bias = false, .shift_logits = false,
     .tie_allowed = true, .embed_is_vocab = true,
     .rope_pos = DLLM_ROPE_REAL_COUNT,
     .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",
@@ -51,16 +110,19 @@ const dllm_arch_desc dllm_arch_qwen3 = {
     .n_order = 11,
     .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
     .lora_alias = llada_names,
-};
+    .model_type = "qwen3", .hf_class = "Qwen3ForCausalLM",
+    .config_read = dllm_config_read_qwen3, .config_write = dllm_config_json_qwen3,
+    PRESETS(qwen3_presets),
+},
 
 /* Dream (Dream-v0 remote code modeling_dream.py, Qwen2.5-initialised):
  * bidirectional attention, q/k/v biases, logits shifted by one position
  * (position t is predicted from hidden state t-1, the first from itself),
  * RoPE positions counting real tokens (position_ids from the attention mask),
  * tied or untied head. Tensor names and order are the published state_dict's. */
-const dllm_arch_desc dllm_arch_dream = {
+[DLLM_ARCH_DREAM] = {
     .name = "dream", .id = DLLM_ARCH_DREAM,
-    .diffusion = true, .causal = false, .qk_norm = false, .qkv_bias = true, .shift_logits = true,
+    .sampler = DLLM_SAMPLER_DREAM, .chat = DLLM_CHAT_QWEN25, .causal = false, .qk_norm = false, .qkv_bias = true, .shift_logits = true,
     .tie_allowed = true, .embed_is_vocab = true,
     .rope_pos = DLLM_ROPE_REAL_COUNT,
     .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",
@@ -79,24 +141,104 @@ const dllm_arch_desc dllm_arch_dream = {
     .n_order = 12,
     .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
     .lora_alias = llada_names,
+    .model_type = "Dream", .model_type_alias = "dream", .hf_class = "DreamModel",
+    .config_read = dllm_config_read_dream, .config_write = dllm_config_json_dream,
+    PRESETS(dream_presets),
+},
 };
 
-const dllm_arch_desc *dllm_arch_by_name(const char *name)
-{
-    if (name && !strcmp(name, dllm_arch_dream.name))
-        return &dllm_arch_dream;
-    if (name && !strcmp(name, dllm_arch_qwen3.name))
-        return &dllm_arch_qwen3;
-    if (name && !strcmp(name, dllm_arch_llada.name))
-        return &dllm_arch_llada;
-    return NULL;
-}
+/* Descriptors registered at run time, ids DLLM_ARCH_BUILTIN and up. */
+static const dllm_arch_desc *registered[DLLM_ARCH_MAX - DLLM_ARCH_BUILTIN];
+static int n_registered;
+
+int dllm_arch_count(void) { return DLLM_ARCH_BUILTIN + n_registered; }
 
 const dllm_arch_desc *dllm_arch_get(dllm_arch id)
 {
-    return id == DLLM_ARCH_QWEN3 ? &dllm_arch_qwen3
-           : id == DLLM_ARCH_DREAM ? &dllm_arch_dream
-                                   : &dllm_arch_llada;
+    if ((int)id >= DLLM_ARCH_BUILTIN && (int)id < dllm_arch_count())
+        return registered[id - DLLM_ARCH_BUILTIN];
+    return (int)id >= 0 && (int)id < DLLM_ARCH_BUILTIN ? &dllm_arch_builtin[id] : NULL;
+}
+
+static bool same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+const dllm_arch_desc *dllm_arch_by_name(const char *name)
+{
+    for (int i = 0; i < dllm_arch_count(); i++)
+        if (same(name, dllm_arch_get((dllm_arch)i)->name))
+            return dllm_arch_get((dllm_arch)i);
+    return NULL;
+}
+
+const dllm_arch_desc *dllm_arch_by_model_type(const char *s)
+{
+    for (int i = 0; i < dllm_arch_count(); i++) {
+        const dllm_arch_desc *a = dllm_arch_get((dllm_arch)i);
+        if (same(s, a->model_type) || same(s, a->model_type_alias))
+            return a;
+    }
+    return NULL;
+}
+
+const dllm_arch_desc *dllm_arch_by_hf_class(const char *s)
+{
+    for (int i = 0; i < dllm_arch_count(); i++)
+        if (same(s, dllm_arch_get((dllm_arch)i)->hf_class))
+            return dllm_arch_get((dllm_arch)i);
+    return NULL;
+}
+
+int dllm_arch_register(dllm_arch_desc *a, dllm_err *err)
+{
+    if (dllm_arch_count() >= DLLM_ARCH_MAX)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "architecture '%s': the registry is full (%d)",
+                            a->name, DLLM_ARCH_MAX);
+    if (!a->name || dllm_arch_by_name(a->name))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "architecture '%s': the name is taken",
+                            a->name ? a->name : "(null)");
+    if (!a->model_type || dllm_arch_by_model_type(a->model_type) ||
+        (a->model_type_alias && dllm_arch_by_model_type(a->model_type_alias)))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "architecture '%s': model_type '%s' is taken",
+                            a->name, a->model_type ? a->model_type : "(null)");
+    if (!a->config_read || !a->config_write || a->n_presets < 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "architecture '%s': the descriptor has no config.json reader or writer",
+                            a->name);
+    a->id = (dllm_arch)dllm_arch_count();
+    registered[n_registered++] = a;
+    return DLLM_OK;
+}
+
+const dllm_arch_preset *dllm_arch_preset_get(const dllm_arch_desc *a, const char *name)
+{
+    for (int i = 0; a && i < a->n_presets; i++)
+        if (same(name, a->presets[i].name))
+            return &a->presets[i];
+    return NULL;
+}
+
+const dllm_arch_desc *dllm_arch_of_preset(const char *name, const dllm_arch_desc *fallback)
+{
+    if (dllm_arch_preset_get(fallback, name))
+        return fallback;
+    for (int i = 0; i < dllm_arch_count(); i++)
+        if (dllm_arch_preset_get(dllm_arch_get((dllm_arch)i), name))
+            return dllm_arch_get((dllm_arch)i);
+    return NULL;
+}
+
+const dllm_arch_desc *dllm_arch_of_published(const char *dir_name, const dllm_arch_preset **preset)
+{
+    for (int i = 0; i < dllm_arch_count(); i++) {
+        const dllm_arch_desc *a = dllm_arch_get((dllm_arch)i);
+        for (int k = 0; k < a->n_presets; k++)
+            for (int j = 0; j < 2; j++)
+                if (a->presets[k].published[j] && !strcasecmp(dir_name, a->presets[k].published[j])) {
+                    *preset = &a->presets[k];
+                    return a;
+                }
+    }
+    return NULL;
 }
 
 int dllm_arch_lora_bit(const dllm_arch_desc *a, const char *name)

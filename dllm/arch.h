@@ -12,14 +12,23 @@
  * and the descriptor says which of the bracketed parts exist, how attention
  * and RoPE positions see a left-padded batch, whether the logits are shifted
  * by one position, and what the tensors are called in the HF checkpoint and
- * the PEFT adapter. LLaDA, Qwen3 and Dream (Qwen2-style: bidirectional, q/k/v
- * biases, shifted logits) are descriptors (arch.c). */
+ * the PEFT adapter. Beyond the block it says how the model is sampled, which
+ * chat template its checkpoints use, how its config.json reads and writes,
+ * and its named sizes (presets).
+ *
+ * The registry is one array of descriptors (arch.c): LLaDA, Qwen3 and Dream
+ * (Qwen2-style: bidirectional, q/k/v biases, shifted logits). Callers ask a
+ * descriptor, never compare architecture ids; a further architecture is one
+ * more descriptor (dllm_arch_register adds one at run time). */
 #ifndef DLLM_ARCH_H
 #define DLLM_ARCH_H
 
+#include "dllm/chat.h"
 #include "dllm/model_config.h"
 
 #include <stdbool.h>
+
+struct json_t;
 
 /* The seven layer linears (slot order = LoRA bit order). */
 enum { DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V, DLLM_LIN_O, DLLM_LIN_GATE, DLLM_LIN_UP,
@@ -41,10 +50,34 @@ enum {
  * position_ids HF derives for a left-padded batch; padding at 0). */
 typedef enum { DLLM_ROPE_CANVAS = 0, DLLM_ROPE_REAL_COUNT = 1 } dllm_rope_pos;
 
+/* How rollouts decode: LLaDA's semi-autoregressive block denoising
+ * (dllm/sampler.h), Dream's whole-canvas denoising over shifted logits
+ * (dllm/dream_sampler.h), or autoregressive decoding with a KV cache
+ * (dllm/ar_sampler.h). The first two are masked diffusion. */
+typedef enum { DLLM_SAMPLER_BLOCK = 0, DLLM_SAMPLER_DREAM = 1, DLLM_SAMPLER_AR = 2 } dllm_sampler_family;
+
+/* A named size of an architecture (init-model --preset, model.preset, plan
+ * --preset). Fields left 0 are derived: n_kv_heads = n_heads, head_dim =
+ * d_model / n_heads, embedding_size = vocab_size. */
+typedef struct {
+    const char *name;           /* "tiny", "small", "llada-8b", ... */
+    dllm_model_config cfg;      /* every field but arch */
+    const char *published[2];   /* HF directory names of checkpoints of these sizes, or NULL */
+} dllm_arch_preset;
+
+struct dllm_arch_desc;
+/* config.json: read the parsed ROOT of PATH (the prefix of every message)
+ * into cfg (all but arch); build the published key set of cfg. */
+typedef int (*dllm_config_reader)(const struct json_t *root, const char *path,
+                                  dllm_model_config *cfg, dllm_err *err);
+typedef struct json_t *(*dllm_config_writer)(const struct dllm_arch_desc *a,
+                                             const dllm_model_config *cfg);
+
 typedef struct dllm_arch_desc {
-    const char *name;       /* "llada", "qwen3", "dream" */
-    dllm_arch id;           /* model_config's arch (config.json model_type) */
-    bool diffusion;         /* sampled by the denoising sampler (else AR decoding) */
+    const char *name;       /* "llada", "qwen3", "dream": model.arch */
+    dllm_arch id;           /* index in the registry (set by dllm_arch_register) */
+    dllm_sampler_family sampler;
+    dllm_chat_format chat;  /* the template when the tokenizer's config names none */
     bool causal;            /* causal attention (else bidirectional) */
     bool qk_norm;           /* RMSNorm over head_dim on q and k, per head, before RoPE */
     bool qkv_bias;          /* q/k/v projections carry biases */
@@ -64,16 +97,50 @@ typedef struct dllm_arch_desc {
      * accepted names, or NULL */
     const char *lora_name[DLLM_NLIN];
     const char *const *lora_alias;
+    /* config.json: model_type as written (and a further spelling read, or
+     * NULL), the HF class in "architectures" (read when model_type is absent) */
+    const char *model_type, *model_type_alias, *hf_class;
+    dllm_config_reader config_read;
+    dllm_config_writer config_write;
+    const dllm_arch_preset *presets;
+    int n_presets;
 } dllm_arch_desc;
 
-extern const dllm_arch_desc dllm_arch_llada;
-extern const dllm_arch_desc dllm_arch_qwen3;
-extern const dllm_arch_desc dllm_arch_dream;
+/* The built-in descriptors, indexed by their ids. */
+#define DLLM_ARCH_BUILTIN 3
+extern const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN];
+#define dllm_arch_llada (dllm_arch_builtin[DLLM_ARCH_LLADA])
+#define dllm_arch_qwen3 (dllm_arch_builtin[DLLM_ARCH_QWEN3])
+#define dllm_arch_dream (dllm_arch_builtin[DLLM_ARCH_DREAM])
+/* At most this many architectures, built-in and registered. */
+#define DLLM_ARCH_MAX 8
 
-/* The descriptor of a config's arch. */
+/* Adds a descriptor to the registry (its id is set to the next free one);
+ * `a` must outlive every use. An input error when its name or model_type is
+ * taken or the registry is full. */
+int dllm_arch_register(dllm_arch_desc *a, dllm_err *err);
+/* How many architectures the registry holds; their ids are 0 .. count-1. */
+int dllm_arch_count(void);
+/* The descriptor of a config's arch (an id the registry holds). */
 const dllm_arch_desc *dllm_arch_get(dllm_arch id);
 /* The descriptor called `name` ("llada", "qwen3", "dream"); NULL if none. */
 const dllm_arch_desc *dllm_arch_by_name(const char *name);
+/* The descriptor whose config.json model_type (or HF class) is `s`; NULL if none. */
+const dllm_arch_desc *dllm_arch_by_model_type(const char *s);
+const dllm_arch_desc *dllm_arch_by_hf_class(const char *s);
+/* The preset called `name` of a; NULL if it has none. */
+const dllm_arch_preset *dllm_arch_preset_get(const dllm_arch_desc *a, const char *name);
+/* The architecture a preset name implies: `fallback` when it has the preset
+ * (the shared sizes, "tiny", "small"), else the first that does; NULL if none. */
+const dllm_arch_desc *dllm_arch_of_preset(const char *name, const dllm_arch_desc *fallback);
+/* The architecture and preset of a published checkpoint's HF directory name
+ * ("LLaDA-8B-Instruct", any case; dllm_arch_preset.published); NULL if none. */
+const dllm_arch_desc *dllm_arch_of_published(const char *dir_name, const dllm_arch_preset **preset);
+/* Whether a's rollouts denoise a masked canvas (block or Dream sampler). */
+static inline bool dllm_arch_is_diffusion(const dllm_arch_desc *a)
+{
+    return a->sampler != DLLM_SAMPLER_AR;
+}
 /* "q_proj" -> LORA_Q_PROJ (the arch's names, then its aliases); 0 if unknown. */
 int dllm_arch_lora_bit(const dllm_arch_desc *a, const char *name);
 /* "q_proj, k_proj, ... or down_proj": the arch's target names, for messages. */

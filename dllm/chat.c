@@ -1,6 +1,7 @@
 /* chat.c: chat prompt formats; see chat.h. Each renderer mirrors its published
  * Jinja template step by step (the golden test renders those templates with jinja2). */
 #include "dllm/chat.h"
+#include "dllm/arch.h"
 #include "dllm/tokenizer.h"
 
 #include <jansson.h>
@@ -254,9 +255,9 @@ int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *
     json_t *mt = json_object_get(root, "model_type");
     const char *s = json_is_string(mt) ? json_string_value(mt) : "";
     int rc = 0;
-    if (!strcmp(s, "llada")) *fmt = DLLM_CHAT_LLADA;
-    else if (!strcmp(s, "qwen3") || !strcmp(s, "qwen2")) *fmt = DLLM_CHAT_QWEN3;
-    else if (!strcmp(s, "Dream")) *fmt = DLLM_CHAT_QWEN25;
+    const dllm_arch_desc *a = dllm_arch_by_model_type(s);
+    if (a) *fmt = a->chat;
+    else if (!strcmp(s, "qwen2")) *fmt = DLLM_CHAT_QWEN3; /* a Qwen2 tokenizer's directory: the same template */
     else rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: model_type '%s' has no known chat format (llada, qwen3, Dream)", path, s);
     json_decref(root);
     return rc;

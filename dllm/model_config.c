@@ -23,9 +23,14 @@
  *   + L * (C*NH*HD + 2*C*NKV*HD + NH*HD*C   q, k, v, out
  *          + 3*C*F                          gate, up, down
  *          + 2*C                            two RMSNorm weights
- *          + 2*HD for Qwen3's q/k norms
-          + NH*HD + 2*NKV*HD for Dream's q/k/v biases). */
+ *          + 2*HD with q/k norms (Qwen3)
+ *          + NH*HD + 2*NKV*HD with q/k/v biases (Dream)).
+ *
+ * Which reader and writer a file takes, and the presets, are the
+ * architecture descriptor's (dllm/arch.h); this file holds the three
+ * architectures' readers and writers the descriptors point at. */
 #include "dllm/model_config.h"
+#include "dllm/arch.h"
 #include "dllm/json_util.h"
 
 #include <math.h>
@@ -175,7 +180,6 @@ static int check_heads(cfg_reader *r, const dllm_model_config *cfg, const char *
 static int load_llada(cfg_reader *r, dllm_model_config *cfg)
 {
     bool present;
-    cfg->arch = DLLM_ARCH_LLADA;
     TRY(read_size(r, "d_model", &cfg->d_model, NULL));
     TRY(read_size(r, "n_layers", &cfg->n_layers, NULL));
     TRY(read_size(r, "n_heads", &cfg->n_heads, NULL));
@@ -262,7 +266,6 @@ static int read_rope_parameters(cfg_reader *r, dllm_model_config *cfg)
 static int load_qwen3(cfg_reader *r, dllm_model_config *cfg)
 {
     bool present;
-    cfg->arch = DLLM_ARCH_QWEN3;
     TRY(read_size(r, "hidden_size", &cfg->d_model, NULL));
     TRY(read_size(r, "num_hidden_layers", &cfg->n_layers, NULL));
     TRY(read_size(r, "num_attention_heads", &cfg->n_heads, NULL));
@@ -304,7 +307,6 @@ static int load_qwen3(cfg_reader *r, dllm_model_config *cfg)
 static int load_dream(cfg_reader *r, dllm_model_config *cfg)
 {
     bool present;
-    cfg->arch = DLLM_ARCH_DREAM;
     TRY(read_size(r, "hidden_size", &cfg->d_model, NULL));
     TRY(read_size(r, "num_hidden_layers", &cfg->n_layers, NULL));
     TRY(read_size(r, "num_attention_heads", &cfg->n_heads, NULL));
@@ -344,6 +346,41 @@ static int load_dream(cfg_reader *r, dllm_model_config *cfg)
     return read_dtype(r, cfg);
 }
 
+int dllm_config_read_llada(const json_t *root, const char *path, dllm_model_config *cfg,
+                           dllm_err *err)
+{
+    cfg_reader r = {root, path, err};
+    return load_llada(&r, cfg);
+}
+
+int dllm_config_read_qwen3(const json_t *root, const char *path, dllm_model_config *cfg,
+                           dllm_err *err)
+{
+    cfg_reader r = {root, path, err};
+    return load_qwen3(&r, cfg);
+}
+
+int dllm_config_read_dream(const json_t *root, const char *path, dllm_model_config *cfg,
+                           dllm_err *err)
+{
+    cfg_reader r = {root, path, err};
+    return load_dream(&r, cfg);
+}
+
+/* "a, b or c" of the registry's config.json model_type values (or HF classes). */
+static const char *arch_list(bool classes, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int k = dllm_arch_count();
+    buf[0] = 0;
+    for (int i = 0; i < k && n < cap; i++) {
+        const dllm_arch_desc *a = dllm_arch_get((dllm_arch)i);
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", classes ? a->hf_class : a->model_type,
+                              i == k - 2 ? (classes ? ", " : " or ") : i < k - 1 ? ", " : "");
+    }
+    return buf;
+}
+
 int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err)
 {
     size_t n = strlen(dir);
@@ -356,36 +393,25 @@ int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err)
         return rc;
     }
     memset(cfg, 0, sizeof *cfg);
-    cfg_reader r = {root, path, err};
     const char *mt = NULL;
     bool present;
+    const dllm_arch_desc *a = NULL;
+    char names[256];
     rc = ju_get_string(root, "model_type", path, &mt, &present, err);
     if (!rc && !present) { /* fall back to the architecture class name */
         const json_t *arch = json_object_get(root, "architectures");
         const json_t *a0 = json_is_array(arch) ? json_array_get(arch, 0) : NULL;
-        const char *an = json_is_string(a0) ? json_string_value(a0) : "";
-        mt = strcmp(an, "LLaDAModelLM") == 0       ? "llada"
-             : strcmp(an, "Qwen3ForCausalLM") == 0 ? "qwen3"
-             : strcmp(an, "DreamModel") == 0       ? "Dream"
-                                                   : NULL;
-        if (!mt)
+        if (!(a = dllm_arch_by_hf_class(json_is_string(a0) ? json_string_value(a0) : "")))
             rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                              "%s: key 'model_type': missing (and architectures names none of "
-                              "LLaDAModelLM, Qwen3ForCausalLM, DreamModel)",
-                              path);
+                              "%s: key 'model_type': missing (and architectures names none of %s)",
+                              path, arch_list(true, names, sizeof names));
+    } else if (!rc && !(a = dllm_arch_by_model_type(mt))) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s: key 'model_type': \"%s\" is not supported (%s)", path, mt,
+                          arch_list(false, names, sizeof names));
     }
-    if (!rc) {
-        if (strcmp(mt, "llada") == 0)
-            rc = load_llada(&r, cfg);
-        else if (strcmp(mt, "qwen3") == 0)
-            rc = load_qwen3(&r, cfg);
-        else if (strcmp(mt, "Dream") == 0 || strcmp(mt, "dream") == 0)
-            rc = load_dream(&r, cfg);
-        else
-            rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                              "%s: key 'model_type': \"%s\" is not supported (llada, qwen3 or Dream)",
-                              path, mt);
-    }
+    if (!rc && !(rc = a->config_read(root, path, cfg, err)))
+        cfg->arch = a->id;
     json_decref(root);
     free(path);
     return rc;
@@ -400,13 +426,13 @@ static json_t *token(int id) { return id >= 0 ? json_integer(id) : json_null(); 
 
 /* The published LLaDA-8B-Instruct config.json, key for key, in its order,
  * with this model's sizes (plus bos_token_id and torch_dtype). */
-static json_t *llada_json(const dllm_model_config *c)
+json_t *dllm_config_json_llada(const dllm_arch_desc *a, const dllm_model_config *c)
 {
     json_t *o = json_object();
     json_object_set_new(o, "activation_type", json_string("silu"));
     json_object_set_new(o, "alibi", json_false());
     json_object_set_new(o, "alibi_bias_max", json_real(8.0));
-    json_object_set_new(o, "architectures", json_pack("[s]", "LLaDAModelLM"));
+    json_object_set_new(o, "architectures", json_pack("[s]", a->hf_class));
     json_object_set_new(o, "attention_dropout", json_real(0.0));
     json_object_set_new(o, "attention_layer_norm", json_false());
     json_object_set_new(o, "attention_layer_norm_with_affine", json_true());
@@ -440,7 +466,7 @@ static json_t *llada_json(const dllm_model_config *c)
     json_object_set_new(o, "max_sequence_length", json_integer(c->max_seq_len));
     json_object_set_new(o, "mlp_hidden_size", json_integer(c->mlp_hidden));
     json_object_set_new(o, "mlp_ratio", json_integer(4));
-    json_object_set_new(o, "model_type", json_string("llada"));
+    json_object_set_new(o, "model_type", json_string(a->model_type));
     json_object_set_new(o, "multi_query_attention", json_null());
     json_object_set_new(o, "n_heads", json_integer(c->n_heads));
     json_object_set_new(o, "n_kv_heads", json_integer(c->n_kv_heads));
@@ -462,10 +488,10 @@ static json_t *llada_json(const dllm_model_config *c)
 }
 
 /* The published Qwen3-8B config.json key set with this model's sizes. */
-static json_t *qwen3_json(const dllm_model_config *c)
+json_t *dllm_config_json_qwen3(const dllm_arch_desc *a, const dllm_model_config *c)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "architectures", json_pack("[s]", "Qwen3ForCausalLM"));
+    json_object_set_new(o, "architectures", json_pack("[s]", a->hf_class));
     json_object_set_new(o, "attention_bias", json_false());
     json_object_set_new(o, "attention_dropout", json_real(0.0));
     json_object_set_new(o, "bos_token_id", token(c->bos_token_id));
@@ -477,7 +503,7 @@ static json_t *qwen3_json(const dllm_model_config *c)
     json_object_set_new(o, "intermediate_size", json_integer(c->mlp_hidden));
     json_object_set_new(o, "max_position_embeddings", json_integer(c->max_seq_len));
     json_object_set_new(o, "max_window_layers", json_integer(c->n_layers));
-    json_object_set_new(o, "model_type", json_string("qwen3"));
+    json_object_set_new(o, "model_type", json_string(a->model_type));
     json_object_set_new(o, "num_attention_heads", json_integer(c->n_heads));
     json_object_set_new(o, "num_hidden_layers", json_integer(c->n_layers));
     json_object_set_new(o, "num_key_value_heads", json_integer(c->n_kv_heads));
@@ -499,10 +525,10 @@ static json_t *qwen3_json(const dllm_model_config *c)
 }
 
 /* The published Dream-v0-Instruct-7B config.json key set with this model's sizes. */
-static json_t *dream_json(const dllm_model_config *c)
+json_t *dllm_config_json_dream(const dllm_arch_desc *a, const dllm_model_config *c)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "architectures", json_pack("[s]", "DreamModel"));
+    json_object_set_new(o, "architectures", json_pack("[s]", a->hf_class));
     json_object_set_new(o, "attention_dropout", json_real(0.0));
     json_t *am = json_object();
     json_object_set_new(am, "AutoConfig", json_string("configuration_dream.DreamConfig"));
@@ -517,7 +543,7 @@ static json_t *dream_json(const dllm_model_config *c)
     json_object_set_new(o, "mask_token_id", token(c->mask_token_id));
     json_object_set_new(o, "max_position_embeddings", json_integer(c->max_seq_len));
     json_object_set_new(o, "max_window_layers", json_integer(c->n_layers));
-    json_object_set_new(o, "model_type", json_string("Dream"));
+    json_object_set_new(o, "model_type", json_string(a->model_type));
     json_object_set_new(o, "num_attention_heads", json_integer(c->n_heads));
     json_object_set_new(o, "num_hidden_layers", json_integer(c->n_layers));
     json_object_set_new(o, "num_key_value_heads", json_integer(c->n_kv_heads));
@@ -537,9 +563,10 @@ static json_t *dream_json(const dllm_model_config *c)
 
 int dllm_config_save(const dllm_model_config *cfg, const char *dir, dllm_err *err)
 {
-    json_t *o = cfg->arch == DLLM_ARCH_QWEN3   ? qwen3_json(cfg)
-                : cfg->arch == DLLM_ARCH_DREAM ? dream_json(cfg)
-                                               : llada_json(cfg);
+    const dllm_arch_desc *a = dllm_arch_get(cfg->arch);
+    if (!a)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: unknown architecture %d", dir, (int)cfg->arch);
+    json_t *o = a->config_write(a, cfg);
     size_t n = strlen(dir);
     char *path = dllm_malloc(n + 16);
     snprintf(path, n + 16, "%s%sconfig.json", dir, n && dir[n - 1] == '/' ? "" : "/");
@@ -554,91 +581,41 @@ int dllm_config_save(const dllm_model_config *cfg, const char *dir, dllm_err *er
 
 int dllm_config_preset(dllm_model_config *cfg, dllm_arch arch, const char *preset, dllm_err *err)
 {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->arch = arch;
-    /* tiny/small share the char-level tokenizer's special ids:
-     * 0 <|endoftext|>, 1 <|startoftext|>, 2 <|mdm_mask|>. */
-    cfg->eos_token_id = 0;
-    cfg->pad_token_id = 0;
-    cfg->bos_token_id = 1;
-    cfg->mask_token_id = 2;
-    cfg->rope_theta = 10000.0f;
-    snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "float32");
-    if (arch == DLLM_ARCH_LLADA) {
-        cfg->rms_norm_eps = 1e-5f;
-        if (strcmp(preset, "tiny") == 0) {
-            cfg->d_model = 64, cfg->n_layers = 2, cfg->n_heads = 4, cfg->mlp_hidden = 176;
-            cfg->vocab_size = 128, cfg->max_seq_len = 512;
-        } else if (strcmp(preset, "small") == 0) {
-            cfg->d_model = 512, cfg->n_layers = 6, cfg->n_heads = 8, cfg->mlp_hidden = 1536;
-            cfg->vocab_size = 8192, cfg->max_seq_len = 1024;
-        } else if (strcmp(preset, "llada-8b") == 0) { /* GSAI-ML/LLaDA-8B-Instruct */
-            cfg->d_model = 4096, cfg->n_layers = 32, cfg->n_heads = 32, cfg->mlp_hidden = 12288;
-            cfg->vocab_size = 126464, cfg->max_seq_len = 4096, cfg->rope_theta = 500000.0f;
-            cfg->mask_token_id = 126336, cfg->eos_token_id = 126081, cfg->pad_token_id = 126081;
-            cfg->bos_token_id = 126080;
-            snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "bfloat16");
-        } else {
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "unknown llada preset '%s' (tiny, small or llada-8b)", preset);
-        }
-        cfg->n_kv_heads = cfg->n_heads;
-        cfg->head_dim = cfg->d_model / cfg->n_heads;
-    } else if (arch == DLLM_ARCH_QWEN3) {
-        cfg->rms_norm_eps = 1e-6f;
-        if (strcmp(preset, "tiny") == 0) {
-            cfg->d_model = 64, cfg->n_layers = 2, cfg->n_heads = 4, cfg->n_kv_heads = 2;
-            cfg->head_dim = 16, cfg->mlp_hidden = 176, cfg->vocab_size = 128, cfg->max_seq_len = 512;
-        } else if (strcmp(preset, "small") == 0) {
-            cfg->d_model = 512, cfg->n_layers = 6, cfg->n_heads = 8, cfg->n_kv_heads = 4;
-            cfg->head_dim = 64, cfg->mlp_hidden = 1536, cfg->vocab_size = 8192, cfg->max_seq_len = 1024;
-        } else if (strcmp(preset, "qwen3-8b") == 0) { /* Qwen/Qwen3-8B */
-            cfg->d_model = 4096, cfg->n_layers = 36, cfg->n_heads = 32, cfg->n_kv_heads = 8;
-            cfg->head_dim = 128, cfg->mlp_hidden = 12288, cfg->vocab_size = 151936;
-            cfg->max_seq_len = 40960, cfg->rope_theta = 1000000.0f;
-            cfg->bos_token_id = 151643, cfg->eos_token_id = 151645;
-            cfg->pad_token_id = -1, cfg->mask_token_id = -1;
-            snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "bfloat16");
-        } else {
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "unknown qwen3 preset '%s' (tiny, small or qwen3-8b)", preset);
-        }
-    } else if (arch == DLLM_ARCH_DREAM) {
-        /* tiny/small: Qwen2-style sizes (head_dim 16 / 64, GQA) on the char ids above */
-        cfg->rms_norm_eps = 1e-6f;
-        if (strcmp(preset, "tiny") == 0) {
-            cfg->d_model = 64, cfg->n_layers = 2, cfg->n_heads = 4, cfg->n_kv_heads = 2;
-            cfg->mlp_hidden = 176, cfg->vocab_size = 128, cfg->max_seq_len = 512;
-        } else if (strcmp(preset, "small") == 0) {
-            cfg->d_model = 512, cfg->n_layers = 6, cfg->n_heads = 8, cfg->n_kv_heads = 4;
-            cfg->mlp_hidden = 1536, cfg->vocab_size = 8192, cfg->max_seq_len = 1024;
-        } else if (strcmp(preset, "dream-7b") == 0) { /* Dream-org/Dream-v0-Instruct-7B */
-            cfg->d_model = 3584, cfg->n_layers = 28, cfg->n_heads = 28, cfg->n_kv_heads = 4;
-            cfg->mlp_hidden = 18944, cfg->vocab_size = 152064, cfg->max_seq_len = 131072;
-            cfg->rope_theta = 1000000.0f;
-            cfg->mask_token_id = 151666, cfg->eos_token_id = 151643, cfg->pad_token_id = 151643;
-            cfg->bos_token_id = 151643;
-            snprintf(cfg->torch_dtype, sizeof cfg->torch_dtype, "bfloat16");
-        } else {
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "unknown dream preset '%s' (tiny, small or dream-7b)", preset);
-        }
-        cfg->head_dim = cfg->d_model / cfg->n_heads;
-    } else {
+    const dllm_arch_desc *a = dllm_arch_get(arch);
+    if (!a)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "unknown architecture %d", (int)arch);
+    const dllm_arch_preset *p = dllm_arch_preset_get(a, preset);
+    if (!p) {
+        char names[256];
+        size_t n = 0;
+        names[0] = 0;
+        for (int i = 0; i < a->n_presets && n < sizeof names; i++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", a->presets[i].name,
+                                  i == a->n_presets - 2 ? " or " : i < a->n_presets - 1 ? ", " : "");
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "unknown %s preset '%s' (%s)", a->name, preset,
+                            names);
     }
-    cfg->embedding_size = cfg->vocab_size;
+    *cfg = p->cfg;
+    cfg->arch = arch;
+    if (!cfg->n_kv_heads)
+        cfg->n_kv_heads = cfg->n_heads;
+    if (!cfg->head_dim)
+        cfg->head_dim = cfg->d_model / cfg->n_heads;
+    if (!cfg->embedding_size)
+        cfg->embedding_size = cfg->vocab_size;
     return DLLM_OK;
 }
 
+/* The layer's optional tensors are the descriptor's: q/k norms (HD each), q/k/v biases. */
 int64_t dllm_config_num_params(const dllm_model_config *cfg)
 {
+    const dllm_arch_desc *a = dllm_arch_get(cfg->arch);
     int64_t C = cfg->d_model, V = cfg->embedding_size, F = cfg->mlp_hidden;
     int64_t QD = (int64_t)cfg->n_heads * cfg->head_dim, KVD = (int64_t)cfg->n_kv_heads * cfg->head_dim;
     int64_t layer = C * QD + 2 * C * KVD + QD * C + 3 * C * F + 2 * C;
-    if (cfg->arch == DLLM_ARCH_QWEN3)
+    if (a->qk_norm)
         layer += 2 * (int64_t)cfg->head_dim;
-    if (cfg->arch == DLLM_ARCH_DREAM)
+    if (a->qkv_bias)
         layer += QD + 2 * KVD;
     return V * C + (cfg->weight_tying ? 0 : V * C) + cfg->n_layers * layer + C;
 }

@@ -1,5 +1,6 @@
 /* model_config.h: the model's HF config.json (LLaDA, Qwen3 and Dream keys)
- * and the named presets of init-model. */
+ * and the named presets of init-model; which keys and presets an
+ * architecture has is its descriptor's (dllm/arch.h). */
 #ifndef DLLM_MODEL_CONFIG_H
 #define DLLM_MODEL_CONFIG_H
 
@@ -25,18 +26,35 @@ typedef struct {
     char torch_dtype[16]; /* "float32" | "bfloat16" */
 } dllm_model_config;
 
-/* Reads DIR/config.json. Unknown extra keys are fine (real configs carry
+/* Reads DIR/config.json (the architecture by its model_type, else by its
+ * "architectures" class). Unknown extra keys are fine (real configs carry
  * many); missing or mistyped required keys, unsupported options
  * (include_bias true, non-rms norm, alibi, ...) and inconsistent sizes are
  * input errors naming the file and key. */
 int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err);
-/* Writes DIR/config.json with the published LLaDA keys (all of them, with the
- * published values for everything this model does not vary). */
+/* Writes DIR/config.json with the architecture's published keys (all of them,
+ * with the published values for everything this model does not vary). */
 int dllm_config_save(const dllm_model_config *cfg, const char *dir, dllm_err *err);
-/* Presets: "tiny", "small", "llada-8b" (LLaDA); "tiny", "small", "qwen3-8b" (Qwen3);
- * "tiny", "small", "dream-7b" (Dream). */
+/* The architecture's preset called `preset` (dllm/arch.c): "tiny", "small",
+ * "llada-8b" (LLaDA); "tiny", "small", "qwen3-8b" (Qwen3); "tiny", "small",
+ * "dream-7b" (Dream). */
 int dllm_config_preset(dllm_model_config *cfg, dllm_arch arch, const char *preset, dllm_err *err);
 /* Parameter count of the full model. */
 int64_t dllm_config_num_params(const dllm_model_config *cfg);
+
+/* The architectures' config.json readers and writers the descriptors point at
+ * (dllm_config_reader, dllm_config_writer in dllm/arch.h); a descriptor of a
+ * variant may point at them too. */
+struct json_t;
+struct dllm_arch_desc;
+int dllm_config_read_llada(const struct json_t *root, const char *path, dllm_model_config *cfg,
+                           dllm_err *err);
+int dllm_config_read_qwen3(const struct json_t *root, const char *path, dllm_model_config *cfg,
+                           dllm_err *err);
+int dllm_config_read_dream(const struct json_t *root, const char *path, dllm_model_config *cfg,
+                           dllm_err *err);
+struct json_t *dllm_config_json_llada(const struct dllm_arch_desc *a, const dllm_model_config *c);
+struct json_t *dllm_config_json_qwen3(const struct dllm_arch_desc *a, const dllm_model_config *c);
+struct json_t *dllm_config_json_dream(const struct dllm_arch_desc *a, const dllm_model_config *c);
 
 #endif

@@ -60,9 +60,14 @@ static const size_t SHARD_BYTES = (size_t)5000000000ull;
 static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
 {
     const dllm_arch_desc *d = dllm_arch_by_name(s && *s ? s : "llada");
-    if (!d)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected llada, qwen3 or dream",
-                            s);
+    if (!d) {
+        char names[256];
+        size_t n = 0;
+        for (int i = 0, k = dllm_arch_count(); i < k && n < sizeof names; i++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", dllm_arch_get((dllm_arch)i)->name,
+                                  i == k - 2 ? " or " : i < k - 1 ? ", " : "");
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected %s", s, names);
+    }
     *a = d->id;
     return 0;
 }
@@ -138,7 +143,7 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
         goto fail;
     if (c->lora_rank > 0)
         dllm_tf_lora_enable(p->m, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
-    if (!p->arch->diffusion) /* rollouts (KV-cache decoding) at the rollout copy's numerics */
+    if (p->arch->sampler == DLLM_SAMPLER_AR) /* rollouts (KV-cache decoding) at the rollout copy's numerics */
         qwen3_decode_at_rollout(p->m, true);
     if ((rc = dllm_tf_rollout_sync(p->m, &p->prec, NULL, err)))
         goto fail;
@@ -182,7 +187,9 @@ void dllm_policy_free(dllm_policy *p)
 
 dllm_arch dllm_policy_arch(const dllm_policy *p) { return p->arch->id; }
 
-bool dllm_policy_is_diffusion(const dllm_policy *p) { return p->arch->diffusion; }
+bool dllm_policy_is_diffusion(const dllm_policy *p) { return dllm_arch_is_diffusion(p->arch); }
+
+dllm_sampler_family dllm_policy_sampler(const dllm_policy *p) { return p->arch->sampler; }
 
 struct dllm_tf *dllm_policy_model(dllm_policy *p) { return p->m; }
 
@@ -348,9 +355,9 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
                         int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
                         dllm_rollout *out, dllm_err *err)
 {
-    if (!p->arch->diffusion)
+    if (p->arch->sampler == DLLM_SAMPLER_AR)
         return ar_rollout(p, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
-    if (p->arch->id == DLLM_ARCH_DREAM) {
+    if (p->arch->sampler == DLLM_SAMPLER_DREAM) {
         dllm_dream_cfg d = p->dream;
         d.top_p = top_p;
         return dllm_dream_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, &d, seed, out,
@@ -364,7 +371,7 @@ int dllm_policy_sample_trainer(dllm_policy *p, const int32_t *prompts, const uin
                                int B, int P, const dllm_sampler_cfg *sc, double top_p,
                                uint64_t seed, dllm_rollout *out, dllm_err *err)
 {
-    if (p->arch->id == DLLM_ARCH_DREAM) {
+    if (p->arch->sampler == DLLM_SAMPLER_DREAM) {
         dllm_dream_cfg d = p->dream;
         d.top_p = top_p;
         return dllm_dream_sample(train_nograd_logits, p, prompts, prompt_mask, B, P, sc, &d, seed,

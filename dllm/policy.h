@@ -11,6 +11,7 @@
 #ifndef DLLM_POLICY_H
 #define DLLM_POLICY_H
 
+#include "dllm/arch.h"
 #include "dllm/lik_plan.h"
 #include "dllm/model_config.h"
 #include "dllm/safetensors.h"
@@ -62,6 +63,8 @@ void dllm_policy_free(dllm_policy *p);
 
 dllm_arch dllm_policy_arch(const dllm_policy *p);
 bool dllm_policy_is_diffusion(const dllm_policy *p);
+/* How its rollouts decode (the architecture's sampler family, dllm/arch.h). */
+dllm_sampler_family dllm_policy_sampler(const dllm_policy *p);
 const dllm_model_config *dllm_policy_config(const dllm_policy *p);
 /* True when the rollout copy computes exactly what the trainer computes
  * (rollout: trainer), so w = 1 exactly. */

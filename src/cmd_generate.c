@@ -392,7 +392,7 @@ int cmd_generate(int argc, char **argv)
     if (dllm_policy_open(&pol, &pc, &err))
         return cli_fail("generate", &err);
     const bool diffusion = dllm_policy_is_diffusion(pol);
-    const bool is_dream = dllm_policy_arch(pol) == DLLM_ARCH_DREAM;
+    const bool is_dream = dllm_policy_sampler(pol) == DLLM_SAMPLER_DREAM;
     const dllm_model_config *mc = dllm_policy_config(pol);
     dllm_tokenizer *tok = NULL;
     dllm_chat_format fmt = DLLM_CHAT_PLAIN;

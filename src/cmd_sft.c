@@ -405,7 +405,7 @@ int cmd_sft(int argc, char **argv)
         return cli_fail("sft", &err);
     }
     generation_of_data(&cfg, &ds, dllm_policy_is_diffusion(m), &run.gen);
-    if (dllm_policy_arch(m) == DLLM_ARCH_DREAM)
+    if (dllm_policy_sampler(m) == DLLM_SAMPLER_DREAM)
         ckpt_generation_set_dream(&run.gen, &cfg);
     const dllm_model_config *mc = dllm_policy_config(m);
     const bool trainer_bf16 = cfg.model.trainer_precision == CFG_TRAINER_BF16;

@@ -57,6 +57,8 @@
  *     for them. */
 #include "src/mem_plan.h"
 
+#include "dllm/arch.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
@@ -218,7 +220,7 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
 {
     memset(p, 0, sizeof *p);
     p->opts = *o;
-    const bool diffusion = mc->arch != DLLM_ARCH_QWEN3; /* LLaDA and Dream denoise */
+    const bool diffusion = dllm_arch_is_diffusion(dllm_arch_get(mc->arch)); /* LLaDA and Dream */
     p->arch = mc->arch;
     p->diffusion = diffusion;
     if (o->ranks < 1 || cfg->grpo.prompts_per_step % o->ranks)
@@ -489,7 +491,10 @@ static void add_acts(mem_plan *p, const char *who, const dllm_model_config *mc, 
 int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
                        const mem_plan_opts *o, dllm_err *err)
 {
-    if (mc->arch != DLLM_ARCH_LLADA)
+    /* the items below are the block sampler's over the plain block: no q/k norms,
+     * biases or shifted logits (LLaDA) */
+    const dllm_arch_desc *a = dllm_arch_get(mc->arch);
+    if (a->sampler != DLLM_SAMPLER_BLOCK || a->qk_norm || a->qkv_bias || a->shift_logits)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "--device cpu: the CPU backend's buffers are planned for the LLaDA model "
                             "only; plan this model with --device cuda");

@@ -328,13 +328,13 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     if (roll) {
         vfmt f = rtrainer ? tf : rf;
         bool h16 = rtrainer ? tb : rhead16;
-        if (mc->arch == DLLM_ARCH_LLADA) { /* the device sampler over la[1] */
+        if (a->sampler == DLLM_SAMPLER_BLOCK) { /* the device sampler over la[1] */
             int64_t BB = s->cfg ? 2 * (int64_t)s->B : s->B;
             acts_use(&la, BB, T, rows, &d);
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, BB * T, rows));
             qaneed = max64(qaneed, qa_forward(&d, f, pr, BB * T));
             tmax = max64(tmax, T);
-        } else if (a->diffusion) { /* Dream's host sampler: the first step scores B G rows */
+        } else if (a->sampler == DLLM_SAMPLER_DREAM) { /* Dream's host sampler: the first step scores B G rows */
             int64_t R = (int64_t)s->B * s->G;
             acts_use(&ra, s->B, T, R, &d);
             chunk = max64(chunk, R < rows ? R : rows);
@@ -433,7 +433,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     if (chunk)
         item(p, false, "logits chunk", chunk * (4 * d.V + 8), "%lld rows x (4 V + 8) (of at most "
              "%lld)", (long long)chunk, (long long)rows);
-    if (roll && mc->arch == DLLM_ARCH_LLADA) { /* dllm_sample_device's buffers */
+    if (roll && a->sampler == DLLM_SAMPLER_BLOCK) { /* dllm_sample_device's buffers */
         int64_t B = s->B, BB = s->cfg ? 2 * B : B, nr = B * s->G;
         int64_t b = BB * T * 5 + nr * (4 + (s->cfg ? 4 : 0) + 8 + 4 + 4 + 4 +
                                       (s->random_remask ? 8 : 0) + 2 + 4) +
@@ -442,7 +442,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
              "%s%lld x V logits", 30 + (s->cfg ? 4 : 0) + (s->random_remask ? 8 : 0),
              s->cfg ? "2 x " : "", (long long)rows);
     }
-    if (roll && mc->arch == DLLM_ARCH_QWEN3) { /* one dllm_ar_sample on the device */
+    if (roll && a->sampler == DLLM_SAMPLER_AR) { /* one dllm_ar_sample on the device */
         int64_t B = s->B, S = T, hr = B < rows ? B : rows;
         item(p, true, "KV cache", 2 * 4 * d.L * B * S * d.KD + 2 * B * S,
              "K, V 2 x 4 L B (P+G) KD, key masks 2 B (P+G)");

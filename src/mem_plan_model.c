@@ -4,35 +4,27 @@
 #include "src/mem_plan.h"
 
 #include "src/cfg_names.h"
+#include "dllm/arch.h"
 
 #include <libgen.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 /* Published checkpoints whose directory may not be on this machine yet: the
- * plan needs only their dimensions, which the presets hold. */
+ * plan needs only their dimensions, which the presets hold (dllm/arch.c). */
 static const char *published_preset(const char *path, dllm_arch *arch)
 {
-    static const struct { const char *dir, *preset; dllm_arch arch; } known[] = {
-        {"LLaDA-8B-Instruct", "llada-8b", DLLM_ARCH_LLADA},
-        {"LLaDA-8B-Base", "llada-8b", DLLM_ARCH_LLADA},
-        {"Qwen3-8B", "qwen3-8b", DLLM_ARCH_QWEN3},
-        {"Qwen3-8B-Base", "qwen3-8b", DLLM_ARCH_QWEN3},
-        {"Dream-v0-Instruct-7B", "dream-7b", DLLM_ARCH_DREAM},
-        {"Dream-v0-Base-7B", "dream-7b", DLLM_ARCH_DREAM}};
     char buf[CFG_STR_MAX];
     snprintf(buf, sizeof buf, "%s", path);
     size_t n = strlen(buf);
     while (n > 1 && buf[n - 1] == '/')
         buf[--n] = '\0';
-    const char *base = basename(buf);
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (!strcasecmp(base, known[i].dir)) {
-            *arch = known[i].arch;
-            return known[i].preset;
-        }
-    return NULL;
+    const dllm_arch_preset *p;
+    const dllm_arch_desc *a = dllm_arch_of_published(basename(buf), &p);
+    if (!a)
+        return NULL;
+    *arch = a->id;
+    return p->name;
 }
 
 int mem_plan_model(const dllm_cfg *cfg, const char *preset_flag, dllm_model_config *mc, char *what,
@@ -40,12 +32,10 @@ int mem_plan_model(const dllm_cfg *cfg, const char *preset_flag, dllm_model_conf
 {
     dllm_arch arch = cfg->model.arch;
     if (preset_flag) {
-        if (!strcmp(preset_flag, "llada-8b"))
-            arch = DLLM_ARCH_LLADA;
-        else if (!strcmp(preset_flag, "qwen3-8b"))
-            arch = DLLM_ARCH_QWEN3;
-        else if (!strcmp(preset_flag, "dream-7b"))
-            arch = DLLM_ARCH_DREAM;
+        /* a published model's preset names its architecture; tiny and small keep the config's */
+        const dllm_arch_desc *a = dllm_arch_of_preset(preset_flag, dllm_arch_get(arch));
+        if (a)
+            arch = a->id;
         if (dllm_config_preset(mc, arch, preset_flag, err))
             return dllm_err_prefix(err, "--preset");
         snprintf(what, n, "preset %s", preset_flag);

@@ -384,7 +384,7 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
     ckpt_generation g;
     ckpt_generation_from_cfg(&g, &run->cfg, dllm_policy_is_diffusion(run->pol),
                              dllm_chat_format_name(run->chat));
-    if (dllm_policy_arch(run->pol) == DLLM_ARCH_DREAM)
+    if (dllm_policy_sampler(run->pol) == DLLM_SAMPLER_DREAM)
         ckpt_generation_set_dream(&g, &run->cfg);
     if (ckpt_write_generation(tmp, &g, err))
         return err->code;

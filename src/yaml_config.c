@@ -2,6 +2,7 @@
  * (Over 900 lines: the key table carries each key's one-line meaning, and the
  * reader, the checks and the listings walk that one table.) */
 #include "src/yaml_config.h"
+#include "dllm/arch.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -844,7 +845,7 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                 "(gen_length / block_length)", sched[i].what, sched[i].steps, nb);
     }
     /* with a model.path the architecture is config.json's: checked when the run opens */
-    const bool diffusion = !cfg->model.path[0] && cfg->model.arch != DLLM_ARCH_QWEN3;
+    const bool diffusion = !cfg->model.path[0] && dllm_arch_is_diffusion(dllm_arch_get(cfg->model.arch));
     if (diffusion && cfg->grpo.loss.ratio == GRPO_RATIO_TOKEN && cfg->grpo.logp_estimator != EST_ONE_STEP)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "grpo.ratio: token needs grpo.logp_estimator one_step (or an AR model)");
