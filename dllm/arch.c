@@ -160,6 +160,17 @@ const dllm_arch_desc *dllm_arch_get(dllm_arch id)
     return (int)id >= 0 && (int)id < DLLM_ARCH_BUILTIN ? &dllm_arch_builtin[id] : NULL;
 }
 
+const char *dllm_arch_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    int k = dllm_arch_count();
+    buf[0] = 0;
+    for (int i = 0; i < k && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", dllm_arch_get((dllm_arch)i)->name,
+                              i == k - 2 ? " or " : i < k - 1 ? ", " : "");
+    return buf;
+}
+
 static bool same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
 const dllm_arch_desc *dllm_arch_by_name(const char *name)

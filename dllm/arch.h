@@ -121,6 +121,8 @@ extern const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN];
 int dllm_arch_register(dllm_arch_desc *a, dllm_err *err);
 /* How many architectures the registry holds; their ids are 0 .. count-1. */
 int dllm_arch_count(void);
+/* "llada, qwen3 or dream": the registry's names, for messages. */
+const char *dllm_arch_list(char *buf, size_t cap);
 /* The descriptor of a config's arch (an id the registry holds). */
 const dllm_arch_desc *dllm_arch_get(dllm_arch id);
 /* The descriptor called `name` ("llada", "qwen3", "dream"); NULL if none. */

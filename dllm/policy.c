@@ -62,11 +62,8 @@ static int parse_arch(const char *s, dllm_arch *a, dllm_err *err)
     const dllm_arch_desc *d = dllm_arch_by_name(s && *s ? s : "llada");
     if (!d) {
         char names[256];
-        size_t n = 0;
-        for (int i = 0, k = dllm_arch_count(); i < k && n < sizeof names; i++)
-            n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", dllm_arch_get((dllm_arch)i)->name,
-                                  i == k - 2 ? " or " : i < k - 1 ? ", " : "");
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected %s", s, names);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.arch '%s': expected %s", s,
+                            dllm_arch_list(names, sizeof names));
     }
     *a = d->id;
     return 0;

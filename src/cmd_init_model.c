@@ -58,7 +58,9 @@ int cmd_init_model(int argc, char **argv)
     }
     const dllm_arch_desc *ad = dllm_arch_by_name(arch);
     if (!ad) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: supported: llada, qwen3, dream", arch);
+        char names[256];
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: supported: %s", arch,
+                     dllm_arch_list(names, sizeof names));
         return cli_fail("init-model", &err);
     }
     dllm_model_config cfg;
@@ -71,8 +73,8 @@ int cmd_init_model(int argc, char **argv)
     if (dtype)
         strcpy(cfg.torch_dtype, strcmp(dtype, "bf16") ? "float32" : "bfloat16");
     st_dtype st = strcmp(cfg.torch_dtype, "bfloat16") ? ST_F32 : ST_BF16;
-    bool big = !strcmp(preset, "llada-8b") || !strcmp(preset, "qwen3-8b") ||
-               !strcmp(preset, "dream-7b");
+    /* a published model's sizes: the weights only on request */
+    bool big = dllm_arch_preset_get(ad, preset)->published[0] != NULL;
     if (!force && cli_refuse_existing(out, "the output directory", false, &err))
         return cli_fail("init-model", &err);
     /* written beside --out, then renamed into place */
