@@ -17,14 +17,19 @@ typedef struct {
     int value;
 } cfg_name;
 
-typedef struct {
+typedef struct cfg_names {
     const char *key;     /* the config key the values belong to, for messages */
     const cfg_name *v;   /* (n) */
     int n;
+    /* Set when the names are another table's (the architecture registry's): the
+     * table as it is now; v and n are then unused. */
+    const struct cfg_names *(*live)(void);
 } cfg_names;
 
-#define CFG_NAMES(key, table) {key, table, (int)(sizeof table / sizeof table[0])}
+#define CFG_NAMES(key, table) {key, table, (int)(sizeof table / sizeof table[0]), NULL}
 
+/* The entries of t now: t itself, or what its `live` gives. */
+const cfg_names *cfg_names_of(const cfg_names *t);
 /* Name of value, "?" when the table has none. */
 const char *cfg_names_name(const cfg_names *t, int value);
 /* Value of name s; false when s is not in the table. */

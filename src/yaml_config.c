@@ -53,11 +53,70 @@ double dllm_cfg_lr(const dllm_cfg *cfg, long step, long total)
     const cfg_names var = CFG_NAMES(key, var##_v)
 
 NAMES(cfg_names_device, "device", {"cpu", CFG_DEVICE_CPU}, {"cuda", CFG_DEVICE_CUDA});
-NAMES(cfg_names_preset, "model.preset", {"tiny", CFG_PRESET_TINY}, {"small", CFG_PRESET_SMALL},
-      {"llada-8b", CFG_PRESET_LLADA_8B}, {"qwen3-8b", CFG_PRESET_QWEN3_8B},
-      {"dream-7b", CFG_PRESET_DREAM_7B});
-NAMES(cfg_names_arch, "model.arch", {"llada", DLLM_ARCH_LLADA}, {"qwen3", DLLM_ARCH_QWEN3},
-      {"dream", DLLM_ARCH_DREAM});
+/* model.arch, model.preset and model.lora.targets name what the architecture
+ * registry holds (dllm/arch.h), read from it when asked so that an architecture
+ * registered at run time is a value too: the architectures by id; every preset
+ * name once, in registry order (tiny, small, llada-8b, qwen3-8b, dream-7b: the
+ * cfg_preset values); every LoRA target name and alias once (value: its bit). */
+static const cfg_names *arch_names(void)
+{
+    static cfg_name v[DLLM_ARCH_MAX];
+    static cfg_names t = {"model.arch", v, 0, NULL};
+    if (t.n != dllm_arch_count()) {
+        for (int i = 0; i < dllm_arch_count(); i++)
+            v[i] = (cfg_name){dllm_arch_get((dllm_arch)i)->name, i};
+        t.n = dllm_arch_count();
+    }
+    return &t;
+}
+
+/* Appends name (value) to the n entries of v unless there; capacity cap. */
+static void add_name(cfg_name *v, int *n, int cap, const char *name, int value)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(v[i].name, name))
+            return;
+    if (*n < cap)
+        v[(*n)++] = (cfg_name){name, value};
+}
+
+static const cfg_names *preset_names(void)
+{
+    enum { CAP = 64 };
+    static cfg_name v[CAP];
+    static cfg_names t = {"model.preset", v, 0, NULL};
+    static int archs;
+    if (archs != dllm_arch_count()) {
+        t.n = 0;
+        for (archs = 0; archs < dllm_arch_count(); archs++)
+            for (int k = 0; k < dllm_arch_get((dllm_arch)archs)->n_presets; k++)
+                add_name(v, &t.n, CAP, dllm_arch_get((dllm_arch)archs)->presets[k].name, t.n);
+    }
+    return &t;
+}
+
+static const cfg_names *lora_target_names(void)
+{
+    enum { CAP = 4 * DLLM_NLIN };
+    static cfg_name v[CAP];
+    static cfg_names t = {"model.lora.targets", v, 0, NULL};
+    static int archs;
+    if (archs != dllm_arch_count()) {
+        t.n = 0;
+        for (archs = 0; archs < dllm_arch_count(); archs++) {
+            const dllm_arch_desc *a = dllm_arch_get((dllm_arch)archs);
+            for (int j = 0; j < DLLM_NLIN; j++)
+                add_name(v, &t.n, CAP, a->lora_name[j], 1 << j);
+            for (int j = 0; a->lora_alias && j < DLLM_NLIN; j++)
+                add_name(v, &t.n, CAP, a->lora_alias[j], 1 << j);
+        }
+    }
+    return &t;
+}
+
+const cfg_names cfg_names_arch = {"model.arch", NULL, 0, arch_names};
+const cfg_names cfg_names_preset = {"model.preset", NULL, 0, preset_names};
+static const cfg_names cfg_names_lora_target = {"model.lora.targets", NULL, 0, lora_target_names};
 NAMES(cfg_names_dtype, "model.dtype", {"f32", ST_F32}, {"bf16", ST_BF16});
 NAMES(cfg_names_trainer_precision, "model.trainer_precision", {"fp32", CFG_TRAINER_FP32},
       {"bf16", CFG_TRAINER_BF16});
@@ -114,7 +173,7 @@ typedef struct {
     size_t size;         /* buffer size for K_STR, field size otherwise */
     const char *def;     /* default, parsed like a YAML scalar ("" for none) */
     double min, max;     /* numeric range (inclusive) */
-    const void *names;   /* K_ENUM: its cfg_names; K_STR_LIST: "a|b|c" allowed items, or NULL */
+    const cfg_names *names; /* K_ENUM: its names; K_STR_LIST: the allowed items, or NULL */
     const char *desc;    /* one line for `dllm-rl config` (docs/CONFIG.md's meaning) */
 } cfg_key;
 
@@ -144,8 +203,7 @@ static const cfg_key keys[] = {
     {"model.lora.alpha", K_FLOAT, F(model.lora.alpha), "16", 0, INF, NULL,
      "LoRA scale numerator (scale alpha / rank)"},
     {"model.lora.targets", K_STR_LIST, F(model.lora.targets),
-     "[q_proj, k_proj, v_proj, attn_out, ff_proj, up_proj, ff_out]", 0, 0,
-     "q_proj|k_proj|v_proj|attn_out|ff_proj|up_proj|ff_out|o_proj|gate_proj|down_proj",
+     "[q_proj, k_proj, v_proj, attn_out, ff_proj, up_proj, ff_out]", 0, 0, &cfg_names_lora_target,
      "LoRA target modules by HF name"},
     {"task.name", K_ENUM, F(task.name), "countdown", 0, 0, &cfg_names_task,
      "the RL task"},
@@ -462,17 +520,6 @@ static bool parse_bool(const char *s, int *out)
     return false;
 }
 
-static bool in_choices(const char *choices, const char *s)
-{
-    size_t n = strlen(s);
-    for (const char *p = choices; *p;) {
-        size_t m = strcspn(p, "|");
-        if (m == n && !strncmp(p, s, n))
-            return true;
-        p += m + (p[m] == '|');
-    }
-    return false;
-}
 
 static const char *type_name(key_type t)
 {
@@ -592,10 +639,11 @@ static int set_sequence(dllm_cfg *cfg, const cfg_key *k, yaml_document_t *doc, y
         const char *s = it->type == YAML_SCALAR_NODE ? (char *)it->data.scalar.value : NULL;
         if (!s || strlen(s) >= sizeof l->items[0])
             return fail_at(err, src, it->start_mark, "%s[%d] must be a short string", k->path, i);
-        const char *allowed = k->names;
-        if (allowed && !in_choices(allowed, s))
+        int bit;
+        char allowed[256];
+        if (k->names && !cfg_names_find(k->names, s, &bit))
             return fail_at(err, src, it->start_mark, "%s: unknown item '%s' (choices: %s)", k->path, s,
-                           allowed);
+                           cfg_names_choices(k->names, allowed, sizeof allowed));
         strcpy(l->items[l->n++], s);
     }
     return 0;
@@ -907,7 +955,10 @@ void dllm_cfg_key_doc_get(size_t i, dllm_cfg_key_doc *out)
     case K_BOOL: snprintf(out->range, sizeof out->range, "true|false"); break;
     case K_ENUM: cfg_names_choices(k->names, out->range, sizeof out->range); break;
     case K_STR_LIST:
-        snprintf(out->range, sizeof out->range, "%s", k->names ? (const char *)k->names : "");
+        if (k->names)
+            cfg_names_choices(k->names, out->range, sizeof out->range);
+        else
+            out->range[0] = '\0';
         break;
     default: out->range[0] = '\0';
     }

@@ -12,6 +12,7 @@
 #include "dllm/safetensors.h"
 #include "dllm/transformer.h"
 #include "src/commands.h"
+#include "src/yaml_config.h"
 #include "tests/test_shell.h"
 
 #include <check.h>
@@ -104,6 +105,17 @@ START_TEST(test_lookups)
     ck_assert_ptr_eq(dllm_arch_of_preset("tiny", &dllm_arch_qwen3), &dllm_arch_qwen3);
     char buf[256];
     ck_assert_str_eq(dllm_arch_list(buf, sizeof buf), "llada, qwen3, dream or llada-variant");
+    /* the config's names are the registry's: model.arch, model.preset */
+    int v;
+    ck_assert(cfg_names_find(&cfg_names_arch, "llada-variant", &v));
+    ck_assert_int_eq(v, variant.id);
+    ck_assert(cfg_names_find(&cfg_names_preset, "wide", &v));
+    ck_assert_str_eq(cfg_names_name(&cfg_names_preset, v), "wide");
+    ck_assert_str_eq(cfg_names_name(&cfg_names_preset, CFG_PRESET_TINY), "tiny");
+    ck_assert_str_eq(cfg_names_name(&cfg_names_preset, CFG_PRESET_SMALL), "small");
+    ck_assert_str_eq(cfg_names_name(&cfg_names_preset, CFG_PRESET_LLADA_8B), "llada-8b");
+    ck_assert_str_eq(cfg_names_name(&cfg_names_preset, CFG_PRESET_QWEN3_8B), "qwen3-8b");
+    ck_assert_str_eq(cfg_names_name(&cfg_names_preset, CFG_PRESET_DREAM_7B), "dream-7b");
     /* a name or model_type already held is refused, and the registry is unchanged */
     dllm_arch_desc again = variant;
     dllm_err err = {0};
@@ -251,6 +263,21 @@ START_TEST(test_commands)
     free(wv);
     free(wl);
     free(w0);
+
+    /* a random model of its own preset, named in the YAML */
+    char yaml[160];
+    snprintf(yaml, sizeof yaml, "%s/sw.yaml", tmp);
+    f = fopen(yaml, "w");
+    fprintf(f, "experiment: sw\nseed: 1\nmodel: {arch: llada-variant, preset: wide}\n"
+               "data: {train: %s, max_len: 24}\nsft: {steps: 2, batch_size: 4}\n"
+               "log: {dir: %s/runs, every: 1}\ncheckpoint: {every: 0}\n", data, tmp);
+    fclose(f);
+    snprintf(args, sizeof args, "%s --quiet", yaml);
+    ck_assert_int_eq(run(cmd_sft, NULL, args), 0);
+    snprintf(cv, sizeof cv, "%s/runs/sw/ckpt/latest", tmp);
+    ck_assert_int_eq(dllm_config_load(&c, cv, &err), 0);
+    ck_assert_int_eq(c.arch, variant.id);
+    ck_assert_int_eq(c.d_model, 96);
 }
 END_TEST
 
