@@ -1,5 +1,6 @@
 /* precision.c: parsing and naming of the trainer / rollout precision (precision.h). */
 #include "dllm/precision.h"
+#include "kernels/ops.h"
 
 #include <string.h>
 
@@ -15,6 +16,37 @@ const char *dllm_rollout_name(dllm_rollout_kind k)
 bool dllm_rollout_is_fp8(dllm_rollout_kind k)
 {
     return k == DLLM_ROLLOUT_FP8 || k == DLLM_ROLLOUT_FP8_EXACT;
+}
+
+const char *dllm_rollout_cpu_product(dllm_rollout_kind k, bool *faster)
+{
+    bool fast = false;
+    const char *what = NULL;
+    switch (k) {
+    case DLLM_ROLLOUT_TRAINER: break;
+    case DLLM_ROLLOUT_BF16:
+        fast = strcmp(op_bf16_gemm_path(), "fp32") != 0;
+        what = fast ? "oneDNN bf16 matmul on AVX512-BF16 dot products"
+                    : "no AVX512-BF16 on this CPU (or DLLM_BF16_GEMM=fp32): an fp32 product over "
+                      "the bf16-rounded values, no speed-up over fp32";
+        break;
+    case DLLM_ROLLOUT_FP8:
+        fast = strcmp(fp8_fast_path(), "bf16-dot") == 0;
+        what = fast ? "block-scaled FP8 codes on AVX512-BF16 dot products"
+                    : "no AVX512-BF16 on this CPU: the exact simulation (dequantised weights, one "
+                      "fp32 GEMM; bit for bit fp8-exact), no speed-up over fp32";
+        break;
+    case DLLM_ROLLOUT_FP8_EXACT:
+        what = "the exact simulation (dequantised weights, one fp32 GEMM), no speed-up over fp32 "
+               "by design";
+        break;
+    case DLLM_ROLLOUT_NVFP4:
+        what = "simulated (dequantised operands, one fp32 GEMM), no speed-up over fp32 by design";
+        break;
+    }
+    if (faster)
+        *faster = fast;
+    return what;
 }
 
 dllm_precision dllm_precision_default(void)

@@ -30,7 +30,8 @@
  *              the output in fp32, as an FP8 tensor core does. The quantised
  *              values are those of fp8-exact bit for bit; the products differ
  *              from it by fp32 rounding only (|fast - exact| <= (2K + 8) 2^-24
- *              sum_k |a_k w_k|). Embeddings, norms and biases are bf16-rounded
+ *              sum_k |a_k w_k|). On a CPU without bf16 dot products it computes
+ *              as fp8-exact, bit for bit (dllm_rollout_cpu_product). Embeddings, norms and biases are bf16-rounded
  *              fp32 values; the head is the bf16 copy's (bf16 linear);
  *   fp8-exact  the same quantisation, the product simulated exactly: both
  *              operands dequantised and multiplied in fp32 (op_gemm), the head
@@ -90,6 +91,11 @@ int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rol
 const char *dllm_rollout_name(dllm_rollout_kind k);
 /* Whether k quantises the layer linears to FP8 (fp8, fp8-exact). */
 bool dllm_rollout_is_fp8(dllm_rollout_kind k);
+
+/* What the CPU backend computes a rollout copy's linears with on this machine, in
+ * words for a user ("oneDNN bf16 matmul on AVX512-BF16 dot products"), and whether
+ * that product is faster than the fp32 trainer's (*faster). NULL for the trainer. */
+const char *dllm_rollout_cpu_product(dllm_rollout_kind k, bool *faster);
 /* The default: fp32 trainer, rollout "trainer" (e4m3 block for a later fp8). */
 dllm_precision dllm_precision_default(void);
 /* 0 if p holds valid enum values; else an input error naming `where`. */

@@ -19,6 +19,7 @@
 
 #include "dllm/arch.h"
 #include "dllm/policy_infer.h"
+#include "dllm/precision.h"
 #include "dllm/sampler.h"
 #include "kernels/rng.h"
 #include "src/cli_util.h"
@@ -280,6 +281,16 @@ int bench_rollout(int argc, char **argv)
     }
     if (!rc && diffusion)
         printf("one step: %.3f GFLOP (head rows estimated)\n", 1e-9 * step_flops);
+    /* what each precision's product is on this machine (dllm/precision.h) */
+    for (int k = 0; k < np && !rc && strcmp(device, "cuda"); k++) {
+        const char *rk = strcmp(names[k], "fp32") ? names[k] : "trainer";
+        for (int j = DLLM_ROLLOUT_TRAINER; j <= DLLM_ROLLOUT_NVFP4; j++)
+            if (!strcmp(rk, dllm_rollout_name((dllm_rollout_kind)j))) {
+                const char *prod = dllm_rollout_cpu_product((dllm_rollout_kind)j, NULL);
+                printf("path %-9s %s\n", names[k],
+                       prod ? prod : "the trainer's fp32 product (the build's fp32 GEMM library)");
+            }
+    }
     free(prompts);
     return rc ? cli_fail("bench rollout", &err) : 0;
 }

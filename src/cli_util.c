@@ -1,4 +1,5 @@
 #include "src/cli_util.h"
+#include "dllm/precision.h"
 
 #include <errno.h>
 #include <math.h>
@@ -202,4 +203,24 @@ void cli_warn_random_model(const char *cmd, const char *arch, const char *preset
             "dllm-rl %s: WARNING: no model path given: the model is a RANDOM, UNTRAINED %s %s "
             "preset (set model.path to a trained model directory)\n",
             cmd, arch && arch[0] ? arch : "llada", preset && preset[0] ? preset : "tiny");
+}
+
+void cli_note_rollout_product(const char *cmd, const char *precision, const char *device)
+{
+    if (!precision || (device && !strcmp(device, "cuda")))
+        return; /* on a device the product is the backend's (selftest reports it) */
+    for (int k = DLLM_ROLLOUT_TRAINER; k <= DLLM_ROLLOUT_NVFP4; k++) {
+        if (strcmp(precision, dllm_rollout_name((dllm_rollout_kind)k)))
+            continue;
+        bool faster;
+        const char *what = dllm_rollout_cpu_product((dllm_rollout_kind)k, &faster);
+        if (!what)
+            return;
+        fflush(stdout);
+        /* a low precision chosen for speed that cannot give it here says so loudly */
+        bool loud = !faster && (k == DLLM_ROLLOUT_BF16 || k == DLLM_ROLLOUT_FP8);
+        fprintf(stderr, "dllm-rl %s: %sprecision %s: %s\n", cmd, loud ? "NOTE: " : "",
+                precision, what);
+        return;
+    }
 }

@@ -35,6 +35,10 @@ int cli_copy_file(const char *from, const char *to, dllm_err *err);
 /* The loud warning of a command that builds a randomly initialised preset
  * because no model path was given (stderr). */
 void cli_warn_random_model(const char *cmd, const char *arch, const char *preset);
+/* One line on stderr saying which product the CPU computes a rollout precision with
+ * here (dllm_rollout_cpu_product), loud where bf16 or fp8 cannot be faster than fp32;
+ * nothing for the trainer's own numerics or on a device. */
+void cli_note_rollout_product(const char *cmd, const char *precision, const char *device);
 /* JSON number for a float/double; "null" for non-finite values (JSON has no NaN). */
 void cli_print_json_number(FILE *f, double v, int digits);
 

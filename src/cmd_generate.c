@@ -388,6 +388,7 @@ int cmd_generate(int argc, char **argv)
     if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err) ||
         dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("generate", &err);
+    cli_note_rollout_product("generate", pc.rollout, device);
     dllm_policy *pol;
     if (dllm_policy_open(&pol, &pc, &err))
         return cli_fail("generate", &err);

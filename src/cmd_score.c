@@ -106,6 +106,7 @@ int cmd_score(int argc, char **argv)
     if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err) ||
         dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("score", &err);
+    cli_note_rollout_product("score", pc.rollout, device);
     int32_t *prompt = NULL, *compl = NULL, *steps = NULL;
     int np = 0, nc = 0, ns = 0;
     if (cli_parse_ids(prompt_s, "--prompt-ids", &prompt, &np, &err) ||

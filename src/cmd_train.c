@@ -370,6 +370,10 @@ int cmd_train(int argc, char **argv)
     if (!rc && !cfg.model.path[0] && comm_rank() == 0)
         cli_warn_random_model("train", cfg_names_name(&cfg_names_arch, cfg.model.arch),
                               cfg_names_name(&cfg_names_preset, cfg.model.preset));
+    if (!rc && comm_rank() == 0)
+        cli_note_rollout_product("train", cfg_names_name(&cfg_names_rollout_precision,
+                                                         cfg.rollout.precision),
+                                 cfg.device == CFG_DEVICE_CUDA ? "cuda" : "cpu");
     /* every rank agrees on the outcome of rank 0's checks */
     double ok = rc;
     comm_max_d(&ok, 1);

@@ -542,6 +542,57 @@ START_TEST(test_scale_division_exact)
 }
 END_TEST
 
+/* fp8_quant_dequant's loop (a branch-free copy of fp8_round's arithmetic, vectorised)
+ * gives fp8_round(x / scale) * scale bit for bit over both fp8 ranges, the fp32
+ * subnormals, exact ties, saturation by rounding, +-inf and NaN, at an exact scale (1)
+ * and an inexact one (3), in both formats and at a length that is no multiple of any
+ * vector width. */
+START_TEST(test_quant_dequant_is_round)
+{
+    enum { N = 200003 };
+    float *x = dllm_malloc(N * sizeof(float)), *d = dllm_malloc(N * sizeof(float));
+    const float scales[2] = {1.0f, 3.0f};
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    for (int f = 0; f < 2; f++)
+        for (int si = 0; si < 2; si++) {
+            fp8_format F = FORMATS[f];
+            float S = scales[si], mx = fp8_max(F);
+            x[0] = mx * S; /* sets amax: the scale is S */
+            int n = 1;
+            x[n++] = -INFINITY;
+            x[n++] = INFINITY;
+            x[n++] = NAN;
+            x[n++] = -NAN;
+            x[n++] = 0.0f;
+            x[n++] = -0.0f;
+            x[n++] = 0x1p-149f; /* the smallest fp32 subnormal */
+            for (int c = 0; c < 255; c++) { /* every code's value and the ties after it */
+                float v = fp8_decode((uint8_t)c, F), w = fp8_decode((uint8_t)(c + 1), F);
+                if (!isfinite(v) || !isfinite(w) || fabsf(v) > mx || fabsf(w) > mx)
+                    continue;
+                x[n++] = v * S;
+                x[n++] = 0.5f * (v + w) * S;
+                x[n++] = nextafterf(0.5f * (v + w), 0.0f) * S;
+            }
+            while (n < N) { /* log-uniform magnitudes 2^-140 .. 2^10, both signs */
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t r = (uint32_t)(st >> 32);
+                float mag = ldexpf(1.0f + (float)(r & 0xFFFF) / 65536.0f, (int)(r >> 16) % 151 - 140);
+                x[n++] = fminf(mag, mx * S) * ((r & 0x8000) ? -1.0f : 1.0f);
+            }
+            fp8_quant_dequant(d, x, 1, N, F, FP8_SCALE_TENSOR, false);
+            for (int i = 0; i < N; i++) {
+                float want = fp8_round(x[i] / S, F) * S;
+                ck_assert_msg(bits_of(d[i]) == bits_of(want) || (isnan(d[i]) && isnan(want)),
+                              "%s, scale %g: x = %a gives %a, fp8_round %a", fp8_format_name(F),
+                              S, x[i], d[i], want);
+            }
+        }
+    free(x);
+    free(d);
+}
+END_TEST
+
 /* |dequant(quant(x)) - x| <= ulp_format(x / scale) / 2 * scale, plus fp32 rounding of the
  * division and the product. Also: fp8_quant_dequant == fp8_dequantise(fp8_quantise). */
 START_TEST(test_dequant_error_bound)
@@ -706,6 +757,7 @@ static Suite *fp8_suite(void)
     tcase_add_test(tc, test_scaling_zero_and_edges);
     tcase_add_test(tc, test_pow2_scales);
     tcase_add_test(tc, test_scale_division_exact);
+    tcase_add_test(tc, test_quant_dequant_is_round);
     tcase_add_test(tc, test_nonfinite_in_matrix);
     tcase_add_test(tc, test_dequant_error_bound);
     tcase_add_test(tc, test_requantise_reuses);

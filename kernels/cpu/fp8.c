@@ -408,6 +408,38 @@ void fp8_scales(float *scale, const float *x, int R, int C, fp8_format f, fp8_sc
     compute_scales(scale, x, R, C, br, bc, &PARAMS[f], pow2_scale);
 }
 
+/* out[i] = fp8_round(x[i] / sc) * sc for n values: fp8_round's bit arithmetic with both
+ * of its ranges computed and one selected, so the loop has no branch and vectorises
+ * (vec_kernel.h). Integer arithmetic, rintf and exact power-of-two scalings only: every
+ * clone gives fp8_round's bits (tests/test_fp8.c compares them). */
+VEC_KERNEL_NO_TRAP static void round_scaled_run(float *out, const float *x, int n, float sc,
+                                                const fp8_params *p)
+{
+    const int shift = 23 - p->mbits;
+    const uint32_t half = (1u << (shift - 1)) - 1, keep = ~((1u << shift) - 1);
+    const uint32_t minnorm = (uint32_t)(127 + 1 - p->bias) << 23;
+    uint32_t maxbits;
+    memcpy(&maxbits, &p->max, sizeof maxbits);
+    const float up = ldexpf(1.0f, p->bias + p->mbits - 1), down = ldexpf(1.0f, 1 - p->bias - p->mbits);
+    for (int i = 0; i < n; i++) {
+        float y = x[i] / sc;
+        uint32_t u;
+        memcpy(&u, &y, sizeof u);
+        uint32_t sign = u & 0x80000000u, a = u & 0x7FFFFFFFu;
+        uint32_t rn = (a + half + ((a >> shift) & 1)) & keep;
+        rn = rn > maxbits ? maxbits : rn;
+        float qs = rintf(fabsf(y) * up) * down;
+        uint32_t rs;
+        memcpy(&rs, &qs, sizeof rs);
+        uint32_t r = a >= minnorm ? rn : rs;
+        r = a > 0x7F800000u ? 0x7FC00000u : r;
+        r |= sign;
+        float v;
+        memcpy(&v, &r, sizeof v);
+        out[i] = v * sc;
+    }
+}
+
 void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
                        fp8_scaling s, bool pow2_scale)
 {
@@ -417,16 +449,13 @@ void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
     float *scale = dllm_malloc((size_t)SR * SC * sizeof(float));
     /* all scales first, so out may alias x */
     compute_scales(scale, x, R, C, br, bc, &PARAMS[f], pow2_scale);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)R * C > 16384)
     for (int r = 0; r < R; r++) {
         const float *srow = scale + (size_t)(r / br) * SC;
         for (int c0 = 0; c0 < C; c0 += bc) {
-            float sc = srow[c0 / bc];
             int c1 = c0 + bc < C ? c0 + bc : C;
-            const float *xr = x + (size_t)r * C;
-            float *orow = out + (size_t)r * C;
-            for (int c = c0; c < c1; c++)
-                orow[c] = fp8_round(xr[c] / sc, f) * sc;
+            round_scaled_run(out + (size_t)r * C + c0, x + (size_t)r * C + c0, c1 - c0,
+                             srow[c0 / bc], &PARAMS[f]);
         }
     }
     free(scale);
