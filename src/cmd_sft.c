@@ -30,6 +30,7 @@
 #include "src/gen_settings.h"
 #include "src/yaml_config.h"
 #include "src/sft_data.h"
+#include "src/tb_events.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -59,10 +60,11 @@ static const char usage_text[] =
     "  eval.gen_length, eval.block_length, eval.steps, eval.temperature (the\n"
     "    checkpoints' generation.json when eval.gen_length equals the answer length)\n"
     "  log.dir, log.every (progress every N steps; log.trajectories is train's),\n"
-    "  checkpoint.every, checkpoint.keep\n"
+    "  log.tensorboard, checkpoint.every, checkpoint.keep\n"
     "Output: RUN_DIR = log.dir/experiment with config.yaml, sft_log.jsonl and\n"
     "ckpt/step-N (HF weights, tokenizer.json, generation.json, optimizer.safetensors,\n"
-    "state.json; ckpt/latest points to the newest).\n"
+    "state.json; ckpt/latest points to the newest); with log.tensorboard: true also\n"
+    "events.out.tfevents.* (sft_log.jsonl's values as TensorBoard scalars sft/<name>).\n"
     "An existing non-empty RUN_DIR is refused: --force replaces it (nothing of the\n"
     "old run is kept), --resume RUN_DIR continues it from ckpt/latest with its stored\n"
     "config.yaml (optimizer state, step and data order restored: the result equals an\n"
@@ -433,6 +435,7 @@ int cmd_sft(int argc, char **argv)
     sft_state s = s0;
     s.cursor = ds.n;
     FILE *logf = NULL;
+    tb_writer *tb = NULL;
     char logpath[4200];
     snprintf(logpath, sizeof logpath, "%s/sft_log.jsonl", run.run_dir);
     if (opt.resume) {
@@ -458,6 +461,10 @@ int cmd_sft(int argc, char **argv)
         rc = err.code;
         goto done;
     }
+    /* a resumed run's event file restarts after the checkpoint, as sft_log.jsonl does */
+    if (cfg.log.tensorboard &&
+        (rc = tb_writer_open(&tb, run.run_dir, opt.resume ? s.step + 1 : -1, &err)))
+        goto done;
     if (!opt.quiet) {
         printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d%s\n",
                ds.n,
@@ -531,11 +538,26 @@ int cmd_sft(int argc, char **argv)
         s.elapsed = dllm_now() - t0;
         if (step % cfg.log.every == 0 || step == cfg.sft.steps) {
             double el = s.elapsed;
+            char f[5][40]; /* the line's numbers as written; TensorBoard gets the same */
+            snprintf(f[0], sizeof f[0], "%.9g", s.loss_acc / s.n_acc);
+            snprintf(f[1], sizeof f[1], "%.6g", norm);
+            snprintf(f[2], sizeof f[2], "%.6g", lr);
+            snprintf(f[3], sizeof f[3], "%.1f", s.tokens_acc / (el > 0 ? el : 1));
+            snprintf(f[4], sizeof f[4], "%.3f", el);
             fprintf(logf,
-                    "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.6g, \"lr\": %.6g, "
-                    "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
-                    step, s.loss_acc / s.n_acc, norm, lr, s.tokens_acc / (el > 0 ? el : 1), el);
+                    "{\"step\": %d, \"loss\": %s, \"grad_norm\": %s, \"lr\": %s, "
+                    "\"tokens_per_s\": %s, \"elapsed_s\": %s}\n",
+                    step, f[0], f[1], f[2], f[3], f[4]);
             fflush(logf);
+            if (tb) {
+                static const char *const names[5] = {"loss", "grad_norm", "lr", "tokens_per_s",
+                                                      "elapsed_s"};
+                double v[5];
+                for (int i = 0; i < 5; i++)
+                    v[i] = strtod(f[i], NULL);
+                if ((rc = tb_write_scalars(tb, step, "sft/", 5, names, v, &err)))
+                    goto done;
+            }
             if (!opt.quiet)
                 printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  ETA %.0fs\n",
                        step, cfg.sft.steps, s.loss_acc / s.n_acc, norm, lr,
@@ -556,6 +578,7 @@ int cmd_sft(int argc, char **argv)
 done:
     if (logf)
         fclose(logf);
+    tb_writer_close(tb);
     free(adam_m);
     free(adam_v);
     free(tokens);

@@ -30,7 +30,9 @@ static const char usage_text[] =
     "correction of correction.method (none|is|tis|mis|fixed|ais). The run directory\n"
     "log.dir/experiment receives config.yaml (the effective config), log.h5 (every\n"
     "step metric, AIS diagnostic and trajectory; flushed every step) and checkpoints\n"
-    "ckpt/step-N (ckpt/latest: the newest complete one). --resume continues a run\n"
+    "ckpt/step-N (ckpt/latest: the newest complete one); with log.tensorboard: true\n"
+    "also events.out.tfevents.* (the step metrics and evaluations as TensorBoard\n"
+    "scalars; a resumed run adds a file). --resume continues a run\n"
     "from its latest checkpoint with its stored config, in the same log.h5; on the\n"
     "CPU it reproduces an uninterrupted run bit for bit. Under mpirun each rank takes\n"
     "grpo.prompts_per_step / ranks prompts; rank 0 writes the log.\n"
@@ -108,6 +110,14 @@ static int evaluate_and_log(rl_run *run, int64_t step, dllm_err *err)
     if (h5log_append_eval(run->log, run->task->name, step, acc, se, rew, err) ||
         h5log_flush(run->log, err))
         return err->code;
+    if (run->tb) { /* tagged as the log's datasets: eval/<task>/<name> */
+        static const char *const names[3] = {"accuracy", "accuracy_se", "reward_mean"};
+        const double v[3] = {acc, se, rew};
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, "eval/%s/", run->task->name);
+        if (tb_write_scalars(run->tb, step, prefix, 3, names, v, err))
+            return err->code;
+    }
     return 0;
 }
 
@@ -300,6 +310,11 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
         if (rl_log_create(run, logpath, rev, started, err))
             return err->code;
     }
+    /* a resumed run's event file restarts at its first step: TensorBoard drops what an
+     * earlier file holds from there on, as h5log_resume dropped those rows */
+    if (run->rank == 0 && cfg->log.tensorboard &&
+        tb_writer_open(&run->tb, run_dir, a->resume ? first : -1, err))
+        return err->code;
     if (run->rank == 0 && !run->quiet && !run->jsonl)
         printf("train: %s, %s on %s (%zu train / %zu eval items), %d ranks, rollout %s, correction %s\n",
                run_dir, cfg->model.path[0] ? cfg->model.path : cfg_names_name(&cfg_names_preset, cfg->model.preset),

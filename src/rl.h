@@ -20,6 +20,7 @@
 #include "src/corrections.h"
 #include "src/grpo.h"
 #include "src/h5log.h"
+#include "src/tb_events.h"
 #include "src/yaml_config.h"
 #include "tasks/registry.h"
 
@@ -61,6 +62,7 @@ typedef struct {
     int64_t step;         /* last completed step */
 
     h5log *log;           /* rank 0 */
+    tb_writer *tb;        /* rank 0, with log.tensorboard */
     int quiet, jsonl;
     double t_start;
 } rl_run;

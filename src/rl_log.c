@@ -168,6 +168,11 @@ static int log_trajectories(rl_run *run, const rl_batch *b, int64_t step, dllm_e
     return rc;
 }
 
+/* the step metrics' names, in the values array's order */
+#define METRIC_NAME_(name) #name,
+static const char *const metric_names[H5LOG_N_METRICS] = {H5LOG_STEP_METRICS(METRIC_NAME_)};
+#undef METRIC_NAME_
+
 int rl_log_step(rl_run *run, const rl_batch *b, int64_t step, double *m, dllm_err *err)
 {
     double tl = dllm_now();
@@ -179,5 +184,7 @@ int rl_log_step(rl_run *run, const rl_batch *b, int64_t step, double *m, dllm_er
     m[H5LOG_M(t_log)] = dllm_now() - tl;
     if (!rc && run->rank == 0 && (rc = h5log_append_step(run->log, step, m, err)) == 0)
         rc = h5log_flush(run->log, err);
+    if (!rc && run->tb) /* TensorBoard's tags name the log's datasets: steps/<metric> */
+        rc = tb_write_scalars(run->tb, step, "steps/", H5LOG_N_METRICS, metric_names, m, err);
     return rc;
 }

@@ -241,6 +241,7 @@ void rl_run_close(rl_run *run)
 {
     if (run->log)
         h5log_close(run->log);
+    tb_writer_close(run->tb);
     for (size_t i = 0; run->train_prompts && i < run->train.n; i++)
         free(run->train_prompts[i].ids);
     for (size_t i = 0; run->eval_prompts && i < run->eval.n; i++)

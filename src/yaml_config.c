@@ -374,6 +374,9 @@ static const cfg_key keys[] = {
      "sft progress every N steps (train reports every step)"},
     {"log.trajectories", K_BOOL, F(log.trajectories), "true", 0, 0, NULL,
      "per-completion rows in log.h5"},
+    {"log.tensorboard", K_BOOL, F(log.tensorboard), "false", 0, 0, NULL,
+     "also write every logged step metric and evaluation as TensorBoard scalars to "
+     "RUN_DIR/events.out.tfevents.* (train and sft; `tensorboard --logdir` reads them)"},
     /* 10: a killed run loses at most 10 steps and stays resumable (docs/COMMANDS.md, train) */
     {"checkpoint.every", K_INT, F(checkpoint.every), "10", 0, 1e9, NULL,
      "checkpoint every N steps and at the end (0: only at the end)"},

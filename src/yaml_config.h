@@ -153,6 +153,7 @@ typedef struct {
         char dir[CFG_STR_MAX];
         int every;               /* print/log every N steps */
         int trajectories;        /* per-completion rows in the HDF5 log */
+        int tensorboard;         /* step metrics and evaluations as TensorBoard scalars */
     } log;
     struct {
         int every;               /* 0 = only at the end */
