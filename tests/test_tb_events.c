@@ -5,12 +5,19 @@
  *    the wire format (the same bytes the protobuf library serialises);
  *  - the writer: a file that opens with its file_version, one flushed record per
  *    step, a resumed run's file named after the first and opening with a restart at
- *    its first step, a directory that cannot be written refused naming the path. */
+ *    its first step, a directory that cannot be written refused naming the path;
+ *  - `train` with log.tensorboard, cut back a checkpoint and resumed: the event files,
+ *    read as TensorBoard reads them (a restart drops what came at its step or later),
+ *    hold every finite step metric and evaluation of log.h5 as its float, once, and
+ *    nothing else; `sft`'s hold sft_log.jsonl's values. */
 #include "src/tb_events.h"
 #include "tests/tb_read.h"
+#include "tests/test_log.h"
+#include "tests/test_shell.h"
 
 #include <check.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +224,187 @@ START_TEST(unwritable_directory_is_refused)
 }
 END_TEST
 
+/* ---- the commands ----------------------------------------------------------------- */
+
+static const char *bin(void)
+{
+    const char *b = getenv("DLLM_BIN");
+    return b ? b : "./dllm-rl";
+}
+
+/* What TensorBoard shows of a run: the points of its event files read in name order,
+ * a restart (SessionLog START) dropping every point at its step or later. */
+typedef struct {
+    char tag[128];
+    int64_t step;
+    float value;
+} tb_point;
+
+static tb_point *shown_points(const char *run_dir, int *n_out, int *n_files, int64_t *restart)
+{
+    char files[8][512];
+    int nf = event_files(run_dir, files), n = 0;
+    tb_point *pts = NULL;
+    *restart = -1;
+    for (int f = 0; f < nf; f++) {
+        int ne;
+        tu_tb_event *ev = tu_tb_read(files[f], &ne);
+        ck_assert_msg(ne >= 1 && !strcmp(ev[0].file_version, "brain.Event:2"),
+                      "%s: no file_version first", files[f]);
+        for (int e = 1; e < ne; e++) {
+            if (ev[e].session_status == 1) {
+                ck_assert_msg(e == 1, "%s: a restart past the file's start", files[f]);
+                *restart = ev[e].step;
+                int k = 0;
+                for (int i = 0; i < n; i++)
+                    if (pts[i].step < ev[e].step)
+                        pts[k++] = pts[i];
+                n = k;
+                continue;
+            }
+            for (int v = 0; v < ev[e].n; v++) {
+                pts = realloc(pts, sizeof *pts * (size_t)(n + 1));
+                snprintf(pts[n].tag, sizeof pts[n].tag, "%s", ev[e].v[v].tag);
+                pts[n].step = ev[e].step;
+                pts[n++].value = ev[e].v[v].value;
+            }
+        }
+        free(ev);
+    }
+    *n_out = n;
+    *n_files = nf;
+    return pts;
+}
+
+/* Checks that tag holds value (as a float) at step exactly once; counts the match. */
+static void expect_point(const tb_point *pts, int n, const char *tag, int64_t step, double value,
+                         int *matched)
+{
+    int found = 0;
+    for (int i = 0; i < n; i++)
+        if (pts[i].step == step && !strcmp(pts[i].tag, tag)) {
+            found++;
+            ck_assert_msg(memcmp(&pts[i].value, &(float){(float)value}, sizeof(float)) == 0,
+                          "%s step %lld: %.9g in the events, %.9g in the log", tag,
+                          (long long)step, pts[i].value, (float)value);
+        }
+    ck_assert_msg(found == 1, "%s step %lld: %d points in the events", tag, (long long)step, found);
+    (*matched)++;
+}
+
+START_TEST(train_events_equal_the_log)
+{
+    char tmp[] = "/tmp/dllm-tb-cli-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    ck_assert_int_eq(tu_sh("%s init-model --arch llada --preset tiny --seed 3 --out %s/model "
+                           ">/dev/null", bin(), tmp), 0);
+    char cfg[600];
+    snprintf(cfg, sizeof cfg, "%s/t.yaml", tmp);
+    FILE *f = fopen(cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "experiment: tb\nseed: 1\nmodel: {path: %s/model}\n"
+            "task: {name: sudoku, format: plain, chat: plain, train: {n: 64}, max_blanks: 6}\n"
+            "rollout: {precision: fp8, group_size: 4, gen_length: 12, block_length: 12, steps: 6,\n"
+            "          temperature: 1.0}\n"
+            "likelihood: {mc_samples: 2}\n"
+            "grpo: {steps: 3, prompts_per_step: 2, inner_steps: 1}\n"
+            "correction: {method: ais, estimator: elbo}\n"
+            "eval: {every: 2, n: 4, gen_length: 12, block_length: 12, steps: 6}\n"
+            "log: {dir: %s/runs, tensorboard: true}\n"
+            "checkpoint: {every: 1, keep: 0}\n", tmp, tmp);
+    fclose(f);
+    ck_assert_int_eq(tu_sh("%s train %s --quiet", bin(), cfg), 0);
+    /* as a kill after step 3's log rows and before its checkpoint leaves the run */
+    ck_assert_int_eq(tu_sh("rm -rf %s/runs/tb/ckpt/step-3 && ln -sfn step-2 %s/runs/tb/ckpt/latest",
+                           tmp, tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train --resume %s/runs/tb --quiet", bin(), tmp), 0);
+
+    char run[600];
+    snprintf(run, sizeof run, "%s/runs/tb", tmp);
+    int n, nf, matched = 0;
+    int64_t restart;
+    tb_point *pts = shown_points(run, &n, &nf, &restart);
+    ck_assert_int_eq(nf, 2);
+    ck_assert_int_eq(restart, 3);
+    int64_t ns;
+    double *steps = tu_log_column("steps/step", &ns, "%s/log.h5", run);
+    ck_assert_int_eq(ns, 3);
+    for (int i = 0; i < H5LOG_N_METRICS; i++) {
+        char dset[128], tag[128];
+        snprintf(dset, sizeof dset, "steps/%s", h5log_metric_name(i));
+        snprintf(tag, sizeof tag, "steps/%s", h5log_metric_name(i));
+        int64_t nv;
+        double *v = tu_log_column(dset, &nv, "%s/log.h5", run);
+        for (int64_t t = 0; t < nv; t++)
+            if (isfinite(v[t]))
+                expect_point(pts, n, tag, (int64_t)steps[t], v[t], &matched);
+        free(v);
+    }
+    int n_metric_points = matched;
+    ck_assert_int_ge(n_metric_points, 3 * 20); /* most metrics are computed at every step */
+    static const char *const eval_names[3] = {"accuracy", "accuracy_se", "reward_mean"};
+    int64_t ne;
+    double *eval_steps = tu_log_column("eval/sudoku/step", &ne, "%s/log.h5", run);
+    ck_assert_int_eq(ne, 3); /* before training, step 2, the last step */
+    for (int k = 0; k < 3; k++) {
+        char dset[128];
+        snprintf(dset, sizeof dset, "eval/sudoku/%s", eval_names[k]);
+        int64_t nv;
+        double *v = tu_log_column(dset, &nv, "%s/log.h5", run);
+        for (int64_t t = 0; t < nv; t++)
+            expect_point(pts, n, dset, (int64_t)eval_steps[t], v[t], &matched);
+        free(v);
+    }
+    ck_assert_msg(matched == n, "%d points in the events, %d in the log", n, matched);
+    free(eval_steps);
+    free(steps);
+    free(pts);
+
+    /* sft: sft_log.jsonl's numbers, as the file holds them */
+    ck_assert_int_eq(tu_sh("%s tasks sft-data sudoku --n 8 --seed 1 --max-blanks 6 > %s/sft.jsonl",
+                           bin(), tmp), 0);
+    snprintf(cfg, sizeof cfg, "%s/s.yaml", tmp);
+    f = fopen(cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "experiment: sft\nseed: 1\nmodel: {path: %s/model}\n"
+               "data: {train: %s/sft.jsonl, max_len: 64}\nsft: {steps: 2, batch_size: 2}\n"
+               "log: {dir: %s/runs, every: 1, tensorboard: true}\n", tmp, tmp, tmp);
+    fclose(f);
+    ck_assert_int_eq(tu_sh("%s sft %s --quiet", bin(), cfg), 0);
+    snprintf(run, sizeof run, "%s/runs/sft", tmp);
+    pts = shown_points(run, &n, &nf, &restart);
+    ck_assert_int_eq(nf, 1);
+    ck_assert_int_eq(restart, -1);
+    char jl[700];
+    snprintf(jl, sizeof jl, "%s/sft_log.jsonl", run);
+    FILE *lf = fopen(jl, "r");
+    ck_assert_ptr_nonnull(lf);
+    char line[1024];
+    static const char *const sft_names[5] = {"loss", "grad_norm", "lr", "tokens_per_s",
+                                             "elapsed_s"};
+    matched = 0;
+    while (fgets(line, sizeof line, lf)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        ck_assert_msg(o, "%s: %s", jl, je.text);
+        int64_t step = json_integer_value(json_object_get(o, "step"));
+        for (int k = 0; k < 5; k++) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "sft/%s", sft_names[k]);
+            expect_point(pts, n, tag, step,
+                         json_number_value(json_object_get(o, sft_names[k])), &matched);
+        }
+        json_decref(o);
+    }
+    fclose(lf);
+    ck_assert_int_eq(matched, 10);
+    ck_assert_int_eq(n, 10);
+    free(pts);
+    tu_sh("rm -rf %s", tmp);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tb_events");
@@ -227,6 +415,10 @@ int main(void)
     tcase_add_test(tc, writer_files);
     tcase_add_test(tc, unwritable_directory_is_refused);
     suite_add_tcase(s, tc);
+    TCase *cli = tcase_create("cli");
+    tcase_set_timeout(cli, 600);
+    tcase_add_test(cli, train_events_equal_the_log);
+    suite_add_tcase(s, cli);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
