@@ -5,6 +5,7 @@
 # check_tensorboard.py compares every scalar with `dllm-rl inspect --csv` (and the
 # evaluations with log.h5): the resumed steps must replace the first attempt's.
 #   sh tests/ref/ci_tensorboard.sh BUILD_DIR
+# TB_VENV=DIR uses a virtual environment that already has tensorboard and h5py.
 # Exit status: 0 pass (or SKIP: no venv or no package index), 1 a check failed,
 # 2 bad arguments.
 set -eu
@@ -18,25 +19,38 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/dllm-tb-ci.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 t0=$(date +%s)
 
-if ! python3 -m venv "$WORK/venv" >/dev/null 2>&1; then
+if [ -n "${TB_VENV:-}" ] && "$TB_VENV/bin/python3" -c 'import tensorboard, h5py' 2>/dev/null; then
+  PY=$TB_VENV/bin/python3   # a venv of one's own, for running this again by hand
+elif ! python3 -m venv "$WORK/venv" >/dev/null 2>&1; then
   echo "SKIP: python3 -m venv failed (Debian: apt-get install python3-venv)"
   exit 0
-fi
-if ! "$WORK/venv/bin/pip" install -q --disable-pip-version-check tensorboard h5py >"$WORK/pip.log" 2>&1
-then
+elif ! "$WORK/venv/bin/pip" install -q --disable-pip-version-check tensorboard h5py \
+    >"$WORK/pip.log" 2>&1; then
   tail -3 "$WORK/pip.log"
   echo "SKIP: tensorboard could not be installed from the package index (offline?)"
   exit 0
+else
+  PY=$WORK/venv/bin/python3
 fi
 t1=$(date +%s)
-PY=$WORK/venv/bin/python3
 CHECK=$ROOT/tests/ref/check_tensorboard.py
 
 # A kill after step LAST's log rows and before its checkpoint, as a run leaves it:
-# the newest checkpoint goes, ckpt/latest points at the one before.
+# the newest checkpoint goes, ckpt/latest points at the one before, and the event
+# file ends in a record cut short (the last one's header and 3 bytes of its data
+# again, as a kill inside a write leaves it).
 cut_back() {   # RUN_DIR LAST KEPT
   rm -rf "$1/ckpt/step-$2"
   ln -sfn "step-$3" "$1/ckpt/latest"
+  "$PY" - "$1"/events.out.tfevents.* <<'EOF'
+import struct, sys
+path = sys.argv[-1]
+data = open(path, "rb").read()
+at = last = 0
+while at < len(data):
+    last, at = at, at + 16 + struct.unpack("<Q", data[at:at + 8])[0]
+open(path, "ab").write(data[last:last + 15])
+EOF
 }
 
 cd "$WORK"
