@@ -4,6 +4,7 @@
 #include "kernels/ops.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,24 @@ int param_io_read(const dllm_param *pl, int np, const char *path, dllm_err *err)
     int rc = st_open(&ar, path, err);
     if (rc)
         return rc;
-    for (int i = 0; i < np && !rc; i++)
+    for (int i = 0; i < np && !rc; i++) {
         rc = st_read_f32(ar, pl[i].name, pl[i].shape, pl[i].ndim, pl[i].data, err);
+        if (!rc)
+            rc = param_io_check_finite(&pl[i], path, err);
+    }
     st_close(ar);
     return rc;
+}
+
+int param_io_check_finite(const dllm_param *p, const char *path, dllm_err *err)
+{
+    for (size_t k = 0; k < p->numel; k++)
+        if (!isfinite(p->data[k]))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s: tensor '%s' holds a non-finite value (%g at element %zu): "
+                                "the weights are damaged or come from a run that diverged",
+                                path, p->name, (double)p->data[k], k);
+    return 0;
 }
 
 /* What one streamed parameter's fill reads: its values through src (or its data), with

@@ -18,6 +18,10 @@ typedef struct {
 /* Reads every parameter of pl from PATH (a directory: single or sharded
  * safetensors; or one .safetensors file); each must be present with its shape. */
 int param_io_read(const dllm_param *pl, int np, const char *path, dllm_err *err);
+/* (Every tensor param_io_read reads passes this check.) An input error naming
+ * path and the tensor when p holds a NaN or an infinity: a model with one computes
+ * NaN everywhere, which would pass for all-EOS output and null scores. */
+int param_io_check_finite(const dllm_param *p, const char *path, dllm_err *err);
 
 /* Where a parameter's values are read from when they are written: elements
  * [off, off + n) of pl[i] (e.g. downloaded from a device); NULL: pl[i].data. */

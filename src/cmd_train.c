@@ -281,6 +281,28 @@ static int check_memory_plan(const train_args *a, const dllm_cfg *cfg, dllm_err 
     return rc;
 }
 
+/* A run that fails part way (a full disk, a step that diverged) says where it
+ * stopped and what it can continue from: its checkpoints are only ever replaced
+ * by complete ones. Returns err's code. */
+static int stopped_at(const rl_run *run, int64_t step, const char *run_dir, dllm_err *err)
+{
+    if (run->rank != 0)
+        return err->code;
+    char ckpt[4200], msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    if (rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt) == 0)
+        dllm_err_set(err, err->code,
+                     "%s\n  stopped at step %lld; the last complete checkpoint is kept (%s): "
+                     "once the cause is fixed, `dllm-rl train --resume %s` continues from it",
+                     msg, (long long)step, ckpt, run_dir);
+    else
+        dllm_err_set(err, err->code,
+                     "%s\n  stopped at step %lld, before the first checkpoint: once the cause is "
+                     "fixed, `dllm-rl train %s/config.yaml --force` starts the run again",
+                     msg, (long long)step, run_dir);
+    return err->code;
+}
+
 static int run_training(rl_run *run, const train_args *a, const char *run_dir, dllm_err *err)
 {
     const dllm_cfg *cfg = &run->cfg;
@@ -332,22 +354,22 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
         int rc = rl_step(run, step, &b, m, err);
         if (rc) {
             rl_batch_free(&b);
-            return rc;
+            return stopped_at(run, step, run_dir, err);
         }
         rc = rl_log_step(run, &b, step, m, err);
         rl_batch_free(&b);
         if (rc)
-            return rc;
+            return stopped_at(run, step, run_dir, err);
         run->step = step;
         done++;
         progress(run, step, m, dllm_now() - t0, done);
         bool last = step == cfg->grpo.steps;
         if (cfg->eval.every > 0 && (step % cfg->eval.every == 0 || last) &&
             evaluate_and_log(run, step, err))
-            return err->code;
+            return stopped_at(run, step, run_dir, err);
         if (((cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0) || last) &&
             rl_checkpoint_save(run, step, err))
-            return err->code;
+            return stopped_at(run, step, run_dir, err);
     }
     if (run->rank == 0 && !run->quiet && !run->jsonl)
         printf("done: %s (%.1f s)\n", run_dir, dllm_now() - run->t_start);

@@ -153,6 +153,9 @@ struct h5log {
     char *path;
     hid_t file;
     bool writable;
+    bool cut;                        /* read from a padded image (open_cut_file) */
+    struct cut_cap { char group[300]; int64_t rows; } *caps; /* (ncaps) a cut file's */
+    int ncaps;                       /* intact rows per group (cut_caps) */
     h5log_meta meta;                 /* strings owned by meta_str */
     char *meta_str[N_ATTR_STR];
     h5log_dims dims;                 /* names owned by task_names */
@@ -172,6 +175,22 @@ struct h5log {
 
 /* ---- HDF5 error capture ---- */
 
+/* Once per process, before the first HDF5 call: HDF5's error stacks are never
+ * printed (every failure becomes one dllm_err line), and the library is not torn
+ * down at exit. A file whose close failed (a full disk) stays open inside HDF5,
+ * and its teardown at exit would retry that close: pages of diagnostics, "infinite
+ * loop closing library", or a crash. Every step is flushed, so nothing is lost by
+ * not closing at exit: a log left open reads like one whose writer was killed. */
+static void h5_setup(void)
+{
+    static bool done;
+    if (done)
+        return;
+    done = true;
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
 /* Silences HDF5's own stack printing for the duration of a public call. */
 typedef struct {
     H5E_auto2_t func;
@@ -180,6 +199,7 @@ typedef struct {
 
 static h5_quiet quiet_begin(void)
 {
+    h5_setup();
     h5_quiet q = {0};
     H5Eget_auto2(H5E_DEFAULT, &q.func, &q.data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -193,7 +213,12 @@ static void quiet_end(h5_quiet q)
 
 static herr_t walk_innermost(unsigned n, const H5E_error2_t *e, void *data)
 {
-    if (n == 0 && e->desc)
+    /* the file driver's message is long (time, file name, buffer address): its
+     * errno is what matters, and it could fall past the buffer's end */
+    const char *en = e->desc ? strstr(e->desc, "errno = ") : NULL;
+    if (n == 0 && en)
+        snprintf((char *)data, 200, "errno = %d", atoi(en + 8));
+    else if (n == 0 && e->desc)
         snprintf((char *)data, 200, "%s", e->desc);
     return 0;
 }
@@ -209,10 +234,24 @@ static const char *h5_reason(char *buf)
     return buf;
 }
 
+/* The errno of a failed read or write: HDF5's file driver puts it in its message
+ * ("... errno = 28, error message = ..."); 0 when there is none. */
+static int reason_errno(const char *reason)
+{
+    const char *e = strstr(reason, "errno = ");
+    return e ? atoi(e + 8) : 0;
+}
+
 static int h5_fail(dllm_err *err, int code, const char *path, const char *what)
 {
     char reason[200];
     h5_reason(reason);
+    int e = reason_errno(reason);
+    if (e == ENOSPC || e == EFBIG || e == EDQUOT)
+        return dllm_err_set(err, code, "%s: %s: %s (the disk is full or a file-size limit, "
+                            "ulimit -f, was reached)", path, what, strerror(e));
+    if (e)
+        return dllm_err_set(err, code, "%s: %s: %s", path, what, strerror(e));
     return dllm_err_set(err, code, "%s: %s: %s", path, what, reason);
 }
 
@@ -237,6 +276,43 @@ static int64_t rows_of(hid_t d)
     if (s >= 0)
         H5Sclose(s);
     return rank >= 1 ? (int64_t)dims[0] : -1;
+}
+
+/* Rows of d from the first on that lie in chunks written wholly within the
+ * first real_size bytes of the file. In a cut file (open_cut_file) a chunk past
+ * them reads as zeros, and a row past the chunks written belongs to the write
+ * that failed (the writer extends a dataset and writes the rows at once). */
+static int64_t intact_rows(hid_t d, int64_t real_size)
+{
+    int64_t rows = rows_of(d);
+    hid_t dcpl = H5Dget_create_plist(d);
+    hsize_t cdims[2] = {0, 0};
+    int crank = dcpl >= 0 ? H5Pget_chunk(dcpl, 2, cdims) : -1;
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    hid_t s = H5Dget_space(d);
+    hsize_t nchunks = 0;
+    if (crank < 1 || cdims[0] == 0 || s < 0 || H5Dget_num_chunks(d, s, &nchunks) < 0)
+        nchunks = 0, rows = 0;
+    /* chunk i covers rows [off, off + cdims[0]): count the run from row 0 */
+    int64_t covered = 0;
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (hsize_t i = 0; i < nchunks; i++) {
+            hsize_t off[2] = {0, 0}, size = 0;
+            haddr_t addr = HADDR_UNDEF;
+            unsigned mask;
+            if (H5Dget_chunk_info(d, s, i, off, &mask, &addr, &size) >= 0 &&
+                (int64_t)off[0] == covered && addr != HADDR_UNDEF &&
+                addr + size <= (hsize_t)real_size) {
+                covered += (int64_t)cdims[0];
+                grew = true;
+            }
+        }
+    }
+    if (s >= 0)
+        H5Sclose(s);
+    return covered < rows ? covered : rows;
 }
 
 static int rank_of(hid_t d)
@@ -530,6 +606,7 @@ static void log_free(h5log *log)
     free(log->eval);
     free(log->n_eval);
     free(log->scratch);
+    free(log->caps);
     free(log->path);
     free(log);
 }
@@ -571,6 +648,8 @@ static int check_dims(const char *path, const h5log_dims *d, dllm_err *err)
     return 0;
 }
 
+enum { READ_ATTEMPTS = 28 };
+
 /* Creates (create) or opens path with the latest format (what SWMR needs);
  * on failure reason gets HDF5's innermost message. */
 static hid_t file_open(const char *path, unsigned flags, bool create, char reason[200])
@@ -578,6 +657,12 @@ static hid_t file_open(const char *path, unsigned flags, bool create, char reaso
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl >= 0)
         H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    /* An SWMR reader retries a metadata read whose checksum fails (the writer may be
+     * rewriting it), sleeping 1, 2, 4, ... ns between tries: HDF5's default of 100
+     * tries never ends on a damaged file. READ_ATTEMPTS tries wait about 0.3 s in
+     * all, far longer than a writer takes to rewrite one entry. */
+    if (fapl >= 0 && (flags & H5F_ACC_SWMR_READ))
+        H5Pset_metadata_read_attempts(fapl, READ_ATTEMPTS);
     hid_t f = create ? H5Fcreate(path, flags, H5P_DEFAULT, fapl) : H5Fopen(path, flags, fapl);
     if (f < 0)
         h5_reason(reason);  /* before H5Pclose clears the error stack */
@@ -669,11 +754,64 @@ static int64_t min_rows(int64_t a, int64_t b)
     return a < 0 ? b : b < 0 ? a : a < b ? a : b;
 }
 
+/* A file HDF5 cannot read where its own structure says an object is: its
+ * checksums failed, or a link leads nowhere. Such a file cannot be repaired. */
+static int damaged(dllm_err *err, const char *path, const char *what)
+{
+    char reason[200];
+    h5_reason(reason);
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s: the log is damaged (/%s cannot be read: %s); it cannot be repaired: "
+                        "restore it from a copy, or start the run again",
+                        path, what, reason);
+}
+
+/* Opens dataset name of the layout into *d: -1 when the file lacks it; an
+ * input error when it is there but unreadable (damaged). */
+static int open_layout_dset(h5log *log, const char *name, hid_t *d, dllm_err *err)
+{
+    *d = -1;
+    /* each group on the way first: H5Lexists fails below a missing group */
+    char prefix[512];
+    htri_t there = 1;
+    for (const char *p = strchr(name, '/'); p && there > 0; p = strchr(p + 1, '/')) {
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(p - name), name);
+        there = H5Lexists(log->file, prefix, H5P_DEFAULT);
+    }
+    if (there > 0)
+        there = H5Lexists(log->file, name, H5P_DEFAULT);
+    if (there < 0)
+        return damaged(err, log->path, name);
+    if (!there)
+        return 0;
+    *d = H5Dopen2(log->file, name, H5P_DEFAULT);
+    return *d < 0 ? damaged(err, log->path, name) : 0;
+}
+
+/* The rows of d that a reader trusts: all of them, unless the file was cut;
+ * then its group's intact rows (cut_caps). */
+static int64_t log_rows(const h5log *log, hid_t d)
+{
+    int64_t n = rows_of(d);
+    if (!log->cut || d < 0)
+        return n;
+    char name[512];
+    if (H5Iget_name(d, name, sizeof name) <= 0)
+        return 0;
+    char *slash = strrchr(name, '/');
+    if (slash)
+        *slash = '\0';
+    for (int i = 0; i < log->ncaps; i++)
+        if (!strcmp(log->caps[i].group, name[0] == '/' ? name + 1 : name))
+            return min_rows(n, log->caps[i].rows);
+    return 0;
+}
+
 /* Opens every dataset of the layout that exists; the writer requires all. */
 static int open_objects(h5log *log, dllm_err *err)
 {
-    hid_t f = log->file;
-    log->steps_step = open_dset_opt(f, "steps/step");
+    if (open_layout_dset(log, "steps/step", &log->steps_step, err))
+        return err->code;
     if (log->steps_step < 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: not a run log (no /steps/step)",
                             log->path);
@@ -681,7 +819,8 @@ static int open_objects(h5log *log, dllm_err *err)
     char name[512];
     for (int i = 0; i < H5LOG_N_METRICS; i++) {
         snprintf(name, sizeof name, "steps/%s", metric_names[i]);
-        log->metric[i] = open_dset_opt(f, name);
+        if (open_layout_dset(log, name, &log->metric[i], err))
+            return err->code;
         if (log->metric[i] < 0 && log->writable)
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: missing dataset /%s", log->path,
                                 name);
@@ -692,7 +831,8 @@ static int open_objects(h5log *log, dllm_err *err)
     n = -1;
     for (int i = 0; i < N_TRAJ; i++) {
         snprintf(name, sizeof name, "trajectories/%s", traj_fields[i].name);
-        log->traj[i] = open_dset_opt(f, name);
+        if (open_layout_dset(log, name, &log->traj[i], err))
+            return err->code;
         if (log->traj[i] < 0 && log->writable)
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: missing dataset /%s", log->path,
                                 name);
@@ -704,8 +844,9 @@ static int open_objects(h5log *log, dllm_err *err)
     if (log->traj[T_COMPLETION_TOKENS] >= 0)
         log->dims.max_completion = (int)width_of(log->traj[T_COMPLETION_TOKENS]);
 
-    log->mm_step = open_dset_opt(f, "mismatch_by_step/step");
-    log->mm_d = open_dset_opt(f, "mismatch_by_step/mean_abs_d");
+    if (open_layout_dset(log, "mismatch_by_step/step", &log->mm_step, err) ||
+        open_layout_dset(log, "mismatch_by_step/mean_abs_d", &log->mm_d, err))
+        return err->code;
     if ((log->mm_step < 0 || log->mm_d < 0) && log->writable)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: missing /mismatch_by_step", log->path);
     n = min_rows(rows_of(log->mm_step), rows_of(log->mm_d));
@@ -717,7 +858,8 @@ static int open_objects(h5log *log, dllm_err *err)
         n = -1;
         for (int k = 0; k < N_EVAL; k++) {
             snprintf(name, sizeof name, "eval/%s/%s", log->task_names[t], eval_fields[k]);
-            log->eval[t][k] = open_dset_opt(f, name);
+            if (open_layout_dset(log, name, &log->eval[t][k], err))
+                return err->code;
             if (log->eval[t][k] < 0 && log->writable)
                 return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: missing dataset /%s",
                                     log->path, name);
@@ -772,8 +914,50 @@ static void free_list(name_list *l)
     *l = (name_list){0};
 }
 
-static int64_t group_rows(hid_t file, const char *gpath)
+static hid_t open_cut_file(const char *path, int64_t size, int64_t want);
+
+/* A cut file's intact rows per group: the fewest, over the group's datasets, of
+ * the rows before the first chunk that lies past the real size. Found on a file
+ * handle of their own: HDF5 1.10 leaves a dataset whose chunks were listed
+ * (H5Dget_chunk_info) unable to read them. */
+static void cut_caps(h5log *log, const char *path, int64_t size, int64_t want)
 {
+    hid_t f = open_cut_file(path, size, want);
+    if (f < 0)
+        return;
+    name_list groups = {0}, evals = list_group(f, "eval");
+    const char *fixed[] = {"steps", "trajectories", "mismatch_by_step"};
+    for (int i = 0; i < 3; i++)
+        collect_name(f, fixed[i], NULL, &groups);
+    for (int i = 0; i < evals.n; i++) {
+        char g[300];
+        snprintf(g, sizeof g, "eval/%s", evals.names[i]);
+        collect_name(f, g, NULL, &groups);
+    }
+    log->caps = dllm_calloc(groups.n ? (size_t)groups.n : 1, sizeof *log->caps);
+    for (int g = 0; g < groups.n; g++) {
+        name_list l = list_group(f, groups.names[g]);
+        int64_t cap = INT64_MAX;
+        for (int i = 0; i < l.n; i++) {
+            char name[620];
+            snprintf(name, sizeof name, "%s/%s", groups.names[g], l.names[i]);
+            hid_t d = open_dset_opt(f, name);
+            cap = d >= 0 ? min_rows(cap, intact_rows(d, size)) : 0;
+            if (d >= 0)
+                H5Dclose(d);
+        }
+        snprintf(log->caps[log->ncaps].group, sizeof log->caps[0].group, "%s", groups.names[g]);
+        log->caps[log->ncaps++].rows = cap;
+        free_list(&l);
+    }
+    free_list(&groups);
+    free_list(&evals);
+    H5Fclose(f);
+}
+
+static int64_t group_rows(const h5log *log, const char *gpath)
+{
+    hid_t file = log->file;
     name_list l = list_group(file, gpath);
     int64_t n = -1;
     hid_t g = l.n ? H5Gopen2(file, gpath, H5P_DEFAULT) : -1;
@@ -782,7 +966,7 @@ static int64_t group_rows(hid_t file, const char *gpath)
         if (d >= 0) {
             H5O_info_t info;
             if (H5Oget_info2(d, &info, H5O_INFO_BASIC) >= 0 && info.type == H5O_TYPE_DATASET)
-                n = min_rows(n, rows_of(d));
+                n = min_rows(n, log_rows(log, d));
             H5Oclose(d);
         }
     }
@@ -831,8 +1015,58 @@ int h5log_create(h5log **out, const char *path, const h5log_meta *meta,
 }
 
 /* Opens path for reading: SWMR read (needs the 1.10 format), else plain. */
-static int open_file_read(const char *path, hid_t *file, dllm_err *err)
+/* The file size that path's superblock records (version 2 or 3 with 8-byte
+ * addresses, what the writer makes: signature, version, offset and length sizes,
+ * flags, then base, extension and end-of-file addresses); -1 for another. */
+static int64_t recorded_size(const char *path)
 {
+    unsigned char b[36];
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(b, 1, sizeof b, f) : 0;
+    if (f)
+        fclose(f);
+    if (n < sizeof b || memcmp(b, "\211HDF\r\n\032\n", 8) || (b[8] != 2 && b[8] != 3) ||
+        b[9] != 8)
+        return -1;
+    uint64_t base = 0, eof = 0;
+    for (int i = 7; i >= 0; i--) {
+        base = base << 8 | b[12 + i];
+        eof = eof << 8 | b[28 + i];
+    }
+    return base + eof > (uint64_t)INT64_MAX ? -1 : (int64_t)(base + eof);
+}
+
+/* Opens a log whose last write failed part way (a full disk, a file-size limit):
+ * its superblock already records the size the failed write would have made. An
+ * image of the file padded with zeros to that size opens (read only, in memory)
+ * with every step flushed before the failure; what the failed write would have
+ * added reads as a step that never completed. The file itself is not touched. */
+static hid_t open_cut_file(const char *path, int64_t size, int64_t want)
+{
+    unsigned char *buf = calloc((size_t)want, 1);
+    FILE *f = buf ? fopen(path, "rb") : NULL;
+    bool ok = f && fread(buf, 1, (size_t)size, f) == (size_t)size;
+    if (f)
+        fclose(f);
+    hid_t fapl = ok ? H5Pcreate(H5P_FILE_ACCESS) : -1;
+    hid_t file = -1;
+    /* the core driver refuses an image under the name of a file that exists: this
+     * name cannot exist (path is a file, not a directory) */
+    char *name = dllm_malloc(strlen(path) + 16);
+    sprintf(name, "%s/image", path);
+    if (fapl >= 0 && H5Pset_fapl_core(fapl, 1 << 20, false) >= 0 &&
+        H5Pset_file_image(fapl, buf, (size_t)want) >= 0)
+        file = H5Fopen(name, H5F_ACC_RDONLY, fapl);
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    free(name);
+    free(buf);
+    return file;
+}
+
+static int open_file_read(const char *path, h5log *log, bool allow_cut, dllm_err *err)
+{
+    hid_t *file = &log->file;
     struct stat st;
     if (stat(path, &st) != 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", path, strerror(errno));
@@ -846,14 +1080,33 @@ static int open_file_read(const char *path, hid_t *file, dllm_err *err)
     if (*file >= 0)
         return 0;
     H5Eclear2(H5E_DEFAULT);
-    return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: not a readable HDF5 log: %s", path, reason);
+    int64_t want = recorded_size(path);
+    if (want > (int64_t)st.st_size && !allow_cut)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: shorter than it records (%lld of %lld bytes): cut short while it "
+                            "was written (a full disk or a file-size limit) or truncated since; "
+                            "`dllm-rl train --resume` of its run keeps the steps up to the last "
+                            "checkpoint if they are intact, else restore it from a copy",
+                            path, (long long)st.st_size, (long long)want);
+    if (want > (int64_t)st.st_size) {
+        cut_caps(log, path, (int64_t)st.st_size, want);
+        *file = open_cut_file(path, (int64_t)st.st_size, want);
+        log->cut = *file >= 0;
+        if (log->cut)
+            return 0;
+        H5Eclear2(H5E_DEFAULT);
+    }
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s: not a readable HDF5 log (%s); it cannot be repaired: restore it from "
+                        "a copy, or start the run again", path, reason);
 }
 
-static int open_read_file(h5log **out, const char *path, dllm_err *err)
+/* allow_cut: a file cut short by a failed write is read (resume), else refused. */
+static int open_read_file(h5log **out, const char *path, bool allow_cut, dllm_err *err)
 {
     *out = NULL;
     h5log *log = log_alloc(path);
-    int rc = open_file_read(path, &log->file, err);
+    int rc = open_file_read(path, log, allow_cut, err);
     if (!rc) {
         read_meta(log);
         name_list tasks = list_group(log->file, "eval");
@@ -872,7 +1125,7 @@ static int open_read_file(h5log **out, const char *path, dllm_err *err)
 int h5log_open_read(h5log **out, const char *path, dllm_err *err)
 {
     h5_quiet q = quiet_begin();
-    int rc = open_read_file(out, path, err);
+    int rc = open_read_file(out, path, false, err);
     quiet_end(q);
     return rc;
 }
@@ -882,11 +1135,13 @@ int h5log_open_read(h5log **out, const char *path, dllm_err *err)
 /* Copies the rows of group gpath whose `step` is <= last_step from src to dst
  * (dst has the full layout, empty). *copied gets the number of rows, *last the
  * step of the last one (unchanged when none). */
-static int copy_group(hid_t src, hid_t dst, const char *gpath, int64_t last_step,
-                      const char *src_path, int64_t *copied, int64_t *last, dllm_err *err)
+static int copy_group(const h5log *old, hid_t dst, const char *gpath, int64_t last_step,
+                      int64_t *copied, int64_t *last, dllm_err *err)
 {
+    hid_t src = old->file;
+    const char *src_path = old->path;
     *copied = 0;
-    int64_t n = group_rows(src, gpath);
+    int64_t n = group_rows(old, gpath);
     char name[512];
     snprintf(name, sizeof name, "%s/step", gpath);
     hid_t sd = n > 0 ? open_dset_opt(src, name) : -1;
@@ -970,7 +1225,7 @@ static int resume_copy(h5log *old, const char *tmp, int64_t last_step, dllm_err 
     int rc = create_layout(f, tmp, &old->meta, &dims, err);
     int64_t copied = 0, last = INT64_MIN;
     if (!rc)
-        rc = copy_group(old->file, f, "steps", last_step, path, &copied, &last, err);
+        rc = copy_group(old, f, "steps", last_step, &copied, &last, err);
     if (!rc && (copied ? last : 0) < last_step)
         rc = dllm_err_set(err, DLLM_EXIT_INPUT,
                           "%s: the log ends at step %lld, cannot resume at step %lld "
@@ -978,15 +1233,15 @@ static int resume_copy(h5log *old, const char *tmp, int64_t last_step, dllm_err 
                           path, copied ? (long long)last : 0LL, (long long)last_step);
     int64_t dummy_n, dummy_last;
     if (!rc)
-        rc = copy_group(old->file, f, "trajectories", last_step, path, &dummy_n,
+        rc = copy_group(old, f, "trajectories", last_step, &dummy_n,
                         &dummy_last, err);
     if (!rc)
-        rc = copy_group(old->file, f, "mismatch_by_step", last_step, path, &dummy_n,
+        rc = copy_group(old, f, "mismatch_by_step", last_step, &dummy_n,
                         &dummy_last, err);
     for (int t = 0; t < dims.n_eval_tasks && !rc; t++) {
         char g[512];
         snprintf(g, sizeof g, "eval/%s", dims.eval_tasks[t]);
-        rc = copy_group(old->file, f, g, last_step, path, &dummy_n, &dummy_last, err);
+        rc = copy_group(old, f, g, last_step, &dummy_n, &dummy_last, err);
     }
     if (H5Fclose(f) < 0 && !rc)
         rc = h5_fail(err, DLLM_EXIT_INTERNAL, tmp, "close");
@@ -996,7 +1251,7 @@ static int resume_copy(h5log *old, const char *tmp, int64_t last_step, dllm_err 
 static int resume(h5log **out, const char *path, int64_t last_step, dllm_err *err)
 {
     h5log *old;
-    int rc = open_read_file(&old, path, err);
+    int rc = open_read_file(&old, path, true, err);
     if (rc)
         return rc;
     size_t n = strlen(path) + 5;
@@ -1227,9 +1482,9 @@ int64_t h5log_nsteps(h5log *log)
 {
     if (log->writable)
         return log->n_steps;
-    int64_t n = rows_of(log->steps_step);
+    int64_t n = log_rows(log, log->steps_step);
     for (int i = 0; i < H5LOG_N_METRICS; i++)
-        n = min_rows(n, rows_of(log->metric[i]));
+        n = min_rows(n, log_rows(log, log->metric[i]));
     return n < 0 ? 0 : n;
 }
 
@@ -1239,7 +1494,7 @@ int64_t h5log_ntrajectories(h5log *log)
         return log->n_traj;
     int64_t n = -1;
     for (int i = 0; i < N_TRAJ; i++)
-        n = min_rows(n, rows_of(log->traj[i]));
+        n = min_rows(n, log_rows(log, log->traj[i]));
     return n < 0 ? 0 : n;
 }
 
@@ -1263,7 +1518,7 @@ static int read_column(h5log *log, const char *dset, double **out, int64_t *n,
     char group[512];
     snprintf(group, sizeof group, "%s", dset);
     char *slash = strrchr(group, '/');
-    int64_t rows = slash ? (*slash = 0, group_rows(log->file, group)) : rows_of(d);
+    int64_t rows = slash ? (*slash = 0, group_rows(log, group)) : log_rows(log, d);
     if (!strcmp(group, "steps"))
         rows = min_rows(rows, h5log_nsteps(log));
     double *v = dllm_malloc((size_t)(rows ? rows : 1) * sizeof *v);

@@ -231,7 +231,10 @@ int h5log_create(h5log **out, const char *path, const h5log_meta *meta,
 /* Resume: copies every row with step <= last_step (steps, trajectories,
  * mismatch, evals) and the attributes of path into path.tmp, renames it over
  * path and reopens it for SWMR appending. Input error when the log does not
- * reach last_step (a gap) or cannot be read. The old file is only read. */
+ * reach last_step (a gap) or cannot be read. The old file is only read. A log cut
+ * short by a write that failed (a full disk, a file-size limit: the file is
+ * shorter than its superblock records) is read up to the rows its chunks written
+ * in full hold, so a run resumes once space returns. */
 int h5log_resume(h5log **out, const char *path, int64_t last_step, dllm_err *err);
 
 /* values: (H5LOG_N_METRICS) in table order, NaN where not computed. Flushes. */
@@ -250,8 +253,8 @@ int h5log_flush(h5log *log, dllm_err *err);
 int h5log_close(h5log *log);
 
 /* Opens for reading with SWMR read (works while a writer runs, and after the
- * writer was killed). Input error naming path for a missing or corrupt file or
- * one that lacks the layout above. */
+ * writer was killed). Input error naming path, within seconds, for a missing,
+ * damaged or truncated file or one that lacks the layout above. */
 int h5log_open_read(h5log **out, const char *path, dllm_err *err);
 
 /* Attributes and sizes (read from the file when opened for reading). */

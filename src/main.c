@@ -2,6 +2,7 @@
 #include "config.h"
 #include "src/commands.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -43,6 +44,9 @@ int main(int argc, char **argv)
 {
     /* progress lines reach a file or pipe as they are printed, not at exit */
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* a write past a file-size limit (ulimit -f) fails with EFBIG, reported like
+     * a full disk, instead of killing the process without a word */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -35,7 +35,25 @@ static int load_items(rl_run *run, const char *path, uint64_t seed, size_t n,
     return dllm_task_load(run->task, &src, out, err);
 }
 
-static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **out, dllm_err *err)
+/* A prompt that leaves no room for its completion in the model's context is
+ * refused before anything runs: the model was never trained on positions past
+ * max_sequence_length, and the canvas (prompt + gen_length) of a long one grows
+ * every buffer of the step. path: the items' file (NULL: the generator). */
+static int check_prompt_fits(const rl_run *run, const dllm_task_item *it, size_t i, int n,
+                             const char *path, const char *gen_key, int gen, dllm_err *err)
+{
+    if (n + gen <= run->mc->max_seq_len)
+        return 0;
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s: item %zu (\"%.40s%s\"): its prompt of %d tokens + %s %d exceed the "
+                        "model's max_sequence_length %d: shorten or drop the prompt, or lower %s",
+                        path ? path : "task generator", i + 1, it->question,
+                        strlen(it->question) > 40 ? "..." : "", n, gen_key, gen,
+                        run->mc->max_seq_len, gen_key);
+}
+
+static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **out,
+                        const char *path, const char *gen_key, int gen, dllm_err *err)
 {
     rl_prompt *ps = dllm_calloc(items->n ? items->n : 1, sizeof *ps);
     for (size_t i = 0; i < items->n; i++) {
@@ -44,6 +62,8 @@ static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **o
                                                              : dllm_strdup(it->question);
         int rc = prompt_encode(run->tok, run->chat, run->mc, text, &ps[i].ids, &ps[i].n, err);
         free(text);
+        if (!rc && (rc = check_prompt_fits(run, it, i, ps[i].n, path, gen_key, gen, err)))
+            free(ps[i].ids);
         if (rc) {
             for (size_t j = 0; j < i; j++)
                 free(ps[j].ids);
@@ -199,8 +219,12 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
     if (run->train.n < (size_t)cfg->grpo.prompts_per_step)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "task: %zu training items, fewer than "
                             "grpo.prompts_per_step %d", run->train.n, cfg->grpo.prompts_per_step);
-    if (encode_items(run, &run->train, &run->train_prompts, err) ||
-        encode_items(run, &run->eval, &run->eval_prompts, err))
+    if (encode_items(run, &run->train, &run->train_prompts,
+                     cfg->task.train.path[0] ? cfg->task.train.path : NULL,
+                     "rollout.gen_length", cfg->rollout.gen_length, err) ||
+        encode_items(run, &run->eval, &run->eval_prompts,
+                     cfg->task.eval.path[0] ? cfg->task.eval.path : NULL, "eval.gen_length",
+                     cfg->eval.gen_length, err))
         return err->code;
     /* optimizer, reference policy */
     dllm_policy_trainable(run->pol, &run->n_param);
@@ -353,19 +377,10 @@ int rl_latest_checkpoint(const char *run_dir, char *ckpt, size_t n)
 
 /* ---- saving and loading checkpoints ------------------------------------------- */
 
-int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
+/* Writes every file of the checkpoint of `step` into the directory tmp. */
+static int checkpoint_files(rl_run *run, int64_t step, const char *tmp, dllm_err *err)
 {
-    if (run->rank != 0)
-        return 0;
-    char dir[4200], tmp[4400], fin[4400], path[4600];
-    snprintf(dir, sizeof dir, "%s/ckpt", run->run_dir);
-    if (cli_mkdirs(dir, err))
-        return err->code;
-    snprintf(tmp, sizeof tmp, "%s/.step-%lld.tmp", dir, (long long)step);
-    snprintf(fin, sizeof fin, "%s/step-%lld", dir, (long long)step);
-    cli_rm_tree(tmp);
-    if (cli_mkdirs(tmp, err))
-        return err->code;
+    char path[4600];
     /* weights for people: the adapter (LoRA) or the full HF model */
     st_dtype dt = run->cfg.model.dtype;
     int rc = dllm_policy_has_lora(run->pol) ? dllm_policy_save_adapter(run->pol, tmp, err)
@@ -411,6 +426,29 @@ int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
     json_decref(st);
     if (rc)
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", path);
+    return 0;
+}
+
+int rl_checkpoint_save(rl_run *run, int64_t step, dllm_err *err)
+{
+    if (run->rank != 0)
+        return 0;
+    char dir[4200], tmp[4400], fin[4400];
+    snprintf(dir, sizeof dir, "%s/ckpt", run->run_dir);
+    if (cli_mkdirs(dir, err))
+        return err->code;
+    snprintf(tmp, sizeof tmp, "%s/.step-%lld.tmp", dir, (long long)step);
+    snprintf(fin, sizeof fin, "%s/step-%lld", dir, (long long)step);
+    cli_rm_tree(tmp);
+    if (cli_mkdirs(tmp, err))
+        return err->code;
+    /* a checkpoint that cannot be written whole (a full disk) leaves nothing
+     * behind: ckpt/latest still names the last complete one */
+    int rc = checkpoint_files(run, step, tmp, err);
+    if (rc) {
+        cli_rm_tree(tmp);
+        return rc;
+    }
     cli_rm_tree(fin);
     if (rename(tmp, fin))
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", fin, strerror(errno));

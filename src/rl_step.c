@@ -172,6 +172,29 @@ static int score(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const floa
     return rc;
 }
 
+/* An update that would make the weights non-finite (a NaN or infinite loss or
+ * gradient norm), or that made them so (theta: the host's trainable vector after
+ * AdamW, n entries; NULL: not checked), stops the run: a checkpoint is only ever
+ * written of weights that passed. */
+static int check_update(int64_t step, double loss, double grad_norm, const float *theta,
+                        size_t n, dllm_err *err)
+{
+    if (!isfinite(loss) || !isfinite(grad_norm))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL,
+                            "step %lld: the %s is not finite (loss %g, gradient norm %g): the run "
+                            "diverged; the weights were not updated (lower optim.lr, or set "
+                            "optim.grad_clip)",
+                            (long long)step, isfinite(loss) ? "gradient norm" : "loss", loss,
+                            grad_norm);
+    for (size_t k = 0; theta && k < n; k++)
+        if (!isfinite(theta[k]))
+            return dllm_err_set(err, DLLM_EXIT_INTERNAL,
+                                "step %lld: the update made a weight non-finite (%g at element %zu "
+                                "of the trainable vector): the run diverged (lower optim.lr)",
+                                (long long)step, (double)theta[k], k);
+    return 0;
+}
+
 int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *err)
 {
     const dllm_cfg *cfg = &run->cfg;
@@ -409,6 +432,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
                 break;
             grad_norm = dllm_tf_device_clip_grad(m, cfg->optim.grad_clip > 0 ? cfg->optim.grad_clip
                                                                               : 0.0);
+            if ((rc = check_update(step, lc.loss, grad_norm, NULL, 0, err)))
+                break;
             run->opt_step++;
             lr = lr_at(run, run->opt_step);
             dllm_tf_device_adamw(m, (int)run->opt_step, (float)lr, (float)cfg->optim.betas[0],
@@ -418,6 +443,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         }
         comm_sum_f(grads, np);
         grad_norm = op_grad_norm(grads, np);
+        if ((rc = check_update(step, lc.loss, grad_norm, NULL, 0, err)))
+            break;
         if (cfg->optim.grad_clip > 0)
             op_clip_grad(grads, np, grad_norm, cfg->optim.grad_clip);
         run->opt_step++;
@@ -425,6 +452,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         op_adamw(theta, grads, run->adam_m, run->adam_v, np, (int)run->opt_step, (float)lr,
                  (float)cfg->optim.betas[0], (float)cfg->optim.betas[1], (float)cfg->optim.eps,
                  (float)cfg->optim.weight_decay);
+        if ((rc = check_update(step, lc.loss, grad_norm, theta, np, err)))
+            break;
     }
     dllm_lik_plan_free(&pw);
     dllm_lik_plan_free(&pp);
