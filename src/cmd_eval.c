@@ -33,8 +33,11 @@ static const char usage_text[] =
     "checkpoint), else eval.* of --config, else the config defaults (64, 16, 32, 0);\n"
     "a Dream checkpoint's generation.json also sets rollout.dream.* (its sampler).\n"
     "--precision: the trainer numerics evaluated with (fp32, or bf16 rounding).\n"
-    "--config takes the task.* and eval.* settings of a training config (task.format,\n"
-    "task.max_blanks, task.reward, ...); --set overrides any config key.\n"
+    "Task settings (task.format, task.max_blanks, task.n_numbers, task.reward): those\n"
+    "the model was trained with when DIR/generation.json records them (every train\n"
+    "checkpoint; sft when its config sets task.*) and NAME is that task, else the\n"
+    "task's defaults; --config takes the task.* and eval.* settings of a training\n"
+    "config instead; --set overrides any config key. The report names the settings.\n"
     "--out FILE writes the per-item outcomes in the format of RUN_DIR/eval/*.txt\n"
     "(header, then one 0/1 line per item). --json prints one JSON object.\n"
     "\n"
@@ -117,7 +120,11 @@ static int parse_args(int argc, char **argv, eval_args *a, dllm_err *err)
 
 /* The run's config: --config (or the defaults), the model and task, then the
  * sampler settings (flags > generation.json > config), then --set. */
-static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_err *err)
+/* Where eval's task settings came from, for its report line. */
+typedef enum { TASK_DEFAULTS, TASK_MODEL, TASK_CONFIG, TASK_OTHER_TASK } task_source;
+
+static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, task_source *ts,
+                     dllm_err *err)
 {
     dllm_cfg_defaults(cfg);
     if (a->config && dllm_cfg_load(cfg, a->config, err))
@@ -156,6 +163,7 @@ static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_er
     cfg->rollout.precision = CFG_ROLLOUT_TRAINER;
     cfg->task.train.n = 1;
     cfg->grpo.prompts_per_step = 1;
+    cfg->grpo.steps = 0;
     ckpt_generation g;
     ckpt_generation_default(&g, true, cfg->eval.gen_length);
     g.block_length = cfg->eval.block_length;
@@ -181,6 +189,18 @@ static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_er
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s/generation.json: chat '%s' is not one of "
                                 "auto|plain|llada|qwen3", a->model, g.chat);
     }
+    /* the task settings the model was trained with (prompt format, blanks, reward),
+     * unless --config says otherwise; --set still overrides either */
+    *ts = a->config ? TASK_CONFIG : TASK_DEFAULTS;
+    if (grc == 0 && g.has_task && !a->config) {
+        int want = (int)cfg->task.name;
+        if (g.task.name == want) {
+            ckpt_generation_apply_task(&g, cfg);
+            *ts = TASK_MODEL;
+        } else {
+            *ts = TASK_OTHER_TASK;
+        }
+    }
     if (a->set_gen)
         cfg->eval.gen_length = (int)a->gen;
     if (a->set_block)
@@ -196,13 +216,31 @@ static int build_cfg(const eval_args *a, dllm_cfg *cfg, bool *from_ckpt, dllm_er
     return 0;
 }
 
+/* The task settings evaluated with, and where they came from. */
+static void print_task_settings(const dllm_cfg *cfg, task_source ts, bool sets, FILE *f)
+{
+    static const char *const from[] = {
+        [TASK_DEFAULTS] = "the task's defaults: the model records none; --config or --set "
+                          "task.* to change them",
+        [TASK_MODEL] = "the model's generation.json: what it was trained with",
+        [TASK_CONFIG] = "--config",
+        [TASK_OTHER_TASK] = "the task's defaults: the model was trained on another task"};
+    fprintf(f, "task %s: format %s, chat %s, max_blanks %d, n_numbers %d, reward %s (%s%s)\n",
+            cfg_names_name(&cfg_names_task, cfg->task.name),
+            cfg_names_name(&cfg_names_task_format, cfg->task.format),
+            cfg_names_name(&cfg_names_chat, cfg->task.chat), cfg->task.max_blanks,
+            cfg->task.n_numbers, cfg_names_name(&cfg_names_reward, cfg->task.reward), from[ts],
+            sets ? "; then --set" : "");
+}
+
 int cmd_eval(int argc, char **argv)
 {
     eval_args a = {0};
     dllm_err err = {0};
     dllm_cfg cfg;
     bool from_ckpt = false;
-    if (parse_args(argc, argv, &a, &err) || build_cfg(&a, &cfg, &from_ckpt, &err))
+    task_source ts = TASK_DEFAULTS;
+    if (parse_args(argc, argv, &a, &err) || build_cfg(&a, &cfg, &from_ckpt, &ts, &err))
         return cli_fail("eval", &err);
     comm_init(&argc, &argv);
     rl_run run;
@@ -231,6 +269,10 @@ int cmd_eval(int argc, char **argv)
             printf(", \"gen_length\": %d, \"block_length\": %d, \"steps\": %d, \"temperature\": ",
                    s->gen_length, s->block_length, s->steps);
             cli_print_json_number(stdout, s->temperature, 17);
+            static const char *const ts_name[] = {"defaults", "model", "config", "defaults"};
+            printf(", \"task_format\": \"%s\", \"max_blanks\": %d, \"task_settings\": \"%s\"",
+                   cfg_names_name(&cfg_names_task_format, cfg.task.format), cfg.task.max_blanks,
+                   ts_name[ts]);
             printf(", \"items\": \"%016llx\"}\n", (unsigned long long)rl_eval_items_hash(&run));
         } else {
             printf("eval %s: %zu items, gen_length %d, block_length %d, steps %d, temperature "
@@ -241,6 +283,7 @@ int cmd_eval(int argc, char **argv)
                    : from_ckpt ? "the model's generation.json"
                    : a.config  ? "the config's eval.*"
                                : "defaults: the model has no generation.json");
+            print_task_settings(&cfg, ts, a.nsets > 0, stdout);
             printf("accuracy    %.4f +- %.4f\nreward_mean %.4f\n", acc, se, rew);
             if (a.out)
                 printf("outcomes    %s\n", a.out);

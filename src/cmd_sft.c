@@ -145,16 +145,15 @@ static int save_checkpoint(const sft_run *r, const dllm_policy *m, const sft_sta
     if (cli_mkdirs(tmp, err))
         return err->code;
     st_dtype dt = r->cfg->model.dtype;
-    if (dllm_policy_save(m, tmp, dt, err))
-        return err->code;
     char tokdst[4300];
     snprintf(tokdst, sizeof tokdst, "%s/tokenizer.json", tmp);
-    if (cli_copy_file(r->tok_path, tokdst, err))
+    /* one that cannot be written whole (a full disk) leaves nothing behind: latest
+     * still names the last complete one */
+    if (dllm_policy_save(m, tmp, dt, err) || cli_copy_file(r->tok_path, tokdst, err) ||
+        ckpt_write_generation(tmp, &r->gen, err) || save_state(tmp, s, os, err)) {
+        cli_rm_tree(tmp);
         return err->code;
-    if (ckpt_write_generation(tmp, &r->gen, err))
-        return err->code;
-    if (save_state(tmp, s, os, err))
-        return err->code;
+    }
     cli_rm_tree(final_);
     if (rename(tmp, final_))
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", final_, strerror(errno));
@@ -407,6 +406,13 @@ int cmd_sft(int argc, char **argv)
         return cli_fail("sft", &err);
     }
     generation_of_data(&cfg, &ds, dllm_policy_is_diffusion(m), &run.gen);
+    /* a config that says which task its data are (task.*) records it, for `eval` */
+    dllm_cfg defaults;
+    dllm_cfg_defaults(&defaults);
+    if (cfg.task.name != defaults.task.name ||
+        cfg.task.format != defaults.task.format || cfg.task.max_blanks != defaults.task.max_blanks ||
+        cfg.task.n_numbers != defaults.task.n_numbers || cfg.task.reward != defaults.task.reward)
+        ckpt_generation_set_task(&run.gen, &cfg);
     if (dllm_policy_sampler(m) == DLLM_SAMPLER_DREAM)
         ckpt_generation_set_dream(&run.gen, &cfg);
     const dllm_model_config *mc = dllm_policy_config(m);
@@ -548,7 +554,15 @@ int cmd_sft(int argc, char **argv)
                     "{\"step\": %d, \"loss\": %s, \"grad_norm\": %s, \"lr\": %s, "
                     "\"tokens_per_s\": %s, \"elapsed_s\": %s}\n",
                     step, f[0], f[1], f[2], f[3], f[4]);
-            fflush(logf);
+            if (fflush(logf) != 0 || ferror(logf)) {
+                int e = errno;
+                dllm_err_set(&err, DLLM_EXIT_INTERNAL, "%s/sft_log.jsonl: write failed: %s%s",
+                             run.run_dir, strerror(e),
+                             e == ENOSPC || e == EFBIG ? " (the disk is full or a file-size "
+                                                         "limit, ulimit -f, was reached)" : "");
+                rc = err.code;
+                goto done;
+            }
             if (tb) {
                 static const char *const names[5] = {"loss", "grad_norm", "lr", "tokens_per_s",
                                                       "elapsed_s"};
@@ -591,5 +605,13 @@ done:
     sft_data_free(&ds);
     dllm_tokenizer_free(tok);
     dllm_policy_free(m);
+    if (rc && s.step > 0) { /* stopped part way: what it can continue from */
+        char msg[sizeof err.msg];
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        if (access(latest, F_OK) == 0)
+            dllm_err_set(&err, rc, "%s\n  stopped at step %d; the last complete checkpoint is "
+                         "kept (%s): once the cause is fixed, `dllm-rl sft --resume %s` continues "
+                         "from it", msg, s.step, latest, run.run_dir);
+    }
     return rc ? cli_fail("sft", &err) : 0;
 }

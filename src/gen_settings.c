@@ -33,6 +33,27 @@ void ckpt_generation_from_cfg(ckpt_generation *g, const dllm_cfg *cfg, bool diff
     snprintf(g->chat, sizeof g->chat, "%s", chat && chat[0] ? chat : "auto");
 }
 
+void ckpt_generation_set_task(ckpt_generation *g, const dllm_cfg *cfg)
+{
+    g->has_task = true;
+    g->task.name = (int)cfg->task.name;
+    g->task.format = (int)cfg->task.format;
+    g->task.max_blanks = cfg->task.max_blanks;
+    g->task.n_numbers = cfg->task.n_numbers;
+    g->task.reward = (int)cfg->task.reward;
+}
+
+void ckpt_generation_apply_task(const ckpt_generation *g, dllm_cfg *cfg)
+{
+    if (!g->has_task)
+        return;
+    cfg->task.name = (cfg_task)g->task.name;
+    cfg->task.format = (cfg_task_format)g->task.format;
+    cfg->task.max_blanks = g->task.max_blanks;
+    cfg->task.n_numbers = g->task.n_numbers;
+    cfg->task.reward = (cfg_reward)g->task.reward;
+}
+
 void ckpt_generation_set_dream(ckpt_generation *g, const dllm_cfg *cfg)
 {
     g->dream = true;
@@ -56,6 +77,14 @@ int ckpt_write_generation(const char *dir, const ckpt_generation *g, dllm_err *e
                             json_pack("{s:s, s:f, s:f, s:i}", "alg", dllm_dream_alg_name(g->dcfg.alg),
                                       "eps", g->dcfg.eps, "alg_temp", g->dcfg.alg_temp, "top_k",
                                       g->dcfg.top_k));
+    if (o && g->has_task)
+        json_object_set_new(
+            o, "task",
+            json_pack("{s:s, s:s, s:i, s:i, s:s}", "name",
+                      cfg_names_name(&cfg_names_task, g->task.name), "format",
+                      cfg_names_name(&cfg_names_task_format, g->task.format), "max_blanks",
+                      g->task.max_blanks, "n_numbers", g->task.n_numbers, "reward",
+                      cfg_names_name(&cfg_names_reward, g->task.reward)));
     int rc = !o || json_dump_file(o, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
                                                JSON_REAL_PRECISION(17));
     json_decref(o);
@@ -136,6 +165,31 @@ static int get_dream(json_t *o, ckpt_generation *g, const char *path, dllm_err *
     return 0;
 }
 
+/* The "task" object, when present: names checked against the config's tables. */
+static int get_task(json_t *o, ckpt_generation *g, const char *path, dllm_err *err)
+{
+    json_t *t = json_object_get(o, "task");
+    if (!t)
+        return 0;
+    const char *name = json_string_value(json_object_get(t, "name"));
+    const char *format = json_string_value(json_object_get(t, "format"));
+    const char *reward = json_string_value(json_object_get(t, "reward"));
+    json_t *mb = json_object_get(t, "max_blanks"), *nn = json_object_get(t, "n_numbers");
+    if (!json_is_object(t) || !name || !cfg_names_find(&cfg_names_task, name, &g->task.name) ||
+        !format || !cfg_names_find(&cfg_names_task_format, format, &g->task.format) ||
+        !reward || !cfg_names_find(&cfg_names_reward, reward, &g->task.reward) ||
+        !json_is_integer(mb) || json_integer_value(mb) < 1 || json_integer_value(mb) > 16 ||
+        !json_is_integer(nn) || json_integer_value(nn) < 3 || json_integer_value(nn) > 4)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: \"task\": expected {\"name\": a task, \"format\": d1|plain, "
+                            "\"max_blanks\": 1..16, \"n_numbers\": 3..4, \"reward\": "
+                            "task|correct}", path);
+    g->task.max_blanks = (int)json_integer_value(mb);
+    g->task.n_numbers = (int)json_integer_value(nn);
+    g->has_task = true;
+    return 0;
+}
+
 int ckpt_read_generation(const char *dir, ckpt_generation *g, dllm_err *err)
 {
     char path[4400];
@@ -172,6 +226,8 @@ int ckpt_read_generation(const char *dir, ckpt_generation *g, dllm_err *err)
         rc = get_str(o, "chat", g->chat, sizeof g->chat, chats, path, err);
     if (!rc)
         rc = get_dream(o, g, path, err);
+    if (!rc)
+        rc = get_task(o, g, path, err);
     if (!rc)
         g->dcfg.top_p = g->top_p;
     if (!rc && sampler[0])

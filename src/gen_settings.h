@@ -6,7 +6,12 @@
  *    "temperature": T, "remasking": "low_confidence" | "random",
  *    "top_p": P, "chat": "plain" | "llada" | "qwen3" | "qwen2.5" | "auto",
  *    "dream": {"alg": "origin" | "maskgit_plus" | "topk_margin" | "entropy",
- *              "eps": E, "alg_temp": A, "top_k": K}}   (Dream models only)
+ *              "eps": E, "alg_temp": A, "top_k": K},   (Dream models only)
+ *    "task": {"name": "sudoku", "format": "plain" | "d1", "max_blanks": B,
+ *             "n_numbers": K, "reward": "task" | "correct"}}
+ *                                     (the task settings the model was trained on:
+ *                                      every train checkpoint; sft when its config
+ *                                      sets task.*; `eval --task` of that task uses them)
  * Every key is optional when read: a missing one keeps the caller's default.
  * block_length and steps are written for either sampler (an autoregressive
  * model ignores them; Dream's sampler reads steps, not block_length). Dream's
@@ -29,6 +34,13 @@ typedef struct {
     char chat[16];
     bool dream;          /* the "dream" object: written when set, set when read */
     dllm_dream_cfg dcfg; /* its alg, eps, alg_temp, top_k (top_p: the field above) */
+    bool has_task;       /* the "task" object: written when set, set when read */
+    struct {
+        int name;        /* cfg_task */
+        int format;      /* cfg_task_format */
+        int max_blanks, n_numbers;
+        int reward;      /* cfg_reward */
+    } task;
 } ckpt_generation;
 
 /* Writes DIR/generation.json. */
@@ -50,6 +62,13 @@ void ckpt_generation_default(ckpt_generation *g, bool diffusion, int gen_length)
  * ckpt_write_generation(ckpt_dir, &g, err). */
 void ckpt_generation_from_cfg(ckpt_generation *g, const dllm_cfg *cfg, bool diffusion,
                               const char *chat);
+
+/* Records cfg's task settings (task.name, .format, .max_blanks, .n_numbers,
+ * .reward) in g: what prompts the model was trained on and how it was rewarded. */
+void ckpt_generation_set_task(ckpt_generation *g, const dllm_cfg *cfg);
+
+/* Applies g's recorded task settings to cfg (none recorded: nothing). */
+void ckpt_generation_apply_task(const ckpt_generation *g, dllm_cfg *cfg);
 
 /* Marks g as a Dream model's settings and records cfg's rollout.dream.* (alg,
  * eps, alg_temp, top_k) and rollout.top_p: the sampler the run trained with. */

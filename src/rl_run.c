@@ -44,11 +44,14 @@ static int check_prompt_fits(const rl_run *run, const dllm_task_item *it, size_t
 {
     if (n + gen <= run->mc->max_seq_len)
         return 0;
+    bool eval = !strcmp(gen_key, "eval.gen_length");
     return dllm_err_set(err, DLLM_EXIT_INPUT,
-                        "%s: item %zu (\"%.40s%s\"): its prompt of %d tokens + %s %d exceed the "
-                        "model's max_sequence_length %d: shorten or drop the prompt, or lower %s",
-                        path ? path : "task generator", i + 1, it->question,
-                        strlen(it->question) > 40 ? "..." : "", n, gen_key, gen,
+                        "%s: %s item %zu (\"%.40s%s\"): its prompt of %d tokens (task.format %s) + "
+                        "%s %d exceed the model's max_sequence_length %d: shorten or drop the "
+                        "prompt, or lower %s",
+                        path ? path : "the task's generator", eval ? "evaluation" : "training",
+                        i + 1, it->question, strlen(it->question) > 40 ? "..." : "", n,
+                        cfg_names_name(&cfg_names_task_format, run->cfg.task.format), gen_key, gen,
                         run->mc->max_seq_len, gen_key);
 }
 
@@ -62,7 +65,7 @@ static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **o
                                                              : dllm_strdup(it->question);
         int rc = prompt_encode(run->tok, run->chat, run->mc, text, &ps[i].ids, &ps[i].n, err);
         free(text);
-        if (!rc && (rc = check_prompt_fits(run, it, i, ps[i].n, path, gen_key, gen, err)))
+        if (!rc && gen_key && (rc = check_prompt_fits(run, it, i, ps[i].n, path, gen_key, gen, err)))
             free(ps[i].ids);
         if (rc) {
             for (size_t j = 0; j < i; j++)
@@ -221,7 +224,9 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                             "grpo.prompts_per_step %d", run->train.n, cfg->grpo.prompts_per_step);
     if (encode_items(run, &run->train, &run->train_prompts,
                      cfg->task.train.path[0] ? cfg->task.train.path : NULL,
-                     "rollout.gen_length", cfg->rollout.gen_length, err) ||
+                     /* training prompts are rolled out only when a step runs */
+                     cfg->grpo.steps > 0 ? "rollout.gen_length" : NULL, cfg->rollout.gen_length,
+                     err) ||
         encode_items(run, &run->eval, &run->eval_prompts,
                      cfg->task.eval.path[0] ? cfg->task.eval.path : NULL, "eval.gen_length",
                      cfg->eval.gen_length, err))
@@ -400,6 +405,7 @@ static int checkpoint_files(rl_run *run, int64_t step, const char *tmp, dllm_err
     ckpt_generation g;
     ckpt_generation_from_cfg(&g, &run->cfg, dllm_policy_is_diffusion(run->pol),
                              dllm_chat_format_name(run->chat));
+    ckpt_generation_set_task(&g, &run->cfg); /* what `eval --task` of the model uses */
     if (dllm_policy_sampler(run->pol) == DLLM_SAMPLER_DREAM)
         ckpt_generation_set_dream(&g, &run->cfg);
     if (ckpt_write_generation(tmp, &g, err))
