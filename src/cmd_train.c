@@ -319,8 +319,15 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
         if (rl_checkpoint_load(run, ckpt, err))
             return err->code;
         first = run->step + 1;
-        if (run->rank == 0 && h5log_resume(&run->log, logpath, run->step, err))
+        if (run->rank == 0 && h5log_resume(&run->log, logpath, run->step, err)) {
+            if (err->code == DLLM_EXIT_INPUT) { /* the log, not the checkpoint, is at fault */
+                char msg[sizeof err->msg];
+                snprintf(msg, sizeof msg, "%s", err->msg);
+                dllm_err_set(err, err->code, "%s\n  `dllm-rl train %s/config.yaml --force` starts "
+                             "the run again", msg, run_dir);
+            }
             return err->code;
+        }
         if (run->rank == 0 && !run->quiet && !run->jsonl)
             printf("resuming %s at step %lld\n", run_dir, (long long)first);
         fflush(stdout);
