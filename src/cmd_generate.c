@@ -108,7 +108,15 @@ static bool d1_format; /* --d1 */
 static int encode_text(const char *text, dllm_tokenizer *tok, dllm_chat_format fmt,
                        const dllm_model_config *mc, prompt_ids *out, dllm_err *err)
 {
-    return prompt_encode_d1(tok, fmt, mc, text, d1_format, &out->ids, &out->n, err);
+    int rc = prompt_encode_d1(tok, fmt, mc, text, d1_format, &out->ids, &out->n, err);
+    static bool warned; /* once: a batch file may hold many such prompts */
+    if (!rc && !warned && prompt_unknown_chars(tok, text, out->ids, (size_t)out->n)) {
+        fprintf(stderr, "dllm-rl generate: warning: the prompt has characters the tokenizer "
+                        "cannot represent (non-ASCII under the char tokenizer): they become "
+                        "<|unk|>\n");
+        warned = true;
+    }
+    return rc;
 }
 
 static int read_batch_file(const char *path, dllm_tokenizer **tok, const char *model_dir,

@@ -4,6 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+size_t prompt_unknown_chars(const dllm_tokenizer *tok, const char *text, const int32_t *ids,
+                            size_t n)
+{
+    int32_t unk = dllm_tokenizer_token_to_id(tok, "<|unk|>");
+    if (unk < 0 || strstr(text, "<|unk|>"))
+        return 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ids[i] == unk;
+    return k;
+}
+
 int prompt_encode(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_config *mc,
                   const char *text, int32_t **out, int *nout, dllm_err *err)
 {

@@ -15,6 +15,12 @@ int prompt_encode(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_co
 int prompt_encode_d1(dllm_tokenizer *tok, dllm_chat_format fmt, const dllm_model_config *mc,
                      const char *text, bool d1, int32_t **ids, int *n, dllm_err *err);
 
+/* How many characters of text became the unknown token "<|unk|>" in ids (what the
+ * char tokenizer makes of every non-ASCII character); 0 for a tokenizer without
+ * it, or text that spells the token itself. */
+size_t prompt_unknown_chars(const dllm_tokenizer *tok, const char *text, const int32_t *ids,
+                            size_t n);
+
 /* Text of a generated completion: its first L tokens without a final EOS, with
  * special tokens skipped. Ids beyond the tokenizer (a model's embedding may
  * have more rows than the tokenizer has tokens, as in padded vocabularies)

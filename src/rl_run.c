@@ -67,6 +67,16 @@ static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **o
         free(text);
         if (!rc && gen_key && (rc = check_prompt_fits(run, it, i, ps[i].n, path, gen_key, gen, err)))
             free(ps[i].ids);
+        size_t unk = !rc && path ? prompt_unknown_chars(run->tok, it->question, ps[i].ids,
+                                                        (size_t)ps[i].n)
+                                 : 0;
+        if (unk) {
+            free(ps[i].ids);
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                              "%s: item %zu (\"%.40s\"): %zu character(s) the tokenizer cannot "
+                              "represent (non-ASCII under the char tokenizer) would become <|unk|>",
+                              path, i + 1, it->question, unk);
+        }
         if (rc) {
             for (size_t j = 0; j < i; j++)
                 free(ps[j].ids);

@@ -1,4 +1,5 @@
 #include "src/sft_data.h"
+#include "src/prompt.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -11,6 +12,16 @@ static int encode_field(dllm_tokenizer *tok, const char *path, int line, const c
 {
     if (dllm_tokenizer_encode(tok, text, strlen(text), false, ids, n, err))
         return dllm_err_prefix(err, "%s:%d: %s", path, line, what);
+    /* training on <|unk|> for every character the tokenizer lacks teaches nothing */
+    size_t unk = prompt_unknown_chars(tok, text, *ids, *n);
+    if (unk) {
+        free(*ids);
+        *ids = NULL;
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s:%d: %s: %zu character(s) the tokenizer cannot represent "
+                            "(non-ASCII under the char tokenizer) would become <|unk|>",
+                            path, line, what, unk);
+    }
     return 0;
 }
 

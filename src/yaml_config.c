@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <yaml.h>
@@ -186,8 +187,10 @@ static const cfg_key keys[] = {
     {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL,
      "root of every random stream"},
     {"device", K_ENUM, F(device), "cpu", 0, 0, &cfg_names_device,
-     "cpu, or cuda: rollouts and the likelihoods on the CUDA backend, and the update too "
-     "with an fp32 trainer and one rank (LoRA or full fine-tuning)"},
+     "cpu, or cuda: rollouts and the likelihoods on the CUDA backend, and the update "
+     "(forward, backward, clip, AdamW) with LoRA (fp32 or bf16 trainer) or full fine-tuning "
+     "(fp32 trainer), else on the host; several ranks: one device each, gradients summed "
+     "with NCCL; sft: the whole step, likewise"},
     {"model.path", K_STR, F(model.path), "", 0, 0, NULL,
      "HF model directory (config.json + safetensors + tokenizer.json); empty: a random preset"},
     {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, &cfg_names_preset,
@@ -568,8 +571,13 @@ static int set_scalar(dllm_cfg *cfg, const cfg_key *k, const char *s, const sour
     }
     case K_FLOAT: {
         double v;
-        if (!parse_double(s, &v))
-            return fail_at(err, src, mark, "%s must be a number, got '%s'", k->path, s);
+        if (!parse_double(s, &v)) {
+            /* YAML spells infinity .inf; C's inf, infinity are not YAML numbers */
+            bool inf_word = !strcasecmp(s + (s[0] == '+' || s[0] == '-'), "inf") ||
+                            !strcasecmp(s + (s[0] == '+' || s[0] == '-'), "infinity");
+            return fail_at(err, src, mark, "%s must be a number, got '%s'%s", k->path, s,
+                           inf_word ? " (YAML writes infinity as .inf)" : "");
+        }
         /* only the cap has a meaning at infinity (min(w, .inf) = w) */
         if (isinf(v) && strcmp(k->path, "correction.cap"))
             return fail_at(err, src, mark, "%s must be finite, got '%s'", k->path, s);
