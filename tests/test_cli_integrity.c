@@ -17,7 +17,10 @@
  *   long prompt a training prompt longer than the model's context refused before
  *              anything runs, naming the data file and the item;
  *   task       eval of a checkpoint uses the task settings it was trained with
- *              and says so; without them it says it used the defaults. */
+ *              and says so; without them it says it used the defaults;
+ *   smaller    correction.cap=inf hints at .inf; non-ASCII text under the char
+ *              tokenizer refused in data files, warned about by generate; the
+ *              device key's description. */
 #include "tests/test_shell.h"
 #include <check.h>
 #include <stdarg.h>
@@ -418,6 +421,61 @@ START_TEST(test_eval_uses_the_models_task_settings)
 }
 END_TEST
 
+START_TEST(test_small_refusals)
+{
+    write_rl_config("c.yaml", "cap");
+    snapshot("runs/cap", "before");
+    ck_assert_int_eq(run("train c.yaml --set correction.cap=inf"), 2);
+    ck_assert_msg(strstr(err_s, "correction.cap must be a number, got 'inf' (YAML writes "
+                                "infinity as .inf)"),
+                  "%s", err_s);
+    ck_assert_int_eq(run("train c.yaml --set correction.cap=.inf --print-config"), 0);
+    ck_assert_msg(strstr(out_s, "cap: .inf"), "%s", out_s);
+    ck_assert(!exists("runs/cap"));
+    assert_outside_unchanged("runs/cap");
+    /* non-ASCII text under the char tokenizer: refused in data files, naming the
+     * file and line (sft) or item (train); warned about by generate */
+    write_file("uni.jsonl", "{\"prompt\": \"0420020403002140\", \"answer\": \"ok\"}\n"
+                            "{\"prompt\": \"caf\xc3\xa9 1234\", \"answer\": \"x\"}\n");
+    write_file("u.yaml", "experiment: uni\nseed: 1\nmodel: {path: model}\n"
+                         "data: {train: uni.jsonl, max_len: 64}\nsft: {steps: 2, batch_size: 2}\n"
+                         "log: {dir: runs}\n");
+    ck_assert_int_eq(run("sft u.yaml --quiet"), 2);
+    ck_assert_msg(strstr(err_s, "uni.jsonl:2: prompt: 1 character(s) the tokenizer cannot "
+                                "represent (non-ASCII under the char tokenizer)"),
+                  "%s", err_s);
+    write_file("unq.jsonl", "{\"question\": \"a?\", \"answer\": \"2\"}\n"
+                            "{\"question\": \"caf\xc3\xa9?\", \"answer\": \"2\"}\n");
+    write_file("uq.yaml", "experiment: unq\nmodel: {path: model}\n"
+                          "task: {name: gsm8k, format: plain, chat: plain, "
+                          "train: {path: unq.jsonl}, eval: {path: unq.jsonl}}\n"
+                          "rollout: {group_size: 2, gen_length: 12, block_length: 6, steps: 6}\n"
+                          "grpo: {steps: 1, prompts_per_step: 2, inner_steps: 1}\n"
+                          "eval: {every: 0, n: 2, gen_length: 12, block_length: 6, steps: 6}\n"
+                          "log: {dir: runs}\n");
+    ck_assert_int_eq(run("train uq.yaml --quiet"), 2);
+    ck_assert_msg(strstr(err_s, "unq.jsonl: item 2 (\"caf\xc3\xa9?\"): 1 character(s)"), "%s",
+                  err_s);
+    ck_assert(!exists("runs/unq/log.h5"));
+    ck_assert_int_eq(run("generate --model model --prompt caf\xc3\xa9 --gen-length 4 "
+                         "--block-length 4 --steps 2"),
+                     0);
+    ck_assert_msg(strstr(err_s, "warning: the prompt has characters the tokenizer cannot "
+                                "represent"),
+                  "%s", err_s);
+    ck_assert_int_eq(run("generate --model model --prompt cafe --gen-length 4 "
+                         "--block-length 4 --steps 2"),
+                     0);
+    ck_assert_msg(!strstr(err_s, "warning"), "%s", err_s);
+    /* the device key says what the code does (and what the README says) */
+    ck_assert_int_eq(run("config device"), 0);
+    ck_assert_msg(strstr(out_s, "with LoRA (fp32 or bf16 trainer) or full fine-tuning (fp32 "
+                                "trainer), else on the host; several ranks: one device each, "
+                                "gradients summed with NCCL"),
+                  "%s", out_s);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cli_integrity");
@@ -428,6 +486,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_non_finite_weights);
     tcase_add_test(tc, test_long_prompt_refused);
     tcase_add_test(tc, test_eval_uses_the_models_task_settings);
+    tcase_add_test(tc, test_small_refusals);
     suite_add_tcase(s, tc);
     return s;
 }
