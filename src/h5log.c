@@ -917,9 +917,8 @@ static void free_list(name_list *l)
 static hid_t open_cut_file(const char *path, int64_t size, int64_t want);
 
 /* A cut file's intact rows per group: the fewest, over the group's datasets, of
- * the rows before the first chunk that lies past the real size. Found on a file
- * handle of their own: HDF5 1.10 leaves a dataset whose chunks were listed
- * (H5Dget_chunk_info) unable to read them. */
+ * intact_rows. Found on a handle of their own, opened and closed here, which
+ * keeps the chunk listing apart from the handle the log is read with. */
 static void cut_caps(h5log *log, const char *path, int64_t size, int64_t want)
 {
     hid_t f = open_cut_file(path, size, want);
@@ -1088,7 +1087,9 @@ static int open_file_read(const char *path, h5log *log, bool allow_cut, dllm_err
                             "`dllm-rl train --resume` of its run keeps the steps up to the last "
                             "checkpoint if they are intact, else restore it from a copy",
                             path, (long long)st.st_size, (long long)want);
-    if (want > (int64_t)st.st_size) {
+    /* a failed write adds a step's chunks and metadata, not gigabytes: a larger
+     * recorded size is a damaged superblock (and no image of it is made) */
+    if (want > (int64_t)st.st_size && want - (int64_t)st.st_size <= ((int64_t)1 << 30)) {
         cut_caps(log, path, (int64_t)st.st_size, want);
         *file = open_cut_file(path, (int64_t)st.st_size, want);
         log->cut = *file >= 0;

@@ -665,7 +665,8 @@ START_TEST(test_bin_train_cap)
     snprintf(runs, sizeof runs, "%s/runs", tmp);
     FILE *f = fopen(yaml, "w");
     ck_assert_ptr_nonnull(f);
-    fprintf(f, "experiment: cap\nmodel: {arch: llada, preset: tiny}\ntask: {name: sudoku}\n"
+    fprintf(f, "experiment: cap\nmodel: {arch: llada, preset: tiny}\n"
+               "task: {name: sudoku, format: plain}\n"
                "log: {dir: %s}\ngrpo: {steps: 1, prompts_per_step: 2}\n"
                "rollout: {group_size: 2, gen_length: 8, block_length: 8, steps: 4}\n"
                "eval: {every: 0}\n", runs);
