@@ -31,6 +31,7 @@
  * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...). */
 #include "dllm/policy.h"
 #include "dllm/ar_sampler.h"
+#include "dllm/block_cache.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/json_util.h"
 #include "dllm/qwen3.h"
@@ -340,20 +341,40 @@ static int llada_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
                         uint64_t seed, dllm_rollout *out, dllm_err *err)
 {
     if (dllm_tf_device(p->m)) {
+        if (sc->cache != DLLM_CACHE_NONE || sc->threshold > 0)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: not on the device yet",
+                                sc->cache != DLLM_CACHE_NONE ? "cache" : "threshold");
         dllm_device_logits dl;
         int rc = dllm_tf_device_logits(p->m, rollout, &dl, err);
         return rc ? rc : dllm_sample_device(&dl, prompts, prompt_mask, B, P, sc, seed, out, err);
     }
-    return dllm_sample(rollout ? rollout_logits : train_nograd_logits, p, prompts, prompt_mask, B,
-                       P, sc, seed, out, err);
+    if (sc->cache == DLLM_CACHE_NONE)
+        return dllm_sample(rollout ? rollout_logits : train_nograd_logits, p, prompts, prompt_mask,
+                           B, P, sc, seed, out, err);
+    dllm_block_cache *bc = NULL;
+    int rc = dllm_block_cache_new(&bc, p->m, rollout, err);
+    if (rc)
+        return rc;
+    dllm_sampler_cache cache = {dllm_block_cache_fill, dllm_block_cache_step, bc};
+    rc = dllm_sample_cached(NULL, NULL, &cache, prompts, prompt_mask, B, P, sc, seed, out, err);
+    dllm_block_cache_free(bc);
+    return rc;
 }
 
 int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
                         int P, const dllm_sampler_cfg *sc, double top_p, uint64_t seed,
                         dllm_rollout *out, dllm_err *err)
 {
+    if (p->arch->sampler == DLLM_SAMPLER_AR && (sc->cache != DLLM_CACHE_NONE || sc->threshold > 0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: a denoising sampler's setting; %s decodes autoregressively",
+                            sc->cache != DLLM_CACHE_NONE ? "cache" : "threshold", p->arch->name);
     if (p->arch->sampler == DLLM_SAMPLER_AR)
         return ar_rollout(p, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
+    if (p->arch->sampler == DLLM_SAMPLER_DREAM && (sc->cache != DLLM_CACHE_NONE || sc->threshold > 0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: not for Dream's sampler (docs/METHOD.md §2a)",
+                            sc->cache != DLLM_CACHE_NONE ? "cache" : "threshold");
     if (p->arch->sampler == DLLM_SAMPLER_DREAM) {
         dllm_dream_cfg d = p->dream;
         d.top_p = top_p;

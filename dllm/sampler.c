@@ -29,7 +29,38 @@ int dllm_sampler_check(const dllm_sampler_cfg *c, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "cfg_scale must be >= 0");
     if (c->mask_token != DLLM_MASK_TOKEN_ALLOW && c->mask_token != DLLM_MASK_TOKEN_FORBID)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "mask_token must be allow or forbid");
+    if (c->cache != DLLM_CACHE_NONE && c->cache != DLLM_CACHE_PREFIX && c->cache != DLLM_CACHE_DUAL)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "cache must be none, prefix or dual");
+    if (c->threshold != 0 && !(c->threshold > 0 && c->threshold <= 1))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "threshold %g: expected a number in (0, 1]",
+                            c->threshold);
+    /* a block takes up to block_length steps under the threshold: the int16 step records */
+    if (c->threshold != 0 && c->gen_length > 32767)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "gen_length %d: at most 32767 with a threshold",
+                            c->gen_length);
+    if (c->cache != DLLM_CACHE_NONE && c->cfg_scale > 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "cache %s: classifier-free guidance (cfg_scale %g) is not cached",
+                            dllm_cache_name(c->cache), c->cfg_scale);
     return 0;
+}
+
+int dllm_cache_parse(const char *s, dllm_cache *out)
+{
+    if (!strcmp(s, "none"))
+        *out = DLLM_CACHE_NONE;
+    else if (!strcmp(s, "prefix"))
+        *out = DLLM_CACHE_PREFIX;
+    else if (!strcmp(s, "dual"))
+        *out = DLLM_CACHE_DUAL;
+    else
+        return -1;
+    return 0;
+}
+
+const char *dllm_cache_name(dllm_cache c)
+{
+    return c == DLLM_CACHE_PREFIX ? "prefix" : c == DLLM_CACHE_DUAL ? "dual" : "none";
 }
 
 int dllm_mask_token_parse(const char *s, dllm_mask_token *out)
@@ -141,16 +172,18 @@ double dllm_sampler_prob(const float *logit, int V, int32_t x)
 }
 
 
-/* The rows the model is asked for at one step: every generated position still
- * masked before `hi`, the current block's end (positions of earlier blocks
- * are masked only after a committed mask id). rows: flat b*T + t, in sequence
- * then position order; row_seq: b. Returns their count. */
-static int committable_rows(const int32_t *x, int B, int T, int P, int hi, int mask_id,
-                            int32_t *rows, int *row_seq)
+/* The rows the model is asked for at one step: every position of [lo, hi) still
+ * masked, lo = P (every generated position up to the current block's end; positions
+ * of earlier blocks are masked only after a committed mask id) or, in a cached step,
+ * the block's start; sequences with active[b] == 0 are left out (active NULL: none).
+ * rows: flat b*T + t, in sequence then position order; row_seq: b. Returns their
+ * count. */
+static int committable_rows(const int32_t *x, int B, int T, int lo, int hi, int mask_id,
+                            const uint8_t *active, int32_t *rows, int *row_seq)
 {
     int n = 0;
     for (int b = 0; b < B; b++)
-        for (int t = P; t < hi; t++)
+        for (int t = lo; t < hi && (!active || active[b]); t++)
             if (x[(size_t)b * T + t] == mask_id) {
                 rows[n] = b * T + t;
                 row_seq[n++] = b;
@@ -188,13 +221,17 @@ static void draw_row(const dllm_sampler_cfg *c, uint64_t seed, int gstep, int T,
 }
 
 /* One sequence's commit: its drawn rows cand[0, nc) sorted by confidence, the k
- * most confident committed. A committed mask id leaves the position masked and
- * unrecorded (commit_step -1), as the reference writes the mask back. */
+ * most confident committed (k < 0: the threshold's rule, the first and every later one
+ * whose confidence is >= c->threshold). A committed mask id leaves the position masked
+ * and unrecorded (commit_step -1), as the reference writes the mask back. */
 static void commit_sequence(const dllm_sampler_cfg *c, int gstep, int b, int T, int P, int k,
                             candidate *cand, int nc, int32_t *x, dllm_rollout *out)
 {
     const int G = c->gen_length;
     qsort(cand, (size_t)nc, sizeof *cand, cmp_candidate);
+    if (k < 0)
+        for (k = nc > 0; k < nc && cand[k].conf >= c->threshold; k++)
+            ;
     for (int j = 0; j < k && j < nc; j++) {
         if (cand[j].x0 == c->mask_id)
             continue; /* written back: still masked, competes again */
@@ -205,12 +242,25 @@ static void commit_sequence(const dllm_sampler_cfg *c, int gstep, int b, int T, 
     }
 }
 
-int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const uint8_t *prompt_mask,
-                int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
-                dllm_err *err)
+/* Whether sequence b still has a masked position in [lo, hi). */
+static bool block_masked(const int32_t *x, int b, int T, int lo, int hi, int mask_id)
+{
+    for (int t = lo; t < hi; t++)
+        if (x[(size_t)b * T + t] == mask_id)
+            return true;
+    return false;
+}
+
+static int sample(dllm_logits_fn fn, void *model, const dllm_sampler_cache *cache,
+                  const int32_t *prompts, const uint8_t *prompt_mask, int B, int P,
+                  const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out, dllm_err *err)
 {
     if (dllm_sampler_check(c, err))
         return err->code;
+    const bool cached = c->cache != DLLM_CACHE_NONE, thr = c->threshold > 0;
+    if (cached && (!cache || !cache->fill || !cache->step))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "cache %s: this model keeps no block cache",
+                            dllm_cache_name(c->cache));
     const int G = c->gen_length, T = P + G, V = c->vocab;
     const int nblocks = G / c->block_length, spb = c->steps / nblocks;
     memset(out, 0, sizeof *out);
@@ -248,7 +298,11 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
     float *logits = dllm_malloc(sizeof *logits * (cap ? cap : 1) * (cfg ? 2 : 1) * (size_t)V);
     candidate *cand = dllm_malloc(sizeof *cand * (size_t)B * G);
     int *ntransfer = dllm_malloc(sizeof *ntransfer * (size_t)B * spb);
-    int rc = 0, gstep = 0;
+    /* per sequence: its step count (the global step of the plain sampler, where every
+     * sequence steps together) and whether it takes part in the current step */
+    int *sstep = dllm_calloc((size_t)(B > 0 ? B : 1), sizeof *sstep);
+    uint8_t *active = dllm_malloc((size_t)(B > 0 ? B : 1));
+    int rc = 0;
 
     for (int blk = 0; blk < nblocks && !rc; blk++) {
         const int lo = P + blk * c->block_length, hi = lo + c->block_length;
@@ -262,10 +316,27 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
             for (int s = 0; s < spb; s++)
                 ntransfer[b * spb + s] = nm / spb + (s < nm % spb);
         }
-        for (int s = 0; s < spb && !rc; s++, gstep++) {
-            int n = committable_rows(x, B, T, P, hi, c->mask_id, rows, row_seq);
-            if (n == 0)
+        /* the plain schedule: spb steps; the threshold's: until the block is unmasked */
+        const int nsteps = thr ? c->block_length : spb;
+        for (int s = 0; s < nsteps && !rc; s++) {
+            int nact = B;
+            if (thr) {
+                nact = 0;
+                for (int b = 0; b < B; b++)
+                    nact += active[b] = block_masked(x, b, T, lo, hi, c->mask_id);
+                if (nact == 0)
+                    break;
+            }
+            /* a cached step sees the block alone; the fill, as a plain step, every
+             * masked position up to the block's end */
+            const bool step_cached = cached && s > 0;
+            int n = committable_rows(x, B, T, step_cached ? lo : P, hi, c->mask_id,
+                                     thr ? active : NULL, rows, row_seq);
+            if (n == 0 && !(cached && s == 0)) { /* (a block's fill always runs) */
+                for (int b = 0; b < B; b++)
+                    sstep[b] += !thr || active[b];
                 continue;
+            }
             if ((size_t)n > cap) {
                 cap = (size_t)n;
                 logits = dllm_realloc(logits, sizeof *logits * cap * (cfg ? 2 : 1) * (size_t)V);
@@ -279,8 +350,18 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
                 for (int i = 0; i < n; i++)
                     rows[n + i] = rows[i] + B * T;
             }
-            if (fn(model, canvas, km2, BB, T, rows, cfg ? 2 * n : n, logits)) {
-                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed at step %d", gstep);
+            int frc;
+            if (step_cached)
+                frc = cache->step(cache->model, canvas, km2, BB, T, lo,
+                                  c->cache == DLLM_CACHE_DUAL ? hi : T, rows, n, logits);
+            else if (cached)
+                frc = cache->fill(cache->model, canvas, km2, BB, T, rows, n, logits);
+            else
+                frc = fn(model, canvas, km2, BB, T, rows, cfg ? 2 * n : n, logits);
+            out->nfe++;
+            if (frc) {
+                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed at step %d",
+                                  sstep[row_seq[0]]);
                 break;
             }
             if (cfg) {
@@ -296,15 +377,17 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
             /* the float64 draws dominate the sampler: worth threads above a few rows */
 #pragma omp parallel for schedule(dynamic, 4) if ((size_t)n * V > 262144)
             for (int i = 0; i < n; i++)
-                draw_row(c, seed, gstep, T, rows, row_seq, i, logits, &cand[i]);
+                draw_row(c, seed, sstep[row_seq[i]], T, rows, row_seq, i, logits, &cand[i]);
             for (int i0 = 0; i0 < n;) {
                 int b = row_seq[i0], i1 = i0;
                 while (i1 < n && row_seq[i1] == b)
                     i1++;
-                commit_sequence(c, gstep, b, T, P, ntransfer[b * spb + s], cand + i0, i1 - i0, x,
-                                out);
+                commit_sequence(c, sstep[b], b, T, P, thr ? -1 : ntransfer[b * spb + s],
+                                cand + i0, i1 - i0, x, out);
                 i0 = i1;
             }
+            for (int b = 0; b < B; b++)
+                sstep[b] += !thr || active[b];
         }
     }
     for (int b = 0; b < B; b++)
@@ -320,7 +403,24 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
     free(logits);
     free(cand);
     free(ntransfer);
+    free(sstep);
+    free(active);
     if (rc)
         dllm_rollout_free(out);
     return rc;
+}
+
+int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const uint8_t *prompt_mask,
+                int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
+                dllm_err *err)
+{
+    return sample(fn, model, NULL, prompts, prompt_mask, B, P, c, seed, out, err);
+}
+
+int dllm_sample_cached(dllm_logits_fn fn, void *model, const dllm_sampler_cache *cache,
+                       const int32_t *prompts, const uint8_t *prompt_mask, int B, int P,
+                       const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
+                       dllm_err *err)
+{
+    return sample(fn, model, cache, prompts, prompt_mask, B, P, c, seed, out, err);
 }

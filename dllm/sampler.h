@@ -45,7 +45,24 @@
  * Randomness is keyed: the Gumbel noise of (sequence b, canvas position t,
  * token v) at global step s is draw t*V + v of stream (seed, SAMPLER, s, 2b);
  * the random-remasking draw of position t is draw t of stream (seed, SAMPLER, s,
- * 2b+1), with b = seq_offset + the row in the batch. So the result does not depend on batch composition or backend. */
+ * 2b+1), with b = seq_offset + the row in the batch. So the result does not depend on batch composition or backend.
+ *
+ * Cached and parallel denoising (docs/METHOD.md §2a; the published Fast-dLLM
+ * generate_with_prefix_cache / generate_with_dual_cache and get_transfer_index):
+ * with cache prefix or dual (dllm_sample_cached) the first step of every block is a
+ * full pass (fill) that also stores every layer's keys and values, and commits as
+ * the plain sampler's step; the block's later steps recompute only positions
+ * [lo, hi) of every sequence over that cache (prefix: the block and everything after
+ * it, hi = P+G; dual: the block alone), their keys/values replacing the cached ones,
+ * and only the block's masked positions can be committed there (the published code
+ * ranks nothing else). With threshold T in (0, 1] a step commits, per sequence, the
+ * most confident masked position and every other whose confidence is >= T (the
+ * published comparison drops those below T), with or without the cache; the block
+ * ends when none of its positions is masked, or after block_length steps (reached
+ * only under mask_token allow, where a drawn mask id commits nothing). Each sequence
+ * then counts its own steps (commit_step, the noise key): a sequence whose block is
+ * done waits without drawing, so the result still does not depend on the batch.
+ * Without the cache and the threshold the sampler is the plain one, bit for bit. */
 #ifndef DLLM_SAMPLER_H
 #define DLLM_SAMPLER_H
 
@@ -60,6 +77,22 @@ typedef int (*dllm_logits_fn)(void *model, const int32_t *tokens, const uint8_t 
                               int T, const int32_t *rows, int n_rows, float *logits);
 
 typedef enum { REMASK_LOW_CONFIDENCE = 0, REMASK_RANDOM = 1 } dllm_remasking;
+
+/* Key/value caching of the denoising steps (above). */
+typedef enum { DLLM_CACHE_NONE = 0, DLLM_CACHE_PREFIX = 1, DLLM_CACHE_DUAL = 2 } dllm_cache;
+
+/* A model that keeps a block cache: fill is a dllm_logits_fn that also stores every
+ * layer's keys and values of all B*T positions; step recomputes positions [lo, hi) of
+ * every sequence of tokens [B,T] over the stored ones (theirs replaced), giving logits
+ * at rows (flat b*T + t, lo <= t < hi). */
+typedef int (*dllm_cached_logits_fn)(void *model, const int32_t *tokens, const uint8_t *keymask,
+                                     int B, int T, int lo, int hi, const int32_t *rows,
+                                     int n_rows, float *logits);
+typedef struct {
+    dllm_logits_fn fill;
+    dllm_cached_logits_fn step;
+    void *model;
+} dllm_sampler_cache;
 
 /* May x0 be the mask id? (above) */
 typedef enum { DLLM_MASK_TOKEN_ALLOW = 0, DLLM_MASK_TOKEN_FORBID = 1 } dllm_mask_token;
@@ -76,6 +109,8 @@ typedef struct {
     dllm_mask_token mask_token;  /* allow (published; the zero value) | forbid */
     uint64_t seq_offset;         /* global index of row 0: noise is keyed by it, so a
                                     batch split across ranks draws what one rank would */
+    dllm_cache cache;            /* none (the zero value) | prefix | dual */
+    double threshold;            /* 0: off; else in (0, 1]: parallel commits (above) */
 } dllm_sampler_cfg;
 
 typedef struct {
@@ -89,11 +124,16 @@ typedef struct {
                                of them, before and after the first EOS); 0 under forbid;
                                NULL in records not made by dllm_sample (AR decoding) */
     int B, P, G;
+    int nfe;              /* forward passes of the batch (fills and cached steps alike);
+                             0 in records not made by the denoising samplers */
 } dllm_rollout;
 
 /* Parses "allow" | "forbid" (0); -1 for anything else. */
 int dllm_mask_token_parse(const char *s, dllm_mask_token *out);
 const char *dllm_mask_token_name(dllm_mask_token m);
+/* Parses "none" | "prefix" | "dual" (0); -1 for anything else. */
+int dllm_cache_parse(const char *s, dllm_cache *out);
+const char *dllm_cache_name(dllm_cache c);
 
 /* Checks the config's divisibility rules; input errors name the flag. */
 int dllm_sampler_check(const dllm_sampler_cfg *c, dllm_err *err);
@@ -104,6 +144,13 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
                 int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
                 dllm_err *err);
 void dllm_rollout_free(dllm_rollout *r);
+/* The same with cfg->cache prefix or dual served by cache (NULL: an input error
+ * unless cfg->cache is none; with none, fn alone is used). CFG is not cached: an input
+ * error with a cache. */
+int dllm_sample_cached(dllm_logits_fn fn, void *model, const dllm_sampler_cache *cache,
+                       const int32_t *prompts, const uint8_t *prompt_mask, int B, int P,
+                       const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
+                       dllm_err *err);
 
 /* One row's draw, as the sampler makes it: x0 by argmax (temp 0, ties to the
  * lowest id) or Gumbel-max with the keyed noise of canvas position pos (the

@@ -75,6 +75,12 @@ void op_rope_bwd(float *dinp, const float *dout, const int32_t *pos, const op_ro
  * att [B,NH,T,T] receives the softmax probabilities, needed by backward. */
 void op_attention_fwd(float *out, float *att, const float *q, const float *k, const float *v,
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal);
+/* Bidirectional attention of Tq queries over Tk cached keys (cached denoising):
+ * out, q (B, Tq, NH, HD); k, v (B, Tk, NKV, HD); keymask (B, Tk) or NULL. The same
+ * per-(b, head) GEMM, softmax and GEMM as op_attention_fwd without the causal case and
+ * without keeping the probabilities. */
+void op_attention_kv_fwd(float *out, const float *q, const float *k, const float *v,
+                         const uint8_t *keymask, int B, int Tq, int Tk, int NH, int NKV, int HD);
 void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *att,
                       const float *q, const float *k, const float *v,
                       int B, int T, int NH, int NKV, int HD);

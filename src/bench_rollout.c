@@ -39,6 +39,7 @@ static const char usage_text[] =
     "         --model DIR] [--precision bf16,fp8] [--batch 4] [--prompt 32] [--gen-length 64]\n"
     "         [--block-length 16] [--steps 32] [--temperature 0.9] [--top-p 1] [--iters 3]\n"
     "         [--warmup 1] [--seed 0] [--clock wall|cpu] [--device cpu|cuda]\n"
+    "         [--cache none|prefix|dual] [--threshold T]\n"
     "\n"
     "Rollouts of --batch random prompts on a random model of the preset (or on --model),\n"
     "at each precision of the comma-separated list (fp32 = the trainer's numerics; bf16;\n"
@@ -52,6 +53,10 @@ static const char usage_text[] =
     "(4 B T^2 QD per layer), plus the head on the rows the sampler asks for (estimated:\n"
     "the block's masked positions, on average B blk (spb + 1) / (2 spb), spb = steps per\n"
     "block). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
+    "--cache and --threshold (llada, CPU) run the cached / parallel sampler (docs/METHOD.md\n"
+    "§2a); nfe is the forward passes of one rollout (per completion: each pass covers\n"
+    "every row of the batch), step_ms the time per pass, and GFLOP/s is not printed (the\n"
+    "count above is of full passes).\n"
     "--clock cpu times by the process's CPU time instead of wall time: per core-second,\n"
     "less sensitive to other jobs on a shared machine (use it with OMP_NUM_THREADS=1).\n"
     "--device cuda runs the model on the CUDA backend (the sampler on the host); under the\n"
@@ -77,7 +82,8 @@ int bench_rollout(int argc, char **argv)
     const char *preset = "tiny", *list = "bf16,fp8", *arch = "llada", *model_dir = NULL;
     const char *device = "cpu";
     long B = 4, P = 32, G = 64, blk = 16, steps = 32, iters = 3, warmup = 1, seed = 0;
-    double temp = 0.9, top_p = 1;
+    double temp = 0.9, top_p = 1, threshold = 0;
+    dllm_cache cache = DLLM_CACHE_NONE;
     bool preset_given = false, cpu_clock = false;
     dllm_err err = {0};
     static const struct option opts[] = {
@@ -89,6 +95,7 @@ int bench_rollout(int argc, char **argv)
         {"seed", required_argument, 0, 'S'},       {"arch", required_argument, 0, 'a'},
         {"model", required_argument, 0, 'm'},      {"top-p", required_argument, 0, 'T'},
         {"clock", required_argument, 0, 'c'},      {"device", required_argument, 0, 'U'},
+        {"cache", required_argument, 0, 'X'},      {"threshold", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -109,6 +116,17 @@ int bench_rollout(int argc, char **argv)
         case 'm': model_dir = optarg; break;
         case 'U': device = optarg; break;
         case 'T': bad = cli_parse_double(optarg, "--top-p", &top_p, &err); break;
+        case 'X':
+            if (dllm_cache_parse(optarg, &cache))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--cache %s: expected none, prefix or dual",
+                                   optarg);
+            break;
+        case 'H':
+            bad = cli_parse_double(optarg, "--threshold", &threshold, &err);
+            if (!bad && !(threshold > 0 && threshold <= 1))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--threshold %s: expected a number in "
+                                   "(0, 1]", optarg);
+            break;
         case 'c':
             cpu_clock = !strcmp(optarg, "cpu");
             if (!cpu_clock && strcmp(optarg, "wall"))
@@ -132,6 +150,13 @@ int bench_rollout(int argc, char **argv)
     dllm_backend *dev_be = NULL;
     if (dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("bench rollout", &err);
+    const bool fast = cache != DLLM_CACHE_NONE || threshold > 0;
+    if (fast && (strcmp(arch, "llada") || dev_be)) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: LLaDA on the CPU only (%s)",
+                     cache != DLLM_CACHE_NONE ? "--cache" : "--threshold",
+                     dev_be ? "not on the device yet" : "--arch llada");
+        return cli_fail("bench rollout", &err);
+    }
     bool peak = false; /* the emulated allocator's peak (a GPU's is not measured here) */
 #ifdef DLLM_CUDA_EMULATION
     peak = dev_be != NULL;
@@ -173,7 +198,7 @@ int bench_rollout(int argc, char **argv)
     dllm_sampler_cfg sc = {.gen_length = (int)G, .block_length = (int)blk, .steps = (int)steps,
                            .temperature = temp, .remasking = REMASK_LOW_CONFIDENCE,
                            .mask_token = DLLM_MASK_TOKEN_FORBID, .mask_id = mc.mask_token_id, .eos_id = mc.eos_token_id, .eot_id = -1,
-                           .vocab = mc.embedding_size};
+                           .vocab = mc.embedding_size, .cache = cache, .threshold = threshold};
     if (diffusion ? dllm_sampler_check(&sc, &err) : 0)
         return cli_fail("bench rollout", &err);
     if (!(temp >= 0) || !(top_p > 0 && top_p <= 1) || (diffusion && top_p != 1)) {
@@ -200,9 +225,10 @@ int bench_rollout(int argc, char **argv)
     const char *what = model_dir ? model_dir : preset;
     if (diffusion)
         printf("bench rollout: %s %s (d_model %d, %d layers), batch %ld, prompt %ld, "
-               "gen-length %ld, block-length %ld, %ld steps, temperature %g; best of %ld after %ld "
-               "warm-up%s\n", dllm_arch_get(mc.arch)->name, what, mc.d_model, mc.n_layers, B, P, G,
-               blk, steps, temp, iters, warmup, cpu_clock ? "; CPU time" : "");
+               "gen-length %ld, block-length %ld, %ld steps, temperature %g, cache %s, threshold "
+               "%g; best of %ld after %ld warm-up%s\n", dllm_arch_get(mc.arch)->name, what,
+               mc.d_model, mc.n_layers, B, P, G, blk, steps, temp, dllm_cache_name(cache),
+               threshold, iters, warmup, cpu_clock ? "; CPU time" : "");
     else
         printf("bench rollout: qwen3 %s (d_model %d, %d layers), %s decoding, batch %ld, "
                "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "
@@ -220,9 +246,10 @@ int bench_rollout(int argc, char **argv)
         step_flops = mc.n_layers * (2 * B * T * plin + 4 * B * T * T * QD) +
                      2 * (B * blk * (spb + 1) / (2 * spb)) * C * mc.embedding_size;
     }
-    printf("%-9s %10s %12s %12s %12s %12s%s%s\n", "precision", "sync_s", "rollout_s",
+    printf("%-9s %10s %12s %12s %12s %12s%s%s%s\n", "precision", "sync_s", "rollout_s",
            diffusion ? "step_ms" : "token_ms", "tokens/s", "vs_first",
-           diffusion ? "      GFLOP/s" : "", peak ? " dev_peak_MiB" : "");
+           diffusion ? "      nfe" : "", diffusion && !fast ? "      GFLOP/s" : "",
+           peak ? " dev_peak_MiB" : "");
     double best[MAX_PREC];
     int rc = 0;
     for (int k = 0; k < np && !rc; k++) {
@@ -241,6 +268,7 @@ int bench_rollout(int argc, char **argv)
         }
         best[k] = 1e300;
         long toks = B * G;
+        int nfe = 0;
         for (long it = 0; it < warmup + iters && !rc; it++) {
             dllm_rollout ro = {0};
             double t0 = clock_now(cpu_clock);
@@ -253,6 +281,7 @@ int bench_rollout(int argc, char **argv)
                     toks += dllm_completion_length(ro.tokens + b * (P + G) + P, (int)G,
                                                    mc.eos_token_id);
             }
+            nfe = ro.nfe;
             dllm_rollout_free(&ro);
             if (it >= warmup && dt < best[k])
                 best[k] = dt;
@@ -269,17 +298,19 @@ int bench_rollout(int argc, char **argv)
         m = NULL;
         if (rc)
             break;
-        double step_s = best[k] / (double)(diffusion ? steps : G);
+        double step_s = best[k] / (double)(diffusion ? (nfe > 0 ? nfe : steps) : G);
         printf("%-9s %10.4f %12.4f %12.3f %12.1f %12.3f", names[k], sync_s, best[k],
                1e3 * step_s, (double)toks / best[k], best[k] / best[0]);
         if (diffusion)
+            printf(" %8d", nfe);
+        if (diffusion && !fast)
             printf(" %12.1f", 1e-9 * step_flops / step_s);
         if (peak)
             printf(" %12.2f", peak_mib);
         printf("\n");
         fflush(stdout);
     }
-    if (!rc && diffusion)
+    if (!rc && diffusion && !fast)
         printf("one step: %.3f GFLOP (head rows estimated)\n", 1e-9 * step_flops);
     /* what each precision's product is on this machine (dllm/precision.h) */
     for (int k = 0; k < np && !rc && strcmp(device, "cuda"); k++) {

@@ -26,6 +26,7 @@ static const char usage_text[] =
     "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
     "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
     "           [--confidence-eos-eot-inf] [--mask-token allow|forbid]\n"
+    "           [--cache none|prefix|dual] [--threshold T]\n"
     "         autoregressive (qwen3): [--top-p 1]\n"
     "         masked diffusion (dream): [--steps 32] [--alg origin|maskgit_plus|topk_margin|entropy]\n"
     "           [--eps 0.001] [--alg-temp 0] [--top-p 1] [--top-k 0] [--mask-token allow|forbid]\n"
@@ -35,6 +36,12 @@ static const char usage_text[] =
     "sampled from softmax(logits / T) restricted to the --top-p nucleus; a row stops\n"
     "at its EOS (the rest of its gen-length is EOS). Flags of the other kind of model\n"
     "are refused.\n"
+    "--cache prefix|dual (LLaDA, on the CPU): at each block's start one full pass keeps\n"
+    "every layer's keys and values and commits as the plain sampler; the block's later\n"
+    "steps recompute only the block and everything after it (prefix) or the block alone\n"
+    "(dual) over them (Fast-dLLM; docs/METHOD.md §2a). --threshold T in (0, 1]: a step\n"
+    "commits every masked position of the block whose confidence is >= T and always the\n"
+    "most confident one; the block ends when none is masked (with or without --cache).\n"
     "A Dream model is decoded by Dream's published sampler: no blocks, --steps over the\n"
     "timestep schedule linspace(1, --eps, steps + 1); --alg origin commits each masked\n"
     "position with probability 1 - s/t, the others commit the int(masked * (1 - s/t))\n"
@@ -240,6 +247,8 @@ int cmd_generate(int argc, char **argv)
     /* Dream's flags given: they override generation.json's "dream" */
     bool set_alg = false, set_eps = false, set_alg_temp = false, set_top_k = false;
     dllm_mask_token mask_token = DLLM_MASK_TOKEN_ALLOW;
+    dllm_cache cache = DLLM_CACHE_NONE;
+    double threshold = 0;
     /* the last flag given of each kind of model, refused for the other kind */
     const char *denoise_flag = NULL, *ar_flag = NULL;
     /* LLaDA's block sampler only, and Dream's sampler only */
@@ -258,6 +267,7 @@ int cmd_generate(int argc, char **argv)
         {"mask-token", required_argument, 0, 'M'},   {"alg", required_argument, 0, 'A'},
         {"eps", required_argument, 0, 'e'},          {"alg-temp", required_argument, 0, 'L'},
         {"top-k", required_argument, 0, 'K'},        {"device", required_argument, 0, 'U'},
+        {"cache", required_argument, 0, 'X'},        {"threshold", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
     optind = 1;
     d1_format = false;
@@ -294,6 +304,19 @@ int cmd_generate(int argc, char **argv)
         case 'c':
             bad = cli_parse_double(optarg, "--cfg-scale", &cfg_scale, &err);
             denoise_flag = llada_flag = "--cfg-scale";
+            break;
+        case 'X':
+            if (dllm_cache_parse(optarg, &cache))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--cache %s: expected none, prefix or dual",
+                                   optarg);
+            denoise_flag = llada_flag = "--cache";
+            break;
+        case 'H':
+            bad = cli_parse_double(optarg, "--threshold", &threshold, &err);
+            if (!bad && !(threshold > 0 && threshold <= 1))
+                bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--threshold %s: expected a number in "
+                                   "(0, 1]", optarg);
+            denoise_flag = llada_flag = "--threshold";
             break;
         case 'E': eos_inf = 1; denoise_flag = llada_flag = "--logits-eos-inf"; break;
         case 'C': conf_inf = 1; denoise_flag = llada_flag = "--confidence-eos-eot-inf"; break;
@@ -426,6 +449,9 @@ int cmd_generate(int argc, char **argv)
                           "%s: a flag of the denoising sampler; %s is an autoregressive model, "
                           "decoded left to right (it takes --temperature and --top-p)",
                           denoise_flag, model_dir);
+    else if (dev_be && (cache != DLLM_CACHE_NONE || threshold > 0))
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: not on the device yet (--device %s)",
+                          cache != DLLM_CACHE_NONE ? "--cache" : "--threshold", device);
     if (!rc && !strcmp(chat, "auto"))
         rc = dllm_chat_format_from_dir(model_dir, &fmt, &err);
     else if (!rc)
@@ -460,6 +486,7 @@ int cmd_generate(int argc, char **argv)
                            .remasking = strcmp(remask, "random") ? REMASK_LOW_CONFIDENCE : REMASK_RANDOM,
                            .cfg_scale = cfg_scale, .logits_eos_inf = eos_inf,
                            .confidence_eos_eot_inf = conf_inf, .mask_token = mask_token,
+                           .cache = cache, .threshold = threshold,
                            .mask_id = mc->mask_token_id,
                            .eos_id = mc->eos_token_id, .eot_id = -1, .vocab = mc->embedding_size};
     if (tok)
@@ -475,7 +502,11 @@ int cmd_generate(int argc, char **argv)
             rc = dllm_dream_check(&sc, &dream, &err);
         dllm_policy_set_dream(pol, &dream);
     } else if (!rc && diffusion) {
-        rc = dllm_sampler_check(&sc, &err);
+        if (cache != DLLM_CACHE_NONE && gen % block)
+            rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "--block-length %ld must divide --gen-length "
+                              "%ld under --cache %s", block, gen, dllm_cache_name(cache));
+        if (!rc)
+            rc = dllm_sampler_check(&sc, &err);
     }
     if (!rc && P + gen > mc->max_seq_len)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "prompt (%d) + gen-length (%ld) exceed max_sequence_length %d",

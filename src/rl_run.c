@@ -2,6 +2,7 @@
 #include "src/rl_run.h"
 
 #include "config.h"
+#include "dllm/arch.h"
 #include "dllm/transformer.h"
 #include "src/cli_util.h"
 #include "src/comm.h"
@@ -127,6 +128,8 @@ static int setup_estimators(rl_run *run, dllm_err *err)
                           .vocab = run->mc->embedding_size};
     s.mask_token = c->rollout.mask_token == CFG_MASK_TOKEN_FORBID ? DLLM_MASK_TOKEN_FORBID
                                                                   : DLLM_MASK_TOKEN_ALLOW;
+    s.cache = c->rollout.cache;
+    s.threshold = c->rollout.threshold;
     run->sampler = s;
     s.gen_length = c->eval.gen_length;
     s.block_length = c->eval.block_length;
@@ -135,7 +138,33 @@ static int setup_estimators(rl_run *run, dllm_err *err)
     s.remasking = REMASK_LOW_CONFIDENCE;
     s.mask_token = c->eval.mask_token == CFG_MASK_TOKEN_FORBID ? DLLM_MASK_TOKEN_FORBID
                                                                : DLLM_MASK_TOKEN_ALLOW;
+    s.cache = c->eval.cache;
+    s.threshold = c->eval.threshold;
     run->eval_sampler = s;
+    /* cached and parallel denoising: LLaDA's sampler on the host (docs/METHOD.md §2a) */
+    const dllm_arch_desc *arch = dllm_arch_get(run->mc->arch);
+    for (int k = 0; k < 2; k++) {
+        const char *sec = k ? "eval" : "rollout";
+        const dllm_sampler_cfg *q = k ? &run->eval_sampler : &run->sampler;
+        const char *what = q->cache != DLLM_CACHE_NONE ? "cache" : "threshold";
+        if (q->cache == DLLM_CACHE_NONE && q->threshold == 0)
+            continue;
+        if (ar)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.%s: a denoising sampler's setting; "
+                                "%s decodes autoregressively", sec, what, arch->name);
+        if (run->mc->arch == DLLM_ARCH_DREAM)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.%s: not for Dream's sampler "
+                                "(docs/METHOD.md §2a)", sec, what);
+        const int gl = k ? c->eval.gen_length : c->rollout.gen_length;
+        const int bl = k ? c->eval.block_length : c->rollout.block_length;
+        if (q->cache != DLLM_CACHE_NONE && gl % bl)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.block_length %d must divide "
+                                "%s.gen_length %d under %s.cache %s", sec, bl, sec, gl, sec,
+                                dllm_cache_name(q->cache));
+        if (c->device != CFG_DEVICE_CPU)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.%s: not on the device yet (device: cuda)",
+                                sec, what);
+    }
     if (dllm_sampler_check(&run->sampler, err))
         return dllm_err_prefix(err, "rollout");
     if (dllm_sampler_check(&run->eval_sampler, err))

@@ -154,6 +154,8 @@ NAMES(cfg_names_eval_precision, "eval.precision", {"trainer", CFG_EVAL_TRAINER},
       {"rollout", CFG_EVAL_ROLLOUT});
 NAMES(cfg_names_mask_token, "rollout.mask_token", {"allow", CFG_MASK_TOKEN_ALLOW},
       {"forbid", CFG_MASK_TOKEN_FORBID});
+NAMES(cfg_names_cache, "rollout.cache", {"none", DLLM_CACHE_NONE}, {"prefix", DLLM_CACHE_PREFIX},
+      {"dual", DLLM_CACHE_DUAL});
 
 /* enumerated fields are stored through an int */
 _Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(dllm_arch) == sizeof(int) &&
@@ -162,7 +164,7 @@ _Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(dllm_arch) == sizeof(
                    sizeof(corr_level) == sizeof(int) && sizeof(ais_combine) == sizeof(int) &&
                    sizeof(ais_noise) == sizeof(int) && sizeof(dllm_dream_alg) == sizeof(int) &&
                    sizeof(grpo_ratio) == sizeof(int) && sizeof(grpo_agg) == sizeof(int) &&
-                   sizeof(grpo_adv_scale) == sizeof(int),
+                   sizeof(grpo_adv_scale) == sizeof(int) && sizeof(dllm_cache) == sizeof(int),
                "enum fields must be int-sized");
 
 typedef enum { K_INT, K_LONG, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_STR_LIST } key_type;
@@ -259,6 +261,10 @@ static const cfg_key keys[] = {
      * policy's choice (dllm/sampler.h); identical to allow while the mask never wins */
     {"rollout.mask_token", K_ENUM, F(rollout.mask_token), "forbid", 0, 0, &cfg_names_mask_token,
      "forbid: every generated position ends as a real token; allow: the published sampler"},
+    {"rollout.cache", K_ENUM, F(rollout.cache), "none", 0, 0, &cfg_names_cache,
+     "key/value caching of the denoising steps (LLaDA, docs/METHOD.md §2a): prefix recomputes the block and what follows it, dual the block alone"},
+    {"rollout.threshold", K_FLOAT, F(rollout.threshold), "0", 0, 1, NULL,
+     "parallel decoding: a step commits every masked position of the block with confidence >= T and the most confident one (0: off; LLaDA)"},
     {"rollout.dream.alg", K_ENUM, F(rollout.dream.alg), "maskgit_plus", 0, 0, &cfg_names_dream_alg,
      "Dream's sampler: which masked positions are committed each step"},
     {"rollout.dream.eps", K_FLOAT, F(rollout.dream.eps), "0.001", 1e-9, 0.999999, NULL,
@@ -371,6 +377,10 @@ static const cfg_key keys[] = {
      "weights evaluation decodes with: trainer or the rollout copy"},
     {"eval.mask_token", K_ENUM, F(eval.mask_token), "forbid", 0, 0, &cfg_names_mask_token,
      "forbid or allow the mask token in evaluation completions"},
+    {"eval.cache", K_ENUM, F(eval.cache), "none", 0, 0, &cfg_names_cache,
+     "evaluation's key/value caching (as rollout.cache)"},
+    {"eval.threshold", K_FLOAT, F(eval.threshold), "0", 0, 1, NULL,
+     "evaluation's parallel-decoding threshold (as rollout.threshold; 0: off)"},
     {"log.dir", K_STR, F(log.dir), "runs", 0, 0, NULL,
      "directory of the run directories"},
     {"log.every", K_INT, F(log.every), "10", 1, 1e9, NULL,

@@ -59,7 +59,8 @@ extern const cfg_names cfg_names_device, cfg_names_preset, cfg_names_arch, cfg_n
     cfg_names_trainer_precision, cfg_names_task, cfg_names_task_format, cfg_names_chat,
     cfg_names_reward, cfg_names_rollout_precision, cfg_names_fp8_format, cfg_names_fp8_scaling,
     cfg_names_remasking, cfg_names_estimator, cfg_names_corr_method, cfg_names_corr_level,
-    cfg_names_ais_combine, cfg_names_ais_noise, cfg_names_dream_alg, cfg_names_schedule, cfg_names_eval_precision, cfg_names_mask_token;
+    cfg_names_ais_combine, cfg_names_ais_noise, cfg_names_dream_alg, cfg_names_schedule, cfg_names_eval_precision, cfg_names_mask_token,
+    cfg_names_cache;
 
 typedef struct {
     char experiment[128];
@@ -98,6 +99,8 @@ typedef struct {
         int logits_eos_inf, confidence_eos_eot_inf;
         double top_p;            /* AR backend and Dream */
         cfg_mask_token mask_token;
+        dllm_cache cache;        /* none | prefix | dual (dllm/sampler.h) */
+        double threshold;        /* 0: off; else in (0, 1] */
         struct {                 /* Dream's sampler (dllm/dream_sampler.h) */
             dllm_dream_alg alg;  /* origin | maskgit_plus | topk_margin | entropy */
             double eps, alg_temp;
@@ -148,6 +151,8 @@ typedef struct {
         double temperature;
         cfg_eval_precision precision;
         cfg_mask_token mask_token;
+        dllm_cache cache;
+        double threshold;
     } eval;
     struct {
         char dir[CFG_STR_MAX];

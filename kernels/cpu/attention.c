@@ -295,6 +295,42 @@ void op_attention_fwd(float *out, float *att, const float *q, const float *k, co
     blas_release(saved);
 }
 
+void op_attention_kv_fwd(float *out, const float *q, const float *k, const float *v,
+                         const uint8_t *keymask, int B, int Tq, int Tk, int NH, int NKV, int HD)
+{
+    if (B <= 0 || Tq <= 0 || Tk <= 0 || NH <= 0)
+        return;
+    int group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    int ldq = NH * HD, ldk = NKV * HD;
+    long units = (long)B * NH;
+    bool par = units > 1 && 2.0 * units * Tq * Tk * HD > PAR_MIN;
+    int nt = n_threads(par);
+    int saved = blas_hold();
+#pragma omp parallel if (nt > 1)
+    {
+        float *p = dllm_malloc(sizeof *p * (size_t)Tq * Tk); // (Tq, Tk) one unit's scores
+#pragma omp for schedule(dynamic, 1)
+        for (long u = 0; u < units; u++) {
+            int b = (int)(u / NH), h = (int)(u % NH), kh = h / group;
+            const float *qh = q + (size_t)b * Tq * ldq + (size_t)h * HD;  // (Tq, HD) stride ldq
+            const float *kb = k + (size_t)b * Tk * ldk + (size_t)kh * HD; // (Tk, HD) stride ldk
+            const float *vb = v + (size_t)b * Tk * ldk + (size_t)kh * HD; // (Tk, HD) stride ldk
+            float *oh = out + (size_t)b * Tq * ldq + (size_t)h * HD;      // (Tq, HD) stride ldq
+            const uint8_t *km = keymask ? keymask + (size_t)b * Tk : NULL;
+            if (HD > 0)
+                gemm_serial(false, true, Tq, Tk, HD, scale, qh, ldq, kb, ldk, 0.0f, p, Tk);
+            else
+                memset(p, 0, (size_t)Tq * Tk * sizeof(float));
+            softmax_rows(p, Tq, Tk, km);
+            if (HD > 0)
+                gemm_serial(false, false, Tq, HD, Tk, 1.0f, p, Tk, vb, ldk, 0.0f, oh, ldq);
+        }
+        free(p);
+    }
+    blas_release(saved);
+}
+
 void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *att,
                       const float *q, const float *k, const float *v,
                       int B, int T, int NH, int NKV, int HD)
