@@ -61,6 +61,7 @@ const h5log_traj_col h5log_traj_cols[H5LOG_N_TRAJ] = {
     {"log_w", K_F64, W_1, TB(log_w)},
     {"coef", K_F64, W_1, TB(coef)},
     {"log_w_se", K_F64, W_1, TB(log_w_se)},
+    {"l_mu_exact", K_F64, W_1, TB(l_mu_exact)},
     {"token_log_ratio", K_F32, W_G, TB(token_log_ratio)},
     {"commit_step", K_I16, W_G, TB(commit_step)},
     {"commit_prob", K_F32, W_G, TB(commit_prob)},

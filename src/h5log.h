@@ -73,7 +73,11 @@
     X(t_sync) \
     X(t_log) \
     X(tokens_per_s)         /* completion tokens per second of the step */ \
-    X(frac_var_mc)          /* share of log w's variance that is estimator noise */
+    X(frac_var_mc)          /* share of log w's variance that is estimator noise */ \
+    X(rho_ess_prec)         /* ESS / N of w_prec = exp(l_pi - l_mu_exact) */ \
+    X(rho_ess_cache)        /* ESS / N of w_cache = exp(l_mu_exact - l_mu) */ \
+    X(delta_prec)           /* mean |d_prec| per token, nats */ \
+    X(delta_cache)          /* mean |d_cache| per token, nats */
 
 #define H5LOG_METRIC_ENUM_(name) H5LOG_METRIC_##name,
 enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
@@ -122,6 +126,10 @@ enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
     X("steps", "t_log", "s", "wall time of writing the previous step's log rows") \
     X("steps", "tokens_per_s", "1/s", "completion tokens generated per second of the step") \
     X("steps", "frac_var_mc", "1", "share of log w's variance that is estimator noise") \
+    X("steps", "rho_ess_prec", "1", "ESS / N of the precision part of the weight, w_prec = exp(l_pi - l_mu_exact), raw, over every completion") \
+    X("steps", "rho_ess_cache", "1", "ESS / N of the cache part of the weight, w_cache = exp(l_mu_exact - l_mu), raw, over every completion (1: no cache)") \
+    X("steps", "delta_prec", "nats", "mean over completions of the mean |tok_pi - tok_mu_exact| over scored tokens") \
+    X("steps", "delta_cache", "nats", "mean over completions of the mean |tok_mu_exact - tok_mu| over scored tokens (0: no cache)") \
     X("trajectories", "step", "1", "RL step of the completion") \
     X("trajectories", "prompt_index", "1", "index of the prompt in the training items") \
     X("trajectories", "group", "1", "group (prompt) of the completion within its step") \
@@ -134,6 +142,7 @@ enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
     X("trajectories", "l_mu", "nats", "log-likelihood under the rollout policy") \
     X("trajectories", "l_pi", "nats", "log-likelihood under the trainer policy") \
     X("trajectories", "log_w", "nats", "log importance weight l_pi - l_mu") \
+    X("trajectories", "l_mu_exact", "nats", "log-likelihood under the rollout-precision model scored exactly (no cache); l_mu unless the sampler is cached or parallel (docs/METHOD.md section 5)") \
     X("trajectories", "coef", "1", "correction coefficient applied to the completion's loss (level token: the mean of its scored tokens' coefficients)") \
     X("trajectories", "log_w_se", "nats", "Monte Carlo standard error of log_w (elbo); 0 for a deterministic estimator") \
     X("trajectories", "token_log_ratio", "nats", "per-token log ratio trainer minus rollout; NaN not scored or padding") \
@@ -195,6 +204,7 @@ typedef struct {
     const double *reward, *advantage; /* (n) */
     const double *l_mu, *l_pi, *log_w, *coef; /* (n) */
     const double *log_w_se;           /* (n) Monte Carlo standard error of log_w */
+    const double *l_mu_exact;         /* (n) the rollout precision scored exactly */
     const float *token_log_ratio;     /* (n, completion_stride), NaN: not scored */
     const int16_t *commit_step;       /* (n, completion_stride) */
     const float *commit_prob;         /* (n, completion_stride) */
@@ -215,7 +225,7 @@ typedef struct {
     h5log_width width;
     size_t off;            /* offsetof(h5log_traj_batch, its array), or of step */
 } h5log_traj_col;
-enum { H5LOG_N_TRAJ = 17 };
+enum { H5LOG_N_TRAJ = 18 };
 extern const h5log_traj_col h5log_traj_cols[H5LOG_N_TRAJ];
 size_t h5log_kind_size(h5log_kind k);
 /* Column c's array in b (NULL for H5LOG_WSTEP and absent arrays). */

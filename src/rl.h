@@ -48,6 +48,8 @@ typedef struct {
     dllm_lik_cfg lik_w;   /* importance-weight estimator (p_mask_prompt 0) */
     dllm_lik_cfg lik_pol; /* policy-ratio estimator */
     bool shared_plan;     /* same estimator, no prompt masking: l_old = l_pi */
+    bool sampler_probs;   /* l_mu is the cached / parallel sampler's own (trajectory
+                             estimator; docs/METHOD.md §5), l_mu_exact the estimator's */
     dllm_sampler_cfg sampler, eval_sampler;
     int max_canvas;       /* canvases per forward call in the likelihood plans */
 
@@ -80,11 +82,14 @@ typedef struct {
     int32_t *L32;                 /* (N) */
     double *reward, *correct, *adv;
     double *l_mu, *l_pi, *log_w, *log_w_se, *coef; /* (N) */
+    double *l_mu_exact;           /* (N) the rollout precision scored exactly: l_mu unless the
+                                     sampler is cached or parallel (rl_step) */
     double *coef_tok;             /* (N, Gen) level token, else NULL */
     double *tok_mu, *tok_pi, *d;  /* (N, Gen) */
     double *l_old, *tok_old;      /* policy-ratio estimator at the batch's parameters */
     double *tok_ref;              /* (N, Gen) beta > 0 */
     double *mismatch;             /* (S) mean |d| of tokens committed at each step */
+    double split[4];              /* rho_ess_prec, rho_ess_cache, delta_prec, delta_cache */
     corr_diag diag;
 } rl_batch;
 

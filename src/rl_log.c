@@ -132,9 +132,10 @@ static void local_rows(const rl_run *run, const rl_batch *b, int P, int G, int64
             cs[o] = t < b->Gen ? b->ro.commit_step[k] : -1;
         }
     }
-    const double *per[7] = {b->reward, b->adv, b->l_mu, b->l_pi, b->log_w, b->coef, b->log_w_se};
-    double *copy[7];
-    for (int j = 0; j < 7; j++) {
+    const double *per[8] = {b->reward, b->adv, b->l_mu, b->l_pi, b->log_w, b->coef, b->log_w_se,
+                            b->l_mu_exact};
+    double *copy[8];
+    for (int j = 0; j < 8; j++) {
         copy[j] = dllm_malloc(sizeof(double) * (size_t)(N ? N : 1));
         memcpy(copy[j], per[j], sizeof(double) * (size_t)N);
     }
@@ -143,7 +144,7 @@ static void local_rows(const rl_run *run, const rl_batch *b, int P, int G, int64
                              .completion_tokens = ctok, .completion_len = clen,
                              .completion_stride = G, .reward = copy[0], .advantage = copy[1],
                              .l_mu = copy[2], .l_pi = copy[3], .log_w = copy[4], .coef = copy[5],
-                             .log_w_se = copy[6], .token_log_ratio = lr, .commit_step = cs,
+                             .log_w_se = copy[6], .l_mu_exact = copy[7], .token_log_ratio = lr, .commit_step = cs,
                              .commit_prob = cp};
 }
 

@@ -165,6 +165,14 @@ static int setup_estimators(rl_run *run, dllm_err *err)
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.%s: not on the device yet (device: cuda)",
                                 sec, what);
     }
+    /* mu is the sampler: under the trajectory estimator its recorded probabilities (at
+     * temperature 1) are l_mu, the replay at the rollout precision l_mu_exact */
+    run->sampler_probs = (run->sampler.cache != DLLM_CACHE_NONE || run->sampler.threshold > 0) &&
+                         run->lik_w.kind == EST_TRAJECTORY;
+    if (run->sampler_probs && c->likelihood.temperature != 1.0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "likelihood.temperature %g: must be 1 with the "
+                            "trajectory estimator on cached or parallel rollouts (the sampler's "
+                            "probabilities are at temperature 1)", c->likelihood.temperature);
     if (dllm_sampler_check(&run->sampler, err))
         return dllm_err_prefix(err, "rollout");
     if (dllm_sampler_check(&run->eval_sampler, err))

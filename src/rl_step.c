@@ -26,6 +26,7 @@ void rl_batch_free(rl_batch *b)
     free(b->correct);
     free(b->adv);
     free(b->l_mu);
+    free(b->l_mu_exact);
     free(b->l_pi);
     free(b->log_w);
     free(b->log_w_se);
@@ -141,6 +142,73 @@ static int loss_grad(void *vctx, int s0, int s1, const double *seq_logp, const d
 static double lr_at(const rl_run *run, long opt_step)
 {
     return dllm_cfg_lr(&run->cfg, opt_step, (long)run->cfg.grpo.steps * run->cfg.grpo.inner_steps);
+}
+
+/* The cached or parallel sampler's own log-likelihood of each completion (trajectory
+ * estimator): its recorded probabilities of the committed tokens, at temperature 1 in
+ * the context it committed them, over the tokens the estimator scores (the first L). */
+static void sampler_l_mu(rl_batch *b, int N, int Gen)
+{
+    for (int i = 0; i < N; i++) {
+        double s = 0;
+        for (int t = 0; t < b->L[i]; t++) {
+            size_t k = (size_t)i * Gen + t;
+            b->tok_mu[k] = log((double)b->ro.commit_prob[k]);
+            s += b->tok_mu[k];
+        }
+        b->l_mu[i] = s;
+    }
+}
+
+/* The split of the log-weight (docs/METHOD.md §5) over the global batch: out[0], out[1]
+ * the ESS / N of w_prec = exp(l_pi - l_mu_exact) and w_cache = exp(l_mu_exact - l_mu)
+ * (raw weights, every completion), out[2], out[3] the mean over completions of the mean
+ * |d| over scored tokens of each part (tokens whose d is finite). */
+static void split_diag(const rl_batch *b, const double *tok_mu_exact, int N, int Gen,
+                       double out[4])
+{
+    double mx[2] = {-INFINITY, -INFINITY};
+    for (int i = 0; i < N; i++) {
+        double lw[2] = {b->l_pi[i] - b->l_mu_exact[i], b->l_mu_exact[i] - b->l_mu[i]};
+        for (int j = 0; j < 2; j++)
+            if (isfinite(lw[j]) && lw[j] > mx[j])
+                mx[j] = lw[j];
+    }
+    comm_max_d(mx, 2);
+    /* sum w, sum w^2 of each part (shifted by its max), then |d| sums and the count */
+    double s[7] = {0};
+    for (int i = 0; i < N; i++) {
+        double lw[2] = {b->l_pi[i] - b->l_mu_exact[i], b->l_mu_exact[i] - b->l_mu[i]};
+        for (int j = 0; j < 2; j++)
+            if (isfinite(lw[j]) && isfinite(mx[j])) {
+                double w = exp(lw[j] - mx[j]);
+                s[2 * j] += w;
+                s[2 * j + 1] += w * w;
+            }
+        double a[2] = {0, 0};
+        int n = 0;
+        for (int t = 0; t < Gen; t++) {
+            size_t k = (size_t)i * Gen + t;
+            double dp = b->tok_pi[k] - tok_mu_exact[k], dc = tok_mu_exact[k] - b->tok_mu[k];
+            if (t >= b->L[i] || !isfinite(b->d[k]) || !isfinite(dp) || !isfinite(dc))
+                continue;
+            a[0] += fabs(dp);
+            a[1] += fabs(dc);
+            n++;
+        }
+        if (n > 0) {
+            s[4] += a[0] / n;
+            s[5] += a[1] / n;
+            s[6] += 1;
+        }
+    }
+    comm_sum_d(s, 7);
+    double Ng = (double)N;
+    comm_sum_d(&Ng, 1);
+    for (int j = 0; j < 2; j++)
+        out[j] = s[2 * j + 1] > 0 ? s[2 * j] * s[2 * j] / s[2 * j + 1] / Ng : NAN;
+    out[2] = s[6] > 0 ? s[4] / s[6] : NAN;
+    out[3] = s[6] > 0 ? s[5] / s[6] : NAN;
 }
 
 /* Scores the batch under plan p: seq (N) and tok (N, Gen) estimates, and each
@@ -301,13 +369,27 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     } else if (!rc) {
         rc = score(run, &pw, DLLM_PREC_ROLLOUT, NULL, b->l_mu, b->tok_mu, smp_mu, err);
     }
+    /* l_mu so far is the rollout precision scored exactly; a cached or parallel sampler's
+     * own probabilities replace it where the estimator models the sampler (rl_run.h) */
+    double *tok_mu_exact = NULL;
+    b->l_mu_exact = dllm_malloc(sizeof(double) * N);
+    if (!rc) {
+        memcpy(b->l_mu_exact, b->l_mu, sizeof(double) * N);
+        if (run->sampler_probs) {
+            tok_mu_exact = dllm_malloc(sizeof(double) * NG);
+            memcpy(tok_mu_exact, b->tok_mu, sizeof(double) * NG);
+            sampler_l_mu(b, N, Gen);
+        }
+    }
     if (!rc) {
         dllm_lik_plan_diff_se(&pw, smp_pi, smp_mu, b->log_w_se);
         for (int i = 0; i < N; i++)
             b->log_w[i] = b->l_pi[i] - b->l_mu[i];
         for (size_t k = 0; k < NG; k++)
             b->d[k] = b->tok_pi[k] - b->tok_mu[k];
+        split_diag(b, tok_mu_exact ? tok_mu_exact : b->tok_mu, N, Gen, b->split);
     }
+    free(tok_mu_exact);
     free(smp_pi);
     free(smp_mu);
     if (!rc && run->shared_plan) {
@@ -522,6 +604,10 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     /* non-finite weights, plus the loss terms dropped as non-finite (grpo.h) */
     metrics[H5LOG_M(frac_nonfinite)] = b->diag.frac_nonfinite + (m[4] > 0 ? m[7] / m[4] : 0.0);
     metrics[H5LOG_M(frac_var_mc)] = b->diag.frac_var_mc;
+    metrics[H5LOG_M(rho_ess_prec)] = b->split[0];
+    metrics[H5LOG_M(rho_ess_cache)] = b->split[1];
+    metrics[H5LOG_M(delta_prec)] = b->split[2];
+    metrics[H5LOG_M(delta_cache)] = b->split[3];
     metrics[H5LOG_M(frac_zero_var_groups)] = sums[1] / (Ng / G);
     /* AR decoding has no mask token: NaN, not computed */
     metrics[H5LOG_M(frac_masked_left)] =
