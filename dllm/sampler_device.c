@@ -119,6 +119,9 @@ int dllm_sample_device(const dllm_device_logits *m, const int32_t *prompts,
 {
     if (dllm_sampler_check(c, err))
         return err->code;
+    if (c->cache != DLLM_CACHE_NONE || c->threshold > 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "device sampler: %s: not on the device yet",
+                            c->cache != DLLM_CACHE_NONE ? "cache" : "threshold");
     if (!m || !m->be || m->be->kind != DLLM_BACKEND_CUDA)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "device sampler: the model runs on the %s backend, not cuda",

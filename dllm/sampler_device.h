@@ -26,7 +26,9 @@
  * Call it where dllm_sample is called with a model whose forward is on the device:
  *   dllm_device_logits m = ...;            (the model's device view)
  *   dllm_sample_device(&m, prompts, prompt_mask, B, P, &cfg, seed, &rollout, &err);
- * cfg.vocab must equal m.V. The rollout is freed with dllm_rollout_free. */
+ * cfg.vocab must equal m.V. The rollout is freed with dllm_rollout_free. The cached and
+ * parallel denoising of dllm/sampler.h (cfg.cache, cfg.threshold) is not on the device yet:
+ * an input error. */
 #ifndef DLLM_SAMPLER_DEVICE_H
 #define DLLM_SAMPLER_DEVICE_H
 
