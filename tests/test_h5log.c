@@ -124,7 +124,7 @@ static void append_full_step(h5log *log, int64_t s, double salt)
     int64_t pidx[ROWS_PER_STEP], grp[ROWS_PER_STEP];
     int32_t ptok[ROWS_PER_STEP * STRIDE], ctok[ROWS_PER_STEP * STRIDE];
     int32_t plen[ROWS_PER_STEP], clen[ROWS_PER_STEP];
-    double col[7][ROWS_PER_STEP];
+    double col[8][ROWS_PER_STEP];
     float ratio[ROWS_PER_STEP * STRIDE], prob[ROWS_PER_STEP * STRIDE];
     int16_t cstep[ROWS_PER_STEP * STRIDE];
     for (int r = 0; r < ROWS_PER_STEP; r++) {
@@ -140,7 +140,7 @@ static void append_full_step(h5log *log, int64_t s, double salt)
             prob[r * STRIDE + t] = t < clen[r] ? (float)t / 8.0f : 99.0f;
             cstep[r * STRIDE + t] = (int16_t)(t < clen[r] ? (t * 5 + r) % S : 999);
         }
-        for (int f = 0; f < 7; f++)
+        for (int f = 0; f < 8; f++)
             col[f][r] = traj_value(s, r, f) + salt;
     }
     h5log_traj_batch b = {.n = ROWS_PER_STEP, .step = s, .prompt_index = pidx, .group = grp,
@@ -148,7 +148,8 @@ static void append_full_step(h5log *log, int64_t s, double salt)
                           .completion_tokens = ctok, .completion_len = clen,
                           .completion_stride = STRIDE, .reward = col[0], .advantage = col[1],
                           .l_mu = col[2], .l_pi = col[3], .log_w = col[4], .coef = col[5],
-                          .log_w_se = col[6], .token_log_ratio = ratio, .commit_step = cstep,
+                          .log_w_se = col[6], .l_mu_exact = col[7], .token_log_ratio = ratio,
+                          .commit_step = cstep,
                           .commit_prob = prob};
     ok(h5log_append_trajectories(log, &b, &err), &err);
     double mm[S];
@@ -294,10 +295,10 @@ static void check_trajectories(hid_t f, int64_t n, int64_t first_step, double sa
     ck_assert_int_eq((int)w, G);
     float *prob = raw_read(f, "trajectories/commit_prob", H5T_NATIVE_FLOAT, &rows, &w);
     int16_t *cstep = raw_read(f, "trajectories/commit_step", H5T_NATIVE_INT16, &rows, &w);
-    static const char *const cols[7] = {"reward", "advantage", "l_mu", "l_pi", "log_w", "coef",
-                                        "log_w_se"};
-    double *col[7];
-    for (int k = 0; k < 7; k++) {
+    static const char *const cols[8] = {"reward", "advantage", "l_mu", "l_pi", "log_w", "coef",
+                                        "log_w_se", "l_mu_exact"};
+    double *col[8];
+    for (int k = 0; k < 8; k++) {
         char name[64];
         snprintf(name, sizeof name, "trajectories/%s", cols[k]);
         col[k] = raw_read(f, name, H5T_NATIVE_DOUBLE, &rows, NULL);
@@ -320,10 +321,10 @@ static void check_trajectories(hid_t f, int64_t n, int64_t first_step, double sa
             ck_assert(same(prob[i * G + t], in ? (float)t / 8.0f : NAN));
             ck_assert_int_eq(cstep[i * G + t], in ? (t * 5 + r) % S : -1);
         }
-        for (int k = 0; k < 7; k++)
+        for (int k = 0; k < 8; k++)
             ck_assert(same(col[k][i], traj_value(s, r, k) + salt));
     }
-    for (int k = 0; k < 7; k++)
+    for (int k = 0; k < 8; k++)
         free(col[k]);
     free(st); free(pidx); free(grp); free(plen); free(clen);
     free(ptok); free(ctok); free(ratio); free(prob); free(cstep);
@@ -454,8 +455,8 @@ START_TEST(test_traj_table_gather)
         int64_t *pidx = malloc(sizeof *pidx * n), *grp = malloc(sizeof *grp * n);
         int32_t *plen = malloc(sizeof *plen * n), *clen = malloc(sizeof *clen * n);
         int32_t *ptok = malloc(sizeof *ptok * n * PW), *ctok = malloc(sizeof *ctok * n * GW);
-        double *col[7];
-        for (int f = 0; f < 7; f++)
+        double *col[8];
+        for (int f = 0; f < 8; f++)
             col[f] = malloc(sizeof(double) * n);
         float *ratio = malloc(sizeof *ratio * n * GW), *prob = malloc(sizeof *prob * n * GW);
         int16_t *cstep = malloc(sizeof *cstep * n * GW);
@@ -464,7 +465,7 @@ START_TEST(test_traj_table_gather)
             grp[r] = -(10 * k + r);
             plen[r] = 1 + r;
             clen[r] = 2 + r;
-            for (int f = 0; f < 7; f++)
+            for (int f = 0; f < 8; f++)
                 col[f][r] = traj_value(k, r, f);
             for (int t = 0; t < PW; t++)
                 ptok[r * PW + t] = 1000 * k + 10 * r + t;
@@ -480,13 +481,14 @@ START_TEST(test_traj_table_gather)
                                      .completion_tokens = ctok, .completion_len = clen,
                                      .completion_stride = GW, .reward = col[0], .advantage = col[1],
                                      .l_mu = col[2], .l_pi = col[3], .log_w = col[4], .coef = col[5],
-                                     .log_w_se = col[6], .token_log_ratio = ratio, .commit_step = cstep,
+                                     .log_w_se = col[6], .l_mu_exact = col[7], .token_log_ratio = ratio,
+                          .commit_step = cstep,
                                      .commit_prob = prob};
         bytes[k] = rl_traj_pack(&rank[k], PW, GW, &len[k]);
         ck_assert_uint_eq(len[k], (size_t)n * rl_traj_record_size(PW, GW));
     }
-    /* 2 int64 + 2 int32 + 7 doubles + PW int32 + GW (int32 + 2 float + int16) per row */
-    ck_assert_uint_eq(rl_traj_record_size(PW, GW), 16 + 8 + 56 + 4 * PW + GW * 14);
+    /* 2 int64 + 2 int32 + 8 doubles + PW int32 + GW (int32 + 2 float + int16) per row */
+    ck_assert_uint_eq(rl_traj_record_size(PW, GW), 16 + 8 + 64 + 4 * PW + GW * 14);
     char *all = malloc(len[0] + len[1]);
     memcpy(all, bytes[0], len[0]);
     memcpy(all + len[0], bytes[1], len[1]);
@@ -592,7 +594,7 @@ START_TEST(test_schema_dtypes)
         "grad_norm", "lr", "alpha_raw", "alpha", "rho_ess", "s_rel", "delta", "s_div", "nu",
         "s_var", "k3", "log_w_mc_se", "frac_truncated", "frac_zeroed", "frac_nonfinite",
         "frac_zero_var_groups", "frac_masked_left", "t_rollout", "t_likelihood", "t_correction", "t_update", "t_sync", "t_log",
-        "tokens_per_s", "frac_var_mc"};
+        "tokens_per_s", "frac_var_mc", "rho_ess_prec", "rho_ess_cache", "delta_prec", "delta_cache"};
     ck_assert_int_eq(H5LOG_N_METRICS, (int)(sizeof schema / sizeof schema[0]));
     for (int i = 0; i < H5LOG_N_METRICS; i++) {
         ck_assert_str_eq(h5log_metric_name(i), schema[i]);
@@ -621,6 +623,7 @@ START_TEST(test_schema_dtypes)
         {"trajectories/log_w", H5T_FLOAT, 8, 0},
         {"trajectories/coef", H5T_FLOAT, 8, 0},
         {"trajectories/log_w_se", H5T_FLOAT, 8, 0},
+        {"trajectories/l_mu_exact", H5T_FLOAT, 8, 0},
         {"trajectories/token_log_ratio", H5T_FLOAT, 4, G},
         {"trajectories/commit_step", H5T_INTEGER, 2, G},
         {"trajectories/commit_prob", H5T_FLOAT, 4, G},

@@ -24,7 +24,7 @@ METRICS = [
     "lr", "alpha_raw", "alpha", "rho_ess", "s_rel", "delta", "s_div", "nu", "s_var", "k3",
     "log_w_mc_se", "frac_truncated", "frac_zeroed", "frac_nonfinite",
     "frac_zero_var_groups", "frac_masked_left", "t_rollout", "t_likelihood", "t_correction", "t_update", "t_sync", "t_log",
-    "tokens_per_s",
+    "tokens_per_s", "rho_ess_prec", "rho_ess_cache", "delta_prec", "delta_cache",
 ]
 # name: (dtype, row width: None 1-D, "P" prompt, "G" completion)
 TRAJ = {
@@ -33,7 +33,7 @@ TRAJ = {
     "prompt_len": ("<i4", None), "completion_len": ("<i4", None),
     "reward": ("<f8", None), "advantage": ("<f8", None), "l_mu": ("<f8", None),
     "l_pi": ("<f8", None), "log_w": ("<f8", None), "coef": ("<f8", None),
-    "log_w_se": ("<f8", None),
+    "log_w_se": ("<f8", None), "l_mu_exact": ("<f8", None),
     "token_log_ratio": ("<f4", "G"), "commit_step": ("<i2", "G"),
     "commit_prob": ("<f4", "G"),
 }
