@@ -21,7 +21,13 @@
  *    the accumulation bound of each other, the default library as configured, and a
  *    bad DLLM_GEMM exits 2;
  *  - op_gemm's bits do not depend on where the operands lie (a resumed run allocates
- *    its buffers at other addresses than the run it repeats), on each library. */
+ *    its buffers at other addresses than the run it repeats), on each library.
+ *
+ * Built twice: test_fast_gemm checks the fallbacks (forced) and everything that holds on
+ * any CPU; test_fast_gemm_native (DLLM_TEST_NATIVE_PATHS) checks the machine's own fast
+ * paths (the `auto` cases: oneDNN's bf16 GEMM, the bf16 dot-product FP8 kernel) and
+ * reports SKIP, saying why, on a machine without them, where `auto` is the fallback and
+ * the comparison would be the fallback against itself. */
 #include "config.h"
 #include "kernels/base.h"
 #include "kernels/fp8.h"
@@ -611,17 +617,53 @@ START_TEST(test_gemm_env_unbuilt)
 END_TEST
 #endif
 
-static Suite *fast_gemm_suite(void)
+/* Why a fast path is absent here, or NULL when the machine has it. */
+static const char *bf16_gemm_absent(void)
 {
-    Suite *s = suite_create("fast_gemm");
-    TCase *tc = tcase_create("cpu");
+    if (strcmp(op_bf16_gemm_path(), "fp32") != 0)
+        return NULL;
+#if !defined(HAVE_DNNL)
+    return "this build has no oneDNN (--without-dnnl)";
+#elif defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") ? "oneDNN refused it" : "the CPU has no AVX512-BF16";
+#else
+    return "not an x86-64 CPU";
+#endif
+}
+
+static const char *fp8_dot_absent(void)
+{
+    if (strcmp(fp8_fast_path(), "bf16-dot") == 0)
+        return NULL;
+#if defined(__x86_64__)
+    return "the CPU has no AVX512-BF16";
+#else
+    return "not an x86-64 CPU";
+#endif
+}
+
+/* native: the machine's fast paths that are present (bf16, fp8); else every case that
+ * holds on any CPU, with the fallbacks forced */
+static Suite *fast_gemm_suite(bool native, bool bf16, bool fp8)
+{
+    Suite *s = suite_create(native ? "fast_gemm_native" : "fast_gemm");
+    TCase *tc = tcase_create(native ? "native" : "cpu");
     tcase_set_timeout(tc, 120);
+    if (native) {
+        if (bf16)
+            tcase_add_test(tc, test_bf16_linear_auto);
+        if (fp8) {
+            tcase_add_test(tc, test_fp8_fast_auto);
+            tcase_add_test(tc, test_fp8_fast_invariance);
+        }
+        suite_add_tcase(s, tc);
+        return s;
+    }
     tcase_add_test(tc, test_bf16_arrays_bitwise);
     tcase_add_test(tc, test_swiglu_bitwise);
-    tcase_add_test(tc, test_bf16_linear_auto);
     tcase_add_test(tc, test_bf16_linear_fallback);
     tcase_add_exit_test(tc, test_bf16_env_bad, 2);
-    tcase_add_test(tc, test_fp8_fast_auto);
     tcase_add_test(tc, test_fp8_fast_fallback);
     tcase_add_test(tc, test_fp8_fast_invariance);
     tcase_add_test(tc, test_fp8_fast_quant_bitwise);
@@ -638,7 +680,25 @@ static Suite *fast_gemm_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(fast_gemm_suite());
+#ifdef DLLM_TEST_NATIVE_PATHS
+    const bool native = true;
+#else
+    const bool native = false;
+#endif
+    unsetenv("DLLM_BF16_GEMM");
+    const char *no_bf16 = bf16_gemm_absent(), *no_fp8 = fp8_dot_absent();
+    if (native) {
+        printf("fast path bf16 GEMM (oneDNN, AVX512-BF16): %s%s\n",
+               no_bf16 ? "absent: " : "exercised", no_bf16 ? no_bf16 : "");
+        printf("fast path fp8 GEMM (bf16 dot products, AVX512-BF16): %s%s\n",
+               no_fp8 ? "absent: " : "exercised", no_fp8 ? no_fp8 : "");
+        if (no_bf16 && no_fp8) {
+            printf("SKIP: no fast GEMM path on this machine (bf16: %s; fp8: %s); `auto` would be "
+                   "the fallback that test_fast_gemm checks\n", no_bf16, no_fp8);
+            return 77;
+        }
+    }
+    SRunner *sr = srunner_create(fast_gemm_suite(native, !no_bf16, !no_fp8));
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
