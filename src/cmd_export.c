@@ -41,7 +41,15 @@ int cmd_export(int argc, char **argv)
         }
     }
     int dt = ST_F32;
-    if (optind != argc - 1 || adapter + merged != 1 || !out || !cfg_names_find(&cfg_names_dtype, dtype, &dt)) {
+    if (!cfg_names_find(&cfg_names_dtype, dtype, &dt)) {
+        fprintf(stderr, "dllm-rl export: --dtype %s: expected f32 or bf16\n", dtype);
+        return DLLM_EXIT_INPUT;
+    }
+    if (optind != argc - 1 || adapter + merged != 1 || !out) {
+        fprintf(stderr, "dllm-rl export: %s\n\n",
+                adapter + merged != 1 ? "give one of --adapter and --merged"
+                : !out                ? "--out DIR is required"
+                                      : "expected one RUN_DIR");
         fputs(export_usage, stderr);
         return DLLM_EXIT_INPUT;
     }

@@ -491,33 +491,77 @@ END_TEST
 
 /* ---- bench ----------------------------------------------------------------------- */
 
+/* The number printed just before the first `unit` in out (e.g. "47.7 tokens/s"); the
+ * test fails unless it is there, finite and above 0. */
+static double positive_before(const char *out, const char *unit)
+{
+    const char *u = strstr(out, unit);
+    ck_assert_msg(u != NULL, "no '%s' in: %s", unit, out);
+    const char *b = u;
+    while (b > out && b[-1] != ' ' && b[-1] != '\n' && b[-1] != '(')
+        b--;
+    char *end;
+    double v = strtod(b, &end);
+    ck_assert_msg(end == u && isfinite(v) && v > 0, "'%.*s': not a finite positive number in: %s",
+                  (int)(u - b + strlen(unit)), b, out);
+    return v;
+}
+
+/* The row of `bench rollout`'s table starting with name: every column a finite number,
+ * rollout_s, token_ms and tokens/s above 0 (the columns: precision sync_s rollout_s
+ * token_ms tokens/s vs_first). */
+static void rollout_row_finite(const char *out, const char *name)
+{
+    char key[32];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *r = strstr(out, key);
+    ck_assert_msg(r != NULL, "no row %s in: %s", name, out);
+    r += strlen(key);
+    double v[5];
+    for (int c = 0; c < 5; c++) {
+        char *end;
+        v[c] = strtod(r, &end);
+        ck_assert_msg(end != r && isfinite(v[c]) && v[c] >= 0, "row %s, column %d: %.20s", name,
+                      c + 1, r);
+        r = end;
+    }
+    ck_assert_msg(v[1] > 0 && v[2] > 0 && v[3] > 0 && v[4] > 0, "row %s: a zero time or rate: %s",
+                  name, out);
+}
+
 /* bench train, rollout and mismatch run on a Qwen3 preset and model directory and
- * say what they measured; the LLaDA path still reports its coupled estimate */
+ * say what they measured, as finite positive numbers; the LLaDA path still reports
+ * its coupled estimate */
 START_TEST(test_bench_both)
 {
     char *out;
     ck_assert_int_eq(run(&out, NULL, "bench train --arch qwen3 --preset tiny --batch 1 --seq 16 "
                                      "--iters 1 --warmup 0"), 0);
-    ck_assert_msg(strstr(out, "qwen3 tiny") && strstr(out, "next-token SFT") &&
-                  strstr(out, "tokens/s"), "%s", out);
+    ck_assert_msg(strstr(out, "qwen3 tiny") && strstr(out, "next-token SFT"), "%s", out);
+    positive_before(out, " s per forward+backward");
+    positive_before(out, " tokens/s");
     free(out);
     ck_assert_int_eq(run(&out, NULL, "bench train --model %s --batch 1 --seq 16 --iters 1 "
                                      "--warmup 0", m_llada), 0);
     ck_assert_msg(strstr(out, "masked-diffusion SFT"), "%s", out);
+    positive_before(out, " tokens/s");
     free(out);
     ck_assert_int_eq(run(&out, NULL, "bench rollout --arch qwen3 --batch 1 --prompt 4 "
                                      "--gen-length 4 --iters 1 --warmup 0 --precision fp32,fp8"), 0);
-    ck_assert_msg(strstr(out, "KV-cache decoding") && strstr(out, "token_ms") &&
-                  strstr(out, "\nfp8 "), "%s", out);
+    ck_assert_msg(strstr(out, "KV-cache decoding") && strstr(out, "token_ms"), "%s", out);
+    rollout_row_finite(out, "fp32");
+    rollout_row_finite(out, "fp8");
     free(out);
     ck_assert_int_eq(run(&out, NULL, "bench mismatch --model %s --n 2 --prompt 4 --gen-length 4",
                          m_qwen), 0);
     ck_assert_msg(strstr(out, "exact log-probs") && strstr(out, "mean |log w|") &&
                   !strstr(out, "coupled"), "%s", out);
+    ck_assert_msg(!strstr(out, "nan") && !strstr(out, "inf"), "a non-finite number: %s", out);
     free(out);
     ck_assert_int_eq(run(&out, NULL, "bench mismatch --arch llada --n 2 --prompt 4 --gen-length 4 "
                                      "--block-length 4 --steps 2 --mc 2"), 0);
     ck_assert_msg(strstr(out, "coupled   (same masks)"), "%s", out);
+    ck_assert_msg(!strstr(out, "nan") && !strstr(out, "inf"), "a non-finite number: %s", out);
     free(out);
     char *errs;
     ck_assert_int_eq(run(NULL, &errs, "bench rollout --arch gpt2"), 2);
@@ -674,7 +718,10 @@ START_TEST(test_qwen3_run_inspect_export)
 {
     ck_assert_int_eq(tu_sh("%s tasks sft-data sudoku --n 64 --seed 101 --max-blanks 4 > %s/sft.jsonl",
                         bin(), tmp), 0);
-    ck_assert_int_eq(run(NULL, NULL, "sft %s/sft.cfg --quiet", tmp), 2); /* no such file */
+    char *errs;
+    ck_assert_int_eq(run(NULL, &errs, "sft %s/sft.cfg --quiet", tmp), 2); /* no such file */
+    ck_assert_msg(strstr(errs, "sft.cfg: No such file"), "%s", errs);
+    free(errs);
     char path[256];
     snprintf(path, sizeof path, "%s/sft.yaml", tmp);
     FILE *f = fopen(path, "w");
@@ -697,7 +744,7 @@ START_TEST(test_qwen3_run_inspect_export)
                "log: {dir: %s/runs}\ncheckpoint: {every: 2, keep: 1}\n", tmp, tmp);
     fclose(f);
     ck_assert_int_eq(run(NULL, NULL, "train %s --quiet", path), 0);
-    char run_dir[256], *out, *errs;
+    char run_dir[256], *out;
     snprintf(run_dir, sizeof run_dir, "%s/runs/qrl", tmp);
 
     /* inspect: the text table and the JSON summary of the two steps */
@@ -733,6 +780,7 @@ START_TEST(test_qwen3_run_inspect_export)
     ck_assert_str_eq(json_string_value(json_object_get(j, "model_type")), "qwen3");
     json_decref(j);
     ck_assert_int_eq(run(NULL, &errs, "export %s --adapter --merged --out %s/x", run_dir, tmp), 2);
+    ck_assert_msg(strstr(errs, "one of --adapter and --merged"), "%s", errs);
     free(errs);
 
     /* the merged model scores what base + adapter scores, and not what the base does */

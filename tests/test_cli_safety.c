@@ -25,6 +25,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,52 @@ static int run(char **out, char **errs, const char *fmt, ...)
 static int files_equal(const char *a, const char *b)
 {
     return tu_sh("cd %s && cmp -s %s %s", tmp, a, b) == 0;
+}
+
+/* The count of tensors in the safetensors file at tmp/rel, read from its header (8
+ * bytes of little-endian length, then JSON), after checking each has dtype want and
+ * data_offsets spanning numel elements of its size. */
+static int tensor_dtypes(const char *rel, const char *want)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", tmp, rel);
+    FILE *f = fopen(p, "rb");
+    ck_assert_msg(f != NULL, "%s", p);
+    unsigned char len8[8];
+    ck_assert_int_eq(fread(len8, 1, 8, f), 8);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    ck_assert(n > 0 && n < (1u << 24));
+    char *h = malloc(n + 1);
+    ck_assert_int_eq(fread(h, 1, n, f), n);
+    h[n] = 0;
+    fclose(f);
+    json_error_t je;
+    json_t *j = json_loads(h, 0, &je);
+    ck_assert_msg(j != NULL, "%s: header not JSON: %s", p, je.text);
+    const char *key;
+    json_t *t;
+    int count = 0;
+    json_object_foreach(j, key, t) {
+        if (!strcmp(key, "__metadata__"))
+            continue;
+        const char *dt = json_string_value(json_object_get(t, "dtype"));
+        ck_assert_msg(dt && !strcmp(dt, want), "%s: tensor %s has dtype %s, expected %s", p, key,
+                      dt ? dt : "(none)", want);
+        json_t *shape = json_object_get(t, "shape"), *off = json_object_get(t, "data_offsets");
+        json_int_t numel = 1;
+        for (size_t d = 0; d < json_array_size(shape); d++)
+            numel *= json_integer_value(json_array_get(shape, d));
+        json_int_t bytes = json_integer_value(json_array_get(off, 1)) -
+                           json_integer_value(json_array_get(off, 0));
+        ck_assert_int_eq(bytes, numel * (strcmp(want, "BF16") ? 4 : 2));
+        count++;
+    }
+    ck_assert_int_gt(count, 0);
+    json_decref(j);
+    free(h);
+    return count;
 }
 
 static int exists(const char *rel)
@@ -242,6 +289,7 @@ START_TEST(test_sft_resume_bit_identical)
     ck_assert_msg(strstr(err, "runs/nowhere"), "%s", err);
     free(err);
     ck_assert_int_eq(run(NULL, &err, "sft s.yaml --resume runs/half"), 2);
+    ck_assert_msg(strstr(err, "--resume"), "%s", err);
     free(err);
 }
 END_TEST
@@ -480,6 +528,9 @@ START_TEST(test_inspect_train_csv_metric)
     ck_assert_int_eq(run(NULL, NULL, "export runs/r --merged --out ex --dtype bf16 --force"), 0);
     ck_assert(!files_equal("ex/model.safetensors", "ex-copy.safetensors"));
     ck_assert(exists("ex/generation.json"));
+    /* --dtype bf16 writes BF16 tensors (the safetensors header, read here), half the bytes */
+    ck_assert_int_eq(tensor_dtypes("ex-copy.safetensors", "F32"),
+                     tensor_dtypes("ex/model.safetensors", "BF16"));
 }
 END_TEST
 

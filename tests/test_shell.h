@@ -27,6 +27,35 @@ static inline int tu_sh(const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The whole file at the printf-formatted path, NUL-terminated (malloc'd; *len its
+ * length when len is not NULL), or NULL when it cannot be read. */
+static inline char *tu_slurp(size_t *len, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline char *tu_slurp(size_t *len, const char *fmt, ...)
+{
+    char path[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof path, fmt, ap);
+    va_end(ap);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0, got;
+    char *s = malloc(cap);
+    while (s && (got = fread(s + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap)
+            s = realloc(s, cap *= 2);
+    }
+    fclose(f);
+    if (s) {
+        s[n] = '\0';
+        if (len)
+            *len = n;
+    }
+    return s;
+}
+
 /* Starts the shell command cmd (it should redirect its output to file), polls file
  * every 50 ms for up to tries polls until it contains needle, then kills the
  * command. Returns whether needle was seen; *still_running says whether the

@@ -796,6 +796,7 @@ START_TEST(test_commands)
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
     snprintf(cmd, sizeof cmd, "'%s' tasks sample nosuchtask 2>&1", bin);
     ck_assert_int_eq(run(cmd, out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "unknown task 'nosuchtask'"), "%s", out);
     remove_tmpdir();
 }
 END_TEST

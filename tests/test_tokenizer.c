@@ -416,11 +416,21 @@ START_TEST(test_cli)
     json_t *lastoff = json_array_get(offs, json_array_size(offs) - 1);
     ck_assert_int_eq(json_integer_value(json_array_get(lastoff, 1)), (json_int_t)strlen("日本語 text\r\n<|im_start|>x 🤗\n\n"));
     json_decref(j);
-    /* bad input: exit 2 */
-    ck_assert_int_eq(tu_sh("'%s' tokenize < /dev/null > /dev/null 2>&1", bin), 2);
-    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' --bogus < /dev/null > /dev/null 2>&1", bin, tok), 2);
-    ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' --decode < '%s' > /dev/null 2>&1", bin, tok, tok), 2);
-    ck_assert_int_eq(tu_sh("echo 5,999 | '%s' tokenize --tokenizer '%s' --decode > /dev/null 2>&1", bin, tok), 2);
+    /* bad input: exit 2, stderr naming the flag or the value */
+    static const struct { const char *cmd, *says; } bad[] = {
+        {"'%s' tokenize < /dev/null", "--tokenizer FILE is required"},
+        {"'%s' tokenize --tokenizer '%s' --bogus < /dev/null", "'--bogus'"},
+        {"'%s' tokenize --tokenizer '%s' --decode < '%s'", "stdin: byte 0: expected a token id"},
+        {"echo 5,999 | '%s' tokenize --tokenizer '%s' --decode", "id 999 (position 1)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd, bad[i].cmd, bin, tok, tok);
+        ck_assert_int_eq(tu_sh("%s > /dev/null 2> '%s'", cmd, out), 2);
+        s = slurp(out, &len);
+        ck_assert_msg(strstr(s, bad[i].says), "%s: stderr does not say '%s': %s", cmd, bad[i].says, s);
+        free(s);
+    }
     char mal[4096];
     path_of(mal, sizeof mal, "malformed/syntax_truncated.json");
     ck_assert_int_eq(tu_sh("'%s' tokenize --tokenizer '%s' < /dev/null 2> '%s'", bin, mal, out), 2);

@@ -15,6 +15,10 @@
 #include "tests/test_log.h"
 #include "tests/test_shell.h"
 #include "dllm/model_config.h"
+#include "dllm/policy.h"
+#include "dllm/policy_infer.h"
+#include "dllm/safetensors.h"
+#include "kernels/rng.h"
 #include "dllm/tokenizer.h"
 #include "src/eval_outcomes.h"
 #include "src/h5log.h"
@@ -23,6 +27,7 @@
 
 #include <check.h>
 #include <hdf5.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -406,12 +411,58 @@ START_TEST(bad_configs_exit_2_with_position)
 END_TEST
 
 /* A random model samples ids past the char tokenizer's 103 (its embedding has
- * 128 rows): generated text skips them instead of failing. */
+ * 128 rows): generated text skips them instead of failing. The printed text is the
+ * decoding of the completion's ids inside the vocabulary (up to its EOS, special
+ * tokens dropped), and some seed samples an id outside it. */
 START_TEST(generate_text_with_a_padded_vocabulary)
 {
-    for (int seed = 1; seed <= 4; seed++)
-        ck_assert_int_eq(tu_sh("%s generate --model %s --prompt 12 --gen-length 16 --block-length 16"
-                            " --steps 16 --temperature 1 --seed %d >/dev/null", bin(), model, seed), 0);
+    char tokp[256];
+    snprintf(tokp, sizeof tokp, "%s/tokenizer.json", model);
+    dllm_tokenizer *tok;
+    dllm_err err = {0};
+    dllm_model_config mc;
+    ck_assert_msg(dllm_config_load(&mc, model, &err) == 0, "%s", err.msg);
+    ck_assert_msg(dllm_tokenizer_load(&tok, tokp, &err) == 0, "%s", err.msg);
+    const int32_t nv = (int32_t)dllm_tokenizer_vocab_size(tok);
+    int outside = 0;
+    for (int seed = 1; seed <= 4; seed++) {
+        const char *args = "--prompt 12 --gen-length 16 --block-length 16 --steps 16 --temperature 1";
+        ck_assert_int_eq(tu_sh("%s generate --model %s %s --seed %d >%s/gen.txt", bin(), model, args,
+                               seed, tmp), 0);
+        ck_assert_int_eq(tu_sh("%s generate --model %s %s --seed %d --format json >%s/gen.json", bin(),
+                               model, args, seed, tmp), 0);
+        char *text = tu_slurp(NULL, "%s/gen.txt", tmp);
+        json_error_t je;
+        char jp[256];
+        snprintf(jp, sizeof jp, "%s/gen.json", tmp);
+        json_t *j = json_load_file(jp, 0, &je);
+        ck_assert_msg(text && j, "seed %d: no output (%s)", seed, je.text);
+        json_t *ids = json_object_get(j, "ids");
+        int len = (int)json_integer_value(json_object_get(j, "completion_length"));
+        ck_assert_int_eq(json_array_size(ids), 16);
+        ck_assert(len >= 0 && len <= 16);
+        int32_t kept[16];
+        size_t nk = 0;
+        for (int i = 0; i < 16; i++) {
+            int32_t id = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
+            ck_assert(id >= 0 && id < mc.embedding_size);
+            outside += id >= nv;
+            if (i < len && id < nv && !(i == len - 1 && id == mc.eos_token_id))
+                kept[nk++] = id;
+        }
+        char *want;
+        size_t wl;
+        ck_assert_msg(dllm_tokenizer_decode(tok, kept, nk, true, &want, &wl, &err) == 0, "%s", err.msg);
+        ck_assert_msg(strlen(text) == wl + 1 && !memcmp(text, want, wl) && text[wl] == '\n',
+                      "seed %d: printed \"%s\", the ids decode to \"%s\"", seed, text, want);
+        ck_assert_str_eq(json_string_value(json_object_get(j, "text")), want);
+        free(want);
+        free(text);
+        json_decref(j);
+    }
+    ck_assert_msg(outside > 0, "no id past the tokenizer's %d was sampled: the case is not exercised",
+                  nv);
+    dllm_tokenizer_free(tok);
 }
 END_TEST
 
@@ -508,7 +559,11 @@ START_TEST(paired_eval_outcomes)
     ck_assert_int_eq(eval_outcomes_read(pb, &ob, &err), 2);
     ck_assert_msg(strstr(err.msg, "sudoku-step-7.txt:3: expected 0 or 1"), "%s", err.msg);
     /* inspect --against compares the latest evals: needs a log.h5 */
-    ck_assert_int_ne(tu_sh("%s inspect %s --against %s >/dev/null 2>&1", bin(), dir_a, dir_b), 0);
+    ck_assert_int_eq(tu_sh("%s inspect %s --against %s >/dev/null 2>%s/err.txt", bin(), dir_a, dir_b,
+                           tmp), 2);
+    char *msg = tu_slurp(NULL, "%s/err.txt", tmp);
+    ck_assert_msg(msg && strstr(msg, dir_a) && strstr(msg, "log.h5"), "%s", msg);
+    free(msg);
 }
 END_TEST
 
@@ -668,8 +723,75 @@ START_TEST(ar_decoding_on_trainer_logits)
 }
 END_TEST
 
+/* log softmax(z)[x] in double */
+static double log_softmax_at(const float *z, int V, int x)
+{
+    double mx = -INFINITY, s = 0;
+    for (int v = 0; v < V; v++)
+        mx = fmax(mx, z[v]);
+    for (int v = 0; v < V; v++)
+        s += exp(z[v] - mx);
+    return z[x] - mx - log(s);
+}
+
+/* The one-step log-probs (completion fully masked, prompt clean) of comp after prompt,
+ * from one forward of the policy's trainer view. */
+static void one_step_logp(dllm_policy *p, const int32_t *prompt, int P, const int32_t *comp, int L,
+                          double *out)
+{
+    const dllm_model_config *mc = dllm_policy_config(p);
+    const int V = mc->embedding_size, T = P + L;
+    int32_t tok[64], rows[64];
+    ck_assert_int_le(T, 64);
+    for (int t = 0; t < T; t++)
+        tok[t] = t < P ? prompt[t] : mc->mask_token_id;
+    for (int i = 0; i < L; i++)
+        rows[i] = P + i;
+    float *z = malloc(sizeof *z * (size_t)L * V);
+    void *ctx;
+    dllm_logits_fn fn = dllm_policy_logits(p, DLLM_PREC_TRAIN_NOGRAD, &ctx);
+    ck_assert_int_eq(fn(ctx, tok, NULL, 1, T, rows, L, z), 0);
+    for (int i = 0; i < L; i++)
+        out[i] = log_softmax_at(z + (size_t)i * V, V, comp[i]);
+    free(z);
+}
+
+/* Moves every trainable value of a checkpoint (optimizer.safetensors' "trainable", from
+ * which a run is restored: here the LoRA A and B) by random amounts: a GRPO step of a
+ * random model has no reward, so its adapter stays at PEFT's B = 0 and merging would
+ * change nothing. */
+static void perturb_trainable(const char *path)
+{
+    st_archive *a;
+    dllm_err err = {0};
+    ck_assert_msg(st_open(&a, path, &err) == 0, "%s", err.msg);
+    st_writer *w = st_writer_new();
+    st_writer_metadata(w, "format", "pt");
+    dllm_rng r = dllm_rng_make(5, 0, 0, 0);
+    int moved = 0;
+    for (int i = 0; i < st_count(a); i++) {
+        const st_tensor *t = st_at(a, i);
+        float *x = malloc(sizeof *x * (size_t)t->numel);
+        ck_assert_msg(st_read_f32(a, t->name, t->shape, t->ndim, x, &err) == 0, "%s", err.msg);
+        if (!strcmp(t->name, "trainable")) {
+            for (int64_t k = 0; k < t->numel; k++)
+                x[k] += (float)(0.05 * dllm_rng_normal(&r));
+            moved++;
+        }
+        ck_assert_msg(st_writer_add_f32(w, t->name, t->dtype, t->ndim, t->shape, x, &err) == 0,
+                      "%s", err.msg);
+        free(x);
+    }
+    st_close(a);
+    ck_assert_int_eq(moved, 1);
+    ck_assert_msg(st_writer_save_file(w, path, &err) == 0, "%s", err.msg);
+    st_writer_free(w);
+}
+
 /* dllm-rl export (its own command file): merged weights of the latest checkpoint;
- * an adapter of a full fine-tune and an unknown dtype are input errors */
+ * an adapter of a full fine-tune and an unknown dtype are input errors naming the flag.
+ * A LoRA run's merged export scores (one step, `score`) what the base model with the
+ * exported adapter scores, and not what the base alone does. */
 START_TEST(export_latest_checkpoint)
 {
     write_config("e.yaml", "exported", "{method: none}");
@@ -680,10 +802,59 @@ START_TEST(export_latest_checkpoint)
     ck_assert_int_eq(tu_sh("test -s %s/merged/config.json && test -s %s/merged/model.safetensors && "
                         "cmp -s %s/merged/tokenizer.json %s/runs/exported/ckpt/step-1/tokenizer.json",
                         tmp, tmp, tmp, tmp), 0);
-    ck_assert_int_eq(tu_sh("%s export %s/runs/exported --adapter --out %s/ad 2>/dev/null", bin(), tmp,
-                        tmp), 2);
-    ck_assert_int_eq(tu_sh("%s export %s/runs/exported --merged --dtype f16 --out %s/m16 2>/dev/null",
-                        bin(), tmp, tmp), 2);
+    ck_assert_int_eq(tu_sh("%s export %s/runs/exported --adapter --out %s/ad 2>%s/err.txt", bin(), tmp,
+                        tmp, tmp), 2);
+    char *msg = tu_slurp(NULL, "%s/err.txt", tmp);
+    ck_assert_msg(msg && strstr(msg, "exported was trained without LoRA: use --merged"), "%s", msg);
+    free(msg);
+    ck_assert_int_eq(tu_sh("%s export %s/runs/exported --merged --dtype f16 --out %s/m16 2>%s/err.txt",
+                        bin(), tmp, tmp, tmp), 2);
+    msg = tu_slurp(NULL, "%s/err.txt", tmp);
+    ck_assert_msg(msg && strstr(msg, "--dtype") && strstr(msg, "f16"), "%s", msg);
+    free(msg);
+    ck_assert_int_eq(tu_sh("test ! -e %s/ad && test ! -e %s/m16", tmp, tmp), 0);
+
+    /* LoRA: merged = base + adapter */
+    write_config("l.yaml", "lora", "{method: none}");
+    ck_assert_int_eq(tu_sh("%s train %s/l.yaml --quiet --set grpo.steps=1 --set eval.every=0"
+                           " --set model.lora.rank=4 --set model.lora.alpha=8", bin(), tmp), 0);
+    char ad[256];
+    snprintf(ad, sizeof ad, "%s/runs/lora/ckpt/latest/optimizer.safetensors", tmp);
+    perturb_trainable(ad);
+    ck_assert_int_eq(tu_sh("%s export %s/runs/lora --merged --out %s/lmerged >/dev/null", bin(), tmp,
+                           tmp), 0);
+    ck_assert_int_eq(tu_sh("%s export %s/runs/lora --adapter --out %s/ladapter >/dev/null", bin(), tmp,
+                           tmp), 0);
+    const int32_t prompt[4] = {1, 23, 24, 25}, comp[5] = {30, 31, 32, 33, 0};
+    ck_assert_int_eq(tu_sh("%s score --model %s/lmerged --prompt-ids 1,23,24,25 --completion-ids "
+                           "30,31,32,33,0 --estimator one_step >%s/score.json", bin(), tmp, tmp), 0);
+    char sp[256];
+    snprintf(sp, sizeof sp, "%s/score.json", tmp);
+    json_error_t je;
+    json_t *js = json_load_file(sp, 0, &je);
+    ck_assert_msg(js, "score: %s", je.text);
+    dllm_policy_cfg pc = {.path = model};
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_policy_infer_cfg(&pc, "fp32", "precision", &err), 0);
+    dllm_policy *p;
+    ck_assert_msg(dllm_policy_open(&p, &pc, &err) == 0, "%s", err.msg);
+    double base_lp[5], lora_lp[5];
+    one_step_logp(p, prompt, 4, comp, 5, base_lp);
+    snprintf(ad, sizeof ad, "%s/ladapter", tmp);
+    ck_assert_msg(dllm_policy_load_adapter(p, ad, &err) == 0, "%s", err.msg);
+    one_step_logp(p, prompt, 4, comp, 5, lora_lp);
+    double moved = 0;
+    json_t *tl = json_object_get(js, "token_logp");
+    ck_assert_int_eq(json_array_size(tl), 5);
+    for (int i = 0; i < 5; i++) {
+        double got = json_number_value(json_array_get(tl, (size_t)i));
+        ck_assert_msg(fabs(got - lora_lp[i]) < 1e-4, "token %d: merged %.7f, base + adapter %.7f", i,
+                      got, lora_lp[i]);
+        moved = fmax(moved, fabs(lora_lp[i] - base_lp[i]));
+    }
+    ck_assert_msg(moved > 1e-3, "the adapter changed nothing (%g)", moved);
+    dllm_policy_free(p);
+    json_decref(js);
 }
 END_TEST
 
