@@ -528,9 +528,6 @@ static Suite *llada_suite(void)
     tcase_add_test(g, test_lora_golden);
     tcase_add_test(g, test_gqa_golden);
     suite_add_tcase(s, g);
-    TCase *f = tcase_create("finite_differences");
-    tcase_set_timeout(f, 60);
-    suite_add_tcase(s, f);
     TCase *c = tcase_create("consistency");
     tcase_add_test(c, test_load_errors);
     tcase_add_test(c, test_sft_masks);

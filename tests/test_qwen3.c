@@ -591,9 +591,6 @@ static Suite *qwen3_suite(void)
     tcase_add_loop_test(g, test_greedy_generate, 0, 2);
     tcase_add_test(g, test_sampling_distribution);
     suite_add_tcase(s, g);
-    TCase *f = tcase_create("finite_differences");
-    tcase_set_timeout(f, 60);
-    suite_add_tcase(s, f);
     TCase *c = tcase_create("consistency");
     tcase_add_loop_test(c, test_kv_cache, 0, 2);
     tcase_add_test(c, test_padding_invariance);
