@@ -7,7 +7,8 @@
  *     device memory) gives the same logits;
  *   - a bf16 trainer with a bf16 rollout copy: within a normalised MSE of 1e-4 of the
  *     CPU's simulation and max abs 0.05 (the same products; a bf16 rounding at a
- *     boundary may flip with the summation order); the FP8 rollout copies (fp8, block
+ *     boundary may flip with the summation order); the fp32 trainer beside an FP8 copy
+ *     within 1e-4 max abs, as the fp32 trainer view; the FP8 rollout copies (fp8, block
  *     128x128 / 1x128 groups; fp8-exact) within 1e-3 and 0.05: the FP8 GEMM's tensor-core
  *     accumulator keeps about 14 bits per promotion interval (FP8_GEMM_NMSE,
  *     tests/backend_test_util.h), and an activation code at a boundary may flip; the
@@ -213,8 +214,15 @@ START_TEST(test_low_precision)
     for (int j = 0; j < 2; j++) {
         ck_assert_int_eq(f[j](m, tok, mask, B, T, rows, NROWS, dev[j]), 0);
         double e = nmse(dev[j], cpu[j], nl), mx = max_abs(dev[j], cpu[j], nl);
-        double tol = j == 1 && k > 0 ? 1e-3 : 1e-4; /* the FP8 rollout copies */
-        ck_assert_msg(e <= tol && mx <= 0.05, "%s %s/%s %s: nmse %g, max abs %g", ARCHS[arch_i],
+        /* per configuration: the fp32 trainer of an FP8 arm is the fp32 trainer view (max
+         * abs 1e-4 as above; measured 1.5e-7, nmse 7e-14); the FP8 rollout copies 1e-3
+         * and 0.05 (measured 1.2e-4 to 1.6e-4, max abs 0.007 to 0.011); bf16 1e-4 and
+         * 0.05 (a rounding at a boundary may flip with a device's summation order) */
+        const bool fp32 = k > 0 && j == 0, fp8 = k > 0 && j == 1;
+        const double tol = fp32 ? 1e-10 : fp8 ? 1e-3 : 1e-4, tol_abs = fp32 ? 1e-4 : 0.05;
+        printf("%s %s/%s %s: nmse %.3g (at most %g), max abs %.3g (at most %g)\n", ARCHS[arch_i],
+               PRECS[k][0], PRECS[k][1], j ? "rollout" : "trainer", e, tol, mx, tol_abs);
+        ck_assert_msg(e <= tol && mx <= tol_abs, "%s %s/%s %s: nmse %g, max abs %g", ARCHS[arch_i],
                       PRECS[k][0], PRECS[k][1], j ? "rollout" : "trainer", e, mx);
     }
     /* the rollout copy differs from the trainer's numerics (it is not the trainer view) */
