@@ -15,8 +15,8 @@
  *     gradient's size, elements whose summed gradient is near 0 may step either way, so
  *     later likelihoods, losses and norms agree within 1e-3 to 2e-3 relative and the
  *     final LoRA parameters within an rms of 1e-3 (measured 2e-4) and 2 STEPS lr at most;
- *     full fine-tuning (lr 1e-3, eps 1e-4) stays closer: grad_norm 7e-7, final weights'
- *     rms difference 2e-8 (the same tolerances); the
+ *     full fine-tuning (lr 1e-3, eps 1e-4) stays closer, and is held to its own
+ *     tolerances (FULL_TOL_*, about 10-100x what it measures); the
  *     log is written once: by rank 0, with one rank's rows and one progress line per
  *     step, its loss the global batch's.
  * SKIP (77) outside the emulation build, without MPI, without mpirun, or (the train part)
@@ -127,6 +127,17 @@ static int32_t *ints(const char *run, const char *dset, int64_t *rows, int64_t *
 }
 
 enum { STEPS = 2 };
+/* full fine-tuning, about 10-100x what the emulation build measured: grad_norm 7e-7
+ * relative, the final weights' rms difference 1.7e-8 and largest 6.4e-7 (LoRA's bounds
+ * are 1e-3, 1e-3 and 2 STEPS lr = 4e-3 here); the likelihood, loss and alpha columns
+ * keep LoRA's */
+#define FULL_TOL_L_PI 2e-3
+#define FULL_TOL_LOG_W 1e-3
+#define FULL_TOL_LOSS 1e-3
+#define FULL_TOL_GRAD_NORM 3e-5
+#define FULL_TOL_ALPHA 1e-5
+#define FULL_TOL_RMS 1e-6
+#define FULL_TOL_MAX 3e-5
 /* a LoRA checkpoint keeps the adapter as PEFT does */
 #define LORA_FILE "adapter_model.safetensors"
 
@@ -160,11 +171,15 @@ START_TEST(test_train_two_ranks_match_one)
     ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/%s.err", tmp, two), 1);
     ck_assert_int_eq(tu_sh("test $(grep -c '\"step\"' %s/%s.out) -eq %d", tmp, two, STEPS), 0);
     ck_assert_int_eq(tu_sh("test $(grep -c '\"step\"' %s/%s.out) -eq %d", tmp, one, STEPS), 0);
-    static const struct { const char *name; double tol; } cols[] = {
-        {"trajectories/reward", 0}, {"trajectories/advantage", 0},
-        {"trajectories/prompt_index", 0}, {"trajectories/completion_len", 0},
-        {"trajectories/l_pi", 2e-3}, {"trajectories/log_w", 1e-3}, {"steps/reward_mean", 1e-12} /* the mean's sum order */,
-        {"steps/loss", 1e-3}, {"steps/grad_norm", 1e-3}, {"steps/alpha", 1e-5}};
+    /* relative tolerances per configuration: LoRA's elements that step either way (above),
+     * full fine-tuning's the sum order alone (FULL_TOL, measured) */
+    static const struct { const char *name; double tol, tol_full; } cols[] = {
+        {"trajectories/reward", 0, 0}, {"trajectories/advantage", 0, 0},
+        {"trajectories/prompt_index", 0, 0}, {"trajectories/completion_len", 0, 0},
+        {"trajectories/l_pi", 2e-3, FULL_TOL_L_PI}, {"trajectories/log_w", 1e-3, FULL_TOL_LOG_W},
+        {"steps/reward_mean", 1e-12, 1e-12} /* the mean's sum order */,
+        {"steps/loss", 1e-3, FULL_TOL_LOSS}, {"steps/grad_norm", 1e-3, FULL_TOL_GRAD_NORM},
+        {"steps/alpha", 1e-5, FULL_TOL_ALPHA}};
     /* every column compared and its worst difference printed before any verdict */
     int bad = 0;
     for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++) {
@@ -182,10 +197,11 @@ START_TEST(test_train_two_ranks_match_one)
             if (!(d <= worst))
                 worst = d, at = i;
         }
+        const double tol = full ? cols[k].tol_full : cols[k].tol;
         fprintf(stderr, "%-28s worst difference %.3g (row %lld: one rank %.10g, two ranks %.10g)%s\n",
                cols[k].name, worst, (long long)at, a[at], b[at],
-               worst <= cols[k].tol ? "" : "  ABOVE TOLERANCE");
-        bad += !(worst <= cols[k].tol);
+               worst <= tol ? "" : "  ABOVE TOLERANCE");
+        bad += !(worst <= tol);
         if (strcmp(cols[k].name, "steps/grad_norm") == 0) {
             /* step 1's last gradient: the sum order alone (measured 5e-6) */
             ck_assert_msg(a[0] > 0, "no gradient at step 1: nothing was compared");
@@ -237,8 +253,9 @@ START_TEST(test_train_two_ranks_match_one)
      * (measured 0.011 and 0.0199 of lr 0.01 in two versions of the device backward), the
      * rest barely (rms measured 2-3e-4, against parameters of rms 0.05); full
      * fine-tuning, with eps 1e-4, measured rms 1.7e-8 and at most 6.4e-7 */
-    ck_assert_msg(rms <= 1e-3 && worst <= 2 * STEPS * lr, "final parameters: rms difference "
-                  "%.3g, largest %.3g", rms, worst);
+    const double rms_tol = full ? FULL_TOL_RMS : 1e-3, worst_tol = full ? FULL_TOL_MAX : 2 * STEPS * lr;
+    ck_assert_msg(rms <= rms_tol && worst <= worst_tol, "final parameters: rms difference %.3g "
+                  "(at most %g), largest %.3g (at most %g)", rms, rms_tol, worst, worst_tol);
 }
 END_TEST
 #endif
