@@ -129,6 +129,11 @@ int cli_copy_file(const char *from, const char *to, dllm_err *err)
 
 int cli_dir_has_entries(const char *path)
 {
+    return cli_dir_has_entries_except(path, NULL);
+}
+
+int cli_dir_has_entries_except(const char *path, const char *ignored)
+{
     struct stat st;
     if (lstat(path, &st))
         return 0;
@@ -139,14 +144,15 @@ int cli_dir_has_entries(const char *path)
         return 1;
     int any = 0;
     for (struct dirent *e; !any && (e = readdir(d));)
-        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+              !(ignored && !strcmp(e->d_name, ignored));
     closedir(d);
     return any;
 }
 
 int cli_refuse_existing(const char *path, const char *what, bool can_resume, dllm_err *err)
 {
-    if (!cli_dir_has_entries(path))
+    if (!cli_dir_has_entries_except(path, ".lock")) /* a run's lock (src/run_dir.h) */
         return 0;
     return dllm_err_set(err, DLLM_EXIT_INPUT,
                         "%s: %s already exists and is not empty; pass --force to overwrite it%s",

@@ -20,6 +20,8 @@ int cli_mkdirs(const char *path, dllm_err *err);
 int cli_rm_tree(const char *path);
 /* 1 when path exists and is not an empty directory (a file counts as content). */
 int cli_dir_has_entries(const char *path);
+/* The same, not counting an entry named ignored (NULL: none). */
+int cli_dir_has_entries_except(const char *path, const char *ignored);
 /* An input error naming path when it holds anything: work is never overwritten
  * without --force (the message also offers --resume when can_resume). */
 int cli_refuse_existing(const char *path, const char *what, bool can_resume, dllm_err *err);

@@ -6,6 +6,7 @@
 #include "src/rl_run.h"
 
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,34 @@ static const char export_usage[] =
     "adapter_model.safetensors + adapter_config.json) or as merged Hugging Face\n"
     "weights (--merged: config.json + safetensors + tokenizer.json), with the\n"
     "checkpoint's generation.json. DIR is written under a temporary name and renamed\n"
-    "into place; an existing non-empty DIR is refused unless --force replaces it.\n";
+    "into place; an existing non-empty DIR is refused unless --force replaces it.\n"
+    "An sft run's checkpoints hold merged weights (LoRA included): --merged writes\n"
+    "them (at --dtype); it has no adapter to export.\n";
+
+/* Is ckpt an sft checkpoint (state.json kind "sft")? */
+static bool sft_checkpoint(const char *ckpt)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s/state.json", ckpt);
+    json_t *o = json_load_file(p, 0, NULL);
+    const char *kind = NULL;
+    bool sft = o && json_unpack(o, "{s:s}", "kind", &kind) == 0 && !strcmp(kind, "sft");
+    json_decref(o);
+    return sft;
+}
+
+/* An sft checkpoint is a model directory already: its weights, read as a model
+ * and written at dtype. */
+static int open_sft_checkpoint(const char *run_dir, const char *ckpt, bool adapter,
+                               dllm_policy **pol, dllm_err *err)
+{
+    if (adapter)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s is an sft run: its checkpoints hold merged weights (a LoRA run's "
+                            "too), no adapter; use --merged", run_dir);
+    dllm_policy_cfg pc = {.path = ckpt};
+    return dllm_policy_open(pol, &pc, err);
+}
 
 int cmd_export(int argc, char **argv)
 {
@@ -58,15 +86,18 @@ int cmd_export(int argc, char **argv)
     dllm_cfg cfg;
     char ckpt[4200];
     int rc = force ? 0 : cli_refuse_existing(out, "export --out", false, &err);
-    if (!rc)
-        rc = rl_config_load(&cfg, NULL, run_dir, NULL, 0, &err);
     if (!rc && rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt))
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: no checkpoint (ckpt/latest)", run_dir);
+    const bool sft = !rc && sft_checkpoint(ckpt);
     rl_run run;
     memset(&run, 0, sizeof run);
-    if (!rc)
+    if (!rc && sft)
+        rc = open_sft_checkpoint(run_dir, ckpt, adapter, &run.pol, &err);
+    if (!rc && !sft)
+        rc = rl_config_load(&cfg, NULL, run_dir, NULL, 0, &err);
+    if (!rc && !sft)
         rc = rl_run_open(&run, &cfg, run_dir, &err);
-    if (!rc)
+    if (!rc && !sft)
         rc = rl_checkpoint_load(&run, ckpt, &err);
     if (!rc && adapter && !dllm_policy_has_lora(run.pol))
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s was trained without LoRA: use --merged", run_dir);
@@ -93,7 +124,7 @@ int cmd_export(int argc, char **argv)
         rc = cli_commit_dir(tmp, out, &err);
     else if (tmp[0])
         cli_rm_tree(tmp);
-    rl_run_close(&run);
+    rl_run_close(&run); /* an sft checkpoint's policy too */
     if (rc)
         return cli_fail("export", &err);
     printf("wrote %s (%s)\n", out, adapter ? "PEFT adapter" : "merged weights");

@@ -26,6 +26,8 @@
 #include "kernels/rng.h"
 #include "src/cli_util.h"
 #include "src/opt_state.h"
+#include "src/run_dir.h"
+#include "src/run_stop.h"
 #include "src/commands.h"
 #include "src/gen_settings.h"
 #include "src/yaml_config.h"
@@ -44,7 +46,8 @@
 
 static const char usage_text[] =
     "usage: dllm-rl sft CONFIG.yaml [--set key.path=value ...] [--force] [--quiet]\n"
-    "       dllm-rl sft --resume RUN_DIR [--set key.path=value ...] [--quiet]\n"
+    "       dllm-rl sft --resume RUN_DIR [--set key.path=value ...] [--allow-edited-config]\n"
+    "                   [--quiet]\n"
     "\n"
     "SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}): masked diffusion\n"
     "for a LLaDA model, next-token cross-entropy on the answer for a Qwen3 model.\n"
@@ -65,10 +68,17 @@ static const char usage_text[] =
     "ckpt/step-N (HF weights, tokenizer.json, generation.json, optimizer.safetensors,\n"
     "state.json; ckpt/latest points to the newest); with log.tensorboard: true also\n"
     "events.out.tfevents.* (sft_log.jsonl's values as TensorBoard scalars sft/<name>).\n"
-    "An existing non-empty RUN_DIR is refused: --force replaces it (nothing of the\n"
-    "old run is kept), --resume RUN_DIR continues it from ckpt/latest with its stored\n"
-    "config.yaml (optimizer state, step and data order restored: the result equals an\n"
-    "uninterrupted run's).\n";
+    "An existing non-empty RUN_DIR is refused: --force replaces it (the new run is\n"
+    "written beside it, log.dir/.NAME.force, and replaces it once it has its first\n"
+    "step; nothing of the old run is kept), --resume RUN_DIR continues it from\n"
+    "ckpt/latest with its stored config.yaml (optimizer state, step and data order\n"
+    "restored: the result equals an uninterrupted run's). A resumed run keeps its\n"
+    "config: --set may change only sft.steps (to extend it), log.every,\n"
+    "checkpoint.every and checkpoint.keep, and a config.yaml edited by hand is refused\n"
+    "unless --allow-edited-config. experiment is a plain directory name. One process\n"
+    "writes a run directory at a time (RUN_DIR/.lock holds its pid); a start that fails\n"
+    "before its first step removes what it wrote. Ctrl-C or SIGTERM stops at the next\n"
+    "step with a checkpoint and the command that resumes (exit 1).\n";
 
 typedef struct {
     const dllm_cfg *cfg;
@@ -213,9 +223,14 @@ static int load_model(const dllm_cfg *cfg, dllm_policy **m, dllm_tokenizer **tok
 }
 
 typedef struct {
-    int quiet, force;
+    int quiet, force, allow_edited, nsets;
     const char *resume; /* RUN_DIR, or NULL */
 } sft_opts;
+
+/* Keys a resumed sft run may change: they extend it or change what is written
+ * about it, never what a step computes. */
+static const char *const resume_keys[] = {"sft.steps", "log.every", "checkpoint.every",
+                                          "checkpoint.keep"};
 
 static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_err *err)
 {
@@ -223,6 +238,7 @@ static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_er
                                          {"quiet", no_argument, 0, 'q'},
                                          {"force", no_argument, 0, 'f'},
                                          {"resume", required_argument, 0, 'r'},
+                                         {"allow-edited-config", no_argument, 0, 'e'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *sets[64];
@@ -238,12 +254,15 @@ static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_er
         case 'q': o->quiet = 1; break;
         case 'f': o->force = 1; break;
         case 'r': o->resume = optarg; break;
+        case 'e': o->allow_edited = 1; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: return dllm_err_set(err, DLLM_EXIT_INPUT, "bad option (see --help)");
         }
     }
     char stored[4400];
     const char *path;
+    if (o->allow_edited && !o->resume)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--allow-edited-config goes with --resume");
     if (o->resume) {
         if (optind != argc)
             return dllm_err_set(err, DLLM_EXIT_INPUT,
@@ -253,19 +272,24 @@ static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_er
             return dllm_err_set(err, DLLM_EXIT_INPUT, "--resume and --force exclude each other");
         snprintf(stored, sizeof stored, "%s/config.yaml", o->resume);
         path = stored;
+        if (access(path, F_OK))
+            return run_dir_not_a_run(o->resume, "sft", err);
+        /* the same rules as a resumed train run (src/run_dir.h) */
+        if (run_dir_resume_config(cfg, NULL, o->resume, sets, nsets, resume_keys,
+                                  sizeof resume_keys / sizeof resume_keys[0], "sft", err))
+            return err->code;
     } else {
         if (optind != argc - 1)
             return dllm_err_set(err, DLLM_EXIT_INPUT, "expected one CONFIG.yaml (see --help)");
         path = argv[optind];
-    }
-    dllm_cfg_defaults(cfg);
-    dllm_cfg_keys_set count;
-    if (dllm_cfg_load_counted(cfg, path, &count, err) ||
-        dllm_cfg_require_kind(&count, path, false, err))
-        return err->code;
-    for (int i = 0; i < nsets; i++)
-        if (dllm_cfg_set(cfg, sets[i], err))
+        dllm_cfg_defaults(cfg);
+        dllm_cfg_keys_set count;
+        if (dllm_cfg_load_counted(cfg, path, &count, err) ||
+            dllm_cfg_require_kind(&count, path, false, err) ||
+            run_dir_apply_sets(cfg, sets, nsets, err))
             return err->code;
+    }
+    o->nsets = nsets;
     if (!cfg->data.train[0])
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: data.train is required", path);
     if (dllm_cfg_absolute_paths(cfg, err)) /* the stored config.yaml means the same anywhere */
@@ -333,6 +357,54 @@ static void epoch_order(const dllm_cfg *cfg, int e, int *order, int n)
     }
 }
 
+/* The run's files moved from the staging directory to dir (--force's replacement):
+ * a preset's tokenizer, written into the run, moved with them. */
+static void rebase_run_dir(sft_run *r, const char *dir)
+{
+    size_t n = strlen(r->run_dir);
+    if (!strncmp(r->tok_path, r->run_dir, n) && r->tok_path[n] == '/') {
+        char rest[4096];
+        snprintf(rest, sizeof rest, "%s", r->tok_path + n);
+        snprintf(r->tok_path, sizeof r->tok_path, "%s%s", dir, rest);
+    }
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", dir);
+}
+
+/* Content in the directory of a new run refuses it; --resume is offered only
+ * where it can work (a checkpoint to continue from). */
+static int refuse_content(const char *dir, void *ctx, dllm_err *err)
+{
+    (void)ctx;
+    if (!cli_dir_has_entries_except(dir, ".lock"))
+        return 0;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/ckpt/latest/state.json", dir);
+    if (access(p, F_OK) == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: the run directory already exists and is not empty; continue it "
+                            "with `dllm-rl sft --resume %s`, or pass --force to replace it (once "
+                            "the new run has its first step)", dir, dir);
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s: the run directory already exists and is not empty, with no "
+                        "checkpoint to continue from; pass --force to replace it (once the new "
+                        "run has its first step), or set another experiment name", dir);
+}
+
+static int write_config(const dllm_cfg *cfg, const char *dir, dllm_err *err)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.yaml", dir);
+    char *text = dllm_cfg_dump(cfg);
+    FILE *f = fopen(p, "w");
+    int bad = !f || fputs(text, f) < 0;
+    if (f && fclose(f))
+        bad = 1;
+    free(text);
+    if (bad)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot write", p);
+    return run_dir_record_config(dir, err);
+}
+
 int cmd_sft(int argc, char **argv)
 {
     dllm_cfg cfg;
@@ -341,10 +413,14 @@ int cmd_sft(int argc, char **argv)
     if (parse_args(argc, argv, &cfg, &opt, &err))
         return cli_fail("sft", &err);
     sft_run run = {.cfg = &cfg};
+    char final_dir[4096]; /* the run directory; run.run_dir is where files go */
     if (opt.resume)
-        snprintf(run.run_dir, sizeof run.run_dir, "%s", opt.resume);
+        snprintf(final_dir, sizeof final_dir, "%s", opt.resume);
     else
-        snprintf(run.run_dir, sizeof run.run_dir, "%s/%s", cfg.log.dir, cfg.experiment);
+        snprintf(final_dir, sizeof final_dir, "%s/%s", cfg.log.dir, cfg.experiment);
+    snprintf(run.run_dir, sizeof run.run_dir, "%s", final_dir);
+    run_dir_hold hold;
+    run_dir_init(&hold, final_dir);
     char latest[4400];
     snprintf(latest, sizeof latest, "%s/ckpt/latest", run.run_dir);
     sft_state s0 = {.epoch = -1};
@@ -355,8 +431,9 @@ int cmd_sft(int argc, char **argv)
         json_t *st = json_load_file(sp, 0, &je);
         int done = 0;
         if (!st) {
-            dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: no checkpoint to resume from (%s)", sp,
-                         je.text);
+            dllm_err_set(&err, DLLM_EXIT_INPUT,
+                         "%s: no checkpoint to resume from (%s): start the run again with "
+                         "`dllm-rl sft %s/config.yaml --force`", sp, je.text, run.run_dir);
             return cli_fail("sft", &err);
         }
         if (json_unpack(st, "{s:i}", "step", &done) == 0 && done >= cfg.sft.steps) {
@@ -367,25 +444,24 @@ int cmd_sft(int argc, char **argv)
             return 0;
         }
         json_decref(st);
-    } else if (!opt.force) {
-        if (cli_refuse_existing(run.run_dir, "the run directory", true, &err))
+        if (run_dir_open_resume(&hold, final_dir, &err) ||
+            run_dir_check_config(final_dir, "sft", opt.allow_edited, &err) ||
+            (opt.nsets && write_config(&cfg, final_dir, &err))) { /* extended, for the next resume */
+            run_dir_close(&hold);
             return cli_fail("sft", &err);
-    } else {
-        cli_rm_tree(run.run_dir); /* nothing of the old run survives */
-    }
-    if (cli_mkdirs(run.run_dir, &err))
-        return cli_fail("sft", &err);
-    if (!opt.resume) {   /* the effective config, for the record and for --resume */
-        char p[4200];
-        snprintf(p, sizeof p, "%s/config.yaml", run.run_dir);
-        char *text = dllm_cfg_dump(&cfg);
-        FILE *f = fopen(p, "w");
-        if (f) {
-            fputs(text, f);
-            fclose(f);
         }
-        free(text);
+    } else {
+        /* under --force the old run stays until the new one has a step */
+        if (run_dir_open_new(&hold, final_dir, opt.force, refuse_content, NULL, &err))
+            return cli_fail("sft", &err);
+        snprintf(run.run_dir, sizeof run.run_dir, "%s", hold.path);
+        /* the effective config, for the record and for --resume */
+        if (write_config(&cfg, run.run_dir, &err)) {
+            run_dir_close(&hold);
+            return cli_fail("sft", &err);
+        }
     }
+    run_stop_catch();
     if (!cfg.model.path[0])
         cli_warn_random_model("sft", cfg_names_name(&cfg_names_arch, cfg.model.arch),
                               cfg_names_name(&cfg_names_preset, cfg.model.preset));
@@ -403,6 +479,7 @@ int cmd_sft(int argc, char **argv)
     if (rc) {
         dllm_policy_free(m);
         dllm_tokenizer_free(tok);
+        run_dir_close(&hold); /* a failed start leaves nothing that blocks its retry */
         return cli_fail("sft", &err);
     }
     generation_of_data(&cfg, &ds, dllm_policy_is_diffusion(m), &run.gen);
@@ -537,6 +614,12 @@ int cmd_sft(int argc, char **argv)
             rc = err.code;
             goto done;
         }
+        if (!hold.started) {
+            /* the first step of a new run: under --force it replaces the old run now */
+            if ((rc = run_dir_started(&hold, &err)))
+                goto done;
+            rebase_run_dir(&run, hold.path);
+        }
         s.step = step;
         s.loss_acc += loss;
         s.tokens_acc += (long)B * T;
@@ -581,10 +664,18 @@ int cmd_sft(int argc, char **argv)
             s.loss_acc = 0;
             s.n_acc = 0;
         }
-        if ((cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0) ||
-            step == cfg.sft.steps) {
-            if ((rc = save_checkpoint(&run, m, &s, &os, &err)))
+        bool saved = (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0) ||
+                     step == cfg.sft.steps;
+        if (saved && (rc = save_checkpoint(&run, m, &s, &os, &err)))
+            goto done;
+        if (step < cfg.sft.steps && run_stop_requested()) {
+            if (!saved && (rc = save_checkpoint(&run, m, &s, &os, &err)))
                 goto done;
+            rc = dllm_err_set(&err, DLLM_EXIT_INTERNAL,
+                              "stopped by a signal after step %d of %d, checkpoint written "
+                              "(%s/ckpt/step-%d): continue with `dllm-rl sft --resume %s`", step,
+                              cfg.sft.steps, final_dir, step, final_dir);
+            goto done;
         }
     }
     if (!opt.quiet)
@@ -605,7 +696,8 @@ done:
     sft_data_free(&ds);
     dllm_tokenizer_free(tok);
     dllm_policy_free(m);
-    if (rc && s.step > 0) { /* stopped part way: what it can continue from */
+    /* stopped part way (not by a signal, which said so): what it can continue from */
+    if (rc && s.step > 0 && !run_stop_requested()) {
         char msg[sizeof err.msg];
         snprintf(msg, sizeof msg, "%s", err.msg);
         if (access(latest, F_OK) == 0)
@@ -613,5 +705,6 @@ done:
                          "kept (%s): once the cause is fixed, `dllm-rl sft --resume %s` continues "
                          "from it", msg, s.step, latest, run.run_dir);
     }
+    run_dir_close(&hold);
     return rc ? cli_fail("sft", &err) : 0;
 }

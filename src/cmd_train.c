@@ -8,6 +8,8 @@
 #include "src/mem_plan.h"
 #include "src/rl_log.h"
 #include "src/rl_run.h"
+#include "src/run_dir.h"
+#include "src/run_stop.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -22,7 +24,8 @@
 
 static const char usage_text[] =
     "usage: dllm-rl train CONFIG.yaml [--set key.path=value ...] [--force] [--quiet | --jsonl]\n"
-    "       dllm-rl train [CONFIG.yaml] --resume RUN_DIR [--set key.path=value ...] [--quiet | --jsonl]\n"
+    "       dllm-rl train [CONFIG.yaml] --resume RUN_DIR [--set key.path=value ...]\n"
+    "                     [--allow-edited-config] [--quiet | --jsonl]\n"
     "       dllm-rl train CONFIG.yaml [--set ...] --print-config\n"
     "       (any of them: [--max-gpu-memory SIZE])\n"
     "\n"
@@ -40,7 +43,15 @@ static const char usage_text[] =
     "grpo.* or correction.* key is refused (run it with sft). A resumed run keeps its\n"
     "config: a CONFIG given beside --resume must equal it, and --set may change only\n"
     "grpo.steps (to extend a finished run), eval.every, log.every, checkpoint.every\n"
-    "and checkpoint.keep. --force removes an existing run directory and starts again.\n"
+    "and checkpoint.keep; a config.yaml edited by hand since the run wrote it is\n"
+    "refused unless --allow-edited-config. --resume takes the run directory, not a\n"
+    "checkpoint in it. --force starts again: the new run is written beside the old\n"
+    "one (log.dir/.NAME.force) and replaces it once it has its first step; a new run\n"
+    "that fails before then leaves the old one as it was. experiment is a plain\n"
+    "directory name. One process writes a run directory at a time (it holds\n"
+    "RUN_DIR/.lock, with its pid): a second is refused. A start that fails before\n"
+    "its first step removes what it wrote. Ctrl-C or SIGTERM stops at the next step\n"
+    "with a checkpoint and the command that resumes (exit 1).\n"
     "--print-config prints the effective config (YAML) and exits.\n"
     "One progress line per step (--quiet: none; --jsonl: one JSON object per step);\n"
     "evaluation reports its progress on stderr.\n"
@@ -124,7 +135,7 @@ static int evaluate_and_log(rl_run *run, int64_t step, dllm_err *err)
 typedef struct {
     const char *config, *resume;
     const char *sets[64];
-    int nsets, quiet, jsonl, force, print_config;
+    int nsets, quiet, jsonl, force, print_config, allow_edited;
     const char *max_gpu_memory; /* --max-gpu-memory SIZE, or NULL */
 } train_args;
 
@@ -143,33 +154,42 @@ static int write_config(const dllm_cfg *cfg, const char *run_dir, dllm_err *err)
     return bad ? dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot write", p) : 0;
 }
 
-/* A new run's directory: refused when it holds a run (the message names the
- * command that continues or restarts it), emptied with --force; then the
- * effective config and the tokenizer, so the run directory alone decodes its
- * trajectories. */
-static int fresh_run_dir(const train_args *a, const dllm_cfg *cfg, const char *run_dir, dllm_err *err)
+/* A directory that holds a run is refused for a new one (the message names the
+ * command that continues or restarts it); other content (a sweep's train.log) is
+ * left beside the run. */
+static int refuse_run(const char *run_dir, void *ctx, dllm_err *err)
 {
+    const train_args *a = ctx;
     char p[4200], ckpt[4200];
     snprintf(p, sizeof p, "%s/log.h5", run_dir);
-    if (a->force) {
-        cli_rm_tree(run_dir);
-    } else if (access(p, F_OK) == 0) {
-        if (rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt) == 0)
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "%s already holds a run: continue it with `dllm-rl train --resume "
-                                "%s`, or start it again with `dllm-rl train %s --force` (deletes "
-                                "it), or set another experiment name", run_dir, run_dir, a->config);
+    if (access(p, F_OK))
+        return 0;
+    if (rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt) == 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "%s already holds a run with no checkpoint to continue from: start it "
-                            "again with `dllm-rl train %s --force` (deletes it), or set another "
-                            "experiment name", run_dir, a->config);
-    }
-    if (cli_mkdirs(run_dir, err) || write_config(cfg, run_dir, err))
+                            "%s already holds a run: continue it with `dllm-rl train --resume %s`, "
+                            "or start it again with `dllm-rl train %s --force` (replaces it once "
+                            "the new run has its first step), or set another experiment name",
+                            run_dir, run_dir, a->config);
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s already holds a run with no checkpoint to continue from: start it "
+                        "again with `dllm-rl train %s --force` (replaces it once the new run has "
+                        "its first step), or set another experiment name", run_dir, a->config);
+}
+
+/* A new run's directory, locked (hold->path: the run directory, or under --force
+ * the staging one beside it); then the effective config and the tokenizer, so the
+ * run directory alone decodes its trajectories. */
+static int fresh_run_dir(const train_args *a, const dllm_cfg *cfg, const char *run_dir,
+                         run_dir_hold *hold, dllm_err *err)
+{
+    if (run_dir_open_new(hold, run_dir, a->force, refuse_run, (void *)a, err))
+        return err->code;
+    if (write_config(cfg, hold->path, err) || run_dir_record_config(hold->path, err))
         return err->code;
     if (cfg->model.path[0]) {
         char from[4200], to[4200];
         snprintf(from, sizeof from, "%s/tokenizer.json", cfg->model.path);
-        snprintf(to, sizeof to, "%s/tokenizer.json", run_dir);
+        snprintf(to, sizeof to, "%s/tokenizer.json", hold->path);
         if (access(from, F_OK) == 0 && cli_copy_file(from, to, err))
             return err->code;
     }
@@ -203,7 +223,7 @@ static int parse_args(int argc, char **argv, train_args *a, dllm_err *err)
         {"quiet", no_argument, 0, 'q'},     {"jsonl", no_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'},      {"force", no_argument, 0, 'f'},
         {"print-config", no_argument, 0, 'p'}, {"max-gpu-memory", required_argument, 0, 'm'},
-        {0, 0, 0, 0}};
+        {"allow-edited-config", no_argument, 0, 'e'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -219,6 +239,7 @@ static int parse_args(int argc, char **argv, train_args *a, dllm_err *err)
         case 'f': a->force = 1; break;
         case 'p': a->print_config = 1; break;
         case 'm': a->max_gpu_memory = optarg; break;
+        case 'e': a->allow_edited = 1; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: return dllm_err_set(err, DLLM_EXIT_INPUT, "bad option (see --help)");
         }
@@ -229,6 +250,18 @@ static int parse_args(int argc, char **argv, train_args *a, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "expected CONFIG.yaml or --resume RUN_DIR (see --help)");
     if (a->force && a->resume)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "--force and --resume exclude each other");
+    if (a->quiet && a->jsonl)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--quiet and --jsonl exclude each other (--jsonl: one JSON line per "
+                            "step; --quiet: no progress)");
+    if (a->allow_edited && !a->resume)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--allow-edited-config goes with --resume");
+    if (a->resume) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/config.yaml", a->resume);
+        if (access(p, F_OK))
+            return run_dir_not_a_run(a->resume, "train", err);
+    }
     return 0;
 }
 
@@ -284,10 +317,13 @@ static int check_memory_plan(const train_args *a, const dllm_cfg *cfg, dllm_err 
 /* A run that fails part way (a full disk, a step that diverged) says where it
  * stopped and what it can continue from: its checkpoints are only ever replaced
  * by complete ones. Returns err's code. */
-static int stopped_at(const rl_run *run, int64_t step, const char *run_dir, dllm_err *err)
+static int stopped_at(const rl_run *run, int64_t step, const run_dir_hold *hold, dllm_err *err)
 {
-    if (run->rank != 0)
+    /* before its first step is written a new run is removed (src/run_dir.h): the
+     * message stands as it is */
+    if (run->rank != 0 || !hold->started)
         return err->code;
+    const char *run_dir = hold->final_;
     char ckpt[4200], msg[sizeof err->msg];
     snprintf(msg, sizeof msg, "%s", err->msg);
     if (rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt) == 0)
@@ -303,11 +339,33 @@ static int stopped_at(const rl_run *run, int64_t step, const char *run_dir, dllm
     return err->code;
 }
 
-static int run_training(rl_run *run, const train_args *a, const char *run_dir, dllm_err *err)
+/* Ctrl-C or SIGTERM on any rank: every rank stops after the same step. */
+static bool stop_requested(void)
+{
+    double sig = run_stop_requested();
+    if (comm_size() > 1)
+        comm_max_d(&sig, 1);
+    return sig != 0;
+}
+
+/* After the first step of a new run: under --force the new run replaces the old one
+ * now, and the run's files are found at the run directory from here on. */
+static int first_step_written(rl_run *run, run_dir_hold *hold, dllm_err *err)
+{
+    if (run->rank != 0)
+        return 0;
+    if (run_dir_started(hold, err))
+        return err->code;
+    snprintf(run->run_dir, sizeof run->run_dir, "%s", hold->path);
+    return 0;
+}
+
+static int run_training(rl_run *run, const train_args *a, run_dir_hold *hold, dllm_err *err)
 {
     const dllm_cfg *cfg = &run->cfg;
+    const char *run_dir = hold->final_; /* what people are told; files go to hold->path */
     char logpath[4200], ckpt[4200];
-    snprintf(logpath, sizeof logpath, "%s/log.h5", run_dir);
+    snprintf(logpath, sizeof logpath, "%s/log.h5", hold->path);
     int64_t first = 1;
     if (a->resume) {
         if (rl_latest_checkpoint(run_dir, ckpt, sizeof ckpt))
@@ -361,22 +419,33 @@ static int run_training(rl_run *run, const train_args *a, const char *run_dir, d
         int rc = rl_step(run, step, &b, m, err);
         if (rc) {
             rl_batch_free(&b);
-            return stopped_at(run, step, run_dir, err);
+            return stopped_at(run, step, hold, err);
         }
         rc = rl_log_step(run, &b, step, m, err);
         rl_batch_free(&b);
         if (rc)
-            return stopped_at(run, step, run_dir, err);
+            return stopped_at(run, step, hold, err);
+        if (step == first && (rc = first_step_written(run, hold, err)))
+            return rc;
         run->step = step;
         done++;
         progress(run, step, m, dllm_now() - t0, done);
         bool last = step == cfg->grpo.steps;
         if (cfg->eval.every > 0 && (step % cfg->eval.every == 0 || last) &&
             evaluate_and_log(run, step, err))
-            return stopped_at(run, step, run_dir, err);
-        if (((cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0) || last) &&
-            rl_checkpoint_save(run, step, err))
-            return stopped_at(run, step, run_dir, err);
+            return stopped_at(run, step, hold, err);
+        bool saved = (cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0) || last;
+        if (saved && rl_checkpoint_save(run, step, err))
+            return stopped_at(run, step, hold, err);
+        if (!last && stop_requested()) {
+            if (!saved && rl_checkpoint_save(run, step, err))
+                return stopped_at(run, step, hold, err);
+            return dllm_err_set(err, DLLM_EXIT_INTERNAL,
+                                "stopped by a signal after step %lld of %d, checkpoint written "
+                                "(%s/ckpt/step-%lld): continue with `dllm-rl train --resume %s`",
+                                (long long)step, cfg->grpo.steps, run_dir, (long long)step,
+                                run_dir);
+        }
     }
     if (run->rank == 0 && !run->quiet && !run->jsonl)
         printf("done: %s (%.1f s)\n", run_dir, dllm_now() - run->t_start);
@@ -407,10 +476,17 @@ int cmd_train(int argc, char **argv)
         comm_finalize();
         return 0;
     }
+    run_dir_hold hold;
+    run_dir_init(&hold, run_dir);
     if (!rc && !a.resume && comm_rank() == 0)
-        rc = fresh_run_dir(&a, &cfg, run_dir, &err);
+        rc = fresh_run_dir(&a, &cfg, run_dir, &hold, &err);
+    if (!rc && a.resume && comm_rank() == 0)
+        rc = run_dir_open_resume(&hold, run_dir, &err) ||
+                     run_dir_check_config(run_dir, "train", a.allow_edited, &err)
+                 ? err.code
+                 : 0;
     if (!rc && a.resume && a.nsets && comm_rank() == 0) /* the extended settings, for the next resume */
-        rc = write_config(&cfg, run_dir, &err);
+        rc = write_config(&cfg, run_dir, &err) || run_dir_record_config(run_dir, &err) ? err.code : 0;
     if (!rc && !cfg.model.path[0] && comm_rank() == 0)
         cli_warn_random_model("train", cfg_names_name(&cfg_names_arch, cfg.model.arch),
                               cfg_names_name(&cfg_names_preset, cfg.model.preset));
@@ -423,6 +499,7 @@ int cmd_train(int argc, char **argv)
     comm_max_d(&ok, 1);
     if (!rc && ok != 0)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "rank 0 failed to set up the run");
+    comm_bcast_bytes(hold.path, sizeof hold.path); /* under --force: the staging directory */
     rl_run run;
     memset(&run, 0, sizeof run);
     /* opening a large model and generating the items takes a while: say so (stderr,
@@ -433,13 +510,15 @@ int cmd_train(int argc, char **argv)
                 cfg_names_name(&cfg_names_task, cfg.task.name));
     double t_open = dllm_now();
     if (!rc)
-        rc = rl_run_open(&run, &cfg, run_dir, &err);
+        run_stop_catch();
+    if (!rc)
+        rc = rl_run_open(&run, &cfg, hold.path, &err);
     if (!rc && comm_rank() == 0 && !a.quiet)
         fprintf(stderr, "train: opened in %.1f s\n", dllm_now() - t_open);
     run.quiet = a.quiet;
     run.jsonl = a.jsonl;
     if (!rc)
-        rc = run_training(&run, &a, run_dir, &err);
+        rc = run_training(&run, &a, &hold, &err);
     if (rc && ok == 0 && comm_size() > 1) {
         /* past the agreement above a rank can fail alone (its model, its device, NCCL):
          * the others would wait for it in their next collective, so the job ends here */
@@ -449,6 +528,8 @@ int cmd_train(int argc, char **argv)
         comm_abort(rc);
     }
     rl_run_close(&run);
+    if (comm_rank() == 0)
+        run_dir_close(&hold); /* before its first step a run leaves nothing behind */
     if (rc)
         cli_fail("train", &err);
     comm_finalize();

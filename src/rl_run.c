@@ -10,6 +10,7 @@
 #include "src/opt_state.h"
 #include "src/gen_settings.h"
 #include "src/prompt.h"
+#include "src/run_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -343,22 +344,11 @@ void rl_run_close(rl_run *run)
  * about it, never what a step computes. */
 static const char *const resume_keys[] = {"grpo.steps",  "eval.every",       "log.every",
                                           "checkpoint.every", "checkpoint.keep"};
+enum { N_RESUME_KEYS = sizeof resume_keys / sizeof resume_keys[0] };
 
 bool rl_resume_key_ok(const char *assignment)
 {
-    size_t n = strcspn(assignment, "=");
-    for (size_t i = 0; i < sizeof resume_keys / sizeof resume_keys[0]; i++)
-        if (strlen(resume_keys[i]) == n && !strncmp(assignment, resume_keys[i], n))
-            return true;
-    return false;
-}
-
-static int apply_sets(dllm_cfg *cfg, const char *const *sets, int nsets, dllm_err *err)
-{
-    for (int i = 0; i < nsets; i++)
-        if (dllm_cfg_set(cfg, sets[i], err))
-            return err->code;
-    return 0;
+    return run_dir_key_in(assignment, resume_keys, N_RESUME_KEYS);
 }
 
 int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, const char *const *sets,
@@ -368,42 +358,14 @@ int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, cons
     if (!resume_dir) {
         dllm_cfg_keys_set count;
         if (dllm_cfg_load_counted(cfg, path, &count, err) ||
-            dllm_cfg_require_kind(&count, path, true, err) || apply_sets(cfg, sets, nsets, err) ||
-            dllm_cfg_absolute_paths(cfg, err))
+            dllm_cfg_require_kind(&count, path, true, err) ||
+            run_dir_apply_sets(cfg, sets, nsets, err) || dllm_cfg_absolute_paths(cfg, err))
             return err->code;
         return dllm_cfg_validate(cfg, err);
     }
-    for (int i = 0; i < nsets; i++)
-        if (!rl_resume_key_ok(sets[i]))
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "--set %s: a resumed run keeps its config; only %s, %s, %s, %s and "
-                                "%s may change (for another setting start a new run: another "
-                                "experiment name, or --force to replace %s)",
-                                sets[i], resume_keys[0], resume_keys[1], resume_keys[2],
-                                resume_keys[3], resume_keys[4], resume_dir);
-    char stored[4200];
-    snprintf(stored, sizeof stored, "%s/config.yaml", resume_dir);
-    if (dllm_cfg_load(cfg, stored, err) || apply_sets(cfg, sets, nsets, err) ||
-        dllm_cfg_absolute_paths(cfg, err))
+    if (run_dir_resume_config(cfg, path, resume_dir, sets, nsets, resume_keys, N_RESUME_KEYS,
+                              "train", err))
         return err->code;
-    if (path) {
-        /* the config named beside --resume must be the run's own */
-        dllm_cfg *given = dllm_malloc(sizeof *given);
-        dllm_cfg_defaults(given);
-        int rc = dllm_cfg_load(given, path, err) || apply_sets(given, sets, nsets, err) ||
-                         dllm_cfg_absolute_paths(given, err)
-                     ? err->code
-                     : 0;
-        const char *diff = rc ? NULL : dllm_cfg_first_difference(given, cfg);
-        free(given);
-        if (rc)
-            return rc;
-        if (diff)
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "%s differs from the config of the run in %s (first in %s): "
-                                "continue the run with `dllm-rl train --resume %s`, or start this "
-                                "config as another experiment", path, resume_dir, diff, resume_dir);
-    }
     return dllm_cfg_validate(cfg, err);
 }
 

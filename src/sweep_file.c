@@ -2,6 +2,7 @@
 #include "src/sweep_file.h"
 
 #include "src/yaml_config.h"
+#include "src/run_dir.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -63,16 +64,6 @@ static char *xstrdup(const char *s)
 static const char *scalar(const yaml_node_t *n)
 {
     return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static bool safe_name(const char *s)
-{
-    if (!*s || !strcmp(s, ".") || !strcmp(s, ".."))
-        return false;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && !strchr("._+-", *s))
-            return false;
-    return true;
 }
 
 /* The YAML text of an override value: a scalar as written, a flat sequence of
@@ -200,7 +191,7 @@ static int parse_doc(sweep_file *sf, yaml_document_t *doc, const src_text *src, 
             if (!scalar(v) || !*scalar(v))
                 return node_fail(err, src, v, "%s: expected a string%s", key, "");
             if (!strcmp(key, "name")) {
-                if (!safe_name(scalar(v)))
+                if (!run_dir_plain_name(scalar(v)))
                     return node_fail(err, src, v,
                                      "name: '%s' is not a directory name (letters, digits, . _ + -)%s",
                                      scalar(v), "");
@@ -226,7 +217,7 @@ static int parse_doc(sweep_file *sf, yaml_document_t *doc, const src_text *src, 
                         an = yaml_document_get_node(doc, q->value);
                 if (!an)
                     return node_fail(err, src, a, "arms: this arm has no name%s%s", "", "");
-                if (!scalar(an) || !safe_name(scalar(an)))
+                if (!scalar(an) || !run_dir_plain_name(scalar(an)))
                     return node_fail(err, src, an,
                                      "arms: name '%s' is not a directory name (letters, digits, . _ + -)%s",
                                      scalar(an) ? scalar(an) : "", "");

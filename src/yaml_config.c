@@ -3,6 +3,7 @@
  * reader, the checks and the listings walk that one table.) */
 #include "src/yaml_config.h"
 #include "dllm/arch.h"
+#include "src/run_dir.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -874,6 +875,13 @@ int dllm_cfg_absolute_paths(dllm_cfg *cfg, dllm_err *err)
 
 int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
 {
+    /* the run directory is log.dir/experiment: a path here would write (and --force
+     * remove) outside log.dir */
+    if (!run_dir_plain_name(cfg->experiment))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "experiment: '%s' is not a plain directory name (letters, digits, "
+                            ". _ + -; not '.' or '..'): it names the run directory under log.dir",
+                            cfg->experiment);
     if (cfg->data.train[0]) {
         FILE *f = fopen(cfg->data.train, "r");
         if (!f)
