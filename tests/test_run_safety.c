@@ -1,0 +1,550 @@
+/* test_run_safety.c: the exit-status contract of train and sft around run
+ * directories, driven as a user drives the dllm-rl binary (DLLM_BIN) on a tiny
+ * model. Every case checks the exit status (0, 1 or 2, never a signal), the
+ * message, and that nothing outside the run directory changed: a listing of the
+ * whole working directory (names, sizes, modification times, a checksum of every
+ * file) is taken before and compared after, leaving out only the run directory
+ * the command may write.
+ *
+ *   names       experiment "..", "", "a/b", "." with --force refused (exit 2,
+ *               naming the key) by train and sft; the working directory's files
+ *               and other runs untouched;
+ *   resume      sft --resume refuses what train --resume refuses (--set optim.lr,
+ *               data.train); --resume RUN/ckpt/step-N names the run directory;
+ *               a hand-edited config.yaml refused unless --allow-edited-config;
+ *   lock        a second writer of a running run (train, train --force,
+ *               train --resume) refused naming the holder's pid, the run going on;
+ *               a killed writer's lock does not block;
+ *   signals     SIGINT and SIGTERM: a checkpoint at the next step, the command that
+ *               resumes, exit 1; the resumed run completes (train and sft);
+ *   --force     a broken new model leaves the old run byte for byte; a good one
+ *               replaces it, nothing left beside it;
+ *   failed start  bad data (sft) or a bad model (train) leaves nothing that blocks a
+ *               retry, and keeps other files of the directory; a run with no
+ *               checkpoint is offered --force, not --resume;
+ *   export      an sft run exports (--merged: its weights), --adapter says why not;
+ *   flags       --quiet with --jsonl refused. */
+#include "tests/test_shell.h"
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char tmp[64];
+
+static const char *bin(void)
+{
+    const char *b = getenv("DLLM_BIN");
+    return b ? b : "./dllm-rl";
+}
+
+static char *slurp(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *slurp(const char *fmt, ...)
+{
+    char path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof path, fmt, ap);
+    va_end(ap);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static char out_[1 << 16], err_[1 << 16];
+
+/* Runs `dllm-rl ARGS` in tmp: its exit status (-1 for a signal); stdout and stderr
+ * in out_ and err_ (outside the snapshots: out/ is left out of them). */
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+    char args[4000];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int st = tu_sh("cd %s && OMP_NUM_THREADS=1 %s %s >out/stdout 2>out/stderr", tmp, bin(), args);
+    char *o = slurp("%s/out/stdout", tmp), *e = slurp("%s/out/stderr", tmp);
+    snprintf(out_, sizeof out_, "%s", o ? o : "");
+    snprintf(err_, sizeof err_, "%s", e ? e : "");
+    free(o);
+    free(e);
+    return st;
+}
+
+/* The state of everything under tmp except out/ and the run directory `except`
+ * (relative to tmp; NULL: nothing left out): each entry's path, type, size,
+ * modification time and, for a file, its checksum. */
+static char *snapshot(const char *except)
+{
+    char prune[600] = "";
+    if (except)
+        snprintf(prune, sizeof prune, "-path ./%s -prune -o", except);
+    /* directories by name only: their times follow entries made and removed inside */
+    ck_assert_int_eq(tu_sh("cd %s && { find . -path ./out -prune -o %s -type d -printf '%%p d\\n'; "
+                           "find . -path ./out -prune -o %s ! -type d -printf '%%p %%y %%s %%T@\\n'; "
+                           "} | sort > out/snap && find . -path ./out -prune -o %s -type f -print "
+                           "| sort | xargs -r cksum >> out/snap", tmp, prune, prune, prune), 0);
+    return slurp("%s/out/snap", tmp);
+}
+
+static void assert_unchanged(const char *before, const char *except, const char *what)
+{
+    char *after = snapshot(except);
+    if (strcmp(before, after)) {
+        char p[128];
+        snprintf(p, sizeof p, "%s/out/before", tmp);
+        FILE *f = fopen(p, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs(before, f);
+        fclose(f);
+        tu_sh("cd %s && diff out/before out/snap | head -c 3000 > out/diff", tmp);
+        char *d = slurp("%s/out/diff", tmp);
+        ck_assert_msg(0, "%s changed what is outside %s:\n%s", what, except ? except : "(nothing)",
+                      d);
+    }
+    free(after);
+}
+
+static bool exists(const char *rel)
+{
+    char p[512];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", tmp, rel);
+    return lstat(p, &st) == 0;
+}
+
+/* ---- fixtures: a tiny model, SFT data and configs -------------------------------- */
+
+static void write_file(const char *rel, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmp, rel);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void fixtures(void)
+{
+    static int done;
+    if (done)
+        return;
+    ck_assert_int_eq(tu_sh("mkdir -p %s/out", tmp), 0);
+    ck_assert_int_eq(run("init-model --arch llada --preset tiny --seed 3 --out model"), 0);
+    /* a model cut short: the new run --force must not let it cost the old one */
+    ck_assert_int_eq(tu_sh("cd %s && cp -r model broken && truncate -s 1000 "
+                           "broken/model.safetensors", tmp), 0);
+    ck_assert_int_eq(tu_sh("cd %s && %s tasks sft-data sudoku --n 24 --seed 5 --max-blanks 8 "
+                           "> d.jsonl && echo 'not json' > bad.jsonl", tmp, bin()), 0);
+    write_file("t.yaml",
+               "experiment: t\nseed: 7\nmodel: {path: model}\n"
+               "task: {name: sudoku, format: plain, chat: plain, train: {n: 32}, max_blanks: 6}\n"
+               "rollout: {precision: fp8, group_size: 4, gen_length: 12, block_length: 6, steps: 6}\n"
+               "likelihood: {mc_samples: 1}\n"
+               "grpo: {steps: 2, prompts_per_step: 2, inner_steps: 1}\n"
+               "eval: {every: 0, n: 4, gen_length: 12, block_length: 6, steps: 6}\n"
+               "log: {dir: runs}\ncheckpoint: {every: 1, keep: 2}\n");
+    write_file("s.yaml",
+               "experiment: s\nseed: 1\nmodel: {preset: tiny}\n"
+               "data: {train: d.jsonl, max_len: 64, answer_length: 34}\n"
+               "sft: {steps: 2, batch_size: 4}\noptim: {lr: 3e-3}\n"
+               "log: {dir: runs, every: 1}\ncheckpoint: {every: 1, keep: 3}\n");
+    write_file("notes.txt", "the user's own notes\n");
+    ck_assert_int_eq(run("train t.yaml --quiet"), 0);
+    ck_assert_int_eq(run("sft s.yaml --quiet"), 0);
+    done = 1;
+}
+
+/* ---- names ------------------------------------------------------------------------ */
+
+START_TEST(test_names_refused)
+{
+    fixtures();
+    static const char *const bad[] = {"..", ".", "a/b", "../runs", "/tmp"};
+    char *before = snapshot(NULL);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(run("train t.yaml --set 'experiment=%s' --force --quiet", bad[i]), 2);
+        ck_assert_msg(strstr(err_, "experiment") && strstr(err_, "plain directory name"),
+                      "train %s: %s", bad[i], err_);
+        assert_unchanged(before, NULL, "train with a bad experiment name");
+        ck_assert_int_eq(run("sft s.yaml --set 'experiment=%s' --force --quiet", bad[i]), 2);
+        ck_assert_msg(strstr(err_, "plain directory name"), "sft %s: %s", bad[i], err_);
+        assert_unchanged(before, NULL, "sft with a bad experiment name");
+    }
+    /* experiment: "" in the file (log.dir itself would be the run directory) */
+    ck_assert_int_eq(tu_sh("cd %s && sed 's/^experiment: t/experiment: \"\"/' t.yaml > e.yaml",
+                           tmp), 0);
+    free(before);
+    before = snapshot(NULL);
+    ck_assert_int_eq(run("train e.yaml --force --quiet"), 2);
+    ck_assert_msg(strstr(err_, "experiment: ''"), "%s", err_);
+    assert_unchanged(before, NULL, "train with experiment \"\"");
+    free(before);
+}
+END_TEST
+
+START_TEST(test_quiet_jsonl_refused)
+{
+    fixtures();
+    char *before = snapshot(NULL);
+    ck_assert_int_eq(run("train t.yaml --set experiment=qj --quiet --jsonl"), 2);
+    ck_assert_msg(strstr(err_, "--quiet and --jsonl"), "%s", err_);
+    ck_assert_str_eq(out_, "");
+    assert_unchanged(before, NULL, "--quiet --jsonl");
+    free(before);
+}
+END_TEST
+
+/* ---- resuming --------------------------------------------------------------------- */
+
+START_TEST(test_sft_resume_refuses_changes)
+{
+    fixtures();
+    char *before = snapshot(NULL);
+    ck_assert_int_eq(run("sft --resume runs/s --set optim.lr=0.1 --set sft.steps=4"), 2);
+    ck_assert_msg(strstr(err_, "--set optim.lr=0.1") && strstr(err_, "keeps its config") &&
+                  strstr(err_, "sft.steps"), "%s", err_);
+    ck_assert_int_eq(run("sft --resume runs/s --set data.train=bad.jsonl --set sft.steps=4"), 2);
+    ck_assert_msg(strstr(err_, "--set data.train"), "%s", err_);
+    /* what train --resume refuses, in the same words */
+    ck_assert_int_eq(run("train --resume runs/t --set optim.lr=0.1"), 2);
+    ck_assert_msg(strstr(err_, "--set optim.lr=0.1") && strstr(err_, "keeps its config"), "%s",
+                  err_);
+    assert_unchanged(before, NULL, "a refused resume");
+    free(before);
+}
+END_TEST
+
+START_TEST(test_resume_a_checkpoint_explained)
+{
+    fixtures();
+    char *before = snapshot(NULL);
+    ck_assert_int_eq(run("train --resume runs/t/ckpt/step-2"), 2);
+    ck_assert_msg(strstr(err_, "checkpoint") && strstr(err_, "`dllm-rl train --resume runs/t`"),
+                  "%s", err_);
+    ck_assert_msg(!strstr(err_, "No such file"), "%s", err_);
+    ck_assert_int_eq(run("sft --resume runs/s/ckpt/latest"), 2);
+    ck_assert_msg(strstr(err_, "`dllm-rl sft --resume runs/s`"), "%s", err_);
+    ck_assert_int_eq(run("train --resume runs/none"), 2);
+    ck_assert_msg(strstr(err_, "runs/none: no such run directory"), "%s", err_);
+    assert_unchanged(before, NULL, "--resume of a checkpoint");
+    free(before);
+}
+END_TEST
+
+START_TEST(test_edited_config_refused)
+{
+    fixtures();
+    ck_assert_int_eq(run("train t.yaml --set experiment=ed --quiet"), 0);
+    ck_assert_int_eq(tu_sh("cd %s && sed -i 's/^seed: 7/seed: 8/' runs/ed/config.yaml", tmp), 0);
+    char *before = snapshot(NULL);
+    ck_assert_int_eq(run("train --resume runs/ed --set grpo.steps=3 --quiet"), 2);
+    ck_assert_msg(strstr(err_, "runs/ed/config.yaml was edited") &&
+                  strstr(err_, "--allow-edited-config"), "%s", err_);
+    assert_unchanged(before, NULL, "a resume of an edited config");
+    free(before);
+    ck_assert_int_eq(run("train --resume runs/ed --set grpo.steps=3 --quiet --allow-edited-config"), 0);
+    ck_assert_msg(strstr(err_, "edited"), "the accepted edit was not reported: %s", err_);
+    ck_assert(exists("runs/ed/ckpt/step-3"));
+    /* the edit is the record now: the next resume is not refused */
+    ck_assert_int_eq(run("train --resume runs/ed --set grpo.steps=4 --quiet"), 0);
+    /* sft: the same */
+    ck_assert_int_eq(run("sft s.yaml --set experiment=sed --quiet"), 0);
+    ck_assert_int_eq(tu_sh("cd %s && sed -i 's/^seed: 1/seed: 2/' runs/sed/config.yaml", tmp), 0);
+    ck_assert_int_eq(run("sft --resume runs/sed --set sft.steps=3 --quiet"), 2);
+    ck_assert_msg(strstr(err_, "runs/sed/config.yaml was edited"), "%s", err_);
+}
+END_TEST
+
+/* ---- a running run: its lock, and signals ----------------------------------------- */
+
+/* Starts `dllm-rl ARGS` in tmp in the background (stdout and stderr to out/NAME.out
+ * and out/NAME.err); its pid. */
+static pid_t start(const char *name, const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd %s && OMP_NUM_THREADS=1 exec %s %s >out/%s.out 2>out/%s.err",
+             tmp, bin(), args, name, name);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    ck_assert_int_gt(pid, 0);
+    return pid;
+}
+
+/* Polls out/NAME.out until it holds needle (up to 120 s); false if the process ended
+ * first. */
+static bool wait_for(pid_t pid, const char *name, const char *needle)
+{
+    for (int i = 0; i < 2400; i++) {
+        char *s = slurp("%s/out/%s.out", tmp, name);
+        bool seen = s && strstr(s, needle);
+        free(s);
+        if (seen)
+            return true;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return false;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+static int wait_exit(pid_t pid)
+{
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_second_writer_refused)
+{
+    fixtures();
+    pid_t pid = start("live", "train t.yaml --set experiment=live --set grpo.steps=100000 "
+                              "--set checkpoint.every=0");
+    ck_assert_msg(wait_for(pid, "live", "step 2/"), "the run did not get going");
+    char want[64];
+    snprintf(want, sizeof want, "pid %ld", (long)pid);
+    char *lock = slurp("%s/runs/live/.lock", tmp);
+    ck_assert_ptr_nonnull(lock);
+    ck_assert_int_eq(atol(lock), pid);
+    free(lock);
+    char *before = snapshot("runs/live");
+    static const char *const second[] = {"train t.yaml --set experiment=live --force --quiet",
+                                         "train --resume runs/live --quiet",
+                                         "train t.yaml --set experiment=live --quiet",
+                                         "sft s.yaml --set experiment=live --force --quiet"};
+    for (size_t i = 0; i < sizeof second / sizeof second[0]; i++) {
+        ck_assert_int_eq(run("%s", second[i]), 2);
+        ck_assert_msg(strstr(err_, "runs/live is being written by another process") &&
+                      strstr(err_, want), "%s: %s", second[i], err_);
+        assert_unchanged(before, "runs/live", second[i]);
+    }
+    free(before);
+    /* the run was not disturbed: it still runs, its directory in place */
+    ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
+    ck_assert(exists("runs/live/log.h5") && exists("runs/live/config.yaml"));
+    ck_assert(!exists("runs/.live.force"));
+    /* killed outright: its lock file stays, and does not block */
+    kill(pid, SIGKILL);
+    ck_assert_int_eq(wait_exit(pid), -1);
+    ck_assert(exists("runs/live/.lock"));
+    ck_assert_int_eq(run("train t.yaml --set experiment=live --force --quiet"), 0);
+    ck_assert(exists("runs/live/ckpt/step-2") && !exists("runs/live/.lock"));
+}
+END_TEST
+
+/* A run stopped by sig: exit 1 with a checkpoint at a step boundary and the
+ * command that resumes; that command completes it. */
+static void stop_and_resume(const char *cmd, const char *name, int sig, const char *progress,
+                            const char *resume_args)
+{
+    char args[1024], dir[128];
+    snprintf(args, sizeof args, cmd, name);
+    snprintf(dir, sizeof dir, "runs/%s", name);
+    pid_t pid = start(name, args);
+    ck_assert_msg(wait_for(pid, name, progress), "%s did not get going", name);
+    kill(pid, sig);
+    ck_assert_int_eq(wait_exit(pid), 1);
+    char *e = slurp("%s/out/%s.err", tmp, name);
+    char want[256];
+    snprintf(want, sizeof want, "--resume %s`", dir);
+    ck_assert_msg(e && strstr(e, "stopped by a signal after step") && strstr(e, want), "%s", e);
+    /* the checkpoint it names is there, and is ckpt/latest */
+    const char *at = strstr(e, "checkpoint written (");
+    ck_assert_ptr_nonnull(at);
+    char ckpt[256];
+    ck_assert_int_eq(sscanf(at, "checkpoint written (%255[^)])", ckpt), 1);
+    free(e);
+    ck_assert_msg(exists(ckpt), "%s", ckpt);
+    char latest[300], target[64];
+    snprintf(latest, sizeof latest, "%s/%s/ckpt/latest", tmp, dir);
+    ssize_t k = readlink(latest, target, sizeof target - 1);
+    ck_assert_int_gt(k, 0);
+    target[k] = 0;
+    ck_assert_msg(strstr(ckpt, target), "%s vs latest -> %s", ckpt, target);
+    snprintf(latest, sizeof latest, "%s/.lock", dir);
+    ck_assert_msg(!exists(latest), "the stopped run left its lock file");
+    ck_assert_int_eq(run("%s --resume %s --quiet", resume_args, dir), 0);
+}
+
+START_TEST(test_signals_checkpoint_and_resume)
+{
+    fixtures();
+    stop_and_resume("train t.yaml --set experiment=%s --set grpo.steps=10 --set checkpoint.every=0",
+                    "int", SIGINT, "step 2/", "train");
+    ck_assert(exists("runs/int/ckpt/step-10"));
+    stop_and_resume("train t.yaml --set experiment=%s --set grpo.steps=10 --set checkpoint.every=0",
+                    "term", SIGTERM, "step 1/", "train");
+    stop_and_resume("sft s.yaml --set experiment=%s --set sft.steps=40 --set checkpoint.every=0",
+                    "sint", SIGINT, "step     3/", "sft");
+    ck_assert(exists("runs/sint/ckpt/step-40"));
+}
+END_TEST
+
+/* ---- --force ---------------------------------------------------------------------- */
+
+START_TEST(test_force_keeps_old_run_until_new_one_runs)
+{
+    fixtures();
+    ck_assert_int_eq(run("train t.yaml --set experiment=fo --quiet"), 0);
+    char *before = snapshot(NULL);
+    ck_assert_int_eq(run("train t.yaml --set experiment=fo --set model.path=broken --force --quiet"),
+                     2);
+    ck_assert_msg(strstr(err_, "broken/model.safetensors"), "%s", err_);
+    /* the old run byte for byte, and nothing beside it */
+    assert_unchanged(before, NULL, "a failed --force");
+    free(before);
+    ck_assert_int_eq(run("sft s.yaml --set experiment=s --set data.train=bad.jsonl --force --quiet"),
+                     2);
+    ck_assert_msg(strstr(err_, "bad.jsonl:1"), "%s", err_);
+    ck_assert(exists("runs/s/ckpt/step-2"));
+    ck_assert(!exists("runs/.s.force"));
+    /* a good new run replaces the old one: its checkpoints alone */
+    before = snapshot("runs/fo");
+    ck_assert_int_eq(run("train t.yaml --set experiment=fo --set grpo.steps=1 --force --quiet"), 0);
+    assert_unchanged(before, "runs/fo", "--force");
+    free(before);
+    ck_assert(exists("runs/fo/ckpt/step-1") && !exists("runs/fo/ckpt/step-2"));
+    ck_assert(!exists("runs/.fo.force") && !exists("runs/fo/.lock"));
+}
+END_TEST
+
+/* ---- a failed start ----------------------------------------------------------------- */
+
+START_TEST(test_failed_start_leaves_nothing)
+{
+    fixtures();
+    char *before = snapshot(NULL);
+    ck_assert_int_eq(run("sft s.yaml --set experiment=fs --set data.train=bad.jsonl --quiet"), 2);
+    ck_assert_msg(strstr(err_, "bad.jsonl:1"), "%s", err_);
+    ck_assert_msg(!strstr(err_, "--resume"), "a failed start offered --resume: %s", err_);
+    assert_unchanged(before, NULL, "a failed sft start");
+    ck_assert_int_eq(run("train t.yaml --set experiment=ft --set model.path=broken --quiet"), 2);
+    assert_unchanged(before, NULL, "a failed train start");
+    free(before);
+    /* the retry, fixed, needs no --force */
+    ck_assert_int_eq(run("sft s.yaml --set experiment=fs --quiet"), 0);
+    ck_assert(exists("runs/fs/ckpt/step-2"));
+    /* a directory made beforehand (a sweep's train.log in it) keeps what it had */
+    ck_assert_int_eq(tu_sh("mkdir -p %s/runs/pre && echo log > %s/runs/pre/train.log", tmp, tmp), 0);
+    before = snapshot(NULL);
+    ck_assert_int_eq(run("train t.yaml --set experiment=pre --set model.path=broken --quiet"), 2);
+    assert_unchanged(before, NULL, "a failed start in a directory made beforehand");
+    free(before);
+}
+END_TEST
+
+START_TEST(test_no_checkpoint_offers_force)
+{
+    fixtures();
+    /* a run killed after its first step, before any checkpoint */
+    pid_t pid = start("nock", "sft s.yaml --set experiment=nock --set sft.steps=100000 "
+                              "--set checkpoint.every=0");
+    ck_assert_msg(wait_for(pid, "nock", "step     2/"), "the run did not get going");
+    kill(pid, SIGKILL);
+    wait_exit(pid);
+    /* (the dead writer's lock file may go: left out) */
+    char *before = snapshot("runs/nock/.lock");
+    ck_assert_int_eq(run("sft --resume runs/nock --quiet"), 2);
+    ck_assert_msg(strstr(err_, "no checkpoint") && strstr(err_, "--force"), "%s", err_);
+    ck_assert_int_eq(run("sft s.yaml --set experiment=nock --quiet"), 2);
+    ck_assert_msg(strstr(err_, "--force") && !strstr(err_, "--resume"),
+                  "--resume offered where it cannot work: %s", err_);
+    assert_unchanged(before, "runs/nock/.lock", "a refused restart");
+    free(before);
+    ck_assert_int_eq(run("sft s.yaml --set experiment=nock --force --quiet"), 0);
+}
+END_TEST
+
+/* ---- export of an sft run --------------------------------------------------------- */
+
+START_TEST(test_export_sft_run)
+{
+    fixtures();
+    char *before = snapshot("ex");
+    ck_assert_int_eq(run("export runs/s --merged --out ex"), 0);
+    assert_unchanged(before, "ex", "export");
+    free(before);
+    ck_assert_int_eq(tu_sh("cd %s && cmp ex/model.safetensors runs/s/ckpt/latest/model.safetensors "
+                           "&& cmp ex/tokenizer.json runs/s/ckpt/latest/tokenizer.json && cmp "
+                           "ex/generation.json runs/s/ckpt/latest/generation.json", tmp), 0);
+    /* the exported model generates what the checkpoint does */
+    ck_assert_int_eq(run("generate --model ex --prompt-ids 1,2,3 --format ids"), 0);
+    char *a = strdup(out_);
+    ck_assert_int_eq(run("generate --model runs/s/ckpt/latest --prompt-ids 1,2,3 --format ids"), 0);
+    ck_assert_str_eq(a, out_);
+    ck_assert_int_gt(strlen(a), 0);
+    free(a);
+    ck_assert_int_eq(run("export runs/s --adapter --out ex2"), 2);
+    ck_assert_msg(strstr(err_, "sft run") && strstr(err_, "--merged"), "%s", err_);
+    ck_assert(!exists("ex2"));
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("run_safety");
+    TCase *tc = tcase_create("refusals");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_names_refused);
+    tcase_add_test(tc, test_quiet_jsonl_refused);
+    tcase_add_test(tc, test_sft_resume_refuses_changes);
+    tcase_add_test(tc, test_resume_a_checkpoint_explained);
+    tcase_add_test(tc, test_edited_config_refused);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("running");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_second_writer_refused);
+    tcase_add_test(tc, test_signals_checkpoint_and_resume);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("force_and_failures");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_force_keeps_old_run_until_new_one_runs);
+    tcase_add_test(tc, test_failed_start_leaves_nothing);
+    tcase_add_test(tc, test_no_checkpoint_offers_force);
+    tcase_add_test(tc, test_export_sft_run);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    const char *b = getenv("DLLM_BIN");
+    if (!b || access(b, X_OK) != 0) {
+        fprintf(stderr, "test_run_safety: SKIP: DLLM_BIN (the dllm-rl binary) not set or not "
+                        "executable\n");
+        return 77;
+    }
+    strcpy(tmp, "/tmp/dllm-run-safety-XXXXXX");
+    if (!mkdtemp(tmp))
+        return 1;
+    /* one process: the cases share the model, the data and the first runs */
+    SRunner *sr = srunner_create(suite());
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    tu_sh("rm -rf %s", tmp);
+    return nf == 0 ? 0 : 1;
+}
