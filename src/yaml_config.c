@@ -186,7 +186,7 @@ typedef struct {
 
 static const cfg_key keys[] = {
     {"experiment", K_STR, F(experiment), "run", 0, 0, NULL,
-     "run directory name under log.dir"},
+     "run directory name under log.dir (a plain name: letters, digits, . _ + -)"},
     {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL,
      "root of every random stream"},
     {"device", K_ENUM, F(device), "cpu", 0, 0, &cfg_names_device,
