@@ -678,6 +678,11 @@ int cmd_sft(int argc, char **argv)
             goto done;
         }
     }
+    if (!hold.started) { /* a run of no steps */
+        if ((rc = run_dir_started(&hold, &err)))
+            goto done;
+        rebase_run_dir(&run, hold.path);
+    }
     if (!opt.quiet)
         printf("done: %s/ckpt/latest\n", run.run_dir);
 done:

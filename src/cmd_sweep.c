@@ -4,6 +4,7 @@
  * interrupted ones, then writes the summary tables (src/sweep_summary.h). */
 #include "src/commands.h"
 #include "src/cli_util.h"
+#include "src/run_dir.h"
 #include "src/sweep_file.h"
 #include "src/sweep_summary.h"
 
@@ -195,6 +196,11 @@ static int execute(const sweep_file *sf, const sweep_run *runs, int n, sweep_res
             continue;
         }
         run_dir_of(sweep_dir, &runs[r], rd, sizeof rd);
+        long writer = run_dir_writer(rd);
+        if (writer) { /* another process runs it (another sweep of the same file) */
+            printf("skip %s (being written by pid %ld)\n", runs[r].name, writer);
+            continue;
+        }
         if (res[r].status != RUN_MISSING && !res[r].resumable) {
             /* interrupted before its first checkpoint: nothing to resume from */
             snprintf(p, sizeof p, "%s/log.h5", rd);

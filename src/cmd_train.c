@@ -447,6 +447,9 @@ static int run_training(rl_run *run, const train_args *a, run_dir_hold *hold, dl
                                 run_dir);
         }
     }
+    /* a run of no steps (grpo.steps 0: evaluation only) is complete here */
+    if (first_step_written(run, hold, err))
+        return err->code;
     if (run->rank == 0 && !run->quiet && !run->jsonl)
         printf("done: %s (%.1f s)\n", run_dir, dllm_now() - run->t_start);
     return 0;

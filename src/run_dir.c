@@ -103,6 +103,24 @@ static void unlock_dir(const char *dir, int *fd)
     *fd = -1;
 }
 
+long run_dir_writer(const char *dir)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    long pid = 0;
+    if (flock(fd, LOCK_SH | LOCK_NB) && errno == EWOULDBLOCK) {
+        char buf[32] = "";
+        ssize_t k = pread(fd, buf, sizeof buf - 1, 0);
+        buf[k > 0 ? k : 0] = '\0';
+        pid = atol(buf) > 0 ? atol(buf) : -1;
+    }
+    close(fd); /* a shared lock taken here goes with it */
+    return pid;
+}
+
 /* ---- opening ---------------------------------------------------------------------- */
 
 void run_dir_init(run_dir_hold *rd, const char *dir)
@@ -123,6 +141,20 @@ int run_dir_open_new(run_dir_hold *rd, const char *dir, bool force, run_dir_refu
                             "%s exists and is not a directory: the run directory must be one "
                             "(set another experiment name or log.dir)", dir);
     if (lstat(dir, &st)) {
+        /* the highest missing directory on the way: a failed start removes from there */
+        char p[4096];
+        snprintf(p, sizeof p, "%s", dir);
+        snprintf(rd->made_from, sizeof rd->made_from, "%s", dir);
+        for (char *c = p + 1; *c; c++)
+            if (*c == '/') {
+                *c = '\0';
+                bool missing = lstat(p, &st) != 0;
+                *c = '/';
+                if (missing) {
+                    snprintf(rd->made_from, sizeof rd->made_from, "%.*s", (int)(c - p), p);
+                    break;
+                }
+            }
         if (cli_mkdirs(dir, err))
             return err->code;
         rd->created = true;
@@ -236,6 +268,14 @@ void run_dir_close(run_dir_hold *rd)
         } else if (rd->created) {
             unlock_dir(rd->final_, &rd->lock_fd);
             cli_rm_tree(rd->final_);
+            /* and the directories made on the way, where nothing else came into them */
+            char p[4096];
+            snprintf(p, sizeof p, "%s", rd->final_);
+            for (char *c; strcmp(p, rd->made_from) && (c = strrchr(p, '/')) && c > p;) {
+                *c = '\0';
+                if (rmdir(p))
+                    break;
+            }
         } else {
             for (int i = 0; i < N_OWN; i++)
                 if (!(rd->existed & (1u << i))) {

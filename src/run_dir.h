@@ -31,6 +31,7 @@ typedef struct {
     int old_fd;         /* --force: the replaced run's lock, held until it is gone */
     bool opened;        /* locked by run_dir_open_new or run_dir_open_resume */
     bool created;       /* this process made final_ */
+    char made_from[4096]; /* the highest directory it made for final_ (log.dir, when new) */
     bool started;       /* the first step is written: a failure keeps the run */
     unsigned existed;   /* which of the run's own files were there before (bit per name) */
 } run_dir_hold;
@@ -47,6 +48,9 @@ void run_dir_init(run_dir_hold *rd, const char *dir);
  * NULL) decides whether the content there forbids a new run. */
 int run_dir_open_new(run_dir_hold *rd, const char *dir, bool force, run_dir_refuse_fn refuse,
                      void *ctx, dllm_err *err);
+/* The pid of the process writing dir (holding its lock; -1 when its pid is not
+ * known yet), or 0 when none. Takes nothing. */
+long run_dir_writer(const char *dir);
 /* Opens an existing run's directory to continue it: locked. */
 int run_dir_open_resume(run_dir_hold *rd, const char *dir, dllm_err *err);
 /* The first step is written: under --force the new run replaces the old one now

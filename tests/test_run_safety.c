@@ -13,15 +13,17 @@
  *               data.train); --resume RUN/ckpt/step-N names the run directory;
  *               a hand-edited config.yaml refused unless --allow-edited-config;
  *   lock        a second writer of a running run (train, train --force,
- *               train --resume) refused naming the holder's pid, the run going on;
- *               a killed writer's lock does not block;
+ *               train --resume, sft) refused naming the holder's pid, the run going
+ *               on; a sweep leaves a run another process writes alone; a killed
+ *               writer's lock does not block;
  *   signals     SIGINT and SIGTERM: a checkpoint at the next step, the command that
  *               resumes, exit 1; the resumed run completes (train and sft);
  *   --force     a broken new model leaves the old run byte for byte; a good one
  *               replaces it, nothing left beside it;
  *   failed start  bad data (sft) or a bad model (train) leaves nothing that blocks a
- *               retry, and keeps other files of the directory; a run with no
- *               checkpoint is offered --force, not --resume;
+ *               retry, and keeps other files of the directory (a run of no steps is
+ *               complete, kept); a run with no checkpoint is offered --force, not
+ *               --resume;
  *   export      an sft run exports (--merged: its weights), --adapter says why not;
  *   flags       --quiet with --jsonl refused. */
 #include "tests/test_shell.h"
@@ -345,6 +347,25 @@ START_TEST(test_second_writer_refused)
     ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
     ck_assert(exists("runs/live/log.h5") && exists("runs/live/config.yaml"));
     ck_assert(!exists("runs/.live.force"));
+    /* a sweep whose run this is leaves it alone (before: it removed the log of a run
+     * it took for one interrupted before its first checkpoint) */
+    write_file("sw.yaml", "name: sw\nbase: t.yaml\narms:\n  - {name: a}\n");
+    pid_t sw = start("swlive", "train t.yaml --set log.dir=runs/sw --set experiment=a "
+                               "--set grpo.steps=100000 --set checkpoint.every=0");
+    ck_assert_msg(wait_for(sw, "swlive", "step 1/"), "the sweep's run did not get going");
+    struct stat a0, a1;
+    char lp[256];
+    snprintf(lp, sizeof lp, "%s/runs/sw/a/log.h5", tmp);
+    ck_assert_int_eq(stat(lp, &a0), 0);
+    int st = run("sweep sw.yaml");
+    snprintf(want, sizeof want, "skip a (being written by pid %ld)", (long)sw);
+    ck_assert_msg(strstr(out_, want), "exit %d: %s%s", st, out_, err_);
+    ck_assert_msg(st == 0 || st == 1, "sweep: exit %d: %s", st, err_);
+    ck_assert_int_eq(stat(lp, &a1), 0);
+    ck_assert_msg(a0.st_ino == a1.st_ino, "the sweep replaced a running run's log");
+    ck_assert_int_eq(waitpid(sw, NULL, WNOHANG), 0);
+    kill(sw, SIGKILL);
+    wait_exit(sw);
     /* killed outright: its lock file stays, and does not block */
     kill(pid, SIGKILL);
     ck_assert_int_eq(wait_exit(pid), -1);
@@ -442,10 +463,17 @@ START_TEST(test_failed_start_leaves_nothing)
     assert_unchanged(before, NULL, "a failed sft start");
     ck_assert_int_eq(run("train t.yaml --set experiment=ft --set model.path=broken --quiet"), 2);
     assert_unchanged(before, NULL, "a failed train start");
+    /* the log.dir it made goes too */
+    ck_assert_int_eq(run("train t.yaml --set log.dir=new/logs --set model.path=broken --quiet"), 2);
+    assert_unchanged(before, NULL, "a failed train start in a new log.dir");
     free(before);
     /* the retry, fixed, needs no --force */
     ck_assert_int_eq(run("sft s.yaml --set experiment=fs --quiet"), 0);
     ck_assert(exists("runs/fs/ckpt/step-2"));
+    /* a run of no steps (evaluation only) is complete, not a failed start */
+    ck_assert_int_eq(run("train t.yaml --set experiment=zero --set grpo.steps=0 "
+                         "--set eval.every=1 --quiet"), 0);
+    ck_assert(exists("runs/zero/log.h5") && exists("runs/zero/eval/sudoku-step-0.txt"));
     /* a directory made beforehand (a sweep's train.log in it) keeps what it had */
     ck_assert_int_eq(tu_sh("mkdir -p %s/runs/pre && echo log > %s/runs/pre/train.log", tmp, tmp), 0);
     before = snapshot(NULL);
