@@ -20,7 +20,7 @@ bool run_dir_plain_name(const char *s)
     if (!*s || !strcmp(s, ".") || !strcmp(s, ".."))
         return false;
     for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && !strchr("._+-", *s))
+        if (!isalnum((unsigned char)*s) && !strchr("._+-=", *s))
             return false;
     return true;
 }

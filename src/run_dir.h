@@ -19,7 +19,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Letters, digits, '.', '_', '+', '-'; not "", "." or "..". */
+/* Letters, digits, '.', '_', '+', '-', '=' (a sweep names runs key=value); not "",
+ * "." or "..". */
 bool run_dir_plain_name(const char *s);
 
 typedef struct {

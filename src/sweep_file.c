@@ -193,7 +193,7 @@ static int parse_doc(sweep_file *sf, yaml_document_t *doc, const src_text *src, 
             if (!strcmp(key, "name")) {
                 if (!run_dir_plain_name(scalar(v)))
                     return node_fail(err, src, v,
-                                     "name: '%s' is not a directory name (letters, digits, . _ + -)%s",
+                                     "name: '%s' is not a directory name (letters, digits, . _ + - =)%s",
                                      scalar(v), "");
                 name_node = v;
             } else {
@@ -219,7 +219,7 @@ static int parse_doc(sweep_file *sf, yaml_document_t *doc, const src_text *src, 
                     return node_fail(err, src, a, "arms: this arm has no name%s%s", "", "");
                 if (!scalar(an) || !run_dir_plain_name(scalar(an)))
                     return node_fail(err, src, an,
-                                     "arms: name '%s' is not a directory name (letters, digits, . _ + -)%s",
+                                     "arms: name '%s' is not a directory name (letters, digits, . _ + - =)%s",
                                      scalar(an) ? scalar(an) : "", "");
                 for (int j = 0; j < sf->n_arms; j++)
                     if (!strcmp(sf->arms[j].name, scalar(an)))

@@ -14,7 +14,7 @@
  * {steps: 200}`); values are YAML scalars or flow sequences, checked against the
  * config schema at load time. Every error is `file:line:col: message` with the line
  * echoed, like the config reader's. Names (the sweep's, the arms') use letters,
- * digits and . _ + - only.
+ * digits and . _ + - = only.
  *
  * Runs: every arm (one unnamed arm when there are none) crossed with the grid
  * (its keys in file order, the last varying fastest). A run's overrides are `set`,

@@ -186,7 +186,7 @@ typedef struct {
 
 static const cfg_key keys[] = {
     {"experiment", K_STR, F(experiment), "run", 0, 0, NULL,
-     "run directory name under log.dir (a plain name: letters, digits, . _ + -)"},
+     "run directory name under log.dir (a plain name: letters, digits, . _ + - =)"},
     {"seed", K_LONG, F(seed), "1", 0, 9.2e18, NULL,
      "root of every random stream"},
     {"device", K_ENUM, F(device), "cpu", 0, 0, &cfg_names_device,
@@ -880,7 +880,7 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
     if (!run_dir_plain_name(cfg->experiment))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "experiment: '%s' is not a plain directory name (letters, digits, "
-                            ". _ + -; not '.' or '..'): it names the run directory under log.dir",
+                            ". _ + - =; not '.' or '..'): it names the run directory under log.dir",
                             cfg->experiment);
     if (cfg->data.train[0]) {
         FILE *f = fopen(cfg->data.train, "r");
