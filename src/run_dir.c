@@ -5,6 +5,7 @@
 #include "src/cli_util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -24,13 +25,6 @@ bool run_dir_plain_name(const char *s)
             return false;
     return true;
 }
-
-/* What train and sft write into a run directory: a failed start removes the ones
- * that were not there before it (a directory made for the run goes whole). */
-static const char *const own_files[] = {"config.yaml", "config.hash", "tokenizer.json",
-                                        "log.h5",      "log.h5.tmp",  "ckpt",
-                                        "eval",        "sft_log.jsonl"};
-enum { N_OWN = sizeof own_files / sizeof own_files[0] };
 
 /* ---- the lock -------------------------------------------------------------------- */
 
@@ -193,12 +187,16 @@ int run_dir_open_new(run_dir_hold *rd, const char *dir, bool force, run_dir_refu
             rmdir(dir);
         return err->code;
     }
-    for (int i = 0; i < N_OWN; i++) {
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s", dir, own_files[i]);
-        if (lstat(p, &st) == 0)
-            rd->existed |= 1u << i;
+    /* what is there already stays whatever happens (a sweep's train.log) */
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, ".lock"))
+            continue;
+        rd->before = dllm_realloc(rd->before, sizeof *rd->before * (size_t)(rd->n_before + 1));
+        rd->before[rd->n_before++] = dllm_strdup(e->d_name);
     }
+    if (d)
+        closedir(d);
     rd->opened = true;
     return 0;
 }
@@ -276,17 +274,30 @@ void run_dir_close(run_dir_hold *rd)
                 if (rmdir(p))
                     break;
             }
-        } else {
-            for (int i = 0; i < N_OWN; i++)
-                if (!(rd->existed & (1u << i))) {
+        } else { /* everything the run wrote: what was not there when it opened */
+            DIR *d = opendir(rd->final_);
+            for (struct dirent *e; d && (e = readdir(d));) {
+                bool keep = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+                            !strcmp(e->d_name, ".lock");
+                for (int i = 0; i < rd->n_before && !keep; i++)
+                    keep = !strcmp(e->d_name, rd->before[i]);
+                if (!keep) {
                     char p[4400];
-                    snprintf(p, sizeof p, "%s/%s", rd->final_, own_files[i]);
+                    snprintf(p, sizeof p, "%s/%s", rd->final_, e->d_name);
                     cli_rm_tree(p);
                 }
+            }
+            if (d)
+                closedir(d);
         }
     }
     unlock_dir(rd->path, &rd->lock_fd);
     unlock_dir(rd->final_, &rd->old_fd);
+    for (int i = 0; i < rd->n_before; i++)
+        free(rd->before[i]);
+    free(rd->before);
+    rd->before = NULL;
+    rd->n_before = 0;
 }
 
 /* ---- the config's record ----------------------------------------------------------- */

@@ -6,8 +6,8 @@
  *     blocks); a second writer is refused naming the holder;
  *   - --force builds the new run beside the old one (log.dir/.NAME.force) and
  *     replaces the old only once the new one has written its first step;
- *   - a start that fails before its first step removes what it wrote, so a retry
- *     is not blocked by it;
+ *   - a start that fails before its first step removes what it wrote (whatever was
+ *     not in the directory when it opened), so a retry is not blocked by it;
  *   - the config the run wrote is recorded by hash (RUN/config.hash), so a resume
  *     notices a hand-edited config.yaml. */
 #ifndef DLLM_RUN_DIR_H
@@ -34,7 +34,8 @@ typedef struct {
     bool created;       /* this process made final_ */
     char made_from[4096]; /* the highest directory it made for final_ (log.dir, when new) */
     bool started;       /* the first step is written: a failure keeps the run */
-    unsigned existed;   /* which of the run's own files were there before (bit per name) */
+    char **before;      /* the entries final_ held when opened (a failed start keeps them) */
+    int n_before;
 } run_dir_hold;
 
 /* An input error naming a run directory that holds content the new run refuses to
@@ -58,8 +59,8 @@ int run_dir_open_resume(run_dir_hold *rd, const char *dir, dllm_err *err);
  * (rd->path becomes the run directory). */
 int run_dir_started(run_dir_hold *rd, dllm_err *err);
 /* Releases the lock. Before the first step (a failed or interrupted start) it
- * first removes what the run wrote: the staging sibling, or the run's own files
- * and a directory it made. */
+ * first removes what the run wrote: the staging sibling, or what was not in the
+ * run directory when it opened, and the directories it made. */
 void run_dir_close(run_dir_hold *rd);
 
 /* RUN/config.hash: the hash of RUN/config.yaml as the run wrote it. */
