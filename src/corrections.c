@@ -9,8 +9,10 @@ void corr_cfg_default(corr_cfg *cfg)
 {
     *cfg = (corr_cfg){
         .method = CORR_AIS, .level = CORR_LEVEL_SEQUENCE, .cap = 2.0, .fixed_alpha = 0.5,
-        .ais = {.combine = AIS_COMBINE_LINEAR, .noise = AIS_NOISE_DEBIAS, .w_rel = 1.0, .w_div = 1.0, .w_var = 1.0,
-                .tau_delta = 0.05, .bias = -4.0, .eta = 0.0, .alpha_min = 0.0, .alpha_max = 1.0},
+        .ais = {.combine = AIS_COMBINE_LINEAR, .noise = AIS_NOISE_DEBIAS,
+                .population = AIS_POP_INFORMATIVE, .variance = AIS_VAR_TOTAL, .w_rel = 1.0,
+                .w_div = 1.0, .w_var = 1.0, .tau_delta = 0.05, .bias = -4.0, .gain = 8.0,
+                .eta = 0.0, .alpha_min = 0.0, .alpha_max = 1.0},
     };
 }
 
@@ -36,6 +38,9 @@ int corr_cfg_check(const corr_cfg *cfg, dllm_err *err)
                             "alpha_max <= 1 (got %g, %g)", a->alpha_min, a->alpha_max);
     if (!isfinite(a->bias))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "correction.ais.bias: must be finite");
+    if (!(isfinite(a->gain) && a->gain > 0.0))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "correction.ais.gain: must be > 0 (got %g)",
+                            a->gain);
     const double ws[3] = {a->w_rel, a->w_div, a->w_var};
     const char *names[3] = {"reliability", "divergence", "variance"};
     /* signed: linear normalises by the sum of |weights|, so a negative weight
@@ -52,6 +57,8 @@ static const char *const method_names[] = {"none", "is", "tis", "mis", "fixed", 
 static const char *const level_names[] = {"sequence", "geo", "token"};
 static const char *const combine_names[] = {"linear", "logistic"};
 static const char *const noise_names[] = {"debias", "none"};
+static const char *const population_names[] = {"informative", "all"};
+static const char *const variance_names[] = {"total", "excess"};
 
 const char *corr_method_name(corr_method m)
 {
@@ -68,6 +75,14 @@ const char *ais_combine_name(ais_combine c)
 const char *ais_noise_name(ais_noise n)
 {
     return (unsigned)n < 2 ? noise_names[n] : "?";
+}
+const char *ais_population_name(ais_population p)
+{
+    return (unsigned)p < 2 ? population_names[p] : "?";
+}
+const char *ais_variance_name(ais_variance v)
+{
+    return (unsigned)v < 2 ? variance_names[v] : "?";
 }
 
 /* Looks s up in names[n]; the error names the key and lists the choices. */
@@ -120,6 +135,41 @@ int ais_parse_noise(const char *s, ais_noise *out, dllm_err *err)
     if (rc == DLLM_OK)
         *out = (ais_noise)k;
     return rc;
+}
+
+int ais_parse_population(const char *s, ais_population *out, dllm_err *err)
+{
+    int k;
+    int rc = parse_enum(s, population_names, 2, "correction.ais.population", &k, err);
+    if (rc == DLLM_OK)
+        *out = (ais_population)k;
+    return rc;
+}
+int ais_parse_variance(const char *s, ais_variance *out, dllm_err *err)
+{
+    int k;
+    int rc = parse_enum(s, variance_names, 2, "correction.ais.variance", &k, err);
+    if (rc == DLLM_OK)
+        *out = (ais_variance)k;
+    return rc;
+}
+
+void corr_informative(const double *reward, int n_groups, int G, uint8_t *member)
+{
+    for (int g = 0; g < n_groups; g++) {
+        const double *r = reward + (size_t)g * G;
+        uint8_t differ = 0;
+        for (int j = 1; j < G; j++)
+            differ |= r[j] != r[0];
+        for (int j = 0; j < G; j++)
+            member[(size_t)g * G + j] = differ;
+    }
+}
+
+/* whether completion i is in the diagnostics' population */
+static bool in_pop(const corr_batch *b, int i)
+{
+    return !b->member || b->member[i];
 }
 
 static int check_batch(const corr_cfg *cfg, const corr_batch *b, dllm_err *err)
@@ -213,6 +263,8 @@ int corr_local_extrema(const corr_cfg *cfg, const corr_batch *b, corr_extrema *e
     if (rc)
         return rc;
     for (int i = 0; i < b->N; i++) {
+        if (!in_pop(b, i))
+            continue;
         if (cfg->level == CORR_LEVEL_TOKEN) {
             const double *d = b->d + (size_t)i * b->T;
             for (int t = 0; t < b->T; t++)
@@ -234,10 +286,12 @@ void corr_extrema_merge(corr_extrema *a, const corr_extrema *b)
             a->v[k] = b->v[k];
 }
 
-/* One unit into the sums: finite or not, its truncation/zeroing counts.
- * k: the noise shrink factor (w' = exp(k (lw - lw_max))). */
+/* One unit into the sums: finite or not, its truncation/zeroing counts; the
+ * diagnostics' sums only for a member of the population.
+ * k: the noise shrink factor (w' = exp(k (lw - lw_max))); cap_sc: the shift
+ * max lw~ - L of the capped weight's exponent and the cap C exp(-L). */
 static void sums_add_unit(const corr_cfg *cfg, double *s, double lw, double A, double lw_max,
-                          double k, double a_mid)
+                          double k, double a_mid, const double *cap_sc, bool member)
 {
     int trunc, zeroed, nonfin;
     unit_coef(cfg, 0.0, lw, &trunc, &zeroed, &nonfin);
@@ -245,9 +299,17 @@ static void sums_add_unit(const corr_cfg *cfg, double *s, double lw, double A, d
     s[CORR_S_TRUNC] += trunc;
     s[CORR_S_ZEROED] += zeroed;
     s[CORR_S_NONFINITE] += nonfin;
-    if (!isfinite(lw))
+    if (!isfinite(lw) || !member)
         return;
     const double w = exp(k * (lw - lw_max)), a = A - a_mid;
+    /* the capped weight min(exp(lw~), C) on the scale exp(-L), L = min(max lw~, log C):
+     * its largest value is 1, so neither it nor the sums overflow or all underflow
+     * (lw~ - max lw~ = k (lw - max lw)) */
+    const double mc = fmin(exp(k * (lw - lw_max) + cap_sc[0]), cap_sc[1]);
+    s[CORR_S_M] += mc;
+    s[CORR_S_M2] += mc * mc;
+    s[CORR_S_M2A] += mc * mc * a;
+    s[CORR_S_M2A2] += (mc * a) * (mc * a);
     s[CORR_S_FINITE] += 1;
     s[CORR_S_W] += w;
     s[CORR_S_W2] += w * w;
@@ -275,7 +337,7 @@ int corr_local_moments(const corr_cfg *cfg, const corr_batch *b, const corr_extr
     const double c = 0.5 * (gx->v[CORR_X_LW_MAX] - gx->v[CORR_X_LW_NEGMIN]);
     for (int i = 0; i < b->N; i++) {
         const double lw = seq_lw(cfg, b, i);
-        if (!isfinite(lw))
+        if (!isfinite(lw) || !in_pop(b, i))
             continue;
         m[CORR_M_N] += 1;
         m[CORR_M_LW] += lw - c;
@@ -329,6 +391,19 @@ static void sums_add_tokens(double *s, const double *d, int T)
     }
 }
 
+/* max lw~ = m + k (max lw - m): the largest de-noised log-weight (max lw when k = 1) */
+static double top_lw(const corr_cfg *cfg, const corr_extrema *gx, const corr_moments *gm)
+{
+    const corr_noise_fit nf = corr_fit_noise(cfg, gm);
+    double top = gx->v[CORR_X_LW_MAX];
+    if (nf.k != 1.0 && gm && gm->v[CORR_M_N] > 0) {
+        const double c = 0.5 * (gx->v[CORR_X_LW_MAX] - gx->v[CORR_X_LW_NEGMIN]);
+        const double m = c + gm->v[CORR_M_LW] / gm->v[CORR_M_N];
+        top = m + nf.k * (top - m);
+    }
+    return top;
+}
+
 int corr_local_sums(const corr_cfg *cfg, const corr_batch *b, const corr_extrema *gx,
                     const corr_moments *gm, corr_stats *st, dllm_err *err)
 {
@@ -340,18 +415,32 @@ int corr_local_sums(const corr_cfg *cfg, const corr_batch *b, const corr_extrema
     const double lw_max = gx->v[CORR_X_LW_MAX];
     const double k = corr_fit_noise(cfg, gm).k;
     const double a_mid = 0.5 * (gx->v[CORR_X_A_MAX] - gx->v[CORR_X_A_NEGMIN]);
+    /* w' = exp(lw~ - max lw~); the capped weight min(exp(lw~), C) scaled by exp(-L) is
+     * min(w' exp(max lw~ - L), C exp(-L)) */
+    const double top = top_lw(cfg, gx, gm), L = fmin(top, log(cfg->cap));
+    const double cap_sc[2] = {isfinite(top) ? top - L : 0.0,
+                              isfinite(L) ? exp(log(cfg->cap) - L) : INFINITY};
     for (int i = 0; i < b->N; i++) {
         const double *d = b->d ? b->d + (size_t)i * b->T : NULL;
+        const bool member = in_pop(b, i);
+        s[CORR_S_MEMBERS] += member;
         if (cfg->level == CORR_LEVEL_TOKEN) {
             for (int t = 0; t < b->T; t++)
                 if (!isnan(d[t]))
-                    sums_add_unit(cfg, s, d[t], b->adv[i], lw_max, 1.0, a_mid);
-            sums_add_tokens(s, d, b->T);
+                    sums_add_unit(cfg, s, d[t], b->adv[i], lw_max, 1.0, a_mid, cap_sc, member);
+            if (member)
+                sums_add_tokens(s, d, b->T);
         } else {
             const double lw = seq_lw(cfg, b, i);
-            sums_add_unit(cfg, s, lw, b->adv[i], lw_max, k, a_mid);
-            if (d && isfinite(lw))
+            sums_add_unit(cfg, s, lw, b->adv[i], lw_max, k, a_mid, cap_sc, member);
+            if (d && isfinite(lw) && member)
                 sums_add_tokens(s, d, b->T);
+        }
+        if (!member)
+            continue;
+        if (b->log_w && isfinite(b->log_w[i])) {
+            s[CORR_S_ABS_LW] += fabs(b->log_w[i]);
+            s[CORR_S_ABS_LW_N] += 1;
         }
         /* the standard error belongs to the completion's log w at every level */
         if (b->log_w_se && b->log_w && isfinite(b->log_w[i]) && isfinite(b->log_w_se[i])) {
@@ -377,9 +466,10 @@ void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_mome
     const corr_noise_fit nf = corr_fit_noise(cfg, gm);
     memset(g, 0, sizeof *g);
     g->n = n;
+    g->members = s[CORR_S_MEMBERS];
     g->noise_k = nf.k;
     g->frac_var_mc = nf.frac_var_mc;
-    g->nu = 1.0;
+    g->nu = g->nu_total = g->nu_excess = 1.0;
     g->log_mean_w = -INFINITY;
     if (n > 0) {
         const double Sw = s[CORR_S_W];
@@ -388,16 +478,9 @@ void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_mome
         g->s_rel = n > 1 ? (n - g->ess) / (n - 1) : 0.0;
         const double mean_wt2 = n * s[CORR_S_W2] / (Sw * Sw); /* mean(w~^2) */
         g->w_cv = sqrt(fmax(mean_wt2 - 1.0, 0.0));
-        /* log mean(w), w = exp(lw~): the sums are scaled by exp(-max lw~) and
-         * max lw~ = m + k (max lw - m); the raw log mean when k = 1 */
-        double lw_top = gx->v[CORR_X_LW_MAX];
-        if (nf.k != 1.0 && gm && gm->v[CORR_M_N] > 0) {
-            const double c = 0.5 * (gx->v[CORR_X_LW_MAX] - gx->v[CORR_X_LW_NEGMIN]);
-            const double m = c + gm->v[CORR_M_LW] / gm->v[CORR_M_N];
-            lw_top = m + nf.k * (lw_top - m);
-        }
-        g->log_mean_w = log(Sw / n) + lw_top;
-        /* equal weights make w~ = 1 and equal advantages make Var(A) = 0: nu = 1
+        /* log mean(w), w = exp(lw~): the sums are scaled by exp(-max lw~) */
+        g->log_mean_w = log(Sw / n) + top_lw(cfg, gx, gm);
+        /* equal weights make w~ = c~ = 1 and equal advantages make Var(A) = 0: nu = 1
          * exactly in both cases, decided on the exact extrema, not on rounded sums
          * (k = 0 makes every de-noised weight equal) */
         const bool w_equal = gx->v[CORR_X_LW_MAX] == -gx->v[CORR_X_LW_NEGMIN] || nf.k == 0.0;
@@ -410,29 +493,46 @@ void corr_finalize(const corr_stats *st, const corr_extrema *gx, const corr_mome
             const double mwa2 = n * (s[CORR_S_W2A2] - 2.0 * mb * s[CORR_S_W2A] +
                                      mb * mb * s[CORR_S_W2]) / (Sw * Sw); /* mean((w~ a)^2) */
             const double var_wa = mwa2 - mwa * mwa;
-            if (var_a > 0.0)
-                g->nu = fmax(var_wa, 0.0) / (mean_wt2 * var_a);
+            /* mean((c~ a)^2), c~ = m / mean(m): the same expansion on the capped weights */
+            const double Sm = s[CORR_S_M];
+            const double mca2 = n * (s[CORR_S_M2A2] - 2.0 * mb * s[CORR_S_M2A] +
+                                     mb * mb * s[CORR_S_M2]) / (Sm * Sm);
+            if (var_a > 0.0) {
+                g->nu_excess = fmax(var_wa, 0.0) / (mean_wt2 * var_a);
+                g->nu_total = fmax(mca2, 0.0) / var_a;
+            }
         }
     }
+    g->nu = ac->variance == AIS_VAR_EXCESS ? g->nu_excess : g->nu_total;
     g->s_var = 1.0 - 1.0 / fmax(g->nu, 1.0);
     g->delta = s[CORR_S_DELTA_N] > 0 ? s[CORR_S_DELTA] / s[CORR_S_DELTA_N] : 0.0;
     g->k3 = s[CORR_S_K3_N] > 0 ? s[CORR_S_K3] / s[CORR_S_K3_N] : 0.0;
     g->s_div = 1.0 - exp(-g->delta / ac->tau_delta);
+    g->abs_log_w = s[CORR_S_ABS_LW_N] > 0 ? s[CORR_S_ABS_LW] / s[CORR_S_ABS_LW_N] : NAN;
 
+    const double wsum = fabs(ac->w_rel) + fabs(ac->w_div) + fabs(ac->w_var);
     const double lin = ac->w_rel * g->s_rel + ac->w_div * g->s_div + ac->w_var * g->s_var;
-    if (ac->combine == AIS_COMBINE_LOGISTIC) {
-        g->alpha_raw = 1.0 / (1.0 + exp(-(ac->bias + lin)));
-    } else {
-        const double wsum = fabs(ac->w_rel) + fabs(ac->w_div) + fabs(ac->w_var);
-        if (wsum == 0.0)
-            g->alpha_raw = ac->alpha_min;
-        else
-            g->alpha_raw = fmin(fmax(lin / wsum, 0.0), 1.0);
+    const double score = wsum > 0.0 ? lin / wsum : 0.0; /* in [-1, 1] */
+    if (ac->combine == AIS_COMBINE_LOGISTIC)
+        g->alpha_raw = 1.0 / (1.0 + exp(-(ac->bias + ac->gain * score)));
+    else if (wsum == 0.0)
+        g->alpha_raw = ac->alpha_min;
+    else
+        g->alpha_raw = fmin(fmax(score, 0.0), 1.0);
+
+    g->log_w_se = s[CORR_S_SE_N] > 0 ? s[CORR_S_SE] / s[CORR_S_SE_N] : NAN;
+    if (g->members == 0 && s[CORR_S_UNITS] > 0) {
+        /* no completion to diagnose (no informative group): nothing to correct this
+         * batch, so alpha stays where it was; the diagnostics are missing, not 0 */
+        g->empty = 1;
+        g->ess = g->rho_ess = g->s_rel = g->delta = g->k3 = g->s_div = NAN;
+        g->nu = g->nu_total = g->nu_excess = g->s_var = g->w_cv = g->log_mean_w = NAN;
+        g->frac_var_mc = NAN;
+        g->alpha_raw = alpha_prev;
     }
     const double a = ac->eta * alpha_prev + (1.0 - ac->eta) * g->alpha_raw;
     g->alpha = fmin(fmax(a, ac->alpha_min), ac->alpha_max);
 
-    g->log_w_se = s[CORR_S_SE_N] > 0 ? s[CORR_S_SE] / s[CORR_S_SE_N] : NAN;
     const double units = s[CORR_S_UNITS];
     if (units > 0) {
         g->frac_nonfinite = s[CORR_S_NONFINITE] / units;

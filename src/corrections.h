@@ -17,6 +17,12 @@
  * 1 - S/V)) (k = 1 when V = 0 or S = 0). Noise none, level token or no log_w_se: k = 1.
  * Coefficients always use the raw lw; delta and k3 are never de-noised.
  *
+ * Population (correction.ais.population): the diagnostics see the units of the
+ * completions with member[i] = 1 (informative: groups whose rewards differ; all:
+ * every completion). Below, "finite units" are the population's. A population with
+ * no completion (members = 0) makes every diagnostic NaN, empty = 1 and alpha_raw =
+ * alpha_prev (nothing to correct this batch); the coefficients still follow.
+ *
  * Diagnostics over the N finite units, with mean-one weights w~ = w / mean(w)
  * (w = exp(lw~)):
  *   ESS = (sum w)^2 / sum w^2;  rho_ess = ESS / N;  s_rel = (N - ESS) / (N - 1)
@@ -25,12 +31,18 @@
  *   (a token is scored when d is finite; completions without one are skipped);
  *   k3 = mean over scored tokens of (e^d - 1 - d);  s_div = 1 - exp(-delta/tau_delta)
  *   (no scored token in the batch: delta = k3 = 0);
- *   nu = Var(w~ a) / (mean(w~^2) Var(A)), a = A - mean(A) (centred advantages),
- *   population variances, nu = 1 when Var(A) = 0 (all A equal) or when all
- *   weights are equal;  s_var = 1 - 1/max(nu, 1);
- *   alpha_raw: linear   = clip01((l_rel s_rel + l_div s_div + l_var s_var) / (|l_rel| + |l_div| + |l_var|)),
- *                         alpha_min when all l are 0; a negative l reverses a diagnostic;
- *              logistic = sigmoid(bias + l_rel s_rel + l_div s_div + l_var s_var);
+ *   a = A - mean(A) (centred advantages), population variances;
+ *   nu_total  = mean(c~^2 a^2) / mean(a^2), c~ = m / mean(m), m = min(w, C) (w when
+ *               C = inf): the end point's capped coefficients, mean one;
+ *   nu_excess = Var(w~ a) / (mean(w~^2) Var(A));
+ *   both 1 when Var(A) = 0 (all A equal) or when all weights are equal;
+ *   nu = the form of correction.ais.variance;  s_var = 1 - 1/max(nu, 1);
+ *   abs_log_w = mean |log w_i| over the population's completions with finite log w;
+ *   with S = (l_rel s_rel + l_div s_div + l_var s_var) / (|l_rel| + |l_div| + |l_var|)
+ *   (S = 0 when all l are 0):
+ *   alpha_raw: linear   = clip01(S), alpha_min when all l are 0; a negative l reverses
+ *                         a diagnostic;
+ *              logistic = sigmoid(bias + gain S);
  *   alpha = clamp(eta alpha_prev + (1 - eta) alpha_raw, alpha_min, alpha_max).
  * With no finite unit: ESS = rho_ess = 0, s_rel = 0, nu = 1.
  *
@@ -72,15 +84,20 @@ typedef enum { CORR_NONE, CORR_IS, CORR_TIS, CORR_MIS, CORR_FIXED, CORR_AIS } co
 typedef enum { CORR_LEVEL_SEQUENCE, CORR_LEVEL_GEO, CORR_LEVEL_TOKEN } corr_level;
 typedef enum { AIS_COMBINE_LINEAR, AIS_COMBINE_LOGISTIC } ais_combine;
 typedef enum { AIS_NOISE_DEBIAS, AIS_NOISE_NONE } ais_noise;
+typedef enum { AIS_POP_INFORMATIVE, AIS_POP_ALL } ais_population;
+typedef enum { AIS_VAR_TOTAL, AIS_VAR_EXCESS } ais_variance;
 
 typedef struct {
     ais_combine combine;   /* correction.ais.combine */
     ais_noise noise;       /* correction.ais.noise */
+    ais_population population; /* correction.ais.population: which completions the diagnostics see */
+    ais_variance variance; /* correction.ais.variance: which nu drives s_var */
     double w_rel;          /* correction.ais.weights.reliability (signed) */
     double w_div;          /* correction.ais.weights.divergence */
     double w_var;          /* correction.ais.weights.variance */
     double tau_delta;      /* correction.ais.tau_delta (nats per token), > 0 */
     double bias;           /* correction.ais.bias (logistic only) */
+    double gain;           /* correction.ais.gain (logistic only), > 0 */
     double eta;            /* correction.ais.eta, in [0, 1] */
     double alpha_min;      /* correction.ais.alpha_min */
     double alpha_max;      /* correction.ais.alpha_max */
@@ -105,10 +122,19 @@ const char *corr_method_name(corr_method m);
 const char *corr_level_name(corr_level l);
 const char *ais_combine_name(ais_combine c);
 const char *ais_noise_name(ais_noise n);
+const char *ais_population_name(ais_population p);
+const char *ais_variance_name(ais_variance v);
 int corr_parse_method(const char *s, corr_method *out, dllm_err *err);
 int corr_parse_level(const char *s, corr_level *out, dllm_err *err);
 int ais_parse_combine(const char *s, ais_combine *out, dllm_err *err);
 int ais_parse_noise(const char *s, ais_noise *out, dllm_err *err);
+int ais_parse_population(const char *s, ais_population *out, dllm_err *err);
+int ais_parse_variance(const char *s, ais_variance *out, dllm_err *err);
+
+/* Informative completions: member[i] = 1 when completion i's group (G consecutive
+ * rows) has rewards that are not all equal, the only groups whose advantages, and so
+ * gradients, are non-zero. reward (n_groups * G); member (n_groups * G). */
+void corr_informative(const double *reward, int n_groups, int G, uint8_t *member);
 
 /* One (local) batch of completions. */
 typedef struct {
@@ -121,6 +147,9 @@ typedef struct {
     const double *adv;     /* (N) advantages A_i */
     const double *log_w_se;/* (N) Monte Carlo standard error of log w_i, or NULL (exact
                               estimators: no noise to remove) */
+    const uint8_t *member; /* (N) 1: completion i is in the diagnostics' population, or
+                              NULL: every completion is. Coefficients and the fractions
+                              truncated/zeroed/non-finite are over every unit regardless */
 } corr_batch;
 
 /* Phase 1: extrema, all-reduced with MAX. Empty entries are -inf. */
@@ -165,6 +194,13 @@ enum {
     CORR_S_ZEROED,     /* units with w outside [1/C, C] (mis) */
     CORR_S_SE,         /* sum of finite log_w_se over completions with finite lw */
     CORR_S_SE_N,       /* their number */
+    CORR_S_MEMBERS,    /* completions in the population, finite or not */
+    CORR_S_M,          /* sum m', m' = min(exp(lw~ - L), C exp(-L)), L = min(max lw~, log C) */
+    CORR_S_M2,         /* sum m'^2 */
+    CORR_S_M2A,        /* sum m'^2 b */
+    CORR_S_M2A2,       /* sum (m' b)^2 */
+    CORR_S_ABS_LW,     /* sum |log w_i| over completions with finite log w (raw, level-free) */
+    CORR_S_ABS_LW_N,   /* their number */
     CORR_STATS_N
 };
 typedef struct { double v[CORR_STATS_N]; } corr_stats;
@@ -173,7 +209,13 @@ typedef struct {
     double n;              /* finite units N */
     double ess, rho_ess, s_rel;
     double delta, k3, s_div;
-    double nu, s_var;
+    double nu, s_var;      /* nu: the form of correction.ais.variance */
+    double nu_total;       /* mean(c~^2 a^2) / mean(a^2), c~ the end point's mean-one capped weights */
+    double nu_excess;      /* Var(w~ a) / (mean(w~^2) Var(A)) */
+    double abs_log_w;      /* mean |log w_i| over the population's completions (nats) */
+    double members;        /* completions in the population */
+    int empty;             /* 1: the population is empty (no informative completion): the
+                              diagnostics are NaN and alpha_raw = alpha_prev */
     double w_cv;           /* coefficient of variation of w: sqrt(mean(w~^2) - 1) */
     double log_mean_w;     /* log mean(w) over finite units (-inf when none) */
     double alpha_raw, alpha;

@@ -4,7 +4,10 @@
  *    relative: light and heavy-tailed log w, log w past exp's range, N = 1,
  *    zero-variance advantages, non-finite entries, eta > 0, clamping, zero and
  *    negative (reversed) weights, cap .inf, estimator noise debias / none / no
- *    standard errors;
+ *    standard errors, the population (informative / all; an empty one keeps alpha),
+ *    both forms of nu (total / excess) and the logistic gain;
+ *  - alpha_raw spans at least [0.05, 0.95] over the diagnostics' range under the
+ *    defaults of each combine;
  *  - the reference arm (all log w == 0) gets coefficient exactly 1 everywhere;
  *  - the three-phase (extrema, moments, sums) protocol over 2 or 3 slices + merge
  *    equals the single pass;
@@ -63,6 +66,11 @@ static void cfg_from_json(const json_t *j, corr_cfg *cfg)
                                        &cfg->ais.combine, &err), 0);
     ck_assert_int_eq(ais_parse_noise(json_string_value(json_object_get(j, "noise")),
                                      &cfg->ais.noise, &err), 0);
+    ck_assert_int_eq(ais_parse_population(json_string_value(json_object_get(j, "population")),
+                                          &cfg->ais.population, &err), 0);
+    ck_assert_int_eq(ais_parse_variance(json_string_value(json_object_get(j, "variance")),
+                                        &cfg->ais.variance, &err), 0);
+    cfg->ais.gain = tu_jget(j, "gain");
     cfg->cap = tu_jget(j, "cap");
     cfg->fixed_alpha = tu_jget(j, "fixed_alpha");
     cfg->ais.w_rel = tu_jget(j, "w_rel");
@@ -80,6 +88,7 @@ typedef struct {
     corr_batch b;
     double *log_w, *d, *adv, *se;
     int *len;
+    uint8_t *member;
 } batch_buf;
 
 static void batch_from_json(const json_t *j, batch_buf *bb)
@@ -97,6 +106,11 @@ static void batch_from_json(const json_t *j, batch_buf *bb)
     for (size_t k = 0; k < n; k++)
         bb->len[k] = (int)len[k];
     free(len);
+    double *mem = tu_jarr(j, "member", &n);
+    bb->member = malloc(n + 1);
+    for (size_t k = 0; k < n; k++)
+        bb->member[k] = mem[k] != 0;
+    free(mem);
     bb->b.log_w = bb->log_w;
     bb->b.d = bb->d;
     bb->b.adv = bb->adv;
@@ -111,6 +125,7 @@ static void batch_free(batch_buf *bb)
     free(bb->adv);
     free(bb->se);
     free(bb->len);
+    free(bb->member);
 }
 
 static void check_diag(const corr_diag *g, const json_t *ex, const char *name)
@@ -122,6 +137,8 @@ static void check_diag(const corr_diag *g, const json_t *ex, const char *name)
         {"alpha_raw", g->alpha_raw}, {"alpha", g->alpha},
         {"frac_nonfinite", g->frac_nonfinite}, {"frac_truncated", g->frac_truncated},
         {"frac_zeroed", g->frac_zeroed}, {"frac_var_mc", g->frac_var_mc},
+        {"nu_total", g->nu_total}, {"nu_excess", g->nu_excess}, {"abs_log_w", g->abs_log_w},
+        {"members", g->members}, {"empty", g->empty},
     };
     for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
         CHECK_CLOSE(f[k].got, tu_jget(ex, f[k].key), f[k].key, name);
@@ -143,6 +160,8 @@ START_TEST(matches_numpy_reference)
                         &bb);
         if (!json_is_true(json_object_get(cs, "use_se")))
             bb.b.log_w_se = NULL; /* an exact estimator */
+        if (cfg.ais.population == AIS_POP_INFORMATIVE)
+            bb.b.member = bb.member;
         const int N = bb.b.N, T = bb.b.T;
         double *coef = malloc(sizeof *coef * (size_t)N);
         double *coef_tok = malloc(sizeof *coef_tok * (size_t)N * T);
@@ -188,7 +207,8 @@ static void check_split(const corr_cfg *cfg, const corr_batch *b, double alpha_p
         const int i0 = cut[s], n = cut[s + 1] - cut[s];
         sl[s] = (corr_batch){.N = n, .T = T, .log_w = b->log_w + i0, .len = b->len + i0,
                              .d = b->d + (size_t)i0 * T, .adv = b->adv + i0,
-                             .log_w_se = b->log_w_se ? b->log_w_se + i0 : NULL};
+                             .log_w_se = b->log_w_se ? b->log_w_se + i0 : NULL,
+                             .member = b->member ? b->member + i0 : NULL};
     }
     corr_extrema gx, x;
     ck_assert_int_eq(corr_local_extrema(cfg, &sl[0], &gx, &err), 0);
@@ -220,11 +240,13 @@ static void check_split(const corr_cfg *cfg, const corr_batch *b, double alpha_p
     const double w[] = {one.n, one.ess, one.rho_ess, one.s_rel, one.delta, one.k3, one.s_div,
                         one.nu, one.s_var, one.w_cv, one.log_mean_w, one.alpha_raw, one.alpha,
                         one.frac_nonfinite, one.frac_truncated, one.frac_zeroed,
-                        one.frac_var_mc, one.noise_k};
+                        one.frac_var_mc, one.noise_k, one.nu_total, one.nu_excess,
+                        one.abs_log_w, one.members, one.empty};
     const double g[] = {two.n, two.ess, two.rho_ess, two.s_rel, two.delta, two.k3, two.s_div,
                         two.nu, two.s_var, two.w_cv, two.log_mean_w, two.alpha_raw, two.alpha,
                         two.frac_nonfinite, two.frac_truncated, two.frac_zeroed,
-                        two.frac_var_mc, two.noise_k};
+                        two.frac_var_mc, two.noise_k, two.nu_total, two.nu_excess,
+                        two.abs_log_w, two.members, two.empty};
     for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
         ck_assert_msg(close_rel(g[k], w[k]), "%s (%d slices): diagnostic %zu: %.17g vs %.17g",
                       name, n_slices, k, g[k], w[k]);
@@ -259,6 +281,9 @@ START_TEST(two_phase_split_equals_single_pass)
                          corr_level_name(cfg.level), corr_method_name(cfg.method));
                 check_split(&cfg, &bb.b, 0.3, 2, name);
                 check_split(&cfg, &bb.b, 0.3, 3, name);
+                corr_batch inf = bb.b; /* the informative population, sliced with the rest */
+                inf.member = bb.member;
+                check_split(&cfg, &inf, 0.3, 3, name);
             }
         batch_free(&bb);
     }
@@ -313,6 +338,133 @@ START_TEST(reference_arm_gives_exactly_one)
 }
 END_TEST
 
+/* nu's total form by hand, and the population: w = (1, 3), A = (1, -1).
+ * C = 2: m = (1, 2), c~ = (2/3, 4/3), a = (1, -1): mean(c~^2 a^2) = 10/9, mean(a^2) = 1.
+ * C = inf: c~ = (0.5, 1.5): nu = 1.25. The excess form is 0.8 (hand_computed). */
+START_TEST(hand_computed_total_nu)
+{
+    double log_w[4] = {0.0, log(3.0), 5.0, -5.0}, adv[4] = {1.0, -1.0, 0.0, 0.0};
+    uint8_t member[4] = {1, 1, 0, 0}; /* a flat group: no gradient, not diagnosed */
+    corr_batch b = {.N = 4, .log_w = log_w, .adv = adv, .member = member};
+    corr_cfg cfg;
+    corr_cfg_default(&cfg);
+    corr_diag g;
+    double coef[4];
+    dllm_err err = {0};
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert(g.n == 2 && g.members == 2 && g.empty == 0);
+    ck_assert_double_eq_tol(g.nu_total, 10.0 / 9.0, 1e-14);
+    ck_assert_double_eq_tol(g.nu_excess, 0.8, 1e-14);
+    ck_assert(g.nu == g.nu_total);
+    ck_assert_double_eq_tol(g.s_var, 1.0 - 0.9, 1e-14);
+    ck_assert_double_eq_tol(g.rho_ess, 0.8, 1e-15);
+    ck_assert_double_eq_tol(g.abs_log_w, log(3.0) / 2, 1e-15);
+    /* the flat group's completions are corrected all the same, and counted */
+    ck_assert(g.frac_truncated == 0.5); /* w = 3 and w = e^5 exceed C, of 4 */
+    ck_assert_double_eq_tol(coef[2], 1.0 + g.alpha * (2.0 - 1.0), 1e-15);
+    ck_assert_double_eq_tol(coef[3], 1.0 + g.alpha * (exp(-5.0) - 1.0), 1e-15);
+    cfg.ais.variance = AIS_VAR_EXCESS;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert(g.nu == g.nu_excess && g.s_var == 0.0);
+    cfg.cap = INFINITY;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert_double_eq_tol(g.nu_total, 1.25, 1e-14);
+    /* every completion: four weights, the flat group's too */
+    b.member = NULL;
+    ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+    ck_assert(g.n == 4 && g.members == 4);
+    ck_assert_double_eq_tol(g.abs_log_w, (log(3.0) + 10.0) / 4, 1e-14);
+}
+END_TEST
+
+/* No informative completion: nothing to correct; alpha keeps its previous value and
+ * the diagnostics are missing (NaN), flagged. */
+START_TEST(empty_population_keeps_alpha)
+{
+    double log_w[4] = {0.3, -0.2, 0.9, 0.1}, adv[4] = {0, 0, 0, 0};
+    double d[8] = {0.1, 0.2, -0.1, NAN, 0.3, 0.0, 0.05, NAN};
+    int len[4] = {2, 1, 2, 1};
+    uint8_t member[4] = {0, 0, 0, 0};
+    corr_batch b = {.N = 4, .T = 2, .log_w = log_w, .len = len, .d = d, .adv = adv,
+                    .member = member};
+    for (int comb = 0; comb < 2; comb++) {
+        corr_cfg cfg;
+        corr_cfg_default(&cfg);
+        cfg.ais.combine = (ais_combine)comb;
+        cfg.ais.eta = 0.5;
+        corr_diag g;
+        double coef[4];
+        dllm_err err = {0};
+        ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.35, &g, coef, NULL, &err), 0);
+        ck_assert(g.empty == 1 && g.members == 0);
+        ck_assert(isnan(g.rho_ess) && isnan(g.ess) && isnan(g.delta) && isnan(g.nu) &&
+                  isnan(g.nu_total) && isnan(g.nu_excess) && isnan(g.s_var) && isnan(g.k3));
+        ck_assert(g.alpha_raw == 0.35 && g.alpha == 0.35);
+        for (int i = 0; i < 4; i++) /* the coefficients follow the kept alpha */
+            ck_assert_double_eq_tol(coef[i], 1.0 + 0.35 * (fmin(exp(log_w[i]), 2.0) - 1.0),
+                                    1e-15);
+        /* one informative group: diagnosed again */
+        member[0] = member[1] = 1;
+        adv[0] = 1;
+        adv[1] = -1;
+        ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.35, &g, coef, NULL, &err), 0);
+        ck_assert(g.empty == 0 && g.n == 2 && isfinite(g.rho_ess));
+        member[0] = member[1] = 0;
+        adv[0] = adv[1] = 0;
+    }
+    /* the informative marks come from the rewards of each group */
+    const double reward[6] = {1, 1, 1, 0, 1, 0};
+    uint8_t m[6];
+    corr_informative(reward, 2, 3, m);
+    ck_assert(!m[0] && !m[1] && !m[2] && m[3] && m[4] && m[5]);
+}
+END_TEST
+
+/* alpha_raw covers at least [0.05, 0.95] as the diagnostics go over their range, under
+ * the defaults of each combine: the logistic one with its gain reaches both ends (with
+ * gain 1, its value before the gain, it stays below sigmoid(-1) = 0.27). */
+START_TEST(alpha_raw_spans_unit_interval)
+{
+    enum { N = 64, T = 4 };
+    double lw[N], adv[N], d[N * T];
+    int len[N];
+    for (int comb = 0; comb < 2; comb++)
+        for (int gain1 = 0; gain1 < 1 + comb; gain1++) {
+            double lo = 0, hi = 0;
+            for (int end = 0; end < 2; end++) {
+                /* low end: every weight 1, d = 0 (scores 0). High end: one weight holds
+                 * the batch and the only non-zero advantage, |d| large (scores near 1) */
+                for (int i = 0; i < N; i++) {
+                    lw[i] = end && i > 0 ? -30.0 : 0.0;
+                    adv[i] = end && i == 0 ? 1.0 : 0.0;
+                    len[i] = T;
+                    for (int t = 0; t < T; t++)
+                        d[i * T + t] = end ? 2.0 : 0.0;
+                }
+                if (!end)
+                    adv[0] = 1.0;
+                corr_batch b = {.N = N, .T = T, .log_w = lw, .len = len, .d = d, .adv = adv};
+                corr_cfg cfg;
+                corr_cfg_default(&cfg);
+                cfg.ais.combine = (ais_combine)comb;
+                if (gain1)
+                    cfg.ais.gain = 1.0;
+                corr_diag g;
+                double coef[N];
+                dllm_err err = {0};
+                ck_assert_int_eq(corr_compute_all(&cfg, &b, 0.0, &g, coef, NULL, &err), 0);
+                *(end ? &hi : &lo) = g.alpha_raw;
+            }
+            if (gain1) {
+                ck_assert_msg(hi < 0.27, "gain 1: alpha_raw %g", hi);
+                continue;
+            }
+            ck_assert_msg(lo <= 0.05 && hi >= 0.95, "%s: alpha_raw spans [%g, %g]",
+                          comb ? "logistic" : "linear", lo, hi);
+        }
+}
+END_TEST
+
 /* A small batch where every diagnostic can be worked out by hand. */
 START_TEST(hand_computed)
 {
@@ -327,6 +479,7 @@ START_TEST(hand_computed)
     corr_cfg cfg;
     corr_cfg_default(&cfg);
     cfg.ais.tau_delta = 0.1;
+    cfg.ais.variance = AIS_VAR_EXCESS; /* the total form: hand_computed_total_nu */
     corr_diag g;
     double coef[2];
     dllm_err err = {0};
@@ -622,8 +775,9 @@ START_TEST(zero_weight_removes_diagnostic)
                     num += *lam[j] * s[j];
                     den += *lam[j];
                 }
-            const double want = comb == AIS_COMBINE_LINEAR ? num / den
-                                                            : 1.0 / (1.0 + exp(-(cfg.ais.bias + num)));
+            const double want = comb == AIS_COMBINE_LINEAR
+                                    ? num / den
+                                    : 1.0 / (1.0 + exp(-(cfg.ais.bias + cfg.ais.gain * num / den)));
             ck_assert_double_eq_tol(g.alpha_raw, want, 1e-15);
             if (k == 1) { /* a tenfold divergence changes nothing when its weight is 0 */
                 corr_diag g10;
@@ -762,6 +916,9 @@ static Suite *corrections_suite(void)
     tcase_add_test(tc, two_phase_split_equals_single_pass);
     tcase_add_test(tc, reference_arm_gives_exactly_one);
     tcase_add_test(tc, hand_computed);
+    tcase_add_test(tc, hand_computed_total_nu);
+    tcase_add_test(tc, empty_population_keeps_alpha);
+    tcase_add_test(tc, alpha_raw_spans_unit_interval);
     tcase_add_test(tc, noise_debias_hand_computed);
     tcase_add_test(tc, signed_weights_reverse_a_diagnostic);
     tcase_add_test(tc, cap_inf_and_overflow);

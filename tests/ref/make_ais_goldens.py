@@ -8,7 +8,10 @@ advantages, non-finite entries, every method x level, both combines, eta > 0
 with a previous alpha, clamping, zeroed and negative (reversed) diagnostic weights,
 cap .inf, and the estimator-noise correction (noise debias / none) with per-completion
 standard errors of log w: lw~ = m + k (lw - m), k = sqrt(max(0, 1 - S/V)), applied
-here to the log-weights themselves before ESS and nu are taken.
+here to the log-weights themselves before ESS and nu are taken; the diagnostics'
+population (informative completions, marked per batch, or all; an empty one keeps
+alpha and makes the diagnostics NaN), both forms of nu (total over the capped
+mean-one weights, excess) and the logistic gain.
 
 loss.json: GRPO advantages (torch.std, unbiased) and the clipped-surrogate loss
 of docs/METHOD.md §4 in PyTorch float64 with its autograd gradient, for both ratios,
@@ -48,8 +51,9 @@ def enc_list(a):
 
 def default_cfg():
     return dict(method="ais", level="sequence", cap=2.0, fixed_alpha=0.5, combine="linear",
-                w_rel=1.0, w_div=1.0, w_var=1.0, tau_delta=0.05, bias=-4.0, eta=0.0,
-                alpha_min=0.0, alpha_max=1.0, noise="debias")
+                w_rel=1.0, w_div=1.0, w_var=1.0, tau_delta=0.05, bias=-4.0, gain=8.0, eta=0.0,
+                alpha_min=0.0, alpha_max=1.0, noise="debias", population="informative",
+                variance="total")
 
 
 # ---------------------------------------------------------------- corrections
@@ -110,17 +114,25 @@ def denoise(cfg, lw, lens, se):
     return m + k * (lw - m), frac, k
 
 
-def diagnostics(cfg, alpha_prev, log_w, lens, d, adv, se=None):
-    lw, owner = units(cfg, log_w, lens, d)
+def diagnostics(cfg, alpha_prev, log_w, lens, d, adv, se=None, member=None):
+    lw_all, owner = units(cfg, log_w, lens, d)
+    N = d.shape[0]
+    if member is None or cfg["population"] == "all":
+        member = np.ones(N, dtype=bool)
+    member = np.asarray(member, dtype=bool)
+    pop = member[owner]  # the units the diagnostics see
+    lw = lw_all[pop]
+    own = owner[pop]
     fin = np.isfinite(lw)
-    A = adv[owner][fin]
+    A = adv[own][fin]
     se_f = None
     if se is not None and cfg["level"] != "token":
-        se_f = se[fin]
-    w_l, frac_var_mc, _ = denoise(cfg, lw[fin], lens[fin] if cfg["level"] != "token" else None,
-                                  se_f)
+        se_f = se[pop][fin]
+    w_l, frac_var_mc, _ = denoise(cfg, lw[fin],
+                                  lens[pop][fin] if cfg["level"] != "token" else None, se_f)
     n = len(w_l)
     out = {"frac_var_mc": frac_var_mc}
+    nu_total = nu_excess = 1.0
     if n > 0:
         w = np.exp(w_l - w_l.max())  # ESS and nu do not depend on the scale of w
         ess = w.sum() ** 2 / (w ** 2).sum()
@@ -130,22 +142,33 @@ def diagnostics(cfg, alpha_prev, log_w, lens, d, adv, se=None):
         wt = w / w.mean()
         out["w_cv"] = math.sqrt(max(np.mean(wt ** 2) - 1.0, 0.0))
         out["log_mean_w"] = math.log(w.mean()) + w_l.max()
-        if A.max() == A.min() or w_l.max() == w_l.min():
-            nu = 1.0
-        else:
+        if not (A.max() == A.min() or w_l.max() == w_l.min()):
             a = A - A.mean()  # centred advantages
-            nu = np.var(wt * a) / (np.mean(wt ** 2) * np.var(A))
+            nu_excess = np.var(wt * a) / (np.mean(wt ** 2) * np.var(A))
+            # the end point's capped weights min(w, C) (w = exp(lw~)), at mean one
+            C = cfg["cap"]
+            with np.errstate(over="ignore"):
+                m = np.exp(w_l - w_l.max()) if math.isinf(C) else np.minimum(np.exp(w_l), C)
+            ct = m / m.mean()
+            nu_total = np.mean(ct ** 2 * a ** 2) / np.mean(a ** 2)
     else:
         out.update(ess=0.0, rho_ess=0.0, s_rel=0.0, w_cv=0.0, log_mean_w=-math.inf)
-        nu = 1.0
+    nu = nu_excess if cfg["variance"] == "excess" else nu_total
     out["nu"] = nu
+    out["nu_total"] = nu_total
+    out["nu_excess"] = nu_excess
     out["s_var"] = 1.0 - 1.0 / max(nu, 1.0)
     out["n"] = float(n)
+    # mean |log w| over the population's completions with a finite log w (raw)
+    alw = np.abs(log_w[member][np.isfinite(log_w[member])])
+    out["abs_log_w"] = float(np.mean(alw)) if len(alw) else math.nan
 
     # divergence: completions excluded when their (sequence/geo) weight is non-finite
     means, k3 = [], []
     for i in range(d.shape[0]):
-        if cfg["level"] != "token" and not np.isfinite(lw[i]):
+        if not member[i]:
+            continue
+        if cfg["level"] != "token" and not np.isfinite(lw_all[i]):
             continue
         row = d[i][np.isfinite(d[i])]
         if len(row):
@@ -157,16 +180,28 @@ def diagnostics(cfg, alpha_prev, log_w, lens, d, adv, se=None):
 
     s = np.array([out["s_rel"], out["s_div"], out["s_var"]])
     lam = np.array([cfg["w_rel"], cfg["w_div"], cfg["w_var"]])
+    score = float(lam @ s) / np.abs(lam).sum() if np.abs(lam).sum() > 0 else 0.0
     if cfg["combine"] == "logistic":
-        a_raw = 1.0 / (1.0 + math.exp(-(cfg["bias"] + float(lam @ s))))
+        a_raw = 1.0 / (1.0 + math.exp(-(cfg["bias"] + cfg["gain"] * score)))
     elif np.abs(lam).sum() == 0:
         a_raw = cfg["alpha_min"]
     else:
-        a_raw = float(np.clip(float(lam @ s) / np.abs(lam).sum(), 0.0, 1.0))
+        a_raw = float(np.clip(score, 0.0, 1.0))
+    out["empty"] = 0.0
+    if not member.any() and len(lw_all) > 0:
+        # no informative completion: nothing to correct, alpha stays; diagnostics missing
+        for k in ("ess", "rho_ess", "s_rel", "delta", "k3", "s_div", "nu", "nu_total",
+                  "nu_excess", "s_var", "w_cv", "log_mean_w", "frac_var_mc"):
+            out[k] = math.nan
+        a_raw = alpha_prev
+        out["empty"] = 1.0
+    out["members"] = float(member.sum())
     out["alpha_raw"] = a_raw
     a = cfg["eta"] * alpha_prev + (1 - cfg["eta"]) * a_raw
     out["alpha"] = float(np.clip(a, cfg["alpha_min"], cfg["alpha_max"]))
 
+    lw = lw_all  # coefficients and their fractions: every unit
+    fin = np.isfinite(lw)
     c, trunc, zeroed, over = coefficient(cfg, out["alpha"], lw)
     U = len(lw)
     out["frac_nonfinite"] = float((~fin).sum() + over.sum()) / U if U else 0.0
@@ -221,7 +256,7 @@ def batches():
     out.append(("eta_clamp", lw, lens, d, grouped_adv(rng, 3, 4),
                 dict(eta=0.7, alpha_min=0.05, alpha_max=0.6, cap=1.5, fixed_alpha=0.3), 0.4))
     out.append(("weights_201", lw, lens, d, grouped_adv(rng, 3, 4),
-                dict(w_rel=2.0, w_div=0.0, w_var=1.0, tau_delta=0.02, bias=-1.0), 0.0))
+                dict(w_rel=2.0, w_div=0.0, w_var=1.0, tau_delta=0.02, bias=-1.0, gain=3.0), 0.0))
     out.append(("weights_zero", lw, lens, d, grouped_adv(rng, 3, 4),
                 dict(w_rel=0.0, w_div=0.0, w_var=0.0, alpha_min=0.1, bias=0.5), 0.0))
     # advantages correlated with the weights: nu well above 1
@@ -241,6 +276,23 @@ def batches():
     return out
 
 
+def members(rng, name, adv, N):
+    """The informative completions of a batch: groups whose advantages are not all 0
+    (rewards not all equal); batches without groups get a random mask, zero_var_adv
+    none (an empty population)."""
+    if name == "zero_var_adv":
+        return np.zeros(N, dtype=bool)
+    if name == "n1":
+        return np.ones(N, dtype=bool)
+    if name in ("random", "heavy", "overflow", "nonfinite", "eta_clamp", "weights_201",
+                "weights_zero"):
+        G = {12: 4 if name in ("random", "eta_clamp", "weights_201", "weights_zero") else 6,
+             10: 5}[N]
+        grp = adv.reshape(-1, G)
+        return np.repeat(np.any(grp != 0, axis=1), G)
+    return rng.random(N) < 0.6
+
+
 def with_se(rng, out):
     """Standard errors of log w for every batch: zero, small or dominating noise."""
     res = []
@@ -256,7 +308,7 @@ def with_se(rng, out):
             se = np.abs(rng.normal(0, 0.1, N))
         if name == "nonfinite":
             se[0] = np.nan  # an unknown error: left out of S
-        res.append((name, lw, lens, d, adv, over, alpha_prev, se))
+        res.append((name, lw, lens, d, adv, over, alpha_prev, se, members(rng, name, adv, N)))
     return res
 
 
@@ -264,30 +316,39 @@ def corrections_goldens():
     """Batches once; cases name a batch, a config and the expected results."""
     batch_list, cases = [], []
     rng = np.random.default_rng(20261123)
-    for b, (name, lw, lens, d, adv, over, alpha_prev, se) in enumerate(with_se(rng, batches())):
+    for b, (name, lw, lens, d, adv, over, alpha_prev, se, mem) in enumerate(
+            with_se(rng, batches())):
         N, T = d.shape
         batch_list.append(dict(name=name, N=N, T=T, log_w=enc_list(lw),
                                len=[int(x) for x in lens], d=enc_list(d), adv=enc_list(adv),
-                               log_w_se=enc_list(se)))
+                               log_w_se=enc_list(se), member=[int(x) for x in mem]))
         for level in LEVELS:
             for combine in ("linear", "logistic"):
                 for method in METHODS:
                     if combine == "logistic" and method not in ("none", "ais"):
                         continue
-                    for noise in ("debias", "none", "no_se"):
-                        # every method under debias; noise none and no standard
-                        # errors (an exact estimator) for ais only
-                        if noise != "debias" and method != "ais":
+                    for noise, pop, var in (("debias", "informative", "total"),
+                                            ("none", "informative", "total"),
+                                            ("no_se", "informative", "total"),
+                                            ("debias", "all", "total"),
+                                            ("debias", "informative", "excess"),
+                                            ("debias", "all", "excess")):
+                        # every method under the defaults; the other noise, population
+                        # and variance settings for ais only
+                        if (noise, pop, var) != ("debias", "informative", "total") and \
+                                method != "ais":
                             continue
                         cfg = default_cfg()
                         cfg.update(over)
                         cfg.update(method=method, level=level, combine=combine,
-                                   noise="none" if noise == "none" else "debias")
+                                   noise="none" if noise == "none" else "debias",
+                                   population=pop, variance=var)
                         ex = diagnostics(cfg, alpha_prev, lw, lens, d, adv,
-                                         None if noise == "no_se" else se)
+                                         None if noise == "no_se" else se, mem)
                         ex = {k: (enc_list(v) if isinstance(v, np.ndarray) else enc(v))
                               for k, v in ex.items()}
-                        cases.append(dict(name=f"{name}/{level}/{combine}/{method}/{noise}",
+                        cases.append(dict(name=f"{name}/{level}/{combine}/{method}/{noise}/"
+                                               f"{pop}/{var}",
                                           batch=b, alpha_prev=alpha_prev,
                                           cfg={k: enc(v) if isinstance(v, float) else v
                                                for k, v in cfg.items()},
