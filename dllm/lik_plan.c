@@ -359,15 +359,63 @@ int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, i
                                    sample, err);
 }
 
+/* Entropy of softmax(z / temp), in double (the same max-shifted sums as row_logp). */
+static double row_entropy(const float *z, int V, double temp)
+{
+    double mx = -INFINITY;
+    for (int v = 0; v < V; v++)
+        if (z[v] / temp > mx)
+            mx = z[v] / temp;
+    double s = 0, sx = 0;
+    for (int v = 0; v < V; v++) {
+        const double x = z[v] / temp - mx, e = exp(x);
+        s += e;
+        sx += e * x;
+    }
+    /* H = log s - sum e x / s, x the shifted logits */
+    return log(s) - sx / s;
+}
+
+/* tok_ent (n_seq, G): the mean over each token's rows of the row entropies. */
+static void finish_entropy(const dllm_lik_plan *p, const double *ent, double *tok_ent)
+{
+    for (size_t k = 0; k < (size_t)p->n_seq * p->G; k++)
+        tok_ent[k] = p->tok_count[k] ? 0 : NAN;
+    for (int r = 0; r < p->n_rows; r++) {
+        size_t k = (size_t)p->seq[r] * p->G + p->tok[r];
+        tok_ent[k] += ent[r] / p->tok_count[k];
+    }
+}
+
+static int eval_plan(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp_fn lfn, void *model,
+                     int max_canvas, double *seq_logp, double *tok_logp, double *mc_se,
+                     double *sample, double *tok_ent, dllm_err *err);
+
 int dllm_lik_plan_eval_logp(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp_fn lfn,
                             void *model, int max_canvas, double *seq_logp, double *tok_logp,
                             double *mc_se, double *sample, dllm_err *err)
+{
+    return eval_plan(p, fn, lfn, model, max_canvas, seq_logp, tok_logp, mc_se, sample, NULL, err);
+}
+
+int dllm_lik_plan_eval_entropy(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp_fn lfn,
+                               void *model, int max_canvas, double *seq_logp, double *tok_logp,
+                               double *mc_se, double *sample, double *tok_ent, dllm_err *err)
+{
+    return eval_plan(p, fn, lfn, model, max_canvas, seq_logp, tok_logp, mc_se, sample, tok_ent,
+                     err);
+}
+
+static int eval_plan(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp_fn lfn, void *model,
+                     int max_canvas, double *seq_logp, double *tok_logp, double *mc_se,
+                     double *sample, double *tok_ent, dllm_err *err)
 {
     if (p->temperature != 1.0)
         lfn = NULL; /* the fused path is the log-softmax at temperature 1 */
     if (max_canvas < 1)
         max_canvas = 1;
     double *logp = dllm_malloc(sizeof *logp * (size_t)(p->n_rows ? p->n_rows : 1));
+    double *ent = tok_ent ? dllm_malloc(sizeof *ent * (size_t)(p->n_rows ? p->n_rows : 1)) : NULL;
     int rc = 0, c0 = 0, r0 = 0;
     while (c0 < p->n_canvas && !rc) {
         int c1 = c0 + max_canvas < p->n_canvas ? c0 + max_canvas : p->n_canvas, r1 = r0;
@@ -386,14 +434,29 @@ int dllm_lik_plan_eval_logp(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp
                 logp[r] = lp[r - r0];
             free(rows);
             free(lp);
+            if (ent && !rc) {
+                /* the fused head gives no distribution: one more forward for the entropy,
+                 * so the log-probs stay the fused path's */
+                float *logits = dllm_malloc(sizeof *logits * (size_t)(r1 - r0) * p->V);
+                int32_t *rw = dllm_malloc(sizeof *rw * (size_t)(r1 - r0));
+                if (run_chunk(p, fn, model, c0, c1, r0, r1, logits, rw))
+                    rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed");
+                for (int r = r0; r < r1 && !rc; r++)
+                    ent[r] = row_entropy(logits + (size_t)(r - r0) * p->V, p->V, p->temperature);
+                free(logits);
+                free(rw);
+            }
         } else if (r1 > r0) {
             float *logits = dllm_malloc(sizeof *logits * (size_t)(r1 - r0) * p->V);
             int32_t *rows = dllm_malloc(sizeof *rows * (size_t)(r1 - r0));
             if (run_chunk(p, fn, model, c0, c1, r0, r1, logits, rows))
                 rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed");
-            for (int r = r0; r < r1 && !rc; r++)
+            for (int r = r0; r < r1 && !rc; r++) {
+                if (ent)
+                    ent[r] = row_entropy(logits + (size_t)(r - r0) * p->V, p->V, p->temperature);
                 logp[r] = row_logp(logits + (size_t)(r - r0) * p->V, p->V, p->target[r],
                                    p->temperature, NULL);
+            }
             free(logits);
             free(rows);
         }
@@ -402,7 +465,10 @@ int dllm_lik_plan_eval_logp(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp
     }
     if (!rc)
         finish(p, logp, seq_logp, tok_logp, mc_se, sample);
+    if (!rc && ent)
+        finish_entropy(p, ent, tok_ent);
     free(logp);
+    free(ent);
     return rc;
 }
 

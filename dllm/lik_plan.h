@@ -75,6 +75,13 @@ int dllm_lik_plan_eval(const dllm_lik_plan *p, dllm_logits_fn fn, void *model, i
 int dllm_lik_plan_eval_logp(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp_fn lfn,
                             void *model, int max_canvas, double *seq_logp, double *tok_logp,
                             double *mc_se, double *sample, dllm_err *err);
+/* The same, and tok_ent (n_seq, G): the entropy (nats) of the model's distribution
+ * at each scored token, softmax at the plan's temperature, the mean over the token's
+ * rows (NaN where none). The log-probs are dllm_lik_plan_eval_logp's, bit for bit; with
+ * lfn the entropy takes one more forward through fn (the fused head gives none). */
+int dllm_lik_plan_eval_entropy(const dllm_lik_plan *p, dllm_logits_fn fn, dllm_logp_fn lfn,
+                               void *model, int max_canvas, double *seq_logp, double *tok_logp,
+                               double *mc_se, double *sample, double *tok_ent, dllm_err *err);
 /* Standard error of the mean over each sequence's samples of a - b (two
  * evaluations of the same plan): the Monte Carlo error of a coupled log-ratio.
  * se (n_seq); 0 for estimators with one sample per sequence. */

@@ -15,7 +15,13 @@
  *    for both, and the mean Monte Carlo standard error of the coupled
  *    difference. Coupling removes the mask noise, which otherwise swamps the
  *    precision mismatch. Autoregressive: both exact (no masks, nothing to
- *    couple), so log w is the precision mismatch alone. */
+ *    couple), so log w is the precision mismatch alone.
+ * 3. Masked diffusion: every importance-weight estimator on the same FP8
+ *    rollouts (elbo with --mc samples, one_step, trajectory with shrink 1, the
+ *    exact context, and with --shrink), each coupled: forward passes (canvases)
+ *    per completion, the wall time of both evaluations, mean |log w|, and the
+ *    ESS / N of the sequence weights w and of the per-token geometric means
+ *    w^(1/L) -- whether the weights stay usable at this gen length. */
 #include "dllm/lik_plan.h"
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
@@ -35,7 +41,7 @@ static const char usage_text[] =
     "usage: dllm-rl bench mismatch [--model DIR | [--arch llada|qwen3|dream] --preset tiny|small]\n"
     "         [--n 64] [--prompt 16] [--gen-length 32] [--block-length 32] [--steps 32]\n"
     "         [--temperature 0.9] [--mc 8] [--seed 0] [--fp8-format e4m3|e5m2]\n"
-    "         [--fp8-scaling block|channel|tensor] [--prompts FILE.jsonl]\n"
+    "         [--fp8-scaling block|channel|tensor] [--prompts FILE.jsonl] [--shrink 2]\n"
     "\n"
     "Generates --n rollouts of random prompts (--prompt tokens), or of the first --n\n"
     "{\"prompt\": \"...\"} lines of --prompts (encoded as BOS + text with\n"
@@ -45,8 +51,11 @@ static const char usage_text[] =
     "copy; l_pi: the fp32 trainer). Masked-diffusion (llada) models: elbo with --mc\n"
     "samples, COUPLED (same masks) and UNCOUPLED (masks from another key): mean |log w|,\n"
     "its standard deviation over completions, and the Monte Carlo standard error of\n"
-    "the coupled difference. Autoregressive (qwen3) models: exact log-probs (no masks;\n"
-    "--block-length, --steps and --mc do not apply).\n";
+    "the coupled difference; then every weight estimator (elbo, one_step, trajectory\n"
+    "with shrink 1 and --shrink) on the same rollouts: forward passes per completion,\n"
+    "time, mean |log w| and ESS / N of the sequence and per-token (geo) weights.\n"
+    "Autoregressive (qwen3) models: exact log-probs (no masks; --block-length,\n"
+    "--steps, --mc and --shrink do not apply).\n";
 
 /* The first n prompts of a JSONL file as [BOS] + ids, left-padded with EOS to
  * the longest (prompt_mask 0 on padding). */
@@ -136,6 +145,56 @@ static void abs_stats(const double *x, int n, double *mean_abs, double *sd_abs, 
     *mean = m / n;
 }
 
+/* ESS / N of the weights exp(lw) (scale-free: shifted by the largest) */
+static double ess_ratio(const double *lw, int n)
+{
+    double mx = -INFINITY, s = 0, s2 = 0;
+    for (int i = 0; i < n; i++)
+        mx = lw[i] > mx ? lw[i] : mx;
+    for (int i = 0; i < n; i++) {
+        const double w = exp(lw[i] - mx);
+        s += w;
+        s2 += w * w;
+    }
+    return s2 > 0 ? s * s / s2 / n : NAN;
+}
+
+/* Section 3: one estimator, coupled (one plan under both policies). */
+static int estimator_row(const char *name, const dllm_lik_cfg *lc, const int32_t *prompts,
+                         const uint8_t *pmask, const int32_t *gen, const int *L,
+                         const int16_t *commit, int N, int P, int G, long seed,
+                         dllm_logits_fn rollout_fn, dllm_logits_fn trainer_fn, void *ctx,
+                         dllm_err *err)
+{
+    dllm_lik_plan p = {0};
+    double *mu = dllm_malloc(sizeof(double) * (size_t)N), *pi = dllm_malloc(sizeof(double) * (size_t)N);
+    double *lw = dllm_malloc(sizeof(double) * (size_t)N), *geo = dllm_malloc(sizeof(double) * (size_t)N);
+    int rc = dllm_lik_plan_build(&p, lc, prompts, pmask, gen, L, commit, N, P, G, (uint64_t)seed,
+                                 0, 0, err);
+    const double t0 = dllm_now();
+    if (!rc)
+        rc = dllm_lik_plan_eval(&p, rollout_fn, ctx, 64, mu, NULL, NULL, NULL, err);
+    if (!rc)
+        rc = dllm_lik_plan_eval(&p, trainer_fn, ctx, 64, pi, NULL, NULL, NULL, err);
+    const double t = dllm_now() - t0;
+    if (!rc) {
+        double ma, sa, mean;
+        for (int i = 0; i < N; i++) {
+            lw[i] = pi[i] - mu[i];
+            geo[i] = lw[i] / (L[i] > 0 ? L[i] : 1);
+        }
+        abs_stats(lw, N, &ma, &sa, &mean);
+        printf("  %-22s %8.2f %8.2f %12.5f %9.4f %9.4f\n", name, (double)p.n_canvas / N, t, ma,
+               ess_ratio(lw, N), ess_ratio(geo, N));
+    }
+    dllm_lik_plan_free(&p);
+    free(mu);
+    free(pi);
+    free(lw);
+    free(geo);
+    return rc;
+}
+
 /* Opens the model at rollout precision `prec` (fp8 with the requested format
  * and scaling). */
 static int open_at(dllm_policy **m, const char *model_dir, const char *arch, const char *preset,
@@ -155,7 +214,7 @@ int bench_mismatch(int argc, char **argv)
     const char *model_dir = NULL, *preset = NULL, *fmt = "e4m3", *scaling = "block";
     const char *prompt_file = NULL, *arch = "llada";
     int Pi = 0;
-    long n = 64, P = 16, G = 32, blk = 32, steps = 32, mc_k = 8, seed = 0;
+    long n = 64, P = 16, G = 32, blk = 32, steps = 32, mc_k = 8, seed = 0, shrink = 2;
     double temp = 0.9;
     dllm_err err = {0};
     static const struct option opts[] = {
@@ -166,6 +225,7 @@ int bench_mismatch(int argc, char **argv)
         {"mc", required_argument, 0, 'K'},         {"seed", required_argument, 0, 'S'},
         {"fp8-format", required_argument, 0, 'f'}, {"fp8-scaling", required_argument, 0, 'c'},
         {"prompts", required_argument, 0, 'F'},    {"arch", required_argument, 0, 'a'},
+        {"shrink", required_argument, 0, 'r'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -185,6 +245,7 @@ int bench_mismatch(int argc, char **argv)
         case 'c': scaling = optarg; break;
         case 'F': prompt_file = optarg; break;
         case 'a': arch = optarg; break;
+        case 'r': bad = cli_parse_int(optarg, "--shrink", 1, 32767, &shrink, &err); break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -365,6 +426,33 @@ int bench_mismatch(int argc, char **argv)
             printf("  uncoupled (other masks): mean |log w| %.5f  sd %.5f  mean log w %+.5f\n", ma,
                    sa, mean);
             printf("  uncoupled / coupled mean |log w|: %.1fx\n", mac > 0 ? ma / mac : INFINITY);
+        }
+    }
+    if (!rc && diffusion) {
+        /* 3. every weight estimator on the same rollouts, coupled */
+        printf("weight estimators on the FP8 rollouts (coupled; passes = forward passes per "
+               "completion, time = both evaluations):\n");
+        printf("  %-22s %8s %8s %12s %9s %9s\n", "estimator", "passes", "time s",
+               "mean|log w|", "ESS/N w", "ESS/N geo");
+        const struct { const char *name; dllm_estimator kind; int shrink; } est[] = {
+            {"elbo", EST_ELBO, 1}, {"one_step", EST_ONE_STEP, 1},
+            {"trajectory shrink 1", EST_TRAJECTORY, 1}, {"trajectory shrink S", EST_TRAJECTORY,
+                                                         (int)shrink}};
+        for (size_t e = 0; e < sizeof est / sizeof est[0] && !rc; e++) {
+            if (e == 3 && shrink == 1)
+                break;
+            char name[64];
+            if (est[e].kind == EST_ELBO)
+                snprintf(name, sizeof name, "elbo (mc %ld)", mc_k);
+            else if (e == 3)
+                snprintf(name, sizeof name, "trajectory shrink %ld", shrink);
+            else
+                snprintf(name, sizeof name, "%s", est[e].name);
+            dllm_lik_cfg lc = {.kind = est[e].kind, .mc = (int)mc_k, .temperature = 1.0,
+                               .mask_id = mc->mask_token_id, .vocab = mc->embedding_size,
+                               .shrink = est[e].shrink};
+            rc = estimator_row(name, &lc, prompts, pmask, gen, L, r8.commit_step, N, (int)P,
+                               (int)G, seed, rollout_fn, trainer_fn, ctx, &err);
         }
     }
     dllm_lik_plan_free(&pa);

@@ -184,6 +184,16 @@ static void absent_reason(const char *name, const char *cfg_yaml, char *out, siz
                  "advantages were zero, or grpo.inner_steps is 0)");
     } else if (!strcmp(name, "grad_norm") || !strcmp(name, "lr") || !strcmp(name, "loss")) {
         snprintf(out, cap, "no update was made at any step");
+    } else if (!strcmp(name, "grad_cosine") || !strcmp(name, "grad_norm_ratio")) {
+        snprintf(out, cap, "computed only under log.grad_cosine: true (one extra backward per "
+                 "step; host updates only), and only when both gradients are non-zero");
+    } else if (!strcmp(name, "rho_ess") || !strcmp(name, "s_rel") || !strcmp(name, "delta") ||
+               !strcmp(name, "s_div") || !strcmp(name, "nu") || !strcmp(name, "s_var") ||
+               !strcmp(name, "k3") || !strcmp(name, "nu_total") || !strcmp(name, "nu_excess") ||
+               strstr(name, "_informative")) {
+        snprintf(out, cap, "no step had an informative completion (a group whose rewards "
+                 "differ; diag_empty is 1 at every step): the diagnostics over them are "
+                 "missing (correction.ais.population: all diagnoses every completion)");
     } else {
         snprintf(out, cap, "not computed at any step of this run (NaN in every row)");
     }

@@ -98,12 +98,37 @@ static void progress(const rl_run *run, int64_t step, const double *m, double el
     fflush(stdout);
 }
 
+static int evaluate_one(rl_run *run, int64_t step, const char *name, dllm_err *err);
+
+/* One evaluation, or with eval.gen_lengths one per length (d1: steps = length / 2), each
+ * logged under its own name (rl_eval_names). */
 static int evaluate_and_log(rl_run *run, int64_t step, dllm_err *err)
+{
+    const cfg_int_list *gl = &run->cfg.eval.gen_lengths;
+    char names[CFG_INT_LIST_MAX][RL_EVAL_NAME_MAX];
+    const int n = rl_eval_names(run, names);
+    const dllm_sampler_cfg keep = run->eval_sampler;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        if (gl->n) {
+            run->eval_sampler.gen_length = gl->v[i];
+            run->eval_sampler.steps = gl->v[i] / 2;
+            if (!run->quiet && !run->jsonl && run->rank == 0)
+                printf("eval at gen_length %d (block %d, %d steps)\n", gl->v[i],
+                       run->eval_sampler.block_length, run->eval_sampler.steps);
+        }
+        rc = evaluate_one(run, step, names[i], err);
+    }
+    run->eval_sampler = keep;
+    return rc;
+}
+
+static int evaluate_one(rl_run *run, int64_t step, const char *name, dllm_err *err)
 {
     double acc, se, rew;
     uint8_t *ok = dllm_malloc(run->eval.n ? run->eval.n : 1);
     if (rl_evaluate(run, &acc, &se, &rew, ok, err) ||
-        (run->rank == 0 && eval_outcomes_write(run->run_dir, run->task->name, (long long)step, ok,
+        (run->rank == 0 && eval_outcomes_write(run->run_dir, name, (long long)step, ok,
                                                run->eval.n, rl_eval_items_hash(run), err))) {
         free(ok);
         return err->code;
@@ -112,13 +137,15 @@ static int evaluate_and_log(rl_run *run, int64_t step, dllm_err *err)
     if (run->rank != 0)
         return 0;
     if (!run->quiet && !run->jsonl)
-        printf("eval step %lld: accuracy %.4f +- %.4f (n=%zu)  reward %.4f\n", (long long)step, acc,
-               se, run->eval.n, rew);
+        printf("eval step %lld%s%s: accuracy %.4f +- %.4f (n=%zu)  reward %.4f\n", (long long)step,
+               strcmp(name, run->task->name) ? " " : "", strcmp(name, run->task->name) ? name : "",
+               acc, se, run->eval.n, rew);
     else if (run->jsonl)
-        printf("{\"eval_step\": %lld, \"accuracy\": %.6f, \"accuracy_se\": %.6f, \"reward_mean\": %.6f, "
-               "\"n\": %zu}\n", (long long)step, acc, se, rew, run->eval.n);
+        printf("{\"eval_step\": %lld, \"eval\": \"%s\", \"accuracy\": %.6f, \"accuracy_se\": %.6f, "
+               "\"reward_mean\": %.6f, \"n\": %zu}\n", (long long)step, name, acc, se, rew,
+               run->eval.n);
     fflush(stdout);
-    if (h5log_append_eval(run->log, run->task->name, step, acc, se, rew, err) ||
+    if (h5log_append_eval(run->log, name, step, acc, se, rew, err) ||
         h5log_flush(run->log, err))
         return err->code;
     if (run->tb) { /* tagged as the log's datasets: eval/<task>/<name> */

@@ -65,6 +65,8 @@ const h5log_traj_col h5log_traj_cols[H5LOG_N_TRAJ] = {
     {"token_log_ratio", K_F32, W_G, TB(token_log_ratio)},
     {"commit_step", K_I16, W_G, TB(commit_step)},
     {"commit_prob", K_F32, W_G, TB(commit_prob)},
+    {"correct", K_F64, W_1, TB(correct)},
+    {"token_entropy", K_F32, W_G, TB(token_entropy)},
 };
 #undef TB
 #define traj_fields h5log_traj_cols
@@ -168,6 +170,8 @@ struct h5log {
     int64_t n_traj;
     hid_t mm_step, mm_d;             /* /mismatch_by_step */
     int64_t n_mm;
+    hid_t pk_step, pk_v;             /* /pass_at_k, -1 when absent */
+    int64_t n_pk;
     hid_t (*eval)[N_EVAL];           /* (n_eval_tasks) */
     int64_t *n_eval;                 /* (n_eval_tasks) */
     void *scratch;                   /* packing buffer for padded rows */
@@ -570,7 +574,7 @@ static h5log *log_alloc(const char *path)
     h5log *log = dllm_calloc(1, sizeof *log);
     log->path = dllm_strdup(path);
     log->file = -1;
-    log->steps_step = log->mm_step = log->mm_d = -1;
+    log->steps_step = log->mm_step = log->mm_d = log->pk_step = log->pk_v = -1;
     for (int i = 0; i < H5LOG_N_METRICS; i++)
         log->metric[i] = -1;
     for (int i = 0; i < N_TRAJ; i++)
@@ -587,6 +591,8 @@ static void close_objects(h5log *log)
         close_id(&log->traj[i]);
     close_id(&log->mm_step);
     close_id(&log->mm_d);
+    close_id(&log->pk_step);
+    close_id(&log->pk_v);
     for (int t = 0; t < log->dims.n_eval_tasks; t++)
         for (int f = 0; f < N_EVAL; f++)
             close_id(&log->eval[t][f]);
@@ -724,6 +730,23 @@ static int create_layout(hid_t file, const char *path, const h5log_meta *meta,
     if (bad)
         return h5_fail(err, DLLM_EXIT_INTERNAL, path, "creating /mismatch_by_step datasets");
 
+    if (dims->group_size > 0) {
+        g = H5Gcreate2(file, "pass_at_k", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (g < 0)
+            return h5_fail(err, DLLM_EXIT_INTERNAL, path, "creating /pass_at_k");
+        d = create_dset(g, "pass_at_k", "step", K_I64, 0, 4096);
+        bad = d < 0;
+        close_id(&d);
+        if (!bad) {
+            d = create_dset(g, "pass_at_k", "value", K_F64, (hsize_t)dims->group_size, 4096);
+            bad = d < 0;
+            close_id(&d);
+        }
+        H5Gclose(g);
+        if (bad)
+            return h5_fail(err, DLLM_EXIT_INTERNAL, path, "creating /pass_at_k datasets");
+    }
+
     /* Track creation order so readers list the tasks as configured. */
     hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
     H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
@@ -854,6 +877,12 @@ static int open_objects(h5log *log, dllm_err *err)
     log->n_mm = n < 0 ? 0 : n;
     if (log->mm_d >= 0)
         log->dims.denoise_steps = (int)width_of(log->mm_d);
+    /* optional: logs written before pass@k have none */
+    log->pk_step = open_dset_opt(f, "pass_at_k/step");
+    log->pk_v = open_dset_opt(f, "pass_at_k/value");
+    n = min_rows(rows_of(log->pk_step), rows_of(log->pk_v));
+    log->n_pk = n < 0 ? 0 : n;
+    log->dims.group_size = log->pk_v >= 0 && log->pk_step >= 0 ? (int)width_of(log->pk_v) : 0;
 
     for (int t = 0; t < log->dims.n_eval_tasks; t++) {
         n = -1;
@@ -1240,6 +1269,8 @@ static int resume_copy(h5log *old, const char *tmp, int64_t last_step, dllm_err 
     if (!rc)
         rc = copy_group(old, f, "mismatch_by_step", last_step, &dummy_n,
                         &dummy_last, err);
+    if (!rc && dims.group_size > 0)
+        rc = copy_group(old->file, f, "pass_at_k", last_step, path, &dummy_n, &dummy_last, err);
     for (int t = 0; t < dims.n_eval_tasks && !rc; t++) {
         char g[512];
         snprintf(g, sizeof g, "eval/%s", dims.eval_tasks[t]);
@@ -1429,6 +1460,20 @@ int h5log_append_mismatch(h5log *log, int64_t step, const double *mean_abs_d, dl
         write_rows(log->mm_step, H5T_NATIVE_INT64, r, 1, &step) < 0)
         return h5_fail(err, DLLM_EXIT_INTERNAL, log->path, "/mismatch_by_step");
     log->n_mm = r + 1;
+    return 0;
+}
+
+int h5log_append_pass_at_k(h5log *log, int64_t step, const double *pass_at_k, dllm_err *err)
+{
+    if (!log->writable)
+        return not_writable(log, err);
+    if (log->pk_v < 0)
+        return 0;
+    int64_t r = log->n_pk;
+    if (write_rows(log->pk_v, H5T_NATIVE_DOUBLE, r, 1, pass_at_k) < 0 ||
+        write_rows(log->pk_step, H5T_NATIVE_INT64, r, 1, &step) < 0)
+        return h5_fail(err, DLLM_EXIT_INTERNAL, log->path, "/pass_at_k");
+    log->n_pk = r + 1;
     return 0;
 }
 

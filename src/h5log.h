@@ -12,11 +12,14 @@
  *                         completion_tokens                          int32 (R, G)
  *                         reward, advantage, l_mu, l_pi, log_w, coef,
  *                         log_w_se                                   float64 (R)
- *                         token_log_ratio, commit_prob               float32 (R, G)
+ *                         correct                                    float64 (R)
+ *                         token_log_ratio, commit_prob, token_entropy float32 (R, G)
  *                         commit_step                                int16 (R, G)
  *   /mismatch_by_step/step        int64 (M)
  *   /mismatch_by_step/mean_abs_d  float64 (M, S)  mean |d| of the tokens committed
  *                                 at each denoising step (NaN: none committed)
+ *   /pass_at_k/step       int64 (M)
+ *   /pass_at_k/value      float64 (M, K)   pass@k for k = 1..K (K: the group size)
  *   /eval/<task>/{step int64, accuracy, accuracy_se, reward_mean float64} (E)
  * Padding: token ids and commit_step past a row's length are -1, token_log_ratio
  * and commit_prob are NaN (NaN also marks a token that was not scored); the pad
@@ -77,7 +80,24 @@
     X(rho_ess_prec)         /* ESS / N of w_prec = exp(l_pi - l_mu_exact) */ \
     X(rho_ess_cache)        /* ESS / N of w_cache = exp(l_mu_exact - l_mu) */ \
     X(delta_prec)           /* mean |d_prec| per token, nats */ \
-    X(delta_cache)          /* mean |d_cache| per token, nats */
+    X(delta_cache)          /* mean |d_cache| per token, nats */ \
+    X(nu_total)             /* variance amplification, total form */ \
+    X(nu_excess)            /* variance amplification, excess form */ \
+    X(diag_empty)           /* 1: no completion in the diagnostics' population */ \
+    X(frac_informative)     /* completions in groups with unequal rewards */ \
+    X(rho_ess_informative)  /* rho_ess, delta, mean |log w| on the informative completions */ \
+    X(delta_informative) \
+    X(abs_log_w_informative) \
+    X(rho_ess_all)          /* the same on every completion */ \
+    X(delta_all) \
+    X(abs_log_w_all) \
+    X(log_w_q05)            /* quantiles of log w over the batch */ \
+    X(log_w_q50) \
+    X(log_w_q95) \
+    X(entropy)              /* trainer token entropy on the completions */ \
+    X(completion_len)       /* mean completion length to EOS */ \
+    X(grad_cosine)          /* log.grad_cosine: corrected vs uncorrected gradient */ \
+    X(grad_norm_ratio)
 
 #define H5LOG_METRIC_ENUM_(name) H5LOG_METRIC_##name,
 enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
@@ -130,6 +150,23 @@ enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
     X("steps", "rho_ess_cache", "1", "ESS / N of the cache part of the weight, w_cache = exp(l_mu_exact - l_mu), raw, over every completion (1: no cache)") \
     X("steps", "delta_prec", "nats", "mean over completions of the mean |tok_pi - tok_mu_exact| over scored tokens") \
     X("steps", "delta_cache", "nats", "mean over completions of the mean |tok_mu_exact - tok_mu| over scored tokens (0: no cache)") \
+    X("steps", "nu_total", "1", "variance amplification mean(c~^2 a^2) / mean(a^2), c~ the capped weights at mean one (METHOD.md 5)") \
+    X("steps", "nu_excess", "1", "variance amplification Var(w~ a) / (mean(w~^2) Var(A)): the part ESS does not explain") \
+    X("steps", "diag_empty", "1", "1 when the diagnostics' population has no completion (no informative group): diagnostics NaN, alpha kept") \
+    X("steps", "frac_informative", "1", "fraction of completions in groups whose rewards are not all equal") \
+    X("steps", "rho_ess_informative", "1", "ESS / N of the importance weights over the informative completions") \
+    X("steps", "delta_informative", "nats", "mean |d| per token over the informative completions") \
+    X("steps", "abs_log_w_informative", "nats", "mean |log w| over the informative completions") \
+    X("steps", "rho_ess_all", "1", "ESS / N of the importance weights over every completion") \
+    X("steps", "delta_all", "nats", "mean |d| per token over every completion") \
+    X("steps", "abs_log_w_all", "nats", "mean |log w| over every completion") \
+    X("steps", "log_w_q05", "nats", "5 % quantile of log w over the batch's completions (linear interpolation)") \
+    X("steps", "log_w_q50", "nats", "median of log w over the batch's completions") \
+    X("steps", "log_w_q95", "nats", "95 % quantile of log w over the batch's completions") \
+    X("steps", "entropy", "nats", "trainer token entropy on the completions: mean over scored tokens of trajectories/token_entropy") \
+    X("steps", "completion_len", "1", "mean completion length in tokens, up to and including the first EOS") \
+    X("steps", "grad_cosine", "1", "cosine between the corrected and uncorrected loss gradients (first inner step); NaN unless log.grad_cosine") \
+    X("steps", "grad_norm_ratio", "1", "norm of the corrected over the uncorrected loss gradient (first inner step); NaN unless log.grad_cosine") \
     X("trajectories", "step", "1", "RL step of the completion") \
     X("trajectories", "prompt_index", "1", "index of the prompt in the training items") \
     X("trajectories", "group", "1", "group (prompt) of the completion within its step") \
@@ -148,6 +185,10 @@ enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
     X("trajectories", "token_log_ratio", "nats", "per-token log ratio trainer minus rollout; NaN not scored or padding") \
     X("trajectories", "commit_step", "1", "denoising step that committed the token, -1 padding") \
     X("trajectories", "commit_prob", "1", "probability of the token when committed; NaN padding") \
+    X("trajectories", "correct", "1", "1 when the task judged the completion correct, else 0") \
+    X("trajectories", "token_entropy", "nats", "trainer entropy of the predicted distribution at the token, in the weight estimator's contexts (mean over them); NaN not scored or padding") \
+    X("pass_at_k", "step", "1", "RL step of the row") \
+    X("pass_at_k", "value", "1", "pass@k for k = 1..G: mean over groups of 1 - C(G-c, k) / C(G, k), c correct of G") \
     X("mismatch_by_step", "step", "1", "RL step of the row") \
     X("mismatch_by_step", "mean_abs_d", "nats", "mean |d| of the tokens committed at each denoising step; NaN none committed") \
     X("eval", "step", "1", "RL step the evaluation ran after (0: before training)") \
@@ -182,6 +223,7 @@ typedef struct {
     int max_prompt;             /* P >= 1: prompt_tokens row width */
     int max_completion;         /* G >= 1: per-token row width */
     int denoise_steps;          /* S >= 1: /mismatch_by_step width (AR: 1, unused) */
+    int group_size;             /* G: /pass_at_k width; 0: no /pass_at_k */
     int n_eval_tasks;
     const char *const *eval_tasks; /* (n_eval_tasks) names: no '/', not "." */
 } h5log_dims;
@@ -208,6 +250,8 @@ typedef struct {
     const float *token_log_ratio;     /* (n, completion_stride), NaN: not scored */
     const int16_t *commit_step;       /* (n, completion_stride) */
     const float *commit_prob;         /* (n, completion_stride) */
+    const double *correct;            /* (n) 1 correct, 0 not */
+    const float *token_entropy;       /* (n, completion_stride), NaN: not scored */
 } h5log_traj_batch;
 
 /* The /trajectories columns, in file creation order: one table drives the
@@ -225,7 +269,7 @@ typedef struct {
     h5log_width width;
     size_t off;            /* offsetof(h5log_traj_batch, its array), or of step */
 } h5log_traj_col;
-enum { H5LOG_N_TRAJ = 18 };
+enum { H5LOG_N_TRAJ = 20 };
 extern const h5log_traj_col h5log_traj_cols[H5LOG_N_TRAJ];
 size_t h5log_kind_size(h5log_kind k);
 /* Column c's array in b (NULL for H5LOG_WSTEP and absent arrays). */
@@ -255,6 +299,8 @@ int h5log_append_step_named(h5log *log, int64_t step, int n, const char *const *
 int h5log_append_trajectories(h5log *log, const h5log_traj_batch *b, dllm_err *err);
 /* mean_abs_d: (S) */
 int h5log_append_mismatch(h5log *log, int64_t step, const double *mean_abs_d, dllm_err *err);
+/* pass_at_k: (group_size); nothing is written when the log has no /pass_at_k. */
+int h5log_append_pass_at_k(h5log *log, int64_t step, const double *pass_at_k, dllm_err *err);
 /* Flushes. Unknown task is an error. */
 int h5log_append_eval(h5log *log, const char *task, int64_t step, double accuracy,
                       double accuracy_se, double reward_mean, dllm_err *err);

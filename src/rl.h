@@ -90,7 +90,11 @@ typedef struct {
     double *tok_ref;              /* (N, Gen) beta > 0 */
     double *mismatch;             /* (S) mean |d| of tokens committed at each step */
     double split[4];              /* rho_ess_prec, rho_ess_cache, delta_prec, delta_cache */
-    corr_diag diag;
+    uint8_t *informative;         /* (N) 1: the completion's group has unequal rewards */
+    double *tok_ent;              /* (N, Gen) trainer entropy at each scored token */
+    double *pass_at_k;            /* (G) pass@k, k = 1..G, mean over the global groups */
+    corr_diag diag;               /* over correction.ais.population: drives alpha */
+    corr_diag diag_inf, diag_all; /* over the informative completions, and over all */
 } rl_batch;
 
 void rl_batch_free(rl_batch *b);

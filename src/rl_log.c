@@ -7,8 +7,21 @@
 #include "src/rl_run.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int rl_eval_names(const rl_run *run, char names[][RL_EVAL_NAME_MAX])
+{
+    const cfg_int_list *gl = &run->cfg.eval.gen_lengths;
+    if (gl->n == 0) {
+        snprintf(names[0], RL_EVAL_NAME_MAX, "%s", run->task->name);
+        return 1;
+    }
+    for (int i = 0; i < gl->n; i++)
+        snprintf(names[i], RL_EVAL_NAME_MAX, "%s@%d", run->task->name, gl->v[i]);
+    return gl->n;
+}
 
 int rl_log_create(rl_run *run, const char *path, const char *git_revision, const char *started,
                   dllm_err *err)
@@ -17,12 +30,17 @@ int rl_log_create(rl_run *run, const char *path, const char *git_revision, const
         return 0;
     const dllm_cfg *cfg = &run->cfg;
     char *yaml = dllm_cfg_dump(cfg);
-    const char *tasks[1] = {run->task->name};
+    char names[CFG_INT_LIST_MAX][RL_EVAL_NAME_MAX];
+    const char *tasks[CFG_INT_LIST_MAX];
+    const int n_tasks = rl_eval_names(run, names);
+    for (int i = 0; i < n_tasks; i++)
+        tasks[i] = names[i];
     h5log_meta meta = {.config_yaml = yaml, .version = PACKAGE_VERSION, .git_revision = git_revision,
                        .device = cfg_names_name(&cfg_names_device, cfg->device), .started = started,
                        .seed = cfg->seed};
     h5log_dims dims = {.max_prompt = rl_max_prompt(run), .max_completion = cfg->rollout.gen_length,
-                       .denoise_steps = cfg->rollout.steps, .n_eval_tasks = 1, .eval_tasks = tasks};
+                       .denoise_steps = cfg->rollout.steps, .group_size = cfg->rollout.group_size,
+                       .n_eval_tasks = n_tasks, .eval_tasks = tasks};
     int rc = h5log_create(&run->log, path, &meta, &dims, err);
     free(yaml);
     return rc;
@@ -48,6 +66,18 @@ size_t rl_traj_record_size(int P, int G)
     return rs;
 }
 
+static void pad_values(char *p, h5log_kind k, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        switch (k) {
+        case H5LOG_F64: ((double *)p)[j] = NAN; break;
+        case H5LOG_F32: ((float *)p)[j] = NAN; break;
+        case H5LOG_I64: ((int64_t *)p)[j] = -1; break;
+        case H5LOG_I32: ((int32_t *)p)[j] = -1; break;
+        case H5LOG_I16: ((int16_t *)p)[j] = -1; break;
+        }
+}
+
 void *rl_traj_pack(const h5log_traj_batch *b, int P, int G, size_t *len)
 {
     size_t rs = rl_traj_record_size(P, G);
@@ -58,7 +88,10 @@ void *rl_traj_pack(const h5log_traj_batch *b, int P, int G, size_t *len)
             const char *src = h5log_traj_col_data(b, c);
             if (!bytes)
                 continue;
-            memcpy(p, src + (size_t)i * bytes, bytes);
+            if (src)
+                memcpy(p, src + (size_t)i * bytes, bytes);
+            else /* an absent column: its pad, as the writer would log it */
+                pad_values(p, h5log_traj_cols[c].kind, w);
             p += bytes;
         }
     *len = (size_t)(p - buf);
@@ -116,6 +149,7 @@ static void local_rows(const rl_run *run, const rl_batch *b, int P, int G, int64
     float *lr = dllm_malloc(sizeof *lr * (size_t)(N ? N : 1) * G);
     float *cp = dllm_malloc(sizeof *cp * (size_t)(N ? N : 1) * G);
     int16_t *cs = dllm_malloc(sizeof *cs * (size_t)(N ? N : 1) * G);
+    float *te = dllm_malloc(sizeof *te * (size_t)(N ? N : 1) * G);
     for (int i = 0; i < N; i++) {
         pidx[i] = b->prompt_index[i / b->G];
         grp[i] = (int64_t)run->rank * b->n_prompts + i / b->G;
@@ -130,12 +164,13 @@ static void local_rows(const rl_run *run, const rl_batch *b, int P, int G, int64
             lr[o] = t < b->L[i] ? (float)b->d[k] : NAN;
             cp[o] = t < b->Gen ? b->ro.commit_prob[k] : NAN;
             cs[o] = t < b->Gen ? b->ro.commit_step[k] : -1;
+            te[o] = t < b->L[i] && b->tok_ent ? (float)b->tok_ent[k] : NAN;
         }
     }
-    const double *per[8] = {b->reward, b->adv, b->l_mu, b->l_pi, b->log_w, b->coef, b->log_w_se,
-                            b->l_mu_exact};
-    double *copy[8];
-    for (int j = 0; j < 8; j++) {
+    const double *per[9] = {b->reward, b->adv, b->l_mu, b->l_pi, b->log_w, b->coef, b->log_w_se,
+                            b->l_mu_exact, b->correct};
+    double *copy[9];
+    for (int j = 0; j < 9; j++) {
         copy[j] = dllm_malloc(sizeof(double) * (size_t)(N ? N : 1));
         memcpy(copy[j], per[j], sizeof(double) * (size_t)N);
     }
@@ -145,7 +180,7 @@ static void local_rows(const rl_run *run, const rl_batch *b, int P, int G, int64
                              .completion_stride = G, .reward = copy[0], .advantage = copy[1],
                              .l_mu = copy[2], .l_pi = copy[3], .log_w = copy[4], .coef = copy[5],
                              .log_w_se = copy[6], .l_mu_exact = copy[7], .token_log_ratio = lr, .commit_step = cs,
-                             .commit_prob = cp};
+                             .commit_prob = cp, .correct = copy[8], .token_entropy = te};
 }
 
 static int log_trajectories(rl_run *run, const rl_batch *b, int64_t step, dllm_err *err)
@@ -182,6 +217,8 @@ int rl_log_step(rl_run *run, const rl_batch *b, int64_t step, double *m, dllm_er
         rc = log_trajectories(run, b, step, err);
     if (!rc && run->rank == 0)
         rc = h5log_append_mismatch(run->log, step, b->mismatch, err);
+    if (!rc && run->rank == 0 && b->pass_at_k)
+        rc = h5log_append_pass_at_k(run->log, step, b->pass_at_k, err);
     m[H5LOG_M(t_log)] = dllm_now() - tl;
     if (!rc && run->rank == 0 && (rc = h5log_append_step(run->log, step, m, err)) == 0)
         rc = h5log_flush(run->log, err);

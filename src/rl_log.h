@@ -14,6 +14,12 @@
 int rl_log_create(rl_run *run, const char *path, const char *git_revision, const char *started,
                   dllm_err *err);
 
+/* The evaluation sets of the run as the log names them: the task's name, or with
+ * eval.gen_lengths one per length, "<task>@<length>" (d1's protocol). Returns the
+ * count (>= 1); names[i] holds at most RL_EVAL_NAME_MAX bytes. */
+enum { RL_EVAL_NAME_MAX = 96 };
+int rl_eval_names(const rl_run *run, char names[][RL_EVAL_NAME_MAX]);
+
 /* Logs step `step`: its trajectories (with cfg log.trajectories), its mismatch
  * by denoising step and the metrics (m[t_log] is set to the time spent here
  * before the metrics are written). Collective: every rank calls it. */

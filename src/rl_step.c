@@ -39,6 +39,9 @@ void rl_batch_free(rl_batch *b)
     free(b->tok_old);
     free(b->tok_ref);
     free(b->mismatch);
+    free(b->informative);
+    free(b->tok_ent);
+    free(b->pass_at_k);
     memset(b, 0, sizeof *b);
 }
 
@@ -216,8 +219,17 @@ static void split_diag(const rl_batch *b, const double *tok_mu_exact, int N, int
  * prec: the trainer (TRAIN_NOGRAD) or the rollout copy (ROLLOUT). params: a
  * trainable vector put in place for the call (the reference policy, or the
  * parameters that made the batch), NULL for the current one. */
+static int score_ent(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const float *params,
+                     double *seq, double *tok, double *sample, double *tok_ent, dllm_err *err);
 static int score(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const float *params,
                  double *seq, double *tok, double *sample, dllm_err *err)
+{
+    return score_ent(run, p, prec, params, seq, tok, sample, NULL, err);
+}
+
+/* score, and tok_ent (N, Gen; may be NULL): the entropy at each scored token */
+static int score_ent(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const float *params,
+                     double *seq, double *tok, double *sample, double *tok_ent, dllm_err *err)
 {
     size_t n = 0;
     float *theta = params ? dllm_policy_trainable(run->pol, &n) : NULL, *save = NULL;
@@ -230,8 +242,10 @@ static int score(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const floa
     void *ctx;
     dllm_logits_fn fn = dllm_policy_logits(run->pol, prec, &ctx);
     dllm_logp_fn lfn = dllm_policy_logp(run->pol, prec, &ctx); /* on a device: fused head */
-    int rc = dllm_lik_plan_eval_logp(p, fn, lfn, ctx, run->max_canvas, seq, tok, NULL, sample,
-                                     err);
+    int rc = tok_ent ? dllm_lik_plan_eval_entropy(p, fn, lfn, ctx, run->max_canvas, seq, tok,
+                                                  NULL, sample, tok_ent, err)
+                     : dllm_lik_plan_eval_logp(p, fn, lfn, ctx, run->max_canvas, seq, tok, NULL,
+                                               sample, err);
     if (params) {
         memcpy(theta, save, sizeof *save * n);
         free(save);
@@ -261,6 +275,132 @@ static int check_update(int64_t step, double loss, double grad_norm, const float
                                 "of the trainable vector): the run diverged (lower optim.lr)",
                                 (long long)step, (double)theta[k], k);
     return 0;
+}
+
+/* The loss gradient of the batch under plan into the model's gradients (zeroed by the
+ * caller). */
+static int loss_backward(rl_run *run, const dllm_lik_plan *plan, loss_ctx *lc, dllm_err *err)
+{
+    void *ctx;
+    /* training on a device: the dlogits are built there from its logits (at the
+     * plan's temperature 1; another temperature takes the host path) */
+    dllm_logp_fn lfn = dllm_policy_train_logp(run->pol, &ctx);
+    dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
+    if (lfn && plan->temperature == 1.0)
+        return dllm_lik_plan_backward_logp(plan, lfn, dllm_policy_backward_logp, ctx,
+                                           run->max_canvas, loss_grad, lc, NULL, NULL, err);
+    return dllm_lik_plan_backward(plan, fn, dllm_policy_backward, ctx, run->max_canvas,
+                                  loss_grad, lc, NULL, NULL, err);
+}
+
+/* log.grad_cosine: the gradient of the same loss with every coefficient 1 (no
+ * correction), summed over ranks, into *ref (malloc'd, np floats). One extra backward;
+ * the model's gradients are left zeroed for the real update. Host gradients only. */
+static int uncorrected_grad(rl_run *run, const dllm_lik_plan *plan, const loss_ctx *lc,
+                            float *grads, size_t np, float **ref, dllm_err *err)
+{
+    rl_batch *b = lc->b;
+    const size_t N = (size_t)b->N, NG = N * (size_t)b->Gen;
+    double *coef = b->coef, *coef_tok = b->coef_tok;
+    double *ones = dllm_malloc(sizeof(double) * (N ? N : 1));
+    double *ones_tok = coef_tok ? dllm_malloc(sizeof(double) * NG) : NULL;
+    for (size_t i = 0; i < N; i++)
+        ones[i] = 1.0;
+    for (size_t k = 0; ones_tok && k < NG; k++)
+        ones_tok[k] = isnan(b->d[k]) ? 0.0 : 1.0; /* unscored tokens carry none */
+    b->coef = ones;
+    b->coef_tok = ones_tok;
+    loss_ctx c = {.run = run, .b = b, .global = lc->global};
+    dllm_policy_zero_grad(run->pol);
+    int rc = loss_backward(run, plan, &c, err);
+    b->coef = coef;
+    b->coef_tok = coef_tok;
+    free(ones);
+    free(ones_tok);
+    if (rc)
+        return rc;
+    comm_sum_f(grads, np);
+    *ref = dllm_malloc(sizeof(float) * (np ? np : 1));
+    memcpy(*ref, grads, sizeof(float) * np);
+    return 0;
+}
+
+/* The diagnostics of §5 over the global batch: extrema (MAX), moments and sums (SUM)
+ * all-reduced, then finalised identically on every rank. */
+static int diagnose(const corr_cfg *cc, const corr_batch *cb, double alpha_prev, corr_diag *out,
+                    dllm_err *err)
+{
+    corr_extrema ext;
+    corr_moments mom;
+    corr_stats st;
+    int rc = corr_local_extrema(cc, cb, &ext, err);
+    if (rc)
+        return rc;
+    comm_max_d(ext.v, CORR_EXT_N); /* max over ranks of each extremum (stored as maxima) */
+    if ((rc = corr_local_moments(cc, cb, &ext, &mom, err)))
+        return rc;
+    comm_sum_d(mom.v, CORR_MOM_N);
+    if ((rc = corr_local_sums(cc, cb, &ext, &mom, &st, err)))
+        return rc;
+    comm_sum_d(st.v, CORR_STATS_N);
+    corr_finalize(&st, &ext, &mom, cc, alpha_prev, out);
+    return 0;
+}
+
+/* pass@k for k = 1..G summed over this rank's groups (the caller divides by the global
+ * group count): 1 - C(G - c, k) / C(G, k), c the group's correct completions, the
+ * unbiased estimator from G samples; the ratio as a product, so no binomial overflows */
+static void pass_at_k_sums(const double *correct, int n_groups, int G, double *sum)
+{
+    for (int g = 0; g < n_groups; g++) {
+        int c = 0;
+        for (int j = 0; j < G; j++)
+            c += correct[(size_t)g * G + j] > 0.5;
+        for (int k = 1; k <= G; k++) {
+            double miss = 1.0; /* C(G - c, k) / C(G, k) */
+            for (int i = 0; i < k; i++)
+                miss *= G - c - i > 0 ? (double)(G - c - i) / (double)(G - i) : 0.0;
+            sum[k - 1] += 1.0 - miss;
+        }
+    }
+}
+
+/* q-quantile of the sorted x (n >= 1), linear interpolation between order statistics
+ * (numpy's default) */
+static double quantile_sorted(const double *x, size_t n, double q)
+{
+    const double h = q * (double)(n - 1);
+    const size_t lo = (size_t)floor(h), hi = lo + 1 < n ? lo + 1 : lo;
+    return x[lo] + (h - (double)lo) * (x[hi] - x[lo]);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* 5/50/95 % quantiles of the finite log w of the global batch, on rank 0 (NaN elsewhere
+ * and when none is finite) */
+static void log_w_quantiles(const double *log_w, int N, double q[3])
+{
+    q[0] = q[1] = q[2] = NAN;
+    void *all = NULL;
+    size_t bytes = comm_gather_bytes(log_w, sizeof(double) * (size_t)N, &all);
+    if (!all)
+        return;
+    double *x = all;
+    size_t n = 0;
+    for (size_t i = 0; i < bytes / sizeof(double); i++)
+        if (isfinite(x[i]))
+            x[n++] = x[i];
+    if (n > 0) {
+        qsort(x, n, sizeof *x, cmp_double);
+        q[0] = quantile_sorted(x, n, 0.05);
+        q[1] = quantile_sorted(x, n, 0.50);
+        q[2] = quantile_sorted(x, n, 0.95);
+    }
+    free(all);
 }
 
 int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *err)
@@ -359,7 +499,9 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     if (!rc) {
         smp_pi = dllm_malloc(sizeof(double) * (size_t)(pw.n_canvas ? pw.n_canvas : 1));
         smp_mu = dllm_malloc(sizeof(double) * (size_t)(pw.n_canvas ? pw.n_canvas : 1));
-        rc = score(run, &pw, DLLM_PREC_TRAIN_NOGRAD, NULL, b->l_pi, b->tok_pi, smp_pi, err);
+        b->tok_ent = dllm_malloc(sizeof(double) * NG);
+        rc = score_ent(run, &pw, DLLM_PREC_TRAIN_NOGRAD, NULL, b->l_pi, b->tok_pi, smp_pi,
+                       b->tok_ent, err);
     }
     if (!rc && dllm_policy_rollout_is_trainer(run->pol)) {
         /* the reference arm: mu is pi, bit for bit, so w = 1 exactly */
@@ -415,28 +557,23 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     b->coef = dllm_malloc(sizeof(double) * N);
     if (cfg->correction.c.level == CORR_LEVEL_TOKEN)
         b->coef_tok = dllm_malloc(sizeof(double) * NG);
+    b->informative = dllm_malloc((size_t)(N ? N : 1));
+    corr_informative(b->reward, ppr, G, b->informative);
     corr_batch cb = {.N = N, .T = Gen, .log_w = b->log_w, .len = b->L, .d = b->d, .adv = b->adv,
                      .log_w_se = b->log_w_se};
-    corr_extrema ext;
-    corr_moments mom;
-    corr_stats st;
+    corr_batch cb_inf = cb;
+    cb_inf.member = b->informative;
     corr_counts cnt;
+    /* the configured population drives alpha; both populations are logged */
+    const bool inf = cfg->correction.c.ais.population == AIS_POP_INFORMATIVE;
     if (!rc)
-        rc = corr_local_extrema(&cfg->correction.c, &cb, &ext, err);
-    if (!rc) {
-        /* max over ranks of each extremum (stored as maxima) */
-        comm_max_d(ext.v, CORR_EXT_N);
-        rc = corr_local_moments(&cfg->correction.c, &cb, &ext, &mom, err);
-    }
-    if (!rc) {
-        comm_sum_d(mom.v, CORR_MOM_N);
-        rc = corr_local_sums(&cfg->correction.c, &cb, &ext, &mom, &st, err);
-    }
-    if (!rc) {
-        comm_sum_d(st.v, CORR_STATS_N);
-        corr_finalize(&st, &ext, &mom, &cfg->correction.c, run->alpha_prev, &b->diag);
+        rc = diagnose(&cfg->correction.c, inf ? &cb_inf : &cb, run->alpha_prev, &b->diag, err);
+    if (!rc)
+        rc = diagnose(&cfg->correction.c, &cb_inf, run->alpha_prev, &b->diag_inf, err);
+    if (!rc)
+        rc = diagnose(&cfg->correction.c, &cb, run->alpha_prev, &b->diag_all, err);
+    if (!rc)
         rc = corr_coefficients(&cfg->correction.c, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
-    }
     if (!rc && b->coef_tok)
         token_coef_means(b->coef, b->coef_tok, b->d, b->L, N, Gen);
 
@@ -455,7 +592,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     sums[4] = den.kl;
     comm_sum_d(sums, 5);
     loss_ctx lc = {.run = run, .b = b, .global = {.surr = sums[3], .kl = sums[4]}};
-    double grad_norm = NAN, lr = NAN;
+    double grad_norm = NAN, lr = NAN, grad_cos = NAN, grad_ratio = NAN;
+    float *grad_ref = NULL; /* log.grad_cosine: the uncorrected gradient of the first update */
     size_t np = run->n_param;
     /* the host's vectors only where the update runs there: on a device its copies are the
      * masters, and reading the host's would bring them down */
@@ -483,25 +621,15 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
                            NULL, err);
             plan = &fresh;
         }
+        if (!rc && k == 0 && cfg->log.grad_cosine && !run->dev_update)
+            rc = uncorrected_grad(run, plan, &lc, grads, np, &grad_ref, err);
         lc.loss = lc.kl = lc.clip = lc.ratio_terms = lc.nonfinite = 0;
         if (run->dev_update)
             dllm_tf_device_zero_grad(dllm_policy_model(run->pol));
         else
             dllm_policy_zero_grad(run->pol);
-        if (!rc) {
-            void *ctx;
-            /* training on a device: the dlogits are built there from its logits (at the
-             * plan's temperature 1; another temperature takes the host path) */
-            dllm_logp_fn lfn = dllm_policy_train_logp(run->pol, &ctx);
-            dllm_logits_fn fn = dllm_policy_logits(run->pol, DLLM_PREC_TRAIN, &ctx);
-            if (lfn && plan->temperature == 1.0)
-                rc = dllm_lik_plan_backward_logp(plan, lfn, dllm_policy_backward_logp, ctx,
-                                                 run->max_canvas, loss_grad, &lc, NULL, NULL,
-                                                 err);
-            else
-                rc = dllm_lik_plan_backward(plan, fn, dllm_policy_backward, ctx,
-                                            run->max_canvas, loss_grad, &lc, NULL, NULL, err);
-        }
+        if (!rc)
+            rc = loss_backward(run, plan, &lc, err);
         dllm_lik_plan_free(&fresh);
         if (rc)
             break;
@@ -527,6 +655,16 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         grad_norm = op_grad_norm(grads, np);
         if ((rc = check_update(step, lc.loss, grad_norm, NULL, 0, err)))
             break;
+        if (k == 0 && grad_ref) { /* the corrected gradient against the uncorrected one */
+            double dot = 0, nc = 0, nu = 0;
+            for (size_t j = 0; j < np; j++) {
+                dot += (double)grads[j] * grad_ref[j];
+                nc += (double)grads[j] * grads[j];
+                nu += (double)grad_ref[j] * grad_ref[j];
+            }
+            grad_cos = nc > 0 && nu > 0 ? dot / sqrt(nc * nu) : NAN;
+            grad_ratio = nu > 0 ? sqrt(nc / nu) : NAN;
+        }
         if (cfg->optim.grad_clip > 0)
             op_clip_grad(grads, np, grad_norm, cfg->optim.grad_clip);
         run->opt_step++;
@@ -537,6 +675,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         if ((rc = check_update(step, lc.loss, grad_norm, theta, np, err)))
             break;
     }
+    free(grad_ref);
     dllm_lik_plan_free(&pw);
     dllm_lik_plan_free(&pp);
     double t_update = dllm_now() - t0;
@@ -619,6 +758,46 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     metrics[H5LOG_M(t_sync)] = t_sync;
     double total = t_rollout + t_lik + t_corr + t_update + t_sync;
     metrics[H5LOG_M(tokens_per_s)] = total > 0 ? m[5] / total : NAN;
+
+    /* what the batch says beyond the mismatch: entropy, length, pass@k, the weights'
+     * spread over each population (METHOD.md §5), over the global batch */
+    double e[4] = {0, 0, 0, 0}; /* entropy sum, scored tokens, lengths, informative */
+    for (int i = 0; i < N; i++) {
+        e[2] += b->L[i];
+        e[3] += b->informative[i];
+        for (int t = 0; t < Gen; t++) {
+            const double h = b->tok_ent[(size_t)i * Gen + t];
+            if (isfinite(h)) {
+                e[0] += h;
+                e[1] += 1;
+            }
+        }
+    }
+    comm_sum_d(e, 4);
+    b->pass_at_k = dllm_calloc((size_t)G, sizeof(double));
+    pass_at_k_sums(b->correct, ppr, G, b->pass_at_k);
+    comm_sum_d(b->pass_at_k, (size_t)G);
+    for (int k = 0; k < G; k++)
+        b->pass_at_k[k] /= Ng / G;
+    double q[3];
+    log_w_quantiles(b->log_w, N, q);
+    metrics[H5LOG_M(nu_total)] = b->diag.nu_total;
+    metrics[H5LOG_M(nu_excess)] = b->diag.nu_excess;
+    metrics[H5LOG_M(diag_empty)] = b->diag.empty;
+    metrics[H5LOG_M(frac_informative)] = e[3] / Ng;
+    metrics[H5LOG_M(rho_ess_informative)] = b->diag_inf.rho_ess;
+    metrics[H5LOG_M(delta_informative)] = b->diag_inf.delta;
+    metrics[H5LOG_M(abs_log_w_informative)] = b->diag_inf.abs_log_w;
+    metrics[H5LOG_M(rho_ess_all)] = b->diag_all.rho_ess;
+    metrics[H5LOG_M(delta_all)] = b->diag_all.delta;
+    metrics[H5LOG_M(abs_log_w_all)] = b->diag_all.abs_log_w;
+    metrics[H5LOG_M(log_w_q05)] = q[0];
+    metrics[H5LOG_M(log_w_q50)] = q[1];
+    metrics[H5LOG_M(log_w_q95)] = q[2];
+    metrics[H5LOG_M(entropy)] = e[1] > 0 ? e[0] / e[1] : NAN;
+    metrics[H5LOG_M(completion_len)] = e[2] / Ng;
+    metrics[H5LOG_M(grad_cosine)] = grad_cos;
+    metrics[H5LOG_M(grad_norm_ratio)] = grad_ratio;
     (void)cnt;
     return 0;
 }

@@ -149,6 +149,10 @@ NAMES(cfg_names_dream_alg, "rollout.dream.alg", {"origin", DLLM_DREAM_ORIGIN},
       {"entropy", DLLM_DREAM_ENTROPY});
 NAMES(cfg_names_ais_noise, "correction.ais.noise", {"debias", AIS_NOISE_DEBIAS},
       {"none", AIS_NOISE_NONE});
+NAMES(cfg_names_ais_population, "correction.ais.population", {"informative", AIS_POP_INFORMATIVE},
+      {"all", AIS_POP_ALL});
+NAMES(cfg_names_ais_variance, "correction.ais.variance", {"total", AIS_VAR_TOTAL},
+      {"excess", AIS_VAR_EXCESS});
 NAMES(cfg_names_schedule, "optim.schedule", {"constant", CFG_SCHEDULE_CONSTANT},
       {"cosine", CFG_SCHEDULE_COSINE});
 NAMES(cfg_names_eval_precision, "eval.precision", {"trainer", CFG_EVAL_TRAINER},
@@ -164,11 +168,12 @@ _Static_assert(sizeof(cfg_device) == sizeof(int) && sizeof(dllm_arch) == sizeof(
                    sizeof(dllm_estimator) == sizeof(int) && sizeof(corr_method) == sizeof(int) &&
                    sizeof(corr_level) == sizeof(int) && sizeof(ais_combine) == sizeof(int) &&
                    sizeof(ais_noise) == sizeof(int) && sizeof(dllm_dream_alg) == sizeof(int) &&
+                   sizeof(ais_population) == sizeof(int) && sizeof(ais_variance) == sizeof(int) &&
                    sizeof(grpo_ratio) == sizeof(int) && sizeof(grpo_agg) == sizeof(int) &&
                    sizeof(grpo_adv_scale) == sizeof(int) && sizeof(dllm_cache) == sizeof(int),
                "enum fields must be int-sized");
 
-typedef enum { K_INT, K_LONG, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_STR_LIST } key_type;
+typedef enum { K_INT, K_LONG, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_FLOAT2, K_STR_LIST, K_INT_LIST } key_type;
 
 typedef struct {
     const char *path;    /* dotted key path */
@@ -319,6 +324,13 @@ static const cfg_key keys[] = {
      "how AIS combines its diagnostics"},
     {"correction.ais.noise", K_ENUM, F(correction.c.ais.noise), "debias", 0, 0, &cfg_names_ais_noise,
      "debias: subtract the estimator noise from the divergence"},
+    {"correction.ais.population", K_ENUM, F(correction.c.ais.population), "informative", 0, 0,
+     &cfg_names_ais_population,
+     "completions the diagnostics see: informative (groups with unequal rewards) or all"},
+    {"correction.ais.variance", K_ENUM, F(correction.c.ais.variance), "total", 0, 0,
+     &cfg_names_ais_variance,
+     "variance amplification nu: total (second moment at the capped end point) or excess "
+     "(beyond what ESS explains)"},
     /* signed: a negative weight reverses its diagnostic (docs/METHOD.md §5) */
     {"correction.ais.weights.reliability", K_FLOAT, F(correction.c.ais.w_rel), "1", -1e300, 1e300, NULL,
      "weight of the reliability diagnostic (0 removes it)"},
@@ -330,6 +342,8 @@ static const cfg_key keys[] = {
      "divergence scale tau of s_div"},
     {"correction.ais.bias", K_FLOAT, F(correction.c.ais.bias), "-4", -INF, INF, NULL,
      "bias of the logistic combination"},
+    {"correction.ais.gain", K_FLOAT, F(correction.c.ais.gain), "8", 1e-12, 1e300, NULL,
+     "gain of the logistic combination on the normalised weighted score"},
     {"correction.ais.eta", K_FLOAT, F(correction.c.ais.eta), "0", 0, 1, NULL,
      "smoothing of alpha across steps (0: none)"},
     {"correction.ais.alpha_min", K_FLOAT, F(correction.c.ais.alpha_min), "0", 0, 1, NULL,
@@ -372,6 +386,9 @@ static const cfg_key keys[] = {
      "evaluation block length"},
     {"eval.steps", K_INT, F(eval.steps), "32", 1, 32767, NULL,
      "evaluation denoising steps"},
+    {"eval.gen_lengths", K_INT_LIST, F(eval.gen_lengths), "[]", 1, 1 << 20, NULL,
+     "d1's protocol: evaluate at each of these lengths (block eval.block_length, steps = "
+     "length / 2), each logged as task@length; empty: eval.gen_length only"},
     {"eval.temperature", K_FLOAT, F(eval.temperature), "0", 0, 100, NULL,
      "evaluation temperature (0: greedy)"},
     {"eval.precision", K_ENUM, F(eval.precision), "trainer", 0, 0, &cfg_names_eval_precision,
@@ -391,6 +408,9 @@ static const cfg_key keys[] = {
     {"log.tensorboard", K_BOOL, F(log.tensorboard), "false", 0, 0, NULL,
      "also write every logged step metric and evaluation as TensorBoard scalars to "
      "RUN_DIR/events.out.tfevents.* (train and sft; `tensorboard --logdir` reads them)"},
+    {"log.grad_cosine", K_BOOL, F(log.grad_cosine), "false", 0, 0, NULL,
+     "log the cosine and norm ratio of the corrected and uncorrected loss gradients "
+     "(one extra backward per step)"},
     /* 10: a killed run loses at most 10 steps and stays resumable (docs/COMMANDS.md, train) */
     {"checkpoint.every", K_INT, F(checkpoint.every), "10", 0, 1e9, NULL,
      "checkpoint every N steps and at the end (0: only at the end)"},
@@ -549,6 +569,7 @@ static const char *type_name(key_type t)
     case K_ENUM: return "one of the listed choices";
     case K_FLOAT2: return "a list of two numbers";
     case K_STR_LIST: return "a list of strings";
+    case K_INT_LIST: return "a list of integers";
     }
     return "?";
 }
@@ -648,6 +669,24 @@ static int set_sequence(dllm_cfg *cfg, const cfg_key *k, yaml_document_t *doc, y
         }
         return 0;
     }
+    if (k->type == K_INT_LIST) {
+        cfg_int_list *l = (cfg_int_list *)dst;
+        if (n > CFG_INT_LIST_MAX)
+            return fail_at(err, src, node->start_mark, "%s has %d items (at most %d)", k->path,
+                           n, CFG_INT_LIST_MAX);
+        memset(l, 0, sizeof *l); /* items past n compare equal (dllm_cfg_first_difference) */
+        for (int i = 0; i < n; i++) {
+            yaml_node_t *it = yaml_document_get_node(doc, node->data.sequence.items.start[i]);
+            double v;
+            if (it->type != YAML_SCALAR_NODE || !parse_double((char *)it->data.scalar.value, &v) ||
+                v != floor(v))
+                return fail_at(err, src, it->start_mark, "%s[%d] must be an integer", k->path, i);
+            if (check_range(k, v, src, it->start_mark, err))
+                return err->code;
+            l->v[l->n++] = (int)v;
+        }
+        return 0;
+    }
     if (k->type != K_STR_LIST)
         return fail_at(err, src, node->start_mark, "%s must be %s, not a list", k->path,
                        type_name(k->type));
@@ -733,7 +772,7 @@ static int walk(dllm_cfg *cfg, yaml_document_t *doc, yaml_node_t *node, const ch
     if ((k->type == K_STR) && (!strcmp(s, "null") || !strcmp(s, "~")) &&
         node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
         s = "";
-    if (k->type == K_FLOAT2 || k->type == K_STR_LIST)
+    if (k->type == K_FLOAT2 || k->type == K_STR_LIST || k->type == K_INT_LIST)
         return fail_at(err, src, node->start_mark, "%s must be %s", k->path, type_name(k->type));
     return set_scalar(cfg, k, s, src, node->start_mark, err);
 }
@@ -921,6 +960,19 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                 "%s.steps %d must be a multiple of the number of blocks %d "
                                 "(gen_length / block_length)", sched[i].what, sched[i].steps, nb);
     }
+    /* d1's protocol: steps = length / 2, a whole number of steps per block */
+    for (int i = 0; i < cfg->eval.gen_lengths.n; i++) {
+        const int len = cfg->eval.gen_lengths.v[i], B = cfg->eval.block_length;
+        if (len % B || len % 2 || (len / 2) % (len / B))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "eval.gen_lengths[%d] = %d: needs a multiple of eval.block_length "
+                                "%d with length / 2 steps a multiple of its %d blocks", i, len, B,
+                                len / B > 0 ? len / B : 1);
+        for (int j = 0; j < i; j++)
+            if (cfg->eval.gen_lengths.v[j] == len)
+                return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                    "eval.gen_lengths: %d appears twice", len);
+    }
     /* with a model.path the architecture is config.json's: checked when the run opens */
     const bool diffusion = !cfg->model.path[0] && dllm_arch_is_diffusion(dllm_arch_get(cfg->model.arch));
     if (diffusion && cfg->grpo.loss.ratio == GRPO_RATIO_TOKEN && cfg->grpo.logp_estimator != EST_ONE_STEP)
@@ -973,12 +1025,14 @@ void dllm_cfg_key_doc_get(size_t i, dllm_cfg_key_doc *out)
                 : k->type == K_STR                    ? "string"
                 : k->type == K_ENUM                   ? "choice"
                 : k->type == K_FLOAT2                 ? "[float, float]"
+                : k->type == K_INT_LIST               ? "[int, ...]"
                                                       : "[string, ...]";
     switch (k->type) {
     case K_INT:
     case K_LONG:
     case K_FLOAT:
     case K_FLOAT2:
+    case K_INT_LIST:
         snprintf(out->range, sizeof out->range, "[%g, %g]", k->min, k->max);
         break;
     case K_BOOL: snprintf(out->range, sizeof out->range, "true|false"); break;
@@ -1077,6 +1131,14 @@ char *dllm_cfg_dump(const dllm_cfg *cfg)
         case K_FLOAT2:
             snprintf(val, sizeof val, "[%.17g, %.17g]", ((const double *)v)[0], ((const double *)v)[1]);
             break;
+        case K_INT_LIST: {
+            const cfg_int_list *l = (const cfg_int_list *)v;
+            size_t u = (size_t)snprintf(val, sizeof val, "[");
+            for (int j = 0; j < l->n; j++)
+                u += (size_t)snprintf(val + u, sizeof val - u, "%s%d", j ? ", " : "", l->v[j]);
+            snprintf(val + u, sizeof val - u, "]");
+            break;
+        }
         case K_STR_LIST: {
             const cfg_str_list *l = (const cfg_str_list *)v;
             size_t u = (size_t)snprintf(val, sizeof val, "[");

@@ -30,6 +30,12 @@ typedef struct {
     char items[CFG_LIST_MAX][64];
 } cfg_str_list;
 
+#define CFG_INT_LIST_MAX 8
+typedef struct {
+    int n;
+    int v[CFG_INT_LIST_MAX];
+} cfg_int_list;
+
 /* Enumerated keys: parsed once into these values (names in yaml_config.c's
  * tables, or the library's own enums where one exists: dllm_arch, st_dtype,
  * dllm_remasking, dllm_estimator, grpo_*, corr_*). */
@@ -148,6 +154,8 @@ typedef struct {
         int every;               /* 0 = only at the end */
         int n;
         int gen_length, block_length, steps;
+        cfg_int_list gen_lengths; /* d1's protocol: each length in turn, steps = length / 2
+                                     (empty: gen_length with steps) */
         double temperature;
         cfg_eval_precision precision;
         cfg_mask_token mask_token;
@@ -159,6 +167,7 @@ typedef struct {
         int every;               /* print/log every N steps */
         int trajectories;        /* per-completion rows in the HDF5 log */
         int tensorboard;         /* step metrics and evaluations as TensorBoard scalars */
+        int grad_cosine;         /* one extra backward: corrected vs uncorrected gradient */
     } log;
     struct {
         int every;               /* 0 = only at the end */

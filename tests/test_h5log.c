@@ -345,6 +345,48 @@ static void write_log(const char *path, int64_t first, int64_t last, double salt
 
 /* ---- tests ---- */
 
+/* /pass_at_k exists with a group size, holds one row per step of width G, survives a
+ * resume (rows past the resume step dropped); without a group size there is none and
+ * appending writes nothing. */
+START_TEST(test_pass_at_k)
+{
+    dllm_err err = {0};
+    h5log_meta m = test_meta();
+    h5log_dims d = test_dims();
+    d.group_size = 3;
+    char *path = tmp_path("pass_at_k.h5");
+    h5log *log;
+    ck_assert_msg(h5log_create(&log, path, &m, &d, &err) == 0, "%s", err.msg);
+    for (int64_t s = 1; s <= 3; s++) {
+        append_full_step(log, s, 0.0);
+        const double pk[3] = {0.1 * (double)s, 0.2 * (double)s, 0.25 * (double)s};
+        ck_assert_int_eq(h5log_append_pass_at_k(log, s, pk, &err), 0);
+    }
+    ck_assert_int_eq(h5log_close(log), 0);
+    ck_assert_msg(h5log_resume(&log, path, 2, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(h5log_get_dims(log)->group_size, 3);
+    ck_assert_int_eq(h5log_close(log), 0);
+    hid_t f = raw_open(path);
+    hsize_t rows, w;
+    double *v = raw_read(f, "pass_at_k/value", H5T_NATIVE_DOUBLE, &rows, &w);
+    ck_assert(rows == 2 && w == 3);
+    ck_assert(v[0] == 0.1 && v[3 + 2] == 0.5);
+    free(v);
+    H5Fclose(f);
+
+    d.group_size = 0;
+    path = tmp_path("no_pass_at_k.h5");
+    ck_assert_msg(h5log_create(&log, path, &m, &d, &err) == 0, "%s", err.msg);
+    const double pk[1] = {1.0};
+    ck_assert_int_eq(h5log_append_pass_at_k(log, 1, pk, &err), 0);
+    ck_assert_int_eq(h5log_get_dims(log)->group_size, 0);
+    ck_assert_int_eq(h5log_close(log), 0);
+    f = raw_open(path);
+    ck_assert(H5Lexists(f, "pass_at_k", H5P_DEFAULT) <= 0);
+    H5Fclose(f);
+}
+END_TEST
+
 START_TEST(test_roundtrip_values)
 {
     make_tmpdir();
@@ -455,17 +497,18 @@ START_TEST(test_traj_table_gather)
         int64_t *pidx = malloc(sizeof *pidx * n), *grp = malloc(sizeof *grp * n);
         int32_t *plen = malloc(sizeof *plen * n), *clen = malloc(sizeof *clen * n);
         int32_t *ptok = malloc(sizeof *ptok * n * PW), *ctok = malloc(sizeof *ctok * n * GW);
-        double *col[8];
-        for (int f = 0; f < 8; f++)
+        double *col[9];
+        for (int f = 0; f < 9; f++)
             col[f] = malloc(sizeof(double) * n);
         float *ratio = malloc(sizeof *ratio * n * GW), *prob = malloc(sizeof *prob * n * GW);
+        float *ent = malloc(sizeof *ent * n * GW);
         int16_t *cstep = malloc(sizeof *cstep * n * GW);
         for (int r = 0; r < n; r++) {
             pidx[r] = 10 * k + r;
             grp[r] = -(10 * k + r);
             plen[r] = 1 + r;
             clen[r] = 2 + r;
-            for (int f = 0; f < 8; f++)
+            for (int f = 0; f < 9; f++)
                 col[f][r] = traj_value(k, r, f);
             for (int t = 0; t < PW; t++)
                 ptok[r * PW + t] = 1000 * k + 10 * r + t;
@@ -473,6 +516,7 @@ START_TEST(test_traj_table_gather)
                 ctok[r * GW + t] = 2000 * k + 10 * r + t;
                 ratio[r * GW + t] = ratio_of(k, r, t);
                 prob[r * GW + t] = (float)t / 16.0f;
+                ent[r * GW + t] = (float)(k + r) / 4.0f + (float)t;
                 cstep[r * GW + t] = (int16_t)(100 * k + r + t);
             }
         }
@@ -482,13 +526,13 @@ START_TEST(test_traj_table_gather)
                                      .completion_stride = GW, .reward = col[0], .advantage = col[1],
                                      .l_mu = col[2], .l_pi = col[3], .log_w = col[4], .coef = col[5],
                                      .log_w_se = col[6], .l_mu_exact = col[7], .token_log_ratio = ratio,
-                          .commit_step = cstep,
-                                     .commit_prob = prob};
+                                     .commit_step = cstep, .commit_prob = prob, .correct = col[8],
+                                     .token_entropy = ent};
         bytes[k] = rl_traj_pack(&rank[k], PW, GW, &len[k]);
         ck_assert_uint_eq(len[k], (size_t)n * rl_traj_record_size(PW, GW));
     }
-    /* 2 int64 + 2 int32 + 8 doubles + PW int32 + GW (int32 + 2 float + int16) per row */
-    ck_assert_uint_eq(rl_traj_record_size(PW, GW), 16 + 8 + 64 + 4 * PW + GW * 14);
+    /* 2 int64 + 2 int32 + 9 doubles + PW int32 + GW (int32 + 3 float + int16) per row */
+    ck_assert_uint_eq(rl_traj_record_size(PW, GW), 16 + 8 + 72 + 4 * PW + GW * 18);
     char *all = malloc(len[0] + len[1]);
     memcpy(all, bytes[0], len[0]);
     memcpy(all + len[0], bytes[1], len[1]);
@@ -594,7 +638,11 @@ START_TEST(test_schema_dtypes)
         "grad_norm", "lr", "alpha_raw", "alpha", "rho_ess", "s_rel", "delta", "s_div", "nu",
         "s_var", "k3", "log_w_mc_se", "frac_truncated", "frac_zeroed", "frac_nonfinite",
         "frac_zero_var_groups", "frac_masked_left", "t_rollout", "t_likelihood", "t_correction", "t_update", "t_sync", "t_log",
-        "tokens_per_s", "frac_var_mc", "rho_ess_prec", "rho_ess_cache", "delta_prec", "delta_cache"};
+        "tokens_per_s", "frac_var_mc", "rho_ess_prec", "rho_ess_cache", "delta_prec", "delta_cache",
+        "nu_total", "nu_excess", "diag_empty",
+        "frac_informative", "rho_ess_informative", "delta_informative", "abs_log_w_informative",
+        "rho_ess_all", "delta_all", "abs_log_w_all", "log_w_q05", "log_w_q50", "log_w_q95",
+        "entropy", "completion_len", "grad_cosine", "grad_norm_ratio"};
     ck_assert_int_eq(H5LOG_N_METRICS, (int)(sizeof schema / sizeof schema[0]));
     for (int i = 0; i < H5LOG_N_METRICS; i++) {
         ck_assert_str_eq(h5log_metric_name(i), schema[i]);
@@ -627,6 +675,8 @@ START_TEST(test_schema_dtypes)
         {"trajectories/token_log_ratio", H5T_FLOAT, 4, G},
         {"trajectories/commit_step", H5T_INTEGER, 2, G},
         {"trajectories/commit_prob", H5T_FLOAT, 4, G},
+        {"trajectories/correct", H5T_FLOAT, 8, 0},
+        {"trajectories/token_entropy", H5T_FLOAT, 4, G},
         {"mismatch_by_step/step", H5T_INTEGER, 8, 0},
         {"mismatch_by_step/mean_abs_d", H5T_FLOAT, 8, S},
         {"eval/gsm8k/step", H5T_INTEGER, 8, 0},
@@ -1260,6 +1310,7 @@ static Suite *h5log_suite(void)
     tcase_add_test(tc, test_schema_dtypes);
     tcase_add_test(tc, test_datasets_have_units_and_description);
     tcase_add_test(tc, test_traj_table_gather);
+    tcase_add_test(tc, test_pass_at_k);
     tcase_add_test(tc, test_sigkill_leaves_completed_steps);
     tcase_add_test(tc, test_resume_after_kill);
     tcase_add_test(tc, test_resume_drops_later_steps);

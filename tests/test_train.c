@@ -165,7 +165,8 @@ START_TEST(diagnostics_recompute_from_the_log)
     }
     write_config("c.yaml", run, "{method: ais, estimator: elbo, cap: 1.5,\n"
                                         "  ais: {weights: {reliability: 1, divergence: 2, variance: 1},"
-                                        " tau_delta: 0.02, eta: 0.5, noise: none}}");
+                                        " tau_delta: 0.02, eta: 0.5, noise: none,"
+                                        " population: all, variance: excess}}");
     ck_assert_int_eq(tu_sh("%s train %s/c.yaml --quiet", bin(), tmp), 0);
     int64_t n, ns, rows, cols;
     double *tstep = read_col(run, "trajectories/step", &n);
