@@ -105,33 +105,49 @@ plt.show()
 md(r"""
 ## Recomputing the diagnostics from the trajectories (docs/METHOD.md section 5)
 
-Per step, over its N completions: `w = exp(log_w)`, `ESS = (sum w)^2 / sum w^2`,
-`rho_ess = ESS/N`; `delta` = mean over completions of the mean over scored tokens of `|d|`
-(`token_log_ratio`, NaN where not scored); `nu = Var(w~ A) / (mean(w~^2) Var(A))` with
-`w~ = w / mean(w)` and population variances (1 when `Var(A) = 0`); the linear combination
-with the configured weights gives `alpha_raw`, then `alpha_t = eta alpha_{t-1} + (1 - eta)
-alpha_raw` clamped to `[alpha_min, alpha_max]`. The constants come from the run's
-`config_yaml` (`correction.ais`), defaulting to docs/METHOD.md's.
+Per step, over the population `correction.ais.population` names (`informative`: the
+completions of groups whose rewards differ; `all`), N completions: `w = exp(log_w)` (on
+the de-noised `lw~ = m + k (lw - m)`, `k = sqrt(max(0, 1 - S/V))`, under `noise: debias`
+with an estimator that has Monte Carlo noise), `ESS = (sum w)^2 / sum w^2`,
+`rho_ess = ESS/N`; `delta` = mean over completions of the mean over scored tokens of
+`|d|` (`token_log_ratio`, NaN where not scored); `nu` = `mean(c~^2 a^2) / mean(a^2)`
+(`total`, `c~` the capped weights `min(w, C)` at mean one) or
+`Var(w~ a) / (mean(w~^2) Var(A))` (`excess`), `a = A - mean(A)`, 1 when `Var(A) = 0`;
+with S the weighted mean of the scores, `alpha_raw` = S clipped (linear) or
+`sigmoid(bias + gain S)` (logistic), then `alpha_t = eta alpha_{t-1} + (1 - eta)
+alpha_raw` clamped to `[alpha_min, alpha_max]`; a step with an empty population keeps
+alpha and has NaN diagnostics. Constants from the run's `config_yaml`, defaulting to
+docs/METHOD.md's. (`tests/ref/check_h5log.py --recompute` does the same for every
+logged quantity.)
 """)
 
 code(r"""
-cfg = {}
+full = {}
 if yaml is not None:
     try:
-        cfg = ((yaml.safe_load(f.attrs["config_yaml"]) or {}).get("correction") or {}).get("ais") or {}
+        full = yaml.safe_load(f.attrs["config_yaml"]) or {}
     except Exception as e:  # a config that is not YAML: keep the defaults
         print("config_yaml:", e)
+corr = full.get("correction") or {}
+cfg = corr.get("ais") or {}
 wts = cfg.get("weights") or {}
 l_rel, l_div, l_var = (float(wts.get(k, 1.0)) for k in ("reliability", "divergence", "variance"))
 tau, eta = float(cfg.get("tau_delta", 0.05)), float(cfg.get("eta", 0.0))
 a_min, a_max = float(cfg.get("alpha_min", 0.0)), float(cfg.get("alpha_max", 1.0))
 combine, bias = cfg.get("combine", "linear"), float(cfg.get("bias", -4.0))
+gain = float(cfg.get("gain", 8.0))
+population, variance = cfg.get("population", "informative"), cfg.get("variance", "total")
+noise = cfg.get("noise", "debias")
+cap = float(corr.get("cap", 2.0))
 print(f"weights ({l_rel}, {l_div}, {l_var}), tau_delta {tau}, eta {eta}, "
-      f"alpha in [{a_min}, {a_max}], combine {combine}")
+      f"alpha in [{a_min}, {a_max}], combine {combine} (gain {gain}), population {population}, "
+      f"nu {variance}, C {cap}")
 
 t = f["trajectories"]
 rows = min(d.shape[0] for d in t.values())
 tstep, logw, adv = t["step"][:rows], t["log_w"][:rows], t["advantage"][:rows]
+grp, rew = t["group"][:rows], t["reward"][:rows]
+se_all = t["log_w_se"][:rows]
 d = t["token_log_ratio"][:rows].astype(np.float64)
 
 rec = {k: np.full(n, np.nan) for k in ("rho_ess", "s_rel", "delta", "s_div", "nu", "s_var",
@@ -139,10 +155,25 @@ rec = {k: np.full(n, np.nan) for k in ("rho_ess", "s_rel", "delta", "s_div", "nu
 alpha_prev = 0.0
 for j, s in enumerate(step):
     sel = tstep == s
-    N = int(sel.sum())
-    if N == 0:
+    if not sel.any():
         continue
-    w, A = np.exp(logw[sel]), adv[sel]
+    if population == "informative":
+        g, r = grp[sel], rew[sel]
+        member = np.array([np.unique(r[g == x]).size > 1 for x in g])
+        sel = np.nonzero(sel)[0][member]
+    else:
+        sel = np.nonzero(sel)[0]
+    N = len(sel)
+    if N == 0:  # nothing to correct: alpha stays
+        rec["alpha_raw"][j] = alpha_prev
+        alpha_prev = float(np.clip(alpha_prev, a_min, a_max))
+        rec["alpha"][j] = alpha_prev
+        continue
+    lw, A, se = logw[sel], adv[sel], se_all[sel]
+    m, V, S = lw.mean(), lw.var(), np.mean(se ** 2)
+    k = np.sqrt(max(0.0, 1 - S / V)) if noise == "debias" and V > 0 and S > 0 else 1.0
+    lw = m + k * (lw - m)
+    w = np.exp(lw - lw.max())
     ess = w.sum() ** 2 / (w ** 2).sum()
     rec["rho_ess"][j] = ess / N
     rec["s_rel"][j] = (N - ess) / (N - 1) if N > 1 else 0.0
@@ -150,15 +181,25 @@ for j, s in enumerate(step):
     per_seq = np.nanmean(np.where(np.isnan(absd), np.nan, absd), axis=1)
     rec["delta"][j] = np.nanmean(per_seq)
     rec["s_div"][j] = 1 - np.exp(-rec["delta"][j] / tau)
-    wt = w / w.mean()
-    rec["nu"][j] = np.var(wt * A) / (np.mean(wt ** 2) * np.var(A)) if np.var(A) > 0 else 1.0
-    rec["s_var"][j] = 1 - 1 / max(rec["nu"][j], 1.0)
-    z = l_rel * rec["s_rel"][j] + l_div * rec["s_div"][j] + l_var * rec["s_var"][j]
+    a = A - A.mean()
+    nu = 1.0
+    if np.var(A) > 0 and lw.max() > lw.min():
+        if variance == "excess":
+            wt = w / w.mean()
+            nu = np.var(wt * a) / (np.mean(wt ** 2) * np.var(A))
+        else:
+            mc = np.exp(lw - lw.max()) if np.isinf(cap) else np.minimum(np.exp(lw), cap)
+            ct = mc / mc.mean()
+            nu = np.mean(ct ** 2 * a ** 2) / np.mean(a ** 2)
+    rec["nu"][j] = nu
+    rec["s_var"][j] = 1 - 1 / max(nu, 1.0)
+    tot = abs(l_rel) + abs(l_div) + abs(l_var)
+    z = (l_rel * rec["s_rel"][j] + l_div * rec["s_div"][j] + l_var * rec["s_var"][j])
+    z = z / tot if tot > 0 else 0.0
     if combine == "logistic":
-        a_raw = 1 / (1 + np.exp(-(bias + z)))
+        a_raw = 1 / (1 + np.exp(-(bias + gain * z)))
     else:
-        tot = l_rel + l_div + l_var
-        a_raw = np.clip(z / tot, 0, 1) if tot > 0 else a_min
+        a_raw = np.clip(z, 0, 1) if tot > 0 else a_min
     rec["alpha_raw"][j] = a_raw
     alpha_prev = float(np.clip(eta * alpha_prev + (1 - eta) * a_raw, a_min, a_max))
     rec["alpha"][j] = alpha_prev
@@ -200,6 +241,45 @@ for s, c in ((step[0], "C0"), (step[-1], "C3")):
     axs[1].hist(logw[tstep == s], bins=20, alpha=0.6, color=c, label=f"step {s}")
 axs[1].set_xlabel("log w = l_pi - l_mu"); axs[1].legend()
 plt.tight_layout(); plt.show()
+""")
+
+md(r"""
+## What else the log holds: entropy, length, pass@k, both populations, the gradient
+
+Each panel is drawn when the log has the metric (older logs lack some): the trainer's
+token entropy on the completions and the completion length to EOS; pass@k for
+k = 1..G (`/pass_at_k`, the unbiased estimator over each group) at the first and last
+step; rho_ess and mean |log w| on the informative completions against all of them;
+the 5/50/95 % quantiles of log w; both forms of nu; and, under `log.grad_cosine`, the
+cosine between the corrected and uncorrected loss gradients.
+""")
+
+code(r"""
+def have(*names):
+    return all(k in steps and np.any(np.isfinite(steps[k])) for k in names)
+
+panels = [p for p in (("entropy", "completion_len"), ("pass_at_k",),
+                      ("rho_ess_informative", "rho_ess_all"),
+                      ("log_w_q05", "log_w_q50", "log_w_q95"), ("nu_total", "nu_excess"),
+                      ("grad_cosine", "grad_norm_ratio"))
+          if (p == ("pass_at_k",) and "pass_at_k" in f) or have(*p)]
+if not panels:
+    print("this log predates these metrics")
+else:
+    fig, axs = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
+    for ax, p in zip(axs[0], panels):
+        if p == ("pass_at_k",):
+            v = f["pass_at_k/value"]
+            ks = np.arange(1, v.shape[1] + 1)
+            for r, c in ((0, "C0"), (v.shape[0] - 1, "C3")):
+                ax.plot(ks, v[r], "o-", color=c, label=f"step {f['pass_at_k/step'][r]}")
+            ax.set_xlabel("k"); ax.set_title("pass@k"); ax.legend()
+        else:
+            for k in p:
+                ax.plot(step, steps[k], label=k)
+            ax.set_xlabel("step"); ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    plt.tight_layout(); plt.show()
 """)
 
 md(r"""

@@ -1137,7 +1137,8 @@ static void write_demo_log(const char *path)
 {
     enum { T = 40, NP = 4, NG = 8, N = NP * NG, DG = 16, DP = 6, DS = 8 };
     static const char *const demo_tasks[1] = {"countdown"};
-    h5log_meta m = {.config_yaml = "experiment: demo\nseed: 11\ncorrection: {method: ais}\n",
+    h5log_meta m = {.config_yaml = "experiment: demo\nseed: 11\ncorrection: {method: ais, ais: "
+                                   "{population: all, variance: excess}}\n",
                     .version = "demo", .git_revision = "demo", .device = "cpu",
                     .started = "2025-01-01T00:00:00Z", .seed = 11};
     h5log_dims dims = {.max_prompt = DP, .max_completion = DG, .denoise_steps = DS,

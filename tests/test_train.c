@@ -275,10 +275,11 @@ END_TEST
  * one row per completion; > 0 for elbo with 2 samples (a completion of at least two
  * tokens is scored by two different mask subsets); the step's log_w_mc_se is its mean
  * and frac_var_mc = min(1, S/V) recomputes from it and log_w (docs/METHOD.md §5: V the
- * population variance of the step's log w, S the mean of se^2; sequence level). */
+ * population variance of the step's log w, S the mean of se^2; sequence level; every
+ * completion diagnosed: the random model's rewards are rarely informative). */
 START_TEST(log_w_se_per_trajectory)
 {
-    write_config("se.yaml", "se", "{method: ais, estimator: elbo, level: sequence}");
+    write_config("se.yaml", "se", "{method: ais, estimator: elbo, level: sequence, ais: {population: all}}");
     ck_assert_int_eq(tu_sh("%s train %s/se.yaml --quiet --set eval.every=0", bin(), tmp), 0);
     int64_t n, n2, n3, ns, nm;
     double *tstep = read_col("se", "trajectories/step", &n);
@@ -323,7 +324,7 @@ START_TEST(log_w_se_per_trajectory)
                       "step %lld log_w_mc_se %.12g vs %.12g", (long long)s + 1, mc_se[s], se_sum / cnt);
     }
     /* a deterministic estimator: no Monte Carlo noise, se 0 and frac_var_mc 0 */
-    write_config("se1.yaml", "se-one-step", "{method: ais, estimator: one_step}");
+    write_config("se1.yaml", "se-one-step", "{method: ais, estimator: one_step, ais: {population: all}}");
     ck_assert_int_eq(tu_sh("%s train %s/se1.yaml --quiet --set eval.every=0 --set grpo.steps=1",
                            bin(), tmp), 0);
     double *se1 = read_col("se-one-step", "trajectories/log_w_se", &n3);
