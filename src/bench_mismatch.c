@@ -21,7 +21,8 @@
  *    exact context, and with --shrink), each coupled: forward passes (canvases)
  *    per completion, the wall time of both evaluations, mean |log w|, and the
  *    ESS / N of the sequence weights w and of the per-token geometric means
- *    w^(1/L) -- whether the weights stay usable at this gen length. */
+ *    w^(1/L), and of the per-token weights e^d over every scored token --
+ *    whether the weights stay usable at this gen length. */
 #include "dllm/lik_plan.h"
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
@@ -53,7 +54,8 @@ static const char usage_text[] =
     "its standard deviation over completions, and the Monte Carlo standard error of\n"
     "the coupled difference; then every weight estimator (elbo, one_step, trajectory\n"
     "with shrink 1 and --shrink) on the same rollouts: forward passes per completion,\n"
-    "time, mean |log w| and ESS / N of the sequence and per-token (geo) weights.\n"
+    "time, mean |log w| and ESS / N of the sequence, geometric-mean (geo) and\n"
+    "per-token weights.\n"
     "Autoregressive (qwen3) models: exact log-probs (no masks; --block-length,\n"
     "--steps, --mc and --shrink do not apply).\n";
 
@@ -169,13 +171,15 @@ static int estimator_row(const char *name, const dllm_lik_cfg *lc, const int32_t
     dllm_lik_plan p = {0};
     double *mu = dllm_malloc(sizeof(double) * (size_t)N), *pi = dllm_malloc(sizeof(double) * (size_t)N);
     double *lw = dllm_malloc(sizeof(double) * (size_t)N), *geo = dllm_malloc(sizeof(double) * (size_t)N);
+    const size_t NG = (size_t)N * G;
+    double *tmu = dllm_malloc(sizeof(double) * NG), *tpi = dllm_malloc(sizeof(double) * NG);
     int rc = dllm_lik_plan_build(&p, lc, prompts, pmask, gen, L, commit, N, P, G, (uint64_t)seed,
                                  0, 0, err);
     const double t0 = dllm_now();
     if (!rc)
-        rc = dllm_lik_plan_eval(&p, rollout_fn, ctx, 64, mu, NULL, NULL, NULL, err);
+        rc = dllm_lik_plan_eval(&p, rollout_fn, ctx, 64, mu, tmu, NULL, NULL, err);
     if (!rc)
-        rc = dllm_lik_plan_eval(&p, trainer_fn, ctx, 64, pi, NULL, NULL, NULL, err);
+        rc = dllm_lik_plan_eval(&p, trainer_fn, ctx, 64, pi, tpi, NULL, NULL, err);
     const double t = dllm_now() - t0;
     if (!rc) {
         double ma, sa, mean;
@@ -184,9 +188,16 @@ static int estimator_row(const char *name, const dllm_lik_cfg *lc, const int32_t
             geo[i] = lw[i] / (L[i] > 0 ? L[i] : 1);
         }
         abs_stats(lw, N, &ma, &sa, &mean);
-        printf("  %-22s %8.2f %8.2f %12.5f %9.4f %9.4f\n", name, (double)p.n_canvas / N, t, ma,
-               ess_ratio(lw, N), ess_ratio(geo, N));
+        /* per-token weights: every scored token's d, compacted in place */
+        size_t nt = 0;
+        for (size_t k = 0; k < NG; k++)
+            if (isfinite(tpi[k] - tmu[k]))
+                tmu[nt++] = tpi[k] - tmu[k];
+        printf("  %-22s %8.2f %8.2f %12.5f %9.4f %9.4f %9.4f\n", name, (double)p.n_canvas / N, t,
+               ma, ess_ratio(lw, N), ess_ratio(geo, N), nt ? ess_ratio(tmu, (int)nt) : NAN);
     }
+    free(tmu);
+    free(tpi);
     dllm_lik_plan_free(&p);
     free(mu);
     free(pi);
@@ -432,8 +443,8 @@ int bench_mismatch(int argc, char **argv)
         /* 3. every weight estimator on the same rollouts, coupled */
         printf("weight estimators on the FP8 rollouts (coupled; passes = forward passes per "
                "completion, time = both evaluations):\n");
-        printf("  %-22s %8s %8s %12s %9s %9s\n", "estimator", "passes", "time s",
-               "mean|log w|", "ESS/N w", "ESS/N geo");
+        printf("  %-22s %8s %8s %12s %9s %9s %9s\n", "estimator", "passes", "time s",
+               "mean|log w|", "ESS/N w", "ESS/N geo", "ESS/N tok");
         const struct { const char *name; dllm_estimator kind; int shrink; } est[] = {
             {"elbo", EST_ELBO, 1}, {"one_step", EST_ONE_STEP, 1},
             {"trajectory shrink 1", EST_TRAJECTORY, 1}, {"trajectory shrink S", EST_TRAJECTORY,
