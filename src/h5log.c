@@ -878,8 +878,9 @@ static int open_objects(h5log *log, dllm_err *err)
     if (log->mm_d >= 0)
         log->dims.denoise_steps = (int)width_of(log->mm_d);
     /* optional: logs written before pass@k have none */
-    log->pk_step = open_dset_opt(f, "pass_at_k/step");
-    log->pk_v = open_dset_opt(f, "pass_at_k/value");
+    if (open_layout_dset(log, "pass_at_k/step", &log->pk_step, err) ||
+        open_layout_dset(log, "pass_at_k/value", &log->pk_v, err))
+        return err->code;
     n = min_rows(rows_of(log->pk_step), rows_of(log->pk_v));
     log->n_pk = n < 0 ? 0 : n;
     log->dims.group_size = log->pk_v >= 0 && log->pk_step >= 0 ? (int)width_of(log->pk_v) : 0;
@@ -1270,7 +1271,7 @@ static int resume_copy(h5log *old, const char *tmp, int64_t last_step, dllm_err 
         rc = copy_group(old, f, "mismatch_by_step", last_step, &dummy_n,
                         &dummy_last, err);
     if (!rc && dims.group_size > 0)
-        rc = copy_group(old->file, f, "pass_at_k", last_step, path, &dummy_n, &dummy_last, err);
+        rc = copy_group(old, f, "pass_at_k", last_step, &dummy_n, &dummy_last, err);
     for (int t = 0; t < dims.n_eval_tasks && !rc; t++) {
         char g[512];
         snprintf(g, sizeof g, "eval/%s", dims.eval_tasks[t]);
