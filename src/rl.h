@@ -22,6 +22,7 @@
 #include "src/h5log.h"
 #include "src/tb_events.h"
 #include "src/yaml_config.h"
+#include "tasks/custom.h"
 #include "tasks/registry.h"
 
 /* Mask-stream keys: (step, purpose) packed into the plan key. */
@@ -42,6 +43,7 @@ typedef struct {
     dllm_tokenizer *tok;
     dllm_chat_format chat;
     const dllm_task *task;
+    dllm_custom *custom;  /* task.name custom: its reward program or plugin; else NULL */
     dllm_task_items train, eval;
     rl_prompt *train_prompts, *eval_prompts; /* encoded once */
 
@@ -120,6 +122,13 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
 /* FNV-1a 64 of the eval items' questions: names the eval set in outcome files. */
 uint64_t rl_eval_items_hash(const rl_run *run);
 
+/* The prompt text of an item as the run shows it (task.format), malloc'd; NULL with
+ * err set when a custom task's plugin fails. */
+char *rl_task_format(rl_run *run, const dllm_task_item *it, dllm_err *err);
+/* A completion's reward and correctness under the run's task; a custom task's
+ * program or plugin may fail (an error naming it). */
+int rl_task_score(rl_run *run, const dllm_task_item *it, const char *text, size_t len,
+                  double *reward, int *correct, dllm_err *err);
 /* Completion text of row i (up to the first EOS, excluded), malloc'd. */
 char *rl_completion_text(rl_run *run, const int32_t *gen, int L, dllm_err *err);
 

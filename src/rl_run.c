@@ -30,6 +30,12 @@ static int load_items(rl_run *run, const char *path, uint64_t seed, size_t n,
     const dllm_cfg *cfg = &run->cfg;
     dllm_task_source src = {.path = path[0] ? path : NULL, .seed = seed, .n = n,
                             .n_numbers = cfg->task.n_numbers, .max_blanks = cfg->task.max_blanks};
+    if (run->custom) {
+        if (!src.path && !dllm_custom_can_generate(run->custom))
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "task custom: set task.train.path (a JSONL "
+                                "file; the plugin, if any, has no generate)");
+        return dllm_custom_load(run->custom, &src, out, err);
+    }
     if (!src.path && !run->task->can_generate)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "task %s has no generator: set task.train.path and task.eval.path",
@@ -63,9 +69,9 @@ static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **o
     rl_prompt *ps = dllm_calloc(items->n ? items->n : 1, sizeof *ps);
     for (size_t i = 0; i < items->n; i++) {
         const dllm_task_item *it = &items->items[i];
-        char *text = run->cfg.task.format == CFG_FORMAT_D1 ? run->task->format(it)
-                                                             : dllm_strdup(it->question);
-        int rc = prompt_encode(run->tok, run->chat, run->mc, text, &ps[i].ids, &ps[i].n, err);
+        char *text = rl_task_format(run, it, err);
+        int rc = text ? prompt_encode(run->tok, run->chat, run->mc, text, &ps[i].ids, &ps[i].n, err)
+                      : err->code;
         free(text);
         if (!rc && gen_key && (rc = check_prompt_fits(run, it, i, ps[i].n, path, gen_key, gen, err)))
             free(ps[i].ids);
@@ -87,6 +93,23 @@ static int encode_items(rl_run *run, const dllm_task_items *items, rl_prompt **o
         }
     }
     *out = ps;
+    return 0;
+}
+
+char *rl_task_format(rl_run *run, const dllm_task_item *it, dllm_err *err)
+{
+    if (run->cfg.task.format != CFG_FORMAT_D1)
+        return dllm_strdup(it->question);
+    return run->custom ? dllm_custom_format(run->custom, it, err) : run->task->format(it);
+}
+
+int rl_task_score(rl_run *run, const dllm_task_item *it, const char *text, size_t len,
+                  double *reward, int *correct, dllm_err *err)
+{
+    if (run->custom)
+        return dllm_custom_score(run->custom, it, text, len, reward, correct, err);
+    *correct = run->task->correct(it, text, len);
+    *reward = run->task->reward(it, text, len);
     return 0;
 }
 
@@ -195,7 +218,18 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                             "grpo.prompts_per_step %d is not divisible by the %d ranks",
                             cfg->grpo.prompts_per_step, run->size);
     const char *task_name = cfg_names_name(&cfg_names_task, cfg->task.name);
-    run->task = dllm_task_find(task_name);
+    if (cfg->task.name == CFG_TASK_CUSTOM) {
+        /* before the model: a reward that cannot start stops the run at once */
+        dllm_custom_cfg cc = {.prompt_field = cfg->task.fields.prompt,
+                              .reference_field = cfg->task.fields.reference,
+                              .command = cfg->task.reward.command,
+                              .timeout_s = cfg->task.reward.timeout_s, .plugin = cfg->task.plugin};
+        if (dllm_custom_open(&run->custom, &cc, err))
+            return err->code;
+        run->task = &dllm_task_custom;
+    } else {
+        run->task = dllm_task_find(task_name);
+    }
     if (!run->task)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "task.name: unknown task '%s'", task_name);
     const char *targets[CFG_LIST_MAX];
@@ -262,7 +296,12 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
     if (load_items(run, cfg->task.train.path, (uint64_t)cfg->seed, (size_t)cfg->task.train.n,
                    &run->train, err))
         return err->code;
-    if (load_items(run, cfg->task.eval.path, (uint64_t)cfg->seed ^ 0x5eed0e7a1ULL,
+    /* a custom task without an eval file and without a generator evaluates on the
+     * training file's first eval.n items (docs/CUSTOM_TASKS.md) */
+    const char *eval_path = cfg->task.eval.path;
+    if (run->custom && !eval_path[0] && !dllm_custom_can_generate(run->custom))
+        eval_path = cfg->task.train.path;
+    if (load_items(run, eval_path, (uint64_t)cfg->seed ^ 0x5eed0e7a1ULL,
                    (size_t)cfg->eval.n, &run->eval, err))
         return err->code;
     if (run->eval.n > (size_t)cfg->eval.n)
@@ -327,6 +366,7 @@ void rl_run_close(rl_run *run)
     free(run->eval_prompts);
     dllm_task_items_free(&run->train);
     dllm_task_items_free(&run->eval);
+    dllm_custom_close(run->custom);
     dllm_tokenizer_free(run->tok);
     comm_device_close();
     if (run->pol)

@@ -467,11 +467,17 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         if (!text)
             return err->code;
         const dllm_task_item *it = &run->train.items[b->prompt_index[i / G]];
-        b->correct[i] = run->task->correct(it, text, strlen(text));
-        b->reward[i] = cfg->task.reward == CFG_REWARD_CORRECT ? b->correct[i]
-                                                               : run->task->reward(it, text, strlen(text));
+        double r;
+        int ok;
+        rc = rl_task_score(run, it, text, strlen(text), &r, &ok, err);
         free(text);
+        if (rc)
+            break;
+        b->correct[i] = ok;
+        b->reward[i] = cfg->task.reward.kind == CFG_REWARD_CORRECT ? b->correct[i] : r;
     }
+    if (rc)
+        return rc;
 
     /* 4. advantages, per group (groups never span ranks) */
     b->adv = dllm_malloc(sizeof *b->adv * (size_t)N);
@@ -860,6 +866,7 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
         sc.seq_offset = (uint64_t)mine[c0];
         dllm_rollout ro;
         rc = rl_generate(run->pol, prec, prompts, pm, n, P, &sc, 1.0, (uint64_t)run->cfg.seed, &ro, err);
+        const bool generated = rc == 0;
         for (int i = 0; i < n && !rc; i++) {
             const int32_t *g = ro.tokens + (size_t)i * (P + sc.gen_length) + P;
             int L = dllm_completion_length(g, sc.gen_length, run->mc->eos_token_id);
@@ -869,15 +876,19 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
                 break;
             }
             const dllm_task_item *it = &run->eval.items[mine[c0 + i]];
-            int ok = run->task->correct(it, text, strlen(text));
+            double r;
+            int ok;
+            rc = rl_task_score(run, it, text, strlen(text), &r, &ok, err);
+            free(text);
+            if (rc)
+                break;
             sums[0] += ok;
             if (item_ok)
                 item_ok[mine[c0 + i]] = ok;
-            sums[1] += run->task->reward(it, text, strlen(text));
+            sums[1] += r;
             sums[2] += 1;
-            free(text);
         }
-        if (!rc)
+        if (generated)
             dllm_rollout_free(&ro);
         free(prompts);
         free(pm);

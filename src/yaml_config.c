@@ -123,11 +123,11 @@ NAMES(cfg_names_dtype, "model.dtype", {"f32", ST_F32}, {"bf16", ST_BF16});
 NAMES(cfg_names_trainer_precision, "model.trainer_precision", {"fp32", CFG_TRAINER_FP32},
       {"bf16", CFG_TRAINER_BF16});
 NAMES(cfg_names_task, "task.name", {"countdown", CFG_TASK_COUNTDOWN}, {"sudoku", CFG_TASK_SUDOKU},
-      {"gsm8k", CFG_TASK_GSM8K}, {"math500", CFG_TASK_MATH500});
+      {"gsm8k", CFG_TASK_GSM8K}, {"math500", CFG_TASK_MATH500}, {"custom", CFG_TASK_CUSTOM});
 NAMES(cfg_names_task_format, "task.format", {"d1", CFG_FORMAT_D1}, {"plain", CFG_FORMAT_PLAIN});
 NAMES(cfg_names_chat, "task.chat", {"auto", CFG_CHAT_AUTO}, {"plain", DLLM_CHAT_PLAIN},
       {"llada", DLLM_CHAT_LLADA}, {"qwen3", DLLM_CHAT_QWEN3}, {"qwen2.5", DLLM_CHAT_QWEN25});
-NAMES(cfg_names_reward, "task.reward", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT});
+NAMES(cfg_names_reward, "task.reward.kind", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT});
 NAMES(cfg_names_rollout_precision, "rollout.precision", {"trainer", CFG_ROLLOUT_TRAINER},
       {"bf16", CFG_ROLLOUT_BF16}, {"fp8", CFG_ROLLOUT_FP8}, {"fp8-exact", CFG_ROLLOUT_FP8_EXACT},
       {"nvfp4", CFG_ROLLOUT_NVFP4});
@@ -232,8 +232,21 @@ static const cfg_key keys[] = {
      "d1 instruction or the plain question"},
     {"task.chat", K_ENUM, F(task.chat), "auto", 0, 0, &cfg_names_chat,
      "chat template of the prompts (auto: the model's)"},
-    {"task.reward", K_ENUM, F(task.reward), "task", 0, 0, &cfg_names_reward,
-     "task: the task's reward (d1's); correct: 1 when correct, else 0"},
+    /* `task.reward: correct` is short for task.reward.kind (see shorthands below) */
+    {"task.reward.kind", K_ENUM, F(task.reward.kind), "task", 0, 0, &cfg_names_reward,
+     "task: the task's reward (d1's; custom: the program's or plugin's); correct: 1 when "
+     "correct, else 0 (`task.reward: correct` for short)"},
+    {"task.reward.command", K_STR, F(task.reward.command), "", 0, 0, NULL,
+     "custom: the reward program, started once: one JSON line per completion in, one reward "
+     "line out (docs/CUSTOM_TASKS.md)"},
+    {"task.reward.timeout_s", K_FLOAT, F(task.reward.timeout_s), "30", 1e-3, 86400, NULL,
+     "custom: seconds the reward program may take per answer (then the run stops)"},
+    {"task.fields.prompt", K_STR, F(task.fields.prompt), "prompt", 0, 0, NULL,
+     "custom: the JSONL key of the prompt"},
+    {"task.fields.reference", K_STR, F(task.fields.reference), "reference", 0, 0, NULL,
+     "custom: the JSONL key of the reference the reward receives"},
+    {"task.plugin", K_STR, F(task.plugin), "", 0, 0, NULL,
+     "custom: a C plugin (.so) that rewards (include/dllm_task_plugin.h)"},
     {"rollout.precision", K_ENUM, F(rollout.precision), "fp8", 0, 0, &cfg_names_rollout_precision,
      "weights of the rollout copy (trainer: the reference arm, w = 1)"},
     {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, &cfg_names_fp8_format,
@@ -470,6 +483,21 @@ static const cfg_key *find_key(const char *path)
     for (size_t i = 0; i < NKEYS; i++)
         if (!strcmp(keys[i].path, path))
             return &keys[i];
+    return NULL;
+}
+
+/* Sections that also take a scalar, as short for one of their keys: task.reward was
+ * a choice before it had the custom task's keys, and configs (and run directories'
+ * stored config.yaml) still say `reward: correct`. */
+static const struct { const char *section, *key; } shorthands[] = {
+    {"task.reward", "task.reward.kind"},
+};
+
+static const cfg_key *find_shorthand(const char *path)
+{
+    for (size_t i = 0; i < sizeof shorthands / sizeof shorthands[0]; i++)
+        if (!strcmp(shorthands[i].section, path))
+            return find_key(shorthands[i].key);
     return NULL;
 }
 
@@ -756,6 +784,8 @@ static int walk(dllm_cfg *cfg, yaml_document_t *doc, yaml_node_t *node, const ch
         }
         return 0;
     }
+    if (!k && node->type != YAML_MAPPING_NODE)
+        k = find_shorthand(prefix);
     if (!k) {
         if (prefix[0] == '\0')
             return fail_at(err, src, node->start_mark, "the config must be a mapping of sections");
@@ -871,7 +901,10 @@ int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "--set: key too long");
     memcpy(path, assignment, n);
     path[n] = '\0';
-    if (!find_key(path))
+    const cfg_key *shorthand = find_key(path) ? NULL : find_shorthand(path);
+    if (shorthand)
+        snprintf(path, sizeof path, "%s", shorthand->path);
+    else if (!find_key(path))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "--set %s: unknown key '%s'", assignment, path);
     source src = {"--set", assignment, NULL};
     const char *val = eq + 1;
@@ -889,6 +922,7 @@ int dllm_cfg_absolute_paths(dllm_cfg *cfg, dllm_err *err)
         {cfg->model.path, "model.path"},
         {cfg->task.train.path, "task.train.path"},
         {cfg->task.eval.path, "task.eval.path"},
+        {cfg->task.plugin, "task.plugin"},
         {cfg->data.train, "data.train"},
     };
     char cwd[CFG_STR_MAX];
@@ -909,6 +943,27 @@ int dllm_cfg_absolute_paths(dllm_cfg *cfg, dllm_err *err)
                                 paths[i].key, v);
         memcpy(v, abs, (size_t)n + 1);
     }
+    return 0;
+}
+
+/* The custom task's keys: a reward from exactly one source, read by no other task. */
+static int custom_task_check(const dllm_cfg *cfg, dllm_err *err)
+{
+    const bool cmd = cfg->task.reward.command[0], plugin = cfg->task.plugin[0];
+    if (cfg->task.name != CFG_TASK_CUSTOM) {
+        if (cmd || plugin)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s is read only by task.name custom "
+                                "(task.name is %s)", cmd ? "task.reward.command" : "task.plugin",
+                                cfg_names_name(&cfg_names_task, cfg->task.name));
+        return 0;
+    }
+    if (cmd == plugin)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "task.name custom needs its reward from %s: "
+                            "task.reward.command (a program) or task.plugin (a shared object)",
+                            cmd ? "one source, not both" : "somewhere");
+    if (!cfg->task.fields.prompt[0] || !cfg->task.fields.reference[0])
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "task.fields.%s: empty key name",
+                            cfg->task.fields.prompt[0] ? "reference" : "prompt");
     return 0;
 }
 
@@ -937,9 +992,10 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                 cfg->model.path);
         fclose(f);
     }
-    const char *paths[2][2] = {{"task.train.path", cfg->task.train.path},
-                               {"task.eval.path", cfg->task.eval.path}};
-    for (int i = 0; i < 2; i++)
+    const char *paths[3][2] = {{"task.train.path", cfg->task.train.path},
+                               {"task.eval.path", cfg->task.eval.path},
+                               {"task.plugin", cfg->task.plugin}};
+    for (int i = 0; i < 3; i++)
         if (paths[i][1][0]) {
             FILE *f = fopen(paths[i][1], "r");
             if (!f)
@@ -947,6 +1003,8 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                     paths[i][1], strerror(errno));
             fclose(f);
         }
+    if (custom_task_check(cfg, err))
+        return err->code;
     const struct { const char *what; int gen, block, steps; } sched[2] = {
         {"rollout", cfg->rollout.gen_length, cfg->rollout.block_length, cfg->rollout.steps},
         {"eval", cfg->eval.gen_length, cfg->eval.block_length, cfg->eval.steps}};

@@ -44,7 +44,9 @@ typedef enum {
     CFG_PRESET_TINY, CFG_PRESET_SMALL, CFG_PRESET_LLADA_8B, CFG_PRESET_QWEN3_8B, CFG_PRESET_DREAM_7B
 } cfg_preset;
 typedef enum { CFG_TRAINER_FP32, CFG_TRAINER_BF16 } cfg_trainer_precision;
-typedef enum { CFG_TASK_COUNTDOWN, CFG_TASK_SUDOKU, CFG_TASK_GSM8K, CFG_TASK_MATH500 } cfg_task;
+typedef enum {
+    CFG_TASK_COUNTDOWN, CFG_TASK_SUDOKU, CFG_TASK_GSM8K, CFG_TASK_MATH500, CFG_TASK_CUSTOM
+} cfg_task;
 typedef enum { CFG_FORMAT_D1, CFG_FORMAT_PLAIN } cfg_task_format;
 /* task.chat: auto, or a dllm_chat_format value */
 enum { CFG_CHAT_AUTO = -1 };
@@ -92,7 +94,13 @@ typedef struct {
         int max_blanks;          /* sudoku generator */
         cfg_task_format format;  /* d1 (reasoning/answer tags) | plain */
         int chat;                /* CFG_CHAT_AUTO or a dllm_chat_format */
-        cfg_reward reward;       /* task: the task's reward | correct: 1 if correct, else 0 */
+        struct {
+            cfg_reward kind;     /* task: the task's reward | correct: 1 if correct, else 0 */
+            char command[CFG_STR_MAX]; /* custom: the reward program ("" none) */
+            double timeout_s;    /* custom: the program's time per answer */
+        } reward;
+        struct { char prompt[128], reference[128]; } fields; /* custom: JSONL keys */
+        char plugin[CFG_STR_MAX]; /* custom: the plugin's path ("" none) */
     } task;
     struct {
         cfg_rollout_precision precision;
@@ -201,7 +209,7 @@ int dllm_cfg_set(dllm_cfg *cfg, const char *assignment, dllm_err *err);
 /* Checks cross-key constraints and file existence after all overrides. */
 int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err);
 /* Makes the file and directory keys (model.path, task.train.path, task.eval.path,
- * data.train) absolute by prefixing the working directory to relative ones, so a
+ * task.plugin, data.train) absolute by prefixing the working directory to relative ones, so a
  * run's stored config.yaml means the same from anywhere (export, inspect, resume
  * from another directory). Symbolic links are kept as written (ckpt/latest stays
  * "the latest"). Returns an input error when a path would not fit. */

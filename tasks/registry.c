@@ -33,6 +33,7 @@ void dllm_task_item_free(dllm_task_item *it)
 {
     free(it->question);
     free(it->answer);
+    free(it->reference_json);
     memset(it, 0, sizeof *it);
 }
 
@@ -141,8 +142,8 @@ static int load_csv_sudoku(const char *name, const char *buf, size_t len, dllm_t
     return 0;
 }
 
-static int load_jsonl(const dllm_task *t, const char *name, const char *buf, size_t len, dllm_task_items *out,
-                      dllm_err *err)
+static int load_jsonl(const char *name, const char *buf, size_t len, dllm_task_item_fn item,
+                      void *ctx, dllm_task_items *out, dllm_err *err)
 {
     size_t cap = 0, lineno = 0;
     for (size_t i = 0; i < len;) {
@@ -158,7 +159,8 @@ static int load_jsonl(const dllm_task *t, const char *name, const char *buf, siz
             int rc;
             if (!json_is_object(obj)) {
                 rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s:%zu: expected a JSON object", name, lineno);
-            } else if ((rc = t->from_json(obj, 1, push(out, &cap), err))) {
+            } else if ((rc = item(ctx, obj, push(out, &cap), err))) {
+                dllm_task_item_free(&out->items[out->n]);
                 dllm_err_prefix(err, "%s:%zu", name, lineno);
             } else {
                 out->n++;
@@ -170,6 +172,26 @@ static int load_jsonl(const dllm_task *t, const char *name, const char *buf, siz
         i = e + 1;
     }
     return 0;
+}
+
+/* A built-in task's dataset line: its from_json with the question required. */
+static int task_item(void *ctx, const void *obj, dllm_task_item *it, dllm_err *err)
+{
+    const dllm_task *t = ctx;
+    return t->from_json(obj, 1, it, err);
+}
+
+int dllm_task_load_jsonl(const char *name, const char *buf, size_t len, dllm_task_item_fn item,
+                         void *ctx, dllm_task_items *out, dllm_err *err)
+{
+    out->items = NULL;
+    out->n = 0;
+    int rc = load_jsonl(name, buf, len, item, ctx, out, err);
+    if (!rc && out->n == 0)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: no items", name);
+    if (rc)
+        dllm_task_items_free(out);
+    return rc;
 }
 
 int dllm_task_load_buffer(const dllm_task *t, const char *name, const char *buf, size_t len,
@@ -184,7 +206,7 @@ int dllm_task_load_buffer(const dllm_task *t, const char *name, const char *buf,
     if (t == &dllm_task_sudoku && k < len && buf[k] != '{')
         rc = load_csv_sudoku(name, buf, len, out, err);
     else
-        rc = load_jsonl(t, name, buf, len, out, err);
+        rc = load_jsonl(name, buf, len, task_item, (void *)t, out, err);
     if (!rc && out->n == 0)
         rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: no items", name);
     if (rc)

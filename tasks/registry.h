@@ -41,6 +41,7 @@ typedef struct {
     int64_t target;                   /* countdown: the value to reach */
     char puzzle[17];                  /* sudoku: 16 digits, row-major, '0' = blank */
     char solution[17];                /* sudoku: 16 digits 1..4 */
+    char *reference_json;             /* custom: the reference as the file's JSON value */
 } dllm_task_item;
 
 typedef struct {
@@ -88,6 +89,13 @@ int dllm_task_load(const dllm_task *t, const dllm_task_source *src, dllm_task_it
 int dllm_task_load_buffer(const dllm_task *t, const char *name, const char *buf, size_t len,
                           dllm_task_items *out, dllm_err *err);
 void dllm_task_items_free(dllm_task_items *items);
+/* The JSONL reader behind dllm_task_load, for a task whose items need more than
+ * from_json's arguments: item(ctx, object, it, err) fills one item from each
+ * non-blank line's object; errors become "NAME:LINE: ...". No items is an error. */
+typedef int (*dllm_task_item_fn)(void *ctx, const void *json_object, dllm_task_item *it,
+                                 dllm_err *err);
+int dllm_task_load_jsonl(const char *name, const char *buf, size_t len, dllm_task_item_fn item,
+                         void *ctx, dllm_task_items *out, dllm_err *err);
 void dllm_task_item_free(dllm_task_item *it);
 
 /* Deterministic split: a seeded permutation of 0..n-1 (dllm_rng, purpose

@@ -402,7 +402,7 @@ START_TEST(quickstart_values)
     ck_assert_int_eq(cfg.task.name, CFG_TASK_SUDOKU);
     ck_assert_int_eq(cfg.task.format, CFG_FORMAT_PLAIN);
     ck_assert_int_eq(cfg.task.chat, DLLM_CHAT_PLAIN);
-    ck_assert_int_eq(cfg.task.reward, CFG_REWARD_CORRECT);
+    ck_assert_int_eq(cfg.task.reward.kind, CFG_REWARD_CORRECT);
     ck_assert_int_eq(cfg.rollout.precision, CFG_ROLLOUT_FP8);
     ck_assert_int_eq(cfg.rollout.fp8.format, CFG_FP8_E4M3);
     ck_assert_int_eq(cfg.rollout.fp8.scaling, CFG_FP8_BLOCK);
