@@ -6,6 +6,7 @@
  * reward, accuracy p and its standard error s / sqrt(n), s the sample standard
  * deviation of the 0/1 outcomes (s^2 = n p (1 - p) / (n - 1); se = 0 when n = 1). */
 #include "src/commands.h"
+#include "tasks/custom.h"
 #include "tasks/registry.h"
 
 #include "kernels/base.h"
@@ -68,7 +69,11 @@ int cmd_grade(int argc, char **argv)
     }
     const dllm_task *t = dllm_task_find(name);
     if (!t) {
-        fprintf(stderr, "dllm-rl grade: unknown task '%s' (see dllm-rl tasks list)\n", name);
+        if (!strcmp(name, dllm_task_custom.name))
+            fprintf(stderr, "dllm-rl grade: task 'custom' is graded by its own reward program or "
+                            "plugin (docs/CUSTOM_TASKS.md)\n");
+        else
+            fprintf(stderr, "dllm-rl grade: unknown task '%s' (see dllm-rl tasks list)\n", name);
         return 2;
     }
     char *buf;

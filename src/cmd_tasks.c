@@ -4,6 +4,7 @@
  * (prompt/answer pairs with reference or solver-made answers, for SFT). */
 #include "src/commands.h"
 #include "tasks/countdown.h"
+#include "tasks/custom.h"
 #include "tasks/registry.h"
 
 #include <jansson.h>
@@ -53,6 +54,7 @@ static int list_tasks(void)
     const dllm_task *const *all = dllm_task_all(&n);
     for (size_t i = 0; i < n; i++)
         printf("%-10s %s\n", all[i]->name, all[i]->description);
+    printf("%-10s %s\n", dllm_task_custom.name, dllm_task_custom.description);
     return 0;
 }
 
@@ -107,7 +109,11 @@ static int sample(int argc, char **argv)
     }
     const dllm_task *t = dllm_task_find(name);
     if (!t) {
-        fprintf(stderr, "dllm-rl tasks: unknown task '%s' (see dllm-rl tasks list)\n", name);
+        if (!strcmp(name, dllm_task_custom.name))
+            fprintf(stderr, "dllm-rl tasks: task 'custom' takes its data and reward from a config "
+                            "(task.name: custom; docs/CUSTOM_TASKS.md)\n");
+        else
+            fprintf(stderr, "dllm-rl tasks: unknown task '%s' (see dllm-rl tasks list)\n", name);
         return 2;
     }
     if (n == 0 || n > 1000000) {
@@ -209,6 +215,11 @@ static int sft_data(int argc, char **argv)
         }
     }
     const dllm_task *t = name ? dllm_task_find(name) : NULL;
+    if (!t && name && !strcmp(name, dllm_task_custom.name)) {
+        fprintf(stderr, "dllm-rl tasks sft-data: task 'custom' takes its data from a config; an "
+                        "SFT set of it is your own JSONL of prompt/answer pairs (docs/CUSTOM_TASKS.md)\n");
+        return 2;
+    }
     if (!t) {
         fprintf(stderr, "dllm-rl tasks sft-data: %s (see `dllm-rl tasks list`)\n",
                 name ? "unknown task" : "a task name is required");

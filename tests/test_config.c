@@ -283,6 +283,58 @@ START_TEST(cross_key_rules)
 }
 END_TEST
 
+/* task.reward is a section (kind, command, timeout_s) that also takes a scalar, short
+ * for its kind: configs and run directories written before still read, and the dump
+ * (the run's config.yaml) reads back with a custom task's keys. */
+START_TEST(reward_section_and_shorthand)
+{
+    dllm_cfg cfg, back;
+    dllm_err err = {0};
+    dllm_cfg_defaults(&cfg);
+    const char *path = write_yaml("short.yaml", "task: {name: sudoku, reward: correct}\n");
+    ck_assert_msg(dllm_cfg_load(&cfg, path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(cfg.task.reward.kind, CFG_REWARD_CORRECT);
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.reward=correct", &err), 0);
+    ck_assert_int_eq(cfg.task.reward.kind, CFG_REWARD_CORRECT);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.reward=partial", &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "task.reward.kind must be one of task|correct"));
+    dllm_cfg_defaults(&cfg);
+    path = write_yaml("long.yaml",
+                      "task:\n  name: custom\n  train: {path: /dev/null}\n"
+                      "  fields: {prompt: question, reference: answer}\n"
+                      "  reward:\n    kind: correct\n    command: python3 'my reward.py' --x\n"
+                      "    timeout_s: 2.5\n");
+    ck_assert_msg(dllm_cfg_load(&cfg, path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(cfg.task.name, CFG_TASK_CUSTOM);
+    ck_assert_int_eq(cfg.task.reward.kind, CFG_REWARD_CORRECT);
+    ck_assert_str_eq(cfg.task.reward.command, "python3 'my reward.py' --x");
+    ck_assert_double_eq(cfg.task.reward.timeout_s, 2.5);
+    ck_assert_str_eq(cfg.task.fields.prompt, "question");
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), 0);
+    char *text = dllm_cfg_dump(&cfg);
+    ck_assert_ptr_nonnull(strstr(text, "  reward:\n    kind: \"correct\"\n"));
+    path = write_yaml("dumped.yaml", text);
+    free(text);
+    dllm_cfg_defaults(&back);
+    ck_assert_msg(dllm_cfg_load(&back, path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(memcmp(&cfg, &back, sizeof cfg), 0);
+    /* the custom task's keys: one reward source, only for task.name custom */
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.name=custom", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "task.name custom needs its reward"));
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.reward.command=cat", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.name=gsm8k", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "task.reward.command is read only by task.name custom"));
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.reward.timeout_s=0", &err), DLLM_EXIT_INPUT);
+    expect_error("task:\n  reward: {kind: task, comand: x}\n", "unknown key 'task.reward.comand'",
+                 "command");
+}
+END_TEST
+
 START_TEST(dump_reloads_to_same_config)
 {
     dllm_cfg a, b;
@@ -461,6 +513,7 @@ int main(void)
     tcase_add_test(tc, missing_files);
     tcase_add_test(tc, cross_key_rules);
     tcase_add_test(tc, dump_reloads_to_same_config);
+    tcase_add_test(tc, reward_section_and_shorthand);
     tcase_add_test(tc, shipped_configs_parse);
     tcase_add_test(tc, refused_inputs_name_the_key);
     tcase_add_test(tc, config_kind);

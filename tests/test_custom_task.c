@@ -630,6 +630,25 @@ START_TEST(cli_refusals_and_failures)
 }
 END_TEST
 
+/* The commands that take a task by name alone say where a custom task comes from. */
+START_TEST(other_commands_point_to_the_config)
+{
+    ck_assert_int_eq(tu_sh("%s tasks list >%s/out 2>&1", bin(), tmp), 0);
+    char *out = slurp("out");
+    ck_assert_ptr_nonnull(strstr(out, "\ncustom "));
+    free(out);
+    write_file("g.jsonl", "{\"completion\": \"x\"}\n");
+    const char *cmds[] = {"tasks sample custom --data", "tasks sft-data custom --data",
+                          "grade custom --input"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        ck_assert_int_eq(tu_sh("%s %s %s/g.jsonl >%s/out 2>&1", bin(), cmds[i], tmp, tmp), 2);
+        out = slurp("out");
+        ck_assert_msg(strstr(out, "docs/CUSTOM_TASKS.md"), "%s: %s", cmds[i], out);
+        free(out);
+    }
+}
+END_TEST
+
 int main(void)
 {
     const char *b = getenv("DLLM_BIN");
@@ -670,6 +689,7 @@ int main(void)
     if (cc)
         tcase_add_test(cli, example_plugin_trains);
     tcase_add_test(cli, cli_refusals_and_failures);
+    tcase_add_test(cli, other_commands_point_to_the_config);
     suite_add_tcase(s, cli);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
