@@ -381,9 +381,11 @@ void rl_run_close(rl_run *run)
 /* ---- the config of a run, its latest checkpoint ---------------------------------- */
 
 /* Keys a resumed run may change: they extend it or change what is written
- * about it, never what a step computes. */
+ * about it, never what a step computes (a reward program's timeout only decides
+ * whether a slow answer stops the run). */
 static const char *const resume_keys[] = {"grpo.steps",  "eval.every",       "log.every",
-                                          "checkpoint.every", "checkpoint.keep"};
+                                          "checkpoint.every", "checkpoint.keep",
+                                          "task.reward.timeout_s"};
 enum { N_RESUME_KEYS = sizeof resume_keys / sizeof resume_keys[0] };
 
 bool rl_resume_key_ok(const char *assignment)

@@ -15,7 +15,7 @@
 int rl_config_load(dllm_cfg *cfg, const char *path, const char *resume_dir, const char *const *sets,
                    int nsets, dllm_err *err);
 /* Is "key=value" an override a resumed run accepts (grpo.steps, eval.every,
- * log.every, checkpoint.every, checkpoint.keep)? */
+ * log.every, checkpoint.every, checkpoint.keep, task.reward.timeout_s)? */
 bool rl_resume_key_ok(const char *assignment);
 /* N of a checkpoint directory .../step-N; -1 for another name. */
 int rl_run_step_of(const char *ckpt);

@@ -511,9 +511,10 @@ START_TEST(python_reward_trains_and_is_logged)
     for (int i = 0; i < 4; i++)
         json_decref(data[i]);
     free(logged);
-    /* the stored config reads back: the run resumes with its reward program */
-    ck_assert_int_eq(tu_sh("%s train --resume %s/runs/py --set grpo.steps=4 --quiet 2>>%s/err", bin(),
-                           tmp, tmp), 0);
+    /* the stored config reads back: the run resumes with its reward program, and may
+     * give it another timeout */
+    ck_assert_int_eq(tu_sh("%s train --resume %s/runs/py --set grpo.steps=4 "
+                           "--set task.reward.timeout_s=90 --quiet 2>>%s/err", bin(), tmp, tmp), 0);
     logged = tu_log_column("trajectories/reward", &n, "%s/runs/py/log.h5", tmp);
     ck_assert_int_eq(n, 4 * 2 * 4);
     free(logged);
