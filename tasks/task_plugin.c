@@ -20,8 +20,11 @@ struct dllm_plugin {
 int dllm_plugin_open(dllm_plugin **out, const char *path, dllm_err *err)
 {
     *out = NULL;
+    /* a bare file name is the file here, not a search of the library path */
+    char local[4200];
+    snprintf(local, sizeof local, "%s%s", strchr(path, '/') ? "" : "./", path);
     dlerror();
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *dl = dlopen(local, RTLD_NOW | RTLD_LOCAL);
     if (!dl)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "task.plugin: cannot load '%s': %s", path,
                             dlerror());

@@ -379,6 +379,16 @@ START_TEST(example_plugin_rewards)
     dllm_task_items_free(&items);
     dllm_task_items_free(&again);
     dllm_custom_close(c);
+    /* a bare file name is the file in the working directory (dlopen alone would search
+     * the library path for it) */
+    char cwd[1024];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(tmp), 0);
+    dllm_plugin *p;
+    int rc = dllm_plugin_open(&p, "sums.so", &err);
+    ck_assert_int_eq(chdir(cwd), 0);
+    ck_assert_msg(rc == 0, "%s", err.msg);
+    dllm_plugin_close(p);
 }
 END_TEST
 
