@@ -229,7 +229,7 @@ static void print_task_settings(const dllm_cfg *cfg, task_source ts, bool sets, 
             cfg_names_name(&cfg_names_task, cfg->task.name),
             cfg_names_name(&cfg_names_task_format, cfg->task.format),
             cfg_names_name(&cfg_names_chat, cfg->task.chat), cfg->task.max_blanks,
-            cfg->task.n_numbers, cfg_names_name(&cfg_names_reward, cfg->task.reward), from[ts],
+            cfg->task.n_numbers, cfg_names_name(&cfg_names_reward, cfg->task.reward.kind), from[ts],
             sets ? "; then --set" : "");
 }
 

@@ -488,7 +488,7 @@ int cmd_sft(int argc, char **argv)
     dllm_cfg_defaults(&defaults);
     if (cfg.task.name != defaults.task.name ||
         cfg.task.format != defaults.task.format || cfg.task.max_blanks != defaults.task.max_blanks ||
-        cfg.task.n_numbers != defaults.task.n_numbers || cfg.task.reward != defaults.task.reward)
+        cfg.task.n_numbers != defaults.task.n_numbers || cfg.task.reward.kind != defaults.task.reward.kind)
         ckpt_generation_set_task(&run.gen, &cfg);
     if (dllm_policy_sampler(m) == DLLM_SAMPLER_DREAM)
         ckpt_generation_set_dream(&run.gen, &cfg);

@@ -40,7 +40,7 @@ void ckpt_generation_set_task(ckpt_generation *g, const dllm_cfg *cfg)
     g->task.format = (int)cfg->task.format;
     g->task.max_blanks = cfg->task.max_blanks;
     g->task.n_numbers = cfg->task.n_numbers;
-    g->task.reward = (int)cfg->task.reward;
+    g->task.reward = (int)cfg->task.reward.kind;
 }
 
 void ckpt_generation_apply_task(const ckpt_generation *g, dllm_cfg *cfg)
@@ -51,7 +51,7 @@ void ckpt_generation_apply_task(const ckpt_generation *g, dllm_cfg *cfg)
     cfg->task.format = (cfg_task_format)g->task.format;
     cfg->task.max_blanks = g->task.max_blanks;
     cfg->task.n_numbers = g->task.n_numbers;
-    cfg->task.reward = (cfg_reward)g->task.reward;
+    cfg->task.reward.kind = (cfg_reward)g->task.reward;
 }
 
 void ckpt_generation_set_dream(ckpt_generation *g, const dllm_cfg *cfg)
