@@ -85,7 +85,9 @@ static void setup(void)
                "          temperature: 1.0}\n"
                "likelihood: {mc_samples: 2}\n"
                "grpo: {steps: 5, prompts_per_step: 2, inner_steps: 1}\n"
-               "correction: {method: ais, estimator: elbo}\n"
+               /* all completions: the tiny runs' groups are mostly flat, and the
+                * summary's means are checked as numbers */
+               "correction: {method: ais, estimator: elbo, ais: {population: all}}\n"
                "optim: {lr: 3e-3}\n"
                "eval: {every: 1, n: 4, gen_length: 12, block_length: 6, steps: 6}\n"
                "log: {dir: %s/runs}\n"
@@ -162,6 +164,10 @@ static double mean_of(const double *v, int64_t n, bool absolute)
 /* the summary's numbers are printed with 6 significant digits */
 static void check_num(const char *field, double want, const char *what)
 {
+    if (isnan(want)) { /* no finite value to average: the summary leaves the field empty */
+        ck_assert_msg(!field[0], "%s: %s, expected empty", what, field);
+        return;
+    }
     ck_assert_msg(field[0], "%s: empty, expected %g", what, want);
     const double got = strtod(field, NULL);
     ck_assert_msg(fabs(got - want) <= 1e-5 * fabs(want) + 1e-12, "%s: %s vs %.9g", what, field, want);
