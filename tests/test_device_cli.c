@@ -317,7 +317,11 @@ START_TEST(test_train_bf16_matches_cpu)
             printf("train bf16 LoRA %s step %d: cpu %.9g device %.9g\n", m[k], i + 1, a[i], b[i]);
             if (i > 0) /* later rollouts follow the updates: not compared */
                 continue;
-            double tol = k == 2 ? 0 : 1e-2 * fabs(a[i]) + (k == 0 ? 1e-4 : 0);
+            /* the bf16 trainer's roundings follow each side's fp32 sum order, which
+             * depends on the CPU: measured at step 1, loss 9.5e-5 apart and grad_norm
+             * 0.18 % on an Intel Xeon, 1.3e-4 and 1.27 % on an AVX2 AMD EPYC (the same
+             * with the code before these tolerances were set) */
+            double tol = k == 2 ? 0 : 3e-2 * fabs(a[i]) + (k == 0 ? 3e-4 : 0);
             ck_assert_msg(fabs(a[i] - b[i]) <= tol, "%s step %d: cpu %.9g device %.9g", m[k],
                           i + 1, a[i], b[i]);
         }
