@@ -26,12 +26,13 @@ build fuzz_tokenizer_json fuzz/fuzz_tokenizer_json.c dllm/tokenizer.c kernels/ba
   $(pkg-config --cflags --libs jansson libpcre2-8 libutf8proc) -lm
 # shellcheck disable=SC2046
 build fuzz_safetensors_config fuzz/fuzz_safetensors_config.c dllm/safetensors.c \
-  dllm/model_config.c dllm/json_util.c kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
+  dllm/model_config.c dllm/arch.c dllm/json_util.c kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
   $(pkg-config --cflags --libs jansson) -lm
 # shellcheck disable=SC2046
 build fuzz_yaml_config fuzz/fuzz_yaml_config.c src/yaml_config.c src/cfg_names.c \
-  src/corrections.c src/grpo.c kernels/base.c \
-  $(pkg-config --cflags --libs yaml-0.1) -lm
+  src/corrections.c src/grpo.c src/run_name.c dllm/arch.c dllm/model_config.c dllm/json_util.c \
+  dllm/safetensors.c kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
+  $(pkg-config --cflags --libs yaml-0.1 jansson) -lm
 
 # seeds: the fixtures the suites already use
 seed() { mkdir -p "$out/corpus_$1"; }

@@ -4,7 +4,6 @@
 
 #include "src/cli_util.h"
 
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,16 +14,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-bool run_dir_plain_name(const char *s)
-{
-    if (!*s || !strcmp(s, ".") || !strcmp(s, ".."))
-        return false;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && !strchr("._+-=", *s))
-            return false;
-    return true;
-}
 
 /* ---- the lock -------------------------------------------------------------------- */
 
