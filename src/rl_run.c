@@ -304,8 +304,8 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
     if (load_items(run, eval_path, (uint64_t)cfg->seed ^ 0x5eed0e7a1ULL,
                    (size_t)cfg->eval.n, &run->eval, err))
         return err->code;
-    if (run->eval.n > (size_t)cfg->eval.n)
-        run->eval.n = (size_t)cfg->eval.n; /* first eval.n of a file */
+    while (run->eval.n > (size_t)cfg->eval.n) /* first eval.n of a file */
+        dllm_task_item_free(&run->eval.items[--run->eval.n]);
     if (run->train.n < (size_t)cfg->grpo.prompts_per_step)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "task: %zu training items, fewer than "
                             "grpo.prompts_per_step %d", run->train.n, cfg->grpo.prompts_per_step);
