@@ -100,7 +100,8 @@ static void progress(const rl_run *run, int64_t step, const double *m, double el
 
 static int evaluate_one(rl_run *run, int64_t step, const char *name, dllm_err *err);
 
-/* One evaluation, or with eval.gen_lengths one per length (d1: steps = length / 2), each
+/* One evaluation, or with eval.gen_lengths one per length (d1: steps = length / 2, or
+ * eval.gen_steps), each
  * logged under its own name (rl_eval_names). */
 static int evaluate_and_log(rl_run *run, int64_t step, dllm_err *err)
 {
@@ -112,7 +113,8 @@ static int evaluate_and_log(rl_run *run, int64_t step, dllm_err *err)
     for (int i = 0; i < n && !rc; i++) {
         if (gl->n) {
             run->eval_sampler.gen_length = gl->v[i];
-            run->eval_sampler.steps = gl->v[i] / 2;
+            run->eval_sampler.steps = run->cfg.eval.gen_steps.n ? run->cfg.eval.gen_steps.v[i]
+                                                                : gl->v[i] / 2;
             if (!run->quiet && !run->jsonl && run->rank == 0)
                 printf("eval at gen_length %d (block %d, %d steps)\n", gl->v[i],
                        run->eval_sampler.block_length, run->eval_sampler.steps);

@@ -401,7 +401,10 @@ static const cfg_key keys[] = {
      "evaluation denoising steps"},
     {"eval.gen_lengths", K_INT_LIST, F(eval.gen_lengths), "[]", 1, 1 << 20, NULL,
      "d1's protocol: evaluate at each of these lengths (block eval.block_length, steps = "
-     "length / 2), each logged as task@length; empty: eval.gen_length only"},
+     "length / 2 unless eval.gen_steps), each logged as task@length; empty: "
+     "eval.gen_length only"},
+    {"eval.gen_steps", K_INT_LIST, F(eval.gen_steps), "[]", 1, 32767, NULL,
+     "denoising steps for each of eval.gen_lengths, in its order; empty: length / 2 (d1)"},
     {"eval.temperature", K_FLOAT, F(eval.temperature), "0", 0, 100, NULL,
      "evaluation temperature (0: greedy)"},
     {"eval.precision", K_ENUM, F(eval.precision), "trainer", 0, 0, &cfg_names_eval_precision,
@@ -1018,14 +1021,27 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                 "%s.steps %d must be a multiple of the number of blocks %d "
                                 "(gen_length / block_length)", sched[i].what, sched[i].steps, nb);
     }
-    /* d1's protocol: steps = length / 2, a whole number of steps per block */
+    /* d1's protocol: steps = length / 2 (or eval.gen_steps), a whole number of steps per
+     * block */
+    const cfg_int_list *gs = &cfg->eval.gen_steps;
+    if (gs->n && gs->n != cfg->eval.gen_lengths.n)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "eval.gen_steps has %d entries, eval.gen_lengths %d: one step count "
+                            "per length, or none (length / 2)", gs->n, cfg->eval.gen_lengths.n);
     for (int i = 0; i < cfg->eval.gen_lengths.n; i++) {
         const int len = cfg->eval.gen_lengths.v[i], B = cfg->eval.block_length;
-        if (len % B || len % 2 || (len / 2) % (len / B))
+        if (len % B)
             return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "eval.gen_lengths[%d] = %d: needs a multiple of eval.block_length "
-                                "%d with length / 2 steps a multiple of its %d blocks", i, len, B,
-                                len / B > 0 ? len / B : 1);
+                                "eval.gen_lengths[%d] = %d: needs a multiple of eval.block_length %d",
+                                i, len, B);
+        if (!gs->n && (len % 2 || (len / 2) % (len / B)))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "eval.gen_lengths[%d] = %d: length / 2 steps must be a multiple of "
+                                "its %d blocks (or set eval.gen_steps)", i, len, len / B);
+        if (gs->n && gs->v[i] % (len / B))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "eval.gen_steps[%d] = %d must be a multiple of the %d blocks of "
+                                "eval.gen_lengths[%d] = %d", i, gs->v[i], len / B, i, len);
         for (int j = 0; j < i; j++)
             if (cfg->eval.gen_lengths.v[j] == len)
                 return dllm_err_set(err, DLLM_EXIT_INPUT,

@@ -164,6 +164,7 @@ typedef struct {
         int gen_length, block_length, steps;
         cfg_int_list gen_lengths; /* d1's protocol: each length in turn, steps = length / 2
                                      (empty: gen_length with steps) */
+        cfg_int_list gen_steps;   /* the steps of each of gen_lengths (empty: length / 2) */
         double temperature;
         cfg_eval_precision precision;
         cfg_mask_token mask_token;

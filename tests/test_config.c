@@ -253,6 +253,32 @@ START_TEST(cross_key_rules)
     ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.steps=6", &err), 0);
     ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
     ck_assert_ptr_nonnull(strstr(err.msg, "eval.steps 6"));
+    /* d1's lengths: steps = length / 2 unless eval.gen_steps gives one count per length */
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.block_length=32", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_length=128", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.steps=64", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_lengths=[128, 256, 512]", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_steps=[128, 256]", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "eval.gen_steps has 2 entries, eval.gen_lengths 3"));
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_steps=[128, 256, 24]", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "eval.gen_steps[2] = 24 must be a multiple of the 16"));
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_steps=[128, 256, 512]", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), 0);
+    ck_assert_int_eq(cfg.eval.gen_steps.v[2], 512);
+    /* without eval.gen_steps, length / 2 must split into whole steps per block */
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_steps=[]", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.block_length=1", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_length=128", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.steps=128", &err), 0);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_lengths=[128]", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "or set eval.gen_steps"));
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "eval.gen_steps=[128]", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), 0);
     dllm_cfg_defaults(&cfg);
     ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.ratio=token", &err), 0);
     ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.logp_estimator=elbo", &err), 0);

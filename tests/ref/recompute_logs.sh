@@ -3,8 +3,8 @@
 # train logs from their trajectories, independently of the C code
 # (tests/ref/check_h5log.py --recompute, numpy in float64). Three short runs of a random
 # tiny LLaDA model cover both combines, both populations, both forms of nu, the three
-# weight estimators, the sequence, geo and token levels, d1's evaluation lengths and the
-# gradient cosine.
+# weight estimators, the sequence, geo and token levels, d1's evaluation lengths (and
+# eval.gen_steps) and the gradient cosine.
 #   sh tests/ref/recompute_logs.sh BUILD_DIR [PYTHON]
 # PYTHON needs h5py and numpy (default: the notebook environment build-nb/venv, else
 # python3). Exit status: 0 pass, 1 a check failed, 2 bad arguments or a missing tool.
@@ -56,4 +56,13 @@ run logistic-trajectory "{method: ais, estimator: trajectory, level: geo, cap: .
 run token-informative "{method: ais, estimator: one_step, level: token}" \
   --set grpo.ratio=token --set grpo.logp_estimator=one_step --set log.grad_cosine=true \
   --set "eval.gen_lengths=[12, 24]" || status=1
+# eval.gen_steps replaces d1's length / 2 at each length
+out=$(OMP_NUM_THREADS=1 "$BIN" train token-informative.yaml --set experiment=gen-steps \
+  --set grpo.steps=0 --set grpo.ratio=token --set grpo.logp_estimator=one_step \
+  --set "eval.gen_lengths=[12, 24]" --set "eval.gen_steps=[2, 24]" 2>&1) ||
+  status=1
+for want in "eval at gen_length 12 (block 6, 2 steps)" "eval at gen_length 24 (block 6, 24 steps)"; do
+  printf '%s\n' "$out" | grep -qF "$want" || { echo "recompute_logs: no '$want' in:"; \
+    printf '%s\n' "$out"; status=1; }
+done
 exit $status
