@@ -1,0 +1,580 @@
+/* qwen35.c: Qwen3.5's text model on the host (qwen35.h): config.json, weights,
+ * the hybrid forward over a cache, exact log-probabilities and greedy decoding. */
+#include "dllm/qwen35.h"
+#include "dllm/json_util.h"
+#include "dllm/safetensors.h"
+#include "kernels/gated_delta.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- config.json --------------------------------------------------------------------- */
+
+static int get_int(const json_t *o, const char *key, const char *what, int *out, bool required,
+                   dllm_err *err)
+{
+    long long v = *out;
+    bool present = false;
+    int rc = ju_get_int(o, key, what, &v, required ? NULL : &present, err);
+    if (rc)
+        return rc;
+    if ((required || present) && (v < 1 || v > (1 << 24)))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key '%s': %lld is not a positive size",
+                            what, key, v);
+    *out = (int)v;
+    return 0;
+}
+
+bool qwen35_is_config(const char *path)
+{
+    json_t *root = NULL;
+    dllm_err err = {0};
+    if (ju_load_file(&root, path, &err))
+        return false;
+    const json_t *mt = json_object_get(root, "model_type");
+    bool yes = json_is_string(mt) && (!strcmp(json_string_value(mt), "qwen3_5") ||
+                                      !strcmp(json_string_value(mt), "qwen3_5_text"));
+    json_decref(root);
+    return yes;
+}
+
+static int read_text(const json_t *t, const char *what, qwen35_config *c, dllm_err *err)
+{
+    int rc = get_int(t, "hidden_size", what, &c->C, true, err);
+    rc = rc ? rc : get_int(t, "num_hidden_layers", what, &c->L, true, err);
+    rc = rc ? rc : get_int(t, "intermediate_size", what, &c->H, true, err);
+    rc = rc ? rc : get_int(t, "vocab_size", what, &c->V, true, err);
+    rc = rc ? rc : get_int(t, "num_attention_heads", what, &c->NH, true, err);
+    c->NKV = c->NH;
+    rc = rc ? rc : get_int(t, "num_key_value_heads", what, &c->NKV, false, err);
+    c->HD = c->NH ? c->C / c->NH : 0;
+    rc = rc ? rc : get_int(t, "head_dim", what, &c->HD, false, err);
+    rc = rc ? rc : get_int(t, "linear_num_key_heads", what, &c->Hk, true, err);
+    rc = rc ? rc : get_int(t, "linear_key_head_dim", what, &c->Dk, true, err);
+    rc = rc ? rc : get_int(t, "linear_num_value_heads", what, &c->Hv, true, err);
+    rc = rc ? rc : get_int(t, "linear_value_head_dim", what, &c->Dv, true, err);
+    c->K = 4;
+    rc = rc ? rc : get_int(t, "linear_conv_kernel_dim", what, &c->K, false, err);
+    if (rc)
+        return rc;
+    double eps = 1e-6;
+    bool present;
+    rc = ju_get_real(t, "rms_norm_eps", what, &eps, &present, err);
+    c->eps = (float)eps;
+    c->tied = false;
+    rc = rc ? rc : ju_get_bool(t, "tie_word_embeddings", what, &c->tied, &present, err);
+    long long eos = -1;
+    const json_t *je = json_object_get(t, "eos_token_id");
+    if (json_is_integer(je))
+        eos = json_integer_value(je);
+    else if (json_is_array(je) && json_is_integer(json_array_get(je, 0)))
+        eos = json_integer_value(json_array_get(je, 0));
+    c->eos_token_id = eos >= 0 && eos < c->V ? (int)eos : -1;
+    /* RoPE: rope_parameters (transformers 5) or top-level keys (older layouts) */
+    double theta = 10000.0, frac = 1.0;
+    const json_t *rp = json_object_get(t, "rope_parameters");
+    const json_t *ro = json_is_object(rp) ? rp : t;
+    char rwhat[512];
+    snprintf(rwhat, sizeof rwhat, "%s%s", what, ro == rp ? " rope_parameters" : "");
+    rc = rc ? rc : ju_get_real(ro, "rope_theta", rwhat, &theta, &present, err);
+    rc = rc ? rc : ju_get_real(ro, "partial_rotary_factor", rwhat, &frac, &present, err);
+    if (rc)
+        return rc;
+    c->theta = (float)theta;
+    c->rot = (int)(c->HD * frac);
+    if (!(frac > 0 && frac <= 1) || c->rot < 2 || c->rot % 2)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: key 'partial_rotary_factor': %g of head_dim %d is not an even "
+                            "number of dims", rwhat, frac, c->HD);
+    if (c->NH % c->NKV)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: key 'num_key_value_heads': %d does not divide %d heads", what,
+                            c->NKV, c->NH);
+    if (c->Hv % c->Hk)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: key 'linear_num_key_heads': %d does not divide %d value heads",
+                            what, c->Hk, c->Hv);
+    if (c->L > QWEN35_MAX_LAYERS)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: key 'num_hidden_layers': %d is over %d",
+                            what, c->L, QWEN35_MAX_LAYERS);
+    const json_t *lt = json_object_get(t, "layer_types");
+    if (!json_is_array(lt) || (int)json_array_size(lt) != c->L)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: key 'layer_types': expected an array of num_hidden_layers (%d) "
+                            "entries", what, c->L);
+    for (int l = 0; l < c->L; l++) {
+        const char *s = json_string_value(json_array_get(lt, (size_t)l));
+        if (s && !strcmp(s, "linear_attention"))
+            c->kind[l] = QWEN35_LINEAR;
+        else if (s && !strcmp(s, "full_attention"))
+            c->kind[l] = QWEN35_FULL;
+        else
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s: key 'layer_types': entry %d \"%s\" is not linear_attention "
+                                "or full_attention", what, l, s ? s : "(not a string)");
+    }
+    return 0;
+}
+
+int qwen35_config_read(const char *path, qwen35_config *cfg, dllm_err *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    json_t *root = NULL;
+    int rc = ju_load_file(&root, path, err);
+    if (rc)
+        return rc;
+    const char *mt = NULL;
+    rc = ju_get_string(root, "model_type", path, &mt, NULL, err);
+    if (!rc && !strcmp(mt, "qwen3_5_text")) {
+        rc = read_text(root, path, cfg, err);
+    } else if (!rc && !strcmp(mt, "qwen3_5")) {
+        const json_t *t = json_object_get(root, "text_config");
+        char what[512];
+        snprintf(what, sizeof what, "%s text_config", path);
+        cfg->composite = true;
+        if (!json_is_object(t))
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                              "%s: key 'text_config': missing -- no text model (a vision-only "
+                              "checkpoint?)", path);
+        else
+            rc = read_text(t, what, cfg, err);
+        /* the top level may carry the ids and the tying */
+        const json_t *tw = json_object_get(root, "tie_word_embeddings");
+        if (!rc && json_is_boolean(tw))
+            cfg->tied = json_is_true(tw);
+    } else if (!rc) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s: key 'model_type': \"%s\" is not qwen3_5 or qwen3_5_text", path, mt);
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* ---- weights --------------------------------------------------------------------------- */
+
+typedef struct {
+    float *n1, *n2;                 /* (C) 1 + the published zero-centred weights */
+    /* linear attention */
+    float *qkv, *z, *b, *a, *out;   /* (2Hk Dk + Hv Dv, C), (Hv Dv, C), (Hv, C), (Hv, C), (C, Hv Dv) */
+    float *conv;                    /* (2Hk Dk + Hv Dv, K) */
+    float *A_log, *dt_bias;         /* (Hv) */
+    float *gnorm;                   /* (Dv) the gated norm's weight, as published */
+    /* full attention */
+    float *q, *k, *v, *o;           /* (2 NH HD, C), (NKV HD, C), (NKV HD, C), (C, NH HD) */
+    float *qn, *kn;                 /* (HD) 1 + w */
+    /* MLP */
+    float *gate, *up, *down;        /* (H, C), (H, C), (C, H) */
+} layer_w;
+
+struct qwen35_model {
+    qwen35_config cfg;
+    float *embed, *head, *fnorm; /* (V, C), (V, C) or embed, (C) 1 + w */
+    layer_w *lw;
+    float **owned;
+    int nowned;
+};
+
+const qwen35_config *qwen35_config_of(const qwen35_model *m) { return &m->cfg; }
+
+static int conv_dim(const qwen35_config *c) { return 2 * c->Hk * c->Dk + c->Hv * c->Dv; }
+
+typedef struct {
+    qwen35_model *m;
+    const st_archive *ar;
+    const char *prefix; /* "model." or "model.language_model." */
+    dllm_err *err;
+    int rc;
+} loader;
+
+/* Reads tensor PREFIX + name of shape dims into a new buffer; plus_one: 1 + w. */
+static float *load(loader *ld, const char *name, int nd, int64_t d0, int64_t d1, int64_t d2,
+                   bool plus_one, bool top)
+{
+    if (ld->rc)
+        return NULL;
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", top ? "" : ld->prefix, name);
+    int64_t shape[3] = {d0, d1, d2};
+    size_t n = (size_t)d0 * (nd > 1 ? d1 : 1) * (nd > 2 ? d2 : 1);
+    float *p = dllm_malloc(n * sizeof(float) + 4);
+    ld->rc = st_read_f32(ld->ar, full, shape, nd, p, ld->err);
+    if (ld->rc) {
+        free(p);
+        return NULL;
+    }
+    if (plus_one)
+        for (size_t i = 0; i < n; i++)
+            p[i] += 1.0f;
+    ld->m->owned = realloc(ld->m->owned, (size_t)(ld->m->nowned + 1) * sizeof(float *));
+    ld->m->owned[ld->m->nowned++] = p;
+    return p;
+}
+
+static bool starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
+
+int qwen35_load(qwen35_model **out, const char *dir, dllm_err *err)
+{
+    *out = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    qwen35_model *m = dllm_calloc(1, sizeof *m);
+    int rc = qwen35_config_read(path, &m->cfg, err);
+    st_archive *ar = NULL;
+    rc = rc ? rc : st_open(&ar, dir, err);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    const qwen35_config *c = &m->cfg;
+    /* which names the text model has; what is ignored */
+    int nvis = 0, nmtp = 0;
+    bool lm = false, plain = false;
+    for (int i = 0; i < st_count(ar); i++) {
+        const char *n = st_at(ar, i)->name;
+        nvis += starts(n, "model.visual.") || starts(n, "visual.");
+        nmtp += starts(n, "mtp.");
+        lm |= starts(n, "model.language_model.");
+        plain |= starts(n, "model.layers.") || starts(n, "model.embed_tokens.");
+    }
+    if (!lm && !plain) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s: no text model weights (model.embed_tokens.weight or "
+                          "model.language_model.*)%s", dir,
+                          nvis ? ": a vision-only checkpoint" : "");
+        st_close(ar);
+        free(m);
+        return rc;
+    }
+    if (nvis || nmtp)
+        fprintf(stderr, "note: %s: %d vision and %d multi-token-prediction tensors ignored (the "
+                        "text model is what runs)\n", dir, nvis, nmtp);
+    loader ld = {m, ar, lm ? "model.language_model." : "model.", err, 0};
+    int C = c->C, D = conv_dim(c), VD = c->Hv * c->Dv;
+    m->embed = load(&ld, "embed_tokens.weight", 2, c->V, C, 0, false, false);
+    m->fnorm = load(&ld, "norm.weight", 1, C, 0, 0, true, false);
+    m->head = c->tied ? m->embed : load(&ld, "lm_head.weight", 2, c->V, C, 0, false, true);
+    m->lw = dllm_calloc((size_t)c->L, sizeof *m->lw);
+    char nm[128];
+#define LW(field, name, nd, d0, d1, d2, p1)                                                        \
+    (snprintf(nm, sizeof nm, "layers.%d.%s", l, name),                                             \
+     w->field = load(&ld, nm, nd, d0, d1, d2, p1, false))
+    for (int l = 0; l < c->L && !ld.rc; l++) {
+        layer_w *w = &m->lw[l];
+        LW(n1, "input_layernorm.weight", 1, C, 0, 0, true);
+        LW(n2, "post_attention_layernorm.weight", 1, C, 0, 0, true);
+        if (c->kind[l] == QWEN35_LINEAR) {
+            LW(qkv, "linear_attn.in_proj_qkv.weight", 2, D, C, 0, false);
+            LW(z, "linear_attn.in_proj_z.weight", 2, VD, C, 0, false);
+            LW(b, "linear_attn.in_proj_b.weight", 2, c->Hv, C, 0, false);
+            LW(a, "linear_attn.in_proj_a.weight", 2, c->Hv, C, 0, false);
+            LW(conv, "linear_attn.conv1d.weight", 3, D, 1, c->K, false);
+            LW(A_log, "linear_attn.A_log", 1, c->Hv, 0, 0, false);
+            LW(dt_bias, "linear_attn.dt_bias", 1, c->Hv, 0, 0, false);
+            LW(gnorm, "linear_attn.norm.weight", 1, c->Dv, 0, 0, false);
+            LW(out, "linear_attn.out_proj.weight", 2, C, VD, 0, false);
+        } else {
+            LW(q, "self_attn.q_proj.weight", 2, 2 * c->NH * c->HD, C, 0, false);
+            LW(k, "self_attn.k_proj.weight", 2, c->NKV * c->HD, C, 0, false);
+            LW(v, "self_attn.v_proj.weight", 2, c->NKV * c->HD, C, 0, false);
+            LW(o, "self_attn.o_proj.weight", 2, C, c->NH * c->HD, 0, false);
+            LW(qn, "self_attn.q_norm.weight", 1, c->HD, 0, 0, true);
+            LW(kn, "self_attn.k_norm.weight", 1, c->HD, 0, 0, true);
+        }
+        LW(gate, "mlp.gate_proj.weight", 2, c->H, C, 0, false);
+        LW(up, "mlp.up_proj.weight", 2, c->H, C, 0, false);
+        LW(down, "mlp.down_proj.weight", 2, C, c->H, 0, false);
+    }
+#undef LW
+    st_close(ar);
+    if (ld.rc) {
+        qwen35_free(m);
+        return ld.rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void qwen35_free(qwen35_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->nowned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->lw);
+    free(m);
+}
+
+/* ---- the cache ---------------------------------------------------------------------------- */
+
+struct qwen35_cache {
+    int L, max_len, len;
+    float **conv;  // (L) linear layers: (K-1, conv_dim) the last inputs of the convolution
+    float **state; // (L) linear layers: (Hv, Dk, Dv) the recurrent state
+    float **k, **v; // (L) full layers: (max_len, NKV*HD) K after k_norm and RoPE, V
+};
+
+qwen35_cache *qwen35_cache_new(const qwen35_model *m, int max_len)
+{
+    const qwen35_config *c = &m->cfg;
+    qwen35_cache *k = dllm_calloc(1, sizeof *k);
+    k->L = c->L;
+    k->max_len = max_len > 0 ? max_len : 1;
+    k->conv = dllm_calloc((size_t)c->L, sizeof(float *));
+    k->state = dllm_calloc((size_t)c->L, sizeof(float *));
+    k->k = dllm_calloc((size_t)c->L, sizeof(float *));
+    k->v = dllm_calloc((size_t)c->L, sizeof(float *));
+    for (int l = 0; l < c->L; l++)
+        if (c->kind[l] == QWEN35_LINEAR) {
+            k->conv[l] = dllm_calloc((size_t)(c->K - 1) * conv_dim(c) + 1, sizeof(float));
+            k->state[l] = dllm_calloc((size_t)c->Hv * c->Dk * c->Dv, sizeof(float));
+        } else {
+            k->k[l] = dllm_calloc((size_t)k->max_len * c->NKV * c->HD, sizeof(float));
+            k->v[l] = dllm_calloc((size_t)k->max_len * c->NKV * c->HD, sizeof(float));
+        }
+    return k;
+}
+
+void qwen35_cache_free(qwen35_cache *k)
+{
+    if (!k)
+        return;
+    for (int l = 0; l < k->L; l++) {
+        free(k->conv[l]);
+        free(k->state[l]);
+        free(k->k[l]);
+        free(k->v[l]);
+    }
+    free(k->conv);
+    free(k->state);
+    free(k->k);
+    free(k->v);
+    free(k);
+}
+
+int qwen35_cache_len(const qwen35_cache *c) { return c->len; }
+
+/* ---- the forward ----------------------------------------------------------------------------- */
+
+#define ALLOC_F(n) ((float *)dllm_malloc(((size_t)(n) + 1) * sizeof(float)))
+
+static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* y (T, C) += the linear-attention mix of n1 (T, C) for layer l; caches advanced. */
+static void linear_mix(const qwen35_model *m, const layer_w *w, float *conv_state, float *S,
+                       const float *n1, int T, float *y)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, D = conv_dim(c), KD = c->Hk * c->Dk, VD = c->Hv * c->Dv;
+    float *qkv = ALLOC_F((size_t)T * D), *cq = ALLOC_F((size_t)T * D);
+    float *z = ALLOC_F((size_t)T * VD), *bb = ALLOC_F((size_t)T * c->Hv);
+    float *aa = ALLOC_F((size_t)T * c->Hv), *g = ALLOC_F((size_t)T * c->Hv);
+    float *beta = ALLOC_F((size_t)T * c->Hv);
+    float *q = ALLOC_F((size_t)T * KD), *k = ALLOC_F((size_t)T * KD);
+    float *v = ALLOC_F((size_t)T * VD), *o = ALLOC_F((size_t)T * VD);
+    float *on = ALLOC_F((size_t)T * VD), *mix = ALLOC_F((size_t)T * C);
+    op_linear_fwd(qkv, n1, w->qkv, T, C, D);
+    op_linear_fwd(z, n1, w->z, T, C, VD);
+    op_linear_fwd(bb, n1, w->b, T, C, c->Hv);
+    op_linear_fwd(aa, n1, w->a, T, C, c->Hv);
+    gd_conv_fwd(cq, NULL, conv_state, qkv, conv_state, w->conv, 1, T, D, c->K);
+    for (int t = 0; t < T; t++) {
+        const float *r = cq + (size_t)t * D;
+        memcpy(q + (size_t)t * KD, r, (size_t)KD * sizeof(float));
+        memcpy(k + (size_t)t * KD, r + KD, (size_t)KD * sizeof(float));
+        memcpy(v + (size_t)t * VD, r + 2 * KD, (size_t)VD * sizeof(float));
+    }
+    gd_l2norm_fwd(q, NULL, q, T * c->Hk, c->Dk, 1e-6f);
+    gd_l2norm_fwd(k, NULL, k, T * c->Hk, c->Dk, 1e-6f);
+    gd_gates_fwd(g, beta, aa, bb, w->A_log, w->dt_bias, T, c->Hv);
+    if (T == 1)
+        gd_rule_recurrent_fwd(o, S, q, k, v, g, beta, S, 1, T, c->Hk, c->Dk, c->Hv, c->Dv);
+    else
+        gd_rule_chunked_fwd(o, S, q, k, v, g, beta, S, 1, T, c->Hk, c->Dk, c->Hv, c->Dv, 64);
+    gd_gated_rmsnorm_fwd(on, NULL, o, z, w->gnorm, T * c->Hv, c->Dv, c->eps);
+    op_linear_fwd(mix, on, w->out, T, VD, C);
+    for (size_t i = 0; i < (size_t)T * C; i++)
+        y[i] += mix[i];
+    float *bufs[] = {qkv, cq, z, bb, aa, g, beta, q, k, v, o, on, mix};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+}
+
+/* y (T, C) += the gated full-attention mix of n1 (T, C) at positions len.. */
+static void full_mix(const qwen35_model *m, const layer_w *w, float *kc, float *vc, int len,
+                     const float *n1, int T, float *y)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, NH = c->NH, HD = c->HD, QD = NH * HD, KD = c->NKV * HD, grp = NH / c->NKV;
+    float *qg = ALLOC_F((size_t)T * 2 * QD), *q = ALLOC_F((size_t)T * QD);
+    float *gate = ALLOC_F((size_t)T * QD), *k = ALLOC_F((size_t)T * KD);
+    float *att = ALLOC_F((size_t)T * QD), *mix = ALLOC_F((size_t)T * C);
+    float *p = ALLOC_F((size_t)len + T);
+    int32_t *pos = dllm_malloc((size_t)T * sizeof(int32_t) + 4);
+    op_linear_fwd(qg, n1, w->q, T, C, 2 * QD);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *r = qg + (size_t)t * 2 * QD + (size_t)h * 2 * HD;
+            memcpy(q + ((size_t)t * NH + h) * HD, r, (size_t)HD * sizeof(float));
+            memcpy(gate + ((size_t)t * NH + h) * HD, r + HD, (size_t)HD * sizeof(float));
+        }
+    op_linear_fwd(k, n1, w->k, T, C, KD);
+    op_linear_fwd(vc + (size_t)len * KD, n1, w->v, T, C, KD);
+    op_rmsnorm_fwd(q, NULL, q, w->qn, T * NH, HD, c->eps);
+    op_rmsnorm_fwd(k, NULL, k, w->kn, T * c->NKV, HD, c->eps);
+    for (int t = 0; t < T; t++)
+        pos[t] = len + t;
+    gd_partial_rope_fwd(q, q, pos, T, NH, HD, c->rot, c->theta);
+    gd_partial_rope_fwd(kc + (size_t)len * KD, k, pos, T, c->NKV, HD, c->rot, c->theta);
+    float scale = 1.0f / sqrtf((float)HD);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *qr = q + ((size_t)t * NH + h) * HD;
+            int kh = h / grp, send = len + t + 1;
+            float mx = -INFINITY, sum = 0.0f;
+            for (int s = 0; s < send; s++) {
+                const float *kr = kc + (size_t)s * KD + (size_t)kh * HD;
+                float d = 0.0f;
+                for (int i = 0; i < HD; i++)
+                    d += qr[i] * kr[i];
+                p[s] = d * scale;
+                mx = p[s] > mx ? p[s] : mx;
+            }
+            for (int s = 0; s < send; s++) {
+                p[s] = expf(p[s] - mx);
+                sum += p[s];
+            }
+            float *orow = att + ((size_t)t * NH + h) * HD;
+            memset(orow, 0, (size_t)HD * sizeof(float));
+            for (int s = 0; s < send; s++) {
+                const float *vr = vc + (size_t)s * KD + (size_t)kh * HD;
+                for (int i = 0; i < HD; i++)
+                    orow[i] += p[s] / sum * vr[i];
+            }
+            const float *gr = gate + ((size_t)t * NH + h) * HD;
+            for (int i = 0; i < HD; i++)
+                orow[i] *= sigm(gr[i]);
+        }
+    op_linear_fwd(mix, att, w->o, T, QD, C);
+    for (size_t i = 0; i < (size_t)T * C; i++)
+        y[i] += mix[i];
+    free(qg), free(q), free(gate), free(k), free(att), free(mix), free(p), free(pos);
+}
+
+int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, float *logits,
+                  bool all_rows, dllm_err *err)
+{
+    const qwen35_config *c = &m->cfg;
+    if (T < 1 || kc->len + T > kc->max_len)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "qwen3.5: %d new tokens do not fit the cache (%d of %d used)", T,
+                            kc->len, kc->max_len);
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->V)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "qwen3.5: token %d at %d outside the vocabulary [0, %d)", ids[t],
+                                t, c->V);
+    int C = c->C, H = c->H;
+    float *x = ALLOC_F((size_t)T * C), *n = ALLOC_F((size_t)T * C);
+    float *gu = ALLOC_F((size_t)T * H), *up = ALLOC_F((size_t)T * H);
+    float *mlp = ALLOC_F((size_t)T * C);
+    op_embedding_fwd(x, ids, m->embed, T, C);
+    for (int l = 0; l < c->L; l++) {
+        const layer_w *w = &m->lw[l];
+        op_rmsnorm_fwd(n, NULL, x, w->n1, T, C, c->eps);
+        if (c->kind[l] == QWEN35_LINEAR)
+            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, x);
+        else
+            full_mix(m, w, kc->k[l], kc->v[l], kc->len, n, T, x);
+        op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
+        op_linear_fwd(gu, n, w->gate, T, C, H);
+        op_linear_fwd(up, n, w->up, T, C, H);
+        op_swiglu_fwd(gu, gu, up, (size_t)T * H);
+        op_linear_fwd(mlp, gu, w->down, T, H, C);
+        for (size_t i = 0; i < (size_t)T * C; i++)
+            x[i] += mlp[i];
+    }
+    kc->len += T;
+    if (logits) {
+        int r0 = all_rows ? 0 : T - 1, R = T - r0;
+        op_rmsnorm_fwd(n, NULL, x + (size_t)r0 * C, m->fnorm, R, C, c->eps);
+        op_linear_fwd(logits, n, m->head, R, C, c->V);
+    }
+    free(x), free(n), free(gu), free(up), free(mlp);
+    return 0;
+}
+
+int qwen35_seq_logprob(qwen35_model *m, const int32_t *prompt, int P, const int32_t *completion,
+                       int L, double temperature, double *seq_logp, double *token_logp,
+                       dllm_err *err)
+{
+    int V = m->cfg.V;
+    if (P < 1 || L < 1)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "qwen3.5: need a prompt and a completion (P=%d, L=%d)", P, L);
+    if (!(temperature > 0) || !isfinite(temperature))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: temperature %g must be positive",
+                            temperature);
+    for (int i = 0; i < L; i++)
+        if (completion[i] < 0 || completion[i] >= V)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "qwen3.5: completion token %d at %d outside the vocabulary "
+                                "[0, %d)", completion[i], i, V);
+    int T = P + L - 1;
+    int32_t *seq = dllm_malloc((size_t)T * sizeof(int32_t));
+    float *lg = ALLOC_F((size_t)T * V);
+    memcpy(seq, prompt, (size_t)P * sizeof(int32_t));
+    memcpy(seq + P, completion, (size_t)(L - 1) * sizeof(int32_t));
+    qwen35_cache *kc = qwen35_cache_new(m, T);
+    int rc = qwen35_extend(m, kc, seq, T, lg, true, err);
+    double total = 0;
+    for (int i = 0; i < L && !rc; i++) {
+        const float *z = lg + (size_t)(P + i - 1) * V;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < V; j++)
+            mx = z[j] / temperature > mx ? z[j] / temperature : mx;
+        for (int j = 0; j < V; j++)
+            sum += exp(z[j] / temperature - mx);
+        double lp = z[completion[i]] / temperature - mx - log(sum);
+        if (token_logp)
+            token_logp[i] = lp;
+        total += lp;
+    }
+    if (!rc && seq_logp)
+        *seq_logp = total;
+    qwen35_cache_free(kc);
+    free(seq);
+    free(lg);
+    return rc;
+}
+
+int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos, int32_t *out,
+                  int *n, dllm_err *err)
+{
+    int V = m->cfg.V;
+    float *lg = ALLOC_F(V);
+    qwen35_cache *kc = qwen35_cache_new(m, P + G);
+    int rc = qwen35_extend(m, kc, prompt, P, lg, false, err), g = 0;
+    for (; g < G && !rc; g++) {
+        int32_t tok = 0;
+        for (int j = 1; j < V; j++)
+            if (lg[j] > lg[tok])
+                tok = j;
+        out[g] = tok;
+        if (tok == eos || g == G - 1) {
+            g++;
+            break;
+        }
+        rc = qwen35_extend(m, kc, &tok, 1, lg, false, err);
+    }
+    for (int r = g; r < G && !rc; r++)
+        out[r] = eos >= 0 ? eos : 0;
+    if (n)
+        *n = g;
+    qwen35_cache_free(kc);
+    free(lg);
+    return rc;
+}

@@ -1,0 +1,87 @@
+/* qwen35.h: Qwen3.5's text model (HF Qwen3_5ForCausalLM, model_type qwen3_5_text,
+ * or the text_config of a qwen3_5 checkpoint) -- a causal decoder whose layers are
+ * of two kinds, as config.json's layer_types says (three Gated DeltaNet layers to
+ * each full-attention one in the published models):
+ *
+ *   x = embed_tokens[ids]
+ *   per layer: n1 = RMSNorm1(x)            (zero-centred: x rstd (1 + w))
+ *     linear_attention (Gated DeltaNet, kernels/gated_delta.h):
+ *       q|k|v = conv_silu(in_proj_qkv n1); q, k = l2norm(q), l2norm(k)
+ *       g = -exp(A_log) softplus(in_proj_a n1 + dt_bias), beta = sigmoid(in_proj_b n1)
+ *       o = gated_delta_rule(q, k, v, g, beta)
+ *       mix = out_proj gated_rmsnorm(o, in_proj_z n1)
+ *     full_attention: q|gate = q_proj n1 (per head: HD query dims, then HD gate dims)
+ *       q = RoPE_partial(q_norm q), k = RoPE_partial(k_norm(k_proj n1)), v = v_proj n1
+ *       mix = o_proj(CausalAttn(q, k, v) * sigmoid(gate))     (GQA, 1/sqrt(HD))
+ *       RoPE on the first partial_rotary_factor * HD dims of each head
+ *     h = x + mix;  x' = h + down_proj(silu(gate_proj n2) * up_proj n2), n2 = RMSNorm2(h)
+ *   logits = lm_head(norm(x))            (lm_head = embed_tokens when tied)
+ *
+ * Decoding keeps, per linear layer, the last K-1 convolution inputs and the
+ * recurrent state [Hv, Dk, Dv]; per full layer, K (after k_norm and RoPE) and V.
+ * An extend of T > 1 tokens runs the chunked rule, one token the recurrent one --
+ * as the published implementation does. Everything in fp32 on the host; one
+ * sequence at a time. Not yet a descriptor of the shared transformer core
+ * (dllm/arch.h): docs/QWEN35.md says what runs. */
+#ifndef DLLM_QWEN35_H
+#define DLLM_QWEN35_H
+
+#include "kernels/base.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define QWEN35_MAX_LAYERS 256
+
+typedef enum { QWEN35_LINEAR = 0, QWEN35_FULL = 1 } qwen35_layer_kind;
+
+typedef struct {
+    int C, L, H, V;          /* hidden, layers, MLP intermediate, vocabulary */
+    int NH, NKV, HD, rot;    /* full attention: heads, KV heads, head dim, RoPE dims */
+    float theta, eps;        /* rope_theta, rms_norm_eps */
+    int Hk, Dk, Hv, Dv, K;   /* Gated DeltaNet: key/value heads and sizes, conv width */
+    bool tied;               /* tie_word_embeddings */
+    int eos_token_id;        /* -1: none */
+    bool composite;          /* a qwen3_5 checkpoint (text under text_config) */
+    qwen35_layer_kind kind[QWEN35_MAX_LAYERS];
+} qwen35_config;
+
+/* Reads config.json at path: model_type qwen3_5_text, or qwen3_5 with its
+ * text_config (its vision_config is ignored). Input errors (exit 2) name the
+ * file and key: a layer_types entry other than linear_attention/full_attention,
+ * a missing size, no text_config (a vision-only checkpoint). */
+int qwen35_config_read(const char *path, qwen35_config *cfg, dllm_err *err);
+/* Whether config.json at path says qwen3_5 or qwen3_5_text (false when unreadable). */
+bool qwen35_is_config(const char *path);
+
+typedef struct qwen35_model qwen35_model;
+/* Loads DIR/config.json and DIR's safetensors (one file or an index with shards;
+ * F32/BF16/F16). The text weights are model.* (qwen3_5_text) or
+ * model.language_model.* (qwen3_5); vision (model.visual.*) and multi-token
+ * prediction (mtp.*) tensors are ignored with one note line on stderr. A missing
+ * or misshapen tensor is an input error naming it. */
+int qwen35_load(qwen35_model **out, const char *dir, dllm_err *err);
+void qwen35_free(qwen35_model *m);
+const qwen35_config *qwen35_config_of(const qwen35_model *m);
+
+typedef struct qwen35_cache qwen35_cache;
+qwen35_cache *qwen35_cache_new(const qwen35_model *m, int max_len);
+void qwen35_cache_free(qwen35_cache *c);
+int qwen35_cache_len(const qwen35_cache *c);
+/* Appends ids [T] to the sequence the cache holds and writes logits: of every
+ * new token into logits [T, V] (all_rows), or of the last one into logits [V]
+ * (NULL: none). */
+int qwen35_extend(qwen35_model *m, qwen35_cache *c, const int32_t *ids, int T, float *logits,
+                  bool all_rows, dllm_err *err);
+/* log softmax(logits(P+i-1) / temperature)[completion[i]] for the L completion
+ * tokens after prompt [P] (double; token_logp may be NULL), one chunked forward. */
+int qwen35_seq_logprob(qwen35_model *m, const int32_t *prompt, int P, const int32_t *completion,
+                       int L, double temperature, double *seq_logp, double *token_logp,
+                       dllm_err *err);
+/* Greedy decoding of G tokens after prompt [P] (the prompt through the chunked
+ * rule, then one token at a time through the caches); stops after eos (>= 0), the
+ * rest of out [G] then eos. Returns the count generated in *n (may be NULL). */
+int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos, int32_t *out,
+                  int *n, dllm_err *err);
+
+#endif
