@@ -7,6 +7,7 @@
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
 #include "dllm/tokenizer.h"
+#include "src/cli_qwen35.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
 #include "src/gen_settings.h"
@@ -413,6 +414,20 @@ int cmd_generate(int argc, char **argv)
         strcmp(chat, "qwen2.5")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada, qwen3 or qwen2.5", chat);
         return cli_fail("generate", &err);
+    }
+    if (cli_is_qwen35(model_dir)) { /* not yet a descriptor of the core: its own path */
+        int32_t *pi = NULL;
+        int n1 = 0, rc = 0;
+        if (!ids_s || denoise_flag)
+            rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                              "%s: a Qwen3.5 model takes --prompt-ids, --gen-length, "
+                              "--temperature, --top-p, --seed and --format ids|json so far",
+                              ids_s ? denoise_flag : prompt ? "--prompt" : "--batch-file");
+        rc = rc ? rc : cli_parse_ids(ids_s, "--prompt-ids", &pi, &n1, &err);
+        rc = rc ? rc : cli_qwen35_generate(model_dir, pi, n1, (int)gen, temp, top_p,
+                                           (uint64_t)seed, format, precision, device, &err);
+        free(pi);
+        return rc ? cli_fail("generate", &err) : 0;
     }
     dllm_policy_cfg pc = {.path = model_dir, .device = device, .device_flag = "--device"};
     dllm_backend *dev_be;

@@ -7,6 +7,7 @@
  * exact sum of next-token log-probs, the only estimator it takes. */
 #include "dllm/estimators.h"
 #include "dllm/policy_infer.h"
+#include "src/cli_qwen35.h"
 #include "src/cli_util.h"
 #include "src/commands.h"
 
@@ -29,7 +30,7 @@ static const char usage_text[] =
     "prompt clean unless --p-mask-prompt; elbo: --mc samples (default 32) with\n"
     "stratified mask counts; trajectory: replay of --commit-steps (one per completion\n"
     "token), --shrink steps per forward pass.\n"
-    "Autoregressive (qwen3) models: exact (the default and the only one):\n"
+    "Autoregressive (qwen3, qwen3.5) models: exact (the default and the only one):\n"
     "token_logp[i] = log softmax(logits at position P+i-1 / T)[completion[i]];\n"
     "the masking flags (--mc, --p-mask-prompt, --commit-steps, --shrink) do not apply.\n"
     "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights\n"
@@ -100,6 +101,16 @@ int cmd_score(int argc, char **argv)
     if (!(pmp >= 0 && pmp <= 1) || !(temp > 0)) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--p-mask-prompt must be in [0, 1] and --temperature > 0");
         return cli_fail("score", &err);
+    }
+    if (cli_is_qwen35(model_dir)) { /* not yet a descriptor of the core: its own path */
+        int32_t *pi = NULL, *ci = NULL;
+        int n1 = 0, n2 = 0, rc = cli_parse_ids(prompt_s, "--prompt-ids", &pi, &n1, &err);
+        rc = rc ? rc : cli_parse_ids(compl_s, "--completion-ids", &ci, &n2, &err);
+        rc = rc ? rc : cli_qwen35_score(model_dir, pi, n1, ci, n2, temp, est_s, mask_flag,
+                                        precision, device, &err);
+        free(pi);
+        free(ci);
+        return rc ? cli_fail("score", &err) : 0;
     }
     dllm_policy_cfg pc = {.path = model_dir, .device = device, .device_flag = "--device"};
     dllm_backend *dev_be;

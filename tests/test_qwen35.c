@@ -13,6 +13,7 @@
 #include "dllm/safetensors.h"
 #include "kernels/gated_delta.h"
 #include "kernels/rng.h"
+#include "test_shell.h"
 #include "test_util.h"
 
 #include <check.h>
@@ -574,6 +575,123 @@ START_TEST(composite_layout)
 }
 END_TEST
 
+/* ---- the commands --------------------------------------------------------------------- */
+
+static const char *bin(void)
+{
+    const char *b = getenv("DLLM_BIN");
+    return b ? b : "./dllm-rl";
+}
+
+/* Runs `dllm-rl ARGS` with stdout into *out (malloc'd) and stderr into *errs; its status. */
+static int run_cli(char **out, char **errs, const char *args)
+{
+    char *tmp = tu_make_tmpdir();
+    int rc = tu_sh("%s %s >%s/out 2>%s/err", bin(), args, tmp, tmp);
+    *out = tu_slurp(NULL, "%s/out", tmp);
+    *errs = tu_slurp(NULL, "%s/err", tmp);
+    tu_rm_rf(tmp);
+    free(tmp);
+    return rc;
+}
+
+static char *ids_csv(const int32_t *ids, size_t n)
+{
+    char *s = malloc(n * 12 + 1);
+    size_t k = 0;
+    s[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)sprintf(s + k, "%s%d", i ? "," : "", ids[i]);
+    return s;
+}
+
+START_TEST(cli_score_and_generate)
+{
+    const char *names[] = {"hybrid", "tied"};
+    st_archive *a = tu_open_archive("qwen35/golden.safetensors");
+    for (int v = 0; v < 2; v++) {
+        char key[64], args[4096];
+        size_t T, nl, P, G;
+        snprintf(key, sizeof key, "%s.ids", names[v]);
+        int32_t *ids = golden_ids(a, key, &T);
+        snprintf(key, sizeof key, "%s.logits", names[v]);
+        float *ref = golden(a, key, &nl);
+        int V = (int)(nl / T), Pp = 7;
+        char *ps = ids_csv(ids, (size_t)Pp), *cs = ids_csv(ids + Pp, T - (size_t)Pp);
+        snprintf(args, sizeof args, "score --model %s/qwen35/%s --prompt-ids %s --completion-ids %s",
+                 getenv("DLLM_TEST_DATA"), names[v], ps, cs);
+        char *out, *errs;
+        int rc = run_cli(&out, &errs, args);
+        ck_assert_msg(rc == 0, "score exit %d: %s", rc, errs);
+        json_error_t je;
+        json_t *j = json_loads(out, 0, &je);
+        ck_assert_msg(j != NULL, "score printed no JSON: %s", out);
+        const json_t *tl = json_object_get(j, "token_logp");
+        ck_assert_uint_eq(json_array_size(tl), T - (size_t)Pp);
+        double worst = 0;
+        for (size_t i = 0; i < T - (size_t)Pp; i++) {
+            const float *z = ref + (Pp + i - 1) * (size_t)V;
+            double mx = -INFINITY, s = 0;
+            for (int k = 0; k < V; k++)
+                mx = z[k] > mx ? z[k] : mx;
+            for (int k = 0; k < V; k++)
+                s += exp(z[k] - mx);
+            double want = z[ids[Pp + i]] - mx - log(s);
+            double d = fabs(json_number_value(json_array_get(tl, i)) - want);
+            worst = d > worst ? d : worst;
+        }
+        ck_assert_msg(worst < 1e-4, "%s: score's log-probs differ from transformers by %g",
+                      names[v], worst);
+        json_decref(j);
+        free(out), free(errs), free(ps), free(cs);
+        snprintf(key, sizeof key, "%s.gen_prompt", names[v]);
+        int32_t *prompt = golden_ids(a, key, &P);
+        snprintf(key, sizeof key, "%s.gen_ids", names[v]);
+        int32_t *want = golden_ids(a, key, &G);
+        ps = ids_csv(prompt, P);
+        char *ws = ids_csv(want, G);
+        snprintf(args, sizeof args,
+                 "generate --model %s/qwen35/%s --prompt-ids %s --gen-length %zu --format ids",
+                 getenv("DLLM_TEST_DATA"), names[v], ps, G);
+        rc = run_cli(&out, &errs, args);
+        ck_assert_msg(rc == 0, "generate exit %d: %s", rc, errs);
+        out[strcspn(out, "\n")] = 0;
+        ck_assert_msg(!strcmp(out, ws), "%s: generate printed %s, transformers %s", names[v], out,
+                      ws);
+        free(out), free(errs), free(ps), free(ws), free(prompt), free(want), free(ids), free(ref);
+    }
+    st_close(a);
+}
+END_TEST
+
+START_TEST(cli_refusals)
+{
+    char *out, *errs, args[4096];
+    const char *d = getenv("DLLM_TEST_DATA");
+    snprintf(args, sizeof args, "score --model %s/qwen35/hybrid --prompt-ids 1,2 "
+             "--completion-ids 3 --precision fp8", d);
+    ck_assert_int_eq(run_cli(&out, &errs, args), 2);
+    ck_assert_msg(strstr(errs, "--precision fp8") != NULL, "%s", errs);
+    free(out), free(errs);
+    snprintf(args, sizeof args, "score --model %s/qwen35/hybrid --prompt-ids 1,2 "
+             "--completion-ids 3 --mc 4", d);
+    ck_assert_int_eq(run_cli(&out, &errs, args), 2);
+    ck_assert_msg(strstr(errs, "--mc") != NULL, "%s", errs);
+    free(out), free(errs);
+    snprintf(args, sizeof args, "generate --model %s/qwen35/hybrid --prompt hello", d);
+    ck_assert_int_eq(run_cli(&out, &errs, args), 2);
+    ck_assert_msg(strstr(errs, "--prompt") != NULL, "%s", errs);
+    free(out), free(errs);
+    char *bad = variant("\"linear_attention\"", "\"mamba\"", NULL, NULL);
+    snprintf(args, sizeof args, "score --model %s --prompt-ids 1,2 --completion-ids 3", bad);
+    ck_assert_int_eq(run_cli(&out, &errs, args), 2);
+    ck_assert_msg(strstr(errs, "layer_types") && strstr(errs, "mamba"), "%s", errs);
+    free(out), free(errs);
+    tu_rm_rf(bad);
+    free(bad);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("qwen35");
@@ -596,6 +714,11 @@ int main(void)
     tcase_add_test(model, missing_linear_tensor);
     tcase_add_test(model, vision_only);
     suite_add_tcase(s, model);
+    TCase *cli = tcase_create("cli");
+    tcase_set_timeout(cli, 120);
+    tcase_add_test(cli, cli_score_and_generate);
+    tcase_add_test(cli, cli_refusals);
+    suite_add_tcase(s, cli);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int nf = srunner_ntests_failed(sr);

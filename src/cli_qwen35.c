@@ -1,0 +1,126 @@
+/* cli_qwen35.c: `dllm-rl score` and `dllm-rl generate` on a Qwen3.5 checkpoint
+ * (dllm/qwen35.h). The model runs on the host in fp32, one sequence at a time;
+ * what the other architectures take beyond that (low-precision copies, a device,
+ * text prompts through a tokenizer) is refused with the reason, exit 2. */
+#include "src/cli_qwen35.h"
+#include "dllm/ar_sampler.h"
+#include "dllm/qwen35.h"
+#include "kernels/rng.h"
+#include "src/cli_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cli_is_qwen35(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return qwen35_is_config(path);
+}
+
+/* The flags a Qwen3.5 model does not take yet: --precision other than fp32, a device. */
+static int refuse(const char *precision, const char *device, dllm_err *err)
+{
+    if (precision && strcmp(precision, "fp32"))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--precision %s: a Qwen3.5 model runs in fp32 only so far "
+                            "(docs/QWEN35.md)", precision);
+    if (device && strcmp(device, "cpu"))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--device %s: a Qwen3.5 model runs on the CPU only so far "
+                            "(docs/QWEN35.md)", device);
+    return 0;
+}
+
+int cli_qwen35_score(const char *dir, const int32_t *prompt, int np, const int32_t *compl,
+                     int nc, double temperature, const char *estimator, const char *mask_flag,
+                     const char *precision, const char *device, dllm_err *err)
+{
+    int rc = refuse(precision, device, err);
+    if (!rc && estimator && strcmp(estimator, "exact"))
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "--estimator %s: a Qwen3.5 model is autoregressive, scored exactly "
+                          "(exact)", estimator);
+    if (!rc && mask_flag)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s: a flag of the masked-diffusion estimators; an autoregressive "
+                          "(qwen3.5) model is scored exactly, without masks", mask_flag);
+    if (!rc && nc == 0)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "--completion-ids: empty completion");
+    qwen35_model *m = NULL;
+    if (!rc)
+        rc = qwen35_load(&m, dir, err);
+    double *tl = dllm_malloc(((size_t)nc + 1) * sizeof(double)), seq = 0;
+    if (!rc)
+        rc = qwen35_seq_logprob(m, prompt, np, compl, nc, temperature, &seq, tl, err);
+    if (!rc) {
+        printf("{\"seq_logp\": ");
+        cli_print_json_number(stdout, seq, 17);
+        printf(", \"token_logp\": [");
+        for (int i = 0; i < nc; i++) {
+            if (i)
+                printf(", ");
+            cli_print_json_number(stdout, tl[i], 9);
+        }
+        printf("], \"estimator\": \"exact\"}\n");
+    }
+    free(tl);
+    qwen35_free(m);
+    return rc;
+}
+
+int cli_qwen35_generate(const char *dir, const int32_t *prompt, int np, int gen,
+                        double temperature, double top_p, uint64_t seed, const char *format,
+                        const char *precision, const char *device, dllm_err *err)
+{
+    int rc = refuse(precision, device, err);
+    if (!rc && strcmp(format, "ids") && strcmp(format, "json"))
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "--format %s: a Qwen3.5 model prints ids or json so far (its "
+                          "tokenizer is not read yet; docs/QWEN35.md)", format);
+    qwen35_model *m = NULL;
+    if (!rc)
+        rc = qwen35_load(&m, dir, err);
+    if (rc)
+        return rc;
+    const qwen35_config *c = qwen35_config_of(m);
+    dllm_ar_cfg ac = {.max_new_tokens = gen, .temperature = temperature, .top_p = top_p,
+                      .eos_id = c->eos_token_id};
+    rc = dllm_ar_check(&ac, c->V, err);
+    int32_t *out = dllm_calloc((size_t)gen + 1, sizeof(int32_t));
+    float *lg = dllm_malloc(((size_t)c->V + 1) * sizeof(float));
+    void *work = dllm_malloc(dllm_ar_work_bytes(c->V));
+    qwen35_cache *kc = rc ? NULL : qwen35_cache_new(m, np + gen);
+    int n = 0;
+    if (!rc)
+        rc = qwen35_extend(m, kc, prompt, np, lg, false, err);
+    /* the AR sampler's choice and keyed stream (dllm/ar_sampler.h), row 0 */
+    for (int g = 0; g < gen && !rc; g++) {
+        dllm_rng r = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)g, 0);
+        int32_t tok = dllm_ar_choose(lg, c->V, temperature, top_p, dllm_rng_uniform(&r), NULL,
+                                     NULL, work);
+        out[n++] = tok;
+        if (tok == ac.eos_id || g == gen - 1)
+            break;
+        rc = qwen35_extend(m, kc, &tok, 1, lg, false, err);
+    }
+    for (int g = n; g < gen && !rc; g++)
+        out[g] = ac.eos_id >= 0 ? ac.eos_id : 0;
+    if (!rc && !strcmp(format, "ids")) {
+        for (int i = 0; i < gen; i++)
+            printf("%s%d", i ? "," : "", out[i]);
+        printf("\n");
+    } else if (!rc) {
+        printf("{\"ids\": [");
+        for (int i = 0; i < gen; i++)
+            printf("%s%d", i ? ", " : "", out[i]);
+        printf("], \"completion_length\": %d}\n", n);
+    }
+    qwen35_cache_free(kc);
+    free(out);
+    free(lg);
+    free(work);
+    qwen35_free(m);
+    return rc;
+}
