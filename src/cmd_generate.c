@@ -37,6 +37,8 @@ static const char usage_text[] =
     "sampled from softmax(logits / T) restricted to the --top-p nucleus; a row stops\n"
     "at its EOS (the rest of its gen-length is EOS). Flags of the other kind of model\n"
     "are refused.\n"
+    "A Qwen3.5 model (docs/QWEN35.md) takes --prompt-ids, --gen-length, --temperature,\n"
+    "--top-p, --seed and --format ids|json so far, on the CPU in fp32.\n"
     "--cache prefix|dual (LLaDA, on the CPU): at each block's start one full pass keeps\n"
     "every layer's keys and values and commits as the plain sampler; the block's later\n"
     "steps recompute only the block and everything after it (prefix) or the block alone\n"
