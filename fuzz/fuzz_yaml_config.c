@@ -4,7 +4,7 @@
  * input error (code 2) naming the file or the override
  * ("--set"); and a config that loads round-trips: its dump (the config.yaml a
  * run directory stores, which --resume reads back) loads to the same dump. */
-#include "src/yaml_config.h"
+#include "src/config/yaml_config.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -29,8 +29,8 @@ build fuzz_safetensors_config fuzz/fuzz_safetensors_config.c dllm/safetensors.c 
   dllm/model_config.c dllm/arch.c dllm/json_util.c kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
   $(pkg-config --cflags --libs jansson) -lm
 # shellcheck disable=SC2046
-build fuzz_yaml_config fuzz/fuzz_yaml_config.c src/yaml_config.c src/cfg_names.c \
-  src/corrections.c src/grpo.c src/run_name.c dllm/arch.c dllm/model_config.c dllm/json_util.c \
+build fuzz_yaml_config fuzz/fuzz_yaml_config.c src/config/yaml_config.c src/config/cfg_names.c \
+  src/rl/corrections.c src/rl/grpo.c src/run/run_name.c dllm/arch.c dllm/model_config.c dllm/json_util.c \
   dllm/safetensors.c kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
   $(pkg-config --cflags --libs yaml-0.1 jansson) -lm
 

@@ -5,7 +5,7 @@
 #ifndef DLLM_TB_READ_H
 #define DLLM_TB_READ_H
 
-#include "src/tb_events.h"
+#include "src/log/tb_events.h"
 
 #include <check.h>
 #include <stdint.h>

@@ -11,8 +11,8 @@
 #include "dllm/arch.h"
 #include "dllm/safetensors.h"
 #include "dllm/transformer.h"
-#include "src/commands.h"
-#include "src/yaml_config.h"
+#include "src/cli/commands.h"
+#include "src/config/yaml_config.h"
 #include "tests/test_shell.h"
 
 #include <check.h>
@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* src/main.c's; the commands linked here refer to it. */
+/* src/cli/main.c's; the commands linked here refer to it. */
 const char dllm_git_revision[] = "test";
 
 static char tmp[64];

@@ -1,6 +1,6 @@
 /* test_config: the YAML config reader -- defaults, overrides, and every kind of
  * bad input reported as file:line:col with the offending line. */
-#include "src/yaml_config.h"
+#include "src/config/yaml_config.h"
 
 #include <check.h>
 #include <dirent.h>

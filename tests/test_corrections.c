@@ -15,8 +15,8 @@
  *  - hand-computed ESS and nu (centred advantages), de-noised ESS and frac_var_mc,
  *    signed weights, cap .inf and overflowing weights; the mean standard error of
  *    log w and the mismatch by denoising step; config checks and enum parsing. */
-#include "src/corrections.h"
-#include "src/grpo.h"
+#include "src/rl/corrections.h"
+#include "src/rl/grpo.h"
 
 #include "tests/test_util.h"
 

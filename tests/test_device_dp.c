@@ -1,4 +1,4 @@
-/* test_device_dp: data parallelism on the device (src/comm_device.c) in the emulation
+/* test_device_dp: data parallelism on the device (src/comm/comm_device.c) in the emulation
  * build, where the NCCL stand-in runs over MPI and every rank has its own emulated
  * device 0.
  *   - the communicator: this program under `mpirun -np 2`: each rank picks its device,
@@ -31,9 +31,9 @@
 #if defined(DLLM_CUDA_EMULATION) && defined(HAVE_MPI)
 #include "dllm/safetensors.h"
 #include "kernels/cuda_device.h"
-#include "src/comm.h"
-#include "src/comm_device.h"
-#include "src/h5log.h"
+#include "src/comm/comm.h"
+#include "src/comm/comm_device.h"
+#include "src/log/h5log.h"
 #include "tests/test_log.h"
 #include "tests/test_shell.h"
 

@@ -49,7 +49,7 @@
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
-#include "src/h5log.h"
+#include "src/log/h5log.h"
 
 #include "tests/test_log.h"
 #include "tests/test_shell.h"

@@ -25,8 +25,8 @@
 #include "dllm/lik_plan.h"
 #include "dllm/policy.h"
 #include "dllm/transformer.h"
-#include "src/gen_settings.h"
-#include "src/yaml_config.h"
+#include "src/config/gen_settings.h"
+#include "src/config/yaml_config.h"
 #include "tests/test_util.h"
 
 #include <check.h>

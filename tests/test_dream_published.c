@@ -14,7 +14,7 @@
  *   - the dream-7b preset keeps DreamConfig's defaults (RMSNorm eps, mask and
  *     pad ids, untied head, no sliding window or RoPE scaling);
  *   - `generate` driven by a checkpoint's generation.json alone (its "dream"
- *     settings, src/gen_settings.h) gives the published ids. */
+ *     settings, src/config/gen_settings.h) gives the published ids. */
 #include "tests/test_shell.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/transformer.h"

@@ -9,7 +9,7 @@
  *    loss with the same gradients (data parallelism);
  *  - zero gradient where the clip is active; c_i = 0 keeps the denominator and
  *    cannot poison the batch; argument checks and enum parsing. */
-#include "src/grpo.h"
+#include "src/rl/grpo.h"
 
 #include "tests/test_util.h"
 

@@ -10,8 +10,8 @@
  * synthetic run whose diagnostics follow docs/METHOD.md section 5, for the analysis
  * notebook), then runs the suite as usual. */
 #define _GNU_SOURCE /* nftw */
-#include "src/h5log.h"
-#include "src/rl_log.h"
+#include "src/log/h5log.h"
+#include "src/log/rl_log.h"
 
 #include "kernels/base.h"
 #include "kernels/rng.h"

@@ -4,7 +4,7 @@
 #ifndef DLLM_TEST_LOG_H
 #define DLLM_TEST_LOG_H
 
-#include "src/h5log.h"
+#include "src/log/h5log.h"
 
 #include <check.h>
 #include <hdf5.h>

@@ -1,4 +1,4 @@
-/* test_plan.c: the device-memory plan (src/mem_plan.h) and `dllm-rl plan`.
+/* test_plan.c: the device-memory plan (src/plan/mem_plan.h) and `dllm-rl plan`.
  *
  *  - sizes: GB/GiB/G/MB... parsed to exact byte counts, bad sizes refused naming the flag;
  *  - a tiny LLaDA and a tiny Qwen3 preset: items checked against byte counts derived
@@ -8,12 +8,12 @@
  *    not without it, is refused at 40 GB with a message naming what to change, gives
  *    the same plan from the published config.json as from the preset; the Qwen3-8B
  *    recipe is planned; bad flags are exit 2 naming the flag;
- *  - what the device path holds now (src/mem_plan_device.h) for a tiny LLaDA, by hand; the
+ *  - what the device path holds now (src/plan/mem_plan_device.h) for a tiny LLaDA, by hand; the
  *    emulated allocator's check of it is tests/test_plan_device.c; `plan --phase`;
  *  - train with --max-gpu-memory: a tiny run under a 1 MB cap is refused with exit 2 and
  *    the message before anything is written; under 1 GB the plan is printed first. */
-#include "src/mem_plan.h"
-#include "src/mem_plan_device.h"
+#include "src/plan/mem_plan.h"
+#include "src/plan/mem_plan_device.h"
 
 #include <check.h>
 #include <jansson.h>

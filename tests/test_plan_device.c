@@ -1,4 +1,4 @@
-/* test_plan_device.c: the plan of what the device path holds (src/mem_plan_device.h)
+/* test_plan_device.c: the plan of what the device path holds (src/plan/mem_plan_device.h)
  * against the CUDA emulation's allocator (kernels/cuda_emu/emu_hooks.h).
  *
  * For tiny LLaDA, Dream and Qwen3 models at every precision (fp32 trainer, bf16 trainer,
@@ -23,7 +23,7 @@
 #include "dllm/policy.h"
 #include "dllm/policy_infer.h"
 #include "dllm/transformer.h"
-#include "src/mem_plan_device.h"
+#include "src/plan/mem_plan_device.h"
 
 #include <check.h>
 #include <math.h>

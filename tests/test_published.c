@@ -12,7 +12,7 @@
  *    recipe expects, and `plan` sizes the recipe on it. */
 #include "tests/test_shell.h"
 #include "dllm/tokenizer.h"
-#include "src/yaml_config.h"
+#include "src/config/yaml_config.h"
 #include "tasks/registry.h"
 
 #include <check.h>

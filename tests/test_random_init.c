@@ -13,7 +13,7 @@
 #include "dllm/lik_plan.h"
 #include "dllm/llada.h"
 #include "dllm/sampler.h"
-#include "src/h5log.h"
+#include "src/log/h5log.h"
 
 #include <check.h>
 #include <hdf5.h>

@@ -15,8 +15,8 @@
  *  - the collapse step on hand-made accuracy curves. */
 #include "tests/test_log.h"
 #include "tests/test_shell.h"
-#include "src/sweep_file.h"
-#include "src/sweep_summary.h"
+#include "src/sweep/sweep_file.h"
+#include "src/sweep/sweep_summary.h"
 
 #include <check.h>
 #include <dirent.h>

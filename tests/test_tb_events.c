@@ -1,4 +1,4 @@
-/* test_tb_events: the TensorBoard event file writer (src/tb_events.c).
+/* test_tb_events: the TensorBoard event file writer (src/log/tb_events.c).
  *  - CRC32C against the published test vectors (RFC 3720, appendix B.4, and the
  *    check value of "123456789"), and the TFRecord mask;
  *  - Event protobufs and TFRecord framing against bytes worked out by hand from
@@ -10,7 +10,7 @@
  *    read as TensorBoard reads them (a restart drops what came at its step or later),
  *    hold every finite step metric and evaluation of log.h5 as its float, once, and
  *    nothing else; `sft`'s hold sft_log.jsonl's values. */
-#include "src/tb_events.h"
+#include "src/log/tb_events.h"
 #include "tests/tb_read.h"
 #include "tests/test_log.h"
 #include "tests/test_shell.h"

@@ -3,7 +3,7 @@
  *    every step exactly once, bit for bit (timings aside);
  *  - from the logged log_w, advantages and token log-ratios, the diagnostics
  *    rho_ess, delta, nu, alpha and every c_i recompute (docs/METHOD.md §5) with an
- *    implementation written here, independent of src/corrections.c; the per-completion
+ *    implementation written here, independent of src/rl/corrections.c; the per-completion
  *    log_w_se is logged (0 for exact estimators) and frac_var_mc recomputes from it;
  *  - malformed configs exit with status 2 and file:line:col;
  *  - SFT data: EOS padding of answers to data.answer_length;
@@ -20,10 +20,10 @@
 #include "dllm/safetensors.h"
 #include "kernels/rng.h"
 #include "dllm/tokenizer.h"
-#include "src/eval_outcomes.h"
-#include "src/h5log.h"
-#include "src/rl_run.h"
-#include "src/sft_data.h"
+#include "src/log/eval_outcomes.h"
+#include "src/log/h5log.h"
+#include "src/rl/rl_run.h"
+#include "src/data/sft_data.h"
 
 #include <check.h>
 #include <hdf5.h>

@@ -2,7 +2,7 @@
 """bench_train_torch.py: PyTorch eager counterpart of `dllm-rl bench train`.
 
 Masked-diffusion SFT forward+backward of the LLaDA model in fp32 on the CPU,
-timed the way src/cmd_bench.c times the C model: the same preset sizes, batch
+timed the way src/cli/cmd_bench.c times the C model: the same preset sizes, batch
 B x T tokens, the prompt the first T/4 positions of every sequence, each
 answer position masked with probability 0.5 (p = 0.5), the loss
 mean_b sum_{t masked} CE / p / answer_len, one untimed warm-up step, then the

@@ -1,0 +1,312 @@
+/* cmd_plan.c: `dllm-rl plan CONFIG.yaml`: the itemised device-memory plan of
+ * the run on the GPU path (src/plan/mem_plan.h), and whether it fits a cap. */
+#include "src/cli/commands.h"
+#include "src/cli/cli_util.h"
+#include "src/plan/mem_plan.h"
+#include "src/plan/mem_plan_device.h"
+
+#include "dllm/arch.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: dllm-rl plan CONFIG.yaml [--set key.path=value ...] [--device cuda|cpu]\n"
+    "                    [--max-gpu-memory SIZE] [--ranks N] [--prompt-tokens N]\n"
+    "                    [--micro-batch N] [--rollout-batch N] [--recompute none|layer|every:K]\n"
+    "                    [--head-chunk ROWS] [--preset NAME] [--json]\n"
+    "                    [--phase rollout|score|train]\n\n"
+    "Prints the itemised device-memory plan of CONFIG's RL run on the GPU path: every\n"
+    "buffer (resident, rollout, likelihood, update) with its size and formula, the peak\n"
+    "per phase (resident + the phase's transient buffers), and whether the peak fits.\n"
+    "  --device cuda|cpu      default: the config's device. cuda: the GPU path's plan;\n"
+    "                         cpu: the CPU backend's buffers today (LLaDA only; no cap)\n"
+    "  --max-gpu-memory SIZE  the cap (default 80GB = 80e9 bytes = 74.5 GiB, which\n"
+    "                         leaves about 5 GiB of an 80 GB H100 for the CUDA context);\n"
+    "                         KB MB GB TB (and bare K M G T) are powers of 1000,\n"
+    "                         KiB MiB GiB TiB powers of 1024\n"
+    "  --ranks N              data-parallel ranks (divides grpo.prompts_per_step; default 1)\n"
+    "  --prompt-tokens N      prompt tokens per sequence (default 200, d1's GSM8K prompts)\n"
+    "  --micro-batch N        canvases per forward in the likelihood and update phases\n"
+    "                         (default 64, as the RL loop chunks them)\n"
+    "  --rollout-batch N      sequences decoded together (default: all of the rank's)\n"
+    "  --recompute MODE       activations kept for backward: none, layer (the layer\n"
+    "                         inputs and one layer's activations), every:K (default: the\n"
+    "                         config's train.recompute, itself layer by default)\n"
+    "  --head-chunk ROWS      rows of one fused head + log-softmax chunk (default 1024)\n"
+    "  --preset NAME          plan with a preset's dimensions (tiny, small, llada-8b,\n"
+    "                         qwen3-8b) instead of model.path's config.json\n"
+    "  --json                 the plan as one JSON object\n"
+    "  --phase PHASE          instead of the full GPU design: what the device path holds on\n"
+    "                         the device now, allocation by allocation: rollout (one\n"
+    "                         rollout of --rollout-batch sequences, default all of the\n"
+    "                         rank's), score (one forward of --micro-batch canvases, default\n"
+    "                         min(64, the rank's sequences), at the rollout copy, every\n"
+    "                         generated row scored), train (both, at both views, and the\n"
+    "                         update on the device: gradients, AdamW moments, the kept\n"
+    "                         forward of --micro-batch canvases at --recompute and its\n"
+    "                         backward; the device keeps every buffer it grew). Under\n"
+    "                         the CUDA emulation this matches the allocator's measured peak\n"
+    "                         (tests/test_plan_device.c). With --max-gpu-memory: exit 2 when\n"
+    "                         it does not fit\n\n"
+    "The model's dimensions come from model.path/config.json; a published checkpoint\n"
+    "directory that is not there (LLaDA-8B-Instruct, LLaDA-8B-Base, Qwen3-8B) is planned\n"
+    "with its preset. Without model.path: model.preset and model.arch.\n\n"
+    "exit status: 0 the plan fits, 2 it does not (the message names what to change)\n"
+    "or bad input, 1 internal failure\n";
+
+typedef struct {
+    const char *config, *device, *preset, *phase;
+    const char *sets[64];
+    int nsets, json, cap_given, recompute_given;
+    mem_plan_opts o;
+} plan_args;
+
+static int parse_recompute(const char *s, mem_plan_opts *o, dllm_err *err)
+{
+    if (!strcmp(s, "none")) {
+        o->recompute = MEM_RECOMPUTE_NONE;
+    } else if (!strcmp(s, "layer")) {
+        o->recompute = MEM_RECOMPUTE_LAYER;
+    } else if (!strncmp(s, "every:", 6)) {
+        long k;
+        if (cli_parse_int(s + 6, "--recompute every:K", 1, 100000, &k, err))
+            return err->code;
+        o->recompute = MEM_RECOMPUTE_EVERY;
+        o->recompute_every = (int)k;
+    } else {
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--recompute: expected none, layer or every:K, got '%s'",
+                            s);
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
+{
+    static const struct option opts[] = {
+        {"set", required_argument, 0, 's'},           {"device", required_argument, 0, 'd'},
+        {"max-gpu-memory", required_argument, 0, 'm'}, {"ranks", required_argument, 0, 'r'},
+        {"prompt-tokens", required_argument, 0, 'p'},  {"micro-batch", required_argument, 0, 'b'},
+        {"rollout-batch", required_argument, 0, 'R'},  {"recompute", required_argument, 0, 'c'},
+        {"head-chunk", required_argument, 0, 'H'},     {"preset", required_argument, 0, 'P'},
+        {"json", no_argument, 0, 'j'},                 {"help", no_argument, 0, 'h'},
+        {"phase", required_argument, 0, 'F'},
+        {0, 0, 0, 0}};
+    memset(a, 0, sizeof *a);
+    mem_plan_opts_defaults(&a->o);
+    optind = 1;
+    opterr = 0; /* our own messages, naming the flag */
+    for (int c; (c = getopt_long(argc, argv, ":", opts, NULL)) != -1;) {
+        long v;
+        switch (c) {
+        case 's':
+            if (a->nsets == 64)
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "too many --set options");
+            a->sets[a->nsets++] = optarg;
+            break;
+        case 'd':
+            if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu"))
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "--device: expected cuda or cpu, got '%s'", optarg);
+            a->device = optarg;
+            break;
+        case 'm':
+            if (mem_parse_size(optarg, "--max-gpu-memory", &a->o.cap, err))
+                return err->code;
+            a->cap_given = 1;
+            break;
+        case 'r':
+            if (cli_parse_int(optarg, "--ranks", 1, 1 << 20, &v, err))
+                return err->code;
+            a->o.ranks = (int)v;
+            break;
+        case 'p':
+            if (cli_parse_int(optarg, "--prompt-tokens", 1, 1 << 22, &v, err))
+                return err->code;
+            a->o.prompt_tokens = (int)v;
+            break;
+        case 'b':
+            if (cli_parse_int(optarg, "--micro-batch", 1, 1 << 20, &v, err))
+                return err->code;
+            a->o.micro_batch = (int)v;
+            break;
+        case 'R':
+            if (cli_parse_int(optarg, "--rollout-batch", 1, 1 << 20, &v, err))
+                return err->code;
+            a->o.rollout_batch = (int)v;
+            break;
+        case 'c':
+            if (parse_recompute(optarg, &a->o, err))
+                return err->code;
+            a->recompute_given = 1;
+            break;
+        case 'H':
+            if (cli_parse_int(optarg, "--head-chunk", 1, 1 << 22, &v, err))
+                return err->code;
+            a->o.head_chunk = (int)v;
+            break;
+        case 'P': a->preset = optarg; break;
+        case 'F':
+            if (strcmp(optarg, "rollout") && strcmp(optarg, "score") && strcmp(optarg, "train"))
+                return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                    "--phase: expected rollout, score or train, got '%s'", optarg);
+            a->phase = optarg;
+            break;
+        case 'j': a->json = 1; break;
+        case 'h': fputs(usage_text, stdout); exit(0);
+        case ':':
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s needs a value (see --help)", argv[optind - 1]);
+        default:
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        a->config = argv[optind++];
+    if (optind < argc || !a->config)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "expected one CONFIG.yaml (see --help)");
+    return 0;
+}
+
+/* --phase: the shapes of the config's run on today's device path (mem_plan_device.h). */
+static int plan_device_now(const plan_args *a, const dllm_cfg *cfg, const dllm_model_config *mc,
+                           const char *model, dllm_err *err)
+{
+    mem_dev_shape s = {0};
+    if (dllm_precision_parse(&s.prec,
+                             cfg_names_name(&cfg_names_trainer_precision, cfg->model.trainer_precision),
+                             cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
+                             cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
+                             cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
+                             cfg->rollout.fp8.pow2_scale != 0, err))
+        return err->code;
+    const dllm_arch_desc *ad = dllm_arch_get(mc->arch);
+    s.lora_rank = cfg->model.lora.rank;
+    s.lora_mask = cfg->model.lora.targets.n ? 0 : LORA_ALL;
+    for (int i = 0; s.lora_rank > 0 && i < cfg->model.lora.targets.n; i++) {
+        int bit = dllm_arch_lora_bit(ad, cfg->model.lora.targets.items[i]);
+        char list[160];
+        if (!bit)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: unknown module '%s' "
+                                "(expected %s)", cfg->model.lora.targets.items[i],
+                                dllm_arch_lora_list(ad, list, sizeof list));
+        s.lora_mask |= bit;
+    }
+    if (a->o.ranks < 1 || cfg->grpo.prompts_per_step % a->o.ranks)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--ranks %d must divide grpo.prompts_per_step %d (groups never split)",
+                            a->o.ranks, cfg->grpo.prompts_per_step);
+    const int S = cfg->grpo.prompts_per_step / a->o.ranks * cfg->rollout.group_size;
+    s.B = a->o.rollout_batch ? a->o.rollout_batch : S;
+    s.P = a->o.prompt_tokens;
+    s.G = cfg->rollout.gen_length;
+    s.cfg = cfg->rollout.cfg_scale > 0;
+    s.random_remask = cfg->rollout.remasking == REMASK_RANDOM;
+    s.sB = a->o.micro_batch ? a->o.micro_batch : S < 64 ? S : 64;
+    s.sT = s.P + s.G;
+    s.sR = s.sB * s.G;
+    s.score_rollout = true;
+    /* the update on the device where dllm_tf_device_train takes it (rl_run.c): an fp32
+     * trainer, or LoRA under a bf16 one; its chunks as the scoring's (max_canvas) */
+    s.update = !s.prec.trainer_bf16 || s.lora_rank > 0;
+    s.uB = s.sB, s.uT = s.sT, s.uR = s.sR;
+    s.recompute = a->o.recompute == MEM_RECOMPUTE_NONE    ? 0
+                  : a->o.recompute == MEM_RECOMPUTE_LAYER ? 1
+                                                          : a->o.recompute_every;
+    mem_dev_phase ph = !strcmp(a->phase, "rollout") ? MEM_DEV_ROLLOUT
+                       : !strcmp(a->phase, "score") ? MEM_DEV_SCORE
+                                                    : MEM_DEV_TRAIN;
+    mem_dev_plan *p = dllm_malloc(sizeof *p);
+    if (mem_plan_device(p, mc, &s, ph, err)) {
+        free(p);
+        return err->code;
+    }
+    char what[2 * CFG_STR_MAX + 320];
+    char rec[32] = "";
+    if (ph == MEM_DEV_TRAIN && s.update && s.recompute > 1)
+        snprintf(rec, sizeof rec, ", update recompute every:%d", s.recompute);
+    else if (ph == MEM_DEV_TRAIN && s.update)
+        snprintf(rec, sizeof rec, ", update recompute %s", s.recompute ? "layer" : "none");
+    snprintf(what, sizeof what, "%s, %s from %s; rollout %d x (%d + %d) tokens%s, score %d "
+             "canvases of %d tokens, %d rows%s", a->config,
+             cfg_names_name(&cfg_names_arch, mc->arch), model, s.B, s.P, s.G,
+             s.cfg ? " (CFG: twice)" : "", s.sB, s.sT, s.sR, rec);
+    mem_plan_device_print(p, what, a->cap_given ? a->o.cap : 0, stdout);
+    int rc = 0;
+    if (a->cap_given && p->peak > a->o.cap)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "does not fit: the device path's %s phase peaks at %.2f GB over "
+                          "--max-gpu-memory %.2f GB; lower %s", a->phase, (double)p->peak / 1e9,
+                          (double)a->o.cap / 1e9,
+                          ph == MEM_DEV_ROLLOUT ? "--rollout-batch (sequences decoded together)"
+                          : ph == MEM_DEV_SCORE ? "--micro-batch (canvases per forward)"
+                          : s.update && s.recompute != 1
+                              ? "--rollout-batch or --micro-batch, or recompute more "
+                                "(--recompute layer)"
+                              : "--rollout-batch or --micro-batch, or add ranks (--ranks)");
+    free(p);
+    return rc;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    dllm_err err = {0};
+    plan_args a;
+    if (parse_args(argc, argv, &a, &err))
+        return cli_fail("plan", &err);
+    dllm_cfg cfg;
+    dllm_cfg_defaults(&cfg);
+    if (dllm_cfg_load(&cfg, a.config, &err))
+        return cli_fail("plan", &err);
+    for (int i = 0; i < a.nsets; i++)
+        if (dllm_cfg_set(&cfg, a.sets[i], &err))
+            return cli_fail("plan", &err);
+    const bool cpu = a.device ? strcmp(a.device, "cuda") != 0 : cfg.device != CFG_DEVICE_CUDA;
+    dllm_model_config mc;
+    char model[CFG_STR_MAX + 128];
+    if (mem_plan_model(&cfg, a.preset, &mc, model, sizeof model, &err))
+        return cli_fail("plan", &err);
+    if (!a.recompute_given) { /* the run's train.recompute (checked at load) */
+        int k = 0;
+        dllm_cfg_recompute_every(cfg.train.recompute, &k);
+        a.o.recompute = k == 0 ? MEM_RECOMPUTE_NONE : k == 1 ? MEM_RECOMPUTE_LAYER
+                                                             : MEM_RECOMPUTE_EVERY;
+        /* K at or above the layers: one segment, as the run clamps it */
+        a.o.recompute_every = k > mc.n_layers ? mc.n_layers : k > 0 ? k : 1;
+    }
+    if (a.phase) {
+        if (a.json) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--phase prints a table only: not with --json");
+            return cli_fail("plan", &err);
+        }
+        if (cpu && a.device) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--phase plans the cuda device path: not with "
+                         "--device cpu");
+            return cli_fail("plan", &err);
+        }
+        return plan_device_now(&a, &cfg, &mc, model, &err) ? cli_fail("plan", &err) : 0;
+    }
+    mem_plan *p = dllm_malloc(sizeof *p);
+    if (cpu ? mem_plan_build_cpu(p, &mc, &cfg, &a.o, &err) : mem_plan_build(p, &mc, &cfg, &a.o, &err)) {
+        free(p);
+        return cli_fail("plan", &err);
+    }
+    char what[2 * CFG_STR_MAX + 256];
+    snprintf(what, sizeof what, "%s, %s %.2fB parameters from %s", a.config,
+             cfg_names_name(&cfg_names_arch, mc.arch), (double)p->n_params / 1e9, model);
+    if (a.json)
+        mem_plan_print_json(p, what, stdout);
+    else
+        mem_plan_print(p, what, stdout);
+    int rc = 0;
+    if (!p->fits) {
+        char advice[900], fix[128];
+        mem_plan_advice(p, advice, sizeof advice);
+        bool one = mem_plan_suggest(&mc, &cfg, p, fix, sizeof fix);
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "does not fit: %s%s%s", advice, one ? ". This fits: " : "",
+                     one ? fix : "");
+        rc = cli_fail("plan", &err);
+    }
+    free(p);
+    return rc;
+}

@@ -1,0 +1,715 @@
+/* dllm-rl sft: supervised fine-tuning. LLaDA: masked diffusion (docs/METHOD.md §1);
+ * Qwen3 (autoregressive): next-token cross-entropy on the answer tokens, the
+ * mean over the batch's answer tokens.
+ *
+ * Per step: a batch of prompt/answer pairs (epoch-shuffled, seeded), padded
+ * with EOS to data.answer_length answer tokens when set, else to the batch's
+ * longest pair (the padding counts as answer, as in
+ * LLaDA's SFT); per sequence t ~ U(0,1), p = (1 - 1e-3) t + 1e-3, each answer
+ * token masked with probability p; loss = mean over sequences of
+ * sum_masked CE / p / answer_len. AdamW with warmup and global-norm clipping.
+ * Writes RUN_DIR = log.dir/experiment: config.yaml, sft_log.jsonl, and
+ * checkpoints ckpt/step-N in HF layout (ckpt/latest points to the newest), each
+ * with tokenizer.json, generation.json (the sampler settings of the data it was
+ * trained on) and the exact training state (optimizer.safetensors, state.json),
+ * so --resume continues an interrupted run bit for bit.
+ * With device: cuda the forward, its backward, the norm, the clip and AdamW run on the
+ * device through the transformer core's device training (dllm_tf_device_train, as
+ * `train` uses it); the new parameters come down after each step, so checkpoints keep
+ * the host format, and the AdamW moments come down for a checkpoint and go up on
+ * resume. */
+#include "dllm/policy_sft.h"
+#include "dllm/sft_loss.h"
+#include "dllm/transformer.h"
+#include "dllm/tokenizer.h"
+#include "kernels/ops.h"
+#include "kernels/rng.h"
+#include "src/cli/cli_util.h"
+#include "src/run/opt_state.h"
+#include "src/run/run_dir.h"
+#include "src/run/run_stop.h"
+#include "src/cli/commands.h"
+#include "src/config/gen_settings.h"
+#include "src/config/yaml_config.h"
+#include "src/data/sft_data.h"
+#include "src/log/tb_events.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage_text[] =
+    "usage: dllm-rl sft CONFIG.yaml [--set key.path=value ...] [--force] [--quiet]\n"
+    "       dllm-rl sft --resume RUN_DIR [--set key.path=value ...] [--allow-edited-config]\n"
+    "                   [--quiet]\n"
+    "\n"
+    "SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}): masked diffusion\n"
+    "for a LLaDA model, next-token cross-entropy on the answer for a Qwen3 model.\n"
+    "Keys:\n"
+    "  experiment, seed, device (cuda: the forward, backward and AdamW on the device)\n"
+    "  model.path | model.arch + model.preset, model.dtype, model.trainer_precision,\n"
+    "  model.lora.rank, model.lora.alpha, model.lora.targets\n"
+    "  data.train, data.max_len, data.answer_length (EOS-pad answers to the sampling\n"
+    "    length; masked diffusion only)\n"
+    "  sft.steps, sft.batch_size, sft.chat\n"
+    "  optim.lr, optim.warmup, optim.betas, optim.eps, optim.weight_decay,\n"
+    "  optim.grad_clip, optim.schedule\n"
+    "  eval.gen_length, eval.block_length, eval.steps, eval.temperature (the\n"
+    "    checkpoints' generation.json when eval.gen_length equals the answer length)\n"
+    "  log.dir, log.every (progress every N steps; log.trajectories and\n"
+    "  log.grad_cosine are train's), log.tensorboard, checkpoint.every, checkpoint.keep\n"
+    "Output: RUN_DIR = log.dir/experiment with config.yaml, sft_log.jsonl and\n"
+    "ckpt/step-N (HF weights, tokenizer.json, generation.json, optimizer.safetensors,\n"
+    "state.json; ckpt/latest points to the newest); with log.tensorboard: true also\n"
+    "events.out.tfevents.* (sft_log.jsonl's values as TensorBoard scalars sft/<name>).\n"
+    "An existing non-empty RUN_DIR is refused: --force replaces it (the new run is\n"
+    "written beside it, log.dir/.NAME.force, and replaces it once it has its first\n"
+    "step; nothing of the old run is kept), --resume RUN_DIR continues it from\n"
+    "ckpt/latest with its stored config.yaml (optimizer state, step and data order\n"
+    "restored: the result equals an uninterrupted run's). A resumed run keeps its\n"
+    "config: --set may change only sft.steps (to extend it), log.every,\n"
+    "checkpoint.every and checkpoint.keep, and a config.yaml edited by hand is refused\n"
+    "unless --allow-edited-config. experiment is a plain directory name. One process\n"
+    "writes a run directory at a time (RUN_DIR/.lock holds its pid); a start that fails\n"
+    "before its first step removes what it wrote. Ctrl-C or SIGTERM stops at the next\n"
+    "step with a checkpoint and the command that resumes (exit 1).\n";
+
+typedef struct {
+    const dllm_cfg *cfg;
+    char run_dir[4096];
+    char tok_path[4096]; /* tokenizer.json copied into every checkpoint */
+    ckpt_generation gen; /* generation.json of every checkpoint */
+} sft_run;
+
+/* Where the run stands after a step: what a checkpoint must hold to resume it. */
+typedef struct {
+    int step, epoch, cursor;
+    double loss_acc, elapsed;
+    long tokens_acc;
+    int n_acc;
+} sft_state;
+
+static int save_state(const char *dir, const sft_state *s, const opt_state *os, dllm_err *err)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    int rc = opt_state_save(os, path, err);
+    if (rc)
+        return rc;
+    /* the same step/opt_step keys as the RL trainer's state.json */
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:f, s:I, s:i, s:f}", "kind", "sft", "step",
+                          s->step, "opt_step", s->step, "epoch", s->epoch, "cursor", s->cursor,
+                          "loss_acc", s->loss_acc, "tokens_acc", (json_int_t)s->tokens_acc,
+                          "n_acc", s->n_acc, "elapsed_s", s->elapsed);
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    rc = json_dump_file(o, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    return rc ? dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: write failed", path) : 0;
+}
+
+static int load_state(const char *dir, sft_state *s, const opt_state *os, dllm_err *err)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s:%d:%d: %s", path, je.line, je.column,
+                            je.text);
+    json_int_t tok = 0;
+    const char *kind = "";
+    int bad = json_unpack(o, "{s:s, s:i, s:i, s:i, s:F, s:I, s:i, s:F}", "kind", &kind, "step",
+                          &s->step, "epoch", &s->epoch, "cursor", &s->cursor, "loss_acc",
+                          &s->loss_acc, "tokens_acc", &tok, "n_acc", &s->n_acc, "elapsed_s",
+                          &s->elapsed) ||
+              strcmp(kind, "sft");
+    json_decref(o);
+    if (bad)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: not the state of an sft checkpoint (kind, step, epoch, cursor, "
+                            "loss_acc, tokens_acc, n_acc, elapsed_s)", path);
+    s->tokens_acc = (long)tok;
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    return opt_state_load(os, path, err);
+}
+
+/* ckpt/step-N written under a temporary name, then renamed; latest re-pointed;
+ * older checkpoints beyond checkpoint.keep removed. */
+static int save_checkpoint(const sft_run *r, const dllm_policy *m, const sft_state *s,
+                           const opt_state *os, dllm_err *err)
+{
+    char dir[4096], tmp[4200], final_[4200], link[4200], tmplink[4300];
+    const int step = s->step;
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    if (cli_mkdirs(dir, err))
+        return err->code;
+    snprintf(tmp, sizeof tmp, "%s/.step-%d.tmp", dir, step);
+    snprintf(final_, sizeof final_, "%s/step-%d", dir, step);
+    cli_rm_tree(tmp);
+    if (cli_mkdirs(tmp, err))
+        return err->code;
+    st_dtype dt = r->cfg->model.dtype;
+    char tokdst[4300];
+    snprintf(tokdst, sizeof tokdst, "%s/tokenizer.json", tmp);
+    /* one that cannot be written whole (a full disk) leaves nothing behind: latest
+     * still names the last complete one */
+    if (dllm_policy_save(m, tmp, dt, err) || cli_copy_file(r->tok_path, tokdst, err) ||
+        ckpt_write_generation(tmp, &r->gen, err) || save_state(tmp, s, os, err)) {
+        cli_rm_tree(tmp);
+        return err->code;
+    }
+    cli_rm_tree(final_);
+    if (rename(tmp, final_))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", final_, strerror(errno));
+    snprintf(link, sizeof link, "%s/latest", dir);
+    snprintf(tmplink, sizeof tmplink, "%s/.latest.tmp", dir);
+    char target[64];
+    snprintf(target, sizeof target, "step-%d", step);
+    unlink(tmplink);
+    if (symlink(target, tmplink) || rename(tmplink, link))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", link, strerror(errno));
+    int keep = r->cfg->checkpoint.keep, every = r->cfg->checkpoint.every;
+    if (keep > 0 && every > 0)
+        for (int st = step - keep * every; st > 0; st -= every) {
+            char old[4200];
+            snprintf(old, sizeof old, "%s/step-%d", dir, st);
+            cli_rm_tree(old);
+        }
+    return 0;
+}
+
+/* The model (a policy: masked-diffusion or next-token SFT by its architecture)
+ * and its tokenizer (a preset gets the char tokenizer, written to the run). */
+static int load_model(const dllm_cfg *cfg, dllm_policy **m, dllm_tokenizer **tok, char *tok_path,
+                      size_t tok_len, const char *run_dir, dllm_err *err)
+{
+    const char *targets[CFG_LIST_MAX];
+    for (int i = 0; i < cfg->model.lora.targets.n; i++)
+        targets[i] = cfg->model.lora.targets.items[i];
+    dllm_policy_cfg pc = {.path = cfg->model.path,
+                          .preset = cfg_names_name(&cfg_names_preset, cfg->model.preset),
+                          .arch = cfg_names_name(&cfg_names_arch, cfg->model.arch),
+                          .seed = (uint64_t)cfg->seed,
+                          .lora_rank = cfg->model.lora.rank, .lora_alpha = cfg->model.lora.alpha,
+                          .lora_targets = targets, .n_lora_targets = cfg->model.lora.targets.n,
+                          .trainer = cfg_names_name(&cfg_names_trainer_precision,
+                                                    cfg->model.trainer_precision),
+                          .rollout = "trainer",
+                          .device = cfg->device == CFG_DEVICE_CUDA ? "cuda" : "cpu",
+                          .device_flag = "device"};
+    if (dllm_policy_open(m, &pc, err))
+        return err->code;
+    /* on a device the update runs there too; where the device code cannot train this
+     * model the update stays on the host, saying why (as `train` does) */
+    if (dllm_policy_device(*m)) {
+        dllm_err e2 = {0};
+        if (dllm_tf_device_train(dllm_policy_model(*m), &e2))
+            fprintf(stderr, "sft: device cuda: the update runs on the host (%s)\n", e2.msg);
+    }
+    if (cfg->model.path[0]) {
+        snprintf(tok_path, tok_len, "%s/tokenizer.json", cfg->model.path);
+    } else {
+        snprintf(tok_path, tok_len, "%s/tokenizer.json", run_dir);
+        if (dllm_tokenizer_write_char(tok_path, err))
+            return err->code;
+    }
+    return dllm_tokenizer_load(tok, tok_path, err);
+}
+
+typedef struct {
+    int quiet, force, allow_edited, nsets;
+    const char *resume; /* RUN_DIR, or NULL */
+} sft_opts;
+
+/* Keys a resumed sft run may change: they extend it or change what is written
+ * about it, never what a step computes. */
+static const char *const resume_keys[] = {"sft.steps", "log.every", "checkpoint.every",
+                                          "checkpoint.keep"};
+
+static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_err *err)
+{
+    static const struct option opts[] = {{"set", required_argument, 0, 's'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"force", no_argument, 0, 'f'},
+                                         {"resume", required_argument, 0, 'r'},
+                                         {"allow-edited-config", no_argument, 0, 'e'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *sets[64];
+    int nsets = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+        switch (c) {
+        case 's':
+            if (nsets == 64)
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "too many --set options");
+            sets[nsets++] = optarg;
+            break;
+        case 'q': o->quiet = 1; break;
+        case 'f': o->force = 1; break;
+        case 'r': o->resume = optarg; break;
+        case 'e': o->allow_edited = 1; break;
+        case 'h': fputs(usage_text, stdout); exit(0);
+        default: return dllm_err_set(err, DLLM_EXIT_INPUT, "bad option (see --help)");
+        }
+    }
+    char stored[4400];
+    const char *path;
+    if (o->allow_edited && !o->resume)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--allow-edited-config goes with --resume");
+    if (o->resume) {
+        if (optind != argc)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "--resume takes the run's stored config.yaml; no CONFIG.yaml "
+                                "(see --help)");
+        if (o->force)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "--resume and --force exclude each other");
+        snprintf(stored, sizeof stored, "%s/config.yaml", o->resume);
+        path = stored;
+        if (access(path, F_OK))
+            return run_dir_not_a_run(o->resume, "sft", err);
+        /* the same rules as a resumed train run (src/run/run_dir.h) */
+        if (run_dir_resume_config(cfg, NULL, o->resume, sets, nsets, resume_keys,
+                                  sizeof resume_keys / sizeof resume_keys[0], "sft", err))
+            return err->code;
+    } else {
+        if (optind != argc - 1)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "expected one CONFIG.yaml (see --help)");
+        path = argv[optind];
+        dllm_cfg_defaults(cfg);
+        dllm_cfg_keys_set count;
+        if (dllm_cfg_load_counted(cfg, path, &count, err) ||
+            dllm_cfg_require_kind(&count, path, false, err) ||
+            run_dir_apply_sets(cfg, sets, nsets, err))
+            return err->code;
+    }
+    o->nsets = nsets;
+    if (!cfg->data.train[0])
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: data.train is required", path);
+    if (dllm_cfg_absolute_paths(cfg, err)) /* the stored config.yaml means the same anywhere */
+        return err->code;
+    return dllm_cfg_validate(cfg, err);
+}
+
+/* The generation settings of the data: gen_length the padded answer length (or
+ * the longest answer, EOS included); eval.* when it names that same length. */
+static void generation_of_data(const dllm_cfg *cfg, const sft_dataset *ds, bool diffusion,
+                               ckpt_generation *g)
+{
+    int L = cfg->data.answer_length;
+    if (L <= 0)
+        for (int i = 0; i < ds->n; i++)
+            L = ds->ex[i].len - ds->ex[i].prompt_len > L ? ds->ex[i].len - ds->ex[i].prompt_len : L;
+    ckpt_generation_default(g, diffusion, L > 0 ? L : 1);
+    if (cfg->eval.gen_length == L) {
+        g->block_length = cfg->eval.block_length;
+        g->steps = cfg->eval.steps;
+        g->temperature = cfg->eval.temperature;
+    }
+}
+
+/* Truncates RUN_DIR/sft_log.jsonl to the lines of steps <= step (a resumed run
+ * rewrites what came after its checkpoint) and opens it for appending. */
+static FILE *reopen_log(const char *path, int step, dllm_err *err)
+{
+    char *data = NULL;
+    size_t len = 0;
+    if (dllm_read_file(path, &data, &len, err))
+        return NULL;
+    size_t keep = 0;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(data + i, '\n', len - i);
+        if (!nl)
+            break;   /* a torn last line */
+        int s;
+        if (sscanf(data + i, "{\"step\": %d", &s) != 1 || s > step)
+            break;
+        i = (size_t)(nl - data) + 1;
+        keep = i;
+    }
+    free(data);
+    if (truncate(path, (off_t)keep)) {
+        dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    FILE *f = fopen(path, "a");
+    if (!f)
+        dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", path, strerror(errno));
+    return f;
+}
+
+/* The seeded permutation of epoch e. */
+static void epoch_order(const dllm_cfg *cfg, int e, int *order, int n)
+{
+    dllm_rng r = dllm_rng_make((uint64_t)cfg->seed, DLLM_RNG_DATA, (uint64_t)e, 0);
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)dllm_rng_below(&r, (uint64_t)i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+/* The run's files moved from the staging directory to dir (--force's replacement):
+ * a preset's tokenizer, written into the run, moved with them. */
+static void rebase_run_dir(sft_run *r, const char *dir)
+{
+    size_t n = strlen(r->run_dir);
+    if (!strncmp(r->tok_path, r->run_dir, n) && r->tok_path[n] == '/') {
+        char rest[4096];
+        snprintf(rest, sizeof rest, "%s", r->tok_path + n);
+        snprintf(r->tok_path, sizeof r->tok_path, "%s%s", dir, rest);
+    }
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", dir);
+}
+
+/* Content in the directory of a new run refuses it; --resume is offered only
+ * where it can work (a checkpoint to continue from). */
+static int refuse_content(const char *dir, void *ctx, dllm_err *err)
+{
+    (void)ctx;
+    if (!cli_dir_has_entries_except(dir, ".lock"))
+        return 0;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/ckpt/latest/state.json", dir);
+    if (access(p, F_OK) == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: the run directory already exists and is not empty; continue it "
+                            "with `dllm-rl sft --resume %s`, or pass --force to replace it (once "
+                            "the new run has its first step)", dir, dir);
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s: the run directory already exists and is not empty, with no "
+                        "checkpoint to continue from; pass --force to replace it (once the new "
+                        "run has its first step), or set another experiment name", dir);
+}
+
+static int write_config(const dllm_cfg *cfg, const char *dir, dllm_err *err)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.yaml", dir);
+    char *text = dllm_cfg_dump(cfg);
+    FILE *f = fopen(p, "w");
+    int bad = !f || fputs(text, f) < 0;
+    if (f && fclose(f))
+        bad = 1;
+    free(text);
+    if (bad)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: cannot write", p);
+    return run_dir_record_config(dir, err);
+}
+
+int cmd_sft(int argc, char **argv)
+{
+    dllm_cfg cfg;
+    dllm_err err = {0};
+    sft_opts opt = {0};
+    if (parse_args(argc, argv, &cfg, &opt, &err))
+        return cli_fail("sft", &err);
+    sft_run run = {.cfg = &cfg};
+    char final_dir[4096]; /* the run directory; run.run_dir is where files go */
+    if (opt.resume)
+        snprintf(final_dir, sizeof final_dir, "%s", opt.resume);
+    else
+        snprintf(final_dir, sizeof final_dir, "%s/%s", cfg.log.dir, cfg.experiment);
+    snprintf(run.run_dir, sizeof run.run_dir, "%s", final_dir);
+    run_dir_hold hold;
+    run_dir_init(&hold, final_dir);
+    char latest[4400];
+    snprintf(latest, sizeof latest, "%s/ckpt/latest", run.run_dir);
+    sft_state s0 = {.epoch = -1};
+    if (opt.resume) {
+        json_error_t je;
+        char sp[4500];
+        snprintf(sp, sizeof sp, "%s/state.json", latest);
+        json_t *st = json_load_file(sp, 0, &je);
+        int done = 0;
+        if (!st) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT,
+                         "%s: no checkpoint to resume from (%s): start the run again with "
+                         "`dllm-rl sft %s/config.yaml --force`", sp, je.text, run.run_dir);
+            return cli_fail("sft", &err);
+        }
+        if (json_unpack(st, "{s:i}", "step", &done) == 0 && done >= cfg.sft.steps) {
+            json_decref(st);
+            printf("sft: %s is already finished (step %d of sft.steps %d); nothing to do "
+                   "(raise sft.steps with --set to train further)\n", run.run_dir, done,
+                   cfg.sft.steps);
+            return 0;
+        }
+        json_decref(st);
+        if (run_dir_open_resume(&hold, final_dir, &err) ||
+            run_dir_check_config(final_dir, "sft", opt.allow_edited, &err) ||
+            (opt.nsets && write_config(&cfg, final_dir, &err))) { /* extended, for the next resume */
+            run_dir_close(&hold);
+            return cli_fail("sft", &err);
+        }
+    } else {
+        /* under --force the old run stays until the new one has a step */
+        if (run_dir_open_new(&hold, final_dir, opt.force, refuse_content, NULL, &err))
+            return cli_fail("sft", &err);
+        snprintf(run.run_dir, sizeof run.run_dir, "%s", hold.path);
+        /* the effective config, for the record and for --resume */
+        if (write_config(&cfg, run.run_dir, &err)) {
+            run_dir_close(&hold);
+            return cli_fail("sft", &err);
+        }
+    }
+    run_stop_catch();
+    if (!cfg.model.path[0])
+        cli_warn_random_model("sft", cfg_names_name(&cfg_names_arch, cfg.model.arch),
+                              cfg_names_name(&cfg_names_preset, cfg.model.preset));
+    dllm_policy *m = NULL;
+    dllm_tokenizer *tok = NULL;
+    sft_dataset ds = {0};
+    int rc = load_model(&cfg, &m, &tok, run.tok_path, sizeof run.tok_path, run.run_dir, &err);
+    if (!rc && cfg.data.answer_length > 0 && !dllm_policy_is_diffusion(m))
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
+                          "data.answer_length pads answers for masked diffusion; an "
+                          "autoregressive model stops at its EOS (leave it at 0)");
+    if (!rc)
+        rc = sft_data_load(&ds, cfg.data.train, tok, dllm_policy_config(m), cfg.data.max_len,
+                           cfg.data.answer_length, cfg.sft.chat, &err);
+    if (rc) {
+        dllm_policy_free(m);
+        dllm_tokenizer_free(tok);
+        run_dir_close(&hold); /* a failed start leaves nothing that blocks its retry */
+        return cli_fail("sft", &err);
+    }
+    generation_of_data(&cfg, &ds, dllm_policy_is_diffusion(m), &run.gen);
+    /* a config that says which task its data are (task.*) records it, for `eval` */
+    dllm_cfg defaults;
+    dllm_cfg_defaults(&defaults);
+    if (cfg.task.name != defaults.task.name ||
+        cfg.task.format != defaults.task.format || cfg.task.max_blanks != defaults.task.max_blanks ||
+        cfg.task.n_numbers != defaults.task.n_numbers || cfg.task.reward.kind != defaults.task.reward.kind)
+        ckpt_generation_set_task(&run.gen, &cfg);
+    if (dllm_policy_sampler(m) == DLLM_SAMPLER_DREAM)
+        ckpt_generation_set_dream(&run.gen, &cfg);
+    const dllm_model_config *mc = dllm_policy_config(m);
+    const bool trainer_bf16 = cfg.model.trainer_precision == CFG_TRAINER_BF16;
+    dllm_tf *tfm = dllm_policy_model(m);
+    /* the update on the device: its trainable copy is the one the forward reads (updated
+     * in place), so no copy is rebuilt after a step there */
+    const bool dev = dllm_tf_device_trains(tfm);
+    size_t nparam;
+    /* the host's vectors only where the update runs there: on a device its copies are the
+     * masters, streamed to and from checkpoints */
+    float *params = dllm_policy_trainable(m, &nparam);
+    float *grads = dev ? NULL : dllm_policy_grads(m);
+    int *lens = dllm_malloc(sizeof *lens * (size_t)cfg.sft.batch_size);
+    float *adam_m = dev ? NULL : dllm_calloc(nparam, sizeof(float));
+    float *adam_v = dev ? NULL : dllm_calloc(nparam, sizeof(float));
+    const opt_state os = {.n = nparam, .dev = dev ? tfm : NULL, .params = dev ? NULL : params,
+                          .adam_m = adam_m, .adam_v = adam_v};
+    int B = cfg.sft.batch_size;
+    int32_t *tokens = dllm_malloc(sizeof *tokens * (size_t)B * (size_t)ds.max_len);
+    int32_t *prompt_len = dllm_malloc(sizeof *prompt_len * (size_t)B);
+    uint8_t *mask = dllm_malloc((size_t)B * (size_t)ds.max_len);
+    double *p_mask = dllm_malloc(sizeof *p_mask * (size_t)B);
+    int *order = dllm_malloc(sizeof *order * (size_t)ds.n);
+    int *batch = dllm_malloc(sizeof *batch * (size_t)B);
+    sft_state s = s0;
+    s.cursor = ds.n;
+    FILE *logf = NULL;
+    tb_writer *tb = NULL;
+    char logpath[4200];
+    snprintf(logpath, sizeof logpath, "%s/sft_log.jsonl", run.run_dir);
+    if (opt.resume) {
+        if ((rc = load_state(latest, &s, &os, &err)))
+            goto done;
+        if (s.epoch < 0 || s.cursor < 0 || s.cursor > ds.n) {
+            rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s/state.json: data position (epoch %d, "
+                              "cursor %d) does not fit data.train (%d examples)", latest, s.epoch,
+                              s.cursor, ds.n);
+            goto done;
+        }
+        epoch_order(&cfg, s.epoch, order, ds.n);
+        /* the loaded parameters into the copies the forward reads (the device's too) */
+        if ((trainer_bf16 || dev) && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
+            goto done;
+        logf = reopen_log(logpath, s.step, &err);
+    } else {
+        logf = fopen(logpath, "w");
+        if (!logf)
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: %s", logpath, strerror(errno));
+    }
+    if (!logf) {
+        rc = err.code;
+        goto done;
+    }
+    /* a resumed run's event file restarts after the checkpoint, as sft_log.jsonl does */
+    if (cfg.log.tensorboard &&
+        (rc = tb_writer_open(&tb, run.run_dir, opt.resume ? s.step + 1 : -1, &err)))
+        goto done;
+    if (!opt.quiet) {
+        printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d%s\n",
+               ds.n,
+               cfg.model.path[0] ? cfg.model.path : cfg_names_name(&cfg_names_preset, cfg.model.preset),
+               nparam, cfg.model.lora.rank ? ", LoRA" : "", cfg.sft.steps, B,
+               dev ? ", on the device" : "");
+        if (opt.resume)
+            printf("sft: resuming %s from step %d\n", run.run_dir, s.step);
+    }
+    double t0 = dllm_now() - s.elapsed;
+    for (int step = s.step + 1; step <= cfg.sft.steps; step++) {
+        /* batch: the next B examples of a seeded per-epoch permutation */
+        int T = 0;
+        for (int b = 0; b < B; b++) {
+            if (s.cursor == ds.n) {
+                epoch_order(&cfg, ++s.epoch, order, ds.n);
+                s.cursor = 0;
+            }
+            const sft_example *e = &ds.ex[order[s.cursor++]];
+            prompt_len[b] = e->prompt_len;
+            batch[b] = (int)(e - ds.ex);
+            if (e->len > T)
+                T = e->len;
+        }
+        for (int b = 0; b < B; b++) {
+            const sft_example *e = &ds.ex[batch[b]];
+            lens[b] = e->len;
+            int32_t *row = tokens + (size_t)b * (size_t)T;
+            memcpy(row, e->ids, sizeof *row * (size_t)e->len);
+            for (int t = e->len; t < T; t++)
+                row[t] = mc->eos_token_id;
+            dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_SFT, (uint64_t)step, (uint64_t)b);
+            sft_draw_mask(&r, prompt_len[b], T, mask + (size_t)b * (size_t)T, &p_mask[b]);
+        }
+        if (dev)
+            dllm_tf_device_zero_grad(tfm);
+        else
+            dllm_policy_zero_grad(m);
+        double loss;
+        if ((rc = dllm_policy_sft_loss(m, tokens, mask, p_mask, prompt_len, lens, B, T, true,
+                                       &loss, &err)))
+            goto done;
+        double lr = dllm_cfg_lr(&cfg, step, cfg.sft.steps), norm;
+        if (dev) { /* norm, clip and AdamW on the device, whose copy is the master */
+            norm = dllm_tf_device_clip_grad(tfm, cfg.optim.grad_clip > 0 ? cfg.optim.grad_clip
+                                                                          : 0.0);
+            dllm_tf_device_adamw(tfm, step, (float)lr, (float)cfg.optim.betas[0],
+                                 (float)cfg.optim.betas[1], (float)cfg.optim.eps,
+                                 (float)cfg.optim.weight_decay);
+        } else {
+            norm = op_grad_norm(grads, nparam);
+            if (cfg.optim.grad_clip > 0)
+                op_clip_grad(grads, nparam, norm, cfg.optim.grad_clip);
+            op_adamw(params, grads, adam_m, adam_v, nparam, step, (float)lr,
+                     (float)cfg.optim.betas[0], (float)cfg.optim.betas[1], (float)cfg.optim.eps,
+                     (float)cfg.optim.weight_decay);
+        }
+        /* a bf16 trainer computes with a bf16 copy of the weights: rebuild it (on the
+         * device the LoRA copy the forward reads was updated in place) */
+        if (trainer_bf16 && !dev && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
+            goto done;
+        if (!isfinite(loss)) {
+            dllm_err_set(&err, DLLM_EXIT_INTERNAL, "step %d: loss is not finite (lr too high?)", step);
+            rc = err.code;
+            goto done;
+        }
+        if (!hold.started) {
+            /* the first step of a new run: under --force it replaces the old run now */
+            if ((rc = run_dir_started(&hold, &err)))
+                goto done;
+            rebase_run_dir(&run, hold.path);
+        }
+        s.step = step;
+        s.loss_acc += loss;
+        s.tokens_acc += (long)B * T;
+        s.n_acc++;
+        s.elapsed = dllm_now() - t0;
+        if (step % cfg.log.every == 0 || step == cfg.sft.steps) {
+            double el = s.elapsed;
+            char f[5][40]; /* the line's numbers as written; TensorBoard gets the same */
+            snprintf(f[0], sizeof f[0], "%.9g", s.loss_acc / s.n_acc);
+            snprintf(f[1], sizeof f[1], "%.6g", norm);
+            snprintf(f[2], sizeof f[2], "%.6g", lr);
+            snprintf(f[3], sizeof f[3], "%.1f", s.tokens_acc / (el > 0 ? el : 1));
+            snprintf(f[4], sizeof f[4], "%.3f", el);
+            fprintf(logf,
+                    "{\"step\": %d, \"loss\": %s, \"grad_norm\": %s, \"lr\": %s, "
+                    "\"tokens_per_s\": %s, \"elapsed_s\": %s}\n",
+                    step, f[0], f[1], f[2], f[3], f[4]);
+            if (fflush(logf) != 0 || ferror(logf)) {
+                int e = errno;
+                dllm_err_set(&err, DLLM_EXIT_INTERNAL, "%s/sft_log.jsonl: write failed: %s%s",
+                             run.run_dir, strerror(e),
+                             e == ENOSPC || e == EFBIG ? " (the disk is full or a file-size "
+                                                         "limit, ulimit -f, was reached)" : "");
+                rc = err.code;
+                goto done;
+            }
+            if (tb) {
+                static const char *const names[5] = {"loss", "grad_norm", "lr", "tokens_per_s",
+                                                      "elapsed_s"};
+                double v[5];
+                for (int i = 0; i < 5; i++)
+                    v[i] = strtod(f[i], NULL);
+                if ((rc = tb_write_scalars(tb, step, "sft/", 5, names, v, &err)))
+                    goto done;
+            }
+            if (!opt.quiet)
+                printf("step %5d/%d  loss %.4f  grad_norm %.3f  lr %.2e  %.0f tok/s  ETA %.0fs\n",
+                       step, cfg.sft.steps, s.loss_acc / s.n_acc, norm, lr,
+                       s.tokens_acc / (el > 0 ? el : 1),
+                       el / step * (cfg.sft.steps - step));
+            fflush(stdout);
+            s.loss_acc = 0;
+            s.n_acc = 0;
+        }
+        bool saved = (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0) ||
+                     step == cfg.sft.steps;
+        if (saved && (rc = save_checkpoint(&run, m, &s, &os, &err)))
+            goto done;
+        if (step < cfg.sft.steps && run_stop_requested()) {
+            if (!saved && (rc = save_checkpoint(&run, m, &s, &os, &err)))
+                goto done;
+            rc = dllm_err_set(&err, DLLM_EXIT_INTERNAL,
+                              "stopped by a signal after step %d of %d, checkpoint written "
+                              "(%s/ckpt/step-%d): continue with `dllm-rl sft --resume %s`", step,
+                              cfg.sft.steps, final_dir, step, final_dir);
+            goto done;
+        }
+    }
+    if (!hold.started) { /* a run of no steps */
+        if ((rc = run_dir_started(&hold, &err)))
+            goto done;
+        rebase_run_dir(&run, hold.path);
+    }
+    if (!opt.quiet)
+        printf("done: %s/ckpt/latest\n", run.run_dir);
+done:
+    if (logf)
+        fclose(logf);
+    tb_writer_close(tb);
+    free(adam_m);
+    free(adam_v);
+    free(tokens);
+    free(prompt_len);
+    free(mask);
+    free(p_mask);
+    free(order);
+    free(batch);
+    free(lens);
+    sft_data_free(&ds);
+    dllm_tokenizer_free(tok);
+    dllm_policy_free(m);
+    /* stopped part way (not by a signal, which said so): what it can continue from */
+    if (rc && s.step > 0 && !run_stop_requested()) {
+        char msg[sizeof err.msg];
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        if (access(latest, F_OK) == 0)
+            dllm_err_set(&err, rc, "%s\n  stopped at step %d; the last complete checkpoint is "
+                         "kept (%s): once the cause is fixed, `dllm-rl sft --resume %s` continues "
+                         "from it", msg, s.step, latest, run.run_dir);
+    }
+    run_dir_close(&hold);
+    return rc ? cli_fail("sft", &err) : 0;
+}

@@ -1,0 +1,762 @@
+/* mem_plan.c: the itemised device-memory plan of the GPU path (see mem_plan.h).
+ *
+ * Symbols (the legend printed with every plan):
+ *   C d_model, L layers, NH / NKV query / key-value heads, HD head_dim,
+ *   QD = NH*HD, KD = NKV*HD, F mlp width, V head rows (embedding_size),
+ *   P all parameters, Plin the seven block linears' parameters
+ *     = L*(C*QD + 2*C*KD + QD*C + 3*C*F),
+ *   r LoRA rank, nt LoRA targets, Nl = L * sum over targets of r*(in + out),
+ *   S = grpo.prompts_per_step / ranks * rollout.group_size sequences per rank,
+ *   Sr sequences decoded together (--rollout-batch, default S),
+ *   G rollout.gen_length, Bk rollout.block_length, T = Pt + G with Pt the
+ *   prompt tokens (--prompt-tokens), Mr/Ml/Mu canvases per forward in the
+ *   rollout prefill / likelihood / update (--micro-batch), Hc rows per head
+ *   chunk (--head-chunk), Kin = max(C, QD, F) the widest linear input.
+ *
+ * Assumptions (the GPU path as designed; the CPU backend holds other buffers):
+ *   - The trainer computes in bf16: weights resident in bf16 (2 P). With LoRA
+ *     the base is frozen: no fp32 master of it; LoRA A/B are fp32 with fp32
+ *     gradients and AdamW moments m, v (16 Nl). Without LoRA: fp32 master,
+ *     gradients and moments (16 P) besides the bf16 copy.
+ *   - The FP8 rollout copy holds 1-byte codes for the block linears (Plin) and
+ *     fp32 scales (128x128 blocks: ceil(out/128) ceil(in/128) per linear;
+ *     channel: out; tensor: 1); embeddings, head and norms are shared with the
+ *     bf16 weights. A bf16 rollout copy with LoRA holds the merged block
+ *     linears (2 Plin); without LoRA it is the trainer's copy. The rebuild after
+ *     each optimizer step merges and quantises 128 rows at a time (one fp32
+ *     stripe of 128 x Kin).
+ *   - Activations are bf16 (2 bytes), RMSNorm reciprocal std and the attention
+ *     log-sum-exp fp32. Attention is flash-style: no T x T matrix; backward
+ *     keeps the log-sum-exp (NH per token). Per token and layer the update
+ *     keeps n1, h, n2 (3C), q, k, v (QD + 2KD), the attention output (QD),
+ *     gate, up, silu(gate)*up (3F), LoRA x A^T (r per target), two rstd (8
+ *     bytes) and the LSE (4 NH bytes): a_layer bytes; layer inputs (C) are
+ *     counted apart. Recomputation: none keeps L layers; layer keeps the L+1
+ *     layer inputs and one layer's activations; every:K keeps ceil(L/K)+1
+ *     inputs and K layers' activations (K-1 of their inputs).
+ *   - A forward without gradients (rollouts, likelihoods) holds one layer's
+ *     working set: x, h, the norm output (3C), q, k, v, the attention output,
+ *     gate, up and their product: 2 (3C + 2QD + 2KD + 3F) bytes per token.
+ *   - The output head runs only on the rows needed (the block's rows during
+ *     diffusion rollouts, one row per sequence in decoding, the scored rows in
+ *     the likelihoods) and is fused with the log-softmax in chunks of Hc rows:
+ *     one fp32 chunk of Hc x V logits (their gradient in place in the update).
+ *   - Diffusion rollouts run the whole canvas (Sr x T tokens, doubled under
+ *     rollout.cfg_scale > 0) at each step; autoregressive rollouts keep a bf16
+ *     KV cache (2 L Sr T KD) and prefill Mr = min(Sr, micro-batch) prompts at a
+ *     time. FP8 rollouts quantise activations to 1-byte codes with fp32 scales
+ *     per 1x128 group (channel/tensor scaling: per row).
+ *   - Likelihood chunks evaluate at most Ml canvases (one_step 1, elbo
+ *     mc_samples, trajectory ceil(steps/shrink) per sequence; autoregressive: 1)
+ *     with up to G scored rows each; the update's chunks hold whole sequences.
+ *     Per-token log-probs of the batch (l_mu, l_pi, l_old, and the reference
+ *     with grpo.beta > 0) stay on the device in fp64.
+ *   - cuBLASLt gets a 32 MiB workspace. The CUDA context, NCCL's buffers and
+ *     allocator fragmentation are outside the plan: the default cap of 80 GB
+ *     (80e9 bytes, 74.5 GiB) leaves about 5 GiB of an 80 GB H100's 79.6 GiB
+ *     for them. */
+#include "src/plan/mem_plan.h"
+
+#include "dllm/arch.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const mem_phase_names[MEM_NPHASE] = {"resident", "rollout", "likelihood", "update"};
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define CUBLASLT_WORKSPACE ((int64_t)32 << 20)
+#define DEFAULT_MICRO_BATCH 64 /* the RL loop's canvases per forward call */
+
+void mem_plan_opts_defaults(mem_plan_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->ranks = 1;
+    o->prompt_tokens = 200; /* d1's GSM8K prompts: about 200 tokens in LLaDA's chat format */
+    o->recompute = MEM_RECOMPUTE_LAYER;
+    o->recompute_every = 1;
+    o->head_chunk = 1024;
+    o->cap = (int64_t)80000000000LL;
+}
+
+/* ---- sizes --------------------------------------------------------------------------- */
+
+int mem_parse_size(const char *s, const char *flag, int64_t *bytes, dllm_err *err)
+{
+    static const struct { const char *unit; double mult; } units[] = {
+        {"b", 1},      {"k", 1e3},  {"kb", 1e3},  {"m", 1e6},  {"mb", 1e6},
+        {"g", 1e9},    {"gb", 1e9}, {"t", 1e12},  {"tb", 1e12}, {"kib", 1024.0},
+        {"mib", 1048576.0}, {"gib", GIB}, {"tib", GIB * 1024.0}};
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || end == s || errno || !isfinite(v) || v <= 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: expected a positive size such as 80GB, 80GiB, 40G or 81920MB, got '%s'",
+                            flag, s ? s : "");
+    while (*end == ' ')
+        end++;
+    char unit[8];
+    size_t n = strlen(end);
+    if (n == 0 || n >= sizeof unit)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: '%s' needs a unit (B, KB, MB, GB, TB = powers of 1000; KiB, MiB, "
+                            "GiB, TiB = powers of 1024)", flag, s);
+    for (size_t i = 0; i <= n; i++)
+        unit[i] = (char)tolower((unsigned char)end[i]);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(unit, units[i].unit)) {
+            double b = v * units[i].mult;
+            if (b < 1 || b > 9.0e18)
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: size '%s' is out of range", flag, s);
+            *bytes = (int64_t)llround(b);
+            return DLLM_OK;
+        }
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "%s: unknown unit '%s' in '%s' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", flag,
+                        end, s);
+}
+
+/* ---- building ------------------------------------------------------------------------ */
+
+/* The seven block linears: q, k, v, out, gate, up, down, and their HF names
+ * in both families (LLaDA's, Qwen3's). */
+enum { LIN_Q, LIN_K, LIN_V, LIN_O, LIN_GATE, LIN_UP, LIN_DOWN, NLIN };
+
+static int lin_slot(const char *name)
+{
+    static const char *const names[NLIN][2] = {
+        {"q_proj", "q_proj"},     {"k_proj", "k_proj"},   {"v_proj", "v_proj"},
+        {"attn_out", "o_proj"},   {"ff_proj", "gate_proj"}, {"up_proj", "up_proj"},
+        {"ff_out", "down_proj"}};
+    for (int j = 0; j < NLIN; j++)
+        if (!strcmp(name, names[j][0]) || !strcmp(name, names[j][1]))
+            return j;
+    return -1;
+}
+
+/* out x in of linear j */
+static void lin_shape(const dllm_model_config *mc, int j, int64_t *out, int64_t *in)
+{
+    const int64_t C = mc->d_model, F = mc->mlp_hidden;
+    const int64_t QD = (int64_t)mc->n_heads * mc->head_dim, KD = (int64_t)mc->n_kv_heads * mc->head_dim;
+    switch (j) {
+    case LIN_Q: *out = QD; *in = C; break;
+    case LIN_K: case LIN_V: *out = KD; *in = C; break;
+    case LIN_O: *out = C; *in = QD; break;
+    case LIN_GATE: case LIN_UP: *out = F; *in = C; break;
+    default: *out = C; *in = F; break;
+    }
+}
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static void add(mem_plan *p, mem_phase ph, const char *name, int64_t bytes, const char *shrink,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void add(mem_plan *p, mem_phase ph, const char *name, int64_t bytes, const char *shrink,
+                const char *fmt, ...)
+{
+    if (p->n_items == MEM_PLAN_MAX_ITEMS)
+        abort(); /* a programming error: raise MEM_PLAN_MAX_ITEMS */
+    mem_item *it = &p->items[p->n_items++];
+    snprintf(it->name, sizeof it->name, "%s", name);
+    it->phase = ph;
+    it->bytes = bytes;
+    snprintf(it->shrink, sizeof it->shrink, "%s", shrink ? shrink : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(it->formula, sizeof it->formula, fmt, ap);
+    va_end(ap);
+}
+
+static void finish(mem_plan *p);
+
+/* Canvases per sequence and scored rows per canvas of an estimator. */
+static void estimator_shape(const dllm_cfg *cfg, bool diffusion, dllm_estimator est, int64_t *cps,
+                            int64_t *rows)
+{
+    const int64_t G = cfg->rollout.gen_length;
+    *cps = 1;
+    *rows = G;
+    if (!diffusion)
+        return; /* exact: one causal pass over prompt + completion */
+    if (est == EST_ELBO) {
+        *cps = cfg->likelihood.mc_samples;
+    } else if (est == EST_TRAJECTORY) {
+        const int64_t steps = cfg->rollout.steps, shrink = cfg->likelihood.shrink;
+        *cps = ceil_div(steps, shrink);
+        *rows = min64(G, shrink * ceil_div(G, steps));
+    }
+}
+
+/* Canvases per forward of a chunk that holds whole sequences. */
+static int64_t whole_sequences(int64_t mb, int64_t cps, int64_t total)
+{
+    int64_t m = mb < cps ? cps : mb / cps * cps;
+    return min64(m, total);
+}
+
+int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
+                   const mem_plan_opts *o, dllm_err *err)
+{
+    memset(p, 0, sizeof *p);
+    p->opts = *o;
+    const bool diffusion = dllm_arch_is_diffusion(dllm_arch_get(mc->arch)); /* LLaDA and Dream */
+    p->arch = mc->arch;
+    p->diffusion = diffusion;
+    if (o->ranks < 1 || cfg->grpo.prompts_per_step % o->ranks)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--ranks %d must divide grpo.prompts_per_step %d (groups never split)",
+                            o->ranks, cfg->grpo.prompts_per_step);
+    if (o->prompt_tokens < 1 || o->head_chunk < 1 || o->micro_batch < 0 || o->rollout_batch < 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "plan options must be positive");
+    if (o->recompute == MEM_RECOMPUTE_EVERY && (o->recompute_every < 1 || o->recompute_every > mc->n_layers))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--recompute every:%d: K must be in [1, %d] (the layers)",
+                            o->recompute_every, mc->n_layers);
+
+    const int64_t C = mc->d_model, Ln = mc->n_layers, NH = mc->n_heads, HD = mc->head_dim;
+    const int64_t QD = NH * HD, KD = (int64_t)mc->n_kv_heads * HD, F = mc->mlp_hidden;
+    const int64_t V = mc->embedding_size;
+    const int64_t Kin = max64(C, max64(QD, F));
+    const int64_t G = cfg->rollout.gen_length, Bk = cfg->rollout.block_length;
+    const int64_t Pt = o->prompt_tokens, T = Pt + G;
+    const int64_t S = (int64_t)cfg->grpo.prompts_per_step / o->ranks * cfg->rollout.group_size;
+    if (o->rollout_batch > S)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--rollout-batch %d exceeds the %lld sequences per rank "
+                            "(prompts_per_step / ranks x group_size)", o->rollout_batch, (long long)S);
+    const int64_t Sr = o->rollout_batch ? o->rollout_batch : S;
+    const int64_t mb = o->micro_batch ? o->micro_batch : DEFAULT_MICRO_BATCH;
+    const int64_t Hc = o->head_chunk;
+
+    /* parameters: P (the model's count), Plin (block linears), Nl (LoRA) */
+    const int64_t r = cfg->model.lora.rank;
+    int targets = 0;
+    for (int i = 0; r > 0 && i < cfg->model.lora.targets.n; i++) {
+        int j = lin_slot(cfg->model.lora.targets.items[i]);
+        if (j < 0)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: unknown module '%s'",
+                                cfg->model.lora.targets.items[i]);
+        targets |= 1 << j;
+    }
+    int nt = 0;
+    int64_t n_lin = 0, n_lora = 0, n_scales = 0;
+    for (int j = 0; j < NLIN; j++) {
+        int64_t out, in;
+        lin_shape(mc, j, &out, &in);
+        n_lin += Ln * out * in;
+        if ((targets >> j) & 1) {
+            nt++;
+            n_lora += Ln * r * (in + out);
+        }
+        const char *sc = cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling);
+        n_scales += Ln * (!strcmp(sc, "block")     ? ceil_div(out, 128) * ceil_div(in, 128)
+                          : !strcmp(sc, "channel") ? out
+                                                   : 1);
+    }
+    const int64_t P = dllm_config_num_params(mc);
+    const bool lora = n_lora > 0;
+    const int64_t rr = lora ? r : 0;
+    p->n_params = P;
+    p->n_lin = n_lin;
+    p->n_lora = n_lora;
+    p->seqs = (int)S;
+    p->rollout_seqs = (int)Sr;
+    p->T = (int)T;
+    const char *rollout = cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision);
+    /* fp8-exact is a CPU-side numerics choice (the device copy is the same FP8 copy);
+     * NVFP4 is planned as FP8 (1 byte per code: an upper bound for 4-bit codes) */
+    const bool fp8 = !strcmp(rollout, "fp8") || !strcmp(rollout, "fp8-exact") ||
+                     !strcmp(rollout, "nvfp4"),
+               bf16_copy = !strcmp(rollout, "bf16") && lora;
+
+    /* estimators: canvases per sequence (cps) and rows per canvas */
+    int64_t cps_w, rows_w, cps_o, rows_o;
+    estimator_shape(cfg, diffusion, cfg->correction.estimator, &cps_w, &rows_w);
+    estimator_shape(cfg, diffusion, cfg->grpo.logp_estimator, &cps_o, &rows_o);
+    const int64_t Ml = max64(min64(mb, S * cps_w), min64(mb, S * cps_o));
+    const int64_t Mu = whole_sequences(mb, cps_o, S * cps_o);
+    p->mb_lik = (int)Ml;
+    p->mb_upd = (int)Mu;
+
+    snprintf(p->symbols, sizeof p->symbols,
+             "C %lld, L %lld, NH %lld, NKV %d, HD %lld, F %lld, V %lld, P %lld, Plin %lld, "
+             "r %lld, nt %d, Nl %lld, S %lld, Sr %lld, Pt %lld, G %lld, Bk %lld, T %lld, "
+             "Ml %lld, Mu %lld, Hc %lld, Kin %lld",
+             (long long)C, (long long)Ln, (long long)NH, mc->n_kv_heads, (long long)HD, (long long)F,
+             (long long)V, (long long)P, (long long)n_lin, (long long)rr, nt, (long long)n_lora,
+             (long long)S, (long long)Sr, (long long)Pt, (long long)G, (long long)Bk, (long long)T,
+             (long long)Ml, (long long)Mu, (long long)Hc, (long long)Kin);
+
+    /* ---- resident ---- */
+    add(p, MEM_RESIDENT, "trainer weights (bf16)", 2 * P, "", "2 P");
+    if (lora) {
+        const char *s = "model.lora.rank";
+        add(p, MEM_RESIDENT, "LoRA A/B (fp32)", 4 * n_lora, s, "4 Nl");
+        add(p, MEM_RESIDENT, "LoRA gradients (fp32)", 4 * n_lora, s, "4 Nl");
+        add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * n_lora, s, "8 Nl");
+        if (cfg->grpo.loss.beta > 0)
+            add(p, MEM_RESIDENT, "KL reference LoRA (fp32)", 4 * n_lora, "grpo.beta: 0",
+                "4 Nl (grpo.beta > 0)");
+    } else {
+        const char *s = "LoRA (model.lora.rank > 0)";
+        add(p, MEM_RESIDENT, "master weights (fp32)", 4 * P, s, "4 P (full fine-tuning)");
+        add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, s, "4 P");
+        add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * P, s, "8 P");
+        if (cfg->grpo.loss.beta > 0)
+            add(p, MEM_RESIDENT, "KL reference weights (bf16)", 2 * P, "grpo.beta: 0",
+                "2 P (grpo.beta > 0)");
+    }
+    if (fp8) {
+        add(p, MEM_RESIDENT, "FP8 rollout copy: codes", n_lin, "", "1 Plin");
+        add(p, MEM_RESIDENT, "FP8 rollout copy: scales (fp32)", 4 * n_scales, "",
+            cfg->rollout.fp8.scaling == CFG_FP8_BLOCK     ? "4 L sum ceil(out/128) ceil(in/128)"
+            : cfg->rollout.fp8.scaling == CFG_FP8_CHANNEL ? "4 L sum out"
+                                                           : "4 L x 7");
+    } else if (bf16_copy) {
+        add(p, MEM_RESIDENT, "bf16 rollout copy: merged linears", 2 * n_lin, "rollout.precision",
+            "2 Plin");
+    }
+    add(p, MEM_RESIDENT, "RoPE table (fp32 cos, sin)", T * HD * 4, "", "4 T HD");
+    add(p, MEM_RESIDENT, "cuBLASLt workspace", CUBLASLT_WORKSPACE, "", "32 MiB");
+
+    /* ---- rollout ---- */
+    const int64_t fwd_tok = 2 * (3 * C + 2 * QD + 2 * KD + 3 * F); /* one layer, no grad */
+    const char *fwd_f = "2 (3C + 2QD + 2KD + 3F)";
+    const char *rs = "--rollout-batch, --ranks";
+    int64_t Nr, Rr;
+    if (diffusion) {
+        const int64_t cfgx = cfg->rollout.cfg_scale > 0 ? 2 : 1;
+        Nr = cfgx * Sr * T;
+        Rr = cfgx * Sr * Bk;
+        add(p, MEM_ROLLOUT, "sampler state", Sr * T * 5 + Sr * G * 6 + Rr * 12, rs,
+            "5 Sr T + 6 Sr G + 12 Sr Bk%s", cfgx > 1 ? " (x2 rows: cfg)" : "");
+        add(p, MEM_ROLLOUT, "layer working set (no grad)", Nr * fwd_tok, rs, "%sSr T x %s",
+            cfgx > 1 ? "2 " : "", fwd_f);
+    } else {
+        const int64_t Mr = min64(Sr, mb);
+        Nr = max64(Mr * Pt, Sr);
+        Rr = Sr;
+        add(p, MEM_ROLLOUT, "KV cache (bf16)", 2 * Ln * Sr * T * KD * 2, rs, "4 L Sr T KD");
+        add(p, MEM_ROLLOUT, "sampler state", Sr * T * 5 + Sr * G * 6 + Sr * 12, rs,
+            "5 Sr T + 6 Sr G + 12 Sr");
+        add(p, MEM_ROLLOUT, "layer working set (no grad)", Nr * fwd_tok, "--micro-batch (prefill)",
+            "max(Mr Pt, Sr) x %s, Mr = %lld", fwd_f, (long long)Mr);
+    }
+    if (fp8) {
+        const bool grp = cfg->rollout.fp8.scaling == CFG_FP8_BLOCK;
+        add(p, MEM_ROLLOUT, "FP8 activation codes + scales", Nr * Kin + (grp ? Nr * ceil_div(Kin, 128) * 4 : Nr * 4),
+            rs, "N (Kin + %s), N = %lld tokens", grp ? "4 ceil(Kin/128)" : "4", (long long)Nr);
+    } else if (lora && !strcmp(rollout, "trainer")) {
+        add(p, MEM_ROLLOUT, "LoRA x A^T (bf16)", Nr * rr * 2, rs, "2 r N, N = %lld tokens",
+            (long long)Nr);
+    }
+    add(p, MEM_ROLLOUT, "head chunk (fp32 logits)", min64(Rr, Hc) * V * 4, "--head-chunk",
+        "4 V min(%s, Hc)", diffusion ? "Sr Bk" : "Sr");
+    add(p, MEM_ROLLOUT, "head input rows (bf16)", Rr * C * 2, rs, "2 C %s", diffusion ? "Sr Bk" : "Sr");
+
+    /* ---- likelihood ---- */
+    const int64_t Nl_tok = Ml * T;
+    const char *ms = "--micro-batch";
+    const int64_t n_lp = 3 + (cfg->grpo.loss.beta > 0 ? 1 : 0);
+    add(p, MEM_LIKELIHOOD, "per-token log-probs (fp64)", n_lp * S * G * 8, "--ranks",
+        "8 S G x %lld (l_mu, l_pi, l_old%s)", (long long)n_lp, n_lp > 3 ? ", reference" : "");
+    add(p, MEM_LIKELIHOOD, "canvas chunk (ids, masks, rows)", Ml * T * 5 + Ml * G * 24, ms,
+        "5 Ml T + 24 Ml G");
+    add(p, MEM_LIKELIHOOD, "layer working set (no grad)", Nl_tok * fwd_tok, ms, "Ml T x %s", fwd_f);
+    if (lora)
+        add(p, MEM_LIKELIHOOD, "LoRA x A^T (bf16)", Nl_tok * rr * 2, ms, "2 r Ml T");
+    if (fp8) {
+        const bool grp = cfg->rollout.fp8.scaling == CFG_FP8_BLOCK;
+        add(p, MEM_LIKELIHOOD, "FP8 activation codes + scales (l_mu)",
+            Nl_tok * Kin + (grp ? Nl_tok * ceil_div(Kin, 128) * 4 : Nl_tok * 4), ms, "Ml T (Kin + %s)",
+            grp ? "4 ceil(Kin/128)" : "4");
+    }
+    add(p, MEM_LIKELIHOOD, "head chunk (fp32 logits)", min64(Ml * G, Hc) * V * 4, "--head-chunk",
+        "4 V min(Ml G, Hc)");
+    add(p, MEM_LIKELIHOOD, "head input rows (bf16)", Ml * G * C * 2, ms, "2 C Ml G");
+
+    /* ---- update ---- */
+    const int64_t Nu = Mu * T, Ru = Mu * rows_o;
+    const int64_t a_layer = 2 * (3 * C + 2 * QD + 2 * KD + 3 * F) + 2 * rr * nt + 8 + 4 * NH;
+    const char *a_f = "(2 (3C + 2QD + 2KD + 3F + r nt) + 8 + 4 NH)";
+    add(p, MEM_UPDATE, "canvas chunk (ids, masks, rows)", Nu * 5 + Ru * 24, ms, "5 Mu T + 24 Mu %s",
+        rows_o == G ? "G" : "rows");
+    const char *rc = "--recompute, --micro-batch";
+    switch (o->recompute) {
+    case MEM_RECOMPUTE_NONE:
+        add(p, MEM_UPDATE, "layer inputs (L+1)", (Ln + 1) * Nu * C * 2, ms, "2 C Mu T (L + 1)");
+        add(p, MEM_UPDATE, "layer activations (all L layers)", Ln * Nu * a_layer, rc, "L Mu T %s", a_f);
+        break;
+    case MEM_RECOMPUTE_LAYER:
+        add(p, MEM_UPDATE, "layer inputs (L+1)", (Ln + 1) * Nu * C * 2, ms, "2 C Mu T (L + 1)");
+        add(p, MEM_UPDATE, "layer activations (1 layer, recomputed)", Nu * a_layer, ms, "Mu T %s", a_f);
+        break;
+    case MEM_RECOMPUTE_EVERY: {
+        const int64_t K = o->recompute_every, ck = ceil_div(Ln, K) + 1;
+        add(p, MEM_UPDATE, "layer inputs (ceil(L/K)+1)", ck * Nu * C * 2, rc, "2 C Mu T (ceil(L/%lld) + 1)",
+            (long long)K);
+        add(p, MEM_UPDATE, "layer activations (K layers, recomputed)", Nu * (K * a_layer + (K - 1) * 2 * C),
+            rc, "Mu T (%lld %s + %lld x 2C)", (long long)K, a_f, (long long)(K - 1));
+        break;
+    }
+    }
+    add(p, MEM_UPDATE, "backward scratch (one layer)", Nu * 2 * (3 * C + 2 * QD + 2 * KD + 3 * F + rr), ms,
+        "2 Mu T (3C + 2QD + 2KD + 3F + r)");
+    add(p, MEM_UPDATE, "head chunk (fp32 logits, then gradient)", min64(Ru, Hc) * V * 4, "--head-chunk",
+        "4 V min(Mu %s, Hc)", rows_o == G ? "G" : "rows");
+    add(p, MEM_UPDATE, "head rows and their gradient (bf16)", Ru * C * 4, ms, "4 C Mu %s",
+        rows_o == G ? "G" : "rows");
+    if (fp8 || bf16_copy || (!lora && strcmp(rollout, "trainer")))
+        add(p, MEM_UPDATE, "rollout-copy rebuild stripe (fp32)", 128 * Kin * 4, "", "4 x 128 Kin");
+
+    finish(p);
+    return DLLM_OK;
+}
+
+/* Peaks per phase, the overall peak, and the cap (0: none, the CPU plan). */
+static void finish(mem_plan *p)
+{
+    int64_t sum[MEM_NPHASE] = {0};
+    for (int i = 0; i < p->n_items; i++)
+        sum[p->items[i].phase] += p->items[i].bytes;
+    p->phase_bytes[MEM_RESIDENT] = sum[MEM_RESIDENT];
+    p->peak = sum[MEM_RESIDENT];
+    p->peak_phase = MEM_RESIDENT;
+    for (int ph = 1; ph < MEM_NPHASE; ph++) {
+        p->phase_bytes[ph] = sum[MEM_RESIDENT] + sum[ph];
+        if (p->phase_bytes[ph] > p->peak) {
+            p->peak = p->phase_bytes[ph];
+            p->peak_phase = (mem_phase)ph;
+        }
+    }
+    p->fits = p->opts.cap <= 0 || p->peak <= p->opts.cap;
+}
+
+/* ---- the CPU backend's buffers -------------------------------------------------------- *
+ *
+ * What the LLaDA model (dllm/llada.c) and the RL loop allocate today, all fp32
+ * unless said: the weights, their gradients or LoRA's, AdamW moments, the
+ * reference; the trainer's bf16 copy (model.trainer_precision bf16: every
+ * weight, stored as fp32); the rollout copy (fp8: the non-linear weights as
+ * fp32-stored bf16, the codes, the scales and a dequantised fp32 cache of every
+ * block linear; bf16: every weight); two activation sets that grow on demand
+ * and stay allocated: the trainer's (L layers for backward, K under recomputation, sized by the
+ * largest chunk: N = max(Ml, Mu) T tokens, with the softmax probabilities
+ * L x B x NH x T x T) and the rollout forward's (one layer, N = the rollout's
+ * Sr T tokens). Per set (acts_ensure): X N C + Lk N (4C + 2QD + 2KD +
+ * 3F + 2) + Lk B NH T^2 + Lk 7 N r + R (2C + 1), backward scratch N (3C + 2QD +
+ * 2KD + 3F + r) + 2 R C, with Lk the kept layers, X the residual slots and R the
+ * head rows; under --recompute (train.recompute) the trainer's set keeps K layers and
+ * ceil(L/K) + K slots (layer: K = 1), as tf_acts_ensure_fwd does. Transient:
+ * the sampler's logits (Sr Bk rows), a likelihood chunk's logits (up to Ml G
+ * rows, the gradient in place in the update), the FP8 linear's dequantised
+ * activations (N Kin). Small tables (RoPE, token ids, masks) are left out. */
+static void add_acts(mem_plan *p, const char *who, const dllm_model_config *mc, int64_t Lk, int64_t X,
+                     int64_t B, int64_t T, int64_t R, int64_t r, mem_phase ph)
+{
+    const int64_t C = mc->d_model, NH = mc->n_heads, HD = mc->head_dim, F = mc->mlp_hidden;
+    const int64_t QD = NH * HD, KD = (int64_t)mc->n_kv_heads * HD, N = B * T;
+    char name[64];
+    snprintf(name, sizeof name, "%s activations (%lld layer%s)", who, (long long)Lk, Lk > 1 ? "s" : "");
+    add(p, ph, name, 4 * (X * N * C + Lk * N * (4 * C + 2 * QD + 2 * KD + 3 * F + 2) + Lk * 7 * N * r),
+        "", "4 N (X C + Lk (4C + 2QD + 2KD + 3F + 2 + 7r)), Lk %lld, X %lld, N %lld", (long long)Lk,
+        (long long)X, (long long)N);
+    snprintf(name, sizeof name, "%s attention probabilities", who);
+    add(p, ph, name, 4 * Lk * B * NH * T * T, "", "4 Lk B NH T^2, B %lld", (long long)B);
+    snprintf(name, sizeof name, "%s backward scratch + head rows", who);
+    add(p, ph, name, 4 * (N * (3 * C + 2 * QD + 2 * KD + 3 * F + r) + R * (2 * C + 1) + 2 * R * C), "",
+        "4 (N (3C + 2QD + 2KD + 3F + r) + R (4C + 1)), R %lld", (long long)R);
+}
+
+int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
+                       const mem_plan_opts *o, dllm_err *err)
+{
+    /* the items below are the block sampler's over the plain block: no q/k norms,
+     * biases or shifted logits (LLaDA) */
+    const dllm_arch_desc *a = dllm_arch_get(mc->arch);
+    if (a->sampler != DLLM_SAMPLER_BLOCK || a->qk_norm || a->qkv_bias || a->shift_logits)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--device cpu: the CPU backend's buffers are planned for the LLaDA model "
+                            "only; plan this model with --device cuda");
+    mem_plan_opts oc = *o;
+    oc.cap = 0;
+    int rc = mem_plan_build(p, mc, cfg, &oc, err); /* the shapes and the option checks */
+    if (rc)
+        return rc;
+    p->cpu = true;
+    p->n_items = 0;
+    const int64_t P = p->n_params, Plin = p->n_lin, Nl = p->n_lora, Ln = mc->n_layers;
+    const int64_t V = mc->embedding_size, G = cfg->rollout.gen_length, Bk = cfg->rollout.block_length;
+    const int64_t T = p->T, Sr = p->rollout_seqs, r = Nl ? cfg->model.lora.rank : 0;
+    const int64_t Kin = max64(mc->d_model, max64((int64_t)mc->n_heads * mc->head_dim, mc->mlp_hidden));
+    const int64_t ntrain = Nl ? Nl : P;
+    add(p, MEM_RESIDENT, "weights (fp32)", 4 * P, "", "4 P");
+    if (Nl) {
+        add(p, MEM_RESIDENT, "LoRA A/B (fp32)", 4 * Nl, "", "4 Nl");
+        add(p, MEM_RESIDENT, "LoRA gradients (fp32)", 4 * Nl, "", "4 Nl");
+    } else {
+        add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, "", "4 P");
+    }
+    add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * ntrain, "", Nl ? "8 Nl" : "8 P");
+    if (cfg->grpo.loss.beta > 0)
+        add(p, MEM_RESIDENT, "KL reference (fp32)", 4 * ntrain, "", Nl ? "4 Nl" : "4 P");
+    if (cfg->model.trainer_precision == CFG_TRAINER_BF16)
+        add(p, MEM_RESIDENT, "bf16 trainer copy (stored fp32)", 4 * P, "", "4 P");
+    const bool fp8 = cfg->rollout.precision == CFG_ROLLOUT_FP8 ||
+                     cfg->rollout.precision == CFG_ROLLOUT_FP8_EXACT;
+    if (fp8) {
+        int64_t n_scales = 0;
+        for (int j = 0; j < NLIN; j++) {
+            int64_t out, in;
+            lin_shape(mc, j, &out, &in);
+            const char *sc = cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling);
+            n_scales += Ln * (!strcmp(sc, "block")     ? ceil_div(out, 128) * ceil_div(in, 128)
+                              : !strcmp(sc, "channel") ? out
+                                                       : 1);
+        }
+        add(p, MEM_RESIDENT, "FP8 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "", "4 (P - Plin)");
+        add(p, MEM_RESIDENT, "FP8 copy: codes", Plin, "", "1 Plin");
+        add(p, MEM_RESIDENT, "FP8 copy: scales (fp32)", 4 * n_scales, "", "4 x scales");
+        if (cfg->rollout.precision == CFG_ROLLOUT_FP8_EXACT)
+            add(p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
+        else /* the fast product reads the codes widened to bf16 */
+            add(p, MEM_RESIDENT, "FP8 copy: codes as bf16 (fast product)", 2 * Plin, "", "2 Plin");
+    } else if (cfg->rollout.precision == CFG_ROLLOUT_NVFP4) {
+        add(p, MEM_RESIDENT, "NVFP4 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "",
+            "4 (P - Plin)");
+        add(p, MEM_RESIDENT, "NVFP4 copy: codes (a byte each)", Plin, "", "1 Plin");
+        add(p, MEM_RESIDENT, "NVFP4 copy: block scales (E4M3, 1 per 16)", ceil_div(Plin, 16), "",
+            "Plin / 16");
+        add(p, MEM_RESIDENT, "NVFP4 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
+    } else if (cfg->rollout.precision == CFG_ROLLOUT_BF16) {
+        add(p, MEM_RESIDENT, "bf16 rollout copy (stored fp32)", 4 * P, "", "4 P");
+    }
+    /* the activation sets, once grown, stay for the run */
+    const int64_t cfgx = cfg->rollout.cfg_scale > 0 ? 2 : 1;
+    const int64_t Mt = p->mb_lik > p->mb_upd ? p->mb_lik : p->mb_upd;
+    int64_t cps_o, rows_o;
+    estimator_shape(cfg, true, cfg->grpo.logp_estimator, &cps_o, &rows_o);
+    (void)cps_o;
+    const int64_t Rt = max64((int64_t)p->mb_lik * G, (int64_t)p->mb_upd * rows_o);
+    /* the kept forward's slots under recomputation K (dllm_tf_set_recompute): K layers'
+     * activations, ceil(L/K) + K residual slots; none: L and L + 1 */
+    const int64_t K = o->recompute == MEM_RECOMPUTE_NONE    ? Ln
+                      : o->recompute == MEM_RECOMPUTE_LAYER ? 1
+                                                            : min64(o->recompute_every, Ln);
+    add_acts(p, "trainer", mc, K, K < Ln ? ceil_div(Ln, K) + K : Ln + 1, Mt, T, Rt, r, MEM_RESIDENT);
+    const int64_t Br = max64(cfgx * Sr, p->mb_lik);
+    add_acts(p, "rollout", mc, 1, 2, Br, T, max64(cfgx * Sr * Bk, (int64_t)p->mb_lik * G), r,
+             MEM_RESIDENT);
+    /* transient */
+    add(p, MEM_ROLLOUT, "sampler logits (fp32)", 4 * cfgx * Sr * Bk * V, "", "4 Sr Bk V%s",
+        cfgx > 1 ? " x 2 (cfg)" : "");
+    if (fp8)
+        add(p, MEM_ROLLOUT, "FP8 linear input, dequantised (fp32)", 4 * cfgx * Sr * T * Kin, "",
+            "4 Sr T Kin");
+    add(p, MEM_LIKELIHOOD, "chunk logits (fp32)", 4 * (int64_t)p->mb_lik * G * V, "", "4 Ml G V");
+    add(p, MEM_UPDATE, "chunk logits, then their gradient (fp32)", 4 * (int64_t)p->mb_upd * rows_o * V, "",
+        "4 Mu %s V", rows_o == G ? "G" : "rows");
+    finish(p);
+    return DLLM_OK;
+}
+
+/* ---- output -------------------------------------------------------------------------- */
+
+static const char *recompute_name(const mem_plan_opts *o, char *buf, size_t n)
+{
+    if (o->recompute == MEM_RECOMPUTE_EVERY)
+        snprintf(buf, n, "every:%d", o->recompute_every);
+    else
+        snprintf(buf, n, "%s", o->recompute == MEM_RECOMPUTE_NONE ? "none" : "layer");
+    return buf;
+}
+
+void mem_plan_print(const mem_plan *p, const char *what, FILE *f)
+{
+    char rb[32];
+    fprintf(f, "memory plan: %s\n", what);
+    if (p->cpu)
+        fprintf(f, "CPU backend (today's buffers), %d rank%s: %d sequences per rank, T = %d tokens; "
+                   "%d canvases per forward (likelihood), %d (update)\n",
+                p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->T, p->mb_lik, p->mb_upd);
+    else
+        fprintf(f, "GPU path, %d rank%s: %d sequences per rank (%d decoded together), T = %d tokens; "
+                   "micro-batch %d canvases (likelihood), %d (update); recompute %s; head chunk %d rows\n",
+                p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->rollout_seqs, p->T, p->mb_lik,
+                p->mb_upd, recompute_name(&p->opts, rb, sizeof rb), p->opts.head_chunk);
+    fprintf(f, "symbols: %s\n\n", p->symbols);
+    int wn = 4;
+    for (int i = 0; i < p->n_items; i++) {
+        int l = (int)strlen(p->items[i].name);
+        wn = l > wn ? l : wn;
+    }
+    fprintf(f, "%-10s  %-*s  %8s  %s\n", "phase", wn, "item", "GiB", "formula (bytes)");
+    for (int ph = 0; ph < MEM_NPHASE; ph++)
+        for (int i = 0; i < p->n_items; i++) {
+            const mem_item *it = &p->items[i];
+            if ((int)it->phase == ph)
+                fprintf(f, "%-10s  %-*s  %8.2f  %s\n", mem_phase_names[ph], wn, it->name,
+                        (double)it->bytes / GIB, it->formula);
+        }
+    fprintf(f, "\npeak per phase (resident + the phase's transient items):\n");
+    for (int ph = 0; ph < MEM_NPHASE; ph++)
+        fprintf(f, "  %-10s  %8.2f GiB%s\n", mem_phase_names[ph], (double)p->phase_bytes[ph] / GIB,
+                ph == (int)p->peak_phase ? "   <- peak" : "");
+    fprintf(f, "peak: %.2f GiB (%.2f GB) in the %s phase\n", (double)p->peak / GIB, (double)p->peak / 1e9,
+            mem_phase_names[p->peak_phase]);
+    if (p->opts.cap > 0)
+        fprintf(f, "fits in %.2f GB (%.2f GiB): %s\n", (double)p->opts.cap / 1e9, (double)p->opts.cap / GIB,
+                p->fits ? "yes" : "no");
+    else
+        fprintf(f, "no cap: host memory (the activation sets stay allocated once grown)\n");
+}
+
+void mem_plan_print_json(const mem_plan *p, const char *what, FILE *f)
+{
+    char rb[32];
+    json_t *items = json_array();
+    for (int i = 0; i < p->n_items; i++) {
+        const mem_item *it = &p->items[i];
+        json_array_append_new(items, json_pack("{s:s, s:s, s:I, s:s}", "name", it->name, "phase",
+                                               mem_phase_names[it->phase], "bytes", (json_int_t)it->bytes,
+                                               "formula", it->formula));
+    }
+    json_t *phases = json_object();
+    for (int ph = 0; ph < MEM_NPHASE; ph++)
+        json_object_set_new(phases, mem_phase_names[ph], json_integer((json_int_t)p->phase_bytes[ph]));
+    json_t *o = json_pack(
+        "{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:I, s:I, s:I, s:s, s:o, s:o, s:I, s:s, s:I, s:b}",
+        "what", what, "arch", cfg_names_name(&cfg_names_arch, p->arch), "ranks", p->opts.ranks,
+        "sequences_per_rank", p->seqs, "rollout_batch", p->rollout_seqs, "tokens", p->T,
+        "micro_batch_likelihood", p->mb_lik, "micro_batch_update", p->mb_upd, "recompute",
+        recompute_name(&p->opts, rb, sizeof rb), "head_chunk", p->opts.head_chunk, "params",
+        (json_int_t)p->n_params, "lora_params", (json_int_t)p->n_lora, "linear_params", (json_int_t)p->n_lin,
+        "symbols", p->symbols, "items", items, "phases", phases, "peak_bytes", (json_int_t)p->peak,
+        "peak_phase", mem_phase_names[p->peak_phase], "cap_bytes", (json_int_t)p->opts.cap, "fits",
+        p->fits);
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    fprintf(f, "%s\n", s);
+    free(s);
+    json_decref(o);
+}
+
+void mem_plan_advice(const mem_plan *p, char *buf, size_t n)
+{
+    size_t used = 0;
+#define APPEND(...)                                                                               \
+    do {                                                                                          \
+        if (used < n)                                                                             \
+            used += (size_t)snprintf(buf + used, n - used, __VA_ARGS__);                          \
+    } while (0)
+    buf[0] = '\0';
+    const int64_t res = p->phase_bytes[MEM_RESIDENT];
+    APPEND("peak %.2f GiB in the %s phase exceeds %.2f GiB (%.2f GB)", (double)p->peak / GIB,
+           mem_phase_names[p->peak_phase], (double)p->opts.cap / GIB, (double)p->opts.cap / 1e9);
+    if (res > p->opts.cap || p->peak_phase == MEM_RESIDENT) {
+        APPEND("; the resident buffers alone take %.2f GiB: %s, or use a larger device "
+               "(--max-gpu-memory)", (double)res / GIB,
+               p->n_lora ? "lower model.lora.rank (the bf16 weights stay)"
+                         : "train LoRA (model.lora.rank > 0) instead of all weights");
+        return;
+    }
+    /* the peak phase's three largest transient items */
+    int top[3] = {-1, -1, -1};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < p->n_items; i++) {
+            const mem_item *it = &p->items[i];
+            if (it->phase != p->peak_phase || i == top[0] || i == top[1])
+                continue;
+            if (top[k] < 0 || it->bytes > p->items[top[k]].bytes)
+                top[k] = i;
+        }
+    APPEND("; its largest transient items:");
+    for (int k = 0; k < 3 && top[k] >= 0; k++) {
+        const mem_item *it = &p->items[top[k]];
+        APPEND(" %s %.2f GiB (%s)%s", it->name, (double)it->bytes / GIB,
+               it->shrink[0] ? it->shrink : "fixed", k < 2 && top[k + 1] >= 0 ? ";" : "");
+    }
+    char rb[32];
+    APPEND(". To shrink them: --micro-batch N (now %d / %d canvases), --recompute layer or every:K "
+           "(now %s), --rollout-batch N (now %d sequences), more ranks (--ranks, now %d; or fewer "
+           "grpo.prompts_per_step or rollout.group_size), a smaller --head-chunk (now %d rows), a "
+           "lower model.lora.rank",
+           p->mb_lik, p->mb_upd, recompute_name(&p->opts, rb, sizeof rb), p->rollout_seqs, p->opts.ranks,
+           p->opts.head_chunk);
+#undef APPEND
+}
+
+int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan_opts *o,
+                       FILE *f, dllm_err *err)
+{
+    mem_plan_opts d;
+    mem_plan_opts_defaults(&d);
+    mem_plan *p = dllm_malloc(sizeof *p);
+    int rc = mem_plan_build(p, mc, cfg, o ? o : &d, err);
+    if (!rc && !p->fits) {
+        mem_plan_print(p, cfg->experiment, f);
+        char advice[900], fix[128];
+        mem_plan_advice(p, advice, sizeof advice);
+        bool one = mem_plan_suggest(mc, cfg, p, fix, sizeof fix);
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "the memory plan does not fit: %s%s%s", advice,
+                          one ? ". This fits: " : "", one ? fix : "");
+    }
+    free(p);
+    return rc;
+}
+
+int mem_plan_suggest(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan *p, char *buf,
+                     size_t n)
+{
+    buf[0] = '\0';
+    mem_plan *q = dllm_malloc(sizeof *q);
+    dllm_err err = {0};
+    int found = 0;
+    /* recomputation first (it costs compute, not batch), then halving the
+     * micro-batch, then halving the sequences decoded together */
+    if (p->opts.recompute != MEM_RECOMPUTE_LAYER) {
+        mem_plan_opts o = p->opts;
+        o.recompute = MEM_RECOMPUTE_LAYER;
+        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
+            snprintf(buf, n, "--recompute layer (peak %.2f GiB)", (double)q->peak / GIB);
+            found = 1;
+        }
+    }
+    for (int mb = (p->mb_lik > p->mb_upd ? p->mb_lik : p->mb_upd) / 2; !found && mb >= 1; mb /= 2) {
+        mem_plan_opts o = p->opts;
+        o.micro_batch = mb;
+        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
+            snprintf(buf, n, "--micro-batch %d (peak %.2f GiB)", mb, (double)q->peak / GIB);
+            found = 1;
+        }
+    }
+    for (int rb = p->rollout_seqs / 2; !found && rb >= 1; rb /= 2) {
+        mem_plan_opts o = p->opts;
+        o.rollout_batch = rb;
+        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
+            snprintf(buf, n, "--rollout-batch %d (peak %.2f GiB)", rb, (double)q->peak / GIB);
+            found = 1;
+        }
+    }
+    free(q);
+    return found;
+}
