@@ -2,11 +2,11 @@
  * (dllm/qwen35.h). The model runs on the host in fp32, one sequence at a time;
  * what the other architectures take beyond that (low-precision copies, a device,
  * text prompts through a tokenizer) is refused with the reason, exit 2. */
-#include "src/cli_qwen35.h"
+#include "src/cli/cli_qwen35.h"
 #include "dllm/ar_sampler.h"
 #include "dllm/qwen35.h"
 #include "kernels/rng.h"
-#include "src/cli_util.h"
+#include "src/cli/cli_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* cli_qwen35.h: the commands' path for a Qwen3.5 checkpoint (src/cli_qwen35.c). */
+/* cli_qwen35.h: the commands' path for a Qwen3.5 checkpoint (src/cli/cli_qwen35.c). */
 #ifndef DLLM_CLI_QWEN35_H
 #define DLLM_CLI_QWEN35_H
 
