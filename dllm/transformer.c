@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ---- shapes and names ------------------------------------------------------------- */
 
@@ -107,7 +108,7 @@ static void carve(dllm_tf *m, bool grads)
 }
 
 /* A model with uninitialised weights (gradients come on demand). */
-static dllm_tf *model_alloc(const dllm_arch_desc *a, const dllm_model_config *cfg)
+static dllm_tf *model_alloc(const dllm_arch_desc *a, const dllm_model_config *cfg, bool shape)
 {
     dllm_tf *m = dllm_calloc(1, sizeof *m);
     m->arch = a;
@@ -143,7 +144,19 @@ static dllm_tf *model_alloc(const dllm_arch_desc *a, const dllm_model_config *cf
 
     for (int i = 0; i < m->np; i++)
         m->n_params += m->plist[i].numel;
-    m->params = dllm_malloc(m->n_params * sizeof(float));
+    if (shape) { /* reserved, never committed: pages appear only where written */
+        void *p = mmap(NULL, m->n_params * sizeof(float), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            fprintf(stderr, "dllm-rl: out of address space for a %zu-parameter shape model\n",
+                    m->n_params);
+            exit(1);
+        }
+        m->params = p;
+        m->shape_only = true;
+    } else {
+        m->params = dllm_malloc(m->n_params * sizeof(float));
+    }
     m->lw = dllm_calloc((size_t)m->L, sizeof *m->lw);
     m->lg = dllm_calloc((size_t)m->L, sizeof *m->lg);
     size_t off = 0;
@@ -167,7 +180,7 @@ dllm_tf *dllm_tf_create_arch(const dllm_arch_desc *a, const dllm_model_config *c
         fprintf(stderr, "%s\n", err.msg);
         abort(); /* presets and callers validate configs; reaching here is a bug */
     }
-    dllm_tf *m = model_alloc(a, cfg);
+    dllm_tf *m = model_alloc(a, cfg, false);
     /* Norm weights 1, biases 0, matrices N(0, 0.02). One stream per (tensor,
      * chunk) so the result does not depend on the thread count. */
     enum { CHUNK = 1 << 16 };
@@ -197,6 +210,14 @@ dllm_tf *dllm_tf_create(const dllm_model_config *cfg, uint64_t seed)
     return dllm_tf_create_arch(dllm_arch_get(cfg->arch), cfg, seed);
 }
 
+dllm_tf *dllm_tf_create_shape(const dllm_model_config *cfg, dllm_err *err)
+{
+    const dllm_arch_desc *a = dllm_arch_get(cfg->arch);
+    if (dllm_tf_check_config(a, cfg, "model", err))
+        return NULL;
+    return model_alloc(a, cfg, true);
+}
+
 static void lora_free(dllm_tf *m)
 {
     free(m->lora_params);
@@ -223,7 +244,10 @@ void dllm_tf_free(dllm_tf *m)
     tf_view_free(m, &m->rv);
     lora_free(m);
     op_rope_table_free(&m->rope);
-    free(m->params);
+    if (m->shape_only)
+        munmap(m->params, m->n_params * sizeof(float));
+    else
+        free(m->params);
     free(m->grads);
     free(m->lw);
     free(m->lg);
@@ -399,7 +423,7 @@ int dllm_tf_load_arch(dllm_tf **out, const dllm_arch_desc *a, const char *dir, d
         a = dllm_arch_get(cfg.arch);
     if ((rc = dllm_tf_check_config(a, &cfg, where, err)))
         return rc;
-    dllm_tf *m = model_alloc(a, &cfg);
+    dllm_tf *m = model_alloc(a, &cfg, false);
     if ((rc = param_io_read(m->plist, m->np, dir, err))) {
         dllm_tf_free(m);
         return rc;

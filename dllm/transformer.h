@@ -51,6 +51,12 @@ dllm_tf *dllm_tf_create(const dllm_model_config *cfg, uint64_t seed);
 /* The same for an explicit descriptor (an architecture not in model_config). */
 dllm_tf *dllm_tf_create_arch(const dllm_arch_desc *a, const dllm_model_config *cfg,
                              uint64_t seed);
+/* A model of cfg's shapes without values, for the recording backend
+ * (kernels/record/record.h): its weights are address space never written (they read as
+ * zeros, and no host memory backs them until something writes), LoRA merges are skipped,
+ * so an 8B model costs the host almost nothing. It runs the real code paths on a
+ * recording backend; its numbers mean nothing. NULL (err set) on a bad config. */
+dllm_tf *dllm_tf_create_shape(const dllm_model_config *cfg, dllm_err *err);
 /* 0 if cfg has the sizes the descriptor needs; else an input error naming `where`. */
 int dllm_tf_check_config(const dllm_arch_desc *a, const dllm_model_config *cfg,
                          const char *where, dllm_err *err);

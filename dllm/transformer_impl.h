@@ -112,6 +112,7 @@ struct dllm_tf {
     float *params; // (n_params) HF order
     float *grads;  // (n_params), NULL under LoRA or before first use
     size_t n_params;
+    bool shape_only; /* dllm_tf_create_shape: params is an untouched mapping */
     float *embed;      // (V, C)
     tf_layer *lw;      // (L)
     float *final_norm; // (C)

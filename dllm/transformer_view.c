@@ -50,6 +50,8 @@ const tf_view *tf_rollout_view(const dllm_tf *m)
  * an adapter there): the weight the rollout copy is built from. */
 void tf_merged_weight(const dllm_tf *m, int l, int j, float *dst)
 {
+    if (m->shape_only) /* no values to merge; the host GEMM would cost minutes at 8B */
+        return;
     int o, i;
     tf_lin_shape(m, j, &o, &i);
     memcpy(dst, m->lw[l].t[j], (size_t)o * i * sizeof(float));

@@ -1,9 +1,11 @@
 /* cmd_plan.c: `dllm-rl plan CONFIG.yaml`: the itemised device-memory plan of
- * the run on the GPU path (src/plan/mem_plan.h), and whether it fits a cap. */
+ * the run on the GPU path (src/plan/mem_plan.h), and whether it fits a cap; --time, the
+ * modelled step (src/plan/plan_time.h). */
 #include "src/cli/commands.h"
 #include "src/cli/cli_util.h"
 #include "src/plan/mem_plan.h"
 #include "src/plan/mem_plan_device.h"
+#include "src/plan/plan_time.h"
 
 #include "dllm/arch.h"
 
@@ -17,7 +19,7 @@ static const char usage_text[] =
     "                    [--max-gpu-memory SIZE] [--ranks N] [--prompt-tokens N]\n"
     "                    [--micro-batch N] [--rollout-batch N] [--recompute none|layer|every:K]\n"
     "                    [--head-chunk ROWS] [--preset NAME] [--json]\n"
-    "                    [--phase rollout|score|train]\n\n"
+    "                    [--phase rollout|score|train] [--time [--gpu h100|h200]]\n\n"
     "Prints the itemised device-memory plan of CONFIG's RL run on the GPU path: every\n"
     "buffer (resident, rollout, likelihood, update) with its size and formula, the peak\n"
     "per phase (resident + the phase's transient buffers), and whether the peak fits.\n"
@@ -50,7 +52,18 @@ static const char usage_text[] =
     "                         backward; the device keeps every buffer it grew). Under\n"
     "                         the CUDA emulation this matches the allocator's measured peak\n"
     "                         (tests/test_plan_device.c). With --max-gpu-memory: exit 2 when\n"
-    "                         it does not fit\n\n"
+    "                         it does not fit\n"
+    "  --time                 instead of memory: a MODELLED time per phase of one step\n"
+    "                         (rollout_step: one denoising step; score: the step's old\n"
+    "                         log-probs; update_step: one inner step's forward, backward,\n"
+    "                         clip and AdamW) from the CUDA backend's calls recorded\n"
+    "                         without a device (a roofline with fixed constants, never a\n"
+    "                         measurement: docs/PLAN.md), with launches, host syncs,\n"
+    "                         transfers, FLOPs by unit, and FP8 over BF16 for the rollout\n"
+    "                         step; with --json as one JSON object. Needs --device cuda\n"
+    "                         or a cuda config\n"
+    "  --gpu h100|h200        the constants of --time (default h100: H100 SXM; h200:\n"
+    "                         its 4.8 TB/s HBM)\n\n"
     "The model's dimensions come from model.path/config.json; a published checkpoint\n"
     "directory that is not there (LLaDA-8B-Instruct, LLaDA-8B-Base, Qwen3-8B) is planned\n"
     "with its preset. Without model.path: model.preset and model.arch.\n\n"
@@ -58,9 +71,9 @@ static const char usage_text[] =
     "or bad input, 1 internal failure\n";
 
 typedef struct {
-    const char *config, *device, *preset, *phase;
+    const char *config, *device, *preset, *phase, *gpu;
     const char *sets[64];
-    int nsets, json, cap_given, recompute_given;
+    int nsets, json, cap_given, recompute_given, time;
     mem_plan_opts o;
 } plan_args;
 
@@ -92,7 +105,8 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
         {"rollout-batch", required_argument, 0, 'R'},  {"recompute", required_argument, 0, 'c'},
         {"head-chunk", required_argument, 0, 'H'},     {"preset", required_argument, 0, 'P'},
         {"json", no_argument, 0, 'j'},                 {"help", no_argument, 0, 'h'},
-        {"phase", required_argument, 0, 'F'},
+        {"phase", required_argument, 0, 'F'},         {"time", no_argument, 0, 't'},
+        {"gpu", required_argument, 0, 'g'},
         {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     mem_plan_opts_defaults(&a->o);
@@ -154,6 +168,13 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
             a->phase = optarg;
             break;
         case 'j': a->json = 1; break;
+        case 't': a->time = 1; break;
+        case 'g':
+            if (strcmp(optarg, "h100") && strcmp(optarg, "h200"))
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "--gpu: expected h100 or h200, got '%s'",
+                                    optarg);
+            a->gpu = optarg;
+            break;
         case 'h': fputs(usage_text, stdout); exit(0);
         case ':':
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s needs a value (see --help)", argv[optind - 1]);
@@ -165,6 +186,85 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
         a->config = argv[optind++];
     if (optind < argc || !a->config)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "expected one CONFIG.yaml (see --help)");
+    if (a->gpu && !a->time)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--gpu sets the constants of --time: give --time");
+    if (a->time && a->phase)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "--time and --phase are two different plans: "
+                            "give one");
+    return 0;
+}
+
+/* The run's precision and LoRA targets from the config (both device plans read them). */
+static int run_precision(const dllm_cfg *cfg, const dllm_model_config *mc, dllm_precision *prec,
+                         int *lora_mask, dllm_err *err)
+{
+    if (dllm_precision_parse(prec,
+                             cfg_names_name(&cfg_names_trainer_precision, cfg->model.trainer_precision),
+                             cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
+                             cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
+                             cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
+                             cfg->rollout.fp8.pow2_scale != 0, err))
+        return err->code;
+    const dllm_arch_desc *ad = dllm_arch_get(mc->arch);
+    *lora_mask = cfg->model.lora.targets.n ? 0 : LORA_ALL;
+    for (int i = 0; cfg->model.lora.rank > 0 && i < cfg->model.lora.targets.n; i++) {
+        int bit = dllm_arch_lora_bit(ad, cfg->model.lora.targets.items[i]);
+        char list[160];
+        if (!bit)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: unknown module '%s' "
+                                "(expected %s)", cfg->model.lora.targets.items[i],
+                                dllm_arch_lora_list(ad, list, sizeof list));
+        *lora_mask |= bit;
+    }
+    return 0;
+}
+
+/* --time: the step's phases recorded at the config's shapes (plan_time.h). */
+static int plan_time_now(const plan_args *a, const dllm_cfg *cfg, const dllm_model_config *mc,
+                         const char *model, dllm_err *err)
+{
+    pt_shape s = {0};
+    if (run_precision(cfg, mc, &s.prec, &s.lora_mask, err))
+        return err->code;
+    if (dllm_arch_get(mc->arch)->sampler != DLLM_SAMPLER_BLOCK)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "plan --time: model.arch %s: the rollout step "
+                            "is modelled for the block-wise masked-diffusion sampler (llada) only",
+                            cfg_names_name(&cfg_names_arch, mc->arch));
+    if (a->o.ranks < 1 || cfg->grpo.prompts_per_step % a->o.ranks)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--ranks %d must divide grpo.prompts_per_step %d (groups never split)",
+                            a->o.ranks, cfg->grpo.prompts_per_step);
+    s.lora_rank = cfg->model.lora.rank;
+    s.lora_alpha = (float)cfg->model.lora.alpha;
+    s.S = cfg->grpo.prompts_per_step / a->o.ranks * cfg->rollout.group_size;
+    if (a->o.rollout_batch)
+        s.S = a->o.rollout_batch;
+    s.P = a->o.prompt_tokens;
+    s.G = cfg->rollout.gen_length;
+    s.block_length = cfg->rollout.block_length;
+    s.steps = cfg->rollout.steps;
+    s.cfg = cfg->rollout.cfg_scale > 0;
+    s.micro_batch = a->o.micro_batch ? a->o.micro_batch : 64;
+    s.recompute = a->o.recompute == MEM_RECOMPUTE_NONE    ? 0
+                  : a->o.recompute == MEM_RECOMPUTE_LAYER ? 1
+                                                          : a->o.recompute_every;
+    s.grad_clip = cfg->optim.grad_clip;
+    pt_result *r = dllm_malloc(sizeof *r);
+    pt_gpu gpu = a->gpu && !strcmp(a->gpu, "h200") ? PT_GPU_H200 : PT_GPU_H100;
+    if (plan_time_run(mc, &s, gpu, r, err)) {
+        free(r);
+        return err->code;
+    }
+    char what[2 * CFG_STR_MAX + 320];
+    snprintf(what, sizeof what, "%s, %s from %s; %d sequences x (%d + %d) tokens%s, rollout %s, "
+             "micro-batch %d", a->config, cfg_names_name(&cfg_names_arch, mc->arch), model, s.S,
+             s.P, s.G, s.cfg ? " (CFG: twice)" : "",
+             cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision), s.micro_batch);
+    if (a->json)
+        plan_time_print_json(r, what, stdout);
+    else
+        plan_time_print(r, what, stdout);
+    free(r);
     return 0;
 }
 
@@ -273,6 +373,14 @@ int cmd_plan(int argc, char **argv)
                                                              : MEM_RECOMPUTE_EVERY;
         /* K at or above the layers: one segment, as the run clamps it */
         a.o.recompute_every = k > mc.n_layers ? mc.n_layers : k > 0 ? k : 1;
+    }
+    if (a.time) {
+        if (cpu) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--time models the cuda device path: give "
+                         "--device cuda (the config's device is cpu)");
+            return cli_fail("plan", &err);
+        }
+        return plan_time_now(&a, &cfg, &mc, model, &err) ? cli_fail("plan", &err) : 0;
     }
     if (a.phase) {
         if (a.json) {

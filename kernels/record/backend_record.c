@@ -1,0 +1,1072 @@
+/* backend_record.c: the recording backend (record.h).
+ *
+ * Each entry mirrors the CUDA backend's entry of the same name (kernels/cuda/
+ * backend_cuda.cu) and the launch helpers it calls (the kernels/cuda sources): the same kernels in
+ * the same order, the same cuBLASLt matmuls, the per-block weight-scale copies of its FP8
+ * GEMMs, its workspace grown (after a device sync) exactly when it grows, cuBLASLt's
+ * 32 MiB on the first matmul, and the blocking copies of upload, download and the norm.
+ * Bytes are the compulsory traffic (each operand read once, each result written once);
+ * FLOPs count a multiply-add as 2. A change to the CUDA backend's calls is a change here:
+ * tests/test_record.c runs both under the CUDA emulation and compares them call by call. */
+#include "kernels/record/record.h"
+
+#include "kernels/base.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const rec_unit_names[REC_NUNITS] = {"fp8_tensor_core", "bf16_tensor_core",
+                                                "tf32_tensor_core", "fp32_cuda_core",
+                                                "memory_bound"};
+const char *const rec_kind_names[REC_NKINDS] = {"kernel", "matmul", "copy", "h2d", "d2h",
+                                                "sync",   "alloc",  "free"};
+
+enum { LT_WORKSPACE = 32 << 20 }; /* kernels/cuda/gemm_cublaslt.cu WORKSPACE_BYTES */
+#define WS_FIRST ((size_t)1 << 20) /* backend_cuda.cu ws_get's first size */
+
+typedef struct {
+    uintptr_t key;
+    size_t bytes;
+} slot;
+
+typedef struct {
+    dllm_backend be;
+    dllm_backend *inner;
+    bool block_fp8;
+    rec_event *ev;
+    size_t n, cap;
+    int64_t live, peak;
+    slot *tab;            /* allocation sizes by address (open addressing) */
+    size_t tcap, tn;
+    uintptr_t next;       /* the next address handed out without an inner backend */
+    size_t ws_bytes, qa_bytes; /* the CUDA backend's workspace and fused-FP8 buffer */
+    void *ws, *qa;        /* their addresses here (ours even over an inner backend) */
+    bool lt;              /* cuBLASLt's workspace allocated */
+    const char *op;       /* the entry being recorded */
+    rec_call_hook hook;
+    void *hook_ctx;
+} recorder;
+
+static recorder *R(dllm_backend *be) { return (recorder *)be->impl; }
+static const recorder *RC(const dllm_backend *be) { return (const recorder *)be->impl; }
+
+/* ---- the event list ------------------------------------------------------------------- */
+
+static rec_event *emit(recorder *r, rec_kind k, rec_unit u, const char *what, double flops,
+                       double rd, double wr, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+static rec_event *emit(recorder *r, rec_kind k, rec_unit u, const char *what, double flops,
+                       double rd, double wr, const char *fmt, ...)
+{
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 256;
+        r->ev = dllm_realloc(r->ev, r->cap * sizeof *r->ev);
+    }
+    rec_event *e = &r->ev[r->n++];
+    memset(e, 0, sizeof *e);
+    e->op = r->op ? r->op : "";
+    e->what = what;
+    e->kind = k;
+    e->unit = u;
+    e->flops = flops;
+    e->rd = rd;
+    e->wr = wr;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->shape, sizeof e->shape, fmt, ap);
+    va_end(ap);
+    return e;
+}
+
+/* ---- allocations: sizes by address ---------------------------------------------------- */
+
+static size_t hash_at(uintptr_t k, size_t cap) { return (size_t)((k >> 8) * 0x9E3779B97F4A7C15ull) & (cap - 1); }
+
+static void tab_put(recorder *r, uintptr_t k, size_t bytes)
+{
+    if (2 * (r->tn + 1) > r->tcap) {
+        size_t oc = r->tcap, nc = oc ? 2 * oc : 1024;
+        slot *old = r->tab;
+        r->tab = dllm_calloc(nc, sizeof *r->tab);
+        r->tcap = nc;
+        r->tn = 0;
+        for (size_t i = 0; i < oc; i++)
+            if (old[i].key)
+                tab_put(r, old[i].key, old[i].bytes);
+        free(old);
+    }
+    size_t i = hash_at(k, r->tcap);
+    while (r->tab[i].key && r->tab[i].key != k)
+        i = (i + 1) & (r->tcap - 1);
+    if (!r->tab[i].key)
+        r->tn++;
+    r->tab[i] = (slot){k, bytes};
+}
+
+/* The size of k's allocation, removed (backward-shift deletion); 0 when unknown. */
+static size_t tab_take(recorder *r, uintptr_t k)
+{
+    if (!r->tcap)
+        return 0;
+    size_t i = hash_at(k, r->tcap);
+    while (r->tab[i].key && r->tab[i].key != k)
+        i = (i + 1) & (r->tcap - 1);
+    if (!r->tab[i].key)
+        return 0;
+    size_t bytes = r->tab[i].bytes;
+    r->tab[i].key = 0;
+    r->tn--;
+    for (size_t j = (i + 1) & (r->tcap - 1); r->tab[j].key; j = (j + 1) & (r->tcap - 1)) {
+        slot s = r->tab[j];
+        r->tab[j].key = 0;
+        r->tn--;
+        tab_put(r, s.key, s.bytes);
+    }
+    return bytes;
+}
+
+/* cudaMalloc of bytes (inner: its pointer p; else an address of our own). */
+static void *dev_malloc(recorder *r, size_t bytes, void *p)
+{
+    size_t b = bytes ? bytes : 1;
+    if (!p) {
+        p = (void *)r->next;
+        r->next += (b + 511) / 256 * 256; /* 256-aligned, never reused */
+    }
+    tab_put(r, (uintptr_t)p, b);
+    r->live += (int64_t)b;
+    if (r->live > r->peak)
+        r->peak = r->live;
+    emit(r, REC_ALLOC, REC_UNIT_MEMORY, "cudaMalloc", 0, 0, 0, "%zu bytes", b)->bytes =
+        (int64_t)b;
+    return p;
+}
+
+static void dev_free(recorder *r, const void *p)
+{
+    if (!p)
+        return;
+    size_t b = tab_take(r, (uintptr_t)p);
+    r->live -= (int64_t)b;
+    emit(r, REC_FREE, REC_UNIT_MEMORY, "cudaFree", 0, 0, 0, "%zu bytes", b)->bytes = (int64_t)b;
+}
+
+static void host_sync(recorder *r, const char *what)
+{
+    emit(r, REC_SYNC, REC_UNIT_MEMORY, what, 0, 0, 0, "device");
+}
+
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+/* backend_cuda.cu's ws_get: grows (after a sync) only when too small */
+static void ws_get(recorder *r, size_t bytes)
+{
+    if (bytes <= r->ws_bytes)
+        return;
+    size_t nb = r->ws_bytes ? r->ws_bytes : WS_FIRST;
+    while (nb < bytes)
+        nb *= 2;
+    host_sync(r, "cudaDeviceSynchronize");
+    dev_free(r, r->ws);
+    r->ws = dev_malloc(r, nb, NULL); /* the inner backend grows its own alike */
+    r->ws_bytes = nb;
+}
+
+static size_t begin(recorder *r, const char *op)
+{
+    r->op = op;
+    return r->n;
+}
+
+static void end(recorder *r, size_t n0)
+{
+    if (r->hook)
+        r->hook(r->hook_ctx, r->op, r->ev + n0, r->n - n0);
+    r->op = NULL;
+}
+
+#define IN (r->inner)
+#define INOPS (r->inner->ops)
+
+static void kernel(recorder *r, const char *what, double flops, double rd, double wr,
+                   const char *shape)
+{
+    emit(r, REC_KERNEL, REC_UNIT_MEMORY, what, flops, rd, wr, "%s", shape);
+}
+
+static void dev_copy(recorder *r, const char *what, double rd, double wr, size_t bytes)
+{
+    emit(r, REC_COPY, REC_UNIT_MEMORY, what, 0, rd, wr, "%zu bytes", bytes);
+}
+
+/* one cuBLASLt matmul (its workspace on the first) */
+static rec_event *matmul(recorder *r, const char *what, rec_unit u, double M, double N, double K,
+                         double rd, double wr)
+{
+    if (!r->lt) {
+        r->lt = true;
+        dev_malloc(r, LT_WORKSPACE, NULL);
+    }
+    rec_event *e = emit(r, REC_MATMUL, u, what, 2 * M * N * K, rd, wr, "M=%.0f N=%.0f K=%.0f",
+                        M, N, K);
+    e->dense = true;
+    return e;
+}
+
+/* cu_gemm: dllm_cuda_gemm_f32 (CUBLAS_COMPUTE_32F on fp32 operands: CUDA cores) */
+static rec_event *gemm_f32(recorder *r, int M, int N, int K, float beta, const void *weight,
+                           double wbytes)
+{
+    if (M <= 0 || N <= 0)
+        return NULL;
+    if (K <= 0) {
+        fprintf(stderr, "dllm-rl: cuda backend: gemm with K=%d\n", K);
+        exit(1);
+    }
+    double m = M, n = N, k = K;
+    rec_event *e = matmul(r, "gemm_f32", REC_UNIT_FP32_CORE, m, n, k,
+                          4 * (m * k + k * n) + (beta != 0.0f ? 4 * m * n : 0), 4 * m * n);
+    e->weight = weight;
+    e->weight_bytes = weight ? wbytes : 0;
+    return e;
+}
+
+/* dllm_cuda_fp8_quantise over R x C in br x bc blocks: one kernel for row-local groups
+ * (br 1), else zero, amax, scale, encode */
+static void fp8_quant(recorder *r, int R, int C, int br, int bc, const char *src)
+{
+    double n = (double)R * C, ns = (double)((R + br - 1) / br) * ((C + bc - 1) / bc);
+    char sh[64];
+    snprintf(sh, sizeof sh, "R=%d C=%d block %dx%d%s", R, C, br, bc, src);
+    double in = strcmp(src, " bf16") ? 4 : 2;
+    if ((br > R ? R : br) == 1) {
+        kernel(r, "fp8_quant_rows", 4 * n, in * n, n + 4 * ns, sh);
+        return;
+    }
+    kernel(r, "fp8_zero_slots", 0, 0, 4 * ns, sh);
+    kernel(r, "fp8_amax", n, in * n, 4 * ns, sh);
+    kernel(r, "fp8_scale_from_amax", ns, 4 * ns, 4 * ns, sh);
+    kernel(r, "fp8_encode", 2 * n, in * n + 4 * ns, n, sh);
+}
+
+static void fp8_dequant(recorder *r, int R, int C)
+{
+    char sh[64];
+    snprintf(sh, sizeof sh, "R=%d C=%d", R, C);
+    double n = (double)R * C;
+    kernel(r, "fp8_dequant", n, n, 4 * n, sh);
+}
+
+/* ---- buffers -------------------------------------------------------------------------- */
+
+static void *rc_alloc(dllm_backend *be, size_t bytes)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "alloc");
+    void *p = IN ? INOPS->alloc(IN, bytes) : NULL;
+    p = dev_malloc(r, bytes, p);
+    dev_copy(r, "cudaMemset", 0, (double)(bytes ? bytes : 1), bytes ? bytes : 1);
+    end(r, n0);
+    return p;
+}
+
+static void rc_free(dllm_backend *be, void *p)
+{
+    recorder *r = R(be);
+    if (!p)
+        return;
+    size_t n0 = begin(r, "free");
+    dev_free(r, p);
+    if (IN)
+        INOPS->free(IN, p);
+    end(r, n0);
+}
+
+static void rc_upload(dllm_backend *be, void *dst, const void *src, size_t bytes)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "upload");
+    if (bytes)
+        emit(r, REC_H2D, REC_UNIT_MEMORY, "cudaMemcpy", 0, 0, (double)bytes, "%zu bytes",
+             bytes)->xfer = (double)bytes;
+    if (IN)
+        INOPS->upload(IN, dst, src, bytes);
+    end(r, n0);
+}
+
+static void rc_download(dllm_backend *be, void *dst, const void *src, size_t bytes)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "download");
+    if (bytes)
+        emit(r, REC_D2H, REC_UNIT_MEMORY, "cudaMemcpy", 0, (double)bytes, 0, "%zu bytes",
+             bytes)->xfer = (double)bytes;
+    if (IN)
+        INOPS->download(IN, dst, src, bytes);
+    else if (bytes)
+        memset(dst, 0, bytes); /* nothing was computed */
+    end(r, n0);
+}
+
+static void rc_memset0(dllm_backend *be, void *p, size_t bytes)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "memset0");
+    if (bytes)
+        dev_copy(r, "cudaMemset", 0, (double)bytes, bytes);
+    if (IN)
+        INOPS->memset0(IN, p, bytes);
+    end(r, n0);
+}
+
+static void rc_sync(dllm_backend *be)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "sync");
+    host_sync(r, "cudaDeviceSynchronize");
+    if (IN)
+        INOPS->sync(IN);
+    end(r, n0);
+}
+
+/* ---- GEMM and linear layers ----------------------------------------------------------- */
+
+static void rc_gemm(dllm_backend *be, bool tA, bool tB, int M, int N, int K, float alpha,
+                    const float *A, const float *B, float beta, float *C)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gemm");
+    gemm_f32(r, M, N, K, beta, NULL, 0);
+    if (IN)
+        INOPS->gemm(IN, tA, tB, M, N, K, alpha, A, B, beta, C);
+    end(r, n0);
+}
+
+static void rc_linear_fwd(dllm_backend *be, float *out, const float *inp, const float *w, int N,
+                          int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "linear_fwd");
+    gemm_f32(r, N, OC, C, 0.0f, w, 4.0 * OC * C);
+    if (IN)
+        INOPS->linear_fwd(IN, out, inp, w, N, C, OC);
+    end(r, n0);
+}
+
+static void rc_linear_bwd(dllm_backend *be, float *dinp, float *dw, const float *dout,
+                          const float *inp, const float *w, int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "linear_bwd");
+    if (dinp)
+        gemm_f32(r, N, C, OC, 1.0f, w, 4.0 * OC * C);
+    if (dw)
+        gemm_f32(r, OC, C, N, 1.0f, NULL, 0);
+    if (IN)
+        INOPS->linear_bwd(IN, dinp, dw, dout, inp, w, N, C, OC);
+    end(r, n0);
+}
+
+/* backend_cuda.cu's fp8_gemm_path */
+static bool fp8_gemm_path(const recorder *r, const fp8_matrix *w, int C, int OC, bool *block)
+{
+    bool tensor = w->scaling == FP8_SCALE_TENSOR && w->act_scaling == FP8_SCALE_TENSOR;
+    *block = w->scaling == FP8_SCALE_BLOCK && w->act_scaling == FP8_SCALE_GROUP && r->block_fp8;
+    return (tensor || *block) && C % 16 == 0 && OC % 16 == 0;
+}
+
+static size_t KBLK(int C) { return ((size_t)C + 127) / 128; }
+/* dllm_cuda_fp8_weight_scale_count: OB rows of KB scales padded to a multiple of 4 */
+static size_t wscale_floats(bool block, int C, int OC)
+{
+    return block ? (((size_t)OC + 127) / 128) * ((KBLK(C) + 3) / 4 * 4) : 1;
+}
+
+/* fp8_gemm_run: the weight's scales into cuBLASLt's layout (one copy per 128-row block,
+ * or the one tensor scale), then the FP8 matmul */
+static void fp8_gemm_run(recorder *r, const fp8_matrix *w, bool block, int N, int C, int OC)
+{
+    size_t KB = KBLK(C), OB = ((size_t)OC + 127) / 128;
+    if (block) {
+        for (size_t ob = 0; ob < OB; ob++)
+            dev_copy(r, "scale_copy", 4.0 * KB, 4.0 * KB, KB * 4);
+    } else {
+        dev_copy(r, "scale_copy", 4, 4, 4);
+    }
+    double n = N, c = C, oc = OC;
+    double scales = block ? 4 * (n * KB + (double)OB * KB) : 8;
+    rec_event *e = matmul(r, "fp8_gemm", REC_UNIT_FP8_TC, n, oc, c, n * c + oc * c + scales,
+                          4 * n * oc);
+    snprintf(e->shape, sizeof e->shape, "N=%d C=%d OC=%d %s", N, C, OC,
+             block ? "block" : "tensor");
+    e->weight = w->q;
+    e->weight_bytes = oc * c + 4.0 * (block ? (double)OB * KB : 1);
+}
+
+static void fp8_check_weight(const fp8_matrix *w, int C, int OC)
+{
+    if (!w->q || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: fp8 weight is [%d, %d], call expects [%d, %d]\n",
+                w->rows, w->cols, OC, C);
+        exit(1);
+    }
+}
+
+static void rc_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w,
+                              int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "fp8_linear_fwd");
+    fp8_check_weight(w, C, OC);
+    if (N > 0) {
+        if (w->format == FP8_E5M2) { /* the CUDA backend's refusal, word for word */
+            fprintf(stderr, "dllm-rl: rollout.fp8.format: e5m2 for weights and activations has "
+                            "no cuBLASLt FP8 GEMM (E5M2 x E5M2); use e4m3\n");
+            exit(2);
+        }
+        const size_t na = (size_t)N * C;
+        int abr, abc;
+        fp8_block_shape(w->act_scaling, N, C, &abr, &abc);
+        int aSR = (N + abr - 1) / abr, aSC = (C + abc - 1) / abc;
+        bool block = false;
+        if (fp8_gemm_path(r, w, C, OC, &block)) {
+            size_t nas = block ? (size_t)N * KBLK(C) : 1, nws = wscale_floats(block, C, OC);
+            ws_get(r, align256(na) + align256(nas * 4) + align256(nws * 4));
+            fp8_quant(r, N, C, abr, abc, "");
+            fp8_gemm_run(r, w, block, N, C, OC);
+        } else { /* the CPU's definition on the device: dequantised operands, fp32 GEMM */
+            size_t nw = (size_t)OC * C;
+            ws_get(r, align256(nw * 4) + align256(na * 4) + align256(na) +
+                          align256((size_t)aSR * aSC * 4));
+            fp8_dequant(r, OC, C);
+            fp8_quant(r, N, C, abr, abc, "");
+            fp8_dequant(r, N, C);
+            gemm_f32(r, N, OC, C, 0.0f, w->q, (double)OC * C);
+        }
+    }
+    if (IN)
+        INOPS->fp8_linear_fwd(IN, out, inp, w, N, C, OC);
+    end(r, n0);
+}
+
+/* ---- normalisation, position, attention, MLP ----------------------------------------- */
+
+static void rc_rmsnorm_fwd(dllm_backend *be, float *out, float *rstd, const float *inp,
+                           const float *w, int N, int C, float eps)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "rmsnorm_fwd");
+    if (N > 0) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d C=%d", N, C);
+        double n = (double)N * C;
+        kernel(r, "rmsnorm_fwd", 4 * n, 4 * n + 4.0 * C, 4 * n + (rstd ? 4.0 * N : 0), sh);
+    }
+    if (IN)
+        INOPS->rmsnorm_fwd(IN, out, rstd, inp, w, N, C, eps);
+    end(r, n0);
+}
+
+static void rc_rmsnorm_bwd(dllm_backend *be, float *dinp, float *dw, const float *dout,
+                           const float *inp, const float *w, const float *rstd, int N, int C)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "rmsnorm_bwd");
+    if (dw) /* dllm_cuda_rmsnorm_bwd_scratch_floats: 64-row chunks of C partial sums */
+        ws_get(r, (N > 0 && C > 0 ? (size_t)((N + 63) / 64) * C : 0) * 4);
+    if (N > 0) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d C=%d", N, C);
+        double n = (double)N * C, chunks = (N + 63) / 64;
+        if (dinp)
+            kernel(r, "rmsnorm_dx", 6 * n, 12 * n + 4.0 * C + 4.0 * N, 8 * n, sh);
+        if (dw) {
+            kernel(r, "rmsnorm_dw_partial", 3 * n, 8 * n + 4.0 * N, 4 * chunks * C, sh);
+            kernel(r, "rmsnorm_dw_reduce", chunks * C, 4 * chunks * C + 4.0 * C, 4.0 * C, sh);
+        }
+    }
+    if (IN)
+        INOPS->rmsnorm_bwd(IN, dinp, dw, dout, inp, w, rstd, N, C);
+    end(r, n0);
+}
+
+static void rope(recorder *r, const char *what, int N, int NH, int HD, bool acc)
+{
+    double total = (double)N * NH * (HD / 2);
+    if (total == 0)
+        return;
+    char sh[64];
+    snprintf(sh, sizeof sh, "N=%d NH=%d HD=%d", N, NH, HD);
+    kernel(r, what, 6 * total, 8 * total * (acc ? 2 : 1) + 4.0 * N + 8 * total, 8 * total, sh);
+}
+
+static void rc_rope_fwd(dllm_backend *be, float *out, const float *inp, const int32_t *pos,
+                        const op_rope_table *t, int N, int NH, int HD)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "rope_fwd");
+    rope(r, "rope", N, NH, HD, false);
+    if (IN)
+        INOPS->rope_fwd(IN, out, inp, pos, t, N, NH, HD);
+    end(r, n0);
+}
+
+static void rc_rope_bwd(dllm_backend *be, float *dinp, const float *dout, const int32_t *pos,
+                        const op_rope_table *t, int N, int NH, int HD)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "rope_bwd");
+    rope(r, "rope", N, NH, HD, true);
+    if (IN)
+        INOPS->rope_bwd(IN, dinp, dout, pos, t, N, NH, HD);
+    end(r, n0);
+}
+
+static size_t rc_attn_state_floats(dllm_backend *be, int B, int T, int NH)
+{
+    (void)be;
+    return (size_t)B * NH * T; /* the CUDA backend's log-sum-exp */
+}
+
+/* Score pairs one head's queries meet: all T x T, or the causal triangle. */
+static double att_pairs(int T, bool causal)
+{
+    return causal ? (double)T * (T + 1) / 2 : (double)T * T;
+}
+
+/* The flash-style fp32 kernels of kernels/cuda/attention.cu: fp32 tiles on CUDA cores. */
+static void att_kernel(recorder *r, const char *what, double mm, int B, int T, int NH, int NKV,
+                       int HD, bool causal, double rd, double wr)
+{
+    double pairs = (double)B * NH * att_pairs(T, causal);
+    rec_event *e = emit(r, REC_KERNEL, REC_UNIT_FP32_CORE, what, mm * 2 * pairs * HD, rd, wr,
+                        "B=%d T=%d NH=%d NKV=%d HD=%d%s", B, T, NH, NKV, HD,
+                        causal ? " causal" : "");
+    e->dense = true;
+}
+
+static void rc_attention_fwd(dllm_backend *be, float *out, float *state, const float *q,
+                             const float *k, const float *v, const uint8_t *keymask, int B,
+                             int T, int NH, int NKV, int HD, bool causal)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "attention_fwd");
+    double bt = (double)B * T;
+    /* QK^T and PV: two products of the query rows with the keys */
+    att_kernel(r, "attention_fwd", 2, B, T, NH, NKV, HD, causal,
+               4 * bt * (NH + 2.0 * NKV) * HD + (keymask ? bt : 0), 4 * bt * NH * HD + 4 * bt * NH);
+    if (IN)
+        INOPS->attention_fwd(IN, out, state, q, k, v, keymask, B, T, NH, NKV, HD, causal);
+    end(r, n0);
+}
+
+static void rc_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                             const float *out, const float *state, const float *q, const float *k,
+                             const float *v, const uint8_t *keymask, int B, int T, int NH, int NKV,
+                             int HD, bool causal)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "attention_bwd");
+    ws_get(r, (size_t)B * NH * T * 4);
+    if (dq || dk || dv) {
+        double bt = (double)B * T, q4 = 4 * bt * NH * HD, kv4 = 4 * bt * NKV * HD;
+        char sh[64];
+        snprintf(sh, sizeof sh, "B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
+        kernel(r, "attention_bwd_dot", 2 * bt * NH * HD, 2 * q4, 4 * bt * NH, sh);
+        /* dq: S = QK^T again, dP = dO V^T, dQ = dS K; dk/dv: S, dP, dV = P^T dO, dK = dS^T Q */
+        if (dq)
+            att_kernel(r, "attention_bwd_dq", 3, B, T, NH, NKV, HD, causal,
+                       3 * q4 + 2 * kv4 + 8 * bt * NH, q4);
+        if (dk || dv)
+            att_kernel(r, "attention_bwd_dkv", 4, B, T, NH, NKV, HD, causal,
+                       2 * q4 + 2 * kv4 + 8 * bt * NH, 2 * kv4);
+    }
+    if (IN)
+        INOPS->attention_bwd(IN, dq, dk, dv, dout, out, state, q, k, v, keymask, B, T, NH, NKV,
+                             HD, causal);
+    end(r, n0);
+}
+
+static void rc_swiglu_fwd(dllm_backend *be, float *out, const float *gate, const float *up,
+                          size_t n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "swiglu_fwd");
+    if (n) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "n=%zu", n);
+        kernel(r, "swiglu_fwd", 6.0 * n, 8.0 * n, 4.0 * n, sh);
+    }
+    if (IN)
+        INOPS->swiglu_fwd(IN, out, gate, up, n);
+    end(r, n0);
+}
+
+static void rc_swiglu_bwd(dllm_backend *be, float *dgate, float *dup, const float *dout,
+                          const float *gate, const float *up, size_t n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "swiglu_bwd");
+    if (n && (dgate || dup)) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "n=%zu", n);
+        double o = (dgate ? 1 : 0) + (dup ? 1 : 0);
+        kernel(r, "swiglu_bwd", 10.0 * n, (12.0 + 4 * o) * n, 4 * o * n, sh);
+    }
+    if (IN)
+        INOPS->swiglu_bwd(IN, dgate, dup, dout, gate, up, n);
+    end(r, n0);
+}
+
+static void rc_embedding_fwd(dllm_backend *be, float *out, const int32_t *ids, const float *wte,
+                             int N, int C)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "embedding_fwd");
+    if (N > 0) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d C=%d", N, C);
+        kernel(r, "embedding_fwd", 0, 4.0 * N * C + 4.0 * N, 4.0 * N * C, sh);
+    }
+    if (IN)
+        INOPS->embedding_fwd(IN, out, ids, wte, N, C);
+    end(r, n0);
+}
+
+static void rc_embedding_bwd(dllm_backend *be, float *dwte, const float *dout,
+                             const int32_t *ids, int N, int C)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "embedding_bwd");
+    if (N > 0 && dwte) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d C=%d", N, C);
+        kernel(r, "embedding_bwd", (double)N * C, 8.0 * N * C + 4.0 * N, 4.0 * N * C, sh);
+    }
+    if (IN)
+        INOPS->embedding_bwd(IN, dwte, dout, ids, N, C);
+    end(r, n0);
+}
+
+static void rc_xent_fwd(dllm_backend *be, float *logp, float *lse, const float *logits,
+                        const int32_t *target, int N, int V)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "xent_fwd");
+    if (N > 0) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d V=%d", N, V);
+        kernel(r, "xent_fwd", 4.0 * N * V, 4.0 * N * V + 4.0 * N, 8.0 * N, sh);
+    }
+    if (IN)
+        INOPS->xent_fwd(IN, logp, lse, logits, target, N, V);
+    end(r, n0);
+}
+
+static void rc_xent_bwd(dllm_backend *be, float *dlogits, const float *dlogp, const float *logits,
+                        const float *lse, const int32_t *target, int N, int V)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "xent_bwd");
+    if (N > 0 && dlogits) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d V=%d", N, V);
+        kernel(r, "xent_bwd", 4.0 * N * V, 8.0 * N * V + 12.0 * N, 4.0 * N * V, sh);
+    }
+    if (IN)
+        INOPS->xent_bwd(IN, dlogits, dlogp, logits, lse, target, N, V);
+    end(r, n0);
+}
+
+/* ---- elementwise and optimizer -------------------------------------------------------- */
+
+static void elementwise(recorder *r, const char *what, size_t n, double flops, double rd,
+                        double wr)
+{
+    if (!n)
+        return;
+    char sh[64];
+    snprintf(sh, sizeof sh, "n=%zu", n);
+    kernel(r, what, flops * n, rd * n, wr * n, sh);
+}
+
+static void rc_round_bf16(dllm_backend *be, float *x, size_t n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "round_bf16");
+    elementwise(r, "round_bf16", n, 1, 4, 4);
+    if (IN)
+        INOPS->round_bf16(IN, x, n);
+    end(r, n0);
+}
+
+static void rc_add(dllm_backend *be, float *y, const float *x, size_t n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "add");
+    elementwise(r, "add", n, 1, 8, 4);
+    if (IN)
+        INOPS->add(IN, y, x, n);
+    end(r, n0);
+}
+
+static void rc_adamw(dllm_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                     int t, float lr, float b1, float b2, float eps, float wd)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "adamw");
+    elementwise(r, "adamw", n, 12, 16, 12);
+    if (IN)
+        INOPS->adamw(IN, p, g, m, v, n, t, lr, b1, b2, eps, wd);
+    end(r, n0);
+}
+
+/* dllm_cuda_grad_norm: the sum of squares into a device double, copied down */
+static double rc_grad_norm(dllm_backend *be, const float *g, size_t n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "grad_norm");
+    ws_get(r, sizeof(double));
+    dev_copy(r, "cudaMemsetAsync", 0, 8, 8);
+    elementwise(r, "sumsq", n, 2, 4, 0);
+    emit(r, REC_D2H, REC_UNIT_MEMORY, "cudaMemcpyAsync+sync", 0, 8, 0, "8 bytes")->xfer = 8;
+    double v = IN ? INOPS->grad_norm(IN, g, n) : 0.0;
+    end(r, n0);
+    return v;
+}
+
+static double rc_clip_grad(dllm_backend *be, float *g, size_t n, double max_norm)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "clip_grad");
+    ws_get(r, sizeof(double));
+    dev_copy(r, "cudaMemset", 0, 8, 8);
+    elementwise(r, "sumsq", n, 2, 4, 0);
+    if (max_norm > 0)
+        elementwise(r, "clip", n, 1, 4, 4);
+    emit(r, REC_D2H, REC_UNIT_MEMORY, "cudaMemcpy", 0, 8, 0, "8 bytes")->xfer = 8;
+    double v = IN ? INOPS->clip_grad(IN, g, n, max_norm) : 0.0;
+    end(r, n0);
+    return v;
+}
+
+static void rc_copy(dllm_backend *be, void *dst, const void *src, size_t bytes)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "copy");
+    if (bytes)
+        dev_copy(r, "cudaMemcpy D2D", (double)bytes, (double)bytes, bytes);
+    if (IN)
+        INOPS->copy(IN, dst, src, bytes);
+    end(r, n0);
+}
+
+static void rc_bias_fwd(dllm_backend *be, float *out, const float *bias, int N, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "bias_fwd");
+    elementwise(r, "bias_fwd", (size_t)(N > 0 && OC > 0 ? N : 0) * (size_t)(OC > 0 ? OC : 0),
+                1, 8, 4);
+    if (IN)
+        INOPS->bias_fwd(IN, out, bias, N, OC);
+    end(r, n0);
+}
+
+static void rc_bias_bwd(dllm_backend *be, float *dbias, const float *dout, int N, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "bias_bwd");
+    if (N > 0 && OC > 0) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d OC=%d", N, OC);
+        kernel(r, "bias_bwd", (double)N * OC, 4.0 * N * OC + 4.0 * OC, 4.0 * OC, sh);
+    }
+    if (IN)
+        INOPS->bias_bwd(IN, dbias, dout, N, OC);
+    end(r, n0);
+}
+
+/* ---- weight copies built in the backend's memory --------------------------------------- */
+
+static void rc_to_bf16(dllm_backend *be, uint16_t *out, const float *inp, size_t n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "to_bf16");
+    elementwise(r, "f32_to_bf16", n, 1, 4, 2);
+    if (IN)
+        INOPS->to_bf16(IN, out, inp, n);
+    end(r, n0);
+}
+
+static void rc_fp8_quantise(dllm_backend *be, uint8_t *q, float *scale, const float *x, int R_,
+                            int C, fp8_format f, fp8_scaling s, bool pow2)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "fp8_quantise");
+    int br, bc;
+    fp8_block_shape(s, R_, C, &br, &bc);
+    fp8_quant(r, R_, C, br, bc, "");
+    if (IN)
+        INOPS->fp8_quantise(IN, q, scale, x, R_, C, f, s, pow2);
+    end(r, n0);
+}
+
+/* ---- low-precision rollout linears ---------------------------------------------------- */
+
+static void bf16_check(const bf16_matrix *w, int C, int OC)
+{
+    if (!w->w || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: bf16 weight is [%d, %d], call expects [%d, %d]\n",
+                w->rows, w->cols, OC, C);
+        exit(1);
+    }
+}
+
+static void rc_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
+                               int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "bf16_linear_fwd");
+    bf16_check(w, C, OC);
+    if (N > 0) {
+        size_t na = (size_t)N * C, nw = (size_t)OC * C;
+        bool lt = C % 8 == 0 && OC % 4 == 0 && (uintptr_t)out % 16 == 0 &&
+                  (uintptr_t)w->w % 16 == 0;
+        if (lt) {
+            ws_get(r, align256(na * 2));
+            elementwise(r, "f32_to_bf16", na, 1, 4, 2);
+            double n = N, c = C, oc = OC;
+            rec_event *e = matmul(r, "gemm_bf16", REC_UNIT_BF16_TC, n, oc, c,
+                                  2 * (n * c + oc * c), 4 * n * oc);
+            e->weight = w->w;
+            e->weight_bytes = 2 * oc * c;
+        } else { /* widened to fp32 through the fp32 GEMM */
+            ws_get(r, align256(na * 2) + align256(na * 4) + align256(nw * 4));
+            elementwise(r, "f32_to_bf16", na, 1, 4, 2);
+            elementwise(r, "bf16_to_f32", na, 1, 2, 4);
+            elementwise(r, "bf16_to_f32", nw, 1, 2, 4);
+            gemm_f32(r, N, OC, C, 0.0f, w->w, 2.0 * nw);
+        }
+    }
+    if (IN)
+        INOPS->bf16_linear_fwd(IN, out, inp, w, N, C, OC);
+    end(r, n0);
+}
+
+/* ---- FP8 activations from their producer ---------------------------------------------- */
+
+static bool rc_fp8_act_prepare(dllm_backend *be, fp8_act *qa, int N, int C,
+                               const fp8_matrix *const *ws, int nw)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "fp8_act_prepare");
+    bool ok = N > 0 && C > 0 && nw > 0;
+    for (int i = 0; ok && i < nw; i++) {
+        bool block = false;
+        const fp8_matrix *w = ws[i];
+        if (!w || w->cols != C || w->format != ws[0]->format || w->format == FP8_E5M2 ||
+            w->pow2_scale != ws[0]->pow2_scale || !fp8_gemm_path(r, w, C, w->rows, &block) ||
+            !block)
+            ok = false;
+    }
+    if (ok) {
+        size_t nq = align256((size_t)N * C);
+        size_t bytes = nq + align256((size_t)N * KBLK(C) * sizeof(float));
+        if (bytes > r->qa_bytes) {
+            host_sync(r, "cudaDeviceSynchronize");
+            dev_free(r, r->qa);
+            r->qa = dev_malloc(r, bytes, NULL);
+            r->qa_bytes = bytes;
+        }
+        if (IN) {
+            bool in_ok = INOPS->fp8_act_prepare(IN, qa, N, C, ws, nw);
+            if (!in_ok) {
+                fprintf(stderr, "dllm-rl: record backend: fp8_act_prepare: the inner backend "
+                                "refused what the CUDA backend takes\n");
+                exit(1);
+            }
+        } else {
+            *qa = (fp8_act){0};
+            qa->q = (uint8_t *)r->qa;
+            qa->scale = (float *)((char *)r->qa + nq);
+            qa->srs = 1, qa->scs = N; /* dllm_cuda_fp8_gemm_scale_strides */
+            qa->rows = N, qa->cols = C, qa->group = 128;
+            qa->format = ws[0]->format;
+            qa->pow2 = ws[0]->pow2_scale;
+        }
+    }
+    end(r, n0);
+    return ok;
+}
+
+static void fp8_check_act(const fp8_act *qa, int N, int C, const char *op)
+{
+    if (!qa || !qa->q || qa->rows != N || qa->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: %s: quantised activations are [%d, %d], call "
+                        "expects [%d, %d]\n", op, qa ? qa->rows : -1, qa ? qa->cols : -1, N, C);
+        exit(1);
+    }
+}
+
+static void rc_rmsnorm_fp8_fwd(dllm_backend *be, float *out, float *rstd, const fp8_act *qa,
+                               const float *inp, const float *w, int N, int C, float eps)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "rmsnorm_fp8_fwd");
+    fp8_check_act(qa, N, C, "rmsnorm_fp8_fwd");
+    if (N > 0) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d C=%d", N, C);
+        double n = (double)N * C;
+        kernel(r, "rmsnorm_fp8_fwd", 8 * n, 4 * n + 4.0 * C,
+               (out ? 4 * n : 0) + (rstd ? 4.0 * N : 0) + n + 4.0 * N * KBLK(C), sh);
+    }
+    if (IN)
+        INOPS->rmsnorm_fp8_fwd(IN, out, rstd, qa, inp, w, N, C, eps);
+    end(r, n0);
+}
+
+static void rc_swiglu_fp8_fwd(dllm_backend *be, float *out, const fp8_act *qa, const float *gate,
+                              const float *up, int N, int H)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "swiglu_fp8_fwd");
+    fp8_check_act(qa, N, H, "swiglu_fp8_fwd");
+    if (N > 0) {
+        char sh[64];
+        snprintf(sh, sizeof sh, "N=%d H=%d", N, H);
+        double n = (double)N * H;
+        kernel(r, "swiglu_fp8_fwd", 10 * n, 8 * n, (out ? 4 * n : 0) + n + 4.0 * N * KBLK(H),
+               sh);
+    }
+    if (IN)
+        INOPS->swiglu_fp8_fwd(IN, out, qa, gate, up, N, H);
+    end(r, n0);
+}
+
+static void rc_fp8_linear_act_fwd(dllm_backend *be, float *out, const fp8_act *qa, fp8_matrix *w,
+                                  int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "fp8_linear_act_fwd");
+    fp8_check_weight(w, C, OC);
+    fp8_check_act(qa, N, C, "fp8_linear_act_fwd");
+    bool block = false;
+    if (!fp8_gemm_path(r, w, C, OC, &block) || !block || qa->format != w->format ||
+        qa->pow2 != w->pow2_scale) {
+        fprintf(stderr, "dllm-rl: cuda backend: fp8_linear_act_fwd: weight [%d, %d] does not "
+                        "take the prepared activations (fp8_act_prepare)\n", OC, C);
+        exit(1);
+    }
+    ws_get(r, wscale_floats(true, C, OC) * sizeof(float));
+    fp8_gemm_run(r, w, true, N, C, OC);
+    if (IN)
+        INOPS->fp8_linear_act_fwd(IN, out, qa, w, N, C, OC);
+    end(r, n0);
+}
+
+static void rc_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16_matrix *w,
+                                 int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "bf16_linear_bwd_x");
+    bf16_check(w, C, OC);
+    if (N > 0) { /* the weight widened to fp32 in the workspace, then the fp32 GEMM */
+        size_t nw = (size_t)OC * C;
+        ws_get(r, align256(nw * 4));
+        elementwise(r, "bf16_to_f32", nw, 1, 2, 4);
+        gemm_f32(r, N, C, OC, 1.0f, w->w, 2.0 * nw);
+    }
+    if (IN)
+        INOPS->bf16_linear_bwd_x(IN, dinp, dout, w, N, C, OC);
+    end(r, n0);
+}
+
+/* Every entry the CUDA backend has, by name so that the table's order is free; the CUDA
+ * backend has no NVFP4 linear, so neither has the recording (the model refuses an nvfp4
+ * rollout on it as on the device). tests/test_record.c fails on an entry left out. */
+static const dllm_backend_ops record_ops = {
+    .alloc = rc_alloc,
+    .free = rc_free,
+    .upload = rc_upload,
+    .download = rc_download,
+    .memset0 = rc_memset0,
+    .sync = rc_sync,
+    .gemm = rc_gemm,
+    .linear_fwd = rc_linear_fwd,
+    .linear_bwd = rc_linear_bwd,
+    .fp8_linear_fwd = rc_fp8_linear_fwd,
+    .rmsnorm_fwd = rc_rmsnorm_fwd,
+    .rmsnorm_bwd = rc_rmsnorm_bwd,
+    .rope_fwd = rc_rope_fwd,
+    .rope_bwd = rc_rope_bwd,
+    .attn_state_floats = rc_attn_state_floats,
+    .attention_fwd = rc_attention_fwd,
+    .attention_bwd = rc_attention_bwd,
+    .swiglu_fwd = rc_swiglu_fwd,
+    .swiglu_bwd = rc_swiglu_bwd,
+    .embedding_fwd = rc_embedding_fwd,
+    .embedding_bwd = rc_embedding_bwd,
+    .xent_fwd = rc_xent_fwd,
+    .xent_bwd = rc_xent_bwd,
+    .round_bf16 = rc_round_bf16,
+    .add = rc_add,
+    .adamw = rc_adamw,
+    .grad_norm = rc_grad_norm,
+    .copy = rc_copy,
+    .bias_fwd = rc_bias_fwd,
+    .bias_bwd = rc_bias_bwd,
+    .to_bf16 = rc_to_bf16,
+    .fp8_quantise = rc_fp8_quantise,
+    .bf16_linear_fwd = rc_bf16_linear_fwd,
+    .nvfp4_linear_fwd = NULL,
+    .clip_grad = rc_clip_grad,
+    .fp8_act_prepare = rc_fp8_act_prepare,
+    .rmsnorm_fp8_fwd = rc_rmsnorm_fp8_fwd,
+    .swiglu_fp8_fwd = rc_swiglu_fp8_fwd,
+    .fp8_linear_act_fwd = rc_fp8_linear_act_fwd,
+    .bf16_linear_bwd_x = rc_bf16_linear_bwd_x,
+};
+
+/* ---- the instance ---------------------------------------------------------------------- */
+
+dllm_backend *dllm_record_new(dllm_backend *inner, bool block_fp8)
+{
+    recorder *r = dllm_calloc(1, sizeof *r);
+    r->be = (dllm_backend){DLLM_BACKEND_CUDA, "record", &record_ops, r};
+    r->inner = inner;
+    r->block_fp8 = block_fp8;
+    r->next = (uintptr_t)1 << 46; /* far from any host heap: inner pointers never collide */
+    return &r->be;
+}
+
+void dllm_record_free(dllm_backend *be)
+{
+    if (!be)
+        return;
+    recorder *r = R(be);
+    free(r->ev);
+    free(r->tab);
+    free(r);
+}
+
+bool dllm_record_is(const dllm_backend *be) { return be && be->ops == &record_ops; }
+
+const rec_event *dllm_record_events(const dllm_backend *be, size_t *n)
+{
+    *n = RC(be)->n;
+    return RC(be)->ev;
+}
+
+void dllm_record_clear(dllm_backend *be) { R(be)->n = 0; }
+int64_t dllm_record_live(const dllm_backend *be) { return RC(be)->live; }
+int64_t dllm_record_peak(const dllm_backend *be) { return RC(be)->peak; }
+void dllm_record_reset_peak(dllm_backend *be) { R(be)->peak = R(be)->live; }
+
+void dllm_record_set_hook(dllm_backend *be, rec_call_hook hook, void *ctx)
+{
+    R(be)->hook = hook;
+    R(be)->hook_ctx = ctx;
+}

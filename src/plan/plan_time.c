@@ -1,0 +1,440 @@
+/* plan_time.c: the phases of one RL step on the recording backend, and their roofline
+ * (plan_time.h).
+ *
+ * The phases, each run twice on a shape-only model and recorded the second time (the
+ * steady state: every buffer already grown, as in a run after its first step):
+ *   rollout_step  one denoising step of the device sampler's loop at the rollout copy:
+ *                 the step's one sync (the count of rows to draw), the layers over the
+ *                 S (twice under CFG) canvases of P + G tokens, the head over the
+ *                 block's masked rows, the logits chunk at a time. The rows are the mean
+ *                 over a block's steps (a block of b tokens decoded in k steps has b,
+ *                 b - b/k, ... masked rows). The sampler's own kernels are not table
+ *                 entries and are not recorded;
+ *   score         the old log-probs of the step's S sequences at the trainer view
+ *                 (dllm_tf_target_logp), micro_batch canvases per forward, every
+ *                 generated row scored;
+ *   update_step   one inner step on the device: for each micro-batch the kept forward
+ *                 (dllm_tf_device_forward_logp) and its backward, then the clip and AdamW.
+ * The roofline of an event (docs/PLAN.md): max(FLOPs / (its unit's peak x 0.7),
+ * bytes / (HBM x 0.8)) + 4 us per launch (kernel, matmul, device copy or memset);
+ * a blocking copy or sync 10 us plus its bytes at 25 GB/s. */
+#include "src/plan/plan_time.h"
+
+#include "dllm/device_logits.h"
+#include "dllm/transformer.h"
+#include "kernels/base.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *const pt_phase_names[PT_NPHASES] = {"rollout_step", "score", "update_step"};
+const char *const pt_gpu_names[2] = {"h100", "h200"};
+
+/* H100 SXM dense peaks (FLOP/s) by unit; the memory-bound unit's few FLOPs at fp32's */
+static const double PEAK[REC_NUNITS] = {1979e12, 989e12, 494e12, 67e12, 67e12};
+static const double HBM[2] = {3.35e12, 4.8e12};
+#define FLOP_EFF 0.7
+#define HBM_EFF 0.8
+#define LAUNCH_S 4e-6
+#define SYNC_S 10e-6
+#define LINK_BPS 25e9
+
+void plan_time_model(const rec_event *ev, size_t n, pt_gpu gpu, rec_unit ideal_unit,
+                     pt_phase_result *r)
+{
+    memset(r, 0, sizeof *r);
+    const double bw = HBM[gpu] * HBM_EFF;
+    /* the weights the phase's linears read, each once: distinct weight operands */
+    size_t cap = 64;
+    while (cap < 4 * n)
+        cap *= 2;
+    const void **seen = dllm_calloc(cap, sizeof *seen);
+    for (size_t i = 0; i < n; i++) {
+        const rec_event *e = &ev[i];
+        double bytes = e->rd + e->wr, t = 0;
+        switch (e->kind) {
+        case REC_KERNEL:
+        case REC_MATMUL:
+            t = fmax(e->flops / (PEAK[e->unit] * FLOP_EFF), bytes / bw);
+            r->seconds_by_unit[e->unit] += t;
+            t += LAUNCH_S;
+            r->launches++;
+            if (e->kind == REC_KERNEL)
+                r->kernels++;
+            else
+                r->matmuls++;
+            break;
+        case REC_COPY:
+            t = bytes / bw + LAUNCH_S;
+            r->launches++;
+            r->copies++;
+            break;
+        case REC_H2D:
+        case REC_D2H:
+            t = e->xfer / LINK_BPS + SYNC_S;
+            r->host_syncs++;
+            r->transfer_bytes += e->xfer;
+            break;
+        case REC_SYNC:
+            t = SYNC_S;
+            r->host_syncs++;
+            break;
+        default: /* allocations: none in a steady step */
+            break;
+        }
+        r->modelled_s += t;
+        r->bytes += bytes;
+        r->flops += e->flops;
+        r->flops_by_unit[e->unit] += e->flops;
+        if (e->dense)
+            r->dense_flops += e->flops;
+        if (e->weight) {
+            size_t h = (size_t)(((uintptr_t)e->weight >> 4) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+            while (seen[h] && seen[h] != e->weight)
+                h = (h + 1) & (cap - 1);
+            if (!seen[h]) {
+                seen[h] = e->weight;
+                r->weight_bytes += e->weight_bytes;
+            }
+        }
+    }
+    free(seen);
+    r->ideal_s = r->dense_flops / (PEAK[ideal_unit] * FLOP_EFF) + r->weight_bytes / bw;
+}
+
+/* ---- the phases ------------------------------------------------------------------------ */
+
+typedef struct {
+    dllm_tf *m;
+    dllm_backend *be;
+    const pt_shape *s;
+    int T;
+    size_t keep; /* events of the phase (0: all recorded) */
+} runner;
+
+/* The mean masked rows of one block over its steps (dllm/sampler.c's schedule: the
+ * block's tokens spread evenly over its steps, the remainder to the first ones). */
+static int block_rows(const pt_shape *s)
+{
+    int nb = s->G / s->block_length, spb = s->steps / nb;
+    int base = s->block_length / spb, rem = s->block_length % spb;
+    double left = s->block_length, sum = 0;
+    for (int k = 0; k < spb; k++) {
+        sum += left;
+        left -= base + (k < rem ? 1 : 0);
+    }
+    return (int)lround(sum / spb);
+}
+
+static int rollout_step(runner *u, int *rows_out, dllm_err *err)
+{
+    dllm_backend *be = u->be;
+    const pt_shape *s = u->s;
+    dllm_device_logits dl;
+    if (dllm_tf_device_logits(u->m, true, &dl, err))
+        return err->code;
+    const int BB = s->cfg ? 2 * s->S : s->S, n = s->S * block_rows(s);
+    *rows_out = n;
+    /* the device sampler's buffers: canvas, key mask, rows, the logits chunk(s) */
+    int32_t *canvas = be->ops->alloc(be, sizeof(int32_t) * (size_t)BB * u->T);
+    uint8_t *km = be->ops->alloc(be, (size_t)BB * u->T);
+    int32_t *rows = be->ops->alloc(be, sizeof(int32_t) * (size_t)n);
+    int32_t *rows_u = s->cfg ? be->ops->alloc(be, sizeof(int32_t) * (size_t)n) : NULL;
+    int32_t *dn = be->ops->alloc(be, sizeof(int32_t));
+    float *lc = be->ops->alloc(be, sizeof(float) * (size_t)dl.max_rows * dl.V);
+    float *lu = s->cfg ? be->ops->alloc(be, sizeof(float) * (size_t)dl.max_rows * dl.V) : NULL;
+    int rc = 0;
+    for (int rep = 0; rep < 2 && !rc; rep++) {
+        if (rep == 1)
+            dllm_record_clear(be);
+        int32_t count;
+        be->ops->download(be, &count, dn, sizeof count); /* the step's one sync */
+        if (dl.layers(dl.ctx, canvas, km, BB, u->T)) {
+            rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "plan --time: the rollout forward failed");
+            break;
+        }
+        for (int i0 = 0; i0 < n && !rc; i0 += dl.max_rows) {
+            int mc = n - i0 < dl.max_rows ? n - i0 : dl.max_rows;
+            if (dl.head(dl.ctx, rows + i0, mc, lc) || (s->cfg && dl.head(dl.ctx, rows_u + i0, mc, lu)))
+                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "plan --time: the rollout head failed");
+        }
+    }
+    /* the sampler's buffers live for one rollout: freed after the recorded step */
+    size_t nev;
+    dllm_record_events(be, &nev);
+    void *bufs[] = {canvas, km, rows, rows_u, dn, lc, lu};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i])
+            be->ops->free(be, bufs[i]);
+    u->keep = nev; /* the frees are not the step's */
+    return rc;
+}
+
+/* host arrays of one micro-batch: tokens, the generated rows, their targets */
+typedef struct {
+    int32_t *tok, *rows, *tg;
+    float *logp, *g;
+} mb_bufs;
+
+static void mb_make(mb_bufs *b, int B, int P, int G, int T)
+{
+    b->tok = dllm_calloc((size_t)B * T, sizeof *b->tok);
+    b->rows = dllm_malloc(sizeof *b->rows * (size_t)B * G);
+    b->tg = dllm_calloc((size_t)B * G, sizeof *b->tg);
+    b->logp = dllm_malloc(sizeof *b->logp * (size_t)B * G);
+    b->g = dllm_calloc((size_t)B * G, sizeof *b->g);
+    for (int i = 0; i < B; i++)
+        for (int t = 0; t < G; t++)
+            b->rows[(size_t)i * G + t] = i * T + P + t;
+}
+
+static void mb_free(mb_bufs *b)
+{
+    free(b->tok);
+    free(b->rows);
+    free(b->tg);
+    free(b->logp);
+    free(b->g);
+}
+
+static int score(runner *u, int *rows_out, dllm_err *err)
+{
+    const pt_shape *s = u->s;
+    mb_bufs b;
+    int mbs = s->micro_batch < s->S ? s->micro_batch : s->S;
+    mb_make(&b, mbs, s->P, s->G, u->T);
+    int rc = 0;
+    for (int rep = 0; rep < 2 && !rc; rep++) {
+        if (rep == 1)
+            dllm_record_clear(u->be);
+        for (int i0 = 0; i0 < s->S && !rc; i0 += mbs) {
+            int nb = s->S - i0 < mbs ? s->S - i0 : mbs;
+            rc = dllm_tf_target_logp(u->m, false, b.tok, NULL, nb, u->T, b.rows, b.tg,
+                                     nb * s->G, b.logp);
+            if (rc)
+                rc = dllm_err_set(err, rc, "plan --time: the scoring forward failed");
+        }
+    }
+    *rows_out = s->S * s->G;
+    mb_free(&b);
+    return rc;
+}
+
+static int update_step(runner *u, int *rows_out, dllm_err *err)
+{
+    const pt_shape *s = u->s;
+    mb_bufs b;
+    int mbs = s->micro_batch < s->S ? s->micro_batch : s->S;
+    mb_make(&b, mbs, s->P, s->G, u->T);
+    int rc = 0;
+    for (int rep = 0; rep < 2 && !rc; rep++) {
+        if (rep == 1)
+            dllm_record_clear(u->be);
+        dllm_tf_device_zero_grad(u->m);
+        for (int i0 = 0; i0 < s->S && !rc; i0 += mbs) {
+            int nb = s->S - i0 < mbs ? s->S - i0 : mbs;
+            rc = dllm_tf_device_forward_logp(u->m, b.tok, NULL, nb, u->T, b.rows, b.tg,
+                                             nb * s->G, b.logp);
+            if (rc) {
+                rc = dllm_err_set(err, rc, "plan --time: the update's forward failed");
+                break;
+            }
+            dllm_tf_device_backward_logp(u->m, b.g);
+        }
+        if (!rc) {
+            dllm_tf_device_clip_grad(u->m, s->grad_clip);
+            dllm_tf_device_adamw(u->m, rep + 1, 1e-6f, 0.9f, 0.99f, 1e-8f, 0.1f);
+        }
+    }
+    *rows_out = s->S * s->G;
+    mb_free(&b);
+    return rc;
+}
+
+static rec_unit prec_unit(dllm_rollout_kind k)
+{
+    return dllm_rollout_is_fp8(k) ? REC_UNIT_FP8_TC : REC_UNIT_BF16_TC;
+}
+
+static void take(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, int rows)
+{
+    size_t n;
+    const rec_event *ev = dllm_record_events(u->be, &n);
+    if (u->keep && u->keep < n)
+        n = u->keep;
+    u->keep = 0;
+    plan_time_model(ev, n, gpu, iu, r);
+    r->rows = rows;
+}
+
+static int check_shape(const pt_shape *s, dllm_err *err)
+{
+    if (s->prec.rollout == DLLM_ROLLOUT_NVFP4)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision nvfp4: the CUDA backend has "
+                            "no NVFP4 linear (use bf16 or fp8)");
+    if (s->S < 1 || s->P < 0 || s->G < 1 || s->block_length < 1 || s->G % s->block_length ||
+        s->steps < s->G / s->block_length || s->steps % (s->G / s->block_length) ||
+        s->micro_batch < 1)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "plan --time: %d sequences of %d + %d tokens, "
+                            "block %d, %d steps, micro-batch %d: not a rollout the sampler runs",
+                            s->S, s->P, s->G, s->block_length, s->steps, s->micro_batch);
+    if (s->prec.trainer_bf16 && s->lora_rank <= 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.trainer_precision bf16 without LoRA: "
+                            "the update runs on the host, plan --time models the device's");
+    return 0;
+}
+
+int plan_time_phases(dllm_tf *m, dllm_backend *be, const pt_shape *s, pt_gpu gpu, pt_result *out,
+                     dllm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->gpu = gpu;
+    if (check_shape(s, err))
+        return err->code;
+    const dllm_rollout_kind k = s->prec.rollout;
+    runner u = {m, be, s, s->P + s->G, 0};
+    int rc = dllm_tf_set_recompute(m, s->recompute);
+    if (rc)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "train.recompute %d: must be 0 or K >= 1",
+                          s->recompute);
+    if (!rc)
+        rc = dllm_tf_to_device(m, be, err);
+    if (!rc)
+        rc = dllm_tf_rollout_sync(m, &s->prec, NULL, err);
+    int rows = 0;
+    if (!rc && !(rc = rollout_step(&u, &rows, err)))
+        take(&u, gpu, prec_unit(k), &out->ph[PT_ROLLOUT_STEP], rows);
+    if (!rc && !(rc = score(&u, &rows, err)))
+        take(&u, gpu, REC_UNIT_BF16_TC, &out->ph[PT_SCORE], rows);
+    if (!rc)
+        rc = dllm_tf_device_train(m, err);
+    if (!rc && !(rc = update_step(&u, &rows, err)))
+        take(&u, gpu, REC_UNIT_BF16_TC, &out->ph[PT_UPDATE_STEP], rows);
+    if (!rc && dllm_rollout_is_fp8(k)) { /* the same step with a bf16 rollout copy */
+        dllm_precision pb = s->prec;
+        pb.rollout = DLLM_ROLLOUT_BF16;
+        rc = dllm_tf_rollout_sync(m, &pb, NULL, err);
+        if (!rc && !(rc = rollout_step(&u, &rows, err))) {
+            take(&u, gpu, REC_UNIT_BF16_TC, &out->bf16_rollout, rows);
+            out->fp8_over_bf16 = out->bf16_rollout.modelled_s / out->ph[PT_ROLLOUT_STEP].modelled_s;
+        }
+    }
+    out->peak_bytes = dllm_record_peak(be);
+    return rc;
+}
+
+int plan_time_run(const dllm_model_config *mc, const pt_shape *s, pt_gpu gpu, pt_result *out,
+                  dllm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (check_shape(s, err))
+        return err->code;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    dllm_tf *m = dllm_tf_create_shape(mc, err);
+    if (!m)
+        return err->code;
+    if (s->lora_rank > 0)
+        dllm_tf_lora_enable(m, s->lora_rank, s->lora_alpha, s->lora_mask, 1);
+    /* block-scaled FP8 as on a GPU with CUDA 12.9 or later (H100, H200) */
+    dllm_backend *be = dllm_record_new(NULL, true);
+    int rc = plan_time_phases(m, be, s, gpu, out, err);
+    dllm_tf_free(m);
+    dllm_record_free(be);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    out->wall_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return rc;
+}
+
+/* ---- output ---------------------------------------------------------------------------- */
+
+static double pct(double a, double b) { return b > 0 ? 100.0 * a / b : 0.0; }
+
+void plan_time_print(const pt_result *r, const char *what, FILE *f)
+{
+    fprintf(f, "modelled step time (%s; not a measurement): %s\n", pt_gpu_names[r->gpu], what);
+    fprintf(f, "the CUDA backend's calls today, recorded without a device; an op takes\n"
+               "max(FLOPs / (its unit's peak x 0.7), bytes / (HBM x 0.8)) + 4 us per launch,\n"
+               "a host sync 10 us, a transfer 25 GB/s (docs/PLAN.md)\n\n");
+    fprintf(f, "%-13s %12s %10s %7s %9s %6s %10s %8s %8s %8s %8s %8s\n", "phase", "modelled_s",
+            "ideal_s", "ratio", "launches", "syncs", "xfer_MB", "fp8_tc%", "bf16_tc%",
+            "fp32_cc%", "memory%", "rows");
+    for (int p = 0; p <= PT_NPHASES; p++) {
+        const pt_phase_result *x = p < PT_NPHASES ? &r->ph[p] : &r->bf16_rollout;
+        if (p == PT_NPHASES && r->fp8_over_bf16 <= 0)
+            break;
+        fprintf(f, "%-13s %12.4f %10.4f %7.2f %9ld %6ld %10.3f %8.2f %8.2f %8.2f %8.2f %8d\n",
+                p < PT_NPHASES ? pt_phase_names[p] : "rollout(bf16)", x->modelled_s, x->ideal_s,
+                x->ideal_s > 0 ? x->modelled_s / x->ideal_s : 0.0, x->launches, x->host_syncs,
+                x->transfer_bytes / 1e6, pct(x->flops_by_unit[REC_UNIT_FP8_TC], x->flops),
+                pct(x->flops_by_unit[REC_UNIT_BF16_TC], x->flops),
+                pct(x->flops_by_unit[REC_UNIT_FP32_CORE], x->flops),
+                pct(x->flops_by_unit[REC_UNIT_MEMORY], x->flops), x->rows);
+    }
+    fprintf(f, "\n%-13s %14s %14s %14s %14s   (modelled seconds of kernels and matmuls by unit)\n",
+            "phase", "fp8_tc_s", "bf16_tc_s", "fp32_cc_s", "memory_s");
+    for (int p = 0; p < PT_NPHASES; p++)
+        fprintf(f, "%-13s %14.4f %14.4f %14.4f %14.4f\n", pt_phase_names[p],
+                r->ph[p].seconds_by_unit[REC_UNIT_FP8_TC],
+                r->ph[p].seconds_by_unit[REC_UNIT_BF16_TC],
+                r->ph[p].seconds_by_unit[REC_UNIT_FP32_CORE],
+                r->ph[p].seconds_by_unit[REC_UNIT_MEMORY]);
+    if (r->fp8_over_bf16 > 0)
+        fprintf(f, "\nfp8 over bf16 (rollout step, modelled): %.3fx\n", r->fp8_over_bf16);
+    fprintf(f, "recorded device peak: %.2f GB (%lld bytes); recorded in %.1f s\n",
+            (double)r->peak_bytes / 1e9, (long long)r->peak_bytes, r->wall_s);
+}
+
+static void json_phase(const pt_phase_result *x, FILE *f)
+{
+    fprintf(f, "{\"modelled_s\": %.6g, \"ideal_s\": %.6g, \"launches\": %ld, \"kernels\": %ld, "
+               "\"matmuls\": %ld, \"copies\": %ld, \"host_syncs\": %ld, \"transfer_bytes\": "
+               "%.0f, \"rows\": %d, \"flops\": %.6g, \"dense_flops\": %.6g, \"weight_bytes\": "
+               "%.6g, \"flops_by_unit\": {",
+            x->modelled_s, x->ideal_s, x->launches, x->kernels, x->matmuls, x->copies,
+            x->host_syncs, x->transfer_bytes, x->rows, x->flops, x->dense_flops,
+            x->weight_bytes);
+    for (int u = 0; u < REC_NUNITS; u++)
+        fprintf(f, "%s\"%s\": %.6g", u ? ", " : "", rec_unit_names[u], x->flops_by_unit[u]);
+    fprintf(f, "}, \"seconds_by_unit\": {");
+    for (int u = 0; u < REC_NUNITS; u++)
+        fprintf(f, "%s\"%s\": %.6g", u ? ", " : "", rec_unit_names[u], x->seconds_by_unit[u]);
+    fprintf(f, "}, \"bytes\": %.6g}", x->bytes);
+}
+
+static void json_str(const char *s, FILE *f)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void plan_time_print_json(const pt_result *r, const char *what, FILE *f)
+{
+    fprintf(f, "{\"modelled\": true, \"measured\": false, \"gpu\": \"%s\", \"what\": ",
+            pt_gpu_names[r->gpu]);
+    json_str(what, f);
+    fprintf(f, ", \"phases\": {");
+    for (int p = 0; p < PT_NPHASES; p++) {
+        fprintf(f, "%s\"%s\": ", p ? ", " : "", pt_phase_names[p]);
+        json_phase(&r->ph[p], f);
+    }
+    fprintf(f, "}");
+    if (r->fp8_over_bf16 > 0) {
+        fprintf(f, ", \"rollout_step_bf16\": ");
+        json_phase(&r->bf16_rollout, f);
+        fprintf(f, ", \"fp8_over_bf16_rollout_step\": %.6g", r->fp8_over_bf16);
+    } else {
+        fprintf(f, ", \"fp8_over_bf16_rollout_step\": null");
+    }
+    fprintf(f, ", \"device_peak_bytes\": %lld}\n", (long long)r->peak_bytes);
+}

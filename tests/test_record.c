@@ -1,0 +1,318 @@
+/* test_record.c: the recording backend (kernels/record/record.h) and `plan --time`'s model
+ * (src/plan/plan_time.h).
+ *
+ *   - every entry of the backend table is recorded: a slot the recording leaves NULL is
+ *     one the CUDA backend leaves NULL (NVFP4), so an entry added to the table without a
+ *     recording fails here (under the emulation, the NULL slots are compared with the
+ *     CUDA backend's own table);
+ *   - the roofline of hand-made events against the documented constants;
+ *   - LLaDA-8B at the d1 recipe's shapes (96 x (200 + 256) tokens, FP8 rollout, LoRA 128)
+ *     recorded on a shape-only model: the rollout step's FP8 GEMM and attention FLOPs equal
+ *     their closed forms, one weight-scale copy per 128-row block of every FP8 GEMM, one
+ *     host sync, in seconds and without the model's host memory;
+ *   - under the CUDA emulation, tiny models at each precision (fp32 and bf16 trainers,
+ *     bf16, block- and tensor-scaled FP8 rollouts, with and without LoRA and
+ *     recomputation): every table call recorded over the emulated CUDA backend issues
+ *     exactly the kernels, cuBLASLt matmuls, allocations and device bytes the emulation
+ *     counts for it; the recorded peak equals the emulated allocator's to the byte; and
+ *     the same phases recorded without a device (a shape-only model) give the same op
+ *     stream, call by call (op, kernel, shape), and the same peak. */
+#include "config.h"
+
+#include "dllm/arch.h"
+#include "dllm/transformer.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/record/record.h"
+#include "src/plan/plan_time.h"
+
+#include <check.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef DLLM_CUDA_EMULATION
+#include "kernels/cuda_emu/emu_hooks.h"
+#endif
+
+typedef void (*slot_fn)(void);
+
+START_TEST(test_every_entry_recorded)
+{
+    dllm_backend *be = dllm_record_new(NULL, true);
+    const dllm_backend_ops *ops = be->ops;
+    slot_fn slots[sizeof *ops / sizeof(slot_fn)];
+    ck_assert_uint_eq(sizeof *ops % sizeof(slot_fn), 0);
+    memcpy(slots, ops, sizeof slots);
+    const size_t nvfp4 = offsetof(dllm_backend_ops, nvfp4_linear_fwd) / sizeof(slot_fn);
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
+        ck_assert_msg(slots[i] != NULL || i == nvfp4,
+                      "backend table slot %zu has no recording (kernels/record/backend_record.c)",
+                      i);
+#ifdef DLLM_CUDA_EMULATION
+    dllm_backend *cu = dllm_backend_cuda();
+    ck_assert_ptr_nonnull(cu);
+    slot_fn cs[sizeof slots / sizeof slots[0]];
+    memcpy(cs, cu->ops, sizeof cs);
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
+        ck_assert_msg((slots[i] == NULL) == (cs[i] == NULL),
+                      "slot %zu: the recording %s, the CUDA backend %s", i,
+                      slots[i] ? "has it" : "has none", cs[i] ? "has it" : "has none");
+#endif
+    ck_assert(dllm_record_is(be));
+    ck_assert(!dllm_record_is(dllm_backend_cpu()));
+    dllm_record_free(be);
+}
+END_TEST
+
+static rec_event ev(rec_kind k, rec_unit u, double flops, double rd, double wr, double xfer)
+{
+    rec_event e;
+    memset(&e, 0, sizeof e);
+    e.op = "t";
+    e.what = "t";
+    e.kind = k;
+    e.unit = u;
+    e.flops = flops;
+    e.rd = rd;
+    e.wr = wr;
+    e.xfer = xfer;
+    return e;
+}
+
+static void near(double got, double want)
+{
+    ck_assert_msg(fabs(got - want) <= 1e-12 * fabs(want) + 1e-15, "got %.15g, want %.15g", got,
+                  want);
+}
+
+START_TEST(test_roofline)
+{
+    static int w1, w2;
+    rec_event e[7];
+    e[0] = ev(REC_MATMUL, REC_UNIT_FP8_TC, 1e12, 1e6, 1e6, 0); /* compute-bound */
+    e[0].dense = true, e[0].weight = &w1, e[0].weight_bytes = 5e8;
+    e[1] = ev(REC_MATMUL, REC_UNIT_FP8_TC, 1e12, 1e6, 1e6, 0); /* the same weight again */
+    e[1].dense = true, e[1].weight = &w1, e[1].weight_bytes = 5e8;
+    e[2] = ev(REC_KERNEL, REC_UNIT_MEMORY, 1e6, 2e9, 1e9, 0);  /* bandwidth-bound */
+    e[3] = ev(REC_COPY, REC_UNIT_MEMORY, 0, 512, 512, 0);
+    e[4] = ev(REC_D2H, REC_UNIT_MEMORY, 0, 1e6, 0, 1e6);
+    e[5] = ev(REC_SYNC, REC_UNIT_MEMORY, 0, 0, 0, 0);
+    e[6] = ev(REC_KERNEL, REC_UNIT_FP32_CORE, 67e12, 0, 0, 0);
+    e[6].dense = true, e[6].weight = &w2, e[6].weight_bytes = 1e9;
+    pt_phase_result r;
+    plan_time_model(e, 7, PT_GPU_H100, REC_UNIT_BF16_TC, &r);
+    const double bw = 3.35e12 * 0.8;
+    double want = 2 * (1e12 / (1979e12 * 0.7) + 4e-6) + (3e9 / bw + 4e-6) + (1024 / bw + 4e-6) +
+                  (1e6 / 25e9 + 10e-6) + 10e-6 + (1.0 / 0.7 + 4e-6);
+    near(r.modelled_s, want);
+    ck_assert_int_eq(r.launches, 5);
+    ck_assert_int_eq(r.kernels, 2);
+    ck_assert_int_eq(r.matmuls, 2);
+    ck_assert_int_eq(r.copies, 1);
+    ck_assert_int_eq(r.host_syncs, 2);
+    near(r.transfer_bytes, 1e6);
+    near(r.flops_by_unit[REC_UNIT_FP8_TC], 2e12);
+    near(r.flops_by_unit[REC_UNIT_FP32_CORE], 67e12);
+    near(r.weight_bytes, 1.5e9); /* each weight once */
+    near(r.ideal_s, (2e12 + 67e12) / (989e12 * 0.7) + 1.5e9 / bw);
+    pt_phase_result h;
+    plan_time_model(e, 7, PT_GPU_H200, REC_UNIT_BF16_TC, &h);
+    near(h.modelled_s - r.modelled_s, (3e9 + 1024) / (4.8e12 * 0.8) - (3e9 + 1024) / bw);
+}
+END_TEST
+
+static pt_shape d1_shape(void)
+{
+    pt_shape s = {0};
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_precision_parse(&s.prec, "fp32", "fp8", "e4m3", "block", false, &err), 0);
+    s.lora_rank = 128, s.lora_alpha = 64, s.lora_mask = LORA_ALL;
+    s.S = 96, s.P = 200, s.G = 256, s.block_length = 32, s.steps = 128;
+    s.micro_batch = 64, s.recompute = 1, s.grad_clip = 0.2;
+    return s;
+}
+
+START_TEST(test_llada8b_closed_forms)
+{
+    dllm_model_config mc;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_config_preset(&mc, DLLM_ARCH_LLADA, "llada-8b", &err), 0);
+    pt_shape s = d1_shape();
+    pt_result *r = malloc(sizeof *r);
+    ck_assert_msg(plan_time_run(&mc, &s, PT_GPU_H100, r, &err) == 0, "%s", err.msg);
+    const pt_phase_result *ro = &r->ph[PT_ROLLOUT_STEP];
+    const double N = 96.0 * 456, C = mc.d_model, H = mc.mlp_hidden, L = mc.n_layers;
+    const double QD = (double)mc.n_heads * mc.head_dim, KD = (double)mc.n_kv_heads * mc.head_dim;
+    const double lin = C * QD + 2 * C * KD + QD * C + 3 * C * H;
+    near(ro->flops_by_unit[REC_UNIT_FP8_TC], 2 * N * L * lin);
+    /* bidirectional attention: QK^T and PV over 456 x 456 pairs per head */
+    near(ro->flops_by_unit[REC_UNIT_FP32_CORE], 4.0 * 96 * mc.n_heads * 456.0 * 456 *
+                                                    mc.head_dim * L);
+    /* the head over the mean masked rows of a 32-token block in 16 steps (32 .. 2): 17 */
+    ck_assert_int_eq(ro->rows, 96 * 17);
+    near(ro->flops_by_unit[REC_UNIT_BF16_TC], 2.0 * 96 * 17 * C * mc.embedding_size);
+    /* weight-scale copies: one per 128-row block of each FP8 GEMM's output */
+    const double blocks = L * (ceil(QD / 128) + 2 * ceil(KD / 128) + ceil(C / 128) +
+                               2 * ceil(H / 128) + ceil(C / 128));
+    /* ... and the layers' two device copies (the canvas ids and key mask into the set) */
+    ck_assert_int_eq(ro->copies, (long)blocks + 2);
+    /* the linears, and the head a logits chunk of rows at a time */
+    const int chunk = dllm_tf_device_chunk_rows(mc.embedding_size);
+    ck_assert_int_eq(ro->matmuls, (long)(7 * L) + (96 * 17 + chunk - 1) / chunk);
+    /* blocking copies: the step's count of rows down, the canvas's RoPE positions up */
+    ck_assert_int_eq(ro->host_syncs, 2);
+    near(ro->transfer_bytes, 4 + 4.0 * 96 * 456);
+    ck_assert(r->fp8_over_bf16 > 1.0);
+    ck_assert(r->ph[PT_UPDATE_STEP].modelled_s > r->ph[PT_SCORE].modelled_s);
+    printf("llada-8b d1 (modelled, h100): rollout step %.3f s (ideal %.3f), score %.3f s, "
+           "update %.3f s, fp8/bf16 %.3fx, peak %.2f GB, recorded in %.1f s\n", ro->modelled_s,
+           ro->ideal_s, r->ph[PT_SCORE].modelled_s, r->ph[PT_UPDATE_STEP].modelled_s,
+           r->fp8_over_bf16, (double)r->peak_bytes / 1e9, r->wall_s);
+    free(r);
+}
+END_TEST
+
+#ifdef DLLM_CUDA_EMULATION
+/* ---- against the emulated CUDA backend ---------------------------------------------- */
+
+typedef struct {
+    char (*line)[160];
+    size_t n, cap;
+    bool check;       /* compare each call with the emulation's counters */
+    dllm_emu_stats last;
+    char fail[512];
+} trace;
+
+static void on_call(void *ctx, const char *op, const rec_event *ev, size_t n)
+{
+    trace *t = ctx;
+    long k = 0, mm = 0, al = 0;
+    long long bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t->n == t->cap) {
+            t->cap = t->cap ? 2 * t->cap : 1024;
+            t->line = realloc(t->line, t->cap * sizeof *t->line);
+        }
+        snprintf(t->line[t->n++], sizeof t->line[0], "%s %s %s %s", op, ev[i].what,
+                 rec_kind_names[ev[i].kind], ev[i].kind == REC_ALLOC || ev[i].kind == REC_FREE
+                                                 ? "" : ev[i].shape);
+        k += ev[i].kind == REC_KERNEL;
+        mm += ev[i].kind == REC_MATMUL;
+        al += ev[i].kind == REC_ALLOC;
+        bytes += ev[i].kind == REC_ALLOC ? ev[i].bytes : ev[i].kind == REC_FREE ? -ev[i].bytes : 0;
+    }
+    if (!t->check || t->fail[0])
+        return;
+    dllm_emu_stats s;
+    dllm_emu_get_stats(&s);
+    long dk = (long)(s.launches - t->last.launches), dm = (long)(s.matmuls - t->last.matmuls);
+    long da = (long)(s.device_allocs - t->last.device_allocs);
+    long long db = (long long)s.bytes_in_use - (long long)t->last.bytes_in_use;
+    if (dk != k || dm != mm || da != al || db != bytes)
+        snprintf(t->fail, sizeof t->fail, "call %s (after %zu events): recorded %ld kernels, %ld "
+                 "matmuls, %ld allocations, %lld bytes; the emulation ran %ld, %ld, %ld, %lld",
+                 op, t->n, k, mm, al, bytes, dk, dm, da, db);
+    t->last = s;
+}
+
+typedef struct {
+    const char *trainer, *rollout, *scaling;
+    int lora, recompute;
+} ecase;
+
+static const ecase ECASES[] = {
+    {"fp32", "fp8", "block", 4, 1},   {"fp32", "fp8", "tensor", 0, 0},
+    {"fp32", "bf16", "block", 0, 1},  {"fp32", "trainer", "block", 8, 0},
+    {"bf16", "bf16", "block", 4, 1},  {"fp32", "fp8", "channel", 4, 2},
+};
+#define NECASES ((int)(sizeof ECASES / sizeof ECASES[0]))
+
+START_TEST(test_matches_emulation)
+{
+    const ecase *c = &ECASES[_i];
+    dllm_err err = {0};
+    dllm_model_config mc;
+    ck_assert_int_eq(dllm_config_preset(&mc, DLLM_ARCH_LLADA, "tiny", &err), 0);
+    pt_shape s = {0};
+    ck_assert_int_eq(dllm_precision_parse(&s.prec, c->trainer, c->rollout, "e4m3", c->scaling,
+                                          false, &err), 0);
+    s.lora_rank = c->lora, s.lora_alpha = 16, s.lora_mask = LORA_ALL;
+    s.S = 3, s.P = 5, s.G = 8, s.block_length = 4, s.steps = 4, s.micro_batch = 2;
+    s.recompute = c->recompute, s.grad_clip = 1.0;
+    const bool blk = dllm_cuda_fp8_block_scaling_available(NULL, 0);
+
+    /* a real tiny model over the emulated CUDA backend, call by call */
+    dllm_tf *m = dllm_tf_create(&mc, 7);
+    if (c->lora)
+        dllm_tf_lora_enable(m, c->lora, 16, LORA_ALL, 3);
+    dllm_backend *cu = dllm_backend_cuda();
+    ck_assert_ptr_nonnull(cu);
+    dllm_backend *rec = dllm_record_new(cu, blk);
+    trace te = {.check = true};
+    dllm_emu_reset_stats();
+    dllm_emu_get_stats(&te.last);
+    dllm_record_set_hook(rec, on_call, &te);
+    pt_result *re = malloc(sizeof *re), *rs = malloc(sizeof *rs);
+    ck_assert_msg(plan_time_phases(m, rec, &s, PT_GPU_H100, re, &err) == 0, "%s", err.msg);
+    ck_assert_msg(!te.fail[0], "%s", te.fail);
+    dllm_emu_stats st;
+    dllm_emu_get_stats(&st);
+    ck_assert_msg(dllm_record_peak(rec) == (int64_t)st.peak_bytes,
+                  "recorded peak %lld, the emulated allocator's %zu",
+                  (long long)dllm_record_peak(rec), st.peak_bytes);
+
+    /* the same phases without a device, on a shape-only model */
+    dllm_tf *ms = dllm_tf_create_shape(&mc, &err);
+    ck_assert_ptr_nonnull(ms);
+    if (c->lora)
+        dllm_tf_lora_enable(ms, c->lora, 16, LORA_ALL, 3);
+    dllm_backend *rn = dllm_record_new(NULL, blk);
+    trace tn = {.check = false};
+    dllm_record_set_hook(rn, on_call, &tn);
+    ck_assert_msg(plan_time_phases(ms, rn, &s, PT_GPU_H100, rs, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(tn.n, te.n);
+    for (size_t i = 0; i < te.n; i++)
+        ck_assert_msg(!strcmp(te.line[i], tn.line[i]), "event %zu: over the emulation '%s', "
+                      "without a device '%s'", i, te.line[i], tn.line[i]);
+    ck_assert_int_eq(dllm_record_peak(rn), dllm_record_peak(rec));
+    for (int p = 0; p < PT_NPHASES; p++) {
+        ck_assert_int_eq(re->ph[p].launches, rs->ph[p].launches);
+        ck_assert_int_eq(re->ph[p].host_syncs, rs->ph[p].host_syncs);
+        near(rs->ph[p].modelled_s, re->ph[p].modelled_s);
+    }
+    printf("%s trainer, %s rollout (%s), lora %d, recompute %d: %zu events, peak %lld bytes, "
+           "equal\n", c->trainer, c->rollout, c->scaling, c->lora, c->recompute, te.n,
+           (long long)dllm_record_peak(rec));
+    dllm_tf_free(m);
+    dllm_tf_free(ms);
+    dllm_record_free(rec);
+    dllm_record_free(rn);
+    free(te.line);
+    free(tn.line);
+    free(re);
+    free(rs);
+}
+END_TEST
+#endif
+
+int main(void)
+{
+    Suite *s = suite_create("record");
+    TCase *tc = tcase_create("record");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_every_entry_recorded);
+    tcase_add_test(tc, test_roofline);
+    tcase_add_test(tc, test_llada8b_closed_forms);
+#ifdef DLLM_CUDA_EMULATION
+    tcase_add_loop_test(tc, test_matches_emulation, 0, NECASES);
+#endif
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK); /* each case on a fresh emulated device */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
