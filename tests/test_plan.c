@@ -782,6 +782,43 @@ START_TEST(test_bin_phase)
 }
 END_TEST
 
+/* --time: the modelled step of the recording backend (src/plan_time.h), labelled so */
+START_TEST(test_bin_time)
+{
+    char *out, *errs;
+    int rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --time --json",
+                 configs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    const char *keys[] = {"\"modelled\": true", "\"measured\": false", "\"gpu\": \"h100\"",
+                          "\"rollout_step\": {\"modelled_s\"", "\"score\": {", "\"update_step\": {",
+                          "\"ideal_s\"", "\"launches\"", "\"host_syncs\"", "\"transfer_bytes\"",
+                          "\"flops_by_unit\": {\"fp8_tensor_core\"", "\"bytes\"",
+                          "\"fp8_over_bf16_rollout_step\": "};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        ck_assert_msg(strstr(out, keys[i]), "no %s in %s", keys[i], out);
+    free(out), free(errs);
+    rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --time --gpu h200",
+             configs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    ck_assert_msg(strstr(out, "modelled step time (h200; not a measurement)"), "%s", out);
+    ck_assert_msg(strstr(out, "rollout_step") && strstr(out, "update_step"), "%s", out);
+    free(out), free(errs);
+    /* bad input: exit 2 naming the flag */
+    const char *bad[][2] = {{"--gpu h100", "--gpu"},
+                            {"--time --gpu a100", "--gpu"},
+                            {"--time --phase train", "--phase"},
+                            {"--time --device cpu", "--device cuda"},
+                            {"--time --set rollout.precision=nvfp4", "nvfp4"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rc = run(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny %s", configs,
+                 bad[i][0]);
+        ck_assert_msg(rc == 2, "%s: exit %d", bad[i][0], rc);
+        ck_assert_msg(strstr(errs, bad[i][1]), "%s: %s", bad[i][0], errs);
+        free(out), free(errs);
+    }
+}
+END_TEST
+
 static bool have_bin(void)
 {
     const char *b = getenv("DLLM_BIN");
@@ -810,6 +847,7 @@ static Suite *suite(bool bin)
         tcase_add_test(tc, test_bin_bad_input);
         tcase_add_test(tc, test_bin_train_cap);
         tcase_add_test(tc, test_bin_phase);
+        tcase_add_test(tc, test_bin_time);
         suite_add_tcase(s, tc);
     }
     return s;
