@@ -158,6 +158,8 @@ START_TEST(test_llada8b_closed_forms)
                                2 * ceil(H / 128) + ceil(C / 128));
     /* ... and the layers' two device copies (the canvas ids and key mask into the set) */
     ck_assert_int_eq(ro->copies, (long)blocks + 2);
+    ck_assert_int_eq(ro->weight_copies, (long)blocks);
+    near(ro->launches_per_layer, (double)ro->launches / L);
     /* the linears, and the head a logits chunk of rows at a time */
     const int chunk = dllm_tf_device_chunk_rows(mc.embedding_size);
     ck_assert_int_eq(ro->matmuls, (long)(7 * L) + (96 * 17 + chunk - 1) / chunk);

@@ -70,6 +70,7 @@ void plan_time_model(const rec_event *ev, size_t n, pt_gpu gpu, rec_unit ideal_u
             t = bytes / bw + LAUNCH_S;
             r->launches++;
             r->copies++;
+            r->weight_copies += !strcmp(e->what, "scale_copy");
             break;
         case REC_H2D:
         case REC_D2H:
@@ -267,6 +268,7 @@ static void take(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, int row
     u->keep = 0;
     plan_time_model(ev, n, gpu, iu, r);
     r->rows = rows;
+    r->launches_per_layer = (double)r->launches / dllm_tf_config(u->m)->n_layers;
 }
 
 static int check_shape(const pt_shape *s, dllm_err *err)
@@ -381,21 +383,26 @@ void plan_time_print(const pt_result *r, const char *what, FILE *f)
                 r->ph[p].seconds_by_unit[REC_UNIT_BF16_TC],
                 r->ph[p].seconds_by_unit[REC_UNIT_FP32_CORE],
                 r->ph[p].seconds_by_unit[REC_UNIT_MEMORY]);
+    fprintf(f, "\n");
+    for (int p = 0; p < PT_NPHASES; p++)
+        fprintf(f, "%s: %.1f launches per layer, %ld weight-scale copies\n", pt_phase_names[p],
+                r->ph[p].launches_per_layer, r->ph[p].weight_copies);
     if (r->fp8_over_bf16 > 0)
-        fprintf(f, "\nfp8 over bf16 (rollout step, modelled): %.3fx\n", r->fp8_over_bf16);
+        fprintf(f, "fp8 over bf16 (rollout step, modelled): %.3fx\n", r->fp8_over_bf16);
     fprintf(f, "recorded device peak: %.2f GB (%lld bytes); recorded in %.1f s\n",
             (double)r->peak_bytes / 1e9, (long long)r->peak_bytes, r->wall_s);
 }
 
 static void json_phase(const pt_phase_result *x, FILE *f)
 {
-    fprintf(f, "{\"modelled_s\": %.6g, \"ideal_s\": %.6g, \"launches\": %ld, \"kernels\": %ld, "
-               "\"matmuls\": %ld, \"copies\": %ld, \"host_syncs\": %ld, \"transfer_bytes\": "
-               "%.0f, \"rows\": %d, \"flops\": %.6g, \"dense_flops\": %.6g, \"weight_bytes\": "
-               "%.6g, \"flops_by_unit\": {",
-            x->modelled_s, x->ideal_s, x->launches, x->kernels, x->matmuls, x->copies,
-            x->host_syncs, x->transfer_bytes, x->rows, x->flops, x->dense_flops,
-            x->weight_bytes);
+    fprintf(f, "{\"modelled_s\": %.6g, \"ideal_s\": %.6g, \"launches\": %ld, "
+               "\"launches_per_layer\": %.6g, \"kernels\": %ld, \"matmuls\": %ld, \"copies\": "
+               "%ld, \"weight_copies\": %ld, \"host_syncs\": %ld, \"transfer_bytes\": %.0f, "
+               "\"rows\": %d, \"flops\": %.6g, \"dense_flops\": %.6g, \"weight_bytes\": %.6g, "
+               "\"flops_by_unit\": {",
+            x->modelled_s, x->ideal_s, x->launches, x->launches_per_layer, x->kernels,
+            x->matmuls, x->copies, x->weight_copies, x->host_syncs, x->transfer_bytes, x->rows,
+            x->flops, x->dense_flops, x->weight_bytes);
     for (int u = 0; u < REC_NUNITS; u++)
         fprintf(f, "%s\"%s\": %.6g", u ? ", " : "", rec_unit_names[u], x->flops_by_unit[u]);
     fprintf(f, "}, \"seconds_by_unit\": {");

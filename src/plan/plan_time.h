@@ -35,6 +35,8 @@ typedef struct {
 typedef struct {
     double modelled_s, ideal_s;
     long launches, kernels, matmuls, copies, host_syncs;
+    long weight_copies;      /* the FP8 GEMMs' weight-scale copies among the copies */
+    double launches_per_layer;
     double transfer_bytes, bytes, flops, dense_flops, weight_bytes;
     double flops_by_unit[REC_NUNITS];
     double seconds_by_unit[REC_NUNITS]; /* kernels' and matmuls' time by unit */
