@@ -173,7 +173,10 @@ struct qwen35_model {
     qwen35_config cfg;
     float *embed, *head, *fnorm; /* (V, C), (V, C) or embed, (C) 1 + w */
     layer_w *lw;
-    float **owned;
+    float **owned;  /* every weight buffer, in load order */
+    char **names;   /* its published name */
+    size_t *numel;
+    float **grad;   /* its gradient (NULL until the first qwen35_loss_grad) */
     int nowned;
 };
 
@@ -208,8 +211,13 @@ static float *load(loader *ld, const char *name, int nd, int64_t d0, int64_t d1,
     if (plus_one)
         for (size_t i = 0; i < n; i++)
             p[i] += 1.0f;
-    ld->m->owned = realloc(ld->m->owned, (size_t)(ld->m->nowned + 1) * sizeof(float *));
-    ld->m->owned[ld->m->nowned++] = p;
+    qwen35_model *m = ld->m;
+    m->owned = realloc(m->owned, (size_t)(m->nowned + 1) * sizeof(float *));
+    m->names = realloc(m->names, (size_t)(m->nowned + 1) * sizeof(char *));
+    m->numel = realloc(m->numel, (size_t)(m->nowned + 1) * sizeof(size_t));
+    m->owned[m->nowned] = p;
+    m->names[m->nowned] = dllm_strdup(full);
+    m->numel[m->nowned++] = n;
     return p;
 }
 
@@ -301,9 +309,16 @@ void qwen35_free(qwen35_model *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < m->nowned; i++)
+    for (int i = 0; i < m->nowned; i++) {
         free(m->owned[i]);
+        free(m->names[i]);
+        if (m->grad)
+            free(m->grad[i]);
+    }
     free(m->owned);
+    free(m->names);
+    free(m->numel);
+    free(m->grad);
     free(m->lw);
     free(m);
 }
@@ -577,4 +592,338 @@ int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos,
     qwen35_cache_free(kc);
     free(lg);
     return rc;
+}
+
+/* ---- the next-token loss and its gradient ----------------------------------------------------
+ * Only each layer's input is kept; a layer's activations are recomputed when the backward
+ * reaches it (one layer's worth of memory), then differentiated through the ops' backward. */
+
+/* The gradient buffer of weight p (its owner's index), allocated zeroed on first use. */
+static float *grad_of(qwen35_model *m, const float *p)
+{
+    for (int i = 0; i < m->nowned; i++)
+        if (m->owned[i] == p)
+            return m->grad[i];
+    return NULL;
+}
+
+void qwen35_zero_grad(qwen35_model *m)
+{
+    if (!m->grad) {
+        m->grad = dllm_calloc((size_t)m->nowned, sizeof(float *));
+        for (int i = 0; i < m->nowned; i++)
+            m->grad[i] = ALLOC_F(m->numel[i]);
+    }
+    for (int i = 0; i < m->nowned; i++)
+        memset(m->grad[i], 0, m->numel[i] * sizeof(float));
+}
+
+const float *qwen35_grad(const qwen35_model *m, const char *name, size_t *n)
+{
+    for (int i = 0; m->grad && i < m->nowned; i++)
+        if (!strcmp(m->names[i], name)) {
+            if (n)
+                *n = m->numel[i];
+            return m->grad[i];
+        }
+    return NULL;
+}
+
+/* dn1 (T, C) += d(linear mix)/d n1 given dmix (T, C); weight gradients accumulated. */
+static void linear_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int T,
+                           const float *dmix, float *dn1)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, D = conv_dim(c), KD = c->Hk * c->Dk, VD = c->Hv * c->Dv, Hv = c->Hv;
+    size_t TD = (size_t)T * D, TK = (size_t)T * KD, TV = (size_t)T * VD, TH = (size_t)T * Hv;
+    float *qkv = ALLOC_F(TD), *pre = ALLOC_F(TD), *cq = ALLOC_F(TD), *z = ALLOC_F(TV);
+    float *bb = ALLOC_F(TH), *aa = ALLOC_F(TH), *g = ALLOC_F(TH), *beta = ALLOC_F(TH);
+    float *q = ALLOC_F(TK), *k = ALLOC_F(TK), *v = ALLOC_F(TV), *rq = ALLOC_F((size_t)T * c->Hk);
+    float *rk = ALLOC_F((size_t)T * c->Hk), *o = ALLOC_F(TV), *on = ALLOC_F(TV);
+    float *rs = ALLOC_F((size_t)T * Hv);
+    /* recompute */
+    op_linear_fwd(qkv, n1, w->qkv, T, C, D);
+    op_linear_fwd(z, n1, w->z, T, C, VD);
+    op_linear_fwd(bb, n1, w->b, T, C, Hv);
+    op_linear_fwd(aa, n1, w->a, T, C, Hv);
+    gd_conv_fwd(cq, pre, NULL, qkv, NULL, w->conv, 1, T, D, c->K);
+    for (int t = 0; t < T; t++) {
+        const float *r = cq + (size_t)t * D;
+        memcpy(q + (size_t)t * KD, r, (size_t)KD * sizeof(float));
+        memcpy(k + (size_t)t * KD, r + KD, (size_t)KD * sizeof(float));
+        memcpy(v + (size_t)t * VD, r + 2 * KD, (size_t)VD * sizeof(float));
+    }
+    gd_l2norm_fwd(q, rq, q, T * c->Hk, c->Dk, 1e-6f);
+    gd_l2norm_fwd(k, rk, k, T * c->Hk, c->Dk, 1e-6f);
+    gd_gates_fwd(g, beta, aa, bb, w->A_log, w->dt_bias, T, Hv);
+    gd_rule_chunked_fwd(o, NULL, q, k, v, g, beta, NULL, 1, T, c->Hk, c->Dk, Hv, c->Dv, 64);
+    gd_gated_rmsnorm_fwd(on, rs, o, z, w->gnorm, T * Hv, c->Dv, c->eps);
+    /* backward */
+    float *don = ALLOC_F(TV), *dO = ALLOC_F(TV), *dz = ALLOC_F(TV), *dq = ALLOC_F(TK);
+    float *dk = ALLOC_F(TK), *dg = ALLOC_F(TH), *dbeta = ALLOC_F(TH), *daa = ALLOC_F(TH);
+    float *dbb = ALLOC_F(TH), *dcq = ALLOC_F(TD), *dqkv = ALLOC_F(TD);
+    float *zero[] = {don, dO, dz, dq, dk, dg, dbeta, daa, dbb, dcq, dqkv};
+    size_t zn[] = {TV, TV, TV, TK, TK, TH, TH, TH, TH, TD, TD};
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
+        memset(zero[i], 0, zn[i] * sizeof(float));
+    op_linear_bwd(don, grad_of(m, w->out), dmix, on, w->out, T, VD, C);
+    gd_gated_rmsnorm_bwd(dO, dz, grad_of(m, w->gnorm), don, o, z, w->gnorm, rs, T * Hv, c->Dv);
+    float *dv = dcq; /* dq, dk normalised first; dv lands straight in its columns below */
+    float *dvt = ALLOC_F(TV), *dqn = ALLOC_F(TK), *dkn = ALLOC_F(TK);
+    memset(dvt, 0, TV * sizeof(float));
+    memset(dqn, 0, TK * sizeof(float));
+    memset(dkn, 0, TK * sizeof(float));
+    gd_rule_bwd(dqn, dkn, dvt, dg, dbeta, NULL, dO, q, k, v, g, beta, NULL, 1, T, c->Hk, c->Dk,
+                Hv, c->Dv);
+    gd_gates_bwd(daa, dbb, grad_of(m, w->A_log), grad_of(m, w->dt_bias), dg, dbeta, aa, bb,
+                 w->A_log, w->dt_bias, T, Hv);
+    gd_l2norm_bwd(dq, dqn, q, rq, T * c->Hk, c->Dk);
+    gd_l2norm_bwd(dk, dkn, k, rk, T * c->Hk, c->Dk);
+    for (int t = 0; t < T; t++) {
+        float *r = dv + (size_t)t * D;
+        memcpy(r, dq + (size_t)t * KD, (size_t)KD * sizeof(float));
+        memcpy(r + KD, dk + (size_t)t * KD, (size_t)KD * sizeof(float));
+        memcpy(r + 2 * KD, dvt + (size_t)t * VD, (size_t)VD * sizeof(float));
+    }
+    gd_conv_bwd(dqkv, grad_of(m, w->conv), NULL, dcq, pre, qkv, NULL, w->conv, 1, T, D, c->K);
+    op_linear_bwd(dn1, grad_of(m, w->qkv), dqkv, n1, w->qkv, T, C, D);
+    op_linear_bwd(dn1, grad_of(m, w->z), dz, n1, w->z, T, C, VD);
+    op_linear_bwd(dn1, grad_of(m, w->b), dbb, n1, w->b, T, C, Hv);
+    op_linear_bwd(dn1, grad_of(m, w->a), daa, n1, w->a, T, C, Hv);
+    float *bufs[] = {qkv, pre, cq, z, bb, aa, g, beta, q, k, v, rq, rk, o, on, rs, don, dO, dz,
+                     dq, dk, dg, dbeta, daa, dbb, dcq, dqkv, dvt, dqn, dkn};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+}
+
+/* dn1 (T, C) += d(gated attention mix)/d n1 given dmix (T, C), positions 0 .. T-1. */
+static void full_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int T,
+                         const float *dmix, float *dn1)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, NH = c->NH, NKV = c->NKV, HD = c->HD, QD = NH * HD, KD = NKV * HD;
+    int grp = NH / NKV;
+    size_t TQ = (size_t)T * QD, TK = (size_t)T * KD;
+    float *qg = ALLOC_F(2 * TQ), *q0 = ALLOC_F(TQ), *gate = ALLOC_F(TQ), *k0 = ALLOC_F(TK);
+    float *v = ALLOC_F(TK), *qn = ALLOC_F(TQ), *kn = ALLOC_F(TK), *rsq = ALLOC_F((size_t)T * NH);
+    float *rsk = ALLOC_F((size_t)T * NKV), *qr = ALLOC_F(TQ), *kr = ALLOC_F(TK);
+    float *P = ALLOC_F((size_t)NH * T * T), *att = ALLOC_F(TQ), *y = ALLOC_F(TQ);
+    int32_t *pos = dllm_malloc((size_t)T * sizeof(int32_t) + 4);
+    for (int t = 0; t < T; t++)
+        pos[t] = t;
+    op_linear_fwd(qg, n1, w->q, T, C, 2 * QD);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *r = qg + (size_t)t * 2 * QD + (size_t)h * 2 * HD;
+            memcpy(q0 + ((size_t)t * NH + h) * HD, r, (size_t)HD * sizeof(float));
+            memcpy(gate + ((size_t)t * NH + h) * HD, r + HD, (size_t)HD * sizeof(float));
+        }
+    op_linear_fwd(k0, n1, w->k, T, C, KD);
+    op_linear_fwd(v, n1, w->v, T, C, KD);
+    op_rmsnorm_fwd(qn, rsq, q0, w->qn, T * NH, HD, c->eps);
+    op_rmsnorm_fwd(kn, rsk, k0, w->kn, T * NKV, HD, c->eps);
+    gd_partial_rope_fwd(qr, qn, pos, T, NH, HD, c->rot, c->theta);
+    gd_partial_rope_fwd(kr, kn, pos, T, NKV, HD, c->rot, c->theta);
+    float scale = 1.0f / sqrtf((float)HD);
+    /* P (NH, T, T): causal softmax rows */
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++) {
+            float *p = P + ((size_t)h * T + t) * T, mx = -INFINITY, sum = 0.0f;
+            const float *qrow = qr + ((size_t)t * NH + h) * HD;
+            for (int s2 = 0; s2 < T; s2++) {
+                if (s2 > t) {
+                    p[s2] = 0.0f;
+                    continue;
+                }
+                const float *krow = kr + ((size_t)s2 * NKV + h / grp) * HD;
+                float d = 0.0f;
+                for (int i = 0; i < HD; i++)
+                    d += qrow[i] * krow[i];
+                p[s2] = d * scale;
+                mx = p[s2] > mx ? p[s2] : mx;
+            }
+            for (int s2 = 0; s2 <= t; s2++) {
+                p[s2] = expf(p[s2] - mx);
+                sum += p[s2];
+            }
+            float *arow = att + ((size_t)t * NH + h) * HD;
+            memset(arow, 0, (size_t)HD * sizeof(float));
+            for (int s2 = 0; s2 <= t; s2++) {
+                p[s2] /= sum;
+                const float *vrow = v + ((size_t)s2 * NKV + h / grp) * HD;
+                for (int i = 0; i < HD; i++)
+                    arow[i] += p[s2] * vrow[i];
+            }
+        }
+    for (size_t i = 0; i < TQ; i++)
+        y[i] = att[i] * sigm(gate[i]);
+    /* backward */
+    float *dy = ALLOC_F(TQ), *dqg = ALLOC_F(2 * TQ), *dqr = ALLOC_F(TQ), *dkr = ALLOC_F(TK);
+    float *dv = ALLOC_F(TK), *dqn = ALLOC_F(TQ), *dkn = ALLOC_F(TK), *dq0 = ALLOC_F(TQ);
+    float *dk0 = ALLOC_F(TK), *dp = ALLOC_F((size_t)T);
+    float *zero[] = {dy, dqg, dqr, dkr, dv, dqn, dkn, dq0, dk0};
+    size_t zn[] = {TQ, 2 * TQ, TQ, TK, TK, TQ, TK, TQ, TK};
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
+        memset(zero[i], 0, zn[i] * sizeof(float));
+    op_linear_bwd(dy, grad_of(m, w->o), dmix, y, w->o, T, QD, C);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            size_t r = ((size_t)t * NH + h) * HD;
+            float *dgr = dqg + (size_t)t * 2 * QD + (size_t)h * 2 * HD + HD;
+            for (int i = 0; i < HD; i++) {
+                float sg = sigm(gate[r + i]);
+                dgr[i] = dy[r + i] * att[r + i] * sg * (1.0f - sg);
+                dy[r + i] *= sg; /* now d att */
+            }
+        }
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++) {
+            const float *p = P + ((size_t)h * T + t) * T;
+            const float *da = dy + ((size_t)t * NH + h) * HD;
+            float dot = 0.0f;
+            for (int s2 = 0; s2 <= t; s2++) {
+                const float *vrow = v + ((size_t)s2 * NKV + h / grp) * HD;
+                float *dvrow = dv + ((size_t)s2 * NKV + h / grp) * HD;
+                float d = 0.0f;
+                for (int i = 0; i < HD; i++) {
+                    d += da[i] * vrow[i];
+                    dvrow[i] += p[s2] * da[i];
+                }
+                dp[s2] = d;
+                dot += p[s2] * d;
+            }
+            const float *qrow = qr + ((size_t)t * NH + h) * HD;
+            float *dqrow = dqr + ((size_t)t * NH + h) * HD;
+            for (int s2 = 0; s2 <= t; s2++) {
+                float ds = p[s2] * (dp[s2] - dot) * scale;
+                const float *krow = kr + ((size_t)s2 * NKV + h / grp) * HD;
+                float *dkrow = dkr + ((size_t)s2 * NKV + h / grp) * HD;
+                for (int i = 0; i < HD; i++) {
+                    dqrow[i] += ds * krow[i];
+                    dkrow[i] += ds * qrow[i];
+                }
+            }
+        }
+    gd_partial_rope_bwd(dqn, dqr, pos, T, NH, HD, c->rot, c->theta);
+    gd_partial_rope_bwd(dkn, dkr, pos, T, NKV, HD, c->rot, c->theta);
+    op_rmsnorm_bwd(dq0, grad_of(m, w->qn), dqn, q0, w->qn, rsq, T * NH, HD);
+    op_rmsnorm_bwd(dk0, grad_of(m, w->kn), dkn, k0, w->kn, rsk, T * NKV, HD);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++)
+            memcpy(dqg + (size_t)t * 2 * QD + (size_t)h * 2 * HD, dq0 + ((size_t)t * NH + h) * HD,
+                   (size_t)HD * sizeof(float));
+    op_linear_bwd(dn1, grad_of(m, w->q), dqg, n1, w->q, T, C, 2 * QD);
+    op_linear_bwd(dn1, grad_of(m, w->k), dk0, n1, w->k, T, C, KD);
+    op_linear_bwd(dn1, grad_of(m, w->v), dv, n1, w->v, T, C, KD);
+    float *bufs[] = {qg, q0, gate, k0, v, qn, kn, rsq, rsk, qr, kr, P, att, y, dy, dqg, dqr,
+                     dkr, dv, dqn, dkn, dq0, dk0, dp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(pos);
+}
+
+int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, dllm_err *err)
+{
+    const qwen35_config *c = &m->cfg;
+    if (T < 2)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: a loss needs 2 tokens or more (%d)",
+                            T);
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->V)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "qwen3.5: token %d at %d outside the vocabulary [0, %d)", ids[t],
+                                t, c->V);
+    if (!m->grad)
+        qwen35_zero_grad(m);
+    int C = c->C, H = c->H, V = c->V, L = c->L;
+    size_t TC = (size_t)T * C, TH = (size_t)T * H;
+    /* forward, keeping each layer's input: xs[l] (T, C), xs[L] the last residual */
+    float *xs = ALLOC_F((size_t)(L + 1) * TC);
+    qwen35_cache *kc = qwen35_cache_new(m, T);
+    float *n = ALLOC_F(TC), *gu = ALLOC_F(TH), *up = ALLOC_F(TH), *s = ALLOC_F(TH);
+    float *mlp = ALLOC_F(TC), *h = ALLOC_F(TC), *rs1 = ALLOC_F(T), *rs2 = ALLOC_F(T);
+    op_embedding_fwd(xs, ids, m->embed, T, C);
+    for (int l = 0; l < L; l++) {
+        const layer_w *w = &m->lw[l];
+        float *x = xs + (size_t)(l + 1) * TC;
+        memcpy(x, xs + (size_t)l * TC, TC * sizeof(float));
+        op_rmsnorm_fwd(n, NULL, x, w->n1, T, C, c->eps);
+        if (c->kind[l] == QWEN35_LINEAR)
+            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, x);
+        else
+            full_mix(m, w, kc->k[l], kc->v[l], 0, n, T, x);
+        op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
+        op_linear_fwd(gu, n, w->gate, T, C, H);
+        op_linear_fwd(up, n, w->up, T, C, H);
+        op_swiglu_fwd(s, gu, up, TH);
+        op_linear_fwd(mlp, s, w->down, T, H, C);
+        for (size_t i = 0; i < TC; i++)
+            x[i] += mlp[i];
+    }
+    qwen35_cache_free(kc);
+    /* head and loss: mean over the T-1 next-token targets */
+    int R = T - 1;
+    float *nf = ALLOC_F(TC), *rsf = ALLOC_F(T), *lg = ALLOC_F((size_t)R * V);
+    float *lp = ALLOC_F(R), *lse = ALLOC_F(R), *dlp = ALLOC_F(R), *dlg = ALLOC_F((size_t)R * V);
+    op_rmsnorm_fwd(nf, rsf, xs + (size_t)L * TC, m->fnorm, R, C, c->eps);
+    op_linear_fwd(lg, nf, m->head, R, C, V);
+    op_xent_fwd(lp, lse, lg, ids + 1, R, V);
+    double tot = 0;
+    for (int r = 0; r < R; r++) {
+        tot -= lp[r];
+        dlp[r] = -1.0f / (float)R;
+    }
+    if (loss)
+        *loss = tot / R;
+    memset(dlg, 0, (size_t)R * V * sizeof(float));
+    op_xent_bwd(dlg, dlp, lg, lse, ids + 1, R, V);
+    float *dx = ALLOC_F(TC), *dn = ALLOC_F(TC), *dh = ALLOC_F(TC), *ds = ALLOC_F(TH);
+    float *dgu = ALLOC_F(TH), *dup = ALLOC_F(TH);
+    memset(dx, 0, TC * sizeof(float));
+    memset(dn, 0, TC * sizeof(float));
+    op_linear_bwd(dn, grad_of(m, m->head), dlg, nf, m->head, R, C, V);
+    op_rmsnorm_bwd(dx, grad_of(m, m->fnorm), dn, xs + (size_t)L * TC, m->fnorm, rsf, R, C);
+    for (int l = L - 1; l >= 0; l--) {
+        const layer_w *w = &m->lw[l];
+        const float *xin = xs + (size_t)l * TC;
+        /* recompute the layer: n1, the mix into h, then the MLP's inputs */
+        memcpy(h, xin, TC * sizeof(float));
+        op_rmsnorm_fwd(n, rs1, xin, w->n1, T, C, c->eps);
+        kc = qwen35_cache_new(m, T);
+        if (c->kind[l] == QWEN35_LINEAR)
+            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, h);
+        else
+            full_mix(m, w, kc->k[l], kc->v[l], 0, n, T, h);
+        qwen35_cache_free(kc);
+        float *n2 = mlp; /* reused: the MLP's normalised input */
+        op_rmsnorm_fwd(n2, rs2, h, w->n2, T, C, c->eps);
+        op_linear_fwd(gu, n2, w->gate, T, C, H);
+        op_linear_fwd(up, n2, w->up, T, C, H);
+        op_swiglu_fwd(s, gu, up, TH);
+        /* x_out = h + down(s): dh = dx + MLP's */
+        memset(ds, 0, TH * sizeof(float));
+        memset(dgu, 0, TH * sizeof(float));
+        memset(dup, 0, TH * sizeof(float));
+        memset(dn, 0, TC * sizeof(float));
+        memcpy(dh, dx, TC * sizeof(float));
+        op_linear_bwd(ds, grad_of(m, w->down), dx, s, w->down, T, H, C);
+        op_swiglu_bwd(dgu, dup, ds, gu, up, TH);
+        op_linear_bwd(dn, grad_of(m, w->gate), dgu, n2, w->gate, T, C, H);
+        op_linear_bwd(dn, grad_of(m, w->up), dup, n2, w->up, T, C, H);
+        op_rmsnorm_bwd(dh, grad_of(m, w->n2), dn, h, w->n2, rs2, T, C);
+        /* h = x_in + mix(n1): dx_in = dh + n1's */
+        memset(dn, 0, TC * sizeof(float));
+        if (c->kind[l] == QWEN35_LINEAR)
+            linear_mix_bwd(m, w, n, T, dh, dn);
+        else
+            full_mix_bwd(m, w, n, T, dh, dn);
+        memcpy(dx, dh, TC * sizeof(float));
+        op_rmsnorm_bwd(dx, grad_of(m, w->n1), dn, xin, w->n1, rs1, T, C);
+    }
+    op_embedding_bwd(grad_of(m, m->embed), dx, ids, T, C);
+    float *bufs[] = {xs, n, gu, up, s, mlp, h, rs1, rs2, nf, rsf, lg, lp, lse, dlp, dlg, dx, dn,
+                     dh, ds, dgu, dup};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    return 0;
 }

@@ -84,4 +84,17 @@ int qwen35_seq_logprob(qwen35_model *m, const int32_t *prompt, int P, const int3
 int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos, int32_t *out,
                   int *n, dllm_err *err);
 
+/* ---- training ---------------------------------------------------------------------------
+ * The mean next-token cross-entropy over ids [T] (T - 1 targets) into *loss, its gradient
+ * ACCUMULATED into every weight's gradient (allocated zeroed by the first call;
+ * qwen35_zero_grad zeroes them). One sequence, the chunked rule forward, the ops'
+ * backward (kernels/gated_delta.h); only each layer's input is kept, its activations
+ * recomputed when the backward reaches it. */
+int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, dllm_err *err);
+void qwen35_zero_grad(qwen35_model *m);
+/* The gradient of the weight with the published name (e.g. "lm_head.weight"; a tied
+ * head's is the embedding's), *n its length; NULL before any gradient or if none. The
+ * zero-centred norms' gradients are those of the published w. */
+const float *qwen35_grad(const qwen35_model *m, const char *name, size_t *n);
+
 #endif

@@ -429,6 +429,67 @@ END_TEST
 START_TEST(tied_matches_transformers) { check_model("tied"); }
 END_TEST
 
+/* The next-token loss and the gradient of every weight against torch autograd. */
+static void check_grad(const char *name)
+{
+    char rel[64], key[256];
+    snprintf(rel, sizeof rel, "qwen35/%s", name);
+    qwen35_model *m = load_model(rel);
+    st_archive *a = tu_open_archive("qwen35/golden.safetensors");
+    size_t T;
+    snprintf(key, sizeof key, "%s.ids", name);
+    int32_t *ids = golden_ids(a, key, &T);
+    snprintf(key, sizeof key, "%s.loss", name);
+    float *want = golden(a, key, NULL);
+    dllm_err err = {0};
+    double loss;
+    ck_assert_msg(qwen35_loss_grad(m, ids, (int)T, &loss, &err) == 0, "%s", err.msg);
+    ck_assert_msg(fabs(loss - want[0]) < 1e-5 * (1 + fabs(want[0])), "%s: loss %.9g, torch %.9g",
+                  name, loss, want[0]);
+    char prefix[64];
+    int n = snprintf(prefix, sizeof prefix, "%s.grad.", name), checked = 0;
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < st_count(a); i++) {
+        const char *gn = st_at(a, i)->name;
+        if (strncmp(gn, prefix, (size_t)n))
+            continue;
+        size_t ng, nm;
+        float *g = golden(a, gn, &ng);
+        const float *mine = qwen35_grad(m, gn + n, &nm);
+        ck_assert_msg(mine != NULL, "%s: no gradient for %s", name, gn + n);
+        ck_assert_uint_eq(nm, ng);
+        double d = tu_max_abs_diff(mine, g, ng) / (tu_max_abs(g, ng) + 1e-6);
+        if (d > worst) {
+            worst = d;
+            worst_name = st_at(a, i)->name;
+        }
+        checked++;
+        free(g);
+    }
+    ck_assert_msg(worst < 1e-3, "%s: gradient of %s off by %g of its largest entry", name,
+                  worst_name, worst);
+    ck_assert_int_ge(checked, 20);
+    /* a second call accumulates */
+    size_t ne;
+    const float *ge = qwen35_grad(m, "model.embed_tokens.weight", &ne);
+    float *once = malloc(ne * sizeof(float));
+    memcpy(once, ge, ne * sizeof(float));
+    ck_assert(qwen35_loss_grad(m, ids, (int)T, &loss, &err) == 0);
+    for (size_t i = 0; i < ne; i++)
+        ck_assert(fabsf(ge[i] - 2 * once[i]) <= 1e-5f * (1 + fabsf(once[i])));
+    qwen35_zero_grad(m);
+    ck_assert(tu_max_abs(ge, ne) == 0);
+    free(once), free(ids), free(want);
+    st_close(a);
+    qwen35_free(m);
+}
+
+START_TEST(hybrid_gradient) { check_grad("hybrid"); }
+END_TEST
+START_TEST(tied_gradient) { check_grad("tied"); }
+END_TEST
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 /* Copies tests/data/qwen35/hybrid into tmp with config.json's text replaced (from ->
@@ -710,6 +771,8 @@ int main(void)
     tcase_add_test(model, hybrid_matches_transformers);
     tcase_add_test(model, tied_matches_transformers);
     tcase_add_test(model, composite_layout);
+    tcase_add_test(model, hybrid_gradient);
+    tcase_add_test(model, tied_gradient);
     tcase_add_test(model, bad_layer_type);
     tcase_add_test(model, missing_linear_tensor);
     tcase_add_test(model, vision_only);

@@ -30,6 +30,9 @@ golden.safetensors, with <v> = hybrid | tied:
                                (do_sample False, max_new_tokens G, no EOS), through
                                the conv and recurrent caches; <v>.gen_margin [1] the
                                smallest top-1 minus top-2 logit along that path
+    <v>.loss [1]               the mean next-token cross-entropy over ids (T - 1 targets)
+    <v>.grad.<name>            its gradient w.r.t. every parameter (torch autograd; the
+                               tied model's embedding gradient includes the head's)
     gdr.q, gdr.k [1, T, 2, 8], gdr.v [1, T, 4, 6], gdr.g, gdr.beta [1, T, 4],
     gdr.s0 [1, 4, 8, 6]        random inputs of the gated delta rule (T = 13)
     gdr.chunk_out [1, T, 4, 6], gdr.chunk_state [1, 4, 8, 6]
@@ -140,6 +143,17 @@ def main():
         out[name + ".gen_ids"] = gen_ids.to(torch.int32).contiguous()
         out[name + ".gen_margin"] = torch.tensor([greedy_margin(model, prompt, gen_ids)])
         print(name, "margin", float(out[name + ".gen_margin"]))
+        # the mean next-token cross-entropy over ids and its gradient (torch autograd
+        # through the published chunked rule)
+        model.zero_grad()
+        lg = model(ids.unsqueeze(0), use_cache=False).logits[0]
+        loss = torch.nn.functional.cross_entropy(lg[:-1], ids[1:])
+        loss.backward()
+        out[name + ".loss"] = loss.detach().reshape(1).float()
+        for pn, p in model.named_parameters():
+            if p.grad is not None:
+                out[name + ".grad." + pn] = p.grad.float().contiguous()
+        print(name, "loss", float(loss.detach()))
 
     # the gated delta rule's two published reference forms on shared inputs
     gen = torch.Generator().manual_seed(7)
