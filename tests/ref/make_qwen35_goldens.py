@@ -18,8 +18,10 @@ Two tiny random text models (model_type qwen3_5_text, fp32 safetensors):
 
 Weights are drawn wider than the published initialisation (std 0.02 would make
 every logit almost equal and the goldens weak): linears N(0, 0.25), embeddings
-N(0, 1), the zero-centred RMSNorm weights N(0, 0.2), the gated norm's 1 + N(0, 0.2),
-A_log log U(0.5, 4), dt_bias N(0, 0.5), conv N(0, 0.4).
+N(0, 0.4), the zero-centred RMSNorm weights N(0, 0.2), the gated norm's 1 + N(0, 0.2),
+A_log log U(0.1, 1) (milder than the published U(0.01, 16): a chunk's cumulative
+log decay stays small, so its fp32 rounding -- the same in both implementations, in
+different order -- stays far below the tolerances), dt_bias N(0, 0.5), conv N(0, 0.4).
 
 golden.safetensors, with <v> = hybrid | tied:
 
@@ -87,7 +89,7 @@ def randomise(model, gen):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("A_log"):
-                p.copy_(torch.empty(p.shape).uniform_(0.5, 4.0, generator=gen).log())
+                p.copy_(torch.empty(p.shape).uniform_(0.1, 1.0, generator=gen).log())
             elif name.endswith("dt_bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen))
             elif name.endswith("linear_attn.norm.weight"):
@@ -97,7 +99,7 @@ def randomise(model, gen):
             elif "conv1d" in name:
                 p.copy_(0.4 * torch.randn(p.shape, generator=gen))
             elif "embed_tokens" in name:
-                p.copy_(torch.randn(p.shape, generator=gen))
+                p.copy_(0.4 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.25 * torch.randn(p.shape, generator=gen))
 
