@@ -177,6 +177,8 @@ struct qwen35_model {
     char **names;   /* its published name */
     size_t *numel;
     float **grad;   /* its gradient (NULL until the first qwen35_loss_grad) */
+    bool *centred;  /* held as 1 + w (the zero-centred norms) */
+    float **mom, **var; /* AdamW's moments (NULL until the first step) */
     int nowned;
 };
 
@@ -215,6 +217,8 @@ static float *load(loader *ld, const char *name, int nd, int64_t d0, int64_t d1,
     m->owned = realloc(m->owned, (size_t)(m->nowned + 1) * sizeof(float *));
     m->names = realloc(m->names, (size_t)(m->nowned + 1) * sizeof(char *));
     m->numel = realloc(m->numel, (size_t)(m->nowned + 1) * sizeof(size_t));
+    m->centred = realloc(m->centred, (size_t)(m->nowned + 1) * sizeof(bool));
+    m->centred[m->nowned] = plus_one;
     m->owned[m->nowned] = p;
     m->names[m->nowned] = dllm_strdup(full);
     m->numel[m->nowned++] = n;
@@ -314,7 +318,14 @@ void qwen35_free(qwen35_model *m)
         free(m->names[i]);
         if (m->grad)
             free(m->grad[i]);
+        if (m->mom) {
+            free(m->mom[i]);
+            free(m->var[i]);
+        }
     }
+    free(m->centred);
+    free(m->mom);
+    free(m->var);
     free(m->owned);
     free(m->names);
     free(m->numel);
@@ -926,4 +937,30 @@ int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, d
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     return 0;
+}
+
+void qwen35_adamw_step(qwen35_model *m, int t, float lr, float wd)
+{
+    if (!m->grad)
+        return;
+    if (!m->mom) {
+        m->mom = dllm_calloc((size_t)m->nowned, sizeof(float *));
+        m->var = dllm_calloc((size_t)m->nowned, sizeof(float *));
+        for (int i = 0; i < m->nowned; i++) {
+            m->mom[i] = dllm_calloc(m->numel[i] + 1, sizeof(float));
+            m->var[i] = dllm_calloc(m->numel[i] + 1, sizeof(float));
+        }
+    }
+    for (int i = 0; i < m->nowned; i++) {
+        /* a zero-centred norm is held as 1 + w: step w itself, so the decay pulls w
+         * (not 1 + w) towards 0 */
+        if (m->centred[i])
+            for (size_t j = 0; j < m->numel[i]; j++)
+                m->owned[i][j] -= 1.0f;
+        op_adamw(m->owned[i], m->grad[i], m->mom[i], m->var[i], m->numel[i], t, lr, 0.9f,
+                 0.999f, 1e-8f, wd);
+        if (m->centred[i])
+            for (size_t j = 0; j < m->numel[i]; j++)
+                m->owned[i][j] += 1.0f;
+    }
 }

@@ -96,5 +96,9 @@ void qwen35_zero_grad(qwen35_model *m);
  * head's is the embedding's), *n its length; NULL before any gradient or if none. The
  * zero-centred norms' gradients are those of the published w. */
 const float *qwen35_grad(const qwen35_model *m, const char *name, size_t *n);
+/* One AdamW step (torch semantics, betas 0.9 / 0.999, eps 1e-8, step t >= 1) of every
+ * weight from its gradient; the weight decay applies to the published w of the
+ * zero-centred norms. A tied head is stepped once, as the embedding. */
+void qwen35_adamw_step(qwen35_model *m, int t, float lr, float wd);
 
 #endif
