@@ -39,14 +39,14 @@
 
 /* ---- activations ------------------------------------------------------------------ */
 
-/* Buffers in the backend's memory (host: plain malloc, as before devices existed). */
-static bool acts_on_device(const tf_acts *a)
+/* Buffers in the memory of the activations' backend (none set: the host's). */
+static dllm_backend *acts_be(const tf_acts *a)
 {
-    return a->be && a->be->kind != DLLM_BACKEND_CPU;
+    return a->be ? a->be : dllm_backend_cpu();
 }
 static void *acts_alloc(const tf_acts *a, size_t bytes)
 {
-    return acts_on_device(a) ? a->be->ops->alloc(a->be, bytes + 4) : dllm_malloc(bytes + 4);
+    return acts_be(a)->ops->alloc(acts_be(a), bytes + 4);
 }
 #define ACTS_F(n) ((float *)acts_alloc(a, (size_t)(n) * sizeof(float)))
 
@@ -57,13 +57,9 @@ void tf_acts_free(tf_acts *a)
                     a->y, a->h, a->n2, a->rstd2, a->g, a->u, a->s, a->xa, a->xr, a->nf,
                     a->rstdf, a->dx, a->dh, a->dn, a->dq, a->dy, a->dqr, a->dk, a->dv,
                     a->dkr, a->dg, a->du, a->ds, a->dxa, a->dxr, a->dnf};
-    dllm_backend *be = a->be;
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (acts_on_device(a))
-            be->ops->free(be, bufs[i]);
-        else
-            free(bufs[i]);
-    }
+    dllm_backend *be = a->be, *mem = acts_be(a);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        mem->ops->free(mem, bufs[i]);
     memset(a, 0, sizeof *a);
     a->be = be;
 }
@@ -294,7 +290,8 @@ static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_sl
 static bool fused_act(const tf_view *v, int l, const int *js, int n, int N, fp8_act *qa)
 {
     dllm_backend *be = v->be;
-    if (!v->fuse_fp8 || !v->q8 || v->round_lin || v->lora || !be->ops->fp8_act_prepare)
+    if (!v->fuse_fp8 || !v->q8 || v->round_lin || v->lora ||
+        !dllm_backend_supports(be, DLLM_OP_FP8_FUSED_ACT))
         return false;
     const fp8_matrix *ws[3];
     for (int i = 0; i < n; i++)
@@ -303,15 +300,15 @@ static bool fused_act(const tf_view *v, int l, const int *js, int n, int N, fp8_
 }
 
 /* The n <= 3 linears js[] [+ their biases] of one input (q/k/v, gate/up): as n calls
- * of lin_bias_fwd, bit for bit. On the CPU backend the FP8 copy's products go in one
- * call of the kernel (op_fp8_linears_fwd; the op table's fp8 linear takes one weight),
- * which quantises the shared input once instead of n times, in one thread region;
- * fq: the codes a device producer wrote (fused_act), passed to each linear. */
+ * of lin_bias_fwd, bit for bit. On a backend with the grouped FP8 linears (the CPU's)
+ * the FP8 copy's products go in one call, which quantises the shared input once
+ * instead of n times, in one thread region; fq: the codes a device producer wrote
+ * (fused_act), passed to each linear. */
 static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int *js,
                           const int *bias_slots, float *const *outs, const float *inp, int N,
                           const tf_layer_io *io, const fp8_act *fq)
 {
-    if (!v->q8 || v->be->kind != DLLM_BACKEND_CPU || fq) {
+    if (!v->q8 || !dllm_backend_supports(v->be, DLLM_OP_FP8_LINEARS) || fq) {
         for (int g = 0; g < n; g++)
             lin_bias_fwd(m, v, l, js[g], bias_slots[g], outs[g], inp, N, io, fq);
         return;
@@ -322,7 +319,7 @@ static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int 
         tf_lin_shape(m, js[g], &ocs[g], &i);
         ws[g] = &v->q8[(size_t)l * DLLM_NLIN + (size_t)js[g]];
     }
-    op_fp8_linears_fwd(n, outs, inp, ws, N, i, ocs);
+    v->be->ops->fp8_linears_fwd(v->be, n, outs, inp, ws, N, i, ocs);
     for (int g = 0; g < n; g++) {
         lin_lora_fwd(m, v, l, js[g], outs[g], inp, N,
                      io->xa ? io->xa + (size_t)js[g] * io->xa_stride : NULL);
@@ -703,11 +700,9 @@ void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits)
     ops->rmsnorm_bwd(be, a->dxr, t->d_final_norm, a->dnf, a->xr, t->w->final_norm, a->rstdf, R,
                      m->C);
     ops->memset0(be, a->dx, (size_t)N * fC);
-    if (acts_on_device(a)) /* the scatter-add of the rows by the embedding's backward */
-        ops->embedding_bwd(be, a->dx, a->dxr, a->hrows, R, m->C);
-    else
-        for (int r = 0; r < R; r++)
-            ops->add(be, a->dx + (size_t)a->hrows[r] * C, a->dxr + r * C, C);
+    /* the scatter-add of the rows by the embedding's backward (each element's sums in
+     * row order, as a row-by-row add) */
+    ops->embedding_bwd(be, a->dx, a->dxr, a->hrows, R, m->C);
 
     for (int l = m->L - 1; l >= 0; l--) {
         const tf_layer *w = &t->w->lw[l]; /* straight-through under a bf16 trainer */

@@ -159,7 +159,7 @@ static int view_packed(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err
             }
         }
     free(tmp);
-    if (!rc && k != DLLM_ROLLOUT_FP8_EXACT && m->be->ops->bf16_linear_fwd)
+    if (!rc && k != DLLM_ROLLOUT_FP8_EXACT && dllm_backend_supports(m->be, DLLM_OP_BF16_LINEAR))
         bf16_matrix_pack(&v->head16, v->head, m->V, m->C); /* v->head is rounded already */
     return rc;
 }
@@ -188,10 +188,10 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
     if (p->rollout != m->prec.rollout || p->fp8_format != m->prec.fp8_format ||
         p->fp8_scaling != m->prec.fp8_scaling || p->fp8_pow2_scale != m->prec.fp8_pow2_scale)
         tf_view_free(m, &m->rv);
-    bool bf16_op = m->be->ops->bf16_linear_fwd != NULL;
+    bool bf16_op = dllm_backend_supports(m->be, DLLM_OP_BF16_LINEAR);
     if (m->dev) {
         /* on a device the rollout copy lives there only (tf_device_sync below) */
-    } else if (p->rollout == DLLM_ROLLOUT_NVFP4 && !m->be->ops->nvfp4_linear_fwd) {
+    } else if (p->rollout == DLLM_ROLLOUT_NVFP4 && !dllm_backend_supports(m->be, DLLM_OP_NVFP4_LINEAR)) {
         rc = dllm_err_set(err, DLLM_EXIT_INPUT, "rollout precision nvfp4: the %s backend has "
                           "no NVFP4 linear", m->be->name);
     } else if (p->rollout == DLLM_ROLLOUT_BF16 && !bf16_op) {

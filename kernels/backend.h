@@ -30,8 +30,8 @@ typedef enum { DLLM_BACKEND_CPU = 0, DLLM_BACKEND_CUDA = 1 } dllm_backend_kind;
 
 typedef struct dllm_backend dllm_backend;
 
-/* FP8 activations quantised by the op that produced them (the fused ops at the end of
- * the table): codes q (rows, cols) and one scale per 1 x group of a row, scale (r, j) at
+/* FP8 activations quantised by the op that produced them (the fused ops of the
+ * quantisation group): codes q (rows, cols) and one scale per 1 x group of a row, scale (r, j) at
  * scale[r*srs + j*scs]; all in the backend's memory, laid out as its FP8 GEMM reads
  * them. The backend fills it (fp8_act_prepare); it stays valid until the next prepare. */
 typedef struct {
@@ -43,31 +43,48 @@ typedef struct {
     bool pow2;
 } fp8_act;
 
+/* The table, grouped by kind of op. Entries marked optional may be NULL: ask
+ * dllm_backend_supports (below), never the pointer. */
 typedef struct dllm_backend_ops {
     /* ---- buffers ---- */
     void *(*alloc)(dllm_backend *be, size_t bytes);          /* zero-filled */
     void (*free)(dllm_backend *be, void *p);
     void (*upload)(dllm_backend *be, void *dst, const void *src, size_t bytes);   /* host -> be */
     void (*download)(dllm_backend *be, void *dst, const void *src, size_t bytes); /* be -> host */
+    void (*copy)(dllm_backend *be, void *dst, const void *src, size_t bytes);     /* be -> be */
     void (*memset0)(dllm_backend *be, void *p, size_t bytes);
     void (*sync)(dllm_backend *be);
 
-    /* ---- GEMM and linear layers (torch layout [OC, C]) ---- */
+    /* ---- linear layers and GEMM (torch layout [OC, C]) ---- */
     void (*gemm)(dllm_backend *be, bool transA, bool transB, int M, int N, int K, float alpha,
                  const float *A, const float *B, float beta, float *C);
     void (*linear_fwd)(dllm_backend *be, float *out, const float *inp, const float *w, int N,
                        int C, int OC);
     void (*linear_bwd)(dllm_backend *be, float *dinp, float *dw, const float *dout,
                        const float *inp, const float *w, int N, int C, int OC);
-    /* W8A8 (kernels/fp8.h): activations quantised per w->act_scaling. */
-    void (*fp8_linear_fwd)(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
-                           int C, int OC);
+    /* out (N, OC) += bias (OC) on every row */
+    void (*bias_fwd)(dllm_backend *be, float *out, const float *bias, int N, int OC);
+    /* dbias (OC) += sum over the rows of dout (N, OC), rows in order */
+    void (*bias_bwd)(dllm_backend *be, float *dbias, const float *dout, int N, int OC);
+    /* optional (DLLM_OP_BF16_LINEAR; without it the core uses the exact fp32 simulation):
+     * out (N, OC) = bf16(inp) w^T, w packed as bf16 (kernels/ops.h), fp32 sums */
+    void (*bf16_linear_fwd)(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
+                            int N, int C, int OC);
+    /* dinp (N, C) += dout (N, OC) w (OC, C), w packed as bf16, dout fp32, fp32 sums: the
+     * input gradient of bf16_linear_fwd through a frozen weight (LoRA over bf16 base
+     * linears needs no dw) -- op_linear_bwd's dinp with the widened weight */
+    void (*bf16_linear_bwd_x)(dllm_backend *be, float *dinp, const float *dout,
+                              bf16_matrix *w, int N, int C, int OC);
+    /* optional (DLLM_OP_NVFP4_LINEAR; without it an nvfp4 rollout is refused): W4A4
+     * (kernels/nvfp4.h), activations quantised per call */
+    void (*nvfp4_linear_fwd)(dllm_backend *be, float *out, const float *inp, nvfp4_matrix *w,
+                             int N, int C, int OC);
+    /* Frees what the backend derived from a weight on first use and keeps in its struct
+     * (the CPU's dequantised or widened fp32 copies); the weight's own arrays stay the
+     * caller's. Either pointer may be NULL. */
+    void (*weight_cache_free)(dllm_backend *be, fp8_matrix *f8, bf16_matrix *b16);
 
-    /* ---- normalisation, position, attention, MLP ---- */
-    void (*rmsnorm_fwd)(dllm_backend *be, float *out, float *rstd, const float *inp,
-                        const float *w, int N, int C, float eps);
-    void (*rmsnorm_bwd)(dllm_backend *be, float *dinp, float *dw, const float *dout,
-                        const float *inp, const float *w, const float *rstd, int N, int C);
+    /* ---- attention and positions ---- */
     void (*rope_fwd)(dllm_backend *be, float *out, const float *inp, const int32_t *pos,
                      const op_rope_table *t, int N, int NH, int HD);
     void (*rope_bwd)(dllm_backend *be, float *dinp, const float *dout, const int32_t *pos,
@@ -80,6 +97,12 @@ typedef struct dllm_backend_ops {
                           const float *out, const float *state, const float *q, const float *k,
                           const float *v, const uint8_t *keymask, int B, int T, int NH,
                           int NKV, int HD, bool causal);
+
+    /* ---- norms, activations, embeddings, elementwise ---- */
+    void (*rmsnorm_fwd)(dllm_backend *be, float *out, float *rstd, const float *inp,
+                        const float *w, int N, int C, float eps);
+    void (*rmsnorm_bwd)(dllm_backend *be, float *dinp, float *dw, const float *dout,
+                        const float *inp, const float *w, const float *rstd, int N, int C);
     void (*swiglu_fwd)(dllm_backend *be, float *out, const float *gate, const float *up,
                        size_t n);
     void (*swiglu_bwd)(dllm_backend *be, float *dgate, float *dup, const float *dout,
@@ -88,51 +111,28 @@ typedef struct dllm_backend_ops {
                           int N, int C);
     void (*embedding_bwd)(dllm_backend *be, float *dwte, const float *dout, const int32_t *ids,
                           int N, int C);
-    void (*xent_fwd)(dllm_backend *be, float *logp, float *logsumexp, const float *logits,
-                     const int32_t *target, int N, int V);
-    void (*xent_bwd)(dllm_backend *be, float *dlogits, const float *dlogp, const float *logits,
-                     const float *logsumexp, const int32_t *target, int N, int V);
-
-    /* ---- elementwise and optimizer ---- */
     void (*round_bf16)(dllm_backend *be, float *x, size_t n);  /* x = bf16(x), in place */
     void (*add)(dllm_backend *be, float *y, const float *x, size_t n); /* y += x */
-    void (*adamw)(dllm_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                  int t, float lr, float b1, float b2, float eps, float wd);
-    double (*grad_norm)(dllm_backend *be, const float *g, size_t n);
 
-    /* ---- used by the transformer core (dllm/transformer_fwd.c) ---- */
-    void (*copy)(dllm_backend *be, void *dst, const void *src, size_t bytes); /* be -> be */
-    /* out (N, OC) += bias (OC) on every row */
-    void (*bias_fwd)(dllm_backend *be, float *out, const float *bias, int N, int OC);
-    /* dbias (OC) += sum over the rows of dout (N, OC), rows in order */
-    void (*bias_bwd)(dllm_backend *be, float *dbias, const float *dout, int N, int OC);
-
-    /* ---- weight copies built in the backend's memory (dllm/transformer_device.c) ---- */
+    /* ---- quantisation and the quantised linears ---- */
     /* out (n) = the bf16 bits of inp (n), round to nearest even (op_f32_to_bf16_array) */
     void (*to_bf16)(dllm_backend *be, uint16_t *out, const float *inp, size_t n);
     /* x (R, C) -> codes q (R, C) and scales (SR, SC) in the CPU layout of fp8_matrix,
      * blocks as fp8_block_shape(s, R, C) gives them; bit-identical to fp8_quantise */
     void (*fp8_quantise)(dllm_backend *be, uint8_t *q, float *scale, const float *x, int R,
                          int C, fp8_format f, fp8_scaling s, bool pow2);
-
-    /* ---- low-precision rollout linears; optional (NULL: the backend has none, and
-     * the transformer core uses the exact fp32 simulation, or refuses nvfp4) ---- */
-    /* out (N, OC) = bf16(inp) w^T, w packed as bf16 (kernels/ops.h), fp32 sums */
-    void (*bf16_linear_fwd)(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
-                            int N, int C, int OC);
-    /* W4A4 (kernels/nvfp4.h): activations quantised per call */
-    void (*nvfp4_linear_fwd)(dllm_backend *be, float *out, const float *inp, nvfp4_matrix *w,
-                             int N, int C, int OC);
-
-    /* ---- the optimizer's global norm (dllm/transformer_device_train.c) ---- */
-    /* returns the L2 norm of g (n) (as grad_norm); when max_norm > 0, then g *= coef with
-     * coef = max_norm / (norm + 1e-6) where coef < 1 (op_clip_grad). A device clips
-     * from the norm in its own memory: the returned value is for the log. */
-    double (*clip_grad)(dllm_backend *be, float *g, size_t n, double max_norm);
-
-    /* ---- FP8 activation quantisation fused into the producing op (the rollout forward,
-     * dllm/transformer_fwd.c); optional, all four or none (NULL: the producer writes
-     * fp32 and each fp8_linear_fwd quantises its input). Bit-identical to that path. ---- */
+    /* W8A8 (kernels/fp8.h): activations quantised per w->act_scaling. */
+    void (*fp8_linear_fwd)(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
+                           int C, int OC);
+    /* optional (DLLM_OP_FP8_LINEARS): the nw fp8_linear_fwd calls out[i] (N, OC[i]) =
+     * inp (N, C) w[i]^T of one input in one call, bit for bit those calls (the input
+     * quantised once for all of them) */
+    void (*fp8_linears_fwd)(dllm_backend *be, int nw, float *const out[], const float *inp,
+                            fp8_matrix *const w[], int N, int C, const int OC[]);
+    /* FP8 activations quantised by the op that produced them (the rollout forward,
+     * dllm/transformer_fwd.c); optional, all four or none (DLLM_OP_FP8_FUSED_ACT;
+     * without them the producer writes fp32 and each fp8_linear_fwd quantises its
+     * input). Bit-identical to that path. */
     /* true when the fused path serves the FP8 linears ws[0..nw) (all of input width C)
      * over N rows; then qa is set up for one producer's output (N, C) */
     bool (*fp8_act_prepare)(dllm_backend *be, fp8_act *qa, int N, int C,
@@ -146,13 +146,32 @@ typedef struct dllm_backend_ops {
     /* fp8_linear_fwd with the activations already quantised (qa of the same N, C) */
     void (*fp8_linear_act_fwd)(dllm_backend *be, float *out, const fp8_act *qa, fp8_matrix *w,
                                int N, int C, int OC);
-    /* ---- a bf16 trainer on a device (dllm/transformer_fwd.c's backward) ---- */
-    /* dinp (N, C) += dout (N, OC) w (OC, C), w packed as bf16, dout fp32, fp32 sums: the
-     * input gradient of bf16_linear_fwd through a frozen weight (LoRA over bf16 base
-     * linears needs no dw) -- op_linear_bwd's dinp with the widened weight */
-    void (*bf16_linear_bwd_x)(dllm_backend *be, float *dinp, const float *dout,
-                              bf16_matrix *w, int N, int C, int OC);
+
+    /* ---- loss ---- */
+    void (*xent_fwd)(dllm_backend *be, float *logp, float *logsumexp, const float *logits,
+                     const int32_t *target, int N, int V);
+    void (*xent_bwd)(dllm_backend *be, float *dlogits, const float *dlogp, const float *logits,
+                     const float *logsumexp, const int32_t *target, int N, int V);
+
+    /* ---- optimizer ---- */
+    void (*adamw)(dllm_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                  int t, float lr, float b1, float b2, float eps, float wd);
+    double (*grad_norm)(dllm_backend *be, const float *g, size_t n);
+    /* returns the L2 norm of g (n) (as grad_norm); when max_norm > 0, then g *= coef with
+     * coef = max_norm / (norm + 1e-6) where coef < 1 (op_clip_grad). A device clips
+     * from the norm in its own memory: the returned value is for the log. */
+    double (*clip_grad)(dllm_backend *be, float *g, size_t n, double max_norm);
 } dllm_backend_ops;
+
+/* The optional entries (and groups of entries) a backend may lack. */
+typedef enum {
+    DLLM_OP_BF16_LINEAR,   /* bf16_linear_fwd */
+    DLLM_OP_NVFP4_LINEAR,  /* nvfp4_linear_fwd */
+    DLLM_OP_FP8_LINEARS,   /* fp8_linears_fwd */
+    DLLM_OP_FP8_FUSED_ACT, /* fp8_act_prepare, rmsnorm_fp8_fwd, swiglu_fp8_fwd,
+                              fp8_linear_act_fwd */
+    DLLM_OP_N_OPTIONAL
+} dllm_backend_op;
 
 struct dllm_backend {
     dllm_backend_kind kind;
@@ -175,6 +194,11 @@ dllm_backend *dllm_backend_cpu(void);
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* Whether be implements the optional entry (or group of entries) op. */
+bool dllm_backend_supports(const dllm_backend *be, dllm_backend_op op);
+/* The op's name as the table spells it ("bf16_linear_fwd", "fp8_fused_act"). */
+const char *dllm_backend_op_name(dllm_backend_op op);
+
 dllm_backend *dllm_backend_cuda(void);
 const char *dllm_backend_cuda_why(void);
 size_t dllm_backend_cuda_workspace_bytes(void);

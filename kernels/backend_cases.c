@@ -138,8 +138,7 @@ static void run_fp8_linear(dllm_backend *be, const bcase *c, void **p, double *r
     w.scale_cols = (C + w.block_cols - 1) / w.block_cols;
     w.q = p[0], w.scale = p[1], w.act_scaling = (fp8_scaling)c->d[4];
     be->ops->fp8_linear_fwd(be, p[3], p[2], &w, N, C, OC);
-    if (be->kind == DLLM_BACKEND_CPU)
-        free(w.deq); /* the CPU's dequantised cache */
+    be->ops->weight_cache_free(be, &w, NULL);
 }
 
 /* fp8_act: an FP8 linear whose input is a producer's output, d = {N, C, OC, producer}
@@ -186,7 +185,8 @@ static void run_fp8_act(dllm_backend *be, const bcase *c, void **p, double *ret)
     w.q = p[0], w.scale = p[1], w.act_scaling = FP8_SCALE_GROUP;
     const fp8_matrix *ws[1] = {&w};
     fp8_act qa;
-    if (be->ops->fp8_act_prepare && be->ops->fp8_act_prepare(be, &qa, N, C, ws, 1)) {
+    if (dllm_backend_supports(be, DLLM_OP_FP8_FUSED_ACT) &&
+        be->ops->fp8_act_prepare(be, &qa, N, C, ws, 1)) {
         if (sw)
             be->ops->swiglu_fp8_fwd(be, p[4], &qa, p[2], p[3], N, C);
         else
@@ -199,8 +199,7 @@ static void run_fp8_act(dllm_backend *be, const bcase *c, void **p, double *ret)
             be->ops->rmsnorm_fwd(be, p[4], p[6], p[2], p[3], N, C, 1e-5f);
         be->ops->fp8_linear_fwd(be, p[5], p[4], &w, N, C, OC);
     }
-    if (be->kind == DLLM_BACKEND_CPU)
-        free(w.deq); /* the CPU's dequantised cache */
+    be->ops->weight_cache_free(be, &w, NULL);
 }
 
 /* bf16_linear_fwd: d = {N, C, OC}; the weight packed as bf16 bits */
@@ -219,8 +218,7 @@ static void run_bf16_linear(dllm_backend *be, const bcase *c, void **p, double *
 {
     bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
     be->ops->bf16_linear_fwd(be, p[2], p[1], &w, c->d[0], c->d[1], c->d[2]);
-    if (be->kind == DLLM_BACKEND_CPU)
-        free(w.wf32); /* the CPU's widened cache */
+    be->ops->weight_cache_free(be, NULL, &w);
 }
 
 /* bf16_linear_bwd_x: d = {N, C, OC}; dinp accumulates onto random values */
@@ -240,8 +238,7 @@ static void run_bf16_linear_bwd_x(dllm_backend *be, const bcase *c, void **p, do
     (void)ret;
     bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
     be->ops->bf16_linear_bwd_x(be, p[2], p[1], &w, c->d[0], c->d[1], c->d[2]);
-    if (be->kind == DLLM_BACKEND_CPU)
-        free(w.wf32); /* the CPU's widened cache */
+    be->ops->weight_cache_free(be, NULL, &w);
 }
 
 /* to_bf16: d = {n} */

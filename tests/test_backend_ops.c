@@ -91,6 +91,104 @@ START_TEST(test_host_shared_headers)
 }
 END_TEST
 
+/* ---- the supports query and the CPU-only entries (runs everywhere) ------------------- */
+
+static void no_op_free(dllm_backend *be, void *p) { (void)be, (void)p; }
+static bool no_prepare(dllm_backend *be, fp8_act *qa, int N, int C, const fp8_matrix *const *ws,
+                       int nw)
+{
+    (void)be, (void)qa, (void)N, (void)C, (void)ws, (void)nw;
+    return false;
+}
+static void no_rmsnorm_fp8(dllm_backend *be, float *out, float *rstd, const fp8_act *qa,
+                           const float *inp, const float *w, int N, int C, float eps)
+{
+    (void)be, (void)out, (void)rstd, (void)qa, (void)inp, (void)w, (void)N, (void)C, (void)eps;
+}
+static void no_swiglu_fp8(dllm_backend *be, float *out, const fp8_act *qa, const float *gate,
+                          const float *up, int N, int H)
+{
+    (void)be, (void)out, (void)qa, (void)gate, (void)up, (void)N, (void)H;
+}
+
+START_TEST(test_supports_query)
+{
+    /* the CPU backend: the low-precision linears and the grouped FP8 linears, no fused
+     * FP8 producers */
+    dllm_backend *cpu = dllm_backend_cpu();
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
+    ck_assert(!dllm_backend_supports(cpu, DLLM_OP_FP8_FUSED_ACT));
+    ck_assert(!dllm_backend_supports(NULL, DLLM_OP_BF16_LINEAR));
+    ck_assert(!dllm_backend_supports(cpu, DLLM_OP_N_OPTIONAL));
+    ck_assert_str_eq(dllm_backend_op_name(DLLM_OP_FP8_LINEARS), "fp8_linears_fwd");
+    /* a table with three of the four fused entries does not support the group */
+    dllm_backend_ops ops = {0};
+    ops.free = no_op_free;
+    ops.fp8_act_prepare = no_prepare;
+    ops.rmsnorm_fp8_fwd = no_rmsnorm_fp8;
+    ops.swiglu_fp8_fwd = no_swiglu_fp8;
+    dllm_backend part = {DLLM_BACKEND_CPU, "partial", &ops, NULL};
+    ck_assert(!dllm_backend_supports(&part, DLLM_OP_FP8_FUSED_ACT));
+    ck_assert(!dllm_backend_supports(&part, DLLM_OP_BF16_LINEAR));
+    ops.fp8_linear_act_fwd = cpu->ops->fp8_linear_act_fwd; /* NULL on the CPU: still not */
+    ck_assert(!dllm_backend_supports(&part, DLLM_OP_FP8_FUSED_ACT));
+}
+END_TEST
+
+/* fp8_linears_fwd through the table is bit for bit the single-weight calls, and
+ * weight_cache_free drops the caches those calls made (the weights' own arrays stay). */
+START_TEST(test_cpu_fp8_linears_entry)
+{
+    dllm_backend *cpu = dllm_backend_cpu();
+    enum { N = 5, C = 64, NW = 3 };
+    const int OC[NW] = {32, 16, 48};
+    dllm_rng r = dllm_rng_make(11, 1, 2, 3);
+    float x[N * C];
+    for (int i = 0; i < N * C; i++)
+        x[i] = (float)(dllm_rng_uniform(&r) - 0.5);
+    fp8_matrix w[NW];
+    fp8_matrix *wp[NW];
+    float *grp[NW], *one[NW];
+    for (int k = 0; k < NW; k++) {
+        float *wf = dllm_malloc(sizeof *wf * (size_t)OC[k] * C);
+        for (int i = 0; i < OC[k] * C; i++)
+            wf[i] = (float)(dllm_rng_uniform(&r) - 0.5) * 0.2f;
+        memset(&w[k], 0, sizeof w[k]);
+        dllm_err err;
+        ck_assert_int_eq(fp8_quantise_weight(&w[k], wf, OC[k], C, FP8_E4M3, FP8_SCALE_BLOCK,
+                                             false, &err), 0);
+        w[k].act_scaling = FP8_SCALE_GROUP;
+        free(wf);
+        wp[k] = &w[k];
+        grp[k] = dllm_malloc(sizeof(float) * N * (size_t)OC[k]);
+        one[k] = dllm_malloc(sizeof(float) * N * (size_t)OC[k]);
+    }
+    cpu->ops->fp8_linears_fwd(cpu, NW, grp, x, wp, N, C, OC);
+    for (int k = 0; k < NW; k++) {
+        cpu->ops->fp8_linear_fwd(cpu, one[k], x, &w[k], N, C, OC[k]);
+        ck_assert_msg(memcmp(grp[k], one[k], sizeof(float) * N * (size_t)OC[k]) == 0,
+                      "weight %d: grouped != single", k);
+        ck_assert(w[k].deq_valid); /* the exact path made its dequantised cache */
+        cpu->ops->weight_cache_free(cpu, &w[k], NULL);
+        ck_assert(!w[k].deq && !w[k].deq_valid && w[k].q && w[k].scale);
+        fp8_matrix_free(&w[k]);
+        free(grp[k]);
+        free(one[k]);
+    }
+    bf16_matrix b = {0};
+    float wb[4 * C], yb[N * 4];
+    for (int i = 0; i < 4 * C; i++)
+        wb[i] = (float)i / C;
+    bf16_matrix_pack(&b, wb, 4, C);
+    cpu->ops->bf16_linear_fwd(cpu, yb, x, &b, N, C, 4);
+    cpu->ops->weight_cache_free(cpu, NULL, &b);
+    ck_assert(!b.wf32 && !b.wf32_valid && b.w);
+    bf16_matrix_free(&b);
+}
+END_TEST
+
 #ifdef HAVE_CUDA
 /* The case table and its cases are kernels/backend_cases.c (dllm_backend_cases: the
  * shapes and tolerances stated there), shared with `dllm-rl selftest`. */
@@ -179,23 +277,27 @@ START_TEST(test_backend_table_complete)
         "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
         "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x"};
-    /* 6 buffer entries, 28 ops, 2 optional ones and the 4 optional fused FP8 ones (one
-     * case name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent
-     * and bias are cased as forward + backward pairs. A new entry changes the count: add
-     * its case above and its name here. */
-    ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)), 6 + 28 + 2 + 4);
-    /* the optional low-precision linears (backend.h): the CPU reference has them; a
-     * device backend without one must leave it NULL (the core then refuses or falls
-     * back), never a half-made entry -- a device entry needs its case here (bf16 has) */
+    /* 7 buffer entries, 27 ops, 2 optional low-precision linears, the CPU's grouped
+     * FP8 linears, the weight-cache release and the 4 optional fused FP8 ones (one case
+     * name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent and
+     * bias are cased as forward + backward pairs. A new entry changes the count: add its
+     * case above and its name here (a CPU-only entry: its check in the host case). */
+    ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)), 7 + 27 + 2 + 1 + 1 + 4);
+    /* the optional entries (backend.h): the CPU reference has the low-precision linears
+     * and the grouped FP8 linears; a device backend without one must leave it NULL (the
+     * core then refuses or falls back), never a half-made entry -- a device entry needs
+     * its case here (bf16 has) */
     dllm_backend *cpu = dllm_backend_cpu(), *dev = dllm_backend_cuda();
-    ck_assert(cpu->ops->bf16_linear_fwd && cpu->ops->nvfp4_linear_fwd);
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR) &&
+              dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR) &&
+              dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
     ck_assert_ptr_nonnull(dev);
-    ck_assert_msg(!dev->ops->nvfp4_linear_fwd,
-                  "a device low-precision linear has no parity case in this table");
+    ck_assert_msg(!dllm_backend_supports(dev, DLLM_OP_NVFP4_LINEAR) &&
+                  !dllm_backend_supports(dev, DLLM_OP_FP8_LINEARS),
+                  "a device optional entry has no parity case in this table");
     /* the fused FP8 producers: all four on the device, none on the CPU (whose rollout
      * path stays the producer followed by the linear's own quantisation) */
-    ck_assert(dev->ops->fp8_act_prepare && dev->ops->rmsnorm_fp8_fwd &&
-              dev->ops->swiglu_fp8_fwd && dev->ops->fp8_linear_act_fwd);
+    ck_assert(dllm_backend_supports(dev, DLLM_OP_FP8_FUSED_ACT));
     ck_assert(!cpu->ops->fp8_act_prepare && !cpu->ops->rmsnorm_fp8_fwd &&
               !cpu->ops->swiglu_fp8_fwd && !cpu->ops->fp8_linear_act_fwd);
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
@@ -213,6 +315,8 @@ static Suite *backend_suite(bool gpu)
     Suite *s = suite_create("backend_ops");
     TCase *th = tcase_create("host");
     tcase_add_test(th, test_host_shared_headers);
+    tcase_add_test(th, test_supports_query);
+    tcase_add_test(th, test_cpu_fp8_linears_entry);
     suite_add_tcase(s, th);
 #ifdef HAVE_CUDA
     if (gpu) {

@@ -232,25 +232,58 @@ static void cpu_fp8_quantise(dllm_backend *be, uint8_t *q, float *scale, const f
     fp8_matrix_free(&m);
 }
 
+static void cpu_fp8_linears_fwd(dllm_backend *be, int nw, float *const out[],
+                                const float *inp, fp8_matrix *const w[], int N, int C,
+                                const int OC[])
+{
+    (void)be;
+    op_fp8_linears_fwd(nw, out, inp, w, N, C, OC);
+}
+
+/* The caches the CPU kernels make on first use: the dequantised FP8 weight, its bf16
+ * tiles for the fast path, the widened bf16 weight. */
+static void cpu_weight_cache_free(dllm_backend *be, fp8_matrix *f8, bf16_matrix *b16)
+{
+    (void)be;
+    if (f8) {
+        free(f8->deq);
+        free(f8->qbf);
+        free(f8->qbf_scale);
+        f8->deq = NULL, f8->qbf = NULL, f8->qbf_scale = NULL;
+        f8->deq_valid = f8->qbf_valid = false;
+    }
+    if (b16) {
+        free(b16->wf32);
+        b16->wf32 = NULL;
+        b16->wf32_valid = false;
+    }
+}
+
 static const dllm_backend_ops cpu_ops = {
+    /* buffers */
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
-    .memset0 = cpu_memset0, .sync = cpu_sync,
+    .copy = cpu_copy, .memset0 = cpu_memset0, .sync = cpu_sync,
+    /* linear layers and GEMM */
     .gemm = cpu_gemm, .linear_fwd = cpu_linear_fwd, .linear_bwd = cpu_linear_bwd,
-    .fp8_linear_fwd = cpu_fp8_linear_fwd,
-    .rmsnorm_fwd = cpu_rmsnorm_fwd, .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
+    .bf16_linear_fwd = cpu_bf16_linear_fwd, .bf16_linear_bwd_x = cpu_bf16_linear_bwd_x,
+    .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd, .weight_cache_free = cpu_weight_cache_free,
+    /* attention and positions */
     .rope_fwd = cpu_rope_fwd, .rope_bwd = cpu_rope_bwd,
     .attn_state_floats = cpu_attn_state_floats,
     .attention_fwd = cpu_attention_fwd, .attention_bwd = cpu_attention_bwd,
+    /* norms, activations, embeddings, elementwise */
+    .rmsnorm_fwd = cpu_rmsnorm_fwd, .rmsnorm_bwd = cpu_rmsnorm_bwd,
     .swiglu_fwd = cpu_swiglu_fwd, .swiglu_bwd = cpu_swiglu_bwd,
     .embedding_fwd = cpu_embedding_fwd, .embedding_bwd = cpu_embedding_bwd,
-    .xent_fwd = cpu_xent_fwd, .xent_bwd = cpu_xent_bwd,
     .round_bf16 = cpu_round_bf16, .add = cpu_add,
-    .adamw = cpu_adamw, .grad_norm = cpu_grad_norm,
-    .copy = cpu_copy, .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
+    /* quantisation (no fused FP8 producers: the CPU's linears quantise their input) */
     .to_bf16 = cpu_to_bf16, .fp8_quantise = cpu_fp8_quantise,
-    .bf16_linear_fwd = cpu_bf16_linear_fwd, .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd,
-    .clip_grad = cpu_clip_grad,
-    .bf16_linear_bwd_x = cpu_bf16_linear_bwd_x,
+    .fp8_linear_fwd = cpu_fp8_linear_fwd, .fp8_linears_fwd = cpu_fp8_linears_fwd,
+    /* loss */
+    .xent_fwd = cpu_xent_fwd, .xent_bwd = cpu_xent_bwd,
+    /* optimizer */
+    .adamw = cpu_adamw, .grad_norm = cpu_grad_norm, .clip_grad = cpu_clip_grad,
 };
 
 static dllm_backend cpu_backend = {

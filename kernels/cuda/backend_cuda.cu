@@ -472,18 +472,28 @@ void cu_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16
     cu_gemm(be, false, false, N, C, OC, 1.0f, dout, wf, 1.0f, dinp);
 }
 
+/* Nothing is cached in a weight's struct on the device. */
+void cu_weight_cache_free(dllm_backend *, fp8_matrix *, bf16_matrix *) {}
+
+/* Positional, in the table's order (kernels/backend.h), group by group. */
 const dllm_backend_ops cuda_ops = {
-    cu_alloc, cu_free, cu_upload, cu_download, cu_memset0, cu_sync,
-    cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_fp8_linear_fwd,
-    cu_rmsnorm_fwd, cu_rmsnorm_bwd, cu_rope_fwd, cu_rope_bwd,
-    cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,
-    cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd, cu_embedding_bwd,
-    cu_xent_fwd, cu_xent_bwd, cu_round_bf16, cu_add, cu_adamw, cu_grad_norm,
-    cu_copy, cu_bias_fwd, cu_bias_bwd, cu_to_bf16, cu_fp8_quantise,
-    cu_bf16_linear_fwd, NULL, /* no NVFP4 linear: an nvfp4 rollout is refused on the device */
-    cu_clip_grad,
+    /* buffers */
+    cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync,
+    /* linear layers and GEMM; no NVFP4 linear: an nvfp4 rollout is refused on the device */
+    cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_bias_fwd, cu_bias_bwd,
+    cu_bf16_linear_fwd, cu_bf16_linear_bwd_x, NULL, cu_weight_cache_free,
+    /* attention and positions */
+    cu_rope_fwd, cu_rope_bwd, cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,
+    /* norms, activations, embeddings, elementwise */
+    cu_rmsnorm_fwd, cu_rmsnorm_bwd, cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd,
+    cu_embedding_bwd, cu_round_bf16, cu_add,
+    /* quantisation: the fused producers instead of the grouped FP8 linears */
+    cu_to_bf16, cu_fp8_quantise, cu_fp8_linear_fwd, NULL,
     cu_fp8_act_prepare, cu_rmsnorm_fp8_fwd, cu_swiglu_fp8_fwd, cu_fp8_linear_act_fwd,
-    cu_bf16_linear_bwd_x,
+    /* loss */
+    cu_xent_fwd, cu_xent_bwd,
+    /* optimizer */
+    cu_adamw, cu_grad_norm, cu_clip_grad,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

@@ -261,7 +261,7 @@ void selftest_cuda(stbl_table *t)
     /* the optional low-precision linears (kernels/backend.h): a device without them
      * leaves them empty and the core falls back */
     const struct { const char *name; bool present; } opt[] = {
-        {"op nvfp4_linear_fwd", dev->ops->nvfp4_linear_fwd != NULL}};
+        {"op nvfp4_linear_fwd", dllm_backend_supports(dev, DLLM_OP_NVFP4_LINEAR)}};
     for (int i = 0; i < 1; i++)
         stbl_add(t, opt[i].name, STBL_SKIP, "", "", "%s",
                  opt[i].present ? "the device backend has it; no parity case for it yet"
