@@ -19,6 +19,8 @@
 #define DLLM_AR_SAMPLER_H
 
 #include "dllm/qwen3.h"
+#include "kernels/backend.h"
+#include "kernels/sample.h" /* dllm_ar_dist, dllm_ar_choose: the per-row choice */
 
 #include <stdint.h>
 
@@ -38,23 +40,47 @@ typedef struct {
     int B, P, G;
 } dllm_ar_rollout;
 
-/* The sampling distribution of one row of logits [V]: probs[V] (double,
- * summing to 1 over the nucleus, 0 outside it). temperature > 0. work holds
- * V doubles and V ints' worth of scratch (dllm_ar_work_bytes(V)); NULL allocates. */
-size_t dllm_ar_work_bytes(int V);
-void dllm_ar_dist(const float *logits, int V, double temperature, double top_p, double *probs,
-                  void *work);
-/* One choice from logits [V] with uniform u in (0, 1) as described above;
- * *logp and *logp_t1 (may be NULL) receive the two log-probs. */
-int32_t dllm_ar_choose(const float *logits, int V, double temperature, double top_p, double u,
-                       double *logp, double *logp_t1, void *work);
-
 /* Checks the configuration; input errors name the field. */
 int dllm_ar_check(const dllm_ar_cfg *c, int vocab, dllm_err *err);
-/* Generates for every row; allocates out's arrays (dllm_ar_rollout_free). */
+/* Generates for every row; allocates out's arrays (dllm_ar_rollout_free). A model on a
+ * device decodes there unless it samples a nucleus its backend cannot choose from
+ * (dllm_backend_supports(be, DLLM_OP_AR_NUCLEUS)): then its logits come to the host. */
 int dllm_ar_sample(dllm_tf *m, const int32_t *prompts, const uint8_t *prompt_mask, int B,
                    int P, const dllm_ar_cfg *c, uint64_t seed, dllm_ar_rollout *out,
                    dllm_err *err);
+
+/* A decoder: a model with a KV cache whose state lives in the memory of backend be
+ * (the host's for the CPU backend). */
+typedef struct {
+    void *ctx;
+    dllm_backend *be; /* whose memory every d_ pointer is */
+    int V;            /* logits per row */
+    int max_rows;     /* most rows one head() call takes */
+    /* Appends d_tokens [B,T] (be's int32) to every row, keymask [B,T] on the host or
+     * NULL (all real); keeps each row's last state for head(). 0 or err's code. */
+    int (*extend)(void *ctx, const int32_t *d_tokens, const uint8_t *keymask, int T,
+                  dllm_err *err);
+    /* logits [n,V] of rows r0 .. r0+n-1 of the last extend into d_logits (be's). */
+    int (*head)(void *ctx, int r0, int n, float *d_logits, dllm_err *err);
+} dllm_ar_decoder;
+
+/* The decoders of a Qwen3 model over its cache c (qwen3_cache_new on that model, B rows:
+ * the batch every extend appends to): on the model's device, or on the host (a model on
+ * a device then sends its logits down). */
+int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err);
+int qwen3_host_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err);
+
+/* The loop of dllm_ar_sample over decoder d, prompts [B,P] and out's arrays on the host:
+ * the prompts go up once; each step head() a chunk of rows at a time and the backend's
+ * ar_choose (the next token, its two log-probs, the row's length and finished flag, in
+ * be's memory) -> the finished flags down when there is an EOS (the step's one
+ * synchronisation: the loop ends once every row has stopped) -> extend() over the next
+ * tokens; at the end tokens, logp, logp_t1 and length down. Nothing of size V crosses.
+ * DLLM_EXIT_INPUT for a bad config, a prompt id outside the vocabulary, or top_p < 1
+ * with a temperature on a backend without DLLM_OP_AR_NUCLEUS. */
+int dllm_ar_sample_decoder(const dllm_ar_decoder *d, const int32_t *prompts,
+                           const uint8_t *prompt_mask, int B, int P, const dllm_ar_cfg *c,
+                           uint64_t seed, dllm_ar_rollout *out, dllm_err *err);
 void dllm_ar_rollout_free(dllm_ar_rollout *r);
 
 #endif

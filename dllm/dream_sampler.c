@@ -214,24 +214,8 @@ int dllm_dream_sample(dllm_logits_fn fn, void *model, const int32_t *prompts,
     if (dllm_dream_check(c, d, err))
         return err->code;
     const int G = c->gen_length, T = P + G, V = c->vocab, S = c->steps;
-    memset(out, 0, sizeof *out);
-    out->B = B;
-    out->P = P;
-    out->G = G;
-    int32_t *x = out->tokens = dllm_malloc(sizeof *x * (size_t)B * T);
-    out->commit_step = dllm_malloc(sizeof *out->commit_step * (size_t)B * G);
-    out->commit_prob = dllm_malloc(sizeof *out->commit_prob * (size_t)B * G);
-    out->n_masked_left = dllm_calloc((size_t)(B > 0 ? B : 1), sizeof *out->n_masked_left);
-    uint8_t *keymask = dllm_malloc((size_t)B * T + 1);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            x[(size_t)b * T + t] = t < P ? prompts[(size_t)b * P + t] : c->mask_id;
-            keymask[(size_t)b * T + t] = t < P && prompt_mask ? prompt_mask[(size_t)b * P + t] : 1;
-        }
-    for (size_t i = 0; i < (size_t)B * G; i++) {
-        out->commit_step[i] = -1;
-        out->commit_prob[i] = NAN;
-    }
+    uint8_t *keymask = dllm_rollout_start(out, prompts, prompt_mask, B, P, G, c->mask_id);
+    int32_t *x = out->tokens;
     float *ts = dllm_malloc(sizeof *ts * (size_t)(S + 1));
     timesteps(ts, S + 1, (float)d->eps);
     int32_t *rows = dllm_malloc(sizeof *rows * ((size_t)B * G + 1));

@@ -9,6 +9,7 @@
  * trainer's numerics or, with qwen3_decode_at_rollout, the rollout copy's. A model on
  * a device backend keeps the cache in the device's memory (dllm/qwen3_device.c). */
 #include "dllm/qwen3.h"
+#include "dllm/ar_sampler.h"
 #include "dllm/qwen3_impl.h"
 
 #include <math.h>
@@ -105,6 +106,7 @@ void qwen3_cache_free(qwen3_kv_cache *c)
     free(c->v);
     free(c->mask);
     free(c->npos);
+    free(c->hlg);
     free(c);
 }
 
@@ -256,3 +258,32 @@ int qwen3_decode_step(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens, floa
     return qwen3_extend(m, c, tokens, NULL, 1, logits, err);
 }
 
+/* ---- the host decoder (dllm/ar_sampler.h) ---------------------------------------------- */
+
+static int host_extend(void *ctx, const int32_t *tokens, const uint8_t *keymask, int T,
+                       dllm_err *err)
+{
+    qwen3_kv_cache *c = ctx;
+    return qwen3_extend(c->m, c, tokens, keymask, T, c->hlg, err);
+}
+
+static int host_head(void *ctx, int r0, int n, float *logits, dllm_err *err)
+{
+    qwen3_kv_cache *c = ctx;
+    if (r0 < 0 || n <= 0 || r0 + n > c->B || !c->len)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "qwen3 host decoder: rows [%d, %d) of %d%s",
+                            r0, r0 + n, c->B, c->len ? "" : " before any extend");
+    size_t V = (size_t)c->m->V;
+    memcpy(logits, c->hlg + (size_t)r0 * V, (size_t)n * V * sizeof(float));
+    return 0;
+}
+
+int qwen3_host_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err)
+{
+    (void)err;
+    c->m = m;
+    if (!c->hlg)
+        c->hlg = dllm_malloc((size_t)c->B * m->V * sizeof(float));
+    *out = (dllm_ar_decoder){c, dllm_backend_cpu(), m->V, c->B, host_extend, host_head};
+    return 0;
+}

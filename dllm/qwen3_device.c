@@ -15,7 +15,7 @@
  * only behind qwen3_extend (host tokens). */
 #include "config.h"
 
-#include "dllm/ar_sampler_device.h"
+#include "dllm/ar_sampler.h"
 #include "dllm/qwen3_impl.h"
 #include "dllm/transformer_device_impl.h"
 
@@ -168,37 +168,29 @@ int qwen3_device_extend_host(dllm_tf *m, qwen3_kv_cache *c, const int32_t *token
     return rc;
 }
 
-/* ---- the decoder of dllm/ar_sampler_device.h ------------------------------------------- */
+/* ---- the device decoder (dllm/ar_sampler.h) -------------------------------------------- */
 
-static int dm_extend(void *ctx, const int32_t *d_tokens, const uint8_t *keymask, int T)
+static int dm_extend(void *ctx, const int32_t *d_tokens, const uint8_t *keymask, int T,
+                     dllm_err *err)
 {
     qwen3_kv_cache *c = ctx;
-    dllm_err err = {0};
-    int rc = qwen3_extend_device(c->m, c, d_tokens, keymask, T, &err);
-    if (rc)
-        fprintf(stderr, "dllm-rl: %s\n", err.msg);
-    return rc;
+    return qwen3_extend_device(c->m, c, d_tokens, keymask, T, err);
 }
 
-static int dm_head(void *ctx, int r0, int n, float *d_logits)
+static int dm_head(void *ctx, int r0, int n, float *d_logits, dllm_err *err)
 {
     qwen3_kv_cache *c = ctx;
-    dllm_err err = {0};
-    int rc = qwen3_head_device(c->m, c, r0, n, d_logits, &err);
-    if (rc)
-        fprintf(stderr, "dllm-rl: %s\n", err.msg);
-    return rc;
+    return qwen3_head_device(c->m, c, r0, n, d_logits, err);
 }
 
-int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_device_model *out,
-                         dllm_err *err)
+int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err)
 {
     if (!c->be || !m->dev || c->be != m->dev->be)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "qwen3_device_decoder: the model and the cache are not on one device");
     c->m = m;
     int rows = dllm_tf_device_chunk_rows(m->V);
-    *out = (dllm_ar_device_model){c, c->be, m->V, rows < c->B ? rows : c->B, dm_extend, dm_head};
+    *out = (dllm_ar_decoder){c, c->be, m->V, rows < c->B ? rows : c->B, dm_extend, dm_head};
     return 0;
 }
 
@@ -231,8 +223,7 @@ int qwen3_device_extend_host(dllm_tf *m, qwen3_kv_cache *c, const int32_t *token
                         "qwen3_extend: built without CUDA (configure --with-cuda)");
 }
 
-int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_device_model *out,
-                         dllm_err *err)
+int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err)
 {
     (void)m, (void)c;
     memset(out, 0, sizeof *out);

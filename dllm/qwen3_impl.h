@@ -16,7 +16,7 @@ struct qwen3_kv_cache {
                          on a device in its memory, with the B last rows in a.xr */
     /* a model on a device (qwen3_device.c); be NULL: the host cache above */
     dllm_backend *be;
-    dllm_tf *m;        /* the model the device decoder interface runs */
+    dllm_tf *m;        /* the model a decoder (dllm/ar_sampler.h) runs */
     float *dk, *dv;    // (L, B, max_len, NKV*HD) device
     uint8_t *dmask;    // (B, max_len) device key mask
     uint8_t *dnew;     // (B * max_len) device: the new slots' key mask of an extend
@@ -24,6 +24,7 @@ struct qwen3_kv_cache {
     int32_t *dtok;     // (B * max_len) device: host tokens of qwen3_extend, uploaded
     float *dlg;        // (lg_rows, V) device: a chunk of logits for qwen3_extend
     int lg_rows;
+    float *hlg;        // (B, V) host: the last rows' logits of the host decoder's extend
     const tf_view *view; /* the weights of the last extend, which the head reads */
     bool have_rows;    /* a.xr holds the last extend's B last rows */
 };

@@ -89,11 +89,35 @@ int dllm_completion_length(const int32_t *gen, int G, int eos_id)
 
 void dllm_rollout_free(dllm_rollout *r)
 {
-    free(r->tokens);
-    free(r->commit_step);
-    free(r->commit_prob);
-    free(r->n_masked_left);
+    void *arrays[] = {r->tokens, r->commit_step, r->commit_prob, r->n_masked_left};
+    for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++)
+        free(arrays[i]);
     memset(r, 0, sizeof *r);
+}
+
+uint8_t *dllm_rollout_start(dllm_rollout *out, const int32_t *prompts, const uint8_t *prompt_mask,
+                            int B, int P, int G, int mask_id)
+{
+    const int T = P + G;
+    memset(out, 0, sizeof *out);
+    out->B = B;
+    out->P = P;
+    out->G = G;
+    int32_t *x = out->tokens = dllm_malloc(sizeof *x * (size_t)B * (size_t)T);
+    out->commit_step = dllm_malloc(sizeof *out->commit_step * (size_t)B * G);
+    out->commit_prob = dllm_malloc(sizeof *out->commit_prob * (size_t)B * G);
+    out->n_masked_left = dllm_calloc((size_t)(B > 0 ? B : 1), sizeof *out->n_masked_left);
+    uint8_t *keymask = dllm_malloc((size_t)B * (size_t)T + 1);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            x[(size_t)b * T + t] = t < P ? prompts[(size_t)b * P + t] : mask_id;
+            keymask[(size_t)b * T + t] = t < P && prompt_mask ? prompt_mask[(size_t)b * P + t] : 1;
+        }
+    for (size_t i = 0; i < (size_t)B * G; i++) {
+        out->commit_step[i] = -1;
+        out->commit_prob[i] = NAN;
+    }
+    return keymask;
 }
 
 typedef struct {
@@ -263,24 +287,8 @@ static int sample(dllm_logits_fn fn, void *model, const dllm_sampler_cache *cach
                             dllm_cache_name(c->cache));
     const int G = c->gen_length, T = P + G, V = c->vocab;
     const int nblocks = G / c->block_length, spb = c->steps / nblocks;
-    memset(out, 0, sizeof *out);
-    out->B = B;
-    out->P = P;
-    out->G = G;
-    int32_t *x = out->tokens = dllm_malloc(sizeof *x * (size_t)B * (size_t)T);
-    out->commit_step = dllm_malloc(sizeof *out->commit_step * (size_t)B * G);
-    out->commit_prob = dllm_malloc(sizeof *out->commit_prob * (size_t)B * G);
-    out->n_masked_left = dllm_calloc((size_t)(B > 0 ? B : 1), sizeof *out->n_masked_left);
-    uint8_t *keymask = dllm_malloc((size_t)B * (size_t)T);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            x[(size_t)b * T + t] = t < P ? prompts[(size_t)b * P + t] : c->mask_id;
-            keymask[(size_t)b * T + t] = t < P && prompt_mask ? prompt_mask[(size_t)b * P + t] : 1;
-        }
-    for (size_t i = 0; i < (size_t)B * G; i++) {
-        out->commit_step[i] = -1;
-        out->commit_prob[i] = NAN;
-    }
+    uint8_t *keymask = dllm_rollout_start(out, prompts, prompt_mask, B, P, G, c->mask_id);
+    int32_t *x = out->tokens;
     const bool cfg = c->cfg_scale > 0;
     /* with CFG the batch doubles: sequences B..2B-1 are unconditional (prompt masked) */
     const int BB = cfg ? 2 * B : B;

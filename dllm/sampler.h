@@ -144,6 +144,12 @@ int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const ui
                 int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
                 dllm_err *err);
 void dllm_rollout_free(dllm_rollout *r);
+/* The start every denoising sampler shares: out's arrays allocated, the canvas [B,P+G]
+ * the prompts then G mask ids, commit_step -1 and commit_prob NaN everywhere; returns
+ * the key mask [B,P+G] (prompt_mask on the prompt, NULL: all real; 1 on the generated
+ * positions), malloc'd. */
+uint8_t *dllm_rollout_start(dllm_rollout *out, const int32_t *prompts, const uint8_t *prompt_mask,
+                            int B, int P, int G, int mask_id);
 /* The same with cfg->cache prefix or dual served by cache (NULL: an input error
  * unless cfg->cache is none; with none, fn alone is used). CFG is not cached: an input
  * error with a cache. */

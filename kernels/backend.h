@@ -161,6 +161,24 @@ typedef struct dllm_backend_ops {
      * coef = max_norm / (norm + 1e-6) where coef < 1 (op_clip_grad). A device clips
      * from the norm in its own memory: the returned value is for the log. */
     double (*clip_grad)(dllm_backend *be, float *g, size_t n, double max_norm);
+
+    /* ---- samplers (the loops are dllm/'s, written once over these entries) ---- */
+    /* The autoregressive choice (kernels/sample.h, dllm/ar_sampler.h) for rows r0 ..
+     * r0+n-1 of the batch from their logits (n, V), generated index g: per row the token
+     * of dllm_ar_choose (top_p 1) with u = draw 1 of (seed, DLLM_RNG_SAMPLER, g,
+     * seq_offset + row) into tokens (B, G) at [row, g] and next (B), its log-probs into
+     * logp and logp_t1 (B, G), length (B) = g + 1 and done (B) = (token == eos_id). A
+     * row whose done is set only gets next = eos_id. */
+    void (*ar_choose)(dllm_backend *be, int32_t *tokens, int32_t *next, float *logp,
+                      float *logp_t1, int32_t *length, uint8_t *done, const float *logits,
+                      int r0, int n, int V, int G, int g, double temperature, int eos_id,
+                      uint64_t seed, uint64_t seq_offset);
+    /* optional (DLLM_OP_AR_NUCLEUS): the same restricted to the nucleus top_p */
+    void (*ar_choose_nucleus)(dllm_backend *be, int32_t *tokens, int32_t *next, float *logp,
+                              float *logp_t1, int32_t *length, uint8_t *done,
+                              const float *logits, int r0, int n, int V, int G, int g,
+                              double temperature, double top_p, int eos_id, uint64_t seed,
+                              uint64_t seq_offset);
 } dllm_backend_ops;
 
 /* The optional entries (and groups of entries) a backend may lack. */
@@ -170,6 +188,7 @@ typedef enum {
     DLLM_OP_FP8_LINEARS,   /* fp8_linears_fwd */
     DLLM_OP_FP8_FUSED_ACT, /* fp8_act_prepare, rmsnorm_fp8_fwd, swiglu_fp8_fwd,
                               fp8_linear_act_fwd */
+    DLLM_OP_AR_NUCLEUS,    /* ar_choose_nucleus */
     DLLM_OP_N_OPTIONAL
 } dllm_backend_op;
 

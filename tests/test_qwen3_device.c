@@ -1,5 +1,6 @@
 /* test_qwen3_device: Qwen3 decoding with the model on the device (dllm/qwen3_device.c, the
- * KV cache in device memory; dllm/ar_sampler_device.c, the sampler's loop there):
+ * KV cache in device memory; the one loop of dllm/ar_sampler.c over the device decoder
+ * and the CUDA backend's ar_choose):
  *   - the device cache's logits (a left-padded prefill, then decode steps) within 1e-4 of
  *     the CPU cache's and of a full forward on the device over the same history, at the
  *     trainer view (LoRA applied at run time) and at the fp32 rollout copy;
@@ -13,17 +14,15 @@
  *     of 1/8 chosen by the last token, so both sides read the same floats): tokens,
  *     lengths and log-probs equal to a host loop over dllm_ar_choose with the same keyed
  *     noise, with EOS stopping rows early, several head() chunks, a seq_offset past 2^32
- *     and no EOS.
+ *     and no EOS; the same loop on the CPU backend bit for bit.
  *   - through the CLI (DLLM_BIN), on an `init-model --preset tiny` Qwen3: sampled
  *     `generate --device cuda` ids equal the CPU's, with the whole nucleus (the device
  *     sampler) and with --top-p 0.9 (the host's choice); the greedy case is
  *     tests/test_device_model.c's.
- * Runs in the CUDA emulation build (and on a GPU); SKIP (77) without CUDA, after checking
- * that the device sampler says so. */
+ * Runs in the CUDA emulation build (and on a GPU); SKIP (77) without CUDA. */
 #include "config.h"
 
 #include "dllm/ar_sampler.h"
-#include "dllm/ar_sampler_device.h"
 #include "dllm/qwen3.h"
 #include "dllm/transformer.h"
 #include "kernels/backend.h"
@@ -269,10 +268,11 @@ typedef struct {
     float *h_table;    // (FV, FV) host copy
 } fake;
 
-static int fake_extend(void *ctx, const int32_t *d_tokens, const uint8_t *keymask, int T)
+static int fake_extend(void *ctx, const int32_t *d_tokens, const uint8_t *keymask, int T,
+                       dllm_err *err)
 {
     fake *f = ctx;
-    (void)keymask;
+    (void)keymask, (void)err;
     f->extends++;
     if (T == 1) {
         f->be->ops->copy(f->be, f->last, d_tokens, sizeof(int32_t) * (size_t)f->B);
@@ -287,9 +287,10 @@ static int fake_extend(void *ctx, const int32_t *d_tokens, const uint8_t *keymas
     return 0;
 }
 
-static int fake_head(void *ctx, int r0, int n, float *d_logits)
+static int fake_head(void *ctx, int r0, int n, float *d_logits, dllm_err *err)
 {
     fake *f = ctx;
+    (void)err;
     f->heads++;
     f->be->ops->embedding_fwd(f->be, d_logits, f->last + r0, f->table, n, FV);
     return 0;
@@ -314,10 +315,12 @@ static const fk_case FCASES[] = {
     {"greedy eos", 3, 2, 9, 2, 0.0, F_EOS, 1.0f, 0},
 };
 
-START_TEST(test_fake_sampler)
+/* The one loop (dllm_ar_sample_decoder) on backend `cuda` (the CUDA backend, or the CPU
+ * backend: the same loop over its ar_choose entry, which must agree bit for bit). */
+static void fake_sampler(int _i, dllm_backend *cuda)
 {
     const fk_case *k = &FCASES[_i];
-    dllm_backend *cuda = dllm_backend_cuda();
+    const bool host = cuda == dllm_backend_cpu();
     fake f = {.be = cuda, .B = k->B};
     f.h_table = malloc(sizeof(float) * FV * FV);
     dllm_rng r = dllm_rng_make(500 + (uint64_t)_i, 99, 0, 0);
@@ -372,11 +375,11 @@ START_TEST(test_fake_sampler)
         for (int g = want_len[b]; g < G; g++)
             want_tok[b * G + g] = k->eos >= 0 ? k->eos : 0;
 
-    dllm_ar_device_model dm = {&f, counting_backend(cuda), FV, k->max_rows, fake_extend, fake_head};
+    dllm_ar_decoder dm = {&f, counting_backend(cuda), FV, k->max_rows, fake_extend, fake_head};
     dllm_ar_rollout got;
     dllm_err err = {0};
     count_reset();
-    ck_assert_msg(dllm_ar_sample_device(&dm, prompts, pm, B, P, &c, seed, &got, &err) == 0,
+    ck_assert_msg(dllm_ar_sample_decoder(&dm, prompts, pm, B, P, &c, seed, &got, &err) == 0,
                   "%s: %s", k->name, err.msg);
     int early = 0;
     for (int b = 0; b < B; b++) {
@@ -388,12 +391,14 @@ START_TEST(test_fake_sampler)
             ck_assert_msg(got.tokens[(size_t)b * (P + G) + P + g] == want_tok[b * G + g],
                           "%s: token [%d,%d] %d vs host %d", k->name, b, g,
                           got.tokens[(size_t)b * (P + G) + P + g], want_tok[b * G + g]);
-            ck_assert_msg(fabsf(got.logp[b * G + g] - want_lp[b * G + g]) <=
-                              1e-6f * (1 + fabsf(want_lp[b * G + g])),
+            ck_assert_msg(host ? got.logp[b * G + g] == want_lp[b * G + g]
+                               : fabsf(got.logp[b * G + g] - want_lp[b * G + g]) <=
+                                     1e-6f * (1 + fabsf(want_lp[b * G + g])),
                           "%s: logp [%d,%d] %.9g vs %.9g", k->name, b, g, got.logp[b * G + g],
                           want_lp[b * G + g]);
-            ck_assert_msg(fabsf(got.logp_t1[b * G + g] - want_lp1[b * G + g]) <=
-                              1e-6f * (1 + fabsf(want_lp1[b * G + g])),
+            ck_assert_msg(host ? got.logp_t1[b * G + g] == want_lp1[b * G + g]
+                               : fabsf(got.logp_t1[b * G + g] - want_lp1[b * G + g]) <=
+                                     1e-6f * (1 + fabsf(want_lp1[b * G + g])),
                           "%s: logp_t1 [%d,%d] %.9g vs %.9g", k->name, b, g,
                           got.logp_t1[b * G + g], want_lp1[b * G + g]);
         }
@@ -417,30 +422,35 @@ START_TEST(test_fake_sampler)
     cuda->ops->free(cuda, f.last);
     free(f.h_table);
 }
+
+START_TEST(test_fake_sampler) { fake_sampler(_i, dllm_backend_cuda()); }
+END_TEST
+START_TEST(test_fake_sampler_cpu) { fake_sampler(_i, dllm_backend_cpu()); }
 END_TEST
 
 /* Bad input is refused with the field named. */
 START_TEST(test_refusals)
 {
     fake f = {.be = dllm_backend_cuda(), .B = 1};
-    dllm_ar_device_model dm = {&f, f.be, FV, 4, fake_extend, fake_head};
+    dllm_ar_decoder dm = {&f, f.be, FV, 4, fake_extend, fake_head};
     int32_t p[2] = {3, 4};
     dllm_ar_cfg c = {.max_new_tokens = 4, .temperature = 1.0, .top_p = 0.5, .eos_id = 1};
     dllm_ar_rollout got;
     dllm_err err = {0};
-    ck_assert_int_eq(dllm_ar_sample_device(&dm, p, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
-    ck_assert_msg(strstr(err.msg, "top_p"), "%s", err.msg);
+    ck_assert_int_eq(dllm_ar_sample_decoder(&dm, p, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "top_p") && strstr(err.msg, "cuda backend"), "%s", err.msg);
     c.top_p = 1;
     c.eos_id = FV;
-    ck_assert_int_eq(dllm_ar_sample_device(&dm, p, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_ar_sample_decoder(&dm, p, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "eos_id"), "%s", err.msg);
     c.eos_id = 1;
     int32_t bad[2] = {3, FV};
-    ck_assert_int_eq(dllm_ar_sample_device(&dm, bad, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_ar_sample_decoder(&dm, bad, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "prompt token"), "%s", err.msg);
-    dm.be = dllm_backend_cpu();
-    ck_assert_int_eq(dllm_ar_sample_device(&dm, p, NULL, 1, 2, &c, 1, &got, &err), DLLM_EXIT_INPUT);
-    ck_assert_msg(strstr(err.msg, "not cuda"), "%s", err.msg);
+    dm.head = NULL;
+    ck_assert_int_eq(dllm_ar_sample_decoder(&dm, p, NULL, 1, 2, &c, 1, &got, &err),
+                     DLLM_EXIT_INTERNAL);
+    ck_assert_msg(strstr(err.msg, "incomplete"), "%s", err.msg);
 }
 END_TEST
 
@@ -479,17 +489,6 @@ END_TEST
 int main(void)
 {
     if (!dllm_backend_cuda()) {
-        dllm_ar_device_model dm = {0};
-        dllm_ar_cfg c = {.max_new_tokens = 1, .temperature = 0, .top_p = 1, .eos_id = -1};
-        dllm_ar_rollout r;
-        dllm_err err = {0};
-        int32_t p = 3;
-        int rc = dllm_ar_sample_device(&dm, &p, NULL, 1, 1, &c, 1, &r, &err);
-        if (rc != DLLM_EXIT_INPUT || (!strstr(err.msg, "without CUDA") && !strstr(err.msg, "not cuda"))) {
-            fprintf(stderr, "test_qwen3_device: the device sampler without CUDA: rc %d, %s\n", rc,
-                    err.msg);
-            return EXIT_FAILURE;
-        }
         printf("SKIP: no usable CUDA backend (%s)\n", dllm_backend_cuda_why());
         return 77;
     }
@@ -508,6 +507,7 @@ int main(void)
     tcase_add_loop_test(tc, test_decode_tokens, 0, 4);
     tcase_add_test(tc, test_transfers);
     tcase_add_loop_test(tc, test_fake_sampler, 0, (int)(sizeof FCASES / sizeof *FCASES));
+    tcase_add_loop_test(tc, test_fake_sampler_cpu, 0, (int)(sizeof FCASES / sizeof *FCASES));
     tcase_add_test(tc, test_refusals);
     if (cli)
         tcase_add_loop_test(tc, test_cli_sampled, 0, 2);

@@ -3,6 +3,8 @@
  * reference op itself, so a model computed through this table is bit-identical
  * to one calling the ops directly. */
 #include "kernels/backend.h"
+#include "kernels/rng.h"
+#include "kernels/sample.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +261,48 @@ static void cpu_weight_cache_free(dllm_backend *be, fp8_matrix *f8, bf16_matrix 
     }
 }
 
+/* The rows are independent (keyed noise): drawn in parallel, one scratch per thread
+ * when a nucleus is sorted. */
+static void cpu_ar_choose_nucleus(dllm_backend *be, int32_t *tokens, int32_t *next, float *logp,
+                                  float *logp_t1, int32_t *length, uint8_t *done,
+                                  const float *logits, int r0, int n, int V, int G, int g,
+                                  double temperature, double top_p, int eos_id, uint64_t seed,
+                                  uint64_t seq_offset)
+{
+    (void)be;
+#pragma omp parallel
+    {
+        void *work = temperature > 0 && top_p < 1 ? dllm_malloc(dllm_ar_work_bytes(V)) : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            const int b = r0 + i;
+            if (done[b]) {
+                next[b] = eos_id;
+                continue;
+            }
+            dllm_rng r = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)g,
+                                       seq_offset + (uint64_t)b);
+            double lp, lp1;
+            int32_t tok = dllm_ar_choose(logits + (size_t)i * V, V, temperature, top_p,
+                                         dllm_rng_uniform(&r), &lp, &lp1, work);
+            next[b] = tokens[(size_t)b * G + g] = tok;
+            logp[(size_t)b * G + g] = (float)lp;
+            logp_t1[(size_t)b * G + g] = (float)lp1;
+            length[b] = g + 1;
+            done[b] = tok == eos_id;
+        }
+        free(work);
+    }
+}
+static void cpu_ar_choose(dllm_backend *be, int32_t *tokens, int32_t *next, float *logp,
+                          float *logp_t1, int32_t *length, uint8_t *done, const float *logits,
+                          int r0, int n, int V, int G, int g, double temperature, int eos_id,
+                          uint64_t seed, uint64_t seq_offset)
+{
+    cpu_ar_choose_nucleus(be, tokens, next, logp, logp_t1, length, done, logits, r0, n, V, G, g,
+                          temperature, 1.0, eos_id, seed, seq_offset);
+}
+
 static const dllm_backend_ops cpu_ops = {
     /* buffers */
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
@@ -284,6 +328,8 @@ static const dllm_backend_ops cpu_ops = {
     .xent_fwd = cpu_xent_fwd, .xent_bwd = cpu_xent_bwd,
     /* optimizer */
     .adamw = cpu_adamw, .grad_norm = cpu_grad_norm, .clip_grad = cpu_clip_grad,
+    /* samplers */
+    .ar_choose = cpu_ar_choose, .ar_choose_nucleus = cpu_ar_choose_nucleus,
 };
 
 static dllm_backend cpu_backend = {

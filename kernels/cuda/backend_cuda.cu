@@ -472,6 +472,15 @@ void cu_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16
     cu_gemm(be, false, false, N, C, OC, 1.0f, dout, wf, 1.0f, dinp);
 }
 
+void cu_ar_choose(dllm_backend *, int32_t *tokens, int32_t *next, float *logp, float *logp_t1,
+                  int32_t *length, uint8_t *done, const float *logits, int r0, int n, int V,
+                  int G, int g, double temperature, int eos_id, uint64_t seed,
+                  uint64_t seq_offset)
+{
+    dllm_cuda_ar_choose(tokens, next, logp, logp_t1, length, done, logits, r0, n, V, G, g,
+                        temperature, eos_id, seed, seq_offset, NULL);
+}
+
 /* Nothing is cached in a weight's struct on the device. */
 void cu_weight_cache_free(dllm_backend *, fp8_matrix *, bf16_matrix *) {}
 
@@ -494,6 +503,8 @@ const dllm_backend_ops cuda_ops = {
     cu_xent_fwd, cu_xent_bwd,
     /* optimizer */
     cu_adamw, cu_grad_norm, cu_clip_grad,
+    /* samplers: the whole nucleus only (a nucleus is chosen on the host) */
+    cu_ar_choose, NULL,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

@@ -14,7 +14,7 @@
  *             fused producers write (block-scaled FP8 copies) and cuBLASLt's 32 MiB;
  *   transient the device sampler's buffers for one call; for Qwen3 the KV cache
  *             (dllm/qwen3_device.c), its activation set and the autoregressive sampler's
- *             buffers (dllm/ar_sampler_device.c), for one call (top_p = 1).
+ *             buffers (dllm_ar_sample_decoder), for one call (top_p = 1).
  * A training run keeps all the sets of its rollouts and its scoring at once (they
  * stay allocated while the model is on the device), and, when its update runs on the
  * device (dllm/transformer_device_train.c), the update's buffers, all kept:
