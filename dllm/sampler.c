@@ -139,63 +139,6 @@ static int cmp_candidate(const void *a, const void *b)
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-/* x0 for one row: argmax (T = 0) or Gumbel-max in float64 with keyed noise,
- * over every token but `exclude`. */
-int32_t dllm_sampler_draw_x0_excl(const float *logit, int V, double temp, dllm_rng *noise, int pos,
-                                  int exclude)
-{
-    int32_t best = exclude == 0 && V > 1 ? 1 : 0;
-    if (temp == 0) {
-        for (int v = best + 1; v < V; v++)
-            if (v != exclude && logit[v] > logit[best])
-                best = v;
-        return best;
-    }
-    /* A token whose score cannot beat the best so far is skipped before its exp, log
-     * and pow (most of a step's sampling time): with w = -log u >= 1 - u,
-     * log s = l - T log w <= l + T u / (1 - u) (as log(1/y) <= 1/y - 1). The margin
-     * dwarfs the rounding of either side, so the winner, and every score compared, is
-     * the one the full loop computes. */
-    const bool prune = temp > 0;
-    double best_s = -1, log_best = -INFINITY;
-    for (int v = 0; v < V; v++) {
-        if (v == exclude)
-            continue;
-        noise->ctr = (uint64_t)pos * (uint64_t)V + (uint64_t)v;
-        double u = dllm_rng_uniform(noise);
-        if (prune && (double)logit[v] + temp * u / (1.0 - u) < log_best - 1e-9)
-            continue;
-        double s = exp((double)logit[v]) / pow(-log(u), temp);
-        if (s > best_s) {
-            best_s = s;
-            best = v;
-            log_best = best_s > 0 && isfinite(best_s) ? log(best_s) : -INFINITY;
-        }
-    }
-    return best;
-}
-
-int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos)
-{
-    return dllm_sampler_draw_x0_excl(logit, V, temp, noise, pos, -1);
-}
-
-/* softmax(logit)[x] in double */
-double dllm_sampler_prob(const float *logit, int V, int32_t x)
-{
-    double mx = -INFINITY;
-    for (int v = 0; v < V; v++)
-        if (logit[v] > mx)
-            mx = logit[v];
-    if (mx == -INFINITY)
-        return 0;
-    double z = 0;
-    for (int v = 0; v < V; v++)
-        z += exp((double)logit[v] - mx);
-    return exp((double)logit[x] - mx) / z;
-}
-
-
 /* The rows the model is asked for at one step: every position of [lo, hi) still
  * masked, lo = P (every generated position up to the current block's end; positions
  * of earlier blocks are masked only after a committed mask id) or, in a cached step,

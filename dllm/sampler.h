@@ -68,6 +68,7 @@
 
 #include "kernels/base.h"
 #include "kernels/rng.h"
+#include "kernels/sample.h" /* dllm_sampler_draw_x0(_excl), dllm_sampler_prob */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -157,19 +158,6 @@ int dllm_sample_cached(dllm_logits_fn fn, void *model, const dllm_sampler_cache 
                        const int32_t *prompts, const uint8_t *prompt_mask, int B, int P,
                        const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
                        dllm_err *err);
-
-/* One row's draw, as the sampler makes it: x0 by argmax (temp 0, ties to the
- * lowest id) or Gumbel-max with the keyed noise of canvas position pos (the
- * stream's counter is set to pos*V + v for token v). Exposed so the CUDA kernel
- * is checked against this very code. */
-int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos);
-/* The same draw over every token but `exclude` (-1: none; mask_token = forbid
- * passes the mask id). Noise draws stay keyed by token id, so the other
- * tokens' scores are those of the full draw. */
-int32_t dllm_sampler_draw_x0_excl(const float *logit, int V, double temp, dllm_rng *noise, int pos,
-                                  int exclude);
-/* softmax(logit)[x] in double: the committed token's probability. */
-double dllm_sampler_prob(const float *logit, int V, int32_t x);
 
 /* Completion length: tokens up to and including the first EOS (G if none). */
 int dllm_completion_length(const int32_t *gen, int G, int eos_id);

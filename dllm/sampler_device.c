@@ -1,6 +1,7 @@
-/* sampler_device.c: dllm_sample's loop with the canvas on the device (sampler_device.h).
- * The step is dllm/sampler.c's, split over the kernels of kernels/cuda/sampler.cu and
- * sampler_step.cu:
+/* sampler_device.c: dllm_sample's loop with the canvas in a backend's memory
+ * (sampler_device.h). The step is dllm/sampler.c's, split over the backend's denoising
+ * entries (kernels/backend.h; on the CUDA backend the kernels of kernels/cuda/sampler.cu
+ * and sampler_step.cu, on the CPU backend kernels/cpu/denoise.c):
  *   block start  masked count per sequence of the block (the schedule's input)
  *   each step    committable rows -> (download their count) -> layers() once over the
  *                canvas (cond and uncond copies under CFG) -> per chunk of at most
@@ -10,16 +11,11 @@
  *   the end      canvas and records downloaded; n_masked_left counted on the host.
  * The unconditional copy of the canvas (prompt masked) is kept in step with the
  * conditional one by the commit kernel, so no step copies the canvas. */
-#include "config.h"
-
 #include "dllm/sampler_device.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef HAVE_CUDA
-#include "kernels/cuda_ops.h"
 
 /* The device buffers of one call, freed together. */
 typedef struct {
@@ -95,6 +91,7 @@ static int step_draw(const dllm_device_logits *m, dev_bufs *d, int n, int B, int
 {
     if (m->layers(m->ctx, d->canvas, d->keymask, cfg ? 2 * B : B, T))
         return -1;
+    dllm_backend *be = m->be;
     const int V = c->vocab;
     const float w = (float)(c->cfg_scale + 1.0); /* as the CPU: the weight rounded once */
     const int eos = c->logits_eos_inf ? c->eos_id : -1;
@@ -105,10 +102,11 @@ static int step_draw(const dllm_device_logits *m, dev_bufs *d, int n, int B, int
             return -1;
         if (cfg && m->head(m->ctx, d->rows_u + i0, mc, d->lu))
             return -1;
-        dllm_cuda_sampler_logits_fix(d->lc, cfg ? d->lu : NULL, mc, V, w, eos, NULL);
-        dllm_cuda_sampler_x0_excl(d->x0 + i0, d->prob + i0, d->rand_conf ? d->rand_conf + i0 : NULL,
-                                  d->lc, d->row_seq + i0, d->row_pos + i0, mc, V,
-                                  c->temperature, seed, (uint64_t)gstep, excl, NULL);
+        be->ops->denoise_logits_fix(be, d->lc, cfg ? d->lu : NULL, mc, V, w, eos);
+        be->ops->denoise_draw(be, d->x0 + i0, d->prob + i0,
+                              d->rand_conf ? d->rand_conf + i0 : NULL, d->lc, d->row_seq + i0,
+                              d->row_pos + i0, mc, V, c->temperature, seed, (uint64_t)gstep,
+                              excl);
     }
     return 0;
 }
@@ -122,10 +120,8 @@ int dllm_sample_device(const dllm_device_logits *m, const int32_t *prompts,
     if (c->cache != DLLM_CACHE_NONE || c->threshold > 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "device sampler: %s: not on the device yet",
                             c->cache != DLLM_CACHE_NONE ? "cache" : "threshold");
-    if (!m || !m->be || m->be->kind != DLLM_BACKEND_CUDA)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "device sampler: the model runs on the %s backend, not cuda",
-                            m && m->be ? m->be->name : "(no)");
+    if (!m || !m->be)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "device sampler: the model has no backend");
     if (c->vocab != m->V)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "device sampler: vocab %d is not the model's %d logits per row",
@@ -179,10 +175,10 @@ int dllm_sample_device(const dllm_device_logits *m, const int32_t *prompts,
     int rc = 0, gstep = 0;
     for (int blk = 0; blk < nblocks && !rc; blk++) {
         const int lo = P + blk * c->block_length, hi = lo + c->block_length;
-        dllm_cuda_sampler_block_counts(d.nm, d.canvas, B, T, lo, hi, c->mask_id, NULL);
+        be->ops->denoise_block_counts(be, d.nm, d.canvas, B, T, lo, hi, c->mask_id);
         for (int s = 0; s < spb && !rc; s++, gstep++) {
-            dllm_cuda_sampler_rows(d.rows, d.rows_u, d.row_seq, d.row_pos, d.seq_start, d.n,
-                                   d.canvas, B, T, P, hi, c->mask_id, c->seq_offset, NULL);
+            be->ops->denoise_rows(be, d.rows, d.rows_u, d.row_seq, d.row_pos, d.seq_start, d.n,
+                                  d.canvas, B, T, P, hi, c->mask_id, c->seq_offset);
             int32_t n = 0;
             be->ops->download(be, &n, d.n, sizeof n); /* the step's one sync */
             if (n == 0)
@@ -191,10 +187,10 @@ int dllm_sample_device(const dllm_device_logits *m, const int32_t *prompts,
                 rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "forward pass failed at step %d", gstep);
                 break;
             }
-            dllm_cuda_sampler_commit(d.canvas, d.cstep, d.cprob, d.x0, d.prob, d.rand_conf,
-                                     d.row_pos, d.seq_start, d.nm, spb, s, gstep, B, T, P, G,
-                                     c->mask_id, eos_eot ? c->eos_id : -1,
-                                     eos_eot ? c->eot_id : -1, cfg, NULL);
+            be->ops->denoise_commit(be, d.canvas, d.cstep, d.cprob, d.x0, d.prob, d.rand_conf,
+                                    d.row_pos, d.seq_start, d.nm, spb, s, gstep, B, T, P, G,
+                                    c->mask_id, eos_eot ? c->eos_id : -1,
+                                    eos_eot ? c->eot_id : -1, cfg);
         }
     }
     if (!rc) {
@@ -210,18 +206,3 @@ int dllm_sample_device(const dllm_device_logits *m, const int32_t *prompts,
         dllm_rollout_free(out);
     return rc;
 }
-
-#else /* !HAVE_CUDA */
-
-int dllm_sample_device(const dllm_device_logits *m, const int32_t *prompts,
-                       const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *c,
-                       uint64_t seed, dllm_rollout *out, dllm_err *err)
-{
-    (void)m, (void)prompts, (void)prompt_mask, (void)B, (void)P, (void)c, (void)seed;
-    if (out)
-        memset(out, 0, sizeof *out);
-    return dllm_err_set(err, DLLM_EXIT_INPUT,
-                        "device sampler: built without CUDA (configure --with-cuda)");
-}
-
-#endif

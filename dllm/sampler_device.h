@@ -10,7 +10,10 @@
  * one small synchronisation per step); at the end the canvas [B,P+G] and the records
  * [B,G] come down. Nothing of size V ever crosses.
  *
- * Numerics: the same rollout as dllm_sample on the same logits. x0 is bit for bit the
+ * It runs on any backend through the table's denoising entries; on the CPU backend it is
+ * dllm_sample bit for bit, commit_prob included (the same per-row code).
+ *
+ * Numerics on a device: the same rollout as dllm_sample on the same logits. x0 is bit for bit the
  * CPU's draw (float64 Gumbel scores from the same keyed noise; ties and NaN rules of
  * the CPU scan; the mask id left out under mask_token = forbid); CFG is the CPU's fp32
  * expression without contraction. Two exceptions: (1) commit_prob (and therefore the
@@ -38,10 +41,9 @@
 #include <stdint.h>
 
 /* As dllm_sample (prompts [B,P] left-padded on the host, prompt_mask [B,P] or NULL, out's
- * arrays allocated on the host), with the model m on a CUDA backend (m->be->kind ==
- * DLLM_BACKEND_CUDA; the emulation build counts). 0 on success; DLLM_EXIT_INPUT for a bad
- * config (dllm_sampler_check), a vocabulary that is not m->V, a backend that is not CUDA,
- * or a build without CUDA; DLLM_EXIT_INTERNAL when layers() or head() fails. */
+ * arrays allocated on the host), with the model m on its backend m->be. 0 on success;
+ * DLLM_EXIT_INPUT for a bad config (dllm_sampler_check) or a vocabulary that is not m->V;
+ * DLLM_EXIT_INTERNAL when layers() or head() fails. */
 int dllm_sample_device(const dllm_device_logits *m, const int32_t *prompts,
                        const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *c,
                        uint64_t seed, dllm_rollout *out, dllm_err *err);

@@ -179,6 +179,43 @@ typedef struct dllm_backend_ops {
                               const float *logits, int r0, int n, int V, int G, int g,
                               double temperature, double top_p, int eos_id, uint64_t seed,
                               uint64_t seq_offset);
+    /* The LLaDA denoising step (dllm/sampler.h; its loop, dllm/sampler_device.c), on a
+     * canvas (B, T) int32, T = P + G (with CFG (2B, T), the unconditional copy second): */
+    /* nm (B) = the positions t in [lo, hi) of sequence b holding mask_id */
+    void (*denoise_block_counts)(dllm_backend *be, int32_t *nm, const int32_t *canvas, int B,
+                                 int T, int lo, int hi, int mask_id);
+    /* the committable rows: every t in [P, hi) of the first B sequences holding mask_id,
+     * sequence-major then by t: rows[i] = b*T + t (rows_u[i] = (B+b)*T + t unless rows_u
+     * is NULL), row_seq[i] = seq_offset + b (the noise key), row_pos[i] = t; seq_start
+     * (B+1) the first row of each sequence, seq_start[B] = *n = the count */
+    void (*denoise_rows)(dllm_backend *be, int32_t *rows, int32_t *rows_u, int64_t *row_seq,
+                         int32_t *row_pos, int32_t *seq_start, int32_t *n,
+                         const int32_t *canvas, int B, int T, int P, int hi, int mask_id,
+                         uint64_t seq_offset);
+    /* cond (n, V) = uncond + w (cond - uncond) in fp32 without fused multiply-adds
+     * (uncond NULL: no CFG), then cond[:, eos_id] = -inf when eos_id >= 0 */
+    void (*denoise_logits_fix)(dllm_backend *be, float *cond, const float *uncond, int n,
+                               int V, float w, int eos_id);
+    /* per row i of logits (n, V): x0[i] = dllm_sampler_draw_x0_excl (kernels/sample.h)
+     * with the noise of stream (seed, DLLM_RNG_SAMPLER, gstep, 2 row_seq[i]) at
+     * position row_pos[i], prob[i] = softmax(logits)[x0] (float), rand_conf[i] (unless
+     * NULL) the random-remasking draw row_pos[i] of stream 2 row_seq[i] + 1. The CPU's
+     * softmax sums left to right, a device's may be a tree (dllm/sampler_device.h). */
+    void (*denoise_draw)(dllm_backend *be, int32_t *x0, float *prob, double *rand_conf,
+                         const float *logits, const int64_t *row_seq, const int32_t *row_pos,
+                         int n, int V, double temperature, uint64_t seed, uint64_t gstep,
+                         int exclude);
+    /* per sequence b, its rows [seq_start[b], seq_start[b+1]): confidence = rand_conf or
+     * (double)prob, -inf where x0 is eos_id or eot_id (-1: off); the k = nm[b]/spb +
+     * (step_in_block < nm[b] % spb) most confident committed, ties to the lower position:
+     * canvas (both copies under cfg) = x0, commit_step (B, G) = gstep, commit_prob (B, G)
+     * = prob, except where x0 is mask_id (the position stays masked, unrecorded) */
+    void (*denoise_commit)(dllm_backend *be, int32_t *canvas, int16_t *commit_step,
+                           float *commit_prob, const int32_t *x0, const float *prob,
+                           const double *rand_conf, const int32_t *row_pos,
+                           const int32_t *seq_start, const int32_t *nm, int spb,
+                           int step_in_block, int gstep, int B, int T, int P, int G,
+                           int mask_id, int eos_id, int eot_id, bool cfg);
 } dllm_backend_ops;
 
 /* The optional entries (and groups of entries) a backend may lack. */

@@ -12,7 +12,9 @@
 #define DLLM_SAMPLE_H
 
 #include "kernels/base.h"
+#include "kernels/rng.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,5 +28,33 @@ void dllm_ar_dist(const float *logits, int V, double temperature, double top_p, 
  * *logp and *logp_t1 (may be NULL) receive the two log-probs. */
 int32_t dllm_ar_choose(const float *logits, int V, double temperature, double top_p, double u,
                        double *logp, double *logp_t1, void *work);
+
+/* One row's draw, as the LLaDA sampler makes it (dllm/sampler.h): x0 by argmax (temp 0,
+ * ties to the lowest id) or Gumbel-max with the keyed noise of canvas position pos (the
+ * stream's counter is set to pos*V + v for token v). */
+int32_t dllm_sampler_draw_x0(const float *logit, int V, double temp, dllm_rng *noise, int pos);
+/* The same draw over every token but `exclude` (-1: none; mask_token = forbid
+ * passes the mask id). Noise draws stay keyed by token id, so the other
+ * tokens' scores are those of the full draw. */
+int32_t dllm_sampler_draw_x0_excl(const float *logit, int V, double temp, dllm_rng *noise, int pos,
+                                  int exclude);
+/* softmax(logit)[x] in double: the committed token's probability. */
+double dllm_sampler_prob(const float *logit, int V, int32_t x);
+
+/* The CPU backend's denoising-step entries (kernels/backend.h has the contracts). */
+void op_denoise_block_counts(int32_t *nm, const int32_t *canvas, int B, int T, int lo, int hi,
+                             int mask_id);
+void op_denoise_rows(int32_t *rows, int32_t *rows_u, int64_t *row_seq, int32_t *row_pos,
+                     int32_t *seq_start, int32_t *n, const int32_t *canvas, int B, int T, int P,
+                     int hi, int mask_id, uint64_t seq_offset);
+void op_denoise_logits_fix(float *cond, const float *uncond, int n, int V, float w, int eos_id);
+void op_denoise_draw(int32_t *x0, float *prob, double *rand_conf, const float *logits,
+                     const int64_t *row_seq, const int32_t *row_pos, int n, int V,
+                     double temperature, uint64_t seed, uint64_t gstep, int exclude);
+void op_denoise_commit(int32_t *canvas, int16_t *commit_step, float *commit_prob,
+                       const int32_t *x0, const float *prob, const double *rand_conf,
+                       const int32_t *row_pos, const int32_t *seq_start, const int32_t *nm,
+                       int spb, int step_in_block, int gstep, int B, int T, int P, int G,
+                       int mask_id, int eos_id, int eot_id, bool cfg);
 
 #endif

@@ -119,7 +119,10 @@ START_TEST(test_supports_query)
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_AR_NUCLEUS));
     ck_assert(!dllm_backend_supports(cpu, DLLM_OP_FP8_FUSED_ACT));
+    for (int op = 0; op < DLLM_OP_N_OPTIONAL; op++) /* every optional op has its name */
+        ck_assert_str_ne(dllm_backend_op_name((dllm_backend_op)op), "?");
     ck_assert(!dllm_backend_supports(NULL, DLLM_OP_BF16_LINEAR));
     ck_assert(!dllm_backend_supports(cpu, DLLM_OP_N_OPTIONAL));
     ck_assert_str_eq(dllm_backend_op_name(DLLM_OP_FP8_LINEARS), "fp8_linears_fwd");
@@ -280,9 +283,13 @@ START_TEST(test_backend_table_complete)
     /* 7 buffer entries, 27 ops, 2 optional low-precision linears, the CPU's grouped
      * FP8 linears, the weight-cache release and the 4 optional fused FP8 ones (one case
      * name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent and
-     * bias are cased as forward + backward pairs. A new entry changes the count: add its
-     * case above and its name here (a CPU-only entry: its check in the host case). */
-    ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)), 7 + 27 + 2 + 1 + 1 + 4);
+     * bias are cased as forward + backward pairs; the 2 sampler entries (the whole
+     * nucleus and the optional top_p one) are run on both backends by the samplers'
+     * own tests (tests/test_qwen3_device.c's fake decoder). A new entry changes the
+     * count: add its case above and its name here (a CPU-only entry: its check in the
+     * host case). */
+    ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
+                      7 + 27 + 2 + 1 + 1 + 4 + 2);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
@@ -293,7 +300,8 @@ START_TEST(test_backend_table_complete)
               dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
     ck_assert_ptr_nonnull(dev);
     ck_assert_msg(!dllm_backend_supports(dev, DLLM_OP_NVFP4_LINEAR) &&
-                  !dllm_backend_supports(dev, DLLM_OP_FP8_LINEARS),
+                  !dllm_backend_supports(dev, DLLM_OP_FP8_LINEARS) &&
+                  !dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS),
                   "a device optional entry has no parity case in this table");
     /* the fused FP8 producers: all four on the device, none on the CPU (whose rollout
      * path stays the producer followed by the linear's own quantisation) */

@@ -12,8 +12,9 @@
  * switches have something to act on); Pos = 0 makes every masked position of a sequence
  * identical (exact confidence ties, broken by position).
  *
- * Runs in the CUDA emulation build (and on a GPU); SKIP (77) without CUDA, after checking
- * that dllm_sample_device says so. */
+ * The same loop runs on the CPU backend through the table's denoising entries and must
+ * be dllm_sample bit for bit (everywhere); the device cases run in the CUDA emulation
+ * build (and on a GPU). */
 #include "config.h"
 
 #include "dllm/device_logits.h"
@@ -335,6 +336,46 @@ START_TEST(test_device_matches_cpu)
 }
 END_TEST
 
+/* The same loop on the CPU backend (the table's denoising entries of kernels/cpu/) is
+ * dllm_sample bit for bit, commit_prob included; the forward count is the same. */
+START_TEST(test_table_loop_on_cpu)
+{
+    const sd_case *c = &CASES[_i];
+    dllm_backend *cpu = dllm_backend_cpu();
+    const uint64_t seed = 77 + (uint64_t)_i;
+    const uint64_t wkey = 1000 + (uint64_t)(c->B * 131 + c->G * 7 + c->block + c->steps * 3) +
+                          (uint64_t)(c->mask_bias * 10);
+    fake fl, fh;
+    fake_init(&fl, cpu, wkey, c->with_pos, c->mask_bias, c->eos_bias, c->max_rows);
+    fake_init(&fh, cpu, wkey, c->with_pos, c->mask_bias, c->eos_bias, c->max_rows);
+    int32_t prompts[MAX_BB * MAX_T];
+    uint8_t pm[MAX_BB * MAX_T];
+    make_prompts(c, prompts, pm);
+    dllm_sampler_cfg sc = case_cfg(c);
+    dllm_rollout want, got;
+    dllm_err err = {0};
+    ck_assert_msg(dllm_sample(fake_logits_fn, &fh, prompts, pm, c->B, c->P, &sc, seed, &want, &err) == 0,
+                  "%s: dllm_sample: %s", c->name, err.msg);
+    dllm_device_logits m = device_view(&fl, cpu);
+    ck_assert_msg(dllm_sample_device(&m, prompts, pm, c->B, c->P, &sc, seed, &got, &err) == 0,
+                  "%s: table loop: %s", c->name, err.msg);
+    const int B = c->B, T = c->P + c->G, G = c->G;
+    ck_assert_msg(memcmp(got.tokens, want.tokens, sizeof *got.tokens * (size_t)B * T) == 0,
+                  "%s: tokens differ", c->name);
+    ck_assert_msg(memcmp(got.commit_step, want.commit_step, sizeof *got.commit_step * (size_t)B * G) == 0,
+                  "%s: commit steps differ", c->name);
+    ck_assert_msg(memcmp(got.commit_prob, want.commit_prob, sizeof *got.commit_prob * (size_t)B * G) == 0,
+                  "%s: commit probabilities differ", c->name);
+    ck_assert_msg(memcmp(got.n_masked_left, want.n_masked_left, sizeof *got.n_masked_left * (size_t)B) == 0,
+                  "%s: masks left differ", c->name);
+    ck_assert_int_eq(fl.layers_calls, fh.layers_calls);
+    dllm_rollout_free(&want);
+    dllm_rollout_free(&got);
+    fake_free(&fl);
+    fake_free(&fh);
+}
+END_TEST
+
 /* The fake is exact: the CUDA and CPU backends give the same logits bit for bit, so the
  * comparisons above test the sampler alone. */
 START_TEST(test_fake_is_exact)
@@ -376,7 +417,7 @@ START_TEST(test_fake_is_exact)
 }
 END_TEST
 
-/* Refusals: a model on the CPU backend, a vocabulary that is not the model's, a bad config
+/* Refusals: a vocabulary that is not the model's, a bad config
  * (the CPU sampler's check, naming the flag), and a forward that fails. */
 START_TEST(test_device_refusals)
 {
@@ -392,11 +433,7 @@ START_TEST(test_device_refusals)
     dllm_rollout r;
     dllm_err err = {0};
 
-    dllm_device_logits m = device_view(&fh, cpu);
-    ck_assert_int_eq(dllm_sample_device(&m, prompts, pm, c->B, c->P, &sc, 1, &r, &err), DLLM_EXIT_INPUT);
-    ck_assert_msg(strstr(err.msg, "cpu") != NULL, "message: %s", err.msg);
-
-    m = device_view(&fd, cuda);
+    dllm_device_logits m = device_view(&fd, cuda);
     sc.vocab = FV + 1;
     ck_assert_int_eq(dllm_sample_device(&m, prompts, pm, c->B, c->P, &sc, 1, &r, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "vocab") != NULL, "message: %s", err.msg);
@@ -500,32 +537,23 @@ END_TEST
 int main(void)
 {
     dllm_backend *cuda = dllm_backend_cuda();
-    if (!cuda) {
-        /* without CUDA the function exists and says why it cannot run */
-        dllm_sampler_cfg sc = {.gen_length = 4, .block_length = 4, .steps = 4, .vocab = FV,
-                               .mask_id = F_MASK, .eos_id = F_EOS, .eot_id = -1};
-        dllm_device_logits m = {0};
-        dllm_rollout r;
-        dllm_err err = {0};
-        int32_t p[2] = {3, 4};
-        int rc = dllm_sample_device(&m, p, NULL, 1, 2, &sc, 1, &r, &err);
-        if (rc != DLLM_EXIT_INPUT) {
-            fprintf(stderr, "dllm_sample_device without a device returned %d\n", rc);
-            return EXIT_FAILURE;
-        }
-        printf("SKIP: no CUDA device (%s): %s\n", dllm_backend_cuda_why(), err.msg);
-        return 77;
-    }
     Suite *s = suite_create("sampler_device");
-    TCase *tc = tcase_create("device");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_fake_is_exact);
-    tcase_add_loop_test(tc, test_device_matches_cpu, 0, (int)(sizeof CASES / sizeof *CASES));
-    tcase_add_test(tc, test_device_refusals);
+    TCase *th = tcase_create("cpu");
+    tcase_add_loop_test(th, test_table_loop_on_cpu, 0, (int)(sizeof CASES / sizeof *CASES));
+    suite_add_tcase(s, th);
+    if (!cuda)
+        printf("no CUDA device (%s): the CPU backend's cases only\n", dllm_backend_cuda_why());
+    if (cuda) {
+        TCase *tc = tcase_create("device");
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, test_fake_is_exact);
+        tcase_add_loop_test(tc, test_device_matches_cpu, 0, (int)(sizeof CASES / sizeof *CASES));
+        tcase_add_test(tc, test_device_refusals);
 #ifdef HAVE_CUDA
-    tcase_add_test(tc, test_step_kernels_bits);
+        tcase_add_test(tc, test_step_kernels_bits);
 #endif
-    suite_add_tcase(s, tc);
+        suite_add_tcase(s, tc);
+    }
     SRunner *sr = srunner_create(s);
     /* no fork: a CUDA context does not survive into a forked child */
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -303,6 +303,48 @@ static void cpu_ar_choose(dllm_backend *be, int32_t *tokens, int32_t *next, floa
                           temperature, 1.0, eos_id, seed, seq_offset);
 }
 
+static void cpu_denoise_block_counts(dllm_backend *be, int32_t *nm, const int32_t *canvas, int B,
+                                     int T, int lo, int hi, int mask_id)
+{
+    (void)be;
+    op_denoise_block_counts(nm, canvas, B, T, lo, hi, mask_id);
+}
+static void cpu_denoise_rows(dllm_backend *be, int32_t *rows, int32_t *rows_u, int64_t *row_seq,
+                             int32_t *row_pos, int32_t *seq_start, int32_t *n,
+                             const int32_t *canvas, int B, int T, int P, int hi, int mask_id,
+                             uint64_t seq_offset)
+{
+    (void)be;
+    op_denoise_rows(rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, P, hi, mask_id,
+                    seq_offset);
+}
+static void cpu_denoise_logits_fix(dllm_backend *be, float *cond, const float *uncond, int n,
+                                   int V, float w, int eos_id)
+{
+    (void)be;
+    op_denoise_logits_fix(cond, uncond, n, V, w, eos_id);
+}
+static void cpu_denoise_draw(dllm_backend *be, int32_t *x0, float *prob, double *rand_conf,
+                             const float *logits, const int64_t *row_seq,
+                             const int32_t *row_pos, int n, int V, double temperature,
+                             uint64_t seed, uint64_t gstep, int exclude)
+{
+    (void)be;
+    op_denoise_draw(x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature, seed,
+                    gstep, exclude);
+}
+static void cpu_denoise_commit(dllm_backend *be, int32_t *canvas, int16_t *commit_step,
+                               float *commit_prob, const int32_t *x0, const float *prob,
+                               const double *rand_conf, const int32_t *row_pos,
+                               const int32_t *seq_start, const int32_t *nm, int spb,
+                               int step_in_block, int gstep, int B, int T, int P, int G,
+                               int mask_id, int eos_id, int eot_id, bool cfg)
+{
+    (void)be;
+    op_denoise_commit(canvas, commit_step, commit_prob, x0, prob, rand_conf, row_pos, seq_start,
+                      nm, spb, step_in_block, gstep, B, T, P, G, mask_id, eos_id, eot_id, cfg);
+}
+
 static const dllm_backend_ops cpu_ops = {
     /* buffers */
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
@@ -330,6 +372,9 @@ static const dllm_backend_ops cpu_ops = {
     .adamw = cpu_adamw, .grad_norm = cpu_grad_norm, .clip_grad = cpu_clip_grad,
     /* samplers */
     .ar_choose = cpu_ar_choose, .ar_choose_nucleus = cpu_ar_choose_nucleus,
+    .denoise_block_counts = cpu_denoise_block_counts, .denoise_rows = cpu_denoise_rows,
+    .denoise_logits_fix = cpu_denoise_logits_fix, .denoise_draw = cpu_denoise_draw,
+    .denoise_commit = cpu_denoise_commit,
 };
 
 static dllm_backend cpu_backend = {

@@ -481,6 +481,41 @@ void cu_ar_choose(dllm_backend *, int32_t *tokens, int32_t *next, float *logp, f
                         temperature, eos_id, seed, seq_offset, NULL);
 }
 
+void cu_denoise_block_counts(dllm_backend *, int32_t *nm, const int32_t *canvas, int B, int T,
+                             int lo, int hi, int mask_id)
+{
+    dllm_cuda_sampler_block_counts(nm, canvas, B, T, lo, hi, mask_id, NULL);
+}
+void cu_denoise_rows(dllm_backend *, int32_t *rows, int32_t *rows_u, int64_t *row_seq,
+                     int32_t *row_pos, int32_t *seq_start, int32_t *n, const int32_t *canvas,
+                     int B, int T, int P, int hi, int mask_id, uint64_t seq_offset)
+{
+    dllm_cuda_sampler_rows(rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, P, hi,
+                           mask_id, seq_offset, NULL);
+}
+void cu_denoise_logits_fix(dllm_backend *, float *cond, const float *uncond, int n, int V,
+                           float w, int eos_id)
+{
+    dllm_cuda_sampler_logits_fix(cond, uncond, n, V, w, eos_id, NULL);
+}
+void cu_denoise_draw(dllm_backend *, int32_t *x0, float *prob, double *rand_conf,
+                     const float *logits, const int64_t *row_seq, const int32_t *row_pos, int n,
+                     int V, double temperature, uint64_t seed, uint64_t gstep, int exclude)
+{
+    dllm_cuda_sampler_x0_excl(x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature,
+                              seed, gstep, exclude, NULL);
+}
+void cu_denoise_commit(dllm_backend *, int32_t *canvas, int16_t *commit_step, float *commit_prob,
+                       const int32_t *x0, const float *prob, const double *rand_conf,
+                       const int32_t *row_pos, const int32_t *seq_start, const int32_t *nm,
+                       int spb, int step_in_block, int gstep, int B, int T, int P, int G,
+                       int mask_id, int eos_id, int eot_id, bool cfg)
+{
+    dllm_cuda_sampler_commit(canvas, commit_step, commit_prob, x0, prob, rand_conf, row_pos,
+                             seq_start, nm, spb, step_in_block, gstep, B, T, P, G, mask_id,
+                             eos_id, eot_id, cfg, NULL);
+}
+
 /* Nothing is cached in a weight's struct on the device. */
 void cu_weight_cache_free(dllm_backend *, fp8_matrix *, bf16_matrix *) {}
 
@@ -505,6 +540,8 @@ const dllm_backend_ops cuda_ops = {
     cu_adamw, cu_grad_norm, cu_clip_grad,
     /* samplers: the whole nucleus only (a nucleus is chosen on the host) */
     cu_ar_choose, NULL,
+    cu_denoise_block_counts, cu_denoise_rows, cu_denoise_logits_fix, cu_denoise_draw,
+    cu_denoise_commit,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};
