@@ -283,13 +283,14 @@ START_TEST(test_backend_table_complete)
     /* 7 buffer entries, 27 ops, 2 optional low-precision linears, the CPU's grouped
      * FP8 linears, the weight-cache release and the 4 optional fused FP8 ones (one case
      * name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent and
-     * bias are cased as forward + backward pairs; the 2 sampler entries (the whole
-     * nucleus and the optional top_p one) are run on both backends by the samplers'
-     * own tests (tests/test_qwen3_device.c's fake decoder). A new entry changes the
-     * count: add its case above and its name here (a CPU-only entry: its check in the
-     * host case). */
+     * bias are cased as forward + backward pairs; the 7 sampler entries (the
+     * autoregressive choice, its optional nucleus, the 5 of the denoising step) are run
+     * on both backends by the samplers' own tests (tests/test_qwen3_device.c's fake
+     * decoder, tests/test_sampler_device.c; the kernels also in tests/backend_kernel_cases.c).
+     * A new entry changes the count: add its case above and its name here (a CPU-only
+     * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 27 + 2 + 1 + 1 + 4 + 2);
+                      7 + 27 + 2 + 1 + 1 + 4 + 7);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs

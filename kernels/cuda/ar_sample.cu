@@ -1,5 +1,5 @@
-/* ar_sample.cu: one step of the autoregressive sampler (dllm/ar_sampler_device.c), the
- * choice of dllm_ar_choose (dllm/ar_sampler.c) per row of logits z [V]:
+/* ar_sample.cu: one step of the autoregressive sampler (the CUDA backend's ar_choose
+ * entry), the choice of dllm_ar_choose (kernels/cpu/ar_choose.c) per row of logits z [V]:
  *   temperature 0:  argmax z, ties to the lowest id (logp 0);
  *   temperature t:  p = softmax(z / t) in float64 (max subtracted), the token the first id
  *                   whose cumulative p exceeds u (increasing id; none: the last id with

@@ -984,9 +984,104 @@ static void rc_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dou
     end(r, n0);
 }
 
+/* ---- samplers: one kernel each, the bytes its rows read and write -------------------- */
+
+static void rc_weight_cache_free(dllm_backend *be, fp8_matrix *f8, bf16_matrix *b16)
+{
+    recorder *r = R(be);
+    if (IN)
+        INOPS->weight_cache_free(IN, f8, b16);
+}
+
+static void rc_ar_choose(dllm_backend *be, int32_t *tokens, int32_t *next, float *logp,
+                         float *logp_t1, int32_t *length, uint8_t *done, const float *logits,
+                         int r0, int n, int V, int G, int g, double temperature, int eos_id,
+                         uint64_t seed, uint64_t seq_offset)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "ar_choose");
+    char sh[64];
+    snprintf(sh, sizeof sh, "n=%d V=%d", n, V);
+    kernel(r, "ar_choose", 8.0 * n * V, 4.0 * n * V, 17.0 * n, sh);
+    if (IN)
+        INOPS->ar_choose(IN, tokens, next, logp, logp_t1, length, done, logits, r0, n, V, G, g,
+                         temperature, eos_id, seed, seq_offset);
+    end(r, n0);
+}
+
+static void rc_denoise_block_counts(dllm_backend *be, int32_t *nm, const int32_t *canvas, int B,
+                                    int T, int lo, int hi, int mask_id)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "denoise_block_counts");
+    elementwise(r, "denoise_block_counts", (size_t)B * (size_t)(hi > lo ? hi - lo : 0), 1, 4, 0);
+    if (IN)
+        INOPS->denoise_block_counts(IN, nm, canvas, B, T, lo, hi, mask_id);
+    end(r, n0);
+}
+
+static void rc_denoise_rows(dllm_backend *be, int32_t *rows, int32_t *rows_u, int64_t *row_seq,
+                            int32_t *row_pos, int32_t *seq_start, int32_t *n,
+                            const int32_t *canvas, int B, int T, int P, int hi, int mask_id,
+                            uint64_t seq_offset)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "denoise_rows");
+    elementwise(r, "denoise_rows", (size_t)B * (size_t)(hi > P ? hi - P : 0), 1, 4, 20);
+    if (IN)
+        INOPS->denoise_rows(IN, rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, P,
+                            hi, mask_id, seq_offset);
+    end(r, n0);
+}
+
+static void rc_denoise_logits_fix(dllm_backend *be, float *cond, const float *uncond, int n,
+                                  int V, float w, int eos_id)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "denoise_logits_fix");
+    if (uncond)
+        elementwise(r, "denoise_logits_fix", (size_t)n * (size_t)V, 3, 8, 4);
+    if (IN)
+        INOPS->denoise_logits_fix(IN, cond, uncond, n, V, w, eos_id);
+    end(r, n0);
+}
+
+static void rc_denoise_draw(dllm_backend *be, int32_t *x0, float *prob, double *rand_conf,
+                            const float *logits, const int64_t *row_seq, const int32_t *row_pos,
+                            int n, int V, double temperature, uint64_t seed, uint64_t gstep,
+                            int exclude)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "denoise_draw");
+    char sh[64];
+    snprintf(sh, sizeof sh, "n=%d V=%d", n, V);
+    kernel(r, "denoise_draw", 40.0 * n * V, 4.0 * n * V, 16.0 * n, sh);
+    if (IN)
+        INOPS->denoise_draw(IN, x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature,
+                            seed, gstep, exclude);
+    end(r, n0);
+}
+
+static void rc_denoise_commit(dllm_backend *be, int32_t *canvas, int16_t *commit_step,
+                              float *commit_prob, const int32_t *x0, const float *prob,
+                              const double *rand_conf, const int32_t *row_pos,
+                              const int32_t *seq_start, const int32_t *nm, int spb,
+                              int step_in_block, int gstep, int B, int T, int P, int G,
+                              int mask_id, int eos_id, int eot_id, bool cfg)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "denoise_commit");
+    elementwise(r, "denoise_commit", (size_t)B * (size_t)G, 1, 24, 10);
+    if (IN)
+        INOPS->denoise_commit(IN, canvas, commit_step, commit_prob, x0, prob, rand_conf, row_pos,
+                              seq_start, nm, spb, step_in_block, gstep, B, T, P, G, mask_id,
+                              eos_id, eot_id, cfg);
+    end(r, n0);
+}
+
 /* Every entry the CUDA backend has, by name so that the table's order is free; the CUDA
- * backend has no NVFP4 linear, so neither has the recording (the model refuses an nvfp4
- * rollout on it as on the device). tests/test_record.c fails on an entry left out. */
+ * backend has no NVFP4 linear, grouped FP8 linears or nucleus choice, so neither has the
+ * recording (the model refuses an nvfp4 rollout on it as on the device). tests/test_record.c fails on an entry left out. */
 static const dllm_backend_ops record_ops = {
     .alloc = rc_alloc,
     .free = rc_free,
@@ -1028,6 +1123,15 @@ static const dllm_backend_ops record_ops = {
     .swiglu_fp8_fwd = rc_swiglu_fp8_fwd,
     .fp8_linear_act_fwd = rc_fp8_linear_act_fwd,
     .bf16_linear_bwd_x = rc_bf16_linear_bwd_x,
+    .weight_cache_free = rc_weight_cache_free,
+    .fp8_linears_fwd = NULL, /* the CPU's: the core asks dllm_backend_supports */
+    .ar_choose = rc_ar_choose,
+    .ar_choose_nucleus = NULL,
+    .denoise_block_counts = rc_denoise_block_counts,
+    .denoise_rows = rc_denoise_rows,
+    .denoise_logits_fix = rc_denoise_logits_fix,
+    .denoise_draw = rc_denoise_draw,
+    .denoise_commit = rc_denoise_commit,
 };
 
 /* ---- the instance ---------------------------------------------------------------------- */
