@@ -526,6 +526,57 @@ START_TEST(training_lowers_loss)
 }
 END_TEST
 
+/* bf16 weights in shards (an index and several files) read as the same fp32 values
+ * in one F32 file: identical logits, and close to the fp32 model's. */
+START_TEST(bf16_shards)
+{
+    char *d16 = tu_make_tmpdir(), *d32 = tu_make_tmpdir(), path[4096];
+    char *cfg = tu_data_path("qwen35/hybrid/config.json");
+    snprintf(path, sizeof path, "cp %s %s/ && cp %s %s/", cfg, d16, cfg, d32);
+    ck_assert(tu_sh("%s", path) == 0);
+    st_archive *a = tu_open_archive("qwen35/hybrid/model.safetensors");
+    st_writer *w16 = st_writer_new(), *w32 = st_writer_new();
+    dllm_err err = {0};
+    for (int i = 0; i < st_count(a); i++) {
+        const st_tensor *t = st_at(a, i);
+        float *x = malloc(((size_t)t->numel + 1) * sizeof(float));
+        ck_assert(st_read_f32(a, t->name, t->shape, t->ndim, x, &err) == 0);
+        op_round_bf16(x, (size_t)t->numel);
+        ck_assert(st_writer_add_f32(w16, t->name, ST_BF16, t->ndim, t->shape, x, &err) == 0);
+        ck_assert(st_writer_add_f32(w32, t->name, ST_F32, t->ndim, t->shape, x, &err) == 0);
+        free(x);
+    }
+    ck_assert_msg(st_writer_save_dir(w16, d16, 16384, &err) == 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", d16);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "the bf16 copy is not sharded");
+    fclose(f);
+    ck_assert(st_writer_save_dir(w32, d32, 0, &err) == 0);
+    st_writer_free(w16);
+    st_writer_free(w32);
+    st_close(a);
+    qwen35_model *m16, *m32;
+    ck_assert_msg(qwen35_load(&m16, d16, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qwen35_load(&m32, d32, &err) == 0, "%s", err.msg);
+    st_archive *g = tu_open_archive("qwen35/golden.safetensors");
+    size_t T, nl;
+    int32_t *ids = golden_ids(g, "hybrid.ids", &T);
+    float *ref = golden(g, "hybrid.logits", &nl), *l16 = zeros(nl), *l32 = zeros(nl);
+    qwen35_cache *k1 = qwen35_cache_new(m16, (int)T), *k2 = qwen35_cache_new(m32, (int)T);
+    ck_assert(qwen35_extend(m16, k1, ids, (int)T, l16, true, &err) == 0);
+    ck_assert(qwen35_extend(m32, k2, ids, (int)T, l32, true, &err) == 0);
+    ck_assert(memcmp(l16, l32, nl * sizeof(float)) == 0);
+    double dd = tu_max_abs_diff(l16, ref, nl);
+    ck_assert_msg(dd > 0 && dd < 0.5, "bf16 weights: logits %g from the fp32 model's", dd);
+    qwen35_cache_free(k1), qwen35_cache_free(k2);
+    qwen35_free(m16), qwen35_free(m32);
+    st_close(g);
+    free(ids), free(ref), free(l16), free(l32), free(cfg);
+    tu_rm_rf(d16), tu_rm_rf(d32);
+    free(d16), free(d32);
+}
+END_TEST
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 /* Copies tests/data/qwen35/hybrid into tmp with config.json's text replaced (from ->
@@ -807,6 +858,7 @@ int main(void)
     tcase_add_test(model, hybrid_matches_transformers);
     tcase_add_test(model, tied_matches_transformers);
     tcase_add_test(model, composite_layout);
+    tcase_add_test(model, bf16_shards);
     tcase_add_test(model, hybrid_gradient);
     tcase_add_test(model, tied_gradient);
     tcase_add_test(model, training_lowers_loss);
