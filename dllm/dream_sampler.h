@@ -36,7 +36,7 @@
  * handling, as published: generated EOS tokens stay on the canvas.
  *
  * Greedy runs are compared with the published diffusion_generate itself in
- * tests/test_dream_published.c (goldens of tests/ref/make_dream_goldens_published.py).
+ * tests/unit/test_dream_published.c (goldens of tests/ref/make_dream_goldens_published.py).
  *
  * The record is LLaDA's (dllm_rollout): commit_step = the step that committed
  * each generated token, commit_prob = its softmax probability at temperature 1

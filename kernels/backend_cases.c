@@ -1,5 +1,5 @@
 /* backend_cases.c: the op cases of kernels/backend_cases.h: how each table entry's
- * buffers are made and how the entry is called (moved here from tests/test_backend_ops.c so
+ * buffers are made and how the entry is called (moved here from tests/unit/test_backend_ops.c so
  * that `dllm-rl selftest` runs the same cases at a model's shapes), the test's table, the
  * model-shape table and the comparison of two backends. */
 #include "kernels/backend_cases.h"

@@ -4,7 +4,7 @@
  * A case names a table entry, its shape, its buffers (inputs, accumulated gradients,
  * outputs) with their contents, and the bound of each output: normalised MSE,
  * sum (dev - ref)^2 / sum ref^2, 0 meaning bit for bit. dllm_backend_cases is the table
- * of tests/test_backend_ops.c (its shapes and tolerances, stated there);
+ * of tests/unit/test_backend_ops.c (its shapes and tolerances, stated there);
  * bcase_model_cases builds the same cases at a model's shapes with the same
  * tolerances, which `dllm-rl selftest --device cuda` runs. Nothing here needs CUDA: a
  * case calls only the backend table. */

@@ -13,7 +13,7 @@
  *  - No op allocates device memory: scratch comes from the caller (the *_scratch_floats
  *    functions say how much), so whatever counts or caps memory sees all of it.
  *  - Numerics: fp32 arithmetic without fast-math. Results agree with the CPU reference
- *    to rounding (tests/test_backend_ops.c states each tolerance); bf16 conversion, FP8
+ *    to rounding (tests/unit/test_backend_ops.c states each tolerance); bf16 conversion, FP8
  *    quantisation, AdamW and the sampler's x0 are bit-identical to the CPU.
  * Built without CUDA none of this exists: include it only under HAVE_CUDA. */
 #ifndef DLLM_CUDA_OPS_H
@@ -157,7 +157,7 @@ void dllm_cuda_fp8_dequantise(float *out, const uint8_t *q, const float *scale, 
  * 1 x gc group of each row (edge groups cover the remainder; gc >= C: one per row), in
  * one pass: bit-identical to the plain forward followed by
  *   dllm_cuda_fp8_quantise(q, scale, srs, scs, out, R, C, 1, gc, f, pow2)
- * (tests/backend_kernel_cases.c). out (and rstd) may be NULL when only the codes are
+ * (tests/unit/backend_kernel_cases.c). out (and rstd) may be NULL when only the codes are
  * needed. The layout arguments are the quantise pass's: gc = 128 with
  * dllm_cuda_fp8_gemm_scale_strides' activation strides gives what the block-scaled
  * FP8 GEMM reads. RMSNorm: R = N rows of C; SwiGLU: out = silu(gate) * up over [R, C]. */

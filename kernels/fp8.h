@@ -149,7 +149,7 @@ void fp8_quant_dequant(float *out, const float *x, int R, int C, fp8_format f,
  *   tensor for activations; block, channel or tensor for weights). The inner sums run
  *   on bf16 dot products (oneDNN) where the CPU has them, else in fp32 (OpenBLAS) on
  *   the same values; both accumulate in fp32, so the two modes differ only by fp32
- *   rounding: |fast - exact| <= (2K + 8) 2^-24 sum_k |a_k w_k| (tests/test_fast_gemm.c).
+ *   rounding: |fast - exact| <= (2K + 8) 2^-24 sum_k |a_k w_k| (tests/unit/test_fast_gemm.c).
  *   The bf16 codes are cached in w on first use. */
 void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C, int OC);
 /* out[i] (N, OC[i]) = op_fp8_linear_fwd(inp, w[i]) for the nw weights of one input

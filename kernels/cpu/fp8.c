@@ -411,7 +411,7 @@ void fp8_scales(float *scale, const float *x, int R, int C, fp8_format f, fp8_sc
 /* out[i] = fp8_round(x[i] / sc) * sc for n values: fp8_round's bit arithmetic with both
  * of its ranges computed and one selected, so the loop has no branch and vectorises
  * (vec_kernel.h). Integer arithmetic, rintf and exact power-of-two scalings only: every
- * clone gives fp8_round's bits (tests/test_fp8.c compares them). */
+ * clone gives fp8_round's bits (tests/unit/test_fp8.c compares them). */
 VEC_KERNEL_NO_TRAP static void round_scaled_run(float *out, const float *x, int n, float sc,
                                                 const fp8_params *p)
 {

@@ -18,7 +18,7 @@
  * sgemm or oneDNN's dnnl_sgemm (the default where built: about twice OpenBLAS's rate
  * at the model's shapes under the common Haswell pin, BENCHMARKS.md); the split above
  * is the same for both, so either is deterministic for a given thread count and shape
- * (and wherever the operands lie: tests/test_fast_gemm.c), but the two differ from
+ * (and wherever the operands lie: tests/unit/test_fast_gemm.c), but the two differ from
  * each other in the last bits (their kernels sum K in different orders). Neither makes a row's
  * result independent of the batch, both pick kernels by shape; oneDNN changes more of
  * it (3 rows against 30 at K = 64-176: about 40 of 192-768 outputs differed on OpenBLAS

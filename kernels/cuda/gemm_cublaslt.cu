@@ -17,7 +17,7 @@
  *        Fast accumulation is off (the default): Hopper then promotes partial sums to
  *        full fp32 regularly. Within a promotion interval its FP8 tensor cores keep only
  *        about 14 significant bits, so the product differs from op_fp8_linear_fwd (exact
- *        products, fp32 sums) by more than fp32 rounding: tests/test_backend_ops.c states
+ *        products, fp32 sums) by more than fp32 rounding: tests/unit/test_backend_ops.c states
  *        the bound.
  * Every device gets one handle and one 32 MiB workspace (cudaMalloc: 256-byte aligned).
  * The heuristic's best algorithm is looked up once per problem (kind, shape, leading

@@ -6,7 +6,7 @@
  *   draw i            mix64(key + G * i), i = 1, 2, ... (dllm_rng_u64 pre-increments ctr)
  *   uniform           ((draw >> 11) + 0.5) / 2^53, strictly inside (0, 1): the top
  *                     k = 2^53 - 1, which rounds up to 1.0, gives 1 - 2^-53 instead
- * with G the golden-ratio constant. tests/test_backend_ops.c checks these against
+ * with G the golden-ratio constant. tests/unit/test_backend_ops.c checks these against
  * kernels/rng.c bit for bit on the host and on the device. */
 #ifndef DLLM_CUDA_RNG_MIX_CUH
 #define DLLM_CUDA_RNG_MIX_CUH

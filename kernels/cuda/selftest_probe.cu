@@ -5,7 +5,7 @@
  * emulation reports what a GPU would hide or fault on (a barrier in divergent code, a
  * shuffle with an exited lane, a store past a buffer). The checks come in groups, one
  * row each of `dllm-rl selftest --device cuda` (kernels/cuda_selftest.h);
- * tests/test_cuda_selftest.c runs them all. Also here: what the device is and which of
+ * tests/unit/test_cuda_selftest.c runs them all. Also here: what the device is and which of
  * this binary's code it runs (SASS or JIT-compiled PTX), and GEMM timing with events. */
 #include "kernels/cuda_selftest.h"
 #include "kernels/cuda_ops.h"

@@ -4,7 +4,7 @@
  * gradients, or a training run's both with the update on the device (gradients, AdamW
  * moments, the kept forward and its backward). `dllm-rl plan --phase` prints it; the
  * emulation build checks it against the allocator's measured peak
- * (tests/test_plan_device.c). mem_plan.h is the full GPU design instead. */
+ * (tests/unit/test_plan_device.c). mem_plan.h is the full GPU design instead. */
 #ifndef DLLM_MEM_PLAN_DEVICE_H
 #define DLLM_MEM_PLAN_DEVICE_H
 

@@ -7,7 +7,7 @@
  *    simulation, within (2K + 8) 2^-24 sum_k |a_k w_k| (both sum exact products in fp32);
  *  - op_gemm on each GEMM library of the build against a double sum, within
  *    2 (K + 4) 2^-24 sum_k |a_k b_k|.
- * The bounds are those of tests/test_fast_gemm.c; a row reports the worst output's error
+ * The bounds are those of tests/unit/test_fast_gemm.c; a row reports the worst output's error
  * as a fraction of its bound (at most 1 passes). */
 #include "src/selftest/selftest.h"
 

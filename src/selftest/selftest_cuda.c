@@ -5,7 +5,7 @@
  *  2. the runtime and cuBLASLt probes (kernels/cuda/selftest_probe.cu) and whether
  *     block-scaled FP8 GEMMs are available;
  *  3. every op of the backend table against the CPU backend at model shapes
- *     (kernels/backend_cases.h, the tolerances of tests/test_backend_ops.c): the tiny
+ *     (kernels/backend_cases.h, the tolerances of tests/unit/test_backend_ops.c): the tiny
  *     and small presets, and LLaDA-8B's dimensions on a few rows without --quick;
  *  4. the FP8 GEMM against the CPU's exact simulation (kernels/fp8_gemm_check.h);
  *  6. BF16 and FP8 GEMM rates at LLaDA-8B's linear shapes and the FP8/BF16 ratio of one

@@ -3,7 +3,7 @@
 
 Checks the schema of docs/DESIGN.md "The log" (dtypes, ranks, unlimited chunked
 first dimension, consistent row counts per group, pads) on any log, and with
---test-values the exact values tests/test_h5log.c writes (its formulas are
+--test-values the exact values tests/unit/test_h5log.c writes (its formulas are
 re-implemented here). Produce the files with
 
     DLLM_H5LOG_EXPORT=DIR build/tests/test_h5log
@@ -119,7 +119,7 @@ def check_schema(f):
 
 
 def check_test_values(f):
-    """The values of tests/test_h5log.c (append_full_step, salt 0, steps 1..N)."""
+    """The values of tests/unit/test_h5log.c (append_full_step, salt 0, steps 1..N)."""
     P, G, S, R = 5, 7, 4, 3
     steps = f["steps/step"][:]
     n = len(steps)
@@ -431,7 +431,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("log")
     ap.add_argument("--test-values", action="store_true",
-                    help="also check the exact values tests/test_h5log.c writes")
+                    help="also check the exact values tests/unit/test_h5log.c writes")
     ap.add_argument("--recompute", action="store_true",
                     help="recompute every AIS diagnostic, alpha, coefficient, pass@k and the "
                          "entropy of a train log from its trajectories")

@@ -1,4 +1,4 @@
-"""Golden values for tests/test_corrections.c and tests/test_grpo.c.
+"""Golden values for tests/unit/test_corrections.c and tests/unit/test_grpo.c.
 
 ais.json: the mismatch corrections and AIS diagnostics of docs/METHOD.md §5, written
 here directly from the definitions with numpy (weights as arrays, np.var for the

@@ -1,10 +1,10 @@
-"""Goldens of the published Fast-dLLM samplers for tests/test_cache.c.
+"""Goldens of the published Fast-dLLM samplers for tests/unit/test_cache.c.
 
 Runs the published functions themselves (not a re-implementation): generate,
 generate_with_prefix_cache and generate_with_dual_cache of llada/generate.py,
 with and without `threshold`, on random tiny LLaDA models built from the
 published llada/model/modeling_llada.py (whose attention keeps the per-layer
-key/value cache they use), and writes the ids for tests/test_cache.c to compare
+key/value cache they use), and writes the ids for tests/unit/test_cache.c to compare
 with `dllm-rl generate --cache none|prefix|dual [--threshold T] --temperature 0`.
 
 Expects the root of a checkout of NVlabs/Fast-dLLM (its llada/ directory is

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for tests/test_safetensors.c, written by the Python
+"""Reference fixtures for tests/unit/test_safetensors.c, written by the Python
 `safetensors` library (and huggingface_hub for the sharded layout, which is
 the code transformers' save_pretrained uses).
 

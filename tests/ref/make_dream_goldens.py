@@ -1,4 +1,4 @@
-"""Golden outputs of the published Dream model and sampler for tests/test_dream.c.
+"""Golden outputs of the published Dream model and sampler for tests/unit/test_dream.c.
 
 The published Dream-v0 remote code (modeling_dream.py: a Qwen2 block with
 bidirectional attention; generation_utils.py: diffusion_generate / _sample)

@@ -1,7 +1,7 @@
-"""Goldens of the published Dream-v0 code for tests/test_dream.c.
+"""Goldens of the published Dream-v0 code for tests/unit/test_dream.c.
 
 Runs the published model and sampler themselves (not a re-implementation) on
-random tiny Dream models and writes what tests/test_dream.c compares against.
+random tiny Dream models and writes what tests/unit/test_dream.c compares against.
 
 Expects the directory of the published Dream-v0 model code, the Hugging Face
 model files of Dream-org/Dream-v0-Instruct-7B (or -Base-7B), which the GitHub

@@ -1,4 +1,4 @@
-"""Golden values for tests/test_estimators.c from the published LLaDA
+"""Golden values for tests/unit/test_estimators.c from the published LLaDA
 likelihood estimator (get_log_likelihood.py of the LLaDA reference code,
 re-implemented step for step in PyTorch) on the tiny reference checkpoint:
 the Monte Carlo ELBO with stratified mask counts (mc_num samples in batches),

@@ -18,7 +18,7 @@ remainder). Per block: amax = max |x| (fp32), scale = amax / max_code in fp32
 (amax == 0 -> 1), pow2 rounds scale up to a power of two, q = cast(clamp(x / scale)).
 
 Matrix inputs are not stored: both sides generate them from a splitmix64 counter
-(see matrix_input below and the same function in tests/test_fp8.c); every value is
+(see matrix_input below and the same function in tests/unit/test_fp8.c); every value is
 an exact fp32 (a 24-bit integer times a power of two).
 
 Usage: python3 tests/ref/make_fp8_goldens.py [OUT_DIR]   (default tests/data/fp8)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_llada_goldens.py: writes the LLaDA model fixtures of tests/test_llada.c
+"""make_llada_goldens.py: writes the LLaDA model fixtures of tests/unit/test_llada.c
 into tests/data/llada/ using the independent PyTorch reference llada_ref.py.
 
     tiny/           config.json + model.safetensors (fp32, random weights, std 0.2)

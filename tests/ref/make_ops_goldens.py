@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Goldens for tests/test_ops.c from PyTorch (CPU, fp32).
+"""Goldens for tests/unit/test_ops.c from PyTorch (CPU, fp32).
 
 Writes, little-endian, into tests/data/ops/:
 

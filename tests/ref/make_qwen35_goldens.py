@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_qwen35_goldens.py: writes the Qwen3.5 fixtures of tests/test_qwen35.c into
+"""make_qwen35_goldens.py: writes the Qwen3.5 fixtures of tests/unit/test_qwen35.c into
 tests/data/qwen35/, computed by Hugging Face transformers' own Qwen3_5ForCausalLM
 (transformers 5.x, its PyTorch reference kernels on the CPU: an implementation
 independent of dllm/qwen35.c and kernels/cpu/gated_delta.c).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_qwen3_goldens.py: writes the Qwen3 fixtures of tests/test_qwen3.c into
+"""make_qwen3_goldens.py: writes the Qwen3 fixtures of tests/unit/test_qwen3.c into
 tests/data/qwen3/, computed by Hugging Face transformers' own
 Qwen3ForCausalLM (an implementation independent of dllm/qwen3.c).
 

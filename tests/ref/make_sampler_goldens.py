@@ -1,5 +1,5 @@
 """Golden outputs of the published LLaDA sampler (generate() of the LLaDA
-reference code, re-implemented here step for step) for tests/test_sampler.c.
+reference code, re-implemented here step for step) for tests/unit/test_sampler.c.
 
 At temperature 0 with low_confidence remasking the sampler is deterministic,
 so our C sampler must reproduce these ids exactly. The script also reports the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Goldens for tests/test_tokenizer.c and tests/test_chat.c, from the HF `tokenizers`
+"""Goldens for tests/unit/test_tokenizer.c and tests/unit/test_chat.c, from the HF `tokenizers`
 library (and jinja2 for the chat templates).
 
     python3 tests/ref/make_tokenizer_goldens.py   # from the repository root

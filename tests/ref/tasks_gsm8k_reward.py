@@ -4,7 +4,7 @@ strict format, soft format, integer answer and XML count, written with Python's
 re and str methods exactly as d1 uses them (re.match without DOTALL).
 
 Writes tests/data/tasks/gsm8k_format_ref.jsonl: {"completion", "strict", "soft",
-"int", "xml"} per line; tests/test_tasks.c checks the C reward against it.
+"int", "xml"} per line; tests/unit/test_tasks.c checks the C reward against it.
 
 usage: python3 tests/ref/tasks_gsm8k_reward.py  (from the repository root)
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent reference for the 4x4 Sudoku fixtures of tests/test_tasks.c.
+"""Independent reference for the 4x4 Sudoku fixtures of tests/unit/test_tasks.c.
 
 Enumerates every solved 4x4 grid by brute force over row permutations (there
 are 288), then for a few seeded puzzles counts their solutions by checking all

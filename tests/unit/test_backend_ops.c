@@ -1,0 +1,362 @@
+/* test_backend_ops.c: the CUDA backend against the CPU backend, op by op, through the
+ * backend table (kernels/backend.h), in the spirit of ggml's test-backend-ops.
+ *
+ * One table, dllm_backend_cases (kernels/backend_cases.c, shared with `dllm-rl
+ * selftest`), describes every case: the op of the table, its shape, its buffers
+ * (inputs, accumulated gradients, outputs) with their contents, and the tolerance of
+ * each output. One generic loop runs a case on both backends with the same data and
+ * compares:
+ *  - normalised MSE, sum (cuda - cpu)^2 / sum cpu^2, per output; the bound is stated per
+ *    case: fp32 ops differ only in summation order and libm ulps (1e-9 to 1e-12), FP8
+ *    GEMMs by the tensor cores' accumulation (FP8_GEMM_NMSE, kernels/backend_cases.h);
+ *    0 means bit for bit (embedding forward, bf16 rounding, add, AdamW);
+ *  - guard bytes after every device buffer (a sentinel pattern that must survive);
+ *  - no device allocation while the op runs (emulation build: the runtime counts them),
+ *    after one warm-up run that lets the backend's workspace grow.
+ * Backward ops accumulate: gradient buffers start from the same random values on both
+ * sides. tests/unit/backend_kernel_cases.c adds the cases that call kernels/cuda_ops.h
+ * directly (FP8 quantisation layouts, cuBLASLt GEMMs, the sampler's x0, ...).
+ * The "host" case checks the host half of the shared headers (kernels/cuda/rng_mix.cuh,
+ * fp8_codec.cuh) and runs everywhere. The other cases need the CUDA backend: built
+ * without it, or with no device at run time, the program prints "SKIP: <why>" and exits
+ * 77; in the --enable-cuda-emulation build they run on the host (logic, not speed).
+ * Runs by itself too: tests/test_backend_ops (no data files). */
+#include "config.h"
+
+#include "kernels/backend.h"
+#include "kernels/backend_cases.h"
+#include "kernels/base.h"
+#include "kernels/cuda/fp8_codec.cuh"
+#include "kernels/cuda/rng_mix.cuh"
+#include "kernels/cuda_device.h"
+#include "kernels/fp8.h"
+#include "kernels/ops.h"
+#include "kernels/rng.h"
+#include "tests/harness/harness.h"
+
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef HAVE_CUDA
+#include "tests/harness/backend_test_util.h"
+#endif
+#ifdef DLLM_CUDA_EMULATION
+#include "kernels/cuda_emu/emu_hooks.h"
+#endif
+
+/* ---- host half of the shared headers (runs with or without a GPU) ------------------ */
+
+START_TEST(test_host_shared_headers)
+{
+    /* RNG: keys and draws of rng_mix.cuh equal kernels/rng.c */
+    for (uint64_t seed = 0; seed < 5; seed++) {
+        dllm_rng r = dllm_rng_make(seed * 7919, 2, seed + 3, 2 * seed + 1);
+        ck_assert_uint_eq(r.key, dllm_rng_key(seed * 7919, 2, seed + 3, 2 * seed + 1));
+        for (uint64_t i = 1; i <= 100; i++) {
+            uint64_t u = dllm_rng_u64(&r);
+            ck_assert_uint_eq(u, dllm_rng_draw(r.key, i));
+        }
+        r.ctr = 41;
+        double u = dllm_rng_uniform(&r);
+        ck_assert(u == dllm_rng_u01(dllm_rng_draw(r.key, 42)));
+    }
+    /* the one draw that would round to u = 1.0 (an infinite Gumbel score) */
+    ck_assert(dllm_rng_u01(~0ULL) == 1.0 - 1.0 / 9007199254740992.0);
+    ck_assert(dllm_rng_u01(~0ULL) < 1.0 && dllm_rng_u01(0) > 0.0);
+    /* FP8 codec: all codes decode alike; encode agrees on random and special bits */
+    for (int f = 0; f < 2; f++) {
+        for (int c = 0; c < 256; c++) {
+            float a = fp8_decode((uint8_t)c, (fp8_format)f), b = fp8c_decode((uint8_t)c, f);
+            ck_assert_msg((isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0,
+                          "decode %s 0x%02x", fp8_format_name((fp8_format)f), c);
+        }
+        dllm_rng r = dllm_rng_make(5, 6, 7, (uint64_t)f);
+        for (int i = 0; i < 200000; i++) {
+            uint32_t bits = (uint32_t)dllm_rng_u64(&r);
+            if (i % 2) /* half of them near the fp8 range, where rounding matters */
+                bits = (bits & 0x807FFFFFu) | ((uint32_t)(100 + (bits >> 24) % 60) << 23);
+            float x;
+            memcpy(&x, &bits, sizeof x);
+            ck_assert_msg(fp8_encode(x, (fp8_format)f) == fp8c_encode(x, f),
+                          "encode %s of 0x%08x", fp8_format_name((fp8_format)f), bits);
+        }
+        const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, FLT_TRUE_MIN,
+                                  448.0f, 464.0f, 57344.0f, 61440.0f, 1e-9f, -3e-3f};
+        for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
+            ck_assert(fp8_encode(specials[i], (fp8_format)f) == fp8c_encode(specials[i], f));
+    }
+}
+END_TEST
+
+/* ---- the supports query and the CPU-only entries (runs everywhere) ------------------- */
+
+static void no_op_free(dllm_backend *be, void *p) { (void)be, (void)p; }
+static bool no_prepare(dllm_backend *be, fp8_act *qa, int N, int C, const fp8_matrix *const *ws,
+                       int nw)
+{
+    (void)be, (void)qa, (void)N, (void)C, (void)ws, (void)nw;
+    return false;
+}
+static void no_rmsnorm_fp8(dllm_backend *be, float *out, float *rstd, const fp8_act *qa,
+                           const float *inp, const float *w, int N, int C, float eps)
+{
+    (void)be, (void)out, (void)rstd, (void)qa, (void)inp, (void)w, (void)N, (void)C, (void)eps;
+}
+static void no_swiglu_fp8(dllm_backend *be, float *out, const fp8_act *qa, const float *gate,
+                          const float *up, int N, int H)
+{
+    (void)be, (void)out, (void)qa, (void)gate, (void)up, (void)N, (void)H;
+}
+
+START_TEST(test_supports_query)
+{
+    /* the CPU backend: the low-precision linears and the grouped FP8 linears, no fused
+     * FP8 producers */
+    dllm_backend *cpu = dllm_backend_cpu();
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_AR_NUCLEUS));
+    ck_assert(!dllm_backend_supports(cpu, DLLM_OP_FP8_FUSED_ACT));
+    for (int op = 0; op < DLLM_OP_N_OPTIONAL; op++) /* every optional op has its name */
+        ck_assert_str_ne(dllm_backend_op_name((dllm_backend_op)op), "?");
+    ck_assert(!dllm_backend_supports(NULL, DLLM_OP_BF16_LINEAR));
+    ck_assert(!dllm_backend_supports(cpu, DLLM_OP_N_OPTIONAL));
+    ck_assert_str_eq(dllm_backend_op_name(DLLM_OP_FP8_LINEARS), "fp8_linears_fwd");
+    /* a table with three of the four fused entries does not support the group */
+    dllm_backend_ops ops = {0};
+    ops.free = no_op_free;
+    ops.fp8_act_prepare = no_prepare;
+    ops.rmsnorm_fp8_fwd = no_rmsnorm_fp8;
+    ops.swiglu_fp8_fwd = no_swiglu_fp8;
+    dllm_backend part = {DLLM_BACKEND_CPU, "partial", &ops, NULL};
+    ck_assert(!dllm_backend_supports(&part, DLLM_OP_FP8_FUSED_ACT));
+    ck_assert(!dllm_backend_supports(&part, DLLM_OP_BF16_LINEAR));
+    ops.fp8_linear_act_fwd = cpu->ops->fp8_linear_act_fwd; /* NULL on the CPU: still not */
+    ck_assert(!dllm_backend_supports(&part, DLLM_OP_FP8_FUSED_ACT));
+}
+END_TEST
+
+/* fp8_linears_fwd through the table is bit for bit the single-weight calls, and
+ * weight_cache_free drops the caches those calls made (the weights' own arrays stay). */
+START_TEST(test_cpu_fp8_linears_entry)
+{
+    dllm_backend *cpu = dllm_backend_cpu();
+    enum { N = 5, C = 64, NW = 3 };
+    const int OC[NW] = {32, 16, 48};
+    dllm_rng r = dllm_rng_make(11, 1, 2, 3);
+    float x[N * C];
+    for (int i = 0; i < N * C; i++)
+        x[i] = (float)(dllm_rng_uniform(&r) - 0.5);
+    fp8_matrix w[NW];
+    fp8_matrix *wp[NW];
+    float *grp[NW], *one[NW];
+    for (int k = 0; k < NW; k++) {
+        float *wf = dllm_malloc(sizeof *wf * (size_t)OC[k] * C);
+        for (int i = 0; i < OC[k] * C; i++)
+            wf[i] = (float)(dllm_rng_uniform(&r) - 0.5) * 0.2f;
+        memset(&w[k], 0, sizeof w[k]);
+        dllm_err err;
+        ck_assert_int_eq(fp8_quantise_weight(&w[k], wf, OC[k], C, FP8_E4M3, FP8_SCALE_BLOCK,
+                                             false, &err), 0);
+        w[k].act_scaling = FP8_SCALE_GROUP;
+        free(wf);
+        wp[k] = &w[k];
+        grp[k] = dllm_malloc(sizeof(float) * N * (size_t)OC[k]);
+        one[k] = dllm_malloc(sizeof(float) * N * (size_t)OC[k]);
+    }
+    cpu->ops->fp8_linears_fwd(cpu, NW, grp, x, wp, N, C, OC);
+    for (int k = 0; k < NW; k++) {
+        cpu->ops->fp8_linear_fwd(cpu, one[k], x, &w[k], N, C, OC[k]);
+        ck_assert_msg(memcmp(grp[k], one[k], sizeof(float) * N * (size_t)OC[k]) == 0,
+                      "weight %d: grouped != single", k);
+        ck_assert(w[k].deq_valid); /* the exact path made its dequantised cache */
+        cpu->ops->weight_cache_free(cpu, &w[k], NULL);
+        ck_assert(!w[k].deq && !w[k].deq_valid && w[k].q && w[k].scale);
+        fp8_matrix_free(&w[k]);
+        free(grp[k]);
+        free(one[k]);
+    }
+    bf16_matrix b = {0};
+    float wb[4 * C], yb[N * 4];
+    for (int i = 0; i < 4 * C; i++)
+        wb[i] = (float)i / C;
+    bf16_matrix_pack(&b, wb, 4, C);
+    cpu->ops->bf16_linear_fwd(cpu, yb, x, &b, N, C, 4);
+    cpu->ops->weight_cache_free(cpu, NULL, &b);
+    ck_assert(!b.wf32 && !b.wf32_valid && b.w);
+    bf16_matrix_free(&b);
+}
+END_TEST
+
+#ifdef HAVE_CUDA
+/* The case table and its cases are kernels/backend_cases.c (dllm_backend_cases: the
+ * shapes and tolerances stated there), shared with `dllm-rl selftest`. */
+
+/* ---- the generic loop ------------------------------------------------------------------- */
+
+static void upload_all(const bcase_buf *b, int nb, dbuf *db)
+{
+    for (int i = 0; i < nb; i++) {
+        if (b[i].init)
+            dllm_cuda_memcpy_h2d(db[i].d, b[i].init, db[i].bytes);
+        else if (db[i].bytes)
+            dllm_cuda_memset(db[i].d, 0, db[i].bytes);
+    }
+}
+
+START_TEST(test_backend_table)
+{
+    const bcase *c = &dllm_backend_cases[_i];
+    dllm_backend *cpu = dllm_backend_cpu(), *gpu = dllm_backend_cuda();
+    ck_assert_msg(gpu != NULL, "no CUDA backend: %s", dllm_backend_cuda_why());
+    bcase_buf b[BCASE_MAXB];
+    int nb = 0;
+    c->make(c, b, &nb);
+    void *hp[BCASE_MAXB], *dp[BCASE_MAXB];
+    dbuf db[BCASE_MAXB];
+    for (int i = 0; i < nb; i++) {
+        size_t hbytes = bcase_buf_bytes(&b[i], cpu, c), dbytes = bcase_buf_bytes(&b[i], gpu, c);
+        hp[i] = dllm_calloc(hbytes ? hbytes : 1, 1);
+        if (b[i].init)
+            memcpy(hp[i], b[i].init, hbytes);
+        db[i] = dnew(dbytes, NULL);
+        dp[i] = db[i].d;
+    }
+    upload_all(b, nb, db);
+    double rc = 0.0, rg = 0.0;
+    c->run(cpu, c, hp, &rc);
+    /* a warm-up run lets the backend's workspace grow; the measured run must not allocate */
+    c->run(gpu, c, dp, &rg);
+    gpu->ops->sync(gpu);
+    upload_all(b, nb, db);
+#ifdef DLLM_CUDA_EMULATION
+    dllm_emu_reset_stats();
+#endif
+    c->run(gpu, c, dp, &rg);
+    gpu->ops->sync(gpu);
+#ifdef DLLM_CUDA_EMULATION
+    dllm_emu_stats st;
+    dllm_emu_get_stats(&st);
+    ck_assert_msg(st.device_allocs == 0, "%s %s: %llu device allocations inside the op", c->op,
+                  c->shape, st.device_allocs);
+#endif
+    for (int i = 0; i < nb; i++) {
+        if (b[i].tol >= 0) {
+            size_t bytes = db[i].bytes;
+            void *g = dllm_malloc(bytes ? bytes : 1);
+            gpu->ops->download(gpu, g, dp[i], bytes);
+            if (b[i].tol == 0 || b[i].kind != BK_F32) {
+                ck_assert_msg(memcmp(g, hp[i], bytes) == 0, "%s %s: %s not bit-identical", c->op,
+                              c->shape, b[i].name);
+            } else {
+                double e = nmse(g, hp[i], b[i].n);
+                ck_assert_msg(e <= b[i].tol, "%s %s: %s nmse %.3g > %.3g", c->op, c->shape,
+                              b[i].name, e, b[i].tol);
+            }
+            free(g);
+        }
+        dguard_at(db[i], b[i].name, __LINE__);
+    }
+    if (c->ret_tol >= 0)
+        ck_assert_msg(fabs(rg - rc) <= c->ret_tol * fabs(rc), "%s %s: %.17g vs CPU %.17g", c->op,
+                      c->shape, rg, rc);
+    for (int i = 0; i < nb; i++) {
+        dfree(&db[i]);
+        free(hp[i]);
+        free(b[i].init);
+    }
+}
+END_TEST
+
+/* Every entry of the table has at least one case (a new op must get one). */
+START_TEST(test_backend_table_complete)
+{
+    static const char *const ops[] = {
+        "gemm", "linear_fwd", "linear_bwd", "fp8_linear_fwd", "rmsnorm_fwd", "rmsnorm_bwd",
+        "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
+        "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
+        "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x"};
+    /* 7 buffer entries, 27 ops, 2 optional low-precision linears, the CPU's grouped
+     * FP8 linears, the weight-cache release and the 4 optional fused FP8 ones (one case
+     * name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent and
+     * bias are cased as forward + backward pairs; the 7 sampler entries (the
+     * autoregressive choice, its optional nucleus, the 5 of the denoising step) are run
+     * on both backends by the samplers' own tests (tests/test_qwen3_device.c's fake
+     * decoder, tests/test_sampler_device.c; the kernels also in tests/backend_kernel_cases.c).
+     * A new entry changes the count: add its case above and its name here (a CPU-only
+     * entry: its check in the host case). */
+    ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
+                      7 + 27 + 2 + 1 + 1 + 4 + 7);
+    /* the optional entries (backend.h): the CPU reference has the low-precision linears
+     * and the grouped FP8 linears; a device backend without one must leave it NULL (the
+     * core then refuses or falls back), never a half-made entry -- a device entry needs
+     * its case here (bf16 has) */
+    dllm_backend *cpu = dllm_backend_cpu(), *dev = dllm_backend_cuda();
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR) &&
+              dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR) &&
+              dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
+    ck_assert_ptr_nonnull(dev);
+    ck_assert_msg(!dllm_backend_supports(dev, DLLM_OP_NVFP4_LINEAR) &&
+                  !dllm_backend_supports(dev, DLLM_OP_FP8_LINEARS) &&
+                  !dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS),
+                  "a device optional entry has no parity case in this table");
+    /* the fused FP8 producers: all four on the device, none on the CPU (whose rollout
+     * path stays the producer followed by the linear's own quantisation) */
+    ck_assert(dllm_backend_supports(dev, DLLM_OP_FP8_FUSED_ACT));
+    ck_assert(!cpu->ops->fp8_act_prepare && !cpu->ops->rmsnorm_fp8_fwd &&
+              !cpu->ops->swiglu_fp8_fwd && !cpu->ops->fp8_linear_act_fwd);
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        bool found = false;
+        for (size_t k = 0; k < dllm_backend_n_cases; k++)
+            found = found || strcmp(dllm_backend_cases[k].op, ops[i]) == 0;
+        ck_assert_msg(found, "no case for op %s", ops[i]);
+    }
+}
+END_TEST
+#endif /* HAVE_CUDA */
+
+static Suite *backend_suite(bool gpu)
+{
+    Suite *s = suite_create("backend_ops");
+    TCase *th = tcase_create("host");
+    tcase_add_test(th, test_host_shared_headers);
+    tcase_add_test(th, test_supports_query);
+    tcase_add_test(th, test_cpu_fp8_linears_entry);
+    suite_add_tcase(s, th);
+#ifdef HAVE_CUDA
+    if (gpu) {
+        TCase *tc = tcase_create("table");
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, test_backend_table_complete);
+        tcase_add_loop_test(tc, test_backend_table, 0, (int)dllm_backend_n_cases);
+        suite_add_tcase(s, tc);
+        TCase *tk = tcase_create("kernels");
+        tcase_set_timeout(tk, 300);
+        backend_kernel_cases_add(tk);
+        suite_add_tcase(s, tk);
+    }
+#else
+    (void)gpu;
+#endif
+    return s;
+}
+
+Suite *tu_suite(tu_ctx *ctx)
+{
+    dllm_backend *be = dllm_backend_cuda();
+    bool gpu = be != NULL;
+    if (gpu) {
+        char desc[256];
+        if (dllm_cuda_device_describe(0, desc, sizeof desc) == 0)
+            printf("backend_ops: device 0: %s\n", desc);
+    } else {
+        tu_partial(ctx, "%s", dllm_backend_cuda_why());
+    }
+    ctx->nofork = true; /* a CUDA context does not survive into a forked child */
+    return backend_suite(gpu);
+}
