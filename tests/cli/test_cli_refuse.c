@@ -288,13 +288,10 @@ END_TEST
 START_TEST(test_header_reaches_a_file_at_once)
 {
     tu_write_rl_config("h.yaml", "header", 6, 0);
-    char cmd[2048], p[256];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && OMP_NUM_THREADS=1 exec %s train h.yaml --set eval.every=1 "
-             "--set eval.n=3000 --set task.train.n=64 >h.out 2>h.err", tu_dir, tu_bin());
-    snprintf(p, sizeof p, "%s/h.out", tu_dir);
     bool running;
-    bool seen = tu_text_appears_while_running(cmd, p, "train: runs/header", 1200, &running);
+    bool seen = tu_dllm_shows("h", "train: runs/header", 1200, &running,
+                              "train h.yaml --set eval.every=1 --set eval.n=3000 "
+                              "--set task.train.n=64");
     ck_assert_msg(running, "the run ended before the check");
     ck_assert_msg(seen, "the header did not reach the file during the first evaluation");
 }

@@ -626,14 +626,10 @@ END_TEST
 START_TEST(test_progress_reaches_file)
 {
     write_sft_inputs();
-    char cmd[2048], p[256];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && OMP_NUM_THREADS=1 exec %s sft s.yaml --set experiment=live "
-             "--set sft.steps=10000000 --set log.every=10000000 --set checkpoint.every=0 "
-             ">live.out 2>live.err", tu_dir, tu_bin());
-    snprintf(p, sizeof p, "%s/live.out", tu_dir);
     bool running;
-    bool seen = tu_text_appears_while_running(cmd, p, "sft: 40 examples", 600, &running);
+    bool seen = tu_dllm_shows("live", "sft: 40 examples", 600, &running,
+                              "sft s.yaml --set experiment=live --set sft.steps=10000000 "
+                              "--set log.every=10000000 --set checkpoint.every=0");
     ck_assert_msg(running, "the run ended early");
     ck_assert_msg(seen, "no progress line in the file while the run was going");
 }

@@ -111,6 +111,20 @@ int tu_dllm_take(char **out, char **errs, const char *fmt, ...)
     return st;
 }
 
+bool tu_dllm_shows(const char *name, const char *needle, int tries, bool *still_running,
+                   const char *fmt, ...)
+{
+    char args[8192], cmd[16384], out[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "cd '%s' && OMP_NUM_THREADS=1 exec %s %s >%s.out 2>%s.err", tu_dir,
+             tu_bin(), args, name, name);
+    snprintf(out, sizeof out, "%s/%s.out", tu_dir, name);
+    return tu_text_appears_while_running(cmd, out, needle, tries, still_running);
+}
+
 void tu_write(const char *rel, const char *text)
 {
     char p[1024];

@@ -95,6 +95,12 @@ int tu_dllm_with(const char *prefix, const char *fmt, ...) __attribute__((format
 int tu_dllm_take(char **out, char **errs, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Starts `dllm-rl ARGS` in tu_dir with stdout into tu_dir/NAME.out and stderr into
+ * NAME.err and waits (tu_text_appears_while_running, tries polls of 50 ms) for needle in
+ * NAME.out: whether it was seen; *still_running: whether the command was still going then. */
+bool tu_dllm_shows(const char *name, const char *needle, int tries, bool *still_running,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /* Writes text to tu_dir/rel. */
 void tu_write(const char *rel, const char *text);
 /* Whether tu_dir/rel exists (a link counts, wherever it points). */
