@@ -7,7 +7,7 @@
  * 32 MiB on the first matmul, and the blocking copies of upload, download and the norm.
  * Bytes are the compulsory traffic (each operand read once, each result written once);
  * FLOPs count a multiply-add as 2. A change to the CUDA backend's calls is a change here:
- * tests/test_record.c runs both under the CUDA emulation and compares them call by call. */
+ * tests/unit/test_record.c runs both under the CUDA emulation and compares them call by call. */
 #include "kernels/record/record.h"
 
 #include "kernels/base.h"
@@ -1081,7 +1081,7 @@ static void rc_denoise_commit(dllm_backend *be, int32_t *canvas, int16_t *commit
 
 /* Every entry the CUDA backend has, by name so that the table's order is free; the CUDA
  * backend has no NVFP4 linear, grouped FP8 linears or nucleus choice, so neither has the
- * recording (the model refuses an nvfp4 rollout on it as on the device). tests/test_record.c fails on an entry left out. */
+ * recording (the model refuses an nvfp4 rollout on it as on the device). tests/unit/test_record.c fails on an entry left out. */
 static const dllm_backend_ops record_ops = {
     .alloc = rc_alloc,
     .free = rc_free,

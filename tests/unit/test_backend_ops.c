@@ -286,8 +286,8 @@ START_TEST(test_backend_table_complete)
      * name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent and
      * bias are cased as forward + backward pairs; the 7 sampler entries (the
      * autoregressive choice, its optional nucleus, the 5 of the denoising step) are run
-     * on both backends by the samplers' own tests (tests/test_qwen3_device.c's fake
-     * decoder, tests/test_sampler_device.c; the kernels also in tests/backend_kernel_cases.c).
+     * on both backends by the samplers' own tests (tests/unit/test_qwen3_device.c's fake
+     * decoder, tests/unit/test_sampler_device.c; the kernels also in tests/unit/backend_kernel_cases.c).
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),

@@ -24,6 +24,7 @@
 #include "kernels/cuda_ops.h"
 #include "kernels/record/record.h"
 #include "src/plan/plan_time.h"
+#include "tests/harness/harness.h"
 
 #include <check.h>
 #include <math.h>
@@ -302,8 +303,9 @@ START_TEST(test_matches_emulation)
 END_TEST
 #endif
 
-int main(void)
+Suite *tu_suite(tu_ctx *ctx)
 {
+    (void)ctx;
     Suite *s = suite_create("record");
     TCase *tc = tcase_create("record");
     tcase_set_timeout(tc, 300);
@@ -314,10 +316,5 @@ int main(void)
     tcase_add_loop_test(tc, test_matches_emulation, 0, NECASES);
 #endif
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_FORK); /* each case on a fresh emulated device */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s; /* forked: each case on a fresh emulated device */
 }
