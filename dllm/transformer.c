@@ -249,6 +249,8 @@ void dllm_tf_free(dllm_tf *m)
     else
         free(m->params);
     free(m->grads);
+    free(m->adam_m);
+    free(m->adam_v);
     free(m->lw);
     free(m->lg);
     free(m->plist);
@@ -311,6 +313,9 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
     mask &= LORA_ALL;
     free(m->grads); /* frozen under LoRA; reallocated on demand without it */
     m->grads = NULL;
+    free(m->adam_m); /* the trainable vector changes: its moments start again */
+    free(m->adam_v);
+    m->adam_m = m->adam_v = NULL;
     set_base_grads(m, NULL);
     if (rank <= 0 || mask == 0)
         return;
@@ -394,13 +399,84 @@ float *dllm_tf_grads(dllm_tf *m)
     return m->lora_rank ? m->lora_grads : m->grads;
 }
 
+/* ---- the optimizer ------------------------------------------------------------------ */
+
+/* The state one step updates: the device's where the model trains there, else the
+ * host's (the CPU backend's memory). With `step` the trainable vector and the moments
+ * (made on first use) too; without, only the gradients (handing out the host's
+ * trainable vector would mark a device's trainer view for a rebuild). */
+static void update_state(dllm_tf *m, tf_update *u, bool step)
+{
+    if (tf_device_update(m, u, step))
+        return;
+    *u = (tf_update){.be = dllm_backend_cpu(), .g = dllm_tf_grads(m)};
+    u->n = m->lora_rank ? m->n_lora : m->n_params;
+    if (!step)
+        return;
+    u->p = dllm_tf_trainable(m, &u->n);
+    if (!m->adam_m) {
+        m->adam_m = dllm_calloc(u->n, sizeof(float));
+        m->adam_v = dllm_calloc(u->n, sizeof(float));
+    }
+    u->m = m->adam_m;
+    u->v = m->adam_v;
+}
+
 void dllm_tf_zero_grad(dllm_tf *m)
 {
-    tf_ensure_grads(m);
-    if (m->lora_rank)
-        memset(m->lora_grads, 0, m->n_lora * sizeof(float));
+    tf_update u;
+    update_state(m, &u, false);
+    u.be->ops->memset0(u.be, u.g, u.n * sizeof(float));
+}
+
+float *dllm_tf_grad_buffer(dllm_tf *m, size_t *n, dllm_backend **be)
+{
+    tf_update u;
+    update_state(m, &u, false);
+    *n = u.n;
+    *be = u.be;
+    return u.g;
+}
+
+double dllm_tf_optim_step(dllm_tf *m, const dllm_adamw_args *a)
+{
+    tf_update u;
+    update_state(m, &u, true);
+    double norm = u.be->ops->adamw_step(u.be, u.p, u.g, u.m, u.v, u.n, a);
+    if (isfinite(norm))
+        tf_device_updated(m);
+    return norm;
+}
+
+const float *dllm_tf_trainable_host(dllm_tf *m, size_t *n)
+{
+    tf_update u;
+    if (tf_device_update(m, &u, false))
+        return NULL;
+    return dllm_tf_trainable(m, n);
+}
+
+static float *host_state(dllm_tf *m, dllm_tf_state s)
+{
+    tf_update u;
+    update_state(m, &u, true);
+    return s == DLLM_TF_STATE_PARAMS ? u.p : s == DLLM_TF_STATE_ADAM_M ? u.m : u.v;
+}
+
+void dllm_tf_state_read(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *dst)
+{
+    if (tf_device_training(m))
+        tf_device_state_move(m, s, off, n, dst, false);
     else
-        memset(m->grads, 0, m->n_params * sizeof(float));
+        memcpy(dst, host_state(m, s) + off, n * sizeof(float));
+}
+
+void dllm_tf_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, const float *src)
+{
+    if (tf_device_training(m))
+        tf_device_state_move(m, s, off, n, (float *)src, true);
+    else
+        memcpy(host_state(m, s) + off, src, n * sizeof(float));
 }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
@@ -438,7 +514,7 @@ static int device_param(void *ctx, int i, size_t off, size_t n, float *dst, dllm
     (void)err;
     dllm_tf *m = ctx;
     size_t at = (size_t)(m->plist[i].data - m->params) + off;
-    dllm_tf_device_state_read(m, DLLM_TF_STATE_PARAMS, at, n, dst);
+    dllm_tf_state_read(m, DLLM_TF_STATE_PARAMS, at, n, dst);
     return 0;
 }
 

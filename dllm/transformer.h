@@ -24,6 +24,7 @@
 #include "dllm/model_config.h"
 #include "dllm/precision.h"
 #include "dllm/safetensors.h"
+#include "kernels/backend.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -81,10 +82,36 @@ const dllm_arch_desc *dllm_tf_arch(const dllm_tf *m);
  * mask 0: off. Only layer linears carry adapters, never the head. */
 void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t seed);
 
-/* Trainable parameters and their gradients, contiguous (for the optimizer). */
+/* Trainable parameters and their gradients, contiguous, on the host (the host's copy of
+ * the trainable vector is brought up to date first where a device holds the master). */
 float *dllm_tf_trainable(dllm_tf *m, size_t *n);
 float *dllm_tf_grads(dllm_tf *m);
+
+/* ---- the optimizer: one state, wherever the model trains ---- */
+/* The trainable vector, its gradients and the AdamW moments live in the memory of the
+ * backend that updates them: the host's (the CPU backend), or the device's once the
+ * model trains there (dllm_tf_device_train). These calls are the same for both. */
+/* Zeroes the gradients where the backward accumulates them. */
 void dllm_tf_zero_grad(dllm_tf *m);
+/* The gradients in the updating backend's memory (*n floats, *be's: the same length and
+ * layout on every rank), for an in-place all-reduce between backward and step. */
+float *dllm_tf_grad_buffer(dllm_tf *m, size_t *n, dllm_backend **be);
+/* One optimizer step through the backend table (its adamw_step): the gradients' global
+ * L2 norm, clipped to a->max_norm when that is > 0, then AdamW of the trainable vector
+ * with moments the model keeps (zero before its first step; they start again when the
+ * trainable vector changes, a LoRA enable). A non-finite norm updates nothing. Returns
+ * the norm. On a device the copy there is the master afterwards (dllm_tf_device_train). */
+double dllm_tf_optim_step(dllm_tf *m, const dllm_adamw_args *a);
+/* The host's trainable vector where it is the master (NULL where a device's copy is):
+ * for checks that must not bring a device's copy down. */
+const float *dllm_tf_trainable_host(dllm_tf *m, size_t *n);
+/* The optimizer state addressed as host vectors in trainable order (dllm_tf_trainable's):
+ * elements [off, off + n) of the parameters or an AdamW moment to or from a host buffer
+ * of n floats, so a checkpoint moves it through a bounded buffer from wherever it lives.
+ * Writing a device's parameters makes its copy the master (as a step does). */
+typedef enum { DLLM_TF_STATE_PARAMS, DLLM_TF_STATE_ADAM_M, DLLM_TF_STATE_ADAM_V } dllm_tf_state;
+void dllm_tf_state_read(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *dst);
+void dllm_tf_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, const float *src);
 
 /* Forward over tokens [B,T] (keymask [B,T], 1 = real token, NULL = all real;
  * left padding for the archs counting real tokens for RoPE). Logits [n_rows,
@@ -182,37 +209,23 @@ int dllm_tf_device_chunk_rows(int V);
 /* ---- training on the device (transformer_device_train.c) ---- */
 /* From now on dllm_tf_forward keeps its activations on the device (the logits of its rows
  * come down), dllm_tf_backward uploads the dlogits and runs there, and the gradients and
- * AdamW moments live in device memory: the dllm_tf_device_* calls below replace
- * dllm_tf_grads / dllm_tf_zero_grad and the host optimizer. Full fine-tuning needs the
- * fp32 trainer (an input error under a bf16 trainer); LoRA trains under either (a bf16
- * trainer's packed base linears pass only dX back). Ended by leaving the device or a
- * LoRA change. */
-int dllm_tf_device_train(dllm_tf *m, dllm_err *err);
-bool dllm_tf_device_trains(const dllm_tf *m);
-void dllm_tf_device_zero_grad(dllm_tf *m);
-/* The gradients' global L2 norm (for the log); clipped on the device when max_norm > 0
- * (op_clip_grad's rule). */
-double dllm_tf_device_clip_grad(dllm_tf *m, double max_norm);
-/* One AdamW step (op_adamw's, bit-identical per element) of the trainable vector on the
- * device. The device copy is the master from then on: nothing comes down (the host's
+ * AdamW moments live in device memory: dllm_tf_zero_grad, dllm_tf_grad_buffer,
+ * dllm_tf_optim_step and dllm_tf_state_* act there (dllm_tf_grads is then unused). After
+ * a step the device's trainable copy is the master: nothing comes down (the host's
  * trainable vector is stale, dllm_tf_device_ahead, until something on the host reads it:
  * dllm_tf_trainable downloads it first; a full fine-tune's host masters give their pages
- * back to the system meanwhile). The rollout copy is built on the device from it
- * (full fine-tuning) or from the host's frozen base and the adapters, which are small;
- * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_tf_device_state_read). */
-void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float eps, float wd);
+ * back to the system meanwhile). The rollout copy is built on the device from it (full
+ * fine-tuning) or from the host's frozen base and the adapters, which are small;
+ * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_tf_state_read). Full
+ * fine-tuning needs the fp32 trainer (an input error under a bf16 trainer); LoRA trains
+ * under either (a bf16 trainer's packed base linears pass only dX back). Ended by
+ * leaving the device or a LoRA change. */
+int dllm_tf_device_train(dllm_tf *m, dllm_err *err);
+bool dllm_tf_device_trains(const dllm_tf *m);
 /* Whether the device's trainable copy is newer than the host's. */
 bool dllm_tf_device_ahead(const dllm_tf *m);
 /* The gradients (out: the trainable vector's length and order, as dllm_tf_grads). */
 void dllm_tf_device_grads(dllm_tf *m, float *out);
-/* The training state in device memory, addressed as host vectors in trainable order
- * (dllm_tf_trainable's): elements [off, off + n) of the parameters or an AdamW moment
- * to or from a host buffer of n floats, so a checkpoint moves it through a bounded
- * buffer. Writing the parameters makes the device copy the master (as an AdamW step). */
-typedef enum { DLLM_TF_STATE_PARAMS, DLLM_TF_STATE_ADAM_M, DLLM_TF_STATE_ADAM_V } dllm_tf_state;
-void dllm_tf_device_state_read(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *dst);
-void dllm_tf_device_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t n,
-                                const float *src);
 /* The loss gradient computed on the device (temperature 1). dllm_tf_device_forward_logp
  * is dllm_tf_forward's kept forward whose logits rows stay in device memory: only their
  * log-probs of targets (n_rows) come down (fp32: the backend's xent_fwd, as
@@ -224,8 +237,5 @@ int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t
                                 int T, const int32_t *rows, const int32_t *targets, int n_rows,
                                 float *logp);
 void dllm_tf_device_backward_logp(dllm_tf *m, const float *g);
-/* The device gradient buffer itself (*n floats, device memory, the device layout: the
- * same on every rank), for an in-place all-reduce between backward and clip. */
-float *dllm_tf_device_grad_buffer(dllm_tf *m, size_t *n);
 
 #endif

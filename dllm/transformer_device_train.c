@@ -12,7 +12,7 @@
  * device, a LoRA change; tf_device_pull), the rollout copy is built on the device from
  * the trainer view (full fine-tuning; under LoRA from the host's frozen base with the
  * adapters, n_lora floats, pulled first), and checkpoints stream the state a bounded
- * chunk at a time (dllm_tf_device_state_read, dllm_tf_save).
+ * chunk at a time (dllm_tf_state_read, dllm_tf_save).
  * The loss's dlogits are built on the device (dllm_tf_device_forward_logp /
  * dllm_tf_device_backward_logp: the kept forward's logits rows stay there, only their
  * log-probs come down and dLoss/dlogp per row goes up), or, through dllm_tf_backward,
@@ -277,25 +277,22 @@ void dllm_tf_device_backward_logp(dllm_tf *m, const float *g)
     backward_dlog(m, a);
 }
 
-void dllm_tf_device_zero_grad(dllm_tf *m)
+bool tf_device_update(dllm_tf *m, tf_update *u, bool step)
 {
+    if (!tf_device_training(m))
+        return false;
     tf_device *d = m->dev;
-    d->be->ops->memset0(d->be, d->g, d->n_train * sizeof(float));
+    if (step)
+        tf_device_view(m, false); /* the trainable copy is current */
+    *u = (tf_update){d->be, step ? dev_trainable(m) : NULL, d->g, d->adam_m, d->adam_v,
+                     d->n_train};
+    return true;
 }
 
-double dllm_tf_device_clip_grad(dllm_tf *m, double max_norm)
+void tf_device_updated(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    return d->be->ops->clip_grad(d->be, d->g, d->n_train, max_norm);
-}
-
-void dllm_tf_device_adamw(dllm_tf *m, int t, float lr, float b1, float b2, float eps, float wd)
-{
-    tf_device *d = m->dev;
-    tf_device_view(m, false); /* the trainable copy is current */
-    float *p = dev_trainable(m);
-    d->be->ops->adamw(d->be, p, d->g, d->adam_m, d->adam_v, d->n_train, t, lr, b1, b2, eps, wd);
-    become_ahead(m); /* the host's copy is stale until it is read there */
+    if (tf_device_training(m))
+        become_ahead(m); /* the host's copy is stale until it is read there */
 }
 
 void dllm_tf_device_grads(dllm_tf *m, float *out)
@@ -312,23 +309,12 @@ static float *state_vector(dllm_tf *m, dllm_tf_state s)
                                        : d->adam_v;
 }
 
-void dllm_tf_device_state_read(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *dst)
+void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *host,
+                          bool up)
 {
-    transfer_range(m, dst, state_vector(m, s), off, n, false);
-}
-
-void dllm_tf_device_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t n,
-                                const float *src)
-{
-    transfer_range(m, (float *)src, state_vector(m, s), off, n, true);
-    if (s == DLLM_TF_STATE_PARAMS) {
+    transfer_range(m, host, state_vector(m, s), off, n, up);
+    if (up && s == DLLM_TF_STATE_PARAMS) {
         become_ahead(m);
         m->dev->ka.valid = m->dev->k_valid = false; /* kept for the old values */
     }
-}
-
-float *dllm_tf_device_grad_buffer(dllm_tf *m, size_t *n)
-{
-    *n = m->dev->n_train;
-    return m->dev->g;
 }

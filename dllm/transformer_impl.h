@@ -126,6 +126,7 @@ struct dllm_tf {
     float lora_alpha, lora_scale; /* scale = alpha / rank */
     float *lora_params, *lora_grads;
     size_t n_lora;
+    float *adam_m, *adam_v; // (trainable) AdamW moments on the host, made by their first use
     tf_lora *ad; // (L, NLIN); A == NULL where not targeted
     dllm_param *llist;
     int nl;
@@ -171,6 +172,25 @@ int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uin
 int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
                           const uint8_t *keymask, int B, int T, const int32_t *rows,
                           const int32_t *targets, int R, float *logp);
+
+/* What one optimizer step reads and writes, all in be's memory and one layout: the
+ * trainable vector, its gradients and the AdamW moments (n floats each). */
+typedef struct {
+    dllm_backend *be;
+    float *p, *g, *m, *v;
+    size_t n;
+} tf_update;
+/* The device's when the model trains there: true; false otherwise (the host's state is
+ * the update's). With `step` the trainable copy is made current and p set; without,
+ * p is NULL (zeroing or summing the gradients needs only g). */
+bool tf_device_update(dllm_tf *m, tf_update *u, bool step);
+/* The device's trainable copy was written (optimizer step, checkpoint): it is the
+ * master from now on. */
+void tf_device_updated(dllm_tf *m);
+/* Elements [off, off + n) of state s (trainable order) between a host buffer and the
+ * device's copy (up: host to device). */
+void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *host,
+                          bool up);
 
 /* Training on the device (transformer_device_train.c): whether the kept forward, the
  * backward and the optimizer step run there; the kept forward over host inputs (the

@@ -43,6 +43,13 @@ typedef struct {
     bool pow2;
 } fp8_act;
 
+/* One optimizer step's settings (adamw_step). */
+typedef struct {
+    int t;                     /* the step, from 1 (bias correction, warmup) */
+    float lr, b1, b2, eps, wd; /* op_adamw's */
+    double max_norm;           /* > 0: the global gradient norm clipped to it */
+} dllm_adamw_args;
+
 /* The table, grouped by kind of op. Entries marked optional may be NULL: ask
  * dllm_backend_supports (below), never the pointer. */
 typedef struct dllm_backend_ops {
@@ -161,6 +168,13 @@ typedef struct dllm_backend_ops {
      * coef = max_norm / (norm + 1e-6) where coef < 1 (op_clip_grad). A device clips
      * from the norm in its own memory: the returned value is for the log. */
     double (*clip_grad)(dllm_backend *be, float *g, size_t n, double max_norm);
+    /* the global L2 norm of g (n) (grad_norm's), g clipped in place when a->max_norm > 0
+     * (clip_grad's rule), then adamw of p, m, v (n) from g: bit-identical to those three
+     * entries in turn. A non-finite norm leaves p, m and v as they were (a diverged
+     * gradient never reaches the weights). Returns the norm. The model's one update call
+     * (dllm_tf_optim_step). */
+    double (*adamw_step)(dllm_backend *be, float *p, float *g, float *m, float *v, size_t n,
+                         const dllm_adamw_args *a);
 
     /* ---- samplers (the loops are dllm/'s, written once over these entries) ---- */
     /* The autoregressive choice (kernels/sample.h, dllm/ar_sampler.h) for rows r0 ..

@@ -535,6 +535,32 @@ static void run_clip_grad(dllm_backend *be, const bcase *c, void **p, double *re
     *ret = be->ops->clip_grad(be, p[0], (size_t)c->d[0], (double)c->d[1] / 1000.0);
 }
 
+/* adamw_step, three steps: d = {n, max_norm x 1000, a NaN gradient}; norm, clip and
+ * AdamW in one call (the moments and weights compared after the third; the returned norm
+ * is the last step's). With the NaN every step leaves p, m, v as they were. */
+static void mk_adamw_step(const bcase *c, bcase_buf *b, int *nb)
+{
+    size_t n = c->d[0];
+    float *v = rnd(n, 45, 0.01), *g = rnd(n, 58, 0.01);
+    for (size_t i = 0; i < n; i++)
+        v[i] = v[i] * v[i];
+    if (c->d[2])
+        g[n / 2] = NAN;
+    /* the device's clip scales by a coefficient of its own sum: 1e-12 (as clip_grad's) */
+    double tol = c->d[1] && !c->d[2] ? 1e-12 : 0;
+    addb(b, nb, "p", BK_F32, n, rnd(n, 46, 1.0), tol);
+    addb(b, nb, "g", BK_F32, n, g, tol);
+    addb(b, nb, "m", BK_F32, n, rnd(n, 48, 0.01), tol);
+    addb(b, nb, "v", BK_F32, n, v, tol);
+}
+static void run_adamw_step(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    for (int t = 1; t <= 3; t++) {
+        dllm_adamw_args a = {t, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, (double)c->d[1] / 1000.0};
+        *ret = be->ops->adamw_step(be, p[0], p[1], p[2], p[3], (size_t)c->d[0], &a);
+    }
+}
+
 #define T_ (FP8_SCALE_TENSOR)
 #define BLK_ (FP8_SCALE_BLOCK)
 #define GRP_ (FP8_SCALE_GROUP)
@@ -607,6 +633,9 @@ const bcase dllm_backend_cases[] = {
     {"clip_grad", "n30011 clipped", {30011, 100}, 1e-12, mk_clip_grad, run_clip_grad, 1e-12},
     {"clip_grad", "n30011 not clipped", {30011, 100000}, 0, mk_clip_grad, run_clip_grad, 1e-12},
     {"clip_grad", "n30011 norm only", {30011, 0}, 0, mk_clip_grad, run_clip_grad, 1e-12},
+    {"adamw_step", "n30011 clipped", {30011, 100, 0}, 0, mk_adamw_step, run_adamw_step, 1e-12},
+    {"adamw_step", "n30011 not clipped", {30011, 0, 0}, 0, mk_adamw_step, run_adamw_step, 1e-12},
+    {"adamw_step", "n30011 NaN gradient", {30011, 100, 1}, 0, mk_adamw_step, run_adamw_step, -1},
 };
 const size_t dllm_backend_n_cases = sizeof dllm_backend_cases / sizeof *dllm_backend_cases;
 #undef T_

@@ -6,6 +6,7 @@
 #include "kernels/rng.h"
 #include "kernels/sample.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,14 @@ static double cpu_clip_grad(dllm_backend *be, float *g, size_t n, double max_nor
     double norm = op_grad_norm(g, n);
     if (max_norm > 0)
         op_clip_grad(g, n, norm, max_norm);
+    return norm;
+}
+static double cpu_adamw_step(dllm_backend *be, float *p, float *g, float *m, float *v, size_t n,
+                             const dllm_adamw_args *a)
+{
+    double norm = cpu_clip_grad(be, g, n, a->max_norm);
+    if (isfinite(norm))
+        op_adamw(p, g, m, v, n, a->t, a->lr, a->b1, a->b2, a->eps, a->wd);
     return norm;
 }
 static double cpu_grad_norm(dllm_backend *be, const float *g, size_t n)
@@ -370,6 +379,7 @@ static const dllm_backend_ops cpu_ops = {
     .xent_fwd = cpu_xent_fwd, .xent_bwd = cpu_xent_bwd,
     /* optimizer */
     .adamw = cpu_adamw, .grad_norm = cpu_grad_norm, .clip_grad = cpu_clip_grad,
+    .adamw_step = cpu_adamw_step,
     /* samplers */
     .ar_choose = cpu_ar_choose, .ar_choose_nucleus = cpu_ar_choose_nucleus,
     .denoise_block_counts = cpu_denoise_block_counts, .denoise_rows = cpu_denoise_rows,

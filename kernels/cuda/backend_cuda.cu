@@ -24,6 +24,7 @@ extern "C" {
 }
 
 #include <climits>
+#include <cmath>
 
 namespace {
 
@@ -307,6 +308,15 @@ double cu_clip_grad(dllm_backend *, float *g, size_t n, double max_norm)
     cudaCheck(cudaMemcpy(&sumsq, acc, sizeof(double), cudaMemcpyDeviceToHost));
     return sqrt(sumsq);
 }
+/* the clip's norm comes down (one double) anyway: a non-finite one skips the launch */
+double cu_adamw_step(dllm_backend *be, float *p, float *g, float *m, float *v, size_t n,
+                     const dllm_adamw_args *a)
+{
+    double norm = cu_clip_grad(be, g, n, a->max_norm);
+    if (std::isfinite(norm))
+        cu_adamw(be, p, g, m, v, n, a->t, a->lr, a->b1, a->b2, a->eps, a->wd);
+    return norm;
+}
 
 void cu_copy(dllm_backend *, void *dst, const void *src, size_t bytes)
 {
@@ -537,7 +547,7 @@ const dllm_backend_ops cuda_ops = {
     /* loss */
     cu_xent_fwd, cu_xent_bwd,
     /* optimizer */
-    cu_adamw, cu_grad_norm, cu_clip_grad,
+    cu_adamw, cu_grad_norm, cu_clip_grad, cu_adamw_step,
     /* samplers: the whole nucleus only (a nucleus is chosen on the host) */
     cu_ar_choose, NULL,
     cu_denoise_block_counts, cu_denoise_rows, cu_denoise_logits_fix, cu_denoise_draw,

@@ -499,15 +499,10 @@ int cmd_sft(int argc, char **argv)
      * in place), so no copy is rebuilt after a step there */
     const bool dev = dllm_tf_device_trains(tfm);
     size_t nparam;
-    /* the host's vectors only where the update runs there: on a device its copies are the
-     * masters, streamed to and from checkpoints */
-    float *params = dllm_policy_trainable(m, &nparam);
-    float *grads = dev ? NULL : dllm_policy_grads(m);
+    dllm_policy_trainable(m, &nparam);
     int *lens = dllm_malloc(sizeof *lens * (size_t)cfg.sft.batch_size);
-    float *adam_m = dev ? NULL : dllm_calloc(nparam, sizeof(float));
-    float *adam_v = dev ? NULL : dllm_calloc(nparam, sizeof(float));
-    const opt_state os = {.n = nparam, .dev = dev ? tfm : NULL, .params = dev ? NULL : params,
-                          .adam_m = adam_m, .adam_v = adam_v};
+    /* the optimizer state is the model's, streamed to and from checkpoints */
+    const opt_state os = {.n = nparam, .m = tfm};
     int B = cfg.sft.batch_size;
     int32_t *tokens = dllm_malloc(sizeof *tokens * (size_t)B * (size_t)ds.max_len);
     int32_t *prompt_len = dllm_malloc(sizeof *prompt_len * (size_t)B);
@@ -582,29 +577,18 @@ int cmd_sft(int argc, char **argv)
             dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_SFT, (uint64_t)step, (uint64_t)b);
             sft_draw_mask(&r, prompt_len[b], T, mask + (size_t)b * (size_t)T, &p_mask[b]);
         }
-        if (dev)
-            dllm_tf_device_zero_grad(tfm);
-        else
-            dllm_policy_zero_grad(m);
+        dllm_policy_zero_grad(m);
         double loss;
         if ((rc = dllm_policy_sft_loss(m, tokens, mask, p_mask, prompt_len, lens, B, T, true,
                                        &loss, &err)))
             goto done;
-        double lr = dllm_cfg_lr(&cfg, step, cfg.sft.steps), norm;
-        if (dev) { /* norm, clip and AdamW on the device, whose copy is the master */
-            norm = dllm_tf_device_clip_grad(tfm, cfg.optim.grad_clip > 0 ? cfg.optim.grad_clip
-                                                                          : 0.0);
-            dllm_tf_device_adamw(tfm, step, (float)lr, (float)cfg.optim.betas[0],
-                                 (float)cfg.optim.betas[1], (float)cfg.optim.eps,
-                                 (float)cfg.optim.weight_decay);
-        } else {
-            norm = op_grad_norm(grads, nparam);
-            if (cfg.optim.grad_clip > 0)
-                op_clip_grad(grads, nparam, norm, cfg.optim.grad_clip);
-            op_adamw(params, grads, adam_m, adam_v, nparam, step, (float)lr,
-                     (float)cfg.optim.betas[0], (float)cfg.optim.betas[1], (float)cfg.optim.eps,
-                     (float)cfg.optim.weight_decay);
-        }
+        double lr = dllm_cfg_lr(&cfg, step, cfg.sft.steps);
+        /* norm, clip and AdamW where the model trains (a device's copy is the master) */
+        const dllm_adamw_args opt_args = {
+            step, (float)lr, (float)cfg.optim.betas[0], (float)cfg.optim.betas[1],
+            (float)cfg.optim.eps, (float)cfg.optim.weight_decay,
+            cfg.optim.grad_clip > 0 ? cfg.optim.grad_clip : 0.0};
+        double norm = dllm_tf_optim_step(tfm, &opt_args);
         /* a bf16 trainer computes with a bf16 copy of the weights: rebuild it (on the
          * device the LoRA copy the forward reads was updated in place) */
         if (trainer_bf16 && !dev && (rc = dllm_policy_sync_rollout(m, NULL, &err)))
@@ -612,6 +596,12 @@ int cmd_sft(int argc, char **argv)
         if (!isfinite(loss)) {
             dllm_err_set(&err, DLLM_EXIT_INTERNAL, "step %d: loss is not finite (lr too high?)", step);
             rc = err.code;
+            goto done;
+        }
+        if (!isfinite(norm)) { /* the step left the weights as they were */
+            rc = dllm_err_set(&err, DLLM_EXIT_INTERNAL, "step %d: the gradient norm is not "
+                              "finite (%g): the weights were not updated (lower optim.lr, or "
+                              "set optim.grad_clip)", step, norm);
             goto done;
         }
         if (!hold.started) {
@@ -689,8 +679,6 @@ done:
     if (logf)
         fclose(logf);
     tb_writer_close(tb);
-    free(adam_m);
-    free(adam_v);
     free(tokens);
     free(prompt_len);
     free(mask);

@@ -117,3 +117,11 @@ int comm_device_sum_f(float *x, size_t n, dllm_err *err)
 
 void comm_device_close(void) {}
 #endif
+
+int comm_sum_backend_f(dllm_backend *be, float *x, size_t n, dllm_err *err)
+{
+    if (be->kind != DLLM_BACKEND_CPU)
+        return comm_device_sum_f(x, n, err);
+    comm_sum_f(x, n);
+    return 0;
+}

@@ -7,6 +7,7 @@
 #ifndef DLLM_COMM_DEVICE_H
 #define DLLM_COMM_DEVICE_H
 
+#include "kernels/backend.h"
 #include "kernels/base.h"
 
 #include <stdbool.h>
@@ -23,6 +24,9 @@ bool comm_device_active(void);
 /* In place sum over the ranks of n floats of device memory (fp32); the identity when no
  * communicator is open. Returns when the sum is in x. */
 int comm_device_sum_f(float *x, size_t n, dllm_err *err);
+/* In place sum over the ranks of n floats in be's memory: the host's through MPI
+ * (comm_sum_f), a device's through the communicator (comm_device_sum_f). */
+int comm_sum_backend_f(dllm_backend *be, float *x, size_t n, dllm_err *err);
 /* Destroys the communicator (before MPI is finalised). */
 void comm_device_close(void);
 

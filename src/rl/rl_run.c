@@ -338,10 +338,6 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         if (run->dev_update && comm_device_open(err))
             return err->code;
     }
-    if (!run->dev_update) { /* on a device the moments live there */
-        run->adam_m = dllm_calloc(run->n_param, sizeof(float));
-        run->adam_v = dllm_calloc(run->n_param, sizeof(float));
-    }
     return dllm_policy_sync_rollout(run->pol, NULL, err);
 }
 
@@ -371,8 +367,6 @@ void rl_run_close(rl_run *run)
     comm_device_close();
     if (run->pol)
         dllm_policy_free(run->pol);
-    free(run->adam_m);
-    free(run->adam_v);
     free(run->ref_params);
     free(run->old_params);
     memset(run, 0, sizeof *run);
@@ -461,16 +455,10 @@ static int checkpoint_files(rl_run *run, int64_t step, const char *tmp, dllm_err
         ckpt_generation_set_dream(&g, &run->cfg);
     if (ckpt_write_generation(tmp, &g, err))
         return err->code;
-    /* exact state for resuming: trainable vector, AdamW moments, reference (streamed from
-     * the device when the update runs there: its copies are the masters) */
-    size_t n;
-    opt_state os = {.n = run->n_param, .extra_name = run->ref_params ? "reference" : NULL,
-                    .extra = run->ref_params};
-    if (run->dev_update)
-        os.dev = dllm_policy_model(run->pol);
-    else
-        os.params = dllm_policy_trainable(run->pol, &n), os.adam_m = run->adam_m,
-        os.adam_v = run->adam_v;
+    /* exact state for resuming: trainable vector, AdamW moments (streamed from wherever
+     * the model keeps them: on a device its copies are the masters), reference */
+    opt_state os = {.n = run->n_param, .m = dllm_policy_model(run->pol),
+                    .extra_name = run->ref_params ? "reference" : NULL, .extra = run->ref_params};
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
     if ((rc = opt_state_save(&os, path, err)))
         return rc;
@@ -561,14 +549,8 @@ int rl_checkpoint_load(rl_run *run, const char *ckpt_dir, dllm_err *err)
     }
     json_decref(st);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
-    size_t n;
-    opt_state os = {.n = run->n_param, .extra_name = run->ref_params ? "reference" : NULL,
-                    .extra = run->ref_params};
-    if (run->dev_update) /* up into the device's copies, a chunk at a time */
-        os.dev = dllm_policy_model(run->pol);
-    else
-        os.params = dllm_policy_trainable(run->pol, &n), os.adam_m = run->adam_m,
-        os.adam_v = run->adam_v;
+    opt_state os = {.n = run->n_param, .m = dllm_policy_model(run->pol),
+                    .extra_name = run->ref_params ? "reference" : NULL, .extra = run->ref_params};
     int rc = opt_state_load(&os, path, err);
     if (rc)
         return rc;

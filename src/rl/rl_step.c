@@ -601,10 +601,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     double grad_norm = NAN, lr = NAN, grad_cos = NAN, grad_ratio = NAN;
     float *grad_ref = NULL; /* log.grad_cosine: the uncorrected gradient of the first update */
     size_t np = run->n_param;
-    /* the host's vectors only where the update runs there: on a device its copies are the
-     * masters, and reading the host's would bring them down */
-    float *theta = run->dev_update ? NULL : dllm_policy_trainable(run->pol, &np);
-    float *grads = run->dev_update ? NULL : dllm_policy_grads(run->pol);
+    dllm_tf *tfm = dllm_policy_model(run->pol);
     if (!rc && cfg->grpo.fresh_masks) { /* scored by a swap on the host (score) */
         if (!run->old_params)
             run->old_params = dllm_malloc(sizeof(float) * np);
@@ -627,39 +624,18 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
                            NULL, err);
             plan = &fresh;
         }
+        /* the gradients where the model trains (host or device memory) */
+        dllm_backend *gbe;
+        float *grads = dllm_tf_grad_buffer(tfm, &np, &gbe);
         if (!rc && k == 0 && cfg->log.grad_cosine && !run->dev_update)
             rc = uncorrected_grad(run, plan, &lc, grads, np, &grad_ref, err);
         lc.loss = lc.kl = lc.clip = lc.ratio_terms = lc.nonfinite = 0;
-        if (run->dev_update)
-            dllm_tf_device_zero_grad(dllm_policy_model(run->pol));
-        else
-            dllm_policy_zero_grad(run->pol);
+        dllm_policy_zero_grad(run->pol);
         if (!rc)
             rc = loss_backward(run, plan, &lc, err);
         dllm_lik_plan_free(&fresh);
-        if (rc)
-            break;
-        if (run->dev_update) { /* norm, clip and AdamW on the device */
-            dllm_tf *m = dllm_policy_model(run->pol);
-            /* several ranks: their gradients summed where the host path sums them */
-            size_t ng;
-            float *g = dllm_tf_device_grad_buffer(m, &ng);
-            if ((rc = comm_device_sum_f(g, ng, err)))
-                break;
-            grad_norm = dllm_tf_device_clip_grad(m, cfg->optim.grad_clip > 0 ? cfg->optim.grad_clip
-                                                                              : 0.0);
-            if ((rc = check_update(step, lc.loss, grad_norm, NULL, 0, err)))
-                break;
-            run->opt_step++;
-            lr = lr_at(run, run->opt_step);
-            dllm_tf_device_adamw(m, (int)run->opt_step, (float)lr, (float)cfg->optim.betas[0],
-                                 (float)cfg->optim.betas[1], (float)cfg->optim.eps,
-                                 (float)cfg->optim.weight_decay);
-            continue;
-        }
-        comm_sum_f(grads, np);
-        grad_norm = op_grad_norm(grads, np);
-        if ((rc = check_update(step, lc.loss, grad_norm, NULL, 0, err)))
+        /* several ranks: their gradients summed in the memory they are in */
+        if (rc || (rc = comm_sum_backend_f(gbe, grads, np, err)))
             break;
         if (k == 0 && grad_ref) { /* the corrected gradient against the uncorrected one */
             double dot = 0, nc = 0, nu = 0;
@@ -671,14 +647,21 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
             grad_cos = nc > 0 && nu > 0 ? dot / sqrt(nc * nu) : NAN;
             grad_ratio = nu > 0 ? sqrt(nc / nu) : NAN;
         }
-        if (cfg->optim.grad_clip > 0)
-            op_clip_grad(grads, np, grad_norm, cfg->optim.grad_clip);
+        /* norm, clip and AdamW in one step where the model trains; a non-finite norm
+         * leaves the weights as they were */
+        double step_lr = lr_at(run, run->opt_step + 1);
+        const dllm_adamw_args opt_args = {
+            (int)run->opt_step + 1, (float)step_lr, (float)cfg->optim.betas[0],
+            (float)cfg->optim.betas[1], (float)cfg->optim.eps, (float)cfg->optim.weight_decay,
+            cfg->optim.grad_clip > 0 ? cfg->optim.grad_clip : 0.0};
+        grad_norm = dllm_tf_optim_step(tfm, &opt_args);
+        if ((rc = check_update(step, lc.loss, grad_norm, NULL, 0, err)))
+            break;
         run->opt_step++;
-        lr = lr_at(run, run->opt_step);
-        op_adamw(theta, grads, run->adam_m, run->adam_v, np, (int)run->opt_step, (float)lr,
-                 (float)cfg->optim.betas[0], (float)cfg->optim.betas[1], (float)cfg->optim.eps,
-                 (float)cfg->optim.weight_decay);
-        if ((rc = check_update(step, lc.loss, grad_norm, theta, np, err)))
+        lr = step_lr;
+        /* the updated weights checked where they are on the host (a device's stay there) */
+        const float *theta = dllm_tf_trainable_host(tfm, &np);
+        if ((rc = check_update(step, lc.loss, grad_norm, theta, theta ? np : 0, err)))
             break;
     }
     free(grad_ref);

@@ -9,13 +9,13 @@
 typedef struct {
     dllm_tf *m;
     dllm_tf_state which;
-} dev_vec;
+} state_vec;
 
-static int fill_device(void *ctx, size_t off, size_t n, float *dst, dllm_err *err)
+static int fill_state(void *ctx, size_t off, size_t n, float *dst, dllm_err *err)
 {
     (void)err;
-    const dev_vec *v = ctx;
-    dllm_tf_device_state_read(v->m, v->which, off, n, dst);
+    const state_vec *v = ctx;
+    dllm_tf_state_read(v->m, v->which, off, n, dst);
     return 0;
 }
 
@@ -27,16 +27,11 @@ int opt_state_save(const opt_state *s, const char *path, dllm_err *err)
 {
     st_writer *w = st_writer_new();
     int64_t shape[1] = {(int64_t)s->n};
-    float *host[3] = {s->params, s->adam_m, s->adam_v};
-    dev_vec dv[3];
+    state_vec sv[3];
     int rc = 0;
     for (int i = 0; i < 3 && !rc; i++) {
-        if (s->dev) {
-            dv[i] = (dev_vec){s->dev, STATES[i]};
-            rc = st_writer_add_f32_fn(w, NAMES[i], ST_F32, 1, shape, fill_device, &dv[i], err);
-        } else {
-            rc = st_writer_add_f32_ref(w, NAMES[i], ST_F32, 1, shape, host[i], err);
-        }
+        sv[i] = (state_vec){s->m, STATES[i]};
+        rc = st_writer_add_f32_fn(w, NAMES[i], ST_F32, 1, shape, fill_state, &sv[i], err);
     }
     if (!rc && s->extra_name)
         rc = st_writer_add_f32_ref(w, s->extra_name, ST_F32, 1, shape, s->extra, err);
@@ -60,8 +55,8 @@ static int check_finite(const float *v, size_t n, size_t off, const char *path, 
     return 0;
 }
 
-/* Tensor `name` ([n]) of the archive up into a device vector, a chunk at a time. */
-static int load_device(const st_archive *a, const char *path, const char *name,
+/* Tensor `name` ([n]) of the archive into the model's state, a chunk at a time. */
+static int load_state(const st_archive *a, const char *path, const char *name,
                        const opt_state *s, dllm_tf_state which, float *buf, dllm_err *err)
 {
     int64_t shape[1] = {(int64_t)s->n};
@@ -72,7 +67,7 @@ static int load_device(const st_archive *a, const char *path, const char *name,
             rc = check_finite(buf, cnt, off, path, name, err);
         if (rc)
             return rc;
-        dllm_tf_device_state_write(s->dev, which, off, cnt, buf);
+        dllm_tf_state_write(s->m, which, off, cnt, buf);
     }
     return 0;
 }
@@ -84,18 +79,14 @@ int opt_state_load(const opt_state *s, const char *path, dllm_err *err)
     if (rc)
         return rc;
     int64_t shape[1] = {(int64_t)s->n};
-    float *host[3] = {s->params, s->adam_m, s->adam_v};
-    float *buf = s->dev ? dllm_malloc(ST_STREAM_CHUNK * sizeof(float)) : NULL;
+    float *buf = dllm_malloc(ST_STREAM_CHUNK * sizeof(float));
     /* every tensor is checked before the first is applied: a bad file changes nothing */
     for (int i = 0; i < 3 && !rc; i++)
         rc = st_read_f32_range(a, NAMES[i], shape, 1, 0, 0, NULL, err);
     if (!rc && s->extra_name)
         rc = st_read_f32_range(a, s->extra_name, shape, 1, 0, 0, NULL, err);
     for (int i = 0; i < 3 && !rc; i++)
-        rc = s->dev ? load_device(a, path, NAMES[i], s, STATES[i], buf, err)
-                    : st_read_f32(a, NAMES[i], shape, 1, host[i], err);
-    if (!rc && !s->dev)
-        rc = check_finite(s->params, s->n, 0, path, NAMES[0], err);
+        rc = load_state(a, path, NAMES[i], s, STATES[i], buf, err);
     if (!rc && s->extra_name)
         rc = st_read_f32(a, s->extra_name, shape, 1, s->extra, err);
     if (!rc && s->extra_name)

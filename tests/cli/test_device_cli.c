@@ -118,7 +118,7 @@ START_TEST(test_bf16_lora_grads)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
     dllm_tf_zero_grad(h);
     dllm_tf_zero_grad(h32);
-    dllm_tf_device_zero_grad(d);
+    dllm_tf_zero_grad(d);
     double mx = 0;
     ck_assert_int_eq(dllm_tf_forward(h32, tok, mask, B, T, rows, NROWS, ld), 0);
     dllm_tf_backward(h32, dl);

@@ -13,10 +13,10 @@
  *     logits, gradients within a normalised MSE of 1e-8 of the CPU's (measured at most
  *     3e-13) and of 1e-10 of host-built dlogits on the same device; a bad target and a
  *     model not training on a device are input errors;
- *   - three AdamW steps on the device equal op_adamw on the host from the same
- *     gradients bit for bit (parameters, pulled by dllm_tf_trainable, and both moments,
- *     read through dllm_tf_device_state_read), and the moments written back in uneven
- *     chunks read back unchanged;
+ *   - three optimizer steps on the device (dllm_tf_optim_step, the first clipped) equal
+ *     op_adamw on the host from the same gradients bit for bit (parameters, pulled by
+ *     dllm_tf_trainable, and both moments, read through dllm_tf_state_read), and the
+ *     moments written back in uneven chunks read back unchanged;
  *   - the device's copy as the master (test_device_masters): ahead after AdamW steps; a
  *     checkpoint streamed from it (sharded) equals, file for file, a host-made model's
  *     with the same weights; its rollout copy, packed from the device masters, gives the
@@ -131,7 +131,7 @@ START_TEST(test_grad_parity)
     dllm_tf_trainable(d, &nd);
     ck_assert_uint_eq(n, nd);
     dllm_tf_zero_grad(h);
-    dllm_tf_device_zero_grad(d);
+    dllm_tf_zero_grad(d);
     for (int rep = 0; rep < 2; rep++) { /* gradients accumulate across backward calls */
         ck_assert_int_eq(dllm_tf_forward(h, tok, mask, B, T, rows, NROWS, lh), 0);
         ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, ld), 0);
@@ -161,39 +161,45 @@ START_TEST(test_grad_parity)
     printf("%s %s: %d tensors, worst gradient nmse %.2e, norm %.6g (cpu %.6g)\n",
            ARCHS[arch_i], lora ? "LoRA" : "full", np, worst, nd_, nh);
 
-    /* the norm and the clip on the device */
-    double norm = dllm_tf_device_clip_grad(d, 0.0);
-    ck_assert_msg(fabs(norm - nd_) <= 1e-12 * nd_, "device norm %.17g vs %.17g", norm, nd_);
+    /* one optimizer step on the device: the norm (op_grad_norm's of the downloaded
+     * gradients), the clip (op_clip_grad's), then AdamW bit for bit with op_adamw from the
+     * clipped gradients; two more steps unclipped (the norm alone) */
     float *gc = malloc(sizeof(float) * n), *gcd = malloc(sizeof(float) * n);
     memcpy(gc, gd, sizeof(float) * n);
     op_clip_grad(gc, n, nd_, 0.5 * nd_);
-    ck_assert(fabs(dllm_tf_device_clip_grad(d, 0.5 * nd_) - nd_) <= 1e-12 * nd_);
-    dllm_tf_device_grads(d, gcd);
-    ck_assert(nmse(gcd, gc, n) <= 1e-12);
-
-    /* AdamW: three steps from the clipped gradients, bit for bit with op_adamw */
     float *p = malloc(sizeof(float) * n), *mo = calloc(n, sizeof(float));
     float *vo = calloc(n, sizeof(float));
     memcpy(p, dllm_tf_trainable(d, &nd), sizeof(float) * n);
     for (int t = 1; t <= 3; t++) {
-        op_adamw(p, gcd, mo, vo, n, t, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f);
-        dllm_tf_device_adamw(d, t, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f);
+        dllm_adamw_args a = {t, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t == 1 ? 0.5 * nd_ : 0.0};
+        double norm = dllm_tf_optim_step(d, &a);
+        if (t == 1) {
+            ck_assert_msg(fabs(norm - nd_) <= 1e-12 * nd_, "device norm %.17g vs %.17g", norm,
+                          nd_);
+            dllm_tf_device_grads(d, gcd);
+            ck_assert(nmse(gcd, gc, n) <= 1e-12);
+        } else {
+            double want = op_grad_norm(gcd, n);
+            ck_assert_msg(fabs(norm - want) <= 1e-12 * want, "step %d: norm %.17g vs %.17g", t,
+                          norm, want);
+        }
+        op_adamw(p, gcd, mo, vo, n, t, a.lr, a.b1, a.b2, a.eps, a.wd);
     }
     ck_assert(memcmp(p, dllm_tf_trainable(d, &nd), sizeof(float) * n) == 0);
     float *md = malloc(sizeof(float) * n), *vd = malloc(sizeof(float) * n);
-    dllm_tf_device_state_read(d, DLLM_TF_STATE_ADAM_M, 0, n, md);
-    dllm_tf_device_state_read(d, DLLM_TF_STATE_ADAM_V, 0, n, vd);
+    dllm_tf_state_read(d, DLLM_TF_STATE_ADAM_M, 0, n, md);
+    dllm_tf_state_read(d, DLLM_TF_STATE_ADAM_V, 0, n, vd);
     ck_assert(memcmp(md, mo, sizeof(float) * n) == 0);
     ck_assert(memcmp(vd, vo, sizeof(float) * n) == 0);
     /* up and down again in uneven pieces that straddle the tensors: unchanged */
     memset(md, 0, sizeof(float) * n);
     for (size_t off = 0; off < n; off += 997) {
         size_t c = n - off < 997 ? n - off : 997;
-        dllm_tf_device_state_write(d, DLLM_TF_STATE_ADAM_M, off, c, mo + off);
+        dllm_tf_state_write(d, DLLM_TF_STATE_ADAM_M, off, c, mo + off);
     }
     for (size_t off = 0; off < n; off += 1013) {
         size_t c = n - off < 1013 ? n - off : 1013;
-        dllm_tf_device_state_read(d, DLLM_TF_STATE_ADAM_M, off, c, md + off);
+        dllm_tf_state_read(d, DLLM_TF_STATE_ADAM_M, off, c, md + off);
     }
     ck_assert(memcmp(md, mo, sizeof(float) * n) == 0);
     free(md), free(vd), free(p), free(mo), free(vo), free(gc), free(gcd), free(gd);
@@ -232,10 +238,11 @@ START_TEST(test_device_masters)
     size_t n;
     const float *host = dllm_tf_trainable(d, &n); /* the host masters' own memory */
     for (int t = 1; t <= 2; t++) {
-        dllm_tf_device_zero_grad(d);
+        dllm_tf_zero_grad(d);
         ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, lg), 0);
         dllm_tf_backward(d, dl);
-        dllm_tf_device_adamw(d, t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f);
+        dllm_adamw_args a = {t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0};
+        ck_assert(isfinite(dllm_tf_optim_step(d, &a)));
         ck_assert(dllm_tf_device_ahead(d));
     }
     /* a full fine-tune's host masters gave their pages back (and nothing has touched them
@@ -264,8 +271,8 @@ START_TEST(test_device_masters)
     ck_assert(dllm_tf_device_ahead(d) == !lora);
     float *chunked = malloc(sizeof(float) * n);
     for (size_t off = 0; off < n; off += 4093)
-        dllm_tf_device_state_read(d, DLLM_TF_STATE_PARAMS, off, n - off < 4093 ? n - off : 4093,
-                                  chunked + off);
+        dllm_tf_state_read(d, DLLM_TF_STATE_PARAMS, off, n - off < 4093 ? n - off : 4093,
+                           chunked + off);
     const float *p = dllm_tf_trainable(d, &n); /* now it comes down */
     ck_assert(!dllm_tf_device_ahead(d));
     ck_assert(memcmp(chunked, p, sizeof(float) * n) == 0);
@@ -330,8 +337,8 @@ START_TEST(test_device_dlogits)
     ck_assert_int_eq(dllm_tf_device_forward_logp(h, tok, mask, B, T, rows, tgt, NROWS, lpd),
                      DLLM_EXIT_INPUT); /* the host model does not train on a device */
     dllm_tf_zero_grad(h);
-    dllm_tf_device_zero_grad(d);
-    dllm_tf_device_zero_grad(u);
+    dllm_tf_zero_grad(d);
+    dllm_tf_zero_grad(u);
     for (int rep = 0; rep < 2; rep++) {
         ck_assert_int_eq(dllm_tf_forward(h, tok, mask, B, T, rows, NROWS, lh), 0);
         ck_assert_int_eq(dllm_tf_device_forward_logp(d, tok, mask, B, T, rows, tgt, NROWS, lpd), 0);
@@ -397,11 +404,10 @@ START_TEST(test_second_update_parity)
     float *ph = dllm_tf_trainable(h, &n);
     dllm_tf_trainable(d, &nd);
     ck_assert_uint_eq(n, nd);
-    float *mo = calloc(n, sizeof(float)), *vo = calloc(n, sizeof(float));
     float *gd = malloc(sizeof(float) * n);
     for (int t = 1; t <= 3; t++) {
         dllm_tf_zero_grad(h);
-        dllm_tf_device_zero_grad(d);
+        dllm_tf_zero_grad(d);
         ck_assert_int_eq(dllm_tf_forward(h, tok, mask, B, T, rows, NROWS, lh), 0);
         ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, ld), 0);
         double mx = 0, sc = 0;
@@ -418,19 +424,20 @@ START_TEST(test_second_update_parity)
         double e = nmse(gd, gh, n);
         ck_assert_msg(e <= 1e-8, "%s %s update %d: gradient normalised MSE %g", ARCHS[arch_i],
                       lora ? "LoRA" : "full", t, e);
+        /* the same optimizer call on both: the host's state, the device's */
         double nh = op_grad_norm(gh, n);
-        op_clip_grad(gh, n, nh, 0.5 * nh);
-        double ndv = dllm_tf_device_clip_grad(d, 0.5 * nh);
+        dllm_adamw_args a = {t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5 * nh};
+        ck_assert(dllm_tf_optim_step(h, &a) == nh);
+        double ndv = dllm_tf_optim_step(d, &a);
         ck_assert_msg(fabs(ndv - nh) <= 1e-5 * nh, "update %d: norm %g vs %g", t, ndv, nh);
-        op_adamw(ph, gh, mo, vo, n, t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f);
-        dllm_tf_device_adamw(d, t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f);
+        ph = dllm_tf_trainable(h, &n);
         double ep = nmse(dllm_tf_trainable(d, &nd), ph, n);
         printf("%s %s update %d: logits %.2e, gradient nmse %.2e, parameters nmse %.2e\n",
                ARCHS[arch_i], lora ? "LoRA" : "full", t, mx, e, ep);
         ck_assert_msg(ep <= 1e-10, "%s %s update %d: parameters normalised MSE %g",
                       ARCHS[arch_i], lora ? "LoRA" : "full", t, ep);
     }
-    free(mo), free(vo), free(gd), free(lh), free(ld), free(dl);
+    free(gd), free(lh), free(ld), free(dl);
     dllm_tf_free(h);
     dllm_tf_free(d);
 }

@@ -10,6 +10,7 @@
  *  - results that do not depend on the OpenMP thread count.
  * One suite for the whole table: the references and harness helpers are shared by
  * every op, and each op's cases are a few dozen lines. */
+#include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "kernels/base.h"
@@ -757,6 +758,44 @@ START_TEST(test_adamw)
 }
 END_TEST
 
+/* The CPU backend's adamw_step is the three ops in turn, bit for bit (a refactor of the
+ * update path keeps the numerics), and a non-finite gradient norm updates nothing. */
+START_TEST(test_adamw_step_cpu)
+{
+    enum { NP = 1001 };
+    size_t n = NP;
+    dllm_backend *be = dllm_backend_cpu();
+    float *p = galloc(n), *g = galloc(n), *m = galloc(n), *v = galloc(n);
+    float *pr = galloc(n), *gr = galloc(n), *mr = galloc(n), *vr = galloc(n);
+    fill_normal(p, n, 130, 1.0);
+    memcpy(pr, p, n * sizeof *p);
+    for (int t = 1; t <= 3; t++) {
+        fill_normal(g, n, 130 + t, 0.1);
+        memcpy(gr, g, n * sizeof *g);
+        double max_norm = t == 2 ? 0.0 : 0.5; /* clipped, not clipped, clipped */
+        dllm_adamw_args a = {t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, max_norm};
+        double norm = be->ops->adamw_step(be, p, g, m, v, n, &a);
+        double want = op_grad_norm(gr, n);
+        if (max_norm > 0)
+            op_clip_grad(gr, n, want, max_norm);
+        op_adamw(pr, gr, mr, vr, n, t, a.lr, a.b1, a.b2, a.eps, a.wd);
+        ck_assert(norm == want);
+        ck_assert(memcmp(g, gr, n * sizeof *g) == 0);
+        ck_assert(memcmp(p, pr, n * sizeof *p) == 0);
+        ck_assert(memcmp(m, mr, n * sizeof *m) == 0);
+        ck_assert(memcmp(v, vr, n * sizeof *v) == 0);
+    }
+    g[7] = INFINITY;
+    dllm_adamw_args a = {4, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5};
+    ck_assert(!isfinite(be->ops->adamw_step(be, p, g, m, v, n, &a)));
+    ck_assert(memcmp(p, pr, n * sizeof *p) == 0);
+    ck_assert(memcmp(m, mr, n * sizeof *m) == 0);
+    ck_assert(memcmp(v, vr, n * sizeof *v) == 0);
+    check_guard(p, n), check_guard(g, n), check_guard(m, n), check_guard(v, n);
+    free(p), free(g), free(m), free(v), free(pr), free(gr), free(mr), free(vr);
+}
+END_TEST
+
 static uint32_t bitsf_(float x)
 {
     uint32_t u;
@@ -1103,6 +1142,7 @@ static Suite *ops_suite(void)
     tcase_add_test(tc, test_xent);
     tcase_add_test(tc, test_xent_wide);
     tcase_add_test(tc, test_adamw);
+    tcase_add_test(tc, test_adamw_step_cpu);
     tcase_add_test(tc, test_adamw_torch);
     tcase_add_test(tc, test_rope_table_torch);
     tcase_add_test(tc, test_grad_norm_and_clip);

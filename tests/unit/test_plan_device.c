@@ -169,7 +169,7 @@ START_TEST(test_peak_matches_plan)
             dllm_tf *m = dllm_policy_model(p);
             const int R = B * G;
             float *lg = malloc(sizeof *lg * (size_t)R);
-            dllm_tf_device_zero_grad(m);
+            dllm_tf_zero_grad(m);
             void *ctx;
             /* the loss gradient built on the device, as rl_step at temperature 1 */
             dllm_logp_fn f = dllm_policy_train_logp(p, &ctx);
@@ -178,9 +178,9 @@ START_TEST(test_peak_matches_plan)
             for (int i = 0; i < R; i++) /* any dL/dlogp: sizes are what count */
                 lg[i] = 1e-3f * (float)(i % 7 - 3);
             dllm_policy_backward_logp(ctx, lg);
-            double gn = dllm_tf_device_clip_grad(m, 1.0);
+            dllm_adamw_args a = {1, 1e-3f, 0.9f, 0.99f, 1e-8f, 0.1f, 1.0};
+            double gn = dllm_tf_optim_step(m, &a);
             ck_assert(gn > 0 && isfinite(gn));
-            dllm_tf_device_adamw(m, 1, 1e-3f, 0.9f, 0.99f, 1e-8f, 0.1f);
             ck_assert_msg(dllm_policy_sync_rollout(p, NULL, &err) == 0, "%s", err.msg);
             s.update = true, s.uB = B, s.uT = T, s.uR = R, s.recompute = c->rec;
             free(lg);

@@ -70,10 +70,7 @@ static void run_at(dllm_tf *m, bool dev, int nb, int nt, float *logits, float *g
     dllm_rng r = dllm_rng_make(82, DLLM_RNG_INIT, 4, 0);
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
-    if (dev)
-        dllm_tf_device_zero_grad(m);
-    else
-        dllm_tf_zero_grad(m);
+    dllm_tf_zero_grad(m);
     for (int rep = 0; rep < 2; rep++) {
         ck_assert_int_eq(dllm_tf_forward(m, tok, mask, nb, nt, rows, NROWS,
                                          logits + (size_t)rep * NROWS * V), 0);
