@@ -12,6 +12,7 @@
 
 #include "kernels/base.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -752,6 +753,26 @@ static double rc_clip_grad(dllm_backend *be, float *g, size_t n, double max_norm
     return v;
 }
 
+/* cu_adamw_step: clip_grad's launches and copy, then adamw's unless the norm that came
+ * down is not finite (without an inner backend the norm is 0: the launch is recorded) */
+static double rc_adamw_step(dllm_backend *be, float *p, float *g, float *m, float *v, size_t n,
+                            const dllm_adamw_args *a)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "adamw_step");
+    ws_get(r, sizeof(double));
+    dev_copy(r, "cudaMemset", 0, 8, 8);
+    elementwise(r, "sumsq", n, 2, 4, 0);
+    if (a->max_norm > 0)
+        elementwise(r, "clip", n, 1, 4, 4);
+    emit(r, REC_D2H, REC_UNIT_MEMORY, "cudaMemcpy", 0, 8, 0, "8 bytes")->xfer = 8;
+    double norm = IN ? INOPS->adamw_step(IN, p, g, m, v, n, a) : 0.0;
+    if (isfinite(norm))
+        elementwise(r, "adamw", n, 12, 16, 12);
+    end(r, n0);
+    return norm;
+}
+
 static void rc_copy(dllm_backend *be, void *dst, const void *src, size_t bytes)
 {
     recorder *r = R(be);
@@ -1132,6 +1153,7 @@ static const dllm_backend_ops record_ops = {
     .denoise_logits_fix = rc_denoise_logits_fix,
     .denoise_draw = rc_denoise_draw,
     .denoise_commit = rc_denoise_commit,
+    .adamw_step = rc_adamw_step,
 };
 
 /* ---- the instance ---------------------------------------------------------------------- */
