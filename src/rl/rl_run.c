@@ -176,7 +176,7 @@ static int setup_estimators(rl_run *run, dllm_err *err)
         if (ar)
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.%s: a denoising sampler's setting; "
                                 "%s decodes autoregressively", sec, what, arch->name);
-        if (run->mc->arch == DLLM_ARCH_DREAM)
+        if (arch->sampler == DLLM_SAMPLER_DREAM)
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.%s: not for Dream's sampler "
                                 "(docs/METHOD.md §2a)", sec, what);
         const int gl = k ? c->eval.gen_length : c->rollout.gen_length;
