@@ -132,6 +132,69 @@ static void render_qwen3(const dllm_chat_msg *m, const char **content, size_t n,
     }
 }
 
+/* Qwen3.5's template (string contents, no tools): every content trimmed; a system
+ * message only first; the last user turn is the query, assistant turns after it
+ * carry their <think> block (empty when it has none), earlier ones lose it; the
+ * generation prompt opens a <think> block, or closes an empty one when thinking is
+ * off. Its raise_exception cases are input errors. */
+static int render_qwen35(const dllm_chat_msg *m, const char **content, size_t n, const dllm_chat_opts *o, sbuf *b,
+                         dllm_err *err)
+{
+    if (!n) return dllm_err_set(err, DLLM_EXIT_INPUT, "chat (qwen3.5): no messages");
+    size_t last_query = n;
+    for (size_t i = n; i-- > 0;) {
+        const char *c = content[i];
+        size_t L = strlen(c);
+        trim(&c, &L);
+        bool tool_resp = L >= 15 + 16 && !strncmp(c, "<tool_response>", 15) && !strncmp(c + L - 16, "</tool_response>", 16);
+        if (!strcmp(m[i].role, "user") && !tool_resp) { last_query = i; break; }
+    }
+    if (last_query == n) return dllm_err_set(err, DLLM_EXIT_INPUT, "chat (qwen3.5): no user message");
+    for (size_t i = 0; i < n; i++) {
+        const char *role = m[i].role, *c = content[i];
+        size_t nc = strlen(c);
+        trim(&c, &nc);
+        if (!strcmp(role, "system")) {
+            if (i > 0)
+                return dllm_err_set(err, DLLM_EXIT_INPUT, "chat message %zu (qwen3.5): a system message must be the first", i);
+            sb_put(b, "<|im_start|>system\n"); sb_putn(b, c, nc); sb_put(b, "<|im_end|>\n");
+        } else if (!strcmp(role, "user")) {
+            sb_put(b, "<|im_start|>user\n"); sb_putn(b, c, nc); sb_put(b, "<|im_end|>\n");
+        } else {
+            /* content = after the last </think>, lstrip \n; reasoning = before the first
+             * </think>, rstrip \n, after the last <think> there, lstrip \n, trimmed */
+            char *dup = dllm_malloc(nc + 1);
+            memcpy(dup, c, nc);
+            dup[nc] = 0;
+            const char *body = dup, *reason = "";
+            size_t nbody = nc, nreason = 0;
+            const char *close = strstr(dup, "</think>");
+            if (close) {
+                body = rfind(dup, "</think>") + 8; nbody = strlen(body);
+                strip_nl(&body, &nbody, true, false);
+                reason = dup; nreason = (size_t)(close - dup);
+                strip_nl(&reason, &nreason, false, true);
+                const char *end = reason + nreason;
+                for (const char *q = dup; (q = strstr(q, "<think>")) && q + 7 <= end; q++)
+                    reason = q + 7;
+                nreason = (size_t)(end - reason);
+                strip_nl(&reason, &nreason, true, false);
+                trim(&reason, &nreason);
+            }
+            sb_put(b, "<|im_start|>assistant\n");
+            if (i > last_query) {
+                sb_put(b, "<think>\n"); sb_putn(b, reason, nreason); sb_put(b, "\n</think>\n\n");
+            }
+            sb_putn(b, body, nbody);
+            sb_put(b, "<|im_end|>\n");
+            free(dup);
+        }
+    }
+    if (o->add_generation_prompt)
+        sb_put(b, o->enable_thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    return 0;
+}
+
 static void render_llada(const dllm_chat_msg *m, const char **content, size_t n, const dllm_chat_opts *o, sbuf *b)
 {
     for (size_t i = 0; i < n; i++) {
@@ -171,7 +234,9 @@ int dllm_chat_render(dllm_chat_format fmt, const dllm_chat_msg *msgs, size_t n, 
     }
     sbuf b = {0};
     sb_put(&b, "");
+    int rc = 0;
     switch (fmt) {
+    case DLLM_CHAT_QWEN35: rc = render_qwen35(msgs, content, n, opts, &b, err); break;
     case DLLM_CHAT_QWEN3: render_qwen3(msgs, content, n, opts, &b); break;
     case DLLM_CHAT_QWEN25: render_qwen25(msgs, content, n, opts, &b); break;
     case DLLM_CHAT_LLADA: render_llada(msgs, content, n, opts, &b); break;
@@ -184,6 +249,10 @@ int dllm_chat_render(dllm_chat_format fmt, const dllm_chat_msg *msgs, size_t n, 
     }
     free(d1);
     free(content);
+    if (rc) {
+        free(b.p);
+        return rc;
+    }
     *out = b.p;
     return 0;
 }
@@ -205,14 +274,15 @@ int dllm_chat_format_parse(const char *name, dllm_chat_format *fmt, dllm_err *er
     else if (!strcmp(name, "llada")) *fmt = DLLM_CHAT_LLADA;
     else if (!strcmp(name, "qwen3")) *fmt = DLLM_CHAT_QWEN3;
     else if (!strcmp(name, "qwen2.5")) *fmt = DLLM_CHAT_QWEN25;
-    else return dllm_err_set(err, DLLM_EXIT_INPUT, "unknown chat format '%s' (plain, llada, qwen3, qwen2.5)", name);
+    else if (!strcmp(name, "qwen3.5")) *fmt = DLLM_CHAT_QWEN35;
+    else return dllm_err_set(err, DLLM_EXIT_INPUT, "unknown chat format '%s' (plain, llada, qwen3, qwen2.5, qwen3.5)", name);
     return 0;
 }
 
 const char *dllm_chat_format_name(dllm_chat_format fmt)
 {
     return fmt == DLLM_CHAT_LLADA ? "llada" : fmt == DLLM_CHAT_QWEN3 ? "qwen3"
-           : fmt == DLLM_CHAT_QWEN25 ? "qwen2.5" : "plain";
+           : fmt == DLLM_CHAT_QWEN25 ? "qwen2.5" : fmt == DLLM_CHAT_QWEN35 ? "qwen3.5" : "plain";
 }
 
 static bool file_exists(const char *p)
@@ -220,6 +290,20 @@ static bool file_exists(const char *p)
     FILE *f = fopen(p, "rb");
     if (f) fclose(f);
     return f != NULL;
+}
+
+/* The format a Jinja chat template renders: im_start with a generation prompt that
+ * opens a <think> block (Qwen3.5's '<think>\n' literal) -> qwen3.5; other <think> blocks ->
+ * qwen3; im_start alone -> qwen2.5; start_header_id -> llada. */
+static bool template_format(const char *s, dllm_chat_format *fmt)
+{
+    if (strstr(s, "<|im_start|>"))
+        *fmt = strstr(s, "'<think>\\n'") ? DLLM_CHAT_QWEN35 : strstr(s, "<think>") ? DLLM_CHAT_QWEN3 : DLLM_CHAT_QWEN25;
+    else if (strstr(s, "<|start_header_id|>"))
+        *fmt = DLLM_CHAT_LLADA;
+    else
+        return false;
+    return true;
 }
 
 int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *err)
@@ -232,13 +316,23 @@ int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *
         if (!root) return dllm_err_set(err, DLLM_EXIT_INPUT, "%s:%d:%d: %s", path, je.line, je.column, je.text);
         json_t *tpl = json_object_get(root, "chat_template");
         const char *s = json_is_string(tpl) ? json_string_value(tpl) : NULL;
-        int found = s && strstr(s, "<|im_start|>") ? (strstr(s, "<think>") ? 1 : 3)
-                    : s && strstr(s, "<|start_header_id|>") ? 2 : 0;
+        bool found = s && template_format(s, fmt);
         json_decref(root);
-        if (found) {
-            *fmt = found == 1 ? DLLM_CHAT_QWEN3 : found == 3 ? DLLM_CHAT_QWEN25 : DLLM_CHAT_LLADA;
-            return 0;
-        }
+        if (found) return 0;
+    }
+    /* transformers 5 saves the template beside, as chat_template.jinja */
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *fp = fopen(path, "rb");
+    if (fp) {
+        sbuf t = {0};
+        char buf[4096];
+        size_t k;
+        sb_put(&t, "");
+        while ((k = fread(buf, 1, sizeof buf, fp)) > 0) sb_putn(&t, buf, k);
+        fclose(fp);
+        bool found = template_format(t.p, fmt);
+        free(t.p);
+        if (found) return 0;
     }
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (file_exists(path)) {

@@ -11,6 +11,12 @@
  * Qwen2.5 (Dream-v0-Instruct's template, the Qwen2.5 one without tools):
  *   <|im_start|>system\n{sys, or "You are a helpful assistant."}<|im_end|>\n then
  *   <|im_start|>{role}\n{content}<|im_end|>\n per message, then <|im_start|>assistant\n.
+ * Qwen3.5 (its chat_template, string contents, without tools): contents trimmed;
+ *   [<|im_start|>system\n{sys}<|im_end|>\n] (a system message only first), user turns as
+ *   Qwen3's; assistant turns after the last user turn carry <think>\n{reasoning}\n</think>\n\n
+ *   (empty when none), earlier ones drop it; then <|im_start|>assistant\n<think>\n, or
+ *   <|im_start|>assistant\n<think>\n\n</think>\n\n when enable_thinking is false. No
+ *   messages, no user message, or a later system message are input errors.
  * Plain (char-level tiny models): the contents joined with "\n", and a final "\n" with
  *   add_generation_prompt.
  * d1 reasoning format (opts.d1_reasoning): the last user message becomes
@@ -20,7 +26,7 @@
 
 #include "kernels/base.h"
 
-typedef enum { DLLM_CHAT_PLAIN, DLLM_CHAT_LLADA, DLLM_CHAT_QWEN3, DLLM_CHAT_QWEN25 } dllm_chat_format;
+typedef enum { DLLM_CHAT_PLAIN, DLLM_CHAT_LLADA, DLLM_CHAT_QWEN3, DLLM_CHAT_QWEN25, DLLM_CHAT_QWEN35 } dllm_chat_format;
 
 typedef struct {
     const char *role;    // "system", "user", "assistant"
@@ -29,19 +35,22 @@ typedef struct {
 
 typedef struct {
     bool add_generation_prompt; // append the assistant header
-    bool enable_thinking;       // Qwen3: false appends the empty <think> block
+    bool enable_thinking;       // Qwen3, Qwen3.5: false appends the empty <think> block;
+                                // Qwen3.5: true opens one
     bool d1_reasoning;          // prepend the d1 format instruction to the last user turn
 } dllm_chat_opts;
 
 /* "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>" */
 extern const char DLLM_D1_SYSTEM_PROMPT[];
 
-/* "plain" | "llada" | "qwen3" | "qwen2.5" */
+/* "plain" | "llada" | "qwen3" | "qwen2.5" | "qwen3.5" */
 int dllm_chat_format_parse(const char *name, dllm_chat_format *fmt, dllm_err *err);
 const char *dllm_chat_format_name(dllm_chat_format fmt);
 
-/* Format of a model directory: tokenizer_config.json's chat_template if present (im_start ->
- * qwen3 when it has <think> blocks, else qwen2.5; start_header_id -> llada); else a
+/* Format of a model directory: tokenizer_config.json's chat_template, else
+ * chat_template.jinja, if present (im_start -> qwen3.5 when the generation prompt opens a
+ * '<think>\n' block, qwen3 when it has other <think> blocks, else qwen2.5;
+ * start_header_id -> llada); else a
  * char-level tokenizer.json -> plain; else config.json model_type (llada; qwen3/qwen2;
  * Dream -> qwen2.5). */
 int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *err);

@@ -21,7 +21,7 @@
 
 static const char usage_text[] =
     "usage: dllm-rl generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --batch-file F)\n"
-    "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3|qwen2.5]\n"
+    "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3|qwen2.5|qwen3.5]\n"
     "         [--d1] [--precision fp32|bf16|fp8|fp8-exact|nvfp4] [--format text|ids|json]\n"
     "         [--device cpu|cuda]\n"
     "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
@@ -413,8 +413,8 @@ int cmd_generate(int argc, char **argv)
         return cli_fail("generate", &err);
     }
     if (strcmp(chat, "auto") && strcmp(chat, "plain") && strcmp(chat, "llada") && strcmp(chat, "qwen3") &&
-        strcmp(chat, "qwen2.5")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada, qwen3 or qwen2.5", chat);
+        strcmp(chat, "qwen2.5") && strcmp(chat, "qwen3.5")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada, qwen3, qwen2.5 or qwen3.5", chat);
         return cli_fail("generate", &err);
     }
     if (cli_is_qwen35(model_dir)) { /* not yet a descriptor of the core: its own path */

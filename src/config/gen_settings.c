@@ -204,7 +204,7 @@ int ckpt_read_generation(const char *dir, ckpt_generation *g, dllm_err *err)
                             je.text);
     static const char *const samplers[] = {"denoising", "autoregressive", NULL};
     static const char *const remask[] = {"low_confidence", "random", NULL};
-    static const char *const chats[] = {"auto", "plain", "llada", "qwen3", "qwen2.5", NULL};
+    static const char *const chats[] = {"auto", "plain", "llada", "qwen3", "qwen2.5", "qwen3.5", NULL};
     char sampler[32] = "";
     int rc = json_is_object(o) ? 0
                                : dllm_err_set(err, DLLM_EXIT_INPUT, "%s: expected an object", path);

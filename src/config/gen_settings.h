@@ -4,7 +4,7 @@
  *   {"sampler": "denoising" | "autoregressive",
  *    "gen_length": N, "block_length": N, "steps": N,   (denoising schedule)
  *    "temperature": T, "remasking": "low_confidence" | "random",
- *    "top_p": P, "chat": "plain" | "llada" | "qwen3" | "qwen2.5" | "auto",
+ *    "top_p": P, "chat": "plain" | "llada" | "qwen3" | "qwen2.5" | "qwen3.5" | "auto",
  *    "dream": {"alg": "origin" | "maskgit_plus" | "topk_margin" | "entropy",
  *              "eps": E, "alg_temp": A, "top_k": K},   (Dream models only)
  *    "task": {"name": "sudoku", "format": "plain" | "d1", "max_blanks": B,

@@ -126,7 +126,8 @@ NAMES(cfg_names_task, "task.name", {"countdown", CFG_TASK_COUNTDOWN}, {"sudoku",
       {"gsm8k", CFG_TASK_GSM8K}, {"math500", CFG_TASK_MATH500}, {"custom", CFG_TASK_CUSTOM});
 NAMES(cfg_names_task_format, "task.format", {"d1", CFG_FORMAT_D1}, {"plain", CFG_FORMAT_PLAIN});
 NAMES(cfg_names_chat, "task.chat", {"auto", CFG_CHAT_AUTO}, {"plain", DLLM_CHAT_PLAIN},
-      {"llada", DLLM_CHAT_LLADA}, {"qwen3", DLLM_CHAT_QWEN3}, {"qwen2.5", DLLM_CHAT_QWEN25});
+      {"llada", DLLM_CHAT_LLADA}, {"qwen3", DLLM_CHAT_QWEN3}, {"qwen2.5", DLLM_CHAT_QWEN25},
+      {"qwen3.5", DLLM_CHAT_QWEN35});
 NAMES(cfg_names_reward, "task.reward.kind", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT});
 NAMES(cfg_names_rollout_precision, "rollout.precision", {"trainer", CFG_ROLLOUT_TRAINER},
       {"bf16", CFG_ROLLOUT_BF16}, {"fp8", CFG_ROLLOUT_FP8}, {"fp8-exact", CFG_ROLLOUT_FP8_EXACT},

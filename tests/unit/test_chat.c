@@ -97,6 +97,51 @@ START_TEST(test_plain_and_errors)
 }
 END_TEST
 
+/* Qwen3.5's template, rendered by hand from its rules (chat.h): trimmed contents, the
+ * generation prompt opening <think> (thinking on) or closing an empty one (off), the think
+ * block kept only after the last user turn (empty when the turn has none), and its
+ * raise_exception cases as input errors. */
+START_TEST(test_qwen35_template)
+{
+    dllm_err err = {0};
+    char *out;
+    dllm_chat_format f;
+    ck_assert_int_eq(dllm_chat_format_parse("qwen3.5", &f, &err), 0);
+    ck_assert_int_eq(f, DLLM_CHAT_QWEN35);
+    ck_assert_str_eq(dllm_chat_format_name(f), "qwen3.5");
+    ck_assert_int_eq(dllm_chat_prompt(f, "  Be brief.\n", " 2+2? ", true, false, &out, &err), 0);
+    ck_assert_str_eq(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+                          "<|im_start|>assistant\n<think>\n");
+    free(out);
+    ck_assert_int_eq(dllm_chat_prompt(f, NULL, "2+2?", false, false, &out, &err), 0);
+    ck_assert_str_eq(out, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    free(out);
+    /* history: the first answer (before the last query) loses its reasoning; the turn after
+     * the query keeps it, trimmed; one without reasoning gets an empty block */
+    dllm_chat_msg m[5] = {{"user", "a"}, {"assistant", "<think>\nr1\n</think>\n\nA1"}, {"user", "b"},
+                          {"assistant", "<think> r2 </think>\nB1"}, {"assistant", "C1"}};
+    dllm_chat_opts o = {.add_generation_prompt = false};
+    ck_assert_int_eq(dllm_chat_render(f, m, 5, &o, &out, &err), 0);
+    ck_assert_str_eq(out, "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+                          "<|im_start|>user\nb<|im_end|>\n"
+                          "<|im_start|>assistant\n<think>\nr2\n</think>\n\nB1<|im_end|>\n"
+                          "<|im_start|>assistant\n<think>\n\n</think>\n\nC1<|im_end|>\n");
+    free(out);
+    /* the reasoning is what follows the last <think> before the first </think> */
+    dllm_chat_msg m2[2] = {{"user", "q"}, {"assistant", "x<think>a<think>\nb\n</think>y</think>\nz"}};
+    ck_assert_int_eq(dllm_chat_render(f, m2, 2, &o, &out, &err), 0);
+    ck_assert_str_eq(out, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nb\n</think>\n\nz<|im_end|>\n");
+    free(out);
+    /* the template's exceptions */
+    ck_assert_int_eq(dllm_chat_render(f, m, 0, &o, &out, &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_chat_render(f, &m[1], 1, &o, &out, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "no user message"));
+    dllm_chat_msg late[2] = {{"user", "a"}, {"system", "s"}};
+    ck_assert_int_eq(dllm_chat_render(f, late, 2, &o, &out, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "message 1"));
+}
+END_TEST
+
 static void write_file(const char *dir, const char *name, const char *text)
 {
     char p[4400];
@@ -136,6 +181,26 @@ START_TEST(test_format_from_dir)
     write_file(d, "config.json", "{\"model_type\": \"llada\"}\n");
     ck_assert_int_eq(dllm_chat_format_from_dir(d, &f, &err), 0);
     ck_assert_int_eq(f, DLLM_CHAT_PLAIN);
+    /* Qwen3.5: its template, in tokenizer_config.json or beside it as chat_template.jinja */
+    snprintf(d, sizeof d, "%s/q35", tmp_dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", d);
+    ck_assert_int_eq(system(cmd), 0);
+    static const char q35_tail[] = "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+                                   "{%- if enable_thinking is defined and enable_thinking is false %}"
+                                   "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}"
+                                   "{%- endif %}{%- endif %}";
+    char tc_path[4400];
+    snprintf(tc_path, sizeof tc_path, "%s/tokenizer_config.json", d);
+    json_t *tc_json = json_pack("{s:s}", "chat_template", q35_tail);
+    ck_assert_int_eq(json_dump_file(tc_json, tc_path, 0), 0);
+    json_decref(tc_json);
+    write_file(d, "config.json", "{\"model_type\": \"qwen3\"}\n");
+    ck_assert_int_eq(dllm_chat_format_from_dir(d, &f, &err), 0);
+    ck_assert_int_eq(f, DLLM_CHAT_QWEN35);
+    write_file(d, "tokenizer_config.json", "{\"eos_token\": \"<|im_end|>\"}\n");
+    write_file(d, "chat_template.jinja", "{{- '<|im_start|>' }}{{- '<think>\\n' }}\n");
+    ck_assert_int_eq(dllm_chat_format_from_dir(d, &f, &err), 0);
+    ck_assert_int_eq(f, DLLM_CHAT_QWEN35);
     /* unknown or missing: bad input naming the file */
     snprintf(d, sizeof d, "%s/other", tmp_dir);
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", d);
@@ -157,6 +222,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(tc, test_chat_goldens);
     tcase_add_test(tc, test_plain_and_errors);
     tcase_add_test(tc, test_format_from_dir);
+    tcase_add_test(tc, test_qwen35_template);
     suite_add_tcase(s, tc);
     return s;
 }
