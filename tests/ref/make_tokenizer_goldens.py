@@ -13,6 +13,12 @@ Writes into tests/data/tokenizer/:
                                           pipeline options (ByteLevel regex/prefix space,
                                           every Split behaviour, normalizer sequences,
                                           Digits, added-token flags, WordLevel, templates)
+  qwen35-tokenizer.json + qwen35_goldens.json
+                                          a small BPE vocabulary trained here, in the pipeline
+                                          of transformers' Qwen3_5Tokenizer (NFC, its split
+                                          regex with letters and marks together, byte level),
+                                          and its encodings; needs transformers 5.x
+                                          (`make_tokenizer_goldens.py qwen35` writes only these)
   chat_goldens.json                       Qwen3 and LLaDA chat templates rendered by jinja2
   malformed/*.json                        hostile tokenizer.json files
 """
@@ -182,6 +188,41 @@ def variants(train_texts):
     return out
 
 
+def qwen35(train_texts, texts):
+    """Qwen3.5's tokenizer pipeline as transformers builds it (Qwen3_5Tokenizer), over a BPE
+    vocabulary trained on the corpus, with the chat specials; its file and encodings."""
+    from transformers import Qwen3_5Tokenizer
+    base = Tokenizer(models.BPE())
+    base.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    base.train_from_iterator(train_texts, trainers.BpeTrainer(
+        vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    j = json.loads(base.to_str())
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in j["model"]["merges"]]
+    vocab = dict(j["model"]["vocab"])
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    for sp in specials:
+        vocab[sp] = len(vocab)
+    hf = Qwen3_5Tokenizer(vocab=vocab, merges=merges)
+    hf.add_special_tokens({"additional_special_tokens": specials[1:]})
+    hf.add_tokens(["<think>", "</think>"])
+    tok = hf.backend_tokenizer
+    # the marks joining letters must matter on this corpus: Qwen3's split differs somewhere
+    q3 = Tokenizer.from_str(tok.to_str())
+    q3.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+        behavior="isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    assert any(q3.encode(t, add_special_tokens=False).ids != tok.encode(t, add_special_tokens=False).ids
+               for t in texts)
+    return tok, encode_all(tok, texts)
+
+
+def write_qwen35(cases):
+    tok, enc = qwen35(cases + heldout(), cases + heldout() + ["<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n"])
+    with open(os.path.join(ROOT, "qwen35-tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(tok.to_str())
+    dump("qwen35_goldens.json", {"tokenizer": "qwen35-tokenizer.json", "add_special_tokens": False, "cases": enc})
+
+
 def render_chats():
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -322,5 +363,10 @@ def main():
 
 
 if __name__ == "__main__":
+    import sys
     os.makedirs(os.path.join(ROOT, "variants"), exist_ok=True)
-    main()
+    if sys.argv[1:] == ["qwen35"]:
+        write_qwen35(corpus())
+    else:
+        main()
+        write_qwen35(corpus())

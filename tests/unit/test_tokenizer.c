@@ -124,6 +124,25 @@ START_TEST(test_qwen3_heldout)
 }
 END_TEST
 
+/* Qwen3.5's pipeline (transformers' Qwen3_5Tokenizer: NFC, a split that keeps marks with
+ * letters, byte level) over a small trained vocabulary with the chat specials. */
+START_TEST(test_qwen35_goldens)
+{
+    char p[4096];
+    path_of(p, sizeof p, "qwen35-tokenizer.json");
+    dllm_tokenizer *t = NULL;
+    dllm_err err = {0};
+    ck_assert_msg(dllm_tokenizer_load(&t, p, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(dllm_tokenizer_token_to_id(t, "<|im_end|>"), 602);
+    ck_assert(dllm_tokenizer_is_special(t, 602));
+    json_t *g = load_json("qwen35_goldens.json");
+    ck_assert_uint_ge(json_array_size(json_object_get(g, "cases")), 60);
+    json_decref(g);
+    check_golden_file(t, "qwen35_goldens.json");
+    dllm_tokenizer_free(t);
+}
+END_TEST
+
 /* decode(encode(s)) == s for the cases NFC leaves alone; offsets cover each token's bytes. */
 START_TEST(test_qwen3_roundtrip_offsets)
 {
@@ -469,6 +488,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_checked_fixture(to, setup, teardown);
     tcase_set_timeout(to, 120);
     tcase_add_test(to, test_variants);
+    tcase_add_test(to, test_qwen35_goldens);
     tcase_add_test(to, test_char_tokenizer);
     tcase_add_test(to, test_malformed);
     tcase_add_test(to, test_cli);
