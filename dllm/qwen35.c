@@ -58,6 +58,7 @@ static int read_text(const json_t *t, const char *what, qwen35_config *c, dllm_e
     rc = rc ? rc : get_int(t, "linear_value_head_dim", what, &c->Dv, true, err);
     c->K = 4;
     rc = rc ? rc : get_int(t, "linear_conv_kernel_dim", what, &c->K, false, err);
+    rc = rc ? rc : get_int(t, "max_position_embeddings", what, &c->max_pos, false, err);
     if (rc)
         return rc;
     double eps = 1e-6;

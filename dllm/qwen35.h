@@ -26,6 +26,7 @@
 #ifndef DLLM_QWEN35_H
 #define DLLM_QWEN35_H
 
+#include "dllm/safetensors.h"
 #include "kernels/base.h"
 
 #include <stdbool.h>
@@ -42,6 +43,7 @@ typedef struct {
     int Hk, Dk, Hv, Dv, K;   /* Gated DeltaNet: key/value heads and sizes, conv width */
     bool tied;               /* tie_word_embeddings */
     int eos_token_id;        /* -1: none */
+    int max_pos;             /* max_position_embeddings (0: not given) */
     bool composite;          /* a qwen3_5 checkpoint (text under text_config) */
     qwen35_layer_kind kind[QWEN35_MAX_LAYERS];
 } qwen35_config;
@@ -83,6 +85,25 @@ int qwen35_seq_logprob(qwen35_model *m, const int32_t *prompt, int P, const int3
  * rest of out [G] then eos. Returns the count generated in *n (may be NULL). */
 int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos, int32_t *out,
                   int *n, dllm_err *err);
+
+/* ---- named sizes and fresh checkpoints (qwen35_init.c) ---------------------------------- */
+#define QWEN35_PRESETS "tiny or qwen3.5-9b"
+/* The preset called name (QWEN35_PRESETS); an input error naming it otherwise. */
+int qwen35_preset(const char *name, qwen35_config *cfg, dllm_err *err);
+/* Whether the preset has a published checkpoint's sizes (its weights are large). */
+bool qwen35_preset_published(const char *name);
+/* Parameters of the text model (the head counted once when tied). */
+int64_t qwen35_num_params(const qwen35_config *cfg);
+/* DIR/config.json in transformers' qwen3_5_text layout (Qwen3_5ForCausalLM); torch_dtype
+ * as its "dtype" ("float32", "bfloat16"). */
+int qwen35_config_save(const qwen35_config *cfg, const char *dir, const char *torch_dtype,
+                       dllm_err *err);
+/* Random weights of cfg in the published names into DIR (model.safetensors, or shards of
+ * at most max_shard_bytes with the index), streamed: normal(0, 0.02) projections,
+ * embeddings and convolution, identity norms, A_log = log U(1, 16), dt_bias = 1; each
+ * value a function of seed, its tensor and its place. */
+int qwen35_write_random(const qwen35_config *cfg, const char *dir, uint64_t seed, st_dtype dtype,
+                        size_t max_shard_bytes, dllm_err *err);
 
 /* ---- training ---------------------------------------------------------------------------
  * The mean next-token cross-entropy over ids [T] (T - 1 targets) into *loss, its gradient

@@ -21,4 +21,10 @@ int cli_qwen35_generate(const char *dir, const int32_t *prompt, int np, int gen,
                         double temperature, double top_p, uint64_t seed, const char *format,
                         const char *precision, const char *device, dllm_err *err);
 
+/* init-model --arch qwen3.5: DIR/config.json of the preset and, for tiny (or with weights),
+ * random weights and, for tiny, the char-level tokenizer.json; staged beside out and
+ * renamed into place. */
+int cli_qwen35_init_model(const char *preset, const char *out, uint64_t seed, const char *dtype,
+                          bool weights, bool force, dllm_err *err);
+
 #endif

@@ -2,6 +2,7 @@
 #include "dllm/llada.h"
 #include "dllm/qwen3.h"
 #include "dllm/tokenizer.h"
+#include "src/cli/cli_qwen35.h"
 #include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
 
@@ -13,12 +14,13 @@ static const char usage_text[] =
     "usage: dllm-rl init-model --arch llada --preset tiny|small|llada-8b --out DIR\n"
     "       dllm-rl init-model --arch qwen3 --preset tiny|small|qwen3-8b --out DIR\n"
     "       dllm-rl init-model --arch dream --preset tiny|small|dream-7b --out DIR\n"
+    "       dllm-rl init-model --arch qwen3.5 --preset tiny|qwen3.5-9b --out DIR\n"
     "                          [--seed N] [--dtype f32|bf16] [--weights] [--force]\n"
     "\n"
-    "Writes DIR/config.json (the published LLaDA, Qwen3 or Dream keys) and, for tiny and\n"
-    "small, random weights (normal, std 0.02) as safetensors plus a char-level\n"
-    "tokenizer.json. For llada-8b, qwen3-8b and dream-7b the 15-16 GB of weights are written\n"
-    "only with --weights.\n"
+    "Writes DIR/config.json (the published LLaDA, Qwen3, Dream or Qwen3.5 text keys) and,\n"
+    "for tiny and small, random weights (normal, std 0.02) as safetensors plus a char-level\n"
+    "tokenizer.json. For llada-8b, qwen3-8b, dream-7b and qwen3.5-9b the 15-18 GB of weights\n"
+    "are written only with --weights.\n"
     "An existing non-empty DIR is refused unless --force, which replaces it. The\n"
     "model is written to a temporary directory beside DIR and renamed into place,\n"
     "so DIR is never left half-written.\n";
@@ -56,10 +58,19 @@ int cmd_init_model(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
+    if (!strcmp(arch, "qwen3.5")) { /* not yet a descriptor of the core: its own path */
+        if (dtype && strcmp(dtype, "f32") && strcmp(dtype, "bf16")) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--dtype %s: expected f32 or bf16", dtype);
+            return cli_fail("init-model", &err);
+        }
+        return cli_qwen35_init_model(preset, out, (uint64_t)seed, dtype, weights, force, &err)
+                   ? cli_fail("init-model", &err)
+                   : 0;
+    }
     const dllm_arch_desc *ad = dllm_arch_by_name(arch);
     if (!ad) {
         char names[256];
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: supported: %s", arch,
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: supported: %s; qwen3.5", arch,
                      dllm_arch_list(names, sizeof names));
         return cli_fail("init-model", &err);
     }

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- helpers --------------------------------------------------------------------- */
 
@@ -794,6 +795,78 @@ START_TEST(cli_score_and_generate)
 }
 END_TEST
 
+/* init-model --arch qwen3.5: the tiny preset's checkpoint reads back as the preset (every
+ * size and layer kind), loads, scores and is the same for the same seed; qwen3.5-9b writes
+ * the published sizes (config only: about 9B parameters); other presets exit 2. */
+START_TEST(init_model_presets)
+{
+    dllm_err err = {0};
+    qwen35_config want, got;
+    ck_assert_int_eq(qwen35_preset("tiny", &want, &err), 0);
+    ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset tiny --out q35tiny --seed 3"), 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/q35tiny/config.json", tu_dir);
+    ck_assert_msg(qwen35_config_read(p, &got, &err) == 0, "%s", err.msg);
+    int gi[] = {got.C, got.L, got.H, got.V, got.NH, got.NKV, got.HD, got.rot, got.Hk, got.Dk,
+                got.Hv, got.Dv, got.K, got.tied, got.eos_token_id, got.max_pos, got.composite};
+    int wi[] = {want.C, want.L, want.H, want.V, want.NH, want.NKV, want.HD, want.rot, want.Hk,
+                want.Dk, want.Hv, want.Dv, want.K, want.tied, want.eos_token_id, want.max_pos,
+                want.composite};
+    for (size_t i = 0; i < sizeof gi / sizeof gi[0]; i++)
+        ck_assert_msg(gi[i] == wi[i], "field %zu: read %d, preset %d", i, gi[i], wi[i]);
+    ck_assert(got.theta == want.theta && got.eps == want.eps);
+    for (int l = 0; l < want.L; l++)
+        ck_assert_int_eq(got.kind[l], want.kind[l]);
+    ck_assert_int_eq(got.kind[2], QWEN35_LINEAR);
+    ck_assert_int_eq(got.kind[3], QWEN35_FULL);
+    snprintf(p, sizeof p, "%s/q35tiny", tu_dir);
+    qwen35_model *m = NULL;
+    ck_assert_msg(qwen35_load(&m, p, &err) == 0, "%s", err.msg);
+    qwen35_free(m);
+    snprintf(p, sizeof p, "%s/q35tiny/model.safetensors", tu_dir);
+    st_archive *a = NULL;
+    ck_assert_int_eq(st_open(&a, p, &err), 0);
+    int64_t total = 0;
+    for (int i = 0; i < st_count(a); i++)
+        total += st_at(a, i)->numel;
+    ck_assert_int_eq(total, qwen35_num_params(&want));
+    float A[4];
+    int64_t shape[1] = {4};
+    ck_assert_int_eq(st_read_f32(a, "model.layers.0.linear_attn.A_log", shape, 1, A, &err), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert(A[i] >= 0.0f && A[i] <= logf(16.0f));
+    st_close(a);
+    ck_assert_int_eq(tu_dllm("score --model q35tiny --prompt-ids 5,6,7 --completion-ids 8,9"), 0);
+    ck_assert_ptr_nonnull(strstr(tu_out, "seq_logp"));
+    ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset tiny --out q35same --seed 3"), 0);
+    ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset tiny --out q35other --seed 4"), 0);
+    ck_assert_int_eq(tu_sh("cmp -s %s/q35tiny/model.safetensors %s/q35same/model.safetensors",
+                           tu_dir, tu_dir), 0);
+    ck_assert_int_ne(tu_sh("cmp -s %s/q35tiny/model.safetensors %s/q35other/model.safetensors",
+                           tu_dir, tu_dir), 0);
+    /* the published sizes: config only */
+    ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset qwen3.5-9b --out q35big"), 0);
+    snprintf(p, sizeof p, "%s/q35big/config.json", tu_dir);
+    ck_assert_msg(qwen35_config_read(p, &got, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(got.C, 4096);
+    ck_assert_int_eq(got.L, 32);
+    ck_assert_int_eq(got.V, 248320);
+    ck_assert_int_eq(got.rot, 64);
+    ck_assert_int_eq(got.Hv, 32);
+    ck_assert_int_eq(got.Hk, 16);
+    ck_assert_int_eq(got.eos_token_id, 248044);
+    ck_assert(got.theta == 1e7f);
+    for (int l = 0; l < 32; l++)
+        ck_assert_int_eq(got.kind[l], l % 4 == 3 ? QWEN35_FULL : QWEN35_LINEAR);
+    int64_t n9 = qwen35_num_params(&got);
+    ck_assert_msg(n9 > 8.9e9 && n9 < 9.0e9, "%lld parameters", (long long)n9);
+    snprintf(p, sizeof p, "%s/q35big/model.safetensors", tu_dir);
+    ck_assert(access(p, F_OK) != 0);
+    ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset small --out q35small"), 2);
+    ck_assert_ptr_nonnull(strstr(tu_err, "small"));
+}
+END_TEST
+
 START_TEST(cli_refusals)
 {
     char *out, *errs, args[4096];
@@ -854,6 +927,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_set_timeout(cli, 120);
     tcase_add_test(cli, cli_score_and_generate);
     tcase_add_test(cli, cli_refusals);
+    tcase_add_test(cli, init_model_presets);
     suite_add_tcase(s, cli);
     return s;
 }
