@@ -352,7 +352,8 @@ int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *
     const dllm_arch_desc *a = dllm_arch_by_model_type(s);
     if (a) *fmt = a->chat;
     else if (!strcmp(s, "qwen2")) *fmt = DLLM_CHAT_QWEN3; /* a Qwen2 tokenizer's directory: the same template */
-    else rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: model_type '%s' has no known chat format (llada, qwen3, Dream)", path, s);
+    else if (!strcmp(s, "qwen3_5") || !strcmp(s, "qwen3_5_text")) *fmt = DLLM_CHAT_QWEN35;
+    else rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: model_type '%s' has no known chat format (llada, qwen3, Dream, qwen3_5)", path, s);
     json_decref(root);
     return rc;
 }

@@ -52,7 +52,7 @@ const char *dllm_chat_format_name(dllm_chat_format fmt);
  * '<think>\n' block, qwen3 when it has other <think> blocks, else qwen2.5;
  * start_header_id -> llada); else a
  * char-level tokenizer.json -> plain; else config.json model_type (llada; qwen3/qwen2;
- * Dream -> qwen2.5). */
+ * Dream -> qwen2.5; qwen3_5/qwen3_5_text -> qwen3.5). */
 int dllm_chat_format_from_dir(const char *dir, dllm_chat_format *fmt, dllm_err *err);
 
 /* *out malloc'd, NUL-terminated. Roles other than system/user/assistant are bad input. */

@@ -74,6 +74,11 @@ static int read_text(const json_t *t, const char *what, qwen35_config *c, dllm_e
     else if (json_is_array(je) && json_is_integer(json_array_get(je, 0)))
         eos = json_integer_value(json_array_get(je, 0));
     c->eos_token_id = eos >= 0 && eos < c->V ? (int)eos : -1;
+    const json_t *jb = json_object_get(t, "bos_token_id");
+    c->bos_token_id = json_is_integer(jb) && json_integer_value(jb) >= 0 &&
+                              json_integer_value(jb) < c->V
+                          ? (int)json_integer_value(jb)
+                          : -1;
     /* RoPE: rope_parameters (transformers 5) or top-level keys (older layouts) */
     double theta = 10000.0, frac = 1.0;
     const json_t *rp = json_object_get(t, "rope_parameters");

@@ -43,6 +43,7 @@ typedef struct {
     int Hk, Dk, Hv, Dv, K;   /* Gated DeltaNet: key/value heads and sizes, conv width */
     bool tied;               /* tie_word_embeddings */
     int eos_token_id;        /* -1: none */
+    int bos_token_id;        /* -1: none (the published models have none) */
     int max_pos;             /* max_position_embeddings (0: not given) */
     bool composite;          /* a qwen3_5 checkpoint (text under text_config) */
     qwen35_layer_kind kind[QWEN35_MAX_LAYERS];

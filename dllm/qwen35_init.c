@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* tiny: the char tokenizer's 128 ids (0 <|endoftext|> is EOS), three Gated DeltaNet
+/* tiny: the char tokenizer's 128 ids (0 <|endoftext|> EOS, 1 <|startoftext|> BOS), three Gated DeltaNet
  * layers and one full-attention layer, the published ratios at toy sizes (key heads
  * half the value heads, GQA 2:1, RoPE on a quarter of each head).
  * qwen3.5-9b: Qwen/Qwen3.5-9B's text model -- the sizes transformers'
@@ -30,12 +30,12 @@ int qwen35_preset(const char *name, qwen35_config *c, dllm_err *err)
         *c = (qwen35_config){.C = 64, .L = 4, .H = 176, .V = 128, .NH = 4, .NKV = 2, .HD = 16,
                              .rot = 4, .theta = 10000.0f, .eps = 1e-6f, .Hk = 2, .Dk = 16,
                              .Hv = 4, .Dv = 16, .K = 4, .tied = false, .eos_token_id = 0,
-                             .max_pos = 512};
+                             .bos_token_id = 1, .max_pos = 512};
     } else if (name && !strcmp(name, "qwen3.5-9b")) {
         *c = (qwen35_config){.C = 4096, .L = 32, .H = 12288, .V = 248320, .NH = 16, .NKV = 4,
                              .HD = 256, .rot = 64, .theta = 10000000.0f, .eps = 1e-6f,
                              .Hk = 16, .Dk = 128, .Hv = 32, .Dv = 128, .K = 4, .tied = false,
-                             .eos_token_id = 248044, .max_pos = 262144};
+                             .eos_token_id = 248044, .bos_token_id = -1, .max_pos = 262144};
     } else {
         return dllm_err_set(err, DLLM_EXIT_INPUT, "--preset %s: a Qwen3.5 preset is %s",
                             name ? name : "(none)", QWEN35_PRESETS);
@@ -143,7 +143,7 @@ int qwen35_config_save(const qwen35_config *c, const char *dir, const char *torc
                              (double)c->rot / c->HD);
     json_t *root = json_pack(
         "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b,"
-        " s:o, s:o, s:o, s:s, s:b, s:b, s:s}",
+        " s:o, s:o, s:o, s:o, s:s, s:b, s:b, s:s}",
         "architectures", "Qwen3_5ForCausalLM", "model_type", "qwen3_5_text", "hidden_size", c->C,
         "num_hidden_layers", c->L, "intermediate_size", c->H, "vocab_size", c->V,
         "num_attention_heads", c->NH, "num_key_value_heads", c->NKV, "head_dim", c->HD,
@@ -151,7 +151,8 @@ int qwen35_config_save(const qwen35_config *c, const char *dir, const char *torc
         c->Hv, "linear_value_head_dim", c->Dv, "linear_conv_kernel_dim", c->K,
         "max_position_embeddings", c->max_pos, "rms_norm_eps", ju_float_to_decimal(c->eps),
         "tie_word_embeddings", c->tied, "eos_token_id",
-        c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null(), "layer_types", lt,
+        c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null(), "bos_token_id",
+        c->bos_token_id >= 0 ? json_integer(c->bos_token_id) : json_null(), "layer_types", lt,
         "rope_parameters", rope, "hidden_act", "silu", "attn_output_gate", 1, "attention_bias", 0,
         "dtype", torch_dtype);
     char path[4200];

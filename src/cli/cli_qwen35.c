@@ -1,14 +1,16 @@
 /* cli_qwen35.c: `dllm-rl score` and `dllm-rl generate` on a Qwen3.5 checkpoint
  * (dllm/qwen35.h). The model runs on the host in fp32, one sequence at a time;
- * what the other architectures take beyond that (low-precision copies, a device,
- * text prompts through a tokenizer) is refused with the reason, exit 2. */
+ * what the other architectures take beyond that (low-precision copies, a device)
+ * is refused with the reason, exit 2. */
 #include "src/cli/cli_qwen35.h"
 #include "dllm/ar_sampler.h"
 #include "dllm/qwen35.h"
 #include "dllm/tokenizer.h"
+#include "src/data/prompt.h"
 #include "kernels/rng.h"
 #include "src/cli/cli_util.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,24 +73,58 @@ int cli_qwen35_score(const char *dir, const int32_t *prompt, int np, const int32
     return rc;
 }
 
-int cli_qwen35_generate(const char *dir, const int32_t *prompt, int np, int gen,
-                        double temperature, double top_p, uint64_t seed, const char *format,
-                        const char *precision, const char *device, dllm_err *err)
+/* The prompt's ids: text through the chat format (chat "auto": the directory's) and
+ * DIR/tokenizer.json, as the other architectures encode it (dllm/prompt.h); *tok is
+ * loaded when text is given or printed. */
+static int prompt_of(const char *dir, const qwen35_config *c, const char *text, const char *chat,
+                     bool need_tok, dllm_tokenizer **tok, int32_t **ids, int *n, dllm_err *err)
+{
+    int rc = 0;
+    if (need_tok) {
+        char tp[4096];
+        snprintf(tp, sizeof tp, "%s/tokenizer.json", dir);
+        rc = dllm_tokenizer_load(tok, tp, err);
+    }
+    if (rc || !text)
+        return rc;
+    dllm_chat_format fmt;
+    rc = strcmp(chat, "auto") ? dllm_chat_format_parse(chat, &fmt, err)
+                              : dllm_chat_format_from_dir(dir, &fmt, err);
+    /* prompt_encode reads the model's BOS id only */
+    dllm_model_config mc = {.bos_token_id = c->bos_token_id};
+    free(*ids);
+    *ids = NULL;
+    return rc ? rc : prompt_encode(*tok, fmt, &mc, text, ids, n, err);
+}
+
+int cli_qwen35_generate(const char *dir, const int32_t *prompt_ids, int np_ids, const char *text,
+                        const char *chat, int gen, double temperature, double top_p,
+                        uint64_t seed, const char *format, const char *precision,
+                        const char *device, dllm_err *err)
 {
     int rc = refuse(precision, device, err);
-    if (!rc && strcmp(format, "ids") && strcmp(format, "json"))
-        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                          "--format %s: a Qwen3.5 model prints ids or json so far (its "
-                          "tokenizer is not read yet; docs/QWEN35.md)", format);
     qwen35_model *m = NULL;
     if (!rc)
         rc = qwen35_load(&m, dir, err);
     if (rc)
         return rc;
     const qwen35_config *c = qwen35_config_of(m);
+    dllm_tokenizer *tok = NULL;
+    int np = np_ids;
+    int32_t *prompt = dllm_malloc(((size_t)np + 1) * sizeof(int32_t));
+    if (np)
+        memcpy(prompt, prompt_ids, (size_t)np * sizeof(int32_t));
+    rc = prompt_of(dir, c, text, chat, text || strcmp(format, "ids"), &tok, &prompt, &np, err);
+    for (int i = 0; !rc && i < np; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->V)
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: id %d is outside the vocabulary (%d)",
+                              text ? "--prompt" : "--prompt-ids", prompt[i], c->V);
+    if (!rc && np == 0)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "%s: empty prompt",
+                          text ? "--prompt" : "--prompt-ids");
     dllm_ar_cfg ac = {.max_new_tokens = gen, .temperature = temperature, .top_p = top_p,
                       .eos_id = c->eos_token_id};
-    rc = dllm_ar_check(&ac, c->V, err);
+    rc = rc ? rc : dllm_ar_check(&ac, c->V, err);
     int32_t *out = dllm_calloc((size_t)gen + 1, sizeof(int32_t));
     float *lg = dllm_malloc(((size_t)c->V + 1) * sizeof(float));
     void *work = dllm_malloc(dllm_ar_work_bytes(c->V));
@@ -99,25 +135,41 @@ int cli_qwen35_generate(const char *dir, const int32_t *prompt, int np, int gen,
     /* the AR sampler's choice and keyed stream (dllm/ar_sampler.h), row 0 */
     for (int g = 0; g < gen && !rc; g++) {
         dllm_rng r = dllm_rng_make(seed, DLLM_RNG_SAMPLER, (uint64_t)g, 0);
-        int32_t tok = dllm_ar_choose(lg, c->V, temperature, top_p, dllm_rng_uniform(&r), NULL,
-                                     NULL, work);
-        out[n++] = tok;
-        if (tok == ac.eos_id || g == gen - 1)
+        int32_t next = dllm_ar_choose(lg, c->V, temperature, top_p, dllm_rng_uniform(&r), NULL,
+                                      NULL, work);
+        out[n++] = next;
+        if (next == ac.eos_id || g == gen - 1)
             break;
-        rc = qwen35_extend(m, kc, &tok, 1, lg, false, err);
+        rc = qwen35_extend(m, kc, &next, 1, lg, false, err);
     }
     for (int g = n; g < gen && !rc; g++)
         out[g] = ac.eos_id >= 0 ? ac.eos_id : 0;
+    char *txt = NULL;
+    size_t tlen = 0;
+    if (!rc && strcmp(format, "ids"))
+        rc = completion_decode(tok, out, n, ac.eos_id, &txt, &tlen, err);
     if (!rc && !strcmp(format, "ids")) {
         for (int i = 0; i < gen; i++)
             printf("%s%d", i ? "," : "", out[i]);
         printf("\n");
+    } else if (!rc && !strcmp(format, "text")) {
+        fwrite(txt, 1, tlen, stdout);
+        printf("\n");
     } else if (!rc) {
-        printf("{\"ids\": [");
+        json_t *o = json_pack("{s:s%, s:s%, s:i}", "text", txt, tlen, "completion", txt, tlen,
+                              "completion_length", n);
+        json_t *ids = json_array();
         for (int i = 0; i < gen; i++)
-            printf("%s%d", i ? ", " : "", out[i]);
-        printf("], \"completion_length\": %d}\n", n);
+            json_array_append_new(ids, json_integer(out[i]));
+        json_object_set_new(o, "ids", ids);
+        char *d = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        printf("%s\n", d ? d : "{}");
+        free(d);
+        json_decref(o);
     }
+    free(txt);
+    free(prompt);
+    dllm_tokenizer_free(tok);
     qwen35_cache_free(kc);
     free(out);
     free(lg);

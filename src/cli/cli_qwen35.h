@@ -15,11 +15,14 @@ bool cli_is_qwen35(const char *dir);
 int cli_qwen35_score(const char *dir, const int32_t *prompt, int np, const int32_t *compl,
                      int nc, double temperature, const char *estimator, const char *mask_flag,
                      const char *precision, const char *device, dllm_err *err);
-/* generate: gen tokens after prompt, greedy at temperature 0, else sampled as the
- * AR sampler does (keyed by seed); printed as ids or json. */
-int cli_qwen35_generate(const char *dir, const int32_t *prompt, int np, int gen,
-                        double temperature, double top_p, uint64_t seed, const char *format,
-                        const char *precision, const char *device, dllm_err *err);
+/* generate: gen tokens after the prompt -- prompt_ids [np], or text (non-NULL) through the
+ * chat format (chat: a format name or "auto") and DIR/tokenizer.json -- greedy at
+ * temperature 0, else sampled as the AR sampler does (keyed by seed); printed as ids,
+ * text or json (ids, text, completion, completion_length). */
+int cli_qwen35_generate(const char *dir, const int32_t *prompt_ids, int np, const char *text,
+                        const char *chat, int gen, double temperature, double top_p,
+                        uint64_t seed, const char *format, const char *precision,
+                        const char *device, dllm_err *err);
 
 /* init-model --arch qwen3.5: DIR/config.json of the preset and, for tiny (or with weights),
  * random weights and, for tiny, the char-level tokenizer.json; staged beside out and

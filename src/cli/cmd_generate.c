@@ -420,14 +420,16 @@ int cmd_generate(int argc, char **argv)
     if (cli_is_qwen35(model_dir)) { /* not yet a descriptor of the core: its own path */
         int32_t *pi = NULL;
         int n1 = 0, rc = 0;
-        if (!ids_s || denoise_flag)
+        if ((!ids_s && !prompt) || denoise_flag)
             rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
-                              "%s: a Qwen3.5 model takes --prompt-ids, --gen-length, "
-                              "--temperature, --top-p, --seed and --format ids|json so far",
-                              ids_s ? denoise_flag : prompt ? "--prompt" : "--batch-file");
-        rc = rc ? rc : cli_parse_ids(ids_s, "--prompt-ids", &pi, &n1, &err);
-        rc = rc ? rc : cli_qwen35_generate(model_dir, pi, n1, (int)gen, temp, top_p,
-                                           (uint64_t)seed, format, precision, device, &err);
+                              "%s: a Qwen3.5 model takes --prompt or --prompt-ids, --chat, "
+                              "--gen-length, --temperature, --top-p, --seed and --format so far",
+                              denoise_flag ? denoise_flag : "--batch-file");
+        if (!rc && ids_s)
+            rc = cli_parse_ids(ids_s, "--prompt-ids", &pi, &n1, &err);
+        rc = rc ? rc : cli_qwen35_generate(model_dir, pi, n1, ids_s ? NULL : prompt, chat,
+                                           (int)gen, temp, top_p, (uint64_t)seed, format,
+                                           precision, device, &err);
         free(pi);
         return rc ? cli_fail("generate", &err) : 0;
     }

@@ -808,10 +808,11 @@ START_TEST(init_model_presets)
     snprintf(p, sizeof p, "%s/q35tiny/config.json", tu_dir);
     ck_assert_msg(qwen35_config_read(p, &got, &err) == 0, "%s", err.msg);
     int gi[] = {got.C, got.L, got.H, got.V, got.NH, got.NKV, got.HD, got.rot, got.Hk, got.Dk,
-                got.Hv, got.Dv, got.K, got.tied, got.eos_token_id, got.max_pos, got.composite};
+                got.Hv, got.Dv, got.K, got.tied, got.eos_token_id, got.bos_token_id, got.max_pos,
+                got.composite};
     int wi[] = {want.C, want.L, want.H, want.V, want.NH, want.NKV, want.HD, want.rot, want.Hk,
-                want.Dk, want.Hv, want.Dv, want.K, want.tied, want.eos_token_id, want.max_pos,
-                want.composite};
+                want.Dk, want.Hv, want.Dv, want.K, want.tied, want.eos_token_id, want.bos_token_id,
+                want.max_pos, want.composite};
     for (size_t i = 0; i < sizeof gi / sizeof gi[0]; i++)
         ck_assert_msg(gi[i] == wi[i], "field %zu: read %d, preset %d", i, gi[i], wi[i]);
     ck_assert(got.theta == want.theta && got.eps == want.eps);
@@ -838,6 +839,17 @@ START_TEST(init_model_presets)
     st_close(a);
     ck_assert_int_eq(tu_dllm("score --model q35tiny --prompt-ids 5,6,7 --completion-ids 8,9"), 0);
     ck_assert_ptr_nonnull(strstr(tu_out, "seq_logp"));
+    /* a text prompt: BOS + the char ids (2 -> 25, + -> 18, = -> 36), the same greedy ids;
+     * json and text decode them */
+    ck_assert_int_eq(tu_dllm("generate --model q35tiny --prompt-ids 1,25,18,25,36 --gen-length 6 "
+                             "--format ids"), 0);
+    char *by_ids = strdup(tu_out);
+    ck_assert_int_eq(tu_dllm("generate --model q35tiny --prompt 2+2= --gen-length 6 --format ids"), 0);
+    ck_assert_str_eq(tu_out, by_ids);
+    free(by_ids);
+    ck_assert_int_eq(tu_dllm("generate --model q35tiny --prompt 2+2= --gen-length 6 --format json"), 0);
+    ck_assert_ptr_nonnull(strstr(tu_out, "\"text\""));
+    ck_assert_ptr_nonnull(strstr(tu_out, "\"completion_length\":6"));
     ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset tiny --out q35same --seed 3"), 0);
     ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset tiny --out q35other --seed 4"), 0);
     ck_assert_int_eq(tu_sh("cmp -s %s/q35tiny/model.safetensors %s/q35same/model.safetensors",
@@ -881,9 +893,14 @@ START_TEST(cli_refusals)
     ck_assert_int_eq(tu_dllm_take(&out, &errs, "%s", args), 2);
     ck_assert_msg(strstr(errs, "--mc") != NULL, "%s", errs);
     free(out), free(errs);
+    snprintf(args, sizeof args, "generate --model %s/qwen35/hybrid --batch-file b.jsonl", d);
+    ck_assert_int_eq(tu_dllm_take(&out, &errs, "%s", args), 2);
+    ck_assert_msg(strstr(errs, "--batch-file") != NULL, "%s", errs);
+    free(out), free(errs);
+    /* a text prompt needs the directory's tokenizer */
     snprintf(args, sizeof args, "generate --model %s/qwen35/hybrid --prompt hello", d);
     ck_assert_int_eq(tu_dllm_take(&out, &errs, "%s", args), 2);
-    ck_assert_msg(strstr(errs, "--prompt") != NULL, "%s", errs);
+    ck_assert_msg(strstr(errs, "tokenizer.json") != NULL, "%s", errs);
     free(out), free(errs);
     char *bad = variant("\"linear_attention\"", "\"mamba\"", NULL, NULL);
     snprintf(args, sizeof args, "score --model %s --prompt-ids 1,2 --completion-ids 3", bad);
