@@ -850,6 +850,9 @@ START_TEST(init_model_presets)
     ck_assert_int_eq(tu_dllm("generate --model q35tiny --prompt 2+2= --gen-length 6 --format json"), 0);
     ck_assert_ptr_nonnull(strstr(tu_out, "\"text\""));
     ck_assert_ptr_nonnull(strstr(tu_out, "\"completion_length\":6"));
+    /* the commands it does not run yet say so */
+    ck_assert_int_eq(tu_dllm("eval --model q35tiny --task countdown --n 2"), 2);
+    ck_assert_msg(strstr(tu_err, "Qwen3.5") && strstr(tu_err, "QWEN35.md"), "%s", tu_err);
     ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset tiny --out q35same --seed 3"), 0);
     ck_assert_int_eq(tu_dllm("init-model --arch qwen3.5 --preset tiny --out q35other --seed 4"), 0);
     ck_assert_int_eq(tu_sh("cmp -s %s/q35tiny/model.safetensors %s/q35same/model.safetensors",
