@@ -186,6 +186,7 @@ struct qwen35_model {
     bool *centred;  /* held as 1 + w (the zero-centred norms) */
     float **mom, **var; /* AdamW's moments (NULL until the first step) */
     int nowned;
+    bool bf16; /* qwen35_round_bf16: the decoding path's big linears read bf16 inputs */
 };
 
 const qwen35_config *qwen35_config_of(const qwen35_model *m) { return &m->cfg; }
@@ -395,6 +396,22 @@ int qwen35_cache_len(const qwen35_cache *c) { return c->len; }
 
 static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* out (T, D) = in (T, C) W^T for one of the big projections of the decoding path: with
+ * qwen35_round_bf16, the input rounded to bf16 (W already is), the products in fp32. */
+static void big_linear(const qwen35_model *m, float *out, const float *in, const float *W, int T,
+                       int C, int D)
+{
+    if (!m->bf16) {
+        op_linear_fwd(out, in, W, T, C, D);
+        return;
+    }
+    float *r = ALLOC_F((size_t)T * C);
+    memcpy(r, in, (size_t)T * C * sizeof(float));
+    op_round_bf16(r, (size_t)T * C);
+    op_linear_fwd(out, r, W, T, C, D);
+    free(r);
+}
+
 /* y (T, C) += the linear-attention mix of n1 (T, C) for layer l; caches advanced. */
 static void linear_mix(const qwen35_model *m, const layer_w *w, float *conv_state, float *S,
                        const float *n1, int T, float *y)
@@ -408,8 +425,8 @@ static void linear_mix(const qwen35_model *m, const layer_w *w, float *conv_stat
     float *q = ALLOC_F((size_t)T * KD), *k = ALLOC_F((size_t)T * KD);
     float *v = ALLOC_F((size_t)T * VD), *o = ALLOC_F((size_t)T * VD);
     float *on = ALLOC_F((size_t)T * VD), *mix = ALLOC_F((size_t)T * C);
-    op_linear_fwd(qkv, n1, w->qkv, T, C, D);
-    op_linear_fwd(z, n1, w->z, T, C, VD);
+    big_linear(m, qkv, n1, w->qkv, T, C, D);
+    big_linear(m, z, n1, w->z, T, C, VD);
     op_linear_fwd(bb, n1, w->b, T, C, c->Hv);
     op_linear_fwd(aa, n1, w->a, T, C, c->Hv);
     gd_conv_fwd(cq, NULL, conv_state, qkv, conv_state, w->conv, 1, T, D, c->K);
@@ -427,7 +444,7 @@ static void linear_mix(const qwen35_model *m, const layer_w *w, float *conv_stat
     else
         gd_rule_chunked_fwd(o, S, q, k, v, g, beta, S, 1, T, c->Hk, c->Dk, c->Hv, c->Dv, 64);
     gd_gated_rmsnorm_fwd(on, NULL, o, z, w->gnorm, T * c->Hv, c->Dv, c->eps);
-    op_linear_fwd(mix, on, w->out, T, VD, C);
+    big_linear(m, mix, on, w->out, T, VD, C);
     for (size_t i = 0; i < (size_t)T * C; i++)
         y[i] += mix[i];
     float *bufs[] = {qkv, cq, z, bb, aa, g, beta, q, k, v, o, on, mix};
@@ -446,15 +463,15 @@ static void full_mix(const qwen35_model *m, const layer_w *w, float *kc, float *
     float *att = ALLOC_F((size_t)T * QD), *mix = ALLOC_F((size_t)T * C);
     float *p = ALLOC_F((size_t)len + T);
     int32_t *pos = dllm_malloc((size_t)T * sizeof(int32_t) + 4);
-    op_linear_fwd(qg, n1, w->q, T, C, 2 * QD);
+    big_linear(m, qg, n1, w->q, T, C, 2 * QD);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < NH; h++) {
             const float *r = qg + (size_t)t * 2 * QD + (size_t)h * 2 * HD;
             memcpy(q + ((size_t)t * NH + h) * HD, r, (size_t)HD * sizeof(float));
             memcpy(gate + ((size_t)t * NH + h) * HD, r + HD, (size_t)HD * sizeof(float));
         }
-    op_linear_fwd(k, n1, w->k, T, C, KD);
-    op_linear_fwd(vc + (size_t)len * KD, n1, w->v, T, C, KD);
+    big_linear(m, k, n1, w->k, T, C, KD);
+    big_linear(m, vc + (size_t)len * KD, n1, w->v, T, C, KD);
     op_rmsnorm_fwd(q, NULL, q, w->qn, T * NH, HD, c->eps);
     op_rmsnorm_fwd(k, NULL, k, w->kn, T * c->NKV, HD, c->eps);
     for (int t = 0; t < T; t++)
@@ -490,7 +507,7 @@ static void full_mix(const qwen35_model *m, const layer_w *w, float *kc, float *
             for (int i = 0; i < HD; i++)
                 orow[i] *= sigm(gr[i]);
         }
-    op_linear_fwd(mix, att, w->o, T, QD, C);
+    big_linear(m, mix, att, w->o, T, QD, C);
     for (size_t i = 0; i < (size_t)T * C; i++)
         y[i] += mix[i];
     free(qg), free(q), free(gate), free(k), free(att), free(mix), free(p), free(pos);
@@ -522,10 +539,10 @@ int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, 
         else
             full_mix(m, w, kc->k[l], kc->v[l], kc->len, n, T, x);
         op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
-        op_linear_fwd(gu, n, w->gate, T, C, H);
-        op_linear_fwd(up, n, w->up, T, C, H);
+        big_linear(m, gu, n, w->gate, T, C, H);
+        big_linear(m, up, n, w->up, T, C, H);
         op_swiglu_fwd(gu, gu, up, (size_t)T * H);
-        op_linear_fwd(mlp, gu, w->down, T, H, C);
+        big_linear(m, mlp, gu, w->down, T, H, C);
         for (size_t i = 0; i < (size_t)T * C; i++)
             x[i] += mlp[i];
     }
@@ -533,7 +550,7 @@ int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, 
     if (logits) {
         int r0 = all_rows ? 0 : T - 1, R = T - r0;
         op_rmsnorm_fwd(n, NULL, x + (size_t)r0 * C, m->fnorm, R, C, c->eps);
-        op_linear_fwd(logits, n, m->head, R, C, c->V);
+        big_linear(m, logits, n, m->head, R, C, c->V);
     }
     free(x), free(n), free(gu), free(up), free(mlp);
     return 0;
@@ -969,4 +986,30 @@ void qwen35_adamw_step(qwen35_model *m, int t, float lr, float wd)
             for (size_t j = 0; j < m->numel[i]; j++)
                 m->owned[i][j] += 1.0f;
     }
+}
+
+void qwen35_round_bf16(qwen35_model *m)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, D = conv_dim(c), VD = c->Hv * c->Dv, QD = c->NH * c->HD, KD = c->NKV * c->HD;
+    op_round_bf16(m->embed, (size_t)c->V * C);
+    if (m->head != m->embed)
+        op_round_bf16(m->head, (size_t)c->V * C);
+    for (int l = 0; l < c->L; l++) {
+        layer_w *w = &m->lw[l];
+        if (c->kind[l] == QWEN35_LINEAR) {
+            op_round_bf16(w->qkv, (size_t)D * C);
+            op_round_bf16(w->z, (size_t)VD * C);
+            op_round_bf16(w->out, (size_t)C * VD);
+        } else {
+            op_round_bf16(w->q, (size_t)2 * QD * C);
+            op_round_bf16(w->k, (size_t)KD * C);
+            op_round_bf16(w->v, (size_t)KD * C);
+            op_round_bf16(w->o, (size_t)C * QD);
+        }
+        op_round_bf16(w->gate, (size_t)c->H * C);
+        op_round_bf16(w->up, (size_t)c->H * C);
+        op_round_bf16(w->down, (size_t)C * c->H);
+    }
+    m->bf16 = true;
 }

@@ -87,6 +87,14 @@ int qwen35_seq_logprob(qwen35_model *m, const int32_t *prompt, int P, const int3
 int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos, int32_t *out,
                   int *n, dllm_err *err);
 
+/* The bf16 rollout copy, in place, for decoding and scoring (qwen35_extend,
+ * qwen35_seq_logprob, qwen35_greedy; not the training path): the embedding and the head,
+ * in_proj_qkv, in_proj_z and out_proj of the Gated DeltaNet layers, q/k/v/o_proj of the
+ * full ones and the MLPs rounded to bf16, and every input of those products rounded to
+ * bf16, sums in fp32. Stay fp32: in_proj_a and in_proj_b (the decay and write gates),
+ * A_log, dt_bias, the convolution, every norm, RoPE, attention, and the recurrence. */
+void qwen35_round_bf16(qwen35_model *m);
+
 /* ---- named sizes and fresh checkpoints (qwen35_init.c) ---------------------------------- */
 #define QWEN35_PRESETS "tiny or qwen3.5-9b"
 /* The preset called name (QWEN35_PRESETS); an input error naming it otherwise. */

@@ -1,5 +1,6 @@
 /* cli_qwen35.c: `dllm-rl score` and `dllm-rl generate` on a Qwen3.5 checkpoint
- * (dllm/qwen35.h). The model runs on the host in fp32, one sequence at a time;
+ * (dllm/qwen35.h). The model runs on the host in fp32 (or its bf16 copy), one sequence
+ * at a time;
  * what the other architectures take beyond that (low-precision copies, a device)
  * is refused with the reason, exit 2. */
 #include "src/cli/cli_qwen35.h"
@@ -22,12 +23,13 @@ bool cli_is_qwen35(const char *dir)
     return qwen35_is_config(path);
 }
 
-/* The flags a Qwen3.5 model does not take yet: --precision other than fp32, a device. */
+/* The flags a Qwen3.5 model does not take yet: --precision other than fp32 and bf16, a
+ * device. */
 static int refuse(const char *precision, const char *device, dllm_err *err)
 {
-    if (precision && strcmp(precision, "fp32"))
+    if (precision && strcmp(precision, "fp32") && strcmp(precision, "bf16"))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "--precision %s: a Qwen3.5 model runs in fp32 only so far "
+                            "--precision %s: a Qwen3.5 model runs in fp32 or bf16 only so far "
                             "(docs/QWEN35.md)", precision);
     if (device && strcmp(device, "cpu"))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
@@ -54,6 +56,8 @@ int cli_qwen35_score(const char *dir, const int32_t *prompt, int np, const int32
     qwen35_model *m = NULL;
     if (!rc)
         rc = qwen35_load(&m, dir, err);
+    if (!rc && precision && !strcmp(precision, "bf16"))
+        qwen35_round_bf16(m);
     double *tl = dllm_malloc(((size_t)nc + 1) * sizeof(double)), seq = 0;
     if (!rc)
         rc = qwen35_seq_logprob(m, prompt, np, compl, nc, temperature, &seq, tl, err);
@@ -108,6 +112,8 @@ int cli_qwen35_generate(const char *dir, const int32_t *prompt_ids, int np_ids, 
         rc = qwen35_load(&m, dir, err);
     if (rc)
         return rc;
+    if (precision && !strcmp(precision, "bf16"))
+        qwen35_round_bf16(m);
     const qwen35_config *c = qwen35_config_of(m);
     dllm_tokenizer *tok = NULL;
     int np = np_ids;

@@ -527,6 +527,46 @@ START_TEST(training_lowers_loss)
 }
 END_TEST
 
+/* The bf16 rollout copy: not the fp32 model, deterministic, and its cached decode equal
+ * to its own full forward (its values against transformers: cli_score_bf16). */
+START_TEST(bf16_rollout_copy)
+{
+    qwen35_model *m = load_model("qwen35/hybrid"), *h = load_model("qwen35/hybrid");
+    qwen35_round_bf16(h);
+    st_archive *a = tu_open_archive("qwen35/golden.safetensors");
+    size_t T;
+    int32_t *ids = golden_ids(a, "hybrid.ids", &T);
+    dllm_err err = {0};
+    const qwen35_config *c = qwen35_config_of(m);
+    int n = 24;
+    float *f32 = zeros((size_t)n * c->V), *f16 = zeros((size_t)n * c->V);
+    float *again = zeros((size_t)n * c->V), *step1 = zeros(c->V);
+    qwen35_cache *kc = qwen35_cache_new(m, n);
+    ck_assert(qwen35_extend(m, kc, ids, n, f32, true, &err) == 0);
+    qwen35_cache_free(kc);
+    kc = qwen35_cache_new(h, n);
+    ck_assert(qwen35_extend(h, kc, ids, n, f16, true, &err) == 0);
+    qwen35_cache_free(kc);
+    kc = qwen35_cache_new(h, n);
+    ck_assert(qwen35_extend(h, kc, ids, n, again, true, &err) == 0);
+    qwen35_cache_free(kc);
+    ck_assert(memcmp(f16, again, (size_t)n * c->V * sizeof(float)) == 0);
+    double d = tu_max_abs_diff(f16, f32, (size_t)n * c->V);
+    ck_assert_msg(d > 1e-6, "bf16 copy: logits %g from fp32", d);
+    kc = qwen35_cache_new(h, n);
+    ck_assert(qwen35_extend(h, kc, ids, 3, NULL, false, &err) == 0);
+    for (int t = 3; t < n; t++) {
+        ck_assert(qwen35_extend(h, kc, ids + t, 1, step1, false, &err) == 0);
+        ck_assert(tu_max_abs_diff(step1, f16 + (size_t)t * c->V, (size_t)c->V) < 1e-4);
+    }
+    qwen35_cache_free(kc);
+    free(f32), free(f16), free(again), free(step1), free(ids);
+    st_close(a);
+    qwen35_free(m);
+    qwen35_free(h);
+}
+END_TEST
+
 /* bf16 weights in shards (an index and several files) read as the same fp32 values
  * in one F32 file: identical logits, and close to the fp32 model's. */
 START_TEST(bf16_shards)
@@ -891,6 +931,46 @@ START_TEST(init_model_presets)
 }
 END_TEST
 
+/* score --precision bf16 against transformers with the same roundings
+ * (tests/ref/make_qwen35_bf16_golden.py): within 1e-5 for both models. */
+START_TEST(cli_score_bf16)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/qwen35/bf16_golden.json", getenv("DLLM_TEST_DATA"));
+    json_error_t je;
+    json_t *g = json_load_file(p, 0, &je);
+    ck_assert_msg(g != NULL, "%s: %s", p, je.text);
+    int32_t pi[16], ci[16];
+    size_t np = json_array_size(json_object_get(g, "prompt_ids"));
+    size_t nc = json_array_size(json_object_get(g, "completion_ids"));
+    ck_assert(np <= 16 && nc <= 16);
+    for (size_t i = 0; i < np; i++)
+        pi[i] = (int32_t)json_integer_value(json_array_get(json_object_get(g, "prompt_ids"), i));
+    for (size_t i = 0; i < nc; i++)
+        ci[i] = (int32_t)json_integer_value(json_array_get(json_object_get(g, "completion_ids"), i));
+    char *ps = ids_csv(pi, np), *cs = ids_csv(ci, nc);
+    const char *names[] = {"hybrid", "tied"};
+    for (int v = 0; v < 2; v++) {
+        ck_assert_int_eq(tu_dllm("score --model %s/qwen35/%s --prompt-ids %s --completion-ids %s "
+                                 "--precision bf16", getenv("DLLM_TEST_DATA"), names[v], ps, cs), 0);
+        json_t *j = json_loads(tu_out, 0, &je);
+        ck_assert_msg(j != NULL, "score printed no JSON: %s", tu_out);
+        const json_t *want = json_object_get(json_object_get(g, "models"), names[v]);
+        const json_t *got = json_object_get(j, "token_logp");
+        ck_assert_uint_eq(json_array_size(got), nc);
+        for (size_t i = 0; i < nc; i++) {
+            double d = fabs(json_number_value(json_array_get(got, i)) -
+                            json_number_value(json_array_get(want, i)));
+            ck_assert_msg(d < 1e-5, "%s token %zu: bf16 log-prob %g from transformers'", names[v],
+                          i, d);
+        }
+        json_decref(j);
+    }
+    free(ps), free(cs);
+    json_decref(g);
+}
+END_TEST
+
 START_TEST(cli_refusals)
 {
     char *out, *errs, args[4096];
@@ -899,6 +979,12 @@ START_TEST(cli_refusals)
              "--completion-ids 3 --precision fp8", d);
     ck_assert_int_eq(tu_dllm_take(&out, &errs, "%s", args), 2);
     ck_assert_msg(strstr(errs, "--precision fp8") != NULL, "%s", errs);
+    free(out), free(errs);
+    /* --precision bf16 runs (the rollout copy), fp8 does not yet */
+    snprintf(args, sizeof args, "score --model %s/qwen35/hybrid --prompt-ids 1,2 "
+             "--completion-ids 3 --precision bf16", d);
+    ck_assert_int_eq(tu_dllm_take(&out, &errs, "%s", args), 0);
+    ck_assert_msg(strstr(out, "seq_logp") != NULL, "%s", out);
     free(out), free(errs);
     snprintf(args, sizeof args, "score --model %s/qwen35/hybrid --prompt-ids 1,2 "
              "--completion-ids 3 --mc 4", d);
@@ -945,6 +1031,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(model, tied_matches_transformers);
     tcase_add_test(model, composite_layout);
     tcase_add_test(model, bf16_shards);
+    tcase_add_test(model, bf16_rollout_copy);
     tcase_add_test(model, hybrid_gradient);
     tcase_add_test(model, tied_gradient);
     tcase_add_test(model, training_lowers_loss);
@@ -956,6 +1043,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_set_timeout(cli, 120);
     tcase_add_test(cli, cli_score_and_generate);
     tcase_add_test(cli, cli_refusals);
+    tcase_add_test(cli, cli_score_bf16);
     tcase_add_test(cli, init_model_presets);
     suite_add_tcase(s, cli);
     return s;
