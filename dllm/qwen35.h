@@ -20,8 +20,8 @@
  * Decoding keeps, per linear layer, the last K-1 convolution inputs and the
  * recurrent state [Hv, Dk, Dv]; per full layer, K (after k_norm and RoPE) and V.
  * An extend of T > 1 tokens runs the chunked rule, one token the recurrent one --
- * as the published implementation does. Everything in fp32 on the host; one
- * sequence at a time. Not yet a descriptor of the shared transformer core
+ * as the published implementation does. Everything in fp32 on the host (decoding
+ * may use the bf16 copy, qwen35_round_bf16); one sequence at a time. Not yet a descriptor of the shared transformer core
  * (dllm/arch.h): docs/QWEN35.md says what runs. */
 #ifndef DLLM_QWEN35_H
 #define DLLM_QWEN35_H
