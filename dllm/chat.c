@@ -68,6 +68,30 @@ static const char *rfind(const char *s, const char *pat)
     return r;
 }
 
+/* An assistant content's Qwen template split (c NUL-terminated): the body after the last
+ * </think>, lstrip \n; the reasoning before the first </think>, rstrip \n, after the last
+ * <think> there, lstrip \n. Without </think>: the whole content, no reasoning. */
+static void split_think(const char *c, const char **body, size_t *nbody, const char **reason,
+                        size_t *nreason)
+{
+    const char *close = strstr(c, "</think>");
+    *body = c, *nbody = strlen(c), *reason = "", *nreason = 0;
+    if (!close)
+        return;
+    *body = rfind(c, "</think>") + 8;
+    *nbody = strlen(*body);
+    strip_nl(body, nbody, true, false);
+    const char *r = c;
+    size_t nr = (size_t)(close - c);
+    strip_nl(&r, &nr, false, true);
+    const char *end = r + nr;
+    for (const char *q = c; (q = strstr(q, "<think>")) && q + 7 <= end; q++)
+        r = q + 7;
+    nr = (size_t)(end - r);
+    strip_nl(&r, &nr, true, false);
+    *reason = r, *nreason = nr;
+}
+
 static void render_qwen25(const dllm_chat_msg *m, const char **content, size_t n, const dllm_chat_opts *o, sbuf *b)
 {
     /* the template's default system turn when the first message is not one */
@@ -99,22 +123,9 @@ static void render_qwen3(const dllm_chat_msg *m, const char **content, size_t n,
             continue;
         }
         if (strcmp(role, "assistant")) continue;
-        const char *body = c, *reason = "";
-        size_t nbody = strlen(c), nreason = 0;
-        const char *close = strstr(c, "</think>");
-        if (close) {
-            /* content = after the last </think>, lstrip \n; reasoning = before the first
-             * </think>, rstrip \n, after the last <think>, lstrip \n */
-            body = rfind(c, "</think>") + 8; nbody = strlen(body);
-            strip_nl(&body, &nbody, true, false);
-            reason = c; nreason = (size_t)(close - c);
-            strip_nl(&reason, &nreason, false, true);
-            for (const char *q = c; (q = strstr(q, "<think>")) && q + 7 <= c + nreason; q++) {
-                nreason -= (size_t)(q + 7 - reason);
-                reason = q + 7;
-            }
-            strip_nl(&reason, &nreason, true, false);
-        }
+        const char *body, *reason;
+        size_t nbody, nreason;
+        split_think(c, &body, &nbody, &reason, &nreason);
         sb_put(b, "<|im_start|>assistant\n");
         if (i > last_query && (i == n - 1 || nreason)) {
             const char *r = reason;
@@ -161,26 +172,14 @@ static int render_qwen35(const dllm_chat_msg *m, const char **content, size_t n,
         } else if (!strcmp(role, "user")) {
             sb_put(b, "<|im_start|>user\n"); sb_putn(b, c, nc); sb_put(b, "<|im_end|>\n");
         } else {
-            /* content = after the last </think>, lstrip \n; reasoning = before the first
-             * </think>, rstrip \n, after the last <think> there, lstrip \n, trimmed */
+            /* the trimmed content split as Qwen3's, the reasoning trimmed too */
             char *dup = dllm_malloc(nc + 1);
             memcpy(dup, c, nc);
             dup[nc] = 0;
-            const char *body = dup, *reason = "";
-            size_t nbody = nc, nreason = 0;
-            const char *close = strstr(dup, "</think>");
-            if (close) {
-                body = rfind(dup, "</think>") + 8; nbody = strlen(body);
-                strip_nl(&body, &nbody, true, false);
-                reason = dup; nreason = (size_t)(close - dup);
-                strip_nl(&reason, &nreason, false, true);
-                const char *end = reason + nreason;
-                for (const char *q = dup; (q = strstr(q, "<think>")) && q + 7 <= end; q++)
-                    reason = q + 7;
-                nreason = (size_t)(end - reason);
-                strip_nl(&reason, &nreason, true, false);
-                trim(&reason, &nreason);
-            }
+            const char *body, *reason;
+            size_t nbody, nreason;
+            split_think(dup, &body, &nbody, &reason, &nreason);
+            trim(&reason, &nreason);
             sb_put(b, "<|im_start|>assistant\n");
             if (i > last_query) {
                 sb_put(b, "<think>\n"); sb_putn(b, reason, nreason); sb_put(b, "\n</think>\n\n");

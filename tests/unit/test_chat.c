@@ -132,6 +132,10 @@ START_TEST(test_qwen35_template)
     ck_assert_int_eq(dllm_chat_render(f, m2, 2, &o, &out, &err), 0);
     ck_assert_str_eq(out, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nb\n</think>\n\nz<|im_end|>\n");
     free(out);
+    /* Qwen3's template splits the same way (a second <think> before </think>) */
+    ck_assert_int_eq(dllm_chat_render(DLLM_CHAT_QWEN3, m2, 2, &o, &out, &err), 0);
+    ck_assert_str_eq(out, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nb\n</think>\n\nz<|im_end|>\n");
+    free(out);
     /* the template's exceptions */
     ck_assert_int_eq(dllm_chat_render(f, m, 0, &o, &out, &err), DLLM_EXIT_INPUT);
     ck_assert_int_eq(dllm_chat_render(f, &m[1], 1, &o, &out, &err), DLLM_EXIT_INPUT);
