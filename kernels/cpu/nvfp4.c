@@ -197,14 +197,101 @@ void nvfp4_matrix_free(nvfp4_matrix *m)
     memset(m, 0, sizeof *m);
 }
 
+/* max |x| over the finite values of each 16-wide block of a row (amax_finite's integer
+ * max, one loop over the row: a call per block cost more than its 16 elements) */
+VEC_INLINE uint32_t amax_bits16(const float *x)
+{
+    /* eight lanes of two elements each, then the lanes: a shape the vectoriser takes */
+    uint32_t m[8];
+    for (int k = 0; k < 8; k++) {
+        uint32_t u, v;
+        memcpy(&u, x + k, sizeof u);
+        memcpy(&v, x + k + 8, sizeof v);
+        u &= 0x7fffffffu;
+        v &= 0x7fffffffu;
+        u = u < 0x7f800000u ? u : 0u;
+        v = v < 0x7f800000u ? v : 0u;
+        m[k] = u > v ? u : v;
+    }
+    uint32_t r = 0;
+    for (int k = 0; k < 8; k++)
+        r = m[k] > r ? m[k] : r;
+    return r;
+}
+
+VEC_KERNEL_WIDE static void row_block_amax(float *amax, const float *x, int C)
+{
+    const int full = C / NVFP4_BLOCK;
+    for (int b = 0; b < full; b++) {
+        const uint32_t m = amax_bits16(x + (size_t)b * NVFP4_BLOCK);
+        memcpy(amax + b, &m, sizeof m);
+    }
+    if (full * NVFP4_BLOCK < C)
+        amax[full] = amax_finite(x + (size_t)full * NVFP4_BLOCK, (size_t)(C - full * NVFP4_BLOCK));
+}
+
+/* block_dequant over a whole row, each element with its block's decode scale d[j / 16];
+ * a block with d = 0 (all zero) gives +-0 with x's sign, as quant_row does */
+VEC_KERNEL_NO_TRAP static void row_dequant(float *restrict deq, const float *restrict x, int C,
+                                           const float *restrict d)
+{
+    const float six = NVFP4_E2M1_MAX;
+    uint32_t six_bits;
+    memcpy(&six_bits, &six, sizeof six_bits);
+    for (int j0 = 0, b = 0; j0 < C; j0 += NVFP4_BLOCK, b++) {
+        const int n = C - j0 < NVFP4_BLOCK ? C - j0 : NVFP4_BLOCK;
+        const float db = d[b], div = db > 0.0f ? db : 1.0f;
+        const uint32_t keep = db > 0.0f ? 0xffffffffu : 0u; /* 0: a +-0 block */
+        for (int k = j0; k < j0 + n; k++) {
+            /* e2m1_round(x / div) * db with integer selects, so that the loop vectorises:
+             * the magnitude's steps (NaN compares false), the quotient's sign, NaN -> +6 */
+            const float v = x[k] / div, a = fabsf(v);
+            const float m = (a > 0.25f ? 0.5f : 0.0f) + (a >= 0.75f ? 0.5f : 0.0f) +
+                            (a > 1.25f ? 0.5f : 0.0f) + (a >= 1.75f ? 0.5f : 0.0f) +
+                            (a > 2.5f ? 1.0f : 0.0f) + (a >= 3.5f ? 1.0f : 0.0f) +
+                            (a > 5.0f ? 2.0f : 0.0f);
+            uint32_t vb, mb, xb;
+            memcpy(&vb, &v, sizeof vb);
+            memcpy(&mb, &m, sizeof mb);
+            memcpy(&xb, x + k, sizeof xb);
+            const uint32_t rb = (vb & 0x7fffffffu) > 0x7f800000u ? six_bits
+                                                                 : mb | (vb & 0x80000000u);
+            float r;
+            memcpy(&r, &rb, sizeof r);
+            const float q = r * db;
+            uint32_t qb;
+            memcpy(&qb, &q, sizeof qb);
+            qb = (qb & keep) | (xb & 0x80000000u & ~keep);
+            memcpy(deq + k, &qb, sizeof qb);
+        }
+    }
+}
+
 void nvfp4_quant_dequant(float *out, const float *x, int R, int C)
 {
     if (R <= 0 || C <= 0)
         return;
-    const float g = global_scale(amax_finite(x, (size_t)R * C));
-#pragma omp parallel for schedule(static) if ((size_t)R * C > 65536)
+    float lut[256]; /* the E4M3 block scales' values */
+    for (int c = 0; c < 256; c++)
+        lut[c] = fp8_decode((uint8_t)c, FP8_E4M3);
+    const int SC = (C + NVFP4_BLOCK - 1) / NVFP4_BLOCK;
+    /* quant_row's arithmetic, reordered: every block's amax first (the tensor's amax,
+     * for the global scale, is their maximum), then each row's scales and one pass over
+     * the row (the same operations on every element, so the same bits) */
+    float *d = dllm_malloc(sizeof(float) * (size_t)R * SC); // (R, SC)
+    const bool par = (size_t)R * C > 65536;
+#pragma omp parallel for schedule(static) if (par)
     for (int r = 0; r < R; r++)
-        quant_row(x + (size_t)r * C, C, g, NULL, NULL, out + (size_t)r * C);
+        row_block_amax(d + (size_t)r * SC, x + (size_t)r * C, C);
+    const float g = global_scale(amax_finite(d, (size_t)R * SC));
+#pragma omp parallel for schedule(static) if (par)
+    for (int r = 0; r < R; r++) {
+        float *dr = d + (size_t)r * SC;
+        for (int b = 0; b < SC; b++)
+            dr[b] = lut[fp8_encode((dr[b] / NVFP4_E2M1_MAX) / g, FP8_E4M3)] * g;
+        row_dequant(out + (size_t)r * C, x + (size_t)r * C, C, dr);
+    }
+    free(d);
 }
 
 void op_nvfp4_linear_fwd(float *out, const float *inp, nvfp4_matrix *w, int N, int C, int OC)
