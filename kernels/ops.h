@@ -26,13 +26,18 @@ void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
              const float *A, const float *B, float beta, float *C);
 
 /* The library op_gemm's kernel calls run on: OpenBLAS, or oneDNN (if built). Chosen
- * per call by the environment variable DLLM_GEMM=openblas|dnnl, else configure's
- * --with-gemm (default oneDNN where configure found it, else OpenBLAS); an unknown or
+ * per call by the environment variable DLLM_GEMM=openblas|dnnl, else by configure's
+ * --with-gemm, whose default (auto) is op_gemm_rule on this CPU; an unknown or
  * unbuilt choice is bad input (message, exit 2). The blocking and threading are the
  * same for both, so each is deterministic for a given thread count; the two differ in
  * the last bits. */
-typedef enum { OP_GEMM_OPENBLAS = 0, OP_GEMM_DNNL = 1 } op_gemm_lib;
+typedef enum { OP_GEMM_OPENBLAS = 0, OP_GEMM_DNNL = 1, OP_GEMM_AUTO = 2 } op_gemm_lib;
 op_gemm_lib op_gemm_library(void);
+/* The library without DLLM_GEMM: configure's choice, or the rule on this CPU. */
+op_gemm_lib op_gemm_library_default(void);
+/* The rule (docs/BUILDING.md): oneDNN on a CPU with AVX-512 where the build has it,
+ * else OpenBLAS (its AVX2 kernels are at least level with oneDNN's there). */
+op_gemm_lib op_gemm_rule(bool avx512, bool dnnl_built);
 bool op_gemm_library_built(op_gemm_lib lib);
 const char *op_gemm_library_name(op_gemm_lib lib);
 

@@ -15,8 +15,13 @@
  * (OpenBLAS's own threaded split would change the rounding with its count).
  *
  * Library: op_gemm_library() picks the kernel each block call runs on, OpenBLAS
- * sgemm or oneDNN's dnnl_sgemm (the default where built: about twice OpenBLAS's rate
- * at the model's shapes under the common Haswell pin, BENCHMARKS.md); the split above
+ * sgemm or oneDNN's dnnl_sgemm. Unless configure or DLLM_GEMM names one, a rule on the
+ * CPU's features picks it (op_gemm_rule): oneDNN on an AVX-512 CPU (about twice
+ * OpenBLAS's rate at the model's shapes under the common Haswell pin, level with
+ * OpenBLAS's own AVX-512 kernels), OpenBLAS on a CPU without AVX-512, where its
+ * AVX2 kernels are its native ones and were measured at least level with oneDNN's
+ * (BENCHMARKS.md). A rule, not a measurement, so the library -- and with it every
+ * result's last bits -- never depends on how busy the machine was; the split above
  * is the same for both, so either is deterministic for a given thread count and shape
  * (and wherever the operands lie: tests/unit/test_fast_gemm.c), but the two differ from
  * each other in the last bits (their kernels sum K in different orders). Neither makes a row's
@@ -29,6 +34,7 @@
 #include "kernels/cpu/dnnl_gemm.h"
 
 #include <cblas.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,14 +51,42 @@
 #define CHUNKS 4
 
 #ifndef DLLM_GEMM_DEFAULT
-#define DLLM_GEMM_DEFAULT OP_GEMM_OPENBLAS
+#define DLLM_GEMM_DEFAULT OP_GEMM_AUTO
 #endif
+
+op_gemm_lib op_gemm_rule(bool avx512, bool dnnl_built)
+{
+    return avx512 && dnnl_built ? OP_GEMM_DNNL : OP_GEMM_OPENBLAS;
+}
+
+static bool cpu_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
+op_gemm_lib op_gemm_library_default(void)
+{
+    /* the CPU does not change under a running process; op_gemm may ask from any thread */
+    static atomic_int lib = -1;
+    int l = atomic_load_explicit(&lib, memory_order_relaxed);
+    if (l < 0) {
+        l = DLLM_GEMM_DEFAULT == OP_GEMM_AUTO ? (int)op_gemm_rule(cpu_avx512(), dnnl_gemm_built())
+                                              : DLLM_GEMM_DEFAULT;
+        atomic_store_explicit(&lib, l, memory_order_relaxed);
+    }
+    return (op_gemm_lib)l;
+}
 
 op_gemm_lib op_gemm_library(void)
 {
     const char *env = getenv("DLLM_GEMM");
     if (!env || !*env)
-        return (op_gemm_lib)DLLM_GEMM_DEFAULT;
+        return op_gemm_library_default();
     if (strcmp(env, "openblas") == 0)
         return OP_GEMM_OPENBLAS;
     if (strcmp(env, "dnnl") == 0) {

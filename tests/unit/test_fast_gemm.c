@@ -514,7 +514,18 @@ static void check_gemm(const float *c, const float *c0, const float *a, const fl
 START_TEST(test_gemm_library)
 {
     unsetenv("DLLM_GEMM");
-    ck_assert_int_eq(op_gemm_library(), DLLM_GEMM_DEFAULT);
+    ck_assert_int_eq(op_gemm_library(), op_gemm_library_default());
+    if (DLLM_GEMM_DEFAULT == OP_GEMM_AUTO) {
+        bool avx512 = false;
+#if defined(__x86_64__) && defined(__GNUC__)
+        __builtin_cpu_init();
+        avx512 = __builtin_cpu_supports("avx512f");
+#endif
+        ck_assert_int_eq(op_gemm_library(), op_gemm_rule(avx512, op_gemm_library_built(OP_GEMM_DNNL)));
+    } else {
+        ck_assert_int_eq(op_gemm_library(), DLLM_GEMM_DEFAULT);
+    }
+    printf("fp32 GEMM by default here: %s\n", op_gemm_library_name(op_gemm_library()));
     setenv("DLLM_GEMM", "openblas", 1);
     ck_assert_int_eq(op_gemm_library(), OP_GEMM_OPENBLAS);
     static const char *const LIBS[2] = {"openblas", "dnnl"};
@@ -550,6 +561,17 @@ START_TEST(test_gemm_library)
             }
     }
     unsetenv("DLLM_GEMM");
+}
+END_TEST
+
+/* The rule without DLLM_GEMM or a configured library: oneDNN only on an AVX-512 CPU and
+ * only where built. */
+START_TEST(test_gemm_rule)
+{
+    ck_assert_int_eq(op_gemm_rule(true, true), OP_GEMM_DNNL);
+    ck_assert_int_eq(op_gemm_rule(false, true), OP_GEMM_OPENBLAS);
+    ck_assert_int_eq(op_gemm_rule(true, false), OP_GEMM_OPENBLAS);
+    ck_assert_int_eq(op_gemm_rule(false, false), OP_GEMM_OPENBLAS);
 }
 END_TEST
 
@@ -670,6 +692,7 @@ static Suite *fast_gemm_suite(bool native, bool bf16, bool fp8)
     tcase_add_test(tc, test_fp8_fast_quant_bitwise);
     tcase_add_test(tc, test_fp8_linears_grouped);
     tcase_add_test(tc, test_gemm_library);
+    tcase_add_test(tc, test_gemm_rule);
     tcase_add_test(tc, test_gemm_address_invariant);
     tcase_add_exit_test(tc, test_gemm_env_bad, 2);
 #ifndef HAVE_DNNL
