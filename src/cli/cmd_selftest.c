@@ -20,7 +20,9 @@ static const char usage_text[] =
     "PASS, FAIL or SKIP, the measured error or number, and its tolerance.\n"
     "  --device cpu   (default) the fast CPU products against the exact fp32 reference:\n"
     "                 the bf16 linear, the FP8 fast mode against fp8-exact, op_gemm on\n"
-    "                 each GEMM library of the build\n"
+    "                 each GEMM library of the build; each rollout precision with the\n"
+    "                 product it runs here and its step time against fp32 (>= 0.95x:\n"
+    "                 no precision slower than fp32 by more than 5%)\n"
     "  --device cuda  the GPU: the device and whether this binary carries SASS for it or\n"
     "                 JIT-compiles the compute_90 PTX; the runtime and cuBLASLt probes;\n"
     "                 every op of the backend table against the CPU backend at model\n"
@@ -112,6 +114,7 @@ int cmd_selftest(int argc, char **argv)
         }
     } else {
         selftest_cpu(&t);
+        selftest_rollout(&t);
     }
     stbl_print_summary(&t, stdout);
     int rc = stbl_count(&t, STBL_FAIL) ? 1 : 0;

@@ -1,6 +1,7 @@
 /* selftest.h: `dllm-rl selftest`: the table of checks (one row each: PASS, FAIL or
  * SKIP, the measured number, the tolerance, a note) and the modules that fill it:
  * selftest_cpu.c (the fast CPU products against the exact fp32 reference),
+ * selftest_rollout.c (each rollout precision's CPU product and step ratio to fp32),
  * selftest_cuda.c (the device, the runtime and cuBLASLt probes, every op of the backend
  * table and the FP8 GEMM against the CPU, GEMM rates), selftest_cli.c (generate and
  * score of a small model on the device against the CPU, as child processes). */
@@ -44,6 +45,8 @@ void stbl_free(stbl_table *t);
 
 /* The modules. Each adds its rows. */
 void selftest_cpu(stbl_table *t);
+/* One row per rollout precision: its CPU product here and its step time against fp32. */
+void selftest_rollout(stbl_table *t);
 void selftest_cuda(stbl_table *t);
 void selftest_cli(stbl_table *t);
 
