@@ -75,6 +75,15 @@ START_TEST(test_cpu_rows)
                                        "cpu: GEMM openblas"};
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         ck_assert_msg(row_is(out, rows[i], "PASS"), "no PASS row '%s':\n%s", rows[i], out);
+    /* every rollout precision names its product (not timed under --quick) */
+    static const char *const prec[] = {"bf16", "fp8", "fp8-exact", "nvfp4"};
+    for (size_t i = 0; i < sizeof prec / sizeof *prec; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "cpu: rollout %s, path", prec[i]);
+        ck_assert_msg(row_is(out, name, "SKIP"), "no SKIP row '%s':\n%s", name, out);
+        ck_assert_msg(strstr(row(out, name), "path: ") != NULL, "row '%s' names no path:\n%s",
+                      name, out);
+    }
     ck_assert_msg(strstr(out, "0 failed"), "summary:\n%s", out);
     char p[4200];
     snprintf(p, sizeof p, "%s/cpu.json", tu_dir);
