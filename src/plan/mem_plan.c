@@ -58,6 +58,7 @@
 #include "src/plan/mem_plan.h"
 
 #include "dllm/arch.h"
+#include "kernels/fp8.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -458,8 +459,9 @@ static void finish(mem_plan *p)
  * unless said: the weights, their gradients or LoRA's, AdamW moments, the
  * reference; the trainer's bf16 copy (model.trainer_precision bf16: every
  * weight, stored as fp32); the rollout copy (fp8: the non-linear weights as
- * fp32-stored bf16, the codes, the scales and a dequantised fp32 cache of every
- * block linear; bf16: every weight); two activation sets that grow on demand
+ * fp32-stored bf16, the codes, the scales, and the codes widened to bf16 where the
+ * CPU has bf16 dot products, else a dequantised fp32 cache of every block linear, 4
+ * bytes a weight, as fp8-exact and nvfp4 always; bf16: every weight); two activation sets that grow on demand
  * and stay allocated: the trainer's (L layers for backward, K under recomputation, sized by the
  * largest chunk: N = max(Ml, Mu) T tokens, with the softmax probabilities
  * L x B x NH x T x T) and the rollout forward's (one layer, N = the rollout's
@@ -537,9 +539,11 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
         add(p, MEM_RESIDENT, "FP8 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "", "4 (P - Plin)");
         add(p, MEM_RESIDENT, "FP8 copy: codes", Plin, "", "1 Plin");
         add(p, MEM_RESIDENT, "FP8 copy: scales (fp32)", 4 * n_scales, "", "4 x scales");
-        if (cfg->rollout.precision == CFG_ROLLOUT_FP8_EXACT)
+        /* the fast product reads the codes widened to bf16; without bf16 dot products on
+         * this CPU it computes as fp8-exact, from the dequantised weights */
+        if (cfg->rollout.precision == CFG_ROLLOUT_FP8_EXACT || strcmp(fp8_fast_path(), "bf16-dot"))
             add(p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
-        else /* the fast product reads the codes widened to bf16 */
+        else
             add(p, MEM_RESIDENT, "FP8 copy: codes as bf16 (fast product)", 2 * Plin, "", "2 Plin");
     } else if (cfg->rollout.precision == CFG_ROLLOUT_NVFP4) {
         add(p, MEM_RESIDENT, "NVFP4 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "",
