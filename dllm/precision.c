@@ -33,15 +33,19 @@ const char *dllm_rollout_cpu_product(dllm_rollout_kind k, bool *faster)
     case DLLM_ROLLOUT_FP8:
         fast = strcmp(fp8_fast_path(), "bf16-dot") == 0;
         what = fast ? "block-scaled FP8 codes on AVX512-BF16 dot products"
-                    : "no AVX512-BF16 on this CPU: the exact simulation (dequantised weights, one "
-                      "fp32 GEMM; bit for bit fp8-exact), no speed-up over fp32";
+                    : "no AVX512-BF16 on this CPU: quantised exactly, weights dequantised once per "
+                      "sync, activations per call, one fp32 GEMM (bit for bit fp8-exact); no "
+                      "speed-up over fp32 here";
         break;
     case DLLM_ROLLOUT_FP8_EXACT:
-        what = "the exact simulation (dequantised weights, one fp32 GEMM), no speed-up over fp32 "
-               "by design";
+        what = "the exact simulation (weights dequantised once per sync, activations per call, "
+               "one fp32 GEMM), no speed-up over fp32 by design";
         break;
+    /* (each new precision names its product here, and cli_note_rollout_product whether
+     * it is loud) */
     case DLLM_ROLLOUT_NVFP4:
-        what = "simulated (dequantised operands, one fp32 GEMM), no speed-up over fp32 by design";
+        what = "simulated (weights dequantised once per sync, activations per call, one fp32 "
+               "GEMM), no speed-up over fp32 by design";
         break;
     }
     if (faster)

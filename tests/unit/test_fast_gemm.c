@@ -525,7 +525,8 @@ START_TEST(test_gemm_library)
     } else {
         ck_assert_int_eq(op_gemm_library(), DLLM_GEMM_DEFAULT);
     }
-    printf("fp32 GEMM by default here: %s\n", op_gemm_library_name(op_gemm_library()));
+    printf("fast path fp32 GEMM (rule: oneDNN on AVX-512, else OpenBLAS): %s\n",
+           op_gemm_library_name(op_gemm_library()));
     setenv("DLLM_GEMM", "openblas", 1);
     ck_assert_int_eq(op_gemm_library(), OP_GEMM_OPENBLAS);
     static const char *const LIBS[2] = {"openblas", "dnnl"};
