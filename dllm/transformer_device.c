@@ -233,7 +233,7 @@ static void device_trainer(dllm_tf *m)
     const dllm_precision *p = &m->prec;
     lora_upload(m);
     bool tb = p->trainer_bf16;
-    if (d->tv.be && (d->tv.b16 != NULL) != tb)
+    if ((d->tv.b16 != NULL) != tb) /* built or not: its buffers have the other layout */
         dview_free(m, &d->tv);
     dview_build(m, &d->tv, tb, tb ? LIN_BF16 : LIN_F32, false, tb, p, NULL);
     d->tv.round_lin = d->tv.round_head = tb;
@@ -242,54 +242,50 @@ static void device_trainer(dllm_tf *m)
 }
 
 /* The host's trainable vector was (or may have been) written there: it is the master
- * again (it was pulled before it was handed out), and the device's trainer copy follows:
- * the adapters re-uploaded under LoRA, the view rebuilt on next use otherwise. */
-static void follow_host(dllm_tf *m)
+ * (it was pulled before it was handed out), and the device's trainer copy follows: the
+ * adapters re-uploaded under LoRA (the base weights are frozen), the view otherwise
+ * unbuilt, to be rebuilt from the host's into its buffers by its next use. */
+void tf_device_follow(dllm_tf *m)
 {
     tf_device *d = m->dev;
-    if (!d->host_written)
+    if (!d || m->master != TF_MASTER_HOST)
         return;
-    d->host_written = false;
-    d->ahead = false;
-    d->ka.valid = d->k_valid = false;
-    if (m->lora_rank && d->tv.be && !d->tv_stale && d->n_lora == m->n_lora)
-        lora_upload(m); /* the base weights are frozen: the adapters are what changed */
+    m->master = TF_MASTER_EITHER;
+    d->ka.kept = TF_KEPT_NONE; /* kept for the old values */
+    if (m->lora_rank && d->tv.be && d->n_lora == m->n_lora)
+        lora_upload(m);
     else
-        d->tv_stale = true;
+        d->tv.be = NULL;
 }
 
 void tf_device_host_access(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    if (!d)
+    if (!m->dev)
         return;
     tf_device_pull(m);
-    d->host_written = true;
+    m->master = TF_MASTER_HOST;
 }
 
 int dllm_tf_device_trainer_changed(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    if (!d)
+    if (!m->dev)
         return 0;
-    d->host_written = true;
-    follow_host(m);
+    m->master = TF_MASTER_HOST;
+    tf_device_follow(m);
     return 0;
 }
 
-/* The view a device forward reads; the trainer view (re)built first when stale. Building
- * it on first use keeps the fp32 (or bf16) trainer copy off a device that only runs the
- * rollout copy (generate, score, bench rollout at a low precision). */
+/* The view a device forward reads; the trainer view built first where it is not.
+ * Building it on first use keeps the fp32 (or bf16) trainer copy off a device that only
+ * runs the rollout copy (generate, score, bench rollout at a low precision). */
 const tf_view *tf_device_view(dllm_tf *m, bool rollout)
 {
     tf_device *d = m->dev;
     bool tv = !rollout || m->prec.rollout == DLLM_ROLLOUT_TRAINER;
     if (tv)
-        follow_host(m);
-    if (tv && (d->tv_stale || !d->tv.be)) {
+        tf_device_follow(m);
+    if (tv && !d->tv.be)
         device_trainer(m);
-        d->tv_stale = false;
-    }
     return tv ? &d->tv : &d->rv;
 }
 
@@ -297,14 +293,14 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
 {
     tf_device *d = m->dev;
     const dllm_precision *p = &m->prec;
-    follow_host(m);
+    tf_device_follow(m);
     /* a trainer view that trains here keeps its copy (the master, or equal to the host's)
      * unless its layout changes; otherwise it is rebuilt from the host's, pulled first */
-    bool keep = d->train && d->tv.be && !d->tv_stale && d->n_lora == m->n_lora &&
+    bool keep = d->train && d->tv.be && d->n_lora == m->n_lora &&
                 (d->tv.b16 != NULL) == p->trainer_bf16;
     if (!keep) {
         tf_device_pull(m);
-        d->tv_stale = true; /* rebuilt by the next forward that reads it */
+        d->tv.be = NULL; /* rebuilt into its buffers by the next forward that reads it */
     }
     if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
         tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1], &d->ka};
@@ -385,6 +381,7 @@ void tf_device_free(dllm_tf *m)
     free(d->h_mask);
     free(d);
     m->dev = NULL;
+    m->master = TF_MASTER_EITHER; /* the host's copy is the only one */
 }
 
 /* ---- forwards ------------------------------------------------------------------------- */
@@ -461,13 +458,12 @@ int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *key
 {
     tf_device *d = m->dev;
     tf_acts *a = &d->ka;
-    a->valid = false;
-    d->k_valid = false;
+    a->kept = TF_KEPT_NONE;
     const tf_view *v = tf_device_view(m, false);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
     if (R > 0)
         head_download(m, a, v, xL, R, logits);
-    a->valid = true;
+    a->kept = TF_KEPT_ACTS;
     return 0;
 }
 
@@ -481,8 +477,7 @@ int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *key
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     tf_acts *a = &d->ka;
-    a->valid = false;
-    d->k_valid = false;
+    a->kept = TF_KEPT_NONE;
     const tf_view *v = tf_device_view(m, false);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
     if (R > d->k_cap) {
@@ -502,8 +497,7 @@ int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *key
         be->ops->xent_fwd(be, d->klp, d->klse, d->klg, d->ktgt, R, m->V);
         be->ops->download(be, logp, d->klp, (size_t)R * sizeof(float));
     }
-    a->valid = true;
-    d->k_valid = true;
+    a->kept = TF_KEPT_LOGITS;
     return 0;
 }
 

@@ -18,7 +18,9 @@ typedef struct {
 struct tf_device {
     dllm_backend *be;
     op_rope_table rope;      /* cos/sin in device memory, as large as the host's */
-    tf_view tv, rv;          /* trainer view; rollout copy (rv.be NULL: none) */
+    tf_view tv, rv;          /* trainer view (tv.be NULL: not built; built into its buffers
+                                by its next use, tf_device_view); rollout copy (rv.be NULL:
+                                none) */
     dllm_precision rprec;    /* what rv was built for */
     tf_lora *ad;             // (L, NLIN) A/B pointing into lora, or NULL
     float *lora;             // (n_lora) device copy of the LoRA parameters
@@ -33,14 +35,10 @@ struct tf_device {
     int lg_rows, lg_cap;     /* the chunk, and the rows allocated so far */
     int32_t *tgt;            // (lg_cap) a chunk's targets
     float *lp;               // (lg_cap) a chunk's log-probs
-    bool tv_stale;           /* the trainer view is built on first use after a sync */
     const float *xl[2];      /* device_logits: x_L of the last layers() */
     dl_ctx dl[2];
     /* training on the device (transformer_device_train.c); off until enabled */
     bool train;
-    bool ahead;              /* the trainable copy here is newer than the host's */
-    bool host_written;       /* the host's trainable vector was handed out for writing:
-                                the trainer copy follows it at the next use */
     tf_acts ka;              /* the kept activations of dllm_tf_forward */
     float *g;                // (n_train) gradients, in the trainable's device layout
     float *adam_m, *adam_v;  // (n_train) AdamW moments, the same layout
@@ -55,14 +53,14 @@ struct tf_device {
     float *klg;              // (k_cap, V) logits of the kept forward's rows
     int32_t *ktgt;           // (k_cap) their targets
     float *klp, *klse, *kg;  // (k_cap) log-probs, log-sum-exps, dLoss/dlogp
-    int k_cap;
-    bool k_valid;            /* klg holds the last kept forward's rows */
+    int k_cap;               /* (ka.kept TF_KEPT_LOGITS: they hold its rows) */
     bool no_fuse_fp8;        /* the rollout copy's producers leave FP8 quantisation to
                                 the linears (tf_device_fuse_fp8) */
 };
 
 
-/* The view a device forward reads (the trainer view rebuilt first when stale). */
+/* The view a device forward reads (the host's trainer copy followed, and the trainer
+ * view built first where it is not). */
 const tf_view *tf_device_view(dllm_tf *m, bool rollout);
 /* Whether the FP8 rollout copy's producers (RMSNorm, SwiGLU) write the codes its linears
  * read (on, the default) or each linear quantises its input (off): the same logits bit

@@ -7,7 +7,7 @@
  * itself (embedding, layers slot by slot, final norm, head: not the HF order; segments()
  * maps one onto the other). Gradients and AdamW moments take the same layout, so the
  * optimizer step is one elementwise call and the global norm one reduction. After the
- * first step the device copy is the master (d->ahead): nothing comes down per step. The
+ * first step the device copy is the master (TF_MASTER_DEVICE): nothing comes down per step. The
  * host's copy is refreshed only when the host reads it (dllm_tf_trainable, leaving the
  * device, a LoRA change; tf_device_pull), the rollout copy is built on the device from
  * the trainer view (full fine-tuning; under LoRA from the host's frozen base with the
@@ -99,12 +99,11 @@ static void transfer(dllm_tf *m, float *host, float *dev, bool up)
  * their pages back to the system (they read as zeros until a pull writes them again):
  * while it trains here the host holds no copy of the model. LoRA's host base is frozen
  * and read by the rollout copy's merge: kept. */
-static void become_ahead(dllm_tf *m)
+static void become_master(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    if (d->ahead)
+    if (m->master == TF_MASTER_DEVICE)
         return;
-    d->ahead = true;
+    m->master = TF_MASTER_DEVICE;
     if (m->lora_rank)
         return;
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -116,15 +115,18 @@ static void become_ahead(dllm_tf *m)
 
 void tf_device_pull(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    if (!d || !d->ahead)
+    if (!m->dev || m->master != TF_MASTER_DEVICE)
         return;
-    /* ahead implies a current trainer view: its copy is what the optimizer updated */
+    /* a device master implies a built trainer view: its copy is what the optimizer
+     * updated */
     transfer(m, m->lora_rank ? m->lora_params : m->params, dev_trainable(m), false);
-    d->ahead = false;
+    m->master = TF_MASTER_EITHER;
 }
 
-bool dllm_tf_device_ahead(const dllm_tf *m) { return m->dev && m->dev->ahead; }
+bool dllm_tf_device_ahead(const dllm_tf *m)
+{
+    return m->dev && m->master == TF_MASTER_DEVICE;
+}
 
 void tf_device_train_free(dllm_tf *m)
 {
@@ -136,7 +138,8 @@ void tf_device_train_free(dllm_tf *m)
             be->ops->free(be, bufs[i]);
     d->klg = d->klp = d->klse = d->kg = NULL;
     d->ktgt = NULL;
-    d->k_cap = 0, d->k_valid = false;
+    d->k_cap = 0;
+    d->ka.kept = TF_KEPT_NONE;
     free(d->glw);
     free(d->gad);
     d->g = d->adam_m = d->adam_v = d->dlog = NULL;
@@ -144,7 +147,8 @@ void tf_device_train_free(dllm_tf *m)
     d->g_embed = d->g_final_norm = d->g_head = NULL;
     d->n_train = 0, d->dlog_rows = 0;
     d->train = false;
-    d->ahead = false;
+    if (m->master == TF_MASTER_DEVICE) /* discarded: the host's copy is the only one */
+        m->master = TF_MASTER_EITHER;
 }
 
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
@@ -184,7 +188,7 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
 void tf_device_recompute_changed(dllm_tf *m)
 {
     tf_device *d = m->dev;
-    d->ka.valid = false;
+    d->ka.kept = TF_KEPT_NONE;
     /* fewer slots than before: the set is rebuilt at its new size (more: it grows) */
     dllm_backend *be = d->ka.be;
     tf_acts_free(&d->ka);
@@ -222,7 +226,7 @@ static tf_acts *backward_ready(dllm_tf *m)
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     tf_acts *a = &d->ka;
-    if (!a->valid) {
+    if (a->kept == TF_KEPT_NONE) {
         fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
         abort();
     }
@@ -261,7 +265,7 @@ void tf_device_backward(dllm_tf *m, const float *dlogits)
 void dllm_tf_device_backward_logp(dllm_tf *m, const float *g)
 {
     tf_device *d = m->dev;
-    if (!d || !d->k_valid) {
+    if (!d || d->ka.kept != TF_KEPT_LOGITS) {
         fprintf(stderr, "%s backward: no dllm_tf_device_forward_logp to differentiate\n",
                 m->arch->name);
         abort();
@@ -292,7 +296,7 @@ bool tf_device_update(dllm_tf *m, tf_update *u, bool step)
 void tf_device_updated(dllm_tf *m)
 {
     if (tf_device_training(m))
-        become_ahead(m); /* the host's copy is stale until it is read there */
+        become_master(m); /* the host's copy is stale until it is read there */
 }
 
 void dllm_tf_device_grads(dllm_tf *m, float *out)
@@ -314,7 +318,7 @@ void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, flo
 {
     transfer_range(m, host, state_vector(m, s), off, n, up);
     if (up && s == DLLM_TF_STATE_PARAMS) {
-        become_ahead(m);
-        m->dev->ka.valid = m->dev->k_valid = false; /* kept for the old values */
+        become_master(m);
+        m->dev->ka.kept = TF_KEPT_NONE; /* kept for the old values */
     }
 }

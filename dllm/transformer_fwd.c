@@ -540,7 +540,7 @@ static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *toke
                    const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
                    float *logits, bool keep)
 {
-    a->valid = false;
+    a->kept = TF_KEPT_NONE;
     int rc = check_inputs(m, tokens, B, T, rows, n_rows);
     if (rc)
         return rc;
@@ -564,7 +564,7 @@ static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *toke
     for (int r = 0; r < R; r++)
         OPS->copy(m->be, a->xr + r * C, xL + (size_t)a->hrows[r] * C, C * sizeof(float));
     tf_head_fwd(m, v, a->xr, a->nf, a->rstdf, R, logits);
-    a->valid = keep;
+    a->kept = keep ? TF_KEPT_ACTS : TF_KEPT_NONE;
     return 0;
 }
 
@@ -593,7 +593,7 @@ int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t
                                 int T, const int32_t *rows, const int32_t *targets, int n_rows,
                                 float *logp)
 {
-    m->a.valid = false;
+    m->a.kept = TF_KEPT_NONE;
     if (!m->dev || !tf_device_training(m)) {
         fprintf(stderr, "%s device log-probs: the model does not train on a device\n",
                 m->arch->name);
@@ -633,7 +633,7 @@ int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const u
         return tf_device_target_logp(m, rollout, tokens, keymask, B, T, rows, targets, R, logp);
     tf_acts *a = rollout ? &m->ra : &m->a;
     const tf_view *v = rollout ? tf_rollout_view(m) : &m->tv;
-    a->valid = false;
+    a->kept = TF_KEPT_NONE;
     tf_rope_grow(m, T);
     tf_acts_ensure(m, a, B, T, R, 1);
     a->B = B, a->T = T, a->N = N, a->R = R;
@@ -668,7 +668,7 @@ void dllm_tf_backward(dllm_tf *m, const float *dlogits)
         tf_device_backward(m, dlogits);
         return;
     }
-    if (!m->a.valid) {
+    if (m->a.kept == TF_KEPT_NONE) {
         fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
         abort();
     }

@@ -25,11 +25,19 @@ typedef struct {
     int in, out;
 } tf_lora;
 
+/* What the last forward through a tf_acts left there for a backward. */
+typedef enum {
+    TF_KEPT_NONE,   /* nothing: no keeping forward since the last change */
+    TF_KEPT_ACTS,   /* a keeping forward's activations (its logits went to the caller) */
+    TF_KEPT_LOGITS, /* the same, with its rows' logits, targets and log-sum-exps kept
+                       beside them in the backend's memory (dllm_tf_device_forward_logp) */
+} tf_kept;
+
 /* Activations kept for backward, and backward scratch. */
 typedef struct {
     dllm_backend *be;          /* whose memory the buffers are (NULL: the host's) */
     int B, T, N, R;            /* sizes of the last forward */
-    bool valid;                /* a keeping forward ran since the last change */
+    tf_kept kept;              /* what a backward may differentiate */
     bool have_mask;            /* keymask passed to attention (else NULL) */
     size_t capN, capAtt, capR; /* allocated for */
     int capL;                  /* layers with kept activations: L, or 1 (no grad), or K */
@@ -102,6 +110,18 @@ typedef struct {
 
 typedef struct tf_device tf_device;
 
+/* Which copy of the trainable vector holds its newest values while a device holds a copy
+ * too (dllm_tf_to_device). Only the named transfer points move values and set it:
+ * tf_device_pull (device to host), tf_device_follow (host to device), tf_device_updated
+ * (a step or a state write on the device). */
+typedef enum {
+    TF_MASTER_EITHER, /* the copies agree, or only one exists */
+    TF_MASTER_HOST,   /* the host's was handed out and may have been written: the device's
+                         trainer copy follows it (tf_device_follow) before its next use */
+    TF_MASTER_DEVICE, /* the device's was updated there: the host's is pulled
+                         (tf_device_pull) before the host reads it */
+} tf_master;
+
 struct dllm_tf {
     const dllm_arch_desc *arch;
     dllm_backend *be;
@@ -139,6 +159,7 @@ struct dllm_tf {
     tf_acts ra;           /* activations of the rollout forward */
     bool decode_rollout;  /* KV-cache decoding (dllm/qwen3.c) reads the rollout copy */
     tf_device *dev;       /* the copies on a device backend (transformer_device.c), or NULL */
+    tf_master master;     /* where the trainable vector's newest values are (with dev) */
     int recompute;        /* kept forwards: 0 keep every layer, K recompute (dllm_tf_set_recompute) */
 };
 
@@ -159,11 +180,15 @@ const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be);
 int tf_device_sync(dllm_tf *m, dllm_err *err);
 void tf_device_free(dllm_tf *m);
 /* The host's trainable vector is about to be read or written there (dllm_tf_trainable):
- * pulled first when the device's copy is newer; the device's trainer copy follows it at
- * its next use (no-op on the host). */
+ * pulled first when the device's copy is newer, then the master (TF_MASTER_HOST) until
+ * the device's trainer copy follows it at its next use (no-op on the host). */
 void tf_device_host_access(dllm_tf *m);
-/* The device's trainable copy down into the host's when it is newer (no-op otherwise). */
+/* Transfer points. Pull: the device's trainable copy down into the host's when the
+ * device is the master. Follow: the device's trainer copy up to date with the host's
+ * when the host is the master (under LoRA the adapters uploaded; otherwise the trainer
+ * view unbuilt, rebuilt into its buffers at its next use). No-ops otherwise. */
 void tf_device_pull(dllm_tf *m);
+void tf_device_follow(dllm_tf *m);
 /* The forward at a device view: host inputs uploaded, logits of the rows downloaded in
  * chunks of rows (no [R, V] tensor on the device). */
 int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
@@ -185,7 +210,7 @@ typedef struct {
  * p is NULL (zeroing or summing the gradients needs only g). */
 bool tf_device_update(dllm_tf *m, tf_update *u, bool step);
 /* The device's trainable copy was written (optimizer step, checkpoint): it is the
- * master from now on. */
+ * master from now on (TF_MASTER_DEVICE). */
 void tf_device_updated(dllm_tf *m);
 /* Elements [off, off + n) of state s (trainable order) between a host buffer and the
  * device's copy (up: host to device). */

@@ -174,7 +174,7 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
         return rc;
     /* the trainer's copy (the activations kept for backward belong to the old one) */
     if (p->trainer_bf16 != m->prec.trainer_bf16)
-        m->a.valid = false;
+        m->a.kept = TF_KEPT_NONE;
     if (p->trainer_bf16) {
         if (!m->tv.buf)
             tf_view_free(m, &m->tv);
