@@ -1,6 +1,6 @@
 /* dnnl_gemm.c: see dnnl_gemm.h.
  *
- * The bf16 product goes through oneDNN's matmul primitive (the BLAS-like C API has no
+ * The bf16 and int8 products go through oneDNN's matmul primitive (the BLAS-like C API has no
  * bf16 GEMM). A primitive is made for one fixed shape: with a run-time M oneDNN picks
  * its generic jit GEMM, about half as fast as the brgemm kernels it picks for a fixed
  * M. Made primitives are kept in a small table keyed by shape and strides, so a model
@@ -54,6 +54,12 @@ int dnnl_gemm_bf16_nt(float *C, int ldc, const uint16_t *A, int lda, const uint1
     return -1;
 }
 
+int dnnl_gemm_u8s8_nt(int32_t *C, int ldc, const uint8_t *A, int lda, const int8_t *B, int ldb,
+                      int M, int N, int K)
+{
+    return -1;
+}
+
 #else
 
 #include <oneapi/dnnl/dnnl.h>
@@ -86,6 +92,7 @@ int dnnl_gemm_f32(bool transA, bool transB, int M, int N, int K, float alpha, co
 /* ---- bf16 matmul primitives -------------------------------------------------------- */
 
 typedef struct {
+    bool int8; /* u8 x s8 -> s32, else bf16 x bf16 -> f32 */
     int M, N, K, lda, ldb, ldc;
     dnnl_primitive_t prim;
 } mm_entry;
@@ -113,25 +120,28 @@ static int engine_init(void)
 
 /* The three memory descriptors of a shape: src [M,K], weights [K,N] (B^T), dst [M,N]. */
 static int mm_descs(dnnl_memory_desc_t *src, dnnl_memory_desc_t *wei, dnnl_memory_desc_t *dst,
-                    int M, int N, int K, int lda, int ldb, int ldc)
+                    bool int8, int M, int N, int K, int lda, int ldb, int ldc)
 {
     dnnl_dims_t sd = {M, K}, ss = {lda, 1};
     dnnl_dims_t wd = {K, N}, ws = {1, ldb};
     dnnl_dims_t dd = {M, N}, ds = {ldc, 1};
-    if (dnnl_memory_desc_init_by_strides(src, 2, sd, dnnl_bf16, ss) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(wei, 2, wd, dnnl_bf16, ws) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(dst, 2, dd, dnnl_f32, ds) != dnnl_success)
+    if (dnnl_memory_desc_init_by_strides(src, 2, sd, int8 ? dnnl_u8 : dnnl_bf16, ss) !=
+            dnnl_success ||
+        dnnl_memory_desc_init_by_strides(wei, 2, wd, int8 ? dnnl_s8 : dnnl_bf16, ws) !=
+            dnnl_success ||
+        dnnl_memory_desc_init_by_strides(dst, 2, dd, int8 ? dnnl_s32 : dnnl_f32, ds) !=
+            dnnl_success)
         return -1;
     return 0;
 }
 
-static dnnl_primitive_t mm_make(int M, int N, int K, int lda, int ldb, int ldc)
+static dnnl_primitive_t mm_make(bool int8, int M, int N, int K, int lda, int ldb, int ldc)
 {
     dnnl_memory_desc_t src, wei, dst;
     dnnl_matmul_desc_t md;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim = NULL;
-    if (mm_descs(&src, &wei, &dst, M, N, K, lda, ldb, ldc) ||
+    if (mm_descs(&src, &wei, &dst, int8, M, N, K, lda, ldb, ldc) ||
         dnnl_matmul_desc_init(&md, &src, &wei, NULL, &dst) != dnnl_success ||
         dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL) != dnnl_success)
         return NULL;
@@ -142,36 +152,37 @@ static dnnl_primitive_t mm_make(int M, int N, int K, int lda, int ldb, int ldc)
 }
 
 /* The cached primitive of a shape, made on first use; NULL if oneDNN refuses it. */
-static dnnl_primitive_t mm_get(int M, int N, int K, int lda, int ldb, int ldc)
+static dnnl_primitive_t mm_get(bool int8, int M, int N, int K, int lda, int ldb, int ldc)
 {
     dnnl_primitive_t prim = NULL;
     pthread_mutex_lock(&mm_lock);
     if (engine_init() == 0) {
         for (int i = 0; i < mm_count && !prim; i++) {
             mm_entry *e = &mm_cache[i];
-            if (e->M == M && e->N == N && e->K == K && e->lda == lda && e->ldb == ldb &&
+            if (e->int8 == int8 && e->M == M && e->N == N && e->K == K && e->lda == lda && e->ldb == ldb &&
                 e->ldc == ldc)
                 prim = e->prim;
         }
-        if (!prim && (prim = mm_make(M, N, K, lda, ldb, ldc))) {
+        if (!prim && (prim = mm_make(int8, M, N, K, lda, ldb, ldc))) {
             int slot = mm_count < MM_CACHE ? mm_count++ : mm_next++ % MM_CACHE;
             if (mm_cache[slot].prim)
                 dnnl_primitive_destroy(mm_cache[slot].prim);
-            mm_cache[slot] = (mm_entry){M, N, K, lda, ldb, ldc, prim};
+            mm_cache[slot] = (mm_entry){int8, M, N, K, lda, ldb, ldc, prim};
         }
     }
     pthread_mutex_unlock(&mm_lock);
     return prim;
 }
 
-int dnnl_gemm_bf16_nt(float *C, int ldc, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                      int M, int N, int K)
+/* Runs the cached primitive of a shape on A, B, C. */
+static int mm_run(bool int8, void *C, int ldc, const void *A, int lda, const void *B, int ldb,
+                  int M, int N, int K)
 {
-    dnnl_primitive_t prim = mm_get(M, N, K, lda, ldb, ldc);
+    dnnl_primitive_t prim = mm_get(int8, M, N, K, lda, ldb, ldc);
     if (!prim)
         return -1;
     dnnl_memory_desc_t src, wei, dst;
-    mm_descs(&src, &wei, &dst, M, N, K, lda, ldb, ldc);
+    mm_descs(&src, &wei, &dst, int8, M, N, K, lda, ldb, ldc);
     dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
     int rc = -1;
     if (dnnl_memory_create(&ms, &src, engine, (void *)A) == dnnl_success &&
@@ -187,6 +198,18 @@ int dnnl_gemm_bf16_nt(float *C, int ldc, const uint16_t *A, int lda, const uint1
     dnnl_memory_destroy(mw);
     dnnl_memory_destroy(md);
     return rc;
+}
+
+int dnnl_gemm_bf16_nt(float *C, int ldc, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                      int M, int N, int K)
+{
+    return mm_run(false, C, ldc, A, lda, B, ldb, M, N, K);
+}
+
+int dnnl_gemm_u8s8_nt(int32_t *C, int ldc, const uint8_t *A, int lda, const int8_t *B, int ldb,
+                      int M, int N, int K)
+{
+    return mm_run(true, C, ldc, A, lda, B, ldb, M, N, K);
 }
 
 #endif

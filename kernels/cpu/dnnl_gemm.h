@@ -32,4 +32,12 @@ int dnnl_gemm_f32(bool transA, bool transB, int M, int N, int K, float alpha, co
 int dnnl_gemm_bf16_nt(float *C, int ldc, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                       int M, int N, int K);
 
+/* C[M,N] (int32, row stride ldc) = A[M,K] @ B[N,K]^T with A u8 and B s8 (row strides lda,
+ * ldb), summed in int32 (oneDNN matmul, its OpenMP threads). Exact only where no two
+ * adjacent products sum past int16 (vpmaddubsw saturates on CPUs without VNNI): the
+ * caller keeps A <= 127 (kernels/int8.h). Returns 0, or -1 if unavailable or oneDNN
+ * failed. */
+int dnnl_gemm_u8s8_nt(int32_t *C, int ldc, const uint8_t *A, int lda, const int8_t *B, int ldb,
+                      int M, int N, int K);
+
 #endif

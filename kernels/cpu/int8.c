@@ -1,0 +1,324 @@
+/* int8.c: INT8 codes, scales and the W8A7 products (kernels/int8.h). */
+#include "kernels/int8.h"
+#include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- names -------------------------------------------------------------------------------- */
+
+static const char *const SCALING_NAMES[] = {"channel", "block"};
+
+const char *int8_scaling_name(int8_scaling s)
+{
+    return (unsigned)s < 2 ? SCALING_NAMES[s] : "?";
+}
+
+int int8_scaling_parse(const char *s, int8_scaling *m, dllm_err *err)
+{
+    for (int i = 0; i < 2; i++)
+        if (s && strcmp(s, SCALING_NAMES[i]) == 0) {
+            *m = (int8_scaling)i;
+            return DLLM_OK;
+        }
+    return dllm_err_set(err, DLLM_EXIT_INPUT, "int8 scaling '%s': expected channel or block",
+                        s ? s : "(null)");
+}
+
+/* ---- codes and scales --------------------------------------------------------------------- */
+
+int8_t int8_code(float x, float s, int qmax)
+{
+    float v = x / s;
+    if (isnan(v))
+        return (int8_t)qmax; /* shows as the largest value instead of vanishing */
+    if (v >= (float)qmax)
+        return (int8_t)qmax;
+    if (v <= -(float)qmax)
+        return (int8_t)-qmax;
+    return (int8_t)rintf(v); /* round half to even (the default rounding mode) */
+}
+
+float int8_scale_from_amax(float amax, int qmax)
+{
+    return amax > 0.0f ? amax / (float)qmax : 1.0f;
+}
+
+static float amax_finite(const float *x, int n)
+{
+    float a = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float v = fabsf(x[i]);
+        if (isfinite(v) && v > a)
+            a = v;
+    }
+    return a;
+}
+
+static int k_blocks(int C, int8_scaling s)
+{
+    return s == INT8_SCALE_BLOCK ? (C + INT8_BLOCK - 1) / INT8_BLOCK : 1;
+}
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+float int8_weight_scale(const int8_matrix *m, int o, int b)
+{
+    return m->scaling == INT8_SCALE_BLOCK ? m->scale[(size_t)(o / INT8_BLOCK) * m->kb + b]
+                                          : m->scale[o];
+}
+
+int int8_quantise_weight(int8_matrix *m, const float *w, int OC, int C, int8_scaling s,
+                         dllm_err *err)
+{
+    if (OC <= 0 || C <= 0 || (s != INT8_SCALE_CHANNEL && s != INT8_SCALE_BLOCK))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "int8_quantise_weight: bad shape [%d, %d] "
+                            "or scaling %d", OC, C, (int)s);
+    const int kb = k_blocks(C, s);
+    const int ldq = s == INT8_SCALE_BLOCK ? kb * INT8_BLOCK : C;
+    const int nscale = s == INT8_SCALE_BLOCK ? (OC + INT8_BLOCK - 1) / INT8_BLOCK * kb : OC;
+    if (!m->q || m->rows != OC || m->cols != C || m->scaling != s) {
+        int8_matrix_free(m);
+        m->q = dllm_malloc((size_t)OC * ldq);
+        m->scale = dllm_malloc((size_t)nscale * sizeof(float));
+        m->comp = dllm_malloc((size_t)OC * kb * sizeof(int32_t));
+        m->rows = OC;
+        m->cols = C;
+        m->scaling = s;
+        m->kb = kb;
+        m->ldq = ldq;
+    }
+    m->deq_valid = false;
+    if (s == INT8_SCALE_CHANNEL) {
+#pragma omp parallel for schedule(static) if ((size_t)OC * C > 65536)
+        for (int o = 0; o < OC; o++)
+            m->scale[o] = int8_scale_from_amax(amax_finite(w + (size_t)o * C, C), INT8_W_MAX);
+    } else {
+        const int rb = (OC + INT8_BLOCK - 1) / INT8_BLOCK;
+#pragma omp parallel for schedule(static) if ((size_t)OC * C > 65536)
+        for (int i = 0; i < rb; i++)
+            for (int b = 0; b < kb; b++) {
+                const int c0 = b * INT8_BLOCK, c1 = c0 + INT8_BLOCK < C ? c0 + INT8_BLOCK : C;
+                float a = 0.0f;
+                for (int o = i * INT8_BLOCK; o < OC && o < (i + 1) * INT8_BLOCK; o++) {
+                    float ab = amax_finite(w + (size_t)o * C + c0, c1 - c0);
+                    a = ab > a ? ab : a;
+                }
+                m->scale[(size_t)i * kb + b] = int8_scale_from_amax(a, INT8_W_MAX);
+            }
+    }
+#pragma omp parallel for schedule(static) if ((size_t)OC * C > 65536)
+    for (int o = 0; o < OC; o++) {
+        int8_t *q = m->q + (size_t)o * ldq;
+        for (int b = 0; b < kb; b++) {
+            const float sc = int8_weight_scale(m, o, b);
+            const int c0 = b * (ldq / kb), c1 = s == INT8_SCALE_BLOCK && c0 + INT8_BLOCK < C
+                                                     ? c0 + INT8_BLOCK
+                                                     : C;
+            int32_t sum = 0;
+            for (int c = c0; c < c1; c++) {
+                q[c] = int8_code(w[(size_t)o * C + c], sc, INT8_W_MAX);
+                sum += q[c];
+            }
+            m->comp[(size_t)o * kb + b] = INT8_A_SHIFT * sum;
+        }
+        memset(q + C, 0, (size_t)(ldq - C));
+    }
+    return DLLM_OK;
+}
+
+void int8_dequantise_weight(float *out, const int8_matrix *m)
+{
+    const int C = m->cols;
+    for (int o = 0; o < m->rows; o++)
+        for (int c = 0; c < C; c++)
+            out[(size_t)o * C + c] =
+                (float)m->q[(size_t)o * m->ldq + c] *
+                int8_weight_scale(m, o, m->scaling == INT8_SCALE_BLOCK ? c / INT8_BLOCK : 0);
+}
+
+void int8_matrix_cache_dequant(int8_matrix *m)
+{
+    if (m->deq_valid)
+        return;
+    if (!m->deq)
+        m->deq = dllm_malloc(sizeof(float) * ((size_t)m->rows * m->cols + 1));
+    int8_dequantise_weight(m->deq, m);
+    m->deq_valid = true;
+}
+
+void int8_matrix_free(int8_matrix *m)
+{
+    free(m->q);
+    free(m->scale);
+    free(m->comp);
+    free(m->deq);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- activations -------------------------------------------------------------------------- */
+
+void int8_quantise_act(int8_t *q, float *sa, const float *x, int N, int C, int ldq,
+                       int8_scaling s)
+{
+    const int kb = k_blocks(C, s), g = s == INT8_SCALE_BLOCK ? INT8_BLOCK : C;
+#pragma omp parallel for schedule(static) if ((size_t)N * C > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * C;
+        int8_t *qr = q + (size_t)n * ldq;
+        for (int b = 0; b < kb; b++) {
+            const int c0 = b * g, c1 = c0 + g < C ? c0 + g : C;
+            const float sc = int8_scale_from_amax(amax_finite(xr + c0, c1 - c0), INT8_A_MAX);
+            sa[(size_t)n * kb + b] = sc;
+            for (int c = c0; c < c1; c++)
+                qr[c] = int8_code(xr[c], sc, INT8_A_MAX);
+        }
+        memset(qr + C, 0, (size_t)(ldq - C));
+    }
+}
+
+/* ---- products ----------------------------------------------------------------------------- */
+
+static void check_shape(const char *who, const int8_matrix *w, int C, int OC)
+{
+    if (!w->q || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "%s: weight is [%d, %d]%s, call expects [%d, %d]\n", who, w->rows,
+                w->cols, w->q ? "" : " (not quantised)", OC, C);
+        abort();
+    }
+}
+
+static bool loop_forced(void)
+{
+    const char *env = getenv("DLLM_INT8_GEMM");
+    if (env && *env && strcmp(env, "auto") != 0) {
+        if (strcmp(env, "loop") == 0)
+            return true;
+        fprintf(stderr, "DLLM_INT8_GEMM=%s: expected auto or loop\n", env);
+        exit(2);
+    }
+    return false;
+}
+
+const char *int8_gemm_path(void)
+{
+    return dnnl_gemm_built() && !loop_forced() ? "onednn" : "loop";
+}
+
+const char *int8_cpu_isa(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni"))
+        return "AVX512-VNNI (vpdpbusd)";
+#if defined(__GNUC__) && __GNUC__ >= 11
+    if (__builtin_cpu_supports("avxvnni"))
+        return "AVX-VNNI (vpdpbusd)";
+#endif
+    if (__builtin_cpu_supports("avx2"))
+        return "AVX2 (vpmaddubsw)";
+#endif
+    return "none";
+}
+
+/* acc[n, o] (row stride ldc) = sum_{k < K} u[n, k] * q[o, k] in int32: the portable route,
+ * the same integers oneDNN forms. */
+static void loop_u8s8(int32_t *acc, int ldc, const uint8_t *u, int ldu, const int8_t *q,
+                      int ldq, int N, int OC, int K)
+{
+#pragma omp parallel for schedule(static) if ((size_t)N * OC * K > 65536)
+    for (int o = 0; o < OC; o++)
+        for (int n = 0; n < N; n++) {
+            const uint8_t *ur = u + (size_t)n * ldu;
+            const int8_t *qr = q + (size_t)o * ldq;
+            int32_t s = 0;
+            for (int k = 0; k < K; k++)
+                s += (int32_t)ur[k] * qr[k];
+            acc[(size_t)n * ldc + o] = s;
+        }
+}
+
+static void gemm_u8s8(int32_t *acc, int ldc, const uint8_t *u, int ldu, const int8_t *q,
+                      int ldq, int N, int OC, int K, bool onednn)
+{
+    if (!onednn || dnnl_gemm_u8s8_nt(acc, ldc, u, ldu, q, ldq, N, OC, K) != 0)
+        loop_u8s8(acc, ldc, u, ldu, q, ldq, N, OC, K);
+}
+
+void op_int8_linear_fwd(float *out, const float *inp, const int8_matrix *w, int N, int C,
+                        int OC)
+{
+    check_shape("op_int8_linear_fwd", w, C, OC);
+    if (N <= 0)
+        return;
+    const int kb = w->kb, ldq = w->ldq, g = ldq / kb;
+    const bool onednn = strcmp(int8_gemm_path(), "onednn") == 0;
+    int8_t *qa = dllm_malloc((size_t)N * ldq);            // (N, ldq)
+    float *sa = dllm_malloc((size_t)N * kb * sizeof(float)); // (N, kb)
+    int8_quantise_act(qa, sa, inp, N, C, ldq, w->scaling);
+    uint8_t *u = (uint8_t *)qa; /* shifted in place: [-63, 63] + 64 = [1, 127] */
+    for (size_t i = 0; i < (size_t)N * ldq; i++)
+        u[i] = (uint8_t)(qa[i] + INT8_A_SHIFT);
+    if (kb == 1) {
+        /* the int32 sums land in out's own memory, then become fp32 in place */
+        int32_t *acc = (int32_t *)(void *)out; // (N, OC)
+        gemm_u8s8(acc, OC, u, ldq, w->q, ldq, N, OC, C, onednn);
+#pragma omp parallel for schedule(static) if ((size_t)N * OC > 65536)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                int32_t a;
+                memcpy(&a, &out[(size_t)n * OC + o], sizeof a);
+                a -= w->comp[o];
+                out[(size_t)n * OC + o] = (sa[n] * int8_weight_scale(w, o, 0)) * (float)a;
+            }
+    } else {
+        /* one k-block at a time (zero codes pad the last), rows in chunks so the int32
+         * scratch stays small */
+        int rows = (int)((1u << 22) / (unsigned)OC);
+        rows = rows < 1 ? 1 : rows > N ? N : rows;
+        int32_t *acc = dllm_malloc((size_t)rows * OC * sizeof(int32_t)); // (rows, OC)
+        for (int n0 = 0; n0 < N; n0 += rows) {
+            const int nr = n0 + rows < N ? rows : N - n0;
+            float *o0 = out + (size_t)n0 * OC;
+            for (int b = 0; b < kb; b++) {
+                gemm_u8s8(acc, OC, u + (size_t)n0 * ldq + (size_t)b * g, ldq, w->q + b * g,
+                          ldq, nr, OC, g, onednn);
+#pragma omp parallel for schedule(static) if ((size_t)nr * OC > 65536)
+                for (int n = 0; n < nr; n++)
+                    for (int o = 0; o < OC; o++) {
+                        const int32_t a = acc[(size_t)n * OC + o] - w->comp[(size_t)o * kb + b];
+                        const float t =
+                            (sa[(size_t)(n0 + n) * kb + b] * int8_weight_scale(w, o, b)) *
+                            (float)a;
+                        o0[(size_t)n * OC + o] = b == 0 ? t : o0[(size_t)n * OC + o] + t;
+                    }
+            }
+        }
+        free(acc);
+    }
+    free(qa);
+    free(sa);
+}
+
+void op_int8_linear_ref(float *out, const float *inp, int8_matrix *w, int N, int C, int OC)
+{
+    check_shape("op_int8_linear_ref", w, C, OC);
+    if (N <= 0)
+        return;
+    int8_matrix_cache_dequant(w);
+    const int kb = w->kb, ldq = w->ldq, g = ldq / kb;
+    int8_t *qa = dllm_malloc((size_t)N * ldq);            // (N, ldq)
+    float *sa = dllm_malloc((size_t)N * kb * sizeof(float)); // (N, kb)
+    float *a = dllm_malloc((size_t)N * C * sizeof(float));   // (N, C)
+    int8_quantise_act(qa, sa, inp, N, C, ldq, w->scaling);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            a[(size_t)n * C + c] = (float)qa[(size_t)n * ldq + c] * sa[(size_t)n * kb + c / g];
+    op_gemm(false, true, N, OC, C, 1.0f, a, w->deq, 0.0f, out);
+    free(a);
+    free(qa);
+    free(sa);
+}
