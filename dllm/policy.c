@@ -95,6 +95,8 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
     dllm_precision prec;
     int rc = dllm_precision_parse(&prec, c->trainer, c->rollout, c->fp8_format, c->fp8_scaling,
                                    c->fp8_pow2_scale, err);
+    if (!rc)
+        rc = dllm_precision_parse_int8(&prec, c->int8_scaling, err);
     if (rc)
         return rc;
     int mask = LORA_ALL;

@@ -34,10 +34,11 @@ typedef struct {
     const char *const *lora_targets; /* HF module names */
     int n_lora_targets;
     const char *trainer;     /* fp32 | bf16 */
-    const char *rollout;     /* trainer | bf16 | fp8 */
+    const char *rollout;     /* trainer | bf16 | fp8 | fp8-exact | nvfp4 | int8 */
     const char *fp8_format;  /* e4m3 | e5m2 */
     const char *fp8_scaling; /* block | channel | tensor */
     bool fp8_pow2_scale;
+    const char *int8_scaling; /* channel (NULL, "") | block */
     const char *device;      /* cpu (NULL, "") | cuda: where the model runs
                                 (dllm_tf_to_device): rollouts and scoring, and the update
                                 where the run's trainer allows it there (COMMANDS.md,

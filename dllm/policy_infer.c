@@ -7,20 +7,21 @@
 int dllm_policy_infer_cfg(dllm_policy_cfg *c, const char *precision, const char *flag,
                           dllm_err *err)
 {
-    static const char *const names[] = {"bf16", "fp8", "fp8-exact", "nvfp4"};
+    static const char *const names[] = {"bf16", "fp8", "fp8-exact", "nvfp4", "int8"};
     const char *rollout = !strcmp(precision, "fp32") ? "trainer" : NULL;
     for (size_t i = 0; !rollout && i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(precision, names[i]))
             rollout = names[i];
     if (!rollout)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "%s %s: expected fp32, bf16, fp8, fp8-exact or nvfp4", flag,
+                            "%s %s: expected fp32, bf16, fp8, fp8-exact, nvfp4 or int8", flag,
                             precision);
     c->trainer = "fp32";
     c->rollout = rollout;
     c->fp8_format = "e4m3";
     c->fp8_scaling = "block";
     c->fp8_pow2_scale = false;
+    c->int8_scaling = "channel";
     c->lora_rank = 0;
     c->n_lora_targets = 0;
     c->lora_targets = NULL;

@@ -1,11 +1,14 @@
 /* precision.c: parsing and naming of the trainer / rollout precision (precision.h). */
 #include "dllm/precision.h"
+#include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/ops.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* by dllm_rollout_kind */
-static const char *const rollout_names[] = {"trainer", "bf16", "fp8", "fp8-exact", "nvfp4"};
+static const char *const rollout_names[] = {"trainer", "bf16",  "fp8", "fp8-exact",
+                                            "nvfp4",   "int8"};
 enum { N_ROLLOUT = sizeof rollout_names / sizeof rollout_names[0] };
 
 const char *dllm_rollout_name(dllm_rollout_kind k)
@@ -47,6 +50,18 @@ const char *dllm_rollout_cpu_product(dllm_rollout_kind k, bool *faster)
         what = "simulated (weights dequantised once per sync, activations per call, one fp32 "
                "GEMM), no speed-up over fp32 by design";
         break;
+    case DLLM_ROLLOUT_INT8: {
+        static char buf[128];
+        const char *isa = int8_cpu_isa();
+        fast = strcmp(int8_gemm_path(), "onednn") == 0 && strcmp(isa, "none") != 0;
+        if (strcmp(int8_gemm_path(), "onednn") == 0)
+            snprintf(buf, sizeof buf, "oneDNN u8s8 matmul on %s, exact int32 sums", isa);
+        else
+            snprintf(buf, sizeof buf, "exact int32 sums in a portable loop (%s), no speed-up "
+                     "over fp32", dnnl_gemm_built() ? "DLLM_INT8_GEMM=loop" : "no oneDNN");
+        what = buf;
+        break;
+    }
     }
     if (faster)
         *faster = fast;
@@ -78,8 +93,8 @@ int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rol
             k++;
         if (k == N_ROLLOUT)
             return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "rollout precision '%s': expected trainer, bf16, fp8, fp8-exact "
-                                "or nvfp4", rollout);
+                                "rollout precision '%s': expected trainer, bf16, fp8, fp8-exact, "
+                                "nvfp4 or int8", rollout);
         p->rollout = (dllm_rollout_kind)k;
     }
     if (format && *format && fp8_format_parse(format, &p->fp8_format, err))
@@ -94,11 +109,21 @@ int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rol
     return 0;
 }
 
+int dllm_precision_parse_int8(dllm_precision *p, const char *scaling, dllm_err *err)
+{
+    if (scaling && *scaling && int8_scaling_parse(scaling, &p->int8_scaling, err))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "rollout.int8.scaling '%s': expected channel or block (weights per "
+                            "output row or per 128x128 block; activations follow)", scaling);
+    return 0;
+}
+
 int dllm_precision_check(const dllm_precision *p, const char *where, dllm_err *err)
 {
     if ((unsigned)p->rollout >= N_ROLLOUT || (unsigned)p->fp8_format > FP8_E5M2 ||
         (p->fp8_scaling != FP8_SCALE_BLOCK && p->fp8_scaling != FP8_SCALE_CHANNEL &&
-         p->fp8_scaling != FP8_SCALE_TENSOR))
+         p->fp8_scaling != FP8_SCALE_TENSOR) ||
+        (p->int8_scaling != INT8_SCALE_CHANNEL && p->int8_scaling != INT8_SCALE_BLOCK))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "%s: bad precision (rollout %d, fp8 format %d, scaling %d)", where,
                             (int)p->rollout, (int)p->fp8_format, (int)p->fp8_scaling);

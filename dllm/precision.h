@@ -37,6 +37,14 @@
  *              operands dequantised and multiplied in fp32 (op_gemm), the head
  *              a bf16-rounded fp32 weight on a bf16-rounded input through the
  *              fp32 linear -- the rollout "fp8" of earlier versions, bit for bit;
+ *   int8       the seven layer linears as INT8 (kernels/int8.h): weight codes in
+ *              [-127, 127] per output row (int8_scaling channel) or per 128x128
+ *              block, activations quantised at run time to [-63, 63] per token
+ *              (per 1x128 group under block); the products exact integer sums
+ *              in int32, scaled in fp32 (oneDNN's u8s8 matmul, or a portable
+ *              loop: the same integers, so the same result bit for bit, on any
+ *              thread count and independent of the other rows). The rest as
+ *              fp8 (bf16, the head a bf16 linear);
  *   nvfp4      the seven layer linears as NVFP4 (kernels/nvfp4.h, W4A4: E2M1
  *              codes, E4M3 scales per 16 elements along the reduction, one fp32
  *              scale per tensor; activations quantised at run time the same
@@ -61,6 +69,7 @@
 
 #include "kernels/base.h"
 #include "kernels/fp8.h"
+#include "kernels/int8.h"
 
 #include <stdbool.h>
 
@@ -69,7 +78,8 @@ typedef enum {
     DLLM_ROLLOUT_BF16 = 1,
     DLLM_ROLLOUT_FP8 = 2,       /* the fast FP8 product */
     DLLM_ROLLOUT_FP8_EXACT = 3, /* the exact FP8 simulation */
-    DLLM_ROLLOUT_NVFP4 = 4
+    DLLM_ROLLOUT_NVFP4 = 4,
+    DLLM_ROLLOUT_INT8 = 5
 } dllm_rollout_kind;
 
 typedef struct {
@@ -78,16 +88,20 @@ typedef struct {
     fp8_format fp8_format;    /* FP8_E4M3 | FP8_E5M2 (fp8, fp8-exact) */
     fp8_scaling fp8_scaling;  /* weights: FP8_SCALE_BLOCK | _CHANNEL | _TENSOR */
     bool fp8_pow2_scale;
+    int8_scaling int8_scaling; /* INT8_SCALE_CHANNEL (default) | _BLOCK (int8) */
 } dllm_precision;
 
 /* Fills p from config names; NULL or "" takes the default:
- * trainer "fp32" | "bf16", rollout "trainer" | "bf16" | "fp8" | "fp8-exact" | "nvfp4",
+ * trainer "fp32" | "bf16", rollout "trainer" | "bf16" | "fp8" | "fp8-exact" | "nvfp4" | "int8",
  * format "e4m3" | "e5m2", scaling "block" | "channel" | "tensor".
  * Input errors name the key and list the choices. */
 int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rollout,
                          const char *format, const char *scaling, bool pow2_scale,
                          dllm_err *err);
-/* "trainer" | "bf16" | "fp8" | "fp8-exact" | "nvfp4" */
+/* p->int8_scaling from rollout.int8.scaling ("channel" | "block"; NULL or "" keeps
+ * channel); an input error names the key and the choices. */
+int dllm_precision_parse_int8(dllm_precision *p, const char *scaling, dllm_err *err);
+/* "trainer" | "bf16" | "fp8" | "fp8-exact" | "nvfp4" | "int8" */
 const char *dllm_rollout_name(dllm_rollout_kind k);
 /* Whether k quantises the layer linears to FP8 (fp8, fp8-exact). */
 bool dllm_rollout_is_fp8(dllm_rollout_kind k);

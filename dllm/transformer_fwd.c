@@ -228,6 +228,8 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
         be->ops->fp8_linear_fwd(be, out, inp, &v->q8[k], N, i, o);
     else if (v->q4)
         be->ops->nvfp4_linear_fwd(be, out, inp, &v->q4[k], N, i, o);
+    else if (v->qi)
+        be->ops->int8_linear_fwd(be, out, inp, &v->qi[k], N, i, o);
     else if (v->b16)
         be->ops->bf16_linear_fwd(be, out, inp, &v->b16[k], N, i, o);
     else

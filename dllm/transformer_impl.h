@@ -97,6 +97,7 @@ typedef struct {
      * fp32 weights in lw through the backend's linear_fwd) */
     fp8_matrix *q8;          // (L, NLIN) FP8, or NULL
     nvfp4_matrix *q4;        // (L, NLIN) NVFP4, or NULL
+    int8_matrix *qi;         // (L, NLIN) INT8, or NULL
     bf16_matrix *b16;        // (L, NLIN) bf16, or NULL
     bf16_matrix head16;      // the head packed as bf16 (head16.w NULL: the fp32 head)
     bool round_lin;          // bf16 at the layer linears' inputs

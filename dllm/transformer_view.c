@@ -1,7 +1,7 @@
 /* transformer_view.c: the weight views of the transformer core
  * (dllm/precision.h) -- a forward reads its weights through a tf_view: the
  * fp32 master weights, the trainer's bf16 copy, or the rollout copy (bf16
- * packed linears, or FP8 / NVFP4 layer linears, plus bf16 embedding / norms /
+ * packed linears, or FP8 / NVFP4 / INT8 layer linears, plus bf16 embedding / norms /
  * biases / head) -- which also says where activations are rounded to bf16. */
 #include "dllm/transformer_impl.h"
 
@@ -17,11 +17,14 @@ void tf_view_free(const dllm_tf *m, tf_view *v)
             fp8_matrix_free(&v->q8[k]);
         if (v->q4)
             nvfp4_matrix_free(&v->q4[k]);
+        if (v->qi)
+            int8_matrix_free(&v->qi[k]);
         if (v->b16)
             bf16_matrix_free(&v->b16[k]);
     }
     free(v->q8);
     free(v->q4);
+    free(v->qi);
     free(v->b16);
     bf16_matrix_free(&v->head16);
     free(v->lw);
@@ -110,7 +113,7 @@ static void view_bf16_copy(dllm_tf *m, tf_view *v, bool merge, bool skip_lin)
 }
 
 /* v = a rollout copy whose layer linears are packed or quantised (bf16 on a
- * backend with a bf16 linear, fp8, fp8-exact, nvfp4) from the merged weights,
+ * backend with a bf16 linear, fp8, fp8-exact, nvfp4, int8) from the merged weights,
  * the rest rounded to bf16 in fp32; the head packed as bf16 too, except under
  * fp8-exact (the earlier fp8's fp32 head) or where the backend has no bf16
  * linear. */
@@ -123,6 +126,8 @@ static int view_packed(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err
         v->q8 = dllm_calloc(nlin, sizeof *v->q8);
     if (k == DLLM_ROLLOUT_NVFP4 && !v->q4)
         v->q4 = dllm_calloc(nlin, sizeof *v->q4);
+    if (k == DLLM_ROLLOUT_INT8 && !v->qi)
+        v->qi = dllm_calloc(nlin, sizeof *v->qi);
     if (k == DLLM_ROLLOUT_BF16 && !v->b16)
         v->b16 = dllm_calloc(nlin, sizeof *v->b16);
     size_t maxw = 0;
@@ -141,6 +146,9 @@ static int view_packed(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err
             tf_merged_weight(m, l, j, tmp);
             if (v->b16) {
                 bf16_matrix_pack(&v->b16[l * DLLM_NLIN + j], tmp, o, i);
+            } else if (v->qi) {
+                rc = int8_quantise_weight(&v->qi[l * DLLM_NLIN + j], tmp, o, i,
+                                          p->int8_scaling, err);
             } else if (v->q4) {
                 nvfp4_matrix *q = &v->q4[l * DLLM_NLIN + j];
                 rc = nvfp4_quantise(q, tmp, o, i, err);
@@ -186,11 +194,20 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
     }
     /* the rollout copy, rebuilt in place when its kind is unchanged */
     if (p->rollout != m->prec.rollout || p->fp8_format != m->prec.fp8_format ||
-        p->fp8_scaling != m->prec.fp8_scaling || p->fp8_pow2_scale != m->prec.fp8_pow2_scale)
+        p->fp8_scaling != m->prec.fp8_scaling || p->fp8_pow2_scale != m->prec.fp8_pow2_scale ||
+        p->int8_scaling != m->prec.int8_scaling)
         tf_view_free(m, &m->rv);
     bool bf16_op = dllm_backend_supports(m->be, DLLM_OP_BF16_LINEAR);
-    if (m->dev) {
+    if (m->dev && p->rollout == DLLM_ROLLOUT_INT8) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: INT8 GEMMs are not "
+                          "built for the device yet (int8 runs on the CPU; on the device use "
+                          "bf16 or fp8)");
+    } else if (m->dev) {
         /* on a device the rollout copy lives there only (tf_device_sync below) */
+    } else if (p->rollout == DLLM_ROLLOUT_INT8 &&
+               !dllm_backend_supports(m->be, DLLM_OP_INT8_LINEAR)) {
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: the %s backend has "
+                          "no INT8 linear", m->be->name);
     } else if (p->rollout == DLLM_ROLLOUT_NVFP4 && !dllm_backend_supports(m->be, DLLM_OP_NVFP4_LINEAR)) {
         rc = dllm_err_set(err, DLLM_EXIT_INPUT, "rollout precision nvfp4: the %s backend has "
                           "no NVFP4 linear", m->be->name);

@@ -14,6 +14,8 @@ bool dllm_backend_supports(const dllm_backend *be, dllm_backend_op op)
         return o->bf16_linear_fwd != NULL;
     case DLLM_OP_NVFP4_LINEAR:
         return o->nvfp4_linear_fwd != NULL;
+    case DLLM_OP_INT8_LINEAR:
+        return o->int8_linear_fwd != NULL;
     case DLLM_OP_FP8_LINEARS:
         return o->fp8_linears_fwd != NULL;
     case DLLM_OP_FP8_FUSED_ACT: /* all four or none (backend.h) */
@@ -34,6 +36,8 @@ const char *dllm_backend_op_name(dllm_backend_op op)
         return "bf16_linear_fwd";
     case DLLM_OP_NVFP4_LINEAR:
         return "nvfp4_linear_fwd";
+    case DLLM_OP_INT8_LINEAR:
+        return "int8_linear_fwd";
     case DLLM_OP_FP8_LINEARS:
         return "fp8_linears_fwd";
     case DLLM_OP_FP8_FUSED_ACT:

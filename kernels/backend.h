@@ -19,6 +19,7 @@
 #define DLLM_BACKEND_H
 
 #include "kernels/fp8.h"
+#include "kernels/int8.h"
 #include "kernels/nvfp4.h"
 #include "kernels/ops.h"
 
@@ -86,6 +87,10 @@ typedef struct dllm_backend_ops {
      * (kernels/nvfp4.h), activations quantised per call */
     void (*nvfp4_linear_fwd)(dllm_backend *be, float *out, const float *inp, nvfp4_matrix *w,
                              int N, int C, int OC);
+    /* optional (DLLM_OP_INT8_LINEAR; without it an int8 rollout is refused): W8A7
+     * (kernels/int8.h), activations quantised per call, exact integer sums */
+    void (*int8_linear_fwd)(dllm_backend *be, float *out, const float *inp,
+                            const int8_matrix *w, int N, int C, int OC);
     /* Frees what the backend derived from a weight on first use and keeps in its struct
      * (the CPU's dequantised or widened fp32 copies); the weight's own arrays stay the
      * caller's. Either pointer may be NULL. */
@@ -236,6 +241,7 @@ typedef struct dllm_backend_ops {
 typedef enum {
     DLLM_OP_BF16_LINEAR,   /* bf16_linear_fwd */
     DLLM_OP_NVFP4_LINEAR,  /* nvfp4_linear_fwd */
+    DLLM_OP_INT8_LINEAR,   /* int8_linear_fwd */
     DLLM_OP_FP8_LINEARS,   /* fp8_linears_fwd */
     DLLM_OP_FP8_FUSED_ACT, /* fp8_act_prepare, rmsnorm_fp8_fwd, swiglu_fp8_fwd,
                               fp8_linear_act_fwd */

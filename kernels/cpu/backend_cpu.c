@@ -77,6 +77,12 @@ static void cpu_nvfp4_linear_fwd(dllm_backend *be, float *out, const float *inp,
     (void)be;
     op_nvfp4_linear_fwd(out, inp, w, N, C, OC);
 }
+static void cpu_int8_linear_fwd(dllm_backend *be, float *out, const float *inp,
+                                const int8_matrix *w, int N, int C, int OC)
+{
+    (void)be;
+    op_int8_linear_fwd(out, inp, w, N, C, OC);
+}
 static void cpu_rmsnorm_fwd(dllm_backend *be, float *out, float *rstd, const float *inp,
                             const float *w, int N, int C, float eps)
 {
@@ -362,7 +368,8 @@ static const dllm_backend_ops cpu_ops = {
     .gemm = cpu_gemm, .linear_fwd = cpu_linear_fwd, .linear_bwd = cpu_linear_bwd,
     .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
     .bf16_linear_fwd = cpu_bf16_linear_fwd, .bf16_linear_bwd_x = cpu_bf16_linear_bwd_x,
-    .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd, .weight_cache_free = cpu_weight_cache_free,
+    .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd, .int8_linear_fwd = cpu_int8_linear_fwd,
+    .weight_cache_free = cpu_weight_cache_free,
     /* attention and positions */
     .rope_fwd = cpu_rope_fwd, .rope_bwd = cpu_rope_bwd,
     .attn_state_floats = cpu_attn_state_floats,

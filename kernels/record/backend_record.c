@@ -1101,8 +1101,8 @@ static void rc_denoise_commit(dllm_backend *be, int32_t *canvas, int16_t *commit
 }
 
 /* Every entry the CUDA backend has, by name so that the table's order is free; the CUDA
- * backend has no NVFP4 linear, grouped FP8 linears or nucleus choice, so neither has the
- * recording (the model refuses an nvfp4 rollout on it as on the device). tests/unit/test_record.c fails on an entry left out. */
+ * backend has no NVFP4 or INT8 linear, grouped FP8 linears or nucleus choice, so neither
+ * has the recording (the model refuses an nvfp4 or int8 rollout on it as on the device). tests/unit/test_record.c fails on an entry left out. */
 static const dllm_backend_ops record_ops = {
     .alloc = rc_alloc,
     .free = rc_free,
@@ -1138,6 +1138,7 @@ static const dllm_backend_ops record_ops = {
     .fp8_quantise = rc_fp8_quantise,
     .bf16_linear_fwd = rc_bf16_linear_fwd,
     .nvfp4_linear_fwd = NULL,
+    .int8_linear_fwd = NULL,
     .clip_grad = rc_clip_grad,
     .fp8_act_prepare = rc_fp8_act_prepare,
     .rmsnorm_fp8_fwd = rc_rmsnorm_fp8_fwd,

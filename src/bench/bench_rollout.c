@@ -6,7 +6,7 @@
  *
  * For every precision in --precision (fp32 = the trainer's numerics, bf16, fp8
  * = E4M3 128x128 blockwise W8A8 on the fast product, fp8-exact = its exact
- * simulation, nvfp4; dllm/precision.h): open the model with that rollout copy
+ * simulation, nvfp4, int8 = W8A7 integer products; dllm/precision.h): open the model with that rollout copy
  * (the copy's build is timed: the weight sync), run --warmup untimed rollouts,
  * then --iters timed ones; report the best time per rollout, per denoising step
  * (per decoded position for AR), generated tokens/s, the time relative to the
@@ -45,7 +45,8 @@ static const char usage_text[] =
     "at each precision of the comma-separated list (fp32 = the trainer's numerics; bf16;\n"
     "fp8 = E4M3 128x128 blockwise W8A8 on the fast product (bf16 dot products where the\n"
     "CPU has them); fp8-exact = the same copy simulated exactly (dequantise, fp32 GEMM);\n"
-    "nvfp4 = W4A4, simulated); prints the weight-sync time, the best time per rollout\n"
+    "nvfp4 = W4A4, simulated; int8 = INT8 weights and 7-bit activations, exact integer\n"
+    "products on oneDNN); prints the weight-sync time, the best time per rollout\n"
     "and per denoising step (llada) or per decoded position (qwen3: KV-cache decoding;\n"
     "--block-length and --steps do not apply), generated tokens/s (qwen3: tokens up to\n"
     "each row's EOS), the time relative to the first precision, and for llada the\n"
@@ -170,7 +171,7 @@ int bench_rollout(int argc, char **argv)
         if (np == MAX_PREC || dllm_policy_infer_cfg(&probe, tok, "--precision", &err)) {
             dllm_err_set(&err, DLLM_EXIT_INPUT,
                          "--precision %s: expected a comma-separated list of fp32, bf16, fp8, "
-                         "fp8-exact, nvfp4", list);
+                         "fp8-exact, nvfp4, int8", list);
             free(dup);
             return cli_fail("bench rollout", &err);
         }
@@ -315,7 +316,7 @@ int bench_rollout(int argc, char **argv)
     /* what each precision's product is on this machine (dllm/precision.h) */
     for (int k = 0; k < np && !rc && strcmp(device, "cuda"); k++) {
         const char *rk = strcmp(names[k], "fp32") ? names[k] : "trainer";
-        for (int j = DLLM_ROLLOUT_TRAINER; j <= DLLM_ROLLOUT_NVFP4; j++)
+        for (int j = DLLM_ROLLOUT_TRAINER; j <= DLLM_ROLLOUT_INT8; j++)
             if (!strcmp(rk, dllm_rollout_name((dllm_rollout_kind)j))) {
                 const char *prod = dllm_rollout_cpu_product((dllm_rollout_kind)j, NULL);
                 printf("path %-9s %s\n", names[k],

@@ -215,7 +215,7 @@ void cli_note_rollout_product(const char *cmd, const char *precision, const char
 {
     if (!precision || (device && !strcmp(device, "cuda")))
         return; /* on a device the product is the backend's (selftest reports it) */
-    for (int k = DLLM_ROLLOUT_TRAINER; k <= DLLM_ROLLOUT_NVFP4; k++) {
+    for (int k = DLLM_ROLLOUT_TRAINER; k <= DLLM_ROLLOUT_INT8; k++) {
         if (strcmp(precision, dllm_rollout_name((dllm_rollout_kind)k)))
             continue;
         bool faster;

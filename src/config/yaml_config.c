@@ -131,10 +131,12 @@ NAMES(cfg_names_chat, "task.chat", {"auto", CFG_CHAT_AUTO}, {"plain", DLLM_CHAT_
 NAMES(cfg_names_reward, "task.reward.kind", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT});
 NAMES(cfg_names_rollout_precision, "rollout.precision", {"trainer", CFG_ROLLOUT_TRAINER},
       {"bf16", CFG_ROLLOUT_BF16}, {"fp8", CFG_ROLLOUT_FP8}, {"fp8-exact", CFG_ROLLOUT_FP8_EXACT},
-      {"nvfp4", CFG_ROLLOUT_NVFP4});
+      {"nvfp4", CFG_ROLLOUT_NVFP4}, {"int8", CFG_ROLLOUT_INT8});
 NAMES(cfg_names_fp8_format, "rollout.fp8.format", {"e4m3", CFG_FP8_E4M3}, {"e5m2", CFG_FP8_E5M2});
 NAMES(cfg_names_fp8_scaling, "rollout.fp8.scaling", {"block", CFG_FP8_BLOCK},
       {"channel", CFG_FP8_CHANNEL}, {"tensor", CFG_FP8_TENSOR});
+NAMES(cfg_names_int8_scaling, "rollout.int8.scaling", {"channel", CFG_INT8_CHANNEL},
+      {"block", CFG_INT8_BLOCK});
 NAMES(cfg_names_remasking, "rollout.remasking", {"low_confidence", REMASK_LOW_CONFIDENCE},
       {"random", REMASK_RANDOM});
 NAMES(cfg_names_estimator, "correction.estimator", {"one_step", EST_ONE_STEP}, {"elbo", EST_ELBO},
@@ -256,6 +258,10 @@ static const cfg_key keys[] = {
      "FP8 weight scaling (block 128x128 with 1x128 activation groups)"},
     {"rollout.fp8.pow2_scale", K_BOOL, F(rollout.fp8.pow2_scale), "false", 0, 0, NULL,
      "round FP8 scales to powers of two"},
+    {"rollout.int8.scaling", K_ENUM, F(rollout.int8.scaling), "channel", 0, 0,
+     &cfg_names_int8_scaling,
+     "INT8 weight scaling: channel (per output row, activations per token) or block "
+     "(128x128, activations per 1x128 group)"},
     /* GRPO's advantage is a reward minus its group's mean: one completion learns nothing */
     {"rollout.group_size", K_INT, F(rollout.group_size), "8", 2, 4096, NULL,
      "completions per prompt (GRPO needs at least 2)"},

@@ -285,9 +285,10 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     p->T = (int)T;
     const char *rollout = cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision);
     /* fp8-exact is a CPU-side numerics choice (the device copy is the same FP8 copy);
-     * NVFP4 is planned as FP8 (1 byte per code: an upper bound for 4-bit codes) */
+     * NVFP4 is planned as FP8 (1 byte per code: an upper bound for 4-bit codes), INT8
+     * as FP8 (a byte per code, fp32 scales) */
     const bool fp8 = !strcmp(rollout, "fp8") || !strcmp(rollout, "fp8-exact") ||
-                     !strcmp(rollout, "nvfp4"),
+                     !strcmp(rollout, "nvfp4") || !strcmp(rollout, "int8"),
                bf16_copy = !strcmp(rollout, "bf16") && lora;
 
     /* estimators: canvases per sequence (cps) and rows per canvas */
@@ -552,8 +553,20 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
         add(p, MEM_RESIDENT, "NVFP4 copy: block scales (E4M3, 1 per 16)", ceil_div(Plin, 16), "",
             "Plin / 16");
         add(p, MEM_RESIDENT, "NVFP4 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
-    } else if (cfg->rollout.precision == CFG_ROLLOUT_BF16) {
-        add(p, MEM_RESIDENT, "bf16 rollout copy (stored fp32)", 4 * P, "", "4 P");
+    } else if (cfg->rollout.precision == CFG_ROLLOUT_INT8) {
+        const bool blk = cfg->rollout.int8.scaling == CFG_INT8_BLOCK;
+        int64_t n_scales = 0, n_comp = 0;
+        for (int j = 0; j < NLIN; j++) {
+            int64_t out, in;
+            lin_shape(mc, j, &out, &in);
+            n_scales += Ln * (blk ? ceil_div(out, 128) * ceil_div(in, 128) : out);
+            n_comp += Ln * out * (blk ? ceil_div(in, 128) : 1);
+        }
+        add(p, MEM_RESIDENT, "INT8 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "",
+            "4 (P - Plin)");
+        add(p, MEM_RESIDENT, "INT8 copy: codes", Plin, "", "1 Plin");
+        add(p, MEM_RESIDENT, "INT8 copy: scales and compensations (fp32, int32)",
+            4 * (n_scales + n_comp), "", "4 x (scales + rows x k-blocks)");
     }
     /* the activation sets, once grown, stay for the run */
     const int64_t cfgx = cfg->rollout.cfg_scale > 0 ? 2 : 1;

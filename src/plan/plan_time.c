@@ -276,6 +276,9 @@ static int check_shape(const pt_shape *s, dllm_err *err)
     if (s->prec.rollout == DLLM_ROLLOUT_NVFP4)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision nvfp4: the CUDA backend has "
                             "no NVFP4 linear (use bf16 or fp8)");
+    if (s->prec.rollout == DLLM_ROLLOUT_INT8)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: INT8 GEMMs are not "
+                            "built for the device yet (use bf16 or fp8)");
     if (s->S < 1 || s->P < 0 || s->G < 1 || s->block_length < 1 || s->G % s->block_length ||
         s->steps < s->G / s->block_length || s->steps % (s->G / s->block_length) ||
         s->micro_batch < 1)

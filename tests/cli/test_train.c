@@ -9,6 +9,9 @@
  *  - SFT data: EOS padding of answers to data.answer_length;
  *  - per-item eval outcomes: files that agree with the logged accuracy, and paired
  *    differences on a hand-computed case;
+ *  - INT8 rollouts (channel and block scaling) under every correction: the run ends,
+ *    log w is finite and not all zero (the INT8 copy is not the trainer), and the
+ *    trainer arm of the same config logs w = 1; a bad rollout.int8.scaling exits 2;
  *  - the reference policy re-syncs inside the step; frac_masked_left matches the
  *    logged completions; AR decoding on the trainer's logits (eval.precision
  *    trainer) chooses what the KV-cached rollout chooses when the two agree. */
@@ -265,6 +268,33 @@ START_TEST(reference_arm_has_unit_weights)
 }
 END_TEST
 
+/* rollout.precision int8 is one more rollout copy: every correction runs on it, and its
+ * log w, the INT8 copy against the fp32 trainer, is finite, small and not all zero. */
+START_TEST(int8_rollouts_under_every_correction)
+{
+    static const char *const methods[] = {"none", "is", "tis", "mis", "fixed", "ais"};
+    const char *m = methods[_i];
+    char exp[32], corr[96];
+    snprintf(exp, sizeof exp, "int8-%s", m);
+    snprintf(corr, sizeof corr, "{method: %s, estimator: one_step}", m);
+    write_config("i8.yaml", exp, corr);
+    ck_assert_int_eq(tu_sh("%s train %s/i8.yaml --quiet --set rollout.precision=int8 --set "
+                           "grpo.steps=2 --set rollout.int8.scaling=%s --set eval.every=0",
+                           tu_bin(), tmp, _i % 2 ? "block" : "channel"),
+                     0);
+    int64_t n;
+    double *logw = read_col(exp, "trajectories/log_w", &n);
+    ck_assert_int_gt(n, 0);
+    double big = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ck_assert_msg(isfinite(logw[i]), "%s: log_w[%lld] = %g", m, (long long)i, logw[i]);
+        big = fmax(big, fabs(logw[i]));
+    }
+    ck_assert_msg(big > 0 && big < 5, "%s: max |log w| %g", m, big);
+    free(logw);
+}
+END_TEST
+
 /* trajectories/log_w_se, the Monte Carlo standard error of each completion's log w:
  * one row per completion; > 0 for elbo with 2 samples (a completion of at least two
  * tokens is scored by two different mask subsets); the step's log_w_mc_se is its mean
@@ -398,6 +428,8 @@ START_TEST(bad_configs_exit_2_with_position)
     expect_config_error("grpo:\n  stepz: 3\n", "bad.yaml:2:3: unknown key 'grpo.stepz'");
     expect_config_error("rollout: {precision: fp4}\n", "rollout.precision must be one of trainer|bf16|fp8");
     expect_config_error("grpo: {clip_eps: -1}\n", "grpo.clip_eps = -1 is out of range");
+    expect_config_error("rollout: {precision: int8, int8: {scaling: tensor}}\n",
+                        "rollout.int8.scaling must be one of channel|block");
     expect_config_error("correction: {level: token, estimator: one_step}\n",
                         "correction.level: token needs grpo.ratio token");
     expect_config_error("task: {train: {path: /nonexistent/train.jsonl}}\n", "task.train.path");
@@ -864,6 +896,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(tc, sigkill_then_resume_is_bit_exact);
     tcase_add_loop_test(tc, diagnostics_recompute_from_the_log, 0, 2);
     tcase_add_test(tc, reference_arm_has_unit_weights);
+    tcase_add_loop_test(tc, int8_rollouts_under_every_correction, 0, 6);
     tcase_add_test(tc, token_level_coef_is_the_token_mean);
     tcase_add_test(tc, log_w_se_per_trajectory);
     tcase_add_test(tc, bad_configs_exit_2_with_position);

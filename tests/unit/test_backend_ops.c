@@ -119,6 +119,7 @@ START_TEST(test_supports_query)
     dllm_backend *cpu = dllm_backend_cpu();
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_INT8_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_AR_NUCLEUS));
     ck_assert(!dllm_backend_supports(cpu, DLLM_OP_FP8_FUSED_ACT));
@@ -300,9 +301,11 @@ START_TEST(test_backend_table_complete)
     dllm_backend *cpu = dllm_backend_cpu(), *dev = dllm_backend_cuda();
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR) &&
               dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR) &&
+              dllm_backend_supports(cpu, DLLM_OP_INT8_LINEAR) &&
               dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
     ck_assert_ptr_nonnull(dev);
     ck_assert_msg(!dllm_backend_supports(dev, DLLM_OP_NVFP4_LINEAR) &&
+                  !dllm_backend_supports(dev, DLLM_OP_INT8_LINEAR) &&
                   !dllm_backend_supports(dev, DLLM_OP_FP8_LINEARS) &&
                   !dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS),
                   "a device optional entry has no parity case in this table");

@@ -2,7 +2,7 @@
  * (src/plan/plan_time.h).
  *
  *   - every entry of the backend table is recorded: a slot the recording leaves NULL is
- *     one the CUDA backend leaves NULL (NVFP4), so an entry added to the table without a
+ *     one the CUDA backend leaves NULL (NVFP4, INT8), so an entry added to the table without a
  *     recording fails here (under the emulation, the NULL slots are compared with the
  *     CUDA backend's own table);
  *   - the roofline of hand-made events against the documented constants;
@@ -48,10 +48,12 @@ START_TEST(test_every_entry_recorded)
     memcpy(slots, ops, sizeof slots);
     /* the optional entries the CUDA backend leaves empty */
     const size_t empty[] = {offsetof(dllm_backend_ops, nvfp4_linear_fwd) / sizeof(slot_fn),
+                            offsetof(dllm_backend_ops, int8_linear_fwd) / sizeof(slot_fn),
                             offsetof(dllm_backend_ops, fp8_linears_fwd) / sizeof(slot_fn),
                             offsetof(dllm_backend_ops, ar_choose_nucleus) / sizeof(slot_fn)};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
-        ck_assert_msg(slots[i] != NULL || i == empty[0] || i == empty[1] || i == empty[2],
+        ck_assert_msg(slots[i] != NULL || i == empty[0] || i == empty[1] || i == empty[2] ||
+                          i == empty[3],
                       "backend table slot %zu has no recording (kernels/record/backend_record.c)",
                       i);
 #ifdef DLLM_CUDA_EMULATION
