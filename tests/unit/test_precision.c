@@ -19,6 +19,10 @@
  *    dequantised values (weights quantised here, activations by
  *    nvfp4_quant_dequant), within the fp32 accumulation bound; its logits are
  *    further from fp32 than FP8 E4M3's;
+ *  - INT8 (channel and block): every layer linear of the copy equals
+ *    op_int8_linear_fwd on a weight merged and quantised here, bit for bit without
+ *    LoRA, and is within the fp32 rounding bound of the reference product
+ *    (op_int8_linear_ref); its logits differ from fp32 by a small nonzero amount;
  *  - fast vs exact: the fast bf16 and fp8 copies' logits are within a stated
  *    tolerance of the exact simulations' (bf16: DLLM_BF16_GEMM=fp32, which is
  *    bit for bit the exact one; fp8: fp8-exact);
@@ -46,6 +50,7 @@
 
 #include "dllm/transformer.h"
 #include "kernels/fp8.h"
+#include "kernels/int8.h"
 #include "kernels/nvfp4.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -447,6 +452,71 @@ START_TEST(test_nvfp4_linears)
             }
         dllm_tf_free(m);
     }
+}
+END_TEST
+
+/* Every layer linear of the int8 copy against op_int8_linear_fwd on the merged weight
+ * quantised here (bit for bit: the integer sums are exact and the scaling is the same
+ * fp32 arithmetic), and against the dequantised reference within the fp32 rounding
+ * bound (2K + 8) 2^-24 sum_k |a_k w_k|; channel and block scaling. The logits differ
+ * from fp32 by a small nonzero amount. */
+START_TEST(test_int8_linears)
+{
+    dllm_tf *m = make_model(_i, false);
+    const dllm_arch_desc *ad = dllm_tf_arch(m);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t nl = (size_t)B * T * dllm_tf_config(m)->embedding_size;
+    float *ref = logits_of(m, &b, false);
+    for (int s = 0; s < 2; s++) {
+        dllm_precision p = prec(NULL, "int8", NULL, NULL);
+        p.int8_scaling = (int8_scaling)s;
+        do_sync(m, p);
+        for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
+            for (int j = 0; j < DLLM_NLIN; j++) {
+                int o, in, N = 5;
+                float *w = merged(m, l, j, &o, &in);
+                size_t no = (size_t)N * o;
+                float *x = dllm_malloc((size_t)N * in * sizeof(float));
+                fill_normal(x, (size_t)N * in, 1.0, 300 + (uint64_t)(l * 7 + j));
+                x[5] = 30.0f; /* an outlier: its token's (group's) scale differs */
+                float *got = dllm_malloc(no * sizeof(float));
+                float *want = dllm_malloc(no * sizeof(float));
+                float *sim = dllm_malloc(no * sizeof(float));
+                ck_assert_int_eq(dllm_tf_rollout_linear(m, l, ad->lora_name[j], x, N, got), 0);
+                int8_matrix q = {0};
+                dllm_err err = {0};
+                ck_assert_int_eq(int8_quantise_weight(&q, w, o, in, (int8_scaling)s, &err), 0);
+                op_int8_linear_fwd(want, x, &q, N, in, o);
+                op_int8_linear_ref(sim, x, &q, N, in, o);
+                for (size_t e = 0; e < no; e++) {
+                    ck_assert_msg(got[e] == want[e], "%s %s layer %d %s [%zu]: %.9g vs %.9g",
+                                  cases[_i].name, int8_scaling_name((int8_scaling)s), l,
+                                  ad->lora_name[j], e, got[e], want[e]);
+                    const float *xr = x + (e / (size_t)o) * (size_t)in;
+                    const float *wr = w + (e % (size_t)o) * (size_t)in;
+                    double sa = 0;
+                    for (int c = 0; c < in; c++)
+                        sa += fabs((double)xr[c] * wr[c]);
+                    /* a nonzero code dequantises to at most twice its value (|x| >= s/2):
+                     * 4 sa bounds the dequantised products' magnitudes */
+                    ck_assert(fabs((double)got[e] - sim[e]) <= (2.0 * in + 8) * 0x1p-24 * 4 * sa);
+                }
+                int8_matrix_free(&q);
+                free(w);
+                free(x);
+                free(got);
+                free(want);
+                free(sim);
+            }
+        float *r = logits_of(m, &b, true);
+        double d = rel_rms(r, ref, nl);
+        printf("%s: rms(logits - fp32) / rms(fp32): int8 %s %.3g\n", cases[_i].name,
+               int8_scaling_name((int8_scaling)s), d);
+        ck_assert(d > 0 && d < 0.15);
+        free(r);
+    }
+    free(ref);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -872,8 +942,8 @@ START_TEST(test_parse)
     ck_assert(p.trainer_bf16 && p.rollout == DLLM_ROLLOUT_FP8 && p.fp8_format == FP8_E5M2 &&
               p.fp8_scaling == FP8_SCALE_TENSOR && p.fp8_pow2_scale);
     ck_assert_str_eq(dllm_rollout_name(p.rollout), "fp8");
-    static const char *const kinds[] = {"trainer", "bf16", "fp8", "fp8-exact", "nvfp4"};
-    for (int k = 0; k < 5; k++) {
+    static const char *const kinds[] = {"trainer", "bf16", "fp8", "fp8-exact", "nvfp4", "int8"};
+    for (int k = 0; k < 6; k++) {
         ck_assert_int_eq(dllm_precision_parse(&p, NULL, kinds[k], NULL, NULL, false, &err), 0);
         ck_assert_int_eq(p.rollout, k);
         ck_assert_str_eq(dllm_rollout_name(p.rollout), kinds[k]);
@@ -881,10 +951,10 @@ START_TEST(test_parse)
     }
     struct {
         const char *t, *r, *f, *s, *word;
-    } bad[] = {{"fp16", NULL, NULL, NULL, "fp16"},  {NULL, "int8", NULL, NULL, "int8"},
+    } bad[] = {{"fp16", NULL, NULL, NULL, "fp16"},  {NULL, "int4", NULL, NULL, "int4"},
                {NULL, "fp8", "e3m4", NULL, "e3m4"}, {NULL, "fp8", NULL, "group", "group"},
                {NULL, "fp8", NULL, "rows", "rows"},
-               {NULL, "fp8exact", NULL, NULL, "fp8-exact or nvfp4"}};
+               {NULL, "fp8exact", NULL, NULL, "nvfp4 or int8"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = (dllm_err){0};
         ck_assert_int_eq(dllm_precision_parse(&p, bad[i].t, bad[i].r, bad[i].f, bad[i].s, false,
@@ -892,6 +962,12 @@ START_TEST(test_parse)
         ck_assert_msg(strstr(err.msg, bad[i].word), "message '%s' does not name '%s'", err.msg,
                       bad[i].word);
     }
+    err = (dllm_err){0};
+    ck_assert_int_eq(dllm_precision_parse_int8(&p, "block", &err), 0);
+    ck_assert_int_eq(p.int8_scaling, INT8_SCALE_BLOCK);
+    ck_assert_int_eq(dllm_precision_parse_int8(&p, "tensor", &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "rollout.int8.scaling") && strstr(err.msg, "channel or block"),
+                  "%s", err.msg);
     dllm_tf *m = make_model(0, false);
     p = prec(NULL, "fp8", NULL, NULL);
     p.fp8_scaling = FP8_SCALE_GROUP; /* not a weight scaling */
@@ -910,6 +986,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_loop_test(c, test_rollout_keeps_trainer_activations, 0, NCASE);
     tcase_add_loop_test(c, test_fp8_linears, 0, NCASE);
     tcase_add_loop_test(c, test_nvfp4_linears, 0, NCASE);
+    tcase_add_loop_test(c, test_int8_linears, 0, NCASE);
     tcase_add_loop_test(c, test_logits_close_to_fp32, 0, NCASE);
     tcase_add_loop_test(c, test_fast_vs_exact, 0, NCASE);
     tcase_add_loop_test(c, test_bf16_copy_weights, 0, NCASE);
