@@ -1,8 +1,10 @@
 /* int8.c: INT8 codes, scales and the W8A7 products (kernels/int8.h). */
 #include "kernels/int8.h"
 #include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/vec_kernel.h"
 #include "kernels/ops.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,15 +49,30 @@ float int8_scale_from_amax(float amax, int qmax)
     return amax > 0.0f ? amax / (float)qmax : 1.0f;
 }
 
-static float amax_finite(const float *x, int n)
+/* The largest finite |x|: a maximum, the same whatever the order or vector width. */
+VEC_KERNEL_NO_TRAP static float amax_finite(const float *x, int n)
 {
     float a = 0.0f;
     for (int i = 0; i < n; i++) {
         float v = fabsf(x[i]);
-        if (isfinite(v) && v > a)
-            a = v;
+        v = v <= FLT_MAX ? v : 0.0f; /* NaN and inf fail the compare */
+        a = a > v ? a : v;
     }
     return a;
+}
+
+/* q[i] = int8_code(x[i], s, qmax) + shift, element by element the same arithmetic (fp32
+ * division, NaN to +qmax, the clamp, rounding half to even) in a loop that vectorises. */
+VEC_KERNEL_NO_TRAP static void code_row(int8_t *q, const float *x, int n, float s, float qmax,
+                                        float shift)
+{
+    for (int i = 0; i < n; i++) {
+        float v = x[i] / s;
+        v = v == v ? v : qmax;
+        v = v < qmax ? v : qmax;
+        v = v > -qmax ? v : -qmax;
+        q[i] = (int8_t)(int)(rintf(v) + shift);
+    }
 }
 
 static int k_blocks(int C, int8_scaling s)
@@ -161,8 +178,9 @@ void int8_matrix_free(int8_matrix *m)
 
 /* ---- activations -------------------------------------------------------------------------- */
 
-void int8_quantise_act(int8_t *q, float *sa, const float *x, int N, int C, int ldq,
-                       int8_scaling s)
+/* int8_quantise_act with every code plus shift (0, or 64: the u8 operand). */
+static void quantise_act(int8_t *q, float *sa, const float *x, int N, int C, int ldq,
+                         int8_scaling s, int shift)
 {
     const int kb = k_blocks(C, s), g = s == INT8_SCALE_BLOCK ? INT8_BLOCK : C;
 #pragma omp parallel for schedule(static) if ((size_t)N * C > 65536)
@@ -173,11 +191,16 @@ void int8_quantise_act(int8_t *q, float *sa, const float *x, int N, int C, int l
             const int c0 = b * g, c1 = c0 + g < C ? c0 + g : C;
             const float sc = int8_scale_from_amax(amax_finite(xr + c0, c1 - c0), INT8_A_MAX);
             sa[(size_t)n * kb + b] = sc;
-            for (int c = c0; c < c1; c++)
-                qr[c] = int8_code(xr[c], sc, INT8_A_MAX);
+            code_row(qr + c0, xr + c0, c1 - c0, sc, (float)INT8_A_MAX, (float)shift);
         }
-        memset(qr + C, 0, (size_t)(ldq - C));
+        memset(qr + C, shift, (size_t)(ldq - C));
     }
+}
+
+void int8_quantise_act(int8_t *q, float *sa, const float *x, int N, int C, int ldq,
+                       int8_scaling s)
+{
+    quantise_act(q, sa, x, N, C, ldq, s, 0);
 }
 
 /* ---- products ----------------------------------------------------------------------------- */
@@ -258,10 +281,9 @@ void op_int8_linear_fwd(float *out, const float *inp, const int8_matrix *w, int 
     const bool onednn = strcmp(int8_gemm_path(), "onednn") == 0;
     int8_t *qa = dllm_malloc((size_t)N * ldq);            // (N, ldq)
     float *sa = dllm_malloc((size_t)N * kb * sizeof(float)); // (N, kb)
-    int8_quantise_act(qa, sa, inp, N, C, ldq, w->scaling);
-    uint8_t *u = (uint8_t *)qa; /* shifted in place: [-63, 63] + 64 = [1, 127] */
-    for (size_t i = 0; i < (size_t)N * ldq; i++)
-        u[i] = (uint8_t)(qa[i] + INT8_A_SHIFT);
+    /* the u8 operand: codes + 64, in [1, 127] (the padding 64 meets zero weight codes) */
+    quantise_act(qa, sa, inp, N, C, ldq, w->scaling, INT8_A_SHIFT);
+    const uint8_t *u = (const uint8_t *)qa;
     if (kb == 1) {
         /* the int32 sums land in out's own memory, then become fp32 in place */
         int32_t *acc = (int32_t *)(void *)out; // (N, OC)

@@ -533,9 +533,10 @@ void cu_weight_cache_free(dllm_backend *, fp8_matrix *, bf16_matrix *) {}
 const dllm_backend_ops cuda_ops = {
     /* buffers */
     cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync,
-    /* linear layers and GEMM; no NVFP4 linear: an nvfp4 rollout is refused on the device */
+    /* linear layers and GEMM; no NVFP4 or INT8 linear: an nvfp4 or int8 rollout is refused
+     * on the device */
     cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_bias_fwd, cu_bias_bwd,
-    cu_bf16_linear_fwd, cu_bf16_linear_bwd_x, NULL, cu_weight_cache_free,
+    cu_bf16_linear_fwd, cu_bf16_linear_bwd_x, NULL, NULL, cu_weight_cache_free,
     /* attention and positions */
     cu_rope_fwd, cu_rope_bwd, cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,
     /* norms, activations, embeddings, elementwise */

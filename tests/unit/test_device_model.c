@@ -332,6 +332,38 @@ START_TEST(test_nvfp4_refused)
 }
 END_TEST
 
+/* INT8 has no device GEMM yet: moving an int8 model to the device, or syncing an int8
+ * copy on a device model, is an input error naming the precision; the model stays
+ * usable where it is. */
+START_TEST(test_int8_refused)
+{
+    dllm_backend *be = cuda_or_skip();
+    dllm_tf *m = tiny(0);
+    dllm_precision p, f;
+    dllm_err err;
+    ck_assert_int_eq(dllm_precision_parse(&p, "fp32", "int8", NULL, NULL, false, &err), 0);
+    ck_assert_int_eq(dllm_precision_parse(&f, "fp32", "trainer", NULL, NULL, false, &err), 0);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(m, be, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "int8") != NULL, "%s", err.msg);
+    ck_assert_ptr_null(dllm_tf_device(m));
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &f, NULL, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(m, be, &err), 0);
+    err = (dllm_err){0};
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "rollout.precision int8") &&
+                      strstr(err.msg, "INT8 GEMMs are not built for the device"),
+                  "%s", err.msg);
+    int32_t tok[B * T], rows[NROWS];
+    uint8_t mask[B * T];
+    inputs(m, tok, mask, rows);
+    float *lg = malloc((size_t)NROWS * dllm_tf_config(m)->embedding_size * 4);
+    ck_assert_int_eq(dllm_tf_forward_rollout(m, tok, mask, B, T, rows, NROWS, lg), 0);
+    free(lg);
+    dllm_tf_free(m);
+}
+END_TEST
+
 /* Qwen3 greedy decoding: full forwards on the device, the CPU's KV cache on the host. */
 START_TEST(test_qwen3_decode)
 {
@@ -533,6 +565,7 @@ Suite *tu_suite(tu_ctx *ctx)
         tcase_add_loop_test(tc, test_fp32_trainer, 0, 3);
         tcase_add_loop_test(tc, test_low_precision, 0, 9);
         tcase_add_test(tc, test_nvfp4_refused);
+        tcase_add_test(tc, test_int8_refused);
         tcase_add_test(tc, test_qwen3_decode);
         tcase_add_loop_test(tc, test_fp8_fused_logits, 0, 6);
     }
