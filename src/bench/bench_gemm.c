@@ -5,7 +5,7 @@
  * (op_bf16_linear_fwd: activations rounded to bf16 each call, packed bf16 weight), and
  * the FP8 W8A8 linear (op_fp8_linear_fwd, E4M3, 128 x 128 weight blocks, 1 x 128
  * activation groups) in its fast mode (codes on bf16 dot products) and its exact
- * simulation. Every timing includes what the op does per call (activation rounding or
+ * simulation, and the INT8 linear (op_int8_linear_fwd, channel scaling). Every timing includes what the op does per call (activation rounding or
  * quantisation), not the one-off weight packing. FLOPs are 2 N K OC per product.
  *
  * Peak: a register-only loop of independent AVX-512 FMAs (fp32) and of vdpbf16ps (bf16
@@ -13,6 +13,7 @@
  * roof the GEMMs are measured against. */
 #include "dllm/model_config.h"
 #include "kernels/fp8.h"
+#include "kernels/int8.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "src/cli/cli_util.h"
@@ -35,8 +36,9 @@ static const char usage_text[] =
     "GFLOP/s of out[N,OC] = in[N,K] @ w[OC,K]^T at the linear layers of each preset\n"
     "(q/k/v/o [C,C], gate/up [H,C], down [C,H], head [V,C]; N = --rows, default 384 =\n"
     "a rollout batch of 4 x 96 tokens) and at square n x n x n products, for fp32 on\n"
-    "OpenBLAS and oneDNN, bf16, and FP8 W8A8 (fast: codes on bf16 dot products; exact:\n"
-    "the fp32 simulation). Each number is the best of --rounds rounds of about --time\n"
+    "OpenBLAS and oneDNN, bf16, FP8 W8A8 (fast: codes on bf16 dot products; exact:\n"
+    "the fp32 simulation) and INT8 (channel scaling, activations quantised per call, exact\n"
+    "integer sums: rollout.precision int8). Each number is the best of --rounds rounds of about --time\n"
     "seconds (default 3 x 0.1 s). Also prints the measured fp32 FMA and bf16 dot-product\n"
     "peaks of the OpenMP threads. Threads: OMP_NUM_THREADS.\n"
     "--clock cpu divides by the process's CPU time instead of wall time: GFLOP per\n"
@@ -124,9 +126,9 @@ static double peak(bool bf16)
 
 /* ---- products ------------------------------------------------------------------------ */
 
-enum { P_F32_OPENBLAS, P_F32_DNNL, P_BF16, P_FP8_FAST, P_FP8_EXACT, NPATH };
+enum { P_F32_OPENBLAS, P_F32_DNNL, P_BF16, P_FP8_FAST, P_FP8_EXACT, P_INT8, NPATH };
 static const char *const path_names[NPATH] = {"fp32 openblas", "fp32 dnnl", "bf16",
-                                              "fp8 fast", "fp8 exact"};
+                                              "fp8 fast", "fp8 exact", "int8"};
 
 typedef struct {
     int path, N, K, OC;
@@ -134,6 +136,7 @@ typedef struct {
     float *out;
     bf16_matrix *wb;
     fp8_matrix *w8;
+    int8_matrix *wi;
 } job;
 
 static void run_once(const job *j)
@@ -142,6 +145,7 @@ static void run_once(const job *j)
     case P_F32_OPENBLAS:
     case P_F32_DNNL: op_linear_fwd(j->out, j->x, j->w, j->N, j->K, j->OC); break;
     case P_BF16: op_bf16_linear_fwd(j->out, j->x, j->wb, j->N, j->K, j->OC); break;
+    case P_INT8: op_int8_linear_fwd(j->out, j->x, j->wi, j->N, j->K, j->OC); break;
     default: op_fp8_linear_fwd(j->out, j->x, j->w8, j->N, j->K, j->OC); break;
     }
 }
@@ -182,7 +186,9 @@ static void bench_shape(const char *label, int N, int K, int OC, double secs, in
     bf16_matrix_pack(&wb, w, OC, K);
     fp8_matrix w8 = {0};
     dllm_err err = {0};
-    if (fp8_quantise_weight(&w8, w, OC, K, FP8_E4M3, FP8_SCALE_BLOCK, false, &err)) {
+    int8_matrix wi = {0};
+    if (fp8_quantise_weight(&w8, w, OC, K, FP8_E4M3, FP8_SCALE_BLOCK, false, &err) ||
+        int8_quantise_weight(&wi, w, OC, K, INT8_SCALE_CHANNEL, &err)) {
         fprintf(stderr, "bench gemm: %s\n", err.msg);
         exit(1);
     }
@@ -192,12 +198,13 @@ static void bench_shape(const char *label, int N, int K, int OC, double secs, in
             printf(" %13s", "-");
             continue;
         }
-        job j = {p, N, K, OC, x, w, out, &wb, &w8};
+        job j = {p, N, K, OC, x, w, out, &wb, &w8, &wi};
         printf(" %13.1f", time_job(&j, secs, rounds));
         fflush(stdout);
     }
     printf("\n");
     bf16_matrix_free(&wb);
+    int8_matrix_free(&wi);
     fp8_matrix_free(&w8);
     free(x);
     free(w);
