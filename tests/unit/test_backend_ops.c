@@ -283,7 +283,9 @@ START_TEST(test_backend_table_complete)
         "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x",
         "adamw_step"};
-    /* 7 buffer entries, 28 ops, 2 optional low-precision linears, the CPU's grouped
+    /* 7 buffer entries, 28 ops, 3 optional low-precision linears (the CPU's NVFP4 and
+     * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
+     * by test_precision through the model), the CPU's grouped
      * FP8 linears, the weight-cache release and the 4 optional fused FP8 ones (one case
      * name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent and
      * bias are cased as forward + backward pairs; the 7 sampler entries (the
@@ -293,7 +295,7 @@ START_TEST(test_backend_table_complete)
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 28 + 2 + 1 + 1 + 4 + 7);
+                      7 + 28 + 3 + 1 + 1 + 4 + 7);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
