@@ -224,7 +224,8 @@ void cli_note_rollout_product(const char *cmd, const char *precision, const char
             return;
         fflush(stdout);
         /* a low precision chosen for speed that cannot give it here says so loudly */
-        bool loud = !faster && (k == DLLM_ROLLOUT_BF16 || k == DLLM_ROLLOUT_FP8);
+        bool loud = !faster && (k == DLLM_ROLLOUT_BF16 || k == DLLM_ROLLOUT_FP8 ||
+                                k == DLLM_ROLLOUT_INT8);
         fprintf(stderr, "dllm-rl %s: %sprecision %s: %s\n", cmd, loud ? "NOTE: " : "",
                 precision, what);
         return;

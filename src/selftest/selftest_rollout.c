@@ -44,7 +44,8 @@ void selftest_rollout(stbl_table *t)
 {
     /* every rollout precision of the CPU backend but the trainer's own */
     static const dllm_rollout_kind KINDS[] = {DLLM_ROLLOUT_BF16, DLLM_ROLLOUT_FP8,
-                                              DLLM_ROLLOUT_FP8_EXACT, DLLM_ROLLOUT_NVFP4};
+                                              DLLM_ROLLOUT_FP8_EXACT, DLLM_ROLLOUT_NVFP4,
+                                              DLLM_ROLLOUT_INT8};
     const int nk = (int)(sizeof KINDS / sizeof *KINDS);
     dllm_tf *m = NULL;
     int32_t *tok = NULL, *rows = NULL;
@@ -90,7 +91,8 @@ void selftest_rollout(stbl_table *t)
         double ratio = t32 / tk;
         snprintf(meas, sizeof meas, "%.2fx", ratio);
         /* a precision chosen for speed that cannot give it here says so loudly */
-        bool loud = !faster && (k == DLLM_ROLLOUT_BF16 || k == DLLM_ROLLOUT_FP8);
+        bool loud = !faster && (k == DLLM_ROLLOUT_BF16 || k == DLLM_ROLLOUT_FP8 ||
+                                k == DLLM_ROLLOUT_INT8);
         stbl_add(t, check, ratio >= 0.95 ? STBL_PASS : STBL_FAIL, meas, ">= 0.95", "%s%s",
                  loud ? "NO SPEED-UP HERE: " : "", path);
     }

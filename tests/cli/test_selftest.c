@@ -76,7 +76,7 @@ START_TEST(test_cpu_rows)
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         ck_assert_msg(row_is(out, rows[i], "PASS"), "no PASS row '%s':\n%s", rows[i], out);
     /* every rollout precision names its product (not timed under --quick) */
-    static const char *const prec[] = {"bf16", "fp8", "fp8-exact", "nvfp4"};
+    static const char *const prec[] = {"bf16", "fp8", "fp8-exact", "nvfp4", "int8"};
     for (size_t i = 0; i < sizeof prec / sizeof *prec; i++) {
         char name[64];
         snprintf(name, sizeof name, "cpu: rollout %s, path", prec[i]);
