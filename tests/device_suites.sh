@@ -22,4 +22,7 @@ while read -r suite src; do
   for t in $touched; do
     [ "$t" = "$src" ] && echo "tests/$suite"
   done
-done | sort -u
+done | sort -u |
+# the end-to-end device suites first, the longest (train) leading: make check starts
+# suites in this order, and a long one started last would run alone at the end
+awk '{ print ($0 ~ /test_device_/ ? 0 : 1), $0 }' | sort -k1,1n -k2,2r | cut -d' ' -f2
