@@ -13,6 +13,10 @@
  * with tokenizer.json, generation.json (the sampler settings of the data it was
  * trained on) and the exact training state (optimizer.safetensors, state.json),
  * so --resume continues an interrupted run bit for bit.
+ * With sft.eval_every the checkpoint of every N-th step (and of the last) is evaluated
+ * on held-out validation items as `dllm-rl eval` evaluates it, logged; with
+ * sft.keep_best ckpt/best names the checkpoint of the best validation accuracy: on a
+ * small labelled set SFT overfits, and its last step is not its best model.
  * With device: cuda the forward, its backward, the norm, the clip and AdamW run on the
  * device through the transformer core's device training (dllm_tf_device_train, as
  * `train` uses it); the new parameters come down after each step, so checkpoints keep
@@ -33,6 +37,8 @@
 #include "src/config/yaml_config.h"
 #include "src/data/sft_data.h"
 #include "src/log/tb_events.h"
+#include "src/rl/rl.h"
+#include "src/rl/rl_run.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -58,6 +64,11 @@ static const char usage_text[] =
     "  data.train, data.max_len, data.answer_length (EOS-pad answers to the sampling\n"
     "    length; masked diffusion only)\n"
     "  sft.steps, sft.batch_size, sft.chat\n"
+    "  sft.eval_every (validation accuracy every N steps and at the end; 0: off),\n"
+    "    sft.eval_n, sft.eval_seed (the first N held-out items of the task.* task for\n"
+    "    that seed, as `dllm-rl eval --n N --seed S`: keep it off the RL seeds),\n"
+    "    sft.keep_best (ckpt/best: the checkpoint of the best validation accuracy,\n"
+    "    the earliest of equals; never removed by checkpoint.keep)\n"
     "  optim.lr, optim.warmup, optim.betas, optim.eps, optim.weight_decay,\n"
     "  optim.grad_clip, optim.schedule\n"
     "  eval.gen_length, eval.block_length, eval.steps, eval.temperature (the\n"
@@ -175,7 +186,8 @@ static int save_checkpoint(const sft_run *r, const dllm_policy *m, const sft_sta
     if (symlink(target, tmplink) || rename(tmplink, link))
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", link, strerror(errno));
     int keep = r->cfg->checkpoint.keep, every = r->cfg->checkpoint.every;
-    if (keep > 0 && every > 0)
+    /* with validation, prune_checkpoints runs once the step's evaluation is known */
+    if (keep > 0 && every > 0 && r->cfg->sft.eval_every == 0)
         for (int st = step - keep * every; st > 0; st -= every) {
             char old[4200];
             snprintf(old, sizeof old, "%s/step-%d", dir, st);
@@ -220,6 +232,189 @@ static int load_model(const dllm_cfg *cfg, dllm_policy **m, dllm_tokenizer **tok
             return err->code;
     }
     return dllm_tokenizer_load(tok, tok_path, err);
+}
+
+/* Validation (sft.eval_every) and keep-best (sft.keep_best). */
+typedef struct {
+    int best_step;   /* 0: no evaluation yet */
+    double best_acc;
+    int last_step;   /* the last step evaluated */
+} sft_valid;
+
+static bool is_eval_step(const dllm_cfg *cfg, int step)
+{
+    return cfg->sft.eval_every > 0 && (step % cfg->sft.eval_every == 0 || step == cfg->sft.steps);
+}
+
+/* The checkpoint ckpt evaluated as `dllm-rl eval --model CKPT --task T --n sft.eval_n
+ * --seed sft.eval_seed` evaluates it (the same items, sampler settings from its
+ * generation.json, task settings from task.*), so the number is the one a later
+ * evaluation of that checkpoint gives, and the model RL starts from. */
+static int validate(const sft_run *r, const char *ckpt, double *acc, double *se, double *rew,
+                    dllm_err *err)
+{
+    const dllm_cfg *cfg = r->cfg;
+    dllm_cfg ec;
+    dllm_cfg_defaults(&ec);
+    ec.task = cfg->task;
+    ec.eval = cfg->eval;
+    ec.device = cfg->device;
+    ec.model.trainer_precision = cfg->model.trainer_precision;
+    snprintf(ec.model.path, sizeof ec.model.path, "%s", ckpt);
+    ec.seed = cfg->sft.eval_seed;
+    ec.eval.n = cfg->sft.eval_n;
+    ckpt_generation g = r->gen;
+    int grc = ckpt_read_generation(ckpt, &g, err);
+    if (grc > 0)
+        return grc;
+    ec.eval.gen_length = g.gen_length;
+    ec.eval.block_length = g.block_length;
+    ec.eval.steps = g.steps;
+    ec.eval.temperature = g.temperature;
+    if (g.dream) {
+        ec.rollout.dream.alg = g.dcfg.alg;
+        ec.rollout.dream.eps = g.dcfg.eps;
+        ec.rollout.dream.alg_temp = g.dcfg.alg_temp;
+        ec.rollout.dream.top_k = g.dcfg.top_k;
+    }
+    /* no rollout copy and one training item: only the evaluation is used */
+    ec.rollout.precision = CFG_ROLLOUT_TRAINER;
+    ec.eval.precision = CFG_EVAL_TRAINER;
+    ec.task.train.n = 1;
+    ec.grpo.prompts_per_step = 1;
+    ec.grpo.steps = 0;
+    rl_run run;
+    int rc = rl_run_open(&run, &ec, r->run_dir, err);
+    if (!rc && run.eval.n == 0)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "sft.eval_every: task %s has no held-out items",
+                          cfg_names_name(&cfg_names_task, ec.task.name));
+    if (!rc) {
+        run.quiet = 1;
+        rc = rl_evaluate(&run, acc, se, rew, NULL, err);
+    }
+    rl_run_close(&run);
+    return rc ? dllm_err_prefix(err, "sft.eval_every") : 0;
+}
+
+/* ckpt/best -> step-N, replaced atomically. */
+static int point_best(const sft_run *r, int step, dllm_err *err)
+{
+    char link[4200], tmp[4300], target[64];
+    snprintf(link, sizeof link, "%s/ckpt/best", r->run_dir);
+    snprintf(tmp, sizeof tmp, "%s/ckpt/.best.tmp", r->run_dir);
+    snprintf(target, sizeof target, "step-%d", step);
+    unlink(tmp);
+    if (symlink(target, tmp) || rename(tmp, link))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s: %s", link, strerror(errno));
+    return 0;
+}
+
+/* With validation: the newest checkpoint.keep checkpoints (0: all) stay, and the
+ * best one under keep-best; the evaluated checkpoints between are removed. */
+static void prune_checkpoints(const sft_run *r, const sft_valid *v)
+{
+    const int keep = r->cfg->checkpoint.keep;
+    if (keep <= 0)
+        return;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/ckpt", r->run_dir);
+    int steps[4096], n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d)) && n < 4096;) {
+        int st;
+        char tail;
+        if (sscanf(e->d_name, "step-%d%c", &st, &tail) == 1)
+            steps[n++] = st;
+    }
+    if (d)
+        closedir(d);
+    for (int i = 0; i < n; i++) {
+        int newer = 0;
+        for (int j = 0; j < n; j++)
+            newer += steps[j] > steps[i];
+        if (newer < keep || (r->cfg->sft.keep_best && steps[i] == v->best_step))
+            continue;
+        char old[4300];
+        snprintf(old, sizeof old, "%s/step-%d", dir, steps[i]);
+        cli_rm_tree(old);
+    }
+}
+
+/* Evaluates the checkpoint of step, logs it (a line of its own in sft_log.jsonl and
+ * TensorBoard's sft/eval_*), and moves ckpt/best when it is better than every
+ * earlier one (the earliest of equals: fewer steps for the same accuracy). */
+static int validate_step(const sft_run *r, int step, sft_valid *v, FILE *logf, tb_writer *tb,
+                         bool quiet, dllm_err *err)
+{
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt/step-%d", r->run_dir, step);
+    double acc, se, rew;
+    const double t0 = dllm_now();
+    int rc = validate(r, ckpt, &acc, &se, &rew, err);
+    if (rc)
+        return rc;
+    if (v->best_step == 0 || acc > v->best_acc) {
+        v->best_step = step;
+        v->best_acc = acc;
+        if (r->cfg->sft.keep_best && (rc = point_best(r, step, err)))
+            return rc;
+    }
+    v->last_step = step;
+    char f[3][40];
+    snprintf(f[0], sizeof f[0], "%.9g", acc);
+    snprintf(f[1], sizeof f[1], "%.9g", se);
+    snprintf(f[2], sizeof f[2], "%.9g", rew);
+    fprintf(logf,
+            "{\"step\": %d, \"eval_accuracy\": %s, \"eval_accuracy_se\": %s, "
+            "\"eval_reward\": %s, \"eval_n\": %d, \"best_step\": %d}\n",
+            step, f[0], f[1], f[2], r->cfg->sft.eval_n, v->best_step);
+    if (fflush(logf) != 0 || ferror(logf))
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "%s/sft_log.jsonl: write failed: %s",
+                            r->run_dir, strerror(errno));
+    if (tb) {
+        static const char *const names[3] = {"eval_accuracy", "eval_accuracy_se", "eval_reward"};
+        double x[3] = {acc, se, rew};
+        if ((rc = tb_write_scalars(tb, step, "sft/", 3, names, x, err)))
+            return rc;
+    }
+    if (!quiet) {
+        printf("eval  %5d  accuracy %.4f +- %.4f (n=%d, seed %ld)  reward %.4f  best %.4f at "
+               "step %d  (%.1f s)\n", step, acc, se, r->cfg->sft.eval_n, r->cfg->sft.eval_seed,
+               rew, v->best_acc, v->best_step, dllm_now() - t0);
+        fflush(stdout);
+    }
+    prune_checkpoints(r, v);
+    return 0;
+}
+
+/* A resumed run's validation so far: the evaluation lines of sft_log.jsonl (already cut
+ * to the checkpoint's step), and ckpt/best pointed again at their best. */
+static int resume_validation(const sft_run *r, const char *logpath, sft_valid *v, dllm_err *err)
+{
+    FILE *f = fopen(logpath, "r");
+    if (!f)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s", logpath, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) != -1) {
+        json_t *o = json_loads(line, 0, NULL);
+        json_t *a = json_object_get(o, "eval_accuracy"), *st = json_object_get(o, "step");
+        if (json_is_number(a) && json_is_integer(st)) {
+            const int step = (int)json_integer_value(st);
+            const double acc = json_number_value(a);
+            if (v->best_step == 0 || acc > v->best_acc) {
+                v->best_step = step;
+                v->best_acc = acc;
+            }
+            v->last_step = step;
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    if (r->cfg->sft.keep_best && v->best_step > 0)
+        return point_best(r, v->best_step, err);
+    return 0;
 }
 
 typedef struct {
@@ -294,6 +489,12 @@ static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_er
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: data.train is required", path);
     if (dllm_cfg_absolute_paths(cfg, err)) /* the stored config.yaml means the same anywhere */
         return err->code;
+    if (cfg->sft.keep_best && cfg->sft.eval_every == 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: sft.keep_best needs sft.eval_every > 0 "
+                            "(the validation that chooses the best checkpoint)", path);
+    if (cfg->sft.eval_every > 0 && cfg->model.lora.rank > 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: sft.eval_every evaluates full checkpoints; "
+                            "LoRA runs (model.lora.rank > 0) are not validated yet", path);
     return dllm_cfg_validate(cfg, err);
 }
 
@@ -543,6 +744,15 @@ int cmd_sft(int argc, char **argv)
     if (cfg.log.tensorboard &&
         (rc = tb_writer_open(&tb, run.run_dir, opt.resume ? s.step + 1 : -1, &err)))
         goto done;
+    sft_valid valid = {0};
+    if (opt.resume && cfg.sft.eval_every > 0) {
+        if ((rc = resume_validation(&run, logpath, &valid, &err)))
+            goto done;
+        /* stopped between a checkpoint and its evaluation: evaluate it now */
+        if (is_eval_step(&cfg, s.step) && valid.last_step < s.step &&
+            (rc = validate_step(&run, s.step, &valid, logf, tb, opt.quiet, &err)))
+            goto done;
+    }
     if (!opt.quiet) {
         printf("sft: %d examples, %s model (%zu trainable parameters%s), %d steps of %d%s\n",
                ds.n,
@@ -655,9 +865,15 @@ int cmd_sft(int argc, char **argv)
             s.n_acc = 0;
         }
         bool saved = (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0) ||
-                     step == cfg.sft.steps;
+                     step == cfg.sft.steps || is_eval_step(&cfg, step);
         if (saved && (rc = save_checkpoint(&run, m, &s, &os, &err)))
             goto done;
+        if (is_eval_step(&cfg, step)) {
+            const double te = dllm_now();
+            if ((rc = validate_step(&run, step, &valid, logf, tb, opt.quiet, &err)))
+                goto done;
+            t0 += dllm_now() - te; /* elapsed_s and tokens/s count training alone */
+        }
         if (step < cfg.sft.steps && run_stop_requested()) {
             if (!saved && (rc = save_checkpoint(&run, m, &s, &os, &err)))
                 goto done;
@@ -675,6 +891,9 @@ int cmd_sft(int argc, char **argv)
     }
     if (!opt.quiet)
         printf("done: %s/ckpt/latest\n", run.run_dir);
+    if (!opt.quiet && valid.best_step > 0)
+        printf("best: %s/ckpt/step-%d, validation accuracy %.4f%s\n", run.run_dir, valid.best_step,
+               valid.best_acc, cfg.sft.keep_best ? " (ckpt/best)" : "");
 done:
     if (logf)
         fclose(logf);

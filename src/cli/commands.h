@@ -19,6 +19,7 @@ int cmd_grade(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_rft_data(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);

@@ -23,6 +23,7 @@ static const command commands[] = {
     {"grade", cmd_grade, "grade completions of a task from JSONL"},
     {"export", cmd_export, "a run's LoRA adapter (PEFT) or merged weights"},
     {"eval", cmd_eval, "greedy accuracy (with its standard error) of a model on a task's items"},
+    {"rft-data", cmd_rft_data, "rejection-sampling SFT data: an RL config's prompts, correct completions"},
     {"inspect", cmd_inspect, "summary table of a run's HDF5 log"},
     {"bench", cmd_bench, "benchmarks (train: SFT forward+backward tokens/s)"},
     {"sweep", cmd_sweep, "run the arms x grid of a sweep file as train runs, then a summary"},

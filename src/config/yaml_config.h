@@ -152,6 +152,10 @@ typedef struct {
         int steps;
         int batch_size;
         int chat;                /* wrap prompts in the model's chat format */
+        int eval_every;          /* validation accuracy every N steps and at the end (0: off) */
+        int eval_n;              /* validation puzzles: the task's held-out items of eval_seed */
+        long eval_seed;          /* kept apart from the RL seeds that test the model */
+        int keep_best;           /* ckpt/best: the checkpoint of the best validation accuracy */
     } sft;
     struct {
         double lr;

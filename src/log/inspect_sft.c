@@ -19,6 +19,9 @@ enum { NCOL = 6 };
 typedef struct {
     double (*v)[NCOL]; /* (n) rows */
     int n;
+    /* the validation lines (sft.eval_every): {"step", "eval_accuracy", ...} */
+    int n_eval, best_step, last_eval_step;
+    double best_acc, last_acc;
 } sft_rows;
 
 static int read_rows(const char *path, sft_rows *r)
@@ -45,6 +48,17 @@ static int read_rows(const char *path, sft_rows *r)
             fprintf(stderr, "dllm-rl inspect: %s:%d: not a JSON object\n", path, lineno);
             rc = 2;
             break;
+        }
+        json_t *ea = json_object_get(o, "eval_accuracy");
+        if (json_is_number(ea)) { /* a validation line, not a training row */
+            const double a = json_number_value(ea);
+            const int st = (int)json_integer_value(json_object_get(o, "step"));
+            if (r->n_eval++ == 0 || a > r->best_acc)
+                r->best_acc = a, r->best_step = st;
+            r->last_acc = a;
+            r->last_eval_step = st;
+            json_decref(o);
+            continue;
         }
         if (r->n == capn)
             r->v = realloc(r->v, sizeof *r->v * (size_t)(capn = capn ? 2 * capn : 64));
@@ -211,6 +225,12 @@ int inspect_sft(const char *run_dir, int json, int csv, const char *metric)
         json_object_set_new(o, "lr_last", r.n && isfinite(r.v[r.n - 1][3]) ? json_real(r.v[r.n - 1][3])
                                                                             : json_null());
         json_object_set_new(o, "lr_max", isfinite(lrmax) ? json_real(lrmax) : json_null());
+        if (r.n_eval)
+            json_object_set_new(o, "validation",
+                                json_pack("{s:i, s:f, s:i, s:f, s:i}", "evaluations", r.n_eval,
+                                          "best_accuracy", r.best_acc, "best_step", r.best_step,
+                                          "last_accuracy", r.last_acc, "last_step",
+                                          r.last_eval_step));
         json_t *c = json_array();
         for (int i = 0; i < nck; i++)
             json_array_append_new(c, json_integer(ck[i]));
@@ -250,6 +270,9 @@ int inspect_sft(const char *run_dir, int json, int csv, const char *metric)
     } else {
         printf("loss         no logged step yet\n");
     }
+    if (r.n_eval)
+        printf("validation   best %.4f (step %d)  last %.4f (step %d)  %d evaluations\n",
+               r.best_acc, r.best_step, r.last_acc, r.last_eval_step, r.n_eval);
     printf("checkpoints ");
     for (int i = 0; i < nck; i++)
         printf(" step-%ld%s", ck[i], ck[i] == latest ? " (latest)" : "");

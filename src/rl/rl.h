@@ -119,6 +119,12 @@ int rl_generate(dllm_policy *pol, dllm_prec prec, const int32_t *prompts, const 
 int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *reward_mean,
                 uint8_t *correct, dllm_err *err);
 
+/* n prompts, each repeated rep times, left-padded with eos to the longest into
+ * *out (n*rep, P) with the key *mask (n*rep, P) and the lengths *lens (n*rep),
+ * malloc'd; returns P. The layout of every batch rl_step and rl_evaluate sample. */
+int rl_pad_prompts(const rl_prompt *const *ps, int n, int rep, int eos, int32_t **out,
+                   uint8_t **mask, int32_t **lens);
+
 /* FNV-1a 64 of the eval items' questions: names the eval set in outcome files. */
 uint64_t rl_eval_items_hash(const rl_run *run);
 

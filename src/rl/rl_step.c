@@ -71,8 +71,8 @@ static void token_coef_means(double *coef, const double *coef_tok, const double 
     }
 }
 
-static int pad_prompts(const rl_prompt *const *ps, int n, int rep, int eos, int32_t **out,
-                       uint8_t **mask, int32_t **lens)
+int rl_pad_prompts(const rl_prompt *const *ps, int n, int rep, int eos, int32_t **out,
+                   uint8_t **mask, int32_t **lens)
 {
     int P = 0;
     for (int i = 0; i < n; i++)
@@ -431,7 +431,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         ps[i] = &run->train_prompts[b->prompt_index[i]];
     }
     free(idx);
-    b->P = pad_prompts(ps, ppr, G, run->mc->eos_token_id, &b->prompts, &b->prompt_mask,
+    b->P = rl_pad_prompts(ps, ppr, G, run->mc->eos_token_id, &b->prompts, &b->prompt_mask,
                        &b->prompt_len);
     free(ps);
     const int P = b->P;
@@ -843,7 +843,7 @@ int rl_evaluate(rl_run *run, double *accuracy, double *accuracy_se, double *rewa
             ps[i] = &run->eval_prompts[mine[c0 + i]];
         int32_t *prompts, *lens;
         uint8_t *pm;
-        int P = pad_prompts(ps, n, 1, run->mc->eos_token_id, &prompts, &pm, &lens);
+        int P = rl_pad_prompts(ps, n, 1, run->mc->eos_token_id, &prompts, &pm, &lens);
         free(ps);
         dllm_sampler_cfg sc = run->eval_sampler;
         sc.seq_offset = (uint64_t)mine[c0];
