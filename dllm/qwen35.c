@@ -125,15 +125,12 @@ static int read_text(const json_t *t, const char *what, qwen35_config *c, dllm_e
     return 0;
 }
 
-int qwen35_config_read(const char *path, qwen35_config *cfg, dllm_err *err)
+int qwen35_config_parse(const json_t *root, const char *path, qwen35_config *cfg,
+                        dllm_err *err)
 {
     memset(cfg, 0, sizeof *cfg);
-    json_t *root = NULL;
-    int rc = ju_load_file(&root, path, err);
-    if (rc)
-        return rc;
     const char *mt = NULL;
-    rc = ju_get_string(root, "model_type", path, &mt, NULL, err);
+    int rc = ju_get_string(root, "model_type", path, &mt, NULL, err);
     if (!rc && !strcmp(mt, "qwen3_5_text")) {
         rc = read_text(root, path, cfg, err);
     } else if (!rc && !strcmp(mt, "qwen3_5")) {
@@ -155,6 +152,17 @@ int qwen35_config_read(const char *path, qwen35_config *cfg, dllm_err *err)
         rc = dllm_err_set(err, DLLM_EXIT_INPUT,
                           "%s: key 'model_type': \"%s\" is not qwen3_5 or qwen3_5_text", path, mt);
     }
+    return rc;
+}
+
+int qwen35_config_read(const char *path, qwen35_config *cfg, dllm_err *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    json_t *root = NULL;
+    int rc = ju_load_file(&root, path, err);
+    if (rc)
+        return rc;
+    rc = qwen35_config_parse(root, path, cfg, err);
     json_decref(root);
     return rc;
 }
@@ -175,6 +183,22 @@ typedef struct {
     float *gate, *up, *down;        /* (H, C), (H, C), (C, H) */
 } layer_w;
 
+/* What a keeping forward leaves for the backward: per batch row its real tokens
+ * (compressed), where each canvas position sits among them, and each layer's input. */
+typedef struct {
+    int B, T, R;
+    int32_t *rows;  /* (R) the logits rows */
+    int *n;         /* (B) real tokens of row b */
+    int32_t *ids;   /* (B, T) row b's real tokens first */
+    int *idx;       /* (B, T) position t's index among its row's real tokens (-1: padding) */
+    float *xs;      /* (B, L + 1, T, C) the layers' inputs, [L] the last residual */
+    bool valid;
+} qwen35_kept;
+
+struct qwen35_model;
+static void kept_free(qwen35_kept *k);
+static float *grad_of(struct qwen35_model *m, const float *p);
+
 struct qwen35_model {
     qwen35_config cfg;
     float *embed, *head, *fnorm; /* (V, C), (V, C) or embed, (C) 1 + w */
@@ -187,6 +211,11 @@ struct qwen35_model {
     float **mom, **var; /* AdamW's moments (NULL until the first step) */
     int nowned;
     bool bf16; /* qwen35_round_bf16: the decoding path's big linears read bf16 inputs */
+    /* every weight in one allocation (load order): owned[i] = flat + off[i]; the
+     * gradients and moments alike */
+    float *flat, *gflat, *mflat, *vflat;
+    size_t nflat, *off;
+    qwen35_kept kept; /* the last keeping qwen35_forward, for qwen35_backward */
 };
 
 const qwen35_config *qwen35_config_of(const qwen35_model *m) { return &m->cfg; }
@@ -195,10 +224,11 @@ static int conv_dim(const qwen35_config *c) { return 2 * c->Hk * c->Dk + c->Hv *
 
 typedef struct {
     qwen35_model *m;
-    const st_archive *ar;
+    const st_archive *ar; /* the checkpoint, or NULL: the random values of seed */
     const char *prefix; /* "model." or "model.language_model." */
     dllm_err *err;
     int rc;
+    uint64_t seed;
 } loader;
 
 /* Reads tensor PREFIX + name of shape dims into a new buffer; plus_one: 1 + w. */
@@ -212,7 +242,10 @@ static float *load(loader *ld, const char *name, int nd, int64_t d0, int64_t d1,
     int64_t shape[3] = {d0, d1, d2};
     size_t n = (size_t)d0 * (nd > 1 ? d1 : 1) * (nd > 2 ? d2 : 1);
     float *p = dllm_malloc(n * sizeof(float) + 4);
-    ld->rc = st_read_f32(ld->ar, full, shape, nd, p, ld->err);
+    if (ld->ar)
+        ld->rc = st_read_f32(ld->ar, full, shape, nd, p, ld->err);
+    else
+        qwen35_random_tensor(&ld->m->cfg, full, ld->seed, p, n);
     if (ld->rc) {
         free(p);
         return NULL;
@@ -234,6 +267,8 @@ static float *load(loader *ld, const char *name, int nd, int64_t d0, int64_t d1,
 
 static bool starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
 
+static int build(qwen35_model *m, loader *ld);
+
 int qwen35_load(qwen35_model **out, const char *dir, dllm_err *err)
 {
     *out = NULL;
@@ -247,7 +282,6 @@ int qwen35_load(qwen35_model **out, const char *dir, dllm_err *err)
         free(m);
         return rc;
     }
-    const qwen35_config *c = &m->cfg;
     /* which names the text model has; what is ignored */
     int nvis = 0, nmtp = 0;
     bool lm = false, plain = false;
@@ -270,7 +304,69 @@ int qwen35_load(qwen35_model **out, const char *dir, dllm_err *err)
     if (nvis || nmtp)
         fprintf(stderr, "note: %s: %d vision and %d multi-token-prediction tensors ignored (the "
                         "text model is what runs)\n", dir, nvis, nmtp);
-    loader ld = {m, ar, lm ? "model.language_model." : "model.", err, 0};
+    loader ld = {m, ar, lm ? "model.language_model." : "model.", err, 0, 0};
+    rc = build(m, &ld);
+    st_close(ar);
+    if (rc) {
+        qwen35_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+qwen35_model *qwen35_create(const qwen35_config *c, uint64_t seed)
+{
+    qwen35_model *m = dllm_calloc(1, sizeof *m);
+    m->cfg = *c;
+    dllm_err err = {0};
+    loader ld = {m, NULL, "model.", &err, 0, seed};
+    if (build(m, &ld)) { /* random values cannot fail */
+        qwen35_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Every weight moved into one allocation (the trainable vector), the pointers with it. */
+static void flatten(qwen35_model *m)
+{
+    m->off = dllm_malloc(((size_t)m->nowned + 1) * sizeof(size_t));
+    size_t tot = 0;
+    for (int i = 0; i < m->nowned; i++) {
+        m->off[i] = tot;
+        tot += m->numel[i];
+    }
+    m->nflat = tot;
+    m->flat = dllm_malloc((tot + 1) * sizeof(float));
+    for (int i = 0; i < m->nowned; i++)
+        memcpy(m->flat + m->off[i], m->owned[i], m->numel[i] * sizeof(float));
+    /* layer_w is float pointers only */
+    const int per = (int)(sizeof(layer_w) / sizeof(float *));
+    for (int i = 0; i < m->nowned; i++) {
+        float *old = m->owned[i], *now = m->flat + m->off[i];
+        if (m->embed == old)
+            m->embed = now;
+        if (m->head == old)
+            m->head = now;
+        if (m->fnorm == old)
+            m->fnorm = now;
+        for (int l = 0; l < m->cfg.L; l++) {
+            float **f = (float **)&m->lw[l];
+            for (int k = 0; k < per; k++)
+                if (f[k] == old)
+                    f[k] = now;
+        }
+        free(old);
+        m->owned[i] = now;
+    }
+}
+
+/* The text model's weights through ld (a checkpoint's or random), in one allocation. */
+static int build(qwen35_model *m, loader *ld_)
+{
+    loader ld = *ld_;
+    const qwen35_config *c = &m->cfg;
     int C = c->C, D = conv_dim(c), VD = c->Hv * c->Dv;
     m->embed = load(&ld, "embed_tokens.weight", 2, c->V, C, 0, false, false);
     m->fnorm = load(&ld, "norm.weight", 1, C, 0, 0, true, false);
@@ -307,13 +403,9 @@ int qwen35_load(qwen35_model **out, const char *dir, dllm_err *err)
         LW(down, "mlp.down_proj.weight", 2, C, c->H, 0, false);
     }
 #undef LW
-    st_close(ar);
-    if (ld.rc) {
-        qwen35_free(m);
-        return ld.rc;
-    }
-    *out = m;
-    return 0;
+    if (!ld.rc)
+        flatten(m);
+    return ld.rc;
 }
 
 void qwen35_free(qwen35_model *m)
@@ -321,15 +413,16 @@ void qwen35_free(qwen35_model *m)
     if (!m)
         return;
     for (int i = 0; i < m->nowned; i++) {
-        free(m->owned[i]);
+        if (!m->flat)
+            free(m->owned[i]); /* a load that failed before flatten */
         free(m->names[i]);
-        if (m->grad)
-            free(m->grad[i]);
-        if (m->mom) {
-            free(m->mom[i]);
-            free(m->var[i]);
-        }
     }
+    free(m->flat);
+    free(m->gflat);
+    free(m->mflat);
+    free(m->vflat);
+    free(m->off);
+    kept_free(&m->kept);
     free(m->centred);
     free(m->mom);
     free(m->var);
@@ -513,6 +606,50 @@ static void full_mix(const qwen35_model *m, const layer_w *w, float *kc, float *
     free(qg), free(q), free(gate), free(k), free(att), free(mix), free(p), free(pos);
 }
 
+/* x (T, C) = the last residual of ids [T] appended to the cache; xs ((L + 1, T, C), may be
+ * NULL) receives every layer's input and, last, x. */
+static void extend_hidden(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T,
+                          float *x, float *xs)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, H = c->H;
+    size_t TC = (size_t)T * C;
+    float *n = ALLOC_F(TC), *gu = ALLOC_F((size_t)T * H), *up = ALLOC_F((size_t)T * H);
+    float *mlp = ALLOC_F(TC);
+    op_embedding_fwd(x, ids, m->embed, T, C);
+    for (int l = 0; l < c->L; l++) {
+        const layer_w *w = &m->lw[l];
+        if (xs)
+            memcpy(xs + (size_t)l * TC, x, TC * sizeof(float));
+        op_rmsnorm_fwd(n, NULL, x, w->n1, T, C, c->eps);
+        if (c->kind[l] == QWEN35_LINEAR)
+            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, x);
+        else
+            full_mix(m, w, kc->k[l], kc->v[l], kc->len, n, T, x);
+        op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
+        big_linear(m, gu, n, w->gate, T, C, H);
+        big_linear(m, up, n, w->up, T, C, H);
+        op_swiglu_fwd(gu, gu, up, (size_t)T * H);
+        big_linear(m, mlp, gu, w->down, T, H, C);
+        for (size_t i = 0; i < TC; i++)
+            x[i] += mlp[i];
+    }
+    if (xs)
+        memcpy(xs + (size_t)c->L * TC, x, TC * sizeof(float));
+    kc->len += T;
+    free(n), free(gu), free(up), free(mlp);
+}
+
+/* logits (R, V) = head(norm(x rows)) of R rows of x (C each). */
+static void head_fwd(const qwen35_model *m, const float *x, int R, float *logits)
+{
+    const qwen35_config *c = &m->cfg;
+    float *n = ALLOC_F((size_t)R * c->C);
+    op_rmsnorm_fwd(n, NULL, x, m->fnorm, R, c->C, c->eps);
+    big_linear(m, logits, n, m->head, R, c->C, c->V);
+    free(n);
+}
+
 int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, float *logits,
                   bool all_rows, dllm_err *err)
 {
@@ -526,34 +663,138 @@ int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, 
             return dllm_err_set(err, DLLM_EXIT_INPUT,
                                 "qwen3.5: token %d at %d outside the vocabulary [0, %d)", ids[t],
                                 t, c->V);
-    int C = c->C, H = c->H;
-    float *x = ALLOC_F((size_t)T * C), *n = ALLOC_F((size_t)T * C);
-    float *gu = ALLOC_F((size_t)T * H), *up = ALLOC_F((size_t)T * H);
-    float *mlp = ALLOC_F((size_t)T * C);
-    op_embedding_fwd(x, ids, m->embed, T, C);
-    for (int l = 0; l < c->L; l++) {
-        const layer_w *w = &m->lw[l];
-        op_rmsnorm_fwd(n, NULL, x, w->n1, T, C, c->eps);
-        if (c->kind[l] == QWEN35_LINEAR)
-            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, x);
-        else
-            full_mix(m, w, kc->k[l], kc->v[l], kc->len, n, T, x);
-        op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
-        big_linear(m, gu, n, w->gate, T, C, H);
-        big_linear(m, up, n, w->up, T, C, H);
-        op_swiglu_fwd(gu, gu, up, (size_t)T * H);
-        big_linear(m, mlp, gu, w->down, T, H, C);
-        for (size_t i = 0; i < (size_t)T * C; i++)
-            x[i] += mlp[i];
-    }
-    kc->len += T;
+    int C = c->C;
+    float *x = ALLOC_F((size_t)T * C);
+    extend_hidden(m, kc, ids, T, x, NULL);
     if (logits) {
-        int r0 = all_rows ? 0 : T - 1, R = T - r0;
-        op_rmsnorm_fwd(n, NULL, x + (size_t)r0 * C, m->fnorm, R, C, c->eps);
-        big_linear(m, logits, n, m->head, R, C, c->V);
+        int r0 = all_rows ? 0 : T - 1;
+        head_fwd(m, x + (size_t)r0 * C, T - r0, logits);
     }
-    free(x), free(n), free(gu), free(up), free(mlp);
+    free(x);
     return 0;
+}
+
+static void layers_bwd(qwen35_model *m, const int32_t *ids, int T, const float *xs, float *dx);
+
+/* ---- batches: the forward and backward behind the policy ---------------------------------
+ * A row of a batch is its real tokens (keymask 1) run as one sequence: left padding is
+ * dropped, so a row's logits are those of its tokens alone, as a padded batch's are for
+ * the transformer core's causal models (positions count real tokens). */
+
+static void kept_free(qwen35_kept *k)
+{
+    free(k->rows), free(k->n), free(k->ids), free(k->idx), free(k->xs);
+    memset(k, 0, sizeof *k);
+}
+
+int qwen35_forward(qwen35_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                   const int32_t *rows, int n_rows, float *logits, bool keep, dllm_err *err)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, V = c->V, L = c->L;
+    int R = rows ? n_rows : B * T;
+    if (B < 1 || T < 1)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: empty batch (%d x %d)", B, T);
+    for (int i = 0; i < B * T; i++)
+        if ((!keymask || keymask[i]) && (tokens[i] < 0 || tokens[i] >= V))
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "qwen3.5: token %d at row %d, position %d outside the "
+                                "vocabulary [0, %d)", tokens[i], i / T, i % T, V);
+    for (int r = 0; rows && r < R; r++)
+        if (rows[r] < 0 || rows[r] >= B * T)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: logits row %d outside %d x %d",
+                                rows[r], B, T);
+    qwen35_kept *k = &m->kept;
+    kept_free(k);
+    k->B = B, k->T = T, k->R = R;
+    k->rows = dllm_malloc(((size_t)R + 1) * sizeof(int32_t));
+    k->n = dllm_calloc((size_t)B, sizeof(int));
+    k->ids = dllm_malloc((size_t)B * T * sizeof(int32_t));
+    k->idx = dllm_malloc((size_t)B * T * sizeof(int));
+    if (keep)
+        k->xs = ALLOC_F((size_t)B * (L + 1) * T * C);
+    for (int r = 0; r < R; r++)
+        k->rows[r] = rows ? rows[r] : r;
+    float *x = ALLOC_F((size_t)T * C);
+    for (int b = 0; b < B; b++) {
+        int n = 0;
+        for (int t = 0; t < T; t++) {
+            bool real = !keymask || keymask[(size_t)b * T + t];
+            k->idx[(size_t)b * T + t] = real ? n : -1;
+            if (real)
+                k->ids[(size_t)b * T + n++] = tokens[(size_t)b * T + t];
+        }
+        k->n[b] = n;
+        if (!n)
+            continue;
+        qwen35_cache *kc = qwen35_cache_new(m, n);
+        extend_hidden(m, kc, k->ids + (size_t)b * T, n, x,
+                      keep ? k->xs + (size_t)b * (L + 1) * T * C : NULL);
+        qwen35_cache_free(kc);
+        for (int r = 0; r < R; r++) {
+            int rr = k->rows[r];
+            if (rr / T != b)
+                continue;
+            int i = k->idx[rr];
+            if (i >= 0)
+                head_fwd(m, x + (size_t)i * C, 1, logits + (size_t)r * V);
+            else /* a padding position: no token of its own, never scored */
+                memset(logits + (size_t)r * V, 0, (size_t)V * sizeof(float));
+        }
+    }
+    for (int r = 0; r < R; r++) /* rows of rows without a real token */
+        if (!k->n[k->rows[r] / T])
+            memset(logits + (size_t)r * V, 0, (size_t)V * sizeof(float));
+    free(x);
+    k->valid = keep;
+    return 0;
+}
+
+void qwen35_backward(qwen35_model *m, const float *dlogits)
+{
+    qwen35_kept *k = &m->kept;
+    if (!k->valid)
+        return;
+    if (!m->grad)
+        qwen35_zero_grad(m);
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, V = c->V, L = c->L, T = k->T;
+    size_t TC = (size_t)T * C;
+    int *sel = dllm_malloc(((size_t)k->R + 1) * sizeof(int));
+    float *xr = ALLOC_F((size_t)k->R * C), *nf = ALLOC_F((size_t)k->R * C);
+    float *rsf = ALLOC_F(k->R), *dlg = ALLOC_F((size_t)k->R * V), *dn = ALLOC_F((size_t)k->R * C);
+    float *dxr = ALLOC_F((size_t)k->R * C), *dx = ALLOC_F(TC);
+    for (int b = 0; b < k->B; b++) {
+        int n = k->n[b], R = 0;
+        const float *xs = k->xs + (size_t)b * (L + 1) * TC;
+        for (int r = 0; r < k->R; r++)
+            if (k->rows[r] / T == b && k->idx[k->rows[r]] >= 0)
+                sel[R++] = r;
+        if (!n || !R)
+            continue;
+        for (int j = 0; j < R; j++) {
+            memcpy(xr + (size_t)j * C, xs + ((size_t)L * n + (size_t)k->idx[k->rows[sel[j]]]) * C,
+                   (size_t)C * sizeof(float));
+            memcpy(dlg + (size_t)j * V, dlogits + (size_t)sel[j] * V, (size_t)V * sizeof(float));
+        }
+        op_rmsnorm_fwd(nf, rsf, xr, m->fnorm, R, C, c->eps);
+        memset(dn, 0, (size_t)R * C * sizeof(float));
+        memset(dxr, 0, (size_t)R * C * sizeof(float));
+        op_linear_bwd(dn, grad_of(m, m->head), dlg, nf, m->head, R, C, V);
+        op_rmsnorm_bwd(dxr, grad_of(m, m->fnorm), dn, xr, m->fnorm, rsf, R, C);
+        memset(dx, 0, (size_t)n * C * sizeof(float)); /* xs and dx: (n, C) per layer */
+        for (int j = 0; j < R; j++) {
+            float *d = dx + (size_t)k->idx[k->rows[sel[j]]] * C;
+            for (int i = 0; i < C; i++)
+                d[i] += dxr[(size_t)j * C + i];
+        }
+        layers_bwd(m, k->ids + (size_t)b * T, n, xs, dx);
+    }
+    float *bufs[] = {xr, nf, rsf, dlg, dn, dxr, dx};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(sel);
+    k->valid = false;
 }
 
 int qwen35_seq_logprob(qwen35_model *m, const int32_t *prompt, int P, const int32_t *completion,
@@ -644,12 +885,12 @@ static float *grad_of(qwen35_model *m, const float *p)
 void qwen35_zero_grad(qwen35_model *m)
 {
     if (!m->grad) {
+        m->gflat = ALLOC_F(m->nflat);
         m->grad = dllm_calloc((size_t)m->nowned, sizeof(float *));
         for (int i = 0; i < m->nowned; i++)
-            m->grad[i] = ALLOC_F(m->numel[i]);
+            m->grad[i] = m->gflat + m->off[i];
     }
-    for (int i = 0; i < m->nowned; i++)
-        memset(m->grad[i], 0, m->numel[i] * sizeof(float));
+    memset(m->gflat, 0, m->nflat * sizeof(float));
 }
 
 const float *qwen35_grad(const qwen35_model *m, const char *name, size_t *n)
@@ -856,67 +1097,19 @@ static void full_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int
     free(pos);
 }
 
-int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, dllm_err *err)
+/* The backward of the layers over ids [T] from dx (T, C) = d loss / d (the last residual):
+ * each layer recomputed from its input xs[l] ((L + 1, T, C)) and differentiated; the weight
+ * gradients accumulated, the embedding's last. dx is overwritten. */
+static void layers_bwd(qwen35_model *m, const int32_t *ids, int T, const float *xs, float *dx)
 {
     const qwen35_config *c = &m->cfg;
-    if (T < 2)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: a loss needs 2 tokens or more (%d)",
-                            T);
-    for (int t = 0; t < T; t++)
-        if (ids[t] < 0 || ids[t] >= c->V)
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "qwen3.5: token %d at %d outside the vocabulary [0, %d)", ids[t],
-                                t, c->V);
-    if (!m->grad)
-        qwen35_zero_grad(m);
-    int C = c->C, H = c->H, V = c->V, L = c->L;
+    int C = c->C, H = c->H, L = c->L;
     size_t TC = (size_t)T * C, TH = (size_t)T * H;
-    /* forward, keeping each layer's input: xs[l] (T, C), xs[L] the last residual */
-    float *xs = ALLOC_F((size_t)(L + 1) * TC);
-    qwen35_cache *kc = qwen35_cache_new(m, T);
+    qwen35_cache *kc;
     float *n = ALLOC_F(TC), *gu = ALLOC_F(TH), *up = ALLOC_F(TH), *s = ALLOC_F(TH);
     float *mlp = ALLOC_F(TC), *h = ALLOC_F(TC), *rs1 = ALLOC_F(T), *rs2 = ALLOC_F(T);
-    op_embedding_fwd(xs, ids, m->embed, T, C);
-    for (int l = 0; l < L; l++) {
-        const layer_w *w = &m->lw[l];
-        float *x = xs + (size_t)(l + 1) * TC;
-        memcpy(x, xs + (size_t)l * TC, TC * sizeof(float));
-        op_rmsnorm_fwd(n, NULL, x, w->n1, T, C, c->eps);
-        if (c->kind[l] == QWEN35_LINEAR)
-            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, x);
-        else
-            full_mix(m, w, kc->k[l], kc->v[l], 0, n, T, x);
-        op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
-        op_linear_fwd(gu, n, w->gate, T, C, H);
-        op_linear_fwd(up, n, w->up, T, C, H);
-        op_swiglu_fwd(s, gu, up, TH);
-        op_linear_fwd(mlp, s, w->down, T, H, C);
-        for (size_t i = 0; i < TC; i++)
-            x[i] += mlp[i];
-    }
-    qwen35_cache_free(kc);
-    /* head and loss: mean over the T-1 next-token targets */
-    int R = T - 1;
-    float *nf = ALLOC_F(TC), *rsf = ALLOC_F(T), *lg = ALLOC_F((size_t)R * V);
-    float *lp = ALLOC_F(R), *lse = ALLOC_F(R), *dlp = ALLOC_F(R), *dlg = ALLOC_F((size_t)R * V);
-    op_rmsnorm_fwd(nf, rsf, xs + (size_t)L * TC, m->fnorm, R, C, c->eps);
-    op_linear_fwd(lg, nf, m->head, R, C, V);
-    op_xent_fwd(lp, lse, lg, ids + 1, R, V);
-    double tot = 0;
-    for (int r = 0; r < R; r++) {
-        tot -= lp[r];
-        dlp[r] = -1.0f / (float)R;
-    }
-    if (loss)
-        *loss = tot / R;
-    memset(dlg, 0, (size_t)R * V * sizeof(float));
-    op_xent_bwd(dlg, dlp, lg, lse, ids + 1, R, V);
-    float *dx = ALLOC_F(TC), *dn = ALLOC_F(TC), *dh = ALLOC_F(TC), *ds = ALLOC_F(TH);
+    float *dn = ALLOC_F(TC), *dh = ALLOC_F(TC), *ds = ALLOC_F(TH);
     float *dgu = ALLOC_F(TH), *dup = ALLOC_F(TH);
-    memset(dx, 0, TC * sizeof(float));
-    memset(dn, 0, TC * sizeof(float));
-    op_linear_bwd(dn, grad_of(m, m->head), dlg, nf, m->head, R, C, V);
-    op_rmsnorm_bwd(dx, grad_of(m, m->fnorm), dn, xs + (size_t)L * TC, m->fnorm, rsf, R, C);
     for (int l = L - 1; l >= 0; l--) {
         const layer_w *w = &m->lw[l];
         const float *xin = xs + (size_t)l * TC;
@@ -955,37 +1148,147 @@ int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, d
         op_rmsnorm_bwd(dx, grad_of(m, w->n1), dn, xin, w->n1, rs1, T, C);
     }
     op_embedding_bwd(grad_of(m, m->embed), dx, ids, T, C);
-    float *bufs[] = {xs, n, gu, up, s, mlp, h, rs1, rs2, nf, rsf, lg, lp, lse, dlp, dlg, dx, dn,
-                     dh, ds, dgu, dup};
+    float *bufs[] = {n, gu, up, s, mlp, h, rs1, rs2, dn, dh, ds, dgu, dup};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+}
+
+int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, dllm_err *err)
+{
+    const qwen35_config *c = &m->cfg;
+    if (T < 2)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: a loss needs 2 tokens or more (%d)",
+                            T);
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->V)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "qwen3.5: token %d at %d outside the vocabulary [0, %d)", ids[t],
+                                t, c->V);
+    if (!m->grad)
+        qwen35_zero_grad(m);
+    int C = c->C, H = c->H, V = c->V, L = c->L;
+    size_t TC = (size_t)T * C, TH = (size_t)T * H;
+    /* forward, keeping each layer's input: xs[l] (T, C), xs[L] the last residual */
+    float *xs = ALLOC_F((size_t)(L + 1) * TC);
+    qwen35_cache *kc = qwen35_cache_new(m, T);
+    float *n = ALLOC_F(TC), *gu = ALLOC_F(TH), *up = ALLOC_F(TH), *s = ALLOC_F(TH);
+    float *mlp = ALLOC_F(TC);
+    op_embedding_fwd(xs, ids, m->embed, T, C);
+    for (int l = 0; l < L; l++) {
+        const layer_w *w = &m->lw[l];
+        float *x = xs + (size_t)(l + 1) * TC;
+        memcpy(x, xs + (size_t)l * TC, TC * sizeof(float));
+        op_rmsnorm_fwd(n, NULL, x, w->n1, T, C, c->eps);
+        if (c->kind[l] == QWEN35_LINEAR)
+            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, x);
+        else
+            full_mix(m, w, kc->k[l], kc->v[l], 0, n, T, x);
+        op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
+        op_linear_fwd(gu, n, w->gate, T, C, H);
+        op_linear_fwd(up, n, w->up, T, C, H);
+        op_swiglu_fwd(s, gu, up, TH);
+        op_linear_fwd(mlp, s, w->down, T, H, C);
+        for (size_t i = 0; i < TC; i++)
+            x[i] += mlp[i];
+    }
+    qwen35_cache_free(kc);
+    /* head and loss: mean over the T-1 next-token targets */
+    int R = T - 1;
+    float *nf = ALLOC_F(TC), *rsf = ALLOC_F(T), *lg = ALLOC_F((size_t)R * V);
+    float *lp = ALLOC_F(R), *lse = ALLOC_F(R), *dlp = ALLOC_F(R), *dlg = ALLOC_F((size_t)R * V);
+    op_rmsnorm_fwd(nf, rsf, xs + (size_t)L * TC, m->fnorm, R, C, c->eps);
+    op_linear_fwd(lg, nf, m->head, R, C, V);
+    op_xent_fwd(lp, lse, lg, ids + 1, R, V);
+    double tot = 0;
+    for (int r = 0; r < R; r++) {
+        tot -= lp[r];
+        dlp[r] = -1.0f / (float)R;
+    }
+    if (loss)
+        *loss = tot / R;
+    memset(dlg, 0, (size_t)R * V * sizeof(float));
+    op_xent_bwd(dlg, dlp, lg, lse, ids + 1, R, V);
+    float *dx = ALLOC_F(TC), *dn = ALLOC_F(TC);
+    memset(dx, 0, TC * sizeof(float));
+    memset(dn, 0, TC * sizeof(float));
+    op_linear_bwd(dn, grad_of(m, m->head), dlg, nf, m->head, R, C, V);
+    op_rmsnorm_bwd(dx, grad_of(m, m->fnorm), dn, xs + (size_t)L * TC, m->fnorm, rsf, R, C);
+    layers_bwd(m, ids, T, xs, dx);
+    float *bufs[] = {xs, n, gu, up, s, mlp, nf, rsf, lg, lp, lse, dlp, dlg, dx, dn};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     return 0;
 }
 
-void qwen35_adamw_step(qwen35_model *m, int t, float lr, float wd)
+/* AdamW's moments, zeroed, on first use. */
+static void ensure_moments(qwen35_model *m)
 {
-    if (!m->grad)
+    if (m->mom)
         return;
-    if (!m->mom) {
-        m->mom = dllm_calloc((size_t)m->nowned, sizeof(float *));
-        m->var = dllm_calloc((size_t)m->nowned, sizeof(float *));
-        for (int i = 0; i < m->nowned; i++) {
-            m->mom[i] = dllm_calloc(m->numel[i] + 1, sizeof(float));
-            m->var[i] = dllm_calloc(m->numel[i] + 1, sizeof(float));
-        }
-    }
+    m->mflat = dllm_calloc(m->nflat + 1, sizeof(float));
+    m->vflat = dllm_calloc(m->nflat + 1, sizeof(float));
+    m->mom = dllm_calloc((size_t)m->nowned, sizeof(float *));
+    m->var = dllm_calloc((size_t)m->nowned, sizeof(float *));
     for (int i = 0; i < m->nowned; i++) {
-        /* a zero-centred norm is held as 1 + w: step w itself, so the decay pulls w
-         * (not 1 + w) towards 0 */
+        m->mom[i] = m->mflat + m->off[i];
+        m->var[i] = m->vflat + m->off[i];
+    }
+}
+
+/* op_adamw over every weight; a zero-centred norm is held as 1 + w: w itself is stepped,
+ * so the decay pulls w (not 1 + w) towards 0. */
+static void adamw_all(qwen35_model *m, int t, float lr, float b1, float b2, float eps, float wd)
+{
+    ensure_moments(m);
+    for (int i = 0; i < m->nowned; i++) {
         if (m->centred[i])
             for (size_t j = 0; j < m->numel[i]; j++)
                 m->owned[i][j] -= 1.0f;
-        op_adamw(m->owned[i], m->grad[i], m->mom[i], m->var[i], m->numel[i], t, lr, 0.9f,
-                 0.999f, 1e-8f, wd);
+        op_adamw(m->owned[i], m->grad[i], m->mom[i], m->var[i], m->numel[i], t, lr, b1, b2, eps,
+                 wd);
         if (m->centred[i])
             for (size_t j = 0; j < m->numel[i]; j++)
                 m->owned[i][j] += 1.0f;
     }
+}
+
+void qwen35_adamw_step(qwen35_model *m, int t, float lr, float wd)
+{
+    if (m->grad)
+        adamw_all(m, t, lr, 0.9f, 0.999f, 1e-8f, wd);
+}
+
+double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a)
+{
+    if (!m->grad)
+        qwen35_zero_grad(m);
+    double norm = op_grad_norm(m->gflat, m->nflat);
+    if (!isfinite(norm))
+        return norm;
+    if (a->max_norm > 0)
+        op_clip_grad(m->gflat, m->nflat, norm, a->max_norm);
+    adamw_all(m, a->t, a->lr, a->b1, a->b2, a->eps, a->wd);
+    return norm;
+}
+
+float *qwen35_params(qwen35_model *m, size_t *n)
+{
+    if (n)
+        *n = m->nflat;
+    return m->flat;
+}
+
+float *qwen35_grads(qwen35_model *m)
+{
+    if (!m->grad)
+        qwen35_zero_grad(m);
+    return m->gflat;
+}
+
+float *qwen35_moment(qwen35_model *m, int which)
+{
+    ensure_moments(m);
+    return which ? m->vflat : m->mflat;
 }
 
 void qwen35_round_bf16(qwen35_model *m)
@@ -1012,4 +1315,73 @@ void qwen35_round_bf16(qwen35_model *m)
         op_round_bf16(w->down, (size_t)C * c->H);
     }
     m->bf16 = true;
+}
+
+/* ---- copies and checkpoints ---------------------------------------------------------------- */
+
+qwen35_model *qwen35_clone(const qwen35_model *m)
+{
+    qwen35_model *d = qwen35_create(&m->cfg, 0);
+    if (d)
+        qwen35_copy_weights(d, m);
+    return d;
+}
+
+void qwen35_copy_weights(qwen35_model *dst, const qwen35_model *src)
+{
+    memcpy(dst->flat, src->flat, src->nflat * sizeof(float));
+    dst->bf16 = false;
+}
+
+typedef struct {
+    const float *p;
+    bool centred;
+} save_src;
+
+/* The published values: a zero-centred norm's w = held - 1. */
+static int save_fill(void *ctx, size_t off, size_t n, float *dst, dllm_err *err)
+{
+    (void)err;
+    const save_src *s = ctx;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = s->centred ? s->p[off + i] - 1.0f : s->p[off + i];
+    return 0;
+}
+
+int qwen35_save(const qwen35_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
+                dllm_err *err)
+{
+    int rc = qwen35_config_save(&m->cfg, dir, dtype == ST_BF16 ? "bfloat16" : "float32", err);
+    if (rc)
+        return rc;
+    const qwen35_config *c = &m->cfg;
+    st_writer *w = st_writer_new();
+    st_writer_metadata(w, "format", "pt");
+    save_src *src = dllm_calloc((size_t)m->nowned + 1, sizeof *src);
+    for (int i = 0; i < m->nowned && !rc; i++) {
+        /* written as qwen3_5_text: the text model's names at the top */
+        const char *nm = m->names[i];
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", starts(nm, "model.language_model.") ? "model." : "",
+                 starts(nm, "model.language_model.") ? nm + strlen("model.language_model.") : nm);
+        int64_t shape[3] = {(int64_t)m->numel[i], 0, 0};
+        int nd = 1;
+        if (strstr(name, "conv1d.weight")) {
+            nd = 3, shape[0] = 2 * c->Hk * c->Dk + c->Hv * c->Dv, shape[1] = 1, shape[2] = c->K;
+        } else if (strstr(name, "proj") || strstr(name, "embed_tokens") ||
+                   !strcmp(name, "lm_head.weight")) {
+            /* (out, in): in is the hidden size except for the projections into it */
+            int64_t in = strstr(name, "down_proj") ? c->H
+                         : strstr(name, "out_proj") ? (int64_t)c->Hv * c->Dv
+                         : strstr(name, "o_proj")   ? (int64_t)c->NH * c->HD
+                                                    : c->C;
+            nd = 2, shape[1] = in, shape[0] = (int64_t)m->numel[i] / in;
+        }
+        src[i] = (save_src){m->owned[i], m->centred[i]};
+        rc = st_writer_add_f32_fn(w, name, dtype, nd, shape, save_fill, &src[i], err);
+    }
+    rc = rc ? rc : st_writer_save_dir(w, dir, max_shard_bytes, err);
+    st_writer_free(w);
+    free(src);
+    return rc;
 }

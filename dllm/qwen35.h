@@ -27,6 +27,7 @@
 #define DLLM_QWEN35_H
 
 #include "dllm/safetensors.h"
+#include "kernels/backend.h"
 #include "kernels/base.h"
 
 #include <stdbool.h>
@@ -54,6 +55,10 @@ typedef struct {
  * file and key: a layer_types entry other than linear_attention/full_attention,
  * a missing size, no text_config (a vision-only checkpoint). */
 int qwen35_config_read(const char *path, qwen35_config *cfg, dllm_err *err);
+/* The same over config.json's parsed root (path: for messages). */
+struct json_t;
+int qwen35_config_parse(const struct json_t *root, const char *path, qwen35_config *cfg,
+                        dllm_err *err);
 /* Whether config.json at path says qwen3_5 or qwen3_5_text (false when unreadable). */
 bool qwen35_is_config(const char *path);
 
@@ -64,6 +69,17 @@ typedef struct qwen35_model qwen35_model;
  * prediction (mtp.*) tensors are ignored with one note line on stderr. A missing
  * or misshapen tensor is an input error naming it. */
 int qwen35_load(qwen35_model **out, const char *dir, dllm_err *err);
+/* A model of cfg with the random weights qwen35_write_random writes for seed (F32). */
+qwen35_model *qwen35_create(const qwen35_config *cfg, uint64_t seed);
+/* A model with m's config and weights (not its gradients, moments or bf16 rounding). */
+qwen35_model *qwen35_clone(const qwen35_model *m);
+/* dst's weights = src's (the same config), dst's bf16 rounding off. */
+void qwen35_copy_weights(qwen35_model *dst, const qwen35_model *src);
+/* DIR/config.json (qwen3_5_text, also for a model read from a qwen3_5 checkpoint) and its
+ * weights in the published names, dtype ST_F32 or ST_BF16, shards of max_shard_bytes
+ * (0: one file). */
+int qwen35_save(const qwen35_model *m, const char *dir, st_dtype dtype, size_t max_shard_bytes,
+                dllm_err *err);
 void qwen35_free(qwen35_model *m);
 const qwen35_config *qwen35_config_of(const qwen35_model *m);
 
@@ -95,6 +111,28 @@ int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos,
  * A_log, dt_bias, the convolution, every norm, RoPE, attention, and the recurrence. */
 void qwen35_round_bf16(qwen35_model *m);
 
+/* ---- batches (the model behind the policy, dllm/qwen35_policy.c) -----------------------
+ * logits [n_rows, V] of the flat rows (b*T + t; NULL: all B*T) of tokens [B,T] under
+ * keymask [B,T] (1 = a real token; NULL: all): each batch row's real tokens run as one
+ * sequence (the chunked rule), so left padding changes nothing; a padding position's
+ * logits are zeros. keep: each row's layer inputs are kept for qwen35_backward (else
+ * nothing is). At the bf16 copy's numerics after qwen35_round_bf16. */
+int qwen35_forward(qwen35_model *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                   const int32_t *rows, int n_rows, float *logits, bool keep, dllm_err *err);
+/* The backward of the last keeping qwen35_forward: dlogits [n_rows, V]; gradients
+ * accumulate (qwen35_grads). Rows at padding positions carry none. */
+void qwen35_backward(qwen35_model *m, const float *dlogits);
+/* Every weight in one vector (*n floats, load order; the zero-centred norms held as
+ * 1 + w): the trainable vector; its gradients (allocated zeroed on first use) and the
+ * AdamW moments (which 0: m, 1: v) in the same layout. */
+float *qwen35_params(qwen35_model *m, size_t *n);
+float *qwen35_grads(qwen35_model *m);
+float *qwen35_moment(qwen35_model *m, int which);
+/* One optimizer step: the global gradient norm (returned), clipped to a->max_norm when
+ * > 0, then AdamW (a's betas, eps, decay: the published w of the zero-centred norms); a
+ * non-finite norm updates nothing. */
+double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a);
+
 /* ---- named sizes and fresh checkpoints (qwen35_init.c) ---------------------------------- */
 #define QWEN35_PRESETS "tiny or qwen3.5-9b"
 /* The preset called name (QWEN35_PRESETS); an input error naming it otherwise. */
@@ -113,6 +151,10 @@ int qwen35_config_save(const qwen35_config *cfg, const char *dir, const char *to
  * value a function of seed, its tensor and its place. */
 int qwen35_write_random(const qwen35_config *cfg, const char *dir, uint64_t seed, st_dtype dtype,
                         size_t max_shard_bytes, dllm_err *err);
+
+/* The values qwen35_write_random writes for tensor `name` (published, F32) into dst [n]. */
+void qwen35_random_tensor(const qwen35_config *cfg, const char *name, uint64_t seed, float *dst,
+                          size_t n);
 
 /* ---- training ---------------------------------------------------------------------------
  * The mean next-token cross-entropy over ids [T] (T - 1 targets) into *loss, its gradient

@@ -207,3 +207,22 @@ int qwen35_write_random(const qwen35_config *c, const char *dir, uint64_t seed, 
     free(s);
     return rc;
 }
+
+void qwen35_random_tensor(const qwen35_config *c, const char *name, uint64_t seed, float *dst,
+                          size_t n)
+{
+    int k = specs(c, NULL);
+    tensor_spec *s = dllm_calloc((size_t)k, sizeof *s);
+    specs(c, s);
+    memset(dst, 0, n * sizeof(float));
+    for (int i = 0; i < k; i++)
+        if (!strcmp(s[i].name, name)) {
+            /* the chunks a streamed write asks for: the same values as the file's */
+            fill_ctx f = {&s[i], seed, i};
+            for (size_t off = 0; off < n; off += ST_STREAM_CHUNK)
+                fill(&f, off, n - off < ST_STREAM_CHUNK ? n - off : ST_STREAM_CHUNK, dst + off,
+                     NULL);
+            break;
+        }
+    free(s);
+}
