@@ -2,6 +2,7 @@
  * LLaDA, Qwen3 and Dream -- plus those registered at run time, and the lookups
  * over it. A new member of the family is one more descriptor. */
 #include "dllm/arch.h"
+#include "dllm/policy_model.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +57,20 @@ static const dllm_arch_preset dream_presets[] = {
                   .eos_token_id = 151643, .pad_token_id = 151643, .bos_token_id = 151643,
                   .torch_dtype = "bfloat16"},
      {"Dream-v0-Instruct-7B", "Dream-v0-Base-7B"}},
+};
+
+/* The common sizes of Qwen3.5's presets (the rest: dllm/qwen35_init.c, qwen35_preset). */
+static const dllm_arch_preset qwen35_presets[] = {
+    {"tiny", {.d_model = 64, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16,
+              .mlp_hidden = 176, .vocab_size = 128, .max_seq_len = 512, .rms_norm_eps = 1e-6f,
+              CHAR_IDS}, {NULL, NULL}},
+    /* Qwen/Qwen3.5-9B's text model */
+    {"qwen3.5-9b", {.d_model = 4096, .n_layers = 32, .n_heads = 16, .n_kv_heads = 4,
+                    .head_dim = 256, .mlp_hidden = 12288, .vocab_size = 248320,
+                    .max_seq_len = 262144, .rope_theta = 10000000.0f, .rms_norm_eps = 1e-6f,
+                    .bos_token_id = -1, .eos_token_id = 248044, .pad_token_id = -1,
+                    .mask_token_id = -1, .torch_dtype = "bfloat16"},
+     {"Qwen3.5-9B", "Qwen3.5-9B-Base"}},
 };
 
 #define PRESETS(p) .presets = p, .n_presets = (int)(sizeof p / sizeof p[0])
@@ -144,6 +159,35 @@ const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN] = {
     .model_type = "Dream", .model_type_alias = "dream", .hf_class = "DreamModel",
     .config_read = dllm_config_read_dream, .config_write = dllm_config_json_dream,
     PRESETS(dream_presets),
+},
+
+/* Qwen3.5 (HF Qwen3_5ForCausalLM, docs/QWEN35.md): causal, layers of two kinds
+ * (config.json's layer_types), computed by its own model behind the policy
+ * (dllm/qwen35_policy.c); the names below are its full-attention layers' and MLP's,
+ * the PEFT targets of its rollout copies' linears. */
+[DLLM_ARCH_QWEN35] = {
+    .name = "qwen3.5", .id = DLLM_ARCH_QWEN35,
+    .sampler = DLLM_SAMPLER_AR, .chat = DLLM_CHAT_QWEN35, .causal = true, .qk_norm = true, .qkv_bias = false, .shift_logits = false,
+    .tie_allowed = true, .embed_is_vocab = true,
+    .rope_pos = DLLM_ROPE_REAL_COUNT,
+    .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",
+    .head = "lm_head.weight",
+    .layer_fmt = "model.layers.%d.",
+    .path = {[DLLM_LIN_Q] = "self_attn.q_proj", [DLLM_LIN_K] = "self_attn.k_proj",
+             [DLLM_LIN_V] = "self_attn.v_proj", [DLLM_LIN_O] = "self_attn.o_proj",
+             [DLLM_LIN_GATE] = "mlp.gate_proj", [DLLM_LIN_UP] = "mlp.up_proj",
+             [DLLM_LIN_DOWN] = "mlp.down_proj", [DLLM_T_ATTN_NORM] = "input_layernorm",
+             [DLLM_T_MLP_NORM] = "post_attention_layernorm",
+             [DLLM_T_Q_NORM] = "self_attn.q_norm", [DLLM_T_K_NORM] = "self_attn.k_norm"},
+    .order = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V, DLLM_LIN_O, DLLM_T_Q_NORM, DLLM_T_K_NORM,
+              DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM, DLLM_T_MLP_NORM},
+    .n_order = 11,
+    .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
+    .lora_alias = NULL,
+    .model_type = "qwen3_5_text", .model_type_alias = "qwen3_5", .hf_class = "Qwen3_5ForCausalLM",
+    .config_read = qwen35_config_read_desc, .config_write = qwen35_config_json_desc,
+    PRESETS(qwen35_presets),
+    .model = &qwen35_model_ops,
 },
 };
 

@@ -17,7 +17,10 @@
  * and its named sizes (presets).
  *
  * The registry is one array of descriptors (arch.c): LLaDA, Qwen3 and Dream
- * (Qwen2-style: bidirectional, q/k/v biases, shifted logits). Callers ask a
+ * (Qwen2-style: bidirectional, q/k/v biases, shifted logits), which the core
+ * computes, and Qwen3.5, whose layers are not all of the block above (Gated
+ * DeltaNet linear attention beside gated full attention): its descriptor names a
+ * model of its own behind the policy (`model`, dllm/policy_model.h). Callers ask a
  * descriptor, never compare architecture ids; a further architecture is one
  * more descriptor (dllm_arch_register adds one at run time). */
 #ifndef DLLM_ARCH_H
@@ -29,6 +32,7 @@
 #include <stdbool.h>
 
 struct json_t;
+struct dllm_model_ops;
 
 /* The seven layer linears (slot order = LoRA bit order). */
 enum { DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V, DLLM_LIN_O, DLLM_LIN_GATE, DLLM_LIN_UP,
@@ -104,14 +108,19 @@ typedef struct dllm_arch_desc {
     dllm_config_writer config_write;
     const dllm_arch_preset *presets;
     int n_presets;
+    /* NULL: the transformer core (dllm/transformer.h) computes the model; else the
+     * model behind the policy that does (dllm/policy_model.h): the commands reach it
+     * through the policy only */
+    const struct dllm_model_ops *model;
 } dllm_arch_desc;
 
 /* The built-in descriptors, indexed by their ids. */
-#define DLLM_ARCH_BUILTIN 3
+#define DLLM_ARCH_BUILTIN 4
 extern const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN];
 #define dllm_arch_llada (dllm_arch_builtin[DLLM_ARCH_LLADA])
 #define dllm_arch_qwen3 (dllm_arch_builtin[DLLM_ARCH_QWEN3])
 #define dllm_arch_dream (dllm_arch_builtin[DLLM_ARCH_DREAM])
+#define dllm_arch_qwen35 (dllm_arch_builtin[DLLM_ARCH_QWEN35])
 /* At most this many architectures, built-in and registered. */
 #define DLLM_ARCH_MAX 8
 
@@ -142,6 +151,12 @@ const dllm_arch_desc *dllm_arch_of_published(const char *dir_name, const dllm_ar
 static inline bool dllm_arch_is_diffusion(const dllm_arch_desc *a)
 {
     return a->sampler != DLLM_SAMPLER_AR;
+}
+/* Whether the transformer core computes a's models (else a model of its own behind the
+ * policy does: a->model). */
+static inline bool dllm_arch_in_core(const dllm_arch_desc *a)
+{
+    return !a->model;
 }
 /* "q_proj" -> LORA_Q_PROJ (the arch's names, then its aliases); 0 if unknown. */
 int dllm_arch_lora_bit(const dllm_arch_desc *a, const char *name);

@@ -405,14 +405,10 @@ int dllm_config_load(dllm_model_config *cfg, const char *dir, dllm_err *err)
             rc = dllm_err_set(err, DLLM_EXIT_INPUT,
                               "%s: key 'model_type': missing (and architectures names none of %s)",
                               path, arch_list(true, names, sizeof names));
-    } else if (!rc && !(a = dllm_arch_by_model_type(mt)) &&
-               (!strcmp(mt, "qwen3_5") || !strcmp(mt, "qwen3_5_text"))) {
-        /* not yet a descriptor of the core: say what it runs instead of "unsupported" */
-        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                          "%s: key 'model_type': \"%s\" (Qwen3.5) runs score, generate and "
-                          "init-model only so far, on a path of its own (docs/QWEN35.md)",
-                          path, mt);
-    } else if (!rc && !a) {
+    } else if (!rc) {
+        a = dllm_arch_by_model_type(mt);
+    }
+    if (!rc && !a && present) {
         rc = dllm_err_set(err, DLLM_EXIT_INPUT,
                           "%s: key 'model_type': \"%s\" is not supported (%s)", path, mt,
                           arch_list(false, names, sizeof names));
@@ -574,6 +570,10 @@ int dllm_config_save(const dllm_model_config *cfg, const char *dir, dllm_err *er
     if (!a)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: unknown architecture %d", dir, (int)cfg->arch);
     json_t *o = a->config_write(a, cfg);
+    if (!o)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: a %s config.json of these sizes is written by its model, not "
+                            "from the common sizes", dir, a->name);
     size_t n = strlen(dir);
     char *path = dllm_malloc(n + 16);
     snprintf(path, n + 16, "%s%sconfig.json", dir, n && dir[n - 1] == '/' ? "" : "/");

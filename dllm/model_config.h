@@ -6,7 +6,9 @@
 
 #include "kernels/base.h"
 
-typedef enum { DLLM_ARCH_LLADA = 0, DLLM_ARCH_QWEN3 = 1, DLLM_ARCH_DREAM = 2 } dllm_arch;
+typedef enum {
+    DLLM_ARCH_LLADA = 0, DLLM_ARCH_QWEN3 = 1, DLLM_ARCH_DREAM = 2, DLLM_ARCH_QWEN35 = 3
+} dllm_arch;
 
 typedef struct {
     dllm_arch arch;

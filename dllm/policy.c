@@ -26,6 +26,10 @@
  * its backward, the optimizer and the master weights stay on the host, and
  * sync_rollout refreshes the device copies.
  *
+ * An architecture the core does not compute (its descriptor's `model`: Qwen3.5) is
+ * the model behind the table of dllm/policy_model.h instead of a dllm_tf: every call
+ * below dispatches to it where it would call the core (p->ops; p->m is NULL).
+ *
  * Adapters use the PEFT layout: DIR/adapter_model.safetensors (lora_A/lora_B
  * under base_model.model.<module>.lora_{A,B}.weight, F32) and
  * DIR/adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, ...). */
@@ -34,6 +38,7 @@
 #include "dllm/block_cache.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/json_util.h"
+#include "dllm/policy_model.h"
 #include "dllm/qwen3.h"
 #include "dllm/sampler_device.h"
 #include "dllm/transformer.h"
@@ -53,7 +58,29 @@ struct dllm_policy {
     char base[4096]; /* base_model_name_or_path of saved adapters */
     uint64_t seed;
     dllm_dream_cfg dream; /* Dream rollouts (alg, eps, alg_temp, top_k; top_p per call) */
+    const dllm_model_ops *ops; /* a model of its own (arch->model), else NULL */
+    void *impl;                /* its state */
+    dllm_model_config mc;      /* its config */
 };
+
+/* The architecture's own model (dllm/policy_model.h): precision, LoRA and device
+ * checked, opened, its rollout copy built. */
+static int open_own(dllm_policy *p, const dllm_policy_cfg *c, dllm_model_config *mc,
+                    dllm_err *err)
+{
+    p->ops = p->arch->model;
+    int rc = p->ops->check(NULL, &p->prec, c->lora_rank, err);
+    if (!rc && c->device && *c->device && strcmp(c->device, "cpu"))
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "%s %s: a %s model runs on the host only so far (no device kernels "
+                          "for its layers; docs/QWEN35.md)",
+                          c->device_flag ? c->device_flag : "device", c->device, p->arch->name);
+    p->mc = *mc;
+    if (!rc)
+        rc = p->ops->open(&p->impl, c->path && *c->path ? c->path : NULL, c->preset, c->seed,
+                          &p->mc, err);
+    return rc ? rc : p->ops->sync(p->impl, &p->prec, err);
+}
 
 /* HF's default shard size for merged checkpoints. */
 static const size_t SHARD_BYTES = (size_t)5000000000ull;
@@ -131,6 +158,12 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
         snprintf(p->base, sizeof p->base, "preset:%s", c->preset);
     }
     p->arch = dllm_arch_get(id);
+    if (p->arch->model) {
+        if ((rc = open_own(p, c, &mc, err)))
+            goto fail;
+        *out = p;
+        return 0;
+    }
     if (c->lora_rank > 0 && c->n_lora_targets > 0 &&
         (rc = targets_mask(p->arch, c->lora_targets, c->n_lora_targets, "model.lora.targets",
                            &mask, err)))
@@ -173,14 +206,20 @@ int dllm_policy_device_parse(const char *device, const char *flag, dllm_backend 
     return 0;
 }
 
-dllm_backend *dllm_policy_device(const dllm_policy *p) { return dllm_tf_device(p->m); }
+dllm_backend *dllm_policy_device(const dllm_policy *p) { return p->ops ? NULL : dllm_tf_device(p->m); }
 
-void dllm_policy_trainer_changed(dllm_policy *p) { dllm_tf_device_trainer_changed(p->m); }
+void dllm_policy_trainer_changed(dllm_policy *p)
+{
+    if (!p->ops)
+        dllm_tf_device_trainer_changed(p->m);
+}
 
 void dllm_policy_free(dllm_policy *p)
 {
     if (!p)
         return;
+    if (p->ops)
+        p->ops->free(p->impl);
     dllm_tf_free(p->m);
     free(p);
 }
@@ -195,7 +234,7 @@ struct dllm_tf *dllm_policy_model(dllm_policy *p) { return p->m; }
 
 const dllm_model_config *dllm_policy_config(const dllm_policy *p)
 {
-    return dllm_tf_config(p->m);
+    return p->ops ? &p->mc : dllm_tf_config(p->m);
 }
 
 bool dllm_policy_rollout_is_trainer(const dllm_policy *p)
@@ -209,6 +248,8 @@ static int train_logits(void *ctx, const int32_t *tokens, const uint8_t *keymask
                         const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
+    if (p->ops)
+        return p->ops->logits(p->impl, false, true, tokens, keymask, B, T, rows, n_rows, logits);
     return dllm_tf_forward(p->m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
@@ -216,6 +257,8 @@ static int train_nograd_logits(void *ctx, const int32_t *tokens, const uint8_t *
                                int T, const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
+    if (p->ops)
+        return p->ops->logits(p->impl, false, false, tokens, keymask, B, T, rows, n_rows, logits);
     return dllm_tf_forward_nograd(p->m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
@@ -223,6 +266,8 @@ static int rollout_logits(void *ctx, const int32_t *tokens, const uint8_t *keyma
                           const int32_t *rows, int n_rows, float *logits)
 {
     dllm_policy *p = ctx;
+    if (p->ops)
+        return p->ops->logits(p->impl, true, false, tokens, keymask, B, T, rows, n_rows, logits);
     return dllm_tf_forward_rollout(p->m, tokens, keymask, B, T, rows, n_rows, logits);
 }
 
@@ -251,7 +296,7 @@ static int rollout_logp(void *ctx, const int32_t *tokens, const uint8_t *keymask
 dllm_logp_fn dllm_policy_logp(dllm_policy *p, dllm_prec prec, void **ctx)
 {
     *ctx = p;
-    if (!dllm_tf_device(p->m) || prec == DLLM_PREC_TRAIN)
+    if (p->ops || !dllm_tf_device(p->m) || prec == DLLM_PREC_TRAIN)
         return NULL;
     return prec == DLLM_PREC_ROLLOUT ? rollout_logp : nograd_logp;
 }
@@ -259,7 +304,10 @@ dllm_logp_fn dllm_policy_logp(dllm_policy *p, dllm_prec prec, void **ctx)
 void dllm_policy_backward(void *ctx, const float *dlogits)
 {
     dllm_policy *p = ctx;
-    dllm_tf_backward(p->m, dlogits);
+    if (p->ops)
+        p->ops->backward(p->impl, dlogits);
+    else
+        dllm_tf_backward(p->m, dlogits);
 }
 
 static int train_logp(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T,
@@ -272,7 +320,7 @@ static int train_logp(void *ctx, const int32_t *tokens, const uint8_t *keymask, 
 dllm_logp_fn dllm_policy_train_logp(dllm_policy *p, void **ctx)
 {
     *ctx = p;
-    return dllm_tf_device_trains(p->m) ? train_logp : NULL;
+    return !p->ops && dllm_tf_device_trains(p->m) ? train_logp : NULL;
 }
 
 void dllm_policy_backward_logp(void *ctx, const float *g)
@@ -283,21 +331,80 @@ void dllm_policy_backward_logp(void *ctx, const float *g)
 
 float *dllm_policy_trainable(dllm_policy *p, size_t *n)
 {
+    if (p->ops)
+        return p->ops->state(p->impl, DLLM_MODEL_PARAMS, n);
     return dllm_tf_trainable(p->m, n);
 }
 
 float *dllm_policy_grads(dllm_policy *p)
 {
-    return dllm_tf_grads(p->m);
+    return p->ops ? p->ops->grads(p->impl) : dllm_tf_grads(p->m);
 }
 
 void dllm_policy_zero_grad(dllm_policy *p)
 {
-    dllm_tf_zero_grad(p->m);
+    if (!p->ops) {
+        dllm_tf_zero_grad(p->m);
+        return;
+    }
+    size_t n;
+    p->ops->state(p->impl, DLLM_MODEL_PARAMS, &n);
+    memset(p->ops->grads(p->impl), 0, n * sizeof(float));
+}
+
+float *dllm_policy_grad_buffer(dllm_policy *p, size_t *n, dllm_backend **be)
+{
+    if (!p->ops)
+        return dllm_tf_grad_buffer(p->m, n, be);
+    p->ops->state(p->impl, DLLM_MODEL_PARAMS, n);
+    *be = dllm_backend_cpu();
+    return p->ops->grads(p->impl);
+}
+
+double dllm_policy_optim_step(dllm_policy *p, const dllm_adamw_args *a)
+{
+    return p->ops ? p->ops->optim_step(p->impl, a) : dllm_tf_optim_step(p->m, a);
+}
+
+const float *dllm_policy_trainable_host(dllm_policy *p, size_t *n)
+{
+    if (p->ops)
+        return p->ops->state(p->impl, DLLM_MODEL_PARAMS, n);
+    return dllm_tf_trainable_host(p->m, n);
+}
+
+int dllm_policy_set_recompute(dllm_policy *p, int every)
+{
+    /* a model of its own keeps what its backward needs (Qwen3.5: each layer's input) */
+    return p->ops ? (every < 0 ? DLLM_EXIT_INPUT : 0) : dllm_tf_set_recompute(p->m, every);
+}
+
+void dllm_policy_state_move(dllm_policy *p, dllm_tf_state s, size_t off, size_t n, float *buf,
+                            bool write)
+{
+    if (!p->ops) {
+        if (write)
+            dllm_tf_state_write(p->m, s, off, n, buf);
+        else
+            dllm_tf_state_read(p->m, s, off, n, buf);
+        return;
+    }
+    dllm_model_state ms = s == DLLM_TF_STATE_PARAMS   ? DLLM_MODEL_PARAMS
+                          : s == DLLM_TF_STATE_ADAM_M ? DLLM_MODEL_ADAM_M
+                                                      : DLLM_MODEL_ADAM_V;
+    float *v = p->ops->state(p->impl, ms, NULL) + off;
+    memcpy(write ? v : buf, write ? buf : v, n * sizeof(float));
 }
 
 int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err)
 {
+    if (p->ops) {
+        double t0 = dllm_now();
+        int rc = p->ops->sync(p->impl, &p->prec, err);
+        if (seconds)
+            *seconds = p->prec.rollout == DLLM_ROLLOUT_TRAINER ? 0 : dllm_now() - t0;
+        return rc;
+    }
     int rc = dllm_tf_rollout_sync(p->m, &p->prec, seconds, err);
     if (!rc && seconds && !p->prec.trainer_bf16 && p->prec.rollout == DLLM_ROLLOUT_TRAINER)
         *seconds = 0; /* no copy to build */
@@ -312,10 +419,11 @@ static int ar_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *pro
 {
     dllm_ar_cfg ac = {.max_new_tokens = sc->gen_length, .temperature = sc->temperature,
                       .top_p = top_p, .eos_id = sc->eos_id, .seq_offset = sc->seq_offset};
-    int rc = dllm_ar_check(&ac, dllm_tf_config(p->m)->embedding_size, err);
+    int rc = dllm_ar_check(&ac, dllm_policy_config(p)->embedding_size, err);
     dllm_ar_rollout ar = {0};
     if (!rc)
-        rc = dllm_ar_sample(p->m, prompts, prompt_mask, B, P, &ac, seed, &ar, err);
+        rc = p->ops ? p->ops->rollout(p->impl, prompts, prompt_mask, B, P, &ac, seed, &ar, err)
+                    : dllm_ar_sample(p->m, prompts, prompt_mask, B, P, &ac, seed, &ar, err);
     if (rc)
         return rc;
     int G = sc->gen_length;
@@ -406,11 +514,15 @@ void dllm_policy_set_dream(dllm_policy *p, const dllm_dream_cfg *d) { p->dream =
 
 int dllm_policy_save(const dllm_policy *p, const char *dir, st_dtype dtype, dllm_err *err)
 {
+    if (p->ops)
+        return p->ops->save(p->impl, dir, dtype, err);
     return dllm_tf_save(p->m, dir, dtype, SHARD_BYTES, err);
 }
 
 static int lora_info(const dllm_policy *p, float *alpha, int *mask)
 {
+    if (p->ops)
+        return 0; /* no LoRA (refused at open) */
     return dllm_tf_lora_info(p->m, alpha, mask);
 }
 
@@ -528,6 +640,10 @@ done:
 int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err)
 {
     char path[4200];
+    if (p->ops)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: a %s model takes no LoRA adapter (docs/QWEN35.md)", dir,
+                            p->arch->name);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     int rank = 0, mask = 0;
     double alpha = 0;

@@ -17,6 +17,7 @@
 #include "dllm/safetensors.h"
 #include "dllm/dream_sampler.h"
 #include "dllm/sampler.h"
+#include "dllm/transformer.h"
 #include "kernels/backend.h"
 
 /* TRAIN: trainer numerics, activations kept for dllm_policy_backward; ROLLOUT: the
@@ -92,6 +93,16 @@ float *dllm_policy_trainable(dllm_policy *p, size_t *n);
 float *dllm_policy_grads(dllm_policy *p);
 void dllm_policy_zero_grad(dllm_policy *p);
 
+/* The optimizer where the model trains (dllm/transformer.h's dllm_tf_grad_buffer,
+ * dllm_tf_optim_step, dllm_tf_trainable_host, dllm_tf_set_recompute, dllm_tf_state_read /
+ * _write: write true), for every architecture. */
+float *dllm_policy_grad_buffer(dllm_policy *p, size_t *n, dllm_backend **be);
+double dllm_policy_optim_step(dllm_policy *p, const dllm_adamw_args *a);
+const float *dllm_policy_trainable_host(dllm_policy *p, size_t *n);
+int dllm_policy_set_recompute(dllm_policy *p, int every);
+void dllm_policy_state_move(dllm_policy *p, dllm_tf_state s, size_t off, size_t n, float *buf,
+                            bool write);
+
 /* Rebuilds the rollout copy (and the trainer's bf16 copy) from the current
  * weights; returns its wall time in seconds through *seconds (may be NULL). */
 int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err);
@@ -123,7 +134,8 @@ int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err);
 bool dllm_policy_has_lora(const dllm_policy *p);
 
 /* The policy's model (the transformer core, dllm/transformer.h), for callers
- * that need more than this interface (benchmarks, tests). */
+ * that need more than this interface (benchmarks, tests); NULL for an architecture
+ * with a model of its own (dllm_arch_in_core false). */
 struct dllm_tf *dllm_policy_model(dllm_policy *p);
 
 #endif

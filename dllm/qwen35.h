@@ -141,6 +141,8 @@ int qwen35_preset(const char *name, qwen35_config *cfg, dllm_err *err);
 bool qwen35_preset_published(const char *name);
 /* Parameters of the text model (the head counted once when tied). */
 int64_t qwen35_num_params(const qwen35_config *cfg);
+/* config.json's object in transformers' qwen3_5_text layout (the caller owns it). */
+struct json_t *qwen35_config_json(const qwen35_config *cfg, const char *torch_dtype);
 /* DIR/config.json in transformers' qwen3_5_text layout (Qwen3_5ForCausalLM); torch_dtype
  * as its "dtype" ("float32", "bfloat16"). */
 int qwen35_config_save(const qwen35_config *cfg, const char *dir, const char *torch_dtype,

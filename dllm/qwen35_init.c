@@ -131,8 +131,7 @@ int64_t qwen35_num_params(const qwen35_config *c)
 
 /* ---- config.json ----------------------------------------------------------------------- */
 
-int qwen35_config_save(const qwen35_config *c, const char *dir, const char *torch_dtype,
-                       dllm_err *err)
+json_t *qwen35_config_json(const qwen35_config *c, const char *torch_dtype)
 {
     json_t *lt = json_array();
     for (int l = 0; l < c->L; l++)
@@ -155,6 +154,13 @@ int qwen35_config_save(const qwen35_config *c, const char *dir, const char *torc
         c->bos_token_id >= 0 ? json_integer(c->bos_token_id) : json_null(), "layer_types", lt,
         "rope_parameters", rope, "hidden_act", "silu", "attn_output_gate", 1, "attention_bias", 0,
         "dtype", torch_dtype);
+    return root;
+}
+
+int qwen35_config_save(const qwen35_config *c, const char *dir, const char *torch_dtype,
+                       dllm_err *err)
+{
+    json_t *root = qwen35_config_json(c, torch_dtype);
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     int rc = ju_save_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(16), err);

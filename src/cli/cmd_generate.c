@@ -7,7 +7,6 @@
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
 #include "dllm/tokenizer.h"
-#include "src/cli/cli_qwen35.h"
 #include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
 #include "src/config/gen_settings.h"
@@ -28,7 +27,7 @@ static const char usage_text[] =
     "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
     "           [--confidence-eos-eot-inf] [--mask-token allow|forbid]\n"
     "           [--cache none|prefix|dual] [--threshold T]\n"
-    "         autoregressive (qwen3): [--top-p 1]\n"
+    "         autoregressive (qwen3, qwen3.5): [--top-p 1]\n"
     "         masked diffusion (dream): [--steps 32] [--alg origin|maskgit_plus|topk_margin|entropy]\n"
     "           [--eps 0.001] [--alg-temp 0] [--top-p 1] [--top-k 0] [--mask-token allow|forbid]\n"
     "\n"
@@ -418,22 +417,6 @@ int cmd_generate(int argc, char **argv)
         strcmp(chat, "qwen2.5") && strcmp(chat, "qwen3.5")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--chat %s: expected auto, plain, llada, qwen3, qwen2.5 or qwen3.5", chat);
         return cli_fail("generate", &err);
-    }
-    if (cli_is_qwen35(model_dir)) { /* not yet a descriptor of the core: its own path */
-        int32_t *pi = NULL;
-        int n1 = 0, rc = 0;
-        if ((!ids_s && !prompt) || denoise_flag)
-            rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
-                              "%s: a Qwen3.5 model takes --prompt or --prompt-ids, --chat, "
-                              "--gen-length, --temperature, --top-p, --seed and --format so far",
-                              denoise_flag ? denoise_flag : "--batch-file");
-        if (!rc && ids_s)
-            rc = cli_parse_ids(ids_s, "--prompt-ids", &pi, &n1, &err);
-        rc = rc ? rc : cli_qwen35_generate(model_dir, pi, n1, ids_s ? NULL : prompt, chat,
-                                           (int)gen, temp, top_p, (uint64_t)seed, format,
-                                           precision, device, &err);
-        free(pi);
-        return rc ? cli_fail("generate", &err) : 0;
     }
     dllm_policy_cfg pc = {.path = model_dir, .device = device, .device_flag = "--device"};
     dllm_backend *dev_be;

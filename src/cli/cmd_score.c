@@ -7,7 +7,6 @@
  * exact sum of next-token log-probs, the only estimator it takes. */
 #include "dllm/estimators.h"
 #include "dllm/policy_infer.h"
-#include "src/cli/cli_qwen35.h"
 #include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
 
@@ -104,16 +103,6 @@ int cmd_score(int argc, char **argv)
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--p-mask-prompt must be in [0, 1] and --temperature > 0");
         return cli_fail("score", &err);
     }
-    if (cli_is_qwen35(model_dir)) { /* not yet a descriptor of the core: its own path */
-        int32_t *pi = NULL, *ci = NULL;
-        int n1 = 0, n2 = 0, rc = cli_parse_ids(prompt_s, "--prompt-ids", &pi, &n1, &err);
-        rc = rc ? rc : cli_parse_ids(compl_s, "--completion-ids", &ci, &n2, &err);
-        rc = rc ? rc : cli_qwen35_score(model_dir, pi, n1, ci, n2, temp, est_s, mask_flag,
-                                        precision, device, &err);
-        free(pi);
-        free(ci);
-        return rc ? cli_fail("score", &err) : 0;
-    }
     dllm_policy_cfg pc = {.path = model_dir, .device = device, .device_flag = "--device"};
     dllm_backend *dev_be;
     if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err) ||
@@ -143,7 +132,8 @@ int cmd_score(int argc, char **argv)
     if (!rc && !dllm_policy_is_diffusion(pol) && mask_flag)
         rc = dllm_err_set(&err, DLLM_EXIT_INPUT,
                           "%s: a flag of the masked-diffusion estimators; an autoregressive "
-                          "(qwen3) model is scored exactly, without masks", mask_flag);
+                          "(%s) model is scored exactly, without masks", mask_flag,
+                          dllm_arch_get(dllm_policy_arch(pol))->name);
     if (!rc && lc.kind == EST_TRAJECTORY) {
         if (!steps_s || ns != nc) {
             rc = dllm_err_set(&err, DLLM_EXIT_INPUT,

@@ -695,15 +695,14 @@ int cmd_sft(int argc, char **argv)
         ckpt_generation_set_dream(&run.gen, &cfg);
     const dllm_model_config *mc = dllm_policy_config(m);
     const bool trainer_bf16 = cfg.model.trainer_precision == CFG_TRAINER_BF16;
-    dllm_tf *tfm = dllm_policy_model(m);
     /* the update on the device: its trainable copy is the one the forward reads (updated
      * in place), so no copy is rebuilt after a step there */
-    const bool dev = dllm_tf_device_trains(tfm);
+    const bool dev = dllm_policy_model(m) && dllm_tf_device_trains(dllm_policy_model(m));
     size_t nparam;
     dllm_policy_trainable(m, &nparam);
     int *lens = dllm_malloc(sizeof *lens * (size_t)cfg.sft.batch_size);
     /* the optimizer state is the model's, streamed to and from checkpoints */
-    const opt_state os = {.n = nparam, .m = tfm};
+    const opt_state os = {.n = nparam, .p = m};
     int B = cfg.sft.batch_size;
     int32_t *tokens = dllm_malloc(sizeof *tokens * (size_t)B * (size_t)ds.max_len);
     int32_t *prompt_len = dllm_malloc(sizeof *prompt_len * (size_t)B);
@@ -798,7 +797,7 @@ int cmd_sft(int argc, char **argv)
             step, (float)lr, (float)cfg.optim.betas[0], (float)cfg.optim.betas[1],
             (float)cfg.optim.eps, (float)cfg.optim.weight_decay,
             cfg.optim.grad_clip > 0 ? cfg.optim.grad_clip : 0.0};
-        double norm = dllm_tf_optim_step(tfm, &opt_args);
+        double norm = dllm_policy_optim_step(m, &opt_args);
         /* a bf16 trainer computes with a bf16 copy of the weights: rebuild it (on the
          * device the LoRA copy the forward reads was updated in place) */
         if (trainer_bf16 && !dev && (rc = dllm_policy_sync_rollout(m, NULL, &err)))

@@ -262,7 +262,7 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         return err->code;
     int every = 0; /* train.recompute: checked at load */
     dllm_cfg_recompute_every(cfg->train.recompute, &every);
-    if (dllm_tf_set_recompute(dllm_policy_model(run->pol), every))
+    if (dllm_policy_set_recompute(run->pol, every))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "train.recompute: '%s' refused",
                             cfg->train.recompute);
     dllm_dream_cfg dc = {.eps = cfg->rollout.dream.eps, .alg_temp = cfg->rollout.dream.alg_temp,
@@ -459,7 +459,7 @@ static int checkpoint_files(rl_run *run, int64_t step, const char *tmp, dllm_err
         return err->code;
     /* exact state for resuming: trainable vector, AdamW moments (streamed from wherever
      * the model keeps them: on a device its copies are the masters), reference */
-    opt_state os = {.n = run->n_param, .m = dllm_policy_model(run->pol),
+    opt_state os = {.n = run->n_param, .p = run->pol,
                     .extra_name = run->ref_params ? "reference" : NULL, .extra = run->ref_params};
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
     if ((rc = opt_state_save(&os, path, err)))
@@ -551,7 +551,7 @@ int rl_checkpoint_load(rl_run *run, const char *ckpt_dir, dllm_err *err)
     }
     json_decref(st);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt_dir);
-    opt_state os = {.n = run->n_param, .m = dllm_policy_model(run->pol),
+    opt_state os = {.n = run->n_param, .p = run->pol,
                     .extra_name = run->ref_params ? "reference" : NULL, .extra = run->ref_params};
     int rc = opt_state_load(&os, path, err);
     if (rc)

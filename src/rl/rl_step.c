@@ -601,7 +601,6 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     double grad_norm = NAN, lr = NAN, grad_cos = NAN, grad_ratio = NAN;
     float *grad_ref = NULL; /* log.grad_cosine: the uncorrected gradient of the first update */
     size_t np = run->n_param;
-    dllm_tf *tfm = dllm_policy_model(run->pol);
     if (!rc && cfg->grpo.fresh_masks) { /* scored by a swap on the host (score) */
         if (!run->old_params)
             run->old_params = dllm_malloc(sizeof(float) * np);
@@ -626,7 +625,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         }
         /* the gradients where the model trains (host or device memory) */
         dllm_backend *gbe;
-        float *grads = dllm_tf_grad_buffer(tfm, &np, &gbe);
+        float *grads = dllm_policy_grad_buffer(run->pol, &np, &gbe);
         if (!rc && k == 0 && cfg->log.grad_cosine && !run->dev_update)
             rc = uncorrected_grad(run, plan, &lc, grads, np, &grad_ref, err);
         lc.loss = lc.kl = lc.clip = lc.ratio_terms = lc.nonfinite = 0;
@@ -654,13 +653,13 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
             (int)run->opt_step + 1, (float)step_lr, (float)cfg->optim.betas[0],
             (float)cfg->optim.betas[1], (float)cfg->optim.eps, (float)cfg->optim.weight_decay,
             cfg->optim.grad_clip > 0 ? cfg->optim.grad_clip : 0.0};
-        grad_norm = dllm_tf_optim_step(tfm, &opt_args);
+        grad_norm = dllm_policy_optim_step(run->pol, &opt_args);
         if ((rc = check_update(step, lc.loss, grad_norm, NULL, 0, err)))
             break;
         run->opt_step++;
         lr = step_lr;
         /* the updated weights checked where they are on the host (a device's stay there) */
-        const float *theta = dllm_tf_trainable_host(tfm, &np);
+        const float *theta = dllm_policy_trainable_host(run->pol, &np);
         if ((rc = check_update(step, lc.loss, grad_norm, theta, theta ? np : 0, err)))
             break;
     }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 typedef struct {
-    dllm_tf *m;
+    dllm_policy *p;
     dllm_tf_state which;
 } state_vec;
 
@@ -15,7 +15,7 @@ static int fill_state(void *ctx, size_t off, size_t n, float *dst, dllm_err *err
 {
     (void)err;
     const state_vec *v = ctx;
-    dllm_tf_state_read(v->m, v->which, off, n, dst);
+    dllm_policy_state_move(v->p, v->which, off, n, dst, false);
     return 0;
 }
 
@@ -30,7 +30,7 @@ int opt_state_save(const opt_state *s, const char *path, dllm_err *err)
     state_vec sv[3];
     int rc = 0;
     for (int i = 0; i < 3 && !rc; i++) {
-        sv[i] = (state_vec){s->m, STATES[i]};
+        sv[i] = (state_vec){s->p, STATES[i]};
         rc = st_writer_add_f32_fn(w, NAMES[i], ST_F32, 1, shape, fill_state, &sv[i], err);
     }
     if (!rc && s->extra_name)
@@ -67,7 +67,7 @@ static int load_state(const st_archive *a, const char *path, const char *name,
             rc = check_finite(buf, cnt, off, path, name, err);
         if (rc)
             return rc;
-        dllm_tf_state_write(s->m, which, off, cnt, buf);
+        dllm_policy_state_move(s->p, which, off, cnt, buf, true);
     }
     return 0;
 }

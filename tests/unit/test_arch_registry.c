@@ -96,7 +96,7 @@ START_TEST(test_lookups)
     ck_assert_ptr_eq(dllm_arch_of_preset("tiny", &variant), &variant);
     ck_assert_ptr_eq(dllm_arch_of_preset("tiny", &dllm_arch_qwen3), &dllm_arch_qwen3);
     char buf[256];
-    ck_assert_str_eq(dllm_arch_list(buf, sizeof buf), "llada, qwen3, dream or llada-variant");
+    ck_assert_str_eq(dllm_arch_list(buf, sizeof buf), "llada, qwen3, dream, qwen3.5 or llada-variant");
     /* the config's names are the registry's: model.arch, model.preset */
     int v;
     ck_assert(cfg_names_find(&cfg_names_arch, "llada-variant", &v));

@@ -889,7 +889,7 @@ START_TEST(init_model_presets)
     free(by_ids);
     ck_assert_int_eq(tu_dllm("generate --model q35tiny --prompt 2+2= --gen-length 6 --format json"), 0);
     ck_assert_ptr_nonnull(strstr(tu_out, "\"text\""));
-    ck_assert_ptr_nonnull(strstr(tu_out, "\"completion_length\":6"));
+    ck_assert_ptr_nonnull(strstr(tu_out, "\"completion_length\": 6"));
     /* bench train: its own loss and gradient, on the preset's random weights or the model's */
     ck_assert_int_eq(tu_dllm("bench train --arch qwen3.5 --batch 2 --seq 16 --iters 1 --warmup 0"), 0);
     ck_assert_msg(strstr(tu_out, "tokens/s") && strstr(tu_out, "qwen3.5 tiny"), "%s", tu_out);

@@ -1,0 +1,61 @@
+/* policy_model.h: a model the policy (dllm/policy.h) runs that the transformer core
+ * does not compute -- an architecture whose descriptor (dllm/arch.h) has `model`. The
+ * policy dispatches to this table where it would call the core: the logits at each
+ * precision, the backward, the trainable vector with its gradients and optimizer, the
+ * rollout copy, autoregressive rollouts and checkpoints. What such a model does not
+ * have (LoRA, a device, a bf16 trainer, a precision) its open refuses with the key. */
+#ifndef DLLM_POLICY_MODEL_H
+#define DLLM_POLICY_MODEL_H
+
+#include "dllm/ar_sampler.h"
+#include "dllm/model_config.h"
+#include "dllm/precision.h"
+#include "dllm/safetensors.h"
+#include "kernels/backend.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+
+/* Which vector of the optimizer state (the trainable order): the parameters, AdamW's m, v. */
+typedef enum { DLLM_MODEL_PARAMS = 0, DLLM_MODEL_ADAM_M = 1, DLLM_MODEL_ADAM_V = 2 } dllm_model_state;
+
+typedef struct dllm_model_ops {
+    /* The model of DIR (config.json, safetensors), or of preset `preset` with seed's
+     * random weights (dir NULL), into *impl; its common sizes into *mc. */
+    int (*open)(void **impl, const char *dir, const char *preset, uint64_t seed,
+                dllm_model_config *mc, dllm_err *err);
+    void (*free)(void *impl);
+    /* Refuses (input error naming the key) what the model does not run: p's trainer and
+     * rollout precisions, LoRA rank > 0. */
+    int (*check)(void *impl, const dllm_precision *p, int lora_rank, dllm_err *err);
+    /* logits (dllm_logits_fn's contract) at the trainer's numerics (rollout false; keep:
+     * for backward) or the rollout copy's. */
+    int (*logits)(void *impl, bool rollout, bool keep, const int32_t *tokens,
+                  const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
+                  float *logits);
+    void (*backward)(void *impl, const float *dlogits);
+    /* the optimizer state's vectors on the host (n floats each) */
+    float *(*state)(void *impl, dllm_model_state s, size_t *n);
+    float *(*grads)(void *impl);
+    double (*optim_step)(void *impl, const dllm_adamw_args *a);
+    /* rebuilds the rollout copy at p from the trainer's weights */
+    int (*sync)(void *impl, const dllm_precision *p, dllm_err *err);
+    /* autoregressive rollouts at the rollout copy's numerics (dllm/ar_sampler.h) */
+    int (*rollout)(void *impl, const int32_t *prompts, const uint8_t *prompt_mask, int B, int P,
+                   const dllm_ar_cfg *c, uint64_t seed, dllm_ar_rollout *out, dllm_err *err);
+    /* DIR/config.json and weights in the published layout */
+    int (*save)(void *impl, const char *dir, st_dtype dtype, dllm_err *err);
+} dllm_model_ops;
+
+/* Qwen3.5's (dllm/qwen35_policy.c), and its descriptor's config.json reader and writer. */
+extern const dllm_model_ops qwen35_model_ops;
+struct json_t;
+struct dllm_arch_desc;
+int qwen35_config_read_desc(const struct json_t *root, const char *path, dllm_model_config *cfg,
+                            dllm_err *err);
+struct json_t *qwen35_config_json_desc(const struct dllm_arch_desc *a,
+                                       const dllm_model_config *cfg);
+
+#endif

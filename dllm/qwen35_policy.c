@@ -1,0 +1,277 @@
+/* qwen35_policy.c: Qwen3.5 behind the policy (dllm/policy_model.h) -- the model of
+ * dllm/qwen35.h as the trainer (fp32 master weights, their gradients and AdamW
+ * moments in one vector each) and a rollout copy (the trainer itself, or its bf16
+ * copy, qwen35_round_bf16), with autoregressive rollouts through the AR sampler's loop
+ * (dllm/ar_sampler.h) over one cache per batch row; and the descriptor's config.json
+ * reader and writer (dllm/arch.c). */
+#include "dllm/arch.h"
+#include "dllm/json_util.h"
+#include "dllm/policy_model.h"
+#include "dllm/qwen35.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- config.json through the registry ---------------------------------------------------- */
+
+static const char *json_str(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int qwen35_config_read_desc(const json_t *root, const char *path, dllm_model_config *mc,
+                            dllm_err *err)
+{
+    qwen35_config c;
+    int rc = qwen35_config_parse(root, path, &c, err);
+    if (rc)
+        return rc;
+    const json_t *t = c.composite ? json_object_get(root, "text_config") : root;
+    const json_t *pad = json_object_get(t, "pad_token_id");
+    *mc = (dllm_model_config){
+        .arch = DLLM_ARCH_QWEN35, .d_model = c.C, .n_layers = c.L, .n_heads = c.NH,
+        .n_kv_heads = c.NKV, .head_dim = c.HD, .mlp_hidden = c.H, .vocab_size = c.V,
+        .embedding_size = c.V, .max_seq_len = c.max_pos > 0 ? c.max_pos : 4096,
+        .rope_theta = c.theta, .rms_norm_eps = c.eps, .mask_token_id = -1,
+        .eos_token_id = c.eos_token_id, .bos_token_id = c.bos_token_id,
+        /* the published configs name no pad token: the EOS pads, as for Qwen3 */
+        .pad_token_id = json_is_integer(pad) && json_integer_value(pad) >= 0 &&
+                                json_integer_value(pad) < c.V
+                            ? (int)json_integer_value(pad)
+                            : c.eos_token_id,
+        .weight_tying = c.tied};
+    const char *dt = json_str(t, "dtype");
+    dt = dt ? dt : json_str(t, "torch_dtype");
+    dt = dt ? dt : json_str(root, "dtype");
+    dt = dt ? dt : json_str(root, "torch_dtype");
+    snprintf(mc->torch_dtype, sizeof mc->torch_dtype, "%s",
+             dt && !strcmp(dt, "bfloat16") ? "bfloat16" : "float32");
+    return 0;
+}
+
+/* The Qwen3.5 preset of mc's sizes: its config.json has layer kinds and Gated DeltaNet
+ * sizes the common config does not carry. */
+static const char *preset_of(const dllm_model_config *mc)
+{
+    static const char *const names[] = {"tiny", "qwen3.5-9b"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        qwen35_config c;
+        if (!qwen35_preset(names[i], &c, NULL) && c.C == mc->d_model && c.L == mc->n_layers &&
+            c.V == mc->vocab_size && c.NH == mc->n_heads && c.H == mc->mlp_hidden)
+            return names[i];
+    }
+    return NULL;
+}
+
+json_t *qwen35_config_json_desc(const dllm_arch_desc *a, const dllm_model_config *mc)
+{
+    (void)a;
+    qwen35_config c;
+    const char *p = preset_of(mc);
+    if (!p || qwen35_preset(p, &c, NULL))
+        return NULL; /* only a model writes its own (qwen35_save) */
+    return qwen35_config_json(&c, mc->torch_dtype[0] ? mc->torch_dtype : "float32");
+}
+
+/* ---- the model behind the policy ------------------------------------------------------- */
+
+typedef struct {
+    qwen35_model *m; /* the trainer: fp32 master weights */
+    qwen35_model *r; /* the rollout copy (bf16); NULL: the trainer itself */
+} q35;
+
+static int q35_open(void **impl, const char *dir, const char *preset, uint64_t seed,
+                    dllm_model_config *mc, dllm_err *err)
+{
+    q35 *q = dllm_calloc(1, sizeof *q);
+    int rc;
+    if (dir) {
+        rc = qwen35_load(&q->m, dir, err);
+    } else {
+        qwen35_config c;
+        rc = qwen35_preset(preset, &c, err);
+        if (!rc && !(q->m = qwen35_create(&c, seed)))
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT, "model.preset %s: cannot be made", preset);
+    }
+    if (rc) {
+        free(q);
+        return rc;
+    }
+    const qwen35_config *c = qwen35_config_of(q->m);
+    dllm_model_config keep = *mc;
+    *mc = (dllm_model_config){
+        .arch = DLLM_ARCH_QWEN35, .d_model = c->C, .n_layers = c->L, .n_heads = c->NH,
+        .n_kv_heads = c->NKV, .head_dim = c->HD, .mlp_hidden = c->H, .vocab_size = c->V,
+        .embedding_size = c->V, .max_seq_len = c->max_pos > 0 ? c->max_pos : 4096,
+        .rope_theta = c->theta, .rms_norm_eps = c->eps, .mask_token_id = -1,
+        .eos_token_id = c->eos_token_id, .bos_token_id = c->bos_token_id,
+        .pad_token_id = keep.arch == DLLM_ARCH_QWEN35 ? keep.pad_token_id : c->eos_token_id,
+        .weight_tying = c->tied};
+    snprintf(mc->torch_dtype, sizeof mc->torch_dtype, "%s",
+             keep.torch_dtype[0] ? keep.torch_dtype : "float32");
+    *impl = q;
+    return 0;
+}
+
+static void q35_free(void *impl)
+{
+    q35 *q = impl;
+    if (!q)
+        return;
+    qwen35_free(q->m);
+    qwen35_free(q->r);
+    free(q);
+}
+
+static int q35_check(void *impl, const dllm_precision *p, int lora_rank, dllm_err *err)
+{
+    (void)impl;
+    if (p->trainer_bf16)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "model.trainer_precision bf16: a Qwen3.5 model trains in fp32 "
+                            "(docs/QWEN35.md)");
+    if (p->rollout != DLLM_ROLLOUT_TRAINER && p->rollout != DLLM_ROLLOUT_BF16)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "--precision %s (rollout.precision): a Qwen3.5 model's rollout copy "
+                            "is the trainer or bf16 so far (docs/QWEN35.md)",
+                            dllm_rollout_name(p->rollout));
+    if (lora_rank > 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "model.lora.rank %d: a Qwen3.5 model trains every weight (no LoRA "
+                            "yet, docs/QWEN35.md)", lora_rank);
+    return 0;
+}
+
+static int q35_logits(void *impl, bool rollout, bool keep, const int32_t *tokens,
+                      const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
+                      float *logits)
+{
+    q35 *q = impl;
+    dllm_err err = {0};
+    qwen35_model *m = rollout && q->r ? q->r : q->m;
+    int rc = qwen35_forward(m, tokens, keymask, B, T, rows, n_rows, logits, keep && !rollout,
+                            &err);
+    if (rc)
+        fprintf(stderr, "error: %s\n", err.msg);
+    return rc;
+}
+
+static void q35_backward(void *impl, const float *dlogits)
+{
+    q35 *q = impl;
+    qwen35_backward(q->m, dlogits);
+}
+
+static float *q35_state(void *impl, dllm_model_state s, size_t *n)
+{
+    q35 *q = impl;
+    float *p = qwen35_params(q->m, n);
+    return s == DLLM_MODEL_PARAMS ? p : qwen35_moment(q->m, s == DLLM_MODEL_ADAM_V);
+}
+
+static float *q35_grads(void *impl)
+{
+    q35 *q = impl;
+    return qwen35_grads(q->m);
+}
+
+static double q35_optim_step(void *impl, const dllm_adamw_args *a)
+{
+    q35 *q = impl;
+    return qwen35_optim_step(q->m, a);
+}
+
+static int q35_sync(void *impl, const dllm_precision *p, dllm_err *err)
+{
+    (void)err;
+    q35 *q = impl;
+    if (p->rollout != DLLM_ROLLOUT_BF16) {
+        qwen35_free(q->r);
+        q->r = NULL;
+        return 0;
+    }
+    if (!q->r)
+        q->r = qwen35_clone(q->m);
+    else
+        qwen35_copy_weights(q->r, q->m);
+    qwen35_round_bf16(q->r);
+    return 0;
+}
+
+/* The AR sampler's decoder over one cache per row: each extend appends a row's real
+ * tokens (left padding dropped) and keeps the logits of its last one. */
+typedef struct {
+    qwen35_model *m;
+    qwen35_cache **kc; /* (B) */
+    int B, V;
+    float *lg;         /* (B, V) the last logits of each row */
+    int32_t *ids;      /* (T) scratch */
+    int cap;
+} q35_dec;
+
+static int dec_extend(void *ctx, const int32_t *tokens, const uint8_t *keymask, int T,
+                      dllm_err *err)
+{
+    q35_dec *d = ctx;
+    if (T > d->cap) {
+        free(d->ids);
+        d->ids = dllm_malloc((size_t)T * sizeof(int32_t));
+        d->cap = T;
+    }
+    for (int b = 0; b < d->B; b++) {
+        int n = 0;
+        for (int t = 0; t < T; t++)
+            if (!keymask || keymask[(size_t)b * T + t])
+                d->ids[n++] = tokens[(size_t)b * T + t];
+        int rc = n ? qwen35_extend(d->m, d->kc[b], d->ids, n, d->lg + (size_t)b * d->V, false,
+                                   err)
+                   : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int dec_head(void *ctx, int r0, int n, float *logits, dllm_err *err)
+{
+    (void)err;
+    q35_dec *d = ctx;
+    memcpy(logits, d->lg + (size_t)r0 * d->V, (size_t)n * d->V * sizeof(float));
+    return 0;
+}
+
+static int q35_rollout(void *impl, const int32_t *prompts, const uint8_t *prompt_mask, int B,
+                       int P, const dllm_ar_cfg *c, uint64_t seed, dllm_ar_rollout *out,
+                       dllm_err *err)
+{
+    q35 *q = impl;
+    qwen35_model *m = q->r ? q->r : q->m;
+    int V = qwen35_config_of(m)->V;
+    q35_dec d = {m, dllm_calloc((size_t)B, sizeof(qwen35_cache *)), B, V,
+                 dllm_calloc((size_t)B * V + 1, sizeof(float)), NULL, 0};
+    for (int b = 0; b < B; b++)
+        d.kc[b] = qwen35_cache_new(m, P + c->max_new_tokens + 1);
+    dllm_ar_decoder dec = {&d, dllm_backend_cpu(), V, B, dec_extend, dec_head};
+    int rc = dllm_ar_sample_decoder(&dec, prompts, prompt_mask, B, P, c, seed, out, err);
+    for (int b = 0; b < B; b++)
+        qwen35_cache_free(d.kc[b]);
+    free(d.kc);
+    free(d.lg);
+    free(d.ids);
+    return rc;
+}
+
+static int q35_save(void *impl, const char *dir, st_dtype dtype, dllm_err *err)
+{
+    q35 *q = impl;
+    /* HF's default shard size */
+    return qwen35_save(q->m, dir, dtype, (size_t)5000000000ull, err);
+}
+
+const dllm_model_ops qwen35_model_ops = {
+    .open = q35_open, .free = q35_free, .check = q35_check, .logits = q35_logits,
+    .backward = q35_backward, .state = q35_state, .grads = q35_grads,
+    .optim_step = q35_optim_step, .sync = q35_sync, .rollout = q35_rollout, .save = q35_save,
+};
