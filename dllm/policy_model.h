@@ -10,6 +10,7 @@
 #include "dllm/ar_sampler.h"
 #include "dllm/model_config.h"
 #include "dllm/precision.h"
+#include "dllm/qwen35.h"
 #include "dllm/safetensors.h"
 #include "kernels/backend.h"
 
@@ -57,5 +58,10 @@ int qwen35_config_read_desc(const struct json_t *root, const char *path, dllm_mo
                             dllm_err *err);
 struct json_t *qwen35_config_json_desc(const struct dllm_arch_desc *a,
                                        const dllm_model_config *cfg);
+
+/* The Qwen3.5 config of a model of mc's sizes: DIR/config.json when there, else the preset
+ * of those sizes (an input error when none is). */
+int qwen35_config_for(const dllm_model_config *mc, const char *dir, qwen35_config *qc,
+                      dllm_err *err);
 
 #endif

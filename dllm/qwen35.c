@@ -3,7 +3,10 @@
 #include "dllm/qwen35.h"
 #include "dllm/json_util.h"
 #include "dllm/safetensors.h"
+#include "kernels/fp8.h"
 #include "kernels/gated_delta.h"
+#include "kernels/int8.h"
+#include "kernels/nvfp4.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -195,6 +198,15 @@ typedef struct {
     bool valid;
 } qwen35_kept;
 
+/* One projection of a quantised rollout copy (qwen35_quantise), in place of weight w. */
+typedef struct {
+    const float *w;
+    dllm_rollout_kind kind; /* fp8, fp8-exact, int8 or nvfp4 */
+    fp8_matrix f8;
+    int8_matrix i8;
+    nvfp4_matrix f4;
+} qlin;
+
 struct qwen35_model;
 static void kept_free(qwen35_kept *k);
 static float *grad_of(struct qwen35_model *m, const float *p);
@@ -216,6 +228,8 @@ struct qwen35_model {
     float *flat, *gflat, *mflat, *vflat;
     size_t nflat, *off;
     qwen35_kept kept; /* the last keeping qwen35_forward, for qwen35_backward */
+    qlin *ql;         /* qwen35_quantise: the big projections' quantised matrices */
+    int nql;
 };
 
 const qwen35_config *qwen35_config_of(const qwen35_model *m) { return &m->cfg; }
@@ -408,10 +422,23 @@ static int build(qwen35_model *m, loader *ld_)
     return ld.rc;
 }
 
+static void ql_free(qwen35_model *m)
+{
+    for (int i = 0; i < m->nql; i++) {
+        fp8_matrix_free(&m->ql[i].f8);
+        int8_matrix_free(&m->ql[i].i8);
+        nvfp4_matrix_free(&m->ql[i].f4);
+    }
+    free(m->ql);
+    m->ql = NULL;
+    m->nql = 0;
+}
+
 void qwen35_free(qwen35_model *m)
 {
     if (!m)
         return;
+    ql_free(m);
     for (int i = 0; i < m->nowned; i++) {
         if (!m->flat)
             free(m->owned[i]); /* a load that failed before flatten */
@@ -494,6 +521,17 @@ static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 static void big_linear(const qwen35_model *m, float *out, const float *in, const float *W, int T,
                        int C, int D)
 {
+    for (int i = 0; i < m->nql; i++)
+        if (m->ql[i].w == W) { /* the quantised copy's product, activations quantised per call */
+            qlin *q = &m->ql[i];
+            if (q->kind == DLLM_ROLLOUT_INT8)
+                op_int8_linear_fwd(out, in, &q->i8, T, C, D);
+            else if (q->kind == DLLM_ROLLOUT_NVFP4)
+                op_nvfp4_linear_fwd(out, in, &q->f4, T, C, D);
+            else
+                op_fp8_linear_fwd(out, in, &q->f8, T, C, D);
+            return;
+        }
     if (!m->bf16) {
         op_linear_fwd(out, in, W, T, C, D);
         return;
@@ -1331,6 +1369,57 @@ void qwen35_copy_weights(qwen35_model *dst, const qwen35_model *src)
 {
     memcpy(dst->flat, src->flat, src->nflat * sizeof(float));
     dst->bf16 = false;
+    ql_free(dst);
+}
+
+int qwen35_quantise(qwen35_model *m, const dllm_precision *p, dllm_err *err)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, D = conv_dim(c), VD = c->Hv * c->Dv, QD = c->NH * c->HD, KD = c->NKV * c->HD;
+    ql_free(m);
+    m->ql = dllm_calloc((size_t)c->L * 7, sizeof *m->ql);
+    /* FP8 activations are quantised to match the weights' granularity (as the core's) */
+    fp8_scaling act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
+                      : p->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
+                                                            : FP8_SCALE_TENSOR;
+    int rc = 0;
+    for (int l = 0; l < c->L && !rc; l++) {
+        const layer_w *w = &m->lw[l];
+        const float *W[7];
+        int O[7], I[7], n = 0;
+#define Q(ptr, o, i) (W[n] = (ptr), O[n] = (o), I[n] = (i), n++)
+        if (c->kind[l] == QWEN35_LINEAR)
+            Q(w->qkv, D, C), Q(w->z, VD, C), Q(w->out, C, VD);
+        else
+            Q(w->q, 2 * QD, C), Q(w->k, KD, C), Q(w->v, KD, C), Q(w->o, C, QD);
+        Q(w->gate, c->H, C), Q(w->up, c->H, C), Q(w->down, C, c->H);
+#undef Q
+        for (int j = 0; j < n && !rc; j++) {
+            qlin *q = &m->ql[m->nql++];
+            q->w = W[j];
+            q->kind = p->rollout;
+            if (p->rollout == DLLM_ROLLOUT_INT8) {
+                rc = int8_quantise_weight(&q->i8, W[j], O[j], I[j], p->int8_scaling, err);
+            } else if (p->rollout == DLLM_ROLLOUT_NVFP4) {
+                rc = nvfp4_quantise(&q->f4, W[j], O[j], I[j], err);
+                if (!rc)
+                    nvfp4_matrix_cache_dequant(&q->f4); /* before any threaded use */
+            } else {
+                rc = fp8_quantise_weight(&q->f8, W[j], O[j], I[j], p->fp8_format,
+                                         p->fp8_scaling, p->fp8_pow2_scale, err);
+                q->f8.act_scaling = act;
+                q->f8.fast = p->rollout == DLLM_ROLLOUT_FP8;
+                if (!rc && !q->f8.fast)
+                    fp8_matrix_cache_dequant(&q->f8);
+            }
+        }
+    }
+    /* the embedding and the head as the bf16 copy's: rounded, the head's input too */
+    op_round_bf16(m->embed, (size_t)c->V * C);
+    if (m->head != m->embed)
+        op_round_bf16(m->head, (size_t)c->V * C);
+    m->bf16 = true;
+    return rc;
 }
 
 typedef struct {

@@ -26,6 +26,7 @@
 #ifndef DLLM_QWEN35_H
 #define DLLM_QWEN35_H
 
+#include "dllm/precision.h"
 #include "dllm/safetensors.h"
 #include "kernels/backend.h"
 #include "kernels/base.h"
@@ -132,6 +133,15 @@ float *qwen35_moment(qwen35_model *m, int which);
  * > 0, then AdamW (a's betas, eps, decay: the published w of the zero-centred norms); a
  * non-finite norm updates nothing. */
 double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a);
+
+/* The FP8 (fp8, fp8-exact), INT8 or NVFP4 rollout copy of p->rollout, in place (after
+ * qwen35_copy_weights): the projections qwen35_round_bf16 rounds -- in_proj_qkv, in_proj_z,
+ * out_proj; q/k/v/o_proj; gate/up/down_proj -- quantised from their fp32 values as the
+ * core's copies are (dllm/precision.h: the weight scaling, activations quantised per call
+ * to match), the embedding and the head rounded to bf16 (the head's input too). Stay
+ * fp32: in_proj_a, in_proj_b, A_log, dt_bias, the convolution, every norm, RoPE,
+ * attention and the recurrence. For decoding and scoring, not the training path. */
+int qwen35_quantise(qwen35_model *m, const dllm_precision *p, dllm_err *err);
 
 /* ---- named sizes and fresh checkpoints (qwen35_init.c) ---------------------------------- */
 #define QWEN35_PRESETS "tiny or qwen3.5-9b"

@@ -92,6 +92,12 @@ static int q35_open(void **impl, const char *dir, const char *preset, uint64_t s
     } else {
         qwen35_config c;
         rc = qwen35_preset(preset, &c, err);
+        /* random weights are made in memory: a published size is its checkpoint's */
+        if (!rc && qwen35_preset_published(preset))
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                              "model.preset %s: the published model's sizes (%.2fB parameters): "
+                              "give its checkpoint (model.path, --model)", preset,
+                              (double)qwen35_num_params(&c) / 1e9);
         if (!rc && !(q->m = qwen35_create(&c, seed)))
             rc = dllm_err_set(err, DLLM_EXIT_INPUT, "model.preset %s: cannot be made", preset);
     }
@@ -132,11 +138,6 @@ static int q35_check(void *impl, const dllm_precision *p, int lora_rank, dllm_er
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "model.trainer_precision bf16: a Qwen3.5 model trains in fp32 "
                             "(docs/QWEN35.md)");
-    if (p->rollout != DLLM_ROLLOUT_TRAINER && p->rollout != DLLM_ROLLOUT_BF16)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "--precision %s (rollout.precision): a Qwen3.5 model's rollout copy "
-                            "is the trainer or bf16 so far (docs/QWEN35.md)",
-                            dllm_rollout_name(p->rollout));
     if (lora_rank > 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "model.lora.rank %d: a Qwen3.5 model trains every weight (no LoRA "
@@ -185,9 +186,8 @@ static double q35_optim_step(void *impl, const dllm_adamw_args *a)
 
 static int q35_sync(void *impl, const dllm_precision *p, dllm_err *err)
 {
-    (void)err;
     q35 *q = impl;
-    if (p->rollout != DLLM_ROLLOUT_BF16) {
+    if (p->rollout == DLLM_ROLLOUT_TRAINER) {
         qwen35_free(q->r);
         q->r = NULL;
         return 0;
@@ -196,8 +196,11 @@ static int q35_sync(void *impl, const dllm_precision *p, dllm_err *err)
         q->r = qwen35_clone(q->m);
     else
         qwen35_copy_weights(q->r, q->m);
-    qwen35_round_bf16(q->r);
-    return 0;
+    if (p->rollout == DLLM_ROLLOUT_BF16) {
+        qwen35_round_bf16(q->r);
+        return 0;
+    }
+    return qwen35_quantise(q->r, p, err);
 }
 
 /* The AR sampler's decoder over one cache per row: each extend appends a row's real
@@ -275,3 +278,22 @@ const dllm_model_ops qwen35_model_ops = {
     .backward = q35_backward, .state = q35_state, .grads = q35_grads,
     .optim_step = q35_optim_step, .sync = q35_sync, .rollout = q35_rollout, .save = q35_save,
 };
+
+int qwen35_config_for(const dllm_model_config *mc, const char *dir, qwen35_config *qc,
+                      dllm_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir ? dir : "");
+    FILE *f = dir && *dir ? fopen(path, "r") : NULL;
+    if (f) {
+        fclose(f);
+        return qwen35_config_read(path, qc, err);
+    }
+    const char *p = preset_of(mc);
+    if (!p)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "model: a Qwen3.5 model of these sizes (hidden %d, %d layers) is no "
+                            "preset (%s): give model.path", mc->d_model, mc->n_layers,
+                            QWEN35_PRESETS);
+    return qwen35_preset(p, qc, err);
+}

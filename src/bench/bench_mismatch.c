@@ -23,6 +23,7 @@
  *    ESS / N of the sequence weights w and of the per-token geometric means
  *    w^(1/L), and of the per-token weights e^d over every scored token --
  *    whether the weights stay usable at this gen length. */
+#include "dllm/arch.h"
 #include "dllm/lik_plan.h"
 #include "dllm/policy_infer.h"
 #include "dllm/sampler.h"
@@ -267,8 +268,10 @@ int bench_mismatch(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
-    if (strcmp(arch, "llada") && strcmp(arch, "qwen3") && strcmp(arch, "dream")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada, qwen3 or dream", arch);
+    if (!dllm_arch_by_name(arch)) {
+        char names[256];
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected %s", arch,
+                     dllm_arch_list(names, sizeof names));
         return cli_fail("bench mismatch", &err);
     }
     if (strcmp(fmt, "e4m3") && strcmp(fmt, "e5m2")) {
@@ -330,9 +333,9 @@ int bench_mismatch(int argc, char **argv)
                model_dir ? model_dir : (preset ? preset : "tiny"), N,
                prompt_file ? prompt_file : "random", P, G, blk, steps, temp, seed, fmt, scaling);
     else
-        printf("bench mismatch: %s%s (autoregressive, KV-cache decoding), %d %s prompts of %ld "
+        printf("bench mismatch: %s%s%s (autoregressive, KV-cache decoding), %d %s prompts of %ld "
                "tokens, gen-length %ld, temperature %g, seed %ld; FP8 %s %s\n",
-               model_dir ? "model " : "qwen3 preset ",
+               model_dir ? "model " : arch, model_dir ? "" : " preset ",
                model_dir ? model_dir : (preset ? preset : "tiny"), N,
                prompt_file ? prompt_file : "random", P, G, temp, seed, fmt, scaling);
 

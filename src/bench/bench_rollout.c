@@ -144,8 +144,10 @@ int bench_rollout(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
-    if (strcmp(arch, "llada") && strcmp(arch, "qwen3") && strcmp(arch, "dream")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected llada, qwen3 or dream", arch);
+    if (!dllm_arch_by_name(arch)) {
+        char names[256];
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--arch %s: expected %s", arch,
+                     dllm_arch_list(names, sizeof names));
         return cli_fail("bench rollout", &err);
     }
     dllm_backend *dev_be = NULL;
@@ -231,9 +233,9 @@ int bench_rollout(int argc, char **argv)
                mc.d_model, mc.n_layers, B, P, G, blk, steps, temp, dllm_cache_name(cache),
                threshold, iters, warmup, cpu_clock ? "; CPU time" : "");
     else
-        printf("bench rollout: qwen3 %s (d_model %d, %d layers), %s decoding, batch %ld, "
+        printf("bench rollout: %s %s (d_model %d, %d layers), %s decoding, batch %ld, "
                "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "
-               "warm-up%s\n", what, mc.d_model, mc.n_layers,
+               "warm-up%s\n", dllm_arch_get(mc.arch)->name, what, mc.d_model, mc.n_layers,
                dev_be ? "device KV-cache" : "KV-cache", B, P, G, temp, top_p, iters, warmup,
                cpu_clock ? "; CPU time" : "");
     if (dev_be)

@@ -5,6 +5,7 @@
 #include "src/cli/cli_util.h"
 #include "src/plan/mem_plan.h"
 #include "src/plan/mem_plan_device.h"
+#include "dllm/policy_model.h"
 #include "src/plan/plan_time.h"
 
 #include "dllm/arch.h"
@@ -366,6 +367,14 @@ int cmd_plan(int argc, char **argv)
     char model[CFG_STR_MAX + 128];
     if (mem_plan_model(&cfg, a.preset, &mc, model, sizeof model, &err))
         return cli_fail("plan", &err);
+    if (!dllm_arch_in_core(dllm_arch_get(mc.arch)) && (!cpu || a.time || a.phase)) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT,
+                     "%s: a %s model runs on the host only so far (no device kernels for its "
+                     "layers, docs/QWEN35.md): plan it with --device cpu",
+                     a.time ? "--time" : a.phase ? "--phase" : a.device ? "--device cuda" : "device cuda",
+                     dllm_arch_get(mc.arch)->name);
+        return cli_fail("plan", &err);
+    }
     if (!a.recompute_given) { /* the run's train.recompute (checked at load) */
         int k = 0;
         dllm_cfg_recompute_every(cfg.train.recompute, &k);
@@ -395,7 +404,15 @@ int cmd_plan(int argc, char **argv)
         return plan_device_now(&a, &cfg, &mc, model, &err) ? cli_fail("plan", &err) : 0;
     }
     mem_plan *p = dllm_malloc(sizeof *p);
-    if (cpu ? mem_plan_build_cpu(p, &mc, &cfg, &a.o, &err) : mem_plan_build(p, &mc, &cfg, &a.o, &err)) {
+    qwen35_config qc;
+    if (!dllm_arch_in_core(dllm_arch_get(mc.arch)) &&
+        (qwen35_config_for(&mc, cfg.model.path, &qc, &err) ||
+         mem_plan_build_qwen35(p, &mc, &qc, &cfg, &a.o, &err))) {
+        free(p);
+        return cli_fail("plan", &err);
+    } else if (dllm_arch_in_core(dllm_arch_get(mc.arch)) &&
+               (cpu ? mem_plan_build_cpu(p, &mc, &cfg, &a.o, &err)
+                    : mem_plan_build(p, &mc, &cfg, &a.o, &err))) {
         free(p);
         return cli_fail("plan", &err);
     }

@@ -597,6 +597,88 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
     return DLLM_OK;
 }
 
+int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35_config *q,
+                          const dllm_cfg *cfg, const mem_plan_opts *o, dllm_err *err)
+{
+    mem_plan_opts oc = *o;
+    oc.cap = 0;
+    oc.recompute = MEM_RECOMPUTE_NONE; /* the model keeps each layer's input (below) */
+    int rc = mem_plan_build(p, mc, cfg, &oc, err); /* the shapes and the option checks */
+    if (rc)
+        return rc;
+    p->cpu = true;
+    p->n_items = 0;
+    int nlin = 0, nfull = 0;
+    for (int l = 0; l < q->L; l++)
+        nlin += q->kind[l] == QWEN35_LINEAR, nfull += q->kind[l] == QWEN35_FULL;
+    const int64_t C = q->C, V = q->V, L = q->L, T = p->T, G = cfg->rollout.gen_length;
+    const int64_t D = 2 * (int64_t)q->Hk * q->Dk + (int64_t)q->Hv * q->Dv;
+    const int64_t KV = (int64_t)q->NKV * q->HD, Sr = p->rollout_seqs;
+    const int64_t P = qwen35_num_params(q);
+    p->n_params = P;
+    p->n_lora = 0;
+    snprintf(p->symbols, sizeof p->symbols,
+             "C %lld, L %lld (Llin %d Gated DeltaNet, Lfull %d full), K %d, NH %d, V %lld, "
+             "D %lld (conv channels), "
+             "S %lld (Hv Dk Dv, a linear layer's state), KV %lld (NKV HD), T %lld, G %lld, "
+             "Sr %lld, Ml %d, Mu %d, P %lld (Plin: the quantised projections')",
+             (long long)C, (long long)L, nlin, nfull, q->K, q->NH, (long long)V, (long long)D,
+             (long long)q->Hv * q->Dk * q->Dv, (long long)KV, (long long)T, (long long)G,
+             (long long)Sr, p->mb_lik, p->mb_upd, (long long)P);
+    add(p, MEM_RESIDENT, "weights (fp32)", 4 * P, "", "4 P");
+    add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, "", "4 P");
+    add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * P, "", "8 P");
+    if (cfg->grpo.loss.beta > 0)
+        add(p, MEM_RESIDENT, "KL reference (fp32)", 4 * P, "", "4 P");
+    /* the rollout copy is a copy of the model (its projections rounded to bf16, or kept
+     * fp32 beside their quantised matrices) */
+    if (cfg->rollout.precision != CFG_ROLLOUT_TRAINER)
+        add(p, MEM_RESIDENT, "rollout copy (fp32 storage)", 4 * P, "rollout.precision", "4 P");
+    int64_t Plin = 0;
+    for (int l = 0; l < q->L; l++)
+        Plin += q->kind[l] == QWEN35_LINEAR ? (D + (int64_t)q->Hv * q->Dv * 2) * C
+                                            : (2 * (int64_t)q->NH * q->HD * 2 + 2 * KV) * C;
+    Plin += 3 * (int64_t)q->H * C * L;
+    p->n_lin = Plin;
+    const int rp = cfg->rollout.precision;
+    if (rp == CFG_ROLLOUT_FP8 || rp == CFG_ROLLOUT_FP8_EXACT || rp == CFG_ROLLOUT_INT8 ||
+        rp == CFG_ROLLOUT_NVFP4) {
+        add(p, MEM_RESIDENT, "quantised projections: codes", Plin, "rollout.precision",
+            "1 Plin");
+        /* fp32 scales: at most one per 16 weights (nvfp4's blocks), far fewer otherwise */
+        add(p, MEM_RESIDENT, "quantised projections: scales (at most)", 4 * ceil_div(Plin, 16),
+            "rollout.precision", "4 Plin / 16");
+        if (rp == CFG_ROLLOUT_FP8_EXACT || rp == CFG_ROLLOUT_NVFP4 ||
+            (rp == CFG_ROLLOUT_FP8 && strcmp(fp8_fast_path(), "bf16-dot")))
+            add(p, MEM_RESIDENT, "quantised projections: dequantised cache (fp32)", 4 * Plin,
+                "rollout.precision", "4 Plin");
+        else if (rp == CFG_ROLLOUT_FP8)
+            add(p, MEM_RESIDENT, "quantised projections: codes as bf16", 2 * Plin,
+                "rollout.precision", "2 Plin");
+    }
+    /* decoding: per sequence, per linear layer the conv inputs and the recurrent state,
+     * per full layer K and V of every position */
+    add(p, MEM_ROLLOUT, "linear layers: conv state (fp32)",
+        4 * Sr * nlin * (int64_t)(q->K - 1) * D, "--rollout-batch", "4 Sr Llin (K-1) D");
+    add(p, MEM_ROLLOUT, "linear layers: recurrent state (fp32)",
+        4 * Sr * nlin * (int64_t)q->Hv * q->Dk * q->Dv, "--rollout-batch", "4 Sr Llin S");
+    add(p, MEM_ROLLOUT, "full layers: KV cache (fp32)", 8 * Sr * nfull * T * KV,
+        "--rollout-batch", "8 Sr Lfull T KV");
+    add(p, MEM_ROLLOUT, "last logits per sequence (fp32)", 4 * Sr * V, "--rollout-batch",
+        "4 Sr V");
+    /* the kept forward: each row's layer inputs; the backward recomputes one layer */
+    add(p, MEM_RESIDENT, "kept layer inputs (fp32)", 4 * (int64_t)p->mb_upd * (L + 1) * T * C,
+        "--micro-batch", "4 Mu (L+1) T C");
+    add(p, MEM_UPDATE, "full layer backward: probabilities (fp32)",
+        4 * (int64_t)q->NH * T * T, "", "4 NH T T");
+    add(p, MEM_LIKELIHOOD, "logits of the scored rows (fp32)", 4 * (int64_t)p->mb_lik * G * V,
+        "--micro-batch", "4 Ml G V");
+    add(p, MEM_UPDATE, "logits, then their gradient (fp32)", 4 * (int64_t)p->mb_upd * G * V,
+        "--micro-batch", "4 Mu G V");
+    finish(p);
+    return DLLM_OK;
+}
+
 /* ---- output -------------------------------------------------------------------------- */
 
 static const char *recompute_name(const mem_plan_opts *o, char *buf, size_t n)

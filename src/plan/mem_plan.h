@@ -11,6 +11,7 @@
 #define DLLM_MEM_PLAN_H
 
 #include "dllm/model_config.h"
+#include "dllm/qwen35.h"
 #include "src/config/yaml_config.h"
 
 #include <stdio.h>
@@ -119,5 +120,12 @@ int mem_plan_suggest(const dllm_model_config *mc, const dllm_cfg *cfg, const mem
  * when one exists, the single change that fits. Silent when it fits. */
 int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan_opts *o,
                        FILE *f, dllm_err *err);
+
+/* Qwen3.5 (its own model behind the policy, on the host): its weights, gradients, AdamW
+ * moments and rollout copy; decoding's per-sequence state -- the conv inputs and the
+ * recurrent state of every Gated DeltaNet layer, K and V of every full-attention one --
+ * the kept layer inputs and the logits. q: its layer kinds and Gated DeltaNet sizes. */
+int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35_config *q,
+                          const dllm_cfg *cfg, const mem_plan_opts *o, dllm_err *err);
 
 #endif
