@@ -21,8 +21,9 @@
  * recurrent state [Hv, Dk, Dv]; per full layer, K (after k_norm and RoPE) and V.
  * An extend of T > 1 tokens runs the chunked rule, one token the recurrent one --
  * as the published implementation does. Everything in fp32 on the host (decoding
- * may use the bf16 copy, qwen35_round_bf16); one sequence at a time. Not yet a descriptor of the shared transformer core
- * (dllm/arch.h): docs/QWEN35.md says what runs. */
+ * may use a bf16 or quantised copy); a batch one row at a time. The registry's qwen3.5
+ * descriptor runs this model behind the policy (dllm/qwen35_policy.c), not through the
+ * transformer core: docs/QWEN35.md. */
 #ifndef DLLM_QWEN35_H
 #define DLLM_QWEN35_H
 
