@@ -890,9 +890,14 @@ int cmd_sft(int argc, char **argv)
     }
     if (!opt.quiet)
         printf("done: %s/ckpt/latest\n", run.run_dir);
-    if (!opt.quiet && valid.best_step > 0)
-        printf("best: %s/ckpt/step-%d, validation accuracy %.4f%s\n", run.run_dir, valid.best_step,
-               valid.best_acc, cfg.sft.keep_best ? " (ckpt/best)" : "");
+    if (!opt.quiet && valid.best_step > 0) {
+        if (cfg.sft.keep_best)
+            printf("best: %s/ckpt/best (step %d), validation accuracy %.4f\n", run.run_dir,
+                   valid.best_step, valid.best_acc);
+        else
+            printf("best: validation accuracy %.4f at step %d (sft.keep_best keeps its "
+                   "checkpoint)\n", valid.best_acc, valid.best_step);
+    }
 done:
     if (logf)
         fclose(logf);
