@@ -18,7 +18,11 @@
  * Work split: a query (or key) row is owned by TPR consecutive threads, each holding
  * D = HDP/TPR of its dims interleaved (dim i*TPR + p), so shared-memory reads by the TPR
  * threads fall in different banks; partial dot products are summed by xor shuffles.
- * HDP is HD rounded up to a power of two (16..256); padded dims are zero. */
+ * HDP is HD rounded up to a power of two (16..256); padded dims are zero.
+ * These fp32 kernels are the reference; the entries below run the tensor-core kernels of
+ * attention_tc.cu instead where dllm_cuda_attention_tc (kernels/attention_path.h) says so. */
+#include "kernels/attention_path.h"
+#include "kernels/cuda/attention_tc.cuh"
 #include "kernels/cuda/common.cuh"
 
 template <int HDP> struct AttCfg {
@@ -348,6 +352,10 @@ extern "C" void dllm_cuda_attention_fwd(float *out, float *lse, const float *q, 
 {
     check_shape(B, T, NH, NKV, HD);
     cudaStream_t st = as_stream(s);
+    if (dllm_cuda_attention_tc(HD)) {
+        attention_tc_fwd(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st);
+        return;
+    }
     switch (padded_hd(HD)) {
     case 16: fwd_launch<16>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
     case 32: fwd_launch<32>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
@@ -379,6 +387,11 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
     unsigned dot_blocks = (unsigned)((rows * 32 + 255) / 256); /* a warp per row */
     DLLM_LAUNCH(attention_bwd_dot_kernel, dot_blocks, 256, 0, st)(Dd, dout, out, B, T, NH, HD);
     cudaLaunchCheck();
+    if (dllm_cuda_attention_tc(HD)) {
+        attention_tc_bwd(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal,
+                         st);
+        return;
+    }
     switch (padded_hd(HD)) {
     case 16: bwd_launch<16>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
     case 32: bwd_launch<32>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;

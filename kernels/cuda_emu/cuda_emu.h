@@ -36,6 +36,7 @@
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 {
     unsigned x, y, z;
@@ -49,12 +50,16 @@ namespace dllm_emu {
 extern uint3 g_thread_idx, g_block_idx;
 extern dim3 g_block_dim, g_grid_dim;
 void syncthreads(const char *file, int line);
-/* Warp collective: deposits size bytes of *val for this lane, waits until every lane of
- * mask has arrived, then copies the 32 lanes' values (32 * size bytes) into all. */
+/* Warp collective: deposits size bytes (at most WARP_SLOT_BYTES) of *val for this lane,
+ * waits until every lane of mask has arrived, then copies the 32 lanes' values (32 * size
+ * bytes) into all. */
+enum { WARP_SLOT_BYTES = 32 };
 void warp_exchange(unsigned mask, const void *val, size_t size, void *all, const char *what);
 unsigned lane_id(void);
 void *dynamic_smem(void);
 void device_trap(const char *file, int line);
+/* A warp matrix operation used against its documented rules: fails the launch. */
+void warp_matrix_fail(const char *what, const char *why);
 } // namespace dllm_emu
 
 #define threadIdx (::dllm_emu::g_thread_idx)

@@ -54,7 +54,7 @@ struct warp_state {
     unsigned mask, arrived;
     size_t size;
     const char *what;
-    unsigned char slot[32][8];
+    unsigned char slot[32][WARP_SLOT_BYTES];
 };
 
 enum { MAX_THREADS = 1024 };
@@ -328,6 +328,10 @@ void warp_exchange(unsigned mask, const void *val, size_t size, void *all, const
     fiber *f = g_cur;
     unsigned lane = f->linear & 31u, w = f->linear / 32;
     warp_state &W = g_warp[w];
+    if (size > WARP_SLOT_BYTES) {
+        block_fail("%s: %zu bytes per lane, the exchange holds %d", what, size, WARP_SLOT_BYTES);
+        thread_fail();
+    }
     if (!((mask >> lane) & 1u)) {
         block_fail("%s: thread %u (lane %u) calls with mask 0x%08x, which leaves it out", what,
                    f->linear, lane, mask);
@@ -363,6 +367,12 @@ void warp_exchange(unsigned mask, const void *val, size_t size, void *all, const
 }
 
 void *dynamic_smem(void) { return g_dyn_smem.empty() ? NULL : g_dyn_smem.data(); }
+
+void warp_matrix_fail(const char *what, const char *why)
+{
+    block_fail("%s in thread %u: %s", what, g_cur->linear, why);
+    thread_fail();
+}
 
 void device_trap(const char *file, int line)
 {

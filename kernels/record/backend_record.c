@@ -10,6 +10,7 @@
  * tests/unit/test_record.c runs both under the CUDA emulation and compares them call by call. */
 #include "kernels/record/record.h"
 
+#include "kernels/attention_path.h"
 #include "kernels/base.h"
 
 #include <math.h>
@@ -537,12 +538,16 @@ static double att_pairs(int T, bool causal)
     return causal ? (double)T * (T + 1) / 2 : (double)T * T;
 }
 
-/* The flash-style fp32 kernels of kernels/cuda/attention.cu: fp32 tiles on CUDA cores. */
+/* The flash-style attention kernels: BF16 tensor cores (kernels/cuda/attention_tc.cu) where
+ * the CUDA backend runs them (kernels/attention_path.h: head dims up to 128 unless
+ * DLLM_CUDA_ATTENTION=fp32), else the fp32 tiles on CUDA cores of attention.cu. The same
+ * launches and the same fp32 tensors read and written either way. */
 static void att_kernel(recorder *r, const char *what, double mm, int B, int T, int NH, int NKV,
                        int HD, bool causal, double rd, double wr)
 {
     double pairs = (double)B * NH * att_pairs(T, causal);
-    rec_event *e = emit(r, REC_KERNEL, REC_UNIT_FP32_CORE, what, mm * 2 * pairs * HD, rd, wr,
+    rec_unit unit = dllm_cuda_attention_tc(HD) ? REC_UNIT_BF16_TC : REC_UNIT_FP32_CORE;
+    rec_event *e = emit(r, REC_KERNEL, unit, what, mm * 2 * pairs * HD, rd, wr,
                         "B=%d T=%d NH=%d NKV=%d HD=%d%s", B, T, NH, NKV, HD,
                         causal ? " causal" : "");
     e->dense = true;

@@ -7,8 +7,8 @@
  *     CUDA backend's own table);
  *   - the roofline of hand-made events against the documented constants;
  *   - LLaDA-8B at the d1 recipe's shapes (96 x (200 + 256) tokens, FP8 rollout, LoRA 128)
- *     recorded on a shape-only model: the rollout step's FP8 GEMM and attention FLOPs equal
- *     their closed forms, one weight-scale copy per 128-row block of every FP8 GEMM, one
+ *     recorded on a shape-only model: the rollout step's FP8 GEMM and (BF16 tensor-core)
+ *     attention FLOPs equal their closed forms, one weight-scale copy per 128-row block of every FP8 GEMM, one
  *     host sync, in seconds and without the model's host memory;
  *   - under the CUDA emulation, tiny models at each precision (fp32 and bf16 trainers,
  *     bf16, block- and tensor-scaled FP8 rollouts, with and without LoRA and
@@ -153,12 +153,13 @@ START_TEST(test_llada8b_closed_forms)
     const double QD = (double)mc.n_heads * mc.head_dim, KD = (double)mc.n_kv_heads * mc.head_dim;
     const double lin = C * QD + 2 * C * KD + QD * C + 3 * C * H;
     near(ro->flops_by_unit[REC_UNIT_FP8_TC], 2 * N * L * lin);
-    /* bidirectional attention: QK^T and PV over 456 x 456 pairs per head */
-    near(ro->flops_by_unit[REC_UNIT_FP32_CORE], 4.0 * 96 * mc.n_heads * 456.0 * 456 *
-                                                    mc.head_dim * L);
+    /* bidirectional attention on BF16 tensor cores (head dim 128): QK^T and PV over
+     * 456 x 456 pairs per head; nothing left on fp32 CUDA cores */
+    const double att = 4.0 * 96 * mc.n_heads * 456.0 * 456 * mc.head_dim * L;
+    ck_assert(ro->flops_by_unit[REC_UNIT_FP32_CORE] == 0);
     /* the head over the mean masked rows of a 32-token block in 16 steps (32 .. 2): 17 */
     ck_assert_int_eq(ro->rows, 96 * 17);
-    near(ro->flops_by_unit[REC_UNIT_BF16_TC], 2.0 * 96 * 17 * C * mc.embedding_size);
+    near(ro->flops_by_unit[REC_UNIT_BF16_TC], att + 2.0 * 96 * 17 * C * mc.embedding_size);
     /* weight-scale copies: one per 128-row block of each FP8 GEMM's output */
     const double blocks = L * (ceil(QD / 128) + 2 * ceil(KD / 128) + ceil(C / 128) +
                                2 * ceil(H / 128) + ceil(C / 128));

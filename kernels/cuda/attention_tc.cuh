@@ -1,0 +1,18 @@
+/* attention_tc.cuh: the tensor-core attention kernels (attention_tc.cu), launched by the
+ * entries of attention.cu when dllm_cuda_attention_tc(HD) says so (HD <= 128). Same
+ * arguments and launches as the fp32 kernels there: the forward is one kernel; the
+ * backward's dq and dk/dv kernels take the row dots D [B,NH,T] already computed. */
+#ifndef DLLM_CUDA_ATTENTION_TC_CUH
+#define DLLM_CUDA_ATTENTION_TC_CUH
+
+#include "kernels/cuda/common.cuh"
+
+void attention_tc_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                      const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,
+                      cudaStream_t st);
+void attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout, const float *lse,
+                      const float *Dd, const float *q, const float *k, const float *v,
+                      const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,
+                      cudaStream_t st);
+
+#endif
