@@ -18,9 +18,9 @@
  *
  * mma_sync(d, a, b, c): d = a b + c with each bf16 product exact in fp32 and the sixteen
  * products of an element added to c in k order in fp32 (round to nearest). The tensor
- * core's order and internal precision of that sum are not documented; this is one fp32
- * summation, so tests compare against fp32 references with bf16 tolerances, never
- * bit for bit. */
+ * core's order and internal precision of that sum are not documented (PROBE 14,
+ * PROBES.md); this is one fp32 summation, so tests compare against fp32 references with
+ * bf16 tolerances, never bit for bit. */
 #ifndef DLLM_WMMA_EMU_H
 #define DLLM_WMMA_EMU_H
 

@@ -3,6 +3,9 @@
  * (LoRA on, its B matrices random, so the adapters matter):
  *   - the trainer view at fp32: nograd and rollout-"trainer" logits within 1e-4
  *     (max abs; fp32 sums in another order), a left-padded row and a subset of rows;
+ *     with attention on tensor cores (bf16 operands; the default of device runs) within
+ *     5e-3 max abs and a normalised MSE of 3e-5; every other check runs the fp32
+ *     attention kernels (DLLM_CUDA_ATTENTION=fp32, the reference);
  *     the device interface (dllm/device_logits.h: layers once, head in row chunks into
  *     device memory) gives the same logits;
  *   - a bf16 trainer with a bf16 rollout copy: within a normalised MSE of 1e-4 of the
@@ -183,6 +186,42 @@ START_TEST(test_fp32_trainer)
     be->ops->free(be, d_lg);
     free(cpu), free(dev), free(cpu_all), free(dev_all);
     dllm_tf_free(m);
+}
+END_TEST
+
+/* Attention on tensor cores (bf16 operands, fp32 statistics), as device rollouts and
+ * scoring run by default: the trainer view's nograd and rollout logits within 5e-3 max abs
+ * and a normalised MSE of 3e-5 of the CPU's fp32 (measured at most 1.6e-3 and 5.6e-6; the
+ * other tests run the fp32 attention kernels, DLLM_CUDA_ATTENTION=fp32). */
+START_TEST(test_tc_attention_logits)
+{
+    dllm_backend *be = cuda_or_skip();
+    setenv("DLLM_CUDA_ATTENTION", "tc", 1);
+    dllm_tf *m = tiny(_i);
+    int V = dllm_tf_config(m)->embedding_size;
+    int32_t tok[B * T], rows[NROWS];
+    uint8_t mask[B * T];
+    inputs(m, tok, mask, rows);
+    size_t nl = (size_t)NROWS * V, na = (size_t)B * T * V;
+    float *cpu = malloc(nl * 4), *dev = malloc(nl * 4), *cpu_all = malloc(na * 4);
+    float *dev_all = malloc(na * 4);
+    ck_assert_int_eq(dllm_tf_forward_nograd(m, tok, mask, B, T, rows, NROWS, cpu), 0);
+    ck_assert_int_eq(dllm_tf_forward_nograd(m, tok, mask, B, T, NULL, 0, cpu_all), 0);
+    dllm_err err;
+    ck_assert_int_eq(dllm_tf_to_device(m, be, &err), 0);
+    ck_assert_int_eq(dllm_tf_forward_nograd(m, tok, mask, B, T, rows, NROWS, dev), 0);
+    ck_assert_int_eq(dllm_tf_forward_rollout(m, tok, mask, B, T, NULL, 0, dev_all), 0);
+    double mx = max_abs(dev, cpu, nl), mxa = max_abs(dev_all, cpu_all, na);
+    double e = nmse(dev, cpu, nl), ea = nmse(dev_all, cpu_all, na);
+    printf("%s tensor-core attention: nograd max abs %.2e nmse %.2e, rollout max abs %.2e "
+           "nmse %.2e\n", ARCHS[_i], mx, e, mxa, ea);
+    ck_assert_msg(mx <= 5e-3 && e <= 3e-5, "%s nograd: max abs %g, nmse %g", ARCHS[_i], mx, e);
+    ck_assert_msg(mxa <= 5e-3 && ea <= 3e-5, "%s rollout: max abs %g, nmse %g", ARCHS[_i], mxa,
+                  ea);
+    ck_assert_double_gt(mxa, 0); /* the bf16 path ran, not the fp32 one */
+    free(cpu), free(dev), free(cpu_all), free(dev_all);
+    dllm_tf_free(m);
+    setenv("DLLM_CUDA_ATTENTION", "fp32", 1);
 }
 END_TEST
 
@@ -557,12 +596,17 @@ Suite *tu_suite(tu_ctx *ctx)
     for (int k = 0; cli && k < 3; k++)
         if (!tu_tiny_model(ARCHS[k], ARCHS[k]))
             return tu_abort(ctx, "init-model failed");
+    /* the parities below are fp32's (1e-4, equal greedy ids): attention on the fp32
+     * kernels, except in test_tc_attention_logits, which states bf16's bounds; the CLI
+     * runs inherit it */
+    setenv("DLLM_CUDA_ATTENTION", "fp32", 1);
     Suite *s = suite_create("device_model");
     TCase *tc = tcase_create("device");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_target_logp, 0, have ? 6 : 3);
     if (have) {
         tcase_add_loop_test(tc, test_fp32_trainer, 0, 3);
+        tcase_add_loop_test(tc, test_tc_attention_logits, 0, 3);
         tcase_add_loop_test(tc, test_low_precision, 0, 9);
         tcase_add_test(tc, test_nvfp4_refused);
         tcase_add_test(tc, test_int8_refused);
