@@ -237,6 +237,7 @@ void dllm_tf_free(dllm_tf *m)
 {
     if (!m)
         return;
+    tf_moments_free(m);
     tf_device_free(m);
     tf_acts_free(&m->a);
     tf_acts_free(&m->ra);
@@ -249,8 +250,6 @@ void dllm_tf_free(dllm_tf *m)
     else
         free(m->params);
     free(m->grads);
-    free(m->adam_m);
-    free(m->adam_v);
     free(m->lw);
     free(m->lg);
     free(m->plist);
@@ -313,9 +312,7 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
     mask &= LORA_ALL;
     free(m->grads); /* frozen under LoRA; reallocated on demand without it */
     m->grads = NULL;
-    free(m->adam_m); /* the trainable vector changes: its moments start again */
-    free(m->adam_v);
-    m->adam_m = m->adam_v = NULL;
+    tf_moments_free(m); /* the trainable vector changes: its moments start again */
     set_base_grads(m, NULL);
     if (rank <= 0 || mask == 0)
         return;
@@ -401,23 +398,41 @@ float *dllm_tf_grads(dllm_tf *m)
 
 /* ---- the optimizer ------------------------------------------------------------------ */
 
+void tf_moments_free(dllm_tf *m)
+{
+    if (m->adam_m) {
+        m->adam_be->ops->free(m->adam_be, m->adam_m);
+        m->adam_be->ops->free(m->adam_be, m->adam_v);
+    }
+    m->adam_m = m->adam_v = NULL;
+    m->adam_be = NULL;
+}
+
+void tf_moments(dllm_tf *m, dllm_backend *be, size_t n)
+{
+    if (m->adam_m && m->adam_be == be)
+        return;
+    tf_moments_free(m);
+    m->adam_be = be;
+    m->adam_m = be->ops->alloc(be, n * sizeof(float)); /* zero on every backend */
+    m->adam_v = be->ops->alloc(be, n * sizeof(float));
+}
+
 /* The state one step updates: the device's where the model trains there, else the
  * host's (the CPU backend's memory). With `step` the trainable vector and the moments
  * (made on first use) too; without, only the gradients (handing out the host's
  * trainable vector would mark a device's trainer view for a rebuild). */
 static void update_state(dllm_tf *m, tf_update *u, bool step)
 {
-    if (tf_device_update(m, u, step))
-        return;
-    *u = (tf_update){.be = dllm_backend_cpu(), .g = dllm_tf_grads(m)};
-    u->n = m->lora_rank ? m->n_lora : m->n_params;
+    if (!tf_device_update(m, u, step)) {
+        *u = (tf_update){.be = dllm_backend_cpu(), .g = dllm_tf_grads(m)};
+        u->n = m->lora_rank ? m->n_lora : m->n_params;
+        if (step)
+            u->p = dllm_tf_trainable(m, &u->n);
+    }
     if (!step)
         return;
-    u->p = dllm_tf_trainable(m, &u->n);
-    if (!m->adam_m) {
-        m->adam_m = dllm_calloc(u->n, sizeof(float));
-        m->adam_v = dllm_calloc(u->n, sizeof(float));
-    }
+    tf_moments(m, u->be, u->n);
     u->m = m->adam_m;
     u->v = m->adam_v;
 }

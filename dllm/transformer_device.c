@@ -251,7 +251,8 @@ void tf_device_follow(dllm_tf *m)
     if (!d || m->master != TF_MASTER_HOST)
         return;
     m->master = TF_MASTER_EITHER;
-    d->ka.kept = TF_KEPT_NONE; /* kept for the old values */
+    if (d->train) /* the kept forward ran here, on the old values */
+        m->a.kept = TF_KEPT_NONE;
     if (m->lora_rank && d->tv.be && d->n_lora == m->n_lora)
         lora_upload(m);
     else
@@ -303,7 +304,7 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         d->tv.be = NULL; /* rebuilt into its buffers by the next forward that reads it */
     }
     if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
-        tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1], &d->ka};
+        tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
         for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
             tf_acts_free(acts[i]);
         d->xl[0] = d->xl[1] = NULL;
@@ -363,7 +364,7 @@ void tf_device_free(dllm_tf *m)
     tf_device_train_free(m);
     dview_free(m, &d->tv);
     dview_free(m, &d->rv);
-    tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1], &d->ka};
+    tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
         tf_acts_free(acts[i]);
     dfree(d, d->rope.cos);
@@ -456,8 +457,7 @@ static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
 int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                            int T, const int32_t *rows, int R, float *logits)
 {
-    tf_device *d = m->dev;
-    tf_acts *a = &d->ka;
+    tf_acts *a = &m->a;
     a->kept = TF_KEPT_NONE;
     const tf_view *v = tf_device_view(m, false);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
@@ -476,7 +476,7 @@ int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *key
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    tf_acts *a = &d->ka;
+    tf_acts *a = &m->a;
     a->kept = TF_KEPT_NONE;
     const tf_view *v = tf_device_view(m, false);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);

@@ -25,7 +25,9 @@ struct tf_device {
     tf_lora *ad;             // (L, NLIN) A/B pointing into lora, or NULL
     float *lora;             // (n_lora) device copy of the LoRA parameters
     size_t n_lora;
-    tf_acts a, ra, la[2];    /* nograd, rollout, device_logits (trainer, rollout) */
+    tf_acts a, ra, la[2];    /* nograd, rollout, device_logits (trainer, rollout); the
+                                kept forward's are the model's (m->a, on this device while
+                                it trains here) */
     float *stage;            // (largest linear) device staging, fp32
     float *hstage;           // (largest linear) host: one merged weight
     int32_t *h_tok, *h_pos, *h_rows; // (hcap) host input staging
@@ -39,9 +41,7 @@ struct tf_device {
     dl_ctx dl[2];
     /* training on the device (transformer_device_train.c); off until enabled */
     bool train;
-    tf_acts ka;              /* the kept activations of dllm_tf_forward */
     float *g;                // (n_train) gradients, in the trainable's device layout
-    float *adam_m, *adam_v;  // (n_train) AdamW moments, the same layout
     size_t n_train;
     tf_layer *glw;           // (L) gradient pointers into g (NULL entries: frozen)
     float *g_embed, *g_final_norm, *g_head;
@@ -66,7 +66,7 @@ const tf_view *tf_device_view(dllm_tf *m, bool rollout);
  * read (on, the default) or each linear quantises its input (off): the same logits bit
  * for bit, fewer launches when on. For the test that compares the two. */
 void tf_device_fuse_fp8(dllm_tf *m, bool on);
-/* Frees the training state (gradients, moments, kept activations' scratch). */
+/* Frees the training state (gradients, moments, the kept activations: the host's again). */
 void tf_device_train_free(dllm_tf *m);
 
 

@@ -132,17 +132,22 @@ void tf_device_train_free(dllm_tf *m)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    void *bufs[] = {d->g, d->adam_m, d->adam_v, d->dlog, d->klg, d->ktgt, d->klp, d->klse, d->kg};
+    void *bufs[] = {d->g, d->dlog, d->klg, d->ktgt, d->klp, d->klse, d->kg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
     d->klg = d->klp = d->klse = d->kg = NULL;
     d->ktgt = NULL;
     d->k_cap = 0;
-    d->ka.kept = TF_KEPT_NONE;
+    if (d->train) { /* the kept activations and the moments are the host's again */
+        tf_acts_free(&m->a);
+        m->a.be = NULL;
+        if (m->adam_be == be)
+            tf_moments_free(m);
+    }
     free(d->glw);
     free(d->gad);
-    d->g = d->adam_m = d->adam_v = d->dlog = NULL;
+    d->g = d->dlog = NULL;
     d->glw = NULL, d->gad = NULL;
     d->g_embed = d->g_final_norm = d->g_head = NULL;
     d->n_train = 0, d->dlog_rows = 0;
@@ -175,24 +180,14 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
     }
     size_t bytes = d->n_train * sizeof(float);
     d->g = be->ops->alloc(be, bytes);
-    d->adam_m = be->ops->alloc(be, bytes);
-    d->adam_v = be->ops->alloc(be, bytes);
+    tf_moments(m, be, d->n_train); /* the host's (if any) start again here */
     d->glw = dllm_calloc((size_t)m->L, sizeof *d->glw);
     d->gad = m->lora_rank ? dllm_calloc((size_t)m->L * DLLM_NLIN, sizeof *d->gad) : NULL;
-    tf_acts_free(&d->ka); /* its backward scratch is allocated by the first backward */
-    d->ka.be = be;
+    tf_acts_free(&m->a); /* the kept forward's, in device memory from now on (its backward
+                            scratch is allocated by the first backward) */
+    m->a.be = be;
     d->train = true;
     return 0;
-}
-
-void tf_device_recompute_changed(dllm_tf *m)
-{
-    tf_device *d = m->dev;
-    d->ka.kept = TF_KEPT_NONE;
-    /* fewer slots than before: the set is rebuilt at its new size (more: it grows) */
-    dllm_backend *be = d->ka.be;
-    tf_acts_free(&d->ka);
-    d->ka.be = be;
 }
 
 /* The gradient pointers into g for the current trainer view (its buffers are reused
@@ -225,7 +220,7 @@ static tf_acts *backward_ready(dllm_tf *m)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    tf_acts *a = &d->ka;
+    tf_acts *a = &m->a;
     if (a->kept == TF_KEPT_NONE) {
         fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
         abort();
@@ -265,7 +260,7 @@ void tf_device_backward(dllm_tf *m, const float *dlogits)
 void dllm_tf_device_backward_logp(dllm_tf *m, const float *g)
 {
     tf_device *d = m->dev;
-    if (!d || d->ka.kept != TF_KEPT_LOGITS) {
+    if (!d || m->a.kept != TF_KEPT_LOGITS) {
         fprintf(stderr, "%s backward: no dllm_tf_device_forward_logp to differentiate\n",
                 m->arch->name);
         abort();
@@ -288,8 +283,7 @@ bool tf_device_update(dllm_tf *m, tf_update *u, bool step)
     tf_device *d = m->dev;
     if (step)
         tf_device_view(m, false); /* the trainable copy is current */
-    *u = (tf_update){d->be, step ? dev_trainable(m) : NULL, d->g, d->adam_m, d->adam_v,
-                     d->n_train};
+    *u = (tf_update){d->be, step ? dev_trainable(m) : NULL, d->g, NULL, NULL, d->n_train};
     return true;
 }
 
@@ -308,9 +302,11 @@ static float *state_vector(dllm_tf *m, dllm_tf_state s)
 {
     tf_device *d = m->dev;
     tf_device_view(m, false); /* the layout segments() reads, current */
+    if (s != DLLM_TF_STATE_PARAMS)
+        tf_moments(m, d->be, d->n_train);
     return s == DLLM_TF_STATE_PARAMS ? dev_trainable(m)
-           : s == DLLM_TF_STATE_ADAM_M ? d->adam_m
-                                       : d->adam_v;
+           : s == DLLM_TF_STATE_ADAM_M ? m->adam_m
+                                       : m->adam_v;
 }
 
 void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *host,
@@ -319,6 +315,6 @@ void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, flo
     transfer_range(m, host, state_vector(m, s), off, n, up);
     if (up && s == DLLM_TF_STATE_PARAMS) {
         become_master(m);
-        m->dev->ka.kept = TF_KEPT_NONE; /* kept for the old values */
+        m->a.kept = TF_KEPT_NONE; /* kept for the old values */
     }
 }

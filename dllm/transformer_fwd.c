@@ -157,11 +157,7 @@ int dllm_tf_set_recompute(dllm_tf *m, int every)
     }
     m->recompute = every;
     /* a kept forward's slots follow the setting: rebuilt at the new size */
-    dllm_backend *be = m->a.be;
-    tf_acts_free(&m->a);
-    m->a.be = be;
-    if (m->dev)
-        tf_device_recompute_changed(m);
+    tf_acts_free(&m->a); /* keeps its backend: the host's, or a device's that trains */
     return 0;
 }
 

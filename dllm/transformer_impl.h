@@ -147,13 +147,17 @@ struct dllm_tf {
     float lora_alpha, lora_scale; /* scale = alpha / rank */
     float *lora_params, *lora_grads;
     size_t n_lora;
-    float *adam_m, *adam_v; // (trainable) AdamW moments on the host, made by their first use
+    float *adam_m, *adam_v; // (trainable) AdamW moments in adam_be's memory and the layout of
+                            // the trainable copy it updates, made (zero) by their first use
+    dllm_backend *adam_be;  /* the updating backend they belong to: the host's (the CPU
+                               backend) or the device's (dllm_tf_device_train) */
     tf_lora *ad; // (L, NLIN); A == NULL where not targeted
     dllm_param *llist;
     int nl;
 
     op_rope_table rope;
-    tf_acts a;            /* trainer activations */
+    tf_acts a;            /* trainer activations (the kept forward's), in a.be's memory: the
+                             host's, or the device's while the model trains there */
     dllm_precision prec;  /* last applied by dllm_tf_rollout_sync */
     tf_view tv;           /* trainer: master weights or their bf16 copy */
     tf_view rv;           /* rollout copy (unused under rollout "trainer") */
@@ -206,10 +210,16 @@ typedef struct {
     float *p, *g, *m, *v;
     size_t n;
 } tf_update;
-/* The device's when the model trains there: true; false otherwise (the host's state is
- * the update's). With `step` the trainable copy is made current and p set; without,
- * p is NULL (zeroing or summing the gradients needs only g). */
+/* The device's trainable copy and gradients when the model trains there: true; false
+ * otherwise (the host's are the update's). With `step` the trainable copy is made
+ * current and p set; without, p is NULL (zeroing or summing the gradients needs only g).
+ * The moments are the model's (tf_moments). */
 bool tf_device_update(dllm_tf *m, tf_update *u, bool step);
+/* The AdamW moments (n floats each) in be's memory: made there (zero) when there are
+ * none, or when they belong to another backend (whose are dropped: the updating backend
+ * changed, so they start again as at a LoRA enable). */
+void tf_moments(dllm_tf *m, dllm_backend *be, size_t n);
+void tf_moments_free(dllm_tf *m);
 /* The device's trainable copy was written (optimizer step, checkpoint): it is the
  * master from now on (TF_MASTER_DEVICE). */
 void tf_device_updated(dllm_tf *m);
@@ -222,9 +232,6 @@ void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, flo
  * backward and the optimizer step run there; the kept forward over host inputs (the
  * logits of the rows downloaded); the backward of host dlogits (uploaded). */
 bool tf_device_training(const dllm_tf *m);
-/* dllm_tf_set_recompute changed the kept forward's slots: the device's kept set is
- * rebuilt at its new size by its next forward. */
-void tf_device_recompute_changed(dllm_tf *m);
 int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                            int T, const int32_t *rows, int R, float *logits);
 void tf_device_backward(dllm_tf *m, const float *dlogits);
