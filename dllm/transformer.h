@@ -99,8 +99,8 @@ float *dllm_tf_grad_buffer(dllm_tf *m, size_t *n, dllm_backend **be);
 /* One optimizer step through the backend table (its adamw_step): the gradients' global
  * L2 norm, clipped to a->max_norm when that is > 0, then AdamW of the trainable vector
  * with moments the model keeps (zero before its first step; they start again when the
- * trainable vector changes, a LoRA enable, or the updating backend does). A non-finite
- * norm updates nothing. Returns the norm. On a device the copy there is the master
+ * trainable vector changes, a LoRA enable, and move with the update when it starts or
+ * stops running on a device). A non-finite norm updates nothing. Returns the norm. On a device the copy there is the master
  * afterwards (dllm_tf_device_train). */
 double dllm_tf_optim_step(dllm_tf *m, const dllm_adamw_args *a);
 /* The host's trainable vector where it is the master (NULL where a device's copy is):

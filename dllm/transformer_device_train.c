@@ -128,6 +128,28 @@ bool dllm_tf_device_ahead(const dllm_tf *m)
     return m->dev && m->master == TF_MASTER_DEVICE;
 }
 
+/* The AdamW moments carried between the updating backends (up: the host's onto the
+ * device where the model starts training there; down: the device's home where it stops),
+ * from one trainable layout into the other, so the next step continues the optimizer's
+ * trajectory as if it had not moved. None to carry: nothing happens. */
+static void moments_carry(dllm_tf *m, bool up)
+{
+    tf_device *d = m->dev;
+    dllm_backend *from = up ? dllm_backend_cpu() : d->be, *to = up ? d->be : dllm_backend_cpu();
+    size_t n = m->lora_rank ? m->n_lora : m->n_params;
+    /* the full fine-tune's device layout is the fp32 trainer view's (segments()) */
+    bool mapped = d->n_train == n && (m->lora_rank || (d->tv.buf && !d->tv.b16));
+    if (!m->adam_m || m->adam_be != from || !mapped)
+        return;
+    float *om = m->adam_m, *ov = m->adam_v;
+    m->adam_m = m->adam_v = NULL, m->adam_be = NULL;
+    tf_moments(m, to, n);
+    transfer(m, up ? om : m->adam_m, up ? m->adam_m : om, up);
+    transfer(m, up ? ov : m->adam_v, up ? m->adam_v : ov, up);
+    from->ops->free(from, om);
+    from->ops->free(from, ov);
+}
+
 void tf_device_train_free(dllm_tf *m)
 {
     tf_device *d = m->dev;
@@ -142,7 +164,8 @@ void tf_device_train_free(dllm_tf *m)
     if (d->train) { /* the kept activations and the moments are the host's again */
         tf_acts_free(&m->a);
         m->a.be = NULL;
-        if (m->adam_be == be)
+        moments_carry(m, false);
+        if (m->adam_be == be) /* not carried: the layout changed (a LoRA change) */
             tf_moments_free(m);
     }
     free(d->glw);
@@ -180,7 +203,8 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
     }
     size_t bytes = d->n_train * sizeof(float);
     d->g = be->ops->alloc(be, bytes);
-    tf_moments(m, be, d->n_train); /* the host's (if any) start again here */
+    moments_carry(m, true); /* the host's (if any) continue here */
+    tf_moments(m, be, d->n_train);
     d->glw = dllm_calloc((size_t)m->L, sizeof *d->glw);
     d->gad = m->lora_rank ? dllm_calloc((size_t)m->L * DLLM_NLIN, sizeof *d->gad) : NULL;
     tf_acts_free(&m->a); /* the kept forward's, in device memory from now on (its backward

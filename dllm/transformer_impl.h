@@ -216,8 +216,8 @@ typedef struct {
  * The moments are the model's (tf_moments). */
 bool tf_device_update(dllm_tf *m, tf_update *u, bool step);
 /* The AdamW moments (n floats each) in be's memory: made there (zero) when there are
- * none, or when they belong to another backend (whose are dropped: the updating backend
- * changed, so they start again as at a LoRA enable). */
+ * none, or when they belong to another backend (whose are dropped; the device's training
+ * carries them across before it gets here, dllm_tf_device_train / leaving the device). */
 void tf_moments(dllm_tf *m, dllm_backend *be, size_t n);
 void tf_moments_free(dllm_tf *m);
 /* The device's trainable copy was written (optimizer step, checkpoint): it is the

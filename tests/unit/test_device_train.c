@@ -38,6 +38,8 @@
  *     1e-6 LoRA, at most 1.6e-5 full over the 3 steps; full fine-tuning runs with
  *     AdamW's eps at 1e-4, above the rounding noise of its cancelling gradient
  *     elements, see the test);
+ *   - the AdamW moments move with the update: onto the device at dllm_tf_device_train
+ *     after a host step, home when the model leaves the device, bit for bit;
  *   - two and three updates in a row (forward, backward, clip, AdamW; LoRA and full):
  *     the logits, gradients and parameters after each match the CPU's as the first do;
  *   - a device run cut after 1 step and resumed (`train --resume --set grpo.steps=2`),
@@ -325,6 +327,69 @@ START_TEST(test_device_masters)
     free(lg), free(dl), free(rd), free(re), free(chunked);
     dllm_tf_free(d);
     dllm_tf_free(e);
+}
+END_TEST
+
+/* One update of m (forward, backward of fixed dlogits, AdamW step t). */
+static void update(dllm_tf *m, int t)
+{
+    int V = dllm_tf_config(m)->embedding_size;
+    int32_t tok[B * T], rows[NROWS];
+    uint8_t mask[B * T];
+    inputs(m, tok, mask, rows);
+    float *lg = malloc(sizeof(float) * NROWS * V), *dl = malloc(sizeof(float) * NROWS * V);
+    dllm_rng r = dllm_rng_make(83, DLLM_RNG_INIT, (uint64_t)t, 0);
+    for (int i = 0; i < NROWS * V; i++)
+        dl[i] = (float)(0.1 * dllm_rng_normal(&r));
+    dllm_tf_zero_grad(m);
+    ck_assert_int_eq(dllm_tf_forward(m, tok, mask, B, T, rows, NROWS, lg), 0);
+    dllm_tf_backward(m, dl);
+    dllm_adamw_args a = {t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0};
+    ck_assert(isfinite(dllm_tf_optim_step(m, &a)));
+    free(lg), free(dl);
+}
+
+/* Both moments (2n floats) as dllm_tf_state_read gives them. */
+static float *moments(dllm_tf *m, size_t n)
+{
+    float *mv = malloc(sizeof(float) * 2 * n);
+    dllm_tf_state_read(m, DLLM_TF_STATE_ADAM_M, 0, n, mv);
+    dllm_tf_state_read(m, DLLM_TF_STATE_ADAM_V, 0, n, mv + n);
+    return mv;
+}
+
+/* The AdamW moments move with the update (_i: LLaDA LoRA, full): a step on the host, then
+ * dllm_tf_device_train: the device's moments are the host's bit for bit (not zero); a step
+ * there, then back to the host (dllm_tf_to_device NULL): the host's are the device's. */
+START_TEST(test_moments_carried)
+{
+    bool lora = _i == 0;
+    dllm_err err;
+    dllm_tf *m = tiny(0, lora);
+    size_t n;
+    dllm_tf_trainable(m, &n);
+    update(m, 1);
+    float *before = moments(m, n);
+    size_t nz = 0;
+    for (size_t i = 0; i < 2 * n; i++)
+        nz += before[i] != 0;
+    ck_assert_msg(nz > n, "the host step left %zu nonzero moments of %zu", nz, 2 * n);
+    ck_assert_int_eq(dllm_tf_to_device(m, dllm_backend_cuda(), &err), 0);
+    ck_assert_int_eq(dllm_tf_device_train(m, &err), 0);
+    float *up = moments(m, n);
+    ck_assert_msg(memcmp(before, up, sizeof(float) * 2 * n) == 0,
+                  "%s: the moments did not follow the update onto the device",
+                  lora ? "LoRA" : "full");
+    update(m, 2);
+    float *dev = moments(m, n);
+    ck_assert(memcmp(dev, up, sizeof(float) * 2 * n) != 0);
+    ck_assert_int_eq(dllm_tf_to_device(m, NULL, &err), 0);
+    ck_assert(!dllm_tf_device_trains(m));
+    float *home = moments(m, n);
+    ck_assert_msg(memcmp(dev, home, sizeof(float) * 2 * n) == 0,
+                  "%s: the moments did not come home with the update", lora ? "LoRA" : "full");
+    free(before), free(up), free(dev), free(home);
+    dllm_tf_free(m);
 }
 END_TEST
 
@@ -649,6 +714,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_loop_test(tc, test_device_dlogits, 0, 6);
     tcase_add_loop_test(tc, test_device_masters, 0, 6);
     tcase_add_test(tc, test_bf16_trainer_refused);
+    tcase_add_loop_test(tc, test_moments_carried, 0, 2);
     if (cli) {
         tcase_add_loop_test(tc, test_train_matches_cpu, 0, 2);
         tcase_add_loop_test(tc, test_device_resume_exact, 0, 2);
