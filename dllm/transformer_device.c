@@ -180,11 +180,12 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
                 fp8_block_shape(q->scaling, o, i, &q->block_rows, &q->block_cols);
                 q->scale_rows = (o + q->block_rows - 1) / q->block_rows;
                 q->scale_cols = (i + q->block_cols - 1) / q->block_cols;
+                q->scale_ld = (int)dllm_backend_fp8_scale_ld(be, q->scaling, o, i);
                 q->act_scaling = act;
                 q->fast = p->rollout == DLLM_ROLLOUT_FP8;
                 if (!q->q) {
                     q->q = dalloc(d, cnt);
-                    q->scale = dalloc(d, (size_t)q->scale_rows * q->scale_cols * sizeof(float));
+                    q->scale = dalloc(d, (size_t)q->scale_rows * q->scale_ld * sizeof(float));
                 }
                 be->ops->fp8_quantise(be, q->q, q->scale, w, o, i, q->format, q->scaling,
                                       q->pow2_scale);
@@ -326,6 +327,15 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "rollout precision %s: the %s backend has no linear for it "
                             "(use bf16 or fp8)", dllm_rollout_name(k), d->be->name);
+    }
+    char why[256];
+    if (dllm_rollout_is_fp8(k) && p->fp8_scaling == FP8_SCALE_BLOCK &&
+        !dllm_backend_fp8_block_ok(d->be, why, sizeof why)) {
+        dview_free(m, &d->rv);
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "rollout.fp8.scaling block on the %s backend: %s (use "
+                            "rollout.fp8.scaling: tensor, or a newer CUDA toolkit)",
+                            d->be->name, why);
     }
     /* full fine-tuning here: built from the trainer view on the device (the same fp32
      * values as the host's masters, or newer); LoRA: merged on the host from the frozen

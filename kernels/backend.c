@@ -3,6 +3,7 @@
 #include "kernels/backend.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 bool dllm_backend_supports(const dllm_backend *be, dllm_backend_op op)
 {
@@ -48,4 +49,25 @@ const char *dllm_backend_op_name(dllm_backend_op op)
         break;
     }
     return "?";
+}
+
+size_t dllm_backend_fp8_scale_ld(const dllm_backend *be, fp8_scaling s, int R, int C)
+{
+    int br = 1, bc = 1;
+    fp8_block_shape(s, R, C, &br, &bc);
+    size_t sc = ((size_t)(C > 0 ? C : 0) + (size_t)bc - 1) / (size_t)bc;
+    if (be && be->kind == DLLM_BACKEND_CUDA && s == FP8_SCALE_BLOCK)
+        return (sc + 3) / 4 * 4; /* BLK128x128_32F: k blocks padded to a multiple of 4 */
+    return sc;
+}
+
+bool dllm_backend_fp8_block_ok(const dllm_backend *be, char *why, size_t why_len)
+{
+    if (why && why_len)
+        why[0] = '\0';
+    /* the recording backend models a GPU that has them (plan --time); only the real
+     * CUDA backend asks its library */
+    if (!be || be->kind != DLLM_BACKEND_CUDA || be != dllm_backend_cuda())
+        return true;
+    return dllm_backend_cuda_fp8_block(why, why_len);
 }

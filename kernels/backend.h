@@ -129,8 +129,10 @@ typedef struct dllm_backend_ops {
     /* ---- quantisation and the quantised linears ---- */
     /* out (n) = the bf16 bits of inp (n), round to nearest even (op_f32_to_bf16_array) */
     void (*to_bf16)(dllm_backend *be, uint16_t *out, const float *inp, size_t n);
-    /* x (R, C) -> codes q (R, C) and scales (SR, SC) in the CPU layout of fp8_matrix,
-     * blocks as fp8_block_shape(s, R, C) gives them; bit-identical to fp8_quantise */
+    /* x (R, C) -> codes q (R, C) and scales (SR, SC) at row stride
+     * dllm_backend_fp8_scale_ld(be, s, R, C) (the CPU layout of fp8_matrix, or the
+     * device's GEMM layout: SR x ld floats), blocks as fp8_block_shape(s, R, C) gives
+     * them; the values bit-identical to fp8_quantise */
     void (*fp8_quantise)(dllm_backend *be, uint8_t *q, float *scale, const float *x, int R,
                          int C, fp8_format f, fp8_scaling s, bool pow2);
     /* W8A8 (kernels/fp8.h): activations quantised per w->act_scaling. */
@@ -264,7 +266,7 @@ dllm_backend *dllm_backend_cpu(void);
  * same code on the host): device memory and the kernels of kernels/cuda/. NULL when
  * there is no usable device or the build has no CUDA; dllm_backend_cuda_why says why.
  * Pointers inside structs handed to ops are device memory too (op_rope_table's cos/sin,
- * fp8_matrix's q/scale in the CPU scale layout). A process-wide instance. Scratch is the
+ * fp8_matrix's q/scale, block scales in cuBLASLt's layout). A process-wide instance. Scratch is the
  * backend's own workspace (dllm_backend_cuda_workspace_bytes), grown between ops, never
  * allocated per call. */
 #ifdef __cplusplus
@@ -274,9 +276,21 @@ extern "C" {
 bool dllm_backend_supports(const dllm_backend *be, dllm_backend_op op);
 /* The op's name as the table spells it ("bf16_linear_fwd", "fp8_fused_act"). */
 const char *dllm_backend_op_name(dllm_backend_op op);
+/* The row stride (floats) of the scales be's fp8_quantise writes for an R x C matrix
+ * with scaling s: SC on the CPU; on a CUDA backend 128x128 block scales are stored in
+ * cuBLASLt's layout (each row of SC k-block scales padded to a multiple of 4), once per
+ * quantisation, so that its FP8 GEMMs read them in place. */
+size_t dllm_backend_fp8_scale_ld(const dllm_backend *be, fp8_scaling s, int R, int C);
+/* Whether be runs FP8 GEMMs with 128x128 weight-block scales (the CPU always; the CUDA
+ * backend with cuBLAS 12.9.1 or later on sm_90); when not, why says why. A rollout
+ * precision that needs them is refused when the model moves to be, never run through a
+ * dequantised fallback. */
+bool dllm_backend_fp8_block_ok(const dllm_backend *be, char *why, size_t why_len);
 
 dllm_backend *dllm_backend_cuda(void);
 const char *dllm_backend_cuda_why(void);
+/* The CUDA backend's block-scaled FP8 GEMMs (dllm_backend_fp8_block_ok) */
+bool dllm_backend_cuda_fp8_block(char *why, size_t why_len);
 size_t dllm_backend_cuda_workspace_bytes(void);
 /* Bytes moved by the CUDA backend's upload (host -> device) and download (device -> host)
  * entries since the process started (0 without the backend): what `bench rl-step

@@ -97,7 +97,16 @@ typedef struct {
                                 (kernels/cpu/fp8_bf16dot.c); valid iff qbf_valid */
     float *qbf_scale;        /* the weight scales per 32-column tile and k-block, ditto */
     bool qbf_valid;
+    int scale_ld;            /* row stride of scale in floats; 0 means scale_cols. A
+                                device backend may store block scales in its GEMM
+                                library's padded layout (dllm_backend_fp8_scale_ld) */
 } fp8_matrix;
+
+/* The row stride of m->scale. */
+static inline int fp8_scale_ld(const fp8_matrix *m)
+{
+    return m->scale_ld ? m->scale_ld : m->scale_cols;
+}
 
 /* Block shape of a scaling mode for an R x C matrix. */
 void fp8_block_shape(fp8_scaling s, int R, int C, int *br, int *bc);

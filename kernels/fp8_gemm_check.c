@@ -60,28 +60,32 @@ int dllm_fp8_linear_parity(fp8_scaling ws, fp8_format wf, fp8_format af, int N, 
     long as_r, as_c, ws_r, ws_c;
     size_t nas, nws;
     int abr = 1, abc = 128, wbr = 128, wbc = 128;
+    /* block-scaled GEMMs take the token count padded to 8, as the CUDA backend pads it:
+     * codes, scales and product laid out for Np rows, rows N..Np never written or read */
+    const int Np = ws == FP8_SCALE_BLOCK ? (N + 7) / 8 * 8 : N;
+    const size_t nap = (size_t)Np * C, nop = (size_t)Np * OC;
     if (ws == FP8_SCALE_BLOCK) {
-        dllm_cuda_fp8_gemm_scale_strides(N, C, &as_r, &as_c, &ws_r, &ws_c);
-        nas = (size_t)N * ((C + 127) / 128);
+        dllm_cuda_fp8_gemm_scale_strides(Np, C, &as_r, &as_c, &ws_r, &ws_c);
+        nas = (size_t)Np * ((C + 127) / 128);
         nws = dllm_cuda_fp8_weight_scale_count(OC, C);
     } else {
         as_r = as_c = ws_r = ws_c = 0;
         nas = nws = 1;
         abr = N, abc = C, wbr = OC, wbc = C;
     }
-    void *d_a = gnew(na * 4, a), *d_w = gnew(nw * 4, w), *d_aq = gnew(na, NULL);
+    void *d_a = gnew(na * 4, a), *d_w = gnew(nw * 4, w), *d_aq = gnew(nap, NULL);
     void *d_wq = gnew(nw, NULL), *d_as = gnew(nas * 4, NULL), *d_ws = gnew(nws * 4, NULL);
-    void *d_out = gnew(no * 4, NULL), *d_outb = gnew(no * 2, NULL);
+    void *d_out = gnew(nop * 4, NULL), *d_outb = gnew(nop * 2, NULL);
     dllm_cuda_fp8_quantise(d_wq, d_ws, ws_r, ws_c, d_w, OC, C, wbr, wbc, wf, false, NULL);
     dllm_cuda_fp8_quantise(d_aq, d_as, as_r, as_c, d_a, N, C, abr, abc, af, false, NULL);
     uint8_t *gq = dllm_malloc(nw);
     dllm_cuda_memcpy_d2h(gq, d_wq, nw);
     r->codes_equal = memcmp(gq, wm.q, nw) == 0;
-    int rc = dllm_cuda_fp8_linear(d_out, false, d_aq, d_as, af, d_wq, d_ws, wf, ws, N, C, OC, NULL,
-                                  err);
+    int rc = dllm_cuda_fp8_linear(d_out, false, d_aq, d_as, af, d_wq, d_ws, wf, ws, Np, C, OC,
+                                  NULL, err);
     if (!rc)
-        rc = dllm_cuda_fp8_linear(d_outb, true, d_aq, d_as, af, d_wq, d_ws, wf, ws, N, C, OC, NULL,
-                                  err);
+        rc = dllm_cuda_fp8_linear(d_outb, true, d_aq, d_as, af, d_wq, d_ws, wf, ws, Np, C, OC,
+                                  NULL, err);
     if (!rc) {
         dllm_cuda_synchronize();
         float *g = dllm_malloc(no * 4), *gb = dllm_malloc(no * 4);
@@ -94,8 +98,8 @@ int dllm_fp8_linear_parity(fp8_scaling ws, fp8_format wf, fp8_format af, int N, 
         r->tol = FP8_GEMM_NMSE(C);
         free(g), free(gb), free(ob);
     }
-    r->guards_ok = gok(d_aq, na) && gok(d_wq, nw) && gok(d_as, nas * 4) && gok(d_ws, nws * 4) &&
-                   gok(d_out, no * 4) && gok(d_outb, no * 2);
+    r->guards_ok = gok(d_aq, nap) && gok(d_wq, nw) && gok(d_as, nas * 4) &&
+                   gok(d_ws, nws * 4) && gok(d_out, nop * 4) && gok(d_outb, nop * 2);
     void *all[] = {d_a, d_w, d_aq, d_wq, d_as, d_ws, d_out, d_outb};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         dllm_cuda_free(all[i]);

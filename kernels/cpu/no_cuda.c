@@ -77,6 +77,12 @@ const char *dllm_backend_cuda_why(void)
            "CUDA code on the host)";
 }
 size_t dllm_backend_cuda_workspace_bytes(void) { return 0; }
+bool dllm_backend_cuda_fp8_block(char *why, size_t why_len)
+{
+    if (why)
+        snprintf(why, why_len, "built without CUDA");
+    return false;
+}
 void dllm_backend_cuda_transfers(unsigned long long *up, unsigned long long *down)
 {
     *up = *down = 0;

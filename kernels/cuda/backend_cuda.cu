@@ -2,17 +2,24 @@
  * behind the backend table (kernels/backend.h).
  *
  * Every pointer an op receives is device memory, including the arrays inside the
- * structs it is given: op_rope_table's cos/sin and fp8_matrix's q/scale (scales in the
- * CPU layout, fp8_matrix.scale). Ops run on the legacy default stream in call order.
+ * structs it is given: op_rope_table's cos/sin and fp8_matrix's q/scale (128x128 block
+ * scales in cuBLASLt's padded layout, written so by fp8_quantise once per weight sync:
+ * dllm_backend_fp8_scale_ld; other scales in the CPU layout). Ops run on the legacy
+ * default stream in call order.
  * Scratch memory (rmsnorm's dw partial sums, attention's row dots, the quantised
  * activations of fp8_linear, a norm's accumulator) is the backend's own workspace,
  * grown between ops when a larger one is needed and never allocated per call, so a
  * memory budget sees it (dllm_backend_cuda_workspace_bytes).
  * The attention state is the forward's log-sum-exp [B,NH,T].
  * fp8_linear_fwd runs cuBLASLt's FP8 GEMM where it applies (tensor x tensor scaling, or
- * 128x128 weight blocks x 1x128 activation groups where block scaling is available;
- * C and OC multiples of 16) and otherwise the CPU's definition on the device
- * (dequantised operands, fp32 GEMM). Where the block-scaled GEMM applies, the rollout
+ * 128x128 weight blocks x 1x128 activation groups; C and OC multiples of 16) and
+ * otherwise the CPU's definition on the device (dequantised operands, fp32 GEMM). Block
+ * scaling without the library's block-scaled GEMMs (cuBLAS < 12.9.1, not sm_90) is refused
+ * with exit status 2, not run dequantised. A block-scaled GEMM takes its token count padded
+ * to a multiple of 8: the activation codes and scales are laid out for the padded count,
+ * and an unaligned call writes its product to the workspace and copies the real rows
+ * out (each output row depends only on its own activation row, so the padding rows'
+ * contents never matter). Where the block-scaled GEMM applies, the rollout
  * forward may hand it activations its producer (RMSNorm, SwiGLU) already quantised: the
  * fused ops at the end of the table. Both formats E5M2 has no cuBLASLt kernel: refused
  * with exit status 2 (rollout.fp8.format: e4m3). An op that fails prints why and exits:
@@ -131,36 +138,52 @@ void cu_linear_bwd(dllm_backend *be, float *dinp, float *dw, const float *dout, 
 bool fp8_gemm_path(const fp8_matrix *w, int C, int OC, bool *block)
 {
     bool tensor = w->scaling == FP8_SCALE_TENSOR && w->act_scaling == FP8_SCALE_TENSOR;
-    *block = w->scaling == FP8_SCALE_BLOCK && w->act_scaling == FP8_SCALE_GROUP &&
-             g_impl.block_fp8;
+    *block = w->scaling == FP8_SCALE_BLOCK && w->act_scaling == FP8_SCALE_GROUP;
     return (tensor || *block) && C % 16 == 0 && OC % 16 == 0;
 }
 
-/* The weight's scales in cuBLASLt's layout (block: the CPU-layout [OB, KB] into padded
- * rows; tensor: the one scale) at wsc, then the GEMM over quantised activations. */
-void fp8_gemm_run(float *out, const uint8_t *aq, const float *as, const fp8_matrix *w,
-                  float *wsc, bool block, int N, int C, int OC)
+/* Block scaling needs the library's block-scaled GEMMs: a dequantised fp32 GEMM in their
+ * place would be 20-40x slower, so it is refused (the model's move to the device refuses
+ * it first, dllm_backend_fp8_block_ok) */
+void fp8_require_block(const fp8_matrix *w)
 {
-    if (block) {
-        long a_srs, a_scs, w_srs, w_scs;
-        dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
-        size_t KB = ((size_t)C + 127) / 128, OB = ((size_t)OC + 127) / 128;
-        for (size_t ob = 0; ob < OB; ob++)
-            cudaCheck(cudaMemcpyAsync(wsc + ob * (size_t)w_srs, w->scale + ob * KB,
-                                      KB * sizeof(float), cudaMemcpyDeviceToDevice, NULL));
-    } else {
-        cudaCheck(cudaMemcpyAsync(wsc, w->scale, sizeof(float), cudaMemcpyDeviceToDevice, NULL));
-    }
-    dllm_err err = {};
-    check_rc(dllm_cuda_fp8_linear(out, false, aq, as, w->format, w->q, wsc, w->format,
-                                  block ? FP8_SCALE_BLOCK : FP8_SCALE_TENSOR, N, C, OC, NULL,
-                                  &err),
-             err);
+    if (w->scaling != FP8_SCALE_BLOCK || g_impl.block_fp8)
+        return;
+    char why[256];
+    dllm_cuda_fp8_block_scaling_available(why, sizeof why);
+    fprintf(stderr, "dllm-rl: rollout.fp8.scaling: block: %s; use rollout.fp8.scaling: tensor "
+                    "or a newer CUDA toolkit\n", why);
+    exit(2);
 }
 
-size_t fp8_wscale_floats(bool block, int C, int OC)
+/* The token count a block-scaled GEMM runs over (kernels/cuda/gemm_cublaslt.cu) */
+int fp8_rows(int N, bool block) { return block ? (N + 7) / 8 * 8 : N; }
+
+/* The GEMM over activations quantised for Np = fp8_rows(N, block) tokens, reading the
+ * weight's scales where they are (block: cuBLASLt's padded layout, as fp8_quantise stored
+ * them; tensor: the one scale). Np > N: the product goes to pad (Np x OC floats of
+ * workspace) and its first N rows are copied to out. */
+void fp8_gemm_run(float *out, const uint8_t *aq, const float *as, const fp8_matrix *w,
+                  bool block, int N, int C, int OC, float *pad)
 {
-    return block ? dllm_cuda_fp8_weight_scale_count(OC, C) : 1;
+    long a_srs, a_scs, w_srs, w_scs;
+    dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
+    if (block && fp8_scale_ld(w) != w_srs) {
+        fprintf(stderr, "dllm-rl: cuda backend: fp8 weight [%d, %d]: block scales at row "
+                        "stride %d, not cuBLASLt's (quantise it with the backend's "
+                        "fp8_quantise)\n", OC, C, fp8_scale_ld(w));
+        exit(1);
+    }
+    const int Np = fp8_rows(N, block);
+    dllm_err err = {};
+    check_rc(dllm_cuda_fp8_linear(Np != N ? pad : out, false, aq, as, w->format, w->q,
+                                  w->scale, w->format,
+                                  block ? FP8_SCALE_BLOCK : FP8_SCALE_TENSOR, Np, C, OC, NULL,
+                                  &err),
+             err);
+    if (Np != N)
+        cudaCheck(cudaMemcpyAsync(out, pad, (size_t)N * OC * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, NULL));
 }
 
 void fp8_check_weight(const fp8_matrix *w, int C, int OC)
@@ -189,19 +212,23 @@ void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matri
     fp8_block_shape(w->act_scaling, N, C, &abr, &abc);
     int aSR = (N + abr - 1) / abr, aSC = (C + abc - 1) / abc;
     bool block = false;
+    fp8_require_block(w);
     if (fp8_gemm_path(w, C, OC, &block)) {
-        size_t KB = ((size_t)C + 127) / 128;
-        size_t nas = block ? (size_t)N * KB : 1, nws = fp8_wscale_floats(block, C, OC);
-        char *ws = (char *)ws_get(align256(na) + align256(nas * 4) + align256(nws * 4));
+        /* codes and scales laid out for Np tokens; rows N..Np are never written */
+        const int Np = fp8_rows(N, block);
+        size_t KB = ((size_t)C + 127) / 128, nap = (size_t)Np * C;
+        size_t nas = block ? (size_t)Np * KB : 1;
+        size_t npad = Np != N ? (size_t)Np * OC : 0;
+        char *ws = (char *)ws_get(align256(nap) + align256(nas * 4) + align256(npad * 4));
         uint8_t *aq = (uint8_t *)ws;
-        float *as = (float *)(ws + align256(na));
-        float *wsc = (float *)(ws + align256(na) + align256(nas * 4));
+        float *as = (float *)(ws + align256(nap));
+        float *pad = (float *)(ws + align256(nap) + align256(nas * 4));
         long a_srs = 0, a_scs = 0, w_srs = 0, w_scs = 0;
         if (block)
-            dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
+            dllm_cuda_fp8_gemm_scale_strides(Np, C, &a_srs, &a_scs, &w_srs, &w_scs);
         dllm_cuda_fp8_quantise(aq, as, a_srs, a_scs, inp, N, C, abr, abc, f, w->pow2_scale,
                                NULL);
-        fp8_gemm_run(out, aq, as, w, wsc, block, N, C, OC);
+        fp8_gemm_run(out, aq, as, w, block, N, C, OC, pad);
         return;
     }
     /* the CPU's definition: dequantised weight and quantised-dequantised activations */
@@ -211,7 +238,7 @@ void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matri
     float *wd = (float *)ws, *ad = (float *)(ws + align256(nw * 4));
     uint8_t *aq = (uint8_t *)(ws + align256(nw * 4) + align256(na * 4));
     float *as = (float *)(ws + align256(nw * 4) + align256(na * 4) + align256(na));
-    dllm_cuda_fp8_dequantise(wd, w->q, w->scale, w->scale_cols, 1, OC, C, w->block_rows,
+    dllm_cuda_fp8_dequantise(wd, w->q, w->scale, fp8_scale_ld(w), 1, OC, C, w->block_rows,
                              w->block_cols, f, NULL);
     dllm_cuda_fp8_quantise(aq, as, aSC, 1, inp, N, C, abr, abc, f, w->pow2_scale, NULL);
     dllm_cuda_fp8_dequantise(ad, aq, as, aSC, 1, N, C, abr, abc, f, NULL);
@@ -336,13 +363,13 @@ void cu_to_bf16(dllm_backend *, uint16_t *out, const float *inp, size_t n)
 {
     dllm_cuda_f32_to_bf16(out, inp, n, NULL);
 }
-void cu_fp8_quantise(dllm_backend *, uint8_t *q, float *scale, const float *x, int R, int C,
+void cu_fp8_quantise(dllm_backend *be, uint8_t *q, float *scale, const float *x, int R, int C,
                      fp8_format f, fp8_scaling s, bool pow2)
 {
     int br, bc;
     fp8_block_shape(s, R, C, &br, &bc);
-    long SC = (C + bc - 1) / bc;
-    dllm_cuda_fp8_quantise(q, scale, SC, 1, x, R, C, br, bc, f, pow2, NULL);
+    long ld = (long)dllm_backend_fp8_scale_ld(be, s, R, C);
+    dllm_cuda_fp8_quantise(q, scale, ld, 1, x, R, C, br, bc, f, pow2, NULL);
 }
 
 /* bf16(inp) w^T with fp32 sums: cuBLASLt's bf16 GEMM where its alignment rules hold (C a
@@ -389,7 +416,7 @@ void cu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_mat
 bool cu_fp8_act_prepare(dllm_backend *, fp8_act *qa, int N, int C, const fp8_matrix *const *ws,
                         int nw)
 {
-    if (N <= 0 || C <= 0 || nw <= 0)
+    if (N <= 0 || C <= 0 || nw <= 0 || !g_impl.block_fp8) /* unfused: it refuses */
         return false;
     for (int i = 0; i < nw; i++) {
         bool block = false;
@@ -400,8 +427,9 @@ bool cu_fp8_act_prepare(dllm_backend *, fp8_act *qa, int N, int C, const fp8_mat
             !block)
             return false;
     }
-    size_t KB = ((size_t)C + 127) / 128, nq = align256((size_t)N * C);
-    size_t bytes = nq + align256((size_t)N * KB * sizeof(float));
+    const int Np = fp8_rows(N, true);
+    size_t KB = ((size_t)C + 127) / 128, nq = align256((size_t)Np * C);
+    size_t bytes = nq + align256((size_t)Np * KB * sizeof(float));
     if (bytes > g_impl.qa_bytes) {
         cudaCheck(cudaDeviceSynchronize());
         if (g_impl.qa)
@@ -410,7 +438,7 @@ bool cu_fp8_act_prepare(dllm_backend *, fp8_act *qa, int N, int C, const fp8_mat
         g_impl.qa_bytes = bytes;
     }
     long a_srs, a_scs, w_srs, w_scs;
-    dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
+    dllm_cuda_fp8_gemm_scale_strides(Np, C, &a_srs, &a_scs, &w_srs, &w_scs);
     *qa = fp8_act{};
     qa->q = (uint8_t *)g_impl.qa;
     qa->scale = (float *)((char *)g_impl.qa + nq);
@@ -458,15 +486,19 @@ void cu_fp8_linear_act_fwd(dllm_backend *, float *out, const fp8_act *qa, fp8_ma
                         "take the prepared activations (fp8_act_prepare)\n", OC, C);
         exit(1);
     }
-    float *wsc = (float *)ws_get(fp8_wscale_floats(true, C, OC) * sizeof(float));
-    fp8_gemm_run(out, qa->q, qa->scale, w, wsc, true, N, C, OC);
+    const int Np = fp8_rows(N, true);
+    float *pad = Np != N ? (float *)ws_get((size_t)Np * OC * sizeof(float)) : NULL;
+    fp8_gemm_run(out, qa->q, qa->scale, w, true, N, C, OC, pad);
 }
 
-/* dinp += dout w with the bf16 weight widened to fp32 in the workspace and the fp32 GEMM:
- * the products the host's bf16 trainer forms (dout stays fp32; a bf16 GEMM would round
- * it), so a device bf16 trainer's LoRA gradients match the host's up to summation order.
- * The workspace holds the largest linear in fp32 (the forward's widened fallback needs
- * as much). */
+/* dinp += dout w on BF16 tensor cores: dout rounded to bf16 (round to nearest even) in the
+ * workspace, fp32 sums, the accumulation into dinp fused into the GEMM's epilogue (beta 1).
+ * Where cuBLASLt's 16-byte rules do not hold (OC or C not a multiple of 8, unaligned
+ * pointers) the weight is widened to fp32 and dout stays fp32 (the fp32 GEMM). The bf16
+ * rounding of dout is the difference from the host's bf16 trainer (which multiplies fp32
+ * dout by the widened weight): a relative error of at most 2^-8 per dout element,
+ * independent across the sum, about 2.5e-6 in normalised MSE (kernels/backend_cases.c
+ * states the bound). */
 void cu_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16_matrix *w,
                           int N, int C, int OC)
 {
@@ -477,6 +509,15 @@ void cu_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16
     }
     if (N <= 0)
         return;
+    if (OC % 8 == 0 && C % 8 == 0 && (uintptr_t)dinp % 16 == 0 && (uintptr_t)w->w % 16 == 0) {
+        uint16_t *d16 = (uint16_t *)ws_get(align256((size_t)N * OC * 2));
+        dllm_cuda_f32_to_bf16(d16, dout, (size_t)N * OC, NULL);
+        dllm_err err = {};
+        check_rc(dllm_cuda_gemm_bf16(false, false, N, C, OC, 1.0f, d16, w->w, 1.0f, dinp, false,
+                                     NULL, &err),
+                 err);
+        return;
+    }
     float *wf = (float *)ws_get(align256((size_t)OC * C * 4));
     dllm_cuda_bf16_to_f32(wf, w->w, (size_t)OC * C, NULL);
     cu_gemm(be, false, false, N, C, OC, 1.0f, dout, wf, 1.0f, dinp);
@@ -570,6 +611,16 @@ extern "C" dllm_backend *dllm_backend_cuda(void)
             g_impl.block_fp8 = dllm_cuda_fp8_block_scaling_available(NULL, 0);
     }
     return g_have ? &g_backend : NULL;
+}
+
+extern "C" bool dllm_backend_cuda_fp8_block(char *why, size_t why_len)
+{
+    if (!dllm_backend_cuda()) {
+        if (why)
+            snprintf(why, why_len, "%s", g_why);
+        return false;
+    }
+    return dllm_cuda_fp8_block_scaling_available(why, why_len);
 }
 
 extern "C" const char *dllm_backend_cuda_why(void)

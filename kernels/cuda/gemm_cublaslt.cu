@@ -11,9 +11,11 @@
  * FP8:   out[N,OC] = act[N,C] @ w[OC,C]^T is cuBLASLt's "TN" problem, the only layout its
  *        FP8 kernels take (on sm_90), with E4M3 or E5M2 codes but never both E5M2: A = w (k x m column-major, ld C, op T), B = act (k x n, ld C,
  *        op N), D = out (m x n, ld OC), m = OC, n = N, k = C. Dequantisation scales enter
- *        as A/B scale pointers: per tensor (SCALAR_32F), or on cuBLAS 12.9+ and sm_90
- *        per 128x128 weight block (BLK128x128_32F, scale (ob, kb) at ob*round_up(KB,4)+kb)
- *        and per 1x128 activation group (VEC128_32F, scale (n, kb) at kb*N + n).
+ *        as A/B scale pointers: per tensor (SCALAR_32F), or on cuBLAS 12.9.1+ and sm_90
+ *        per 128x128 weight block (BLK128x128_32F, scale (ob, kb) at ob*round_up(KB,4)+kb,
+ *        the layout the CUDA backend's quantiser writes once per weight sync) and per 1x128
+ *        activation group (VEC128_32F, scale (n, kb) at kb*N + n); block-scaled calls take
+ *        N a multiple of 8 (the backend pads the token rows; see dllm_cuda_fp8_linear).
  *        Fast accumulation is off (the default): Hopper then promotes partial sums to
  *        full fp32 regularly. Within a promotion interval its FP8 tensor cores keep only
  *        about 14 significant bits, so the product differs from op_fp8_linear_fwd (exact
@@ -38,6 +40,11 @@
 #else
 #define DLLM_HAVE_BLOCK_SCALED_FP8 0
 #endif
+/* The first cuBLAS whose block-scaled FP8 GEMMs we take: 12.9.1 (CUDA 12.9 Update 1),
+ * as major * 10000 + minor * 100 + patch (cublasLtGetVersion's encoding). The headers of
+ * 12.9.0 already declare the scale modes, so the build test above is not enough: the
+ * library found at run time decides (docs/DEVICE.md, "FP8 on the device"). */
+enum { BLOCK_FP8_MIN_CUBLAS = 120901 };
 
 enum { WORKSPACE_BYTES = 32 << 20, MAX_DEVICES = 64 };
 
@@ -209,9 +216,11 @@ extern "C" bool dllm_cuda_fp8_block_scaling_available(char *why, size_t why_len)
 {
 #if DLLM_HAVE_BLOCK_SCALED_FP8
     size_t v = cublasLtGetVersion();
-    if (v < 120900) {
+    if (v < BLOCK_FP8_MIN_CUBLAS) {
         if (why)
-            snprintf(why, why_len, "cuBLASLt %zu at run time; block-scaled FP8 needs 12.9+", v);
+            snprintf(why, why_len, "cuBLASLt %zu.%zu.%zu at run time; block-scaled FP8 GEMMs "
+                     "need cuBLAS 12.9.1 or later (CUDA 12.9 Update 1)", v / 10000,
+                     v / 100 % 100, v % 100);
         return false;
     }
     /* attribute queries are cheap (unlike cudaGetDeviceProperties): this runs per GEMM */
@@ -234,8 +243,9 @@ extern "C" bool dllm_cuda_fp8_block_scaling_available(char *why, size_t why_len)
     return true;
 #else
     if (why)
-        snprintf(why, why_len, "built with cuBLAS %d; block-scaled FP8 needs 12.9+ "
-                               "(use tensor scaling)", (int)CUBLAS_VERSION);
+        snprintf(why, why_len, "built with cuBLAS %d.%d.%d; block-scaled FP8 GEMMs need "
+                 "cuBLAS 12.9.1 or later (CUDA 12.9 Update 1)", (int)CUBLAS_VERSION / 10000,
+                 (int)CUBLAS_VERSION / 100 % 100, (int)CUBLAS_VERSION % 100);
     return false;
 #endif
 }
@@ -293,6 +303,12 @@ extern "C" int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act
         char why[256];
         if (!dllm_cuda_fp8_block_scaling_available(why, sizeof why))
             return gemm_fail(err, "%s: %s", what, why);
+        /* the 1x128 activation scales of a token lie N apart: 8 tokens keep every k block's
+         * row of scales 32-byte aligned, and cuBLASLt refuses fewer (kernels/cuda_emu/
+         * PROBES.md); the backend pads the token count */
+        if (N % 8)
+            return gemm_fail(err, "%s: block-scaled FP8 with N=%d tokens: pad N to a multiple "
+                                  "of 8", what, N);
     }
 
     cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;

@@ -12,8 +12,13 @@
  *    pointers 16-byte aligned, leading dimensions multiples of 16 bytes; k multiple of 16
  *    (PROBE: the exact m / n rule)                              -> NOT_SUPPORTED
  *  - block scaling: VEC128_32F and BLK128x128_32F only with FP8 inputs, both operands
- *    block-scaled, not both 128x128, D fp32 or bf16, scale pointers set
+ *    block-scaled, not both 128x128, D fp32 or bf16, scale pointers set; the outer
+ *    dimension of a VEC128_32F operand (the token count) a multiple of 8 (PROBE: the
+ *    rule TransformerEngine's cuBLASLt wrapper enforces for these GEMMs)
  *                                                               -> NOT_SUPPORTED / INVALID_VALUE
+ *  - the version: cublasLtGetVersion reports the headers' 12.9.1, or the number in the
+ *    environment variable DLLM_EMU_CUBLASLT_VERSION (major * 10000 + minor * 100 + patch),
+ *    so that a test can present an older library to the start-up check
  *  - inconsistent shapes, ld < rows, NULL alpha/beta, a workspace size with no
  *    workspace                                                  -> INVALID_VALUE
  *  - an algorithm chosen for a larger minimum alignment than the pointers of the call
@@ -181,6 +186,11 @@ cublasStatus_t check(const cublasLtMatmulDescOpaque_emu *d, const cublasLtMatrix
             return *why = "128x128 block scales on both A and B", CUBLAS_STATUS_NOT_SUPPORTED;
         if (d->c_scale || d->d_scale)
             return *why = "block scaling takes no C/D scale", CUBLAS_STATUS_NOT_SUPPORTED;
+        if ((d->a_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F && m % 8) ||
+            (d->b_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F && n % 8))
+            return *why = "1x128 block scales over an outer dimension that is not a multiple "
+                          "of 8 (pad the tokens)",
+                   CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -259,7 +269,20 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
+size_t cublasLtGetVersion(void)
+{
+    const char *v = getenv("DLLM_EMU_CUBLASLT_VERSION");
+    if (v && *v) {
+        char *end = NULL;
+        unsigned long x = strtoul(v, &end, 10);
+        if (end && !*end && x > 0)
+            return x;
+        fprintf(stderr, "dllm-rl: cuBLASLt stand-in: DLLM_EMU_CUBLASLT_VERSION '%s': expected "
+                        "major * 10000 + minor * 100 + patch (e.g. 120800)\n", v);
+        exit(2);
+    }
+    return CUBLAS_VERSION;
+}
 
 const char *cublasLtGetStatusName(cublasStatus_t s)
 {

@@ -2,8 +2,9 @@
  *
  * Each entry mirrors the CUDA backend's entry of the same name (kernels/cuda/
  * backend_cuda.cu) and the launch helpers it calls (the kernels/cuda sources): the same kernels in
- * the same order, the same cuBLASLt matmuls, the per-block weight-scale copies of its FP8
- * GEMMs, its workspace grown (after a device sync) exactly when it grows, cuBLASLt's
+ * the same order, the same cuBLASLt matmuls (FP8 GEMMs reading the weight scales where the
+ * quantiser stored them, the rows of an unaligned token count copied out of the padded
+ * product), its workspace grown (after a device sync) exactly when it grows, cuBLASLt's
  * 32 MiB on the first matmul, and the blocking copies of upload, download and the norm.
  * Bytes are the compulsory traffic (each operand read once, each result written once);
  * FLOPs count a multiply-add as 2. A change to the CUDA backend's calls is a change here:
@@ -375,36 +376,41 @@ static void rc_linear_bwd(dllm_backend *be, float *dinp, float *dw, const float 
 static bool fp8_gemm_path(const recorder *r, const fp8_matrix *w, int C, int OC, bool *block)
 {
     bool tensor = w->scaling == FP8_SCALE_TENSOR && w->act_scaling == FP8_SCALE_TENSOR;
-    *block = w->scaling == FP8_SCALE_BLOCK && w->act_scaling == FP8_SCALE_GROUP && r->block_fp8;
+    *block = w->scaling == FP8_SCALE_BLOCK && w->act_scaling == FP8_SCALE_GROUP;
     return (tensor || *block) && C % 16 == 0 && OC % 16 == 0;
 }
 
-static size_t KBLK(int C) { return ((size_t)C + 127) / 128; }
-/* dllm_cuda_fp8_weight_scale_count: OB rows of KB scales padded to a multiple of 4 */
-static size_t wscale_floats(bool block, int C, int OC)
+/* backend_cuda.cu's fp8_require_block (the reason comes from the library there) */
+static void fp8_require_block(const recorder *r, const fp8_matrix *w)
 {
-    return block ? (((size_t)OC + 127) / 128) * ((KBLK(C) + 3) / 4 * 4) : 1;
+    if (w->scaling != FP8_SCALE_BLOCK || r->block_fp8)
+        return;
+    fprintf(stderr, "dllm-rl: rollout.fp8.scaling: block: the recorded device has no "
+                    "block-scaled FP8 GEMMs; use rollout.fp8.scaling: tensor or a newer CUDA "
+                    "toolkit\n");
+    exit(2);
 }
 
-/* fp8_gemm_run: the weight's scales into cuBLASLt's layout (one copy per 128-row block,
- * or the one tensor scale), then the FP8 matmul */
+static size_t KBLK(int C) { return ((size_t)C + 127) / 128; }
+/* backend_cuda.cu's fp8_rows: block-scaled GEMMs run over tokens padded to 8 */
+static int fp8_rows(int N, bool block) { return block ? (N + 7) / 8 * 8 : N; }
+
+/* fp8_gemm_run: the FP8 matmul over Np = fp8_rows(N) tokens, the weight's scales read in
+ * place (cuBLASLt's padded layout), the first N rows copied out of a padded product */
 static void fp8_gemm_run(recorder *r, const fp8_matrix *w, bool block, int N, int C, int OC)
 {
-    size_t KB = KBLK(C), OB = ((size_t)OC + 127) / 128;
-    if (block) {
-        for (size_t ob = 0; ob < OB; ob++)
-            dev_copy(r, "scale_copy", 4.0 * KB, 4.0 * KB, KB * 4);
-    } else {
-        dev_copy(r, "scale_copy", 4, 4, 4);
-    }
-    double n = N, c = C, oc = OC;
-    double scales = block ? 4 * (n * KB + (double)OB * KB) : 8;
+    size_t KB = KBLK(C), OB = ((size_t)OC + 127) / 128, ld = (KB + 3) / 4 * 4;
+    const int Np = fp8_rows(N, block);
+    double n = Np, c = C, oc = OC;
+    double scales = block ? 4 * (n * KB + (double)OB * ld) : 8;
     rec_event *e = matmul(r, "fp8_gemm", REC_UNIT_FP8_TC, n, oc, c, n * c + oc * c + scales,
                           4 * n * oc);
-    snprintf(e->shape, sizeof e->shape, "N=%d C=%d OC=%d %s", N, C, OC,
+    snprintf(e->shape, sizeof e->shape, "N=%d C=%d OC=%d %s", Np, C, OC,
              block ? "block" : "tensor");
     e->weight = w->q;
-    e->weight_bytes = oc * c + 4.0 * (block ? (double)OB * KB : 1);
+    e->weight_bytes = oc * c + 4.0 * (block ? (double)OB * ld : 1);
+    if (Np != N)
+        dev_copy(r, "pad_rows_out", 4.0 * N * OC, 4.0 * N * OC, (size_t)N * OC * 4);
 }
 
 static void fp8_check_weight(const fp8_matrix *w, int C, int OC)
@@ -433,9 +439,12 @@ static void rc_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp
         fp8_block_shape(w->act_scaling, N, C, &abr, &abc);
         int aSR = (N + abr - 1) / abr, aSC = (C + abc - 1) / abc;
         bool block = false;
+        fp8_require_block(r, w);
         if (fp8_gemm_path(r, w, C, OC, &block)) {
-            size_t nas = block ? (size_t)N * KBLK(C) : 1, nws = wscale_floats(block, C, OC);
-            ws_get(r, align256(na) + align256(nas * 4) + align256(nws * 4));
+            const int Np = fp8_rows(N, block);
+            size_t nap = (size_t)Np * C, nas = block ? (size_t)Np * KBLK(C) : 1;
+            size_t npad = Np != N ? (size_t)Np * OC : 0;
+            ws_get(r, align256(nap) + align256(nas * 4) + align256(npad * 4));
             fp8_quant(r, N, C, abr, abc, "");
             fp8_gemm_run(r, w, block, N, C, OC);
         } else { /* the CPU's definition on the device: dequantised operands, fp32 GEMM */
@@ -888,7 +897,7 @@ static bool rc_fp8_act_prepare(dllm_backend *be, fp8_act *qa, int N, int C,
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "fp8_act_prepare");
-    bool ok = N > 0 && C > 0 && nw > 0;
+    bool ok = N > 0 && C > 0 && nw > 0 && r->block_fp8;
     for (int i = 0; ok && i < nw; i++) {
         bool block = false;
         const fp8_matrix *w = ws[i];
@@ -898,8 +907,9 @@ static bool rc_fp8_act_prepare(dllm_backend *be, fp8_act *qa, int N, int C,
             ok = false;
     }
     if (ok) {
-        size_t nq = align256((size_t)N * C);
-        size_t bytes = nq + align256((size_t)N * KBLK(C) * sizeof(float));
+        const int Np = fp8_rows(N, true);
+        size_t nq = align256((size_t)Np * C);
+        size_t bytes = nq + align256((size_t)Np * KBLK(C) * sizeof(float));
         if (bytes > r->qa_bytes) {
             host_sync(r, "cudaDeviceSynchronize");
             dev_free(r, r->qa);
@@ -917,7 +927,7 @@ static bool rc_fp8_act_prepare(dllm_backend *be, fp8_act *qa, int N, int C,
             *qa = (fp8_act){0};
             qa->q = (uint8_t *)r->qa;
             qa->scale = (float *)((char *)r->qa + nq);
-            qa->srs = 1, qa->scs = N; /* dllm_cuda_fp8_gemm_scale_strides */
+            qa->srs = 1, qa->scs = Np; /* dllm_cuda_fp8_gemm_scale_strides */
             qa->rows = N, qa->cols = C, qa->group = 128;
             qa->format = ws[0]->format;
             qa->pow2 = ws[0]->pow2_scale;
@@ -986,7 +996,8 @@ static void rc_fp8_linear_act_fwd(dllm_backend *be, float *out, const fp8_act *q
                         "take the prepared activations (fp8_act_prepare)\n", OC, C);
         exit(1);
     }
-    ws_get(r, wscale_floats(true, C, OC) * sizeof(float));
+    if (fp8_rows(N, true) != N)
+        ws_get(r, (size_t)fp8_rows(N, true) * OC * sizeof(float));
     fp8_gemm_run(r, w, true, N, C, OC);
     if (IN)
         INOPS->fp8_linear_act_fwd(IN, out, qa, w, N, C, OC);
@@ -999,7 +1010,16 @@ static void rc_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dou
     recorder *r = R(be);
     size_t n0 = begin(r, "bf16_linear_bwd_x");
     bf16_check(w, C, OC);
-    if (N > 0) { /* the weight widened to fp32 in the workspace, then the fp32 GEMM */
+    if (N > 0 && OC % 8 == 0 && C % 8 == 0 && (uintptr_t)dinp % 16 == 0 &&
+        (uintptr_t)w->w % 16 == 0) { /* dout to bf16, the BF16 GEMM accumulating (beta 1) */
+        double n = N, c = C, oc = OC;
+        ws_get(r, align256((size_t)N * OC * 2));
+        elementwise(r, "f32_to_bf16", (size_t)N * OC, 1, 4, 2);
+        rec_event *e = matmul(r, "gemm_bf16", REC_UNIT_BF16_TC, n, c, oc,
+                              2 * (n * oc + oc * c) + 4 * n * c, 4 * n * c);
+        e->weight = w->w;
+        e->weight_bytes = 2 * oc * c;
+    } else if (N > 0) { /* the weight widened to fp32 in the workspace, then the fp32 GEMM */
         size_t nw = (size_t)OC * C;
         ws_get(r, align256(nw * 4));
         elementwise(r, "bf16_to_f32", nw, 1, 2, 4);

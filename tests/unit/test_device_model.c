@@ -21,7 +21,9 @@
  *     the unfused path's logits bit for bit, with 6 kernel launches fewer per layer
  *     under emulation;
  *   - after a weight change and dllm_tf_rollout_sync the device copies follow;
- *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable;
+ *   - an nvfp4 rollout is refused with DLLM_EXIT_INPUT and the model stays usable; so
+ *     is a block-scaled FP8 rollout when the (emulated) cuBLASLt reports 12.9.0, naming
+ *     rollout.fp8.scaling and the 12.9.1 it needs;
  *   - Qwen3 greedy decoding (the device KV cache and sampler) gives the CPU's token ids;
  *   - the head fused with the log-softmax (dllm_tf_target_logp, chunks of rows): within
  *     2e-5 of the double log-softmax of the same backend's logits, on the CPU (every
@@ -371,6 +373,43 @@ START_TEST(test_nvfp4_refused)
 }
 END_TEST
 
+/* Block-scaled FP8 where the library has no block-scaled GEMMs (the emulation's cuBLASLt
+ * made to report 12.9.0): moving the model to the device is an input error naming the
+ * key and the cuBLAS version needed, never a dequantised fallback; tensor scaling still
+ * moves, and with the version restored block scaling moves too. */
+START_TEST(test_fp8_block_old_cublas)
+{
+    dllm_backend *be = cuda_or_skip();
+#ifndef DLLM_CUDA_EMULATION
+    (void)be;
+    return; /* a real library reports its own version */
+#else
+    dllm_tf *m = tiny(0);
+    dllm_precision blk, ten;
+    dllm_err err;
+    ck_assert_int_eq(dllm_precision_parse(&blk, "fp32", "fp8", "e4m3", "block", false, &err), 0);
+    ck_assert_int_eq(dllm_precision_parse(&ten, "fp32", "fp8", "e4m3", "tensor", false, &err), 0);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &blk, NULL, &err), 0);
+    setenv("DLLM_EMU_CUBLASLT_VERSION", "120900", 1);
+    err = (dllm_err){0};
+    int rc = dllm_tf_to_device(m, be, &err);
+    unsetenv("DLLM_EMU_CUBLASLT_VERSION");
+    ck_assert_int_eq(rc, DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "rollout.fp8.scaling") && strstr(err.msg, "12.9.1") &&
+                      strstr(err.msg, "12.9.0"),
+                  "%s", err.msg);
+    ck_assert_ptr_null(dllm_tf_device(m)); /* still on the host, still usable */
+    setenv("DLLM_EMU_CUBLASLT_VERSION", "120900", 1);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &ten, NULL, &err), 0);
+    rc = dllm_tf_to_device(m, be, &err);
+    unsetenv("DLLM_EMU_CUBLASLT_VERSION");
+    ck_assert_msg(rc == 0, "%s", err.msg);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &blk, NULL, &err), 0);
+    dllm_tf_free(m);
+#endif
+}
+END_TEST
+
 /* INT8 has no device GEMM yet: moving an int8 model to the device, or syncing an int8
  * copy on a device model, is an input error naming the precision; the model stays
  * usable where it is. */
@@ -492,6 +531,17 @@ START_TEST(test_cli_generate_score)
     }
     ck_assert_msg(strlen(a) > 2 && !strcmp(a, b), "%s: cpu ids %s, cuda ids %s", ARCHS[_i], a, b);
     free(a), free(b);
+#ifdef DLLM_CUDA_EMULATION
+    if (_i == 0) { /* fp8 (128x128 blocks) on a library without block-scaled GEMMs */
+        ck_assert_int_eq(tu_dllm_with("export DLLM_EMU_CUBLASLT_VERSION=120800",
+                                      "generate --model %s/%s --prompt-ids 5,9,12,7 "
+                                      "--gen-length 6 %s --precision fp8 --device cuda",
+                                      tu_dir, ARCHS[0], GEN_FLAGS[0]),
+                         2);
+        ck_assert_msg(strstr(tu_err, "rollout.fp8.scaling") && strstr(tu_err, "12.9.1"), "%s",
+                      tu_err);
+    }
+#endif
     json_t *j[2];
     for (int dv = 0; dv < 2; dv++) {
         char *o;
@@ -610,6 +660,7 @@ Suite *tu_suite(tu_ctx *ctx)
         tcase_add_loop_test(tc, test_low_precision, 0, 9);
         tcase_add_test(tc, test_nvfp4_refused);
         tcase_add_test(tc, test_int8_refused);
+        tcase_add_test(tc, test_fp8_block_old_cublas);
         tcase_add_test(tc, test_qwen3_decode);
         tcase_add_loop_test(tc, test_fp8_fused_logits, 0, 6);
     }
