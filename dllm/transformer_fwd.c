@@ -342,8 +342,10 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     fp8_act qa;
     const fp8_act *fq = NULL; /* the codes the last producer wrote, if it did */
     // attention sub-block
+    /* a fused producer writes only the codes: its fp32 output would be read by nothing
+     * (fused_act: no bf16 rounding, no run-time LoRA, the linears take the codes) */
     if (fused_act(v, l, QKV, 3, N, &qa)) {
-        be->ops->rmsnorm_fp8_fwd(be, io->n1, io->rstd1, &qa, io->x, w->t[DLLM_T_ATTN_NORM], N,
+        be->ops->rmsnorm_fp8_fwd(be, NULL, io->rstd1, &qa, io->x, w->t[DLLM_T_ATTN_NORM], N,
                                  m->C, eps);
         fq = &qa;
     } else {
@@ -370,7 +372,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     be->ops->add(be, io->h, io->x, (size_t)N * C);
     // MLP sub-block
     if (fused_act(v, l, GU, 2, N, &qa)) {
-        be->ops->rmsnorm_fp8_fwd(be, io->n2, io->rstd2, &qa, io->h, w->t[DLLM_T_MLP_NORM], N,
+        be->ops->rmsnorm_fp8_fwd(be, NULL, io->rstd2, &qa, io->h, w->t[DLLM_T_MLP_NORM], N,
                                  m->C, eps);
         fq = &qa;
     } else {
@@ -382,7 +384,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     lin_group_fwd(m, v, l, 2, GU, no_bias, (float *const[]){io->g, io->u}, io->n2, N, io, fq);
     fq = NULL;
     if (fused_act(v, l, DN, 1, N, &qa)) {
-        be->ops->swiglu_fp8_fwd(be, io->s, &qa, io->g, io->u, N, (int)H);
+        be->ops->swiglu_fp8_fwd(be, NULL, &qa, io->g, io->u, N, (int)H);
         fq = &qa;
     } else {
         be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
