@@ -193,7 +193,8 @@ int dllm_cuda_gemm_f32(bool transA, bool transB, int M, int N, int K, float alph
  * E4M3 x E4M3, E4M3 weights x E5M2 activations and the reverse are taken. This is cuBLASLt's "TN" problem (m = OC, n = N,
  * k = C). scaling:
  *   FP8_SCALE_BLOCK  w in 128x128 blocks, act in 1x128 groups, scales in the cuBLASLt
- *                    layouts above; needs cuBLAS 12.9+ and sm_90
+ *                    layouts above; N a multiple of 8 (callers pad the token rows);
+ *                    needs cuBLAS 12.9.1+ and sm_90
  *                    (dllm_cuda_fp8_block_scaling_available());
  *   FP8_SCALE_TENSOR one fp32 scale each (device pointers), any cuBLAS with FP8.
  * C % 16 == 0 and OC % 16 == 0 are required. */
@@ -201,8 +202,10 @@ int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act_q, const f
                          fp8_format act_fmt, const uint8_t *w_q, const float *w_scale,
                          fp8_format w_fmt, fp8_scaling scaling, int N, int C, int OC,
                          dllm_cuda_stream s, dllm_err *err);
-/* True when this build and the current device support block-scaled FP8 GEMMs; otherwise
- * callers quantise with FP8_SCALE_TENSOR. why (may be NULL) says which part is missing. */
+/* True when this build, the cuBLAS found at run time (12.9.1 or later) and the current
+ * device (sm_90) support block-scaled FP8 GEMMs; otherwise a block-scaled rollout is
+ * refused (dllm_backend_fp8_block_ok). why (may be NULL) says which part is missing and
+ * the version needed. */
 bool dllm_cuda_fp8_block_scaling_available(char *why, size_t why_len);
 /* Scale strides (srs, scs) for dllm_cuda_fp8_quantise that produce the cuBLASLt layouts:
  * activations act[N,C] in 1x128 groups, weights w[OC,C] in 128x128 blocks. */

@@ -43,7 +43,7 @@
 /* The first cuBLAS whose block-scaled FP8 GEMMs we take: 12.9.1 (CUDA 12.9 Update 1),
  * as major * 10000 + minor * 100 + patch (cublasLtGetVersion's encoding). The headers of
  * 12.9.0 already declare the scale modes, so the build test above is not enough: the
- * library found at run time decides (docs/DEVICE.md, "FP8 on the device"). */
+ * library found at run time decides (docs/DESIGN.md, "FP8 and BF16 GEMMs on the device"). */
 enum { BLOCK_FP8_MIN_CUBLAS = 120901 };
 
 enum { WORKSPACE_BYTES = 32 << 20, MAX_DEVICES = 64 };

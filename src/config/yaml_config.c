@@ -255,7 +255,8 @@ static const cfg_key keys[] = {
     {"rollout.fp8.format", K_ENUM, F(rollout.fp8.format), "e4m3", 0, 0, &cfg_names_fp8_format,
      "FP8 format of the rollout copy"},
     {"rollout.fp8.scaling", K_ENUM, F(rollout.fp8.scaling), "block", 0, 0, &cfg_names_fp8_scaling,
-     "FP8 weight scaling (block 128x128 with 1x128 activation groups)"},
+     "FP8 weight scaling (block 128x128 with 1x128 activation groups; on a GPU: cuBLAS "
+     "12.9.1+)"},
     {"rollout.fp8.pow2_scale", K_BOOL, F(rollout.fp8.pow2_scale), "false", 0, 0, NULL,
      "round FP8 scales to powers of two"},
     {"rollout.int8.scaling", K_ENUM, F(rollout.int8.scaling), "channel", 0, 0,
