@@ -199,9 +199,11 @@ static int64_t ws_fp8(const dllm_precision *pr, int64_t N, int64_t C, int64_t OC
     bool tensor = pr->fp8_scaling == FP8_SCALE_TENSOR;
     bool block = pr->fp8_scaling == FP8_SCALE_BLOCK; /* block-scaled cuBLASLt assumed present */
     if ((tensor || block) && C % 16 == 0 && OC % 16 == 0) {
-        int64_t KB = (C + 127) / 128, OB = (OC + 127) / 128;
-        int64_t nas = block ? N * KB : 1, nws = block ? OB * ((KB + 3) / 4 * 4) : 1;
-        return a256(N * C) + a256(nas * 4) + a256(nws * 4);
+        /* codes and scales for the token count padded to 8 (block), and the padded
+         * product when that count differs; the weight's scales stay in the weight */
+        int64_t KB = (C + 127) / 128, Np = block ? (N + 7) / 8 * 8 : N;
+        int64_t nas = block ? Np * KB : 1, npad = Np != N ? Np * OC : 0;
+        return a256(Np * C) + a256(nas * 4) + a256(npad * 4);
     }
     fp8_scaling act = pr->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
                       : pr->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
@@ -233,14 +235,17 @@ static int64_t qa_forward(const dims *d, vfmt f, const dllm_precision *pr, int64
     for (int j = 0; f == V_FP8 && j < DLLM_NLIN; j++) {
         int64_t o, in;
         lin_shape(d, j, &o, &in);
-        if (fp8_fused(d, pr, j))
-            b = max64(b, a256(N * in) + a256(N * ((in + 127) / 128) * 4));
+        if (fp8_fused(d, pr, j)) {
+            int64_t Np = (N + 7) / 8 * 8; /* backend_cuda.cu's fp8_rows */
+            b = max64(b, a256(Np * in) + a256(Np * ((in + 127) / 128) * 4));
+        }
     }
     return b;
 }
 
 /* The largest workspace the linears of one forward of N rows (and R head rows) at view
- * format f ask for (a fused FP8 linear: only the weight's scales in cuBLASLt's layout). */
+ * format f ask for (a fused FP8 linear: only its padded product when N is not a multiple
+ * of 8). */
 static int64_t ws_forward(const dims *d, vfmt f, bool head16, const dllm_precision *pr, int64_t N,
                           int64_t R)
 {
@@ -249,7 +254,7 @@ static int64_t ws_forward(const dims *d, vfmt f, bool head16, const dllm_precisi
         int64_t o, in;
         lin_shape(d, j, &o, &in);
         if (f == V_FP8 && fp8_fused(d, pr, j))
-            w = max64(w, (o + 127) / 128 * (((in + 127) / 128 + 3) / 4 * 4) * 4);
+            w = max64(w, N % 8 ? (N + 7) / 8 * 8 * o * 4 : 0);
         else
             w = max64(w, f == V_BF16 ? ws_bf16(N, in, o) : ws_fp8(pr, N, in, o));
     }
@@ -387,8 +392,14 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         wsneed = max64(wsneed, ws_forward(&d, tf, tb, pr, N, n));
         /* the backward's requests of ws_get: the attention backward's (B, NH, T) floats */
         wsneed = max64(wsneed, 4 * (int64_t)s->uB * d.NH * s->uT);
-        if (tb) /* bf16_linear_bwd_x: the packed weight widened to fp32 */
-            wsneed = max64(wsneed, a256(4 * mxlin));
+        if (tb) /* bf16_linear_bwd_x: dout as bf16 (cuBLASLt's BF16 GEMM), or the
+                 * packed weight widened to fp32 where OC or C is not a multiple of 8 */
+            for (int j = 0; j < DLLM_NLIN; j++) {
+                int64_t o, in;
+                lin_shape(&d, j, &o, &in);
+                wsneed = max64(wsneed, o % 8 == 0 && in % 8 == 0 ? a256(2 * N * o)
+                                                                 : a256(4 * o * in));
+            }
         if (!d.r) { /* RMSNorm's dw partial sums: 64-row chunks of C (HD for q/k_norm) */
             wsneed = max64(wsneed, 4 * ((N + 63) / 64) * d.C);
             wsneed = max64(wsneed, 4 * ((R + 63) / 64) * d.C);
