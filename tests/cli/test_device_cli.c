@@ -7,9 +7,11 @@
  *     sums in another order), every LoRA tensor's gradient within a normalised MSE of
  *     1e-4 (measured up to 1.1e-5: the device's attention backward takes its row sums
  *     from the saved output, which a bf16 trainer rounds in place, the CPU from its kept
- *     probabilities; docs/DESIGN.md), and all of them together at least 10x nearer the
- *     CPU's bf16 gradients than the CPU's fp32 trainer's are (measured 3e-5 to 3.5e-2 of
- *     that distance: the device computes the bf16 trainer, not the fp32 one);
+ *     probabilities; docs/DESIGN.md), and all of them together at least 3x nearer the
+ *     CPU's bf16 gradients than the CPU's fp32 trainer's are (measured 0.12 to 0.17 of
+ *     that distance, nmse 2.1e-6 to 4.5e-6: the device computes the bf16 trainer, not the
+ *     fp32 one, but its bf16_linear_bwd_x rounds dout to bf16 on BF16 tensor cores, which
+ *     the CPU does not; 3e-5 to 3.5e-2 of it when dout stayed fp32);
  *   - `sft` with `device: cuda` against `device: cpu`, 4 steps (LoRA and full fine-tuning
  *     at the fp32 trainer, LoRA at the bf16 trainer): the update ran on the device (no
  *     note that it stayed on the host), every step's loss and grad_norm within 1e-4
@@ -147,8 +149,11 @@ START_TEST(test_bf16_lora_grads)
     }
     ck_assert(op_grad_norm(gh, n) > 0);
     /* the device computed the bf16 trainer's gradients, not the fp32 trainer's: it is much
-     * nearer the CPU's bf16 ones than the fp32 trainer is */
-    ck_assert_msg(e_all <= 1e-1 * e32, "%s: device vs CPU bf16 nmse %g, fp32 vs bf16 %g",
+     * nearer the CPU's bf16 ones than the fp32 trainer is. Not 10x: the device's
+     * bf16_linear_bwd_x rounds dout to bf16 (BF16 tensor cores), about 2.5e-6 of
+     * normalised error per linear (kernels/backend_cases.c), which the CPU's bf16 trainer
+     * does not (measured 0.12-0.17 of the fp32 trainer's distance) */
+    ck_assert_msg(e_all <= 0.3 * e32, "%s: device vs CPU bf16 nmse %g, fp32 vs bf16 %g",
                   ARCHS[arch_i], e_all, e32);
     printf("%s bf16 trainer LoRA: logits max abs diff %.2e, %d tensors, worst gradient nmse "
            "%.2e (all: %.2e; the fp32 trainer's against the bf16: %.2e)\n", ARCHS[arch_i], mx,
