@@ -54,7 +54,7 @@ static const char usage_text[] =
     "(4 B T^2 QD per layer), plus the head on the rows the sampler asks for (estimated:\n"
     "the block's masked positions, on average B blk (spb + 1) / (2 spb), spb = steps per\n"
     "block). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
-    "--cache and --threshold (llada) run the cached / parallel sampler (docs/METHOD.md\n"
+    "--cache and --threshold (llada, CPU) run the cached / parallel sampler (docs/METHOD.md\n"
     "§2a); nfe is the forward passes of one rollout (per completion: each pass covers\n"
     "every row of the batch), step_ms the time per pass, and GFLOP/s is not printed (the\n"
     "count above is of full passes).\n"
