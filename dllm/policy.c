@@ -449,7 +449,9 @@ static int llada_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
                         const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *sc,
                         uint64_t seed, dllm_rollout *out, dllm_err *err)
 {
-    if (dllm_tf_device(p->m) && sc->cache == DLLM_CACHE_NONE) {
+    if (dllm_tf_device(p->m)) {
+        if (sc->cache != DLLM_CACHE_NONE)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "cache: not on the device yet");
         dllm_device_logits dl;
         int rc = dllm_tf_device_logits(p->m, rollout, &dl, err);
         return rc ? rc : dllm_sample_model(&dl, prompts, prompt_mask, B, P, sc, seed, out, err);
@@ -461,14 +463,8 @@ static int llada_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
     int rc = dllm_block_cache_new(&bc, p->m, rollout, err);
     if (rc)
         return rc;
-    if (dllm_tf_device(p->m)) { /* the cache in the device's memory */
-        dllm_device_logits v = dllm_block_cache_view(bc);
-        rc = dllm_sample_model(&v, prompts, prompt_mask, B, P, sc, seed, out, err);
-    } else {
-        dllm_sampler_cache cache = {dllm_block_cache_fill, dllm_block_cache_step, bc};
-        rc = dllm_sample_cached(NULL, NULL, &cache, prompts, prompt_mask, B, P, sc, seed, out,
-                                err);
-    }
+    dllm_sampler_cache cache = {dllm_block_cache_fill, dllm_block_cache_step, bc};
+    rc = dllm_sample_cached(NULL, NULL, &cache, prompts, prompt_mask, B, P, sc, seed, out, err);
     dllm_block_cache_free(bc);
     return rc;
 }

@@ -60,7 +60,7 @@ static const char usage_text[] =
     "count above is of full passes).\n"
     "--clock cpu times by the process's CPU time instead of wall time: per core-second,\n"
     "less sensitive to other jobs on a shared machine (use it with OMP_NUM_THREADS=1).\n"
-    "--device cuda runs the model and the sampler's loop on the CUDA backend; under the\n"
+    "--device cuda runs the model on the CUDA backend (the sampler on the host); under the\n"
     "CUDA emulation build it also prints the device memory peak of each precision\n"
     "(dev_peak_MiB: everything allocated, the backend's workspaces included), to compare\n"
     "with `dllm-rl plan`; the emulation's times say nothing about a GPU.\n"
@@ -154,9 +154,11 @@ int bench_rollout(int argc, char **argv)
     if (dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("bench rollout", &err);
     const bool fast = cache != DLLM_CACHE_NONE || threshold > 0;
-    if (fast && strcmp(arch, "llada")) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: LLaDA only (--arch llada)",
-                     cache != DLLM_CACHE_NONE ? "--cache" : "--threshold");
+    if (fast && (strcmp(arch, "llada") || (dev_be && cache != DLLM_CACHE_NONE))) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: LLaDA%s only (%s)",
+                     cache != DLLM_CACHE_NONE ? "--cache" : "--threshold",
+                     cache != DLLM_CACHE_NONE ? " on the CPU" : "",
+                     strcmp(arch, "llada") ? "--arch llada" : "not on the device yet");
         return cli_fail("bench rollout", &err);
     }
     bool peak = false; /* the emulated allocator's peak (a GPU's is not measured here) */
