@@ -40,6 +40,7 @@
 #include "dllm/json_util.h"
 #include "dllm/policy_model.h"
 #include "dllm/qwen3.h"
+#include "dllm/sampler_device.h"
 #include "dllm/transformer.h"
 #include "kernels/backend.h"
 
@@ -442,19 +443,20 @@ static int ar_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *pro
     return 0;
 }
 
-/* LLaDA's denoising sampler at the rollout copy's or the trainer view's numerics: the one
- * loop (dllm/sampler.h) over the model on the device when it is there (only tokens and
- * commit records come back), else over the host model. */
+/* LLaDA's denoising sampler at the rollout copy's or the trainer view's numerics: on
+ * the device (dllm/sampler_device.h: only tokens and commit records come back) when
+ * the model is there, else on the host. */
 static int llada_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
                         const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *sc,
                         uint64_t seed, dllm_rollout *out, dllm_err *err)
 {
     if (dllm_tf_device(p->m)) {
-        if (sc->cache != DLLM_CACHE_NONE)
-            return dllm_err_set(err, DLLM_EXIT_INPUT, "cache: not on the device yet");
+        if (sc->cache != DLLM_CACHE_NONE || sc->threshold > 0)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: not on the device yet",
+                                sc->cache != DLLM_CACHE_NONE ? "cache" : "threshold");
         dllm_device_logits dl;
         int rc = dllm_tf_device_logits(p->m, rollout, &dl, err);
-        return rc ? rc : dllm_sample_model(&dl, prompts, prompt_mask, B, P, sc, seed, out, err);
+        return rc ? rc : dllm_sample_device(&dl, prompts, prompt_mask, B, P, sc, seed, out, err);
     }
     if (sc->cache == DLLM_CACHE_NONE)
         return dllm_sample(rollout ? rollout_logits : train_nograd_logits, p, prompts, prompt_mask,
@@ -467,24 +469,6 @@ static int llada_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
     rc = dllm_sample_cached(NULL, NULL, &cache, prompts, prompt_mask, B, P, sc, seed, out, err);
     dllm_block_cache_free(bc);
     return rc;
-}
-
-/* Dream's sampler, as llada_sample: the one loop over the model on its device, else over
- * the host model. */
-static int dream_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
-                        const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *sc,
-                        double top_p, uint64_t seed, dllm_rollout *out, dllm_err *err)
-{
-    dllm_dream_cfg d = p->dream;
-    d.top_p = top_p;
-    if (dllm_tf_device(p->m)) {
-        dllm_device_logits dl;
-        int rc = dllm_tf_device_logits(p->m, rollout, &dl, err);
-        return rc ? rc : dllm_dream_sample_model(&dl, prompts, prompt_mask, B, P, sc, &d, seed,
-                                                 out, err);
-    }
-    return dllm_dream_sample(rollout ? rollout_logits : train_nograd_logits, p, prompts,
-                             prompt_mask, B, P, sc, &d, seed, out, err);
 }
 
 int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
@@ -501,8 +485,12 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "%s: not for Dream's sampler (docs/METHOD.md §2a)",
                             sc->cache != DLLM_CACHE_NONE ? "cache" : "threshold");
-    if (p->arch->sampler == DLLM_SAMPLER_DREAM)
-        return dream_sample(p, true, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
+    if (p->arch->sampler == DLLM_SAMPLER_DREAM) {
+        dllm_dream_cfg d = p->dream;
+        d.top_p = top_p;
+        return dllm_dream_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, &d, seed, out,
+                                 err);
+    }
     /* top_p: nucleus sampling belongs to AR decoding; the denoising sampler has none */
     return llada_sample(p, true, prompts, prompt_mask, B, P, sc, seed, out, err);
 }
@@ -511,8 +499,12 @@ int dllm_policy_sample_trainer(dllm_policy *p, const int32_t *prompts, const uin
                                int B, int P, const dllm_sampler_cfg *sc, double top_p,
                                uint64_t seed, dllm_rollout *out, dllm_err *err)
 {
-    if (p->arch->sampler == DLLM_SAMPLER_DREAM)
-        return dream_sample(p, false, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
+    if (p->arch->sampler == DLLM_SAMPLER_DREAM) {
+        dllm_dream_cfg d = p->dream;
+        d.top_p = top_p;
+        return dllm_dream_sample(train_nograd_logits, p, prompts, prompt_mask, B, P, sc, &d, seed,
+                                 out, err);
+    }
     return llada_sample(p, false, prompts, prompt_mask, B, P, sc, seed, out, err);
 }
 

@@ -154,11 +154,10 @@ int bench_rollout(int argc, char **argv)
     if (dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("bench rollout", &err);
     const bool fast = cache != DLLM_CACHE_NONE || threshold > 0;
-    if (fast && (strcmp(arch, "llada") || (dev_be && cache != DLLM_CACHE_NONE))) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: LLaDA%s only (%s)",
+    if (fast && (strcmp(arch, "llada") || dev_be)) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: LLaDA on the CPU only (%s)",
                      cache != DLLM_CACHE_NONE ? "--cache" : "--threshold",
-                     cache != DLLM_CACHE_NONE ? " on the CPU" : "",
-                     strcmp(arch, "llada") ? "--arch llada" : "not on the device yet");
+                     dev_be ? "not on the device yet" : "--arch llada");
         return cli_fail("bench rollout", &err);
     }
     bool peak = false; /* the emulated allocator's peak (a GPU's is not measured here) */

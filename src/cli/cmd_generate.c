@@ -453,9 +453,9 @@ int cmd_generate(int argc, char **argv)
                           "%s: a flag of the denoising sampler; %s is an autoregressive model, "
                           "decoded left to right (it takes --temperature and --top-p)",
                           denoise_flag, model_dir);
-    else if (dev_be && cache != DLLM_CACHE_NONE)
-        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "--cache: not on the device yet (--device %s)",
-                          device);
+    else if (dev_be && (cache != DLLM_CACHE_NONE || threshold > 0))
+        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: not on the device yet (--device %s)",
+                          cache != DLLM_CACHE_NONE ? "--cache" : "--threshold", device);
     if (!rc && !strcmp(chat, "auto"))
         rc = dllm_chat_format_from_dir(model_dir, &fmt, &err);
     else if (!rc)
