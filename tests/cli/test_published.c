@@ -216,10 +216,11 @@ START_TEST(init_model_stand_ins_plan)
         {"checkpoints/LLaDA-8B-Instruct", "llada", "llada-8b", "\"llada\""},
         {"checkpoints/Dream-v0-Instruct-7B", "dream", "dream-7b", "\"Dream\""},
         {"checkpoints/Qwen3-8B", "qwen3", "qwen3-8b", "\"qwen3\""},
+        {"checkpoints/Qwen3.5-9B", "qwen3.5", "qwen3.5-9b", "\"qwen3_5_text\""},
     };
     for (int i = 0; i < n; i++) {
         int p = -1;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < (int)(sizeof presets / sizeof presets[0]); k++)
             if (!strcmp(r[i].cfg.model.path, presets[k].dir))
                 p = k;
         ck_assert_msg(p >= 0, "%s: model.path %s has no init-model preset here", r[i].file,
