@@ -76,6 +76,9 @@ static const dllm_arch_preset qwen35_presets[] = {
 #define PRESETS(p) .presets = p, .n_presets = (int)(sizeof p / sizeof p[0])
 
 /* LLaDA names, accepted slot for slot by Qwen3 and Dream. */
+/* Qwen3.5's further LoRA targets: its Gated DeltaNet layers' projections. */
+static const char *const qwen35_lora_more[] = {"in_proj_qkv", "in_proj_z", "out_proj", NULL};
+
 static const char *const llada_names[DLLM_NLIN] = {"q_proj", "k_proj", "v_proj", "attn_out",
                                                    "ff_proj", "up_proj", "ff_out"};
 
@@ -164,7 +167,8 @@ const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN] = {
 /* Qwen3.5 (HF Qwen3_5ForCausalLM, docs/QWEN35.md): causal, layers of two kinds
  * (config.json's layer_types), computed by its own model behind the policy
  * (dllm/qwen35_policy.c); the names below are its full-attention layers' and MLP's,
- * the PEFT targets of its rollout copies' linears. */
+ * with LLaDA's accepted for them as Qwen3 accepts them (the default target list), and
+ * its Gated DeltaNet projections' names beside them. */
 [DLLM_ARCH_QWEN35] = {
     .name = "qwen3.5", .id = DLLM_ARCH_QWEN35,
     .sampler = DLLM_SAMPLER_AR, .chat = DLLM_CHAT_QWEN35, .causal = true, .qk_norm = true, .qkv_bias = false, .shift_logits = false,
@@ -183,7 +187,8 @@ const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN] = {
               DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM, DLLM_T_MLP_NORM},
     .n_order = 11,
     .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-    .lora_alias = NULL,
+    .lora_alias = llada_names,
+    .lora_more = qwen35_lora_more,
     .model_type = "qwen3_5_text", .model_type_alias = "qwen3_5", .hf_class = "Qwen3_5ForCausalLM",
     .config_read = qwen35_config_read_desc, .config_write = qwen35_config_json_desc,
     PRESETS(qwen35_presets),

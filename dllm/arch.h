@@ -101,6 +101,9 @@ typedef struct dllm_arch_desc {
      * accepted names, or NULL */
     const char *lora_name[DLLM_NLIN];
     const char *const *lora_alias;
+    /* further target names of a model of its own (NULL-terminated; NULL: none): the
+     * config accepts them, its model (dllm/policy_model.h) resolves every name */
+    const char *const *lora_more;
     /* config.json: model_type as written (and a further spelling read, or
      * NULL), the HF class in "architectures" (read when model_type is absent) */
     const char *model_type, *model_type_alias, *hf_class;

@@ -63,14 +63,14 @@ struct dllm_policy {
     dllm_model_config mc;      /* its config */
 };
 
-/* The architecture's own model (dllm/policy_model.h): precision, LoRA and device
- * checked, opened, its rollout copy built. */
+/* The architecture's own model (dllm/policy_model.h): the device checked, opened, its
+ * LoRA adapters made, its rollout copy built. */
 static int open_own(dllm_policy *p, const dllm_policy_cfg *c, dllm_model_config *mc,
                     dllm_err *err)
 {
     p->ops = p->arch->model;
-    int rc = p->ops->check(NULL, &p->prec, c->lora_rank, err);
-    if (!rc && c->device && *c->device && strcmp(c->device, "cpu"))
+    int rc = 0;
+    if (c->device && *c->device && strcmp(c->device, "cpu"))
         rc = dllm_err_set(err, DLLM_EXIT_INPUT,
                           "%s %s: a %s model runs on the host only so far (no device kernels "
                           "for its layers; docs/QWEN35.md)",
@@ -79,6 +79,9 @@ static int open_own(dllm_policy *p, const dllm_policy_cfg *c, dllm_model_config 
     if (!rc)
         rc = p->ops->open(&p->impl, c->path && *c->path ? c->path : NULL, c->preset, c->seed,
                           &p->mc, err);
+    if (!rc && c->lora_rank > 0)
+        rc = p->ops->lora_enable(p->impl, c->lora_rank, c->lora_alpha, c->lora_targets,
+                                 c->n_lora_targets, "model.lora.targets", c->seed, err);
     return rc ? rc : p->ops->sync(p->impl, &p->prec, err);
 }
 
@@ -521,8 +524,12 @@ int dllm_policy_save(const dllm_policy *p, const char *dir, st_dtype dtype, dllm
 
 static int lora_info(const dllm_policy *p, float *alpha, int *mask)
 {
-    if (p->ops)
-        return 0; /* no LoRA (refused at open) */
+    if (p->ops) { /* its targets by name (own_targets): *mask is their count */
+        int n, rank = p->ops->lora_info(p->impl, alpha, NULL, 0, &n);
+        if (mask)
+            *mask = n;
+        return rank;
+    }
     return dllm_tf_lora_info(p->m, alpha, mask);
 }
 
@@ -547,11 +554,17 @@ int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *er
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     if (!rc)
-        rc = dllm_tf_lora_save(p->m, path, err);
+        rc = p->ops ? p->ops->lora_save(p->impl, path, err) : dllm_tf_lora_save(p->m, path, err);
     if (rc)
         return rc;
     json_t *targets = json_array();
-    for (int j = 0; j < DLLM_NLIN; j++)
+    const char *names[32];
+    int nn = 0;
+    if (p->ops)
+        p->ops->lora_info(p->impl, NULL, names, 32, &nn);
+    for (int j = 0; j < nn && j < 32; j++)
+        json_array_append_new(targets, json_string(names[j]));
+    for (int j = 0; !p->ops && j < DLLM_NLIN; j++)
         if ((mask >> j) & 1)
             json_array_append_new(targets, json_string(p->arch->lora_name[j]));
     double a = (double)alpha;
@@ -576,9 +589,14 @@ int dllm_policy_save_adapter(const dllm_policy *p, const char *dir, dllm_err *er
     return rc;
 }
 
-/* Reads the LoRA settings of DIR/adapter_config.json. */
+/* At most this many target names in an adapter of a model of its own, each this long. */
+#define OWN_TARGETS 16
+#define OWN_NAME 48
+
+/* Reads the LoRA settings of DIR/adapter_config.json: the targets as arch's mask, or for a
+ * model of its own (arch->model) their names into own[*n_own] (validated when enabled). */
 static int read_adapter_config(const dllm_arch_desc *arch, const char *path, int *rank, double *alpha, int *mask,
-                               dllm_err *err)
+                               char (*own)[OWN_NAME], int *n_own, dllm_err *err)
 {
     json_t *root;
     int rc = ju_load_file(&root, path, err);
@@ -610,7 +628,23 @@ static int read_adapter_config(const dllm_arch_desc *arch, const char *path, int
     }
     const json_t *t = json_object_get(root, "target_modules");
     *mask = 0;
-    if (json_is_string(t)) {
+    *n_own = 0;
+    if (arch->model && (json_is_string(t) || json_is_array(t))) {
+        size_t n = json_is_string(t) ? 1 : json_array_size(t);
+        for (size_t i = 0; i < n && !rc; i++) {
+            const json_t *e = json_is_string(t) ? t : json_array_get(t, i);
+            if (!json_is_string(e) || strlen(json_string_value(e)) >= OWN_NAME || i >= OWN_TARGETS)
+                rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                                  "%s: key 'target_modules': entry %zu is not a target name "
+                                  "(at most %d)", path, i, OWN_TARGETS);
+            else
+                snprintf(own[(*n_own)++], OWN_NAME, "%s", json_string_value(e));
+        }
+        if (!rc && !*n_own)
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                              "%s: key 'target_modules': expected a non-empty list of module "
+                              "names", path);
+    } else if (json_is_string(t)) {
         const char *name = json_string_value(t);
         rc = targets_mask(arch, &name, 1, path, mask, err);
     } else if (json_is_array(t) && json_array_size(t) > 0) {
@@ -637,19 +671,60 @@ done:
     return rc;
 }
 
+/* load_adapter for a model of its own: LoRA enabled as the adapter says (or the policy's
+ * checked against it: rank, alpha and the set of targets), its tensors read, the rollout
+ * copy rebuilt. */
+static int load_adapter_own(dllm_policy *p, const char *dir, const char *cfg_path, int rank,
+                            double alpha, char (*own)[OWN_NAME], int n_own, dllm_err *err)
+{
+    float have_alpha;
+    const char *have[OWN_TARGETS + 16];
+    int n_have, have_rank = p->ops->lora_info(p->impl, &have_alpha, have, OWN_TARGETS + 16,
+                                             &n_have);
+    const char *want[OWN_TARGETS];
+    for (int i = 0; i < n_own; i++)
+        want[i] = own[i];
+    int rc = 0;
+    if (!have_rank) {
+        rc = p->ops->lora_enable(p->impl, rank, alpha, want, n_own, cfg_path, p->seed, err);
+    } else {
+        bool same = have_rank == rank && have_alpha == (float)alpha;
+        for (int i = 0; same && i < n_have; i++) { /* the same set, in any order */
+            bool in = false;
+            for (int j = 0; j < n_own; j++)
+                in |= !strcmp(have[i], want[j]);
+            same = in;
+        }
+        for (int j = 0; same && j < n_own; j++) {
+            bool in = false;
+            for (int i = 0; i < n_have; i++)
+                in |= !strcmp(have[i], want[j]);
+            same = in;
+        }
+        if (!same)
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                              "%s: adapter (r %d, alpha %g, %d targets) does not match the "
+                              "policy's LoRA (r %d, alpha %g, %d targets)", cfg_path, rank, alpha,
+                              n_own, have_rank, (double)have_alpha, n_have);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    rc = rc ? rc : p->ops->lora_load(p->impl, path, err);
+    return rc ? rc : p->ops->sync(p->impl, &p->prec, err);
+}
+
 int dllm_policy_load_adapter(dllm_policy *p, const char *dir, dllm_err *err)
 {
     char path[4200];
-    if (p->ops)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "%s: a %s model takes no LoRA adapter (docs/QWEN35.md)", dir,
-                            p->arch->name);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    int rank = 0, mask = 0;
+    int rank = 0, mask = 0, n_own = 0;
     double alpha = 0;
-    int rc = read_adapter_config(p->arch, path, &rank, &alpha, &mask, err);
+    char own[OWN_TARGETS][OWN_NAME];
+    int rc = read_adapter_config(p->arch, path, &rank, &alpha, &mask, own, &n_own, err);
     if (rc)
         return rc;
+    if (p->ops)
+        return load_adapter_own(p, dir, path, rank, alpha, own, n_own, err);
     float have_alpha;
     int have_mask, have_rank = lora_info(p, &have_alpha, &have_mask);
     if (!have_rank) {

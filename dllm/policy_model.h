@@ -2,8 +2,8 @@
  * does not compute -- an architecture whose descriptor (dllm/arch.h) has `model`. The
  * policy dispatches to this table where it would call the core: the logits at each
  * precision, the backward, the trainable vector with its gradients and optimizer, the
- * rollout copy, autoregressive rollouts and checkpoints. What such a model does not
- * have (LoRA, a device, a bf16 trainer, a precision) its open refuses with the key. */
+ * rollout copy, autoregressive rollouts, LoRA adapters and checkpoints. What such a model
+ * does not have (a device) the policy refuses with the key. */
 #ifndef DLLM_POLICY_MODEL_H
 #define DLLM_POLICY_MODEL_H
 
@@ -28,9 +28,17 @@ typedef struct dllm_model_ops {
     int (*open)(void **impl, const char *dir, const char *preset, uint64_t seed,
                 dllm_model_config *mc, dllm_err *err);
     void (*free)(void *impl);
-    /* Refuses (input error naming the key) what the model does not run: p's trainer and
-     * rollout precisions, LoRA rank > 0. */
-    int (*check)(void *impl, const dllm_precision *p, int lora_rank, dllm_err *err);
+    /* LoRA of rank > 0 on the targets named (n 0: every target), scaled alpha / rank, A
+     * drawn from seed: the trainable vector becomes the adapters. An unknown target is an
+     * input error naming `what` and the target. */
+    int (*lora_enable)(void *impl, int rank, double alpha, const char *const *targets, int n,
+                       const char *what, uint64_t seed, dllm_err *err);
+    /* The rank (0: no LoRA), alpha into *alpha; the targets' names into names [cap], their
+     * count into *n (each may be NULL). */
+    int (*lora_info)(void *impl, float *alpha, const char **names, int cap, int *n);
+    /* The adapters to / from one safetensors file in PEFT's names. */
+    int (*lora_save)(void *impl, const char *path, dllm_err *err);
+    int (*lora_load)(void *impl, const char *path, dllm_err *err);
     /* logits (dllm_logits_fn's contract) at the trainer's numerics (rollout false; keep:
      * for backward) or the rollout copy's. */
     int (*logits)(void *impl, bool rollout, bool keep, const int32_t *tokens,
@@ -41,12 +49,13 @@ typedef struct dllm_model_ops {
     float *(*state)(void *impl, dllm_model_state s, size_t *n);
     float *(*grads)(void *impl);
     double (*optim_step)(void *impl, const dllm_adamw_args *a);
-    /* rebuilds the rollout copy at p from the trainer's weights */
+    /* rebuilds the rollout copy at p (and the trainer's bf16 copy when p's trainer is bf16)
+     * from the trainer's weights, LoRA merged into the rollout copy */
     int (*sync)(void *impl, const dllm_precision *p, dllm_err *err);
     /* autoregressive rollouts at the rollout copy's numerics (dllm/ar_sampler.h) */
     int (*rollout)(void *impl, const int32_t *prompts, const uint8_t *prompt_mask, int B, int P,
                    const dllm_ar_cfg *c, uint64_t seed, dllm_ar_rollout *out, dllm_err *err);
-    /* DIR/config.json and weights in the published layout */
+    /* DIR/config.json and weights in the published layout (LoRA merged, fp32 masters) */
     int (*save)(void *impl, const char *dir, st_dtype dtype, dllm_err *err);
 } dllm_model_ops;
 

@@ -2,11 +2,13 @@
  * the hybrid forward over a cache, exact log-probabilities and greedy decoding. */
 #include "dllm/qwen35.h"
 #include "dllm/json_util.h"
+#include "dllm/param_io.h"
 #include "dllm/safetensors.h"
 #include "kernels/fp8.h"
 #include "kernels/gated_delta.h"
 #include "kernels/int8.h"
 #include "kernels/nvfp4.h"
+#include "kernels/rng.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -207,6 +209,12 @@ typedef struct {
     nvfp4_matrix f4;
 } qlin;
 
+/* A LoRA adapter on one projection W (out, in): W x + scale B (A x). */
+typedef struct {
+    float *A, *B, *dA, *dB; /* (r, in), (out, r), their gradients */
+    int in, out;
+} q35_lora;
+
 struct qwen35_model;
 static void kept_free(qwen35_kept *k);
 static float *grad_of(struct qwen35_model *m, const float *p);
@@ -230,6 +238,15 @@ struct qwen35_model {
     qwen35_kept kept; /* the last keeping qwen35_forward, for qwen35_backward */
     qlin *ql;         /* qwen35_quantise: the big projections' quantised matrices */
     int nql;
+    /* LoRA (qwen35_lora_enable): ad[i] the adapter of weight i (A NULL: none); the base
+     * weights frozen, the adapters the trainable vector (lflat, in llist's order) */
+    int lrank, lmask;
+    float lalpha, lscale;
+    q35_lora *ad;      /* (nowned) */
+    dllm_param *llist; /* (nl) PEFT names, data and grad in lflat / lgflat */
+    int nl;
+    float *lflat, *lgflat, *lmflat, *lvflat;
+    size_t nlflat;
 };
 
 const qwen35_config *qwen35_config_of(const qwen35_model *m) { return &m->cfg; }
@@ -434,11 +451,20 @@ static void ql_free(qwen35_model *m)
     m->nql = 0;
 }
 
+static void lora_free(qwen35_model *m)
+{
+    free(m->ad), free(m->llist), free(m->lflat), free(m->lgflat), free(m->lmflat),
+        free(m->lvflat);
+    m->ad = NULL, m->llist = NULL, m->lflat = m->lgflat = m->lmflat = m->lvflat = NULL;
+    m->nl = 0, m->nlflat = 0, m->lrank = m->lmask = 0, m->lalpha = m->lscale = 0.0f;
+}
+
 void qwen35_free(qwen35_model *m)
 {
     if (!m)
         return;
     ql_free(m);
+    lora_free(m);
     for (int i = 0; i < m->nowned; i++) {
         if (!m->flat)
             free(m->owned[i]); /* a load that failed before flatten */
@@ -516,11 +542,60 @@ int qwen35_cache_len(const qwen35_cache *c) { return c->len; }
 
 static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* out (T, D) = in (T, C) W^T for one of the big projections of the decoding path: with
- * qwen35_round_bf16, the input rounded to bf16 (W already is), the products in fp32. */
+/* The index of weight W among m's (-1: none). */
+static int widx(const qwen35_model *m, const float *W)
+{
+    for (int i = 0; i < m->nowned; i++)
+        if (m->owned[i] == W)
+            return i;
+    return -1;
+}
+
+/* W's LoRA adapter, or NULL. */
+static const q35_lora *adapter_of(const qwen35_model *m, const float *W)
+{
+    int i = m->ad ? widx(m, W) : -1;
+    return i >= 0 && m->ad[i].A ? &m->ad[i] : NULL;
+}
+
+/* in (T, C) as the big projections read it: a bf16-rounded copy after qwen35_round_bf16
+ * (*tmp to free), else in itself. */
+static const float *proj_input(const qwen35_model *m, const float *in, size_t n, float **tmp)
+{
+    *tmp = NULL;
+    if (!m->bf16)
+        return in;
+    *tmp = dllm_malloc((n + 1) * sizeof(float));
+    memcpy(*tmp, in, n * sizeof(float));
+    op_round_bf16(*tmp, n);
+    return *tmp;
+}
+
+/* out (T, D) += scale (x A^T) B^T: the adapter's part of a projection of x (T, C). */
+static void lora_fwd(const qwen35_model *m, const q35_lora *ad, float *out, const float *x, int T)
+{
+    int r = m->lrank;
+    float *xa = dllm_malloc(((size_t)T * r + 1) * sizeof(float)); /* (T, r) */
+    op_linear_fwd(xa, x, ad->A, T, ad->in, r);
+    op_gemm(false, true, T, ad->out, r, m->lscale, xa, ad->B, 1.0f, out);
+    free(xa);
+}
+
+/* out (T, D) = in (T, C) W^T for one of the big projections: with qwen35_round_bf16, the
+ * input rounded to bf16 (W already is), the products in fp32; a quantised copy's product;
+ * plus W's LoRA adapter (fp32, on the same input) when it has one. */
 static void big_linear(const qwen35_model *m, float *out, const float *in, const float *W, int T,
                        int C, int D)
 {
+    const q35_lora *ad = adapter_of(m, W);
+    if (ad) { /* the trainer (or its bf16 copy) with LoRA at run time */
+        float *tmp;
+        const float *x = proj_input(m, in, (size_t)T * C, &tmp);
+        op_linear_fwd(out, x, W, T, C, D);
+        lora_fwd(m, ad, out, x, T);
+        free(tmp);
+        return;
+    }
     for (int i = 0; i < m->nql; i++)
         if (m->ql[i].w == W) { /* the quantised copy's product, activations quantised per call */
             qlin *q = &m->ql[i];
@@ -541,6 +616,31 @@ static void big_linear(const qwen35_model *m, float *out, const float *in, const
     op_round_bf16(r, (size_t)T * C);
     op_linear_fwd(out, r, W, T, C, D);
     free(r);
+}
+
+/* The backward of big_linear (the trainer's numerics: no quantised copy): din (T, C) +=
+ * dout W (straight through the bf16 rounding of the input); W's gradient (none under
+ * LoRA: the base is frozen) and its adapter's accumulated, from the input as the forward
+ * read it. */
+static void big_linear_bwd(qwen35_model *m, float *din, const float *dout, const float *in,
+                           const float *W, int T, int C, int D)
+{
+    float *tmp;
+    const float *x = proj_input(m, in, (size_t)T * C, &tmp);
+    op_linear_bwd(din, grad_of(m, W), dout, x, W, T, C, D);
+    const q35_lora *ad = adapter_of(m, W);
+    if (ad) {
+        int r = m->lrank;
+        float *xa = dllm_malloc(((size_t)T * r + 1) * sizeof(float));  /* (T, r) x A^T */
+        float *dxa = dllm_malloc(((size_t)T * r + 1) * sizeof(float)); /* (T, r) */
+        op_linear_fwd(xa, x, ad->A, T, C, r);
+        op_gemm(false, false, T, r, D, m->lscale, dout, ad->B, 0.0f, dxa);
+        op_gemm(true, false, D, r, T, m->lscale, dout, xa, 1.0f, ad->dB);
+        op_linear_bwd(din, ad->dA, dxa, x, ad->A, T, C, r);
+        free(xa);
+        free(dxa);
+    }
+    free(tmp);
 }
 
 /* y (T, C) += the linear-attention mix of n1 (T, C) for layer l; caches advanced. */
@@ -818,7 +918,7 @@ void qwen35_backward(qwen35_model *m, const float *dlogits)
         op_rmsnorm_fwd(nf, rsf, xr, m->fnorm, R, C, c->eps);
         memset(dn, 0, (size_t)R * C * sizeof(float));
         memset(dxr, 0, (size_t)R * C * sizeof(float));
-        op_linear_bwd(dn, grad_of(m, m->head), dlg, nf, m->head, R, C, V);
+        big_linear_bwd(m, dn, dlg, nf, m->head, R, C, V);
         op_rmsnorm_bwd(dxr, grad_of(m, m->fnorm), dn, xr, m->fnorm, rsf, R, C);
         memset(dx, 0, (size_t)n * C * sizeof(float)); /* xs and dx: (n, C) per layer */
         for (int j = 0; j < R; j++) {
@@ -914,6 +1014,8 @@ int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos,
 /* The gradient buffer of weight p (its owner's index), allocated zeroed on first use. */
 static float *grad_of(qwen35_model *m, const float *p)
 {
+    if (m->lrank)
+        return NULL; /* LoRA: the base weights are frozen */
     for (int i = 0; i < m->nowned; i++)
         if (m->owned[i] == p)
             return m->grad[i];
@@ -922,6 +1024,10 @@ static float *grad_of(qwen35_model *m, const float *p)
 
 void qwen35_zero_grad(qwen35_model *m)
 {
+    if (m->lrank) { /* the adapters' gradients (allocated with them) */
+        memset(m->lgflat, 0, m->nlflat * sizeof(float));
+        return;
+    }
     if (!m->grad) {
         m->gflat = ALLOC_F(m->nflat);
         m->grad = dllm_calloc((size_t)m->nowned, sizeof(float *));
@@ -933,6 +1039,12 @@ void qwen35_zero_grad(qwen35_model *m)
 
 const float *qwen35_grad(const qwen35_model *m, const char *name, size_t *n)
 {
+    for (int i = 0; i < m->nl; i++)
+        if (!strcmp(m->llist[i].name, name)) {
+            if (n)
+                *n = m->llist[i].numel;
+            return m->llist[i].grad;
+        }
     for (int i = 0; m->grad && i < m->nowned; i++)
         if (!strcmp(m->names[i], name)) {
             if (n)
@@ -955,8 +1067,8 @@ static void linear_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, i
     float *rk = ALLOC_F((size_t)T * c->Hk), *o = ALLOC_F(TV), *on = ALLOC_F(TV);
     float *rs = ALLOC_F((size_t)T * Hv);
     /* recompute */
-    op_linear_fwd(qkv, n1, w->qkv, T, C, D);
-    op_linear_fwd(z, n1, w->z, T, C, VD);
+    big_linear(m, qkv, n1, w->qkv, T, C, D);
+    big_linear(m, z, n1, w->z, T, C, VD);
     op_linear_fwd(bb, n1, w->b, T, C, Hv);
     op_linear_fwd(aa, n1, w->a, T, C, Hv);
     gd_conv_fwd(cq, pre, NULL, qkv, NULL, w->conv, 1, T, D, c->K);
@@ -979,7 +1091,7 @@ static void linear_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, i
     size_t zn[] = {TV, TV, TV, TK, TK, TH, TH, TH, TH, TD, TD};
     for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
         memset(zero[i], 0, zn[i] * sizeof(float));
-    op_linear_bwd(don, grad_of(m, w->out), dmix, on, w->out, T, VD, C);
+    big_linear_bwd(m, don, dmix, on, w->out, T, VD, C);
     gd_gated_rmsnorm_bwd(dO, dz, grad_of(m, w->gnorm), don, o, z, w->gnorm, rs, T * Hv, c->Dv);
     float *dv = dcq; /* dq, dk normalised first; dv lands straight in its columns below */
     float *dvt = ALLOC_F(TV), *dqn = ALLOC_F(TK), *dkn = ALLOC_F(TK);
@@ -999,8 +1111,8 @@ static void linear_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, i
         memcpy(r + 2 * KD, dvt + (size_t)t * VD, (size_t)VD * sizeof(float));
     }
     gd_conv_bwd(dqkv, grad_of(m, w->conv), NULL, dcq, pre, qkv, NULL, w->conv, 1, T, D, c->K);
-    op_linear_bwd(dn1, grad_of(m, w->qkv), dqkv, n1, w->qkv, T, C, D);
-    op_linear_bwd(dn1, grad_of(m, w->z), dz, n1, w->z, T, C, VD);
+    big_linear_bwd(m, dn1, dqkv, n1, w->qkv, T, C, D);
+    big_linear_bwd(m, dn1, dz, n1, w->z, T, C, VD);
     op_linear_bwd(dn1, grad_of(m, w->b), dbb, n1, w->b, T, C, Hv);
     op_linear_bwd(dn1, grad_of(m, w->a), daa, n1, w->a, T, C, Hv);
     float *bufs[] = {qkv, pre, cq, z, bb, aa, g, beta, q, k, v, rq, rk, o, on, rs, don, dO, dz,
@@ -1024,15 +1136,15 @@ static void full_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int
     int32_t *pos = dllm_malloc((size_t)T * sizeof(int32_t) + 4);
     for (int t = 0; t < T; t++)
         pos[t] = t;
-    op_linear_fwd(qg, n1, w->q, T, C, 2 * QD);
+    big_linear(m, qg, n1, w->q, T, C, 2 * QD);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < NH; h++) {
             const float *r = qg + (size_t)t * 2 * QD + (size_t)h * 2 * HD;
             memcpy(q0 + ((size_t)t * NH + h) * HD, r, (size_t)HD * sizeof(float));
             memcpy(gate + ((size_t)t * NH + h) * HD, r + HD, (size_t)HD * sizeof(float));
         }
-    op_linear_fwd(k0, n1, w->k, T, C, KD);
-    op_linear_fwd(v, n1, w->v, T, C, KD);
+    big_linear(m, k0, n1, w->k, T, C, KD);
+    big_linear(m, v, n1, w->v, T, C, KD);
     op_rmsnorm_fwd(qn, rsq, q0, w->qn, T * NH, HD, c->eps);
     op_rmsnorm_fwd(kn, rsk, k0, w->kn, T * NKV, HD, c->eps);
     gd_partial_rope_fwd(qr, qn, pos, T, NH, HD, c->rot, c->theta);
@@ -1078,7 +1190,7 @@ static void full_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int
     size_t zn[] = {TQ, 2 * TQ, TQ, TK, TK, TQ, TK, TQ, TK};
     for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
         memset(zero[i], 0, zn[i] * sizeof(float));
-    op_linear_bwd(dy, grad_of(m, w->o), dmix, y, w->o, T, QD, C);
+    big_linear_bwd(m, dy, dmix, y, w->o, T, QD, C);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < NH; h++) {
             size_t r = ((size_t)t * NH + h) * HD;
@@ -1125,9 +1237,9 @@ static void full_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int
         for (int h = 0; h < NH; h++)
             memcpy(dqg + (size_t)t * 2 * QD + (size_t)h * 2 * HD, dq0 + ((size_t)t * NH + h) * HD,
                    (size_t)HD * sizeof(float));
-    op_linear_bwd(dn1, grad_of(m, w->q), dqg, n1, w->q, T, C, 2 * QD);
-    op_linear_bwd(dn1, grad_of(m, w->k), dk0, n1, w->k, T, C, KD);
-    op_linear_bwd(dn1, grad_of(m, w->v), dv, n1, w->v, T, C, KD);
+    big_linear_bwd(m, dn1, dqg, n1, w->q, T, C, 2 * QD);
+    big_linear_bwd(m, dn1, dk0, n1, w->k, T, C, KD);
+    big_linear_bwd(m, dn1, dv, n1, w->v, T, C, KD);
     float *bufs[] = {qg, q0, gate, k0, v, qn, kn, rsq, rsk, qr, kr, P, att, y, dy, dqg, dqr,
                      dkr, dv, dqn, dkn, dq0, dk0, dp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -1162,8 +1274,8 @@ static void layers_bwd(qwen35_model *m, const int32_t *ids, int T, const float *
         qwen35_cache_free(kc);
         float *n2 = mlp; /* reused: the MLP's normalised input */
         op_rmsnorm_fwd(n2, rs2, h, w->n2, T, C, c->eps);
-        op_linear_fwd(gu, n2, w->gate, T, C, H);
-        op_linear_fwd(up, n2, w->up, T, C, H);
+        big_linear(m, gu, n2, w->gate, T, C, H);
+        big_linear(m, up, n2, w->up, T, C, H);
         op_swiglu_fwd(s, gu, up, TH);
         /* x_out = h + down(s): dh = dx + MLP's */
         memset(ds, 0, TH * sizeof(float));
@@ -1171,10 +1283,10 @@ static void layers_bwd(qwen35_model *m, const int32_t *ids, int T, const float *
         memset(dup, 0, TH * sizeof(float));
         memset(dn, 0, TC * sizeof(float));
         memcpy(dh, dx, TC * sizeof(float));
-        op_linear_bwd(ds, grad_of(m, w->down), dx, s, w->down, T, H, C);
+        big_linear_bwd(m, ds, dx, s, w->down, T, H, C);
         op_swiglu_bwd(dgu, dup, ds, gu, up, TH);
-        op_linear_bwd(dn, grad_of(m, w->gate), dgu, n2, w->gate, T, C, H);
-        op_linear_bwd(dn, grad_of(m, w->up), dup, n2, w->up, T, C, H);
+        big_linear_bwd(m, dn, dgu, n2, w->gate, T, C, H);
+        big_linear_bwd(m, dn, dup, n2, w->up, T, C, H);
         op_rmsnorm_bwd(dh, grad_of(m, w->n2), dn, h, w->n2, rs2, T, C);
         /* h = x_in + mix(n1): dx_in = dh + n1's */
         memset(dn, 0, TC * sizeof(float));
@@ -1222,10 +1334,10 @@ int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, d
         else
             full_mix(m, w, kc->k[l], kc->v[l], 0, n, T, x);
         op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
-        op_linear_fwd(gu, n, w->gate, T, C, H);
-        op_linear_fwd(up, n, w->up, T, C, H);
+        big_linear(m, gu, n, w->gate, T, C, H);
+        big_linear(m, up, n, w->up, T, C, H);
         op_swiglu_fwd(s, gu, up, TH);
-        op_linear_fwd(mlp, s, w->down, T, H, C);
+        big_linear(m, mlp, s, w->down, T, H, C);
         for (size_t i = 0; i < TC; i++)
             x[i] += mlp[i];
     }
@@ -1235,7 +1347,7 @@ int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, d
     float *nf = ALLOC_F(TC), *rsf = ALLOC_F(T), *lg = ALLOC_F((size_t)R * V);
     float *lp = ALLOC_F(R), *lse = ALLOC_F(R), *dlp = ALLOC_F(R), *dlg = ALLOC_F((size_t)R * V);
     op_rmsnorm_fwd(nf, rsf, xs + (size_t)L * TC, m->fnorm, R, C, c->eps);
-    op_linear_fwd(lg, nf, m->head, R, C, V);
+    big_linear(m, lg, nf, m->head, R, C, V);
     op_xent_fwd(lp, lse, lg, ids + 1, R, V);
     double tot = 0;
     for (int r = 0; r < R; r++) {
@@ -1249,7 +1361,7 @@ int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, d
     float *dx = ALLOC_F(TC), *dn = ALLOC_F(TC);
     memset(dx, 0, TC * sizeof(float));
     memset(dn, 0, TC * sizeof(float));
-    op_linear_bwd(dn, grad_of(m, m->head), dlg, nf, m->head, R, C, V);
+    big_linear_bwd(m, dn, dlg, nf, m->head, R, C, V);
     op_rmsnorm_bwd(dx, grad_of(m, m->fnorm), dn, xs + (size_t)L * TC, m->fnorm, rsf, R, C);
     layers_bwd(m, ids, T, xs, dx);
     float *bufs[] = {xs, n, gu, up, s, mlp, nf, rsf, lg, lp, lse, dlp, dlg, dx, dn};
@@ -1273,31 +1385,46 @@ static void ensure_moments(qwen35_model *m)
     }
 }
 
-/* op_adamw over every weight; a zero-centred norm is held as 1 + w: w itself is stepped,
- * so the decay pulls w (not 1 + w) towards 0. */
-static void adamw_all(qwen35_model *m, int t, float lr, float b1, float b2, float eps, float wd)
+/* op_adamw over every weight of P (the weights' layout: m->flat, or a vector like it); a
+ * zero-centred norm is held as 1 + w: w itself is stepped, so the decay pulls w (not 1 + w)
+ * towards 0. */
+static void adamw_all(qwen35_model *m, float *P, int t, float lr, float b1, float b2, float eps,
+                      float wd)
 {
     ensure_moments(m);
     for (int i = 0; i < m->nowned; i++) {
+        float *w = P + m->off[i];
         if (m->centred[i])
             for (size_t j = 0; j < m->numel[i]; j++)
-                m->owned[i][j] -= 1.0f;
-        op_adamw(m->owned[i], m->grad[i], m->mom[i], m->var[i], m->numel[i], t, lr, b1, b2, eps,
-                 wd);
+                w[j] -= 1.0f;
+        op_adamw(w, m->grad[i], m->mom[i], m->var[i], m->numel[i], t, lr, b1, b2, eps, wd);
         if (m->centred[i])
             for (size_t j = 0; j < m->numel[i]; j++)
-                m->owned[i][j] += 1.0f;
+                w[j] += 1.0f;
     }
 }
 
 void qwen35_adamw_step(qwen35_model *m, int t, float lr, float wd)
 {
-    if (m->grad)
-        adamw_all(m, t, lr, 0.9f, 0.999f, 1e-8f, wd);
+    if (m->lrank)
+        op_adamw(m->lflat, m->lgflat, qwen35_moment(m, 0), qwen35_moment(m, 1), m->nlflat, t,
+                 lr, 0.9f, 0.999f, 1e-8f, wd);
+    else if (m->grad)
+        adamw_all(m, m->flat, t, lr, 0.9f, 0.999f, 1e-8f, wd);
 }
 
-double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a)
+double qwen35_optim_step_on(qwen35_model *m, float *params, const dllm_adamw_args *a)
 {
+    if (m->lrank) { /* the adapters, as the core's LoRA vector (no zero-centred entries) */
+        double norm = op_grad_norm(m->lgflat, m->nlflat);
+        if (!isfinite(norm))
+            return norm;
+        if (a->max_norm > 0)
+            op_clip_grad(m->lgflat, m->nlflat, norm, a->max_norm);
+        op_adamw(m->lflat, m->lgflat, qwen35_moment(m, 0), qwen35_moment(m, 1), m->nlflat, a->t,
+                 a->lr, a->b1, a->b2, a->eps, a->wd);
+        return norm;
+    }
     if (!m->grad)
         qwen35_zero_grad(m);
     double norm = op_grad_norm(m->gflat, m->nflat);
@@ -1305,11 +1432,26 @@ double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a)
         return norm;
     if (a->max_norm > 0)
         op_clip_grad(m->gflat, m->nflat, norm, a->max_norm);
-    adamw_all(m, a->t, a->lr, a->b1, a->b2, a->eps, a->wd);
+    adamw_all(m, params ? params : m->flat, a->t, a->lr, a->b1, a->b2, a->eps, a->wd);
     return norm;
 }
 
+double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a)
+{
+    return qwen35_optim_step_on(m, NULL, a);
+}
+
 float *qwen35_params(qwen35_model *m, size_t *n)
+{
+    if (m->lrank) {
+        if (n)
+            *n = m->nlflat;
+        return m->lflat;
+    }
+    return qwen35_weights(m, n);
+}
+
+float *qwen35_weights(qwen35_model *m, size_t *n)
 {
     if (n)
         *n = m->nflat;
@@ -1318,6 +1460,8 @@ float *qwen35_params(qwen35_model *m, size_t *n)
 
 float *qwen35_grads(qwen35_model *m)
 {
+    if (m->lrank)
+        return m->lgflat;
     if (!m->grad)
         qwen35_zero_grad(m);
     return m->gflat;
@@ -1325,8 +1469,153 @@ float *qwen35_grads(qwen35_model *m)
 
 float *qwen35_moment(qwen35_model *m, int which)
 {
+    if (m->lrank) {
+        if (!m->lmflat) {
+            m->lmflat = dllm_calloc(m->nlflat + 1, sizeof(float));
+            m->lvflat = dllm_calloc(m->nlflat + 1, sizeof(float));
+        }
+        return which ? m->lvflat : m->lmflat;
+    }
     ensure_moments(m);
     return which ? m->vflat : m->mflat;
+}
+
+/* ---- LoRA ------------------------------------------------------------------------------ */
+
+const char *const qwen35_lora_names[QWEN35_NLORA] = {
+    "in_proj_qkv", "in_proj_z", "out_proj", "q_proj",  "k_proj",
+    "v_proj",      "o_proj",    "gate_proj", "up_proj", "down_proj"};
+
+int qwen35_lora_bit(const char *name)
+{
+    for (int j = 0; name && j < QWEN35_NLORA; j++)
+        if (!strcmp(name, qwen35_lora_names[j]))
+            return 1 << j;
+    return 0;
+}
+
+const char *qwen35_lora_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int j = 0; j < QWEN35_NLORA && n < cap; j++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", qwen35_lora_names[j],
+                              j == QWEN35_NLORA - 2 ? " or " : j < QWEN35_NLORA - 1 ? ", " : "");
+    return buf;
+}
+
+/* Which target (0 .. QWEN35_NLORA-1) weight `name` is ("...linear_attn.out_proj.weight"),
+ * -1 if none. */
+static int lora_slot(const char *name)
+{
+    size_t n = strlen(name);
+    for (int j = 0; j < QWEN35_NLORA; j++) {
+        size_t k = strlen(qwen35_lora_names[j]);
+        if (n > k + 8 && !strcmp(name + n - 7, ".weight") &&
+            !strncmp(name + n - 7 - k, qwen35_lora_names[j], k) && name[n - 8 - k] == '.')
+            return j;
+    }
+    return -1;
+}
+
+static void lparam(dllm_param *p, const char *mod, const char *ab, int64_t d0, int64_t d1)
+{
+    snprintf(p->name, sizeof p->name, "base_model.model.%s.lora_%s.weight", mod, ab);
+    p->ndim = 2, p->shape[0] = d0, p->shape[1] = d1;
+    p->numel = (size_t)d0 * (size_t)d1;
+}
+
+void qwen35_lora_enable(qwen35_model *m, int rank, float alpha, int mask, uint64_t seed)
+{
+    lora_free(m);
+    /* the base is frozen: its gradients and moments go */
+    free(m->gflat), free(m->grad), free(m->mflat), free(m->vflat), free(m->mom), free(m->var);
+    m->gflat = m->mflat = m->vflat = NULL;
+    m->grad = m->mom = m->var = NULL;
+    kept_free(&m->kept);
+    mask &= (1 << QWEN35_NLORA) - 1;
+    if (rank <= 0 || !mask)
+        return;
+    m->lrank = rank, m->lalpha = alpha, m->lscale = alpha / (float)rank, m->lmask = mask;
+    m->ad = dllm_calloc((size_t)m->nowned, sizeof *m->ad);
+    m->llist = dllm_calloc((size_t)2 * m->nowned + 1, sizeof *m->llist);
+    const qwen35_config *c = &m->cfg;
+    int dims[QWEN35_NLORA][2] = {
+        {conv_dim(c), c->C}, {c->Hv * c->Dv, c->C}, {c->C, c->Hv * c->Dv},
+        {2 * c->NH * c->HD, c->C}, {c->NKV * c->HD, c->C}, {c->NKV * c->HD, c->C},
+        {c->C, c->NH * c->HD}, {c->H, c->C}, {c->H, c->C}, {c->C, c->H}};
+    for (int i = 0; i < m->nowned; i++) {
+        int j = lora_slot(m->names[i]);
+        if (j < 0 || !((mask >> j) & 1))
+            continue;
+        char mod[256];
+        snprintf(mod, sizeof mod, "%.*s", (int)(strlen(m->names[i]) - 7), m->names[i]);
+        m->ad[i].out = dims[j][0], m->ad[i].in = dims[j][1];
+        m->ad[i].A = m->ad[i].B = (float *)m; /* placed below */
+        lparam(&m->llist[m->nl++], mod, "A", rank, m->ad[i].in);
+        lparam(&m->llist[m->nl++], mod, "B", m->ad[i].out, rank);
+    }
+    for (int i = 0; i < m->nl; i++)
+        m->nlflat += m->llist[i].numel;
+    m->lflat = dllm_calloc(m->nlflat + 1, sizeof(float)); /* B = 0: the model unchanged */
+    m->lgflat = dllm_calloc(m->nlflat + 1, sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < m->nl; i++) {
+        m->llist[i].data = m->lflat + off;
+        m->llist[i].grad = m->lgflat + off;
+        off += m->llist[i].numel;
+    }
+    for (int i = 0, k = 0; i < m->nowned; i++) {
+        q35_lora *ad = &m->ad[i];
+        if (!ad->A)
+            continue;
+        ad->A = m->llist[k].data, ad->dA = m->llist[k++].grad;
+        ad->B = m->llist[k].data, ad->dB = m->llist[k++].grad;
+        /* PEFT: kaiming_uniform(a = sqrt(5)) on A (r, in) = U(-1/sqrt(in), 1/sqrt(in)) */
+        double bound = 1.0 / sqrt((double)ad->in);
+        dllm_rng r = dllm_rng_make(seed, DLLM_RNG_INIT, 2000000u + (uint64_t)i, 1);
+        for (size_t e = 0; e < (size_t)rank * ad->in; e++)
+            ad->A[e] = (float)((2.0 * dllm_rng_uniform(&r) - 1.0) * bound);
+    }
+}
+
+int qwen35_lora_info(const qwen35_model *m, float *alpha, int *mask)
+{
+    if (alpha)
+        *alpha = m->lalpha;
+    if (mask)
+        *mask = m->lmask;
+    return m->lrank;
+}
+
+int qwen35_lora_params(qwen35_model *m, const dllm_param **out)
+{
+    *out = m->llist;
+    return m->nl;
+}
+
+void qwen35_lora_merge(const qwen35_model *m, qwen35_model *dst)
+{
+    for (int i = 0; m->ad && i < m->nowned; i++) {
+        const q35_lora *ad = &m->ad[i];
+        if (ad->A) /* dst (out, in) += scale B A, as the core merges */
+            op_gemm(false, false, ad->out, ad->in, m->lrank, m->lscale, ad->B, ad->A, 1.0f,
+                    dst->owned[i]);
+    }
+}
+
+int qwen35_lora_save(const qwen35_model *m, const char *path, dllm_err *err)
+{
+    if (!m->lrank)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: the model has no LoRA adapters", path);
+    return param_io_write_file(m->llist, m->nl, path, err);
+}
+
+int qwen35_lora_load(qwen35_model *m, const char *path, dllm_err *err)
+{
+    if (!m->lrank)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: LoRA is not enabled on the model", path);
+    return param_io_read(m->llist, m->nl, path, err);
 }
 
 void qwen35_round_bf16(qwen35_model *m)

@@ -29,6 +29,7 @@
 
 #include "dllm/precision.h"
 #include "dllm/safetensors.h"
+#include "dllm/transformer.h" /* dllm_param */
 #include "kernels/backend.h"
 #include "kernels/base.h"
 
@@ -124,16 +125,51 @@ int qwen35_forward(qwen35_model *m, const int32_t *tokens, const uint8_t *keymas
 /* The backward of the last keeping qwen35_forward: dlogits [n_rows, V]; gradients
  * accumulate (qwen35_grads). Rows at padding positions carry none. */
 void qwen35_backward(qwen35_model *m, const float *dlogits);
-/* Every weight in one vector (*n floats, load order; the zero-centred norms held as
- * 1 + w): the trainable vector; its gradients (allocated zeroed on first use) and the
- * AdamW moments (which 0: m, 1: v) in the same layout. */
+/* The trainable vector (*n floats): every weight (load order; the zero-centred norms held
+ * as 1 + w), or under LoRA the adapters (qwen35_lora_params' order); its gradients
+ * (allocated zeroed on first use) and the AdamW moments (which 0: m, 1: v) in the same
+ * layout. */
 float *qwen35_params(qwen35_model *m, size_t *n);
 float *qwen35_grads(qwen35_model *m);
 float *qwen35_moment(qwen35_model *m, int which);
+/* Every weight in one vector (the layout of qwen35_params without LoRA), LoRA or not. */
+float *qwen35_weights(qwen35_model *m, size_t *n);
 /* One optimizer step: the global gradient norm (returned), clipped to a->max_norm when
- * > 0, then AdamW (a's betas, eps, decay: the published w of the zero-centred norms); a
- * non-finite norm updates nothing. */
+ * > 0, then AdamW (a's betas, eps, decay: the published w of the zero-centred norms; under
+ * LoRA every adapter entry); a non-finite norm updates nothing. */
 double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a);
+/* The same step applied to `params` (qwen35_weights' layout; NULL: m's own weights) with
+ * m's gradients and moments: the fp32 master weights of a trainer whose forward reads a
+ * bf16-rounded m (dllm/qwen35_policy.c). Under LoRA the adapters are stepped. */
+double qwen35_optim_step_on(qwen35_model *m, float *params, const dllm_adamw_args *a);
+
+/* ---- LoRA -------------------------------------------------------------------------------
+ * Adapters on the projections, PEFT's target names: in_proj_qkv, in_proj_z and out_proj of
+ * the Gated DeltaNet layers; q_proj, k_proj, v_proj, o_proj of the full-attention ones;
+ * gate_proj, up_proj, down_proj. A projection W (out, in) computes W x + (alpha / r) B A x,
+ * A (r, in), B (out, r), in fp32 on the input the projection reads (bf16-rounded after
+ * qwen35_round_bf16); the base weights are then frozen (no gradients, no moments). */
+#define QWEN35_NLORA 10
+extern const char *const qwen35_lora_names[QWEN35_NLORA];
+/* 1 << (its index in qwen35_lora_names); 0 for another name. */
+int qwen35_lora_bit(const char *name);
+/* "in_proj_qkv, in_proj_z, ... or down_proj", for messages. */
+const char *qwen35_lora_list(char *buf, size_t cap);
+/* Adapters of rank r on the projections whose bits mask holds (every layer that has one):
+ * A as PEFT initialises it (kaiming-uniform, U(-1/sqrt(in), 1/sqrt(in)), from seed), B = 0,
+ * so the model computes what it did. rank <= 0 or mask 0: none. The base weights'
+ * gradients and the moments are dropped (the trainable vector changes). */
+void qwen35_lora_enable(qwen35_model *m, int rank, float alpha, int mask, uint64_t seed);
+/* The rank (0: no LoRA); alpha and the target mask into *alpha, *mask (may be NULL). */
+int qwen35_lora_info(const qwen35_model *m, float *alpha, int *mask);
+/* The adapters in PEFT's names ("base_model.model.<weight name>" with lora_A / lora_B
+ * for weight: "base_model.model.model.layers.0.linear_attn.in_proj_qkv.lora_A.weight"). */
+int qwen35_lora_params(qwen35_model *m, const dllm_param **out);
+/* dst's weights (m's config, no LoRA) += (alpha / r) B A for every adapter of m. */
+void qwen35_lora_merge(const qwen35_model *m, qwen35_model *dst);
+/* The adapters to / from one safetensors file (F32, qwen35_lora_params' names). */
+int qwen35_lora_save(const qwen35_model *m, const char *path, dllm_err *err);
+int qwen35_lora_load(qwen35_model *m, const char *path, dllm_err *err);
 
 /* The FP8 (fp8, fp8-exact), INT8 or NVFP4 rollout copy of p->rollout, in place (after
  * qwen35_copy_weights): the projections qwen35_round_bf16 rounds -- in_proj_qkv, in_proj_z,

@@ -1,9 +1,15 @@
 /* qwen35_policy.c: Qwen3.5 behind the policy (dllm/policy_model.h) -- the model of
  * dllm/qwen35.h as the trainer (fp32 master weights, their gradients and AdamW
- * moments in one vector each) and a rollout copy (the trainer itself, or its bf16
- * copy, qwen35_round_bf16), with autoregressive rollouts through the AR sampler's loop
- * (dllm/ar_sampler.h) over one cache per batch row; and the descriptor's config.json
- * reader and writer (dllm/arch.c). */
+ * moments in one vector each; under LoRA the adapters') and a rollout copy (the trainer
+ * itself, or a bf16, FP8, INT8 or NVFP4 copy of the weights with LoRA merged), with
+ * autoregressive rollouts through the AR sampler's loop (dllm/ar_sampler.h) over one cache
+ * per batch row; and the descriptor's config.json reader and writer (dllm/arch.c).
+ *
+ * The bf16 trainer (model.trainer_precision bf16) is the trainer model with its weights
+ * bf16-rounded as qwen35_round_bf16 rounds them (the inputs of those projections too,
+ * forward and backward); the fp32 master weights live beside it (`master`), the gradients
+ * computed through the rounded model step them straight through, and every sync rounds
+ * them into the trainer again. LoRA's adapters stay fp32 on top, as in the core. */
 #include "dllm/arch.h"
 #include "dllm/json_util.h"
 #include "dllm/policy_model.h"
@@ -78,8 +84,9 @@ json_t *qwen35_config_json_desc(const dllm_arch_desc *a, const dllm_model_config
 /* ---- the model behind the policy ------------------------------------------------------- */
 
 typedef struct {
-    qwen35_model *m; /* the trainer: fp32 master weights */
-    qwen35_model *r; /* the rollout copy (bf16); NULL: the trainer itself */
+    qwen35_model *m; /* the trainer: fp32 master weights (bf16-rounded under a bf16 trainer) */
+    qwen35_model *r; /* the rollout copy; NULL: the trainer itself */
+    float *master;   /* a bf16 trainer's fp32 weights (qwen35_weights' layout), else NULL */
 } q35;
 
 static int q35_open(void **impl, const char *dir, const char *preset, uint64_t seed,
@@ -128,21 +135,90 @@ static void q35_free(void *impl)
         return;
     qwen35_free(q->m);
     qwen35_free(q->r);
+    free(q->master);
     free(q);
 }
 
-static int q35_check(void *impl, const dllm_precision *p, int lora_rank, dllm_err *err)
+/* LLaDA's names for the projections Qwen3 and Qwen3.5 share, as the registry accepts them
+ * (the default target list is LLaDA's seven). */
+static int alias_bit(const char *name)
 {
-    (void)impl;
-    if (p->trainer_bf16)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "model.trainer_precision bf16: a Qwen3.5 model trains in fp32 "
-                            "(docs/QWEN35.md)");
-    if (lora_rank > 0)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "model.lora.rank %d: a Qwen3.5 model trains every weight (no LoRA "
-                            "yet, docs/QWEN35.md)", lora_rank);
+    static const char *const llada[][2] = {
+        {"attn_out", "o_proj"}, {"ff_proj", "gate_proj"}, {"ff_out", "down_proj"}};
+    for (size_t i = 0; name && i < sizeof llada / sizeof llada[0]; i++)
+        if (!strcmp(name, llada[i][0]))
+            return qwen35_lora_bit(llada[i][1]);
+    return qwen35_lora_bit(name);
+}
+
+static int q35_lora_enable(void *impl, int rank, double alpha, const char *const *targets,
+                           int n, const char *what, uint64_t seed, dllm_err *err)
+{
+    q35 *q = impl;
+    const int all = (1 << QWEN35_NLORA) - 1;
+    const int gdn = qwen35_lora_bit("in_proj_qkv") | qwen35_lora_bit("in_proj_z") |
+                    qwen35_lora_bit("out_proj");
+    int mask = n > 0 ? 0 : all;
+    for (int i = 0; i < n; i++) {
+        int bit = alias_bit(targets[i]);
+        char list[200];
+        if (!bit)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s: unknown LoRA target '%s' (expected %s)", what,
+                                targets[i] ? targets[i] : "(null)",
+                                qwen35_lora_list(list, sizeof list));
+        mask |= bit;
+    }
+    /* every projection of a layer of the core (the default list) and no Gated DeltaNet
+     * name: every projection of Qwen3.5's layers, as the default means for the others */
+    if (mask == (all & ~gdn))
+        mask = all;
+    qwen35_lora_enable(q->m, rank, (float)alpha, mask, seed);
     return 0;
+}
+
+static int q35_lora_info(void *impl, float *alpha, const char **names, int cap, int *n)
+{
+    q35 *q = impl;
+    int mask, rank = qwen35_lora_info(q->m, alpha, &mask), k = 0;
+    for (int j = 0; rank && j < QWEN35_NLORA; j++)
+        if ((mask >> j) & 1) {
+            if (names && k < cap)
+                names[k] = qwen35_lora_names[j];
+            k++;
+        }
+    if (n)
+        *n = k;
+    return rank;
+}
+
+static int q35_lora_save(void *impl, const char *path, dllm_err *err)
+{
+    q35 *q = impl;
+    return qwen35_lora_save(q->m, path, err);
+}
+
+static int q35_lora_load(void *impl, const char *path, dllm_err *err)
+{
+    q35 *q = impl;
+    return qwen35_lora_load(q->m, path, err);
+}
+
+/* dst (a model of the trainer's config; NULL: a new one) = the trainer's fp32 weights with
+ * LoRA merged: what the rollout copies and merged checkpoints are made from. */
+static qwen35_model *merged_into(const q35 *q, qwen35_model *dst)
+{
+    if (!dst)
+        dst = qwen35_clone(q->m);
+    else
+        qwen35_copy_weights(dst, q->m);
+    if (q->master) {
+        size_t n;
+        float *w = qwen35_weights(dst, &n);
+        memcpy(w, q->master, n * sizeof(float));
+    }
+    qwen35_lora_merge(q->m, dst);
+    return dst;
 }
 
 static int q35_logits(void *impl, bool rollout, bool keep, const int32_t *tokens,
@@ -169,6 +245,8 @@ static float *q35_state(void *impl, dllm_model_state s, size_t *n)
 {
     q35 *q = impl;
     float *p = qwen35_params(q->m, n);
+    if (s == DLLM_MODEL_PARAMS && q->master && !qwen35_lora_info(q->m, NULL, NULL))
+        return q->master; /* the bf16 trainer's fp32 masters */
     return s == DLLM_MODEL_PARAMS ? p : qwen35_moment(q->m, s == DLLM_MODEL_ADAM_V);
 }
 
@@ -181,21 +259,28 @@ static float *q35_grads(void *impl)
 static double q35_optim_step(void *impl, const dllm_adamw_args *a)
 {
     q35 *q = impl;
-    return qwen35_optim_step(q->m, a);
+    return qwen35_optim_step_on(q->m, q->master, a);
 }
 
 static int q35_sync(void *impl, const dllm_precision *p, dllm_err *err)
 {
     q35 *q = impl;
+    if (p->trainer_bf16) { /* the masters rounded into the trainer again */
+        size_t n;
+        float *w = qwen35_weights(q->m, &n);
+        if (!q->master) { /* the first sync: the trainer holds the fp32 weights */
+            q->master = dllm_malloc((n + 1) * sizeof(float));
+            memcpy(q->master, w, n * sizeof(float));
+        }
+        memcpy(w, q->master, n * sizeof(float));
+        qwen35_round_bf16(q->m);
+    }
     if (p->rollout == DLLM_ROLLOUT_TRAINER) {
         qwen35_free(q->r);
         q->r = NULL;
         return 0;
     }
-    if (!q->r)
-        q->r = qwen35_clone(q->m);
-    else
-        qwen35_copy_weights(q->r, q->m);
+    q->r = merged_into(q, q->r);
     if (p->rollout == DLLM_ROLLOUT_BF16) {
         qwen35_round_bf16(q->r);
         return 0;
@@ -269,12 +354,19 @@ static int q35_rollout(void *impl, const int32_t *prompts, const uint8_t *prompt
 static int q35_save(void *impl, const char *dir, st_dtype dtype, dllm_err *err)
 {
     q35 *q = impl;
-    /* HF's default shard size */
-    return qwen35_save(q->m, dir, dtype, (size_t)5000000000ull, err);
+    /* HF's default shard size; LoRA merged, a bf16 trainer's fp32 masters */
+    bool own = q->master || qwen35_lora_info(q->m, NULL, NULL);
+    qwen35_model *m = own ? merged_into(q, NULL) : q->m;
+    int rc = qwen35_save(m, dir, dtype, (size_t)5000000000ull, err);
+    if (own)
+        qwen35_free(m);
+    return rc;
 }
 
 const dllm_model_ops qwen35_model_ops = {
-    .open = q35_open, .free = q35_free, .check = q35_check, .logits = q35_logits,
+    .open = q35_open, .free = q35_free, .lora_enable = q35_lora_enable,
+    .lora_info = q35_lora_info, .lora_save = q35_lora_save, .lora_load = q35_lora_load,
+    .logits = q35_logits,
     .backward = q35_backward, .state = q35_state, .grads = q35_grads,
     .optim_step = q35_optim_step, .sync = q35_sync, .rollout = q35_rollout, .save = q35_save,
 };

@@ -25,7 +25,7 @@ static const char usage_text[] =
     "                           [--lora RANK] [--device cpu] [--clock wall|cpu]\n"
     "\n"
     "train: SFT forward+backward tokens/s (masked diffusion for llada, next-token for\n"
-    "qwen3 and qwen3.5 -- qwen3.5 one row at a time, no LoRA, its tokens/s without a\n"
+    "qwen3 and qwen3.5 -- qwen3.5 one row at a time, its tokens/s without a\n"
     "FLOP count; the first quarter of each sequence is the prompt) on randomly initialised\n"
     "weights of the preset or on the weights of --model (default: llada small preset, an\n"
     "architecture without it its first; batch 4 x 256 tokens, 5 timed iterations after 1\n"

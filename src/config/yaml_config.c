@@ -111,6 +111,8 @@ static const cfg_names *lora_target_names(void)
                 add_name(v, &t.n, CAP, a->lora_name[j], 1 << j);
             for (int j = 0; a->lora_alias && j < DLLM_NLIN; j++)
                 add_name(v, &t.n, CAP, a->lora_alias[j], 1 << j);
+            for (int j = 0; a->lora_more && a->lora_more[j]; j++)
+                add_name(v, &t.n, CAP, a->lora_more[j], 0);
         }
     }
     return &t;
