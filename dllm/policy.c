@@ -215,6 +215,8 @@ void dllm_policy_trainer_changed(dllm_policy *p)
 {
     if (!p->ops)
         dllm_tf_device_trainer_changed(p->m);
+    else
+        p->ops->trainer_changed(p->impl);
 }
 
 void dllm_policy_free(dllm_policy *p)

@@ -49,6 +49,9 @@ typedef struct dllm_model_ops {
     float *(*state)(void *impl, dllm_model_state s, size_t *n);
     float *(*grads)(void *impl);
     double (*optim_step)(void *impl, const dllm_adamw_args *a);
+    /* the trainable vector was written outside an optimizer step (a swap for scoring): what
+     * the trainer computes with follows it (a bf16 trainer's rounded weights) */
+    void (*trainer_changed)(void *impl);
     /* rebuilds the rollout copy at p (and the trainer's bf16 copy when p's trainer is bf16)
      * from the trainer's weights, LoRA merged into the rollout copy */
     int (*sync)(void *impl, const dllm_precision *p, dllm_err *err);

@@ -1504,6 +1504,66 @@ const char *qwen35_lora_list(char *buf, size_t cap)
     return buf;
 }
 
+/* LLaDA's names for the projections Qwen3 and Qwen3.5 share, as the registry accepts them
+ * (the default target list is LLaDA's seven). */
+static int alias_bit(const char *name)
+{
+    static const char *const llada[][2] = {
+        {"attn_out", "o_proj"}, {"ff_proj", "gate_proj"}, {"ff_out", "down_proj"}};
+    for (size_t i = 0; name && i < sizeof llada / sizeof llada[0]; i++)
+        if (!strcmp(name, llada[i][0]))
+            return qwen35_lora_bit(llada[i][1]);
+    return qwen35_lora_bit(name);
+}
+
+int qwen35_lora_mask(const char *const *names, int n, const char *what, int *mask, dllm_err *err)
+{
+    const int all = (1 << QWEN35_NLORA) - 1;
+    const int gdn = qwen35_lora_bit("in_proj_qkv") | qwen35_lora_bit("in_proj_z") |
+                    qwen35_lora_bit("out_proj");
+    *mask = n > 0 ? 0 : all;
+    for (int i = 0; i < n; i++) {
+        int bit = alias_bit(names[i]);
+        char list[200];
+        if (!bit)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "%s: unknown LoRA target '%s' (expected %s)", what,
+                                names[i] ? names[i] : "(null)",
+                                qwen35_lora_list(list, sizeof list));
+        *mask |= bit;
+    }
+    /* every projection of a layer of the core (the default list) and no Gated DeltaNet
+     * name: every projection of Qwen3.5's layers, as the default means for the others */
+    if (*mask == (all & ~gdn))
+        *mask = all;
+    return 0;
+}
+
+/* (out, in) of target j (qwen35_lora_names' order) in c. */
+static void lora_dims(const qwen35_config *c, int j, int *out, int *in)
+{
+    const int dims[QWEN35_NLORA][2] = {
+        {conv_dim(c), c->C}, {c->Hv * c->Dv, c->C}, {c->C, c->Hv * c->Dv},
+        {2 * c->NH * c->HD, c->C}, {c->NKV * c->HD, c->C}, {c->NKV * c->HD, c->C},
+        {c->C, c->NH * c->HD}, {c->H, c->C}, {c->H, c->C}, {c->C, c->H}};
+    *out = dims[j][0], *in = dims[j][1];
+}
+
+int64_t qwen35_lora_numel(const qwen35_config *c, int rank, int mask)
+{
+    int64_t n = 0;
+    for (int l = 0; l < c->L; l++)
+        for (int j = 0; j < QWEN35_NLORA; j++) {
+            /* 0-2: the Gated DeltaNet layers', 3-6: the full ones', 7-9: every layer's */
+            bool has = j >= 7 || (j < 3) == (c->kind[l] == QWEN35_LINEAR);
+            int o, i;
+            lora_dims(c, j, &o, &i);
+            if (has && ((mask >> j) & 1))
+                n += (int64_t)rank * (o + i);
+        }
+    return n;
+}
+
 /* Which target (0 .. QWEN35_NLORA-1) weight `name` is ("...linear_attn.out_proj.weight"),
  * -1 if none. */
 static int lora_slot(const char *name)
@@ -1539,19 +1599,13 @@ void qwen35_lora_enable(qwen35_model *m, int rank, float alpha, int mask, uint64
     m->lrank = rank, m->lalpha = alpha, m->lscale = alpha / (float)rank, m->lmask = mask;
     m->ad = dllm_calloc((size_t)m->nowned, sizeof *m->ad);
     m->llist = dllm_calloc((size_t)2 * m->nowned + 1, sizeof *m->llist);
-    const qwen35_config *c = &m->cfg;
-    int dims[QWEN35_NLORA][2] = {
-        {conv_dim(c), c->C}, {c->Hv * c->Dv, c->C}, {c->C, c->Hv * c->Dv},
-        {2 * c->NH * c->HD, c->C}, {c->NKV * c->HD, c->C}, {c->NKV * c->HD, c->C},
-        {c->C, c->NH * c->HD}, {c->H, c->C}, {c->H, c->C}, {c->C, c->H}};
     for (int i = 0; i < m->nowned; i++) {
         int j = lora_slot(m->names[i]);
         if (j < 0 || !((mask >> j) & 1))
             continue;
         char mod[256];
         snprintf(mod, sizeof mod, "%.*s", (int)(strlen(m->names[i]) - 7), m->names[i]);
-        m->ad[i].out = dims[j][0], m->ad[i].in = dims[j][1];
-        m->ad[i].A = m->ad[i].B = (float *)m; /* placed below */
+        lora_dims(&m->cfg, j, &m->ad[i].out, &m->ad[i].in); /* A and B placed below */
         lparam(&m->llist[m->nl++], mod, "A", rank, m->ad[i].in);
         lparam(&m->llist[m->nl++], mod, "B", m->ad[i].out, rank);
     }
@@ -1567,7 +1621,7 @@ void qwen35_lora_enable(qwen35_model *m, int rank, float alpha, int mask, uint64
     }
     for (int i = 0, k = 0; i < m->nowned; i++) {
         q35_lora *ad = &m->ad[i];
-        if (!ad->A)
+        if (!ad->in)
             continue;
         ad->A = m->llist[k].data, ad->dA = m->llist[k++].grad;
         ad->B = m->llist[k].data, ad->dB = m->llist[k++].grad;

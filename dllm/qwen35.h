@@ -155,6 +155,14 @@ extern const char *const qwen35_lora_names[QWEN35_NLORA];
 int qwen35_lora_bit(const char *name);
 /* "in_proj_qkv, in_proj_z, ... or down_proj", for messages. */
 const char *qwen35_lora_list(char *buf, size_t cap);
+/* The mask of model.lora.targets' n names (0: every target): Qwen3.5's, and LLaDA's
+ * attn_out, ff_proj, ff_out for o_proj, gate_proj, down_proj as the registry accepts them;
+ * a list of all seven of the core's layer projections and none of the Gated DeltaNet ones
+ * (the key's default) means every target. An unknown name is an input error naming what. */
+int qwen35_lora_mask(const char *const *names, int n, const char *what, int *mask,
+                     dllm_err *err);
+/* The adapters' parameter count of rank r on mask's targets in a model of c. */
+int64_t qwen35_lora_numel(const qwen35_config *c, int rank, int mask);
 /* Adapters of rank r on the projections whose bits mask holds (every layer that has one):
  * A as PEFT initialises it (kaiming-uniform, U(-1/sqrt(in), 1/sqrt(in)), from seed), B = 0,
  * so the model computes what it did. rank <= 0 or mask 0: none. The base weights'

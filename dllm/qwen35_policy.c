@@ -139,40 +139,14 @@ static void q35_free(void *impl)
     free(q);
 }
 
-/* LLaDA's names for the projections Qwen3 and Qwen3.5 share, as the registry accepts them
- * (the default target list is LLaDA's seven). */
-static int alias_bit(const char *name)
-{
-    static const char *const llada[][2] = {
-        {"attn_out", "o_proj"}, {"ff_proj", "gate_proj"}, {"ff_out", "down_proj"}};
-    for (size_t i = 0; name && i < sizeof llada / sizeof llada[0]; i++)
-        if (!strcmp(name, llada[i][0]))
-            return qwen35_lora_bit(llada[i][1]);
-    return qwen35_lora_bit(name);
-}
-
 static int q35_lora_enable(void *impl, int rank, double alpha, const char *const *targets,
                            int n, const char *what, uint64_t seed, dllm_err *err)
 {
     q35 *q = impl;
-    const int all = (1 << QWEN35_NLORA) - 1;
-    const int gdn = qwen35_lora_bit("in_proj_qkv") | qwen35_lora_bit("in_proj_z") |
-                    qwen35_lora_bit("out_proj");
-    int mask = n > 0 ? 0 : all;
-    for (int i = 0; i < n; i++) {
-        int bit = alias_bit(targets[i]);
-        char list[200];
-        if (!bit)
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "%s: unknown LoRA target '%s' (expected %s)", what,
-                                targets[i] ? targets[i] : "(null)",
-                                qwen35_lora_list(list, sizeof list));
-        mask |= bit;
-    }
-    /* every projection of a layer of the core (the default list) and no Gated DeltaNet
-     * name: every projection of Qwen3.5's layers, as the default means for the others */
-    if (mask == (all & ~gdn))
-        mask = all;
+    int mask;
+    int rc = qwen35_lora_mask(targets, n, what, &mask, err);
+    if (rc)
+        return rc;
     qwen35_lora_enable(q->m, rank, (float)alpha, mask, seed);
     return 0;
 }
@@ -262,18 +236,34 @@ static double q35_optim_step(void *impl, const dllm_adamw_args *a)
     return qwen35_optim_step_on(q->m, q->master, a);
 }
 
+/* A bf16 trainer's weights: the masters rounded (again). */
+static void round_trainer(q35 *q)
+{
+    size_t n;
+    float *w = qwen35_weights(q->m, &n);
+    memcpy(w, q->master, n * sizeof(float));
+    qwen35_round_bf16(q->m);
+}
+
+static void q35_trainer_changed(void *impl)
+{
+    q35 *q = impl;
+    /* under LoRA the trainable vector is the adapters, read as they are */
+    if (q->master && !qwen35_lora_info(q->m, NULL, NULL))
+        round_trainer(q);
+}
+
 static int q35_sync(void *impl, const dllm_precision *p, dllm_err *err)
 {
     q35 *q = impl;
-    if (p->trainer_bf16) { /* the masters rounded into the trainer again */
-        size_t n;
-        float *w = qwen35_weights(q->m, &n);
+    if (p->trainer_bf16) {
         if (!q->master) { /* the first sync: the trainer holds the fp32 weights */
+            size_t n;
+            const float *w = qwen35_weights(q->m, &n);
             q->master = dllm_malloc((n + 1) * sizeof(float));
             memcpy(q->master, w, n * sizeof(float));
         }
-        memcpy(w, q->master, n * sizeof(float));
-        qwen35_round_bf16(q->m);
+        round_trainer(q);
     }
     if (p->rollout == DLLM_ROLLOUT_TRAINER) {
         qwen35_free(q->r);
@@ -368,7 +358,8 @@ const dllm_model_ops qwen35_model_ops = {
     .lora_info = q35_lora_info, .lora_save = q35_lora_save, .lora_load = q35_lora_load,
     .logits = q35_logits,
     .backward = q35_backward, .state = q35_state, .grads = q35_grads,
-    .optim_step = q35_optim_step, .sync = q35_sync, .rollout = q35_rollout, .save = q35_save,
+    .optim_step = q35_optim_step, .trainer_changed = q35_trainer_changed, .sync = q35_sync,
+    .rollout = q35_rollout, .save = q35_save,
 };
 
 int qwen35_config_for(const dllm_model_config *mc, const char *dir, qwen35_config *qc,

@@ -603,7 +603,18 @@ int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35
     mem_plan_opts oc = *o;
     oc.cap = 0;
     oc.recompute = MEM_RECOMPUTE_NONE; /* the model keeps each layer's input (below) */
-    int rc = mem_plan_build(p, mc, cfg, &oc, err); /* the shapes and the option checks */
+    /* LoRA's targets are Qwen3.5's names (the core's plan knows the core's) */
+    const int64_t r = cfg->model.lora.rank;
+    const char *names[CFG_LIST_MAX];
+    for (int i = 0; i < cfg->model.lora.targets.n; i++)
+        names[i] = cfg->model.lora.targets.items[i];
+    int mask = 0;
+    int rc = r > 0 ? qwen35_lora_mask(names, cfg->model.lora.targets.n, "model.lora.targets",
+                                      &mask, err)
+                   : 0;
+    dllm_cfg base = *cfg;
+    base.model.lora.rank = 0;
+    rc = rc ? rc : mem_plan_build(p, mc, &base, &oc, err); /* the shapes and the option checks */
     if (rc)
         return rc;
     p->cpu = true;
@@ -614,9 +625,9 @@ int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35
     const int64_t C = q->C, V = q->V, L = q->L, T = p->T, G = cfg->rollout.gen_length;
     const int64_t D = 2 * (int64_t)q->Hk * q->Dk + (int64_t)q->Hv * q->Dv;
     const int64_t KV = (int64_t)q->NKV * q->HD, Sr = p->rollout_seqs;
-    const int64_t P = qwen35_num_params(q);
+    const int64_t P = qwen35_num_params(q), Nl = r > 0 ? qwen35_lora_numel(q, (int)r, mask) : 0;
     p->n_params = P;
-    p->n_lora = 0;
+    p->n_lora = Nl;
     snprintf(p->symbols, sizeof p->symbols,
              "C %lld, L %lld (Llin %d Gated DeltaNet, Lfull %d full), K %d, NH %d, V %lld, "
              "D %lld (conv channels), "
@@ -625,11 +636,29 @@ int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35
              (long long)C, (long long)L, nlin, nfull, q->K, q->NH, (long long)V, (long long)D,
              (long long)q->Hv * q->Dk * q->Dv, (long long)KV, (long long)T, (long long)G,
              (long long)Sr, p->mb_lik, p->mb_upd, (long long)P);
+    if (Nl) {
+        size_t k = strlen(p->symbols);
+        snprintf(p->symbols + k, sizeof p->symbols - k, ", r %lld, Nl %lld (the adapters')",
+                 (long long)r, (long long)Nl);
+    }
     add(p, MEM_RESIDENT, "weights (fp32)", 4 * P, "", "4 P");
-    add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, "", "4 P");
-    add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * P, "", "8 P");
-    if (cfg->grpo.loss.beta > 0)
-        add(p, MEM_RESIDENT, "KL reference (fp32)", 4 * P, "", "4 P");
+    if (Nl) { /* the base frozen: the adapters train */
+        const char *s = "model.lora.rank";
+        add(p, MEM_RESIDENT, "LoRA A/B (fp32)", 4 * Nl, s, "4 Nl");
+        add(p, MEM_RESIDENT, "LoRA gradients (fp32)", 4 * Nl, s, "4 Nl");
+        add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * Nl, s, "8 Nl");
+        if (cfg->grpo.loss.beta > 0)
+            add(p, MEM_RESIDENT, "KL reference LoRA (fp32)", 4 * Nl, "grpo.beta: 0", "4 Nl");
+    } else {
+        add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, "", "4 P");
+        add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * P, "", "8 P");
+        if (cfg->grpo.loss.beta > 0)
+            add(p, MEM_RESIDENT, "KL reference (fp32)", 4 * P, "", "4 P");
+    }
+    /* the bf16 trainer computes with its rounded weights (fp32 storage) beside the masters */
+    if (cfg->model.trainer_precision == CFG_TRAINER_BF16)
+        add(p, MEM_RESIDENT, "bf16 trainer: fp32 masters", 4 * P, "model.trainer_precision",
+            "4 P");
     /* the rollout copy is a copy of the model (its projections rounded to bf16, or kept
      * fp32 beside their quantised matrices) */
     if (cfg->rollout.precision != CFG_ROLLOUT_TRAINER)

@@ -47,7 +47,8 @@ static void fill(float *x, size_t n, uint64_t seed, double scale)
         x[i] = (float)((2 * dllm_rng_uniform(&r) - 1) * scale);
 }
 
-static const int32_t seq[20] = {3, 17, 5, 60, 2, 9, 41, 7, 7, 30, 11, 4, 50, 8, 13, 1, 36, 5, 20, 6};
+static const int32_t seq[20] = {3,  17, 5,  60, 2, 9,  41, 7, 7,  30,
+                                11, 4,  50, 8,  13, 1, 36, 5, 20, 6};
 
 /* ---- the library ---------------------------------------------------------------------- */
 
@@ -117,7 +118,24 @@ START_TEST(adapter_targets)
     for (int l = 0; l < c->L; l++)
         nlin += c->kind[l] == QWEN35_LINEAR, nfull += c->kind[l] == QWEN35_FULL;
     ck_assert_int_eq(np, 2 * (nlin + nfull));
-    ck_assert_str_eq(pl[0].name, "base_model.model.model.layers.0.linear_attn.in_proj_qkv.lora_A.weight");
+    size_t n;
+    qwen35_params(m, &n);
+    int mask = qwen35_lora_bit("in_proj_qkv") | qwen35_lora_bit("q_proj");
+    ck_assert_int_eq(qwen35_lora_numel(c, 3, mask), (int64_t)n);
+    /* the key's default (LLaDA's seven names) is every target; an explicit list is itself */
+    static const char *const dflt[] = {"q_proj", "k_proj", "v_proj", "attn_out", "ff_proj",
+                                       "up_proj", "ff_out"};
+    dllm_err err = {0};
+    ck_assert(qwen35_lora_mask(dflt, 7, "model.lora.targets", &mask, &err) == 0);
+    ck_assert_int_eq(mask, (1 << QWEN35_NLORA) - 1);
+    ck_assert(qwen35_lora_mask(dflt + 3, 1, "model.lora.targets", &mask, &err) == 0);
+    ck_assert_int_eq(mask, qwen35_lora_bit("o_proj"));
+    static const char *const bad[] = {"in_proj_b"};
+    ck_assert_int_eq(qwen35_lora_mask(bad, 1, "model.lora.targets", &mask, &err),
+                     DLLM_EXIT_INPUT);
+    ck_assert(strstr(err.msg, "model.lora.targets") && strstr(err.msg, "in_proj_b"));
+    ck_assert_str_eq(pl[0].name,
+                     "base_model.model.model.layers.0.linear_attn.in_proj_qkv.lora_A.weight");
     ck_assert_int_eq(pl[0].shape[0], 3);
     ck_assert_int_eq(pl[0].shape[1], c->C);
     ck_assert_int_eq(pl[1].shape[0], 2 * c->Hk * c->Dk + c->Hv * c->Dv);
@@ -327,7 +345,8 @@ static double row_xent(const float *lg, const int32_t *tok, int V, float *dl)
 
 /* The bf16 trainer: its loss within 1e-3 (relative) of fp32's on the same weights but not
  * equal, its gradient along fp32's (cosine > 0.99), deterministic; its optimizer steps the
- * fp32 masters (values bf16 cannot hold) and 20 steps lower the loss; with LoRA too. */
+ * fp32 masters (values bf16 cannot hold) and 20 steps lower the loss; a trainable vector
+ * swapped in for scoring is what it computes with; with LoRA too. */
 static const int bf16_ranks[] = {0, 4};
 START_TEST(bf16_trainer)
 {
@@ -358,6 +377,9 @@ START_TEST(bf16_trainer)
     dllm_policy_backward(h, dl);
     policy_logits(h, DLLM_PREC_TRAIN_NOGRAD, tok, again);
     ck_assert(memcmp(lh, again, nl * sizeof(float)) == 0);
+    float *init = malloc(n * sizeof(float)), *lh0 = zeros(nl);
+    memcpy(init, vh, n * sizeof(float));
+    memcpy(lh0, lh, nl * sizeof(float));
     fprintf(stderr, "bf16 trainer (rank %d): loss %.6f, fp32 %.6f, logits differ by %.3g\n",
             rank, Lh, Lf, tu_max_abs_diff(lh, lf, nl));
     ck_assert_msg(Lh != Lf && fabs(Lh - Lf) < 1e-3 * Lf, "bf16 loss %g, fp32 %g", Lh, Lf);
@@ -390,6 +412,17 @@ START_TEST(bf16_trainer)
     }
     ck_assert_msg(off_bf16 > nh / 2, "%zu of %zu trainable values are not bf16 values",
                   off_bf16, nh);
+    /* a swap for scoring (the reference policy): the trainer computes with what it is told */
+    float *save = malloc(n * sizeof(float));
+    memcpy(save, vh, n * sizeof(float));
+    memcpy(vh, init, n * sizeof(float));
+    dllm_policy_trainer_changed(h);
+    policy_logits(h, DLLM_PREC_TRAIN_NOGRAD, tok, again);
+    ck_assert_msg(memcmp(again, lh0, nl * sizeof(float)) == 0, "swapped-in weights: %g",
+                  tu_max_abs_diff(again, lh0, nl));
+    memcpy(vh, save, n * sizeof(float));
+    dllm_policy_trainer_changed(h);
+    free(save), free(init), free(lh0);
     free(lf), free(lh), free(dl), free(again);
     dllm_policy_free(f), dllm_policy_free(h);
 }
@@ -436,6 +469,13 @@ START_TEST(commands_lora_bf16)
                              "--set model.lora.targets=[in_proj_a]", data, small, ck), 2);
     ck_assert_msg(strstr(tu_err, "model.lora.targets") && strstr(tu_err, "in_proj_a"), "%s",
                   tu_err);
+    /* plan: the adapters' state instead of the base's gradients and moments */
+    ck_assert_int_eq(tu_dllm("plan %s/../../configs/quickstart-qwen35.yaml --set model.path=%s "
+                             "--set model.lora.rank=4 --set model.lora.targets=[in_proj_qkv] "
+                             "--set model.trainer_precision=bf16", data, ck), 0);
+    ck_assert_msg(strstr(tu_out, "LoRA gradients") && strstr(tu_out, "Nl 2304") &&
+                      !strstr(tu_out, "resident    gradients") &&
+                      strstr(tu_out, "bf16 trainer: fp32 masters"), "%s", tu_out);
     /* the bf16 trainer */
     ck_assert_msg(tu_dllm("train %s/../../configs/quickstart-qwen35.yaml --quiet %s --set "
                           "model.path=%s --set experiment=q35bf16 --set "
