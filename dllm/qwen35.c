@@ -8,8 +8,8 @@
 #include "kernels/gated_delta.h"
 #include "kernels/int8.h"
 #include "kernels/nvfp4.h"
-#include "kernels/rng.h"
 #include "kernels/ops.h"
+#include "kernels/rng.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -74,7 +74,8 @@ typedef struct qwen35_model qwen35_model;
 int qwen35_load(qwen35_model **out, const char *dir, dllm_err *err);
 /* A model of cfg with the random weights qwen35_write_random writes for seed (F32). */
 qwen35_model *qwen35_create(const qwen35_config *cfg, uint64_t seed);
-/* A model with m's config and weights (not its gradients, moments or bf16 rounding). */
+/* A model with m's config and weights (not its gradients, moments, bf16 rounding or LoRA
+ * adapters). */
 qwen35_model *qwen35_clone(const qwen35_model *m);
 /* dst's weights = src's (the same config), dst's bf16 rounding off. */
 void qwen35_copy_weights(qwen35_model *dst, const qwen35_model *src);
