@@ -127,6 +127,8 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
                                    c->fp8_pow2_scale, err);
     if (!rc)
         rc = dllm_precision_parse_int8(&prec, c->int8_scaling, err);
+    if (!rc)
+        rc = dllm_precision_parse_nvfp4(&prec, c->nvfp4_scaling, err);
     if (rc)
         return rc;
     int mask = LORA_ALL;

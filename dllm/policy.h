@@ -40,6 +40,7 @@ typedef struct {
     const char *fp8_scaling; /* block | channel | tensor */
     bool fp8_pow2_scale;
     const char *int8_scaling; /* channel (NULL, "") | block */
+    const char *nvfp4_scaling; /* block16 (NULL, "") | block32 | channel | tensor */
     const char *device;      /* cpu (NULL, "") | cuda: where the model runs
                                 (dllm_tf_to_device): rollouts and scoring, and the update
                                 where the run's trainer allows it there (COMMANDS.md,

@@ -2,6 +2,8 @@
  * policy_infer.h). */
 #include "dllm/policy_infer.h"
 
+#include "kernels/nvfp4.h"
+
 #include <string.h>
 
 int dllm_policy_infer_cfg(dllm_policy_cfg *c, const char *precision, const char *flag,
@@ -22,9 +24,27 @@ int dllm_policy_infer_cfg(dllm_policy_cfg *c, const char *precision, const char 
     c->fp8_scaling = "block";
     c->fp8_pow2_scale = false;
     c->int8_scaling = "channel";
+    c->nvfp4_scaling = "block16";
     c->lora_rank = 0;
     c->n_lora_targets = 0;
     c->lora_targets = NULL;
+    return 0;
+}
+
+int dllm_policy_infer_nvfp4(dllm_policy_cfg *c, const char *scaling, const char *flag,
+                            dllm_err *err)
+{
+    if (!scaling)
+        return 0;
+    nvfp4_scaling s;
+    if (nvfp4_scaling_parse(scaling, &s, err))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s %s: expected block16, block32, channel or tensor", flag, scaling);
+    if (!c->rollout || strcmp(c->rollout, "nvfp4"))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s %s: applies to --precision nvfp4 only "
+                            "(the precision is %s)", flag, scaling,
+                            c->rollout && strcmp(c->rollout, "trainer") ? c->rollout : "fp32");
+    c->nvfp4_scaling = nvfp4_scaling_name(s);
     return 0;
 }
 

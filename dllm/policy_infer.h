@@ -21,6 +21,11 @@
  * dllm_policy_open. `flag` names the precision's source in messages. */
 int dllm_policy_infer_cfg(dllm_policy_cfg *c, const char *precision, const char *flag,
                           dllm_err *err);
+/* c->nvfp4_scaling from a command's flag (NULL: not given, block16 stays): one of
+ * block16, block32, channel, tensor, and only with an nvfp4 precision (c->rollout set
+ * by dllm_policy_infer_cfg); input errors name `flag`. */
+int dllm_policy_infer_nvfp4(dllm_policy_cfg *c, const char *scaling, const char *flag,
+                            dllm_err *err);
 
 /* The estimator a model is scored with when none is named: one_step for a
  * masked-diffusion model, exact for an autoregressive one. */

@@ -118,12 +118,23 @@ int dllm_precision_parse_int8(dllm_precision *p, const char *scaling, dllm_err *
     return 0;
 }
 
+int dllm_precision_parse_nvfp4(dllm_precision *p, const char *scaling, dllm_err *err)
+{
+    if (scaling && *scaling && nvfp4_scaling_parse(scaling, &p->nvfp4_scaling, err))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "rollout.nvfp4.scaling '%s': expected block16, block32, channel or "
+                            "tensor (what one E4M3 scale covers: 16 or 32 elements along the "
+                            "reduction, a row, the tensor)", scaling);
+    return 0;
+}
+
 int dllm_precision_check(const dllm_precision *p, const char *where, dllm_err *err)
 {
     if ((unsigned)p->rollout >= N_ROLLOUT || (unsigned)p->fp8_format > FP8_E5M2 ||
         (p->fp8_scaling != FP8_SCALE_BLOCK && p->fp8_scaling != FP8_SCALE_CHANNEL &&
          p->fp8_scaling != FP8_SCALE_TENSOR) ||
-        (p->int8_scaling != INT8_SCALE_CHANNEL && p->int8_scaling != INT8_SCALE_BLOCK))
+        (p->int8_scaling != INT8_SCALE_CHANNEL && p->int8_scaling != INT8_SCALE_BLOCK) ||
+        (unsigned)p->nvfp4_scaling >= NVFP4_N_SCALING)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "%s: bad precision (rollout %d, fp8 format %d, scaling %d)", where,
                             (int)p->rollout, (int)p->fp8_format, (int)p->fp8_scaling);

@@ -49,8 +49,9 @@
  *              codes, E4M3 scales per 16 elements along the reduction, one fp32
  *              scale per tensor; activations quantised at run time the same
  *              way, per call), simulated: both operands dequantised and
- *              multiplied in fp32. The rest as fp8 (bf16, the head a bf16
- *              linear).
+ *              multiplied in fp32. nvfp4_scaling makes the scales coarser
+ *              (per 32, per output channel / token, per tensor). The rest as
+ *              fp8 (bf16, the head a bf16 linear).
  * The residual stream, norms, RoPE, attention and softmax compute in fp32 in
  * every mode.
  *
@@ -70,6 +71,7 @@
 #include "kernels/base.h"
 #include "kernels/fp8.h"
 #include "kernels/int8.h"
+#include "kernels/nvfp4.h"
 
 #include <stdbool.h>
 
@@ -89,6 +91,8 @@ typedef struct {
     fp8_scaling fp8_scaling;  /* weights: FP8_SCALE_BLOCK | _CHANNEL | _TENSOR */
     bool fp8_pow2_scale;
     int8_scaling int8_scaling; /* INT8_SCALE_CHANNEL (default) | _BLOCK (int8) */
+    nvfp4_scaling nvfp4_scaling; /* NVFP4_SCALE_BLOCK16 (default) | _BLOCK32 | _CHANNEL |
+                                    _TENSOR (nvfp4) */
 } dllm_precision;
 
 /* Fills p from config names; NULL or "" takes the default:
@@ -101,6 +105,9 @@ int dllm_precision_parse(dllm_precision *p, const char *trainer, const char *rol
 /* p->int8_scaling from rollout.int8.scaling ("channel" | "block"; NULL or "" keeps
  * channel); an input error names the key and the choices. */
 int dllm_precision_parse_int8(dllm_precision *p, const char *scaling, dllm_err *err);
+/* p->nvfp4_scaling from rollout.nvfp4.scaling ("block16" | "block32" | "channel" |
+ * "tensor"; NULL or "" keeps block16); an input error names the key and the choices. */
+int dllm_precision_parse_nvfp4(dllm_precision *p, const char *scaling, dllm_err *err);
 /* "trainer" | "bf16" | "fp8" | "fp8-exact" | "nvfp4" | "int8" */
 const char *dllm_rollout_name(dllm_rollout_kind k);
 /* Whether k quantises the layer linears to FP8 (fp8, fp8-exact). */

@@ -1744,7 +1744,7 @@ int qwen35_quantise(qwen35_model *m, const dllm_precision *p, dllm_err *err)
             if (p->rollout == DLLM_ROLLOUT_INT8) {
                 rc = int8_quantise_weight(&q->i8, W[j], O[j], I[j], p->int8_scaling, err);
             } else if (p->rollout == DLLM_ROLLOUT_NVFP4) {
-                rc = nvfp4_quantise(&q->f4, W[j], O[j], I[j], err);
+                rc = nvfp4_quantise_scaled(&q->f4, W[j], O[j], I[j], p->nvfp4_scaling, err);
                 if (!rc)
                     nvfp4_matrix_cache_dequant(&q->f4); /* before any threaded use */
             } else {

@@ -151,7 +151,7 @@ static int view_packed(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err
                                           p->int8_scaling, err);
             } else if (v->q4) {
                 nvfp4_matrix *q = &v->q4[l * DLLM_NLIN + j];
-                rc = nvfp4_quantise(q, tmp, o, i, err);
+                rc = nvfp4_quantise_scaled(q, tmp, o, i, p->nvfp4_scaling, err);
                 if (!rc)
                     nvfp4_matrix_cache_dequant(q); /* before any threaded use */
             } else {
@@ -195,7 +195,7 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
     /* the rollout copy, rebuilt in place when its kind is unchanged */
     if (p->rollout != m->prec.rollout || p->fp8_format != m->prec.fp8_format ||
         p->fp8_scaling != m->prec.fp8_scaling || p->fp8_pow2_scale != m->prec.fp8_pow2_scale ||
-        p->int8_scaling != m->prec.int8_scaling)
+        p->int8_scaling != m->prec.int8_scaling || p->nvfp4_scaling != m->prec.nvfp4_scaling)
         tf_view_free(m, &m->rv);
     bool bf16_op = dllm_backend_supports(m->be, DLLM_OP_BF16_LINEAR);
     if (m->dev && p->rollout == DLLM_ROLLOUT_INT8) {

@@ -111,13 +111,15 @@ static float global_scale(float amax)
     return g > 0.0f ? g : 1.0f;
 }
 
-/* one row: block scales sc (ceil(C/16)) and codes q (C), or the dequantised
- * values deq (C) when q is NULL */
-static void quant_row(const float *x, int C, float g, uint8_t *sc, uint8_t *q, float *deq)
+/* one row: block scales sc (ceil(C/B)) and codes q (C), or the dequantised values
+ * deq (C) when q is NULL; each block's amax is its own, or tensor_amax when that is
+ * >= 0 (tensor scaling: one amax for every block) */
+static void quant_row(const float *x, int C, int B, float tensor_amax, float g, uint8_t *sc,
+                      uint8_t *q, float *deq)
 {
-    for (int j0 = 0, b = 0; j0 < C; j0 += NVFP4_BLOCK, b++) {
-        const int n = C - j0 < NVFP4_BLOCK ? C - j0 : NVFP4_BLOCK;
-        const float amax_b = amax_finite(x + j0, (size_t)n);
+    for (int j0 = 0, b = 0; j0 < C; j0 += B, b++) {
+        const int n = C - j0 < B ? C - j0 : B;
+        const float amax_b = tensor_amax >= 0.0f ? tensor_amax : amax_finite(x + j0, (size_t)n);
         const uint8_t s = fp8_encode((amax_b / NVFP4_E2M1_MAX) / g, FP8_E4M3);
         const float d = fp8_decode(s, FP8_E4M3) * g;
         if (sc)
@@ -139,26 +141,64 @@ static void quant_row(const float *x, int C, float g, uint8_t *sc, uint8_t *q, f
     }
 }
 
-int nvfp4_quantise(nvfp4_matrix *m, const float *x, int R, int C, dllm_err *err)
+static const char *const scaling_names[NVFP4_N_SCALING] = {"block16", "block32", "channel",
+                                                           "tensor"};
+
+const char *nvfp4_scaling_name(nvfp4_scaling s)
+{
+    return (unsigned)s < NVFP4_N_SCALING ? scaling_names[s] : "?";
+}
+
+int nvfp4_scaling_parse(const char *s, nvfp4_scaling *out, dllm_err *err)
+{
+    for (int i = 0; i < NVFP4_N_SCALING; i++)
+        if (s && !strcmp(s, scaling_names[i])) {
+            *out = (nvfp4_scaling)i;
+            return 0;
+        }
+    return dllm_err_set(err, DLLM_EXIT_INPUT,
+                        "NVFP4 scaling '%s': expected block16, block32, channel or tensor",
+                        s ? s : "(null)");
+}
+
+int nvfp4_block_width(nvfp4_scaling s, int C)
+{
+    return s == NVFP4_SCALE_BLOCK16 ? NVFP4_BLOCK : s == NVFP4_SCALE_BLOCK32 ? 2 * NVFP4_BLOCK : C;
+}
+
+int nvfp4_quantise_scaled(nvfp4_matrix *m, const float *x, int R, int C, nvfp4_scaling s,
+                          dllm_err *err)
 {
     if (R < 0 || C < 1)
         return dllm_err_set(err, DLLM_EXIT_INTERNAL, "nvfp4_quantise: bad shape [%d, %d]", R, C);
-    const int SC = (C + NVFP4_BLOCK - 1) / NVFP4_BLOCK;
-    if (!m->q || m->rows != R || m->cols != C) {
+    if ((unsigned)s >= NVFP4_N_SCALING)
+        return dllm_err_set(err, DLLM_EXIT_INTERNAL, "nvfp4_quantise: bad scaling %d", (int)s);
+    const int B = nvfp4_block_width(s, C);
+    const int SC = (C + B - 1) / B;
+    if (!m->q || m->rows != R || m->cols != C || m->block != B) {
         nvfp4_matrix_free(m);
         m->q = dllm_malloc((size_t)R * C + 1);
         m->scale = dllm_malloc((size_t)R * SC + 1);
         m->rows = R;
         m->cols = C;
+        m->block = B;
         m->scale_cols = SC;
     }
+    m->scaling = s;
     m->deq_valid = false;
-    m->global_scale = global_scale(amax_finite(x, (size_t)R * C));
+    const float amax = amax_finite(x, (size_t)R * C);
+    m->global_scale = global_scale(amax);
+    const float tensor_amax = s == NVFP4_SCALE_TENSOR ? amax : -1.0f;
 #pragma omp parallel for schedule(static) if ((size_t)R * C > 65536)
     for (int r = 0; r < R; r++)
-        quant_row(x + (size_t)r * C, C, m->global_scale, m->scale + (size_t)r * SC,
-                  m->q + (size_t)r * C, NULL);
+        quant_row(x + (size_t)r * C, C, B, tensor_amax, m->global_scale,
+                  m->scale + (size_t)r * SC, m->q + (size_t)r * C, NULL);
     return DLLM_OK;
+}
+
+int nvfp4_quantise(nvfp4_matrix *m, const float *x, int R, int C, dllm_err *err)
+{
+    return nvfp4_quantise_scaled(m, x, R, C, NVFP4_SCALE_BLOCK16, err);
 }
 
 float nvfp4_block_decode_scale(const nvfp4_matrix *m, int r, int j)
@@ -171,8 +211,9 @@ void nvfp4_dequantise(float *out, const nvfp4_matrix *m)
     for (int r = 0; r < m->rows; r++)
         for (int j = 0; j < m->scale_cols; j++) {
             const float d = nvfp4_block_decode_scale(m, r, j);
-            const int c1 = (j + 1) * NVFP4_BLOCK < m->cols ? (j + 1) * NVFP4_BLOCK : m->cols;
-            for (int c = j * NVFP4_BLOCK; c < c1; c++) {
+            const int B = m->block;
+            const int c1 = (j + 1) * B < m->cols ? (j + 1) * B : m->cols;
+            for (int c = j * B; c < c1; c++) {
                 const size_t k = (size_t)r * m->cols + c;
                 out[k] = nvfp4_e2m1_decode(m->q[k]) * d;
             }
@@ -294,6 +335,25 @@ void nvfp4_quant_dequant(float *out, const float *x, int R, int C)
     free(d);
 }
 
+void nvfp4_quant_dequant_scaled(float *out, const float *x, int R, int C, nvfp4_scaling s)
+{
+    if (s == NVFP4_SCALE_BLOCK16 || (unsigned)s >= NVFP4_N_SCALING) {
+        nvfp4_quant_dequant(out, x, R, C);
+        return;
+    }
+    if (R <= 0 || C <= 0)
+        return;
+    /* the coarser scalings run quant_row itself: one amax per row or tensor, where the
+     * 16-wide block loops above buy nothing */
+    const float amax = amax_finite(x, (size_t)R * C);
+    const float g = global_scale(amax);
+    const float tensor_amax = s == NVFP4_SCALE_TENSOR ? amax : -1.0f;
+    const int B = nvfp4_block_width(s, C);
+#pragma omp parallel for schedule(static) if ((size_t)R * C > 65536)
+    for (int r = 0; r < R; r++)
+        quant_row(x + (size_t)r * C, C, B, tensor_amax, g, NULL, NULL, out + (size_t)r * C);
+}
+
 void op_nvfp4_linear_fwd(float *out, const float *inp, nvfp4_matrix *w, int N, int C, int OC)
 {
     if (!w->q || w->rows != OC || w->cols != C) {
@@ -305,7 +365,7 @@ void op_nvfp4_linear_fwd(float *out, const float *inp, nvfp4_matrix *w, int N, i
         return;
     nvfp4_matrix_cache_dequant(w);
     float *a = dllm_malloc((size_t)N * C * sizeof(float)); // (N, C)
-    nvfp4_quant_dequant(a, inp, N, C);
+    nvfp4_quant_dequant_scaled(a, inp, N, C, w->scaling);
     op_gemm(false, true, N, OC, C, 1.0f, a, w->deq, 0.0f, out);
     free(a);
 }

@@ -22,7 +22,7 @@ static const char usage_text[] =
     "usage: dllm-rl generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --batch-file F)\n"
     "         [--gen-length 64] [--temperature 0] [--seed 0] [--chat auto|plain|llada|qwen3|qwen2.5|qwen3.5]\n"
     "         [--d1] [--precision fp32|bf16|fp8|fp8-exact|nvfp4|int8] [--format text|ids|json]\n"
-    "         [--device cpu|cuda]\n"
+    "         [--nvfp4-scaling block16|block32|channel|tensor] [--device cpu|cuda]\n"
     "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
     "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
     "           [--confidence-eos-eot-inf] [--mask-token allow|forbid]\n"
@@ -66,7 +66,8 @@ static const char usage_text[] =
     "the block linears, multiplied as an FP8 tensor core does (exact products, fp32 sums\n"
     "per 128-block, scales per block); fp8-exact the same copy simulated exactly\n"
     "(dequantised, fp32 GEMM); nvfp4 with an NVFP4 (W4A4, 16-element blocks) copy of the\n"
-    "block linears, simulated; int8 with an INT8 copy of the block linears (weights per\n"
+    "block linears, simulated (--nvfp4-scaling: one E4M3 scale per 16 or 32 elements,\n"
+    "per row or per tensor, as rollout.nvfp4.scaling); int8 with an INT8 copy of the block linears (weights per\n"
     "output row at +-127, activations per token at +-63), exact integer products in\n"
     "int32 (oneDNN), scaled in fp32. The rest of a low-precision copy is bf16.\n"
     "--device cuda runs the model's forwards on the CUDA backend (weights, rollout copy\n"
@@ -239,7 +240,7 @@ int cmd_generate(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt = NULL, *ids_s = NULL, *batch_file = NULL;
     const char *format = "text", *chat = "auto", *precision = "fp32", *remask = "low_confidence";
-    const char *device = "cpu";
+    const char *device = "cpu", *nvfp4 = NULL;
     long gen = 64, block = 16, steps = 32, seed = 0;
     double temp = 0, cfg_scale = 0, top_p = 1;
     dllm_dream_cfg dream = dllm_dream_cfg_default();
@@ -272,7 +273,8 @@ int cmd_generate(int argc, char **argv)
         {"eps", required_argument, 0, 'e'},          {"alg-temp", required_argument, 0, 'L'},
         {"top-k", required_argument, 0, 'K'},        {"device", required_argument, 0, 'U'},
         {"cache", required_argument, 0, 'X'},        {"threshold", required_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+        {"nvfp4-scaling", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     optind = 1;
     d1_format = false;
     for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
@@ -350,6 +352,7 @@ int cmd_generate(int argc, char **argv)
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'a': chat = optarg; set_chat = true; break;
         case 'P': precision = optarg; break;
+        case 'N': nvfp4 = optarg; break;
         case 'U': device = optarg; break;
         case 'f': format = optarg; break;
         case 'T':
@@ -421,6 +424,7 @@ int cmd_generate(int argc, char **argv)
     dllm_policy_cfg pc = {.path = model_dir, .device = device, .device_flag = "--device"};
     dllm_backend *dev_be;
     if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err) ||
+        dllm_policy_infer_nvfp4(&pc, nvfp4, "--nvfp4-scaling", &err) ||
         dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("generate", &err);
     cli_note_rollout_product("generate", pc.rollout, device);

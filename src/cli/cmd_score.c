@@ -20,7 +20,8 @@ static const char usage_text[] =
     "usage: dllm-rl score --model DIR --prompt-ids 1,2,3 --completion-ids 4,5,6\n"
     "         [--estimator one_step|elbo|trajectory|exact] [--mc K] [--p-mask-prompt P]\n"
     "         [--commit-steps 0,3,1,...] [--shrink S] [--temperature T] [--seed N]\n"
-    "         [--precision fp32|bf16|fp8|fp8-exact|nvfp4|int8] [--device cpu|cuda]\n"
+    "         [--precision fp32|bf16|fp8|fp8-exact|nvfp4|int8]\n"
+    "         [--nvfp4-scaling block16|block32|channel|tensor] [--device cpu|cuda]\n"
     "\n"
     "Prints {\"seq_logp\": x, \"token_logp\": [...], \"estimator\": ...}; elbo adds\n"
     "\"mc_se\" (standard error of the estimate) and a token's value is its mean over the\n"
@@ -37,7 +38,8 @@ static const char usage_text[] =
     "the block linears, multiplied as an FP8 tensor core does (exact products, fp32 sums\n"
     "per 128-block, scales per block); fp8-exact the same copy simulated exactly\n"
     "(dequantised, fp32 GEMM); nvfp4 with an NVFP4 (W4A4, 16-element blocks) copy of the\n"
-    "block linears, simulated; int8 with an INT8 copy of the block linears (weights per\n"
+    "block linears, simulated (--nvfp4-scaling: one E4M3 scale per 16 or 32 elements,\n"
+    "per row or per tensor, as rollout.nvfp4.scaling); int8 with an INT8 copy of the block linears (weights per\n"
     "output row at +-127, activations per token at +-63), exact integer products in\n"
     "int32 (oneDNN), scaled in fp32. The rest of a low-precision copy is bf16.\n"
     "--device cuda computes the forwards on the CUDA backend (the estimator on the\n"
@@ -47,7 +49,7 @@ static const char usage_text[] =
 int cmd_score(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt_s = NULL, *compl_s = NULL, *est_s = NULL;
-    const char *steps_s = NULL, *precision = "fp32", *device = "cpu";
+    const char *steps_s = NULL, *precision = "fp32", *device = "cpu", *nvfp4 = NULL;
     long mc = 32, shrink = 1, seed = 0;
     double pmp = 0, temp = 1;
     /* flags of the masking estimators, given explicitly (refused for AR models) */
@@ -60,7 +62,8 @@ int cmd_score(int argc, char **argv)
         {"commit-steps", required_argument, 0, 's'},  {"shrink", required_argument, 0, 'r'},
         {"temperature", required_argument, 0, 't'},   {"seed", required_argument, 0, 'S'},
         {"precision", required_argument, 0, 'P'},     {"device", required_argument, 0, 'U'},
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+        {"nvfp4-scaling", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         int bad = 0;
@@ -83,6 +86,7 @@ int cmd_score(int argc, char **argv)
         case 'S': bad = cli_parse_int(optarg, "--seed", 0, 0x7fffffffffffffffL, &seed, &err); break;
         case 'P': precision = optarg; break;
         case 'U': device = optarg; break;
+        case 'N': nvfp4 = optarg; break;
         case 'h': fputs(usage_text, stdout); return 0;
         default: fputs(usage_text, stderr); return DLLM_EXIT_INPUT;
         }
@@ -106,6 +110,7 @@ int cmd_score(int argc, char **argv)
     dllm_policy_cfg pc = {.path = model_dir, .device = device, .device_flag = "--device"};
     dllm_backend *dev_be;
     if (dllm_policy_infer_cfg(&pc, precision, "--precision", &err) ||
+        dllm_policy_infer_nvfp4(&pc, nvfp4, "--nvfp4-scaling", &err) ||
         dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("score", &err);
     cli_note_rollout_product("score", pc.rollout, device);

@@ -139,6 +139,8 @@ NAMES(cfg_names_fp8_scaling, "rollout.fp8.scaling", {"block", CFG_FP8_BLOCK},
       {"channel", CFG_FP8_CHANNEL}, {"tensor", CFG_FP8_TENSOR});
 NAMES(cfg_names_int8_scaling, "rollout.int8.scaling", {"channel", CFG_INT8_CHANNEL},
       {"block", CFG_INT8_BLOCK});
+NAMES(cfg_names_nvfp4_scaling, "rollout.nvfp4.scaling", {"block16", CFG_NVFP4_BLOCK16},
+      {"block32", CFG_NVFP4_BLOCK32}, {"channel", CFG_NVFP4_CHANNEL}, {"tensor", CFG_NVFP4_TENSOR});
 NAMES(cfg_names_remasking, "rollout.remasking", {"low_confidence", REMASK_LOW_CONFIDENCE},
       {"random", REMASK_RANDOM});
 NAMES(cfg_names_estimator, "correction.estimator", {"one_step", EST_ONE_STEP}, {"elbo", EST_ELBO},
@@ -265,6 +267,11 @@ static const cfg_key keys[] = {
      &cfg_names_int8_scaling,
      "INT8 weight scaling: channel (per output row, activations per token) or block "
      "(128x128, activations per 1x128 group)"},
+    {"rollout.nvfp4.scaling", K_ENUM, F(rollout.nvfp4.scaling), "block16", 0, 0,
+     &cfg_names_nvfp4_scaling,
+     "what one E4M3 scale of an NVFP4 copy covers, weights and activations alike: block16 "
+     "(NVFP4's 16 elements along the reduction), block32, channel (a weight row / a token) or "
+     "tensor; the E2M1 codes and the fp32 per-tensor scale stay"},
     /* GRPO's advantage is a reward minus its group's mean: one completion learns nothing */
     {"rollout.group_size", K_INT, F(rollout.group_size), "8", 2, 4096, NULL,
      "completions per prompt (GRPO needs at least 2)"},

@@ -58,6 +58,7 @@ typedef enum {
 typedef enum { CFG_FP8_E4M3, CFG_FP8_E5M2 } cfg_fp8_format;
 typedef enum { CFG_FP8_BLOCK, CFG_FP8_CHANNEL, CFG_FP8_TENSOR } cfg_fp8_scaling;
 typedef enum { CFG_INT8_CHANNEL, CFG_INT8_BLOCK } cfg_int8_scaling;
+typedef enum { CFG_NVFP4_BLOCK16, CFG_NVFP4_BLOCK32, CFG_NVFP4_CHANNEL, CFG_NVFP4_TENSOR } cfg_nvfp4_scaling;
 typedef enum { CFG_SCHEDULE_CONSTANT, CFG_SCHEDULE_COSINE } cfg_schedule;
 /* eval.precision: the weights greedy evaluation runs at, for every architecture */
 typedef enum { CFG_EVAL_TRAINER, CFG_EVAL_ROLLOUT } cfg_eval_precision;
@@ -68,7 +69,7 @@ typedef enum { CFG_MASK_TOKEN_ALLOW, CFG_MASK_TOKEN_FORBID } cfg_mask_token;
 extern const cfg_names cfg_names_device, cfg_names_preset, cfg_names_arch, cfg_names_dtype,
     cfg_names_trainer_precision, cfg_names_task, cfg_names_task_format, cfg_names_chat,
     cfg_names_reward, cfg_names_rollout_precision, cfg_names_fp8_format, cfg_names_fp8_scaling,
-    cfg_names_int8_scaling,
+    cfg_names_int8_scaling, cfg_names_nvfp4_scaling,
     cfg_names_remasking, cfg_names_estimator, cfg_names_corr_method, cfg_names_corr_level,
     cfg_names_ais_combine, cfg_names_ais_noise, cfg_names_dream_alg, cfg_names_schedule, cfg_names_eval_precision, cfg_names_mask_token,
     cfg_names_cache;
@@ -109,6 +110,7 @@ typedef struct {
         cfg_rollout_precision precision;
         struct { cfg_fp8_format format; cfg_fp8_scaling scaling; int pow2_scale; } fp8;
         struct { cfg_int8_scaling scaling; } int8;
+        struct { cfg_nvfp4_scaling scaling; } nvfp4;
         int group_size;
         int gen_length, block_length, steps;
         double temperature;

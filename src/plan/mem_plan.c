@@ -550,8 +550,22 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
         add(p, MEM_RESIDENT, "NVFP4 copy: other weights (bf16 stored fp32)", 4 * (P - Plin), "",
             "4 (P - Plin)");
         add(p, MEM_RESIDENT, "NVFP4 copy: codes (a byte each)", Plin, "", "1 Plin");
-        add(p, MEM_RESIDENT, "NVFP4 copy: block scales (E4M3, 1 per 16)", ceil_div(Plin, 16), "",
-            "Plin / 16");
+        /* rollout.nvfp4.scaling: a scale per 16 or 32 weights, or one per row (a
+         * tensor-scaled copy keeps its one scale in every row) */
+        const cfg_nvfp4_scaling ns = cfg->rollout.nvfp4.scaling;
+        int64_t rows = 0;
+        for (int j = 0; j < NLIN; j++) {
+            int64_t out, in;
+            lin_shape(mc, j, &out, &in);
+            rows += Ln * out;
+        }
+        if (ns == CFG_NVFP4_BLOCK16 || ns == CFG_NVFP4_BLOCK32)
+            add(p, MEM_RESIDENT, ns == CFG_NVFP4_BLOCK16 ? "NVFP4 copy: block scales (E4M3, 1 per 16)"
+                                                         : "NVFP4 copy: block scales (E4M3, 1 per 32)",
+                ceil_div(Plin, ns == CFG_NVFP4_BLOCK16 ? 16 : 32), "",
+                ns == CFG_NVFP4_BLOCK16 ? "Plin / 16" : "Plin / 32");
+        else
+            add(p, MEM_RESIDENT, "NVFP4 copy: scales (E4M3, 1 per row)", rows, "", "L sum out");
         add(p, MEM_RESIDENT, "NVFP4 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
     } else if (cfg->rollout.precision == CFG_ROLLOUT_INT8) {
         const bool blk = cfg->rollout.int8.scaling == CFG_INT8_BLOCK;

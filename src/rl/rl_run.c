@@ -250,6 +250,8 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                           .fp8_pow2_scale = cfg->rollout.fp8.pow2_scale,
                           .int8_scaling = cfg_names_name(&cfg_names_int8_scaling,
                                                          cfg->rollout.int8.scaling),
+                          .nvfp4_scaling = cfg_names_name(&cfg_names_nvfp4_scaling,
+                                                          cfg->rollout.nvfp4.scaling),
                           /* device: cuda puts the rollouts and the likelihoods on the
                            * device, and the update too where it can run there (below) */
                           .device = cfg->device == CFG_DEVICE_CUDA ? "cuda" : "cpu",

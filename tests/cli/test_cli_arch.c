@@ -171,6 +171,34 @@ START_TEST(test_score_both)
 }
 END_TEST
 
+/* score --precision nvfp4 runs under every --nvfp4-scaling on both architectures:
+ * finite log-probs, block16 the default's bit for bit (printed to 17 digits), tensor
+ * scaling a different copy */
+START_TEST(test_score_nvfp4_scalings)
+{
+    const char *models[2] = {m_llada, m_qwen};
+    const char *sc[5] = {NULL, "block16", "block32", "channel", "tensor"};
+    for (int k = 0; k < 2; k++) {
+        double seq[5];
+        for (int s = 0; s < 5; s++) {
+            char *out, flag[64] = "";
+            if (sc[s])
+                snprintf(flag, sizeof flag, "--nvfp4-scaling %s", sc[s]);
+            ck_assert_int_eq(tu_dllm_take(&out, NULL, "score --model %s --prompt-ids 1,10,11,12 "
+                                             "--completion-ids 20,21,22,0 --precision nvfp4 %s",
+                                             models[k], flag), 0);
+            json_t *j = parse_json(out);
+            seq[s] = json_number_value(json_object_get(j, "seq_logp"));
+            ck_assert_msg(isfinite(seq[s]) && seq[s] < 0, "%s %s: %g", models[k], flag, seq[s]);
+            json_decref(j);
+            free(out);
+        }
+        ck_assert_msg(seq[1] == seq[0], "%s: block16 %.17g, default %.17g", models[k], seq[1], seq[0]);
+        ck_assert_msg(seq[4] != seq[1], "%s: tensor scaling scores as block16", models[k]);
+    }
+}
+END_TEST
+
 static const char *qwen_variants[2] = {"tied", "untied"};
 
 static int32_t *gold_i32(const st_archive *a, const char *name, int64_t *n)
@@ -547,6 +575,9 @@ static const bad_case bad[] = {
     {"score --model %s --prompt-ids 1,2 --completion-ids 3,4 --p-mask-prompt 0.5", 1, "--p-mask-prompt"},
     {"score --model %s --prompt-ids 1,2 --completion-ids 3,999", 1, "vocabulary"},
     {"score --model %s --prompt-ids 1,2 --completion-ids 3,4 --precision fp9", 1, "--precision"},
+    {"score --model %s --prompt-ids 1,2 --completion-ids 3,4 --precision nvfp4 --nvfp4-scaling block", 0, "--nvfp4-scaling block: expected block16, block32, channel or tensor"},
+    {"score --model %s --prompt-ids 1,2 --completion-ids 3,4 --precision fp8 --nvfp4-scaling channel", 1, "--nvfp4-scaling channel: applies to --precision nvfp4 only"},
+    {"generate --model %s --prompt-ids 1,2 --nvfp4-scaling tensor", 0, "--nvfp4-scaling"},
     {"score --model %s --prompt-ids 1,2 --completion-ids 3,4 --estimator median", 0, "--estimator"},
     {"score --model %s --prompt-ids 1,2 --completion-ids '' ", 1, "completion"},
     {"generate --model %s --prompt-ids 1,2 --steps 4", 1, "--steps"},
@@ -782,6 +813,7 @@ static Suite *suite(void)
     Suite *s = suite_create("cli_arch");
     TCase *tc = tcase_create("score");
     tcase_add_test(tc, test_score_both);
+    tcase_add_test(tc, test_score_nvfp4_scalings);
     tcase_add_loop_test(tc, test_score_qwen3_golden, 0, 2);
     tcase_add_test(tc, test_score_qwen3_full_forward);
     suite_add_tcase(s, tc);

@@ -430,6 +430,8 @@ START_TEST(bad_configs_exit_2_with_position)
     expect_config_error("grpo: {clip_eps: -1}\n", "grpo.clip_eps = -1 is out of range");
     expect_config_error("rollout: {precision: int8, int8: {scaling: tensor}}\n",
                         "rollout.int8.scaling must be one of channel|block");
+    expect_config_error("rollout: {precision: nvfp4, nvfp4: {scaling: block}}\n",
+                        "rollout.nvfp4.scaling must be one of block16|block32|channel|tensor");
     expect_config_error("correction: {level: token, estimator: one_step}\n",
                         "correction.level: token needs grpo.ratio token");
     expect_config_error("task: {train: {path: /nonexistent/train.jsonl}}\n", "task.train.path");

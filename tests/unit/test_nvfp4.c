@@ -11,7 +11,13 @@
  *  - the vectorised block loops at every boundary, NaN, infinities and -0, codes
  *    and the codeless path, against the brute-force encoding;
  *  - quantise-dequantise of random matrices within the format's error bound;
- *  - the W4A4 linear against a plain product of the dequantised operands. */
+ *  - the W4A4 linear against a plain product of the dequantised operands;
+ *  - the coarser scalings (block32, channel, tensor): every scale and code from the
+ *    definition with that block width, the codeless path bit for bit, block16
+ *    through the scaled entry points bit for bit the default, round trips of values
+ *    each scaling represents exactly, an error that grows from block16 to block32 to
+ *    channel to tensor on a fixed matrix, the linear's activations at the weight's
+ *    scaling, and the names (a bad one refused). */
 #include "kernels/fp8.h"
 #include "kernels/nvfp4.h"
 #include "tests/harness/harness.h"
@@ -310,6 +316,225 @@ START_TEST(block_loops_match_the_definition_at_boundaries)
 }
 END_TEST
 
+/* check_against_definition with B elements per scale along C, one amax for the tensor
+ * when tensor is set */
+static void check_scaled_definition(const float *x, int R, int C, int B, bool tensor,
+                                    const nvfp4_matrix *m)
+{
+    float amax = 0.0f;
+    for (int k = 0; k < R * C; k++)
+        if (isfinite(x[k]) && fabsf(x[k]) > amax)
+            amax = fabsf(x[k]);
+    const float g = amax > 0.0f ? amax / 2688.0f : 1.0f;
+    ck_assert(m->global_scale == g);
+    ck_assert_int_eq(m->block, B);
+    ck_assert_int_eq(m->scale_cols, (C + B - 1) / B);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j * B < C; j++) {
+            float ab = 0.0f;
+            const int c1 = j * B + B < C ? j * B + B : C;
+            for (int c = j * B; c < c1; c++)
+                if (isfinite(x[r * C + c]) && fabsf(x[r * C + c]) > ab)
+                    ab = fabsf(x[r * C + c]);
+            if (tensor)
+                ab = amax;
+            const uint8_t sc = fp8_encode((ab / 6.0f) / g, FP8_E4M3);
+            ck_assert_uint_eq(m->scale[r * m->scale_cols + j], sc);
+            const float d = fp8_decode(sc, FP8_E4M3) * g;
+            for (int c = j * B; c < c1; c++) {
+                const float v = x[r * C + c];
+                const uint8_t want = d > 0.0f ? brute_encode(v / d) : (signbit(v) ? 8 : 0);
+                ck_assert_msg(m->q[r * C + c] == want, "B %d [%d, %d] %g: code %u vs %u", B, r,
+                              c, v, m->q[r * C + c], want);
+            }
+        }
+}
+
+static const nvfp4_scaling all_scalings[NVFP4_N_SCALING] = {
+    NVFP4_SCALE_BLOCK16, NVFP4_SCALE_BLOCK32, NVFP4_SCALE_CHANNEL, NVFP4_SCALE_TENSOR};
+
+START_TEST(scaling_names_and_widths)
+{
+    for (int i = 0; i < NVFP4_N_SCALING; i++) {
+        nvfp4_scaling s = NVFP4_SCALE_TENSOR;
+        dllm_err err = {0};
+        ck_assert_int_eq(nvfp4_scaling_parse(nvfp4_scaling_name(all_scalings[i]), &s, &err), 0);
+        ck_assert_int_eq(s, all_scalings[i]);
+    }
+    ck_assert_str_eq(nvfp4_scaling_name(NVFP4_SCALE_BLOCK16), "block16");
+    ck_assert_int_eq(nvfp4_block_width(NVFP4_SCALE_BLOCK16, 100), 16);
+    ck_assert_int_eq(nvfp4_block_width(NVFP4_SCALE_BLOCK32, 100), 32);
+    ck_assert_int_eq(nvfp4_block_width(NVFP4_SCALE_CHANNEL, 100), 100);
+    ck_assert_int_eq(nvfp4_block_width(NVFP4_SCALE_TENSOR, 100), 100);
+    const char *bad[] = {"block", "16", "Block16", "", "row"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        nvfp4_scaling s;
+        dllm_err err = {0};
+        ck_assert_int_eq(nvfp4_scaling_parse(bad[i], &s, &err), DLLM_EXIT_INPUT);
+        ck_assert_msg(strstr(err.msg, "block16, block32, channel or tensor"), "%s", err.msg);
+    }
+    nvfp4_matrix m = {0};
+    dllm_err err = {0};
+    float x[4] = {1, 2, 3, 4};
+    ck_assert_int_eq(nvfp4_quantise_scaled(&m, x, 1, 4, (nvfp4_scaling)7, &err),
+                     DLLM_EXIT_INTERNAL);
+    nvfp4_matrix_free(&m);
+}
+END_TEST
+
+START_TEST(coarser_scalings_match_the_definition)
+{
+    const int shapes[4][2] = {{7, 16}, {5, 37}, {33, 128}, {3, 70}};
+    unsigned st = 5;
+    for (int s = 0; s < 4; s++) {
+        const int R = shapes[s][0], C = shapes[s][1];
+        const size_t n = (size_t)R * C;
+        float *x = malloc(sizeof *x * n), *deq = malloc(sizeof *x * n);
+        float *qd = malloc(sizeof *x * n), *ref = malloc(sizeof *x * n);
+        for (size_t k = 0; k < n; k++)
+            x[k] = gauss(&st) * ldexpf(1.0f, (int)(k / 16) % 7 - 3);
+        x[3] = NAN; /* skipped by every amax */
+        x[n - 1] = 0.0f;
+        for (int i = 0; i < NVFP4_N_SCALING; i++) {
+            const nvfp4_scaling sc = all_scalings[i];
+            nvfp4_matrix m = {0};
+            dllm_err err = {0};
+            ck_assert_int_eq(nvfp4_quantise_scaled(&m, x, R, C, sc, &err), 0);
+            ck_assert_int_eq(m.scaling, sc);
+            check_scaled_definition(x, R, C, nvfp4_block_width(sc, C), sc == NVFP4_SCALE_TENSOR,
+                                    &m);
+            nvfp4_dequantise(deq, &m);
+            nvfp4_quant_dequant_scaled(qd, x, R, C, sc);
+            ck_assert_msg(memcmp(qd, deq, sizeof *x * n) == 0, "%s: codeless path differs",
+                          nvfp4_scaling_name(sc));
+            memcpy(qd, x, sizeof *x * n);
+            nvfp4_quant_dequant_scaled(qd, qd, R, C, sc);
+            ck_assert(memcmp(qd, deq, sizeof *x * n) == 0);
+            if (sc == NVFP4_SCALE_BLOCK16) { /* the scaled entry points are the default's */
+                nvfp4_matrix d = {0};
+                ck_assert_int_eq(nvfp4_quantise(&d, x, R, C, &err), 0);
+                ck_assert(memcmp(d.q, m.q, n) == 0 && memcmp(d.scale, m.scale, (size_t)R * m.scale_cols) == 0);
+                nvfp4_quant_dequant(ref, x, R, C);
+                ck_assert(memcmp(ref, deq, sizeof *x * n) == 0);
+                nvfp4_matrix_free(&d);
+            }
+            if (sc == NVFP4_SCALE_TENSOR) /* one scale: every row's equal */
+                for (int r = 1; r < R; r++)
+                    ck_assert_uint_eq(m.scale[r], m.scale[0]);
+            /* re-quantising at another scaling gets the other layout */
+            const nvfp4_scaling other = all_scalings[(i + 1) % NVFP4_N_SCALING];
+            ck_assert_int_eq(nvfp4_quantise_scaled(&m, x, R, C, other, &err), 0);
+            check_scaled_definition(x, R, C, nvfp4_block_width(other, C),
+                                    other == NVFP4_SCALE_TENSOR, &m);
+            nvfp4_matrix_free(&m);
+        }
+        free(x);
+        free(deq);
+        free(qd);
+        free(ref);
+    }
+}
+END_TEST
+
+/* Values a scaling represents exactly come back bit for bit: with g = 1 (the tensor's
+ * amax 2688), a row whose every 16-block holds 6 s, s an E4M3 value, and E2M1 values
+ * times s elsewhere, has decode scale s under block16, block32 and channel; a tensor
+ * of E2M1 values times 448 has decode scale 448 under all four. */
+START_TEST(representable_values_round_trip)
+{
+    enum { R = 4, C = 64 };
+    const float s_row[R] = {448.0f, 2.0f, 0.5f, 0.0390625f};
+    float x[R * C], out[R * C];
+    unsigned st = 11;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            const float v = c % 16 == 5 ? 6.0f : table[(int)(8 * frand(&st)) & 7];
+            x[r * C + c] = (c % 3 ? v : -v) * s_row[r];
+        }
+    for (int i = 0; i < 3; i++) {
+        nvfp4_matrix m = {0};
+        dllm_err err = {0};
+        ck_assert_int_eq(nvfp4_quantise_scaled(&m, x, R, C, all_scalings[i], &err), 0);
+        ck_assert(m.global_scale == 1.0f);
+        nvfp4_dequantise(out, &m);
+        for (int k = 0; k < R * C; k++)
+            ck_assert_msg(out[k] == x[k], "%s [%d]: %g -> %g", nvfp4_scaling_name(all_scalings[i]),
+                          k, x[k], out[k]);
+        nvfp4_quant_dequant_scaled(out, x, R, C, all_scalings[i]);
+        ck_assert(memcmp(out, x, sizeof x) == 0);
+        nvfp4_matrix_free(&m);
+    }
+    for (int k = 0; k < R * C; k++)
+        x[k] = table[k % 8] * (k % 5 ? 448.0f : -448.0f);
+    for (int i = 0; i < NVFP4_N_SCALING; i++) {
+        nvfp4_quant_dequant_scaled(out, x, R, C, all_scalings[i]);
+        ck_assert_msg(memcmp(out, x, sizeof x) == 0, "%s", nvfp4_scaling_name(all_scalings[i]));
+    }
+}
+END_TEST
+
+/* Coarser scales cost accuracy: on a fixed matrix whose magnitudes vary along rows
+ * and between rows (as weights and activations do), the relative rms error of
+ * quantise-dequantise grows strictly from block16 to block32 to channel to tensor. */
+START_TEST(error_grows_from_block_to_tensor)
+{
+    enum { R = 48, C = 256 };
+    float *x = malloc(sizeof(float) * R * C), *out = malloc(sizeof(float) * R * C);
+    unsigned st = 2026;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) /* a magnitude per 16 elements and per row */
+            x[r * C + c] = gauss(&st) * ldexpf(1.0f, (c / 16 * 5 + r * 3) % 11 - 5);
+    double rel[NVFP4_N_SCALING];
+    for (int i = 0; i < NVFP4_N_SCALING; i++) {
+        nvfp4_quant_dequant_scaled(out, x, R, C, all_scalings[i]);
+        double se = 0, sx = 0;
+        for (int k = 0; k < R * C; k++) {
+            se += ((double)out[k] - x[k]) * ((double)out[k] - x[k]);
+            sx += (double)x[k] * x[k];
+        }
+        rel[i] = sqrt(se / sx);
+    }
+    ck_assert_msg(rel[0] < 0.15, "block16 %g", rel[0]);
+    for (int i = 1; i < NVFP4_N_SCALING; i++)
+        ck_assert_msg(rel[i] > rel[i - 1] * 1.02, "%s %g is not above %s %g",
+                      nvfp4_scaling_name(all_scalings[i]), rel[i],
+                      nvfp4_scaling_name(all_scalings[i - 1]), rel[i - 1]);
+    free(x);
+    free(out);
+}
+END_TEST
+
+/* the linear quantises its input at the weight's scaling */
+START_TEST(linear_follows_the_weight_scaling)
+{
+    enum { N = 6, C = 48, OC = 5 };
+    unsigned st = 3;
+    float w[OC * C], a[N * C], out[N * OC], wd[OC * C], ad[N * C];
+    for (int k = 0; k < OC * C; k++)
+        w[k] = 0.05f * gauss(&st);
+    for (int k = 0; k < N * C; k++)
+        a[k] = gauss(&st) * ldexpf(1.0f, k % 9 - 4);
+    for (int i = 0; i < NVFP4_N_SCALING; i++) {
+        nvfp4_matrix m = {0};
+        dllm_err err = {0};
+        ck_assert_int_eq(nvfp4_quantise_scaled(&m, w, OC, C, all_scalings[i], &err), 0);
+        op_nvfp4_linear_fwd(out, a, &m, N, C, OC);
+        nvfp4_dequantise(wd, &m);
+        nvfp4_quant_dequant_scaled(ad, a, N, C, all_scalings[i]);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double ref = 0;
+                for (int c = 0; c < C; c++)
+                    ref += (double)ad[n * C + c] * wd[o * C + c];
+                ck_assert_msg(fabs(out[n * OC + o] - ref) <= 1e-5 * (1 + fabs(ref)),
+                              "%s: %g vs %g", nvfp4_scaling_name(all_scalings[i]),
+                              out[n * OC + o], ref);
+            }
+        nvfp4_matrix_free(&m);
+    }
+}
+END_TEST
+
 START_TEST(linear_matches_dequantised_product)
 {
     enum { N = 5, C = 40, OC = 7 };
@@ -357,6 +582,11 @@ static Suite *nvfp4_suite(void)
     tcase_add_test(tc, nonfinite_entries);
     tcase_add_test(tc, block_loops_match_the_definition_at_boundaries);
     tcase_add_test(tc, linear_matches_dequantised_product);
+    tcase_add_test(tc, scaling_names_and_widths);
+    tcase_add_test(tc, coarser_scalings_match_the_definition);
+    tcase_add_test(tc, representable_values_round_trip);
+    tcase_add_test(tc, error_grows_from_block_to_tensor);
+    tcase_add_test(tc, linear_follows_the_weight_scaling);
     suite_add_tcase(s, tc);
     return s;
 }

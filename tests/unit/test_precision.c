@@ -455,6 +455,66 @@ START_TEST(test_nvfp4_linears)
 }
 END_TEST
 
+/* rollout.nvfp4.scaling: every layer linear of the copy is op_nvfp4_linear_fwd on the
+ * merged weight quantised here at that scaling, bit for bit; block16 set explicitly
+ * is the default copy bit for bit; changing the scaling rebuilds the copy (its logits
+ * change); the tensor-scaled copy is farther from fp32 than the block16 one. */
+START_TEST(test_nvfp4_scalings)
+{
+    dllm_tf *m = make_model(_i, false);
+    const dllm_arch_desc *ad = dllm_tf_arch(m);
+    batch b = make_batch(dllm_tf_config(m)->embedding_size);
+    size_t nl = (size_t)B * T * dllm_tf_config(m)->embedding_size;
+    float *ref = logits_of(m, &b, false);
+    do_sync(m, prec(NULL, "nvfp4", NULL, NULL));
+    float *dflt = logits_of(m, &b, true);
+    double d[NVFP4_N_SCALING];
+    for (int s = NVFP4_N_SCALING - 1; s >= 0; s--) { /* tensor first: block16 after a change */
+        dllm_precision p = prec(NULL, "nvfp4", NULL, NULL);
+        p.nvfp4_scaling = (nvfp4_scaling)s;
+        do_sync(m, p);
+        for (int l = 0; l < dllm_tf_config(m)->n_layers; l++)
+            for (int j = 0; j < DLLM_NLIN; j++) {
+                int o, in, N = 4;
+                float *w = merged(m, l, j, &o, &in);
+                size_t no = (size_t)N * o;
+                float *x = dllm_malloc((size_t)N * in * sizeof(float));
+                fill_normal(x, (size_t)N * in, 1.0, 400 + (uint64_t)(l * 7 + j));
+                x[3] = 30.0f;
+                float *got = dllm_malloc(no * sizeof(float)), *want = dllm_malloc(no * sizeof(float));
+                ck_assert_int_eq(dllm_tf_rollout_linear(m, l, ad->lora_name[j], x, N, got), 0);
+                nvfp4_matrix q = {0};
+                dllm_err err = {0};
+                ck_assert_int_eq(nvfp4_quantise_scaled(&q, w, o, in, (nvfp4_scaling)s, &err), 0);
+                op_nvfp4_linear_fwd(want, x, &q, N, in, o);
+                ck_assert_msg(memcmp(got, want, no * sizeof(float)) == 0, "%s %s layer %d %s",
+                              cases[_i].name, nvfp4_scaling_name((nvfp4_scaling)s), l,
+                              ad->lora_name[j]);
+                nvfp4_matrix_free(&q);
+                free(w);
+                free(x);
+                free(got);
+                free(want);
+            }
+        float *r = logits_of(m, &b, true);
+        d[s] = rel_rms(r, ref, nl);
+        if (s == NVFP4_SCALE_BLOCK16)
+            ck_assert_msg(memcmp(r, dflt, nl * sizeof(float)) == 0, "%s: block16 is not the default",
+                          cases[_i].name);
+        else
+            ck_assert_msg(memcmp(r, dflt, nl * sizeof(float)) != 0, "%s: %s copy not rebuilt",
+                          cases[_i].name, nvfp4_scaling_name((nvfp4_scaling)s));
+        free(r);
+    }
+    printf("%s: rms(logits - fp32) / rms(fp32): nvfp4 block16 %.3g, block32 %.3g, channel %.3g, "
+           "tensor %.3g\n", cases[_i].name, d[0], d[1], d[2], d[3]);
+    ck_assert(d[0] > 0 && d[0] < d[3]);
+    free(dflt);
+    free(ref);
+    dllm_tf_free(m);
+}
+END_TEST
+
 /* Every layer linear of the int8 copy against op_int8_linear_fwd on the merged weight
  * quantised here (bit for bit: the integer sums are exact and the scaling is the same
  * fp32 arithmetic), and against the dequantised reference within the fp32 rounding
@@ -968,6 +1028,15 @@ START_TEST(test_parse)
     ck_assert_int_eq(dllm_precision_parse_int8(&p, "tensor", &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "rollout.int8.scaling") && strstr(err.msg, "channel or block"),
                   "%s", err.msg);
+    err = (dllm_err){0};
+    ck_assert_int_eq(p.nvfp4_scaling, NVFP4_SCALE_BLOCK16); /* the default */
+    ck_assert_int_eq(dllm_precision_parse_nvfp4(&p, NULL, &err), 0);
+    ck_assert_int_eq(p.nvfp4_scaling, NVFP4_SCALE_BLOCK16);
+    ck_assert_int_eq(dllm_precision_parse_nvfp4(&p, "channel", &err), 0);
+    ck_assert_int_eq(p.nvfp4_scaling, NVFP4_SCALE_CHANNEL);
+    ck_assert_int_eq(dllm_precision_parse_nvfp4(&p, "block", &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "rollout.nvfp4.scaling") &&
+                      strstr(err.msg, "block16, block32, channel or tensor"), "%s", err.msg);
     dllm_tf *m = make_model(0, false);
     p = prec(NULL, "fp8", NULL, NULL);
     p.fp8_scaling = FP8_SCALE_GROUP; /* not a weight scaling */
@@ -987,6 +1056,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_loop_test(c, test_fp8_linears, 0, NCASE);
     tcase_add_loop_test(c, test_nvfp4_linears, 0, NCASE);
     tcase_add_loop_test(c, test_int8_linears, 0, NCASE);
+    tcase_add_loop_test(c, test_nvfp4_scalings, 0, NCASE);
     tcase_add_loop_test(c, test_logits_close_to_fp32, 0, NCASE);
     tcase_add_loop_test(c, test_fast_vs_exact, 0, NCASE);
     tcase_add_loop_test(c, test_bf16_copy_weights, 0, NCASE);
