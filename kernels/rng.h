@@ -22,7 +22,8 @@ enum {
     DLLM_RNG_MASKS = 3,    /* likelihood-estimator masks */
     DLLM_RNG_SFT = 4,      /* SFT mask ratios and masks */
     DLLM_RNG_INIT = 5,     /* weight initialisation */
-    DLLM_RNG_TASK = 6      /* procedural task generators */
+    DLLM_RNG_TASK = 6,     /* procedural task generators */
+    DLLM_RNG_DROP = 7      /* grpo.random_drop: completions left out of the gradient */
 };
 
 dllm_rng dllm_rng_make(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);

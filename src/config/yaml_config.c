@@ -334,6 +334,10 @@ static const cfg_key keys[] = {
      "weight of the k3 KL to a reference policy (0: none, policy_kl not logged)"},
     {"grpo.ref_sync_every", K_INT, F(grpo.ref_sync_every), "0", 0, 1e9, NULL,
      "re-sync the reference policy every N steps (0: never)"},
+    {"grpo.random_drop", K_FLOAT, F(grpo.random_drop), "0", 0, 1, NULL,
+     "each completion's coefficient set to 0 with this probability, drawn from the seed, step "
+     "and completion (a control: mis's share of zeroed completions, at random), in [0, 1); "
+     "logged as frac_dropped"},
     {"grpo.loss_agg", K_ENUM, F(grpo.loss.agg), "seq_mean", 0, 0, &grpo_agg_names,
      "loss aggregation"},
     {"grpo.advantage_scale", K_ENUM, F(grpo.advantage_scale), "std", 0, 0, &grpo_adv_scale_names,
@@ -1094,6 +1098,10 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
     /* the correction module's own preconditions (the key table's ranges imply them) */
     if (corr_cfg_check(&cfg->correction.c, err))
         return err->code;
+    if (!(cfg->grpo.random_drop >= 0 && cfg->grpo.random_drop < 1))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "grpo.random_drop = %g must lie in [0, 1): the share of completions "
+                            "left out of the gradient (1 would leave none)", cfg->grpo.random_drop);
     if (!(cfg->grpo.loss.clip_eps > 0 && cfg->grpo.loss.clip_eps < 1))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "grpo.clip_eps = %g must lie in (0, 1): the ratio is clipped to "

@@ -140,6 +140,7 @@ typedef struct {
         int ref_sync_every;
         grpo_adv_scale advantage_scale;
         int fresh_masks;
+        double random_drop; /* share of completions left out of the gradient at random */
     } grpo;
     struct {
         corr_cfg c;              /* method, level, cap, fixed_alpha, ais.* */

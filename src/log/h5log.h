@@ -97,7 +97,8 @@
     X(entropy)              /* trainer token entropy on the completions */ \
     X(completion_len)       /* mean completion length to EOS */ \
     X(grad_cosine)          /* log.grad_cosine: corrected vs uncorrected gradient */ \
-    X(grad_norm_ratio)
+    X(grad_norm_ratio) \
+    X(frac_dropped)         /* completions left out by grpo.random_drop */
 
 #define H5LOG_METRIC_ENUM_(name) H5LOG_METRIC_##name,
 enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
@@ -167,6 +168,7 @@ enum { H5LOG_STEP_METRICS(H5LOG_METRIC_ENUM_) H5LOG_N_METRICS };
     X("steps", "completion_len", "1", "mean completion length in tokens, up to and including the first EOS") \
     X("steps", "grad_cosine", "1", "cosine between the corrected and uncorrected loss gradients (first inner step); NaN unless log.grad_cosine") \
     X("steps", "grad_norm_ratio", "1", "norm of the corrected over the uncorrected loss gradient (first inner step); NaN unless log.grad_cosine") \
+    X("steps", "frac_dropped", "1", "fraction of the batch's completions whose coefficient grpo.random_drop set to 0 (0 when the key is 0)") \
     X("trajectories", "step", "1", "RL step of the completion") \
     X("trajectories", "prompt_index", "1", "index of the prompt in the training items") \
     X("trajectories", "group", "1", "group (prompt) of the completion within its step") \

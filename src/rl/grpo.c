@@ -1,6 +1,8 @@
 /* grpo.c: GRPO advantages and clipped-surrogate loss with its exact gradient
  * (docs/METHOD.md §4); the definitions are in grpo.h. */
 #include "src/rl/grpo.h"
+#include "kernels/rng.h"
+
 
 #include <math.h>
 #include <stdlib.h>
@@ -264,4 +266,23 @@ int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *o
         out->ratio_mean = ratio_sum / out->n_ratio_terms;
     }
     return DLLM_OK;
+}
+
+long grpo_random_drop(double p, uint64_t seed, int64_t step, uint64_t seq0, double *coef,
+                      double *coef_tok, int N, int T)
+{
+    long n = 0;
+    if (!(p > 0))
+        return 0;
+    for (int i = 0; i < N; i++) {
+        dllm_rng r = dllm_rng_make(seed, DLLM_RNG_DROP, (uint64_t)step, seq0 + (uint64_t)i);
+        if (dllm_rng_uniform(&r) >= p)
+            continue;
+        coef[i] = 0.0;
+        if (coef_tok)
+            for (int t = 0; t < T; t++)
+                coef_tok[(size_t)i * T + t] = 0.0;
+        n++;
+    }
+    return n;
 }

@@ -52,6 +52,8 @@
 #define DLLM_GRPO_H
 
 #include "kernels/base.h"
+
+#include <stdint.h>
 #include "src/config/cfg_names.h"
 
 typedef enum { GRPO_ADV_STD, GRPO_ADV_NONE } grpo_adv_scale;
@@ -119,5 +121,16 @@ void grpo_local_denoms(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_de
 /* grad_l (N) and grad_logp (N, T) may be NULL when not wanted. */
 int grpo_loss(const grpo_loss_cfg *cfg, const grpo_loss_in *in, grpo_loss_out *out,
               double *grad_l, double *grad_logp, dllm_err *err);
+
+/* grpo.random_drop: completion i (global index seq0 + i) leaves the gradient with
+ * probability p: coef[i] = 0, and its row of coef_tok (N, T; may be NULL). Each draw is
+ * the first uniform of the stream (seed, DLLM_RNG_DROP, step, seq0 + i), so it depends
+ * neither on the ranks nor on the rest of the batch. A zero coefficient is what mis
+ * gives the completions it rejects (the term and its gradient exactly 0, the completion
+ * still counted by the aggregation), so the same share dropped at random asks whether
+ * a correction acts only by the completions it removes. p = 0 changes nothing.
+ * Returns the number dropped. */
+long grpo_random_drop(double p, uint64_t seed, int64_t step, uint64_t seq0, double *coef,
+                      double *coef_tok, int N, int T);
 
 #endif

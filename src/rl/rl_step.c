@@ -582,6 +582,9 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         rc = corr_coefficients(&cfg->correction.c, b->diag.alpha, &cb, b->coef, b->coef_tok, &cnt, err);
     if (!rc && b->coef_tok)
         token_coef_means(b->coef, b->coef_tok, b->d, b->L, N, Gen);
+    long dropped = 0;
+    if (!rc && cfg->grpo.random_drop > 0)
+        dropped = grpo_random_drop(cfg->grpo.random_drop, seed, step, seq0, b->coef, b->coef_tok, N, Gen);
 
     double t_corr = dllm_now() - t0;
 
@@ -698,15 +701,15 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     /* 10. step metrics over the global batch */
     /* the loss and KL are each rank's share of the global batch's (normalised by the
      * global denominators): their sum is the batch's */
-    double m[10] = {0, 0, 0, lc.clip, lc.ratio_terms, 0, (double)masked_left, lc.nonfinite,
-                    lc.loss, lc.kl};
+    double m[11] = {0, 0, 0, lc.clip, lc.ratio_terms, 0, (double)masked_left, lc.nonfinite,
+                    lc.loss, lc.kl, (double)dropped};
     for (int i = 0; i < N; i++) {
         m[0] += b->reward[i];
         m[1] += b->reward[i] * b->reward[i];
         m[2] += b->correct[i];
     }
     m[5] = (double)gen_tokens;
-    comm_sum_d(m, 10);
+    comm_sum_d(m, 11);
     double Ng = sums[0];
     metrics[H5LOG_M(reward_mean)] = m[0] / Ng;
     metrics[H5LOG_M(reward_std)] = sqrt(fmax(0, m[1] / Ng - (m[0] / Ng) * (m[0] / Ng)));
@@ -728,6 +731,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     metrics[H5LOG_M(log_w_mc_se)] = sums[2] / Ng;
     metrics[H5LOG_M(frac_truncated)] = b->diag.frac_truncated;
     metrics[H5LOG_M(frac_zeroed)] = b->diag.frac_zeroed;
+    metrics[H5LOG_M(frac_dropped)] = m[10] / Ng;
     /* non-finite weights, plus the loss terms dropped as non-finite (grpo.h) */
     metrics[H5LOG_M(frac_nonfinite)] = b->diag.frac_nonfinite + (m[4] > 0 ? m[7] / m[4] : 0.0);
     metrics[H5LOG_M(frac_var_mc)] = b->diag.frac_var_mc;

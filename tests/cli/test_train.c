@@ -14,7 +14,9 @@
  *    trainer arm of the same config logs w = 1; a bad rollout.int8.scaling exits 2;
  *  - the reference policy re-syncs inside the step; frac_masked_left matches the
  *    logged completions; AR decoding on the trainer's logits (eval.precision
- *    trainer) chooses what the KV-cached rollout chooses when the two agree. */
+ *    trainer) chooses what the KV-cached rollout chooses when the two agree;
+ *  - grpo.random_drop on the reference arm: each step's frac_dropped is its share of
+ *    logged coefficients 0, the rest 1; at 0 nothing is dropped; out of [0, 1) exits 2. */
 #include "tests/harness/harness.h"
 #include "tests/harness/test_log.h"
 #include "dllm/model_config.h"
@@ -888,6 +890,59 @@ START_TEST(export_latest_checkpoint)
 }
 END_TEST
 
+START_TEST(random_drop_zeroes_logged_coefficients)
+{
+    const double ps[2] = {0.5, 0.0};
+    for (int k = 0; k < 2; k++) {
+        char exp[32];
+        snprintf(exp, sizeof exp, "drop%d", k);
+        write_config("drop.yaml", exp, "{method: none, estimator: one_step}");
+        ck_assert_int_eq(tu_sh("%s train %s/drop.yaml --quiet --set rollout.precision=trainer "
+                               "--set grpo.random_drop=%g --set eval.every=0 --set "
+                               "checkpoint.every=0", tu_bin(), tmp, ps[k]), 0);
+        int64_t ns, nt, nc;
+        double *step = read_col(exp, "steps/step", &ns);
+        double *frac = read_col(exp, "steps/frac_dropped", &ns);
+        double *tstep = read_col(exp, "trajectories/step", &nt);
+        double *coef = read_col(exp, "trajectories/coef", &nc);
+        ck_assert_int_eq(ns, 4);
+        ck_assert_int_eq(nt, nc);
+        long zeros = 0;
+        for (int64_t s = 0; s < ns; s++) {
+            int n = 0, z = 0;
+            for (int64_t i = 0; i < nt; i++)
+                if (tstep[i] == step[s]) {
+                    n++;
+                    z += coef[i] == 0.0;
+                    ck_assert_msg(coef[i] == 0.0 || coef[i] == 1.0, "coef %g", coef[i]);
+                }
+            ck_assert_int_eq(n, 8);
+            ck_assert_msg(frac[s] == (double)z / n, "p %g step %g: frac_dropped %g, %d of %d "
+                          "coefficients 0", ps[k], step[s], frac[s], z, n);
+            zeros += z;
+        }
+        if (ps[k] > 0)
+            ck_assert_msg(zeros > 0 && zeros < nt, "p %g: %ld of %lld dropped", ps[k], zeros,
+                          (long long)nt);
+        else
+            ck_assert_int_eq(zeros, 0);
+        free(step);
+        free(frac);
+        free(tstep);
+        free(coef);
+    }
+    const char *bad[2] = {"1", "-0.1"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(tu_sh("%s train %s/drop.yaml --quiet --set grpo.random_drop=%s "
+                               "--set experiment=bad%d 2>%s/drop.err", tu_bin(), tmp, bad[k], k,
+                               tmp), 2);
+        char *errs = tu_slurp("%s/drop.err", tmp);
+        ck_assert_msg(errs && strstr(errs, "grpo.random_drop"), "%s", errs ? errs : "");
+        free(errs);
+    }
+}
+END_TEST
+
 Suite *tu_suite(tu_ctx *ctx)
 {
     (void)ctx;
@@ -911,6 +966,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(tc, frac_masked_left_matches_the_completions);
     tcase_add_test(tc, ar_decoding_on_trainer_logits);
     tcase_add_test(tc, export_latest_checkpoint);
+    tcase_add_test(tc, random_drop_zeroes_logged_coefficients);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -39,7 +39,7 @@ METRICS = [
     "nu_total", "nu_excess", "diag_empty", "frac_informative",
     "rho_ess_informative", "delta_informative", "abs_log_w_informative", "rho_ess_all",
     "delta_all", "abs_log_w_all", "log_w_q05", "log_w_q50", "log_w_q95", "entropy",
-    "completion_len", "grad_cosine", "grad_norm_ratio",
+    "completion_len", "grad_cosine", "grad_norm_ratio", "frac_dropped",
 ]
 # name: (dtype, row width: None 1-D, "P" prompt, "G" completion)
 TRAJ = {
@@ -411,9 +411,22 @@ def check_recompute(f):
             # the logged coefficient is the mean of the scored tokens' coefficients
             per = np.array([ct[i][~np.isnan(d[i])].mean() if np.any(~np.isnan(d[i])) else 0.0
                             for i in range(len(rows))])
-            ok = np.allclose(col["coef"][rows], per, rtol=1e-5, atol=1e-6)
         else:
-            ok = np.allclose(col["coef"][rows], co, rtol=1e-12, atol=1e-14)
+            per = co
+        # grpo.random_drop zeroes whole completions after the correction: those rows are
+        # 0 in the log, and the step's frac_dropped counts at least the visible ones
+        logged = col["coef"][rows]
+        if float(c.get("grpo.random_drop", 0) or 0) > 0:
+            gone = (logged == 0) & (per != 0)
+            check(float(m["frac_dropped"][si]) >= gone.sum() / len(rows) - 1e-12,
+                  f"step {s}: frac_dropped below the zeroed coefficients")
+            per = np.where(logged == 0, 0.0, per)
+        else:
+            check(not float(m["frac_dropped"][si]) > 0, f"step {s}: frac_dropped without the key")
+        if level == "token":
+            ok = np.allclose(logged, per, rtol=1e-5, atol=1e-6)
+        else:
+            ok = np.allclose(logged, per, rtol=1e-12, atol=1e-14)
         check(ok, f"step {s}: coefficients")
         if pk is not None:
             r = np.nonzero(pk_step == s)[0]

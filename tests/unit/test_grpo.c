@@ -8,7 +8,13 @@
  *  - with all-reduced denominators, slices of the batch add up to the global
  *    loss with the same gradients (data parallelism);
  *  - zero gradient where the clip is active; c_i = 0 keeps the denominator and
- *    cannot poison the batch; argument checks and enum parsing. */
+ *    cannot poison the batch; argument checks and enum parsing;
+ *  - grpo.random_drop: over 2000 steps of 64 completions the dropped share is within
+ *    four binomial standard errors of p (0.34 and 0.05), and no step's count is far
+ *    outside its own binomial spread; the draws are a function of (seed, step, global
+ *    index) alone (one batch equals two rank slices; another seed or step draws
+ *    others); p = 0 leaves every coefficient's bits; a dropped completion's token
+ *    coefficients are all 0 and the others untouched. */
 #include "src/rl/grpo.h"
 
 #include "tests/harness/harness.h"
@@ -443,6 +449,72 @@ START_TEST(token_coefficients_and_checks)
 }
 END_TEST
 
+START_TEST(random_drop_share_and_determinism)
+{
+    enum { N = 64, T = 3, STEPS = 2000 };
+    const double ps[2] = {0.34, 0.05};
+    double coef[N], tok[N * T];
+    for (int k = 0; k < 2; k++) {
+        const double p = ps[k];
+        long total = 0;
+        int wide = 0; /* steps more than 4 binomial sd from N p */
+        for (int s = 1; s <= STEPS; s++) {
+            for (int i = 0; i < N; i++)
+                coef[i] = 1.0;
+            long n = grpo_random_drop(p, 7, s, 0, coef, NULL, N, T);
+            long zeros = 0;
+            for (int i = 0; i < N; i++)
+                zeros += coef[i] == 0.0;
+            ck_assert_int_eq(zeros, n);
+            total += n;
+            wide += fabs((double)n - N * p) > 4 * sqrt(N * p * (1 - p));
+        }
+        const double share = (double)total / ((double)N * STEPS);
+        const double se = sqrt(p * (1 - p) / ((double)N * STEPS));
+        ck_assert_msg(fabs(share - p) < 4 * se, "p %g: dropped share %g (se %g)", p, share, se);
+        ck_assert_msg(wide <= 2, "p %g: %d of %d steps beyond 4 sd", p, wide, STEPS);
+    }
+    /* a function of (seed, step, global index): one batch is two rank slices */
+    double a[N], b[N];
+    for (int i = 0; i < N; i++)
+        a[i] = b[i] = 0.5 + i;
+    long na = grpo_random_drop(0.34, 3, 11, 100, a, NULL, N, T);
+    long nb = grpo_random_drop(0.34, 3, 11, 100, b, NULL, N / 2, T) +
+              grpo_random_drop(0.34, 3, 11, 100 + N / 2, b + N / 2, NULL, N / 2, T);
+    ck_assert_int_eq(na, nb);
+    ck_assert(memcmp(a, b, sizeof a) == 0);
+    ck_assert(na > 0 && na < N);
+    for (int i = 0; i < N; i++) /* kept coefficients keep their values */
+        ck_assert(a[i] == 0.0 || a[i] == 0.5 + i);
+    /* another seed, another step: other completions */
+    int same_seed = 1, same_step = 1;
+    for (int i = 0; i < N; i++)
+        b[i] = 1.0, coef[i] = 1.0;
+    grpo_random_drop(0.34, 4, 11, 100, b, NULL, N, T);
+    grpo_random_drop(0.34, 3, 12, 100, coef, NULL, N, T);
+    for (int i = 0; i < N; i++) {
+        same_seed &= (a[i] == 0.0) == (b[i] == 0.0);
+        same_step &= (a[i] == 0.0) == (coef[i] == 0.0);
+    }
+    ck_assert(!same_seed && !same_step);
+    /* p = 0: nothing drawn, every bit kept */
+    for (int i = 0; i < N; i++)
+        coef[i] = b[i] = 1.0 / (i + 3);
+    ck_assert_int_eq(grpo_random_drop(0.0, 3, 11, 0, coef, NULL, N, T), 0);
+    ck_assert(memcmp(coef, b, sizeof coef) == 0);
+    /* token coefficients: a dropped completion's row is 0, the others untouched */
+    for (int i = 0; i < N; i++)
+        coef[i] = 1.0;
+    for (int k = 0; k < N * T; k++)
+        tok[k] = 2.0;
+    long n = grpo_random_drop(0.5, 9, 1, 0, coef, tok, N, T);
+    ck_assert(n > 0 && n < N);
+    for (int i = 0; i < N; i++)
+        for (int t = 0; t < T; t++)
+            ck_assert(tok[i * T + t] == (coef[i] == 0.0 ? 0.0 : 2.0));
+}
+END_TEST
+
 static Suite *grpo_suite(void)
 {
     Suite *s = suite_create("grpo");
@@ -456,6 +528,7 @@ static Suite *grpo_suite(void)
     tcase_add_test(tc, clipped_region_has_zero_gradient);
     tcase_add_test(tc, zero_coefficient_keeps_denominator);
     tcase_add_test(tc, token_coefficients_and_checks);
+    tcase_add_test(tc, random_drop_share_and_determinism);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -643,7 +643,7 @@ START_TEST(test_schema_dtypes)
         "nu_total", "nu_excess", "diag_empty",
         "frac_informative", "rho_ess_informative", "delta_informative", "abs_log_w_informative",
         "rho_ess_all", "delta_all", "abs_log_w_all", "log_w_q05", "log_w_q50", "log_w_q95",
-        "entropy", "completion_len", "grad_cosine", "grad_norm_ratio"};
+        "entropy", "completion_len", "grad_cosine", "grad_norm_ratio", "frac_dropped"};
     ck_assert_int_eq(H5LOG_N_METRICS, (int)(sizeof schema / sizeof schema[0]));
     for (int i = 0; i < H5LOG_N_METRICS; i++) {
         ck_assert_str_eq(h5log_metric_name(i), schema[i]);
