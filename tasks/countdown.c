@@ -13,6 +13,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,7 +157,8 @@ int dllm_countdown_eval(const char *expr, size_t len, dllm_countdown_expr *out)
     return p.status;
 }
 
-int dllm_countdown_check(const dllm_countdown_expr *e, const int64_t *nums, int n, int64_t target)
+/* 1 when the literals are exactly nums, as a multiset */
+static int uses_numbers(const dllm_countdown_expr *e, const int64_t *nums, int n)
 {
     if (e->n_lits != n || n > DLLM_COUNTDOWN_MAX_LITS)
         return 0;
@@ -169,7 +171,12 @@ int dllm_countdown_check(const dllm_countdown_expr *e, const int64_t *nums, int 
         if (!found)
             return 0;
     }
-    return e->value.den == 1 && e->value.num == target;
+    return 1;
+}
+
+int dllm_countdown_check(const dllm_countdown_expr *e, const int64_t *nums, int n, int64_t target)
+{
+    return uses_numbers(e, nums, n) && e->value.den == 1 && e->value.num == target;
 }
 
 /* The expression text of a completion: last <answer>...</answer>, else the last
@@ -206,6 +213,26 @@ double dllm_countdown_score(const int64_t *nums, int n, int64_t target, const ch
     if (st == DLLM_CD_OK && dllm_countdown_check(&e, nums, n, target))
         return 1.0;
     return 0.1;
+}
+
+double dllm_countdown_partial(const int64_t *nums, int n, int64_t target, const char *completion,
+                              size_t len)
+{
+    char *text = countdown_expr_text(completion, len);
+    if (!text)
+        return 0.0;
+    dllm_countdown_expr e;
+    int st = dllm_countdown_eval(text, strlen(text), &e);
+    free(text);
+    if (st == DLLM_CD_MALFORMED)
+        return 0.0;
+    if (st != DLLM_CD_OK || !uses_numbers(&e, nums, n))
+        return 0.1;
+    if (e.value.den == 1 && e.value.num == target)
+        return 1.0;
+    const double v = (double)e.value.num / (double)e.value.den;
+    const double rel = fabs(v - (double)target) / fmax(fabs((double)target), 1.0);
+    return 0.2 + 0.6 * fmax(0.0, 1.0 - rel);
 }
 
 /* ---- solver ---- */
@@ -385,6 +412,11 @@ static int countdown_correct(const dllm_task_item *it, const char *c, size_t len
     return countdown_reward(it, c, len) == 1.0;
 }
 
+static double countdown_partial(const dllm_task_item *it, const char *c, size_t len)
+{
+    return dllm_countdown_partial(it->nums, it->n_nums, it->target, c, len);
+}
+
 const dllm_task dllm_task_countdown = {
     .name = "countdown",
     .description = "reach a target with + - * / using each number once (generator, or JSONL nums/target)",
@@ -394,4 +426,5 @@ const dllm_task dllm_task_countdown = {
     .format = countdown_format,
     .reward = countdown_reward,
     .correct = countdown_correct,
+    .partial = countdown_partial,
 };

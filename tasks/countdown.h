@@ -45,6 +45,16 @@ int dllm_countdown_check(const dllm_countdown_expr *e, const int64_t *nums, int 
  * (wrong value, wrong numbers, division by zero, overflow), 0 otherwise. */
 double dllm_countdown_score(const int64_t *nums, int n, int64_t target, const char *completion, size_t len);
 
+/* A graded reward (task.reward.kind partial): 1.0 correct; an expression that uses
+ * each number exactly once and has a value v other than the target earns
+ * 0.2 + 0.6 max(0, 1 - |v - target| / max(|target|, 1)), in [0.2, 0.8]: the nearer
+ * the value, the more; any other well-formed expression (wrong numbers, division by
+ * zero, overflow) 0.1, as d1's; 0 otherwise. Several expressions reach a target, and
+ * near misses now differ from far ones, so a group's rewards keep differing where
+ * d1's are all 0.1. */
+double dllm_countdown_partial(const int64_t *nums, int n, int64_t target, const char *completion,
+                              size_t len);
+
 /* Exhaustive search over expression trees (exact rationals): 1 and a fully
  * parenthesised expression in out (cap bytes) when target is reachable using
  * every number once, else 0. n <= 6. */

@@ -20,7 +20,10 @@
  *             + integer answer 0.5 + XML count (up to 0.5)          in [.., 4.0]
  *   math500   1 if the last \boxed{} is equivalent to the reference, else 0
  *   countdown 1.0 correct, 0.1 well-formed but wrong, 0 otherwise
- *   sudoku    fraction of the originally empty cells filled correctly
+ *             (partial: a wrong value from the right numbers earns up to 0.8 by its
+ *             distance to the target)
+ *   sudoku    fraction of the originally empty cells filled correctly (also its
+ *             partial reward)
  * Every reward and accuracy function is total: any bytes in, a number out. */
 #ifndef DLLM_TASKS_REGISTRY_H
 #define DLLM_TASKS_REGISTRY_H
@@ -75,6 +78,9 @@ struct dllm_task {
     char *(*format)(const dllm_task_item *it);
     double (*reward)(const dllm_task_item *it, const char *completion, size_t len);
     int (*correct)(const dllm_task_item *it, const char *completion, size_t len);
+    /* A graded reward in [0, 1] (task.reward.kind partial), 1 exactly when correct;
+     * NULL where the task has none. */
+    double (*partial)(const dllm_task_item *it, const char *completion, size_t len);
 };
 
 /* NULL when no task has that name. */

@@ -244,4 +244,5 @@ const dllm_task dllm_task_sudoku = {
     .format = sudoku_format,
     .reward = sudoku_reward,
     .correct = sudoku_correct,
+    .partial = sudoku_reward, /* d1's reward is graded already: the blanks right */
 };

@@ -183,7 +183,7 @@ static int get_task(json_t *o, ckpt_generation *g, const char *path, dllm_err *e
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "%s: \"task\": expected {\"name\": a task, \"format\": d1|plain, "
                             "\"max_blanks\": 1..16, \"n_numbers\": 3..4, \"reward\": "
-                            "task|correct}", path);
+                            "task|correct|partial}", path);
     g->task.max_blanks = (int)json_integer_value(mb);
     g->task.n_numbers = (int)json_integer_value(nn);
     g->has_task = true;

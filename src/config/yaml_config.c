@@ -130,7 +130,8 @@ NAMES(cfg_names_task_format, "task.format", {"d1", CFG_FORMAT_D1}, {"plain", CFG
 NAMES(cfg_names_chat, "task.chat", {"auto", CFG_CHAT_AUTO}, {"plain", DLLM_CHAT_PLAIN},
       {"llada", DLLM_CHAT_LLADA}, {"qwen3", DLLM_CHAT_QWEN3}, {"qwen2.5", DLLM_CHAT_QWEN25},
       {"qwen3.5", DLLM_CHAT_QWEN35});
-NAMES(cfg_names_reward, "task.reward.kind", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT});
+NAMES(cfg_names_reward, "task.reward.kind", {"task", CFG_REWARD_TASK}, {"correct", CFG_REWARD_CORRECT},
+      {"partial", CFG_REWARD_PARTIAL});
 NAMES(cfg_names_rollout_precision, "rollout.precision", {"trainer", CFG_ROLLOUT_TRAINER},
       {"bf16", CFG_ROLLOUT_BF16}, {"fp8", CFG_ROLLOUT_FP8}, {"fp8-exact", CFG_ROLLOUT_FP8_EXACT},
       {"nvfp4", CFG_ROLLOUT_NVFP4}, {"int8", CFG_ROLLOUT_INT8});
@@ -242,7 +243,9 @@ static const cfg_key keys[] = {
     /* `task.reward: correct` is short for task.reward.kind (see shorthands below) */
     {"task.reward.kind", K_ENUM, F(task.reward.kind), "task", 0, 0, &cfg_names_reward,
      "task: the task's reward (d1's; custom: the program's or plugin's); correct: 1 when "
-     "correct, else 0 (`task.reward: correct` for short)"},
+     "correct, else 0 (`task.reward: correct` for short); partial: a graded reward in [0, 1] "
+     "(countdown: a wrong value from the right numbers up to 0.8 by its distance to the "
+     "target; sudoku: the blanks right, its task reward)"},
     {"task.reward.command", K_STR, F(task.reward.command), "", 0, 0, NULL,
      "custom: the reward program, started once: one JSON line per completion in, one reward "
      "line out (docs/CUSTOM_TASKS.md)"},
@@ -1036,6 +1039,12 @@ int dllm_cfg_validate(const dllm_cfg *cfg, dllm_err *err)
                                     paths[i][1], strerror(errno));
             fclose(f);
         }
+    if (cfg->task.reward.kind == CFG_REWARD_PARTIAL && cfg->task.name != CFG_TASK_COUNTDOWN &&
+        cfg->task.name != CFG_TASK_SUDOKU)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "task.reward.kind partial: a graded reward exists for countdown and "
+                            "sudoku only (task.name is %s)",
+                            cfg_names_name(&cfg_names_task, cfg->task.name));
     if (custom_task_check(cfg, err))
         return err->code;
     const struct { const char *what; int gen, block, steps; } sched[2] = {

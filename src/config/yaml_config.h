@@ -50,7 +50,7 @@ typedef enum {
 typedef enum { CFG_FORMAT_D1, CFG_FORMAT_PLAIN } cfg_task_format;
 /* task.chat: auto, or a dllm_chat_format value */
 enum { CFG_CHAT_AUTO = -1 };
-typedef enum { CFG_REWARD_TASK, CFG_REWARD_CORRECT } cfg_reward;
+typedef enum { CFG_REWARD_TASK, CFG_REWARD_CORRECT, CFG_REWARD_PARTIAL } cfg_reward;
 typedef enum {
     CFG_ROLLOUT_TRAINER, CFG_ROLLOUT_BF16, CFG_ROLLOUT_FP8, CFG_ROLLOUT_FP8_EXACT, CFG_ROLLOUT_NVFP4,
     CFG_ROLLOUT_INT8
@@ -99,7 +99,8 @@ typedef struct {
         cfg_task_format format;  /* d1 (reasoning/answer tags) | plain */
         int chat;                /* CFG_CHAT_AUTO or a dllm_chat_format */
         struct {
-            cfg_reward kind;     /* task: the task's reward | correct: 1 if correct, else 0 */
+            cfg_reward kind;     /* task: the task's reward | correct: 1 if correct, else 0 |
+                                    partial: the task's graded reward (countdown, sudoku) */
             char command[CFG_STR_MAX]; /* custom: the reward program ("" none) */
             double timeout_s;    /* custom: the program's time per answer */
         } reward;

@@ -109,7 +109,10 @@ int rl_task_score(rl_run *run, const dllm_task_item *it, const char *text, size_
     if (run->custom)
         return dllm_custom_score(run->custom, it, text, len, reward, correct, err);
     *correct = run->task->correct(it, text, len);
-    *reward = run->task->reward(it, text, len);
+    /* task.reward.kind partial: the config check allowed it only where it exists */
+    *reward = run->cfg.task.reward.kind == CFG_REWARD_PARTIAL && run->task->partial
+                  ? run->task->partial(it, text, len)
+                  : run->task->reward(it, text, len);
     return 0;
 }
 

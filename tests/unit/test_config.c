@@ -225,6 +225,19 @@ START_TEST(out_of_range_and_enums)
     expect_error("device: tpu\n", "device must be one of cpu|cuda, got 'tpu'", NULL);
     expect_error("sft: {steps: -3}\n", "sft.steps = -3 is out of range", NULL);
     expect_error("seed: 1\nseed: 2\n", "bad.yaml:2:1: duplicate key 'seed'", NULL);
+    expect_error("rollout: {nvfp4: {scaling: row}}\n",
+                 "rollout.nvfp4.scaling must be one of block16|block32|channel|tensor", NULL);
+    expect_error("grpo: {random_drop: 1.5}\n", "grpo.random_drop = 1.5 is out of range", NULL);
+    expect_error("grpo: {random_drop: -0.1}\n", "grpo.random_drop", NULL);
+    /* 1 is in the table's range; the validation refuses it (nothing would be left) */
+    dllm_cfg cfg;
+    dllm_err err = {0};
+    dllm_cfg_defaults(&cfg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.random_drop=1", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "grpo.random_drop = 1 must lie in [0, 1)"), "%s", err.msg);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "grpo.random_drop=0.34", &err), 0);
+    ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), 0);
 }
 END_TEST
 
@@ -324,8 +337,22 @@ START_TEST(reward_section_and_shorthand)
     dllm_cfg_defaults(&cfg);
     ck_assert_int_eq(dllm_cfg_set(&cfg, "task.reward=correct", &err), 0);
     ck_assert_int_eq(cfg.task.reward.kind, CFG_REWARD_CORRECT);
-    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.reward=partial", &err), DLLM_EXIT_INPUT);
-    ck_assert_ptr_nonnull(strstr(err.msg, "task.reward.kind must be one of task|correct"));
+    ck_assert_int_eq(dllm_cfg_set(&cfg, "task.reward=graded", &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "task.reward.kind must be one of task|correct|partial"));
+    /* partial: countdown and sudoku have a graded reward, the other tasks not */
+    for (int k = 0; k < 4; k++) {
+        static const char *const tasks[4] = {"countdown", "sudoku", "gsm8k", "math500"};
+        char set[64];
+        dllm_cfg_defaults(&cfg);
+        snprintf(set, sizeof set, "task.name=%s", tasks[k]);
+        ck_assert_int_eq(dllm_cfg_set(&cfg, set, &err), 0);
+        ck_assert_int_eq(dllm_cfg_set(&cfg, "task.reward=partial", &err), 0);
+        ck_assert_int_eq(cfg.task.reward.kind, CFG_REWARD_PARTIAL);
+        ck_assert_int_eq(dllm_cfg_validate(&cfg, &err), k < 2 ? 0 : DLLM_EXIT_INPUT);
+        if (k >= 2)
+            ck_assert_msg(strstr(err.msg, "task.reward.kind partial") && strstr(err.msg, tasks[k]),
+                          "%s", err.msg);
+    }
     dllm_cfg_defaults(&cfg);
     path = write_yaml("long.yaml",
                       "task:\n  name: custom\n  train: {path: /dev/null}\n"

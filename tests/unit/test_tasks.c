@@ -449,6 +449,54 @@ START_TEST(test_countdown_score)
 }
 END_TEST
 
+/* task.reward.kind partial: 1 correct; the right numbers with a wrong value earn
+ * 0.2 + 0.6 (1 - |v - t| / t), nearer more; otherwise d1's 0.1 and 0 */
+START_TEST(test_countdown_partial)
+{
+    int64_t nums[3] = {3, 7, 2};
+#define PART(text) dllm_countdown_partial(nums, 3, 23, text, strlen(text))
+    ck_assert_double_eq(PART("<answer>3*7+2</answer>"), 1.0);
+    ck_assert_double_eq(PART("<answer>2+3*7</answer>"), 1.0); /* another expression */
+    /* 3*7-2 = 19: 0.2 + 0.6 (1 - 4/23) */
+    ck_assert_double_eq_tol(PART("<answer>3*7-2</answer>"), 0.2 + 0.6 * (1 - 4.0 / 23), 1e-15);
+    /* 7*(3+2) = 35 is 12 off, 7/(3*2) = 7/6 is 21.83 off: nearer earns more */
+    const double near = PART("<answer>3*7-2</answer>"), mid = PART("<answer>7*(3+2)</answer>");
+    const double far = PART("<answer>7/(3*2)</answer>");
+    ck_assert_double_eq_tol(far, 0.2 + 0.6 * (1 - (23 - 7.0 / 6) / 23), 1e-15);
+    ck_assert(near > mid && mid > far && far > 0.2);
+    /* 3*7*2 = 42 */
+    ck_assert_double_eq_tol(PART("<answer>3*7*2</answer>"), 0.2 + 0.6 * (1 - 19.0 / 23), 1e-15);
+    ck_assert_double_eq(PART("<answer>3*7+2+0</answer>"), 0.1); /* extra number */
+    ck_assert_double_eq(PART("<answer>21+2</answer>"), 0.1);    /* number missing */
+    ck_assert_double_eq(PART("<answer>3*7+2/0</answer>"), 0.1); /* division by zero */
+    ck_assert_double_eq(PART("<answer>(3*7+2</answer>"), 0.0);
+    ck_assert_double_eq(PART(""), 0.0);
+    /* a partial reward stays below 1 however near the value: 100 - 1/99 for 100 */
+    int64_t n2[3] = {1, 99, 100};
+    const char *t = "<answer>100-1/99</answer>";
+    const double r = dllm_countdown_partial(n2, 3, 100, t, strlen(t));
+    ck_assert(r < 0.8 && r > 0.79);
+    /* 99*100*1 = 9900: more than the target away, the floor 0.2 */
+    t = "<answer>99*100*1</answer>";
+    ck_assert_double_eq(dllm_countdown_partial(n2, 3, 100, t, strlen(t)), 0.2);
+    /* the d1 score of every case above is unchanged: 1.0 exactly where partial is 1 */
+    ck_assert_double_eq(dllm_countdown_score(nums, 3, 23, "<answer>3*7-2</answer>", 22), 0.1);
+#undef PART
+    /* the registry: countdown and sudoku have one, the others not; sudoku's is its reward */
+    ck_assert_ptr_nonnull(dllm_task_find("countdown")->partial);
+    ck_assert_ptr_nonnull(dllm_task_find("sudoku")->partial);
+    ck_assert_ptr_null(dllm_task_find("gsm8k")->partial);
+    ck_assert_ptr_null(dllm_task_find("math500")->partial);
+    dllm_task_item it = {0};
+    memcpy(it.puzzle, "1204040221004301", 17);
+    memcpy(it.solution, "1234341221434321", 17);
+    const char *c = "<answer>1234341221434311</answer>";
+    const dllm_task *s = dllm_task_find("sudoku");
+    ck_assert_double_eq(s->partial(&it, c, strlen(c)), s->reward(&it, c, strlen(c)));
+    ck_assert_double_eq(s->partial(&it, c, strlen(c)), 5.0 / 6); /* 5 of 6 blanks right */
+}
+END_TEST
+
 START_TEST(test_countdown_solver)
 {
     char expr[256];
@@ -818,6 +866,7 @@ static Suite *tasks_suite(void)
     tcase_add_test(tc, test_countdown_reference);
     tcase_add_test(tc, test_countdown_deep);
     tcase_add_test(tc, test_countdown_score);
+    tcase_add_test(tc, test_countdown_partial);
     tcase_add_test(tc, test_countdown_solver);
     tcase_add_test(tc, test_countdown_generator);
     tcase_add_test(tc, test_sudoku_counts);
