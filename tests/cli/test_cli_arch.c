@@ -5,7 +5,8 @@
  *
  *   score      both architectures; Qwen3 per-token log-probs against the
  *              golden ones and against a full forward (no KV cache) computed
- *              here through the policy interface;
+ *              here through the policy interface; --precision nvfp4 under every
+ *              --nvfp4-scaling (block16 the default's bit for bit, tensor another);
  *   generate   Qwen3 greedy ids against transformers' generate() and against
  *              argmax decoding by full forwards here; sampling (seeded,
  *              top-p), its probabilities against `score`; text prompts;
