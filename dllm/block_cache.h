@@ -18,10 +18,19 @@
  *   dllm_sample_cached(NULL, NULL, &sc, prompts, mask, B, P, &cfg, seed, &out, &err);
  *   dllm_block_cache_free(c);
  *
- * A model on a device backend is refused (the cache is host memory). */
+ * The cache lives in the memory of the model's backend: for a model on a device,
+ * dllm_block_cache_view gives the sampler's loop (dllm_sample_model) its fill, step and
+ * head there, the keys and values never leaving the device:
+ *
+ *   dllm_device_logits v = dllm_block_cache_view(c);
+ *   dllm_sample_model(&v, prompts, mask, B, P, &cfg, seed, &out, &err);
+ *
+ * (its layers() is the fill: the view serves the cached modes only). The host functions
+ * below are for a model on the host. */
 #ifndef DLLM_BLOCK_CACHE_H
 #define DLLM_BLOCK_CACHE_H
 
+#include "dllm/device_logits.h"
 #include "dllm/transformer.h"
 
 #include <stdbool.h>
@@ -29,8 +38,8 @@
 
 typedef struct dllm_block_cache dllm_block_cache;
 
-/* A cache for m at the rollout copy's numerics (rollout) or the trainer's. Input
- * errors: a model on a device, a causal model, shifted logits. */
+/* A cache for m at the rollout copy's numerics (rollout) or the trainer's, on the model's
+ * backend. Input errors: a causal model, shifted logits. */
 int dllm_block_cache_new(dllm_block_cache **out, dllm_tf *m, bool rollout, dllm_err *err);
 void dllm_block_cache_free(dllm_block_cache *c);
 
@@ -42,5 +51,8 @@ int dllm_block_cache_fill(void *c, const int32_t *tokens, const uint8_t *keymask
  * fill's (ignored here). */
 int dllm_block_cache_step(void *c, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                           int lo, int hi, const int32_t *rows, int n_rows, float *logits);
+
+/* The cache as the sampler loop's view of m (above), on the model's backend. */
+dllm_device_logits dllm_block_cache_view(dllm_block_cache *c);
 
 #endif

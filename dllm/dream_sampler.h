@@ -87,6 +87,15 @@ int dllm_dream_sample(dllm_logits_fn fn, void *model, const int32_t *prompts,
                       const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *c,
                       const dllm_dream_cfg *d, uint64_t seed, dllm_rollout *out, dllm_err *err);
 
+/* The same loop over the model m on its backend m->be (dllm/device_logits.h; the table's
+ * denoise_rows, dream_draw and dream_commit): on a device only the per-step count of
+ * masked rows comes to the host, and the canvas and records at the end. cfg.vocab must
+ * equal m->V. dllm_dream_sample runs it on the CPU backend over a host model. */
+int dllm_dream_sample_model(const dllm_device_logits *m, const int32_t *prompts,
+                            const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *c,
+                            const dllm_dream_cfg *d, uint64_t seed, dllm_rollout *out,
+                            dllm_err *err);
+
 /* One row's token distribution as the published sample_tokens builds it:
  * p (V) = softmax of the logits after c's mask_token, temperature and d's
  * top_p, top_k; returns its argmax (ties to the lowest id) and sets *conf to

@@ -40,7 +40,6 @@
 #include "dllm/json_util.h"
 #include "dllm/policy_model.h"
 #include "dllm/qwen3.h"
-#include "dllm/sampler_device.h"
 #include "dllm/transformer.h"
 #include "kernels/backend.h"
 
@@ -450,20 +449,17 @@ static int ar_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *pro
     return 0;
 }
 
-/* LLaDA's denoising sampler at the rollout copy's or the trainer view's numerics: on
- * the device (dllm/sampler_device.h: only tokens and commit records come back) when
- * the model is there, else on the host. */
+/* LLaDA's denoising sampler at the rollout copy's or the trainer view's numerics: the one
+ * loop (dllm/sampler.h) over the model on the device when it is there (only tokens and
+ * commit records come back), else over the host model. */
 static int llada_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
                         const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *sc,
                         uint64_t seed, dllm_rollout *out, dllm_err *err)
 {
-    if (dllm_tf_device(p->m)) {
-        if (sc->cache != DLLM_CACHE_NONE || sc->threshold > 0)
-            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: not on the device yet",
-                                sc->cache != DLLM_CACHE_NONE ? "cache" : "threshold");
+    if (dllm_tf_device(p->m) && sc->cache == DLLM_CACHE_NONE) {
         dllm_device_logits dl;
         int rc = dllm_tf_device_logits(p->m, rollout, &dl, err);
-        return rc ? rc : dllm_sample_device(&dl, prompts, prompt_mask, B, P, sc, seed, out, err);
+        return rc ? rc : dllm_sample_model(&dl, prompts, prompt_mask, B, P, sc, seed, out, err);
     }
     if (sc->cache == DLLM_CACHE_NONE)
         return dllm_sample(rollout ? rollout_logits : train_nograd_logits, p, prompts, prompt_mask,
@@ -472,10 +468,34 @@ static int llada_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
     int rc = dllm_block_cache_new(&bc, p->m, rollout, err);
     if (rc)
         return rc;
-    dllm_sampler_cache cache = {dllm_block_cache_fill, dllm_block_cache_step, bc};
-    rc = dllm_sample_cached(NULL, NULL, &cache, prompts, prompt_mask, B, P, sc, seed, out, err);
+    if (dllm_tf_device(p->m)) { /* the cache in the device's memory */
+        dllm_device_logits v = dllm_block_cache_view(bc);
+        rc = dllm_sample_model(&v, prompts, prompt_mask, B, P, sc, seed, out, err);
+    } else {
+        dllm_sampler_cache cache = {dllm_block_cache_fill, dllm_block_cache_step, bc};
+        rc = dllm_sample_cached(NULL, NULL, &cache, prompts, prompt_mask, B, P, sc, seed, out,
+                                err);
+    }
     dllm_block_cache_free(bc);
     return rc;
+}
+
+/* Dream's sampler, as llada_sample: the one loop over the model on its device, else over
+ * the host model. */
+static int dream_sample(dllm_policy *p, bool rollout, const int32_t *prompts,
+                        const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *sc,
+                        double top_p, uint64_t seed, dllm_rollout *out, dllm_err *err)
+{
+    dllm_dream_cfg d = p->dream;
+    d.top_p = top_p;
+    if (dllm_tf_device(p->m)) {
+        dllm_device_logits dl;
+        int rc = dllm_tf_device_logits(p->m, rollout, &dl, err);
+        return rc ? rc : dllm_dream_sample_model(&dl, prompts, prompt_mask, B, P, sc, &d, seed,
+                                                 out, err);
+    }
+    return dllm_dream_sample(rollout ? rollout_logits : train_nograd_logits, p, prompts,
+                             prompt_mask, B, P, sc, &d, seed, out, err);
 }
 
 int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *prompt_mask, int B,
@@ -492,12 +512,8 @@ int dllm_policy_rollout(dllm_policy *p, const int32_t *prompts, const uint8_t *p
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "%s: not for Dream's sampler (docs/METHOD.md §2a)",
                             sc->cache != DLLM_CACHE_NONE ? "cache" : "threshold");
-    if (p->arch->sampler == DLLM_SAMPLER_DREAM) {
-        dllm_dream_cfg d = p->dream;
-        d.top_p = top_p;
-        return dllm_dream_sample(rollout_logits, p, prompts, prompt_mask, B, P, sc, &d, seed, out,
-                                 err);
-    }
+    if (p->arch->sampler == DLLM_SAMPLER_DREAM)
+        return dream_sample(p, true, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
     /* top_p: nucleus sampling belongs to AR decoding; the denoising sampler has none */
     return llada_sample(p, true, prompts, prompt_mask, B, P, sc, seed, out, err);
 }
@@ -506,12 +522,8 @@ int dllm_policy_sample_trainer(dllm_policy *p, const int32_t *prompts, const uin
                                int B, int P, const dllm_sampler_cfg *sc, double top_p,
                                uint64_t seed, dllm_rollout *out, dllm_err *err)
 {
-    if (p->arch->sampler == DLLM_SAMPLER_DREAM) {
-        dllm_dream_cfg d = p->dream;
-        d.top_p = top_p;
-        return dllm_dream_sample(train_nograd_logits, p, prompts, prompt_mask, B, P, sc, &d, seed,
-                                 out, err);
-    }
+    if (p->arch->sampler == DLLM_SAMPLER_DREAM)
+        return dream_sample(p, false, prompts, prompt_mask, B, P, sc, top_p, seed, out, err);
     return llada_sample(p, false, prompts, prompt_mask, B, P, sc, seed, out, err);
 }
 

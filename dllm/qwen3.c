@@ -112,80 +112,21 @@ void qwen3_cache_free(qwen3_kv_cache *c)
 
 int qwen3_cache_len(const qwen3_kv_cache *c) { return c->len; }
 
-/* y (B, T, NH, HD) for the T new queries q (B, T, NH, HD) of layer l at slots
- * len .. len+T-1, over the cached keys (their K/V already written). */
-static void cached_attention(const dllm_tf *m, const qwen3_kv_cache *c, int l, float *y,
-                             const float *q, int T)
-{
-    int B = c->B, NH = m->NH, HD = m->HD, KD = m->KD, group = m->NH / m->NKV;
-    size_t lstride = (size_t)B * c->max_len * KD;
-    const float *kl = c->k + l * lstride, *vl = c->v + l * lstride;
-    float scale = 1.0f / sqrtf((float)HD);
-    long rows = (long)B * T * NH;
-#pragma omp parallel if (rows * (c->len + T) * HD > 65536)
-    {
-        float *p = dllm_malloc((size_t)(c->len + T) * sizeof(float));
-#pragma omp for schedule(dynamic, 8)
-        for (long r = 0; r < rows; r++) {
-            int h = (int)(r % NH), t = (int)((r / NH) % T), b = (int)(r / ((long)NH * T));
-            int kh = h / group, send = c->len + t + 1; /* causal: slots [0, send) */
-            const float *qr = q + r * HD;
-            float *o = y + r * HD;
-            const uint8_t *km = c->mask + (size_t)b * c->max_len;
-            float maxv = -INFINITY;
-            int nvis = 0;
-            for (int s = 0; s < send; s++) {
-                if (!km[s]) {
-                    p[s] = -INFINITY;
-                    continue;
-                }
-                const float *kr = kl + ((size_t)b * c->max_len + s) * KD + (size_t)kh * HD;
-                float dot = 0.0f;
-                for (int i = 0; i < HD; i++)
-                    dot += qr[i] * kr[i];
-                dot *= scale;
-                p[s] = dot;
-                maxv = dot > maxv ? dot : maxv;
-                nvis++;
-            }
-            memset(o, 0, (size_t)HD * sizeof(float));
-            if (nvis == 0)
-                continue;
-            float sum = 0.0f;
-            for (int s = 0; s < send; s++) {
-                float e = p[s] == -INFINITY ? 0.0f : expf(p[s] - maxv);
-                p[s] = e;
-                sum += e;
-            }
-            float inv = 1.0f / sum;
-            for (int s = 0; s < send; s++) {
-                if (p[s] == 0.0f)
-                    continue;
-                float ps = p[s] * inv;
-                const float *vr = vl + ((size_t)b * c->max_len + s) * KD + (size_t)kh * HD;
-                for (int i = 0; i < HD; i++)
-                    o[i] += ps * vr[i];
-            }
-        }
-        free(p);
-    }
-}
-
-/* The hook of tf_layer_fwd: appends the layer's new K/V to the cache, then
- * attends over it. */
-static void cache_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
+/* The hook of tf_layer_fwd, for the cache on the host or a device alike: appends the
+ * layer's new K/V to the cache (and, on a device, at layer 0 their key mask: the host's is
+ * written by the extend), then the new queries attend over it (the table's kv_append and
+ * attention_cached, causal). */
+void qwen3_cache_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
 {
     qwen3_kv_cache *c = ctx;
-    int B = c->B, T = c->T;
-    size_t KD = (size_t)m->KD, lstride = (size_t)B * c->max_len * KD;
-    for (int b = 0; b < B; b++) {
-        size_t dst = l * lstride + ((size_t)b * c->max_len + c->len) * KD;
-        m->be->ops->copy(m->be, c->k + dst, io->k + (size_t)b * T * KD,
-                         (size_t)T * KD * sizeof(float));
-        m->be->ops->copy(m->be, c->v + dst, io->v + (size_t)b * T * KD,
-                         (size_t)T * KD * sizeof(float));
-    }
-    cached_attention(m, c, l, io->y, io->q, T);
+    dllm_backend *be = c->be ? c->be : m->be;
+    size_t lstride = (size_t)c->B * c->max_len * m->KD;
+    float *kc = (c->be ? c->dk : c->k) + l * lstride, *vc = (c->be ? c->dv : c->v) + l * lstride;
+    uint8_t *cm = c->be ? c->dmask : c->mask;
+    be->ops->kv_append(be, kc, vc, c->be && l == 0 ? cm : NULL, io->k, io->v, c->newmask, c->B,
+                       c->T, c->len, c->max_len, m->KD);
+    be->ops->attention_cached(be, io->y, io->q, kc, vc, cm, c->B, c->T, c->len, c->max_len,
+                              m->NH, m->NKV, m->HD, true);
 }
 
 int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
@@ -234,7 +175,8 @@ int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
     const tf_view *v =
         m->decode_rollout && m->prec.rollout != DLLM_ROLLOUT_TRAINER ? &m->rv : &m->tv;
     c->T = T;
-    const float *x = tf_layers_fwd(m, a, v, false, cache_attention, c);
+    c->newmask = NULL;
+    const float *x = tf_layers_fwd(m, a, v, false, qwen3_cache_attention, c);
     c->len += T;
     if (logits) {
         size_t C = (size_t)m->C;

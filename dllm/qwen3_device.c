@@ -3,9 +3,8 @@
  *
  * Each extend runs the core's layers (tf_layers_fwd, at the device view the host cache
  * would read: the rollout copy with qwen3_decode_at_rollout, else the trainer view) over
- * the B*T new tokens only. Its attention hook appends the layer's K (after k_norm and
- * RoPE) and V to the cache and attends over it (kernels/cuda/attention.cu: the CPU
- * cache's visibility, slots s <= len + t whose key mask is 1). The B last rows of the
+ * the B*T new tokens only. Its attention hook is the host cache's (qwen3_cache_attention:
+ * the table's kv_append and attention_cached on the device's memory). The B last rows of the
  * extend are kept for the head, which runs a chunk of rows at a time into device memory
  * (qwen3_head_device) or, behind qwen3_extend, into a chunk downloaded to the host.
  *
@@ -22,9 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef HAVE_CUDA
-#include "kernels/cuda_ops.h"
 
 void qwen3_device_cache_init(const dllm_tf *m, qwen3_kv_cache *c)
 {
@@ -46,19 +42,6 @@ void qwen3_device_cache_free(qwen3_kv_cache *c)
         if (all[i])
             be->ops->free(be, all[i]);
     c->dk = c->dv = NULL, c->dmask = c->dnew = NULL, c->dtok = NULL, c->dlg = NULL;
-}
-
-/* The hook of tf_layer_fwd: the layer's new K/V (and, at layer 0, their key mask) into
- * the cache, then the new queries over it. */
-static void device_cache_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
-{
-    qwen3_kv_cache *c = ctx;
-    size_t lstride = (size_t)c->B * c->max_len * m->KD;
-    float *kc = c->dk + l * lstride, *vc = c->dv + l * lstride;
-    dllm_cuda_kv_append(kc, vc, l == 0 ? c->dmask : NULL, io->k, io->v, c->newmask, c->B, c->T,
-                        c->len, c->max_len, m->KD, NULL);
-    dllm_cuda_attention_cached(io->y, io->q, kc, vc, c->dmask, c->B, c->T, c->len, c->max_len,
-                               m->NH, m->NKV, m->HD, NULL);
 }
 
 int qwen3_extend_device(dllm_tf *m, qwen3_kv_cache *c, const int32_t *d_tokens,
@@ -113,7 +96,7 @@ int qwen3_extend_device(dllm_tf *m, qwen3_kv_cache *c, const int32_t *d_tokens,
     be->ops->copy(be, a->tokens, d_tokens, (size_t)N * sizeof(int32_t));
     c->view = tf_device_view(m, m->decode_rollout);
     c->T = T;
-    const float *x = tf_layers_fwd(m, a, c->view, false, device_cache_attention, c);
+    const float *x = tf_layers_fwd(m, a, c->view, false, qwen3_cache_attention, c);
     c->len += T;
     c->newmask = NULL;
     /* the B last rows for the head */
@@ -193,42 +176,3 @@ int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dl
     *out = (dllm_ar_decoder){c, c->be, m->V, rows < c->B ? rows : c->B, dm_extend, dm_head};
     return 0;
 }
-
-#else /* !HAVE_CUDA: no device backend exists, so no model is on one */
-
-void qwen3_device_cache_init(const dllm_tf *m, qwen3_kv_cache *c) { (void)m, (void)c; }
-void qwen3_device_cache_free(qwen3_kv_cache *c) { (void)c; }
-
-int qwen3_extend_device(dllm_tf *m, qwen3_kv_cache *c, const int32_t *d_tokens,
-                        const uint8_t *keymask, int T, dllm_err *err)
-{
-    (void)m, (void)c, (void)d_tokens, (void)keymask, (void)T;
-    return dllm_err_set(err, DLLM_EXIT_INPUT,
-                        "qwen3_extend_device: built without CUDA (configure --with-cuda)");
-}
-
-int qwen3_head_device(dllm_tf *m, qwen3_kv_cache *c, int r0, int n, float *d_logits,
-                      dllm_err *err)
-{
-    (void)m, (void)c, (void)r0, (void)n, (void)d_logits;
-    return dllm_err_set(err, DLLM_EXIT_INPUT,
-                        "qwen3_head_device: built without CUDA (configure --with-cuda)");
-}
-
-int qwen3_device_extend_host(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
-                             const uint8_t *keymask, int T, float *logits, dllm_err *err)
-{
-    (void)m, (void)c, (void)tokens, (void)keymask, (void)T, (void)logits;
-    return dllm_err_set(err, DLLM_EXIT_INPUT,
-                        "qwen3_extend: built without CUDA (configure --with-cuda)");
-}
-
-int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err)
-{
-    (void)m, (void)c;
-    memset(out, 0, sizeof *out);
-    return dllm_err_set(err, DLLM_EXIT_INPUT,
-                        "qwen3_device_decoder: built without CUDA (configure --with-cuda)");
-}
-
-#endif

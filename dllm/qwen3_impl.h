@@ -29,6 +29,9 @@ struct qwen3_kv_cache {
     bool have_rows;    /* a.xr holds the last extend's B last rows */
 };
 
+/* The attention hook of an extend (tf_layers_fwd) over the cache c, on the host or its
+ * device. */
+void qwen3_cache_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx);
 /* The cache's device half for a model on a device (m->dev): allocates it. */
 void qwen3_device_cache_init(const dllm_tf *m, qwen3_kv_cache *c);
 void qwen3_device_cache_free(qwen3_kv_cache *c);

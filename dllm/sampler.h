@@ -62,10 +62,34 @@
  * only under mask_token allow, where a drawn mask id commits nothing). Each sequence
  * then counts its own steps (commit_step, the noise key): a sequence whose block is
  * done waits without drawing, so the result still does not depend on the batch.
- * Without the cache and the threshold the sampler is the plain one, bit for bit. */
+ * Without the cache and the threshold the sampler is the plain one, bit for bit.
+ *
+ * One loop serves every backend (dllm_sample_model): the canvas, the row lists, the
+ * draws, the commits and the records live in the memory of the model's backend and the
+ * step is the table's denoising entries (kernels/backend.h; the CPU's in
+ * kernels/cpu/denoise.c, the CUDA kernels in kernels/cuda/sampler*.cu); dllm_sample and
+ * dllm_sample_cached run it on the CPU backend over a host model. Host traffic on a
+ * device: the prompts, the key mask and the initial records go up once; per step one
+ * int32 comes down (the number of committable rows: it sizes the head() calls, skips a
+ * step with nothing to commit and ends a threshold's block); at the end the canvas
+ * [B,P+G] and the records [B,G]. Nothing of size V crosses.
+ *
+ * Numerics on a device: the same rollout as on the CPU on the same logits. x0 is bit
+ * for bit the CPU's draw (float64 Gumbel scores from the same keyed noise; ties and NaN
+ * rules of the CPU scan; the mask id left out under forbid); CFG is the CPU's fp32
+ * expression without contraction. Two exceptions: (1) commit_prob (and therefore the
+ * low_confidence confidence) is softmax(x0) with float64 sums over a tree instead of
+ * the CPU's left-to-right loop; the float result agrees to 1e-6 relative and is the same
+ * float unless the double lands within a few ulps of a float rounding boundary, and only
+ * then can the ranking of two nearly equal confidences (or a confidence at the
+ * threshold) differ; (2) on a GPU the float64 exp/log/pow are the device's, which may
+ * differ from libm's in the last ulp (two Gumbel scores equal to ~1e-16 relative could
+ * order differently). Under the CUDA emulation the math is libm's. Logits with NaN rank
+ * as the CPU's qsort leaves them, which is not defined: not supported. */
 #ifndef DLLM_SAMPLER_H
 #define DLLM_SAMPLER_H
 
+#include "dllm/device_logits.h"
 #include "kernels/base.h"
 #include "kernels/rng.h"
 #include "kernels/sample.h" /* dllm_sampler_draw_x0(_excl), dllm_sampler_prob */
@@ -94,6 +118,22 @@ typedef struct {
     dllm_cached_logits_fn step;
     void *model;
 } dllm_sampler_cache;
+
+/* A host model (fn, and cache when it keeps one) as a view (dllm/device_logits.h) on the
+ * CPU backend, for the loops written over views: head() runs one call of the host model
+ * over its rows after the layers(), fill() or step() that noted the canvas; max_rows
+ * should cover every row a step asks for, so a step is one forward. h is the view's
+ * storage and must outlive its use. */
+typedef struct {
+    dllm_logits_fn fn;
+    void *model;
+    const dllm_sampler_cache *cache;
+    const int32_t *tokens;
+    const uint8_t *keymask;
+    int B, T, lo, hi, mode;
+} dllm_host_view;
+dllm_device_logits dllm_host_view_make(dllm_host_view *h, dllm_logits_fn fn, void *model,
+                                      const dllm_sampler_cache *cache, int V, long max_rows);
 
 /* May x0 be the mask id? (above) */
 typedef enum { DLLM_MASK_TOKEN_ALLOW = 0, DLLM_MASK_TOKEN_FORBID = 1 } dllm_mask_token;
@@ -139,8 +179,18 @@ const char *dllm_cache_name(dllm_cache c);
 /* Checks the config's divisibility rules; input errors name the flag. */
 int dllm_sampler_check(const dllm_sampler_cfg *c, dllm_err *err);
 
-/* prompts [B,P] left-padded; prompt_mask [B,P] (1 = real token, NULL = all).
- * Allocates out's arrays (free with dllm_rollout_free). */
+/* The loop (above) over the model m on its backend m->be: prompts [B,P] left-padded on
+ * the host, prompt_mask [B,P] (1 = real token, NULL = all); out's arrays allocated on the
+ * host (free with dllm_rollout_free). cfg.vocab must equal m->V; cfg.cache needs m's fill
+ * and step. 0 on success; DLLM_EXIT_INPUT for a bad config (dllm_sampler_check), a cache
+ * the model does not keep or a vocabulary that is not m->V; DLLM_EXIT_INTERNAL when the
+ * model's forward fails. */
+int dllm_sample_model(const dllm_device_logits *m, const int32_t *prompts,
+                      const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *c,
+                      uint64_t seed, dllm_rollout *out, dllm_err *err);
+/* The loop on the CPU backend over a host model: prompts [B,P] left-padded; prompt_mask
+ * [B,P] (1 = real token, NULL = all). Allocates out's arrays (free with
+ * dllm_rollout_free). */
 int dllm_sample(dllm_logits_fn fn, void *model, const int32_t *prompts, const uint8_t *prompt_mask,
                 int B, int P, const dllm_sampler_cfg *c, uint64_t seed, dllm_rollout *out,
                 dllm_err *err);

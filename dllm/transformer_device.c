@@ -622,7 +622,8 @@ int dllm_tf_device_logits(dllm_tf *m, bool rollout, dllm_device_logits *out, dll
                             "(dllm_tf_to_device)");
     tf_device *d = m->dev;
     d->dl[rollout] = (dl_ctx){m, rollout};
-    *out = (dllm_device_logits){&d->dl[rollout], d->be, m->V, d->lg_rows, dl_layers, dl_head};
+    *out = (dllm_device_logits){&d->dl[rollout], d->be, m->V, d->lg_rows, dl_layers, dl_head,
+                                 NULL, NULL};
     return 0;
 }
 

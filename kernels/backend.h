@@ -22,6 +22,7 @@
 #include "kernels/int8.h"
 #include "kernels/nvfp4.h"
 #include "kernels/ops.h"
+#include "kernels/sample.h" /* dllm_dream_step */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -109,6 +110,20 @@ typedef struct dllm_backend_ops {
                           const float *out, const float *state, const float *q, const float *k,
                           const float *v, const uint8_t *keymask, int B, int T, int NH,
                           int NKV, int HD, bool causal);
+    /* The key/value cache (KV-cache decoding, dllm/qwen3.c; the block cache of cached
+     * denoising, dllm/block_cache.c): kc, vc (B, max_len, KD) with key mask cmask
+     * (B, max_len). kv_append writes k, v (B, T, KD) into slots len .. len+T-1 of each row
+     * and, when cmask is not NULL, their key mask (newmask (B, T); NULL: all real). */
+    void (*kv_append)(dllm_backend *be, float *kc, float *vc, uint8_t *cmask, const float *k,
+                      const float *v, const uint8_t *newmask, int B, int T, int len,
+                      int max_len, int KD);
+    /* y (B, T, NH, HD) for the queries q (B, T, NH, HD) at slots len + t over the cache:
+     * causal, the slots s <= len + t with cmask != 0 (the CPU: dllm/qwen3.c's loop); else
+     * every slot s < max_len with cmask (NULL: all) != 0 (the CPU: op_attention_kv_fwd).
+     * A query with no visible slot gets 0. */
+    void (*attention_cached)(dllm_backend *be, float *y, const float *q, const float *kc,
+                             const float *vc, const uint8_t *cmask, int B, int T, int len,
+                             int max_len, int NH, int NKV, int HD, bool causal);
 
     /* ---- norms, activations, embeddings, elementwise ---- */
     void (*rmsnorm_fwd)(dllm_backend *be, float *out, float *rstd, const float *inp,
@@ -200,43 +215,68 @@ typedef struct dllm_backend_ops {
                               const float *logits, int r0, int n, int V, int G, int g,
                               double temperature, double top_p, int eos_id, uint64_t seed,
                               uint64_t seq_offset);
-    /* The LLaDA denoising step (dllm/sampler.h; its loop, dllm/sampler_device.c), on a
+    /* The LLaDA denoising step (dllm/sampler.h; its one loop, dllm/sampler.c), on a
      * canvas (B, T) int32, T = P + G (with CFG (2B, T), the unconditional copy second): */
     /* nm (B) = the positions t in [lo, hi) of sequence b holding mask_id */
     void (*denoise_block_counts)(dllm_backend *be, int32_t *nm, const int32_t *canvas, int B,
                                  int T, int lo, int hi, int mask_id);
-    /* the committable rows: every t in [P, hi) of the first B sequences holding mask_id,
+    /* the committable rows: every t in [lo, hi) of the first B sequences holding mask_id,
      * sequence-major then by t: rows[i] = b*T + t (rows_u[i] = (B+b)*T + t unless rows_u
-     * is NULL), row_seq[i] = seq_offset + b (the noise key), row_pos[i] = t; seq_start
-     * (B+1) the first row of each sequence, seq_start[B] = *n = the count */
+     * is NULL), row_seq[i] = seq_offset + b (the noise key), row_pos[i] = t; with
+     * act_lo >= 0 only the sequences holding mask_id somewhere in [act_lo, hi) (the
+     * threshold's sequences whose block is not done); seq_start (B+1) the first row of
+     * each sequence, seq_start[B] = *n = the count */
     void (*denoise_rows)(dllm_backend *be, int32_t *rows, int32_t *rows_u, int64_t *row_seq,
                          int32_t *row_pos, int32_t *seq_start, int32_t *n,
-                         const int32_t *canvas, int B, int T, int P, int hi, int mask_id,
-                         uint64_t seq_offset);
+                         const int32_t *canvas, int B, int T, int lo, int hi, int act_lo,
+                         int mask_id, uint64_t seq_offset);
     /* cond (n, V) = uncond + w (cond - uncond) in fp32 without fused multiply-adds
      * (uncond NULL: no CFG), then cond[:, eos_id] = -inf when eos_id >= 0 */
     void (*denoise_logits_fix)(dllm_backend *be, float *cond, const float *uncond, int n,
                                int V, float w, int eos_id);
-    /* per row i of logits (n, V): x0[i] = dllm_sampler_draw_x0_excl (kernels/sample.h)
-     * with the noise of stream (seed, DLLM_RNG_SAMPLER, gstep, 2 row_seq[i]) at
-     * position row_pos[i], prob[i] = softmax(logits)[x0] (float), rand_conf[i] (unless
-     * NULL) the random-remasking draw row_pos[i] of stream 2 row_seq[i] + 1. The CPU's
-     * softmax sums left to right, a device's may be a tree (dllm/sampler_device.h). */
+    /* per row i of logits (n, V), s = seq_step[row_seq[i] - seq_offset] (its sequence's
+     * step): x0[i] = dllm_sampler_draw_x0_excl (kernels/sample.h) with the noise of stream
+     * (seed, DLLM_RNG_SAMPLER, s, 2 row_seq[i]) at position row_pos[i], prob[i] =
+     * softmax(logits)[x0] (float), rand_conf[i] (unless NULL) the random-remasking draw
+     * row_pos[i] of stream 2 row_seq[i] + 1. The CPU's softmax sums left to right, a
+     * device's may be a tree (dllm/sampler.h). */
     void (*denoise_draw)(dllm_backend *be, int32_t *x0, float *prob, double *rand_conf,
                          const float *logits, const int64_t *row_seq, const int32_t *row_pos,
-                         int n, int V, double temperature, uint64_t seed, uint64_t gstep,
-                         int exclude);
+                         int n, int V, double temperature, uint64_t seed,
+                         const int32_t *seq_step, uint64_t seq_offset, int exclude);
     /* per sequence b, its rows [seq_start[b], seq_start[b+1]): confidence = rand_conf or
-     * (double)prob, -inf where x0 is eos_id or eot_id (-1: off); the k = nm[b]/spb +
-     * (step_in_block < nm[b] % spb) most confident committed, ties to the lower position:
-     * canvas (both copies under cfg) = x0, commit_step (B, G) = gstep, commit_prob (B, G)
-     * = prob, except where x0 is mask_id (the position stays masked, unrecorded) */
+     * (double)prob, -inf where x0 is eos_id or eot_id (-1: off); committed, ties to the
+     * lower position: the k = nm[b]/spb + (step_in_block < nm[b] % spb) most confident, or
+     * with threshold > 0 the most confident and every other whose confidence is >=
+     * threshold: canvas (both copies under cfg) = x0, commit_step (B, G) = seq_step[b],
+     * commit_prob (B, G) = prob, except where x0 is mask_id (the position stays masked,
+     * unrecorded); then seq_step[b] += 1 (with a threshold: only if b had rows) */
     void (*denoise_commit)(dllm_backend *be, int32_t *canvas, int16_t *commit_step,
                            float *commit_prob, const int32_t *x0, const float *prob,
                            const double *rand_conf, const int32_t *row_pos,
                            const int32_t *seq_start, const int32_t *nm, int spb,
-                           int step_in_block, int gstep, int B, int T, int P, int G,
-                           int mask_id, int eos_id, int eot_id, bool cfg);
+                           int step_in_block, int32_t *seq_step, double threshold, int B,
+                           int T, int P, int G, int mask_id, int eos_id, int eot_id, bool cfg);
+    /* Dream's step (dllm/dream_sampler.h; its loop, dllm/dream_sampler.c), over the rows of
+     * denoise_rows (every masked generated position): per row i of logits (n, V), global
+     * sequence row_seq[i], position row_pos[i]: take[i] = whether the row takes part (origin:
+     * draw row_pos of stream 4b+1 < a->ratio, or the last step; the other algs: 1); where
+     * it does, x0[i] = dllm_dream_pick over dllm_dream_probs with u = draw row_pos of stream
+     * 4b, key[i] = its confidence (alg_temp > 0: confidence / alg_temp + the Gumbel of draw
+     * row_pos of stream 4b+2), prob[i] = softmax(logits)[x0] (float, temperature 1). */
+    void (*dream_draw)(dllm_backend *be, int32_t *x0, double *key, float *prob, uint8_t *take,
+                       const float *logits, const int64_t *row_seq, const int32_t *row_pos,
+                       int n, int V, const dllm_dream_step *a);
+    /* per sequence b, its rows [seq_start[b], seq_start[b+1]) (nm of them): origin commits
+     * every row taking part; the other algs the k = nm (last step) or int(nm * ratio)
+     * (float32) rows of the highest key, ties to the lower position: canvas (B, T) = x0,
+     * commit_step (B, G) = a->step and commit_prob (B, G) = prob, except where x0 is mask_id
+     * (the position stays masked, unrecorded) */
+    void (*dream_commit)(dllm_backend *be, int32_t *canvas, int16_t *commit_step,
+                         float *commit_prob, const int32_t *x0, const double *key,
+                         const float *prob, const uint8_t *take, const int32_t *row_pos,
+                         const int32_t *seq_start, int B, int T, int P, int G, int mask_id,
+                         const dllm_dream_step *a);
 } dllm_backend_ops;
 
 /* The optional entries (and groups of entries) a backend may lack. */

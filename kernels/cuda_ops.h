@@ -29,6 +29,7 @@ extern "C" {
 
 #include "kernels/base.h"
 #include "kernels/fp8.h"
+#include "kernels/sample.h" /* dllm_dream_step */
 
 /* The same type as cudaStream_t, without pulling CUDA headers into C files. */
 typedef struct CUstream_st *dllm_cuda_stream;
@@ -234,23 +235,32 @@ void dllm_cuda_sampler_x0_excl(int32_t *x0, float *prob, double *rand_conf,
                                const float *logits, const int64_t *row_seq,
                                const int32_t *row_pos, int n, int V, double temperature,
                                uint64_t seed, uint64_t gstep, int exclude, dllm_cuda_stream s);
+/* The same with each row's step from its sequence: gstep of row i =
+ * seq_step[row_seq[i] - seq_offset] (seq_step in device memory). */
+void dllm_cuda_sampler_x0_steps(int32_t *x0, float *prob, double *rand_conf,
+                                const float *logits, const int64_t *row_seq,
+                                const int32_t *row_pos, int n, int V, double temperature,
+                                uint64_t seed, const int32_t *seq_step, uint64_t seq_offset,
+                                int exclude, dllm_cuda_stream s);
 /* out[i] = draw ctr0 + i of stream (seed, a, b, c), i.e. dllm_rng_u64 after setting
  * ctr = ctr0 + i: the device RNG checked bit for bit against kernels/rng.c. */
 void dllm_cuda_rng_u64(uint64_t *out, size_t n, uint64_t seed, uint64_t a, uint64_t b,
                        uint64_t c, uint64_t ctr0, dllm_cuda_stream s);
 
 /* ---- Device sampler step (kernels/cuda/sampler_step.cu) -------------------------------------
- * The rest of one step of the LLaDA sampler (dllm/sampler_device.c), each as dllm/sampler.c.
+ * The rest of one step of the LLaDA sampler (dllm/sampler.c), each as the CPU backend's
+ * entries (kernels/cpu/denoise.c).
  * canvas [B,T] int32 (T = P + G; with CFG [2B,T], the unconditional copy second).
  *
- * dllm_cuda_sampler_rows: the committable rows, every position t in [P, hi) of the first B
- * sequences that holds mask_id, sequence-major then by t: rows[i] = b*T + t (rows_u[i] =
- * (B+b)*T + t, the unconditional copy's row, when rows_u is not NULL), row_seq[i] =
- * seq_offset + b (the noise key), row_pos[i] = t; seq_start[b] = the first row of sequence
- * b, seq_start[B] = *n = the count. Arrays sized B*(hi-P). One block: ordered compaction. */
+ * dllm_cuda_sampler_rows: the committable rows, every position t in [lo, hi) of the first B
+ * sequences that holds mask_id (with act_lo >= 0 only in sequences holding mask_id somewhere
+ * in [act_lo, hi)), sequence-major then by t: rows[i] = b*T + t (rows_u[i] = (B+b)*T + t,
+ * the unconditional copy's row, when rows_u is not NULL), row_seq[i] = seq_offset + b (the
+ * noise key), row_pos[i] = t; seq_start[b] = the first row of sequence b, seq_start[B] =
+ * *n = the count. Arrays sized B*(hi-lo). One block: ordered compaction. */
 void dllm_cuda_sampler_rows(int32_t *rows, int32_t *rows_u, int64_t *row_seq, int32_t *row_pos,
                             int32_t *seq_start, int32_t *n, const int32_t *canvas, int B, int T,
-                            int P, int hi, int mask_id, uint64_t seq_offset,
+                            int lo, int hi, int act_lo, int mask_id, uint64_t seq_offset,
                             dllm_cuda_stream s);
 /* nm[b] = positions t in [lo, hi) of sequence b holding mask_id (the block's masked count
  * at its start, which the transfer-count schedule splits). */
@@ -264,28 +274,46 @@ void dllm_cuda_sampler_logits_fix(float *cond, const float *uncond, int n, int V
  * remasking; NULL for low_confidence) rand_conf from dllm_cuda_sampler_x0_excl: confidence
  * = rand_conf or (double)prob, -inf where x0 is eos_id or eot_id (pass -1 for both when
  * confidence_eos_eot_inf is off); the k = nm[b]/spb + (step_in_block < nm[b] % spb) most
- * confident are committed, ties to the lower position: canvas (both copies when cfg) gets
- * x0, commit_step (B,G) gets gstep and commit_prob (B,G) prob, except where x0 is mask_id
- * (written back: the position stays masked and unrecorded). */
+ * confident (threshold > 0: the most confident and every other >= threshold) are
+ * committed, ties to the lower position: canvas (both copies when cfg) gets x0,
+ * commit_step (B,G) gets seq_step[b] and commit_prob (B,G) prob, except where x0 is
+ * mask_id (written back: the position stays masked and unrecorded); then seq_step[b] += 1
+ * (with a threshold only where b had rows). */
 void dllm_cuda_sampler_commit(int32_t *canvas, int16_t *commit_step, float *commit_prob,
                               const int32_t *x0, const float *prob, const double *rand_conf,
                               const int32_t *row_pos, const int32_t *seq_start,
-                              const int32_t *nm, int spb, int step_in_block, int gstep, int B,
-                              int T, int P, int G, int mask_id, int eos_id, int eot_id,
-                              bool cfg, dllm_cuda_stream s);
+                              const int32_t *nm, int spb, int step_in_block, int32_t *seq_step,
+                              double threshold, int B, int T, int P, int G, int mask_id,
+                              int eos_id, int eot_id, bool cfg, dllm_cuda_stream s);
+
+/* ---- Dream's sampler step (kernels/cuda/dream_step.cu) --------------------------------------
+ * The CUDA backend's dream_draw and dream_commit entries (kernels/backend.h has the
+ * contracts), row for row the CPU's kernels/cpu/dream_step.c. The draw of n rows needs
+ * scratch of dllm_cuda_dream_scratch_bytes(n, V) bytes (12 V a row). */
+size_t dllm_cuda_dream_scratch_bytes(int n, int V);
+void dllm_cuda_dream_draw(int32_t *x0, double *key, float *prob, uint8_t *take,
+                          const float *logits, const int64_t *row_seq, const int32_t *row_pos,
+                          int n, int V, const dllm_dream_step *a, double *scratch,
+                          dllm_cuda_stream s);
+void dllm_cuda_dream_commit(int32_t *canvas, int16_t *commit_step, float *commit_prob,
+                            const int32_t *x0, const double *key, const float *prob,
+                            const uint8_t *take, const int32_t *row_pos, const int32_t *seq_start,
+                            int B, int T, int P, int G, int mask_id, const dllm_dream_step *a,
+                            dllm_cuda_stream s);
 
 /* ---- KV-cache attention (kernels/cuda/attention.cu) ------------------------------------------
- * The cache of dllm/qwen3_device.c: kc, vc [B,max_len,NKV,HD] (K after k_norm and RoPE),
- * cmask [B,max_len]. kv_append writes k, v [B,T,NKV,HD] into slots len .. len+T-1 and,
- * when cmask is not NULL, their key mask (newmask [B,T], or NULL: all real).
- * attention_cached: y [B,T,NH,HD] for the queries q [B,T,NH,HD] at slots len + t over the
- * cached slots s <= len + t with cmask != 0 (none visible: 0). HD <= 256. */
+ * The CUDA backend's kv_append and attention_cached entries: kc, vc [B,max_len,NKV,HD] (K
+ * after k_norm and RoPE), cmask [B,max_len]. kv_append writes k, v [B,T,NKV,HD] into slots
+ * len .. len+T-1 and, when cmask is not NULL, their key mask (newmask [B,T], or NULL: all
+ * real). attention_cached: y [B,T,NH,HD] for the queries q [B,T,NH,HD] at slots len + t
+ * over the cached slots s <= len + t (causal; else every slot s < max_len) with cmask != 0
+ * (cmask NULL: all; none visible: 0). HD <= 256. */
 void dllm_cuda_kv_append(float *kc, float *vc, uint8_t *cmask, const float *k, const float *v,
                          const uint8_t *newmask, int B, int T, int len, int max_len, int KD,
                          dllm_cuda_stream s);
 void dllm_cuda_attention_cached(float *y, const float *q, const float *kc, const float *vc,
                                 const uint8_t *cmask, int B, int T, int len, int max_len,
-                                int NH, int NKV, int HD, dllm_cuda_stream s);
+                                int NH, int NKV, int HD, bool causal, dllm_cuda_stream s);
 
 /* ---- Autoregressive sampler step (kernels/cuda/ar_sample.cu) --------------------------------
  * For the n rows r0 .. r0+n-1 of logits [n,V] (row r0 + i of the batch): the token of

@@ -86,6 +86,13 @@ void op_attention_fwd(float *out, float *att, const float *q, const float *k, co
  * without keeping the probabilities. */
 void op_attention_kv_fwd(float *out, const float *q, const float *k, const float *v,
                          const uint8_t *keymask, int B, int Tq, int Tk, int NH, int NKV, int HD);
+/* The key/value cache (kernels/backend.h's kv_append and attention_cached have the
+ * contracts): kc, vc (B, max_len, KD), cmask (B, max_len). */
+void op_kv_append(float *kc, float *vc, uint8_t *cmask, const float *k, const float *v,
+                  const uint8_t *newmask, int B, int T, int len, int max_len, int KD);
+void op_attention_cached(float *y, const float *q, const float *kc, const float *vc,
+                         const uint8_t *cmask, int B, int T, int len, int max_len, int NH,
+                         int NKV, int HD, bool causal);
 void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *att,
                       const float *q, const float *k, const float *v,
                       int B, int T, int NH, int NKV, int HD);

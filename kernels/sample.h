@@ -45,16 +45,54 @@ double dllm_sampler_prob(const float *logit, int V, int32_t x);
 void op_denoise_block_counts(int32_t *nm, const int32_t *canvas, int B, int T, int lo, int hi,
                              int mask_id);
 void op_denoise_rows(int32_t *rows, int32_t *rows_u, int64_t *row_seq, int32_t *row_pos,
-                     int32_t *seq_start, int32_t *n, const int32_t *canvas, int B, int T, int P,
-                     int hi, int mask_id, uint64_t seq_offset);
+                     int32_t *seq_start, int32_t *n, const int32_t *canvas, int B, int T, int lo,
+                     int hi, int act_lo, int mask_id, uint64_t seq_offset);
 void op_denoise_logits_fix(float *cond, const float *uncond, int n, int V, float w, int eos_id);
 void op_denoise_draw(int32_t *x0, float *prob, double *rand_conf, const float *logits,
                      const int64_t *row_seq, const int32_t *row_pos, int n, int V,
-                     double temperature, uint64_t seed, uint64_t gstep, int exclude);
+                     double temperature, uint64_t seed, const int32_t *seq_step,
+                     uint64_t seq_offset, int exclude);
 void op_denoise_commit(int32_t *canvas, int16_t *commit_step, float *commit_prob,
                        const int32_t *x0, const float *prob, const double *rand_conf,
                        const int32_t *row_pos, const int32_t *seq_start, const int32_t *nm,
-                       int spb, int step_in_block, int gstep, int B, int T, int P, int G,
-                       int mask_id, int eos_id, int eot_id, bool cfg);
+                       int spb, int step_in_block, int32_t *seq_step, double threshold, int B,
+                       int T, int P, int G, int mask_id, int eos_id, int eot_id, bool cfg);
+
+/* ---- Dream's step (dllm/dream_sampler.h: the published sample_tokens per row) ---------- */
+enum {
+    DLLM_DREAM_STEP_ORIGIN = 0,
+    DLLM_DREAM_STEP_MASKGIT_PLUS = 1,
+    DLLM_DREAM_STEP_TOPK_MARGIN = 2,
+    DLLM_DREAM_STEP_ENTROPY = 3
+};
+/* One step's settings: alg (the dllm_dream_alg values above), the token distribution's
+ * temperature, top_p (1: off), top_k (0: off) and exclude (the mask id under forbid, else
+ * -1), alg_temp, the noise (seed, step: the streams (seed, DLLM_RNG_SAMPLER, step, 4b +
+ * {0, 1, 2}) of global sequence b), ratio = 1 - s/t in float32 and whether the step is the
+ * last. */
+typedef struct {
+    int alg;
+    double temperature, top_p, alg_temp;
+    int top_k, exclude;
+    uint64_t seed, step;
+    float ratio;
+    bool last;
+} dllm_dream_step;
+/* Scratch dllm_dream_probs needs for V ids. */
+size_t dllm_dream_work_bytes(int V);
+/* p (V) = softmax of the row's logits after exclude, temperature, top_p and top_k. */
+void dllm_dream_probs(const float *logit, int V, const dllm_dream_step *a, double *p,
+                      void *work);
+/* x0 from p: argmax (temperature 0, ties to the lowest id) or the inverse-CDF draw with u;
+ * *conf = a->alg's confidence of it. */
+int32_t dllm_dream_pick(const double *p, int V, const dllm_dream_step *a, double u, double *conf);
+/* The CPU backend's Dream step entries (kernels/backend.h has the contracts). */
+void op_dream_draw(int32_t *x0, double *key, float *prob, uint8_t *take, const float *logits,
+                   const int64_t *row_seq, const int32_t *row_pos, int n, int V,
+                   const dllm_dream_step *a);
+void op_dream_commit(int32_t *canvas, int16_t *commit_step, float *commit_prob,
+                     const int32_t *x0, const double *key, const float *prob,
+                     const uint8_t *take, const int32_t *row_pos, const int32_t *seq_start,
+                     int B, int T, int P, int G, int mask_id, const dllm_dream_step *a);
 
 #endif

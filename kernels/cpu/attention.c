@@ -380,3 +380,80 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
     }
     blas_release(saved);
 }
+
+/* ---- the key/value cache (the table's kv_append and attention_cached) ------------------ */
+
+void op_kv_append(float *kc, float *vc, uint8_t *cmask, const float *k, const float *v,
+                  const uint8_t *newmask, int B, int T, int len, int max_len, int KD)
+{
+    for (int b = 0; b < B; b++) {
+        size_t dst = ((size_t)b * max_len + (size_t)len) * KD, src = (size_t)b * T * KD;
+        memcpy(kc + dst, k + src, (size_t)T * KD * sizeof(float));
+        memcpy(vc + dst, v + src, (size_t)T * KD * sizeof(float));
+        for (int t = 0; cmask && t < T; t++)
+            cmask[(size_t)b * max_len + len + t] = newmask ? newmask[(size_t)b * T + t] != 0 : 1;
+    }
+}
+
+/* Causal: one query row and head at a time, the visible slots' scores, their softmax and
+ * the weighted values in plain loops (the decoding step's shapes are too thin for the
+ * GEMMs); bidirectional: op_attention_kv_fwd over all max_len slots. */
+void op_attention_cached(float *y, const float *q, const float *kc, const float *vc,
+                         const uint8_t *cmask, int B, int T, int len, int max_len, int NH,
+                         int NKV, int HD, bool causal)
+{
+    if (!causal) {
+        op_attention_kv_fwd(y, q, kc, vc, cmask, B, T, max_len, NH, NKV, HD);
+        return;
+    }
+    const int KD = NKV * HD, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    long rows = (long)B * T * NH;
+#pragma omp parallel if (rows * (len + T) * HD > 65536)
+    {
+        float *p = dllm_malloc((size_t)(len + T) * sizeof(float));
+#pragma omp for schedule(dynamic, 8)
+        for (long r = 0; r < rows; r++) {
+            int h = (int)(r % NH), t = (int)((r / NH) % T), b = (int)(r / ((long)NH * T));
+            int kh = h / group, send = len + t + 1; /* causal: slots [0, send) */
+            const float *qr = q + r * HD;
+            float *o = y + r * HD;
+            const uint8_t *km = cmask ? cmask + (size_t)b * max_len : NULL;
+            float maxv = -INFINITY;
+            int nvis = 0;
+            for (int s = 0; s < send; s++) {
+                if (km && !km[s]) {
+                    p[s] = -INFINITY;
+                    continue;
+                }
+                const float *kr = kc + ((size_t)b * max_len + s) * KD + (size_t)kh * HD;
+                float dot = 0.0f;
+                for (int i = 0; i < HD; i++)
+                    dot += qr[i] * kr[i];
+                dot *= scale;
+                p[s] = dot;
+                maxv = dot > maxv ? dot : maxv;
+                nvis++;
+            }
+            memset(o, 0, (size_t)HD * sizeof(float));
+            if (nvis == 0)
+                continue;
+            float sum = 0.0f;
+            for (int s = 0; s < send; s++) {
+                float e = p[s] == -INFINITY ? 0.0f : expf(p[s] - maxv);
+                p[s] = e;
+                sum += e;
+            }
+            float inv = 1.0f / sum;
+            for (int s = 0; s < send; s++) {
+                if (p[s] == 0.0f)
+                    continue;
+                float ps = p[s] * inv;
+                const float *vr = vc + ((size_t)b * max_len + s) * KD + (size_t)kh * HD;
+                for (int i = 0; i < HD; i++)
+                    o[i] += ps * vr[i];
+            }
+        }
+        free(p);
+    }
+}

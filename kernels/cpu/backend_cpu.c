@@ -120,6 +120,20 @@ static void cpu_attention_fwd(dllm_backend *be, float *out, float *state, const 
     (void)be;
     op_attention_fwd(out, state, q, k, v, keymask, B, T, NH, NKV, HD, causal);
 }
+static void cpu_kv_append(dllm_backend *be, float *kc, float *vc, uint8_t *cmask, const float *k,
+                          const float *v, const uint8_t *newmask, int B, int T, int len,
+                          int max_len, int KD)
+{
+    (void)be;
+    op_kv_append(kc, vc, cmask, k, v, newmask, B, T, len, max_len, KD);
+}
+static void cpu_attention_cached(dllm_backend *be, float *y, const float *q, const float *kc,
+                                 const float *vc, const uint8_t *cmask, int B, int T, int len,
+                                 int max_len, int NH, int NKV, int HD, bool causal)
+{
+    (void)be;
+    op_attention_cached(y, q, kc, vc, cmask, B, T, len, max_len, NH, NKV, HD, causal);
+}
 static void cpu_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv,
                               const float *dout, const float *out, const float *state,
                               const float *q, const float *k, const float *v,
@@ -326,12 +340,12 @@ static void cpu_denoise_block_counts(dllm_backend *be, int32_t *nm, const int32_
 }
 static void cpu_denoise_rows(dllm_backend *be, int32_t *rows, int32_t *rows_u, int64_t *row_seq,
                              int32_t *row_pos, int32_t *seq_start, int32_t *n,
-                             const int32_t *canvas, int B, int T, int P, int hi, int mask_id,
-                             uint64_t seq_offset)
+                             const int32_t *canvas, int B, int T, int lo, int hi, int act_lo,
+                             int mask_id, uint64_t seq_offset)
 {
     (void)be;
-    op_denoise_rows(rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, P, hi, mask_id,
-                    seq_offset);
+    op_denoise_rows(rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, lo, hi, act_lo,
+                    mask_id, seq_offset);
 }
 static void cpu_denoise_logits_fix(dllm_backend *be, float *cond, const float *uncond, int n,
                                    int V, float w, int eos_id)
@@ -342,22 +356,42 @@ static void cpu_denoise_logits_fix(dllm_backend *be, float *cond, const float *u
 static void cpu_denoise_draw(dllm_backend *be, int32_t *x0, float *prob, double *rand_conf,
                              const float *logits, const int64_t *row_seq,
                              const int32_t *row_pos, int n, int V, double temperature,
-                             uint64_t seed, uint64_t gstep, int exclude)
+                             uint64_t seed, const int32_t *seq_step, uint64_t seq_offset,
+                             int exclude)
 {
     (void)be;
     op_denoise_draw(x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature, seed,
-                    gstep, exclude);
+                    seq_step, seq_offset, exclude);
 }
 static void cpu_denoise_commit(dllm_backend *be, int32_t *canvas, int16_t *commit_step,
                                float *commit_prob, const int32_t *x0, const float *prob,
                                const double *rand_conf, const int32_t *row_pos,
                                const int32_t *seq_start, const int32_t *nm, int spb,
-                               int step_in_block, int gstep, int B, int T, int P, int G,
-                               int mask_id, int eos_id, int eot_id, bool cfg)
+                               int step_in_block, int32_t *seq_step, double threshold, int B,
+                               int T, int P, int G, int mask_id, int eos_id, int eot_id, bool cfg)
 {
     (void)be;
     op_denoise_commit(canvas, commit_step, commit_prob, x0, prob, rand_conf, row_pos, seq_start,
-                      nm, spb, step_in_block, gstep, B, T, P, G, mask_id, eos_id, eot_id, cfg);
+                      nm, spb, step_in_block, seq_step, threshold, B, T, P, G, mask_id, eos_id,
+                      eot_id, cfg);
+}
+
+static void cpu_dream_draw(dllm_backend *be, int32_t *x0, double *key, float *prob,
+                           uint8_t *take, const float *logits, const int64_t *row_seq,
+                           const int32_t *row_pos, int n, int V, const dllm_dream_step *a)
+{
+    (void)be;
+    op_dream_draw(x0, key, prob, take, logits, row_seq, row_pos, n, V, a);
+}
+static void cpu_dream_commit(dllm_backend *be, int32_t *canvas, int16_t *commit_step,
+                             float *commit_prob, const int32_t *x0, const double *key,
+                             const float *prob, const uint8_t *take, const int32_t *row_pos,
+                             const int32_t *seq_start, int B, int T, int P, int G, int mask_id,
+                             const dllm_dream_step *a)
+{
+    (void)be;
+    op_dream_commit(canvas, commit_step, commit_prob, x0, key, prob, take, row_pos, seq_start, B,
+                    T, P, G, mask_id, a);
 }
 
 static const dllm_backend_ops cpu_ops = {
@@ -374,6 +408,7 @@ static const dllm_backend_ops cpu_ops = {
     .rope_fwd = cpu_rope_fwd, .rope_bwd = cpu_rope_bwd,
     .attn_state_floats = cpu_attn_state_floats,
     .attention_fwd = cpu_attention_fwd, .attention_bwd = cpu_attention_bwd,
+    .kv_append = cpu_kv_append, .attention_cached = cpu_attention_cached,
     /* norms, activations, embeddings, elementwise */
     .rmsnorm_fwd = cpu_rmsnorm_fwd, .rmsnorm_bwd = cpu_rmsnorm_bwd,
     .swiglu_fwd = cpu_swiglu_fwd, .swiglu_bwd = cpu_swiglu_bwd,
@@ -391,7 +426,8 @@ static const dllm_backend_ops cpu_ops = {
     .ar_choose = cpu_ar_choose, .ar_choose_nucleus = cpu_ar_choose_nucleus,
     .denoise_block_counts = cpu_denoise_block_counts, .denoise_rows = cpu_denoise_rows,
     .denoise_logits_fix = cpu_denoise_logits_fix, .denoise_draw = cpu_denoise_draw,
-    .denoise_commit = cpu_denoise_commit,
+    .denoise_commit = cpu_denoise_commit, .dream_draw = cpu_dream_draw,
+    .dream_commit = cpu_dream_commit,
 };
 
 static dllm_backend cpu_backend = {

@@ -76,14 +76,25 @@ void op_denoise_block_counts(int32_t *nm, const int32_t *canvas, int B, int T, i
     }
 }
 
+/* Whether sequence b of the canvas holds mask_id in [lo, hi). */
+static bool masked_in(const int32_t *canvas, int b, int T, int lo, int hi, int mask_id)
+{
+    for (int t = lo; t < hi; t++)
+        if (canvas[(size_t)b * T + t] == mask_id)
+            return true;
+    return false;
+}
+
 void op_denoise_rows(int32_t *rows, int32_t *rows_u, int64_t *row_seq, int32_t *row_pos,
-                     int32_t *seq_start, int32_t *n, const int32_t *canvas, int B, int T, int P,
-                     int hi, int mask_id, uint64_t seq_offset)
+                     int32_t *seq_start, int32_t *n, const int32_t *canvas, int B, int T, int lo,
+                     int hi, int act_lo, int mask_id, uint64_t seq_offset)
 {
     int k = 0;
     for (int b = 0; b < B; b++) {
         seq_start[b] = k;
-        for (int t = P; t < hi; t++)
+        if (act_lo >= 0 && !masked_in(canvas, b, T, act_lo, hi, mask_id))
+            continue;
+        for (int t = lo; t < hi; t++)
             if (canvas[(size_t)b * T + t] == mask_id) {
                 rows[k] = b * T + t;
                 if (rows_u)
@@ -112,11 +123,13 @@ void op_denoise_logits_fix(float *cond, const float *uncond, int n, int V, float
  * rows. */
 void op_denoise_draw(int32_t *x0, float *prob, double *rand_conf, const float *logits,
                      const int64_t *row_seq, const int32_t *row_pos, int n, int V,
-                     double temperature, uint64_t seed, uint64_t gstep, int exclude)
+                     double temperature, uint64_t seed, const int32_t *seq_step,
+                     uint64_t seq_offset, int exclude)
 {
 #pragma omp parallel for schedule(dynamic, 4) if ((size_t)n * V > 262144)
     for (int i = 0; i < n; i++) {
         const uint64_t gb = (uint64_t)row_seq[i];
+        const uint64_t gstep = (uint64_t)seq_step[gb - seq_offset];
         const float *lg = logits + (size_t)i * V;
         dllm_rng noise = dllm_rng_make(seed, DLLM_RNG_SAMPLER, gstep, 2 * gb);
         x0[i] = dllm_sampler_draw_x0_excl(lg, V, temperature, &noise, row_pos[i], exclude);
@@ -148,8 +161,8 @@ static int by_conf_desc(const void *a, const void *b)
 void op_denoise_commit(int32_t *canvas, int16_t *commit_step, float *commit_prob,
                        const int32_t *x0, const float *prob, const double *rand_conf,
                        const int32_t *row_pos, const int32_t *seq_start, const int32_t *nm,
-                       int spb, int step_in_block, int gstep, int B, int T, int P, int G,
-                       int mask_id, int eos_id, int eot_id, bool cfg)
+                       int spb, int step_in_block, int32_t *seq_step, double threshold, int B,
+                       int T, int P, int G, int mask_id, int eos_id, int eot_id, bool cfg)
 {
     ranked_row *r = dllm_malloc(sizeof *r * (size_t)(seq_start[B] > 0 ? seq_start[B] : 1));
     for (int b = 0; b < B; b++) {
@@ -162,7 +175,12 @@ void op_denoise_commit(int32_t *canvas, int16_t *commit_step, float *commit_prob
             r[j] = (ranked_row){i, row_pos[i], conf};
         }
         qsort(r, (size_t)nc, sizeof *r, by_conf_desc);
-        const int k = nm[b] / spb + (step_in_block < nm[b] % spb);
+        const int gstep = seq_step[b];
+        int k = nm[b] / spb + (step_in_block < nm[b] % spb);
+        if (threshold > 0) /* the most confident, then every one >= threshold */
+            for (k = nc > 0; k < nc && r[k].conf >= threshold; k++)
+                ;
+        seq_step[b] += threshold > 0 ? nc > 0 : 1;
         for (int j = 0; j < k && j < nc; j++) {
             const int i = r[j].row;
             if (x0[i] == mask_id)

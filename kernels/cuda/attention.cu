@@ -401,11 +401,13 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
     }
 }
 
-/* ---- Cached attention (KV-cache decoding, dllm/qwen3_device.c) -----------------------------
+/* ---- Cached attention (the table's kv_append and attention_cached: KV-cache decoding,
+ * dllm/qwen3.c; the block cache of cached denoising, dllm/block_cache.c) ---------------------
  * The cache holds K (after k_norm and RoPE) and V of every slot so far,
  * kc, vc [B,max_len,NKV,HD], with a key mask cmask [B,max_len]. kv_append writes the T new
  * slots len .. len+T-1 of each row; attention_cached lets new query t (slot len + t) see
- * the cached slots s <= len + t with cmask != 0: the CPU cache's rule (dllm/qwen3.c).
+ * the cached slots s <= len + t with cmask != 0 (causal: the CPU cache's rule, dllm/qwen3.c),
+ * or every slot s < max_len with cmask (NULL: all) != 0 (bidirectional: the block cache).
  * One block per query row and head, the keys in tiles of CACHED_THREADS (one key per
  * thread for the scores, then one output dim per thread over the tile), online softmax
  * as in the forward above; a query with no visible key gets 0. */
@@ -431,18 +433,18 @@ __global__ static void kv_append_kernel(float *kc, float *vc, uint8_t *cmask, co
 __global__ static void attention_cached_kernel(float *y, const float *q, const float *kc,
                                                const float *vc, const uint8_t *cmask, int T,
                                                int len, int max_len, int NH, int NKV, int HD,
-                                               float scale)
+                                               float scale, int causal)
 {
     // y, q (B*T*NH, HD); grid.x = B*T*NH
     __shared__ float qs[CACHED_MAX_HD];
     __shared__ float ps[CACHED_THREADS];
     const int r = blockIdx.x, tid = threadIdx.x;
     const int h = r % NH, t = (r / NH) % T, b = r / (NH * T);
-    const int kh = h / (NH / NKV), send = len + t + 1;
+    const int kh = h / (NH / NKV), send = causal ? len + t + 1 : max_len;
     const size_t KD = (size_t)NKV * HD;
     const float *kb = kc + (size_t)b * max_len * KD + (size_t)kh * HD;
     const float *vb = vc + (size_t)b * max_len * KD + (size_t)kh * HD;
-    const uint8_t *mb = cmask + (size_t)b * max_len;
+    const uint8_t *mb = cmask ? cmask + (size_t)b * max_len : NULL;
     for (int i = tid; i < HD; i += CACHED_THREADS)
         qs[i] = q[(size_t)r * HD + i];
     __syncthreads();
@@ -452,7 +454,7 @@ __global__ static void attention_cached_kernel(float *y, const float *q, const f
     for (int s0 = 0; s0 < send; s0 += CACHED_THREADS) {
         const int s = s0 + tid;
         float sc = -INFINITY;
-        if (s < send && mb[s]) {
+        if (s < send && (!mb || mb[s])) {
             float dot = 0.0f;
             for (int i = 0; i < HD; i++)
                 dot += qs[i] * kb[(size_t)s * KD + i];
@@ -503,7 +505,7 @@ extern "C" void dllm_cuda_kv_append(float *kc, float *vc, uint8_t *cmask, const 
 extern "C" void dllm_cuda_attention_cached(float *y, const float *q, const float *kc,
                                            const float *vc, const uint8_t *cmask, int B, int T,
                                            int len, int max_len, int NH, int NKV, int HD,
-                                           dllm_cuda_stream s)
+                                           bool causal, dllm_cuda_stream s)
 {
     DLLM_CUDA_REQUIRE(HD <= CACHED_MAX_HD && NKV > 0 && NH % NKV == 0,
                       "head dim %d (at most %d), %d heads over %d kv heads", HD, CACHED_MAX_HD,
@@ -513,6 +515,6 @@ extern "C" void dllm_cuda_attention_cached(float *y, const float *q, const float
     if (rows == 0)
         return;
     DLLM_LAUNCH(attention_cached_kernel, (unsigned)rows, CACHED_THREADS, 0, as_stream(s))(y, q,
-        kc, vc, cmask, T, len, max_len, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+        kc, vc, cmask, T, len, max_len, NH, NKV, HD, 1.0f / sqrtf((float)HD), causal ? 1 : 0);
     cudaLaunchCheck();
 }

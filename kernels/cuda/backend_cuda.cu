@@ -523,6 +523,20 @@ void cu_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16
     cu_gemm(be, false, false, N, C, OC, 1.0f, dout, wf, 1.0f, dinp);
 }
 
+void cu_kv_append(dllm_backend *, float *kc, float *vc, uint8_t *cmask, const float *k,
+                  const float *v, const uint8_t *newmask, int B, int T, int len, int max_len,
+                  int KD)
+{
+    dllm_cuda_kv_append(kc, vc, cmask, k, v, newmask, B, T, len, max_len, KD, NULL);
+}
+void cu_attention_cached(dllm_backend *, float *y, const float *q, const float *kc,
+                         const float *vc, const uint8_t *cmask, int B, int T, int len,
+                         int max_len, int NH, int NKV, int HD, bool causal)
+{
+    dllm_cuda_attention_cached(y, q, kc, vc, cmask, B, T, len, max_len, NH, NKV, HD, causal,
+                               NULL);
+}
+
 void cu_ar_choose(dllm_backend *, int32_t *tokens, int32_t *next, float *logp, float *logp_t1,
                   int32_t *length, uint8_t *done, const float *logits, int r0, int n, int V,
                   int G, int g, double temperature, int eos_id, uint64_t seed,
@@ -539,10 +553,11 @@ void cu_denoise_block_counts(dllm_backend *, int32_t *nm, const int32_t *canvas,
 }
 void cu_denoise_rows(dllm_backend *, int32_t *rows, int32_t *rows_u, int64_t *row_seq,
                      int32_t *row_pos, int32_t *seq_start, int32_t *n, const int32_t *canvas,
-                     int B, int T, int P, int hi, int mask_id, uint64_t seq_offset)
+                     int B, int T, int lo, int hi, int act_lo, int mask_id,
+                     uint64_t seq_offset)
 {
-    dllm_cuda_sampler_rows(rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, P, hi,
-                           mask_id, seq_offset, NULL);
+    dllm_cuda_sampler_rows(rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, lo, hi,
+                           act_lo, mask_id, seq_offset, NULL);
 }
 void cu_denoise_logits_fix(dllm_backend *, float *cond, const float *uncond, int n, int V,
                            float w, int eos_id)
@@ -551,20 +566,44 @@ void cu_denoise_logits_fix(dllm_backend *, float *cond, const float *uncond, int
 }
 void cu_denoise_draw(dllm_backend *, int32_t *x0, float *prob, double *rand_conf,
                      const float *logits, const int64_t *row_seq, const int32_t *row_pos, int n,
-                     int V, double temperature, uint64_t seed, uint64_t gstep, int exclude)
+                     int V, double temperature, uint64_t seed, const int32_t *seq_step,
+                     uint64_t seq_offset, int exclude)
 {
-    dllm_cuda_sampler_x0_excl(x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature,
-                              seed, gstep, exclude, NULL);
+    dllm_cuda_sampler_x0_steps(x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature,
+                               seed, seq_step, seq_offset, exclude, NULL);
 }
 void cu_denoise_commit(dllm_backend *, int32_t *canvas, int16_t *commit_step, float *commit_prob,
                        const int32_t *x0, const float *prob, const double *rand_conf,
                        const int32_t *row_pos, const int32_t *seq_start, const int32_t *nm,
-                       int spb, int step_in_block, int gstep, int B, int T, int P, int G,
-                       int mask_id, int eos_id, int eot_id, bool cfg)
+                       int spb, int step_in_block, int32_t *seq_step, double threshold,
+                       int B, int T, int P, int G, int mask_id, int eos_id, int eot_id,
+                       bool cfg)
 {
     dllm_cuda_sampler_commit(canvas, commit_step, commit_prob, x0, prob, rand_conf, row_pos,
-                             seq_start, nm, spb, step_in_block, gstep, B, T, P, G, mask_id,
-                             eos_id, eot_id, cfg, NULL);
+                             seq_start, nm, spb, step_in_block, seq_step, threshold, B, T, P, G,
+                             mask_id, eos_id, eot_id, cfg, NULL);
+}
+
+void cu_dream_draw(dllm_backend *, int32_t *x0, double *key, float *prob, uint8_t *take,
+                   const float *logits, const int64_t *row_seq, const int32_t *row_pos, int n,
+                   int V, const dllm_dream_step *a)
+{
+    /* DREAM_ROWS rows a launch bound the scratch (12 V bytes a row) */
+    enum { DREAM_ROWS = 32 };
+    double *scratch = (double *)ws_get(dllm_cuda_dream_scratch_bytes(DREAM_ROWS, V));
+    for (int i0 = 0; i0 < n; i0 += DREAM_ROWS) {
+        int m = n - i0 < DREAM_ROWS ? n - i0 : DREAM_ROWS;
+        dllm_cuda_dream_draw(x0 + i0, key + i0, prob + i0, take + i0, logits + (size_t)i0 * V,
+                             row_seq + i0, row_pos + i0, m, V, a, scratch, NULL);
+    }
+}
+void cu_dream_commit(dllm_backend *, int32_t *canvas, int16_t *commit_step, float *commit_prob,
+                     const int32_t *x0, const double *key, const float *prob,
+                     const uint8_t *take, const int32_t *row_pos, const int32_t *seq_start,
+                     int B, int T, int P, int G, int mask_id, const dllm_dream_step *a)
+{
+    dllm_cuda_dream_commit(canvas, commit_step, commit_prob, x0, key, prob, take, row_pos,
+                           seq_start, B, T, P, G, mask_id, a, NULL);
 }
 
 /* Nothing is cached in a weight's struct on the device. */
@@ -580,6 +619,7 @@ const dllm_backend_ops cuda_ops = {
     cu_bf16_linear_fwd, cu_bf16_linear_bwd_x, NULL, NULL, cu_weight_cache_free,
     /* attention and positions */
     cu_rope_fwd, cu_rope_bwd, cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,
+    cu_kv_append, cu_attention_cached,
     /* norms, activations, embeddings, elementwise */
     cu_rmsnorm_fwd, cu_rmsnorm_bwd, cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd,
     cu_embedding_bwd, cu_round_bf16, cu_add,
@@ -593,7 +633,7 @@ const dllm_backend_ops cuda_ops = {
     /* samplers: the whole nucleus only (a nucleus is chosen on the host) */
     cu_ar_choose, NULL,
     cu_denoise_block_counts, cu_denoise_rows, cu_denoise_logits_fix, cu_denoise_draw,
-    cu_denoise_commit,
+    cu_denoise_commit, cu_dream_draw, cu_dream_commit,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

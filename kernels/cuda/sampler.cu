@@ -60,12 +60,16 @@ __device__ static void block_argmax(double &s, int &i)
 __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_conf,
                                          const float *logits, const int64_t *row_seq,
                                          const int32_t *row_pos, int V, double temperature,
-                                         uint64_t seed, uint64_t gstep, int exclude)
+                                         uint64_t seed, uint64_t gstep,
+                                         const int32_t *seq_step, uint64_t seq_offset,
+                                         int exclude)
 {
-    // x0, prob, rand_conf, row_seq, row_pos (n); logits (n, V); grid.x = n
+    // x0, prob, rand_conf, row_seq, row_pos (n); logits (n, V); seq_step (B); grid.x = n
     int row = blockIdx.x;
     const float *lg = logits + (size_t)row * V;
     uint64_t b = (uint64_t)row_seq[row]; /* the global sequence index, 64-bit as on the CPU */
+    if (seq_step)
+        gstep = (uint64_t)seq_step[b - seq_offset];
     uint64_t pos = (uint64_t)(int64_t)row_pos[row];
 
     /* scores below any real one: -inf for the argmax, -1 for Gumbel (scores are >= 0) */
@@ -120,19 +124,40 @@ __global__ static void sampler_x0_kernel(int32_t *x0, float *prob, double *rand_
     }
 }
 
-extern "C" void dllm_cuda_sampler_x0_excl(int32_t *x0, float *prob, double *rand_conf,
-                                          const float *logits, const int64_t *row_seq,
-                                          const int32_t *row_pos, int n, int V,
-                                          double temperature, uint64_t seed, uint64_t gstep,
-                                          int exclude, dllm_cuda_stream s)
+static void launch_x0(int32_t *x0, float *prob, double *rand_conf, const float *logits,
+                      const int64_t *row_seq, const int32_t *row_pos, int n, int V,
+                      double temperature, uint64_t seed, uint64_t gstep, const int32_t *seq_step,
+                      uint64_t seq_offset, int exclude, dllm_cuda_stream s)
 {
     DLLM_CUDA_REQUIRE(n >= 0 && V > 0, "bad shape n=%d V=%d", n, V);
     DLLM_CUDA_REQUIRE(temperature >= 0.0, "temperature %g < 0", temperature);
     if (n == 0)
         return;
     DLLM_LAUNCH(sampler_x0_kernel, n, SAMPLER_THREADS, 0, as_stream(s))(x0, prob, rand_conf, logits,
-        row_seq, row_pos, V, temperature, seed, gstep, exclude);
+        row_seq, row_pos, V, temperature, seed, gstep, seq_step, seq_offset, exclude);
     cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_sampler_x0_excl(int32_t *x0, float *prob, double *rand_conf,
+                                          const float *logits, const int64_t *row_seq,
+                                          const int32_t *row_pos, int n, int V,
+                                          double temperature, uint64_t seed, uint64_t gstep,
+                                          int exclude, dllm_cuda_stream s)
+{
+    launch_x0(x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature, seed, gstep,
+              NULL, 0, exclude, s);
+}
+
+extern "C" void dllm_cuda_sampler_x0_steps(int32_t *x0, float *prob, double *rand_conf,
+                                           const float *logits, const int64_t *row_seq,
+                                           const int32_t *row_pos, int n, int V,
+                                           double temperature, uint64_t seed,
+                                           const int32_t *seq_step, uint64_t seq_offset,
+                                           int exclude, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(seq_step != NULL, "no step array");
+    launch_x0(x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature, seed, 0,
+              seq_step, seq_offset, exclude, s);
 }
 
 extern "C" void dllm_cuda_sampler_x0(int32_t *x0, float *prob, double *rand_conf,

@@ -577,6 +577,41 @@ static void rc_attention_fwd(dllm_backend *be, float *out, float *state, const f
     end(r, n0);
 }
 
+static void elementwise(recorder *r, const char *what, size_t n, double flops, double rd,
+                        double wr);
+
+static void rc_kv_append(dllm_backend *be, float *kc, float *vc, uint8_t *cmask, const float *k,
+                         const float *v, const uint8_t *newmask, int B, int T, int len,
+                         int max_len, int KD)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "kv_append");
+    elementwise(r, "kv_append", (size_t)B * T * KD, 2, 4, 4);
+    if (IN)
+        INOPS->kv_append(IN, kc, vc, cmask, k, v, newmask, B, T, len, max_len, KD);
+    end(r, n0);
+}
+
+/* Cached attention: T query rows a sequence over the visible slots (the causal triangle
+ * after len, or all max_len) -- the forward rows a step computes. */
+static void rc_attention_cached(dllm_backend *be, float *y, const float *q, const float *kc,
+                                const float *vc, const uint8_t *cmask, int B, int T, int len,
+                                int max_len, int NH, int NKV, int HD, bool causal)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "attention_cached");
+    double slots = causal ? (double)T * len + (double)T * (T + 1) / 2 : (double)T * max_len;
+    double bt = (double)B * T, keys = (double)B * (causal ? len + T : max_len);
+    rec_event *e = emit(r, REC_KERNEL, REC_UNIT_FP32_CORE, "attention_cached",
+                        2.0 * 2 * B * NH * slots * HD, 4 * bt * NH * HD + 8 * keys * NKV * HD,
+                        4 * bt * NH * HD, "B=%d T=%d len=%d max_len=%d NH=%d NKV=%d HD=%d%s", B,
+                        T, len, max_len, NH, NKV, HD, causal ? " causal" : "");
+    e->dense = true;
+    if (IN)
+        INOPS->attention_cached(IN, y, q, kc, vc, cmask, B, T, len, max_len, NH, NKV, HD, causal);
+    end(r, n0);
+}
+
 static void rc_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv, const float *dout,
                              const float *out, const float *state, const float *q, const float *k,
                              const float *v, const uint8_t *keymask, int B, int T, int NH, int NKV,
@@ -1068,15 +1103,15 @@ static void rc_denoise_block_counts(dllm_backend *be, int32_t *nm, const int32_t
 
 static void rc_denoise_rows(dllm_backend *be, int32_t *rows, int32_t *rows_u, int64_t *row_seq,
                             int32_t *row_pos, int32_t *seq_start, int32_t *n,
-                            const int32_t *canvas, int B, int T, int P, int hi, int mask_id,
-                            uint64_t seq_offset)
+                            const int32_t *canvas, int B, int T, int lo, int hi, int act_lo,
+                            int mask_id, uint64_t seq_offset)
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "denoise_rows");
-    elementwise(r, "denoise_rows", (size_t)B * (size_t)(hi > P ? hi - P : 0), 1, 4, 20);
+    elementwise(r, "denoise_rows", (size_t)B * (size_t)(hi > lo ? hi - lo : 0), 1, 4, 20);
     if (IN)
-        INOPS->denoise_rows(IN, rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, P,
-                            hi, mask_id, seq_offset);
+        INOPS->denoise_rows(IN, rows, rows_u, row_seq, row_pos, seq_start, n, canvas, B, T, lo,
+                            hi, act_lo, mask_id, seq_offset);
     end(r, n0);
 }
 
@@ -1094,8 +1129,8 @@ static void rc_denoise_logits_fix(dllm_backend *be, float *cond, const float *un
 
 static void rc_denoise_draw(dllm_backend *be, int32_t *x0, float *prob, double *rand_conf,
                             const float *logits, const int64_t *row_seq, const int32_t *row_pos,
-                            int n, int V, double temperature, uint64_t seed, uint64_t gstep,
-                            int exclude)
+                            int n, int V, double temperature, uint64_t seed,
+                            const int32_t *seq_step, uint64_t seq_offset, int exclude)
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "denoise_draw");
@@ -1104,7 +1139,7 @@ static void rc_denoise_draw(dllm_backend *be, int32_t *x0, float *prob, double *
     kernel(r, "denoise_draw", 40.0 * n * V, 4.0 * n * V, 16.0 * n, sh);
     if (IN)
         INOPS->denoise_draw(IN, x0, prob, rand_conf, logits, row_seq, row_pos, n, V, temperature,
-                            seed, gstep, exclude);
+                            seed, seq_step, seq_offset, exclude);
     end(r, n0);
 }
 
@@ -1112,16 +1147,45 @@ static void rc_denoise_commit(dllm_backend *be, int32_t *canvas, int16_t *commit
                               float *commit_prob, const int32_t *x0, const float *prob,
                               const double *rand_conf, const int32_t *row_pos,
                               const int32_t *seq_start, const int32_t *nm, int spb,
-                              int step_in_block, int gstep, int B, int T, int P, int G,
-                              int mask_id, int eos_id, int eot_id, bool cfg)
+                              int step_in_block, int32_t *seq_step, double threshold, int B,
+                              int T, int P, int G, int mask_id, int eos_id, int eot_id, bool cfg)
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "denoise_commit");
     elementwise(r, "denoise_commit", (size_t)B * (size_t)G, 1, 24, 10);
     if (IN)
         INOPS->denoise_commit(IN, canvas, commit_step, commit_prob, x0, prob, rand_conf, row_pos,
-                              seq_start, nm, spb, step_in_block, gstep, B, T, P, G, mask_id,
-                              eos_id, eot_id, cfg);
+                              seq_start, nm, spb, step_in_block, seq_step, threshold, B, T, P,
+                              G, mask_id, eos_id, eot_id, cfg);
+    end(r, n0);
+}
+
+static void rc_dream_draw(dllm_backend *be, int32_t *x0, double *key, float *prob, uint8_t *take,
+                          const float *logits, const int64_t *row_seq, const int32_t *row_pos,
+                          int n, int V, const dllm_dream_step *a)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "dream_draw");
+    char sh[64];
+    snprintf(sh, sizeof sh, "n=%d V=%d", n, V);
+    kernel(r, "dream_draw", 30.0 * n * V, 4.0 * n * V, 25.0 * n, sh);
+    if (IN)
+        INOPS->dream_draw(IN, x0, key, prob, take, logits, row_seq, row_pos, n, V, a);
+    end(r, n0);
+}
+
+static void rc_dream_commit(dllm_backend *be, int32_t *canvas, int16_t *commit_step,
+                            float *commit_prob, const int32_t *x0, const double *key,
+                            const float *prob, const uint8_t *take, const int32_t *row_pos,
+                            const int32_t *seq_start, int B, int T, int P, int G, int mask_id,
+                            const dllm_dream_step *a)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "dream_commit");
+    elementwise(r, "dream_commit", (size_t)B * (size_t)G, 1, 25, 10);
+    if (IN)
+        INOPS->dream_commit(IN, canvas, commit_step, commit_prob, x0, key, prob, take, row_pos,
+                            seq_start, B, T, P, G, mask_id, a);
     end(r, n0);
 }
 
@@ -1146,6 +1210,8 @@ static const dllm_backend_ops record_ops = {
     .attn_state_floats = rc_attn_state_floats,
     .attention_fwd = rc_attention_fwd,
     .attention_bwd = rc_attention_bwd,
+    .kv_append = rc_kv_append,
+    .attention_cached = rc_attention_cached,
     .swiglu_fwd = rc_swiglu_fwd,
     .swiglu_bwd = rc_swiglu_bwd,
     .embedding_fwd = rc_embedding_fwd,
@@ -1179,6 +1245,8 @@ static const dllm_backend_ops record_ops = {
     .denoise_logits_fix = rc_denoise_logits_fix,
     .denoise_draw = rc_denoise_draw,
     .denoise_commit = rc_denoise_commit,
+    .dream_draw = rc_dream_draw,
+    .dream_commit = rc_dream_commit,
     .adamw_step = rc_adamw_step,
 };
 

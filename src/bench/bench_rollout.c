@@ -54,13 +54,13 @@ static const char usage_text[] =
     "(4 B T^2 QD per layer), plus the head on the rows the sampler asks for (estimated:\n"
     "the block's masked positions, on average B blk (spb + 1) / (2 spb), spb = steps per\n"
     "block). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
-    "--cache and --threshold (llada, CPU) run the cached / parallel sampler (docs/METHOD.md\n"
+    "--cache and --threshold (llada) run the cached / parallel sampler (docs/METHOD.md\n"
     "§2a); nfe is the forward passes of one rollout (per completion: each pass covers\n"
     "every row of the batch), step_ms the time per pass, and GFLOP/s is not printed (the\n"
     "count above is of full passes).\n"
     "--clock cpu times by the process's CPU time instead of wall time: per core-second,\n"
     "less sensitive to other jobs on a shared machine (use it with OMP_NUM_THREADS=1).\n"
-    "--device cuda runs the model on the CUDA backend (the sampler on the host); under the\n"
+    "--device cuda runs the model and the sampler's loop on the CUDA backend; under the\n"
     "CUDA emulation build it also prints the device memory peak of each precision\n"
     "(dev_peak_MiB: everything allocated, the backend's workspaces included), to compare\n"
     "with `dllm-rl plan`; the emulation's times say nothing about a GPU.\n"
@@ -154,10 +154,9 @@ int bench_rollout(int argc, char **argv)
     if (dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("bench rollout", &err);
     const bool fast = cache != DLLM_CACHE_NONE || threshold > 0;
-    if (fast && (strcmp(arch, "llada") || dev_be)) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: LLaDA on the CPU only (%s)",
-                     cache != DLLM_CACHE_NONE ? "--cache" : "--threshold",
-                     dev_be ? "not on the device yet" : "--arch llada");
+    if (fast && strcmp(arch, "llada")) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: LLaDA only (--arch llada)",
+                     cache != DLLM_CACHE_NONE ? "--cache" : "--threshold");
         return cli_fail("bench rollout", &err);
     }
     bool peak = false; /* the emulated allocator's peak (a GPU's is not measured here) */

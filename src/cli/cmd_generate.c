@@ -71,8 +71,9 @@ static const char usage_text[] =
     "output row at +-127, activations per token at +-63), exact integer products in\n"
     "int32 (oneDNN), scaled in fp32. The rest of a low-precision copy is bf16.\n"
     "--device cuda runs the model's forwards on the CUDA backend (weights, rollout copy\n"
-    "and activations in device memory; the sampler on the host, reading the logits of the\n"
-    "rows it asks for); cpu (the default) on the host. Without a usable CUDA device (or\n"
+    "and activations in device memory) and the sampler's loop there too (the canvas, the\n"
+    "block cache of --cache and the KV cache in device memory; the host sees a count of\n"
+    "rows per step and the result); cpu (the default) on the host. Without a usable CUDA device (or\n"
     "in a build without CUDA) cuda is refused, saying why.\n"
     "--mask-token: allow (default, the published sampler) lets x0 be the mask token,\n"
     "which leaves the position masked to compete again later; forbid never draws it,\n"
@@ -457,9 +458,6 @@ int cmd_generate(int argc, char **argv)
                           "%s: a flag of the denoising sampler; %s is an autoregressive model, "
                           "decoded left to right (it takes --temperature and --top-p)",
                           denoise_flag, model_dir);
-    else if (dev_be && (cache != DLLM_CACHE_NONE || threshold > 0))
-        rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: not on the device yet (--device %s)",
-                          cache != DLLM_CACHE_NONE ? "--cache" : "--threshold", device);
     if (!rc && !strcmp(chat, "auto"))
         rc = dllm_chat_format_from_dir(model_dir, &fmt, &err);
     else if (!rc)

@@ -1,6 +1,6 @@
 /* mem_plan_device.c: the device bytes of today's device path (mem_plan_device.h).
  *
- * Every item is an allocation of dllm/transformer_device.c, dllm/sampler_device.c,
+ * Every item is an allocation of dllm/transformer_device.c, dllm/sampler.c,
  * dllm/transformer_fwd.c (tf_acts_ensure, +4 bytes per buffer as acts_alloc adds them)
  * or the CUDA backend, at the size the code asks for:
  *   kept      the views (trainer: fp32, or bf16-packed linears and head under a bf16
@@ -339,11 +339,10 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, BB * T, rows));
             qaneed = max64(qaneed, qa_forward(&d, f, pr, BB * T));
             tmax = max64(tmax, T);
-        } else if (a->sampler == DLLM_SAMPLER_DREAM) { /* Dream's host sampler: the first step scores B G rows */
-            int64_t R = (int64_t)s->B * s->G;
-            acts_use(&ra, s->B, T, R, &d);
-            chunk = max64(chunk, R < rows ? R : rows);
-            wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, s->B * T, R < rows ? R : rows));
+        } else if (a->sampler == DLLM_SAMPLER_DREAM) { /* Dream's loop over la[1] */
+            acts_use(&la, s->B, T, rows, &d);
+            wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, s->B * T, rows));
+            wsneed = max64(wsneed, 32 * 12 * (int64_t)d.V); /* the draw's scratch: 32 rows */
             qaneed = max64(qaneed, qa_forward(&d, f, pr, s->B * T));
             tmax = max64(tmax, T);
         } else { /* KV-cache decoding (dllm/qwen3_device.c): the prefill is the widest */
@@ -444,14 +443,21 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     if (chunk)
         item(p, false, "logits chunk", chunk * (4 * d.V + 8), "%lld rows x (4 V + 8) (of at most "
              "%lld)", (long long)chunk, (long long)rows);
-    if (roll && a->sampler == DLLM_SAMPLER_BLOCK) { /* dllm_sample_device's buffers */
-        int64_t B = s->B, BB = s->cfg ? 2 * B : B, nr = B * s->G;
+    if (roll && a->sampler == DLLM_SAMPLER_BLOCK) { /* dllm_sample_model's buffers */
+        /* under CFG a chunk's cond and uncond rows share the logits rows (and hrows) */
+        int64_t B = s->B, BB = s->cfg ? 2 * B : B, nr = B * s->G, lr = s->cfg ? rows / 2 * 2 : rows;
         int64_t b = BB * T * 5 + nr * (4 + (s->cfg ? 4 : 0) + 8 + 4 + 4 + 4 +
                                       (s->random_remask ? 8 : 0) + 2 + 4) +
-                    4 * (B + 1) + 4 + 4 * B + (s->cfg ? 2 : 1) * rows * d.V * 4;
+                    4 * (B + 1) + 4 + 8 * B + (s->cfg ? 4 * lr : 0) + lr * d.V * 4;
         item(p, true, "device sampler", b, "canvas and key mask 5 BB T, per row %d bytes, "
-             "%s%lld x V logits", 30 + (s->cfg ? 4 : 0) + (s->random_remask ? 8 : 0),
-             s->cfg ? "2 x " : "", (long long)rows);
+             "%lld x V logits", 30 + (s->cfg ? 4 : 0) + (s->random_remask ? 8 : 0),
+             (long long)lr);
+    }
+    if (roll && a->sampler == DLLM_SAMPLER_DREAM) { /* dllm_dream_sample_model's buffers */
+        int64_t B = s->B, nr = B * s->G;
+        int64_t b = B * T * 5 + nr * 39 + 4 * (B + 1) + 4 + rows * d.V * 4;
+        item(p, true, "device sampler", b, "canvas and key mask 5 B T, per row 39 bytes, "
+             "%lld x V logits", (long long)rows);
     }
     if (roll && a->sampler == DLLM_SAMPLER_AR) { /* one dllm_ar_sample on the device */
         int64_t B = s->B, S = T, hr = B < rows ? B : rows;

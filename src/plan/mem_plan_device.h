@@ -1,5 +1,5 @@
 /* mem_plan_device.h: what the device path of today holds on the device
- * (dllm/transformer_device.c, dllm/transformer_device_train.c, dllm/sampler_device.c,
+ * (dllm/transformer_device.c, dllm/transformer_device_train.c, dllm/sampler.c,
  * the CUDA backend), for the phases it runs there: rollouts, scoring without
  * gradients, or a training run's both with the update on the device (gradients, AdamW
  * moments, the kept forward and its backward). `dllm-rl plan --phase` prints it; the

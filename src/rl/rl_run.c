@@ -168,7 +168,7 @@ static int setup_estimators(rl_run *run, dllm_err *err)
     s.cache = c->eval.cache;
     s.threshold = c->eval.threshold;
     run->eval_sampler = s;
-    /* cached and parallel denoising: LLaDA's sampler on the host (docs/METHOD.md §2a) */
+    /* cached and parallel denoising: LLaDA's sampler (docs/METHOD.md §2a) */
     const dllm_arch_desc *arch = dllm_arch_get(run->mc->arch);
     for (int k = 0; k < 2; k++) {
         const char *sec = k ? "eval" : "rollout";
@@ -188,9 +188,6 @@ static int setup_estimators(rl_run *run, dllm_err *err)
             return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.block_length %d must divide "
                                 "%s.gen_length %d under %s.cache %s", sec, bl, sec, gl, sec,
                                 dllm_cache_name(q->cache));
-        if (c->device != CFG_DEVICE_CPU)
-            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.%s: not on the device yet (device: cuda)",
-                                sec, what);
     }
     /* mu is the sampler: under the trajectory estimator its recorded probabilities (at
      * temperature 1) are l_mu, the replay at the rollout precision l_mu_exact */

@@ -288,14 +288,15 @@ START_TEST(test_backend_table_complete)
      * by test_precision through the model), the CPU's grouped
      * FP8 linears, the weight-cache release and the 4 optional fused FP8 ones (one case
      * name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent and
-     * bias are cased as forward + backward pairs; the 7 sampler entries (the
-     * autoregressive choice, its optional nucleus, the 5 of the denoising step) are run
-     * on both backends by the samplers' own tests (tests/unit/test_qwen3_device.c's fake
-     * decoder, tests/unit/test_sampler_device.c; the kernels also in tests/unit/backend_kernel_cases.c).
+     * bias are cased as forward + backward pairs; the 9 sampler entries (the
+     * autoregressive choice, its optional nucleus, the 5 of the denoising step, Dream's 2)
+     * are run on both backends by the samplers' own tests (tests/unit/test_qwen3_device.c's
+     * fake decoder, tests/unit/test_sampler_device.c; the kernels also in
+     * tests/unit/backend_kernel_cases.c).
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 28 + 3 + 1 + 1 + 4 + 7);
+                      7 + 28 + 3 + 1 + 1 + 4 + 9);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs

@@ -40,7 +40,10 @@
 #include "config.h"
 
 #include "dllm/ar_sampler.h"
+#include "dllm/block_cache.h"
 #include "dllm/device_logits.h"
+#include "dllm/dream_sampler.h"
+#include "dllm/sampler.h"
 #include "dllm/transformer.h"
 #include "dllm/transformer_device_impl.h" /* tf_device_fuse_fp8 */
 #include "kernels/backend.h"
@@ -442,6 +445,77 @@ START_TEST(test_int8_refused)
 }
 END_TEST
 
+static int nograd_fn(void *m, const int32_t *tok, const uint8_t *km, int B_, int T_,
+                     const int32_t *rows, int n, float *logits)
+{
+    return dllm_tf_forward_nograd(m, tok, km, B_, T_, rows, n, logits);
+}
+
+/* The denoising samplers' one loop on a real model: LLaDA plain, threshold, prefix and
+ * dual cache (the block cache in device memory), and Dream, greedy on the device, give
+ * the CPU's tokens (the logits agree to ~1e-6, far inside these models' margins) and the
+ * same forward count. _i: 0 plain, 1 threshold (below every confidence), 2 prefix, 3 dual + threshold, 4 Dream. */
+START_TEST(test_denoise_device)
+{
+    dllm_backend *be = cuda_or_skip();
+    const bool dream = _i == 4;
+    dllm_tf *m = tiny(dream ? 2 : 0);
+    const dllm_model_config *mc = dllm_tf_config(m);
+    enum { P = 5, G = 12 };
+    int32_t prompts[2 * P];
+    uint8_t pm[2 * P];
+    for (int i = 0; i < 2 * P; i++) {
+        prompts[i] = (i * 29 + 3) % (mc->vocab_size - 2);
+        pm[i] = !(i / P == 1 && i % P < 2);
+    }
+    dllm_sampler_cfg sc = {.gen_length = G, .block_length = 4, .steps = 6, .temperature = 0,
+                           .mask_id = mc->mask_token_id, .eos_id = -1, .eot_id = -1,
+                           .vocab = mc->embedding_size, .mask_token = DLLM_MASK_TOKEN_FORBID,
+                           .threshold = _i == 1 ? 1e-6 : _i == 3 ? 0.3 : 0,
+                           .cache = _i == 2 ? DLLM_CACHE_PREFIX : _i == 3 ? DLLM_CACHE_DUAL
+                                                                       : DLLM_CACHE_NONE};
+    dllm_dream_cfg d = dllm_dream_cfg_default();
+    d.alg = DLLM_DREAM_MASKGIT_PLUS;
+    dllm_rollout host = {0}, dev = {0};
+    dllm_err err = {0};
+    dllm_block_cache *bc = NULL;
+    if (dream)
+        ck_assert_int_eq(dllm_dream_sample(nograd_fn, m, prompts, pm, 2, P, &sc, &d, 3, &host, &err), 0);
+    else if (sc.cache != DLLM_CACHE_NONE) {
+        ck_assert_int_eq(dllm_block_cache_new(&bc, m, false, &err), 0);
+        dllm_sampler_cache cache = {dllm_block_cache_fill, dllm_block_cache_step, bc};
+        ck_assert_msg(dllm_sample_cached(NULL, NULL, &cache, prompts, pm, 2, P, &sc, 3, &host,
+                                         &err) == 0, "%s", err.msg);
+        dllm_block_cache_free(bc);
+    } else
+        ck_assert_int_eq(dllm_sample(nograd_fn, m, prompts, pm, 2, P, &sc, 3, &host, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(m, be, &err), 0);
+    dllm_device_logits dl;
+    if (sc.cache != DLLM_CACHE_NONE) {
+        ck_assert_int_eq(dllm_block_cache_new(&bc, m, false, &err), 0);
+        dl = dllm_block_cache_view(bc);
+        ck_assert_ptr_eq(dl.be, be);
+    } else
+        ck_assert_int_eq(dllm_tf_device_logits(m, false, &dl, &err), 0);
+    int rc = dream ? dllm_dream_sample_model(&dl, prompts, pm, 2, P, &sc, &d, 3, &dev, &err)
+                   : dllm_sample_model(&dl, prompts, pm, 2, P, &sc, 3, &dev, &err);
+    ck_assert_msg(rc == 0, "%s", err.msg);
+    for (int i = 0; i < 2 * (P + G); i++)
+        ck_assert_msg(host.tokens[i] == dev.tokens[i], "case %d token %d: %d vs CPU %d", _i, i,
+                      dev.tokens[i], host.tokens[i]);
+    ck_assert_int_eq(memcmp(host.commit_step, dev.commit_step, sizeof(int16_t) * 2 * G), 0);
+    ck_assert_int_eq(host.nfe, dev.nfe);
+    /* a threshold below every confidence commits a whole block per forward; at 0.3 a
+     * random tiny model's confidences may never pass it, so only the equality above holds */
+    if (_i == 1)
+        ck_assert_msg(dev.nfe < G, "case %d: %d forwards", _i, dev.nfe);
+    dllm_block_cache_free(bc);
+    dllm_rollout_free(&host);
+    dllm_rollout_free(&dev);
+    dllm_tf_free(m);
+}
+END_TEST
+
 /* Qwen3 greedy decoding: full forwards on the device, the CPU's KV cache on the host. */
 START_TEST(test_qwen3_decode)
 {
@@ -662,6 +736,7 @@ Suite *tu_suite(tu_ctx *ctx)
         tcase_add_test(tc, test_int8_refused);
         tcase_add_test(tc, test_fp8_block_old_cublas);
         tcase_add_test(tc, test_qwen3_decode);
+        tcase_add_loop_test(tc, test_denoise_device, 0, 5);
         tcase_add_loop_test(tc, test_fp8_fused_logits, 0, 6);
     }
     if (cli) {

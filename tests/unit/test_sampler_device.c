@@ -1,5 +1,6 @@
-/* test_sampler_device: the device-resident LLaDA sampler (dllm/sampler_device.h) against
- * dllm_sample on the same logits, bit for bit, and the bound on what it sends to the host.
+/* test_sampler_device: the LLaDA sampler's one loop (dllm/sampler.h, dllm_sample_model) on a
+ * device backend against dllm_sample (the same loop on the CPU backend over a host model) on
+ * the same logits, bit for bit, and the bound on what it sends to the host.
  *
  * The model is a fake that runs through the backend table, so one code runs on the CUDA
  * backend (behind dllm_device_logits) and on the CPU backend (behind a dllm_logits_fn):
@@ -18,8 +19,8 @@
 #include "config.h"
 
 #include "dllm/device_logits.h"
+#include "dllm/dream_sampler.h"
 #include "dllm/sampler.h"
-#include "dllm/sampler_device.h"
 #include "kernels/backend.h"
 #include "kernels/rng.h"
 #include "tests/harness/counting_backend.h"
@@ -45,7 +46,9 @@ typedef struct {
     float *kw;                      /* (MAX_BB, MAX_BB*MAX_T) keymask / 8, block-diagonal */
     float *e, *pe, *ctx, *g;        /* (MAX_BB*MAX_T,C) x2, (MAX_BB,C), (MAX_BB*MAX_T,C) */
     int B, T, ids_T, max_rows;
+    float *ctx_fill;                /* (MAX_BB,C) the context of the last fill */
     int layers_calls, head_calls, max_head_n, fail_at; /* fail_at: layers() call to fail */
+    int step_calls;
 } fake;
 
 /* multiples of 1/8 in [-1, 1] (amp 0: zeros) */
@@ -88,11 +91,13 @@ static void fake_init(fake *f, dllm_backend *be, uint64_t wkey, int with_pos, fl
     f->pe = be->ops->alloc(be, sizeof(float) * rows * FC);
     f->ctx = be->ops->alloc(be, sizeof(float) * MAX_BB * FC);
     f->g = be->ops->alloc(be, sizeof(float) * rows * FC);
+    f->ctx_fill = be->ops->alloc(be, sizeof(float) * MAX_BB * FC);
 }
 
 static void fake_free(fake *f)
 {
-    void *all[] = {f->emb, f->pos, f->head, f->bias, f->pos_ids, f->kw, f->e, f->pe, f->ctx, f->g};
+    void *all[] = {f->emb, f->pos, f->head, f->bias, f->pos_ids, f->kw, f->e, f->pe, f->ctx, f->g,
+                   f->ctx_fill};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         f->be->ops->free(f->be, all[i]);
 }
@@ -147,6 +152,69 @@ static int fake_head(void *ctx, const int32_t *rows, int n, float *logits)
     return 0;
 }
 
+/* The fake's block cache: fill is layers() keeping the context; a step recomputes the
+ * hidden rows of positions [lo, hi) from their current tokens over the fill's context
+ * (the stale keys a cached step attends to), the other rows keeping the fill's. */
+static int fake_fill(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T)
+{
+    fake *f = ctx;
+    if (fake_layers(f, tokens, keymask, B, T))
+        return 1;
+    f->be->ops->copy(f->be, f->ctx_fill, f->ctx, sizeof(float) * (size_t)B * FC);
+    return 0;
+}
+
+static int fake_step(void *ctx, const int32_t *tokens, int B, int T, int lo, int hi)
+{
+    fake *f = ctx;
+    dllm_backend *be = f->be;
+    ck_assert_msg(B == f->B && T == f->T && 0 <= lo && lo < hi && hi <= T,
+                  "fake step [%d, %d) of %d x %d after a fill of %d x %d", lo, hi, B, T, f->B, f->T);
+    f->step_calls++;
+    const int N = B * T;
+    be->ops->embedding_fwd(be, f->g, tokens, f->emb, N, FC);
+    be->ops->embedding_fwd(be, f->pe, f->pos_ids, f->pos, N, FC);
+    be->ops->add(be, f->g, f->pe, (size_t)N * FC);
+    for (int b = 0; b < B; b++) {
+        float *gb = f->g + (size_t)b * T * FC;
+        be->ops->bias_fwd(be, gb, f->ctx_fill + (size_t)b * FC, T, FC);
+        be->ops->copy(be, f->e + ((size_t)b * T + lo) * FC, gb + (size_t)lo * FC,
+                      sizeof(float) * (size_t)(hi - lo) * FC);
+    }
+    return 0;
+}
+
+static void fake_heads(fake *f, const int32_t *rows, int n_rows, float *logits)
+{
+    for (int i0 = 0; i0 < n_rows; i0 += f->max_rows) {
+        int m = n_rows - i0 < f->max_rows ? n_rows - i0 : f->max_rows;
+        fake_head(f, rows + i0, m, logits + (size_t)i0 * FV);
+    }
+}
+
+/* The cache on the CPU backend as a dllm_sampler_cache. */
+static int fake_fill_fn(void *model, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                        const int32_t *rows, int n_rows, float *logits)
+{
+    if (fake_fill(model, tokens, keymask, B, T))
+        return 1;
+    fake_heads(model, rows, n_rows, logits);
+    return 0;
+}
+
+static int fake_step_fn(void *model, const int32_t *tokens, const uint8_t *keymask, int B, int T,
+                        int lo, int hi, const int32_t *rows, int n_rows, float *logits)
+{
+    (void)keymask;
+    for (int i = 0; i < n_rows; i++)
+        ck_assert_msg(rows[i] % T >= lo && rows[i] % T < hi, "cached row %d outside [%d, %d)",
+                      rows[i], lo, hi);
+    if (fake_step(model, tokens, B, T, lo, hi))
+        return 1;
+    fake_heads(model, rows, n_rows, logits);
+    return 0;
+}
+
 /* The same fake on the CPU backend as a dllm_logits_fn (host memory is its memory). */
 static int fake_logits_fn(void *model, const int32_t *tokens, const uint8_t *keymask, int B,
                           int T, const int32_t *rows, int n_rows, float *logits)
@@ -175,29 +243,39 @@ typedef struct {
     int with_pos, max_rows;
     uint64_t seq_offset;
     int expect; /* 1: some position left masked; 2: head() chunked within a step */
+    double threshold;
+    dllm_cache cache;
 } sd_case;
 
 enum { LEFT_MASKS = 1, CHUNKED = 2 };
 
 static const sd_case CASES[] = {
-    {"greedy low_conf", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0},
-    {"sampled low_conf", 3, 6, 16, 8, 8, 0.9, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0},
-    {"sampled random", 3, 6, 16, 4, 8, 1.3, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0},
-    {"greedy random", 2, 5, 12, 12, 6, 0.0, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0},
-    {"cfg greedy", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0.3, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0},
-    {"cfg sampled random", 2, 6, 16, 4, 8, 0.8, REMASK_RANDOM, 0.45, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0},
-    {"logits_eos_inf", 3, 6, 16, 8, 8, 0.7, REMASK_LOW_CONFIDENCE, 0, 1, 0, 0, 0.0f, 3.0f, 1, 64, 0, 0},
-    {"confidence_eos_eot_inf", 3, 6, 16, 8, 8, 0.7, REMASK_LOW_CONFIDENCE, 0, 0, 1, 0, 0.0f, 3.0f, 1, 64, 0, 0},
-    {"both eos switches greedy", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 1, 1, 0, 0.0f, 3.0f, 1, 64, 0, 0},
-    {"mask allow greedy", 3, 6, 16, 4, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, DLLM_MASK_TOKEN_ALLOW, 3.0f, 0.0f, 1, 64, 0, LEFT_MASKS},
-    {"mask allow sampled", 3, 6, 16, 4, 8, 1.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, DLLM_MASK_TOKEN_ALLOW, 3.0f, 0.0f, 1, 64, 0, LEFT_MASKS},
-    {"mask forbid greedy", 3, 6, 16, 4, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, DLLM_MASK_TOKEN_FORBID, 3.0f, 0.0f, 1, 64, 0, 0},
-    {"mask forbid sampled cfg", 3, 6, 16, 4, 8, 1.0, REMASK_RANDOM, 0.7, 0, 0, DLLM_MASK_TOKEN_FORBID, 3.0f, 0.0f, 1, 64, 0, 0},
-    {"ties (no positions)", 3, 6, 16, 8, 4, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 0, 64, 0, 0},
-    {"seq_offset past 2^32", 3, 6, 16, 8, 8, 1.0, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 5000000007ULL, 0},
-    {"chunked head", 4, 6, 24, 12, 6, 0.8, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 5, 3, CHUNKED},
-    {"chunked cfg allow", 4, 6, 24, 8, 6, 0.0, REMASK_LOW_CONFIDENCE, 1.1, 1, 1, DLLM_MASK_TOKEN_ALLOW, 5.0f, 1.0f, 1, 7, 11, CHUNKED | LEFT_MASKS},
-    {"one block of all", 2, 4, 10, 10, 10, 0.5, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0},
+    {"greedy low_conf", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"sampled low_conf", 3, 6, 16, 8, 8, 0.9, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"sampled random", 3, 6, 16, 4, 8, 1.3, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"greedy random", 2, 5, 12, 12, 6, 0.0, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"cfg greedy", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0.3, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"cfg sampled random", 2, 6, 16, 4, 8, 0.8, REMASK_RANDOM, 0.45, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"logits_eos_inf", 3, 6, 16, 8, 8, 0.7, REMASK_LOW_CONFIDENCE, 0, 1, 0, 0, 0.0f, 3.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"confidence_eos_eot_inf", 3, 6, 16, 8, 8, 0.7, REMASK_LOW_CONFIDENCE, 0, 0, 1, 0, 0.0f, 3.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"both eos switches greedy", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 1, 1, 0, 0.0f, 3.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"mask allow greedy", 3, 6, 16, 4, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, DLLM_MASK_TOKEN_ALLOW, 3.0f, 0.0f, 1, 64, 0, LEFT_MASKS, 0, DLLM_CACHE_NONE},
+    {"mask allow sampled", 3, 6, 16, 4, 8, 1.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, DLLM_MASK_TOKEN_ALLOW, 3.0f, 0.0f, 1, 64, 0, LEFT_MASKS, 0, DLLM_CACHE_NONE},
+    {"mask forbid greedy", 3, 6, 16, 4, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, DLLM_MASK_TOKEN_FORBID, 3.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"mask forbid sampled cfg", 3, 6, 16, 4, 8, 1.0, REMASK_RANDOM, 0.7, 0, 0, DLLM_MASK_TOKEN_FORBID, 3.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"ties (no positions)", 3, 6, 16, 8, 4, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 0, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    {"seq_offset past 2^32", 3, 6, 16, 8, 8, 1.0, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 5000000007ULL, 0, 0, DLLM_CACHE_NONE},
+    {"chunked head", 4, 6, 24, 12, 6, 0.8, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 5, 3, CHUNKED, 0, DLLM_CACHE_NONE},
+    {"chunked cfg allow", 4, 6, 24, 8, 6, 0.0, REMASK_LOW_CONFIDENCE, 1.1, 1, 1, DLLM_MASK_TOKEN_ALLOW, 5.0f, 1.0f, 1, 7, 11, CHUNKED | LEFT_MASKS, 0, DLLM_CACHE_NONE},
+    {"one block of all", 2, 4, 10, 10, 10, 0.5, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_NONE},
+    /* confidence-threshold parallel commits and the block cache (dllm/sampler.h) */
+    {"threshold greedy", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0.2, DLLM_CACHE_NONE},
+    {"threshold sampled random", 3, 6, 16, 8, 8, 0.9, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 7, 0, 0.7, DLLM_CACHE_NONE},
+    {"threshold allow cfg", 3, 6, 16, 4, 8, 0.0, REMASK_LOW_CONFIDENCE, 0.5, 0, 1, DLLM_MASK_TOKEN_ALLOW, 3.0f, 3.0f, 1, 64, 0, LEFT_MASKS, 0.3, DLLM_CACHE_NONE},
+    {"prefix cache", 3, 6, 16, 8, 8, 0.7, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_PREFIX},
+    {"dual cache random", 3, 6, 16, 4, 8, 1.1, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_DUAL},
+    {"dual cache threshold allow", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 1, 0, DLLM_MASK_TOKEN_ALLOW, 3.0f, 1.0f, 1, 64, 0, LEFT_MASKS, 0.25, DLLM_CACHE_DUAL},
+    {"prefix cache threshold chunked", 4, 6, 24, 12, 6, 0.8, REMASK_LOW_CONFIDENCE, 0, 0, 0, DLLM_MASK_TOKEN_FORBID, 3.0f, 0.0f, 1, 5, 3, CHUNKED, 0.4, DLLM_CACHE_PREFIX},
 };
 
 /* Left-padded prompts of uneven length (sequence b has (b*2) % (P-1) pad positions,
@@ -220,15 +298,27 @@ static dllm_sampler_cfg case_cfg(const sd_case *c)
                           .temperature = c->temp, .remasking = c->remask, .cfg_scale = c->cfg,
                           .logits_eos_inf = c->eos_inf, .confidence_eos_eot_inf = c->conf_eos_inf,
                           .mask_id = F_MASK, .eos_id = F_EOS, .eot_id = F_EOT, .vocab = FV,
-                          .mask_token = c->mt, .seq_offset = c->seq_offset};
+                          .mask_token = c->mt, .seq_offset = c->seq_offset,
+                          .cache = c->cache, .threshold = c->threshold};
     return s;
 }
 
 static dllm_device_logits device_view(fake *f, dllm_backend *be_seen)
 {
     dllm_device_logits m = {.ctx = f, .be = be_seen, .V = FV, .max_rows = f->max_rows,
-                            .layers = fake_layers, .head = fake_head};
+                            .layers = fake_layers, .head = fake_head, .fill = fake_fill,
+                            .step = fake_step};
     return m;
+}
+
+/* dllm_sample (dllm_sample_cached under a cache) of the fake on the CPU backend. */
+static int host_sample(fake *f, const int32_t *prompts, const uint8_t *pm, const sd_case *c,
+                       const dllm_sampler_cfg *sc, uint64_t seed, dllm_rollout *out,
+                       dllm_err *err)
+{
+    dllm_sampler_cache cache = {fake_fill_fn, fake_step_fn, f};
+    return dllm_sample_cached(fake_logits_fn, f, &cache, prompts, pm, c->B, c->P, sc, seed, out,
+                              err);
 }
 
 START_TEST(test_device_matches_cpu)
@@ -252,11 +342,11 @@ START_TEST(test_device_matches_cpu)
 
     dllm_rollout want, got;
     dllm_err err = {0};
-    ck_assert_msg(dllm_sample(fake_logits_fn, &fh, prompts, pm, c->B, c->P, &sc, seed, &want, &err) == 0,
+    ck_assert_msg(host_sample(&fh, prompts, pm, c, &sc, seed, &want, &err) == 0,
                   "%s: CPU: %s", c->name, err.msg);
     dllm_device_logits m = device_view(&fd, tu_counting_backend(cuda));
     tu_count_reset();
-    ck_assert_msg(dllm_sample_device(&m, prompts, pm, c->B, c->P, &sc, seed, &got, &err) == 0,
+    ck_assert_msg(dllm_sample_model(&m, prompts, pm, c->B, c->P, &sc, seed, &got, &err) == 0,
                   "%s: device: %s", c->name, err.msg);
 
     const int B = c->B, T = c->P + c->G, G = c->G;
@@ -280,19 +370,29 @@ START_TEST(test_device_matches_cpu)
         ck_assert_msg(left > 0, "%s: no position left masked", c->name);
     if (c->mt == DLLM_MASK_TOKEN_FORBID)
         ck_assert_int_eq(left, 0);
+    /* under CFG a chunk's cond and uncond rows share one head() call */
     if (c->expect & CHUNKED)
-        ck_assert_msg(fd.head_calls > fd.layers_calls * (c->cfg > 0 ? 2 : 1) &&
-                          fd.max_head_n == c->max_rows,
+        ck_assert_msg(fd.head_calls > fd.layers_calls &&
+                          fd.max_head_n == (c->cfg > 0 ? c->max_rows / 2 * 2 : c->max_rows),
                       "%s: head() was not chunked (%d calls, %d layers)", c->name, fd.head_calls,
                       fd.layers_calls);
     ck_assert_int_eq(fd.layers_calls, fh.layers_calls); /* a step with no rows runs no forward */
+    ck_assert_int_eq(fd.step_calls, fh.step_calls);
+    ck_assert_int_eq(got.nfe, want.nfe);
+    if (c->cache != DLLM_CACHE_NONE)
+        ck_assert_msg(fd.step_calls > 0, "%s: no cached step", c->name);
+    if (c->threshold > 0) /* some step committed more than one position */
+        ck_assert_msg(got.nfe < G / c->block * c->block, "%s: the threshold saved no forward (%d)",
+                      c->name, got.nfe);
 
     /* host traffic: per step at most one 4-byte count; at the end the canvas and the
-     * records; at the start the canvas, key mask and records once */
+     * records; at the start the canvas, key mask and records once (a threshold's block
+     * takes up to block_length steps) */
     const int BB = c->cfg > 0 ? 2 * B : B;
-    ck_assert_msg(tu_counted.n_down <= (size_t)c->steps + 3, "%s: %zu downloads for %d steps", c->name,
-                  tu_counted.n_down, c->steps);
-    ck_assert_msg(tu_counted.bytes_down <= (size_t)c->steps * 4 + (size_t)B * T * 4 + (size_t)B * G * 6,
+    const int max_steps = c->threshold > 0 ? G : c->steps;
+    ck_assert_msg(tu_counted.n_down <= (size_t)max_steps + 3, "%s: %zu downloads for %d steps", c->name,
+                  tu_counted.n_down, max_steps);
+    ck_assert_msg(tu_counted.bytes_down <= (size_t)max_steps * 4 + (size_t)B * T * 4 + (size_t)B * G * 6,
                   "%s: %zu bytes downloaded", c->name, tu_counted.bytes_down);
     ck_assert_msg(tu_counted.n_up <= 4 && tu_counted.bytes_up <= (size_t)BB * T * 5 + (size_t)B * G * 6,
                   "%s: %zu uploads, %zu bytes", c->name, tu_counted.n_up, tu_counted.bytes_up);
@@ -321,10 +421,10 @@ START_TEST(test_table_loop_on_cpu)
     dllm_sampler_cfg sc = case_cfg(c);
     dllm_rollout want, got;
     dllm_err err = {0};
-    ck_assert_msg(dllm_sample(fake_logits_fn, &fh, prompts, pm, c->B, c->P, &sc, seed, &want, &err) == 0,
+    ck_assert_msg(host_sample(&fh, prompts, pm, c, &sc, seed, &want, &err) == 0,
                   "%s: dllm_sample: %s", c->name, err.msg);
     dllm_device_logits m = device_view(&fl, cpu);
-    ck_assert_msg(dllm_sample_device(&m, prompts, pm, c->B, c->P, &sc, seed, &got, &err) == 0,
+    ck_assert_msg(dllm_sample_model(&m, prompts, pm, c->B, c->P, &sc, seed, &got, &err) == 0,
                   "%s: table loop: %s", c->name, err.msg);
     const int B = c->B, T = c->P + c->G, G = c->G;
     ck_assert_msg(memcmp(got.tokens, want.tokens, sizeof *got.tokens * (size_t)B * T) == 0,
@@ -336,6 +436,7 @@ START_TEST(test_table_loop_on_cpu)
     ck_assert_msg(memcmp(got.n_masked_left, want.n_masked_left, sizeof *got.n_masked_left * (size_t)B) == 0,
                   "%s: masks left differ", c->name);
     ck_assert_int_eq(fl.layers_calls, fh.layers_calls);
+    ck_assert_int_eq(fl.step_calls, fh.step_calls);
     dllm_rollout_free(&want);
     dllm_rollout_free(&got);
     fake_free(&fl);
@@ -402,21 +503,110 @@ START_TEST(test_device_refusals)
 
     dllm_device_logits m = device_view(&fd, cuda);
     sc.vocab = FV + 1;
-    ck_assert_int_eq(dllm_sample_device(&m, prompts, pm, c->B, c->P, &sc, 1, &r, &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_sample_model(&m, prompts, pm, c->B, c->P, &sc, 1, &r, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "vocab") != NULL, "message: %s", err.msg);
 
     sc = case_cfg(c);
     sc.block_length = 5; /* does not divide 16 */
-    ck_assert_int_eq(dllm_sample_device(&m, prompts, pm, c->B, c->P, &sc, 1, &r, &err), DLLM_EXIT_INPUT);
+    ck_assert_int_eq(dllm_sample_model(&m, prompts, pm, c->B, c->P, &sc, 1, &r, &err), DLLM_EXIT_INPUT);
     ck_assert_msg(strstr(err.msg, "block_length") != NULL, "message: %s", err.msg);
 
     sc = case_cfg(c);
     fd.fail_at = 2;
-    ck_assert_int_eq(dllm_sample_device(&m, prompts, pm, c->B, c->P, &sc, 1, &r, &err), DLLM_EXIT_INTERNAL);
+    ck_assert_int_eq(dllm_sample_model(&m, prompts, pm, c->B, c->P, &sc, 1, &r, &err), DLLM_EXIT_INTERNAL);
     ck_assert_msg(strstr(err.msg, "step 2") != NULL, "message: %s", err.msg);
     ck_assert(r.tokens == NULL);
     fake_free(&fd);
     fake_free(&fh);
+}
+END_TEST
+
+/* ---- Dream (dllm/dream_sampler.h): the same loop on both backends ---------------------- */
+
+typedef struct {
+    const char *name;
+    dllm_dream_alg alg;
+    double temp, top_p, alg_temp;
+    int top_k;
+    dllm_mask_token mt;
+    float mask_bias;
+} dream_case;
+
+static const dream_case DREAM_CASES[] = {
+    {"origin greedy", DLLM_DREAM_ORIGIN, 0.0, 1, 0, 0, 0, 0.0f},
+    {"origin sampled top_p", DLLM_DREAM_ORIGIN, 0.9, 0.8, 0, 0, 0, 0.0f},
+    {"maskgit_plus greedy allow", DLLM_DREAM_MASKGIT_PLUS, 0.0, 1, 0, 0, DLLM_MASK_TOKEN_ALLOW, 3.0f},
+    {"maskgit_plus sampled top_k", DLLM_DREAM_MASKGIT_PLUS, 1.1, 1, 0, 5, 0, 0.0f},
+    {"topk_margin alg_temp forbid", DLLM_DREAM_TOPK_MARGIN, 0.7, 0.9, 0.5, 7, DLLM_MASK_TOKEN_FORBID, 3.0f},
+    {"entropy sampled", DLLM_DREAM_ENTROPY, 0.8, 1, 0, 0, 0, 0.0f},
+    {"entropy alg_temp top_p top_k", DLLM_DREAM_ENTROPY, 1.0, 0.7, 0.3, 4, 0, 1.0f},
+};
+
+/* Dream's rollout of the fake on the backend be (behind the counting wrapper when
+ * counted) against dllm_dream_sample on the CPU backend: tokens, steps, probabilities and
+ * masks left bit for bit, and the host traffic of the loop. */
+static void dream_check(const dream_case *dc, dllm_backend *be, bool counted)
+{
+    enum { B = 3, P = 6, G = 16 };
+    const sd_case *c = &CASES[0];
+    fake fd, fh;
+    fake_init(&fd, be, 4242, 1, dc->mask_bias, 0.0f, 64);
+    fake_init(&fh, dllm_backend_cpu(), 4242, 1, dc->mask_bias, 0.0f, 64);
+    int32_t prompts[MAX_BB * MAX_T];
+    uint8_t pm[MAX_BB * MAX_T];
+    make_prompts(c, prompts, pm);
+    dllm_sampler_cfg sc = case_cfg(c);
+    sc.gen_length = G;
+    sc.steps = 8;
+    sc.temperature = dc->temp;
+    sc.mask_token = dc->mt;
+    sc.seq_offset = 5;
+    dllm_dream_cfg d = dllm_dream_cfg_default();
+    d.alg = dc->alg, d.top_p = dc->top_p, d.alg_temp = dc->alg_temp, d.top_k = dc->top_k;
+    dllm_rollout want, got;
+    dllm_err err = {0};
+    ck_assert_msg(dllm_dream_sample(fake_logits_fn, &fh, prompts, pm, B, P, &sc, &d, 9, &want,
+                                    &err) == 0, "%s: CPU: %s", dc->name, err.msg);
+    dllm_device_logits m = device_view(&fd, counted ? tu_counting_backend(be) : be);
+    tu_count_reset();
+    ck_assert_msg(dllm_dream_sample_model(&m, prompts, pm, B, P, &sc, &d, 9, &got, &err) == 0,
+                  "%s: %s: %s", dc->name, be->name, err.msg);
+    const int T = P + G;
+    ck_assert_msg(memcmp(got.tokens, want.tokens, sizeof *got.tokens * B * T) == 0,
+                  "%s: tokens differ", dc->name);
+    ck_assert_msg(memcmp(got.commit_step, want.commit_step, sizeof *got.commit_step * B * G) == 0,
+                  "%s: commit steps differ", dc->name);
+    ck_assert_msg(memcmp(got.commit_prob, want.commit_prob, sizeof *got.commit_prob * B * G) == 0,
+                  "%s: commit probabilities differ", dc->name);
+    ck_assert_msg(memcmp(got.n_masked_left, want.n_masked_left, sizeof(int32_t) * B) == 0,
+                  "%s: masks left differ", dc->name);
+    ck_assert_int_eq(got.nfe, want.nfe);
+    ck_assert_int_eq(fd.layers_calls, fh.layers_calls);
+    int committed = 0;
+    for (int i = 0; i < B * G; i++)
+        committed += got.commit_step[i] >= 0;
+    ck_assert_msg(committed > B, "%s: only %d commits", dc->name, committed);
+    if (counted) { /* per step one 4-byte count; the canvas and records once each way */
+        ck_assert_msg(tu_counted.n_down <= (size_t)sc.steps + 3, "%s: %zu downloads", dc->name,
+                      tu_counted.n_down);
+        ck_assert_msg(tu_counted.n_up <= 4 && tu_counted.bytes_up <= (size_t)B * T * 5 + (size_t)B * G * 6,
+                      "%s: %zu uploads, %zu bytes", dc->name, tu_counted.n_up, tu_counted.bytes_up);
+    }
+    dllm_rollout_free(&want);
+    dllm_rollout_free(&got);
+    fake_free(&fd);
+    fake_free(&fh);
+}
+
+START_TEST(test_dream_table_loop_on_cpu)
+{
+    dream_check(&DREAM_CASES[_i], dllm_backend_cpu(), false);
+}
+END_TEST
+
+START_TEST(test_dream_device_matches_cpu)
+{
+    dream_check(&DREAM_CASES[_i], dllm_backend_cuda(), true);
 }
 END_TEST
 
@@ -507,6 +697,8 @@ Suite *tu_suite(tu_ctx *ctx)
     Suite *s = suite_create("sampler_device");
     TCase *th = tcase_create("cpu");
     tcase_add_loop_test(th, test_table_loop_on_cpu, 0, (int)(sizeof CASES / sizeof *CASES));
+    tcase_add_loop_test(th, test_dream_table_loop_on_cpu, 0,
+                        (int)(sizeof DREAM_CASES / sizeof *DREAM_CASES));
     suite_add_tcase(s, th);
     if (!cuda)
         printf("no CUDA device (%s): the CPU backend's cases only\n", dllm_backend_cuda_why());
@@ -516,6 +708,8 @@ Suite *tu_suite(tu_ctx *ctx)
         tcase_add_test(tc, test_fake_is_exact);
         tcase_add_loop_test(tc, test_device_matches_cpu, 0, (int)(sizeof CASES / sizeof *CASES));
         tcase_add_test(tc, test_device_refusals);
+        tcase_add_loop_test(tc, test_dream_device_matches_cpu, 0,
+                            (int)(sizeof DREAM_CASES / sizeof *DREAM_CASES));
 #ifdef HAVE_CUDA
         tcase_add_test(tc, test_step_kernels_bits);
 #endif
