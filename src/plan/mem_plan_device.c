@@ -60,6 +60,7 @@ static void item(mem_dev_plan *p, bool transient, const char *name, int64_t byte
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t a256(int64_t b) { return (b + 255) / 256 * 256; }
 
 typedef struct {
@@ -444,8 +445,11 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         item(p, false, "logits chunk", chunk * (4 * d.V + 8), "%lld rows x (4 V + 8) (of at most "
              "%lld)", (long long)chunk, (long long)rows);
     if (roll && a->sampler == DLLM_SAMPLER_BLOCK) { /* dllm_sample_model's buffers */
-        /* under CFG a chunk's cond and uncond rows share the logits rows (and hrows) */
-        int64_t B = s->B, BB = s->cfg ? 2 * B : B, nr = B * s->G, lr = s->cfg ? rows / 2 * 2 : rows;
+        /* the logits rows grow to the widest step's chunk: at most the B G generated
+         * rows, head() calls of max_rows; under CFG a chunk's cond and uncond rows share
+         * them (and hrows) */
+        int64_t B = s->B, BB = s->cfg ? 2 * B : B, nr = B * s->G;
+        int64_t lr = s->cfg ? 2 * min64(nr, rows / 2) : min64(nr, rows);
         int64_t b = BB * T * 5 + nr * (4 + (s->cfg ? 4 : 0) + 8 + 4 + 4 + 4 +
                                       (s->random_remask ? 8 : 0) + 2 + 4) +
                     4 * (B + 1) + 4 + 8 * B + (s->cfg ? 4 * lr : 0) + lr * d.V * 4;
@@ -455,9 +459,10 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     }
     if (roll && a->sampler == DLLM_SAMPLER_DREAM) { /* dllm_dream_sample_model's buffers */
         int64_t B = s->B, nr = B * s->G;
-        int64_t b = B * T * 5 + nr * 39 + 4 * (B + 1) + 4 + rows * d.V * 4;
+        int64_t lr = min64(nr, rows); /* grown to the widest step's chunk, as above */
+        int64_t b = B * T * 5 + nr * 39 + 4 * (B + 1) + 4 + lr * d.V * 4;
         item(p, true, "device sampler", b, "canvas and key mask 5 B T, per row 39 bytes, "
-             "%lld x V logits", (long long)rows);
+             "%lld x V logits", (long long)lr);
     }
     if (roll && a->sampler == DLLM_SAMPLER_AR) { /* one dllm_ar_sample on the device */
         int64_t B = s->B, S = T, hr = B < rows ? B : rows;

@@ -695,14 +695,14 @@ START_TEST(test_device_now_tiny)
     mem_dev_plan p;
     ck_assert_msg(mem_plan_device(&p, &mc, &s, MEM_DEV_ROLLOUT, &err) == 0, "%s", err.msg);
     /* fp32 trainer view: all 117056 parameters; staging: gate's 176 x 64; RoPE: 512
-     * positions x 8 frequencies, cos and sin; 1024 logits rows (64 MiB / (4 x 128) is
-     * more) in the sampler: 1024 x 128 fp32 */
+     * positions x 8 frequencies, cos and sin; the sampler's logits rows: the 16 generated
+     * rows (fewer than the 1024 of a head() call), 16 x 128 fp32 */
     ck_assert_int_eq(dev_bytes(&p, "trainer view (fp32)"), 4 * 117056);
     ck_assert_int_eq(dev_bytes(&p, "staging matrix"), 4 * 176 * 64);
     ck_assert_int_eq(dev_bytes(&p, "RoPE table"), 2 * 4 * 512 * 8);
     ck_assert_int_eq(dev_bytes(&p, "cuBLASLt workspace"), 32 << 20);
     ck_assert_int_eq(p.backend_ws, 0); /* no bf16 or FP8 linear runs */
-    const int64_t nr = 2 * 8, sampler = 2 * 12 * 5 + nr * 30 + 4 * 3 + 4 + 4 * 2 + 1024 * 128 * 4;
+    const int64_t nr = 2 * 8, sampler = 2 * 12 * 5 + nr * 30 + 4 * 3 + 4 + 8 * 2 + nr * 128 * 4;
     ck_assert_int_eq(dev_bytes(&p, "device sampler"), sampler);
     int64_t sum = 0;
     for (int i = 0; i < p.n; i++)

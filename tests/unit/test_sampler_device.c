@@ -274,6 +274,8 @@ static const sd_case CASES[] = {
     {"threshold allow cfg", 3, 6, 16, 4, 8, 0.0, REMASK_LOW_CONFIDENCE, 0.5, 0, 1, DLLM_MASK_TOKEN_ALLOW, 3.0f, 3.0f, 1, 64, 0, LEFT_MASKS, 0.3, DLLM_CACHE_NONE},
     {"prefix cache", 3, 6, 16, 8, 8, 0.7, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_PREFIX},
     {"dual cache random", 3, 6, 16, 4, 8, 1.1, REMASK_RANDOM, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0, DLLM_CACHE_DUAL},
+    /* below 1/FV: every position passes, a block per forward */
+    {"dual cache threshold", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 0, 0, 0, 0.0f, 0.0f, 1, 64, 0, 0, 0.02, DLLM_CACHE_DUAL},
     {"dual cache threshold allow", 3, 6, 16, 8, 8, 0.0, REMASK_LOW_CONFIDENCE, 0, 1, 0, DLLM_MASK_TOKEN_ALLOW, 3.0f, 1.0f, 1, 64, 0, LEFT_MASKS, 0.25, DLLM_CACHE_DUAL},
     {"prefix cache threshold chunked", 4, 6, 24, 12, 6, 0.8, REMASK_LOW_CONFIDENCE, 0, 0, 0, DLLM_MASK_TOKEN_FORBID, 3.0f, 0.0f, 1, 5, 3, CHUNKED, 0.4, DLLM_CACHE_PREFIX},
 };
@@ -381,7 +383,9 @@ START_TEST(test_device_matches_cpu)
     ck_assert_int_eq(got.nfe, want.nfe);
     if (c->cache != DLLM_CACHE_NONE)
         ck_assert_msg(fd.step_calls > 0, "%s: no cached step", c->name);
-    if (c->threshold > 0) /* some step committed more than one position */
+    /* some step committed more than one position; where the mask token may be drawn a
+     * block can keep drawing it until its last step, so only the equalities hold there */
+    if (c->threshold > 0 && !(c->expect & LEFT_MASKS))
         ck_assert_msg(got.nfe < G / c->block * c->block, "%s: the threshold saved no forward (%d)",
                       c->name, got.nfe);
 
