@@ -460,6 +460,8 @@ static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
     be->ops->upload(be, a->tokens, d->h_tok, (size_t)N * sizeof(int32_t));
     be->ops->upload(be, a->keymask, d->h_mask, (size_t)N);
     be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
+    a->pos_T = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT ? 0 : T;
+    a->pos_N = (size_t)N;
     be->ops->upload(be, a->hrows, d->h_rows, (size_t)R * sizeof(int32_t));
     return tf_layers_fwd(m, a, v, keep, tf_batch_attention, a);
 }
@@ -580,10 +582,16 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
         memset(d->h_mask, 1, (size_t)N);
         be->ops->upload(be, a->keymask, d->h_mask, (size_t)N);
     }
-    a->have_mask = tf_inputs(m, B, T, 0, NULL, d_keymask && count ? d->h_mask : NULL, NULL,
-                             NULL, NULL, d->h_pos, NULL, NULL) ||
-                   d_keymask != NULL;
-    be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
+    a->have_mask = count || d_keymask != NULL;
+    /* a denoising step's positions are its previous step's (t, for every row): the
+     * upload, a blocking copy, happens once per canvas shape, not once per step */
+    if (count || a->pos_T != T || a->pos_N < (size_t)N) {
+        tf_inputs(m, B, T, 0, NULL, d_keymask && count ? d->h_mask : NULL, NULL, NULL, NULL,
+                  d->h_pos, NULL, NULL);
+        be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
+        a->pos_T = count ? 0 : T;
+        a->pos_N = (size_t)N;
+    }
     d->xl[k] = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
     return 0;
 }

@@ -49,6 +49,10 @@ typedef struct {
     int32_t *tokens;  // (N)
     uint8_t *keymask; // (N) 0/1
     int32_t *pos;     // (N) RoPE position of row b*T + t
+    int pos_T;        /* pos holds row n's n % pos_T for n < pos_N (positions that do not
+                         count real tokens): a device forward of the same T leaves them in
+                         place instead of uploading them again; 0: unknown */
+    size_t pos_N;
     int32_t *rows;    // (R) logits rows
     int32_t *hrows;   // (R) the hidden-state row each logits row reads (shifted logits)
     float *resid;     // (capX, N, C) residual stream entering layer l; [L] = final
