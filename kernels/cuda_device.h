@@ -25,6 +25,13 @@ void dllm_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 void dllm_cuda_memset(void *p, int byte, size_t bytes);
 /* Waits for all work on the device and reports any asynchronous error. */
 void dllm_cuda_synchronize(void);
+/* Device i's identity, the same in every process that sees that device: its UUID as
+ * "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" in uuid (>= 41 bytes) and its PCI address
+ * as "dddd:bb:dd" in pci (>= 16 bytes). 0, or -1 with the CUDA error string in uuid. */
+int dllm_cuda_device_identity(int i, char *uuid, size_t uuid_len, char *pci, size_t pci_len);
+/* Has all work issued to the device's default stream completed? 1 yes, 0 not yet, -1 a
+ * CUDA error (its string in why). Does not wait. */
+int dllm_cuda_idle(char *why, size_t why_len);
 /* Makes device i current for this process (before anything is allocated there: the data
  * parallel ranks pick theirs). 0, or -1 with the CUDA error string in why. */
 int dllm_cuda_set_device(int i, char *why, size_t why_len);

@@ -70,6 +70,22 @@ int dllm_cuda_set_device(int i, char *why, size_t why_len)
     return -1;
 }
 
+int dllm_cuda_device_identity(int i, char *uuid, size_t uuid_len, char *pci, size_t pci_len)
+{
+    if (uuid)
+        snprintf(uuid, uuid_len, "device %d: built without CUDA (configure --with-cuda)", i);
+    if (pci && pci_len)
+        pci[0] = '\0';
+    return -1;
+}
+
+int dllm_cuda_idle(char *why, size_t why_len)
+{
+    if (why)
+        snprintf(why, why_len, "built without CUDA (configure --with-cuda)");
+    return -1;
+}
+
 dllm_backend *dllm_backend_cuda(void) { return NULL; }
 const char *dllm_backend_cuda_why(void)
 {

@@ -69,3 +69,35 @@ extern "C" int dllm_cuda_set_device(int i, char *why, size_t why_len)
         snprintf(why, why_len, "cudaSetDevice(%d): %s", i, cudaGetErrorString(e));
     return -1;
 }
+
+extern "C" int dllm_cuda_device_identity(int i, char *uuid, size_t uuid_len, char *pci,
+                                         size_t pci_len)
+{
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, i);
+    if (e != cudaSuccess) {
+        snprintf(uuid, uuid_len, "cudaGetDeviceProperties(%d): %s", i, cudaGetErrorString(e));
+        return -1;
+    }
+    const unsigned char *b = (const unsigned char *)p.uuid.bytes;
+    /* nvidia-smi's spelling: groups of 4-2-2-2-6 bytes */
+    snprintf(uuid, uuid_len,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+    snprintf(pci, pci_len, "%04x:%02x:%02x", (unsigned)p.pciDomainID & 0xFFFFu,
+             (unsigned)p.pciBusID & 0xFFu, (unsigned)p.pciDeviceID & 0xFFu);
+    return 0;
+}
+
+extern "C" int dllm_cuda_idle(char *why, size_t why_len)
+{
+    cudaError_t e = cudaStreamQuery(0);
+    if (e == cudaSuccess)
+        return 1;
+    if (e == cudaErrorNotReady)
+        return 0;
+    if (why)
+        snprintf(why, why_len, "%s", cudaGetErrorString(e));
+    return -1;
+}

@@ -261,8 +261,15 @@ typedef struct CUstream_st *cudaStream_t;
 struct CUevent_st;
 typedef struct CUevent_st *cudaEvent_t;
 
+/* CUDA's 16-byte device UUID */
+typedef struct CUuuid_st {
+    char bytes[16];
+} cudaUUID_t;
+
 struct cudaDeviceProp {
     char name[256];
+    cudaUUID_t uuid;
+    int pciBusID, pciDeviceID, pciDomainID;
     size_t totalGlobalMem;
     size_t sharedMemPerBlock;
     int maxThreadsPerBlock;
@@ -295,6 +302,7 @@ cudaError_t cudaMemsetAsync(void *p, int byte, size_t bytes, cudaStream_t s);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t s);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t cudaEventCreate(cudaEvent_t *e);
 cudaError_t cudaEventDestroy(cudaEvent_t e);

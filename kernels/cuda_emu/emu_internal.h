@@ -14,6 +14,9 @@ bool is_device_range(const void *p, size_t bytes);
 /* runtime.cc: the cuBLASLt stand-in's calls, for dllm_emu_stats */
 void count_heuristic(void);
 void count_matmul(void);
+/* runtime.cc: work that never completes is queued (the NCCL stand-in's collective whose
+ * peer is gone): streams stay busy until stall(false). */
+void stall(bool on);
 } // namespace dllm_emu
 
 #endif

@@ -9,7 +9,15 @@
  * them in the same order (NCCL requires that too); sums are MPI's, whose order is not
  * NCCL's ring or tree order (last-bit differences in float sums); bfloat16 is reduced in
  * fp32 and rounded once. Without MPI (configure found none) only single-rank
- * communicators exist and collectives are copies. */
+ * communicators exist and collectives are copies.
+ *
+ * A dead peer, emulated: with DLLM_EMU_NCCL_LOSE_PEER=n, this process's n-th collective
+ * (counted from 1 over all its communicators) is accepted (ncclSuccess, as an enqueued
+ * collective is) but moves no data and never completes: the emulated streams stay busy
+ * (dllm_emu::stall) and ncclCommGetAsyncError answers ncclRemoteError, as NCCL does when
+ * a peer process exits or its network fails. ncclCommAbort ends it: local, as NCCL's (it
+ * does not free the MPI communicator, which would wait for the peer), and the streams are
+ * idle again. Later collectives on an aborted communicator are the caller's error. */
 #include "config.h"
 
 #include "kernels/cuda_emu/emu_internal.h"
@@ -17,6 +25,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unistd.h>
 #include <vector>
@@ -29,6 +38,7 @@
 
 struct ncclComm {
     int nranks, rank;
+    ncclResult_t async; /* ncclRemoteError once its peer is lost */
 #ifdef HAVE_MPI
     MPI_Comm mc;
 #endif
@@ -111,6 +121,20 @@ void divide(void *buf, size_t n, ncclDataType_t t, int nranks)
     }
 }
 
+/* Is this collective the one DLLM_EMU_NCCL_LOSE_PEER names? Then the communicator has
+ * lost its peer: the caller returns ncclSuccess without communicating. */
+bool peer_lost(ncclComm_t c)
+{
+    static long calls;
+    const char *e = getenv("DLLM_EMU_NCCL_LOSE_PEER");
+    calls++;
+    if (c->async == ncclSuccess && !(e && *e && atol(e) == calls))
+        return false;
+    c->async = ncclRemoteError;
+    dllm_emu::stall(true);
+    return true;
+}
+
 /* The reduction of count elements into recv (all ranks, or root only when root >= 0). */
 ncclResult_t reduce(const char *fn, const void *send, void *recv, size_t count,
                     ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c)
@@ -127,6 +151,8 @@ ncclResult_t reduce(const char *fn, const void *send, void *recv, size_t count,
     bool writes = root < 0 || root == c->rank;
     if (!dev(send, count * es) || (writes && !dev(recv, count * es)))
         return bad(fn, "buffers must be device memory (cudaMalloc) of count elements");
+    if (peer_lost(c))
+        return ncclSuccess;
     std::vector<float> fs, fr;
     const void *s = send;
     void *r = recv;
@@ -260,7 +286,25 @@ ncclResult_t ncclCommDestroy(ncclComm_t c)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t c) { return ncclCommDestroy(c); }
+/* Local, as NCCL's: the MPI communicator is left (freeing it may wait on a lost peer). */
+ncclResult_t ncclCommAbort(ncclComm_t c)
+{
+    if (!c)
+        return ncclInvalidArgument;
+    if (c->async == ncclSuccess)
+        return ncclCommDestroy(c);
+    dllm_emu::stall(false);
+    delete c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *async)
+{
+    if (!c || !async)
+        return ncclInvalidArgument;
+    *async = c->async;
+    return ncclSuccess;
+}
 
 ncclResult_t ncclCommCount(const ncclComm_t c, int *count)
 {
@@ -300,6 +344,8 @@ ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, ncclDataType_t 
         return bad("ncclBroadcast", "bad communicator, type or root");
     if ((c->rank == root && !dev(s, count * es)) || !dev(r, count * es))
         return bad("ncclBroadcast", "buffers must be device memory of count elements");
+    if (peer_lost(c))
+        return ncclSuccess;
     if (c->rank == root && s != r)
         memmove(r, s, count * es);
 #ifdef HAVE_MPI
@@ -317,6 +363,8 @@ ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, n
         return bad("ncclAllGather", "bad communicator or type");
     if (!dev(s, n * es) || !dev(r, n * es * (size_t)c->nranks))
         return bad("ncclAllGather", "buffers must be device memory (recv: nranks * sendcount)");
+    if (peer_lost(c))
+        return ncclSuccess;
     bool in_place = (const char *)s == (const char *)r + (size_t)c->rank * n * es;
 #ifdef HAVE_MPI
     if (MPI_Allgather(in_place ? MPI_IN_PLACE : s, (int)(n * es), MPI_BYTE, r, (int)(n * es),

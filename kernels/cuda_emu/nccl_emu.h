@@ -9,7 +9,10 @@
  *  - collectives run at once and block (the stream argument is accepted and ignored);
  *    buffers must be device memory of the emulation (cudaMalloc); in place allowed;
  *  - types: int8, uint8, int32, uint32, int64, uint64, float32, float64, bfloat16;
- *    ops: sum, prod, max, min, avg (bfloat16 reduces in fp32 and rounds once). */
+ *    ops: sum, prod, max, min, avg (bfloat16 reduces in fp32 and rounds once);
+ *  - a lost peer is emulated on request (DLLM_EMU_NCCL_LOSE_PEER, nccl.cc): the
+ *    collective is accepted, never completes (the emulated streams stay busy), and the
+ *    communicator's asynchronous error becomes ncclRemoteError until ncclCommAbort. */
 #ifndef DLLM_NCCL_EMU_H
 #define DLLM_NCCL_EMU_H
 
@@ -63,6 +66,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,

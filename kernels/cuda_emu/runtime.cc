@@ -9,16 +9,24 @@
  * that ran last and becomes the sticky error cudaErrorIllegalAddress, as an
  * out-of-bounds store is on a GPU. Copies and memsets must stay inside one allocation.
  * Environment: DLLM_EMU_DEVICES=0 pretends there is no device; DLLM_EMU_MEM_MB caps
- * device memory (cudaErrorMemoryAllocation past it). */
+ * device memory (cudaErrorMemoryAllocation past it). The device's UUID is made from the
+ * host name and the process id (every process has its own emulated device);
+ * DLLM_EMU_DEVICE_UUID=text makes it from that text instead, so processes given the same
+ * text present one device, as ranks sharing a GPU do.
+ * A stall (dllm_emu::stall, the NCCL stand-in's collective whose peer is gone) leaves the
+ * streams busy: cudaStreamQuery answers cudaErrorNotReady, and a synchronisation, which
+ * on a GPU would wait forever, reports that and fails (cudaErrorLaunchFailure). */
 #include "kernels/cuda_emu/emu_internal.h"
 
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
 #include <string>
+#include <unistd.h>
 
 namespace {
 
@@ -38,6 +46,7 @@ std::map<std::string, unsigned long long> g_max_blocks;
 size_t g_cap = (size_t)-1;
 bool g_init = false;
 int g_devices = 1;
+bool g_stalled = false;
 
 struct CUstream_st_impl {
     int magic;
@@ -165,6 +174,7 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t
 
 void count_heuristic(void) { g_stats.heuristics++; }
 void count_matmul(void) { g_stats.matmuls++; }
+void stall(bool on) { g_stalled = on; }
 } // namespace dllm_emu
 
 extern "C" {
@@ -251,6 +261,25 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
     p->minor = 0;
     p->multiProcessorCount = 1;
     p->warpSize = 32;
+    /* FNV-1a of the identity text, twice with different seeds, as the 16 bytes */
+    char who[320];
+    const char *u = getenv("DLLM_EMU_DEVICE_UUID");
+    if (u && *u) {
+        snprintf(who, sizeof who, "%s", u);
+    } else {
+        char host[256] = "";
+        gethostname(host, sizeof host - 1);
+        snprintf(who, sizeof who, "%s:%ld", host, (long)getpid());
+    }
+    for (int half = 0; half < 2; half++) {
+        uint64_t h = 1469598103934665603ull ^ (uint64_t)half;
+        for (const char *c = who; *c; c++)
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        memcpy(p->uuid.bytes + 8 * half, &h, 8);
+    }
+    p->pciBusID = 0; /* the bus id of every emulated device: the UUID tells them apart */
+    p->pciDeviceID = 0;
+    p->pciDomainID = 0;
     return cudaSuccess;
 }
 
@@ -271,7 +300,21 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev)
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return check_guards("at a synchronisation"); }
+/* A synchronisation behind a stall would never return on a GPU: said, and failed. */
+static cudaError_t stalled(const char *where)
+{
+    fprintf(stderr, "dllm-rl: CUDA emulation: %s waits on a collective whose peer is gone "
+                    "(on a GPU it would wait forever)\n", where);
+    g_sticky = cudaErrorLaunchFailure;
+    return fail(g_sticky);
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    if (g_stalled)
+        return stalled("cudaDeviceSynchronize");
+    return check_guards("at a synchronisation");
+}
 
 /* As CUDA: every allocation of the process is released and a sticky error cleared. */
 cudaError_t cudaDeviceReset(void)
@@ -419,7 +462,20 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     if (s && !g_streams.count(s))
         return fail(cudaErrorInvalidResourceHandle);
+    if (g_stalled)
+        return stalled("cudaStreamSynchronize");
     return check_guards("at a stream synchronisation");
+}
+
+/* Work is done when it is issued, except behind a stall. As CUDA, cudaErrorNotReady is
+ * not an error: it does not become the last error. */
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    if (s && !g_streams.count(s))
+        return fail(cudaErrorInvalidResourceHandle);
+    if (g_sticky != cudaSuccess)
+        return g_sticky;
+    return g_stalled ? cudaErrorNotReady : cudaSuccess;
 }
 
 struct emu_event {

@@ -19,6 +19,12 @@
  *     tolerances (FULL_TOL_*, about 10-100x what it measures); the
  *     log is written once: by rank 0, with one rank's rows and one progress line per
  *     step, its loss the global batch's.
+ *   - robustness, under `mpirun -np 2` too: ranks whose devices have one UUID
+ *     (DLLM_EMU_DEVICE_UUID, one device shared) are refused at selection, an input error
+ *     naming both ranks and the device; a peer lost in the middle of an all-reduce
+ *     (DLLM_EMU_NCCL_LOSE_PEER: the collective never completes) ends the wait with an
+ *     error naming the all-reduce and NCCL's asynchronous error, the communicator
+ *     aborted and the device usable again, instead of a wait that never returns;
  * SKIP (77) outside the emulation build, without MPI, without mpirun, or (the train part)
  * without DLLM_BIN. */
 #include "config.h"
@@ -101,11 +107,75 @@ static int child(int argc, char **argv)
 #undef REQUIRE
 }
 
+/* One rank of the robustness checks: mode "shared" (both ranks on one device) or "lost"
+ * (the first collective loses its peer). Returns the number of failed checks. */
+static int child_fault(int argc, char **argv, const char *mode)
+{
+    int fails = 0;
+    comm_init(&argc, &argv);
+    int rank = comm_rank(), dev = -2;
+    dllm_err err = {0};
+#define REQUIRE(cond, ...)                                                                  \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            fprintf(stderr, "rank %d (line %d): ", rank, __LINE__);                         \
+            fprintf(stderr, __VA_ARGS__);                                                   \
+            fputc('\n', stderr);                                                            \
+            fails++;                                                                        \
+        }                                                                                   \
+    } while (0)
+    int rc = comm_device_select(&dev, &err);
+    if (strcmp(mode, "shared") == 0) {
+        REQUIRE(rc == DLLM_EXIT_INPUT && err.code == DLLM_EXIT_INPUT, "select gave %d: %s", rc,
+                err.msg);
+        REQUIRE(strstr(err.msg, "ranks 0 and 1 share one device") != NULL &&
+                    strstr(err.msg, "GPU-") != NULL && strstr(err.msg, "CUDA_VISIBLE_DEVICES"),
+                "message: %s", err.msg);
+        REQUIRE(dev == -1, "a device was chosen: %d", dev);
+    } else {
+        REQUIRE(rc == 0, "select: %s", err.msg);
+        REQUIRE(comm_device_open(&err) == 0, "open: %s", err.msg);
+        enum { N = 257 };
+        float *d = dllm_cuda_malloc(sizeof(float) * N);
+        dllm_cuda_memset(d, 0, sizeof(float) * N);
+        rc = comm_device_sum_f(d, N, &err);
+        REQUIRE(rc == DLLM_EXIT_INTERNAL, "sum with a lost peer gave %d: %s", rc, err.msg);
+        REQUIRE(strstr(err.msg, "all-reduce of 257 floats") &&
+                    strstr(err.msg, "remote process exited") && strstr(err.msg, "aborted"),
+                "message: %s", err.msg);
+        REQUIRE(!comm_device_active(), "the communicator is still open after its error");
+        /* aborted: the device's work ended, it synchronises again */
+        char why[256];
+        REQUIRE(dllm_cuda_idle(why, sizeof why) == 1, "device still busy after the abort");
+        dllm_cuda_synchronize();
+        dllm_cuda_free(d);
+    }
+    double f = fails;
+    comm_sum_d(&f, 1);
+    comm_finalize();
+    return (int)f;
+#undef REQUIRE
+}
+
 static char self[4096];
 
 START_TEST(test_communicator)
 {
     ck_assert_int_eq(tu_sh(MPIRUN "'%s' --rank", self), 0);
+}
+END_TEST
+
+/* the faults: each a few seconds of mpirun, no model */
+START_TEST(test_shared_device_refused)
+{
+    ck_assert_int_eq(tu_sh("DLLM_EMU_DEVICE_UUID=one-gpu " MPIRUN "'%s' --fault shared", self),
+                     0);
+}
+END_TEST
+
+START_TEST(test_lost_peer_ends_the_wait)
+{
+    ck_assert_int_eq(tu_sh("DLLM_EMU_NCCL_LOSE_PEER=1 " MPIRUN "'%s' --fault lost", self), 0);
 }
 END_TEST
 
@@ -269,6 +339,11 @@ Suite *tu_suite(tu_ctx *ctx)
         ctx->status = child(ctx->argc, ctx->argv) ? EXIT_FAILURE : EXIT_SUCCESS;
         return NULL;
     }
+    if (ctx->argc > 2 && strcmp(ctx->argv[1], "--fault") == 0) {
+        ctx->status = child_fault(ctx->argc, ctx->argv, ctx->argv[2]) ? EXIT_FAILURE
+                                                                       : EXIT_SUCCESS;
+        return NULL;
+    }
     if (system("command -v mpirun >/dev/null 2>&1") != 0)
         return tu_skip(ctx, "mpirun not found (apt-get install openmpi-bin)");
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -279,6 +354,8 @@ Suite *tu_suite(tu_ctx *ctx)
     TCase *tc = tcase_create("mpi");
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_communicator);
+    tcase_add_test(tc, test_shared_device_refused);
+    tcase_add_test(tc, test_lost_peer_ends_the_wait);
     if (tu_have_bin()) {
         /* a model that earns rewards, so the update has gradients to sum: 500 masked
          * diffusion SFT steps on solver-made answers (at 200 its tags are still garbled

@@ -1,7 +1,8 @@
 /* test_nccl_emu: the NCCL stand-in of the emulation build (kernels/cuda_emu/nccl.cc) on
  * two MPI ranks: the test launches itself under `mpirun -np 2` and every rank checks
  * all-reduce (sum fp32, avg bf16 in place), reduce, broadcast, all-gather and
- * reduce-scatter on emulated device memory, and that a host buffer is refused.
+ * reduce-scatter on emulated device memory, that a completed collective leaves no
+ * asynchronous error, and that a host buffer is refused.
  * SKIP (77) outside the emulation build, without MPI or without mpirun. */
 #include "config.h"
 #include "tests/harness/harness.h"
@@ -55,6 +56,9 @@ static int child(void)
     float *d = dllm_cuda_malloc(sizeof h), *d2 = dllm_cuda_malloc(2 * sizeof h);
     dllm_cuda_memcpy_h2d(d, h, sizeof h);
     REQUIRE(ncclAllReduce(d, d2, N, ncclFloat32, ncclSum, comm, NULL) == ncclSuccess, "allreduce");
+    ncclResult_t async = ncclInternalError;
+    REQUIRE(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+            "asynchronous error %d after a completed all-reduce", (int)async);
     dllm_cuda_memcpy_d2h(g, d2, sizeof h);
     for (int i = 0; i < N; i++) /* ranks 0..size-1: sum of r*1000 + i */
         REQUIRE(g[i] == (float)(1000 * size * (size - 1) / 2 + size * i), "sum[%d] %g", i, g[i]);
