@@ -110,6 +110,7 @@ int cmd_selftest(int argc, char **argv)
             stbl_add(&t, "cuda: device", STBL_FAIL, "", "", "%s", why);
         else {
             selftest_cuda(&t);
+            selftest_greedy(&t);
             selftest_cli(&t);
         }
     } else {

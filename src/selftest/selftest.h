@@ -3,8 +3,10 @@
  * selftest_cpu.c (the fast CPU products against the exact fp32 reference),
  * selftest_rollout.c (each rollout precision's CPU product and step ratio to fp32),
  * selftest_cuda.c (the device, the runtime and cuBLASLt probes, every op of the backend
- * table and the FP8 GEMM against the CPU, GEMM rates), selftest_cli.c (generate and
- * score of a small model on the device against the CPU, as child processes). */
+ * table and the FP8 GEMM against the CPU, GEMM rates), selftest_greedy.c (greedy tokens
+ * of tiny random models on the device against the CPU, judged with a tie margin),
+ * selftest_cli.c (generate and score of a small model on the device against the CPU, as
+ * child processes). */
 #ifndef DLLM_SELFTEST_H
 #define DLLM_SELFTEST_H
 
@@ -48,6 +50,9 @@ void selftest_cpu(stbl_table *t);
 /* One row per rollout precision: its CPU product here and its step time against fp32. */
 void selftest_rollout(stbl_table *t);
 void selftest_cuda(stbl_table *t);
+/* Greedy tokens of the device against the CPU's, a difference counted only where the
+ * CPU's top-2 logit gap exceeds the tie margin. */
+void selftest_greedy(stbl_table *t);
 void selftest_cli(stbl_table *t);
 
 #endif
