@@ -8,7 +8,7 @@
  *   device  the trainer view (fp32, or bf16: packed bf16 linears, the rest rounded;
  *           LoRA applied at run time from uploaded A/B copies, as on the host; built
  *           on first use after each sync), the
- *           rollout copy (bf16 packed or FP8 W8A8, LoRA merged; none under rollout
+ *           rollout copy (bf16 packed, FP8 W8A8 or INT8 W8A7, LoRA merged; none under rollout
  *           "trainer"), the RoPE table, the activations of the forwards without
  *           backward, one fp32 staging matrix and a chunk of logits rows; when it trains
  *           here (transformer_device_train.c) the gradients, the AdamW moments and the
@@ -23,6 +23,7 @@
  * the requested rows, a chunk of rows at a time. */
 #include "dllm/device_logits.h"
 #include "dllm/transformer_device_impl.h"
+#include "kernels/cuda_device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,15 +74,20 @@ static void dview_free(dllm_tf *m, tf_view *v)
             dfree(d, v->q8[k].q);
             dfree(d, v->q8[k].scale);
         }
+        if (v->qi) {
+            dfree(d, v->qi[k].q);
+            dfree(d, v->qi[k].scale);
+        }
     }
     free(v->b16);
     free(v->q8);
+    free(v->qi);
     dfree(d, v->head16.w);
     free(v->lw);
     memset(v, 0, sizeof *v);
 }
 
-typedef enum { LIN_F32, LIN_BF16, LIN_FP8 } lin_fmt;
+typedef enum { LIN_F32, LIN_BF16, LIN_FP8, LIN_INT8 } lin_fmt;
 
 /* The host matrix linear j of layer l is built from: the base weight, or (merge) the
  * weight with its adapter merged, in d->hstage. */
@@ -92,6 +98,39 @@ static const float *lin_source(dllm_tf *m, int l, int j, bool merge)
         return m->lw[l].t[j];
     tf_merged_weight(m, l, j, m->dev->hstage);
     return m->dev->hstage;
+}
+
+/* q (device) = the INT8 weight of the host matrix w [o, i]: quantised on the host by the
+ * CPU's own quantiser (the same codes and scales by construction), laid out as the
+ * device's INT8 GEMM needs (rows and, under channel scaling, the row stride padded with
+ * zero codes) and uploaded with its scales. */
+static int dq_int8(tf_device *d, int8_matrix *q, const float *w, int o, int i,
+                   int8_scaling s, dllm_err *err)
+{
+    int8_matrix h = {0};
+    int rc = int8_quantise_weight(&h, w, o, i, s, err);
+    if (rc)
+        return rc;
+    int rows, ldq;
+    dllm_cuda_int8_weight_layout(o, i, (int)s, &rows, &ldq);
+    size_t nscale = s == INT8_SCALE_BLOCK ? (size_t)(o + INT8_BLOCK - 1) / INT8_BLOCK * h.kb
+                                          : (size_t)o;
+    if (!q->q || q->rows != o || q->cols != i || q->scaling != s) {
+        dfree(d, q->q);
+        dfree(d, q->scale);
+        q->q = dalloc(d, (size_t)rows * ldq);
+        q->scale = dalloc(d, nscale * sizeof(float));
+    }
+    int8_t *pad = dllm_calloc((size_t)rows * ldq, 1); // (rows, ldq)
+    for (int r = 0; r < o; r++)
+        memcpy(pad + (size_t)r * ldq, h.q + (size_t)r * h.ldq, (size_t)h.ldq);
+    d->be->ops->upload(d->be, q->q, pad, (size_t)rows * ldq);
+    d->be->ops->upload(d->be, q->scale, h.scale, nscale * sizeof(float));
+    free(pad);
+    q->rows = o, q->cols = i, q->scaling = s, q->kb = h.kb, q->ldq = ldq;
+    q->comp = NULL, q->deq = NULL, q->deq_valid = false;
+    int8_matrix_free(&h);
+    return 0;
 }
 
 /* v = the weights in device memory: every tensor but the layer linears uploaded as fp32
@@ -153,6 +192,8 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
         v->b16 = dllm_calloc(nlin, sizeof *v->b16);
     if (lin == LIN_FP8 && !v->q8)
         v->q8 = dllm_calloc(nlin, sizeof *v->q8);
+    if (lin == LIN_INT8 && !v->qi)
+        v->qi = dllm_calloc(nlin, sizeof *v->qi);
     /* FP8 activations are quantised to match the weights' granularity (as on the host) */
     fp8_scaling act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
                       : p->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
@@ -162,6 +203,15 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
             int o, i;
             tf_lin_shape(m, j, &o, &i);
             size_t cnt = (size_t)o * i;
+            if (lin == LIN_INT8) { /* from the host's weights (never `from`: tf_device_sync) */
+                dllm_err e;
+                if (dq_int8(d, &v->qi[l * DLLM_NLIN + j], lin_source(m, l, j, merge), o, i,
+                            p->int8_scaling, &e)) {
+                    fprintf(stderr, "dllm-rl: %s\n", e.msg); /* shapes are the model's own */
+                    exit(1);
+                }
+                continue;
+            }
             const float *w = from ? from->lw[l].t[j] : d->stage;
             if (!from)
                 be->ops->upload(be, d->stage, lin_source(m, l, j, merge), cnt * sizeof(float));
@@ -317,16 +367,24 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
     dllm_rollout_kind k = p->rollout;
     if (d->rv.be && (k != d->rprec.rollout || p->fp8_format != d->rprec.fp8_format ||
                      p->fp8_scaling != d->rprec.fp8_scaling ||
-                     p->fp8_pow2_scale != d->rprec.fp8_pow2_scale))
+                     p->fp8_pow2_scale != d->rprec.fp8_pow2_scale ||
+                     p->int8_scaling != d->rprec.int8_scaling))
         dview_free(m, &d->rv);
     d->rprec = *p;
     if (k == DLLM_ROLLOUT_TRAINER)
         return 0;
-    if (k == DLLM_ROLLOUT_NVFP4 || (!dllm_rollout_is_fp8(k) && k != DLLM_ROLLOUT_BF16)) {
+    if (k == DLLM_ROLLOUT_NVFP4 ||
+        (!dllm_rollout_is_fp8(k) && k != DLLM_ROLLOUT_BF16 && k != DLLM_ROLLOUT_INT8)) {
         dview_free(m, &d->rv);
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "rollout precision %s: the %s backend has no linear for it "
-                            "(use bf16 or fp8)", dllm_rollout_name(k), d->be->name);
+                            "(use bf16, fp8 or int8)", dllm_rollout_name(k), d->be->name);
+    }
+    char why[200];
+    if (k == DLLM_ROLLOUT_INT8 && !dllm_cuda_int8_available(why, sizeof why)) {
+        dview_free(m, &d->rv);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: %s (int8 runs on "
+                            "the CPU; on this device use bf16)", why);
     }
     char why[256];
     if (dllm_rollout_is_fp8(k) && p->fp8_scaling == FP8_SCALE_BLOCK &&
@@ -341,12 +399,14 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
      * values as the host's masters, or newer); LoRA: merged on the host from the frozen
      * base and the adapters, which come down first when they are newer here */
     const tf_view *from = NULL;
-    if (d->train && !m->lora_rank)
+    if (d->train && !m->lora_rank && k != DLLM_ROLLOUT_INT8)
         from = tf_device_view(m, false);
-    else
+    else /* INT8 quantises on the host (dq_int8): the host's weights must be current */
         tf_device_pull(m);
     if (k == DLLM_ROLLOUT_BF16)
         dview_build(m, &d->rv, true, LIN_BF16, true, true, p, from);
+    else if (k == DLLM_ROLLOUT_INT8)
+        dview_build(m, &d->rv, true, LIN_INT8, true, true, p, from);
     else
         dview_build(m, &d->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, p, from);
     /* each of these linears rounds or quantises its own input, as on the host, or its

@@ -198,11 +198,7 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
         p->int8_scaling != m->prec.int8_scaling || p->nvfp4_scaling != m->prec.nvfp4_scaling)
         tf_view_free(m, &m->rv);
     bool bf16_op = dllm_backend_supports(m->be, DLLM_OP_BF16_LINEAR);
-    if (m->dev && p->rollout == DLLM_ROLLOUT_INT8) {
-        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: INT8 GEMMs are not "
-                          "built for the device yet (int8 runs on the CPU; on the device use "
-                          "bf16 or fp8)");
-    } else if (m->dev) {
+    if (m->dev) {
         /* on a device the rollout copy lives there only (tf_device_sync below) */
     } else if (p->rollout == DLLM_ROLLOUT_INT8 &&
                !dllm_backend_supports(m->be, DLLM_OP_INT8_LINEAR)) {

@@ -32,6 +32,14 @@ int dllm_cuda_device_identity(int i, char *uuid, size_t uuid_len, char *pci, siz
 /* Has all work issued to the device's default stream completed? 1 yes, 0 not yet, -1 a
  * CUDA error (its string in why). Does not wait. */
 int dllm_cuda_idle(char *why, size_t why_len);
+/* INT8 tensor-core GEMMs on the current device (compute capability 8.0 or later)? 1, or
+ * 0 with the reason in why. Built without CUDA: 0. */
+int dllm_cuda_int8_available(char *why, size_t why_len);
+/* The device layout of an INT8 weight of OC x C at scaling s (0 channel, 1 block,
+ * kernels/int8.h): rows allocated (OC rounded up to 4) and the row stride of the codes
+ * (block: the k-blocks' 128 each; channel: C rounded up to 4), padded with zero codes,
+ * as cuBLASLt's INT8 GEMM needs (kernels/cuda/gemm_int8.cu). */
+void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq);
 /* Makes device i current for this process (before anything is allocated there: the data
  * parallel ranks pick theirs). 0, or -1 with the CUDA error string in why. */
 int dllm_cuda_set_device(int i, char *why, size_t why_len);

@@ -30,6 +30,7 @@ extern "C" {
 #include "kernels/base.h"
 #include "kernels/fp8.h"
 #include "kernels/sample.h" /* dllm_dream_step */
+#include "kernels/int8.h"
 
 /* The same type as cudaStream_t, without pulling CUDA headers into C files. */
 typedef struct CUstream_st *dllm_cuda_stream;
@@ -168,6 +169,16 @@ void dllm_cuda_rmsnorm_fp8_fwd(float *out, float *rstd, uint8_t *q, float *scale
 void dllm_cuda_swiglu_fp8_fwd(float *out, uint8_t *q, float *scale, long srs, long scs,
                               const float *gate, const float *up, int R, int C, int gc,
                               fp8_format f, bool pow2, dllm_cuda_stream s);
+
+/* ---- the INT8 W8A7 linear (kernels/cuda/gemm_int8.cu) ----------------------------------------
+ * out[N, OC] = op_int8_linear_fwd's result bit for bit: the activations quantised on the
+ * device with the CPU's codes, cuBLASLt's INT8 GEMM (exact int32 sums), the CPU's scaling.
+ * w: q and scale device memory in the device layout (dllm_cuda_int8_weight_layout; the
+ * scales in the CPU's layout), comp unused. scratch: dllm_cuda_int8_scratch_bytes(N, w)
+ * bytes, 256-byte aligned. Legacy default stream. */
+void dllm_cuda_int8_linear(float *out, const float *inp, const int8_matrix *w, int N, int C,
+                           int OC, void *scratch);
+size_t dllm_cuda_int8_scratch_bytes(int N, const int8_matrix *w);
 
 /* ---- GEMMs through cuBLASLt (kernels/cuda/gemm_cublaslt.cu) ---------------------------------
  * 32 MiB workspace (256-byte aligned) per device; the heuristic's algorithm is chosen

@@ -86,6 +86,19 @@ int dllm_cuda_idle(char *why, size_t why_len)
     return -1;
 }
 
+int dllm_cuda_int8_available(char *why, size_t why_len)
+{
+    if (why)
+        snprintf(why, why_len, "built without CUDA (configure --with-cuda)");
+    return 0;
+}
+
+void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq)
+{
+    (void)OC, (void)C, (void)s, (void)rows, (void)ldq;
+    no_device(__func__);
+}
+
 dllm_backend *dllm_backend_cuda(void) { return NULL; }
 const char *dllm_backend_cuda_why(void)
 {

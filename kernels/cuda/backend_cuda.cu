@@ -607,16 +607,22 @@ void cu_dream_commit(dllm_backend *, int32_t *canvas, int16_t *commit_step, floa
 }
 
 /* Nothing is cached in a weight's struct on the device. */
+/* The INT8 linear (kernels/cuda/gemm_int8.cu); its scratch is the workspace. */
+void cu_int8_linear_fwd(dllm_backend *, float *out, const float *inp, const int8_matrix *w,
+                        int N, int C, int OC)
+{
+    dllm_cuda_int8_linear(out, inp, w, N, C, OC, ws_get(dllm_cuda_int8_scratch_bytes(N, w)));
+}
+
 void cu_weight_cache_free(dllm_backend *, fp8_matrix *, bf16_matrix *) {}
 
 /* Positional, in the table's order (kernels/backend.h), group by group. */
 const dllm_backend_ops cuda_ops = {
     /* buffers */
     cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync,
-    /* linear layers and GEMM; no NVFP4 or INT8 linear: an nvfp4 or int8 rollout is refused
-     * on the device */
+    /* linear layers and GEMM; no NVFP4 linear: an nvfp4 rollout is refused on the device */
     cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_bias_fwd, cu_bias_bwd,
-    cu_bf16_linear_fwd, cu_bf16_linear_bwd_x, NULL, NULL, cu_weight_cache_free,
+    cu_bf16_linear_fwd, cu_bf16_linear_bwd_x, NULL, cu_int8_linear_fwd, cu_weight_cache_free,
     /* attention and positions */
     cu_rope_fwd, cu_rope_bwd, cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,
     cu_kv_append, cu_attention_cached,

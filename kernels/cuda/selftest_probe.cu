@@ -355,6 +355,74 @@ bool lt_accepts(cudaDataType_t ta, cudaDataType_t tb, bool opa_t, bool opb_t, in
     return ok;
 }
 
+/* The heuristic's verdict on an INT8 problem (A, B int8; C, D int32; COMPUTE_32I with
+ * the given scale type), m x n x k, A k x m (op T) and B k x n (op N) unless opa_t / opb_t
+ * say otherwise, the given leading dimensions and the pointer alignment promised. */
+bool lt_int8_accepts(bool opa_t, bool opb_t, int m, int n, int k, int lda, int ldb, int ldc,
+                     cudaDataType_t scale, uint32_t align)
+{
+    cublasLtHandle_t h;
+    cublasCheck(cublasLtCreate(&h));
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32I, scale));
+    cublasOperation_t oa = opa_t ? CUBLAS_OP_T : CUBLAS_OP_N, ob = opb_t ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_8I, opa_t ? k : m, opa_t ? m : k, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, opb_t ? n : k, opb_t ? k : n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32I, m, n, ldc));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = 0;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ws, sizeof ws));
+    const cublasLtMatmulPreferenceAttributes_t at[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, at[i], &align, sizeof align));
+    cublasLtMatmulHeuristicResult_t res = {};
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 1, &res,
+                                                      &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(h);
+    return s == CUBLAS_STATUS_SUCCESS && found > 0;
+}
+
+void cublaslt_int8_checks(void)
+{
+    int major = 0, dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 8) {
+        g_row(g_ctx, "cuBLASLt: INT8 layout and alignment", DLLM_PROBE_SKIP,
+              "INT8 tensor-core GEMMs need sm_80 or later");
+        return;
+    }
+    const cudaDataType_t I = CUDA_R_32I;
+    EXPECT(lt_int8_accepts(true, false, 64, 40, 128, 128, 128, 64, I, 4), "INT8 TN refused");
+    EXPECT(lt_int8_accepts(true, false, 64, 40, 128, 256, 256, 64, I, 4),
+           "INT8 TN with ld 256 > k refused");
+    EXPECT(!lt_int8_accepts(false, false, 64, 40, 128, 64, 128, 64, I, 4), "INT8 NN accepted");
+    EXPECT(!lt_int8_accepts(true, false, 64, 40, 128, 130, 128, 64, I, 4),
+           "INT8 with lda 130 accepted");
+    EXPECT(!lt_int8_accepts(true, false, 62, 40, 128, 128, 128, 62, I, 4),
+           "INT8 with m = 62 accepted");
+    EXPECT(!lt_int8_accepts(true, false, 64, 40, 126, 128, 128, 64, I, 4),
+           "INT8 with k = 126 accepted");
+    EXPECT(!lt_int8_accepts(true, false, 64, 40, 128, 128, 128, 64, I, 2),
+           "INT8 with 2-byte aligned pointers accepted");
+    row_end("cuBLASLt: INT8 layout and alignment",
+            "TN taken (ld = k, ld > k); NN, lda 130, m 62, k 126, 2-byte alignment refused "
+            "(the regular-ordering IMMA rules; PROBES 15)");
+}
+
 void cublaslt_checks(void)
 {
     const cudaDataType_t E4 = CUDA_R_8F_E4M3, E5 = CUDA_R_8F_E5M2, BF = CUDA_R_16BF;
@@ -399,6 +467,7 @@ extern "C" int dllm_cuda_selftest_rows(dllm_cuda_probe_row row, void *ctx)
     runtime_checks();
     conversion_checks();
     cublaslt_checks();
+    cublaslt_int8_checks();
 #ifdef DLLM_CUDA_EMULATION
     emulation_checks();
 #endif

@@ -19,6 +19,10 @@
  *  - the version: cublasLtGetVersion reports the headers' 12.9.1, or the number in the
  *    environment variable DLLM_EMU_CUBLASLT_VERSION (major * 10000 + minor * 100 + patch),
  *    so that a test can present an older library to the start-up check
+ *  - INT8 (IMMA, sm_75 and later; the regular data ordering, the only one used here):
+ *    A and B int8, C and D int32, COMPUTE_32I with an int32 scale type; only the "TN"
+ *    form; pointers 4-byte aligned; leading dimensions of A, B and C, and m and k,
+ *    multiples of 4; no scale pointers or modes                  -> NOT_SUPPORTED
  *  - inconsistent shapes, ld < rows, NULL alpha/beta, a workspace size with no
  *    workspace                                                  -> INVALID_VALUE
  *  - an algorithm chosen for a larger minimum alignment than the pointers of the call
@@ -33,7 +37,9 @@
  * (Hopper's FP8 accumulator; PROBE: width and rounding), and the partial sum is promoted
  * into an fp32 accumulator every 128 of k (cuBLAS without fast accumulation; PROBE: the
  * interval), after multiplying by the two block scales when block scaling is on. With
- * tensor-wide scales D = alpha * sa * sb * acc + beta * C in fp32. */
+ * tensor-wide scales D = alpha * sa * sb * acc + beta * C in fp32. INT8 products are
+ * summed exactly in 64 bits and D = alpha * acc + beta * C wraps to int32 (the
+ * hardware's int32 accumulator wraps too; callers keep |acc| < 2^31). */
 #include "kernels/cuda_emu/cublaslt_emu.h"
 #include "kernels/cuda_emu/emu_internal.h"
 
@@ -88,7 +94,9 @@ size_t type_bytes(cudaDataType_t t)
     case CUDA_R_16F:
     case CUDA_R_16BF: return 2;
     case CUDA_R_8F_E4M3:
-    case CUDA_R_8F_E5M2: return 1;
+    case CUDA_R_8F_E5M2:
+    case CUDA_R_8I: return 1;
+    case CUDA_R_32I: return 4;
     }
     return 0;
 }
@@ -104,8 +112,36 @@ unsigned ptr_align(const void *p)
 
 struct problem {
     uint64_t m, n, k;
-    bool fp8, block;
+    bool fp8, block, i8;
 };
+
+/* The INT8 rules (the IMMA requirements with the regular data ordering). */
+cublasStatus_t check_int8(const cublasLtMatmulDescOpaque_emu *d,
+                          const cublasLtMatrixLayoutOpaque_emu *a,
+                          const cublasLtMatrixLayoutOpaque_emu *b,
+                          const cublasLtMatrixLayoutOpaque_emu *c, const unsigned align[4],
+                          const problem *p, const char **why)
+{
+    if (d->scale_type != CUDA_R_32I)
+        return *why = "COMPUTE_32I with int8 C/D-less outputs needs scale type R_32I",
+               CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a->type != CUDA_R_8I || b->type != CUDA_R_8I || c->type != CUDA_R_32I)
+        return *why = "COMPUTE_32I: A and B int8, C and D int32 (the stand-in's INT8 subset)",
+               CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->opa != CUBLAS_OP_T || d->opb != CUBLAS_OP_N)
+        return *why = "INT8 needs the TN form (A transposed, B not)", CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a->ld % 4 || b->ld % 4 || c->ld % 4 || p->m % 4 || p->k % 4)
+        return *why = "INT8 needs leading dimensions of A, B, C and m and k multiples of 4",
+               CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < 4; i++)
+        if (align[i] < 4)
+            return *why = "INT8 needs 4-byte aligned A, B, C and D", CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->a_scale || d->b_scale || d->c_scale || d->d_scale ||
+        d->a_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F ||
+        d->b_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+        return *why = "scale pointers and modes are for FP8 inputs", CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
 
 /* The documented rules, for the heuristic (pointers NULL: their alignment comes from
  * the preference) and for the matmul itself. */
@@ -116,8 +152,10 @@ cublasStatus_t check(const cublasLtMatmulDescOpaque_emu *d, const cublasLtMatrix
 {
     if (!d || !a || !b || !c || !dl)
         return *why = "NULL descriptor", CUBLAS_STATUS_INVALID_VALUE;
-    if (d->compute != CUBLAS_COMPUTE_32F || d->scale_type != CUDA_R_32F)
-        return *why = "compute/scale type outside the stand-in (COMPUTE_32F, R_32F)",
+    bool i8 = d->compute == CUBLAS_COMPUTE_32I;
+    if (!i8 && (d->compute != CUBLAS_COMPUTE_32F || d->scale_type != CUDA_R_32F))
+        return *why = "compute/scale type outside the stand-in (COMPUTE_32F with R_32F, "
+                      "COMPUTE_32I)",
                CUBLAS_STATUS_NOT_SUPPORTED;
     uint64_t m = dl->rows, n = dl->cols;
     uint64_t am = d->opa == CUBLAS_OP_N ? a->rows : a->cols, ak = d->opa == CUBLAS_OP_N ? a->cols : a->rows;
@@ -131,6 +169,13 @@ cublasStatus_t check(const cublasLtMatmulDescOpaque_emu *d, const cublasLtMatrix
         return *why = "C and D differ in type or layout (the stand-in needs C == D)",
                CUBLAS_STATUS_NOT_SUPPORTED;
     p->m = m, p->n = n, p->k = ak;
+    p->i8 = i8;
+    if (i8 || a->type == CUDA_R_8I || b->type == CUDA_R_8I) {
+        p->fp8 = p->block = false;
+        if (!i8)
+            return *why = "int8 inputs need COMPUTE_32I", CUBLAS_STATUS_NOT_SUPPORTED;
+        return check_int8(d, a, b, c, align, p, why);
+    }
     p->fp8 = is_fp8(a->type) || is_fp8(b->type);
     bool scalar_modes = d->a_mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F &&
                         d->b_mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
@@ -503,18 +548,35 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
             if (align[i] < algo->data[1 + i])
                 return CUBLAS_STATUS_INVALID_VALUE; /* PROBE: the real status */
     }
-    const float al = *(const float *)alpha, be = *(const float *)beta;
+    const bool beta_nz = pr.i8 ? *(const int32_t *)beta != 0 : *(const float *)beta != 0.0f;
     size_t ea = type_bytes(la->type), eb = type_bytes(lb->type), ed = type_bytes(ld->type);
     if (!dllm_emu::is_device_range(A, (la->ld * (la->cols - 1) + la->rows) * ea) ||
         !dllm_emu::is_device_range(B, (lb->ld * (lb->cols - 1) + lb->rows) * eb) ||
         !dllm_emu::is_device_range(D, (ld->ld * (ld->cols - 1) + ld->rows) * ed) ||
-        (C && be != 0.0f && !dllm_emu::is_device_range(C, (lc->ld * (lc->cols - 1) + lc->rows) * ed))) {
+        (pr.i8 && beta_nz && !C) ||
+        (C && beta_nz && !dllm_emu::is_device_range(C, (lc->ld * (lc->cols - 1) + lc->rows) * ed))) {
         fprintf(stderr, "dllm-rl: cuBLASLt stand-in: an operand is not inside one device "
                         "allocation\n");
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
     const uint64_t m = pr.m, n = pr.n, K = pr.k;
     const bool ta = d->opa != CUBLAS_OP_N, tb = d->opb != CUBLAS_OP_N;
+    if (pr.i8) { /* TN: A (k, m) column-major read transposed, B (k, n) */
+        const int32_t al = *(const int32_t *)alpha, be = *(const int32_t *)beta;
+        const int8_t *a8 = (const int8_t *)A, *b8 = (const int8_t *)B;
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                int64_t acc = 0;
+                for (uint64_t k = 0; k < K; k++)
+                    acc += (int64_t)a8[k + i * (uint64_t)la->ld] * b8[k + j * (uint64_t)lb->ld];
+                int64_t r = (int64_t)al * acc;
+                if (be != 0)
+                    r += (int64_t)be * ((const int32_t *)C)[i + j * (uint64_t)lc->ld];
+                ((int32_t *)D)[i + j * (uint64_t)ld->ld] = (int32_t)(uint32_t)(uint64_t)r;
+            }
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    const float al = *(const float *)alpha, be = *(const float *)beta;
     auto aat = [&](uint64_t i, uint64_t k) {
         return load(A, la->type, ta ? k + i * (uint64_t)la->ld : i + k * (uint64_t)la->ld);
     };

@@ -34,10 +34,16 @@ typedef enum {
 } cublasStatus_t;
 
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
-typedef enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum {
+    CUBLAS_COMPUTE_32F = 68,
+    CUBLAS_COMPUTE_32I = 72,
+    CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+} cublasComputeType_t;
 typedef enum cudaDataType_t {
     CUDA_R_32F = 0,
     CUDA_R_16F = 2,
+    CUDA_R_8I = 3,
+    CUDA_R_32I = 10,
     CUDA_R_16BF = 14,
     CUDA_R_8F_E4M3 = 28,
     CUDA_R_8F_E5M2 = 29,

@@ -9,7 +9,8 @@
  * that ran last and becomes the sticky error cudaErrorIllegalAddress, as an
  * out-of-bounds store is on a GPU. Copies and memsets must stay inside one allocation.
  * Environment: DLLM_EMU_DEVICES=0 pretends there is no device; DLLM_EMU_MEM_MB caps
- * device memory (cudaErrorMemoryAllocation past it). The device's UUID is made from the
+ * device memory (cudaErrorMemoryAllocation past it); DLLM_EMU_SM=75 (two digits) makes it
+ * answer with that compute capability instead of sm_90. The device's UUID is made from the
  * host name and the process id (every process has its own emulated device);
  * DLLM_EMU_DEVICE_UUID=text makes it from that text instead, so processes given the same
  * text present one device, as ranks sharing a GPU do.
@@ -259,6 +260,11 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
     p->maxThreadsPerBlock = 1024;
     p->major = 9; /* it answers as a Hopper: the kernels' target */
     p->minor = 0;
+    const char *sm = getenv("DLLM_EMU_SM"); /* another compute capability: "80", "75" */
+    if (sm && strlen(sm) == 2 && sm[0] >= '1' && sm[0] <= '9' && sm[1] >= '0' && sm[1] <= '9') {
+        p->major = sm[0] - '0';
+        p->minor = sm[1] - '0';
+    }
     p->multiProcessorCount = 1;
     p->warpSize = 32;
     /* FNV-1a of the identity text, twice with different seeds, as the 16 bytes */

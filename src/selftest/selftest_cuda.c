@@ -7,9 +7,16 @@
  *  3. every op of the backend table against the CPU backend at model shapes
  *     (kernels/backend_cases.h, the tolerances of tests/unit/test_backend_ops.c): the tiny
  *     and small presets, and LLaDA-8B's dimensions on a few rows without --quick;
- *  4. the FP8 GEMM against the CPU's exact simulation (kernels/fp8_gemm_check.h);
- *  6. BF16 and FP8 GEMM rates at LLaDA-8B's linear shapes and the FP8/BF16 ratio of one
- *     denoising step's linears at the d1 shape -- on a GPU only, never under emulation.
+ *  4. the FP8 GEMM against the CPU's exact simulation (kernels/fp8_gemm_check.h), and the
+ *     INT8 linear (channel and block scaling) against the CPU's bit for bit (SKIP
+ *     before sm_80, where rollout.precision int8 is refused);
+ *  6. BF16 and FP8 GEMM rates at LLaDA-8B's linear shapes, each shape's FP8/BF16 ratio
+ *     and that of one denoising step's linears at the d1 shape -- on a GPU only, never
+ *     under emulation. The ratios are held to the documented range, not to a wish:
+ *     NVIDIA's cuBLAS 12.9 release notes on block-scaled FP8 on Hopper (the blog
+ *     "Boosting Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9")
+ *     give 1.25-1.75x over BF16 at GEMM level, 1.75x for large matmuls; below 1.25 is a
+ *     FAIL, above 1.75 is shown as beyond the documented range.
  * (Row group 5, generate and score on the device, is selftest_cli.c.) */
 #include "config.h"
 #include "src/selftest/selftest.h"
@@ -17,13 +24,19 @@
 #ifdef HAVE_CUDA
 #include "dllm/model_config.h"
 #include "kernels/backend_cases.h"
+#include "kernels/cuda_device.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/int8.h"
 #include "kernels/cuda_selftest.h"
 #include "kernels/fp8_gemm_check.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* the documented FP8-over-BF16 range of cuBLAS's block-scaled GEMMs on Hopper (above) */
+#define FP8_OVER_BF16_LO 1.25
+#define FP8_OVER_BF16_HI 1.75
 
 /* d1's rollout: 64 sequences of 200 prompt + 256 generated tokens, blocks of 32 */
 enum { D1_SEQS = 64, D1_TOKENS = 200 + 256, D1_BLOCK = 32, TIMED_REPS = 10 };
@@ -145,6 +158,70 @@ static void fp8_row(stbl_table *t, fp8_scaling s, const char *what, int N, int C
              r.guards_ok ? "intact" : "OVERWRITTEN");
 }
 
+/* The device's INT8 linear against the CPU's (op_int8_linear_fwd) at a shape whose sizes
+ * exercise the device layout's padding: equal bit for bit (the same codes, exact integer
+ * sums, the CPU's scaling order: kernels/cuda/gemm_int8.cu). */
+static void int8_row(stbl_table *t, dllm_backend *dev, int8_scaling s)
+{
+    char check[72], why[200];
+    snprintf(check, sizeof check, "op int8_linear_fwd %s, vs cpu", int8_scaling_name(s));
+    if (!dllm_cuda_int8_available(why, sizeof why)) {
+        stbl_add(t, check, STBL_SKIP, "", "", "%s: rollout.precision int8 is refused here", why);
+        return;
+    }
+    enum { N = 33, C = 300, OC = 130 };
+    float *w = dllm_malloc(sizeof(float) * OC * C), *x = dllm_malloc(sizeof(float) * N * C);
+    float *want = dllm_malloc(sizeof(float) * N * OC), *got = dllm_malloc(sizeof(float) * N * OC);
+    uint64_t r = 12345;
+    for (int i = 0; i < OC * C + N * C; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        float v = (float)((double)(r >> 11) / 9007199254740992.0 - 0.5);
+        if (i < OC * C)
+            w[i] = 0.2f * v;
+        else
+            x[i - OC * C] = 4.0f * v;
+    }
+    int8_matrix h = {0}, d;
+    dllm_err err = {0};
+    if (int8_quantise_weight(&h, w, OC, C, s, &err)) {
+        stbl_add(t, check, STBL_FAIL, "", "", "%s", err.msg);
+        goto out;
+    }
+    op_int8_linear_fwd(want, x, &h, N, C, OC);
+    /* the device copy in its layout (rows and channel strides padded with zero codes) */
+    int rows, ldq;
+    dllm_cuda_int8_weight_layout(OC, C, (int)s, &rows, &ldq);
+    size_t ns = s == INT8_SCALE_BLOCK ? (size_t)(OC + INT8_BLOCK - 1) / INT8_BLOCK * h.kb : OC;
+    int8_t *pad = calloc((size_t)rows * ldq, 1);
+    for (int o = 0; o < OC; o++)
+        memcpy(pad + (size_t)o * ldq, h.q + (size_t)o * h.ldq, (size_t)h.ldq);
+    d = h;
+    d.ldq = ldq, d.comp = NULL, d.deq = NULL;
+    d.q = dev->ops->alloc(dev, (size_t)rows * ldq);
+    d.scale = dev->ops->alloc(dev, ns * sizeof(float));
+    dev->ops->upload(dev, d.q, pad, (size_t)rows * ldq);
+    dev->ops->upload(dev, d.scale, h.scale, ns * sizeof(float));
+    float *dx = dev->ops->alloc(dev, sizeof(float) * N * C), *dy = dev->ops->alloc(dev, sizeof(float) * N * OC);
+    dev->ops->upload(dev, dx, x, sizeof(float) * N * C);
+    dev->ops->int8_linear_fwd(dev, dy, dx, &d, N, C, OC);
+    dev->ops->download(dev, got, dy, sizeof(float) * N * OC);
+    dev->ops->sync(dev);
+    if (t->perturb && !strcmp(t->perturb, "int8_linear_fwd"))
+        got[7] = nextafterf(got[7], INFINITY);
+    int differ = 0;
+    for (int i = 0; i < N * OC; i++)
+        differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    stbl_add(t, check, differ ? STBL_FAIL : STBL_PASS, differ ? "differs" : "identical",
+             "bit-exact", "N%d C%d OC%d: %d of %d outputs differ from the CPU's (cuBLASLt INT8 "
+             "GEMM, int32 sums)", N, C, OC, differ, N * OC);
+    dev->ops->free(dev, dx), dev->ops->free(dev, dy), dev->ops->free(dev, d.q),
+        dev->ops->free(dev, d.scale);
+    free(pad);
+out:
+    int8_matrix_free(&h);
+    free(w), free(x), free(want), free(got);
+}
+
 /* ---- rates ------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -209,6 +286,12 @@ static void rate_rows(stbl_table *t, const dllm_cuda_device_info *d)
         stbl_add(t, check, STBL_PASS, meas, "",
                  "%s scaling; %.3f ms GEMM + %.3f ms activation quantisation, medians of %d",
                  fp8_scaling_name(s), g, q, TIMED_REPS);
+        snprintf(check, sizeof check, "cuda: FP8/BF16 GEMM ratio, %s", l->what);
+        double gr = bf / g;
+        snprintf(meas, sizeof meas, "%.2fx", gr);
+        stbl_add(t, check, gr >= FP8_OVER_BF16_LO ? STBL_PASS : STBL_FAIL, meas, ">= 1.25",
+                 "the GEMMs alone; cuBLAS 12.9 documents %.2f-%.2fx on Hopper%s", FP8_OVER_BF16_LO,
+                 FP8_OVER_BF16_HI, gr > FP8_OVER_BF16_HI ? " (beyond the documented range)" : "");
         /* a layer quantises three inputs of width 4096 (q/k/v, o, gate/up) and one of 12288
          * (down): counted with the shape whose input they are */
         double quants = l->C == 12288 ? 1 : (l->OC == 4096 ? 2 : 1);
@@ -229,10 +312,13 @@ static void rate_rows(stbl_table *t, const dllm_cuda_device_info *d)
     step_fp += head;
     double ratio = step_bf / step_fp;
     snprintf(meas, sizeof meas, "%.2f", ratio);
-    stbl_add(t, names[2], ratio >= 1.6 ? STBL_PASS : STBL_FAIL, meas, ">= 1.6",
+    /* the step pays the activation quantisations too: held to the GEMMs' documented
+     * lower end, so the quantisation must not eat what the GEMMs gain */
+    stbl_add(t, names[2], ratio >= FP8_OVER_BF16_LO ? STBL_PASS : STBL_FAIL, meas, ">= 1.25",
              "32 layers x (4 x 4096^2, 2 x 4096x12288, 12288x4096) on %d rows + the bf16 head: "
-             "BF16 %.1f ms, FP8 (%s, with 4 activation quantisations per layer) %.1f ms",
-             rows, step_bf, fp8_scaling_name(s), step_fp);
+             "BF16 %.1f ms, FP8 (%s, with 4 activation quantisations per layer) %.1f ms; "
+             "documented GEMM range %.2f-%.2fx", rows, step_bf, fp8_scaling_name(s), step_fp,
+             FP8_OVER_BF16_LO, FP8_OVER_BF16_HI);
 }
 
 void selftest_cuda(stbl_table *t)
@@ -266,6 +352,8 @@ void selftest_cuda(stbl_table *t)
         stbl_add(t, opt[i].name, STBL_SKIP, "", "", "%s",
                  opt[i].present ? "the device backend has it; no parity case for it yet"
                                 : "optional entry the device backend leaves empty (the core falls back)");
+    int8_row(t, dev, INT8_SCALE_CHANNEL);
+    int8_row(t, dev, INT8_SCALE_BLOCK);
     if (t->quick || d.emulated)
         stbl_add(t, "op: backend table, llada-8b", STBL_SKIP, "", "", "%s",
                  t->quick ? "--quick: the presets' shapes only"

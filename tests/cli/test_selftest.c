@@ -5,8 +5,9 @@
  *             sets) turns its row into FAIL and the exit status into 1;
  *   flags     a bad --device, an unknown flag, an unwritable --json: exit 2;
  *   cuda      in a build with the CUDA backend (the emulation in CI): `selftest --device
- *             cuda --quick` has the device, probe, op, FP8 GEMM, generate/score and rate
- *             rows, nothing FAIL, exit 0, the rates SKIP under emulation; a perturbed op
+ *             cuda --quick` has the device, probe (the INT8 rules too), op, FP8 GEMM,
+ *             INT8 linear (bit for bit with the CPU), greedy tokens (with the tie
+ *             margin), generate/score and rate rows, nothing FAIL, exit 0, the rates SKIP under emulation; a perturbed op
  *             (rmsnorm_fwd) FAILs its rows and only them, exit 1. Without CUDA in the
  *             build, --device cuda is refused with exit 2 and says so. */
 #include "config.h"
@@ -144,7 +145,9 @@ START_TEST(test_cuda_rows)
         "cuda: conversions: fp8 and bf16", "cuda: cuBLASLt: FP8 format pairs",
         "cuda: cuBLASLt: FP8 layout", "op gemm, tiny", "op fp8_linear_fwd, tiny",
         "op rmsnorm_fwd, tiny", "op attention, small", "op xent, small", "op adamw, small",
-        "op grad_norm, small", "fp8 GEMM tensor, small up"};
+        "op grad_norm, small", "fp8 GEMM tensor, small up", "cuda: cuBLASLt: INT8 layout",
+        "op int8_linear_fwd channel, vs cpu", "op int8_linear_fwd block, vs cpu",
+        "greedy tokens, device vs cpu"};
     for (size_t i = 0; i < sizeof pass / sizeof *pass; i++)
         ck_assert_msg(row_is(out, pass[i], "PASS"), "no PASS row '%s':\n%s", pass[i], out);
     /* generate/score: PASS once the commands have --device, SKIP until then */

@@ -1,0 +1,226 @@
+/* gemm_int8.cu: the INT8 W8A7 linear on the device (kernels/int8.h): the activations
+ * quantised by a kernel with the CPU's bits, the exact integer products on cuBLASLt's
+ * INT8 tensor-core GEMM (sm_80 and later here; int8 operands, int32 accumulation), then
+ * the CPU's scaling, so a rollout on the device is the same policy as on the CPU.
+ *
+ * The scheme is the CPU's to the bit (kernels/cpu/int8.c): codes clamp(rint(x / s), +-Q)
+ * with an IEEE fp32 division (__fdiv_rn, whatever nvcc's flags), NaN to +Q; scales
+ * amax / Q over the finite values (1 when amax is 0); activations keep 7 bits (Q = 63)
+ * here too, though a GPU's int8 products need no headroom, because the scheme is one on
+ * every machine. The integer sums are exact whoever forms them, and the epilogue
+ *   out[n, o] = sum_b (s_a[n, b] * s_w[o, b]) * (float)acc[n, o, b]
+ * forms each product and sum with __fmul_rn / __fadd_rn (no contraction into an FMA), b
+ * ascending and the first term assigned, as the CPU: equal outputs bit for bit.
+ *
+ * The GEMM. row-major out[N, OC] = qa[N, K] qw[OC, K]^T is cuBLASLt's "TN" problem, the
+ * only form its INT8 kernels take with the regular data ordering: A = qw (k x m
+ * column-major, ld ldq, op T), B = qa (k x n, ld ldq, op N), C = D = acc (m x n, ld m),
+ * m = OC rounded up to 4, n = rows, k = the k-block's width. cuBLASLt's documented INT8
+ * requirements (cublasLtMatmul, the IMMA kernels' regular ordering): COMPUTE_32I with an
+ * int32 scale type, A/B int8, C/D int32, pointers 4-byte aligned, the leading
+ * dimensions and m and k multiples of 4. The device copy of a weight is laid out for it
+ * (dllm_cuda_int8_weight_layout): rows padded to a multiple of 4 and, under channel
+ * scaling, the row stride too, with zero codes, which add nothing to the exact sums.
+ * Block scaling runs one GEMM per 128-wide k-block (its own scales), rows in chunks so
+ * the int32 scratch stays at most 16 MiB. */
+#include "kernels/cuda/common.cuh"
+
+extern "C" {
+#include "kernels/int8.h"
+}
+
+#include <mutex>
+
+namespace {
+
+enum { CHUNK_ELEMS = 1 << 22 }; /* int32 scratch per GEMM: 16 MiB */
+
+std::mutex g_mutex;
+cublasLtHandle_t g_handle;
+
+int round4(int x) { return (x + 3) / 4 * 4; }
+
+__device__ __forceinline__ float finite_abs(float x)
+{
+    float a = fabsf(x);
+    return a <= FLT_MAX ? a : 0.0f;
+}
+
+__device__ __forceinline__ int8_t code(float x, float s, float qmax)
+{
+    float v = __fdiv_rn(x, s);
+    v = v == v ? v : qmax;
+    v = v < qmax ? v : qmax;
+    v = v > -qmax ? v : -qmax;
+    return (int8_t)(int)rintf(v);
+}
+
+/* One warp per (row, group): amax, the scale, the codes; zero codes past C. qa (N, ldq),
+ * sa (N, kb). */
+__global__ static void int8_act_kernel(int8_t *qa, float *sa, const float *x, int N, int C,
+                                       int ldq, int kb, int g)
+{
+    size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)N * kb)
+        return; /* the whole warp leaves together */
+    int n = (int)(warp / kb), b = (int)(warp % kb);
+    int c0 = b * g, c1 = min(c0 + g, C);
+    const float *xr = x + (size_t)n * C;
+    int8_t *qr = qa + (size_t)n * ldq;
+    float amax = 0.0f;
+    for (int c = c0 + lane; c < c1; c += 32)
+        amax = fmaxf(amax, finite_abs(xr[c]));
+    amax = warp_max(amax);
+    float s = amax > 0.0f ? __fdiv_rn(amax, (float)INT8_A_MAX) : 1.0f;
+    if (lane == 0)
+        sa[(size_t)n * kb + b] = s;
+    for (int c = c0 + lane; c < c1; c += 32)
+        qr[c] = code(xr[c], s, (float)INT8_A_MAX);
+    /* the padding past C: in the last group's warp (the group, or the whole row) */
+    if (b == kb - 1)
+        for (int c = C + lane; c < ldq; c += 32)
+            qr[c] = 0;
+}
+
+/* out rows [0, nr) of k-block b: t = (s_a * s_w) * (float)acc; assigned at b == 0. */
+__global__ static void int8_scale_kernel(float *out, const int32_t *acc, int ldacc,
+                                         const float *sa, const float *sw, int nr, int OC,
+                                         int kb, int b, int block_scaled)
+{
+    size_t total = (size_t)nr * OC;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int n = (int)(i / OC), o = (int)(i % OC);
+        float ws = block_scaled ? sw[(size_t)(o / INT8_BLOCK) * kb + b] : sw[o];
+        float t = __fmul_rn(__fmul_rn(sa[(size_t)n * kb + b], ws),
+                            (float)acc[(size_t)n * ldacc + o]);
+        out[i] = b == 0 ? t : __fadd_rn(out[i], t);
+    }
+}
+
+cublasLtHandle_t handle(void)
+{
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_handle)
+        cublasCheck(cublasLtCreate(&g_handle));
+    return g_handle;
+}
+
+/* acc (nr, mp) int32, column-major m x n = mp x nr = qw (mp, ldq)[.., k0 .. k0+k] .
+ * qa (nr, ldq)[.., k0 .. k0+k]^T: the TN problem above. */
+void int8_gemm(int32_t *acc, const int8_t *qw, const int8_t *qa, int mp, int nr, int k, int ldq)
+{
+    cublasLtHandle_t h = handle();
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+    int32_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_8I, (uint64_t)k, (uint64_t)mp, ldq));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, (uint64_t)k, (uint64_t)nr, ldq));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32I, (uint64_t)mp, (uint64_t)nr, mp));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = 0;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ws, sizeof ws));
+    /* the heuristic is told the alignment the layout guarantees (4 bytes: a k-block's
+     * offset within a row) */
+    uint32_t al = 4;
+    const cublasLtMatmulPreferenceAttributes_t at[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, at[i], &al, sizeof al));
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 1, &res, &got);
+    if (st != CUBLAS_STATUS_SUCCESS || got < 1) {
+        fprintf(stderr, "dllm-rl: cuda int8 linear: cuBLASLt has no INT8 GEMM for m %d n %d k %d "
+                        "ld %d (%s)\n", mp, nr, k, ldq, cublasLtGetStatusString(st));
+        exit(1);
+    }
+    const int32_t one = 1, zero = 0;
+    cublasCheck(cublasLtMatmul(h, desc, &one, qw, la, qa, lb, &zero, acc, lc, acc, lc, &res.algo,
+                               NULL, 0, 0));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+}
+
+} // namespace
+
+extern "C" void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq)
+{
+    int kb = s == INT8_SCALE_BLOCK ? (C + INT8_BLOCK - 1) / INT8_BLOCK : 1;
+    *rows = round4(OC);
+    *ldq = s == INT8_SCALE_BLOCK ? kb * INT8_BLOCK : round4(C);
+}
+
+extern "C" size_t dllm_cuda_int8_scratch_bytes(int N, const int8_matrix *w)
+{
+    int mp = round4(w->rows), chunk = CHUNK_ELEMS / mp;
+    chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+    auto a256 = [](size_t b) { return (b + 255) / 256 * 256; };
+    return a256((size_t)N * w->ldq) + a256((size_t)N * w->kb * sizeof(float)) +
+           a256((size_t)chunk * mp * sizeof(int32_t));
+}
+
+extern "C" void dllm_cuda_int8_linear(float *out, const float *inp, const int8_matrix *w, int N,
+                                      int C, int OC, void *scratch)
+{
+    DLLM_CUDA_REQUIRE(w->q && w->rows == OC && w->cols == C,
+                      "weight [%d, %d], call [%d, %d]", w->rows, w->cols, OC, C);
+    if (N <= 0)
+        return;
+    const int kb = w->kb, ldq = w->ldq, mp = round4(OC);
+    const int g = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C;
+    const int gk = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : ldq; /* GEMM k per block */
+    DLLM_CUDA_REQUIRE(ldq % 4 == 0 && ldq >= kb * (w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C),
+                      "weight row stride %d is not the device layout", ldq);
+    auto a256 = [](size_t b) { return (b + 255) / 256 * 256; };
+    char *ws = (char *)scratch;
+    int8_t *qa = (int8_t *)ws;                                          // (N, ldq)
+    float *sa = (float *)(ws + a256((size_t)N * ldq));                  // (N, kb)
+    int32_t *acc = (int32_t *)(ws + a256((size_t)N * ldq) + a256((size_t)N * kb * 4)); // (chunk, mp)
+    size_t warps = (size_t)N * kb;
+    DLLM_LAUNCH(int8_act_kernel, grid_for(warps * 32, 256), 256, 0, 0)(qa, sa, inp, N, C, ldq, kb, g);
+    cudaLaunchCheck();
+    int chunk = CHUNK_ELEMS / mp;
+    chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+    for (int n0 = 0; n0 < N; n0 += chunk) {
+        const int nr = n0 + chunk < N ? chunk : N - n0;
+        for (int b = 0; b < kb; b++) {
+            int8_gemm(acc, w->q + (size_t)b * gk, qa + (size_t)n0 * ldq + (size_t)b * gk, mp, nr,
+                      gk, ldq);
+            DLLM_LAUNCH(int8_scale_kernel, grid_for((size_t)nr * OC, 256), 256, 0, 0)(
+                out + (size_t)n0 * OC, acc, mp, sa + (size_t)n0 * kb, w->scale, nr, OC, kb, b,
+                w->scaling == INT8_SCALE_BLOCK);
+            cudaLaunchCheck();
+        }
+    }
+}
+
+extern "C" int dllm_cuda_int8_available(char *why, size_t why_len)
+{
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        if (why)
+            snprintf(why, why_len, "no usable CUDA device");
+        return 0;
+    }
+    if (major < 8) {
+        if (why)
+            snprintf(why, why_len, "the device is sm_%d%d: INT8 tensor-core GEMMs need compute "
+                     "capability 8.0 or later (A100, H100)", major, minor);
+        return 0;
+    }
+    return 1;
+}
