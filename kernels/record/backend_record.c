@@ -22,7 +22,7 @@
 
 const char *const rec_unit_names[REC_NUNITS] = {"fp8_tensor_core", "bf16_tensor_core",
                                                 "tf32_tensor_core", "fp32_cuda_core",
-                                                "memory_bound"};
+                                                "memory_bound", "int8_tensor_core"};
 const char *const rec_kind_names[REC_NKINDS] = {"kernel", "matmul", "copy", "h2d", "d2h",
                                                 "sync",   "alloc",  "free"};
 
@@ -459,6 +459,52 @@ static void rc_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp
     }
     if (IN)
         INOPS->fp8_linear_fwd(IN, out, inp, w, N, C, OC);
+    end(r, n0);
+}
+
+/* dllm_cuda_int8_linear (kernels/cuda/gemm_int8.cu): the activation codes in one pass,
+ * then per chunk of rows and k-block an INT8 matmul into the int32 scratch (its own
+ * handle: no cuBLASLt workspace) and the scaling pass into out */
+static void rc_int8_linear_fwd(dllm_backend *be, float *out, const float *inp,
+                               const int8_matrix *w, int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "int8_linear_fwd");
+    if (!w->q || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: int8 weight is [%d, %d], call expects [%d, %d]\n",
+                w->rows, w->cols, OC, C);
+        exit(1);
+    }
+    if (N > 0) {
+        const int kb = w->kb, ldq = w->ldq, mp = (OC + 3) / 4 * 4;
+        const int gk = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : ldq;
+        int chunk = (1 << 22) / mp;
+        chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+        ws_get(r, align256((size_t)N * ldq) + align256((size_t)N * kb * 4) +
+                      align256((size_t)chunk * mp * 4));
+        char shape[64];
+        snprintf(shape, sizeof shape, "N=%d C=%d groups=%d", N, C, kb);
+        kernel(r, "int8_act_quant", 2.0 * N * C, 4.0 * N * C, (double)N * ldq + 4.0 * N * kb,
+               shape);
+        const double nscale = w->scaling == INT8_SCALE_BLOCK ? (double)((OC + 127) / 128) * kb : OC;
+        for (int n0r = 0; n0r < N; n0r += chunk) {
+            const int nr = n0r + chunk < N ? chunk : N - n0r;
+            for (int b = 0; b < kb; b++) {
+                rec_event *e = emit(r, REC_MATMUL, REC_UNIT_INT8_TC, "int8_gemm",
+                                    2.0 * mp * nr * gk, (double)nr * gk + (double)mp * gk,
+                                    4.0 * nr * mp, "M=%d N=%d K=%d", nr, mp, gk);
+                e->dense = true;
+                e->weight = w->q;
+                e->weight_bytes = (double)mp * ldq + 4 * nscale;
+                snprintf(shape, sizeof shape, "N=%d OC=%d block %d", nr, OC, b);
+                kernel(r, "int8_scale", 3.0 * nr * OC,
+                       4.0 * nr * mp + 4.0 * nr + 4.0 * OC + (b ? 4.0 * nr * OC : 0),
+                       4.0 * nr * OC, shape);
+            }
+        }
+    }
+    if (IN)
+        INOPS->int8_linear_fwd(IN, out, inp, w, N, C, OC);
     end(r, n0);
 }
 
@@ -1190,8 +1236,8 @@ static void rc_dream_commit(dllm_backend *be, int32_t *canvas, int16_t *commit_s
 }
 
 /* Every entry the CUDA backend has, by name so that the table's order is free; the CUDA
- * backend has no NVFP4 or INT8 linear, grouped FP8 linears or nucleus choice, so neither
- * has the recording (the model refuses an nvfp4 or int8 rollout on it as on the device). tests/unit/test_record.c fails on an entry left out. */
+ * backend has no NVFP4 linear, grouped FP8 linears or nucleus choice, so neither has the
+ * recording (the model refuses an nvfp4 rollout on it as on the device). tests/unit/test_record.c fails on an entry left out. */
 static const dllm_backend_ops record_ops = {
     .alloc = rc_alloc,
     .free = rc_free,
@@ -1229,7 +1275,7 @@ static const dllm_backend_ops record_ops = {
     .fp8_quantise = rc_fp8_quantise,
     .bf16_linear_fwd = rc_bf16_linear_fwd,
     .nvfp4_linear_fwd = NULL,
-    .int8_linear_fwd = NULL,
+    .int8_linear_fwd = rc_int8_linear_fwd,
     .clip_grad = rc_clip_grad,
     .fp8_act_prepare = rc_fp8_act_prepare,
     .rmsnorm_fp8_fwd = rc_rmsnorm_fp8_fwd,

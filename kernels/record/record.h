@@ -28,6 +28,7 @@ typedef enum {
     REC_UNIT_TF32_TC,     /* TF32 tensor cores (no op uses them today) */
     REC_UNIT_FP32_CORE,   /* fp32 CUDA cores: CUBLAS_COMPUTE_32F GEMMs, attention's tiles */
     REC_UNIT_MEMORY,      /* elementwise, norms, conversions, copies: bandwidth-bound */
+    REC_UNIT_INT8_TC,     /* INT8 tensor cores (cuBLASLt INT8 matmul, int32 accumulation) */
     REC_NUNITS
 } rec_unit;
 

@@ -32,8 +32,10 @@
 const char *const pt_phase_names[PT_NPHASES] = {"rollout_step", "score", "update_step"};
 const char *const pt_gpu_names[2] = {"h100", "h200"};
 
-/* H100 SXM dense peaks (FLOP/s) by unit; the memory-bound unit's few FLOPs at fp32's */
-static const double PEAK[REC_NUNITS] = {1979e12, 989e12, 494e12, 67e12, 67e12};
+/* H100 SXM dense peaks (FLOP/s, INT8 in OP/s) by unit; the memory-bound unit's few FLOPs
+ * at fp32's; INT8 tensor cores at FP8's rate (NVIDIA's H100 datasheet: 1,979 dense
+ * TOPS for either) */
+static const double PEAK[REC_NUNITS] = {1979e12, 989e12, 494e12, 67e12, 67e12, 1979e12};
 static const double HBM[2] = {3.35e12, 4.8e12};
 #define FLOP_EFF 0.7
 #define HBM_EFF 0.8
@@ -256,7 +258,9 @@ static int update_step(runner *u, int *rows_out, dllm_err *err)
 
 static rec_unit prec_unit(dllm_rollout_kind k)
 {
-    return dllm_rollout_is_fp8(k) ? REC_UNIT_FP8_TC : REC_UNIT_BF16_TC;
+    return dllm_rollout_is_fp8(k)       ? REC_UNIT_FP8_TC
+           : k == DLLM_ROLLOUT_INT8 ? REC_UNIT_INT8_TC
+                                    : REC_UNIT_BF16_TC;
 }
 
 static void take(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, int rows)
@@ -275,10 +279,7 @@ static int check_shape(const pt_shape *s, dllm_err *err)
 {
     if (s->prec.rollout == DLLM_ROLLOUT_NVFP4)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision nvfp4: the CUDA backend has "
-                            "no NVFP4 linear (use bf16 or fp8)");
-    if (s->prec.rollout == DLLM_ROLLOUT_INT8)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: INT8 GEMMs are not "
-                            "built for the device yet (use bf16 or fp8)");
+                            "no NVFP4 linear (use bf16, fp8 or int8)");
     if (s->S < 1 || s->P < 0 || s->G < 1 || s->block_length < 1 || s->G % s->block_length ||
         s->steps < s->G / s->block_length || s->steps % (s->G / s->block_length) ||
         s->micro_batch < 1)

@@ -236,6 +236,7 @@ static const ecase ECASES[] = {
     {"fp32", "fp8", "block", 4, 1},   {"fp32", "fp8", "tensor", 0, 0},
     {"fp32", "bf16", "block", 0, 1},  {"fp32", "trainer", "block", 8, 0},
     {"bf16", "bf16", "block", 4, 1},  {"fp32", "fp8", "channel", 4, 2},
+    {"fp32", "int8", "block", 4, 1},
 };
 #define NECASES ((int)(sizeof ECASES / sizeof ECASES[0]))
 
