@@ -420,7 +420,7 @@ void cublaslt_int8_checks(void)
            "INT8 with 2-byte aligned pointers accepted");
     row_end("cuBLASLt: INT8 layout and alignment",
             "TN taken (ld = k, ld > k); NN, lda 130, m 62, k 126, 2-byte alignment refused "
-            "(the regular-ordering IMMA rules; PROBES 15)");
+            "(the regular-ordering IMMA rules; PROBES 16)");
 }
 
 void cublaslt_checks(void)
