@@ -380,13 +380,12 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
                             "rollout precision %s: the %s backend has no linear for it "
                             "(use bf16, fp8 or int8)", dllm_rollout_name(k), d->be->name);
     }
-    char why[200];
+    char why[256];
     if (k == DLLM_ROLLOUT_INT8 && !dllm_cuda_int8_available(why, sizeof why)) {
         dview_free(m, &d->rv);
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: %s (int8 runs on "
                             "the CPU; on this device use bf16)", why);
     }
-    char why[256];
     if (dllm_rollout_is_fp8(k) && p->fp8_scaling == FP8_SCALE_BLOCK &&
         !dllm_backend_fp8_block_ok(d->be, why, sizeof why)) {
         dview_free(m, &d->rv);
