@@ -231,10 +231,16 @@ START_TEST(test_train_two_ranks_match_one)
             tu_dir, full ? "" : ", lora: {rank: 4, alpha: 16}", STEPS, lr, full ? ", eps: 1e-4" : "",
             tu_dir, STEPS);
     fclose(f);
-    ck_assert_int_eq(tu_sh("OMP_NUM_THREADS=1 %s train %s --jsonl --set experiment=%s "
-                           ">%s/%s.out 2>%s/%s.err", tu_bin(), cfg, one, tu_dir, one, tu_dir, one), 0);
-    ck_assert_int_eq(tu_sh(MPIRUN "%s train %s --jsonl --set experiment=%s >%s/%s.out "
-                           "2>%s/%s.err", tu_bin(), cfg, two, tu_dir, two, tu_dir, two), 0);
+    /* attention on the fp32 kernels, as the other fp32 parities: the tolerances below are
+     * the gradient sum's order; with the bf16 tensor-core attention the two runs part
+     * further (measured: l_pi 4e-3, step 2's LoRA gradient norm 0.111 against 0.033, as
+     * adapter elements with near-zero gradients step either way by lr) */
+    ck_assert_int_eq(tu_sh("DLLM_CUDA_ATTENTION=fp32 OMP_NUM_THREADS=1 %s train %s --jsonl --set "
+                           "experiment=%s >%s/%s.out 2>%s/%s.err", tu_bin(), cfg, one, tu_dir, one,
+                           tu_dir, one), 0);
+    ck_assert_int_eq(tu_sh("DLLM_CUDA_ATTENTION=fp32 " MPIRUN "-x DLLM_CUDA_ATTENTION %s train %s "
+                           "--jsonl --set experiment=%s >%s/%s.out 2>%s/%s.err", tu_bin(), cfg,
+                           two, tu_dir, two, tu_dir, two), 0);
     /* the update ran on the devices of both ranks; one progress line per step */
     ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/%s.err", tu_dir, two), 1);
     ck_assert_int_eq(tu_sh("test $(grep -c '\"step\"' %s/%s.out) -eq %d", tu_dir, two, STEPS), 0);
