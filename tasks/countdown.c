@@ -200,14 +200,21 @@ static char *countdown_expr_text(const char *c, size_t len)
     return line;
 }
 
-double dllm_countdown_score(const int64_t *nums, int n, int64_t target, const char *completion, size_t len)
+/* The completion's answer expression evaluated (DLLM_CD_MALFORMED where it has none). */
+static int completion_expr(const char *completion, size_t len, dllm_countdown_expr *e)
 {
     char *text = countdown_expr_text(completion, len);
     if (!text)
-        return 0.0;
-    dllm_countdown_expr e;
-    int st = dllm_countdown_eval(text, strlen(text), &e);
+        return DLLM_CD_MALFORMED;
+    int st = dllm_countdown_eval(text, strlen(text), e);
     free(text);
+    return st;
+}
+
+double dllm_countdown_score(const int64_t *nums, int n, int64_t target, const char *completion, size_t len)
+{
+    dllm_countdown_expr e;
+    int st = completion_expr(completion, len, &e);
     if (st == DLLM_CD_MALFORMED)
         return 0.0;
     if (st == DLLM_CD_OK && dllm_countdown_check(&e, nums, n, target))
@@ -218,12 +225,8 @@ double dllm_countdown_score(const int64_t *nums, int n, int64_t target, const ch
 double dllm_countdown_partial(const int64_t *nums, int n, int64_t target, const char *completion,
                               size_t len)
 {
-    char *text = countdown_expr_text(completion, len);
-    if (!text)
-        return 0.0;
     dllm_countdown_expr e;
-    int st = dllm_countdown_eval(text, strlen(text), &e);
-    free(text);
+    int st = completion_expr(completion, len, &e);
     if (st == DLLM_CD_MALFORMED)
         return 0.0;
     if (st != DLLM_CD_OK || !uses_numbers(&e, nums, n))
