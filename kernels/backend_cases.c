@@ -411,6 +411,45 @@ static void run_attention(dllm_backend *be, const bcase *c, void **p, double *re
                            d[1], d[2], d[3], d[4], d[5]);
 }
 
+/* kv_append + attention_cached: d = {B, T, len, max_len, NH, NKV, HD, causal}. A prefix
+ * of len slots is appended first (sequence 1's first 3 slots padding), then T new rows
+ * (sequence 0's last one padding, newmask), and the T queries attend over the cache; the
+ * cache, its key mask and y compared. The entry sums in fp32 on both backends. */
+static void mk_kv_cache(const bcase *c, bcase_buf *b, int *nb)
+{
+    int B = c->d[0], T = c->d[1], L = c->d[2], M = c->d[3], NH = c->d[4], NKV = c->d[5],
+        HD = c->d[6];
+    size_t kd = (size_t)NKV * HD, np = (size_t)B * L * kd, nn = (size_t)B * T * kd;
+    uint8_t *pm = dllm_malloc((size_t)B * L), *nm = dllm_malloc((size_t)B * T);
+    for (int bb = 0; bb < B; bb++) {
+        for (int t = 0; t < L; t++)
+            pm[(size_t)bb * L + t] = !(bb == 1 && t < 3);
+        for (int t = 0; t < T; t++)
+            nm[(size_t)bb * T + t] = !(bb == 0 && t == T - 1);
+    }
+    addb(b, nb, "k_prefix", BK_F32, np, rnd(np, 61, 1.0), -1);
+    addb(b, nb, "v_prefix", BK_F32, np, rnd(np, 62, 1.0), -1);
+    addb(b, nb, "mask_prefix", BK_U8, (size_t)B * L, pm, -1);
+    addb(b, nb, "k", BK_F32, nn, rnd(nn, 63, 1.0), -1);
+    addb(b, nb, "v", BK_F32, nn, rnd(nn, 64, 1.0), -1);
+    addb(b, nb, "newmask", BK_U8, (size_t)B * T, nm, -1);
+    addb(b, nb, "q", BK_F32, (size_t)B * T * NH * HD, rnd((size_t)B * T * NH * HD, 65, 1.0), -1);
+    addb(b, nb, "kc", BK_F32, (size_t)B * M * kd, NULL, 0);
+    addb(b, nb, "vc", BK_F32, (size_t)B * M * kd, NULL, 0);
+    addb(b, nb, "cmask", BK_U8, (size_t)B * M, NULL, 0);
+    addb(b, nb, "y", BK_F32, (size_t)B * T * NH * HD, rnd((size_t)B * T * NH * HD, 66, 1.0),
+         c->tol);
+}
+static void run_kv_cache(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    const int *d = c->d;
+    int kd = d[5] * d[6];
+    be->ops->kv_append(be, p[7], p[8], p[9], p[0], p[1], p[2], d[0], d[2], 0, d[3], kd);
+    be->ops->kv_append(be, p[7], p[8], p[9], p[3], p[4], p[5], d[0], d[1], d[2], d[3], kd);
+    be->ops->attention_cached(be, p[10], p[6], p[7], p[8], p[9], d[0], d[1], d[2], d[3], d[4],
+                              d[5], d[6], d[7]);
+}
+
 /* swiglu: d = {n} */
 static void mk_swiglu(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -665,6 +704,10 @@ const bcase dllm_backend_cases[] = {
     {"attention", "B2 T29 NH4 NKV1 HD40 causal mask", {2, 29, 4, 1, 40, 1, 1}, ATT_TC_NMSE, mk_attention, run_attention, -1},
     {"attention", "B1 T20 NH2 NKV2 HD256", {1, 20, 2, 2, 256, 0, 0}, 1e-9, mk_attention, run_attention, -1},
     {"attention", "B3 T100 NH2 NKV2 HD32 causal mask", {3, 100, 2, 2, 32, 1, 1}, ATT_TC_NMSE, mk_attention, run_attention, -1},
+    {"kv_cache", "B2 T5 len9 max16 NH4 NKV2 HD16 causal", {2, 5, 9, 16, 4, 2, 16, 1}, 1e-10,
+     mk_kv_cache, run_kv_cache, -1},
+    {"kv_cache", "B2 T7 len6 max13 NH2 NKV2 HD64 block", {2, 7, 6, 13, 2, 2, 64, 0}, 1e-10,
+     mk_kv_cache, run_kv_cache, -1},
     {"swiglu", "n10007", {10007}, 1e-12, mk_swiglu, run_swiglu, -1},
     {"embedding_fwd", "N200 C96 V50", {200, 96, 50, 0}, 0, mk_embedding, run_embedding, -1},
     {"embedding_bwd", "N200 C96 V50", {200, 96, 50, 1}, 1e-12, mk_embedding, run_embedding, -1},

@@ -282,7 +282,7 @@ START_TEST(test_backend_table_complete)
         "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
         "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x",
-        "adamw_step"};
+        "adamw_step", "kv_cache"};
     /* 7 buffer entries, 28 ops, 3 optional low-precision linears (the CPU's NVFP4 and
      * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
      * by test_precision through the model), the CPU's grouped
@@ -292,23 +292,25 @@ START_TEST(test_backend_table_complete)
      * autoregressive choice, its optional nucleus, the 5 of the denoising step, Dream's 2)
      * are run on both backends by the samplers' own tests (tests/unit/test_qwen3_device.c's
      * fake decoder, tests/unit/test_sampler_device.c; the kernels also in
-     * tests/unit/backend_kernel_cases.c).
+     * tests/unit/backend_kernel_cases.c); the 2 key/value cache entries (kv_append,
+     * attention_cached: one case name, kv_cache, runs both).
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 28 + 3 + 1 + 1 + 4 + 9);
+                      7 + 28 + 3 + 1 + 1 + 4 + 9 + 2);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
-     * its case here (bf16 has) */
+     * its parity case: bf16's is here, INT8's (the device keeps its weight in its own
+     * padded layout) is tests/unit/test_int8_device.c, bit for bit against the CPU */
     dllm_backend *cpu = dllm_backend_cpu(), *dev = dllm_backend_cuda();
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR) &&
               dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR) &&
               dllm_backend_supports(cpu, DLLM_OP_INT8_LINEAR) &&
               dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
     ck_assert_ptr_nonnull(dev);
+    ck_assert(dllm_backend_supports(dev, DLLM_OP_INT8_LINEAR));
     ck_assert_msg(!dllm_backend_supports(dev, DLLM_OP_NVFP4_LINEAR) &&
-                  !dllm_backend_supports(dev, DLLM_OP_INT8_LINEAR) &&
                   !dllm_backend_supports(dev, DLLM_OP_FP8_LINEARS) &&
                   !dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS),
                   "a device optional entry has no parity case in this table");
