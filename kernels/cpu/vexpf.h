@@ -10,7 +10,9 @@
 void vexpf(float *out, const float *x, size_t n);
 /* The plain loop of library calls (the reference). */
 void vexpf_ref(float *out, const float *x, size_t n);
-/* Whether vexpf runs vectorised here (AVX-512, and the load-time check passed). */
+/* Whether vexpf runs vectorised here (AVX-512, or AVX2 with FMA, and the load-time
+ * check passed), and which: "avx512", "avx2" or "libm". */
 bool vexpf_fast(void);
+const char *vexpf_path(void);
 
 #endif
