@@ -90,6 +90,11 @@ void int8_matrix_free(int8_matrix *m);
  * a programming error). Overwrites out. */
 void op_int8_linear_fwd(float *out, const float *inp, const int8_matrix *w, int N, int C,
                         int OC);
+/* out[i] (N, OC[i]) = op_int8_linear_fwd(inp, w[i]) for the nw weights of one input
+ * (q/k/v, gate/up), bit for bit as nw calls; the activations quantised once where the
+ * weights share their scaling. */
+void op_int8_linears_fwd(int nw, float *const out[], const float *inp,
+                         const int8_matrix *const w[], int N, int C, const int OC[]);
 /* out[N, OC] = dequant(quant(inp)) @ dequant(w)^T in fp32 (op_gemm): the reference. */
 void op_int8_linear_ref(float *out, const float *inp, int8_matrix *w, int N, int C, int OC);
 /* Who forms the integer sums here: "onednn" (oneDNN's u8s8 matmul) or "loop" (the

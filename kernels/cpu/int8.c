@@ -49,16 +49,22 @@ float int8_scale_from_amax(float amax, int qmax)
     return amax > 0.0f ? amax / (float)qmax : 1.0f;
 }
 
-/* The largest finite |x|: a maximum, the same whatever the order or vector width. */
-VEC_KERNEL_NO_TRAP static float amax_finite(const float *x, int n)
+/* The largest finite |x|: a maximum, the same whatever the order or vector width. On
+ * the bits: |x| of a finite float orders as its bit pattern does, and an integer maximum
+ * vectorises where a float one (its compare ordering NaN) would not. */
+VEC_KERNEL static float amax_finite(const float *x, int n)
 {
-    float a = 0.0f;
+    uint32_t a = 0;
     for (int i = 0; i < n; i++) {
-        float v = fabsf(x[i]);
-        v = v <= FLT_MAX ? v : 0.0f; /* NaN and inf fail the compare */
-        a = a > v ? a : v;
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u &= 0x7FFFFFFFu;
+        u = u < 0x7F800000u ? u : 0u; /* NaN and inf count as 0 */
+        a = a > u ? a : u;
     }
-    return a;
+    float r;
+    memcpy(&r, &a, sizeof r);
+    return r;
 }
 
 /* q[i] = int8_code(x[i], s, qmax) + shift, element by element the same arithmetic (fp32
@@ -271,58 +277,91 @@ static void gemm_u8s8(int32_t *acc, int ldc, const uint8_t *u, int ldu, const in
         loop_u8s8(acc, ldc, u, ldu, q, ldq, N, OC, K);
 }
 
-void op_int8_linear_fwd(float *out, const float *inp, const int8_matrix *w, int N, int C,
-                        int OC)
+/* One row of the product's scaling: out[o] = (sa * ws[o]) * (float)(acc[o] - comp[o]), the
+ * scale product formed first, in fp32 (int8.h): products only, so every clone gives the
+ * same bits. */
+VEC_KERNEL static void scale_row(float *restrict out, const int32_t *restrict acc,
+                                 const int32_t *restrict comp, const float *restrict ws,
+                                 float sa, int OC)
 {
-    check_shape("op_int8_linear_fwd", w, C, OC);
-    if (N <= 0)
-        return;
+    for (int o = 0; o < OC; o++)
+        out[o] = (sa * ws[o]) * (float)(acc[o] - comp[o]);
+}
+
+/* The same added to out (the k-blocks after the first): built for the baseline only, so
+ * that the sum is never fused into a multiply-add. */
+static void scale_row_add(float *restrict out, const int32_t *restrict acc,
+                          const int32_t *restrict comp, const float *restrict ws, float sa,
+                          int OC)
+{
+    for (int o = 0; o < OC; o++)
+        out[o] = out[o] + (sa * ws[o]) * (float)(acc[o] - comp[o]);
+}
+
+/* out[N, OC] = the product of w with the activations already quantised: u (N, ldq) the
+ * shifted codes, sa (N, kb) their scales. */
+static void int8_product(float *out, const uint8_t *u, const float *sa, const int8_matrix *w,
+                         int N, int OC, bool onednn)
+{
     const int kb = w->kb, ldq = w->ldq, g = ldq / kb;
+    /* one k-block at a time (channel: the one block of all C; block: zero codes pad the
+     * last), rows in chunks so the int32 scratch stays small */
+    int rows = (int)((1u << 22) / (unsigned)OC);
+    rows = rows < 1 ? 1 : rows > N ? N : rows;
+    int32_t *acc = dllm_malloc((size_t)rows * OC * sizeof(int32_t)); // (rows, OC)
+    int32_t *cb = dllm_malloc((size_t)OC * sizeof(int32_t));            // (OC) block b's
+    float *wb = dllm_malloc((size_t)OC * sizeof(float));                // (OC) block b's
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        const int nr = n0 + rows < N ? rows : N - n0;
+        float *o0 = out + (size_t)n0 * OC;
+        for (int b = 0; b < kb; b++) {
+            for (int o = 0; o < OC; o++) {
+                cb[o] = w->comp[(size_t)o * kb + b];
+                wb[o] = int8_weight_scale(w, o, b);
+            }
+            gemm_u8s8(acc, OC, u + (size_t)n0 * ldq + (size_t)b * g, ldq, w->q + b * g, ldq,
+                      nr, OC, g, onednn);
+#pragma omp parallel for schedule(static) if ((size_t)nr * OC > 65536)
+            for (int n = 0; n < nr; n++)
+                (b ? scale_row_add : scale_row)(o0 + (size_t)n * OC, acc + (size_t)n * OC, cb,
+                                                wb, sa[(size_t)(n0 + n) * kb + b], OC);
+        }
+    }
+    free(wb);
+    free(cb);
+    free(acc);
+}
+
+void op_int8_linears_fwd(int nw, float *const out[], const float *inp,
+                         const int8_matrix *const w[], int N, int C, const int OC[])
+{
+    for (int i = 0; i < nw; i++)
+        check_shape("op_int8_linears_fwd", w[i], C, OC[i]);
+    if (N <= 0 || nw <= 0)
+        return;
+    for (int i = 1; i < nw; i++)
+        if (w[i]->scaling != w[0]->scaling) { /* another activation quantisation each */
+            for (int k = 0; k < nw; k++)
+                op_int8_linear_fwd(out[k], inp, w[k], N, C, OC[k]);
+            return;
+        }
+    const int kb = w[0]->kb, ldq = w[0]->ldq;
     const bool onednn = strcmp(int8_gemm_path(), "onednn") == 0;
     int8_t *qa = dllm_malloc((size_t)N * ldq);            // (N, ldq)
     float *sa = dllm_malloc((size_t)N * kb * sizeof(float)); // (N, kb)
     /* the u8 operand: codes + 64, in [1, 127] (the padding 64 meets zero weight codes) */
-    quantise_act(qa, sa, inp, N, C, ldq, w->scaling, INT8_A_SHIFT);
-    const uint8_t *u = (const uint8_t *)qa;
-    if (kb == 1) {
-        /* the int32 sums land in out's own memory, then become fp32 in place */
-        int32_t *acc = (int32_t *)(void *)out; // (N, OC)
-        gemm_u8s8(acc, OC, u, ldq, w->q, ldq, N, OC, C, onednn);
-#pragma omp parallel for schedule(static) if ((size_t)N * OC > 65536)
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC; o++) {
-                int32_t a;
-                memcpy(&a, &out[(size_t)n * OC + o], sizeof a);
-                a -= w->comp[o];
-                out[(size_t)n * OC + o] = (sa[n] * int8_weight_scale(w, o, 0)) * (float)a;
-            }
-    } else {
-        /* one k-block at a time (zero codes pad the last), rows in chunks so the int32
-         * scratch stays small */
-        int rows = (int)((1u << 22) / (unsigned)OC);
-        rows = rows < 1 ? 1 : rows > N ? N : rows;
-        int32_t *acc = dllm_malloc((size_t)rows * OC * sizeof(int32_t)); // (rows, OC)
-        for (int n0 = 0; n0 < N; n0 += rows) {
-            const int nr = n0 + rows < N ? rows : N - n0;
-            float *o0 = out + (size_t)n0 * OC;
-            for (int b = 0; b < kb; b++) {
-                gemm_u8s8(acc, OC, u + (size_t)n0 * ldq + (size_t)b * g, ldq, w->q + b * g,
-                          ldq, nr, OC, g, onednn);
-#pragma omp parallel for schedule(static) if ((size_t)nr * OC > 65536)
-                for (int n = 0; n < nr; n++)
-                    for (int o = 0; o < OC; o++) {
-                        const int32_t a = acc[(size_t)n * OC + o] - w->comp[(size_t)o * kb + b];
-                        const float t =
-                            (sa[(size_t)(n0 + n) * kb + b] * int8_weight_scale(w, o, b)) *
-                            (float)a;
-                        o0[(size_t)n * OC + o] = b == 0 ? t : o0[(size_t)n * OC + o] + t;
-                    }
-            }
-        }
-        free(acc);
-    }
+    quantise_act(qa, sa, inp, N, C, ldq, w[0]->scaling, INT8_A_SHIFT);
+    for (int i = 0; i < nw; i++)
+        int8_product(out[i], (const uint8_t *)qa, sa, w[i], N, OC[i], onednn);
     free(qa);
     free(sa);
+}
+
+void op_int8_linear_fwd(float *out, const float *inp, const int8_matrix *w, int N, int C,
+                        int OC)
+{
+    check_shape("op_int8_linear_fwd", w, C, OC);
+    op_int8_linears_fwd(1, &out, inp, &w, N, C, &OC);
 }
 
 void op_int8_linear_ref(float *out, const float *inp, int8_matrix *w, int N, int C, int OC)
