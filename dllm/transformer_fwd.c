@@ -298,26 +298,35 @@ static bool fused_act(const tf_view *v, int l, const int *js, int n, int N, fp8_
 }
 
 /* The n <= 3 linears js[] [+ their biases] of one input (q/k/v, gate/up): as n calls
- * of lin_bias_fwd, bit for bit. On a backend with the grouped FP8 linears (the CPU's)
- * the FP8 copy's products go in one call, which quantises the shared input once
- * instead of n times, in one thread region; fq: the codes a device producer wrote
+ * of lin_bias_fwd, bit for bit. On a backend with the grouped linears (the CPU's) a
+ * packed or quantised copy's products go in one call, which rounds or quantises the
+ * shared input once instead of n times; fq: the codes a device producer wrote
  * (fused_act), passed to each linear. */
 static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int *js,
                           const int *bias_slots, float *const *outs, const float *inp, int N,
                           const tf_layer_io *io, const fp8_act *fq)
 {
-    if (!v->q8 || !dllm_backend_supports(v->be, DLLM_OP_FP8_LINEARS) || fq) {
+    bool packed = v->q8 || v->q4 || v->qi || v->b16;
+    if (!packed || !dllm_backend_supports(v->be, DLLM_OP_LINEARS) || fq) {
         for (int g = 0; g < n; g++)
             lin_bias_fwd(m, v, l, js[g], bias_slots[g], outs[g], inp, N, io, fq);
         return;
     }
-    fp8_matrix *ws[3] = {0}; /* initialised for the compilers that cannot see n <= 3 */
+    dllm_lin_weight ws[3] = {{0}}; /* initialised for the compilers that cannot see n <= 3 */
     int ocs[3] = {0}, i = 0;
     for (int g = 0; g < n; g++) {
         tf_lin_shape(m, js[g], &ocs[g], &i);
-        ws[g] = &v->q8[(size_t)l * DLLM_NLIN + (size_t)js[g]];
+        size_t k = (size_t)l * DLLM_NLIN + (size_t)js[g];
+        if (v->q8) /* tf_lin_fwd's order of the formats */
+            ws[g].f8 = &v->q8[k];
+        else if (v->q4)
+            ws[g].f4 = &v->q4[k];
+        else if (v->qi)
+            ws[g].i8 = &v->qi[k];
+        else
+            ws[g].b16 = &v->b16[k];
     }
-    v->be->ops->fp8_linears_fwd(v->be, n, outs, inp, ws, N, i, ocs);
+    v->be->ops->linears_fwd(v->be, n, outs, inp, ws, N, i, ocs);
     for (int g = 0; g < n; g++) {
         lin_lora_fwd(m, v, l, js[g], outs[g], inp, N,
                      io->xa ? io->xa + (size_t)js[g] * io->xa_stride : NULL);

@@ -17,8 +17,8 @@ bool dllm_backend_supports(const dllm_backend *be, dllm_backend_op op)
         return o->nvfp4_linear_fwd != NULL;
     case DLLM_OP_INT8_LINEAR:
         return o->int8_linear_fwd != NULL;
-    case DLLM_OP_FP8_LINEARS:
-        return o->fp8_linears_fwd != NULL;
+    case DLLM_OP_LINEARS:
+        return o->linears_fwd != NULL;
     case DLLM_OP_FP8_FUSED_ACT: /* all four or none (backend.h) */
         return o->fp8_act_prepare && o->rmsnorm_fp8_fwd && o->swiglu_fp8_fwd &&
                o->fp8_linear_act_fwd;
@@ -39,8 +39,8 @@ const char *dllm_backend_op_name(dllm_backend_op op)
         return "nvfp4_linear_fwd";
     case DLLM_OP_INT8_LINEAR:
         return "int8_linear_fwd";
-    case DLLM_OP_FP8_LINEARS:
-        return "fp8_linears_fwd";
+    case DLLM_OP_LINEARS:
+        return "linears_fwd";
     case DLLM_OP_FP8_FUSED_ACT:
         return "fp8_fused_act";
     case DLLM_OP_AR_NUCLEUS:

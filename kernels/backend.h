@@ -45,6 +45,14 @@ typedef struct {
     bool pow2;
 } fp8_act;
 
+/* The rollout copy's weight of one linear in its format: exactly one pointer set. */
+typedef struct {
+    fp8_matrix *f8;
+    nvfp4_matrix *f4;
+    const int8_matrix *i8;
+    bf16_matrix *b16;
+} dllm_lin_weight;
+
 /* One optimizer step's settings (adamw_step). */
 typedef struct {
     int t;                     /* the step, from 1 (bias correction, warmup) */
@@ -153,11 +161,12 @@ typedef struct dllm_backend_ops {
     /* W8A8 (kernels/fp8.h): activations quantised per w->act_scaling. */
     void (*fp8_linear_fwd)(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
                            int C, int OC);
-    /* optional (DLLM_OP_FP8_LINEARS): the nw fp8_linear_fwd calls out[i] (N, OC[i]) =
-     * inp (N, C) w[i]^T of one input in one call, bit for bit those calls (the input
-     * quantised once for all of them) */
-    void (*fp8_linears_fwd)(dllm_backend *be, int nw, float *const out[], const float *inp,
-                            fp8_matrix *const w[], int N, int C, const int OC[]);
+    /* optional (DLLM_OP_LINEARS): the nw linears out[i] (N, OC[i]) = inp (N, C) w[i]^T of
+     * one input (q/k/v, gate/up), all of one format, in one call: bit for bit the nw
+     * calls of that format's entry (fp8_, nvfp4_, int8_, bf16_linear_fwd), the input
+     * quantised or rounded once for all of them */
+    void (*linears_fwd)(dllm_backend *be, int nw, float *const out[], const float *inp,
+                        const dllm_lin_weight w[], int N, int C, const int OC[]);
     /* FP8 activations quantised by the op that produced them (the rollout forward,
      * dllm/transformer_fwd.c); optional, all four or none (DLLM_OP_FP8_FUSED_ACT;
      * without them the producer writes fp32 and each fp8_linear_fwd quantises its
@@ -284,7 +293,7 @@ typedef enum {
     DLLM_OP_BF16_LINEAR,   /* bf16_linear_fwd */
     DLLM_OP_NVFP4_LINEAR,  /* nvfp4_linear_fwd */
     DLLM_OP_INT8_LINEAR,   /* int8_linear_fwd */
-    DLLM_OP_FP8_LINEARS,   /* fp8_linears_fwd */
+    DLLM_OP_LINEARS,       /* linears_fwd */
     DLLM_OP_FP8_FUSED_ACT, /* fp8_act_prepare, rmsnorm_fp8_fwd, swiglu_fp8_fwd,
                               fp8_linear_act_fwd */
     DLLM_OP_AR_NUCLEUS,    /* ar_choose_nucleus */

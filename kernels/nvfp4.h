@@ -105,5 +105,10 @@ void nvfp4_quant_dequant_scaled(float *out, const float *x, int R, int C, nvfp4_
  * quantised at w's scaling. w->rows == OC and w->cols == C are checked (abort: a
  * programming error). Caches w's dequantised values on first use. */
 void op_nvfp4_linear_fwd(float *out, const float *inp, nvfp4_matrix *w, int N, int C, int OC);
+/* out[i] (N, OC[i]) = op_nvfp4_linear_fwd(inp, w[i]) for the nw weights of one input
+ * (q/k/v, gate/up), bit for bit as nw calls; the activations quantised once where the
+ * weights share their scaling. */
+void op_nvfp4_linears_fwd(int nw, float *const out[], const float *inp, nvfp4_matrix *const w[],
+                          int N, int C, const int OC[]);
 
 #endif

@@ -138,6 +138,7 @@ float op_bf16_to_f32(uint16_t h);
 void op_f32_to_bf16_array(uint16_t *out, const float *inp, size_t n);
 void op_bf16_to_f32_array(float *out, const uint16_t *inp, size_t n);
 void op_round_bf16(float *x, size_t n); /* in place: x = bf16(x) as fp32 */
+void op_round_bf16_copy(float *out, const float *inp, size_t n); /* out = bf16(inp) as fp32 */
 /* ---- bf16 linear (kernels/cpu/bf16_linear.c) ----------------------------------------
  * out[N,OC] = bf16(inp)[N,C] @ w[OC,C]^T with w packed once as bf16 (round to nearest
  * even). Numerics: bf16 inputs, their products exact in fp32, sums in fp32 (order up
@@ -158,6 +159,10 @@ void bf16_matrix_pack(bf16_matrix *m, const float *w, int OC, int C);
 void bf16_matrix_free(bf16_matrix *m);
 /* w->rows == OC and w->cols == C are checked (abort: a programming error). */
 void op_bf16_linear_fwd(float *out, const float *inp, bf16_matrix *w, int N, int C, int OC);
+/* out[i] (N, OC[i]) = op_bf16_linear_fwd(inp, w[i]) for the nw weights of one input
+ * (q/k/v, gate/up), bit for bit as nw calls, the input rounded once. */
+void op_bf16_linears_fwd(int nw, float *const out[], const float *inp, bf16_matrix *const w[],
+                         int N, int C, const int OC[]);
 /* dinp[N,C] += dout[N,OC] @ w[OC,C] with the bf16 weight widened (its fp32 cache): bit
  * for bit op_linear_bwd's dinp with the bf16-rounded fp32 weight. */
 void op_bf16_linear_bwd_x(float *dinp, const float *dout, bf16_matrix *w, int N, int C, int OC);

@@ -263,12 +263,42 @@ static void cpu_fp8_quantise(dllm_backend *be, uint8_t *q, float *scale, const f
     fp8_matrix_free(&m);
 }
 
-static void cpu_fp8_linears_fwd(dllm_backend *be, int nw, float *const out[],
-                                const float *inp, fp8_matrix *const w[], int N, int C,
-                                const int OC[])
+/* The grouped linears of one format (w[0]'s; the core never mixes formats in a group). */
+static void cpu_linears_fwd(dllm_backend *be, int nw, float *const out[], const float *inp,
+                            const dllm_lin_weight w[], int N, int C, const int OC[])
 {
     (void)be;
-    op_fp8_linears_fwd(nw, out, inp, w, N, C, OC);
+    enum { MAXW = 8 };
+    if (nw > MAXW) {
+        for (int i = 0; i < nw; i += MAXW)
+            cpu_linears_fwd(be, nw - i < MAXW ? nw - i : MAXW, out + i, inp, w + i, N, C,
+                            OC + i);
+        return;
+    }
+    union {
+        fp8_matrix *f8[MAXW];
+        nvfp4_matrix *f4[MAXW];
+        const int8_matrix *i8[MAXW];
+        bf16_matrix *b16[MAXW];
+    } p;
+    for (int i = 0; i < nw; i++) {
+        if (w[0].f8)
+            p.f8[i] = w[i].f8;
+        else if (w[0].f4)
+            p.f4[i] = w[i].f4;
+        else if (w[0].i8)
+            p.i8[i] = w[i].i8;
+        else
+            p.b16[i] = w[i].b16;
+    }
+    if (w[0].f8)
+        op_fp8_linears_fwd(nw, out, inp, p.f8, N, C, OC);
+    else if (w[0].f4)
+        op_nvfp4_linears_fwd(nw, out, inp, p.f4, N, C, OC);
+    else if (w[0].i8)
+        op_int8_linears_fwd(nw, out, inp, p.i8, N, C, OC);
+    else
+        op_bf16_linears_fwd(nw, out, inp, p.b16, N, C, OC);
 }
 
 /* The caches the CPU kernels make on first use: the dequantised FP8 weight, its bf16
@@ -416,7 +446,7 @@ static const dllm_backend_ops cpu_ops = {
     .round_bf16 = cpu_round_bf16, .add = cpu_add,
     /* quantisation (no fused FP8 producers: the CPU's linears quantise their input) */
     .to_bf16 = cpu_to_bf16, .fp8_quantise = cpu_fp8_quantise,
-    .fp8_linear_fwd = cpu_fp8_linear_fwd, .fp8_linears_fwd = cpu_fp8_linears_fwd,
+    .fp8_linear_fwd = cpu_fp8_linear_fwd, .linears_fwd = cpu_linears_fwd,
     /* loss */
     .xent_fwd = cpu_xent_fwd, .xent_bwd = cpu_xent_bwd,
     /* optimizer */

@@ -42,52 +42,62 @@ const char *op_bf16_gemm_path(void)
     return dnnl_bf16_usable() ? "dnnl-bf16" : "fp32";
 }
 
-void op_bf16_linear_fwd(float *out, const float *inp, bf16_matrix *w, int N, int C, int OC)
+static void check_linear(const char *who, const bf16_matrix *w, int C, int OC)
 {
     if (!w->w || w->rows != OC || w->cols != C) {
-        fprintf(stderr, "op_bf16_linear_fwd: weight is [%d, %d]%s, call expects [%d, %d]\n",
-                w->rows, w->cols, w->w ? "" : " (not packed)", OC, C);
+        fprintf(stderr, "%s: weight is [%d, %d]%s, call expects [%d, %d]\n", who, w->rows,
+                w->cols, w->w ? "" : " (not packed)", OC, C);
         abort();
     }
-    if (N <= 0)
+}
+
+/* w's fp32 values, widened once (the fallback's operand) */
+static const float *widened(bf16_matrix *w)
+{
+    if (!w->wf32_valid) {
+        if (!w->wf32)
+            w->wf32 = dllm_malloc((size_t)w->rows * w->cols * sizeof(float));
+        op_bf16_to_f32_array(w->wf32, w->w, (size_t)w->rows * w->cols);
+        w->wf32_valid = true;
+    }
+    return w->wf32;
+}
+
+void op_bf16_linears_fwd(int nw, float *const out[], const float *inp, bf16_matrix *const w[],
+                         int N, int C, const int OC[])
+{
+    for (int i = 0; i < nw; i++)
+        check_linear("op_bf16_linear_fwd", w[i], C, OC[i]);
+    if (N <= 0 || nw <= 0)
         return;
+    int done = 0;
     if (dnnl_bf16_usable()) {
         uint16_t *a = dllm_malloc((size_t)N * C * sizeof(uint16_t)); // (N, C)
         op_f32_to_bf16_array(a, inp, (size_t)N * C);
-        int rc = dnnl_gemm_bf16_nt(out, OC, a, C, w->w, C, N, OC, C);
+        while (done < nw && dnnl_gemm_bf16_nt(out[done], OC[done], a, C, w[done]->w, C, N,
+                                              OC[done], C) == 0)
+            done++;
         free(a);
-        if (rc == 0)
+        if (done == nw)
             return;
-        /* oneDNN refused the shape: the fallback computes the same products */
-    }
-    if (!w->wf32_valid) {
-        if (!w->wf32)
-            w->wf32 = dllm_malloc((size_t)OC * C * sizeof(float));
-        op_bf16_to_f32_array(w->wf32, w->w, (size_t)OC * C);
-        w->wf32_valid = true;
+        /* oneDNN refused a shape: the fallback computes the same products */
     }
     float *a = dllm_malloc((size_t)N * C * sizeof(float)); // (N, C)
-    for (size_t i = 0; i < (size_t)N * C; i++)
-        a[i] = inp[i];
-    op_round_bf16(a, (size_t)N * C);
-    op_linear_fwd(out, a, w->wf32, N, C, OC);
+    op_round_bf16_copy(a, inp, (size_t)N * C);
+    for (int i = done; i < nw; i++)
+        op_linear_fwd(out[i], a, widened(w[i]), N, C, OC[i]);
     free(a);
+}
+
+void op_bf16_linear_fwd(float *out, const float *inp, bf16_matrix *w, int N, int C, int OC)
+{
+    op_bf16_linears_fwd(1, &out, inp, &w, N, C, &OC);
 }
 
 void op_bf16_linear_bwd_x(float *dinp, const float *dout, bf16_matrix *w, int N, int C, int OC)
 {
-    if (!w->w || w->rows != OC || w->cols != C) {
-        fprintf(stderr, "op_bf16_linear_bwd_x: weight is [%d, %d]%s, call expects [%d, %d]\n",
-                w->rows, w->cols, w->w ? "" : " (not packed)", OC, C);
-        abort();
-    }
+    check_linear("op_bf16_linear_bwd_x", w, C, OC);
     if (N <= 0)
         return;
-    if (!w->wf32_valid) {
-        if (!w->wf32)
-            w->wf32 = dllm_malloc((size_t)OC * C * sizeof(float));
-        op_bf16_to_f32_array(w->wf32, w->w, (size_t)OC * C);
-        w->wf32_valid = true;
-    }
-    op_linear_bwd(dinp, NULL, dout, NULL, w->wf32, N, C, OC);
+    op_linear_bwd(dinp, NULL, dout, NULL, widened(w), N, C, OC);
 }

@@ -72,6 +72,13 @@ static void round_bf16_range(float *restrict x, size_t n)
 }
 
 VEC_KERNEL_WIDE
+static void round_bf16_copy_range(float *restrict out, const float *restrict inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = bits_f32((uint32_t)bf16_bits(f32_bits(inp[i])) << 16);
+}
+
+VEC_KERNEL_WIDE
 static void from_bf16_range(float *restrict out, const uint16_t *restrict inp, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -117,6 +124,16 @@ void op_round_bf16(float *x, size_t n)
         size_t i0, i1;
         thread_slice(n, &i0, &i1);
         round_bf16_range(x + i0, i1 - i0);
+    }
+}
+
+void op_round_bf16_copy(float *out, const float *inp, size_t n)
+{
+#pragma omp parallel if (n > CONV_PAR_MIN)
+    {
+        size_t i0, i1;
+        thread_slice(n, &i0, &i1);
+        round_bf16_copy_range(out + i0, inp + i0, i1 - i0);
     }
 }
 

@@ -354,18 +354,38 @@ void nvfp4_quant_dequant_scaled(float *out, const float *x, int R, int C, nvfp4_
         quant_row(x + (size_t)r * C, C, B, tensor_amax, g, NULL, NULL, out + (size_t)r * C);
 }
 
-void op_nvfp4_linear_fwd(float *out, const float *inp, nvfp4_matrix *w, int N, int C, int OC)
+static void check_linear(const nvfp4_matrix *w, int C, int OC)
 {
     if (!w->q || w->rows != OC || w->cols != C) {
         fprintf(stderr, "op_nvfp4_linear_fwd: weight is [%d, %d]%s, call expects [%d, %d]\n",
                 w->rows, w->cols, w->q ? "" : " (not quantised)", OC, C);
         abort();
     }
-    if (N <= 0)
+}
+
+void op_nvfp4_linears_fwd(int nw, float *const out[], const float *inp, nvfp4_matrix *const w[],
+                          int N, int C, const int OC[])
+{
+    for (int i = 0; i < nw; i++)
+        check_linear(w[i], C, OC[i]);
+    if (N <= 0 || nw <= 0)
         return;
-    nvfp4_matrix_cache_dequant(w);
+    for (int i = 1; i < nw; i++)
+        if (w[i]->scaling != w[0]->scaling) { /* another activation quantisation each */
+            for (int k = 0; k < nw; k++)
+                op_nvfp4_linear_fwd(out[k], inp, w[k], N, C, OC[k]);
+            return;
+        }
     float *a = dllm_malloc((size_t)N * C * sizeof(float)); // (N, C)
-    nvfp4_quant_dequant_scaled(a, inp, N, C, w->scaling);
-    op_gemm(false, true, N, OC, C, 1.0f, a, w->deq, 0.0f, out);
+    nvfp4_quant_dequant_scaled(a, inp, N, C, w[0]->scaling);
+    for (int i = 0; i < nw; i++) {
+        nvfp4_matrix_cache_dequant(w[i]);
+        op_gemm(false, true, N, OC[i], C, 1.0f, a, w[i]->deq, 0.0f, out[i]);
+    }
     free(a);
+}
+
+void op_nvfp4_linear_fwd(float *out, const float *inp, nvfp4_matrix *w, int N, int C, int OC)
+{
+    op_nvfp4_linears_fwd(1, &out, inp, &w, N, C, &OC);
 }

@@ -629,7 +629,7 @@ const dllm_backend_ops cuda_ops = {
     /* norms, activations, embeddings, elementwise */
     cu_rmsnorm_fwd, cu_rmsnorm_bwd, cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd,
     cu_embedding_bwd, cu_round_bf16, cu_add,
-    /* quantisation: the fused producers instead of the grouped FP8 linears */
+    /* quantisation: the fused producers instead of the grouped linears */
     cu_to_bf16, cu_fp8_quantise, cu_fp8_linear_fwd, NULL,
     cu_fp8_act_prepare, cu_rmsnorm_fp8_fwd, cu_swiglu_fp8_fwd, cu_fp8_linear_act_fwd,
     /* loss */

@@ -120,14 +120,14 @@ START_TEST(test_supports_query)
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_INT8_LINEAR));
-    ck_assert(dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_LINEARS));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_AR_NUCLEUS));
     ck_assert(!dllm_backend_supports(cpu, DLLM_OP_FP8_FUSED_ACT));
     for (int op = 0; op < DLLM_OP_N_OPTIONAL; op++) /* every optional op has its name */
         ck_assert_str_ne(dllm_backend_op_name((dllm_backend_op)op), "?");
     ck_assert(!dllm_backend_supports(NULL, DLLM_OP_BF16_LINEAR));
     ck_assert(!dllm_backend_supports(cpu, DLLM_OP_N_OPTIONAL));
-    ck_assert_str_eq(dllm_backend_op_name(DLLM_OP_FP8_LINEARS), "fp8_linears_fwd");
+    ck_assert_str_eq(dllm_backend_op_name(DLLM_OP_LINEARS), "linears_fwd");
     /* a table with three of the four fused entries does not support the group */
     dllm_backend_ops ops = {0};
     ops.free = no_op_free;
@@ -142,46 +142,103 @@ START_TEST(test_supports_query)
 }
 END_TEST
 
-/* fp8_linears_fwd through the table is bit for bit the single-weight calls, and
- * weight_cache_free drops the caches those calls made (the weights' own arrays stay). */
-START_TEST(test_cpu_fp8_linears_entry)
+/* linears_fwd through the table is bit for bit the single-weight calls of each format
+ * (FP8 block, NVFP4 16-blocks and per-channel, INT8 per-channel and 128-blocks, bf16),
+ * and weight_cache_free drops the caches those calls made (the weights' own arrays
+ * stay). C = 300: INT8's last k-block and NVFP4's blocks end short of C. */
+enum { LIN_FMT_FP8, LIN_FMT_NVFP4, LIN_FMT_NVFP4_CH, LIN_FMT_INT8, LIN_FMT_INT8_BLK, LIN_FMT_BF16,
+       LIN_FMT_N };
+START_TEST(test_cpu_linears_entry)
 {
     dllm_backend *cpu = dllm_backend_cpu();
-    enum { N = 5, C = 64, NW = 3 };
-    const int OC[NW] = {32, 16, 48};
-    dllm_rng r = dllm_rng_make(11, 1, 2, 3);
-    float x[N * C];
+    enum { N = 5, C = 300, NW = 3 };
+    const int OC[NW] = {32, 16, 136};
+    dllm_rng r = dllm_rng_make(11, 1, 2, (uint64_t)_i);
+    float *x = dllm_malloc(sizeof(float) * N * C);
     for (int i = 0; i < N * C; i++)
         x[i] = (float)(dllm_rng_uniform(&r) - 0.5);
-    fp8_matrix w[NW];
-    fp8_matrix *wp[NW];
+    x[7] = 40.0f; /* one outlier: its token's and group's scales differ from the rest */
+    fp8_matrix f8[NW] = {{0}};
+    nvfp4_matrix f4[NW] = {{0}};
+    int8_matrix i8[NW] = {{0}};
+    bf16_matrix b16[NW] = {{0}};
+    dllm_lin_weight w[NW] = {{0}};
     float *grp[NW], *one[NW];
     for (int k = 0; k < NW; k++) {
         float *wf = dllm_malloc(sizeof *wf * (size_t)OC[k] * C);
         for (int i = 0; i < OC[k] * C; i++)
             wf[i] = (float)(dllm_rng_uniform(&r) - 0.5) * 0.2f;
-        memset(&w[k], 0, sizeof w[k]);
         dllm_err err;
-        ck_assert_int_eq(fp8_quantise_weight(&w[k], wf, OC[k], C, FP8_E4M3, FP8_SCALE_BLOCK,
-                                             false, &err), 0);
-        w[k].act_scaling = FP8_SCALE_GROUP;
+        switch (_i) {
+        case LIN_FMT_FP8:
+            ck_assert_int_eq(fp8_quantise_weight(&f8[k], wf, OC[k], C, FP8_E4M3,
+                                                 FP8_SCALE_BLOCK, false, &err), 0);
+            f8[k].act_scaling = FP8_SCALE_GROUP;
+            w[k].f8 = &f8[k];
+            break;
+        case LIN_FMT_NVFP4:
+        case LIN_FMT_NVFP4_CH:
+            ck_assert_int_eq(nvfp4_quantise_scaled(&f4[k], wf, OC[k], C,
+                                                   _i == LIN_FMT_NVFP4 ? NVFP4_SCALE_BLOCK16
+                                                                       : NVFP4_SCALE_CHANNEL,
+                                                   &err), 0);
+            w[k].f4 = &f4[k];
+            break;
+        case LIN_FMT_INT8:
+        case LIN_FMT_INT8_BLK:
+            ck_assert_int_eq(int8_quantise_weight(&i8[k], wf, OC[k], C,
+                                                  _i == LIN_FMT_INT8 ? INT8_SCALE_CHANNEL
+                                                                     : INT8_SCALE_BLOCK,
+                                                  &err), 0);
+            w[k].i8 = &i8[k];
+            break;
+        default:
+            bf16_matrix_pack(&b16[k], wf, OC[k], C);
+            w[k].b16 = &b16[k];
+        }
         free(wf);
-        wp[k] = &w[k];
         grp[k] = dllm_malloc(sizeof(float) * N * (size_t)OC[k]);
         one[k] = dllm_malloc(sizeof(float) * N * (size_t)OC[k]);
     }
-    cpu->ops->fp8_linears_fwd(cpu, NW, grp, x, wp, N, C, OC);
+    cpu->ops->linears_fwd(cpu, NW, grp, x, w, N, C, OC);
     for (int k = 0; k < NW; k++) {
-        cpu->ops->fp8_linear_fwd(cpu, one[k], x, &w[k], N, C, OC[k]);
+        if (w[k].f8)
+            cpu->ops->fp8_linear_fwd(cpu, one[k], x, w[k].f8, N, C, OC[k]);
+        else if (w[k].f4)
+            cpu->ops->nvfp4_linear_fwd(cpu, one[k], x, w[k].f4, N, C, OC[k]);
+        else if (w[k].i8)
+            cpu->ops->int8_linear_fwd(cpu, one[k], x, w[k].i8, N, C, OC[k]);
+        else
+            cpu->ops->bf16_linear_fwd(cpu, one[k], x, w[k].b16, N, C, OC[k]);
         ck_assert_msg(memcmp(grp[k], one[k], sizeof(float) * N * (size_t)OC[k]) == 0,
-                      "weight %d: grouped != single", k);
-        ck_assert(w[k].deq_valid); /* the exact path made its dequantised cache */
-        cpu->ops->weight_cache_free(cpu, &w[k], NULL);
-        ck_assert(!w[k].deq && !w[k].deq_valid && w[k].q && w[k].scale);
-        fp8_matrix_free(&w[k]);
+                      "format %d, weight %d: grouped != single", _i, k);
+        bool nonzero = false;
+        for (int i = 0; i < N * OC[k]; i++)
+            nonzero = nonzero || one[k][i] != 0.0f;
+        ck_assert(nonzero);
+        if (w[k].f8) {
+            ck_assert(f8[k].deq_valid); /* the exact path made its dequantised cache */
+            cpu->ops->weight_cache_free(cpu, &f8[k], NULL);
+            ck_assert(!f8[k].deq && !f8[k].deq_valid && f8[k].q && f8[k].scale);
+        }
+        fp8_matrix_free(&f8[k]);
+        nvfp4_matrix_free(&f4[k]);
+        int8_matrix_free(&i8[k]);
+        bf16_matrix_free(&b16[k]);
         free(grp[k]);
         free(one[k]);
     }
+    free(x);
+}
+END_TEST
+
+START_TEST(test_cpu_weight_cache_free_bf16)
+{
+    dllm_backend *cpu = dllm_backend_cpu();
+    enum { N = 5, C = 64 };
+    float x[N * C];
+    for (int i = 0; i < N * C; i++)
+        x[i] = (float)i / (N * C) - 0.5f;
     bf16_matrix b = {0};
     float wb[4 * C], yb[N * 4];
     for (int i = 0; i < 4 * C; i++)
@@ -307,11 +364,11 @@ START_TEST(test_backend_table_complete)
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR) &&
               dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR) &&
               dllm_backend_supports(cpu, DLLM_OP_INT8_LINEAR) &&
-              dllm_backend_supports(cpu, DLLM_OP_FP8_LINEARS));
+              dllm_backend_supports(cpu, DLLM_OP_LINEARS));
     ck_assert_ptr_nonnull(dev);
     ck_assert(dllm_backend_supports(dev, DLLM_OP_INT8_LINEAR));
     ck_assert_msg(!dllm_backend_supports(dev, DLLM_OP_NVFP4_LINEAR) &&
-                  !dllm_backend_supports(dev, DLLM_OP_FP8_LINEARS) &&
+                  !dllm_backend_supports(dev, DLLM_OP_LINEARS) &&
                   !dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS),
                   "a device optional entry has no parity case in this table");
     /* the fused FP8 producers: all four on the device, none on the CPU (whose rollout
@@ -335,7 +392,8 @@ static Suite *backend_suite(bool gpu)
     TCase *th = tcase_create("host");
     tcase_add_test(th, test_host_shared_headers);
     tcase_add_test(th, test_supports_query);
-    tcase_add_test(th, test_cpu_fp8_linears_entry);
+    tcase_add_loop_test(th, test_cpu_linears_entry, 0, LIN_FMT_N);
+    tcase_add_test(th, test_cpu_weight_cache_free_bf16);
     suite_add_tcase(s, th);
 #ifdef HAVE_CUDA
     if (gpu) {

@@ -50,7 +50,7 @@ START_TEST(test_every_entry_recorded)
     /* the optional entries the CUDA backend leaves empty */
     const size_t empty[] = {offsetof(dllm_backend_ops, nvfp4_linear_fwd) / sizeof(slot_fn),
                             offsetof(dllm_backend_ops, int8_linear_fwd) / sizeof(slot_fn),
-                            offsetof(dllm_backend_ops, fp8_linears_fwd) / sizeof(slot_fn),
+                            offsetof(dllm_backend_ops, linears_fwd) / sizeof(slot_fn),
                             offsetof(dllm_backend_ops, ar_choose_nucleus) / sizeof(slot_fn)};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
         ck_assert_msg(slots[i] != NULL || i == empty[0] || i == empty[1] || i == empty[2] ||
