@@ -62,7 +62,8 @@ typedef struct dllm_model_ops {
     int (*save)(void *impl, const char *dir, st_dtype dtype, dllm_err *err);
 } dllm_model_ops;
 
-/* Qwen3.5's (dllm/qwen35_policy.c), and its descriptor's config.json reader and writer. */
+/* Qwen3.5's (dllm/qwen35_policy.c), and its descriptor's config.json reader and writer
+ * (dllm/qwen35_config.c). */
 extern const dllm_model_ops qwen35_model_ops;
 struct json_t;
 struct dllm_arch_desc;
@@ -70,6 +71,8 @@ int qwen35_config_read_desc(const struct json_t *root, const char *path, dllm_mo
                             dllm_err *err);
 struct json_t *qwen35_config_json_desc(const struct dllm_arch_desc *a,
                                        const dllm_model_config *cfg);
+/* The Qwen3.5 preset of mc's sizes ("tiny", "qwen3.5-9b"); NULL if none. */
+const char *qwen35_preset_of(const dllm_model_config *mc);
 
 /* The Qwen3.5 config of a model of mc's sizes: DIR/config.json when there, else the preset
  * of those sizes (an input error when none is). */

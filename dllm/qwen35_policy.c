@@ -3,7 +3,7 @@
  * moments in one vector each; under LoRA the adapters') and a rollout copy (the trainer
  * itself, or a bf16, FP8, INT8 or NVFP4 copy of the weights with LoRA merged), with
  * autoregressive rollouts through the AR sampler's loop (dllm/ar_sampler.h) over one cache
- * per batch row; and the descriptor's config.json reader and writer (dllm/arch.c).
+ * per batch row. The descriptor's config.json reader and writer are dllm/qwen35_config.c.
  *
  * The bf16 trainer (model.trainer_precision bf16) is the trainer model with its weights
  * bf16-rounded as qwen35_round_bf16 rounds them (the inputs of those projections too,
@@ -18,68 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- config.json through the registry ---------------------------------------------------- */
-
-static const char *json_str(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
-int qwen35_config_read_desc(const json_t *root, const char *path, dllm_model_config *mc,
-                            dllm_err *err)
-{
-    qwen35_config c;
-    int rc = qwen35_config_parse(root, path, &c, err);
-    if (rc)
-        return rc;
-    const json_t *t = c.composite ? json_object_get(root, "text_config") : root;
-    const json_t *pad = json_object_get(t, "pad_token_id");
-    *mc = (dllm_model_config){
-        .arch = DLLM_ARCH_QWEN35, .d_model = c.C, .n_layers = c.L, .n_heads = c.NH,
-        .n_kv_heads = c.NKV, .head_dim = c.HD, .mlp_hidden = c.H, .vocab_size = c.V,
-        .embedding_size = c.V, .max_seq_len = c.max_pos > 0 ? c.max_pos : 4096,
-        .rope_theta = c.theta, .rms_norm_eps = c.eps, .mask_token_id = -1,
-        .eos_token_id = c.eos_token_id, .bos_token_id = c.bos_token_id,
-        /* the published configs name no pad token: the EOS pads, as for Qwen3 */
-        .pad_token_id = json_is_integer(pad) && json_integer_value(pad) >= 0 &&
-                                json_integer_value(pad) < c.V
-                            ? (int)json_integer_value(pad)
-                            : c.eos_token_id,
-        .weight_tying = c.tied};
-    const char *dt = json_str(t, "dtype");
-    dt = dt ? dt : json_str(t, "torch_dtype");
-    dt = dt ? dt : json_str(root, "dtype");
-    dt = dt ? dt : json_str(root, "torch_dtype");
-    snprintf(mc->torch_dtype, sizeof mc->torch_dtype, "%s",
-             dt && !strcmp(dt, "bfloat16") ? "bfloat16" : "float32");
-    return 0;
-}
-
-/* The Qwen3.5 preset of mc's sizes: its config.json has layer kinds and Gated DeltaNet
- * sizes the common config does not carry. */
-static const char *preset_of(const dllm_model_config *mc)
-{
-    static const char *const names[] = {"tiny", "qwen3.5-9b"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        qwen35_config c;
-        if (!qwen35_preset(names[i], &c, NULL) && c.C == mc->d_model && c.L == mc->n_layers &&
-            c.V == mc->vocab_size && c.NH == mc->n_heads && c.H == mc->mlp_hidden)
-            return names[i];
-    }
-    return NULL;
-}
-
-json_t *qwen35_config_json_desc(const dllm_arch_desc *a, const dllm_model_config *mc)
-{
-    (void)a;
-    qwen35_config c;
-    const char *p = preset_of(mc);
-    if (!p || qwen35_preset(p, &c, NULL))
-        return NULL; /* only a model writes its own (qwen35_save) */
-    return qwen35_config_json(&c, mc->torch_dtype[0] ? mc->torch_dtype : "float32");
-}
 
 /* ---- the model behind the policy ------------------------------------------------------- */
 
@@ -372,7 +310,7 @@ int qwen35_config_for(const dllm_model_config *mc, const char *dir, qwen35_confi
         fclose(f);
         return qwen35_config_read(path, qc, err);
     }
-    const char *p = preset_of(mc);
+    const char *p = qwen35_preset_of(mc);
     if (!p)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "model: a Qwen3.5 model of these sizes (hidden %d, %d layers) is no "

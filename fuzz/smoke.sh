@@ -24,13 +24,17 @@ done
 # shellcheck disable=SC2046
 build fuzz_tokenizer_json fuzz/fuzz_tokenizer_json.c dllm/tokenizer.c kernels/base.c \
   $(pkg-config --cflags --libs jansson libpcre2-8 libutf8proc) -lm
-# shellcheck disable=SC2046
+# the registry's configs, Qwen3.5's included (dllm/qwen35_config.c); not its model
+# (fuzz/models_absent.c)
+CONFIGS="dllm/arch.c dllm/model_config.c dllm/json_util.c dllm/qwen35_config.c dllm/qwen35_init.c
+         fuzz/models_absent.c kernels/rng.c"
+# shellcheck disable=SC2046,SC2086
 build fuzz_safetensors_config fuzz/fuzz_safetensors_config.c dllm/safetensors.c \
-  dllm/model_config.c dllm/arch.c dllm/json_util.c kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
+  $CONFIGS kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
   $(pkg-config --cflags --libs jansson) -lm
-# shellcheck disable=SC2046
+# shellcheck disable=SC2046,SC2086
 build fuzz_yaml_config fuzz/fuzz_yaml_config.c src/config/yaml_config.c src/config/cfg_names.c \
-  src/rl/corrections.c src/rl/grpo.c src/run/run_name.c dllm/arch.c dllm/model_config.c dllm/json_util.c \
+  src/rl/corrections.c src/rl/grpo.c src/run/run_name.c $CONFIGS \
   dllm/safetensors.c kernels/base.c kernels/cpu/convert.c kernels/cpu/fp8.c \
   $(pkg-config --cflags --libs yaml-0.1 jansson) -lm
 
@@ -45,7 +49,8 @@ seed extract; printf '<answer>\n\\boxed{\\frac12}\n</answer>\0000.5' > "$out/cor
 seed tokenizer_json; cp tests/data/tokenizer/variants/*.json tests/data/tokenizer/malformed/*.json \
   "$out/corpus_tokenizer_json/"
 seed safetensors_config; i=0
-for d in tests/data/llada/tiny tests/data/llada/tiny_gqa tests/data/qwen3/tied tests/data/qwen3/untied; do
+for d in tests/data/llada/tiny tests/data/llada/tiny_gqa tests/data/qwen3/tied tests/data/qwen3/untied \
+         tests/data/qwen35/hybrid tests/data/qwen35/tied; do
   { cat "$d/config.json"; printf '\0'; cat "$d/model.safetensors"; } > "$out/corpus_safetensors_config/seed$i"
   i=$((i+1))
 done

@@ -489,7 +489,7 @@ int cmd_train(int argc, char **argv)
     train_args a;
     dllm_err err = {0};
     dllm_cfg cfg;
-    char run_dir[4096];
+    char run_dir[4096] = ""; /* read by run_dir_init even when the config never loaded */
     comm_init(&argc, &argv);
     int rc = parse_args(argc, argv, &a, &err);
     if (!rc)
