@@ -88,8 +88,9 @@ def rollout(a, changes):
     res = {}
     for line in run(cmd, a.threads, changes).splitlines():
         tok = line.split()
-        if tok and tok[0] in ("fp32", "bf16", "fp8") and len(tok) == 7:
-            res[tok[0]] = (float(tok[3]), float(tok[6]))  # step ms, GFLOP/s
+        # precision sync_s rollout_s step_ms tokens/s vs_first [nfe] GFLOP/s
+        if tok and tok[0] in ("fp32", "bf16", "fp8") and len(tok) in (7, 8):
+            res[tok[0]] = (float(tok[3]), float(tok[-1]))  # step ms, GFLOP/s
     return res
 
 
