@@ -158,6 +158,12 @@ struct h5log {
     bool writable;
     bool cut;                        /* read from a padded image (open_cut_file) */
     struct cut_cap { char group[300]; int64_t rows; } *caps; /* (ncaps) a cut file's */
+    /* Every dataset the log reads is opened once, here (log_dset): HDF5 1.10's
+     * H5Drefresh on one handle of a chunked dataset while another handle to it is
+     * open leaves the chunk map inconsistent, and a later multi-chunk read fails
+     * ("can't insert duplicate key"). */
+    struct open_dset { char *name; hid_t id; } *open;
+    int n_open;
     int ncaps;                       /* intact rows per group (cut_caps) */
     h5log_meta meta;                 /* strings owned by meta_str */
     char *meta_str[N_ATTR_STR];
@@ -582,20 +588,41 @@ static h5log *log_alloc(const char *path)
     return log;
 }
 
+/* The named fields are views of log->open's handles: closed there, once. */
 static void close_objects(h5log *log)
 {
-    close_id(&log->steps_step);
+    log->steps_step = log->mm_step = log->mm_d = log->pk_step = log->pk_v = -1;
     for (int i = 0; i < H5LOG_N_METRICS; i++)
-        close_id(&log->metric[i]);
+        log->metric[i] = -1;
     for (int i = 0; i < N_TRAJ; i++)
-        close_id(&log->traj[i]);
-    close_id(&log->mm_step);
-    close_id(&log->mm_d);
-    close_id(&log->pk_step);
-    close_id(&log->pk_v);
+        log->traj[i] = -1;
     for (int t = 0; t < log->dims.n_eval_tasks; t++)
         for (int f = 0; f < N_EVAL; f++)
-            close_id(&log->eval[t][f]);
+            log->eval[t][f] = -1;
+    for (int i = 0; i < log->n_open; i++) {
+        close_id(&log->open[i].id);
+        free(log->open[i].name);
+    }
+    free(log->open);
+    log->open = NULL;
+    log->n_open = 0;
+}
+
+/* The log's one handle to dataset name (no leading slash), opened on first use;
+ * -1 when it cannot be opened. Never closed by the caller. */
+static hid_t log_dset(h5log *log, const char *name)
+{
+    while (name[0] == '/')
+        name++;
+    for (int i = 0; i < log->n_open; i++)
+        if (!strcmp(log->open[i].name, name))
+            return log->open[i].id;
+    hid_t d = H5Dopen2(log->file, name, H5P_DEFAULT);
+    if (d < 0)
+        return -1;
+    log->open = dllm_realloc(log->open, (size_t)(log->n_open + 1) * sizeof *log->open);
+    log->open[log->n_open++] = (struct open_dset){dllm_strdup(name), d};
+    return d;
 }
 
 static void log_free(h5log *log)
@@ -808,7 +835,7 @@ static int open_layout_dset(h5log *log, const char *name, hid_t *d, dllm_err *er
         return damaged(err, log->path, name);
     if (!there)
         return 0;
-    *d = H5Dopen2(log->file, name, H5P_DEFAULT);
+    *d = log_dset(log, name);
     return *d < 0 ? damaged(err, log->path, name) : 0;
 }
 
@@ -985,23 +1012,21 @@ static void cut_caps(h5log *log, const char *path, int64_t size, int64_t want)
     H5Fclose(f);
 }
 
-static int64_t group_rows(const h5log *log, const char *gpath)
+static int64_t group_rows(h5log *log, const char *gpath)
 {
-    hid_t file = log->file;
-    name_list l = list_group(file, gpath);
+    name_list l = list_group(log->file, gpath);
     int64_t n = -1;
-    hid_t g = l.n ? H5Gopen2(file, gpath, H5P_DEFAULT) : -1;
-    for (int i = 0; i < l.n && g >= 0; i++) {
-        hid_t d = open_dset_opt(g, l.names[i]);
-        if (d >= 0) {
-            H5O_info_t info;
-            if (H5Oget_info2(d, &info, H5O_INFO_BASIC) >= 0 && info.type == H5O_TYPE_DATASET)
+    for (int i = 0; i < l.n; i++) {
+        char name[620];
+        snprintf(name, sizeof name, "%s/%s", gpath, l.names[i]);
+        H5O_info_t info;
+        if (H5Oget_info_by_name2(log->file, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 &&
+            info.type == H5O_TYPE_DATASET) {
+            hid_t d = log_dset(log, name);
+            if (d >= 0)
                 n = min_rows(n, log_rows(log, d));
-            H5Oclose(d);
         }
     }
-    if (g >= 0)
-        H5Gclose(g);
     free_list(&l);
     return n < 0 ? 0 : n;
 }
@@ -1167,7 +1192,7 @@ int h5log_open_read(h5log **out, const char *path, dllm_err *err)
 /* Copies the rows of group gpath whose `step` is <= last_step from src to dst
  * (dst has the full layout, empty). *copied gets the number of rows, *last the
  * step of the last one (unchanged when none). */
-static int copy_group(const h5log *old, hid_t dst, const char *gpath, int64_t last_step,
+static int copy_group(h5log *old, hid_t dst, const char *gpath, int64_t last_step,
                       int64_t *copied, int64_t *last, dllm_err *err)
 {
     hid_t src = old->file;
@@ -1176,12 +1201,11 @@ static int copy_group(const h5log *old, hid_t dst, const char *gpath, int64_t la
     int64_t n = group_rows(old, gpath);
     char name[512];
     snprintf(name, sizeof name, "%s/step", gpath);
-    hid_t sd = n > 0 ? open_dset_opt(src, name) : -1;
+    hid_t sd = n > 0 && H5Lexists(src, name, H5P_DEFAULT) > 0 ? log_dset(old, name) : -1;
     if (sd < 0)
         return 0;  /* empty or missing group: nothing to copy */
     int64_t *step = dllm_malloc((size_t)n * sizeof *step);
     int rc = read_rows(sd, H5T_NATIVE_INT64, n, step);
-    H5Oclose(sd);
     if (rc) {
         free(step);
         return h5_fail(err, DLLM_EXIT_INPUT, src_path, name);
@@ -1197,7 +1221,7 @@ static int copy_group(const h5log *old, hid_t dst, const char *gpath, int64_t la
     for (int i = 0; i < fields.n && !rc; i++) {
         snprintf(name, sizeof name, "%s/%s", gpath, fields.names[i]);
         hid_t dd = H5Dopen2(dst, name, H5P_DEFAULT);
-        hid_t ds = open_dset_opt(src, name);
+        hid_t ds = H5Lexists(src, name, H5P_DEFAULT) > 0 ? log_dset(old, name) : -1;
         if (dd < 0) {
             rc = h5_fail(err, DLLM_EXIT_INTERNAL, src_path, name);
         } else if (ds < 0) {
@@ -1229,8 +1253,6 @@ static int copy_group(const h5log *old, hid_t dst, const char *gpath, int64_t la
             H5Tclose(mt);
             H5Tclose(ft);
         }
-        if (ds >= 0)
-            H5Oclose(ds);
         if (dd >= 0)
             H5Oclose(dd);
     }
@@ -1555,11 +1577,10 @@ static int read_column(h5log *log, const char *dset, double **out, int64_t *n,
         dset++;
     if (H5Lexists(log->file, dset, H5P_DEFAULT) <= 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: no dataset /%s", log->path, dset);
-    hid_t d = H5Dopen2(log->file, dset, H5P_DEFAULT);
+    hid_t d = log_dset(log, dset);
     if (d < 0)
         return h5_fail(err, DLLM_EXIT_INPUT, log->path, dset);
     if (rank_of(d) != 1) {
-        H5Oclose(d);
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: /%s is not 1-D", log->path, dset);
     }
     /* Complete rows only: the group's common length. */
@@ -1572,10 +1593,8 @@ static int read_column(h5log *log, const char *dset, double **out, int64_t *n,
     double *v = dllm_malloc((size_t)(rows ? rows : 1) * sizeof *v);
     if (read_rows(d, H5T_NATIVE_DOUBLE, rows, v) < 0) {
         free(v);
-        H5Oclose(d);
         return h5_fail(err, DLLM_EXIT_INPUT, log->path, dset);
     }
-    H5Oclose(d);
     *out = v;
     *n = rows;
     return 0;

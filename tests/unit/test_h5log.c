@@ -836,6 +836,94 @@ START_TEST(test_resume_after_kill)
 }
 END_TEST
 
+/* Trajectory datasets of many chunks (a long run's log): a resume and a reader
+ * must read them through. HDF5 1.10 fails a multi-chunk read on a dataset handle
+ * when another handle to the same dataset was refreshed, which every resume of a
+ * run past about 500 rollouts used to hit. */
+enum { BIG_ROWS = 5000 };  /* > 2 chunks of every trajectory dataset */
+
+static void append_big_step(h5log *log, int64_t s)
+{
+    dllm_err err = {0};
+    int n = BIG_ROWS;
+    int64_t *pidx = calloc(n, sizeof *pidx), *grp = calloc(n, sizeof *grp);
+    int32_t *plen = calloc(n, sizeof *plen), *clen = calloc(n, sizeof *clen);
+    int32_t *ptok = calloc((size_t)n * P, sizeof *ptok), *ctok = calloc((size_t)n * G, sizeof *ctok);
+    float *ratio = calloc((size_t)n * G, sizeof *ratio), *prob = calloc((size_t)n * G, sizeof *prob);
+    int16_t *cstep = calloc((size_t)n * G, sizeof *cstep);
+    double *col = calloc((size_t)n, sizeof *col);
+    for (int r = 0; r < n; r++) {
+        pidx[r] = r;
+        grp[r] = r / 8;
+        plen[r] = 1;
+        clen[r] = G;
+        ptok[(size_t)r * P] = r;
+        for (int t = 0; t < G; t++) {
+            ctok[(size_t)r * G + t] = r + t;
+            prob[(size_t)r * G + t] = (float)t / 8.0f;
+        }
+        col[r] = (double)s * BIG_ROWS + r;
+    }
+    h5log_traj_batch b = {.n = n, .step = s, .prompt_index = pidx, .group = grp,
+                          .prompt_tokens = ptok, .prompt_len = plen, .prompt_stride = P,
+                          .completion_tokens = ctok, .completion_len = clen,
+                          .completion_stride = G, .reward = col, .advantage = col,
+                          .l_mu = col, .l_pi = col, .log_w = col, .coef = col,
+                          .log_w_se = col, .l_mu_exact = col, .token_log_ratio = ratio,
+                          .commit_step = cstep, .commit_prob = prob};
+    ok(h5log_append_trajectories(log, &b, &err), &err);
+    double mm[S] = {0}, v[H5LOG_N_METRICS];
+    ok(h5log_append_mismatch(log, s, mm, &err), &err);
+    for (int i = 0; i < H5LOG_N_METRICS; i++)
+        v[i] = metric_value(s, i, 0.0);
+    ok(h5log_append_step(log, s, v, &err), &err);
+    free(pidx); free(grp); free(plen); free(clen); free(ptok); free(ctok);
+    free(ratio); free(prob); free(cstep); free(col);
+}
+
+START_TEST(test_resume_many_chunks)
+{
+    make_tmpdir();
+    const char *path = tmp_path("log.h5");
+    dllm_err err = {0};
+    h5log_meta m = test_meta();
+    h5log_dims d = test_dims();
+    h5log *log;
+    ck_assert_msg(h5log_create(&log, path, &m, &d, &err) == 0, "%s", err.msg);
+    for (int64_t s = 1; s <= 3; s++)
+        append_big_step(log, s);
+    ck_assert_int_eq(h5log_close(log), 0);
+
+    /* a reader: the row count, then a column read through the same log */
+    ck_assert_msg(h5log_open_read(&log, path, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(h5log_ntrajectories(log), 3 * BIG_ROWS);
+    double *v;
+    int64_t n;
+    ck_assert_msg(h5log_read_column(log, "trajectories/reward", &v, &n, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(n, 3 * BIG_ROWS);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert(same(v[i], (double)BIG_ROWS + (double)i));
+    free(v);
+    h5log_close(log);
+
+    ck_assert_msg(h5log_resume(&log, path, 2, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(h5log_nsteps(log), 2);
+    ck_assert_int_eq(h5log_ntrajectories(log), 2 * BIG_ROWS);
+    ck_assert_int_eq(h5log_close(log), 0);
+    hid_t f = raw_open(path);
+    hsize_t r, w;
+    float *prob = raw_read(f, "trajectories/commit_prob", H5T_NATIVE_FLOAT, &r, &w);
+    ck_assert_int_eq((int64_t)r, 2 * BIG_ROWS);
+    ck_assert_int_eq((int64_t)w, G);
+    for (hsize_t i = 0; i < r; i++)
+        for (int t = 0; t < G; t++)
+            ck_assert(prob[i * G + t] == (float)t / 8.0f);
+    free(prob);
+    H5Fclose(f);
+}
+END_TEST
+
 START_TEST(test_resume_drops_later_steps)
 {
     make_tmpdir();
@@ -1316,6 +1404,7 @@ static Suite *h5log_suite(void)
     tcase_add_test(tc, test_sigkill_leaves_completed_steps);
     tcase_add_test(tc, test_resume_after_kill);
     tcase_add_test(tc, test_resume_drops_later_steps);
+    tcase_add_test(tc, test_resume_many_chunks);
     tcase_add_test(tc, test_bad_files);
     tcase_add_test(tc, test_append_errors_and_named);
     tcase_add_test(tc, test_inspect_cli);
