@@ -246,6 +246,7 @@ static int plan_time_now(const plan_args *a, const dllm_cfg *cfg, const dllm_mod
     s.block_length = cfg->rollout.block_length;
     s.steps = cfg->rollout.steps;
     s.cfg = cfg->rollout.cfg_scale > 0;
+    s.cache = cfg->rollout.cache;
     s.micro_batch = a->o.micro_batch ? a->o.micro_batch : 64;
     s.recompute = a->o.recompute == MEM_RECOMPUTE_NONE    ? 0
                   : a->o.recompute == MEM_RECOMPUTE_LAYER ? 1

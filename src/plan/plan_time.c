@@ -20,6 +20,7 @@
  * a blocking copy or sync 10 us plus its bytes at 25 GB/s. */
 #include "src/plan/plan_time.h"
 
+#include "dllm/block_cache.h"
 #include "dllm/device_logits.h"
 #include "dllm/transformer.h"
 #include "kernels/base.h"
@@ -131,36 +132,62 @@ static int block_rows(const pt_shape *s)
     return (int)lround(sum / spb);
 }
 
-static int rollout_step(runner *u, int *rows_out, dllm_err *err)
+typedef enum { RS_PLAIN, RS_FILL, RS_STEP } rs_kind;
+
+/* The positions a cached step recomputes: the block's (dual), or the block's and every
+ * later one's (prefix), for a block whose rows are the mean over the generation's
+ * blocks (prefix recomputes G - b Bk rows at block b: Bk (nb + 1) / 2 on average). */
+static void cached_span(const pt_shape *s, int *lo, int *hi)
+{
+    const int nb = s->G / s->block_length;
+    *lo = s->P + (int)lround(s->block_length * (nb - 1) / 2.0);
+    *hi = s->cache == DLLM_CACHE_DUAL ? *lo + s->block_length : s->P + s->G;
+}
+
+/* One denoising step through dl: the whole canvas (RS_PLAIN, or RS_FILL through a
+ * block cache's fill) or a cached step's positions (RS_STEP), then the head. */
+static int rollout_step(runner *u, const dllm_device_logits *dl, rs_kind kind, int *rows_out,
+                        double *fwd_rows, dllm_err *err)
 {
     dllm_backend *be = u->be;
     const pt_shape *s = u->s;
-    dllm_device_logits dl;
-    if (dllm_tf_device_logits(u->m, true, &dl, err))
-        return err->code;
     const int BB = s->cfg ? 2 * s->S : s->S, n = s->S * block_rows(s);
+    int lo = 0, hi = u->T;
+    if (kind == RS_STEP)
+        cached_span(s, &lo, &hi);
     *rows_out = n;
+    *fwd_rows = (double)BB * (hi - lo);
     /* the device sampler's buffers: canvas, key mask, rows, the logits chunk(s) */
     int32_t *canvas = be->ops->alloc(be, sizeof(int32_t) * (size_t)BB * u->T);
     uint8_t *km = be->ops->alloc(be, (size_t)BB * u->T);
     int32_t *rows = be->ops->alloc(be, sizeof(int32_t) * (size_t)n);
     int32_t *rows_u = s->cfg ? be->ops->alloc(be, sizeof(int32_t) * (size_t)n) : NULL;
     int32_t *dn = be->ops->alloc(be, sizeof(int32_t));
-    float *lc = be->ops->alloc(be, sizeof(float) * (size_t)dl.max_rows * dl.V);
-    float *lu = s->cfg ? be->ops->alloc(be, sizeof(float) * (size_t)dl.max_rows * dl.V) : NULL;
+    float *lc = be->ops->alloc(be, sizeof(float) * (size_t)dl->max_rows * dl->V);
+    float *lu = s->cfg ? be->ops->alloc(be, sizeof(float) * (size_t)dl->max_rows * dl->V) : NULL;
+    if (kind == RS_STEP) { /* a cached step's head reads rows of its positions only */
+        int32_t *h = dllm_malloc(sizeof *h * (size_t)n);
+        for (int i = 0; i < n; i++)
+            h[i] = (i % s->S) * u->T + lo + (i / s->S) % (hi - lo);
+        be->ops->upload(be, rows, h, sizeof *h * (size_t)n);
+        free(h);
+    }
     int rc = 0;
     for (int rep = 0; rep < 2 && !rc; rep++) {
         if (rep == 1)
             dllm_record_clear(be);
         int32_t count;
         be->ops->download(be, &count, dn, sizeof count); /* the step's one sync */
-        if (dl.layers(dl.ctx, canvas, km, BB, u->T)) {
+        int frc = kind == RS_STEP ? dl->step(dl->ctx, canvas, BB, u->T, lo, hi)
+                                  : dl->layers(dl->ctx, canvas, km, BB, u->T);
+        if (frc) {
             rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "plan --time: the rollout forward failed");
             break;
         }
-        for (int i0 = 0; i0 < n && !rc; i0 += dl.max_rows) {
-            int mc = n - i0 < dl.max_rows ? n - i0 : dl.max_rows;
-            if (dl.head(dl.ctx, rows + i0, mc, lc) || (s->cfg && dl.head(dl.ctx, rows_u + i0, mc, lu)))
+        for (int i0 = 0; i0 < n && !rc; i0 += dl->max_rows) {
+            int mc = n - i0 < dl->max_rows ? n - i0 : dl->max_rows;
+            if (dl->head(dl->ctx, rows + i0, mc, lc) ||
+                (s->cfg && dl->head(dl->ctx, rows_u + i0, mc, lu)))
                 rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "plan --time: the rollout head failed");
         }
     }
@@ -173,6 +200,70 @@ static int rollout_step(runner *u, int *rows_out, dllm_err *err)
             be->ops->free(be, bufs[i]);
     u->keep = nev; /* the frees are not the step's */
     return rc;
+}
+
+/* r = wa a + wb b, field by field (counts rounded) */
+static void mix(pt_phase_result *r, const pt_phase_result *a, double wa,
+                const pt_phase_result *b, double wb)
+{
+#define MIX_D(f) r->f = wa * a->f + wb * b->f
+#define MIX_L(f) r->f = lround(wa * (double)a->f + wb * (double)b->f)
+    MIX_D(modelled_s), MIX_D(ideal_s), MIX_D(launches_per_layer), MIX_D(transfer_bytes);
+    MIX_D(bytes), MIX_D(flops), MIX_D(dense_flops), MIX_D(weight_bytes), MIX_D(fwd_rows);
+    MIX_L(launches), MIX_L(kernels), MIX_L(matmuls), MIX_L(copies), MIX_L(host_syncs);
+    MIX_L(weight_copies), MIX_L(rows);
+    for (int k = 0; k < REC_NUNITS; k++)
+        MIX_D(flops_by_unit[k]), MIX_D(seconds_by_unit[k]);
+#undef MIX_D
+#undef MIX_L
+}
+
+static void take(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, int rows)
+{
+    size_t n;
+    const rec_event *ev = dllm_record_events(u->be, &n);
+    if (u->keep && u->keep < n)
+        n = u->keep;
+    u->keep = 0;
+    plan_time_model(ev, n, gpu, iu, r);
+    r->rows = rows;
+    r->launches_per_layer = (double)r->launches / dllm_tf_config(u->m)->n_layers;
+}
+
+/* The rollout phase: one plain step, or under rollout.cache a block's mean step (its
+ * first step fills the cache over the whole canvas, the others are cached steps). */
+static int rollout_phase(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, dllm_err *err)
+{
+    int rows;
+    double fr;
+    if (u->s->cache == DLLM_CACHE_NONE) {
+        dllm_device_logits dl;
+        if (dllm_tf_device_logits(u->m, true, &dl, err) ||
+            rollout_step(u, &dl, RS_PLAIN, &rows, &fr, err))
+            return err->code;
+        take(u, gpu, iu, r, rows);
+        r->fwd_rows = fr;
+        return 0;
+    }
+    dllm_block_cache *bc;
+    if (dllm_block_cache_new(&bc, u->m, true, err))
+        return err->code;
+    dllm_device_logits v = dllm_block_cache_view(bc);
+    pt_phase_result f, c;
+    double cr = 0;
+    int rc = rollout_step(u, &v, RS_FILL, &rows, &fr, err);
+    if (!rc)
+        take(u, gpu, iu, &f, rows);
+    if (!rc && !(rc = rollout_step(u, &v, RS_STEP, &rows, &cr, err)))
+        take(u, gpu, iu, &c, rows);
+    dllm_block_cache_free(bc);
+    if (rc)
+        return rc;
+    f.fwd_rows = fr;
+    c.fwd_rows = cr;
+    const double spb = u->s->steps / (u->s->G / u->s->block_length);
+    mix(r, &f, 1.0 / spb, &c, (spb - 1.0) / spb);
+    return 0;
 }
 
 /* host arrays of one micro-batch: tokens, the generated rows, their targets */
@@ -263,17 +354,6 @@ static rec_unit prec_unit(dllm_rollout_kind k)
                                     : REC_UNIT_BF16_TC;
 }
 
-static void take(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, int rows)
-{
-    size_t n;
-    const rec_event *ev = dllm_record_events(u->be, &n);
-    if (u->keep && u->keep < n)
-        n = u->keep;
-    u->keep = 0;
-    plan_time_model(ev, n, gpu, iu, r);
-    r->rows = rows;
-    r->launches_per_layer = (double)r->launches / dllm_tf_config(u->m)->n_layers;
-}
 
 static int check_shape(const pt_shape *s, dllm_err *err)
 {
@@ -286,6 +366,9 @@ static int check_shape(const pt_shape *s, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "plan --time: %d sequences of %d + %d tokens, "
                             "block %d, %d steps, micro-batch %d: not a rollout the sampler runs",
                             s->S, s->P, s->G, s->block_length, s->steps, s->micro_batch);
+    if (s->cache != DLLM_CACHE_NONE && s->cfg)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.cache %s: classifier-free guidance "
+                            "(rollout.cfg_scale > 0) is not cached", dllm_cache_name(s->cache));
     if (s->prec.trainer_bf16 && s->lora_rank <= 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "model.trainer_precision bf16 without LoRA: "
                             "the update runs on the host, plan --time models the device's");
@@ -310,20 +393,32 @@ int plan_time_phases(dllm_tf *m, dllm_backend *be, const pt_shape *s, pt_gpu gpu
     if (!rc)
         rc = dllm_tf_rollout_sync(m, &s->prec, NULL, err);
     int rows = 0;
-    if (!rc && !(rc = rollout_step(&u, &rows, err)))
-        take(&u, gpu, prec_unit(k), &out->ph[PT_ROLLOUT_STEP], rows);
-    if (!rc && !(rc = score(&u, &rows, err)))
+    if (!rc)
+        rc = rollout_phase(&u, gpu, prec_unit(k), &out->ph[PT_ROLLOUT_STEP], err);
+    if (!rc && s->cache != DLLM_CACHE_NONE) { /* the same rollout step, uncached */
+        pt_shape su = *s;
+        su.cache = DLLM_CACHE_NONE;
+        runner uu = {m, be, &su, u.T, 0};
+        rc = rollout_phase(&uu, gpu, prec_unit(k), &out->uncached_rollout, err);
+        if (!rc)
+            out->uncached_over_cached =
+                out->uncached_rollout.modelled_s / out->ph[PT_ROLLOUT_STEP].modelled_s;
+    }
+    if (!rc && !(rc = score(&u, &rows, err))) {
         take(&u, gpu, REC_UNIT_BF16_TC, &out->ph[PT_SCORE], rows);
+        out->ph[PT_SCORE].fwd_rows = (double)s->S * u.T;
+    }
     if (!rc)
         rc = dllm_tf_device_train(m, err);
-    if (!rc && !(rc = update_step(&u, &rows, err)))
+    if (!rc && !(rc = update_step(&u, &rows, err))) {
         take(&u, gpu, REC_UNIT_BF16_TC, &out->ph[PT_UPDATE_STEP], rows);
+        out->ph[PT_UPDATE_STEP].fwd_rows = (double)s->S * u.T;
+    }
     if (!rc && dllm_rollout_is_fp8(k)) { /* the same step with a bf16 rollout copy */
         dllm_precision pb = s->prec;
         pb.rollout = DLLM_ROLLOUT_BF16;
         rc = dllm_tf_rollout_sync(m, &pb, NULL, err);
-        if (!rc && !(rc = rollout_step(&u, &rows, err))) {
-            take(&u, gpu, REC_UNIT_BF16_TC, &out->bf16_rollout, rows);
+        if (!rc && !(rc = rollout_phase(&u, gpu, REC_UNIT_BF16_TC, &out->bf16_rollout, err))) {
             out->fp8_over_bf16 = out->bf16_rollout.modelled_s / out->ph[PT_ROLLOUT_STEP].modelled_s;
         }
     }
@@ -393,6 +488,12 @@ void plan_time_print(const pt_result *r, const char *what, FILE *f)
                 r->ph[p].launches_per_layer, r->ph[p].weight_copies);
     if (r->fp8_over_bf16 > 0)
         fprintf(f, "fp8 over bf16 (rollout step, modelled): %.3fx\n", r->fp8_over_bf16);
+    if (r->uncached_over_cached > 0)
+        fprintf(f, "rollout cache: a block's mean step %.4f s over %.0f forward rows; uncached "
+                "%.4f s over %.0f rows; uncached over cached (modelled): %.3fx\n",
+                r->ph[PT_ROLLOUT_STEP].modelled_s, r->ph[PT_ROLLOUT_STEP].fwd_rows,
+                r->uncached_rollout.modelled_s, r->uncached_rollout.fwd_rows,
+                r->uncached_over_cached);
     fprintf(f, "recorded device peak: %.2f GB (%lld bytes); recorded in %.1f s\n",
             (double)r->peak_bytes / 1e9, (long long)r->peak_bytes, r->wall_s);
 }
@@ -402,11 +503,11 @@ static void json_phase(const pt_phase_result *x, FILE *f)
     fprintf(f, "{\"modelled_s\": %.6g, \"ideal_s\": %.6g, \"launches\": %ld, "
                "\"launches_per_layer\": %.6g, \"kernels\": %ld, \"matmuls\": %ld, \"copies\": "
                "%ld, \"weight_copies\": %ld, \"host_syncs\": %ld, \"transfer_bytes\": %.0f, "
-               "\"rows\": %d, \"flops\": %.6g, \"dense_flops\": %.6g, \"weight_bytes\": %.6g, "
+               "\"rows\": %d, \"fwd_rows\": %.6g, \"flops\": %.6g, \"dense_flops\": %.6g, \"weight_bytes\": %.6g, "
                "\"flops_by_unit\": {",
             x->modelled_s, x->ideal_s, x->launches, x->launches_per_layer, x->kernels,
             x->matmuls, x->copies, x->weight_copies, x->host_syncs, x->transfer_bytes, x->rows,
-            x->flops, x->dense_flops, x->weight_bytes);
+            x->fwd_rows, x->flops, x->dense_flops, x->weight_bytes);
     for (int u = 0; u < REC_NUNITS; u++)
         fprintf(f, "%s\"%s\": %.6g", u ? ", " : "", rec_unit_names[u], x->flops_by_unit[u]);
     fprintf(f, "}, \"seconds_by_unit\": {");
@@ -446,6 +547,13 @@ void plan_time_print_json(const pt_result *r, const char *what, FILE *f)
         fprintf(f, ", \"fp8_over_bf16_rollout_step\": %.6g", r->fp8_over_bf16);
     } else {
         fprintf(f, ", \"fp8_over_bf16_rollout_step\": null");
+    }
+    if (r->uncached_over_cached > 0) {
+        fprintf(f, ", \"rollout_step_uncached\": ");
+        json_phase(&r->uncached_rollout, f);
+        fprintf(f, ", \"uncached_over_cached_rollout_step\": %.6g", r->uncached_over_cached);
+    } else {
+        fprintf(f, ", \"uncached_over_cached_rollout_step\": null");
     }
     fprintf(f, ", \"device_peak_bytes\": %lld}\n", (long long)r->peak_bytes);
 }

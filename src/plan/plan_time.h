@@ -6,6 +6,7 @@
 
 #include "dllm/model_config.h"
 #include "dllm/precision.h"
+#include "dllm/sampler.h"
 #include "dllm/transformer.h"
 #include "kernels/record/record.h"
 
@@ -27,6 +28,7 @@ typedef struct {
     int S, P, G;
     int block_length, steps; /* the rollout's blocks and denoising steps */
     bool cfg;                /* rollout.cfg_scale > 0: two canvases */
+    dllm_cache cache;        /* rollout.cache: the rollout step is a block's mean step */
     int micro_batch;         /* canvases per scoring and update forward */
     int recompute;           /* dllm_tf_set_recompute's K (0: keep every layer) */
     double grad_clip;        /* optim.grad_clip */
@@ -41,6 +43,7 @@ typedef struct {
     double flops_by_unit[REC_NUNITS];
     double seconds_by_unit[REC_NUNITS]; /* kernels' and matmuls' time by unit */
     int rows;                /* rollout step: the head's rows; else scored rows */
+    double fwd_rows;         /* canvas rows through the layers (rollout: per step, mean) */
 } pt_phase_result;
 
 typedef struct {
@@ -48,6 +51,10 @@ typedef struct {
     pt_phase_result ph[PT_NPHASES];
     pt_phase_result bf16_rollout; /* the same rollout step at rollout.precision bf16 */
     double fp8_over_bf16;         /* bf16's modelled rollout step over this one's (0: n/a) */
+    /* under rollout.cache: the same rollout step uncached, and its modelled time over the
+     * cached mean step's (0: no cache) */
+    pt_phase_result uncached_rollout;
+    double uncached_over_cached;
     int64_t peak_bytes;           /* the recorded device peak over all of them */
     double wall_s;                /* how long the recording took here */
 } pt_result;

@@ -184,6 +184,48 @@ START_TEST(test_llada8b_closed_forms)
 }
 END_TEST
 
+/* Under rollout.cache the rollout step is a block's mean: one fill over the whole canvas
+ * and 15 cached steps over 32 rows (dual) or the mean block's and later rows (prefix). */
+START_TEST(test_llada8b_cached_rollout)
+{
+    dllm_model_config mc;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_config_preset(&mc, DLLM_ARCH_LLADA, "llada-8b", &err), 0);
+    const double C = mc.d_model, H = mc.mlp_hidden, L = mc.n_layers;
+    const double QD = (double)mc.n_heads * mc.head_dim, KD = (double)mc.n_kv_heads * mc.head_dim;
+    const double lin = C * QD + 2 * C * KD + QD * C + 3 * C * H;
+    const dllm_cache modes[2] = {DLLM_CACHE_DUAL, DLLM_CACHE_PREFIX};
+    /* mean rows per sequence: (456 + 15 x 32) / 16; prefix at the mean block: 456 -
+     * (200 + 112) = 144 rows, (456 + 15 x 144) / 16 */
+    const double rows[2] = {(456.0 + 15 * 32) / 16, (456.0 + 15 * 144) / 16};
+    for (int k = 0; k < 2; k++) {
+        pt_shape s = d1_shape();
+        s.cache = modes[k];
+        pt_result *r = malloc(sizeof *r);
+        ck_assert_msg(plan_time_run(&mc, &s, PT_GPU_H100, r, &err) == 0, "%s", err.msg);
+        const pt_phase_result *ro = &r->ph[PT_ROLLOUT_STEP];
+        near(ro->fwd_rows, 96 * rows[k]);
+        near(r->uncached_rollout.fwd_rows, 96.0 * 456);
+        near(ro->flops_by_unit[REC_UNIT_FP8_TC], 2 * 96 * rows[k] * L * lin);
+        ck_assert_int_eq(ro->rows, 96 * 17); /* the head's rows as uncached */
+        ck_assert(r->uncached_over_cached > (k == 0 ? 4.0 : 1.5));
+        ck_assert_int_eq(ro->weight_copies, 0);
+        printf("llada-8b d1, cache %s (modelled, h100): rollout step %.3f s over %.0f rows, "
+               "uncached %.3f s over %.0f (%.2fx), peak %.2f GB\n", dllm_cache_name(modes[k]),
+               ro->modelled_s, ro->fwd_rows, r->uncached_rollout.modelled_s,
+               r->uncached_rollout.fwd_rows, r->uncached_over_cached,
+               (double)r->peak_bytes / 1e9);
+        free(r);
+    }
+    pt_shape s = d1_shape();
+    s.cache = DLLM_CACHE_DUAL;
+    s.cfg = true;
+    pt_result r;
+    ck_assert_int_eq(plan_time_run(&mc, &s, PT_GPU_H100, &r, &err), DLLM_EXIT_INPUT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "rollout.cache"));
+}
+END_TEST
+
 #ifdef DLLM_CUDA_EMULATION
 /* ---- against the emulated CUDA backend ---------------------------------------------- */
 
@@ -230,13 +272,15 @@ static void on_call(void *ctx, const char *op, const rec_event *ev, size_t n)
 typedef struct {
     const char *trainer, *rollout, *scaling;
     int lora, recompute;
+    dllm_cache cache;
 } ecase;
 
 static const ecase ECASES[] = {
     {"fp32", "fp8", "block", 4, 1},   {"fp32", "fp8", "tensor", 0, 0},
     {"fp32", "bf16", "block", 0, 1},  {"fp32", "trainer", "block", 8, 0},
     {"bf16", "bf16", "block", 4, 1},  {"fp32", "fp8", "channel", 4, 2},
-    {"fp32", "int8", "block", 4, 1},
+    {"fp32", "int8", "block", 4, 1},  {"fp32", "fp8", "block", 4, 1, DLLM_CACHE_DUAL},
+    {"fp32", "bf16", "block", 0, 1, DLLM_CACHE_PREFIX},
 };
 #define NECASES ((int)(sizeof ECASES / sizeof ECASES[0]))
 
@@ -251,7 +295,7 @@ START_TEST(test_matches_emulation)
                                           false, &err), 0);
     s.lora_rank = c->lora, s.lora_alpha = 16, s.lora_mask = LORA_ALL;
     s.S = 3, s.P = 5, s.G = 8, s.block_length = 4, s.steps = 4, s.micro_batch = 2;
-    s.recompute = c->recompute, s.grad_clip = 1.0;
+    s.recompute = c->recompute, s.grad_clip = 1.0, s.cache = c->cache;
     const bool blk = dllm_cuda_fp8_block_scaling_available(NULL, 0);
 
     /* a real tiny model over the emulated CUDA backend, call by call */
@@ -293,8 +337,9 @@ START_TEST(test_matches_emulation)
         ck_assert_int_eq(re->ph[p].host_syncs, rs->ph[p].host_syncs);
         near(rs->ph[p].modelled_s, re->ph[p].modelled_s);
     }
-    printf("%s trainer, %s rollout (%s), lora %d, recompute %d: %zu events, peak %lld bytes, "
-           "equal\n", c->trainer, c->rollout, c->scaling, c->lora, c->recompute, te.n,
+    printf("%s trainer, %s rollout (%s), lora %d, recompute %d, cache %s: %zu events, peak %lld "
+           "bytes, equal\n", c->trainer, c->rollout, c->scaling, c->lora, c->recompute,
+           dllm_cache_name(c->cache), te.n,
            (long long)dllm_record_peak(rec));
     dllm_tf_free(m);
     dllm_tf_free(ms);
@@ -317,6 +362,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(tc, test_every_entry_recorded);
     tcase_add_test(tc, test_roofline);
     tcase_add_test(tc, test_llada8b_closed_forms);
+    tcase_add_test(tc, test_llada8b_cached_rollout);
 #ifdef DLLM_CUDA_EMULATION
     tcase_add_loop_test(tc, test_matches_emulation, 0, NECASES);
 #endif
