@@ -408,7 +408,8 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
  * slots len .. len+T-1 of each row; attention_cached lets new query t (slot len + t) see
  * the cached slots s <= len + t with cmask != 0 (causal: the CPU cache's rule, dllm/qwen3.c),
  * or every slot s < max_len with cmask (NULL: all) != 0 (bidirectional: the block cache).
- * One block per query row and head, the keys in tiles of CACHED_THREADS (one key per
+ * On tensor cores (attention_tc_cached) where dllm_cuda_attention_tc says so, as the
+ * forward; else one block per query row and head, the keys in tiles of CACHED_THREADS (one key per
  * thread for the scores, then one output dim per thread over the tile), online softmax
  * as in the forward above; a query with no visible key gets 0. */
 enum { CACHED_THREADS = 128, CACHED_MAX_HD = 256, CACHED_DIMS = CACHED_MAX_HD / CACHED_THREADS };
@@ -514,6 +515,11 @@ extern "C" void dllm_cuda_attention_cached(float *y, const float *q, const float
     size_t rows = (size_t)B * T * NH;
     if (rows == 0)
         return;
+    if (dllm_cuda_attention_tc(HD)) { /* the numerics of the fill's attention_fwd */
+        attention_tc_cached(y, NULL, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal,
+                            as_stream(s));
+        return;
+    }
     DLLM_LAUNCH(attention_cached_kernel, (unsigned)rows, CACHED_THREADS, 0, as_stream(s))(y, q,
         kc, vc, cmask, T, len, max_len, NH, NKV, HD, 1.0f / sqrtf((float)HD), causal ? 1 : 0);
     cudaLaunchCheck();

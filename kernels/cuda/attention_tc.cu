@@ -147,9 +147,12 @@ __device__ __forceinline__ float quad_max(float x)
 template <int HDP>
 __global__ static void __launch_bounds__(TcCfg<HDP>::THREADS)
 attention_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
-                        const uint8_t *keymask, int T, int NH, int NKV, int HD, bool causal,
-                        float scale)
+                        const uint8_t *keymask, int T, int Tk, int q_off, int NH, int NKV,
+                        int HD, bool causal, float scale)
 {
+    /* T query rows [B,T,NH,HD] over Tk key rows [B,Tk,NKV,HD] (keymask [B,Tk]); query t
+     * sits at key position q_off + t (causal: it sees keys s <= q_off + t). Self-attention
+     * is Tk = T, q_off = 0; a key/value cache's is Tk = its slots, q_off = its length. */
     typedef TcCfg<HDP> C;
     __shared__ __align__(32) unsigned char smem[2 * C::H_BYTES + C::S_BYTES + C::P_BYTES +
                                                 C::O_BYTES + 32];
@@ -173,14 +176,14 @@ attention_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, 
     rows_as_a<HDP>(qf, Ks, rb);
 
     float m = -INFINITY, l = 0.0f; /* this row's running max and sum (same in its 4 threads) */
-    const int kend = causal ? min(T, q0 + C::R) : T;
+    const int kend = causal ? min(Tk, q_off + q0 + C::R) : Tk;
     for (int k0 = 0; k0 < kend; k0 += C::R) {
         __syncthreads(); /* the previous tiles (and the staged queries) are no longer read */
-        load_bf16_tile<HDP>(Ks, k, b, k0, T, NKV, kh, HD);
-        load_bf16_tile<HDP>(Vs, v, b, k0, T, NKV, kh, HD);
+        load_bf16_tile<HDP>(Ks, k, b, k0, Tk, NKV, kh, HD);
+        load_bf16_tile<HDP>(Vs, v, b, k0, Tk, NKV, kh, HD);
         for (int j = threadIdx.x; j < C::R; j += blockDim.x) {
             int s = k0 + j;
-            vis[j] = s < T && (!keymask || keymask[(size_t)b * T + s]);
+            vis[j] = s < Tk && (!keymask || keymask[(size_t)b * Tk + s]);
         }
         __syncthreads();
         frag_acc sf;
@@ -192,7 +195,7 @@ attention_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, 
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             int j = part * 8 + i;
-            bool ok = vis[j] && (!causal || k0 + j <= t);
+            bool ok = vis[j] && (!causal || k0 + j <= q_off + t);
             sc[i] = ok ? Ss[r * C::LDS + j] * scale : -INFINITY;
             tmax = fmaxf(tmax, sc[i]);
         }
@@ -453,13 +456,13 @@ attention_tc_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float
 
 template <int HDP>
 static void tc_fwd_launch(float *out, float *lse, const float *q, const float *k, const float *v,
-                          const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
-                          bool causal, cudaStream_t st)
+                          const uint8_t *keymask, int B, int T, int Tk, int q_off, int NH,
+                          int NKV, int HD, bool causal, cudaStream_t st)
 {
     typedef TcCfg<HDP> C;
     dim3 grid((T + C::R - 1) / C::R, NH, B);
     DLLM_LAUNCH(attention_tc_fwd_kernel<HDP>, grid, C::THREADS, 0, st)(out, lse, q, k, v, keymask,
-        T, NH, NKV, HD, causal, 1.0f / sqrtf((float)HD));
+        T, Tk, q_off, NH, NKV, HD, causal, 1.0f / sqrtf((float)HD));
     cudaLaunchCheck();
 }
 
@@ -498,11 +501,18 @@ void attention_tc_fwd(float *out, float *lse, const float *q, const float *k, co
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,
                       cudaStream_t st)
 {
+    attention_tc_cached(out, lse, q, k, v, keymask, B, T, T, 0, NH, NKV, HD, causal, st);
+}
+
+void attention_tc_cached(float *out, float *lse, const float *q, const float *kc, const float *vc,
+                         const uint8_t *cmask, int B, int T, int max_len, int len, int NH,
+                         int NKV, int HD, bool causal, cudaStream_t st)
+{
     switch (tc_padded_hd(HD)) {
-    case 16: tc_fwd_launch<16>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    case 32: tc_fwd_launch<32>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    case 64: tc_fwd_launch<64>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    default: tc_fwd_launch<128>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
+    case 16: tc_fwd_launch<16>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, st); break;
+    case 32: tc_fwd_launch<32>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, st); break;
+    case 64: tc_fwd_launch<64>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, st); break;
+    default: tc_fwd_launch<128>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, st); break;
     }
 }
 

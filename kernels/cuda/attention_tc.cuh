@@ -10,6 +10,13 @@
 void attention_tc_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,
                       cudaStream_t st);
+/* Attention of T new queries over a key/value cache kc, vc [B,max_len,NKV,HD] with key
+ * mask cmask [B,max_len] (NULL: all), the queries at slots len .. len+T-1: causal, query t
+ * sees slots s <= len + t; else every slot (the table's attention_cached). lse [B,NH,T]
+ * or NULL. attention_tc_fwd is the case max_len = T, len = 0. */
+void attention_tc_cached(float *out, float *lse, const float *q, const float *kc, const float *vc,
+                         const uint8_t *cmask, int B, int T, int max_len, int len, int NH,
+                         int NKV, int HD, bool causal, cudaStream_t st);
 void attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout, const float *lse,
                       const float *Dd, const float *q, const float *k, const float *v,
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,

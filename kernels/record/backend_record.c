@@ -648,7 +648,8 @@ static void rc_attention_cached(dllm_backend *be, float *y, const float *q, cons
     size_t n0 = begin(r, "attention_cached");
     double slots = causal ? (double)T * len + (double)T * (T + 1) / 2 : (double)T * max_len;
     double bt = (double)B * T, keys = (double)B * (causal ? len + T : max_len);
-    rec_event *e = emit(r, REC_KERNEL, REC_UNIT_FP32_CORE, "attention_cached",
+    rec_unit unit = dllm_cuda_attention_tc(HD) ? REC_UNIT_BF16_TC : REC_UNIT_FP32_CORE;
+    rec_event *e = emit(r, REC_KERNEL, unit, "attention_cached",
                         2.0 * 2 * B * NH * slots * HD, 4 * bt * NH * HD + 8 * keys * NKV * HD,
                         4 * bt * NH * HD, "B=%d T=%d len=%d max_len=%d NH=%d NKV=%d HD=%d%s", B,
                         T, len, max_len, NH, NKV, HD, causal ? " causal" : "");

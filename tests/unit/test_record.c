@@ -276,10 +276,14 @@ typedef struct {
 } ecase;
 
 static const ecase ECASES[] = {
-    {"fp32", "fp8", "block", 4, 1},   {"fp32", "fp8", "tensor", 0, 0},
-    {"fp32", "bf16", "block", 0, 1},  {"fp32", "trainer", "block", 8, 0},
-    {"bf16", "bf16", "block", 4, 1},  {"fp32", "fp8", "channel", 4, 2},
-    {"fp32", "int8", "block", 4, 1},  {"fp32", "fp8", "block", 4, 1, DLLM_CACHE_DUAL},
+    {"fp32", "fp8", "block", 4, 1, DLLM_CACHE_NONE},
+    {"fp32", "fp8", "tensor", 0, 0, DLLM_CACHE_NONE},
+    {"fp32", "bf16", "block", 0, 1, DLLM_CACHE_NONE},
+    {"fp32", "trainer", "block", 8, 0, DLLM_CACHE_NONE},
+    {"bf16", "bf16", "block", 4, 1, DLLM_CACHE_NONE},
+    {"fp32", "fp8", "channel", 4, 2, DLLM_CACHE_NONE},
+    {"fp32", "int8", "block", 4, 1, DLLM_CACHE_NONE},
+    {"fp32", "fp8", "block", 4, 1, DLLM_CACHE_DUAL},
     {"fp32", "bf16", "block", 0, 1, DLLM_CACHE_PREFIX},
 };
 #define NECASES ((int)(sizeof ECASES / sizeof ECASES[0]))
