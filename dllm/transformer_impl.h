@@ -109,6 +109,7 @@ typedef struct {
     bool lora;               // apply the LoRA adapters at run time (the trainer only:
                              // the rollout copies have them merged)
     size_t nbuf;             // floats in buf
+    bool buf_mapped;         // buf is reserved address space (a shape-only model's)
     bool fuse_fp8;           // FP8 linears read codes their producer (RMSNorm, SwiGLU)
                              // wrote, where the backend has the fused ops
 } tf_view;

@@ -8,10 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 void tf_view_free(const dllm_tf *m, tf_view *v)
 {
-    free(v->buf);
+    if (v->buf_mapped)
+        munmap(v->buf, v->nbuf * sizeof(float));
+    else
+        free(v->buf);
     for (int k = 0; k < m->L * DLLM_NLIN; k++) {
         if (v->q8)
             fp8_matrix_free(&v->q8[k]);
@@ -75,8 +79,20 @@ static void view_bf16_copy(dllm_tf *m, tf_view *v, bool merge, bool skip_lin)
         for (int j = 0; j < DLLM_NLIN; j++)
             n -= tf_slot_numel(m, j);
     if (!v->buf || v->nbuf != n) {
-        free(v->buf);
-        v->buf = dllm_malloc(n * sizeof(float));
+        if (v->buf_mapped)
+            munmap(v->buf, v->nbuf * sizeof(float));
+        else
+            free(v->buf);
+        /* a shape-only model's copy is address space like its parameters (an 8B
+         * model's is 32 GB): nothing is copied into it, nothing reads its values */
+        v->buf_mapped = m->shape_only;
+        v->buf = m->shape_only ? mmap(NULL, n * sizeof(float), PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                               : dllm_malloc(n * sizeof(float));
+        if (v->buf == MAP_FAILED) {
+            fprintf(stderr, "dllm-rl: out of address space for a %zu-float shape copy\n", n);
+            exit(1);
+        }
         v->nbuf = n;
     }
     if (!v->lw)
@@ -85,7 +101,8 @@ static void view_bf16_copy(dllm_tf *m, tf_view *v, bool merge, bool skip_lin)
     float *dst = v->buf;
 #define TAKE(field, src, cnt)                                                                    \
     do {                                                                                         \
-        memcpy(dst, (src), (size_t)(cnt) * sizeof(float));                                       \
+        if (!m->shape_only)                                                                      \
+            memcpy(dst, (src), (size_t)(cnt) * sizeof(float));                                   \
         field = dst;                                                                             \
         dst += (size_t)(cnt);                                                                    \
     } while (0)
@@ -109,7 +126,8 @@ static void view_bf16_copy(dllm_tf *m, tf_view *v, bool merge, bool skip_lin)
     else
         TAKE(v->head, m->head, (size_t)m->V * m->C);
 #undef TAKE
-    m->be->ops->round_bf16(m->be, v->buf, n);
+    if (!m->shape_only) /* no values */
+        m->be->ops->round_bf16(m->be, v->buf, n);
 }
 
 /* v = a rollout copy whose layer linears are packed or quantised (bf16 on a

@@ -226,6 +226,28 @@ START_TEST(test_llada8b_cached_rollout)
 }
 END_TEST
 
+/* A bf16 trainer at 8B: its bf16 copy of a shape-only model is address space, not 32 GB
+ * of host memory; the update's base linears run on BF16 tensor cores. */
+START_TEST(test_llada8b_bf16_trainer)
+{
+    dllm_model_config mc;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_config_preset(&mc, DLLM_ARCH_LLADA, "llada-8b", &err), 0);
+    pt_shape s = d1_shape();
+    ck_assert_int_eq(dllm_precision_parse(&s.prec, "bf16", "fp8", "e4m3", "block", false, &err), 0);
+    pt_result *r = malloc(sizeof *r);
+    ck_assert_msg(plan_time_run(&mc, &s, PT_GPU_H100, r, &err) == 0, "%s", err.msg);
+    const pt_phase_result *u = &r->ph[PT_UPDATE_STEP];
+    ck_assert(u->flops_by_unit[REC_UNIT_BF16_TC] > 0.9 * u->flops);
+    ck_assert(r->ph[PT_SCORE].flops_by_unit[REC_UNIT_BF16_TC] > 0.9 * r->ph[PT_SCORE].flops);
+    printf("llada-8b d1, bf16 trainer (modelled, h100): score %.3f s, update %.3f s (ideal "
+           "%.3f), bf16 tensor cores %.1f%% of the update's FLOPs, peak %.2f GB\n",
+           r->ph[PT_SCORE].modelled_s, u->modelled_s, u->ideal_s,
+           100.0 * u->flops_by_unit[REC_UNIT_BF16_TC] / u->flops, (double)r->peak_bytes / 1e9);
+    free(r);
+}
+END_TEST
+
 #ifdef DLLM_CUDA_EMULATION
 /* ---- against the emulated CUDA backend ---------------------------------------------- */
 
@@ -367,6 +389,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(tc, test_roofline);
     tcase_add_test(tc, test_llada8b_closed_forms);
     tcase_add_test(tc, test_llada8b_cached_rollout);
+    tcase_add_test(tc, test_llada8b_bf16_trainer);
 #ifdef DLLM_CUDA_EMULATION
     tcase_add_loop_test(tc, test_matches_emulation, 0, NECASES);
 #endif
