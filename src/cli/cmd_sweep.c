@@ -71,6 +71,11 @@ static pid_t start_run(const sweep_file *sf, const sweep_run *r, const char *swe
         snprintf(exe, sizeof exe, "dllm-rl");
     else
         exe[k] = '\0';
+    /* a binary replaced on disk since the sweep started (a rebuild) reads "PATH (deleted)" */
+    const char *gone = " (deleted)";
+    size_t el = strlen(exe), gl = strlen(gone);
+    if (el > gl && !strcmp(exe + el - gl, gone))
+        exe[el - gl] = '\0';
     const pid_t parent = getpid();
     fflush(NULL);
     pid_t pid = fork();
@@ -114,6 +119,9 @@ static pid_t start_run(const sweep_file *sf, const sweep_run *r, const char *swe
         argv[a++] = exper;
     }
     argv[a] = NULL;
+    /* every run with the binary the sweep started with, even when a rebuild has replaced
+     * it on disk since: its image stays reachable through /proc/self/exe */
+    execv("/proc/self/exe", argv);
     execv(exe, argv);
     execvp("dllm-rl", argv);
     fprintf(stderr, "dllm-rl sweep: cannot run %s: %s\n", exe, strerror(errno));

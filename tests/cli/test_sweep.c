@@ -404,6 +404,37 @@ START_TEST(failed_run_reported_others_go_on)
 }
 END_TEST
 
+/* The binary the sweep started from is replaced on disk (a rebuild) while its first run
+ * goes: every run still starts, with that binary (it used to fail them with exit 127,
+ * "cannot run PATH (deleted)"). */
+START_TEST(binary_replaced_mid_sweep)
+{
+    write_file("two.yaml",
+               "name: two\n"
+               "base: base.yaml\n"
+               "set: {grpo.steps: 2}\n"
+               "arms:\n"
+               "  - {name: first}\n"
+               "  - {name: second}\n");
+    ck_assert_int_eq(tu_sh("mkdir -p %s/bin && cp %s %s/bin/dllm-rl", tmp, tu_bin(), tmp), 0);
+    /* started in the background; once the first run's log exists (the sweep has forked
+     * it), the binary is removed and a copy put in its place, as `make install` does */
+    ck_assert_int_eq(tu_sh("cd %s && (bin/dllm-rl sweep two.yaml > two.out 2>&1; echo $? > two.rc) & "
+                           "for i in $(seq 600); do [ -e %s/runs/two/first/train.log ] && break; "
+                           "sleep 0.1; done; rm %s/bin/dllm-rl && cp %s %s/bin/dllm-rl.new && "
+                           "mv %s/bin/dllm-rl.new %s/bin/dllm-rl; wait",
+                           tmp, tmp, tmp, tu_bin(), tmp, tmp, tmp), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s/two.rc", tmp);
+    char *rc = tu_slurp("%s", p);
+    snprintf(p, sizeof p, "%s/two.out", tmp);
+    char *o = tu_slurp("%s", p);
+    ck_assert_msg(atoi(rc) == 0 && strstr(o, "done first") && strstr(o, "done second"), "%s", o);
+    free(rc);
+    free(o);
+}
+END_TEST
+
 /* a bad sweep file: the message starts with file:line:col and says what */
 static void check_bad(const char *text, int line, int col, const char *says)
 {
@@ -506,6 +537,7 @@ static Suite *sweep_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, sweep_stops_restarts_and_summarises);
     tcase_add_test(tc, failed_run_reported_others_go_on);
+    tcase_add_test(tc, binary_replaced_mid_sweep);
     tcase_add_test(tc, bad_sweep_files);
     tcase_add_test(tc, shipped_sweep_files_load);
     tcase_add_test(tc, collapse_step_definition);
