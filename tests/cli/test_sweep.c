@@ -412,7 +412,7 @@ START_TEST(binary_replaced_mid_sweep)
     write_file("two.yaml",
                "name: two\n"
                "base: base.yaml\n"
-               "set: {grpo.steps: 2}\n"
+               "set: {grpo.steps: 1}\n"
                "arms:\n"
                "  - {name: first}\n"
                "  - {name: second}\n");
