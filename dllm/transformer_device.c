@@ -386,6 +386,12 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: %s (int8 runs on "
                             "the CPU; on this device use bf16)", why);
     }
+    if (dllm_rollout_is_fp8(k) && d->be == dllm_backend_cuda() &&
+        !dllm_cuda_fp8_available(why, sizeof why)) {
+        dview_free(m, &d->rv);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision %s: %s (on this device "
+                            "use int8: INT8 tensor cores, or bf16)", dllm_rollout_name(k), why);
+    }
     if (dllm_rollout_is_fp8(k) && p->fp8_scaling == FP8_SCALE_BLOCK &&
         !dllm_backend_fp8_block_ok(d->be, why, sizeof why)) {
         dview_free(m, &d->rv);

@@ -35,6 +35,9 @@ int dllm_cuda_idle(char *why, size_t why_len);
 /* INT8 tensor-core GEMMs on the current device (compute capability 8.0 or later)? 1, or
  * 0 with the reason in why. Built without CUDA: 0. */
 int dllm_cuda_int8_available(char *why, size_t why_len);
+/* FP8 tensor-core GEMMs on the current device (compute capability 8.9 or later: Ada,
+ * Hopper)? 1, or 0 with the reason in why. Built without CUDA: 0. */
+int dllm_cuda_fp8_available(char *why, size_t why_len);
 /* The device layout of an INT8 weight of OC x C at scaling s (0 channel, 1 block,
  * kernels/int8.h): rows allocated (OC rounded up to 4) and the row stride of the codes
  * (block: the k-blocks' 128 each; channel: C rounded up to 4), padded with zero codes,

@@ -93,6 +93,13 @@ int dllm_cuda_int8_available(char *why, size_t why_len)
     return 0;
 }
 
+int dllm_cuda_fp8_available(char *why, size_t why_len)
+{
+    if (why)
+        snprintf(why, why_len, "built without CUDA (configure --with-cuda)");
+    return 0;
+}
+
 void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq)
 {
     (void)OC, (void)C, (void)s, (void)rows, (void)ldq;

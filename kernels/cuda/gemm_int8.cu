@@ -205,6 +205,30 @@ extern "C" void dllm_cuda_int8_linear(float *out, const float *inp, const int8_m
     }
 }
 
+/* The current device's compute capability as 10 x major + minor; 0 with why set. */
+static int device_sm(char *why, size_t why_len)
+{
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        if (why)
+            snprintf(why, why_len, "no usable CUDA device");
+        return 0;
+    }
+    return 10 * major + minor;
+}
+
+extern "C" int dllm_cuda_fp8_available(char *why, size_t why_len)
+{
+    int sm = device_sm(why, why_len);
+    if (sm && sm < 89 && why)
+        snprintf(why, why_len, "the device is sm_%d: FP8 tensor-core GEMMs need compute "
+                 "capability 8.9 or later (L40S, H100)", sm);
+    return sm >= 89;
+}
+
 extern "C" int dllm_cuda_int8_available(char *why, size_t why_len)
 {
     int dev = 0, major = 0, minor = 0;

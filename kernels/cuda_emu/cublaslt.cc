@@ -8,7 +8,8 @@
  * Refusals follow NVIDIA's cuBLASLt documentation (cublasLtMatmul: "Datatypes
  * supported", the FP8 and block-scaling notes); where it is unclear the choice is marked
  * PROBE here and listed in kernels/cuda_emu/PROBES.md for a selftest on a real GPU:
- *  - FP8 (sm_90): only the "TN" form (A transposed, B not); E5M2 x E5M2 has no kernel;
+ *  - FP8 (compute capability 8.9 or later: refused on an older device, the emulation's
+ *    DLLM_EMU_SM): only the "TN" form (A transposed, B not); E5M2 x E5M2 has no kernel;
  *    pointers 16-byte aligned, leading dimensions multiples of 16 bytes; k multiple of 16
  *    (PROBE: the exact m / n rule)                              -> NOT_SUPPORTED
  *  - block scaling: VEC128_32F and BLK128x128_32F only with FP8 inputs, both operands
@@ -204,6 +205,12 @@ cublasStatus_t check(const cublasLtMatmulDescOpaque_emu *d, const cublasLtMatrix
     }
     if (!is_fp8(a->type) || !is_fp8(b->type))
         return *why = "FP8 with a non-FP8 operand", CUBLAS_STATUS_NOT_SUPPORTED;
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major * 10 + minor < 89)
+        return *why = "FP8 GEMMs need compute capability 8.9 or later", CUBLAS_STATUS_NOT_SUPPORTED;
     if (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2)
         return *why = "E5M2 x E5M2 has no FP8 kernel (one operand must be E4M3)",
                CUBLAS_STATUS_NOT_SUPPORTED;

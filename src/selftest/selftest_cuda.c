@@ -1,6 +1,6 @@
 /* selftest_cuda.c: the device rows of `dllm-rl selftest --device cuda`:
  *  1. the device: name, compute capability, driver and runtime, memory, and which of
- *     this binary's images it runs (SASS for sm_90/sm_90a, or the compute_90 PTX
+ *     this binary's images it runs (SASS for sm_80/sm_90/sm_90a, or the compute_90 PTX
  *     JIT-compiled by the driver; neither is a failure);
  *  2. the runtime and cuBLASLt probes (kernels/cuda/selftest_probe.cu) and whether
  *     block-scaled FP8 GEMMs are available;
@@ -65,12 +65,14 @@ static bool device_rows(stbl_table *t, dllm_cuda_device_info *d)
              d->mem_total_gib, d->mem_free_gib, d->driver_version / 1000,
              d->driver_version % 1000 / 10, d->runtime_version / 1000,
              d->runtime_version % 1000 / 10);
-    /* built: SASS for sm_90 and sm_90a, PTX for compute_90 (mk/cuda.am) */
+    /* built: SASS for sm_80, sm_90 and sm_90a, PTX for compute_90 (mk/cuda.am); sm_80's
+     * code runs on every 8.x device */
     char bv[48];
     snprintf(bv, sizeof bv, "binary %d, ptx %d", d->binary_version, d->ptx_version);
     if (d->kernel_error[0]) {
-        stbl_add(t, "cuda: code for this device", STBL_FAIL, "none", "sm_90 / compute_90",
-                 "no image of this binary runs on %s (built: SASS sm_90, sm_90a; PTX compute_90): %s",
+        stbl_add(t, "cuda: code for this device", STBL_FAIL, "none", "sm_80 / sm_90 / compute_90",
+                 "no image of this binary runs on %s (built: SASS sm_80, sm_90, sm_90a; PTX "
+                 "compute_90): %s",
                  cc, d->kernel_error);
         return false;
     }
@@ -81,9 +83,14 @@ static bool device_rows(stbl_table *t, dllm_cuda_device_info *d)
         stbl_add(t, "cuda: code for this device", STBL_PASS, bv, "sm_90 / compute_90",
                  "no SASS for %s: the driver JIT-compiles the compute_90 PTX (slower first launch; "
                  "sm_90a-only paths are not used)", cc);
+    else if (d->cc_major == 8)
+        stbl_add(t, "cuda: code for this device", STBL_PASS, bv, "sm_80",
+                 "the sm_80 SASS runs on %s (INT8 and BF16 tensor cores%s)", cc,
+                 d->cc_minor >= 9 ? "; FP8 tensor-scaled only" : "; no FP8: rollouts in int8 "
+                 "or bf16");
     else {
-        stbl_add(t, "cuda: code for this device", STBL_FAIL, bv, "sm_90 / compute_90",
-                 "%s is older than sm_90: neither the SASS nor the compute_90 PTX fits", cc);
+        stbl_add(t, "cuda: code for this device", STBL_FAIL, bv, "sm_80 / sm_90 / compute_90",
+                 "%s is older than sm_80: neither the SASS nor the compute_90 PTX fits", cc);
         return false;
     }
     return true;

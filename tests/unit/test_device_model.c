@@ -462,6 +462,61 @@ START_TEST(test_int8_refused_before_sm80)
 }
 END_TEST
 
+#ifdef DLLM_CUDA_EMULATION
+#include "kernels/cuda_device.h"
+#include "kernels/cuda_ops.h"
+
+/* FP8 needs compute capability 8.9: on an sm_80 device (the emulation answering as an
+ * A100) an fp8 rollout copy on the device is an input error naming rollout.precision and
+ * the device, and the stand-in cuBLASLt refuses the FP8 GEMM itself; int8 runs there. */
+START_TEST(test_fp8_refused_before_sm89)
+{
+    dllm_backend *be = cuda_or_skip();
+    dllm_tf *m = tiny(0);
+    dllm_precision f8, i8, f;
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_precision_parse(&f8, "fp32", "fp8", "e4m3", "tensor", false, &err), 0);
+    ck_assert_int_eq(dllm_precision_parse(&i8, "fp32", "int8", NULL, NULL, false, &err), 0);
+    ck_assert_int_eq(dllm_precision_parse(&f, "fp32", "trainer", NULL, NULL, false, &err), 0);
+    setenv("DLLM_EMU_SM", "80", 1);
+    char why[256];
+    ck_assert(!dllm_cuda_fp8_available(why, sizeof why));
+    ck_assert_msg(strstr(why, "sm_80") && strstr(why, "8.9"), "%s", why);
+    ck_assert(dllm_cuda_int8_available(NULL, 0));
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &f, NULL, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(m, be, &err), 0);
+    ck_assert_int_eq(dllm_tf_rollout_sync(m, &f8, NULL, &err), DLLM_EXIT_INPUT);
+    ck_assert_msg(strstr(err.msg, "rollout.precision fp8") && strstr(err.msg, "sm_80") &&
+                  strstr(err.msg, "int8"), "%s", err.msg);
+    err = (dllm_err){0};
+    ck_assert_msg(dllm_tf_rollout_sync(m, &i8, NULL, &err) == 0, "%s", err.msg);
+    int32_t tok[B * T], rows[NROWS];
+    uint8_t mask[B * T];
+    inputs(m, tok, mask, rows);
+    float *lg = malloc((size_t)NROWS * dllm_tf_config(m)->embedding_size * 4);
+    ck_assert_int_eq(dllm_tf_forward_rollout(m, tok, mask, B, T, rows, NROWS, lg), 0);
+    /* the library itself: an FP8 GEMM on sm_80 is refused */
+    uint8_t *qa = dllm_cuda_malloc(16 * 32), *qw = dllm_cuda_malloc(16 * 32);
+    float *sa = dllm_cuda_malloc(4), *sw = dllm_cuda_malloc(4), *out = dllm_cuda_malloc(16 * 16 * 4);
+    dllm_err gerr = {0};
+    ck_assert_int_ne(dllm_cuda_fp8_linear(out, false, qa, sa, FP8_E4M3, qw, sw, FP8_E4M3,
+                                          FP8_SCALE_TENSOR, 16, 32, 16, NULL, &gerr), 0);
+    unsetenv("DLLM_EMU_SM");
+    gerr = (dllm_err){0};
+    ck_assert_msg(dllm_cuda_fp8_linear(out, false, qa, sa, FP8_E4M3, qw, sw, FP8_E4M3,
+                                       FP8_SCALE_TENSOR, 16, 32, 16, NULL, &gerr) == 0, "%s",
+                  gerr.msg);
+    dllm_cuda_free(qa);
+    dllm_cuda_free(qw);
+    dllm_cuda_free(sa);
+    dllm_cuda_free(sw);
+    dllm_cuda_free(out);
+    free(lg);
+    dllm_tf_free(m);
+}
+END_TEST
+#endif
+
 static int nograd_fn(void *m, const int32_t *tok, const uint8_t *km, int B_, int T_,
                      const int32_t *rows, int n, float *logits)
 {
@@ -751,6 +806,9 @@ Suite *tu_suite(tu_ctx *ctx)
         tcase_add_loop_test(tc, test_low_precision, 0, 3 * NPRECS);
         tcase_add_test(tc, test_nvfp4_refused);
         tcase_add_test(tc, test_int8_refused_before_sm80);
+#ifdef DLLM_CUDA_EMULATION
+        tcase_add_test(tc, test_fp8_refused_before_sm89);
+#endif
         tcase_add_test(tc, test_fp8_block_old_cublas);
         tcase_add_test(tc, test_qwen3_decode);
         tcase_add_loop_test(tc, test_denoise_device, 0, 5);
