@@ -231,20 +231,9 @@ extern "C" int dllm_cuda_fp8_available(char *why, size_t why_len)
 
 extern "C" int dllm_cuda_int8_available(char *why, size_t why_len)
 {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        if (why)
-            snprintf(why, why_len, "no usable CUDA device");
-        return 0;
-    }
-    if (major < 8) {
-        if (why)
-            snprintf(why, why_len, "the device is sm_%d%d: INT8 tensor-core GEMMs need compute "
-                     "capability 8.0 or later (A100, H100)", major, minor);
-        return 0;
-    }
-    return 1;
+    int sm = device_sm(why, why_len);
+    if (sm && sm < 80 && why)
+        snprintf(why, why_len, "the device is sm_%d: INT8 tensor-core GEMMs need compute "
+                 "capability 8.0 or later (A100, H100)", sm);
+    return sm >= 80;
 }
