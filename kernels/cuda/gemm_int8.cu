@@ -205,8 +205,9 @@ extern "C" void dllm_cuda_int8_linear(float *out, const float *inp, const int8_m
     }
 }
 
-/* The current device's compute capability as 10 x major + minor; 0 with why set. */
-static int device_sm(char *why, size_t why_len)
+/* Whether the current device has compute capability need (10 x major + minor) or later;
+ * else why says which device it is and what needs more. */
+static int device_at_least(int need, const char *what, char *why, size_t why_len)
 {
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -217,23 +218,20 @@ static int device_sm(char *why, size_t why_len)
             snprintf(why, why_len, "no usable CUDA device");
         return 0;
     }
-    return 10 * major + minor;
+    if (10 * major + minor >= need)
+        return 1;
+    if (why)
+        snprintf(why, why_len, "the device is sm_%d%d: %s need compute capability %d.%d or "
+                 "later", major, minor, what, need / 10, need % 10);
+    return 0;
 }
 
 extern "C" int dllm_cuda_fp8_available(char *why, size_t why_len)
 {
-    int sm = device_sm(why, why_len);
-    if (sm && sm < 89 && why)
-        snprintf(why, why_len, "the device is sm_%d: FP8 tensor-core GEMMs need compute "
-                 "capability 8.9 or later (L40S, H100)", sm);
-    return sm >= 89;
+    return device_at_least(89, "FP8 tensor-core GEMMs (L40S, H100)", why, why_len);
 }
 
 extern "C" int dllm_cuda_int8_available(char *why, size_t why_len)
 {
-    int sm = device_sm(why, why_len);
-    if (sm && sm < 80 && why)
-        snprintf(why, why_len, "the device is sm_%d: INT8 tensor-core GEMMs need compute "
-                 "capability 8.0 or later (A100, H100)", sm);
-    return sm >= 80;
+    return device_at_least(80, "INT8 tensor-core GEMMs (A100, H100)", why, why_len);
 }
