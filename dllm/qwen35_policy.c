@@ -58,7 +58,7 @@ static int q35_open(void **impl, const char *dir, const char *preset, uint64_t s
         .embedding_size = c->V, .max_seq_len = c->max_pos > 0 ? c->max_pos : 4096,
         .rope_theta = c->theta, .rms_norm_eps = c->eps, .mask_token_id = -1,
         .eos_token_id = c->eos_token_id, .bos_token_id = c->bos_token_id,
-        .pad_token_id = keep.arch == DLLM_ARCH_QWEN35 ? keep.pad_token_id : c->eos_token_id,
+        .pad_token_id = keep.pad_token_id, /* the checkpoint's or the preset's */
         .weight_tying = c->tied};
     snprintf(mc->torch_dtype, sizeof mc->torch_dtype, "%s",
              keep.torch_dtype[0] ? keep.torch_dtype : "float32");
