@@ -416,18 +416,18 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         dview_build(m, &d->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, p, from);
     /* each of these linears rounds or quantises its own input, as on the host, or its
      * input's producer quantises for it on the device (the same codes) */
-    d->rv.fuse_fp8 = !d->no_fuse_fp8;
+    d->rv.fuse_act = !d->no_fuse_act;
     d->rv.round_lin = false;
     d->rv.round_head = true;
     d->rv.lora = false;
     return 0;
 }
 
-void tf_device_fuse_fp8(dllm_tf *m, bool on)
+void tf_device_fuse_act(dllm_tf *m, bool on)
 {
     if (m->dev) {
-        m->dev->no_fuse_fp8 = !on;
-        m->dev->rv.fuse_fp8 = on;
+        m->dev->no_fuse_act = !on;
+        m->dev->rv.fuse_act = on;
     }
 }
 

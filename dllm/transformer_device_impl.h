@@ -54,18 +54,18 @@ struct tf_device {
     int32_t *ktgt;           // (k_cap) their targets
     float *klp, *klse, *kg;  // (k_cap) log-probs, log-sum-exps, dLoss/dlogp
     int k_cap;               /* (ka.kept TF_KEPT_LOGITS: they hold its rows) */
-    bool no_fuse_fp8;        /* the rollout copy's producers leave FP8 quantisation to
-                                the linears (tf_device_fuse_fp8) */
+    bool no_fuse_act;        /* the rollout copy's producers leave FP8 / INT8
+                                quantisation to the linears (tf_device_fuse_act) */
 };
 
 
 /* The view a device forward reads (the host's trainer copy followed, and the trainer
  * view built first where it is not). */
 const tf_view *tf_device_view(dllm_tf *m, bool rollout);
-/* Whether the FP8 rollout copy's producers (RMSNorm, SwiGLU) write the codes its linears
+/* Whether the FP8 or INT8 rollout copy's producers (RMSNorm, SwiGLU) write the codes its linears
  * read (on, the default) or each linear quantises its input (off): the same logits bit
  * for bit, fewer launches when on. For the test that compares the two. */
-void tf_device_fuse_fp8(dllm_tf *m, bool on);
+void tf_device_fuse_act(dllm_tf *m, bool on);
 /* Frees the training state (gradients, moments, the kept activations: the host's again). */
 void tf_device_train_free(dllm_tf *m);
 

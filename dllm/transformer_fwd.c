@@ -213,6 +213,21 @@ static void lin_lora_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float
     }
 }
 
+dllm_lin_weight tf_lin_weight(const tf_view *v, int l, int j)
+{
+    size_t k = (size_t)l * DLLM_NLIN + (size_t)j;
+    dllm_lin_weight w = {0};
+    if (v->q8) /* tf_lin_fwd's order of the formats */
+        w.f8 = &v->q8[k];
+    else if (v->q4)
+        w.f4 = &v->q4[k];
+    else if (v->qi)
+        w.i8 = &v->qi[k];
+    else if (v->b16)
+        w.b16 = &v->b16[k];
+    return w;
+}
+
 void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, const float *inp,
                 int N, float *xa)
 {
@@ -263,13 +278,13 @@ static void lin_bwd(dllm_tf *m, const tf_bwd_target *t, int l, int j, float *din
 /* linear j [+ its bias], xa slot from io; qa: its input already quantised by the
  * producer (fused_act), or NULL */
 static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_slot, float *out,
-                         const float *inp, int N, const tf_layer_io *io, const fp8_act *qa)
+                         const float *inp, int N, const tf_layer_io *io, const dllm_qact *qa)
 {
     if (qa) {
         int o, i;
         tf_lin_shape(m, j, &o, &i);
-        v->be->ops->fp8_linear_act_fwd(v->be, out, qa, &v->q8[(size_t)l * DLLM_NLIN + j], N, i,
-                                       o);
+        dllm_lin_weight w = tf_lin_weight(v, l, j);
+        v->be->ops->linear_quant_act_fwd(v->be, out, qa, &w, N, i, o);
     } else {
         tf_lin_fwd(m, v, l, j, out, inp, N, io->xa ? io->xa + (size_t)j * io->xa_stride : NULL);
     }
@@ -281,20 +296,24 @@ static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_sl
     }
 }
 
-/* Whether the producer of the input of the FP8 linears js[0..n) of layer l writes their
- * codes itself (the backend's fused ops; qa set up for it): an FP8 view without bf16
- * rounding or run-time LoRA between producer and linear, on a backend that has the ops
- * and takes these weights. Otherwise each linear quantises its fp32 input. */
-static bool fused_act(const tf_view *v, int l, const int *js, int n, int N, fp8_act *qa)
+/* Whether the producer of the input of the FP8 or INT8 linears js[0..n) of layer l
+ * writes their codes itself (the backend's fused ops; qa set up for it): an FP8 or INT8
+ * view without bf16 rounding or run-time LoRA between producer and linear, on a backend
+ * that has the ops and takes these weights. Otherwise each linear quantises its fp32
+ * input. */
+static bool fused_act(const dllm_tf *m, const tf_view *v, int l, const int *js, int n, int N,
+                      dllm_qact *qa)
 {
     dllm_backend *be = v->be;
-    if (!v->fuse_fp8 || !v->q8 || v->round_lin || v->lora ||
-        !dllm_backend_supports(be, DLLM_OP_FP8_FUSED_ACT))
+    if (!v->fuse_act || !(v->q8 || v->qi) || v->round_lin || v->lora ||
+        !dllm_backend_supports(be, DLLM_OP_FUSED_ACT))
         return false;
-    const fp8_matrix *ws[3];
+    dllm_lin_weight ws[3];
     for (int i = 0; i < n; i++)
-        ws[i] = &v->q8[(size_t)l * DLLM_NLIN + js[i]];
-    return be->ops->fp8_act_prepare(be, qa, N, ws[0]->cols, ws, n);
+        ws[i] = tf_lin_weight(v, l, js[i]);
+    int o, c;
+    tf_lin_shape(m, js[0], &o, &c);
+    return be->ops->act_quant_prepare(be, qa, N, c, ws, n);
 }
 
 /* The n <= 3 linears js[] [+ their biases] of one input (q/k/v, gate/up): as n calls
@@ -304,7 +323,7 @@ static bool fused_act(const tf_view *v, int l, const int *js, int n, int N, fp8_
  * (fused_act), passed to each linear. */
 static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int *js,
                           const int *bias_slots, float *const *outs, const float *inp, int N,
-                          const tf_layer_io *io, const fp8_act *fq)
+                          const tf_layer_io *io, const dllm_qact *fq)
 {
     bool packed = v->q8 || v->q4 || v->qi || v->b16;
     if (!packed || !dllm_backend_supports(v->be, DLLM_OP_LINEARS) || fq) {
@@ -316,15 +335,7 @@ static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int 
     int ocs[3] = {0}, i = 0;
     for (int g = 0; g < n; g++) {
         tf_lin_shape(m, js[g], &ocs[g], &i);
-        size_t k = (size_t)l * DLLM_NLIN + (size_t)js[g];
-        if (v->q8) /* tf_lin_fwd's order of the formats */
-            ws[g].f8 = &v->q8[k];
-        else if (v->q4)
-            ws[g].f4 = &v->q4[k];
-        else if (v->qi)
-            ws[g].i8 = &v->qi[k];
-        else
-            ws[g].b16 = &v->b16[k];
+        ws[g] = tf_lin_weight(v, l, js[g]);
     }
     v->be->ops->linears_fwd(v->be, n, outs, inp, ws, N, i, ocs);
     for (int g = 0; g < n; g++) {
@@ -348,14 +359,14 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     bool rl = v->round_lin, qkn = m->arch->qk_norm;
     static const int QKV[] = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V};
     static const int GU[] = {DLLM_LIN_GATE, DLLM_LIN_UP}, DN[] = {DLLM_LIN_DOWN};
-    fp8_act qa;
-    const fp8_act *fq = NULL; /* the codes the last producer wrote, if it did */
+    dllm_qact qa;
+    const dllm_qact *fq = NULL; /* the codes the last producer wrote, if it did */
     // attention sub-block
     /* a fused producer writes only the codes: its fp32 output would be read by nothing
      * (fused_act: no bf16 rounding, no run-time LoRA, the linears take the codes) */
-    if (fused_act(v, l, QKV, 3, N, &qa)) {
-        be->ops->rmsnorm_fp8_fwd(be, NULL, io->rstd1, &qa, io->x, w->t[DLLM_T_ATTN_NORM], N,
-                                 m->C, eps);
+    if (fused_act(m, v, l, QKV, 3, N, &qa)) {
+        be->ops->rmsnorm_quant_fwd(be, NULL, io->rstd1, &qa, io->x, w->t[DLLM_T_ATTN_NORM], N,
+                                   m->C, eps);
         fq = &qa;
     } else {
         be->ops->rmsnorm_fwd(be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
@@ -380,9 +391,9 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     lin_bias_fwd(m, v, l, DLLM_LIN_O, 0, io->h, io->y, N, io, NULL);
     be->ops->add(be, io->h, io->x, (size_t)N * C);
     // MLP sub-block
-    if (fused_act(v, l, GU, 2, N, &qa)) {
-        be->ops->rmsnorm_fp8_fwd(be, NULL, io->rstd2, &qa, io->h, w->t[DLLM_T_MLP_NORM], N,
-                                 m->C, eps);
+    if (fused_act(m, v, l, GU, 2, N, &qa)) {
+        be->ops->rmsnorm_quant_fwd(be, NULL, io->rstd2, &qa, io->h, w->t[DLLM_T_MLP_NORM], N,
+                                   m->C, eps);
         fq = &qa;
     } else {
         be->ops->rmsnorm_fwd(be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
@@ -392,8 +403,8 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     static const int no_bias[2] = {0, 0};
     lin_group_fwd(m, v, l, 2, GU, no_bias, (float *const[]){io->g, io->u}, io->n2, N, io, fq);
     fq = NULL;
-    if (fused_act(v, l, DN, 1, N, &qa)) {
-        be->ops->swiglu_fp8_fwd(be, NULL, &qa, io->g, io->u, N, (int)H);
+    if (fused_act(m, v, l, DN, 1, N, &qa)) {
+        be->ops->swiglu_quant_fwd(be, NULL, &qa, io->g, io->u, N, (int)H);
         fq = &qa;
     } else {
         be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);

@@ -110,8 +110,8 @@ typedef struct {
                              // the rollout copies have them merged)
     size_t nbuf;             // floats in buf
     bool buf_mapped;         // buf is reserved address space (a shape-only model's)
-    bool fuse_fp8;           // FP8 linears read codes their producer (RMSNorm, SwiGLU)
-                             // wrote, where the backend has the fused ops
+    bool fuse_act;           // FP8 / INT8 linears read codes their producer (RMSNorm,
+                             // SwiGLU) wrote, where the backend has the fused ops
 } tf_view;
 
 typedef struct tf_device tf_device;
@@ -284,6 +284,8 @@ void tf_ensure_grads(dllm_tf *m);
  * when v applies LoRA there). No bias. */
 void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, const float *inp,
                 int N, float *xa);
+/* Linear j of layer l in v's packed or quantised format (every pointer NULL: fp32). */
+dllm_lin_weight tf_lin_weight(const tf_view *v, int l, int j);
 
 /* One layer's forward buffers (inside a tf_acts): x in, xn out, the rest
  * outputs; qr == q and kr == k without qk_norm; xa + j * xa_stride receives

@@ -19,9 +19,9 @@ bool dllm_backend_supports(const dllm_backend *be, dllm_backend_op op)
         return o->int8_linear_fwd != NULL;
     case DLLM_OP_LINEARS:
         return o->linears_fwd != NULL;
-    case DLLM_OP_FP8_FUSED_ACT: /* all four or none (backend.h) */
-        return o->fp8_act_prepare && o->rmsnorm_fp8_fwd && o->swiglu_fp8_fwd &&
-               o->fp8_linear_act_fwd;
+    case DLLM_OP_FUSED_ACT: /* all four or none (backend.h) */
+        return o->act_quant_prepare && o->rmsnorm_quant_fwd && o->swiglu_quant_fwd &&
+               o->linear_quant_act_fwd;
     case DLLM_OP_AR_NUCLEUS:
         return o->ar_choose_nucleus != NULL;
     case DLLM_OP_N_OPTIONAL:
@@ -41,8 +41,8 @@ const char *dllm_backend_op_name(dllm_backend_op op)
         return "int8_linear_fwd";
     case DLLM_OP_LINEARS:
         return "linears_fwd";
-    case DLLM_OP_FP8_FUSED_ACT:
-        return "fp8_fused_act";
+    case DLLM_OP_FUSED_ACT:
+        return "fused_act";
     case DLLM_OP_AR_NUCLEUS:
         return "ar_choose_nucleus";
     case DLLM_OP_N_OPTIONAL:

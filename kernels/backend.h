@@ -32,18 +32,21 @@ typedef enum { DLLM_BACKEND_CPU = 0, DLLM_BACKEND_CUDA = 1 } dllm_backend_kind;
 
 typedef struct dllm_backend dllm_backend;
 
-/* FP8 activations quantised by the op that produced them (the fused ops of the
- * quantisation group): codes q (rows, cols) and one scale per 1 x group of a row, scale (r, j) at
- * scale[r*srs + j*scs]; all in the backend's memory, laid out as its FP8 GEMM reads
- * them. The backend fills it (fp8_act_prepare); it stays valid until the next prepare. */
+/* Activations quantised by the op that produced them (the fused ops of the quantisation
+ * group), for the FP8 or INT8 linears that read them: codes q (rows x ld: FP8 bytes, or
+ * INT8 codes with zeros past cols) and one scale per 1 x group of a row, scale (r, j) at
+ * scale[r*srs + j*scs]; all in the backend's memory, laid out as its GEMM reads them.
+ * The backend fills it (act_quant_prepare); it stays valid until the next prepare. */
+typedef enum { DLLM_QACT_FP8, DLLM_QACT_INT8 } dllm_qact_kind;
 typedef struct {
-    uint8_t *q;
+    dllm_qact_kind kind;
+    void *q;
     float *scale;
     long srs, scs;
-    int rows, cols, group;
-    fp8_format format;
-    bool pow2;
-} fp8_act;
+    int rows, cols, group, ld;
+    fp8_format format; /* FP8 */
+    bool pow2;         /* FP8 */
+} dllm_qact;
 
 /* The rollout copy's weight of one linear in its format: exactly one pointer set. */
 typedef struct {
@@ -167,23 +170,24 @@ typedef struct dllm_backend_ops {
      * quantised or rounded once for all of them */
     void (*linears_fwd)(dllm_backend *be, int nw, float *const out[], const float *inp,
                         const dllm_lin_weight w[], int N, int C, const int OC[]);
-    /* FP8 activations quantised by the op that produced them (the rollout forward,
-     * dllm/transformer_fwd.c); optional, all four or none (DLLM_OP_FP8_FUSED_ACT;
-     * without them the producer writes fp32 and each fp8_linear_fwd quantises its
-     * input). Bit-identical to that path. */
-    /* true when the fused path serves the FP8 linears ws[0..nw) (all of input width C)
-     * over N rows; then qa is set up for one producer's output (N, C) */
-    bool (*fp8_act_prepare)(dllm_backend *be, fp8_act *qa, int N, int C,
-                            const fp8_matrix *const *ws, int nw);
+    /* FP8 or INT8 activations quantised by the op that produced them (the rollout
+     * forward, dllm/transformer_fwd.c); optional, all four or none (DLLM_OP_FUSED_ACT;
+     * without them the producer writes fp32 and each linear quantises its input).
+     * Bit-identical to that path. */
+    /* true when the fused path serves the linears ws[0..nw) (all FP8 or all INT8, of
+     * input width C) over N rows; then qa is set up for one producer's output (N, C) */
+    bool (*act_quant_prepare)(dllm_backend *be, dllm_qact *qa, int N, int C,
+                              const dllm_lin_weight *ws, int nw);
     /* rmsnorm_fwd (out, rstd may be NULL) that also writes qa's codes and scales */
-    void (*rmsnorm_fp8_fwd)(dllm_backend *be, float *out, float *rstd, const fp8_act *qa,
-                            const float *inp, const float *w, int N, int C, float eps);
+    void (*rmsnorm_quant_fwd)(dllm_backend *be, float *out, float *rstd, const dllm_qact *qa,
+                              const float *inp, const float *w, int N, int C, float eps);
     /* swiglu_fwd over (N, H) (out may be NULL) that also writes qa's codes and scales */
-    void (*swiglu_fp8_fwd)(dllm_backend *be, float *out, const fp8_act *qa, const float *gate,
-                           const float *up, int N, int H);
-    /* fp8_linear_fwd with the activations already quantised (qa of the same N, C) */
-    void (*fp8_linear_act_fwd)(dllm_backend *be, float *out, const fp8_act *qa, fp8_matrix *w,
-                               int N, int C, int OC);
+    void (*swiglu_quant_fwd)(dllm_backend *be, float *out, const dllm_qact *qa,
+                             const float *gate, const float *up, int N, int H);
+    /* fp8_ or int8_linear_fwd (w's format) with the activations already quantised (qa of
+     * the same N, C, prepared for w) */
+    void (*linear_quant_act_fwd)(dllm_backend *be, float *out, const dllm_qact *qa,
+                                 const dllm_lin_weight *w, int N, int C, int OC);
 
     /* ---- loss ---- */
     void (*xent_fwd)(dllm_backend *be, float *logp, float *logsumexp, const float *logits,
@@ -294,8 +298,8 @@ typedef enum {
     DLLM_OP_NVFP4_LINEAR,  /* nvfp4_linear_fwd */
     DLLM_OP_INT8_LINEAR,   /* int8_linear_fwd */
     DLLM_OP_LINEARS,       /* linears_fwd */
-    DLLM_OP_FP8_FUSED_ACT, /* fp8_act_prepare, rmsnorm_fp8_fwd, swiglu_fp8_fwd,
-                              fp8_linear_act_fwd */
+    DLLM_OP_FUSED_ACT,     /* act_quant_prepare, rmsnorm_quant_fwd, swiglu_quant_fwd,
+                              linear_quant_act_fwd */
     DLLM_OP_AR_NUCLEUS,    /* ar_choose_nucleus */
     DLLM_OP_N_OPTIONAL
 } dllm_backend_op;

@@ -166,7 +166,7 @@ static void run_fp8_linear(dllm_backend *be, const bcase *c, void **p, double *r
 
 /* fp8_act: an FP8 linear whose input is a producer's output, d = {N, C, OC, producer}
  * (0 RMSNorm, 1 SwiGLU), weights 128x128 blocks, activations 1x128 groups, E4M3. A
- * backend with the fused entries (fp8_act_prepare ... fp8_linear_act_fwd) lets the
+ * backend with the fused entries (act_quant_prepare ... linear_quant_act_fwd) lets the
  * producer write the codes; the CPU reference runs the producer, then fp8_linear_fwd
  * quantises its input. The producer's fp32 output and the product are compared. */
 static void mk_fp8_act(const bcase *c, bcase_buf *b, int *nb)
@@ -210,15 +210,15 @@ static void run_fp8_act(dllm_backend *be, const bcase *c, void **p, double *ret)
     w.scale_cols = (C + w.block_cols - 1) / w.block_cols;
     w.q = p[0], w.act_scaling = FP8_SCALE_GROUP;
     scale_pick(be, &w, p[1], p[7]);
-    const fp8_matrix *ws[1] = {&w};
-    fp8_act qa;
-    if (dllm_backend_supports(be, DLLM_OP_FP8_FUSED_ACT) &&
-        be->ops->fp8_act_prepare(be, &qa, N, C, ws, 1)) {
+    const dllm_lin_weight ws[1] = {{.f8 = &w}};
+    dllm_qact qa;
+    if (dllm_backend_supports(be, DLLM_OP_FUSED_ACT) &&
+        be->ops->act_quant_prepare(be, &qa, N, C, ws, 1)) {
         if (sw)
-            be->ops->swiglu_fp8_fwd(be, p[4], &qa, p[2], p[3], N, C);
+            be->ops->swiglu_quant_fwd(be, p[4], &qa, p[2], p[3], N, C);
         else
-            be->ops->rmsnorm_fp8_fwd(be, p[4], p[6], &qa, p[2], p[3], N, C, 1e-5f);
-        be->ops->fp8_linear_act_fwd(be, p[5], &qa, &w, N, C, OC);
+            be->ops->rmsnorm_quant_fwd(be, p[4], p[6], &qa, p[2], p[3], N, C, 1e-5f);
+        be->ops->linear_quant_act_fwd(be, p[5], &qa, &ws[0], N, C, OC);
     } else {
         if (sw)
             be->ops->swiglu_fwd(be, p[4], p[2], p[3], (size_t)N * C);

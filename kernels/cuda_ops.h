@@ -169,6 +169,14 @@ void dllm_cuda_rmsnorm_fp8_fwd(float *out, float *rstd, uint8_t *q, float *scale
 void dllm_cuda_swiglu_fp8_fwd(float *out, uint8_t *q, float *scale, long srs, long scs,
                               const float *gate, const float *up, int R, int C, int gc,
                               fp8_format f, bool pow2, dllm_cuda_stream s);
+/* The same with the INT8 linear's activation codes (gemm_int8.cu): q (R, ld) int8, zero
+ * past C; scale (R, kb), one per 1 x gc group (kb = ceil(C / gc); gc = C: one per row).
+ * Bit-identical to the plain forward followed by dllm_cuda_int8_linear's own pass. */
+void dllm_cuda_rmsnorm_int8_fwd(float *out, float *rstd, int8_t *q, float *scale, int ld,
+                                int kb, const float *inp, const float *w, int N, int C,
+                                float eps, int gc, dllm_cuda_stream s);
+void dllm_cuda_swiglu_int8_fwd(float *out, int8_t *q, float *scale, int ld, const float *gate,
+                               const float *up, int R, int C, int gc, dllm_cuda_stream s);
 
 /* ---- the INT8 W8A7 linear (kernels/cuda/gemm_int8.cu) ----------------------------------------
  * out[N, OC] = op_int8_linear_fwd's result bit for bit: the activations quantised on the
@@ -179,6 +187,12 @@ void dllm_cuda_swiglu_fp8_fwd(float *out, uint8_t *q, float *scale, long srs, lo
 void dllm_cuda_int8_linear(float *out, const float *inp, const int8_matrix *w, int N, int C,
                            int OC, void *scratch);
 size_t dllm_cuda_int8_scratch_bytes(int N, const int8_matrix *w);
+/* The same from activation codes a producer wrote (qa (N, w->ldq), sa (N, w->kb):
+ * dllm_cuda_rmsnorm_int8_fwd / dllm_cuda_swiglu_int8_fwd with w's group and stride);
+ * acc_scratch: dllm_cuda_int8_acc_bytes(N, w) bytes, 256-byte aligned. */
+void dllm_cuda_int8_linear_codes(float *out, const int8_t *qa, const float *sa,
+                                 const int8_matrix *w, int N, int C, int OC, void *acc_scratch);
+size_t dllm_cuda_int8_acc_bytes(int N, const int8_matrix *w);
 
 /* ---- GEMMs through cuBLASLt (kernels/cuda/gemm_cublaslt.cu) ---------------------------------
  * 32 MiB workspace (256-byte aligned) per device; the heuristic's algorithm is chosen

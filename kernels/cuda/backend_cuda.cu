@@ -39,7 +39,7 @@ struct cuda_impl {
     void *ws;         /* device workspace */
     size_t ws_bytes;
     bool block_fp8;   /* block-scaled FP8 GEMMs available */
-    void *qa;         /* device: activations quantised by their producer (fp8_act) */
+    void *qa;         /* device: activations quantised by their producer (dllm_qact) */
     size_t qa_bytes;
     unsigned long long up, down; /* bytes through upload / download (the table's only) */
 };
@@ -407,29 +407,15 @@ void cu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_mat
     cu_gemm(be, false, true, N, OC, C, 1.0f, af, wf, 0.0f, out);
 }
 
-/* ---- FP8 activations from their producer ----------------------------------------------
- * Fused where the consumer takes the block-scaled GEMM (1x128 groups: a row-local
+/* ---- FP8 and INT8 activations from their producer -------------------------------------
+ * FP8: fused where the consumer takes the block-scaled GEMM (1x128 groups: a row-local
  * quantisation the producer can finish alone). Tensor-wide activation scales need the
  * whole activation's amax first, and the fallback GEMM reads the CPU layout: both keep
- * the unfused path. The codes live in their own buffer (qa_*), not the workspace the
- * linears reuse for their weight scales. */
-bool cu_fp8_act_prepare(dllm_backend *, fp8_act *qa, int N, int C, const fp8_matrix *const *ws,
-                        int nw)
+ * the unfused path. INT8: always (1x128 groups or one per row, both row-local). The
+ * codes live in their own buffer (qa_*), not the workspace the linears reuse for their
+ * weight scales and products. */
+static void *qa_buffer(size_t bytes)
 {
-    if (N <= 0 || C <= 0 || nw <= 0 || !g_impl.block_fp8) /* unfused: it refuses */
-        return false;
-    for (int i = 0; i < nw; i++) {
-        bool block = false;
-        const fp8_matrix *w = ws[i];
-        /* e5m2 x e5m2 stays on the unfused path, which refuses it with its message */
-        if (!w || w->cols != C || w->format != ws[0]->format || w->format == FP8_E5M2 ||
-            w->pow2_scale != ws[0]->pow2_scale || !fp8_gemm_path(w, C, w->rows, &block) ||
-            !block)
-            return false;
-    }
-    const int Np = fp8_rows(N, true);
-    size_t KB = ((size_t)C + 127) / 128, nq = align256((size_t)Np * C);
-    size_t bytes = nq + align256((size_t)Np * KB * sizeof(float));
     if (bytes > g_impl.qa_bytes) {
         cudaCheck(cudaDeviceSynchronize());
         if (g_impl.qa)
@@ -437,19 +423,73 @@ bool cu_fp8_act_prepare(dllm_backend *, fp8_act *qa, int N, int C, const fp8_mat
         cudaCheck(cudaMalloc(&g_impl.qa, bytes));
         g_impl.qa_bytes = bytes;
     }
+    return g_impl.qa;
+}
+
+static bool fp8_act_prepare(dllm_qact *qa, int N, int C, const dllm_lin_weight *ws, int nw)
+{
+    if (!g_impl.block_fp8) /* unfused: it refuses */
+        return false;
+    const fp8_matrix *w0 = ws[0].f8;
+    for (int i = 0; i < nw; i++) {
+        bool block = false;
+        const fp8_matrix *w = ws[i].f8;
+        /* e5m2 x e5m2 stays on the unfused path, which refuses it with its message */
+        if (!w || w->cols != C || w->format != w0->format || w->format == FP8_E5M2 ||
+            w->pow2_scale != w0->pow2_scale || !fp8_gemm_path(w, C, w->rows, &block) ||
+            !block)
+            return false;
+    }
+    const int Np = fp8_rows(N, true);
+    size_t KB = ((size_t)C + 127) / 128, nq = align256((size_t)Np * C);
+    char *buf = (char *)qa_buffer(nq + align256((size_t)Np * KB * sizeof(float)));
     long a_srs, a_scs, w_srs, w_scs;
     dllm_cuda_fp8_gemm_scale_strides(Np, C, &a_srs, &a_scs, &w_srs, &w_scs);
-    *qa = fp8_act{};
-    qa->q = (uint8_t *)g_impl.qa;
-    qa->scale = (float *)((char *)g_impl.qa + nq);
+    *qa = dllm_qact{};
+    qa->kind = DLLM_QACT_FP8;
+    qa->q = buf;
+    qa->scale = (float *)(buf + nq);
     qa->srs = a_srs, qa->scs = a_scs;
-    qa->rows = N, qa->cols = C, qa->group = 128;
-    qa->format = ws[0]->format;
-    qa->pow2 = ws[0]->pow2_scale;
+    qa->rows = N, qa->cols = C, qa->group = 128, qa->ld = C;
+    qa->format = w0->format;
+    qa->pow2 = w0->pow2_scale;
     return true;
 }
 
-void fp8_check_act(const fp8_act *qa, int N, int C, const char *op)
+/* The INT8 codes' layout is the weights' (dllm_cuda_int8_weight_layout): every weight of
+ * the group must share its scaling (so its group and padded row stride). */
+static bool int8_act_prepare(dllm_qact *qa, int N, int C, const dllm_lin_weight *ws, int nw)
+{
+    const int8_matrix *w0 = ws[0].i8;
+    for (int i = 0; i < nw; i++) {
+        const int8_matrix *w = ws[i].i8;
+        if (!w || !w->q || w->cols != C || w->scaling != w0->scaling || w->ldq != w0->ldq ||
+            w->kb != w0->kb)
+            return false;
+    }
+    size_t nq = align256((size_t)N * w0->ldq);
+    char *buf = (char *)qa_buffer(nq + align256((size_t)N * w0->kb * sizeof(float)));
+    *qa = dllm_qact{};
+    qa->kind = DLLM_QACT_INT8;
+    qa->q = buf;
+    qa->scale = (float *)(buf + nq);
+    qa->srs = w0->kb, qa->scs = 1;
+    qa->rows = N, qa->cols = C, qa->ld = w0->ldq;
+    qa->group = w0->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C;
+    return true;
+}
+
+bool cu_act_quant_prepare(dllm_backend *, dllm_qact *qa, int N, int C, const dllm_lin_weight *ws,
+                          int nw)
+{
+    if (N <= 0 || C <= 0 || nw <= 0 || !ws)
+        return false;
+    return ws[0].f8 ? fp8_act_prepare(qa, N, C, ws, nw)
+           : ws[0].i8 ? int8_act_prepare(qa, N, C, ws, nw)
+                      : false;
+}
+
+static void check_act(const dllm_qact *qa, int N, int C, const char *op)
 {
     if (!qa || !qa->q || qa->rows != N || qa->cols != C) {
         fprintf(stderr, "dllm-rl: cuda backend: %s: quantised activations are [%d, %d], call "
@@ -458,37 +498,63 @@ void fp8_check_act(const fp8_act *qa, int N, int C, const char *op)
     }
 }
 
-void cu_rmsnorm_fp8_fwd(dllm_backend *, float *out, float *rstd, const fp8_act *qa,
-                        const float *inp, const float *w, int N, int C, float eps)
+static int qact_groups(const dllm_qact *qa) { return (qa->cols + qa->group - 1) / qa->group; }
+
+void cu_rmsnorm_quant_fwd(dllm_backend *, float *out, float *rstd, const dllm_qact *qa,
+                          const float *inp, const float *w, int N, int C, float eps)
 {
-    fp8_check_act(qa, N, C, "rmsnorm_fp8_fwd");
-    dllm_cuda_rmsnorm_fp8_fwd(out, rstd, qa->q, qa->scale, qa->srs, qa->scs, inp, w, N, C, eps,
-                              qa->group, qa->format, qa->pow2, NULL);
+    check_act(qa, N, C, "rmsnorm_quant_fwd");
+    if (qa->kind == DLLM_QACT_INT8)
+        dllm_cuda_rmsnorm_int8_fwd(out, rstd, (int8_t *)qa->q, qa->scale, qa->ld,
+                                   qact_groups(qa), inp, w, N, C, eps, qa->group, NULL);
+    else
+        dllm_cuda_rmsnorm_fp8_fwd(out, rstd, (uint8_t *)qa->q, qa->scale, qa->srs, qa->scs, inp,
+                                  w, N, C, eps, qa->group, qa->format, qa->pow2, NULL);
 }
 
-void cu_swiglu_fp8_fwd(dllm_backend *, float *out, const fp8_act *qa, const float *gate,
-                       const float *up, int N, int H)
+void cu_swiglu_quant_fwd(dllm_backend *, float *out, const dllm_qact *qa, const float *gate,
+                         const float *up, int N, int H)
 {
-    fp8_check_act(qa, N, H, "swiglu_fp8_fwd");
-    dllm_cuda_swiglu_fp8_fwd(out, qa->q, qa->scale, qa->srs, qa->scs, gate, up, N, H, qa->group,
-                             qa->format, qa->pow2, NULL);
+    check_act(qa, N, H, "swiglu_quant_fwd");
+    if (qa->kind == DLLM_QACT_INT8)
+        dllm_cuda_swiglu_int8_fwd(out, (int8_t *)qa->q, qa->scale, qa->ld, gate, up, N, H,
+                                  qa->group, NULL);
+    else
+        dllm_cuda_swiglu_fp8_fwd(out, (uint8_t *)qa->q, qa->scale, qa->srs, qa->scs, gate, up,
+                                 N, H, qa->group, qa->format, qa->pow2, NULL);
 }
 
-void cu_fp8_linear_act_fwd(dllm_backend *, float *out, const fp8_act *qa, fp8_matrix *w, int N,
-                           int C, int OC)
+static void act_mismatch(int OC, int C)
 {
+    fprintf(stderr, "dllm-rl: cuda backend: linear_quant_act_fwd: weight [%d, %d] does not "
+                    "take the prepared activations (act_quant_prepare)\n", OC, C);
+    exit(1);
+}
+
+void cu_linear_quant_act_fwd(dllm_backend *, float *out, const dllm_qact *qa,
+                             const dllm_lin_weight *lw, int N, int C, int OC)
+{
+    check_act(qa, N, C, "linear_quant_act_fwd");
+    if (qa->kind == DLLM_QACT_INT8) {
+        const int8_matrix *w = lw->i8;
+        if (!w || w->ldq != qa->ld || w->kb != qact_groups(qa) ||
+            (w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C) != qa->group)
+            act_mismatch(OC, C);
+        dllm_cuda_int8_linear_codes(out, (const int8_t *)qa->q, qa->scale, w, N, C, OC,
+                                    ws_get(dllm_cuda_int8_acc_bytes(N, w)));
+        return;
+    }
+    fp8_matrix *w = lw->f8;
+    if (!w)
+        act_mismatch(OC, C);
     fp8_check_weight(w, C, OC);
-    fp8_check_act(qa, N, C, "fp8_linear_act_fwd");
     bool block = false;
     if (!fp8_gemm_path(w, C, OC, &block) || !block || qa->format != w->format ||
-        qa->pow2 != w->pow2_scale) {
-        fprintf(stderr, "dllm-rl: cuda backend: fp8_linear_act_fwd: weight [%d, %d] does not "
-                        "take the prepared activations (fp8_act_prepare)\n", OC, C);
-        exit(1);
-    }
+        qa->pow2 != w->pow2_scale)
+        act_mismatch(OC, C);
     const int Np = fp8_rows(N, true);
     float *pad = Np != N ? (float *)ws_get((size_t)Np * OC * sizeof(float)) : NULL;
-    fp8_gemm_run(out, qa->q, qa->scale, w, true, N, C, OC, pad);
+    fp8_gemm_run(out, (const uint8_t *)qa->q, qa->scale, w, true, N, C, OC, pad);
 }
 
 /* dinp += dout w on BF16 tensor cores: dout rounded to bf16 (round to nearest even) in the
@@ -606,7 +672,6 @@ void cu_dream_commit(dllm_backend *, int32_t *canvas, int16_t *commit_step, floa
                            seq_start, B, T, P, G, mask_id, a, NULL);
 }
 
-/* Nothing is cached in a weight's struct on the device. */
 /* The INT8 linear (kernels/cuda/gemm_int8.cu); its scratch is the workspace. */
 void cu_int8_linear_fwd(dllm_backend *, float *out, const float *inp, const int8_matrix *w,
                         int N, int C, int OC)
@@ -614,6 +679,7 @@ void cu_int8_linear_fwd(dllm_backend *, float *out, const float *inp, const int8
     dllm_cuda_int8_linear(out, inp, w, N, C, OC, ws_get(dllm_cuda_int8_scratch_bytes(N, w)));
 }
 
+/* Nothing is cached in a weight's struct on the device. */
 void cu_weight_cache_free(dllm_backend *, fp8_matrix *, bf16_matrix *) {}
 
 /* Positional, in the table's order (kernels/backend.h), group by group. */
@@ -631,7 +697,7 @@ const dllm_backend_ops cuda_ops = {
     cu_embedding_bwd, cu_round_bf16, cu_add,
     /* quantisation: the fused producers instead of the grouped linears */
     cu_to_bf16, cu_fp8_quantise, cu_fp8_linear_fwd, NULL,
-    cu_fp8_act_prepare, cu_rmsnorm_fp8_fwd, cu_swiglu_fp8_fwd, cu_fp8_linear_act_fwd,
+    cu_act_quant_prepare, cu_rmsnorm_quant_fwd, cu_swiglu_quant_fwd, cu_linear_quant_act_fwd,
     /* loss */
     cu_xent_fwd, cu_xent_bwd,
     /* optimizer */

@@ -24,6 +24,7 @@
  * Block scaling runs one GEMM per 128-wide k-block (its own scales), rows in chunks so
  * the int32 scratch stays at most 16 MiB. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/int8_codec.cuh"
 
 extern "C" {
 #include "kernels/int8.h"
@@ -40,21 +41,6 @@ cublasLtHandle_t g_handle;
 
 int round4(int x) { return (x + 3) / 4 * 4; }
 
-__device__ __forceinline__ float finite_abs(float x)
-{
-    float a = fabsf(x);
-    return a <= FLT_MAX ? a : 0.0f;
-}
-
-__device__ __forceinline__ int8_t code(float x, float s, float qmax)
-{
-    float v = __fdiv_rn(x, s);
-    v = v == v ? v : qmax;
-    v = v < qmax ? v : qmax;
-    v = v > -qmax ? v : -qmax;
-    return (int8_t)(int)rintf(v);
-}
-
 /* One warp per (row, group): amax, the scale, the codes; zero codes past C. qa (N, ldq),
  * sa (N, kb). */
 __global__ static void int8_act_kernel(int8_t *qa, float *sa, const float *x, int N, int C,
@@ -70,13 +56,13 @@ __global__ static void int8_act_kernel(int8_t *qa, float *sa, const float *x, in
     int8_t *qr = qa + (size_t)n * ldq;
     float amax = 0.0f;
     for (int c = c0 + lane; c < c1; c += 32)
-        amax = fmaxf(amax, finite_abs(xr[c]));
+        amax = fmaxf(amax, i8c_finite_abs(xr[c]));
     amax = warp_max(amax);
-    float s = amax > 0.0f ? __fdiv_rn(amax, (float)INT8_A_MAX) : 1.0f;
+    float s = i8c_scale(amax, (float)INT8_A_MAX);
     if (lane == 0)
         sa[(size_t)n * kb + b] = s;
     for (int c = c0 + lane; c < c1; c += 32)
-        qr[c] = code(xr[c], s, (float)INT8_A_MAX);
+        qr[c] = i8c_code(xr[c], s, (float)INT8_A_MAX);
     /* the padding past C: in the last group's warp (the group, or the whole row) */
     if (b == kb - 1)
         for (int c = C + lane; c < ldq; c += 32)
@@ -161,37 +147,46 @@ extern "C" void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, in
     *ldq = s == INT8_SCALE_BLOCK ? kb * INT8_BLOCK : round4(C);
 }
 
-extern "C" size_t dllm_cuda_int8_scratch_bytes(int N, const int8_matrix *w)
+/* The int32 products' rows per GEMM for w over N rows (at most 16 MiB of them). */
+static int acc_chunk(int N, const int8_matrix *w)
 {
-    int mp = round4(w->rows), chunk = CHUNK_ELEMS / mp;
-    chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
-    auto a256 = [](size_t b) { return (b + 255) / 256 * 256; };
-    return a256((size_t)N * w->ldq) + a256((size_t)N * w->kb * sizeof(float)) +
-           a256((size_t)chunk * mp * sizeof(int32_t));
+    int chunk = CHUNK_ELEMS / round4(w->rows);
+    return chunk < 1 ? 1 : chunk > N ? N : chunk;
 }
 
-extern "C" void dllm_cuda_int8_linear(float *out, const float *inp, const int8_matrix *w, int N,
-                                      int C, int OC, void *scratch)
+static size_t a256(size_t b) { return (b + 255) / 256 * 256; }
+
+extern "C" size_t dllm_cuda_int8_scratch_bytes(int N, const int8_matrix *w)
+{
+    return a256((size_t)N * w->ldq) + a256((size_t)N * w->kb * sizeof(float)) +
+           dllm_cuda_int8_acc_bytes(N, w);
+}
+
+extern "C" size_t dllm_cuda_int8_acc_bytes(int N, const int8_matrix *w)
+{
+    return a256((size_t)acc_chunk(N, w) * round4(w->rows) * sizeof(int32_t));
+}
+
+static void check_weight(const int8_matrix *w, int C, int OC)
 {
     DLLM_CUDA_REQUIRE(w->q && w->rows == OC && w->cols == C,
                       "weight [%d, %d], call [%d, %d]", w->rows, w->cols, OC, C);
+    DLLM_CUDA_REQUIRE(w->ldq % 4 == 0 &&
+                      w->ldq >= w->kb * (w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C),
+                      "weight row stride %d is not the device layout", w->ldq);
+}
+
+extern "C" void dllm_cuda_int8_linear_codes(float *out, const int8_t *qa, const float *sa,
+                                            const int8_matrix *w, int N, int C, int OC,
+                                            void *acc_scratch)
+{
+    check_weight(w, C, OC);
     if (N <= 0)
         return;
     const int kb = w->kb, ldq = w->ldq, mp = round4(OC);
-    const int g = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C;
     const int gk = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : ldq; /* GEMM k per block */
-    DLLM_CUDA_REQUIRE(ldq % 4 == 0 && ldq >= kb * (w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C),
-                      "weight row stride %d is not the device layout", ldq);
-    auto a256 = [](size_t b) { return (b + 255) / 256 * 256; };
-    char *ws = (char *)scratch;
-    int8_t *qa = (int8_t *)ws;                                          // (N, ldq)
-    float *sa = (float *)(ws + a256((size_t)N * ldq));                  // (N, kb)
-    int32_t *acc = (int32_t *)(ws + a256((size_t)N * ldq) + a256((size_t)N * kb * 4)); // (chunk, mp)
-    size_t warps = (size_t)N * kb;
-    DLLM_LAUNCH(int8_act_kernel, grid_for(warps * 32, 256), 256, 0, 0)(qa, sa, inp, N, C, ldq, kb, g);
-    cudaLaunchCheck();
-    int chunk = CHUNK_ELEMS / mp;
-    chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+    int32_t *acc = (int32_t *)acc_scratch; // (chunk, mp)
+    const int chunk = acc_chunk(N, w);
     for (int n0 = 0; n0 < N; n0 += chunk) {
         const int nr = n0 + chunk < N ? chunk : N - n0;
         for (int b = 0; b < kb; b++) {
@@ -203,6 +198,24 @@ extern "C" void dllm_cuda_int8_linear(float *out, const float *inp, const int8_m
             cudaLaunchCheck();
         }
     }
+}
+
+extern "C" void dllm_cuda_int8_linear(float *out, const float *inp, const int8_matrix *w, int N,
+                                      int C, int OC, void *scratch)
+{
+    check_weight(w, C, OC);
+    if (N <= 0)
+        return;
+    const int kb = w->kb, ldq = w->ldq;
+    const int g = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C;
+    char *ws = (char *)scratch;
+    int8_t *qa = (int8_t *)ws;                                  // (N, ldq)
+    float *sa = (float *)(ws + a256((size_t)N * ldq));          // (N, kb)
+    size_t warps = (size_t)N * kb;
+    DLLM_LAUNCH(int8_act_kernel, grid_for(warps * 32, 256), 256, 0, 0)(qa, sa, inp, N, C, ldq, kb, g);
+    cudaLaunchCheck();
+    dllm_cuda_int8_linear_codes(out, qa, sa, w, N, C, OC,
+                                ws + a256((size_t)N * ldq) + a256((size_t)N * kb * 4));
 }
 
 /* Whether the current device has compute capability need (10 x major + minor) or later;

@@ -11,9 +11,13 @@
  * The FP8 variant (rmsnorm_fp8_fwd) also quantises each row's 1 x gc groups in the same
  * block: the row's rstd, then per group (one warp each) out, its absmax, the scale and
  * the codes. rms_rstd and rms_out are shared with the plain forward, so out, the scales
- * and the codes are bit for bit those of the forward followed by fp8_quant.cu's pass. */
+ * and the codes are bit for bit those of the forward followed by fp8_quant.cu's pass. The
+ * INT8 variant (rmsnorm_int8_fwd) does the same with the INT8 codes of the linear's own
+ * activation pass (gemm_int8.cu: 1 x 128 groups, or the whole row under channel scaling,
+ * whose maximum is the block's), the row stride ld padded with zero codes. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codec.cuh"
+#include "kernels/cuda/int8_codec.cuh"
 
 enum { RMS_THREADS = 256, DW_ROWS = 64 /* rows per chunk of the dw partial sums */ };
 
@@ -70,6 +74,55 @@ __global__ static void rmsnorm_fp8_fwd_kernel(float *out, float *rstd, uint8_t *
         for (int c = c0 + lane; c < c1; c += 32)
             q[off + c] = fp8c_encode(fp8c_div(rms_out(w[c], x[c], r), sc), f);
     }
+    if (rstd && threadIdx.x == 0)
+        rstd[row] = r;
+}
+
+/* The forward and its INT8 codes (q (N, ld), scale (N, kb)): under one group per row
+ * (kb 1) the block's maximum, else warp k of the block takes groups k, k + 8, ... */
+__global__ static void rmsnorm_int8_fwd_kernel(float *out, float *rstd, int8_t *q, float *scale,
+                                               int ld, int kb, const float *inp, const float *w,
+                                               int C, float eps, int gc)
+{
+    // out (N, C) or NULL, rstd (N) or NULL, inp (N, C), w (C); grid.x = N
+    const size_t row = blockIdx.x, off = row * (size_t)C;
+    const float *x = inp + off;
+    int8_t *qr = q + row * (size_t)ld;
+    const float QM = (float)INT8_A_MAX;
+    float r = rms_rstd(x, C, eps);
+    if (kb == 1) {
+        float amax = 0.0f;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float y = rms_out(w[c], x[c], r);
+            if (out)
+                out[off + c] = y;
+            amax = fmaxf(amax, i8c_finite_abs(y));
+        }
+        float sc = i8c_scale(block_max(amax), QM);
+        if (threadIdx.x == 0)
+            scale[row] = sc;
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            qr[c] = i8c_code(rms_out(w[c], x[c], r), sc, QM);
+    } else {
+        int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+        for (int j = threadIdx.x >> 5; j < kb; j += nw) {
+            int c0 = j * gc, c1 = min(c0 + gc, C);
+            float amax = 0.0f;
+            for (int c = c0 + lane; c < c1; c += 32) {
+                float y = rms_out(w[c], x[c], r);
+                if (out)
+                    out[off + c] = y;
+                amax = fmaxf(amax, i8c_finite_abs(y));
+            }
+            float sc = i8c_scale(warp_max(amax), QM);
+            if (lane == 0)
+                scale[row * kb + j] = sc;
+            for (int c = c0 + lane; c < c1; c += 32)
+                qr[c] = i8c_code(rms_out(w[c], x[c], r), sc, QM);
+        }
+    }
+    for (int c = C + threadIdx.x; c < ld; c += blockDim.x)
+        qr[c] = 0;
     if (rstd && threadIdx.x == 0)
         rstd[row] = r;
 }
@@ -138,6 +191,19 @@ extern "C" void dllm_cuda_rmsnorm_fp8_fwd(float *out, float *rstd, uint8_t *q, f
         gc = C;
     DLLM_LAUNCH(rmsnorm_fp8_fwd_kernel, N, RMS_THREADS, 0, as_stream(s))(out, rstd, q, scale, srs,
         scs, inp, w, C, eps, gc, (int)f, pow2);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_rmsnorm_int8_fwd(float *out, float *rstd, int8_t *q, float *scale,
+                                           int ld, int kb, const float *inp, const float *w,
+                                           int N, int C, float eps, int gc, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(N >= 0 && C > 0 && gc > 0 && kb == (C + gc - 1) / gc && ld >= C,
+                      "bad shape N=%d C=%d group %d kb %d ld %d", N, C, gc, kb, ld);
+    if (N == 0)
+        return;
+    DLLM_LAUNCH(rmsnorm_int8_fwd_kernel, N, RMS_THREADS, 0, as_stream(s))(out, rstd, q, scale, ld,
+        kb, inp, w, C, eps, gc);
     cudaLaunchCheck();
 }
 

@@ -5,9 +5,12 @@
  * The FP8 variant (swiglu_fp8_fwd) quantises [R, C] in 1 x gc groups of each row as it
  * goes, one warp per group (as fp8_quant.cu's row kernel): out, the group's absmax, the
  * scale, the codes. swiglu_val is shared with the plain forward, so everything is bit
- * for bit the plain forward followed by the quantise pass. */
+ * for bit the plain forward followed by the quantise pass. The INT8 variant
+ * (swiglu_int8_fwd) likewise with the INT8 linear's codes (gemm_int8.cu), the row stride
+ * padded with zero codes. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codec.cuh"
+#include "kernels/cuda/int8_codec.cuh"
 
 __device__ __forceinline__ float swiglu_val(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
@@ -45,6 +48,38 @@ __global__ static void swiglu_fp8_fwd_kernel(float *out, uint8_t *q, float *scal
         scale[(long)r * srs + (long)j * scs] = sc;
     for (int c = c0 + lane; c < c1; c += 32)
         q[row + c] = fp8c_encode(fp8c_div(swiglu_val(gate[row + c], up[row + c]), sc), f);
+}
+
+/* One warp per (row r, group j) of q (R, ld), scale (R, SC); the last group's warp
+ * writes the row's padding. */
+__global__ static void swiglu_int8_fwd_kernel(float *out, int8_t *q, float *scale, int ld,
+                                              const float *gate, const float *up, int R, int C,
+                                              int gc, int SC)
+{
+    size_t warp = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)R * SC)
+        return; /* whole warp leaves together */
+    int r = (int)(warp / SC), j = (int)(warp % SC);
+    int c0 = j * gc, c1 = min(c0 + gc, C);
+    const float QM = (float)INT8_A_MAX;
+    size_t row = (size_t)r * C;
+    int8_t *qr = q + (size_t)r * ld;
+    float amax = 0.0f;
+    for (int c = c0 + lane; c < c1; c += 32) {
+        float y = swiglu_val(gate[row + c], up[row + c]);
+        if (out)
+            out[row + c] = y;
+        amax = fmaxf(amax, i8c_finite_abs(y));
+    }
+    float sc = i8c_scale(warp_max(amax), QM);
+    if (lane == 0)
+        scale[(size_t)r * SC + j] = sc;
+    for (int c = c0 + lane; c < c1; c += 32)
+        qr[c] = i8c_code(swiglu_val(gate[row + c], up[row + c]), sc, QM);
+    if (j == SC - 1)
+        for (int c = C + lane; c < ld; c += 32)
+            qr[c] = 0;
 }
 
 __global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *dout,
@@ -86,6 +121,24 @@ extern "C" void dllm_cuda_swiglu_fp8_fwd(float *out, uint8_t *q, float *scale, l
     DLLM_CUDA_REQUIRE(blocks <= 0x7FFFFFFFu, "too many groups (%zu)", (size_t)R * SC);
     DLLM_LAUNCH(swiglu_fp8_fwd_kernel, (unsigned)blocks, 256, 0, as_stream(s))(out, q, scale, srs,
         scs, gate, up, R, C, gc, SC, (int)f, pow2);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_swiglu_int8_fwd(float *out, int8_t *q, float *scale, int ld,
+                                          const float *gate, const float *up, int R, int C,
+                                          int gc, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(R >= 0 && C > 0 && gc > 0 && ld >= C, "bad shape [%d, %d] group %d ld %d",
+                      R, C, gc, ld);
+    if (R == 0)
+        return;
+    if (gc > C)
+        gc = C;
+    int SC = (C + gc - 1) / gc;
+    size_t blocks = ((size_t)R * SC + 7) / 8;
+    DLLM_CUDA_REQUIRE(blocks <= 0x7FFFFFFFu, "too many groups (%zu)", (size_t)R * SC);
+    DLLM_LAUNCH(swiglu_int8_fwd_kernel, (unsigned)blocks, 256, 0, as_stream(s))(out, q, scale, ld,
+        gate, up, R, C, gc, SC);
     cudaLaunchCheck();
 }
 

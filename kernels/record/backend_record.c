@@ -462,46 +462,64 @@ static void rc_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp
     end(r, n0);
 }
 
+static void int8_check_weight(const int8_matrix *w, int C, int OC)
+{
+    if (!w || !w->q || w->rows != OC || w->cols != C) {
+        fprintf(stderr, "dllm-rl: cuda backend: int8 weight is [%d, %d], call expects [%d, %d]\n",
+                w ? w->rows : -1, w ? w->cols : -1, OC, C);
+        exit(1);
+    }
+}
+
+static int int8_acc_chunk(int N, const int8_matrix *w)
+{
+    int chunk = (1 << 22) / ((w->rows + 3) / 4 * 4);
+    return chunk < 1 ? 1 : chunk > N ? N : chunk;
+}
+
+/* dllm_cuda_int8_linear_codes: per chunk of rows and k-block an INT8 matmul into the int32
+ * scratch (its own handle: no cuBLASLt workspace) and the scaling pass into out */
+static void int8_products(recorder *r, const int8_matrix *w, int N, int OC)
+{
+    const int kb = w->kb, ldq = w->ldq, mp = (OC + 3) / 4 * 4;
+    const int gk = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : ldq;
+    const int chunk = int8_acc_chunk(N, w);
+    const double nscale = w->scaling == INT8_SCALE_BLOCK ? (double)((OC + 127) / 128) * kb : OC;
+    char shape[64];
+    for (int n0r = 0; n0r < N; n0r += chunk) {
+        const int nr = n0r + chunk < N ? chunk : N - n0r;
+        for (int b = 0; b < kb; b++) {
+            rec_event *e = emit(r, REC_MATMUL, REC_UNIT_INT8_TC, "int8_gemm", 2.0 * mp * nr * gk,
+                                (double)nr * gk + (double)mp * gk, 4.0 * nr * mp,
+                                "M=%d N=%d K=%d", nr, mp, gk);
+            e->dense = true;
+            e->weight = w->q;
+            e->weight_bytes = (double)mp * ldq + 4 * nscale;
+            snprintf(shape, sizeof shape, "N=%d OC=%d block %d", nr, OC, b);
+            kernel(r, "int8_scale", 3.0 * nr * OC,
+                   4.0 * nr * mp + 4.0 * nr + 4.0 * OC + (b ? 4.0 * nr * OC : 0), 4.0 * nr * OC,
+                   shape);
+        }
+    }
+}
+
 /* dllm_cuda_int8_linear (kernels/cuda/gemm_int8.cu): the activation codes in one pass,
- * then per chunk of rows and k-block an INT8 matmul into the int32 scratch (its own
- * handle: no cuBLASLt workspace) and the scaling pass into out */
+ * then the products from them */
 static void rc_int8_linear_fwd(dllm_backend *be, float *out, const float *inp,
                                const int8_matrix *w, int N, int C, int OC)
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "int8_linear_fwd");
-    if (!w->q || w->rows != OC || w->cols != C) {
-        fprintf(stderr, "dllm-rl: cuda backend: int8 weight is [%d, %d], call expects [%d, %d]\n",
-                w->rows, w->cols, OC, C);
-        exit(1);
-    }
+    int8_check_weight(w, C, OC);
     if (N > 0) {
         const int kb = w->kb, ldq = w->ldq, mp = (OC + 3) / 4 * 4;
-        const int gk = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : ldq;
-        int chunk = (1 << 22) / mp;
-        chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
         ws_get(r, align256((size_t)N * ldq) + align256((size_t)N * kb * 4) +
-                      align256((size_t)chunk * mp * 4));
+                      align256((size_t)int8_acc_chunk(N, w) * mp * 4));
         char shape[64];
         snprintf(shape, sizeof shape, "N=%d C=%d groups=%d", N, C, kb);
         kernel(r, "int8_act_quant", 2.0 * N * C, 4.0 * N * C, (double)N * ldq + 4.0 * N * kb,
                shape);
-        const double nscale = w->scaling == INT8_SCALE_BLOCK ? (double)((OC + 127) / 128) * kb : OC;
-        for (int n0r = 0; n0r < N; n0r += chunk) {
-            const int nr = n0r + chunk < N ? chunk : N - n0r;
-            for (int b = 0; b < kb; b++) {
-                rec_event *e = emit(r, REC_MATMUL, REC_UNIT_INT8_TC, "int8_gemm",
-                                    2.0 * mp * nr * gk, (double)nr * gk + (double)mp * gk,
-                                    4.0 * nr * mp, "M=%d N=%d K=%d", nr, mp, gk);
-                e->dense = true;
-                e->weight = w->q;
-                e->weight_bytes = (double)mp * ldq + 4 * nscale;
-                snprintf(shape, sizeof shape, "N=%d OC=%d block %d", nr, OC, b);
-                kernel(r, "int8_scale", 3.0 * nr * OC,
-                       4.0 * nr * mp + 4.0 * nr + 4.0 * OC + (b ? 4.0 * nr * OC : 0),
-                       4.0 * nr * OC, shape);
-            }
-        }
+        int8_products(r, w, N, OC);
     }
     if (IN)
         INOPS->int8_linear_fwd(IN, out, inp, w, N, C, OC);
@@ -972,54 +990,87 @@ static void rc_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, b
     end(r, n0);
 }
 
-/* ---- FP8 activations from their producer ---------------------------------------------- */
+/* ---- FP8 and INT8 activations from their producer (backend_cuda.cu's) ----------------- */
 
-static bool rc_fp8_act_prepare(dllm_backend *be, fp8_act *qa, int N, int C,
-                               const fp8_matrix *const *ws, int nw)
+static void *qa_buffer(recorder *r, size_t bytes)
+{
+    if (bytes > r->qa_bytes) {
+        host_sync(r, "cudaDeviceSynchronize");
+        dev_free(r, r->qa);
+        r->qa = dev_malloc(r, bytes, NULL);
+        r->qa_bytes = bytes;
+    }
+    return r->qa;
+}
+
+static bool fp8_act_ok(recorder *r, int C, const dllm_lin_weight *ws, int nw)
+{
+    const fp8_matrix *w0 = ws[0].f8;
+    if (!r->block_fp8)
+        return false;
+    for (int i = 0; i < nw; i++) {
+        bool block = false;
+        const fp8_matrix *w = ws[i].f8;
+        if (!w || w->cols != C || w->format != w0->format || w->format == FP8_E5M2 ||
+            w->pow2_scale != w0->pow2_scale || !fp8_gemm_path(r, w, C, w->rows, &block) ||
+            !block)
+            return false;
+    }
+    return true;
+}
+
+static bool int8_act_ok(int C, const dllm_lin_weight *ws, int nw)
+{
+    const int8_matrix *w0 = ws[0].i8;
+    for (int i = 0; i < nw; i++) {
+        const int8_matrix *w = ws[i].i8;
+        if (!w || !w->q || w->cols != C || w->scaling != w0->scaling || w->ldq != w0->ldq ||
+            w->kb != w0->kb)
+            return false;
+    }
+    return true;
+}
+
+static bool rc_act_quant_prepare(dllm_backend *be, dllm_qact *qa, int N, int C,
+                                 const dllm_lin_weight *ws, int nw)
 {
     recorder *r = R(be);
-    size_t n0 = begin(r, "fp8_act_prepare");
-    bool ok = N > 0 && C > 0 && nw > 0 && r->block_fp8;
-    for (int i = 0; ok && i < nw; i++) {
-        bool block = false;
-        const fp8_matrix *w = ws[i];
-        if (!w || w->cols != C || w->format != ws[0]->format || w->format == FP8_E5M2 ||
-            w->pow2_scale != ws[0]->pow2_scale || !fp8_gemm_path(r, w, C, w->rows, &block) ||
-            !block)
-            ok = false;
-    }
+    size_t n0 = begin(r, "act_quant_prepare");
+    bool ok = N > 0 && C > 0 && nw > 0 && ws &&
+              (ws[0].f8 ? fp8_act_ok(r, C, ws, nw) : ws[0].i8 ? int8_act_ok(C, ws, nw) : false);
     if (ok) {
-        const int Np = fp8_rows(N, true);
-        size_t nq = align256((size_t)Np * C);
-        size_t bytes = nq + align256((size_t)Np * KBLK(C) * sizeof(float));
-        if (bytes > r->qa_bytes) {
-            host_sync(r, "cudaDeviceSynchronize");
-            dev_free(r, r->qa);
-            r->qa = dev_malloc(r, bytes, NULL);
-            r->qa_bytes = bytes;
+        dllm_qact h = {0};
+        if (ws[0].f8) {
+            const int Np = fp8_rows(N, true);
+            size_t nq = align256((size_t)Np * C);
+            char *buf = qa_buffer(r, nq + align256((size_t)Np * KBLK(C) * sizeof(float)));
+            h = (dllm_qact){.kind = DLLM_QACT_FP8, .q = buf, .scale = (float *)(buf + nq),
+                            .srs = 1, .scs = Np, /* dllm_cuda_fp8_gemm_scale_strides */
+                            .rows = N, .cols = C, .group = 128, .ld = C,
+                            .format = ws[0].f8->format, .pow2 = ws[0].f8->pow2_scale};
+        } else {
+            const int8_matrix *w0 = ws[0].i8;
+            size_t nq = align256((size_t)N * w0->ldq);
+            char *buf = qa_buffer(r, nq + align256((size_t)N * w0->kb * sizeof(float)));
+            h = (dllm_qact){.kind = DLLM_QACT_INT8, .q = buf, .scale = (float *)(buf + nq),
+                            .srs = w0->kb, .scs = 1, .rows = N, .cols = C, .ld = w0->ldq,
+                            .group = w0->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C};
         }
         if (IN) {
-            bool in_ok = INOPS->fp8_act_prepare(IN, qa, N, C, ws, nw);
-            if (!in_ok) {
-                fprintf(stderr, "dllm-rl: record backend: fp8_act_prepare: the inner backend "
+            if (!INOPS->act_quant_prepare(IN, qa, N, C, ws, nw)) {
+                fprintf(stderr, "dllm-rl: record backend: act_quant_prepare: the inner backend "
                                 "refused what the CUDA backend takes\n");
                 exit(1);
             }
         } else {
-            *qa = (fp8_act){0};
-            qa->q = (uint8_t *)r->qa;
-            qa->scale = (float *)((char *)r->qa + nq);
-            qa->srs = 1, qa->scs = Np; /* dllm_cuda_fp8_gemm_scale_strides */
-            qa->rows = N, qa->cols = C, qa->group = 128;
-            qa->format = ws[0]->format;
-            qa->pow2 = ws[0]->pow2_scale;
+            *qa = h;
         }
     }
     end(r, n0);
     return ok;
 }
 
-static void fp8_check_act(const fp8_act *qa, int N, int C, const char *op)
+static void check_act(const dllm_qact *qa, int N, int C, const char *op)
 {
     if (!qa || !qa->q || qa->rows != N || qa->cols != C) {
         fprintf(stderr, "dllm-rl: cuda backend: %s: quantised activations are [%d, %d], call "
@@ -1028,61 +1079,89 @@ static void fp8_check_act(const fp8_act *qa, int N, int C, const char *op)
     }
 }
 
-static void rc_rmsnorm_fp8_fwd(dllm_backend *be, float *out, float *rstd, const fp8_act *qa,
-                               const float *inp, const float *w, int N, int C, float eps)
+/* Bytes of codes and scales a producer writes for N rows of C. */
+static double qact_bytes(const dllm_qact *qa, int N, int C)
+{
+    double groups = (double)((C + qa->group - 1) / qa->group);
+    return qa->kind == DLLM_QACT_INT8 ? (double)N * qa->ld + 4.0 * N * groups
+                                      : (double)N * C + 4.0 * N * KBLK(C);
+}
+
+static void rc_rmsnorm_quant_fwd(dllm_backend *be, float *out, float *rstd, const dllm_qact *qa,
+                                 const float *inp, const float *w, int N, int C, float eps)
 {
     recorder *r = R(be);
-    size_t n0 = begin(r, "rmsnorm_fp8_fwd");
-    fp8_check_act(qa, N, C, "rmsnorm_fp8_fwd");
+    size_t n0 = begin(r, "rmsnorm_quant_fwd");
+    check_act(qa, N, C, "rmsnorm_quant_fwd");
     if (N > 0) {
         char sh[64];
         snprintf(sh, sizeof sh, "N=%d C=%d", N, C);
         double n = (double)N * C;
-        kernel(r, "rmsnorm_fp8_fwd", 8 * n, 4 * n + 4.0 * C,
-               (out ? 4 * n : 0) + (rstd ? 4.0 * N : 0) + n + 4.0 * N * KBLK(C), sh);
+        kernel(r, qa->kind == DLLM_QACT_INT8 ? "rmsnorm_int8_fwd" : "rmsnorm_fp8_fwd", 8 * n,
+               4 * n + 4.0 * C, (out ? 4 * n : 0) + (rstd ? 4.0 * N : 0) + qact_bytes(qa, N, C),
+               sh);
     }
     if (IN)
-        INOPS->rmsnorm_fp8_fwd(IN, out, rstd, qa, inp, w, N, C, eps);
+        INOPS->rmsnorm_quant_fwd(IN, out, rstd, qa, inp, w, N, C, eps);
     end(r, n0);
 }
 
-static void rc_swiglu_fp8_fwd(dllm_backend *be, float *out, const fp8_act *qa, const float *gate,
-                              const float *up, int N, int H)
+static void rc_swiglu_quant_fwd(dllm_backend *be, float *out, const dllm_qact *qa,
+                                const float *gate, const float *up, int N, int H)
 {
     recorder *r = R(be);
-    size_t n0 = begin(r, "swiglu_fp8_fwd");
-    fp8_check_act(qa, N, H, "swiglu_fp8_fwd");
+    size_t n0 = begin(r, "swiglu_quant_fwd");
+    check_act(qa, N, H, "swiglu_quant_fwd");
     if (N > 0) {
         char sh[64];
         snprintf(sh, sizeof sh, "N=%d H=%d", N, H);
         double n = (double)N * H;
-        kernel(r, "swiglu_fp8_fwd", 10 * n, 8 * n, (out ? 4 * n : 0) + n + 4.0 * N * KBLK(H),
-               sh);
+        kernel(r, qa->kind == DLLM_QACT_INT8 ? "swiglu_int8_fwd" : "swiglu_fp8_fwd", 10 * n,
+               8 * n, (out ? 4 * n : 0) + qact_bytes(qa, N, H), sh);
     }
     if (IN)
-        INOPS->swiglu_fp8_fwd(IN, out, qa, gate, up, N, H);
+        INOPS->swiglu_quant_fwd(IN, out, qa, gate, up, N, H);
     end(r, n0);
 }
 
-static void rc_fp8_linear_act_fwd(dllm_backend *be, float *out, const fp8_act *qa, fp8_matrix *w,
-                                  int N, int C, int OC)
+static void act_mismatch(int OC, int C)
+{
+    fprintf(stderr, "dllm-rl: cuda backend: linear_quant_act_fwd: weight [%d, %d] does not "
+                    "take the prepared activations (act_quant_prepare)\n", OC, C);
+    exit(1);
+}
+
+static void rc_linear_quant_act_fwd(dllm_backend *be, float *out, const dllm_qact *qa,
+                                    const dllm_lin_weight *lw, int N, int C, int OC)
 {
     recorder *r = R(be);
-    size_t n0 = begin(r, "fp8_linear_act_fwd");
-    fp8_check_weight(w, C, OC);
-    fp8_check_act(qa, N, C, "fp8_linear_act_fwd");
-    bool block = false;
-    if (!fp8_gemm_path(r, w, C, OC, &block) || !block || qa->format != w->format ||
-        qa->pow2 != w->pow2_scale) {
-        fprintf(stderr, "dllm-rl: cuda backend: fp8_linear_act_fwd: weight [%d, %d] does not "
-                        "take the prepared activations (fp8_act_prepare)\n", OC, C);
-        exit(1);
+    size_t n0 = begin(r, "linear_quant_act_fwd");
+    check_act(qa, N, C, "linear_quant_act_fwd");
+    if (qa->kind == DLLM_QACT_INT8) {
+        const int8_matrix *w = lw->i8;
+        int8_check_weight(w, C, OC);
+        if (w->ldq != qa->ld || w->kb != (C + qa->group - 1) / qa->group ||
+            (w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C) != qa->group)
+            act_mismatch(OC, C);
+        if (N > 0) {
+            ws_get(r, align256((size_t)int8_acc_chunk(N, w) * ((OC + 3) / 4 * 4) * 4));
+            int8_products(r, w, N, OC);
+        }
+    } else {
+        fp8_matrix *w = lw->f8;
+        if (!w)
+            act_mismatch(OC, C);
+        fp8_check_weight(w, C, OC);
+        bool block = false;
+        if (!fp8_gemm_path(r, w, C, OC, &block) || !block || qa->format != w->format ||
+            qa->pow2 != w->pow2_scale)
+            act_mismatch(OC, C);
+        if (fp8_rows(N, true) != N)
+            ws_get(r, (size_t)fp8_rows(N, true) * OC * sizeof(float));
+        fp8_gemm_run(r, w, true, N, C, OC);
     }
-    if (fp8_rows(N, true) != N)
-        ws_get(r, (size_t)fp8_rows(N, true) * OC * sizeof(float));
-    fp8_gemm_run(r, w, true, N, C, OC);
     if (IN)
-        INOPS->fp8_linear_act_fwd(IN, out, qa, w, N, C, OC);
+        INOPS->linear_quant_act_fwd(IN, out, qa, lw, N, C, OC);
     end(r, n0);
 }
 
@@ -1278,10 +1357,10 @@ static const dllm_backend_ops record_ops = {
     .nvfp4_linear_fwd = NULL,
     .int8_linear_fwd = rc_int8_linear_fwd,
     .clip_grad = rc_clip_grad,
-    .fp8_act_prepare = rc_fp8_act_prepare,
-    .rmsnorm_fp8_fwd = rc_rmsnorm_fp8_fwd,
-    .swiglu_fp8_fwd = rc_swiglu_fp8_fwd,
-    .fp8_linear_act_fwd = rc_fp8_linear_act_fwd,
+    .act_quant_prepare = rc_act_quant_prepare,
+    .rmsnorm_quant_fwd = rc_rmsnorm_quant_fwd,
+    .swiglu_quant_fwd = rc_swiglu_quant_fwd,
+    .linear_quant_act_fwd = rc_linear_quant_act_fwd,
     .bf16_linear_bwd_x = rc_bf16_linear_bwd_x,
     .weight_cache_free = rc_weight_cache_free,
     .linears_fwd = NULL, /* the CPU's: the core asks dllm_backend_supports */

@@ -15,6 +15,7 @@
 #include "kernels/cuda_ops.h"
 #include "kernels/fp8_gemm_check.h"
 #include "kernels/fp8.h"
+#include "kernels/int8.h"
 #include "kernels/ops.h"
 
 #include "dllm/sampler.h"
@@ -401,6 +402,91 @@ START_TEST(test_fp8_fused_producers)
 }
 END_TEST
 
+/* ---- INT8 codes written by their producer -----------------------------------------------------
+ * rmsnorm_int8_fwd and swiglu_int8_fwd against the plain forward on the device, its output
+ * quantised by the CPU's own activation quantiser (int8_quantise_act, the codes the INT8
+ * linear's own pass writes): out and rstd bit for bit, codes (with the zero padding of the
+ * row stride) and scales byte for byte; block scaling (1 x 128 groups, partial and gc > C)
+ * and channel scaling (one group per row: the cases with gc = C), with the NaN, inf and
+ * zero rows of the FP8 cases. */
+static void int8_compare(const char *what, const int8_t *qh, const float *sh, dbuf q, dbuf sc,
+                         int ci)
+{
+    int8_t *a = dllm_malloc(q.bytes);
+    float *sa = dllm_malloc(sc.bytes);
+    dget(a, q), dget(sa, sc);
+    ck_assert_msg(memcmp(sa, sh, sc.bytes) == 0, "%s case %d: scales differ", what, ci);
+    ck_assert_msg(memcmp(a, qh, q.bytes) == 0, "%s case %d: codes differ", what, ci);
+    free(a), free(sa);
+}
+
+START_TEST(test_int8_fused_producers)
+{
+    const fused_case *fc = &FUSED_CASES[_i];
+    const int R = fc->R, C = fc->C;
+    const bool channel = fc->gc == C;
+    const int8_scaling sc = channel ? INT8_SCALE_CHANNEL : INT8_SCALE_BLOCK;
+    const int g = channel ? C : INT8_BLOCK, kb = (C + g - 1) / g;
+    const int ld = channel ? (C + 3) / 4 * 4 : kb * INT8_BLOCK;
+    const size_t n = (size_t)R * C, nq = (size_t)R * ld, ns = (size_t)R * kb;
+    float *x = host_normal(n, 400 + _i, 2.0), *w = host_normal((size_t)C, 410 + _i, 0.3);
+    float *gt = host_normal(n, 420 + _i, 3.0), *u = host_normal(n, 430 + _i, 1.0);
+    for (int c = 0; c < C; c++)
+        w[c] += 1.0f;
+    for (size_t i = 0; i < n; i += 53)
+        x[i] *= 30.0f, gt[i] *= 5.0f, u[i] *= 20.0f;
+    for (int c = 0; c < C; c++)
+        x[(size_t)(R - 1) * C + c] = 0.0f, u[(size_t)(R - 1) * C + c] = 0.0f; /* scale 1 */
+    x[C + 3] = NAN, gt[C + 3] = NAN;
+    if (R > 3)
+        x[2 * C + 1] = INFINITY, u[2 * (size_t)C + 2] = -INFINITY;
+    dbuf d_x = dnew(n * 4, x), d_w = dnew((size_t)C * 4, w), d_g = dnew(n * 4, gt),
+         d_u = dnew(n * 4, u);
+    dbuf o1 = dnew(n * 4, NULL), o2 = dnew(n * 4, NULL), r1 = dnew((size_t)R * 4, NULL),
+         r2 = dnew((size_t)R * 4, NULL);
+    dbuf q = dnew(nq, NULL), s2 = dnew(ns * 4, NULL);
+    int8_t *qh = dllm_malloc(nq);
+    float *sh = dllm_malloc(ns * 4);
+    for (int op = 0; op < 2; op++) { /* RMSNorm, SwiGLU */
+        if (op == 0)
+            dllm_cuda_rmsnorm_fwd(o1.d, r1.d, d_x.d, d_w.d, R, C, 1e-5f, NULL);
+        else
+            dllm_cuda_swiglu_fwd(o1.d, d_g.d, d_u.d, n, NULL);
+        float *a = dl_f32(o1);
+        int8_quantise_act(qh, sh, a, R, C, ld, sc);
+        for (int codes_only = 0; codes_only < 2; codes_only++) {
+            dllm_cuda_memset(q.d, 0x55, nq); /* the padding must be written */
+            dllm_cuda_memset(s2.d, 0, ns * 4);
+            float *out = codes_only ? NULL : o2.d, *rs = codes_only ? NULL : r2.d;
+            if (op == 0)
+                dllm_cuda_rmsnorm_int8_fwd(out, rs, q.d, s2.d, ld, kb, d_x.d, d_w.d, R, C, 1e-5f,
+                                           g, NULL);
+            else
+                dllm_cuda_swiglu_int8_fwd(out, q.d, s2.d, ld, d_g.d, d_u.d, R, C, g, NULL);
+            if (!codes_only) {
+                float *b = dl_f32(o2);
+                ck_assert(memcmp(a, b, n * 4) == 0);
+                if (op == 0) {
+                    float *ra = dl_f32(r1), *rb = dl_f32(r2);
+                    ck_assert(memcmp(ra, rb, (size_t)R * 4) == 0);
+                    free(ra), free(rb);
+                }
+                free(b);
+            }
+            int8_compare(op == 0 ? "rmsnorm_int8" : "swiglu_int8", qh, sh, q, s2, _i);
+        }
+        free(a);
+    }
+    dbuf all[] = {o1, o2, r1, r2, q, s2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        dguard(all[i]);
+        dfree(&all[i]);
+    }
+    dfree(&d_x), dfree(&d_w), dfree(&d_g), dfree(&d_u);
+    free(x), free(w), free(gt), free(u), free(qh), free(sh);
+}
+END_TEST
+
 /* ---- GEMMs ---------------------------------------------------------------------------------- */
 
 START_TEST(test_gemm_bf16)
@@ -656,6 +742,8 @@ void backend_kernel_cases_add(TCase *tc)
     tcase_add_loop_test(tc, test_fp8_quantise, 0, (int)(sizeof QUANT_CASES / sizeof *QUANT_CASES));
     tcase_add_test(tc, test_fp8_tensor_amax_multiblock);
     tcase_add_loop_test(tc, test_fp8_fused_producers, 0,
+                        (int)(sizeof FUSED_CASES / sizeof *FUSED_CASES));
+    tcase_add_loop_test(tc, test_int8_fused_producers, 0,
                         (int)(sizeof FUSED_CASES / sizeof *FUSED_CASES));
     tcase_add_test(tc, test_gemm_bf16);
     tcase_add_test(tc, test_fp8_linear);

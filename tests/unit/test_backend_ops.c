@@ -95,18 +95,18 @@ END_TEST
 /* ---- the supports query and the CPU-only entries (runs everywhere) ------------------- */
 
 static void no_op_free(dllm_backend *be, void *p) { (void)be, (void)p; }
-static bool no_prepare(dllm_backend *be, fp8_act *qa, int N, int C, const fp8_matrix *const *ws,
+static bool no_prepare(dllm_backend *be, dllm_qact *qa, int N, int C, const dllm_lin_weight *ws,
                        int nw)
 {
     (void)be, (void)qa, (void)N, (void)C, (void)ws, (void)nw;
     return false;
 }
-static void no_rmsnorm_fp8(dllm_backend *be, float *out, float *rstd, const fp8_act *qa,
+static void no_rmsnorm_q(dllm_backend *be, float *out, float *rstd, const dllm_qact *qa,
                            const float *inp, const float *w, int N, int C, float eps)
 {
     (void)be, (void)out, (void)rstd, (void)qa, (void)inp, (void)w, (void)N, (void)C, (void)eps;
 }
-static void no_swiglu_fp8(dllm_backend *be, float *out, const fp8_act *qa, const float *gate,
+static void no_swiglu_q(dllm_backend *be, float *out, const dllm_qact *qa, const float *gate,
                           const float *up, int N, int H)
 {
     (void)be, (void)out, (void)qa, (void)gate, (void)up, (void)N, (void)H;
@@ -114,15 +114,15 @@ static void no_swiglu_fp8(dllm_backend *be, float *out, const fp8_act *qa, const
 
 START_TEST(test_supports_query)
 {
-    /* the CPU backend: the low-precision linears and the grouped FP8 linears, no fused
-     * FP8 producers */
+    /* the CPU backend: the low-precision linears and the grouped linears, no fused
+     * quantising producers */
     dllm_backend *cpu = dllm_backend_cpu();
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_BF16_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_NVFP4_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_INT8_LINEAR));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_LINEARS));
     ck_assert(dllm_backend_supports(cpu, DLLM_OP_AR_NUCLEUS));
-    ck_assert(!dllm_backend_supports(cpu, DLLM_OP_FP8_FUSED_ACT));
+    ck_assert(!dllm_backend_supports(cpu, DLLM_OP_FUSED_ACT));
     for (int op = 0; op < DLLM_OP_N_OPTIONAL; op++) /* every optional op has its name */
         ck_assert_str_ne(dllm_backend_op_name((dllm_backend_op)op), "?");
     ck_assert(!dllm_backend_supports(NULL, DLLM_OP_BF16_LINEAR));
@@ -131,14 +131,14 @@ START_TEST(test_supports_query)
     /* a table with three of the four fused entries does not support the group */
     dllm_backend_ops ops = {0};
     ops.free = no_op_free;
-    ops.fp8_act_prepare = no_prepare;
-    ops.rmsnorm_fp8_fwd = no_rmsnorm_fp8;
-    ops.swiglu_fp8_fwd = no_swiglu_fp8;
+    ops.act_quant_prepare = no_prepare;
+    ops.rmsnorm_quant_fwd = no_rmsnorm_q;
+    ops.swiglu_quant_fwd = no_swiglu_q;
     dllm_backend part = {DLLM_BACKEND_CPU, "partial", &ops, NULL};
-    ck_assert(!dllm_backend_supports(&part, DLLM_OP_FP8_FUSED_ACT));
+    ck_assert(!dllm_backend_supports(&part, DLLM_OP_FUSED_ACT));
     ck_assert(!dllm_backend_supports(&part, DLLM_OP_BF16_LINEAR));
-    ops.fp8_linear_act_fwd = cpu->ops->fp8_linear_act_fwd; /* NULL on the CPU: still not */
-    ck_assert(!dllm_backend_supports(&part, DLLM_OP_FP8_FUSED_ACT));
+    ops.linear_quant_act_fwd = cpu->ops->linear_quant_act_fwd; /* NULL on the CPU: still not */
+    ck_assert(!dllm_backend_supports(&part, DLLM_OP_FUSED_ACT));
 }
 END_TEST
 
@@ -343,8 +343,10 @@ START_TEST(test_backend_table_complete)
     /* 7 buffer entries, 28 ops, 3 optional low-precision linears (the CPU's NVFP4 and
      * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
      * by test_precision through the model), the CPU's grouped
-     * FP8 linears, the weight-cache release and the 4 optional fused FP8 ones (one case
-     * name, fp8_act, covers them); attention (with attn_state_floats), swiglu, xent and
+     * FP8 linears, the weight-cache release and the 4 optional fused quantising ones (one
+     * case name, fp8_act, covers them with FP8; INT8's kernels are
+     * backend_kernel_cases.c's test_int8_fused_producers, its model path
+     * test_device_model's test_fused_logits); attention (with attn_state_floats), swiglu, xent and
      * bias are cased as forward + backward pairs; the 9 sampler entries (the
      * autoregressive choice, its optional nucleus, the 5 of the denoising step, Dream's 2)
      * are run on both backends by the samplers' own tests (tests/unit/test_qwen3_device.c's
@@ -371,11 +373,11 @@ START_TEST(test_backend_table_complete)
                   !dllm_backend_supports(dev, DLLM_OP_LINEARS) &&
                   !dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS),
                   "a device optional entry has no parity case in this table");
-    /* the fused FP8 producers: all four on the device, none on the CPU (whose rollout
-     * path stays the producer followed by the linear's own quantisation) */
-    ck_assert(dllm_backend_supports(dev, DLLM_OP_FP8_FUSED_ACT));
-    ck_assert(!cpu->ops->fp8_act_prepare && !cpu->ops->rmsnorm_fp8_fwd &&
-              !cpu->ops->swiglu_fp8_fwd && !cpu->ops->fp8_linear_act_fwd);
+    /* the fused quantising producers: all four on the device, none on the CPU (whose
+     * rollout path stays the producer followed by the linear's own quantisation) */
+    ck_assert(dllm_backend_supports(dev, DLLM_OP_FUSED_ACT));
+    ck_assert(!cpu->ops->act_quant_prepare && !cpu->ops->rmsnorm_quant_fwd &&
+              !cpu->ops->swiglu_quant_fwd && !cpu->ops->linear_quant_act_fwd);
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         bool found = false;
         for (size_t k = 0; k < dllm_backend_n_cases; k++)

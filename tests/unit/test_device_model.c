@@ -48,7 +48,7 @@
 #include "dllm/dream_sampler.h"
 #include "dllm/sampler.h"
 #include "dllm/transformer.h"
-#include "dllm/transformer_device_impl.h" /* tf_device_fuse_fp8 */
+#include "dllm/transformer_device_impl.h" /* tf_device_fuse_act */
 #include "kernels/backend.h"
 #include "kernels/rng.h"
 
@@ -290,16 +290,26 @@ START_TEST(test_low_precision)
 END_TEST
 
 /* The FP8 rollout copy (block 128x128 weights, 1x128 activation groups; pow2 scales or
- * not): RMSNorm and SwiGLU writing the codes their FP8 linears read give the logits of
- * the path where each linear quantises its input, bit for bit, on the batch forward and
- * on the device-logits interface the sampler drives. Under emulation the fused path
- * runs 6 kernels fewer per layer (3 producers instead of 3 + 6 quantise passes: Q, K, V
- * and gate, up share their producer's codes; down reads SwiGLU's). */
-START_TEST(test_fp8_fused_logits)
+ * not) and the INT8 one (channel or block scaling): RMSNorm and SwiGLU writing the codes
+ * their linears read give the logits of the path where each linear quantises its input,
+ * bit for bit, on the batch forward and on the device-logits interface the sampler
+ * drives. Under emulation the fused path runs 6 kernels fewer per layer (3 producers
+ * instead of 3 + 6 quantise passes: Q, K, V and gate, up share their producer's codes;
+ * down reads SwiGLU's). */
+static const struct {
+    const char *rollout, *scaling, *kernel; /* the fused producers' kernels' prefix */
+    bool pow2;
+} FUSED[] = {{"fp8", "block", "fp8", false},
+             {"fp8", "block", "fp8", true},
+             {"int8", "channel", "int8", false},
+             {"int8", "block", "int8", false}};
+enum { N_FUSED = sizeof FUSED / sizeof FUSED[0] };
+
+START_TEST(test_fused_logits)
 {
     dllm_backend *be = cuda_or_skip();
-    int arch_i = _i / 2;
-    bool pow2 = _i % 2;
+    int arch_i = _i / N_FUSED, k = _i % N_FUSED;
+    bool pow2 = FUSED[k].pow2;
     dllm_tf *m = tiny(arch_i);
     const dllm_model_config *cfg = dllm_tf_config(m);
     int V = cfg->embedding_size;
@@ -308,7 +318,9 @@ START_TEST(test_fp8_fused_logits)
     inputs(m, tok, mask, rows);
     dllm_precision p;
     dllm_err err;
-    ck_assert_int_eq(dllm_precision_parse(&p, "fp32", "fp8", "e4m3", "block", pow2, &err), 0);
+    ck_assert_int_eq(dllm_precision_parse(&p, "fp32", FUSED[k].rollout, "e4m3", "block", pow2,
+                                          &err), 0);
+    ck_assert_int_eq(dllm_precision_parse_int8(&p, FUSED[k].scaling, &err), 0);
     ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), 0);
     ck_assert_int_eq(dllm_tf_to_device(m, be, &err), 0);
     size_t nl = (size_t)NROWS * V;
@@ -316,7 +328,7 @@ START_TEST(test_fp8_fused_logits)
     float *dl[2];
     unsigned long long launches[2] = {0, 0};
     for (int fused = 0; fused < 2; fused++) {
-        tf_device_fuse_fp8(m, fused);
+        tf_device_fuse_act(m, fused);
 #ifdef DLLM_CUDA_EMULATION
         dllm_emu_reset_stats();
 #endif
@@ -325,9 +337,13 @@ START_TEST(test_fp8_fused_logits)
         dllm_emu_stats st;
         dllm_emu_get_stats(&st);
         launches[fused] = st.launches;
-        ck_assert_msg((dllm_emu_max_blocks("rmsnorm_fp8") > 0) == fused &&
-                          (dllm_emu_max_blocks("swiglu_fp8") > 0) == fused,
-                      "fused=%d: the fused producers ran %s", fused, fused ? "not" : "anyway");
+        char rn[32], sw[32];
+        snprintf(rn, sizeof rn, "rmsnorm_%s", FUSED[k].kernel);
+        snprintf(sw, sizeof sw, "swiglu_%s", FUSED[k].kernel);
+        ck_assert_msg((dllm_emu_max_blocks(rn) > 0) == fused &&
+                          (dllm_emu_max_blocks(sw) > 0) == fused,
+                      "%s fused=%d: the fused producers ran %s", FUSED[k].rollout, fused,
+                      fused ? "not" : "anyway");
 #endif
         /* the device-logits interface: layers, then the head over the device rows */
         dllm_device_logits dv;
@@ -345,23 +361,25 @@ START_TEST(test_fp8_fused_logits)
         be->ops->free(be, d_tok), be->ops->free(be, d_rows), be->ops->free(be, d_mask);
         be->ops->free(be, d_lg);
     }
-    ck_assert_msg(memcmp(lg[0], lg[1], nl * 4) == 0, "%s pow2=%d: fused logits differ",
-                  ARCHS[arch_i], pow2);
-    ck_assert_msg(memcmp(dl[0], dl[1], nl * 4) == 0, "%s pow2=%d: fused device logits differ",
-                  ARCHS[arch_i], pow2);
+    ck_assert_msg(memcmp(lg[0], lg[1], nl * 4) == 0, "%s %s %s pow2=%d: fused logits differ",
+                  ARCHS[arch_i], FUSED[k].rollout, FUSED[k].scaling, pow2);
+    ck_assert_msg(memcmp(dl[0], dl[1], nl * 4) == 0,
+                  "%s %s %s pow2=%d: fused device logits differ", ARCHS[arch_i],
+                  FUSED[k].rollout, FUSED[k].scaling, pow2);
     for (size_t i = 0; i < nl; i++)
         ck_assert(isfinite(lg[1][i]));
 #ifdef DLLM_CUDA_EMULATION
     ck_assert_msg(launches[1] + 6ull * (unsigned long long)cfg->n_layers == launches[0],
                   "%s: %llu launches fused, %llu unfused (%d layers)", ARCHS[arch_i],
                   launches[1], launches[0], cfg->n_layers);
-    printf("device_model: %s fp8 rollout forward, pow2=%d: %llu kernel launches fused, %llu "
-           "unfused\n", ARCHS[arch_i], pow2, launches[1], launches[0]);
+    printf("device_model: %s %s/%s rollout forward, pow2=%d: %llu kernel launches fused, %llu "
+           "unfused\n", ARCHS[arch_i], FUSED[k].rollout, FUSED[k].scaling, pow2, launches[1],
+           launches[0]);
 #else
     (void)launches;
 #endif
-    for (int k = 0; k < 2; k++)
-        free(lg[k]), free(dl[k]);
+    for (int f = 0; f < 2; f++)
+        free(lg[f]), free(dl[f]);
     dllm_tf_free(m);
 }
 END_TEST
@@ -812,7 +830,7 @@ Suite *tu_suite(tu_ctx *ctx)
         tcase_add_test(tc, test_fp8_block_old_cublas);
         tcase_add_test(tc, test_qwen3_decode);
         tcase_add_loop_test(tc, test_denoise_device, 0, 5);
-        tcase_add_loop_test(tc, test_fp8_fused_logits, 0, 6);
+        tcase_add_loop_test(tc, test_fused_logits, 0, 3 * N_FUSED);
     }
     if (cli) {
         tcase_add_test(tc, test_cli_refused);
