@@ -270,6 +270,8 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
             n_lora += Ln * r * (in + out);
         }
         const char *sc = cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling);
+        if (cfg->rollout.precision == CFG_ROLLOUT_INT8) /* per row, or per 128x128 block */
+            sc = cfg->rollout.int8.scaling == CFG_INT8_BLOCK ? "block" : "channel";
         n_scales += Ln * (!strcmp(sc, "block")     ? ceil_div(out, 128) * ceil_div(in, 128)
                           : !strcmp(sc, "channel") ? out
                                                    : 1);
@@ -285,11 +287,18 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     p->T = (int)T;
     const char *rollout = cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision);
     /* fp8-exact is a CPU-side numerics choice (the device copy is the same FP8 copy);
-     * NVFP4 is planned as FP8 (1 byte per code: an upper bound for 4-bit codes), INT8
-     * as FP8 (a byte per code, fp32 scales) */
+     * NVFP4 is planned as FP8 (1 byte per code: an upper bound for 4-bit codes); INT8
+     * has a byte per code too, with its own scales (per row or 128x128 block; activations
+     * per token or 1x128 group) */
+    const bool int8 = !strcmp(rollout, "int8");
     const bool fp8 = !strcmp(rollout, "fp8") || !strcmp(rollout, "fp8-exact") ||
-                     !strcmp(rollout, "nvfp4") || !strcmp(rollout, "int8"),
+                     !strcmp(rollout, "nvfp4") || int8,
                bf16_copy = !strcmp(rollout, "bf16") && lora;
+    const char *qn = int8 ? "INT8" : "FP8";
+    const bool qgrp = int8 ? cfg->rollout.int8.scaling == CFG_INT8_BLOCK
+                           : cfg->rollout.fp8.scaling == CFG_FP8_BLOCK,
+               qchan = int8 ? !qgrp : cfg->rollout.fp8.scaling == CFG_FP8_CHANNEL;
+    char qitem[64];
 
     /* estimators: canvases per sequence (cps) and rows per canvas */
     int64_t cps_w, rows_w, cps_o, rows_o;
@@ -329,11 +338,11 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
                 "2 P (grpo.beta > 0)");
     }
     if (fp8) {
-        add(p, MEM_RESIDENT, "FP8 rollout copy: codes", n_lin, "", "1 Plin");
-        add(p, MEM_RESIDENT, "FP8 rollout copy: scales (fp32)", 4 * n_scales, "",
-            cfg->rollout.fp8.scaling == CFG_FP8_BLOCK     ? "4 L sum ceil(out/128) ceil(in/128)"
-            : cfg->rollout.fp8.scaling == CFG_FP8_CHANNEL ? "4 L sum out"
-                                                           : "4 L x 7");
+        snprintf(qitem, sizeof qitem, "%s rollout copy: codes", qn);
+        add(p, MEM_RESIDENT, qitem, n_lin, "", "1 Plin");
+        snprintf(qitem, sizeof qitem, "%s rollout copy: scales (fp32)", qn);
+        add(p, MEM_RESIDENT, qitem, 4 * n_scales, "",
+            qgrp ? "4 L sum ceil(out/128) ceil(in/128)" : qchan ? "4 L sum out" : "4 L x 7");
     } else if (bf16_copy) {
         add(p, MEM_RESIDENT, "bf16 rollout copy: merged linears", 2 * n_lin, "rollout.precision",
             "2 Plin");
@@ -365,9 +374,9 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
             "max(Mr Pt, Sr) x %s, Mr = %lld", fwd_f, (long long)Mr);
     }
     if (fp8) {
-        const bool grp = cfg->rollout.fp8.scaling == CFG_FP8_BLOCK;
-        add(p, MEM_ROLLOUT, "FP8 activation codes + scales", Nr * Kin + (grp ? Nr * ceil_div(Kin, 128) * 4 : Nr * 4),
-            rs, "N (Kin + %s), N = %lld tokens", grp ? "4 ceil(Kin/128)" : "4", (long long)Nr);
+        snprintf(qitem, sizeof qitem, "%s activation codes + scales", qn);
+        add(p, MEM_ROLLOUT, qitem, Nr * Kin + (qgrp ? Nr * ceil_div(Kin, 128) * 4 : Nr * 4), rs,
+            "N (Kin + %s), N = %lld tokens", qgrp ? "4 ceil(Kin/128)" : "4", (long long)Nr);
     } else if (lora && !strcmp(rollout, "trainer")) {
         add(p, MEM_ROLLOUT, "LoRA x A^T (bf16)", Nr * rr * 2, rs, "2 r N, N = %lld tokens",
             (long long)Nr);
@@ -388,10 +397,10 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     if (lora)
         add(p, MEM_LIKELIHOOD, "LoRA x A^T (bf16)", Nl_tok * rr * 2, ms, "2 r Ml T");
     if (fp8) {
-        const bool grp = cfg->rollout.fp8.scaling == CFG_FP8_BLOCK;
-        add(p, MEM_LIKELIHOOD, "FP8 activation codes + scales (l_mu)",
-            Nl_tok * Kin + (grp ? Nl_tok * ceil_div(Kin, 128) * 4 : Nl_tok * 4), ms, "Ml T (Kin + %s)",
-            grp ? "4 ceil(Kin/128)" : "4");
+        snprintf(qitem, sizeof qitem, "%s activation codes + scales (l_mu)", qn);
+        add(p, MEM_LIKELIHOOD, qitem,
+            Nl_tok * Kin + (qgrp ? Nl_tok * ceil_div(Kin, 128) * 4 : Nl_tok * 4), ms,
+            "Ml T (Kin + %s)", qgrp ? "4 ceil(Kin/128)" : "4");
     }
     add(p, MEM_LIKELIHOOD, "head chunk (fp32 logits)", min64(Ml * G, Hc) * V * 4, "--head-chunk",
         "4 V min(Ml G, Hc)");

@@ -4,14 +4,15 @@
  * dllm/transformer_fwd.c (tf_acts_ensure, +4 bytes per buffer as acts_alloc adds them)
  * or the CUDA backend, at the size the code asks for:
  *   kept      the views (trainer: fp32, or bf16-packed linears and head under a bf16
- *             trainer; rollout: bf16-packed, or FP8 codes + fp32 scales, and a bf16 head
- *             but under fp8-exact), the LoRA copy, the fp32 staging matrix (the largest
+ *             trainer; rollout: bf16-packed, or FP8 / INT8 codes + fp32 scales, and a
+ *             bf16 head but under fp8-exact), the LoRA copy, the fp32 staging matrix (the largest
  *             linear), the RoPE table (cos, sin), each activation set used (one layer,
  *             sized by the largest forward it served; the device sampler's set holds
  *             max_rows head rows), the logits chunk with its targets and log-probs, the
  *             backend's workspace (1 MiB doubled until the largest bf16 or FP8 linear's
- *             scratch fits; none when no such linear runs), the FP8 activations the
- *             fused producers write (block-scaled FP8 copies) and cuBLASLt's 32 MiB;
+ *             scratch fits; none when no such linear runs), the FP8 or INT8 activations
+ *             the fused producers write (block-scaled FP8 copies, INT8 copies) and
+ *             cuBLASLt's 32 MiB;
  *   transient the device sampler's buffers for one call; for Qwen3 the KV cache
  *             (dllm/qwen3_device.c), its activation set and the autoregressive sampler's
  *             buffers (dllm_ar_sample_decoder), for one call (top_p = 1).
@@ -32,6 +33,7 @@
 #include "dllm/arch.h"
 #include "dllm/transformer.h"
 #include "kernels/fp8.h"
+#include "kernels/int8.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -91,7 +93,7 @@ static int64_t slot_numel(const dims *d, int t)
     }
 }
 
-typedef enum { V_F32, V_BF16, V_FP8 } vfmt;
+typedef enum { V_F32, V_BF16, V_FP8, V_INT8 } vfmt;
 
 /* The floats of every weight in the fp32 trainer view (dview_build's buffer): what full
  * fine-tuning trains on the device. */
@@ -107,6 +109,23 @@ static int64_t view_floats(const dims *d, const dllm_arch_desc *a, bool tied)
         lin += o * in;
     }
     return d->V * d->C + d->L * (nonlin + lin) + d->C + (tied ? 0 : d->V * d->C);
+}
+
+/* The device layout of an INT8 weight [o, in] (gemm_int8.cu's dllm_cuda_int8_weight_layout):
+ * rows padded to 4; the row stride to 4 (channel) or to whole 128-wide k-blocks (block);
+ * kb k-blocks (1 under channel scaling); its scales (o, or ceil(o/128) kb floats). */
+static int64_t i8_kb(const dllm_precision *pr, int64_t in)
+{
+    return pr->int8_scaling == INT8_SCALE_BLOCK ? (in + INT8_BLOCK - 1) / INT8_BLOCK : 1;
+}
+static int64_t i8_ld(const dllm_precision *pr, int64_t in)
+{
+    return pr->int8_scaling == INT8_SCALE_BLOCK ? i8_kb(pr, in) * INT8_BLOCK : (in + 3) / 4 * 4;
+}
+static int64_t i8_scales(const dllm_precision *pr, int64_t o, int64_t in)
+{
+    return pr->int8_scaling == INT8_SCALE_BLOCK ? (o + INT8_BLOCK - 1) / INT8_BLOCK * i8_kb(pr, in)
+                                                : o;
 }
 
 /* A device view's bytes (transformer_device.c's dview_build). */
@@ -125,16 +144,24 @@ static int64_t view_bytes(const dims *d, const dllm_arch_desc *a, bool tied, vfm
             int br, bc;
             fp8_block_shape(pr->fp8_scaling, (int)o, (int)in, &br, &bc);
             scales += ((o + br - 1) / br) * ((in + bc - 1) / bc);
+        } else if (f == V_INT8) {
+            codes += (o + 3) / 4 * 4 * i8_ld(pr, in);
+            scales += i8_scales(pr, o, in);
         }
     }
-    codes = d->L * lin;
+    codes = f == V_INT8 ? d->L * codes : d->L * lin;
     int64_t n = d->V * d->C + d->L * nonlin + d->C + (tied ? 0 : d->V * d->C);
     if (f == V_F32)
         n += codes;
-    int64_t b = 4 * n + (f == V_BF16 ? 2 * codes : f == V_FP8 ? codes + 4 * d->L * scales : 0) +
+    int64_t b = 4 * n + (f == V_BF16 ? 2 * codes
+                         : f == V_FP8 || f == V_INT8 ? codes + 4 * d->L * scales
+                                                     : 0) +
                 (head16 ? 2 * d->V * d->C : 0);
     snprintf(why, nwhy, "4 x %lld fp32%s%s", (long long)n,
-             f == V_BF16 ? " + 2 x L Plin bf16" : f == V_FP8 ? " + L Plin codes + 4 x L scales" : "",
+             f == V_BF16  ? " + 2 x L Plin bf16"
+             : f == V_FP8 ? " + L Plin codes + 4 x L scales"
+             : f == V_INT8 ? " + L Plin codes (rows, stride padded) + 4 x L scales"
+                          : "",
              head16 ? " + 2 V C bf16 head" : "");
     return b;
 }
@@ -228,20 +255,34 @@ static bool fp8_fused(const dims *d, const dllm_precision *pr, int j)
     return d->C % 16 == 0 && d->F % 16 == 0;
 }
 
-/* The buffer of producer-written FP8 activations one FP8 forward of N rows needs:
- * codes and 1x128 group scales of the widest fused input. */
+/* The buffer of producer-written activations one FP8 or INT8 forward of N rows needs:
+ * codes and scales of the widest fused input (FP8: 1x128 groups over rows padded to 8;
+ * INT8: every linear but the output projection, codes in the weight's padded stride). */
 static int64_t qa_forward(const dims *d, vfmt f, const dllm_precision *pr, int64_t N)
 {
     int64_t b = 0;
-    for (int j = 0; f == V_FP8 && j < DLLM_NLIN; j++) {
+    for (int j = 0; (f == V_FP8 || f == V_INT8) && j < DLLM_NLIN; j++) {
         int64_t o, in;
         lin_shape(d, j, &o, &in);
-        if (fp8_fused(d, pr, j)) {
+        if (f == V_INT8 && j != DLLM_LIN_O) {
+            b = max64(b, a256(N * i8_ld(pr, in)) + a256(N * i8_kb(pr, in) * 4));
+        } else if (f == V_FP8 && fp8_fused(d, pr, j)) {
             int64_t Np = (N + 7) / 8 * 8; /* backend_cuda.cu's fp8_rows */
             b = max64(b, a256(Np * in) + a256(Np * ((in + 127) / 128) * 4));
         }
     }
     return b;
+}
+
+/* The workspace of one INT8 linear (gemm_int8.cu): the int32 products of a chunk of rows
+ * (at most 2^22 of them), and, unless a producer wrote them, the activation codes and
+ * scales. */
+static int64_t ws_int8(const dllm_precision *pr, int64_t N, int64_t in, int64_t o, bool fused)
+{
+    int64_t mp = (o + 3) / 4 * 4, chunk = ((int64_t)1 << 22) / mp;
+    chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+    int64_t acc = a256(chunk * mp * 4);
+    return fused ? acc : a256(N * i8_ld(pr, in)) + a256(N * i8_kb(pr, in) * 4) + acc;
 }
 
 /* The largest workspace the linears of one forward of N rows (and R head rows) at view
@@ -254,7 +295,9 @@ static int64_t ws_forward(const dims *d, vfmt f, bool head16, const dllm_precisi
     for (int j = 0; f != V_F32 && j < DLLM_NLIN; j++) {
         int64_t o, in;
         lin_shape(d, j, &o, &in);
-        if (f == V_FP8 && fp8_fused(d, pr, j))
+        if (f == V_INT8)
+            w = max64(w, ws_int8(pr, N, in, o, j != DLLM_LIN_O));
+        else if (f == V_FP8 && fp8_fused(d, pr, j))
             w = max64(w, N % 8 ? (N + 7) / 8 * 8 * o * 4 : 0);
         else
             w = max64(w, f == V_BF16 ? ws_bf16(N, in, o) : ws_fp8(pr, N, in, o));
@@ -273,10 +316,10 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     const dllm_precision *pr = &s->prec;
     const dllm_rollout_kind k = pr->rollout;
     if (k == DLLM_ROLLOUT_NVFP4 || (k != DLLM_ROLLOUT_TRAINER && k != DLLM_ROLLOUT_BF16 &&
-                                    !dllm_rollout_is_fp8(k)))
+                                    k != DLLM_ROLLOUT_INT8 && !dllm_rollout_is_fp8(k)))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "rollout.precision %s: the device path has no linear for it (use "
-                            "trainer, bf16 or fp8)", dllm_rollout_name(k));
+                            "trainer, bf16, fp8 or int8)", dllm_rollout_name(k));
     const bool roll = ph != MEM_DEV_SCORE, score = ph != MEM_DEV_ROLLOUT;
     if (roll && (s->B < 1 || s->P < 0 || s->G < 1))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "plan --phase %s: batch %d, prompt %d, "
@@ -300,7 +343,8 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
               mc->mlp_hidden, mc->embedding_size, s->lora_rank > 0 ? s->lora_rank : 0, a->qk_norm};
     const int64_t rows = dllm_tf_device_chunk_rows((int)d.V);
     const bool tb = pr->trainer_bf16;
-    const vfmt tf = tb ? V_BF16 : V_F32, rf = k == DLLM_ROLLOUT_BF16 ? V_BF16 : V_FP8;
+    const vfmt tf = tb ? V_BF16 : V_F32,
+               rf = k == DLLM_ROLLOUT_BF16 ? V_BF16 : k == DLLM_ROLLOUT_INT8 ? V_INT8 : V_FP8;
     const bool rhead16 = k != DLLM_ROLLOUT_FP8_EXACT, rtrainer = k == DLLM_ROLLOUT_TRAINER;
     /* which views the phase's forwards read */
     const bool tv = (roll && rtrainer) || (score && (!s->score_rollout || rtrainer || ph ==
@@ -308,8 +352,10 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     char why[160];
     if (!rtrainer) {
         int64_t b = view_bytes(&d, a, mc->weight_tying, rf, rhead16, pr, why, sizeof why);
-        item(p, false, k == DLLM_ROLLOUT_BF16 ? "rollout copy (bf16)" : "rollout copy (fp8)", b,
-             "%s", why);
+        item(p, false,
+             rf == V_BF16 ? "rollout copy (bf16)" : rf == V_INT8 ? "rollout copy (int8)"
+                                                                  : "rollout copy (fp8)",
+             b, "%s", why);
     }
     if (tv) {
         int64_t b = view_bytes(&d, a, mc->weight_tying, tf, tb, pr, why, sizeof why);
@@ -481,13 +527,13 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         while (ws < wsneed)
             ws *= 2;
         p->backend_ws = ws;
-        item(p, false, "backend workspace", ws, "1 MiB doubled to fit %lld (bf16 / FP8 linears)",
-             (long long)wsneed);
+        item(p, false, "backend workspace", ws,
+             "1 MiB doubled to fit %lld (bf16 / FP8 / INT8 linears)", (long long)wsneed);
     }
     if (qaneed > 0) { /* grown to the largest request, counted with the workspace */
         p->backend_ws += qaneed;
-        item(p, false, "FP8 activations (fused)", qaneed, "codes + 1x128 scales of the "
-             "widest input a norm or SwiGLU quantises");
+        item(p, false, rf == V_INT8 ? "INT8 activations (fused)" : "FP8 activations (fused)",
+             qaneed, "codes + scales of the widest input a norm or SwiGLU quantises");
     }
     item(p, false, "cuBLASLt workspace", CUBLASLT_WS, "32 MiB");
     p->fixed = CUBLASLT_WS + p->backend_ws;

@@ -173,6 +173,27 @@ START_TEST(test_tiny_llada_items)
 }
 END_TEST
 
+/* An INT8 rollout copy on the GPU path is planned with its own items: a byte per code and
+ * scales per row (channel) or per 128x128 block; activations per token or 1x128 group. */
+START_TEST(test_tiny_llada_int8)
+{
+    mem_plan p;
+    mem_plan_opts o;
+    mem_plan_opts_defaults(&o);
+    static const char *const chan[] = {"rollout.precision=int8", NULL};
+    tiny_llada_plan(&p, &o, chan);
+    ck_assert_ptr_null(item(&p, MEM_RESIDENT, "FP8 rollout copy: codes"));
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "INT8 rollout copy: codes"), 100352);
+    /* one scale per output row: per layer 4 x 64 + 2 x 176 + 64 */
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "INT8 rollout copy: scales (fp32)"), 4 * 2 * 672);
+    ck_assert_int_eq(bytes_of(&p, MEM_ROLLOUT, "INT8 activation codes + scales"), 4736LL * 180);
+    static const char *const blk[] = {"rollout.precision=int8", "rollout.int8.scaling=block", NULL};
+    tiny_llada_plan(&p, &o, blk);
+    ck_assert_int_eq(bytes_of(&p, MEM_RESIDENT, "INT8 rollout copy: scales (fp32)"), 4 * 2 * 10);
+    ck_assert_int_eq(bytes_of(&p, MEM_ROLLOUT, "INT8 activation codes + scales"), 4736LL * 184);
+}
+END_TEST
+
 START_TEST(test_tiny_llada_recompute_and_cap)
 {
     mem_plan lay, none, ev;
@@ -727,6 +748,24 @@ START_TEST(test_device_now_tiny)
     ck_assert_int_eq(mem_plan_device(&t, &mc, &s, MEM_DEV_TRAIN, &err), 0);
     ck_assert_int_eq(dev_bytes(&t, "trainer view (fp32)"), 4 * 117056);
     ck_assert(t.peak > r.peak && t.peak > sc.peak);
+    /* the INT8 rollout copy in the device layout (rows padded to 4; the row stride to 4 under
+     * channel scaling, to whole 128-wide k-blocks under block scaling): channel, the
+     * 100352 codes unpadded (64 and 176 are multiples of 4) and one scale per row (per
+     * layer 4 x 64 + 2 x 176 + 64 = 672); block, strides 128 (inputs of 64) and 256
+     * (down's 176): 2 x (4 x 64 x 128 + 2 x 176 x 128 + 64 x 256) = 188416 codes and the
+     * 20 block scales of the FP8 copy */
+    ck_assert_int_eq(dllm_precision_parse(&s.prec, "fp32", "int8", NULL, NULL, false, &err), 0);
+    ck_assert_int_eq(mem_plan_device(&p, &mc, &s, MEM_DEV_ROLLOUT, &err), 0);
+    ck_assert_int_eq(dev_bytes(&p, "rollout copy (int8)"),
+                     66816 + 100352 + 4 * 2 * 672 + 2 * 128 * 64);
+    /* the producers write every fused input's codes and per-row scales: down's 176 wide,
+     * 256-byte rounded 24 x 176 codes and 24 scales */
+    ck_assert_int_eq(dev_bytes(&p, "INT8 activations (fused)"), 4352 + 256);
+    ck_assert_int_eq(p.backend_ws, (1 << 20) + 4352 + 256);
+    ck_assert_int_eq(dllm_precision_parse_int8(&s.prec, "block", &err), 0);
+    ck_assert_int_eq(mem_plan_device(&p, &mc, &s, MEM_DEV_ROLLOUT, &err), 0);
+    ck_assert_int_eq(dev_bytes(&p, "rollout copy (int8)"), 66816 + 188416 + 4 * 20 + 2 * 128 * 64);
+    ck_assert_int_eq(dev_bytes(&p, "INT8 activations (fused)"), 24 * 256 + 256);
     /* no device linear for NVFP4 */
     ck_assert_int_eq(dllm_precision_parse(&s.prec, "fp32", "nvfp4", NULL, NULL, false, &err), 0);
     ck_assert_int_eq(mem_plan_device(&p, &mc, &s, MEM_DEV_TRAIN, &err), DLLM_EXIT_INPUT);
@@ -801,6 +840,7 @@ static Suite *suite(bool bin)
     TCase *tc = tcase_create("library");
     tcase_add_test(tc, test_parse_size);
     tcase_add_test(tc, test_tiny_llada_items);
+    tcase_add_test(tc, test_tiny_llada_int8);
     tcase_add_test(tc, test_tiny_llada_recompute_and_cap);
     tcase_add_test(tc, test_tiny_llada_options);
     tcase_add_test(tc, test_tiny_qwen3_items);

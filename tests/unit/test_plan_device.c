@@ -2,7 +2,7 @@
  * against the CUDA emulation's allocator (kernels/cuda_emu/emu_hooks.h).
  *
  * For tiny LLaDA, Dream and Qwen3 models at every precision (fp32 trainer, bf16 trainer,
- * bf16 and FP8 rollout copies), with and without LoRA, at several batches and lengths,
+ * bf16, FP8 and INT8 (channel, block) rollout copies), with and without LoRA, at several batches and lengths,
  * one rollout, one scoring forward, or a step's device work (rollout, the l_mu and l_pi
  * scoring forwards, the next step's rollout; or with the update on the device between
  * them: dllm_tf_device_train, the kept forward, its backward, clip, AdamW and the sync,
@@ -75,6 +75,14 @@ static const pcase CASES[] = {
     {"llada", "fp32", 0, 2, 4, 8, false, 3, 5, 2, 0, 0},
     {"qwen3", "bf16-trainer", 8, 2, 4, 4, false, 3, 0, 1, 0, 0},
     {"llada", "bf16-trainer", 4, 2, 4, 8, false, 3, 2, 1, 128, 2304},
+    /* INT8 rollout copies (the producers quantise for every linear but o_proj): channel
+     * and block scaling, a rollout, a scoring forward, a step with the update */
+    {"llada", "int8", 0, 2, 8, 16, false, 0, 0, 0, 0, 0},
+    {"qwen3", "int8-block", 4, 2, 6, 5, false, 0, 0, 0, 0, 0},
+    {"dream", "int8", 0, 3, 5, 6, false, 1, 0, 0, 0, 0},
+    {"llada", "int8-block", 4, 2, 4, 8, false, 2, 0, 0, 0, 0},
+    {"qwen3", "int8", 0, 2, 5, 4, false, 3, 0, 1, 0, 0},
+    {"llada", "int8-block", 0, 2, 4, 8, false, 3, 0, 0, 128, 2304},
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -87,12 +95,14 @@ START_TEST(test_peak_matches_plan)
 {
     const pcase *c = &CASES[_i];
     dllm_err err = {0};
-    bool trainer_bf16 = !strcmp(c->prec, "bf16-trainer");
+    bool trainer_bf16 = !strcmp(c->prec, "bf16-trainer"), i8block = !strcmp(c->prec, "int8-block");
     dllm_policy_cfg pc = {.preset = "tiny", .arch = c->arch, .seed = 5, .device = "cuda"};
-    ck_assert_int_eq(dllm_policy_infer_cfg(&pc, trainer_bf16 ? "bf16" : c->prec, "--precision",
-                                           &err), 0);
+    ck_assert_int_eq(dllm_policy_infer_cfg(&pc, trainer_bf16 ? "bf16" : i8block ? "int8" : c->prec,
+                                           "--precision", &err), 0);
     if (trainer_bf16) /* a bf16 trainer rolling out at its own numerics */
         pc.trainer = "bf16", pc.rollout = "trainer";
+    if (i8block)
+        pc.int8_scaling = "block";
     /* LoRA after the precision (dllm_policy_infer_cfg clears it); odd ranks on two targets */
     static const char *const two[] = {"q_proj", "v_proj"};
     pc.lora_rank = c->lora, pc.lora_alpha = 16;
@@ -138,6 +148,7 @@ START_TEST(test_peak_matches_plan)
     ck_assert_int_eq(dllm_policy_has_lora(p), c->lora > 0);
     ck_assert_int_eq(dllm_precision_parse(&s.prec, pc.trainer, pc.rollout, pc.fp8_format,
                                           pc.fp8_scaling, pc.fp8_pow2_scale, &err), 0);
+    ck_assert_int_eq(dllm_precision_parse_int8(&s.prec, pc.int8_scaling, &err), 0);
     const dllm_sampler_cfg sc = {.gen_length = G, .block_length = G, .steps = G / 2,
                                .temperature = 1.0, .remasking = REMASK_LOW_CONFIDENCE,
                                .mask_token = DLLM_MASK_TOKEN_FORBID, .mask_id = mc.mask_token_id,
@@ -223,9 +234,10 @@ START_TEST(test_peak_matches_plan)
            (long long)(pl.peak - pl.fixed), 100 * rel(pl.peak - pl.fixed, own));
     if (c->mode == 3) /* the update's items are in the plan and the peak */
         ck_assert(pl.update > 0 && pl.update < pl.kept);
-    if (c->C) /* bf16_linear_bwd_x on BF16 tensor cores asks for dout in bf16 (N x OC x 2
-               * bytes), not for the weight widened to fp32 (F x C x 4, which grew the
-               * workspace to 2 MiB here): it stays at its first 1 MiB */
+    /* bf16_linear_bwd_x on BF16 tensor cores asks for dout in bf16 (N x OC x 2 bytes), not
+     * for the weight widened to fp32 (F x C x 4, which grew the workspace to 2 MiB here):
+     * it stays at its first 1 MiB */
+    if (c->C && trainer_bf16)
         ck_assert_int_eq(ws, (int64_t)1 << 20);
     if (own <= 0 || rel(pl.peak - pl.fixed, own) > 0.10 || rel(pl.peak - pl.fixed, own) < -0.10) {
         mem_plan_device_print(&pl, c->arch, 0, stdout);
