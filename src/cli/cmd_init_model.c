@@ -2,6 +2,7 @@
 #include "dllm/llada.h"
 #include "dllm/qwen3.h"
 #include "dllm/tokenizer.h"
+#include "dllm/transformer.h"
 #include "src/cli/cli_qwen35.h"
 #include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
@@ -16,11 +17,18 @@ static const char usage_text[] =
     "       dllm-rl init-model --arch dream --preset tiny|small|dream-7b --out DIR\n"
     "       dllm-rl init-model --arch qwen3.5 --preset tiny|qwen3.5-9b --out DIR\n"
     "                          [--seed N] [--dtype f32|bf16] [--weights] [--force]\n"
+    "                          [--d-model N] [--layers N] [--heads N] [--kv-heads N]\n"
+    "                          [--mlp-hidden N]\n"
     "\n"
     "Writes DIR/config.json (the published LLaDA, Qwen3, Dream or Qwen3.5 text keys) and,\n"
     "for tiny and small, random weights (normal, std 0.02) as safetensors plus a char-level\n"
     "tokenizer.json. For llada-8b, qwen3-8b, dream-7b and qwen3.5-9b the 15-18 GB of weights\n"
     "are written only with --weights.\n"
+    "--d-model, --layers, --heads, --kv-heads and --mlp-hidden resize the preset (llada,\n"
+    "qwen3, dream): a model of any size for ablations. The head dimension becomes\n"
+    "d_model / heads when --d-model or --heads is given (it must divide, and be even);\n"
+    "--heads must be a multiple of --kv-heads (a model with as many key/value heads as\n"
+    "heads, as LLaDA's, keeps them equal when only --heads is given).\n"
     "An existing non-empty DIR is refused unless --force, which replaces it. The\n"
     "model is written to a temporary directory beside DIR and renamed into place,\n"
     "so DIR is never left half-written.\n";
@@ -30,15 +38,27 @@ int cmd_init_model(int argc, char **argv)
     const char *arch = "llada", *preset = NULL, *out = NULL, *dtype = NULL;
     long seed = 0;
     int weights = 0, force = 0;
+    /* size overrides, 0: the preset's (d_model, layers, heads, kv_heads, mlp_hidden) */
+    long size[5] = {0, 0, 0, 0, 0};
+    static const char *const size_flag[5] = {"--d-model", "--layers", "--heads", "--kv-heads",
+                                             "--mlp-hidden"};
     dllm_err err = {0};
     static const struct option opts[] = {
         {"arch", required_argument, 0, 'a'},  {"preset", required_argument, 0, 'p'},
         {"out", required_argument, 0, 'o'},   {"seed", required_argument, 0, 's'},
         {"dtype", required_argument, 0, 'd'}, {"weights", no_argument, 0, 'w'},
         {"force", no_argument, 0, 'f'},
+        {"d-model", required_argument, 0, 0}, {"layers", required_argument, 0, 1},
+        {"heads", required_argument, 0, 2},   {"kv-heads", required_argument, 0, 3},
+        {"mlp-hidden", required_argument, 0, 4},
         {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        if (c >= 0 && c < 5) {
+            if (cli_parse_int(optarg, size_flag[c], 1, 1 << 20, &size[c], &err))
+                return cli_fail("init-model", &err);
+            continue;
+        }
         switch (c) {
         case 'a': arch = optarg; break;
         case 'p': preset = optarg; break;
@@ -58,7 +78,13 @@ int cmd_init_model(int argc, char **argv)
         fputs(usage_text, stderr);
         return DLLM_EXIT_INPUT;
     }
+    bool resized = size[0] || size[1] || size[2] || size[3] || size[4];
     if (!strcmp(arch, "qwen3.5")) { /* not yet a descriptor of the core: its own path */
+        if (resized) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--d-model, --layers, --heads, --kv-heads, "
+                         "--mlp-hidden: not for qwen3.5 (its layer kinds have sizes of their own)");
+            return cli_fail("init-model", &err);
+        }
         if (dtype && strcmp(dtype, "f32") && strcmp(dtype, "bf16")) {
             dllm_err_set(&err, DLLM_EXIT_INPUT, "--dtype %s: expected f32 or bf16", dtype);
             return cli_fail("init-model", &err);
@@ -77,6 +103,31 @@ int cmd_init_model(int argc, char **argv)
     dllm_model_config cfg;
     if (dllm_config_preset(&cfg, ad->id, preset, &err))
         return cli_fail("init-model", &err);
+    if (resized) {
+        bool mha = cfg.n_kv_heads == cfg.n_heads;
+        if (size[0])
+            cfg.d_model = (int)size[0];
+        if (size[1])
+            cfg.n_layers = (int)size[1];
+        if (size[2]) {
+            cfg.n_heads = (int)size[2];
+            if (mha && !size[3])
+                cfg.n_kv_heads = cfg.n_heads;
+        }
+        if (size[3])
+            cfg.n_kv_heads = (int)size[3];
+        if (size[4])
+            cfg.mlp_hidden = (int)size[4];
+        if ((size[0] || size[2]) && cfg.d_model % cfg.n_heads) {
+            dllm_err_set(&err, DLLM_EXIT_INPUT, "--heads %d does not divide --d-model %d",
+                         cfg.n_heads, cfg.d_model);
+            return cli_fail("init-model", &err);
+        }
+        if (size[0] || size[2])
+            cfg.head_dim = cfg.d_model / cfg.n_heads;
+        if (dllm_tf_check_config(ad, &cfg, "init-model sizes", &err))
+            return cli_fail("init-model", &err);
+    }
     if (dtype && strcmp(dtype, "f32") && strcmp(dtype, "bf16")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "--dtype %s: expected f32 or bf16", dtype);
         return cli_fail("init-model", &err);
@@ -119,7 +170,8 @@ int cmd_init_model(int argc, char **argv)
         cli_rm_tree(dir);
         return cli_fail("init-model", &err);
     }
-    printf("wrote %s (%s %s, %.3fM parameters, %s)\n", out, ad->name, preset,
-           (double)dllm_config_num_params(&cfg) / 1e6, st_dtype_name(st));
+    printf("wrote %s (%s %s%s, %.3fM parameters, %s)\n", out, ad->name, preset,
+           resized ? " resized" : "", (double)dllm_config_num_params(&cfg) / 1e6,
+           st_dtype_name(st));
     return 0;
 }

@@ -189,6 +189,61 @@ START_TEST(train_from_fresh_models)
 }
 END_TEST
 
+/* init-model's size overrides: a LLaDA of d_model 96, 3 layers, 6 heads (head_dim 16)
+ * and an MLP of 256 loads with those sizes and the parameter count they imply, and its
+ * forward is finite; sizes that do not fit (a head count that does not divide d_model or
+ * is not a multiple of the key/value heads, a zero, a resized qwen3.5) exit 2 and write
+ * nothing. */
+START_TEST(resized_models)
+{
+    ck_assert_int_eq(tu_sh("%s init-model --arch llada --preset tiny --d-model 96 --layers 3 "
+                           "--heads 6 --mlp-hidden 256 --seed 4 --out %s/r >/dev/null",
+                           tu_bin(), tmp), 0);
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/r", tmp);
+    dllm_tf *m = NULL;
+    dllm_err err = {0};
+    ck_assert_msg(dllm_tf_load(&m, dir, &err) == 0, "%s", err.msg);
+    const dllm_model_config *c = dllm_tf_config(m);
+    ck_assert_int_eq(c->d_model, 96);
+    ck_assert_int_eq(c->n_layers, 3);
+    ck_assert_int_eq(c->n_heads, 6);
+    ck_assert_int_eq(c->n_kv_heads, 6);
+    ck_assert_int_eq(c->head_dim, 16);
+    ck_assert_int_eq(c->mlp_hidden, 256);
+    /* embedding and head 128 x 96, final norm; per layer 4 x 96 x 96, 3 x 96 x 256, 2 norms */
+    const dllm_param *ps;
+    int np = dllm_tf_params(m, &ps);
+    int64_t n = 0;
+    for (int i = 0; i < np; i++) {
+        int64_t k = 1;
+        for (int d = 0; d < ps[i].ndim; d++)
+            k *= ps[i].shape[d];
+        n += k;
+    }
+    ck_assert_int_eq(n, 2 * 128 * 96 + 96 + 3 * (4 * 96 * 96 + 3 * 96 * 256 + 2 * 96));
+    int32_t tok[2 * 10];
+    for (int i = 0; i < 20; i++)
+        tok[i] = 3 + i % 50;
+    float *lg = malloc(sizeof(float) * 20 * 128);
+    ck_assert_int_eq(dllm_tf_forward_nograd(m, tok, NULL, 2, 10, NULL, 20, lg), 0);
+    for (int i = 0; i < 20 * 128; i++)
+        ck_assert(isfinite(lg[i]));
+    free(lg);
+    dllm_tf_free(m);
+    static const char *const bad[] = {"--arch llada --heads 5",           /* 64 % 5 */
+                                      "--arch qwen3 --heads 8 --kv-heads 3", /* 8 % 3 */
+                                      "--arch llada --layers 0",
+                                      "--arch llada --mlp-hidden x",
+                                      "--arch qwen3.5 --layers 3"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_msg(tu_sh("%s init-model --preset tiny %s --out %s/bad 2>/dev/null", tu_bin(),
+                            bad[i], tmp) == 2, "%s: not refused with exit 2", bad[i]);
+        ck_assert_msg(tu_sh("test -e %s/bad", tmp) != 0, "%s: wrote the output", bad[i]);
+    }
+}
+END_TEST
+
 Suite *tu_suite(tu_ctx *ctx)
 {
     (void)ctx;
@@ -198,6 +253,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, holey_rollouts_are_estimated);
     tcase_add_test(tc, train_from_fresh_models);
+    tcase_add_test(tc, resized_models);
     suite_add_tcase(s, tc);
     return s;
 }
