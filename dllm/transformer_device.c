@@ -381,7 +381,8 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
                             "(use bf16, fp8 or int8)", dllm_rollout_name(k), d->be->name);
     }
     char why[256];
-    if (k == DLLM_ROLLOUT_INT8 && !dllm_cuda_int8_available(why, sizeof why)) {
+    if (k == DLLM_ROLLOUT_INT8 && d->be == dllm_backend_cuda() &&
+        !dllm_cuda_int8_available(why, sizeof why)) {
         dview_free(m, &d->rv);
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: %s (int8 runs on "
                             "the CPU; on this device use bf16)", why);

@@ -1,6 +1,7 @@
 /* backend.c: what every backend shares -- the query of its optional entries, the one
  * place that looks at their pointers. */
 #include "kernels/backend.h"
+#include "kernels/cuda_device.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -59,6 +60,14 @@ size_t dllm_backend_fp8_scale_ld(const dllm_backend *be, fp8_scaling s, int R, i
     if (be && be->kind == DLLM_BACKEND_CUDA && s == FP8_SCALE_BLOCK)
         return (sc + 3) / 4 * 4; /* BLK128x128_32F: k blocks padded to a multiple of 4 */
     return sc;
+}
+
+/* Arithmetic only, so the recording backend and the plan have it in every build. */
+void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq)
+{
+    int kb = s == INT8_SCALE_BLOCK ? (C + INT8_BLOCK - 1) / INT8_BLOCK : 1;
+    *rows = (OC + 3) / 4 * 4;
+    *ldq = s == INT8_SCALE_BLOCK ? kb * INT8_BLOCK : (C + 3) / 4 * 4;
 }
 
 bool dllm_backend_fp8_block_ok(const dllm_backend *be, char *why, size_t why_len)

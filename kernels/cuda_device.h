@@ -41,7 +41,8 @@ int dllm_cuda_fp8_available(char *why, size_t why_len);
 /* The device layout of an INT8 weight of OC x C at scaling s (0 channel, 1 block,
  * kernels/int8.h): rows allocated (OC rounded up to 4) and the row stride of the codes
  * (block: the k-blocks' 128 each; channel: C rounded up to 4), padded with zero codes,
- * as cuBLASLt's INT8 GEMM needs (kernels/cuda/gemm_int8.cu). */
+ * as cuBLASLt's INT8 GEMM needs (kernels/cuda/gemm_int8.cu). Arithmetic (kernels/backend.c):
+ * in every build. */
 void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq);
 /* Makes device i current for this process (before anything is allocated there: the data
  * parallel ranks pick theirs). 0, or -1 with the CUDA error string in why. */

@@ -100,12 +100,6 @@ int dllm_cuda_fp8_available(char *why, size_t why_len)
     return 0;
 }
 
-void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq)
-{
-    (void)OC, (void)C, (void)s, (void)rows, (void)ldq;
-    no_device(__func__);
-}
-
 dllm_backend *dllm_backend_cuda(void) { return NULL; }
 const char *dllm_backend_cuda_why(void)
 {

@@ -140,13 +140,6 @@ void int8_gemm(int32_t *acc, const int8_t *qw, const int8_t *qa, int mp, int nr,
 
 } // namespace
 
-extern "C" void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq)
-{
-    int kb = s == INT8_SCALE_BLOCK ? (C + INT8_BLOCK - 1) / INT8_BLOCK : 1;
-    *rows = round4(OC);
-    *ldq = s == INT8_SCALE_BLOCK ? kb * INT8_BLOCK : round4(C);
-}
-
 /* The int32 products' rows per GEMM for w over N rows (at most 16 MiB of them). */
 static int acc_chunk(int N, const int8_matrix *w)
 {

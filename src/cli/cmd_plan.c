@@ -196,16 +196,27 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
     return 0;
 }
 
-/* The run's precision and LoRA targets from the config (both device plans read them). */
-static int run_precision(const dllm_cfg *cfg, const dllm_model_config *mc, dllm_precision *prec,
-                         int *lora_mask, dllm_err *err)
+/* The config's numerics: trainer and rollout precision, FP8's format and scaling, INT8's
+ * scaling. */
+static int config_precision(const dllm_cfg *cfg, dllm_precision *prec, dllm_err *err)
 {
     if (dllm_precision_parse(prec,
                              cfg_names_name(&cfg_names_trainer_precision, cfg->model.trainer_precision),
                              cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
                              cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
                              cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
-                             cfg->rollout.fp8.pow2_scale != 0, err))
+                             cfg->rollout.fp8.pow2_scale != 0, err) ||
+        dllm_precision_parse_int8(prec, cfg_names_name(&cfg_names_int8_scaling,
+                                                       cfg->rollout.int8.scaling), err))
+        return err->code;
+    return 0;
+}
+
+/* The run's precision and LoRA targets from the config (both device plans read them). */
+static int run_precision(const dllm_cfg *cfg, const dllm_model_config *mc, dllm_precision *prec,
+                         int *lora_mask, dllm_err *err)
+{
+    if (config_precision(cfg, prec, err))
         return err->code;
     const dllm_arch_desc *ad = dllm_arch_get(mc->arch);
     *lora_mask = cfg->model.lora.targets.n ? 0 : LORA_ALL;
@@ -276,12 +287,7 @@ static int plan_device_now(const plan_args *a, const dllm_cfg *cfg, const dllm_m
                            const char *model, dllm_err *err)
 {
     mem_dev_shape s = {0};
-    if (dllm_precision_parse(&s.prec,
-                             cfg_names_name(&cfg_names_trainer_precision, cfg->model.trainer_precision),
-                             cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
-                             cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
-                             cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
-                             cfg->rollout.fp8.pow2_scale != 0, err))
+    if (config_precision(cfg, &s.prec, err))
         return err->code;
     const dllm_arch_desc *ad = dllm_arch_get(mc->arch);
     s.lora_rank = cfg->model.lora.rank;

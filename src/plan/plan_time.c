@@ -459,26 +459,28 @@ void plan_time_print(const pt_result *r, const char *what, FILE *f)
     fprintf(f, "the CUDA backend's calls today, recorded without a device; an op takes\n"
                "max(FLOPs / (its unit's peak x 0.7), bytes / (HBM x 0.8)) + 4 us per launch,\n"
                "a host sync 10 us, a transfer 25 GB/s (docs/PLAN.md)\n\n");
-    fprintf(f, "%-13s %12s %10s %7s %9s %6s %10s %8s %8s %8s %8s %8s\n", "phase", "modelled_s",
-            "ideal_s", "ratio", "launches", "syncs", "xfer_MB", "fp8_tc%", "bf16_tc%",
-            "fp32_cc%", "memory%", "rows");
+    fprintf(f, "%-13s %12s %10s %7s %9s %6s %10s %8s %8s %8s %8s %8s %8s\n", "phase",
+            "modelled_s", "ideal_s", "ratio", "launches", "syncs", "xfer_MB", "fp8_tc%",
+            "int8_tc%", "bf16_tc%", "fp32_cc%", "memory%", "rows");
     for (int p = 0; p <= PT_NPHASES; p++) {
         const pt_phase_result *x = p < PT_NPHASES ? &r->ph[p] : &r->bf16_rollout;
         if (p == PT_NPHASES && r->fp8_over_bf16 <= 0)
             break;
-        fprintf(f, "%-13s %12.4f %10.4f %7.2f %9ld %6ld %10.3f %8.2f %8.2f %8.2f %8.2f %8d\n",
+        fprintf(f, "%-13s %12.4f %10.4f %7.2f %9ld %6ld %10.3f %8.2f %8.2f %8.2f %8.2f %8.2f %8d\n",
                 p < PT_NPHASES ? pt_phase_names[p] : "rollout(bf16)", x->modelled_s, x->ideal_s,
                 x->ideal_s > 0 ? x->modelled_s / x->ideal_s : 0.0, x->launches, x->host_syncs,
                 x->transfer_bytes / 1e6, pct(x->flops_by_unit[REC_UNIT_FP8_TC], x->flops),
+                pct(x->flops_by_unit[REC_UNIT_INT8_TC], x->flops),
                 pct(x->flops_by_unit[REC_UNIT_BF16_TC], x->flops),
                 pct(x->flops_by_unit[REC_UNIT_FP32_CORE], x->flops),
                 pct(x->flops_by_unit[REC_UNIT_MEMORY], x->flops), x->rows);
     }
-    fprintf(f, "\n%-13s %14s %14s %14s %14s   (modelled seconds of kernels and matmuls by unit)\n",
-            "phase", "fp8_tc_s", "bf16_tc_s", "fp32_cc_s", "memory_s");
+    fprintf(f, "\n%-13s %14s %14s %14s %14s %14s   (modelled seconds of kernels and matmuls by "
+            "unit)\n", "phase", "fp8_tc_s", "int8_tc_s", "bf16_tc_s", "fp32_cc_s", "memory_s");
     for (int p = 0; p < PT_NPHASES; p++)
-        fprintf(f, "%-13s %14.4f %14.4f %14.4f %14.4f\n", pt_phase_names[p],
+        fprintf(f, "%-13s %14.4f %14.4f %14.4f %14.4f %14.4f\n", pt_phase_names[p],
                 r->ph[p].seconds_by_unit[REC_UNIT_FP8_TC],
+                r->ph[p].seconds_by_unit[REC_UNIT_INT8_TC],
                 r->ph[p].seconds_by_unit[REC_UNIT_BF16_TC],
                 r->ph[p].seconds_by_unit[REC_UNIT_FP32_CORE],
                 r->ph[p].seconds_by_unit[REC_UNIT_MEMORY]);

@@ -818,6 +818,25 @@ START_TEST(test_bin_time)
     ck_assert_msg(strstr(out, "modelled step time (h200; not a measurement)"), "%s", out);
     ck_assert_msg(strstr(out, "rollout_step") && strstr(out, "update_step"), "%s", out);
     free(out), free(errs);
+    /* an INT8 rollout copy in any build (the device layout is arithmetic): its products on
+     * INT8 tensor cores, none on FP8 ones; block scaling read from the config (k padded to
+     * whole 128-wide blocks: more INT8 FLOPs than channel's at the tiny width of 64) */
+    double i8[2];
+    for (int b = 0; b < 2; b++) {
+        rc = tu_dllm_take(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --time --json "
+                          "--set rollout.precision=int8 --set rollout.int8.scaling=%s", configs,
+                          b ? "block" : "channel");
+        ck_assert_msg(rc == 0, "int8: exit %d: %s", rc, errs);
+        const char *r = strstr(out, "\"rollout_step\": {");
+        ck_assert_ptr_nonnull(r);
+        const char *f8 = strstr(r, "\"fp8_tensor_core\": "), *q8 = strstr(r, "\"int8_tensor_core\": ");
+        ck_assert(f8 && q8);
+        ck_assert_msg(atof(f8 + strlen("\"fp8_tensor_core\": ")) == 0.0, "%s", out);
+        i8[b] = atof(q8 + strlen("\"int8_tensor_core\": "));
+        ck_assert_msg(i8[b] > 0, "%s", out);
+        free(out), free(errs);
+    }
+    ck_assert_msg(i8[1] > i8[0], "block %g, channel %g INT8 FLOPs", i8[1], i8[0]);
     /* bad input: exit 2 naming the flag */
     const char *bad[][2] = {{"--gpu h100", "--gpu"},
                             {"--time --gpu a100", "--gpu"},
