@@ -15,9 +15,7 @@
  * INT8 variant (rmsnorm_int8_fwd) does the same with the INT8 codes of the linear's own
  * activation pass (gemm_int8.cu: 1 x 128 groups, or the whole row under channel scaling,
  * whose maximum is the block's), the row stride ld padded with zero codes. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/fp8_codec.cuh"
-#include "kernels/cuda/int8_codec.cuh"
+#include "kernels/cuda/quant_group.cuh"
 
 enum { RMS_THREADS = 256, DW_ROWS = 64 /* rows per chunk of the dw partial sums */ };
 
@@ -46,6 +44,13 @@ __global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *
         rstd[blockIdx.x] = r;
 }
 
+/* A row's normalised value of column c (quant_group's producer). */
+struct rms_val {
+    const float *w, *x;
+    float r;
+    __device__ float operator()(int c) const { return rms_out(w[c], x[c], r); }
+};
+
 /* The forward and its FP8 codes: warp k of the block takes groups k, k + 8, ... of the
  * row (a whole warp per group, so warp_max sees every lane). */
 __global__ static void rmsnorm_fp8_fwd_kernel(float *out, float *rstd, uint8_t *q, float *scale,
@@ -56,30 +61,19 @@ __global__ static void rmsnorm_fp8_fwd_kernel(float *out, float *rstd, uint8_t *
     // out (N, C) or NULL, rstd (N) or NULL, q (N, C), inp (N, C), w (C); grid.x = N
     const size_t row = blockIdx.x, off = row * (size_t)C;
     const float *x = inp + off;
-    float r = rms_rstd(x, C, eps);
+    const rms_val v = {w, x, rms_rstd(x, C, eps)};
+    const qg_fp8 qz = {f, pow2};
     int lane = threadIdx.x & 31, nw = blockDim.x >> 5, SC = (C + gc - 1) / gc;
-    for (int j = threadIdx.x >> 5; j < SC; j += nw) {
-        int c0 = j * gc, c1 = min(c0 + gc, C);
-        float amax = 0.0f;
-        for (int c = c0 + lane; c < c1; c += 32) {
-            float y = rms_out(w[c], x[c], r);
-            if (out)
-                out[off + c] = y;
-            amax = fmaxf(amax, fp8c_finite_abs(y));
-        }
-        amax = warp_max(amax);
-        float sc = fp8c_scale_from_amax(amax, f, pow2);
-        if (lane == 0)
-            scale[(long)row * srs + (long)j * scs] = sc;
-        for (int c = c0 + lane; c < c1; c += 32)
-            q[off + c] = fp8c_encode(fp8c_div(rms_out(w[c], x[c], r), sc), f);
-    }
+    for (int j = threadIdx.x >> 5; j < SC; j += nw)
+        quant_group<false>(qz, v, j * gc, min(j * gc + gc, C), lane, 32, out ? out + off : NULL,
+                           q + off, &scale[(long)row * srs + (long)j * scs]);
     if (rstd && threadIdx.x == 0)
-        rstd[row] = r;
+        rstd[row] = v.r;
 }
 
 /* The forward and its INT8 codes (q (N, ld), scale (N, kb)): under one group per row
- * (kb 1) the block's maximum, else warp k of the block takes groups k, k + 8, ... */
+ * (kb 1) the whole block's maximum, else warp k of the block takes groups k, k + 8, ...;
+ * the row's stride past C zero codes. */
 __global__ static void rmsnorm_int8_fwd_kernel(float *out, float *rstd, int8_t *q, float *scale,
                                                int ld, int kb, const float *inp, const float *w,
                                                int C, float eps, int gc)
@@ -87,44 +81,21 @@ __global__ static void rmsnorm_int8_fwd_kernel(float *out, float *rstd, int8_t *
     // out (N, C) or NULL, rstd (N) or NULL, inp (N, C), w (C); grid.x = N
     const size_t row = blockIdx.x, off = row * (size_t)C;
     const float *x = inp + off;
+    const rms_val v = {w, x, rms_rstd(x, C, eps)};
     int8_t *qr = q + row * (size_t)ld;
-    const float QM = (float)INT8_A_MAX;
-    float r = rms_rstd(x, C, eps);
+    float *o = out ? out + off : NULL;
     if (kb == 1) {
-        float amax = 0.0f;
-        for (int c = threadIdx.x; c < C; c += blockDim.x) {
-            float y = rms_out(w[c], x[c], r);
-            if (out)
-                out[off + c] = y;
-            amax = fmaxf(amax, i8c_finite_abs(y));
-        }
-        float sc = i8c_scale(block_max(amax), QM);
-        if (threadIdx.x == 0)
-            scale[row] = sc;
-        for (int c = threadIdx.x; c < C; c += blockDim.x)
-            qr[c] = i8c_code(rms_out(w[c], x[c], r), sc, QM);
+        quant_group<true>(qg_int8{}, v, 0, C, threadIdx.x, blockDim.x, o, qr, &scale[row]);
     } else {
         int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-        for (int j = threadIdx.x >> 5; j < kb; j += nw) {
-            int c0 = j * gc, c1 = min(c0 + gc, C);
-            float amax = 0.0f;
-            for (int c = c0 + lane; c < c1; c += 32) {
-                float y = rms_out(w[c], x[c], r);
-                if (out)
-                    out[off + c] = y;
-                amax = fmaxf(amax, i8c_finite_abs(y));
-            }
-            float sc = i8c_scale(warp_max(amax), QM);
-            if (lane == 0)
-                scale[row * kb + j] = sc;
-            for (int c = c0 + lane; c < c1; c += 32)
-                qr[c] = i8c_code(rms_out(w[c], x[c], r), sc, QM);
-        }
+        for (int j = threadIdx.x >> 5; j < kb; j += nw)
+            quant_group<false>(qg_int8{}, v, j * gc, min(j * gc + gc, C), lane, 32, o, qr,
+                               &scale[row * kb + j]);
     }
     for (int c = C + threadIdx.x; c < ld; c += blockDim.x)
         qr[c] = 0;
     if (rstd && threadIdx.x == 0)
-        rstd[row] = r;
+        rstd[row] = v.r;
 }
 
 __global__ static void rmsnorm_dx_kernel(float *dinp, const float *dout, const float *inp,

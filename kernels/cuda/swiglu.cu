@@ -8,9 +8,7 @@
  * for bit the plain forward followed by the quantise pass. The INT8 variant
  * (swiglu_int8_fwd) likewise with the INT8 linear's codes (gemm_int8.cu), the row stride
  * padded with zero codes. */
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/fp8_codec.cuh"
-#include "kernels/cuda/int8_codec.cuh"
+#include "kernels/cuda/quant_group.cuh"
 
 __device__ __forceinline__ float swiglu_val(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
@@ -21,6 +19,12 @@ __global__ static void swiglu_fwd_kernel(float *out, const float *gate, const fl
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = swiglu_val(gate[i], up[i]);
 }
+
+/* A row's gated value of column c (quant_group's producer). */
+struct swiglu_row {
+    const float *g, *u;
+    __device__ float operator()(int c) const { return swiglu_val(g[c], u[c]); }
+};
 
 /* One warp per (row r, group j); blockDim.x = 256 (8 warps). */
 __global__ static void swiglu_fp8_fwd_kernel(float *out, uint8_t *q, float *scale, long srs,
@@ -33,25 +37,14 @@ __global__ static void swiglu_fp8_fwd_kernel(float *out, uint8_t *q, float *scal
     if (warp >= (size_t)R * SC)
         return; /* whole warp leaves together */
     int r = (int)(warp / SC), j = (int)(warp % SC);
-    int c0 = j * gc, c1 = min(c0 + gc, C);
     size_t row = (size_t)r * C;
-    float amax = 0.0f;
-    for (int c = c0 + lane; c < c1; c += 32) {
-        float y = swiglu_val(gate[row + c], up[row + c]);
-        if (out)
-            out[row + c] = y;
-        amax = fmaxf(amax, fp8c_finite_abs(y));
-    }
-    amax = warp_max(amax);
-    float sc = fp8c_scale_from_amax(amax, f, pow2);
-    if (lane == 0)
-        scale[(long)r * srs + (long)j * scs] = sc;
-    for (int c = c0 + lane; c < c1; c += 32)
-        q[row + c] = fp8c_encode(fp8c_div(swiglu_val(gate[row + c], up[row + c]), sc), f);
+    quant_group<false>(qg_fp8{f, pow2}, swiglu_row{gate + row, up + row}, j * gc,
+                       min(j * gc + gc, C), lane, 32, out ? out + row : NULL, q + row,
+                       &scale[(long)r * srs + (long)j * scs]);
 }
 
-/* One warp per (row r, group j) of q (R, ld), scale (R, SC); the last group's warp
- * writes the row's padding. */
+/* The same with INT8 codes: q (R, ld), scale (R, SC); the last group's warp writes the
+ * row's zero codes past C. */
 __global__ static void swiglu_int8_fwd_kernel(float *out, int8_t *q, float *scale, int ld,
                                               const float *gate, const float *up, int R, int C,
                                               int gc, int SC)
@@ -61,22 +54,10 @@ __global__ static void swiglu_int8_fwd_kernel(float *out, int8_t *q, float *scal
     if (warp >= (size_t)R * SC)
         return; /* whole warp leaves together */
     int r = (int)(warp / SC), j = (int)(warp % SC);
-    int c0 = j * gc, c1 = min(c0 + gc, C);
-    const float QM = (float)INT8_A_MAX;
     size_t row = (size_t)r * C;
     int8_t *qr = q + (size_t)r * ld;
-    float amax = 0.0f;
-    for (int c = c0 + lane; c < c1; c += 32) {
-        float y = swiglu_val(gate[row + c], up[row + c]);
-        if (out)
-            out[row + c] = y;
-        amax = fmaxf(amax, i8c_finite_abs(y));
-    }
-    float sc = i8c_scale(warp_max(amax), QM);
-    if (lane == 0)
-        scale[(size_t)r * SC + j] = sc;
-    for (int c = c0 + lane; c < c1; c += 32)
-        qr[c] = i8c_code(swiglu_val(gate[row + c], up[row + c]), sc, QM);
+    quant_group<false>(qg_int8{}, swiglu_row{gate + row, up + row}, j * gc, min(j * gc + gc, C),
+                       lane, 32, out ? out + row : NULL, qr, &scale[(size_t)r * SC + j]);
     if (j == SC - 1)
         for (int c = C + lane; c < ld; c += 32)
             qr[c] = 0;
