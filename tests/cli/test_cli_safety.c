@@ -554,6 +554,34 @@ START_TEST(test_help_every_command)
 }
 END_TEST
 
+/* bench gemm's measured fp32 peak is a number wherever the CPU has AVX-512F or AVX2 with
+ * FMA (it printed 0 on AVX2 CPUs once); the bf16 dot peak is 0 and said to be absent
+ * without AVX512-BF16. Only that it is positive: no speed is asserted. */
+START_TEST(test_bench_gemm_peak)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    bool fma = __builtin_cpu_supports("avx512f") ||
+               (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+    bool bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    char *out;
+    ck_assert_int_eq(tu_dllm_take(&out, NULL, "bench gemm --preset tiny --square 64 --rounds 1 "
+                                              "--time 0.01"), 0);
+    const char *p = strstr(out, "fp32 FMA ");
+    ck_assert_msg(p, "%s", out);
+    double pf = -1, pb = -1;
+    ck_assert_int_eq(sscanf(p, "fp32 FMA %lf GFLOP/s, bf16 dot %lf", &pf, &pb), 2);
+    if (fma)
+        ck_assert_msg(pf > 0, "fp32 peak %g on a CPU with FMA: %s", pf, out);
+    else
+        printf("SKIP fp32 peak: no AVX-512F or AVX2+FMA on this CPU\n");
+    ck_assert_msg((pb > 0) == bf16, "bf16 peak %g (AVX512-BF16: %d)", pb, bf16);
+    ck_assert_msg(bf16 || strstr(out, "no AVX512-BF16"), "%s", out);
+    free(out);
+#endif
+}
+END_TEST
+
 /* Every key of docs/CONFIG.md's configuration table with a prefix sft reads
  * ("`optim.lr`, `.warmup`" names optim.lr and optim.warmup) is in sft --help. */
 START_TEST(test_sft_help_lists_readme_keys)
@@ -659,6 +687,7 @@ static Suite *suite(void)
     tc = tcase_create("feedback");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_help_every_command);
+    tcase_add_test(tc, test_bench_gemm_peak);
     tcase_add_test(tc, test_sft_help_lists_readme_keys);
     tcase_add_test(tc, test_random_model_warning);
     tcase_add_test(tc, test_progress_reaches_file);
