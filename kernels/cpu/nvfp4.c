@@ -273,7 +273,7 @@ VEC_KERNEL_WIDE static void row_block_amax(float *amax, const float *x, int C)
 
 /* block_dequant over a whole row, each element with its block's decode scale d[j / 16];
  * a block with d = 0 (all zero) gives +-0 with x's sign, as quant_row does */
-VEC_KERNEL_NO_TRAP static void row_dequant(float *restrict deq, const float *restrict x, int C,
+VEC_KERNEL_WIDE_NO_TRAP static void row_dequant(float *restrict deq, const float *restrict x, int C,
                                            const float *restrict d)
 {
     const float six = NVFP4_E2M1_MAX;

@@ -4,6 +4,7 @@
  * these also asks for the usual cost model.
  *
  *   VEC_KERNEL_WIDE     AVX-512, AVX2 and the baseline.
+ *   VEC_KERNEL_WIDE_NO_TRAP  as VEC_KERNEL_WIDE, with VEC_KERNEL_NO_TRAP's selects.
  *   VEC_KERNEL          AVX2 (with FMA) and the baseline.
  *   VEC_KERNEL_NO_TRAP  as VEC_KERNEL, and float compares may become branch-free
  *                       selects (they raise no exception the code looks at).
@@ -23,12 +24,14 @@
 #define VEC_CLONES_WIDE target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")
 #define VEC_CLONES target_clones("arch=x86-64-v3", "default")
 #define VEC_KERNEL_WIDE __attribute__((VEC_CLONES_WIDE, VEC_OPTIMIZE))
+#define VEC_KERNEL_WIDE_NO_TRAP __attribute__((VEC_CLONES_WIDE, VEC_OPTIMIZE_NO_TRAP))
 #define VEC_KERNEL __attribute__((VEC_CLONES, VEC_OPTIMIZE))
 #define VEC_KERNEL_NO_TRAP __attribute__((VEC_CLONES, VEC_OPTIMIZE_NO_TRAP))
 #define VEC_INLINE static inline __attribute__((always_inline, VEC_OPTIMIZE))
 #define VEC_INLINE_NO_TRAP static inline __attribute__((always_inline, VEC_OPTIMIZE_NO_TRAP))
 #else
 #define VEC_KERNEL_WIDE
+#define VEC_KERNEL_WIDE_NO_TRAP
 #define VEC_KERNEL
 #define VEC_KERNEL_NO_TRAP
 #define VEC_INLINE static inline
