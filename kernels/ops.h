@@ -33,6 +33,10 @@ void op_gemm(bool transA, bool transB, int M, int N, int K, float alpha,
  * the last bits. */
 typedef enum { OP_GEMM_OPENBLAS = 0, OP_GEMM_DNNL = 1, OP_GEMM_AUTO = 2 } op_gemm_lib;
 op_gemm_lib op_gemm_library(void);
+/* One line naming the CPU and the paths this process's kernels take on it (the fp32 GEMM
+ * library and OpenBLAS's core type, the bf16, FP8 and INT8 products, expf, the threads):
+ * what a run's numerics depend on beyond its config (kernels/cpu/cpu_paths.c). */
+void op_cpu_paths(char *out, size_t cap);
 /* The library without DLLM_GEMM: configure's choice, or the rule on this CPU. */
 op_gemm_lib op_gemm_library_default(void);
 /* The rule (docs/BUILDING.md): oneDNN on a CPU with AVX-512 where the build has it,

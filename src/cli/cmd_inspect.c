@@ -403,6 +403,7 @@ int cmd_inspect(int argc, char **argv)
         json_object_set_new(attrs, "seed", json_integer(m->seed));
         json_object_set_new(attrs, "device", json_string(m->device));
         json_object_set_new(attrs, "started", json_string(m->started));
+        json_object_set_new(attrs, "machine", json_string(m->machine));
         json_object_set_new(root, "attributes", attrs);
         json_object_set_new(root, "steps", json_integer(nsteps));
         json_object_set_new(root, "first_step", nsteps ? json_integer((json_int_t)steps[0])
@@ -468,6 +469,8 @@ int cmd_inspect(int argc, char **argv)
         printf("seed         %lld\n", (long long)m->seed);
         printf("device       %s\n", m->device);
         printf("started      %s\n", m->started);
+        if (m->machine[0])
+            printf("machine      %s\n", m->machine);
         if (nsteps)
             printf("steps        %lld (step %.0f .. %.0f)\n", (long long)nsteps, steps[0],
                    steps[nsteps - 1]);

@@ -83,8 +83,8 @@ static const char *const eval_fields[N_EVAL] = {"step", "accuracy", "accuracy_se
                                                 "reward_mean"};
 
 static const char *const attr_strings[] = {"config_yaml", "version", "git_revision",
-                                           "device", "started"};
-enum { N_ATTR_STR = 5 };
+                                           "device", "started", "machine"};
+enum { N_ATTR_STR = 6 };
 
 static hid_t mem_type(int kind)
 {
@@ -510,7 +510,7 @@ static char *read_str_attr(hid_t loc, const char *name)
 static int write_meta(hid_t file, const h5log_meta *m)
 {
     const char *vals[N_ATTR_STR] = {m->config_yaml, m->version, m->git_revision, m->device,
-                                    m->started};
+                                    m->started, m->machine};
     for (int i = 0; i < N_ATTR_STR; i++)
         if (write_str_attr(file, attr_strings[i], vals[i]))
             return -1;
@@ -527,7 +527,7 @@ static int write_meta(hid_t file, const h5log_meta *m)
 static void set_meta(h5log *log, const h5log_meta *m)
 {
     const char *vals[N_ATTR_STR] = {m->config_yaml, m->version, m->git_revision, m->device,
-                                    m->started};
+                                    m->started, m->machine};
     for (int i = 0; i < N_ATTR_STR; i++) {
         free(log->meta_str[i]);
         log->meta_str[i] = dllm_strdup(vals[i] ? vals[i] : "");
@@ -537,6 +537,7 @@ static void set_meta(h5log *log, const h5log_meta *m)
     log->meta.git_revision = log->meta_str[2];
     log->meta.device = log->meta_str[3];
     log->meta.started = log->meta_str[4];
+    log->meta.machine = log->meta_str[5];
     log->meta.seed = m->seed;
 }
 
@@ -551,6 +552,7 @@ static void read_meta(h5log *log)
     log->meta.git_revision = log->meta_str[2];
     log->meta.device = log->meta_str[3];
     log->meta.started = log->meta_str[4];
+    log->meta.machine = log->meta_str[5];
     log->meta.seed = -1;
     if (H5Aexists(log->file, "seed") > 0) {
         hid_t a = H5Aopen(log->file, "seed", H5P_DEFAULT);

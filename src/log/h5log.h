@@ -2,7 +2,7 @@
  *
  * Layout (docs: docs/DESIGN.md "The log"):
  *   /                     attributes config_yaml, version, git_revision, device,
- *                         started (strings), seed (int64)
+ *                         started, machine (strings), seed (int64)
  *   /steps/step           int64 (T)        one row per RL step
  *   /steps/<metric>       float64 (T)      one dataset per H5LOG_STEP_METRICS entry
  *   /trajectories/...     one row per completion (R rows in all):
@@ -217,6 +217,8 @@ typedef struct {
     const char *git_revision;
     const char *device;        /* cpu | cuda */
     const char *started;       /* ISO 8601 time of the first start */
+    const char *machine;       /* the CPU and its kernels' paths at the first start
+                                  (op_cpu_paths); "" in logs written before it */
     int64_t seed;
 } h5log_meta;
 

@@ -2,6 +2,7 @@
 #include "src/log/rl_log.h"
 
 #include "config.h"
+#include "kernels/ops.h"
 #include "src/config/cfg_names.h"
 #include "src/comm/comm.h"
 #include "src/rl/rl_run.h"
@@ -35,9 +36,11 @@ int rl_log_create(rl_run *run, const char *path, const char *git_revision, const
     const int n_tasks = rl_eval_names(run, names);
     for (int i = 0; i < n_tasks; i++)
         tasks[i] = names[i];
+    char machine[512];
+    op_cpu_paths(machine, sizeof machine);
     h5log_meta meta = {.config_yaml = yaml, .version = PACKAGE_VERSION, .git_revision = git_revision,
                        .device = cfg_names_name(&cfg_names_device, cfg->device), .started = started,
-                       .seed = cfg->seed};
+                       .machine = machine, .seed = cfg->seed};
     h5log_dims dims = {.max_prompt = rl_max_prompt(run), .max_completion = cfg->rollout.gen_length,
                        .denoise_steps = cfg->rollout.steps, .group_size = cfg->rollout.group_size,
                        .n_eval_tasks = n_tasks, .eval_tasks = tasks};

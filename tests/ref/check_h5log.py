@@ -52,7 +52,7 @@ TRAJ = {
     "token_log_ratio": ("<f4", "G"), "commit_step": ("<i2", "G"),
     "commit_prob": ("<f4", "G"), "correct": ("<f8", None), "token_entropy": ("<f4", "G"),
 }
-ATTRS = ["config_yaml", "version", "git_revision", "device", "started"]
+ATTRS = ["config_yaml", "version", "git_revision", "device", "started", "machine"]
 
 failures = []
 

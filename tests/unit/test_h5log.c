@@ -92,6 +92,7 @@ static h5log_meta test_meta(void)
                         .git_revision = "abc123",
                         .device = "cpu",
                         .started = "2025-01-02T03:04:05Z",
+                        .machine = "cpu test (avx2); fp32 gemm openblas",
                         .seed = 7};
 }
 
@@ -398,9 +399,11 @@ START_TEST(test_roundtrip_values)
     hid_t f = raw_open(path);
     /* Root attributes. */
     h5log_meta m = test_meta();
-    const char *names[5] = {"config_yaml", "version", "git_revision", "device", "started"};
-    const char *want[5] = {m.config_yaml, m.version, m.git_revision, m.device, m.started};
-    for (int i = 0; i < 5; i++) {
+    const char *names[6] = {"config_yaml", "version", "git_revision", "device", "started",
+                            "machine"};
+    const char *want[6] = {m.config_yaml, m.version, m.git_revision, m.device, m.started,
+                           m.machine};
+    for (int i = 0; i < 6; i++) {
         char *v = raw_str_attr(f, names[i]);
         ck_assert_str_eq(v, want[i]);
         free(v);
@@ -460,6 +463,7 @@ START_TEST(test_roundtrip_values)
     ck_assert_str_eq(h5log_get_dims(log)->eval_tasks[0], "gsm8k");  /* creation order */
     ck_assert_str_eq(h5log_get_dims(log)->eval_tasks[1], "countdown");
     ck_assert_str_eq(h5log_get_meta(log)->started, m.started);
+    ck_assert_str_eq(h5log_get_meta(log)->machine, m.machine);
     ck_assert_int_eq(h5log_get_meta(log)->seed, 7);
     double *v;
     int64_t n;
