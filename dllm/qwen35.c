@@ -415,19 +415,32 @@ static const float *proj_input(const qwen35_model *m, const float *in, size_t n,
     return *tmp;
 }
 
+/* An adapter's product: on bf16 operands after qwen35_round_bf16 (the bf16 trainer, as
+ * torch.autocast(bfloat16) runs a PEFT adapter), else in fp32 (the core's LoRA path,
+ * dllm/transformer_fwd.c, does the same). */
+static void lora_gemm(const qwen35_model *m, bool tA, bool tB, int M, int N, int K, float alpha,
+                      const float *A, const float *B, float beta, float *C)
+{
+    (m->bf16 ? op_gemm_bf16 : op_gemm)(tA, tB, M, N, K, alpha, A, B, beta, C);
+}
+
 /* out (T, D) += scale (x A^T) B^T: the adapter's part of a projection of x (T, C). */
 static void lora_fwd(const qwen35_model *m, const q35_lora *ad, float *out, const float *x, int T)
 {
     int r = m->lrank;
     float *xa = dllm_malloc(((size_t)T * r + 1) * sizeof(float)); /* (T, r) */
-    op_linear_fwd(xa, x, ad->A, T, ad->in, r);
-    op_gemm(false, true, T, ad->out, r, m->lscale, xa, ad->B, 1.0f, out);
+    if (m->bf16) {
+        op_gemm_bf16(false, true, T, r, ad->in, 1.0f, x, ad->A, 0.0f, xa);
+    } else {
+        op_linear_fwd(xa, x, ad->A, T, ad->in, r);
+    }
+    lora_gemm(m, false, true, T, ad->out, r, m->lscale, xa, ad->B, 1.0f, out);
     free(xa);
 }
 
 /* out (T, D) = in (T, C) W^T for one of the big projections: with qwen35_round_bf16, the
  * input rounded to bf16 (W already is), the products in fp32; a quantised copy's product;
- * plus W's LoRA adapter (fp32, on the same input) when it has one. */
+ * plus W's LoRA adapter (on the same input, lora_gemm's precision) when it has one. */
 static void big_linear(const qwen35_model *m, float *out, const float *in, const float *W, int T,
                        int C, int D)
 {
@@ -477,10 +490,18 @@ static void big_linear_bwd(qwen35_model *m, float *din, const float *dout, const
         int r = m->lrank;
         float *xa = dllm_malloc(((size_t)T * r + 1) * sizeof(float));  /* (T, r) x A^T */
         float *dxa = dllm_malloc(((size_t)T * r + 1) * sizeof(float)); /* (T, r) */
-        op_linear_fwd(xa, x, ad->A, T, C, r);
-        op_gemm(false, false, T, r, D, m->lscale, dout, ad->B, 0.0f, dxa);
-        op_gemm(true, false, D, r, T, m->lscale, dout, xa, 1.0f, ad->dB);
-        op_linear_bwd(din, ad->dA, dxa, x, ad->A, T, C, r);
+        if (m->bf16) { /* lora_fwd's bf16 operands */
+            op_gemm_bf16(false, true, T, r, C, 1.0f, x, ad->A, 0.0f, xa);
+            op_gemm_bf16(false, false, T, r, D, m->lscale, dout, ad->B, 0.0f, dxa);
+            op_gemm_bf16(true, false, D, r, T, m->lscale, dout, xa, 1.0f, ad->dB);
+            op_gemm_bf16(false, false, T, C, r, 1.0f, dxa, ad->A, 1.0f, din);
+            op_gemm_bf16(true, false, r, C, T, 1.0f, dxa, x, 1.0f, ad->dA);
+        } else {
+            op_linear_fwd(xa, x, ad->A, T, C, r);
+            op_gemm(false, false, T, r, D, m->lscale, dout, ad->B, 0.0f, dxa);
+            op_gemm(true, false, D, r, T, m->lscale, dout, xa, 1.0f, ad->dB);
+            op_linear_bwd(din, ad->dA, dxa, x, ad->A, T, C, r);
+        }
         free(xa);
         free(dxa);
     }

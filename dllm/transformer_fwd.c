@@ -20,7 +20,11 @@
  *
  * LoRA on a layer linear: out = x W^T + (alpha/r) (x A^T) B^T, A (r, in),
  * B (out, r). With LoRA on, base weights are frozen (no dW is computed) and
- * only A, B are trainable. The head never carries LoRA.
+ * only A, B are trainable. The head never carries LoRA. A view that rounds its
+ * linears' inputs to bf16 (the bf16 trainer) multiplies the LoRA path on bf16
+ * operands too (the backend's gemm_bf16: A, B, x A^T and, backward, dout and
+ * dxa rounded as read, fp32 sums), as torch.autocast(bfloat16) runs a PEFT
+ * adapter over fp32 masters; fp32 views keep fp32 products.
  *
  * Precision: a forward reads its weights through a view (transformer_view.c)
  * that also says where linear inputs are rounded to bf16 and in which format
@@ -208,8 +212,13 @@ static void lin_lora_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float
     const tf_lora *ad = v->lora && ads ? &ads[l * DLLM_NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
-        be->ops->linear_fwd(be, xa, inp, ad->A, N, i, r);
-        be->ops->gemm(be, false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
+        if (v->round_lin) {
+            be->ops->gemm_bf16(be, false, true, N, r, i, 1.0f, inp, ad->A, 0.0f, xa);
+            be->ops->gemm_bf16(be, false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
+        } else {
+            be->ops->linear_fwd(be, xa, inp, ad->A, N, i, r);
+            be->ops->gemm(be, false, true, N, o, r, m->lora_scale, xa, ad->B, 1.0f, out);
+        }
     }
 }
 
@@ -267,9 +276,16 @@ static void lin_bwd(dllm_tf *m, const tf_bwd_target *t, int l, int j, float *din
         size_t ls = a->rk ? (size_t)(l % a->rk) : (size_t)l; /* its activation slot */
         const float *xa = a->xa + (ls * DLLM_NLIN + j) * a->capN * r;
         float *dxa = a->dxa; // (N, r)
-        be->ops->gemm(be, false, false, N, r, o, m->lora_scale, dout, ad->B, 0.0f, dxa);
-        be->ops->gemm(be, true, false, o, r, N, m->lora_scale, dout, xa, 1.0f, ad->dB);
-        be->ops->linear_bwd(be, dinp, ad->dA, dxa, inp, ad->A, N, i, r);
+        if (t->w->round_lin) { /* lin_lora_fwd's bf16 operands */
+            be->ops->gemm_bf16(be, false, false, N, r, o, m->lora_scale, dout, ad->B, 0.0f, dxa);
+            be->ops->gemm_bf16(be, true, false, o, r, N, m->lora_scale, dout, xa, 1.0f, ad->dB);
+            be->ops->gemm_bf16(be, false, false, N, i, r, 1.0f, dxa, ad->A, 1.0f, dinp);
+            be->ops->gemm_bf16(be, true, false, r, i, N, 1.0f, dxa, inp, 1.0f, ad->dA);
+        } else {
+            be->ops->gemm(be, false, false, N, r, o, m->lora_scale, dout, ad->B, 0.0f, dxa);
+            be->ops->gemm(be, true, false, o, r, N, m->lora_scale, dout, xa, 1.0f, ad->dB);
+            be->ops->linear_bwd(be, dinp, ad->dA, dxa, inp, ad->A, N, i, r);
+        }
     }
 }
 

@@ -78,6 +78,11 @@ typedef struct dllm_backend_ops {
     /* ---- linear layers and GEMM (torch layout [OC, C]) ---- */
     void (*gemm)(dllm_backend *be, bool transA, bool transB, int M, int N, int K, float alpha,
                  const float *A, const float *B, float beta, float *C);
+    /* gemm on bf16 operands: C = alpha bf16(op(A)) bf16(op(B)) + beta C, A and B rounded
+     * to bf16 (nearest even) as read, the products summed in fp32 (torch.autocast's
+     * bf16 matmul with fp32 outputs): a bf16 trainer's LoRA products */
+    void (*gemm_bf16)(dllm_backend *be, bool transA, bool transB, int M, int N, int K,
+                      float alpha, const float *A, const float *B, float beta, float *C);
     void (*linear_fwd)(dllm_backend *be, float *out, const float *inp, const float *w, int N,
                        int C, int OC);
     void (*linear_bwd)(dllm_backend *be, float *dinp, float *dw, const float *dout,

@@ -81,6 +81,14 @@ static void run_gemm(dllm_backend *be, const bcase *c, void **p, double *ret)
     be->ops->gemm(be, c->d[3], c->d[4], c->d[0], c->d[1], c->d[2], 0.75f, p[0], p[1], 0.5f, p[2]);
 }
 
+/* gemm_bf16: as gemm, on bf16 operands (both backends round the same values: the products
+ * are exact, only the fp32 summation order differs) */
+static void run_gemm_bf16(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    be->ops->gemm_bf16(be, c->d[3], c->d[4], c->d[0], c->d[1], c->d[2], 0.75f, p[0], p[1], 0.5f,
+                       p[2]);
+}
+
 /* linear: d = {N, C, OC} */
 static void mk_linear_fwd(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -663,6 +671,14 @@ const bcase dllm_backend_cases[] = {
     {"gemm", "TN 37x29x53", {37, 29, 53, 1, 0}, 1e-10, mk_gemm, run_gemm, -1},
     {"gemm", "NT 37x29x53", {37, 29, 53, 0, 1}, 1e-10, mk_gemm, run_gemm, -1},
     {"gemm", "TT 64x48x96", {64, 48, 96, 1, 1}, 1e-10, mk_gemm, run_gemm, -1},
+    /* a LoRA's shapes (rank 8, 16): x A^T (NT), its input gradient (NN), dA (TN) on
+     * cuBLASLt's BF16 GEMM; a rank-4 adapter's leading dimension 4 takes the rounded fp32
+     * copies */
+    {"gemm_bf16", "BF16 GEMM NT 40x8x64", {40, 8, 64, 0, 1}, 1e-10, mk_gemm, run_gemm_bf16, -1},
+    {"gemm_bf16", "BF16 GEMM NN 33x64x16", {33, 64, 16, 0, 0}, 1e-10, mk_gemm, run_gemm_bf16, -1},
+    {"gemm_bf16", "BF16 GEMM TN 16x64x40", {16, 64, 40, 1, 0}, 1e-10, mk_gemm, run_gemm_bf16, -1},
+    {"gemm_bf16", "rounded fp32 NT 37x29x4", {37, 29, 4, 0, 1}, 1e-10, mk_gemm, run_gemm_bf16, -1},
+    {"gemm_bf16", "rounded fp32 TT 4x29x37", {4, 29, 37, 1, 1}, 1e-10, mk_gemm, run_gemm_bf16, -1},
     {"linear_fwd", "N33 C48 OC40", {33, 48, 40}, 1e-10, mk_linear_fwd, run_linear_fwd, -1},
     {"linear_bwd", "N33 C48 OC40", {33, 48, 40}, 1e-10, mk_linear_bwd, run_linear_bwd, -1},
     {"fp8_linear_fwd", "tensor N40 C144 OC48", {40, 144, 48, T_, T_}, FP8_GEMM_NMSE(144),

@@ -170,6 +170,10 @@ void op_bf16_linears_fwd(int nw, float *const out[], const float *inp, bf16_matr
 /* dinp[N,C] += dout[N,OC] @ w[OC,C] with the bf16 weight widened (its fp32 cache): bit
  * for bit op_linear_bwd's dinp with the bf16-rounded fp32 weight. */
 void op_bf16_linear_bwd_x(float *dinp, const float *dout, bf16_matrix *w, int N, int C, int OC);
+/* C[M,N] = alpha bf16(op(A)) bf16(op(B)) + beta C: op_gemm on copies of A and B rounded to
+ * bf16 (exact products in fp32, fp32 sums; the backend's gemm_bf16 on the CPU). */
+void op_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
+                  const float *B, float beta, float *C);
 /* Whether op_bf16_linear_fwd (and the fast FP8 linear) run on bf16 dot products now
  * ("dnnl-bf16") or on the fp32 fallback ("fp32"). */
 const char *op_bf16_gemm_path(void);

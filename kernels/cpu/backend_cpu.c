@@ -41,6 +41,12 @@ static void cpu_gemm(dllm_backend *be, bool tA, bool tB, int M, int N, int K, fl
     (void)be;
     op_gemm(tA, tB, M, N, K, alpha, A, B, beta, C);
 }
+static void cpu_gemm_bf16(dllm_backend *be, bool tA, bool tB, int M, int N, int K, float alpha,
+                          const float *A, const float *B, float beta, float *C)
+{
+    (void)be;
+    op_gemm_bf16(tA, tB, M, N, K, alpha, A, B, beta, C);
+}
 static void cpu_linear_fwd(dllm_backend *be, float *out, const float *inp, const float *w,
                            int N, int C, int OC)
 {
@@ -429,7 +435,7 @@ static const dllm_backend_ops cpu_ops = {
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
     .copy = cpu_copy, .memset0 = cpu_memset0, .sync = cpu_sync,
     /* linear layers and GEMM */
-    .gemm = cpu_gemm, .linear_fwd = cpu_linear_fwd, .linear_bwd = cpu_linear_bwd,
+    .gemm = cpu_gemm, .gemm_bf16 = cpu_gemm_bf16, .linear_fwd = cpu_linear_fwd, .linear_bwd = cpu_linear_bwd,
     .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
     .bf16_linear_fwd = cpu_bf16_linear_fwd, .bf16_linear_bwd_x = cpu_bf16_linear_bwd_x,
     .nvfp4_linear_fwd = cpu_nvfp4_linear_fwd, .int8_linear_fwd = cpu_int8_linear_fwd,

@@ -37,6 +37,21 @@ void bf16_matrix_free(bf16_matrix *m)
     m->wf32_valid = false;
 }
 
+void op_gemm_bf16(bool tA, bool tB, int M, int N, int K, float alpha, const float *A,
+                  const float *B, float beta, float *C)
+{
+    if (M <= 0 || N <= 0 || K <= 0) {
+        op_gemm(tA, tB, M, N, K, alpha, A, B, beta, C);
+        return;
+    }
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    float *a = dllm_malloc((na + nb) * sizeof(float)), *b = a + na;
+    op_round_bf16_copy(a, A, na);
+    op_round_bf16_copy(b, B, nb);
+    op_gemm(tA, tB, M, N, K, alpha, a, b, beta, C);
+    free(a);
+}
+
 const char *op_bf16_gemm_path(void)
 {
     return dnnl_bf16_usable() ? "dnnl-bf16" : "fp32";

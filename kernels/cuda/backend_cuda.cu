@@ -119,6 +119,40 @@ void cu_gemm(dllm_backend *, bool tA, bool tB, int M, int N, int K, float alpha,
     dllm_err err = {};
     check_rc(dllm_cuda_gemm_f32(tA, tB, M, N, K, alpha, A, B, beta, C, NULL, &err), err);
 }
+/* bf16 operands, fp32 sums: both rounded into the workspace for cuBLASLt's BF16 GEMM where
+ * its 16-byte rules hold (the leading dimensions of A and B multiples of 8, of C of 4, C
+ * aligned), otherwise rounded fp32 copies through the fp32 GEMM (bf16 x bf16 is exact in
+ * fp32: only the summation order differs). */
+void cu_gemm_bf16(dllm_backend *be, bool tA, bool tB, int M, int N, int K, float alpha,
+                  const float *A, const float *B, float beta, float *C)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) {
+        fprintf(stderr, "dllm-rl: cuda backend: gemm_bf16 with K=%d\n", K);
+        exit(1);
+    }
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    int lda = tA ? M : K, ldb = tB ? K : N;
+    if (lda % 8 == 0 && ldb % 8 == 0 && N % 4 == 0 && (uintptr_t)C % 16 == 0) {
+        char *ws = (char *)ws_get(align256(na * 2) + align256(nb * 2));
+        uint16_t *a16 = (uint16_t *)ws, *b16 = (uint16_t *)(ws + align256(na * 2));
+        dllm_cuda_f32_to_bf16(a16, A, na, NULL);
+        dllm_cuda_f32_to_bf16(b16, B, nb, NULL);
+        dllm_err err = {};
+        check_rc(dllm_cuda_gemm_bf16(tA, tB, M, N, K, alpha, a16, b16, beta, C, false, NULL,
+                                     &err),
+                 err);
+        return;
+    }
+    char *ws = (char *)ws_get(align256(na * 4) + align256(nb * 4));
+    float *af = (float *)ws, *bf = (float *)(ws + align256(na * 4));
+    cudaCheck(cudaMemcpy(af, A, na * 4, cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaMemcpy(bf, B, nb * 4, cudaMemcpyDeviceToDevice));
+    dllm_cuda_round_bf16(af, na, NULL);
+    dllm_cuda_round_bf16(bf, nb, NULL);
+    cu_gemm(be, tA, tB, M, N, K, alpha, af, bf, beta, C);
+}
 void cu_linear_fwd(dllm_backend *be, float *out, const float *inp, const float *w, int N, int C,
                    int OC)
 {
@@ -687,7 +721,7 @@ const dllm_backend_ops cuda_ops = {
     /* buffers */
     cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync,
     /* linear layers and GEMM; no NVFP4 linear: an nvfp4 rollout is refused on the device */
-    cu_gemm, cu_linear_fwd, cu_linear_bwd, cu_bias_fwd, cu_bias_bwd,
+    cu_gemm, cu_gemm_bf16, cu_linear_fwd, cu_linear_bwd, cu_bias_fwd, cu_bias_bwd,
     cu_bf16_linear_fwd, cu_bf16_linear_bwd_x, NULL, cu_int8_linear_fwd, cu_weight_cache_free,
     /* attention and positions */
     cu_rope_fwd, cu_rope_bwd, cu_attn_state_floats, cu_attention_fwd, cu_attention_bwd,

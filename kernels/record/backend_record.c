@@ -347,6 +347,44 @@ static void rc_gemm(dllm_backend *be, bool tA, bool tB, int M, int N, int K, flo
     end(r, n0);
 }
 
+static void elementwise(recorder *r, const char *what, size_t n, double flops, double rd,
+                        double wr);
+
+/* cu_gemm_bf16: both operands rounded into the workspace and cuBLASLt's BF16 GEMM, or
+ * (16-byte rules broken) rounded fp32 copies through the fp32 GEMM */
+static void rc_gemm_bf16(dllm_backend *be, bool tA, bool tB, int M, int N, int K, float alpha,
+                         const float *A, const float *B, float beta, float *C)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gemm_bf16");
+    if (M > 0 && N > 0) {
+        if (K <= 0) {
+            fprintf(stderr, "dllm-rl: cuda backend: gemm_bf16 with K=%d\n", K);
+            exit(1);
+        }
+        size_t na = (size_t)M * K, nb = (size_t)K * N;
+        int lda = tA ? M : K, ldb = tB ? K : N;
+        if (lda % 8 == 0 && ldb % 8 == 0 && N % 4 == 0 && (uintptr_t)C % 16 == 0) {
+            double m = M, n = N, k = K;
+            ws_get(r, align256(na * 2) + align256(nb * 2));
+            elementwise(r, "f32_to_bf16", na, 1, 4, 2);
+            elementwise(r, "f32_to_bf16", nb, 1, 4, 2);
+            matmul(r, "gemm_bf16", REC_UNIT_BF16_TC, m, n, k,
+                   2 * (m * k + k * n) + (beta != 0.0f ? 4 * m * n : 0), 4 * m * n);
+        } else {
+            ws_get(r, align256(na * 4) + align256(nb * 4));
+            dev_copy(r, "cudaMemcpy D2D", 4.0 * na, 4.0 * na, 4 * na);
+            dev_copy(r, "cudaMemcpy D2D", 4.0 * nb, 4.0 * nb, 4 * nb);
+            elementwise(r, "round_bf16", na, 1, 4, 4);
+            elementwise(r, "round_bf16", nb, 1, 4, 4);
+            gemm_f32(r, M, N, K, beta, NULL, 0);
+        }
+    }
+    if (IN)
+        INOPS->gemm_bf16(IN, tA, tB, M, N, K, alpha, A, B, beta, C);
+    end(r, n0);
+}
+
 static void rc_linear_fwd(dllm_backend *be, float *out, const float *inp, const float *w, int N,
                           int C, int OC)
 {
@@ -1326,6 +1364,7 @@ static const dllm_backend_ops record_ops = {
     .memset0 = rc_memset0,
     .sync = rc_sync,
     .gemm = rc_gemm,
+    .gemm_bf16 = rc_gemm_bf16,
     .linear_fwd = rc_linear_fwd,
     .linear_bwd = rc_linear_bwd,
     .fp8_linear_fwd = rc_fp8_linear_fwd,

@@ -288,6 +288,38 @@ static int64_t ws_int8(const dllm_precision *pr, int64_t N, int64_t in, int64_t 
 /* The largest workspace the linears of one forward of N rows (and R head rows) at view
  * format f ask for (a fused FP8 linear: only its padded product when N is not a multiple
  * of 8). */
+/* cu_gemm_bf16's workspace for C (M, N) = op(A) op(B) over K: both operands as bf16 where
+ * cuBLASLt's 16-byte rules hold (C's rows are 16-byte aligned on every call the model
+ * makes), else their rounded fp32 copies */
+static int64_t ws_gemm_bf16(bool tA, bool tB, int64_t M, int64_t N, int64_t K)
+{
+    int64_t lda = tA ? M : K, ldb = tB ? K : N;
+    int64_t e = lda % 8 == 0 && ldb % 8 == 0 && N % 4 == 0 ? 2 : 4;
+    return a256(e * M * K) + a256(e * K * N);
+}
+
+/* A bf16 trainer view's LoRA products (dllm/transformer_fwd.c lin_lora_fwd and lin_bwd) on
+ * the linears of mask, N rows: the forward's two, and the backward's four with bwd */
+static int64_t ws_lora16(const dims *d, int mask, int64_t N, bool bwd)
+{
+    int64_t w = 0, r = d->r;
+    for (int j = 0; r && j < DLLM_NLIN; j++) {
+        if (!(mask >> j & 1))
+            continue;
+        int64_t o, in;
+        lin_shape(d, j, &o, &in);
+        w = max64(w, ws_gemm_bf16(false, true, N, r, in));
+        w = max64(w, ws_gemm_bf16(false, true, N, o, r));
+        if (bwd) {
+            w = max64(w, ws_gemm_bf16(false, false, N, r, o));
+            w = max64(w, ws_gemm_bf16(true, false, o, r, N));
+            w = max64(w, ws_gemm_bf16(false, false, N, in, r));
+            w = max64(w, ws_gemm_bf16(true, false, r, in, N));
+        }
+    }
+    return w;
+}
+
 static int64_t ws_forward(const dims *d, vfmt f, bool head16, const dllm_precision *pr, int64_t N,
                           int64_t R)
 {
@@ -377,24 +409,30 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     acts_cap la = {0}, ra = {0}, ta = {0};
     int64_t chunk = 0, wsneed = 0, tmax = 0, qaneed = 0;
     const int64_t T = (int64_t)s->P + s->G;
+    /* the LoRA products of a bf16 trainer view (forwards at the trainer view) */
+    const int lmask16 = tb && d.r ? s->lora_mask : 0;
     if (roll) {
         vfmt f = rtrainer ? tf : rf;
         bool h16 = rtrainer ? tb : rhead16;
+        const int lm = rtrainer ? lmask16 : 0;
         if (a->sampler == DLLM_SAMPLER_BLOCK) { /* the device sampler over la[1] */
             int64_t BB = s->cfg ? 2 * (int64_t)s->B : s->B;
             acts_use(&la, BB, T, rows, &d);
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, BB * T, rows));
+            wsneed = max64(wsneed, ws_lora16(&d, lm, BB * T, false));
             qaneed = max64(qaneed, qa_forward(&d, f, pr, BB * T));
             tmax = max64(tmax, T);
         } else if (a->sampler == DLLM_SAMPLER_DREAM) { /* Dream's loop over la[1] */
             acts_use(&la, s->B, T, rows, &d);
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, s->B * T, rows));
+            wsneed = max64(wsneed, ws_lora16(&d, lm, s->B * T, false));
             wsneed = max64(wsneed, 32 * 12 * (int64_t)d.V); /* the draw's scratch: 32 rows */
             qaneed = max64(qaneed, qa_forward(&d, f, pr, s->B * T));
             tmax = max64(tmax, T);
         } else { /* KV-cache decoding (dllm/qwen3_device.c): the prefill is the widest */
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, (int64_t)s->B * s->P,
                                               s->B < rows ? s->B : rows));
+            wsneed = max64(wsneed, ws_lora16(&d, lm, (int64_t)s->B * s->P, false));
             qaneed = max64(qaneed, qa_forward(&d, f, pr, (int64_t)s->B * s->P));
             tmax = max64(tmax, T);
         }
@@ -413,6 +451,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
             acts_use(rtrainer && s->score_rollout && ph != MEM_DEV_TRAIN ? &ra : &ta, s->sB, s->sT,
                      R, &d);
             wsneed = max64(wsneed, ws_forward(&d, tf, tb, pr, (int64_t)s->sB * s->sT, n));
+            wsneed = max64(wsneed, ws_lora16(&d, lmask16, (int64_t)s->sB * s->sT, false));
         }
         if (ph == MEM_DEV_TRAIN && rtrainer) /* l_mu at the trainer view, through ra */
             acts_use(&ra, s->sB, s->sT, R, &d);
@@ -436,6 +475,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         /* the kept forward: the trainer view's linears, its logits through the chunk */
         chunk = max64(chunk, n);
         wsneed = max64(wsneed, ws_forward(&d, tf, tb, pr, N, n));
+        wsneed = max64(wsneed, ws_lora16(&d, lmask16, N, true));
         /* the backward's requests of ws_get: the attention backward's (B, NH, T) floats */
         wsneed = max64(wsneed, 4 * (int64_t)s->uB * d.NH * s->uT);
         if (tb) /* bf16_linear_bwd_x: dout as bf16 (cuBLASLt's BF16 GEMM), or the

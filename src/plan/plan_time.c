@@ -44,6 +44,33 @@ static const double HBM[2] = {3.35e12, 4.8e12};
 #define SYNC_S 10e-6
 #define LINK_BPS 25e9
 
+/* adds t seconds and k launches to the kind (op, what, unit) of r's list */
+static void op_add(pt_phase_result *r, const char *op, const char *what, rec_unit unit,
+                   double t, double k)
+{
+    int i = 0;
+    while (i < r->nops && !(r->ops[i].unit == unit && !strcmp(r->ops[i].op, op) &&
+                            !strcmp(r->ops[i].what, what)))
+        i++;
+    if (i == r->nops) {
+        if (r->nops == PT_MAX_OPS) { /* full: the last kind becomes "other" */
+            i = PT_MAX_OPS - 1;
+            r->ops[i].op = r->ops[i].what = "other";
+        } else {
+            r->ops[i] = (pt_op_time){op, what, unit, 0, 0};
+            r->nops++;
+        }
+    }
+    r->ops[i].seconds += t;
+    r->ops[i].launches += k;
+}
+
+static int op_cmp(const void *a, const void *b)
+{
+    double x = ((const pt_op_time *)a)->seconds, y = ((const pt_op_time *)b)->seconds;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 void plan_time_model(const rec_event *ev, size_t n, pt_gpu gpu, rec_unit ideal_unit,
                      pt_phase_result *r)
 {
@@ -88,6 +115,8 @@ void plan_time_model(const rec_event *ev, size_t n, pt_gpu gpu, rec_unit ideal_u
         default: /* allocations: none in a steady step */
             break;
         }
+        if (e->kind == REC_KERNEL || e->kind == REC_MATMUL || e->kind == REC_COPY)
+            op_add(r, e->op, e->what, e->unit, t, 1);
         r->modelled_s += t;
         r->bytes += bytes;
         r->flops += e->flops;
@@ -105,6 +134,7 @@ void plan_time_model(const rec_event *ev, size_t n, pt_gpu gpu, rec_unit ideal_u
         }
     }
     free(seen);
+    qsort(r->ops, (size_t)r->nops, sizeof r->ops[0], op_cmp);
     r->ideal_s = r->dense_flops / (PEAK[ideal_unit] * FLOP_EFF) + r->weight_bytes / bw;
 }
 
@@ -216,6 +246,15 @@ static void mix(pt_phase_result *r, const pt_phase_result *a, double wa,
         MIX_D(flops_by_unit[k]), MIX_D(seconds_by_unit[k]);
 #undef MIX_D
 #undef MIX_L
+    r->nops = 0;
+    const pt_phase_result *src[2] = {a, b};
+    const double w[2] = {wa, wb};
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < src[s]->nops; i++) {
+            const pt_op_time *o = &src[s]->ops[i];
+            op_add(r, o->op, o->what, o->unit, w[s] * o->seconds, w[s] * o->launches);
+        }
+    qsort(r->ops, (size_t)r->nops, sizeof r->ops[0], op_cmp);
 }
 
 static void take(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, int rows)
@@ -488,6 +527,18 @@ void plan_time_print(const pt_result *r, const char *what, FILE *f)
     for (int p = 0; p < PT_NPHASES; p++)
         fprintf(f, "%s: %.1f launches per layer, %ld weight-scale copies\n", pt_phase_names[p],
                 r->ph[p].launches_per_layer, r->ph[p].weight_copies);
+    fprintf(f, "\nwhere the modelled time goes (table entry / kernel, matmul or copy, unit: "
+               "seconds, share of the phase, launches), the first five kinds:\n");
+    for (int p = 0; p < PT_NPHASES; p++) {
+        const pt_phase_result *x = &r->ph[p];
+        for (int i = 0; i < x->nops && i < 5; i++)
+            fprintf(f, "%-13s %-22s %-22s %-16s %9.4f s %5.1f%% %8.0f\n", i ? "" : pt_phase_names[p],
+                    x->ops[i].op, x->ops[i].what, rec_unit_names[x->ops[i].unit],
+                    x->ops[i].seconds,
+                    x->modelled_s > 0 ? 100 * x->ops[i].seconds / x->modelled_s : 0.0,
+                    x->ops[i].launches);
+    }
+    fprintf(f, "\n");
     if (r->fp8_over_bf16 > 0)
         fprintf(f, "fp8 over bf16 (rollout step, modelled): %.3fx\n", r->fp8_over_bf16);
     if (r->uncached_over_cached > 0)
@@ -498,6 +549,20 @@ void plan_time_print(const pt_result *r, const char *what, FILE *f)
                 r->uncached_over_cached);
     fprintf(f, "recorded device peak: %.2f GB (%lld bytes); recorded in %.1f s\n",
             (double)r->peak_bytes / 1e9, (long long)r->peak_bytes, r->wall_s);
+}
+
+static void json_str(const char *s, FILE *f)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", (unsigned char)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
 }
 
 static void json_phase(const pt_phase_result *x, FILE *f)
@@ -515,21 +580,16 @@ static void json_phase(const pt_phase_result *x, FILE *f)
     fprintf(f, "}, \"seconds_by_unit\": {");
     for (int u = 0; u < REC_NUNITS; u++)
         fprintf(f, "%s\"%s\": %.6g", u ? ", " : "", rec_unit_names[u], x->seconds_by_unit[u]);
-    fprintf(f, "}, \"bytes\": %.6g}", x->bytes);
-}
-
-static void json_str(const char *s, FILE *f)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", (unsigned char)*s);
-        else
-            fputc(*s, f);
+    fprintf(f, "}, \"bytes\": %.6g, \"ops\": [", x->bytes);
+    for (int i = 0; i < x->nops; i++) {
+        fprintf(f, "%s{\"op\": ", i ? ", " : "");
+        json_str(x->ops[i].op, f);
+        fprintf(f, ", \"what\": ");
+        json_str(x->ops[i].what, f);
+        fprintf(f, ", \"unit\": \"%s\", \"seconds\": %.6g, \"launches\": %.6g}",
+                rec_unit_names[x->ops[i].unit], x->ops[i].seconds, x->ops[i].launches);
     }
-    fputc('"', f);
+    fprintf(f, "]}");
 }
 
 void plan_time_print_json(const pt_result *r, const char *what, FILE *f)

@@ -34,6 +34,15 @@ typedef struct {
     double grad_clip;        /* optim.grad_clip */
 } pt_shape;
 
+/* The modelled time of one kind of GPU operation in a phase: the table entry that issued
+ * it, the kernel, matmul or copy, its unit. */
+typedef struct {
+    const char *op, *what;
+    rec_unit unit;
+    double seconds, launches;
+} pt_op_time;
+#define PT_MAX_OPS 64 /* kinds kept per phase; later kinds fold into the last ("other") */
+
 typedef struct {
     double modelled_s, ideal_s;
     long launches, kernels, matmuls, copies, host_syncs;
@@ -44,6 +53,8 @@ typedef struct {
     double seconds_by_unit[REC_NUNITS]; /* kernels' and matmuls' time by unit */
     int rows;                /* rollout step: the head's rows; else scored rows */
     double fwd_rows;         /* canvas rows through the layers (rollout: per step, mean) */
+    pt_op_time ops[PT_MAX_OPS]; /* where the time goes, by kind, most first */
+    int nops;
 } pt_phase_result;
 
 typedef struct {

@@ -1,24 +1,28 @@
 /* test_device_cli.c: `sft` on the device, a bf16 trainer (LoRA over packed bf16 base
  * linears) on the device, and `bench rl-step --device cuda`, against the CPU:
  *   - the bf16 trainer's LoRA gradients on the device (bf16_linear_bwd_x through the
- *     packed base linears) against the CPU's bf16 trainer, tiny random models of each
- *     architecture: the kept forward's logits within 1e-3 (max abs; measured 1e-7: the
- *     bf16 rounding of a linear's input can land on the other side of a tie after fp32
- *     sums in another order), every LoRA tensor's gradient within a normalised MSE of
- *     1e-4 (measured up to 1.1e-5: the device's attention backward takes its row sums
- *     from the saved output, which a bf16 trainer rounds in place, the CPU from its kept
- *     probabilities; docs/DESIGN.md), and all of them together at least 3x nearer the
- *     CPU's bf16 gradients than the CPU's fp32 trainer's are (measured 0.12 to 0.17 of
- *     that distance, nmse 2.1e-6 to 4.5e-6: the device computes the bf16 trainer, not the
- *     fp32 one, but its bf16_linear_bwd_x rounds dout to bf16 on BF16 tensor cores, which
- *     the CPU does not; 3e-5 to 3.5e-2 of it when dout stayed fp32);
+ *     packed base linears, the adapters' products on bf16 operands: gemm_bf16) against
+ *     the CPU's bf16 trainer, tiny random models of each architecture: the kept forward's
+ *     logits within 1e-3 (max abs; measured 1e-7: the bf16 rounding of a linear's input
+ *     can land on the other side of a tie after fp32 sums in another order), every LoRA
+ *     tensor's gradient within a normalised MSE of 1e-4 (measured up to 3.5e-5: the
+ *     device's attention backward takes its row sums from the saved output, which a bf16
+ *     trainer rounds in place, the CPU from its kept probabilities; docs/DESIGN.md), and
+ *     all of them together at least 2x nearer the CPU's bf16 gradients than the CPU's
+ *     fp32 trainer's are (measured 0.21 to 0.41 of that distance, nmse 7e-6 to 1.3e-5:
+ *     the device computes the bf16 trainer, not the fp32 one, but its bf16_linear_bwd_x
+ *     rounds dout to bf16 on BF16 tensor cores, which the CPU does not, and every bf16
+ *     rounding of an adapter's operand -- x A^T, dout B -- turns the two summation
+ *     orders' last-bit differences into whole bf16 ulps where they straddle a rounding
+ *     boundary; 0.12-0.17 while the adapters' products were fp32);
  *   - `sft` with `device: cuda` against `device: cpu`, 4 steps (LoRA and full fine-tuning
  *     at the fp32 trainer, LoRA at the bf16 trainer): the update ran on the device (no
  *     note that it stayed on the host), every step's loss and grad_norm within 1e-4
- *     relative (measured 1.2e-6; bf16 trainer: 1e-3, measured 4.0e-4 since the device's
- *     bf16_linear_bwd_x rounds dout to bf16 on BF16 tensor cores, 2.3e-5 before), the
- *     final trainable vector of the checkpoints within a normalised MSE of 1e-8 (measured
- *     6e-11; bf16: 1e-4, measured 1.3e-5, 8.8e-6 before);
+ *     relative (measured 1.2e-6; bf16 trainer: 5e-3, measured 3.0e-3, for the same two
+ *     roundings; 4.0e-4 while the adapters' products were fp32), the final trainable
+ *     vector of the checkpoints within a normalised MSE of 1e-8 (measured 1e-10; bf16:
+ *     1e-3, measured 2.2e-4: AdamW moves an element whose gradient is rounding noise by
+ *     about lr either way; 1.3e-5 while the adapters' products were fp32);
  *   - a device `sft` cut after 2 steps and resumed (`sft --resume --set sft.steps=4`),
  *     LoRA and full fine-tuning, equals the uninterrupted device run bit for bit (log
  *     losses and norms, and the checkpoint's files streamed from the device byte for
@@ -148,12 +152,13 @@ START_TEST(test_bf16_lora_grads)
                       pl[k].name, e);
     }
     ck_assert(op_grad_norm(gh, n) > 0);
-    /* the device computed the bf16 trainer's gradients, not the fp32 trainer's: it is much
+    /* the device computed the bf16 trainer's gradients, not the fp32 trainer's: it is
      * nearer the CPU's bf16 ones than the fp32 trainer is. Not 10x: the device's
      * bf16_linear_bwd_x rounds dout to bf16 (BF16 tensor cores), about 2.5e-6 of
      * normalised error per linear (kernels/backend_cases.c), which the CPU's bf16 trainer
-     * does not (measured 0.12-0.17 of the fp32 trainer's distance) */
-    ck_assert_msg(e_all <= 0.3 * e32, "%s: device vs CPU bf16 nmse %g, fp32 vs bf16 %g",
+     * does not, and the adapters' bf16 operands carry the summation orders' differences
+     * across rounding boundaries (measured 0.21-0.41 of the fp32 trainer's distance) */
+    ck_assert_msg(e_all <= 0.5 * e32, "%s: device vs CPU bf16 nmse %g, fp32 vs bf16 %g",
                   ARCHS[arch_i], e_all, e32);
     printf("%s bf16 trainer LoRA: logits max abs diff %.2e, %d tensors, worst gradient nmse "
            "%.2e (all: %.2e; the fp32 trainer's against the bf16: %.2e)\n", ARCHS[arch_i], mx,
@@ -233,7 +238,7 @@ START_TEST(test_sft_matches_cpu)
     double la[8], na[8], lb[8], nb[8];
     ck_assert_int_eq(sft_log(cpu, la, na, 8), 4);
     ck_assert_int_eq(sft_log(dev, lb, nb, 8), 4);
-    double tol = _i == 2 ? 1e-3 : 1e-4, worst = 0;
+    double tol = _i == 2 ? 5e-3 : 1e-4, worst = 0;
     for (int s = 0; s < 4; s++) {
         worst = fmax(worst, fmax(fabs(la[s] - lb[s]) / fabs(la[s]), fabs(na[s] - nb[s]) / na[s]));
         ck_assert_msg(fabs(la[s] - lb[s]) <= tol * fabs(la[s]), "%s step %d loss cpu %.9g "
@@ -245,7 +250,7 @@ START_TEST(test_sft_matches_cpu)
     float *pa = trainable(cpu, &n), *pb = trainable(dev, &n2);
     ck_assert_uint_eq(n, n2);
     double e = nmse(pb, pa, n);
-    ck_assert_msg(e <= (_i == 2 ? 1e-4 : 1e-8), "%s final parameters nmse %g", what[_i], e);
+    ck_assert_msg(e <= (_i == 2 ? 1e-3 : 1e-8), "%s final parameters nmse %g", what[_i], e);
     printf("sft %s: 4 steps, worst relative loss/norm difference %.2e, final parameters nmse "
            "%.2e\n", what[_i], worst, e);
     free(pa), free(pb);

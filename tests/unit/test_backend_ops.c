@@ -142,6 +142,36 @@ START_TEST(test_supports_query)
 }
 END_TEST
 
+/* The CPU's gemm_bf16 is the fp32 GEMM of operands rounded to bf16, bit for bit, and not
+ * the fp32 GEMM of the operands as given (the device's is checked against it in the
+ * table-driven cases). */
+START_TEST(test_gemm_bf16_rounds)
+{
+    dllm_backend *cpu = dllm_backend_cpu();
+    enum { M = 19, N = 23, K = 40 };
+    static float A[M * K], B[K * N], Ar[M * K], Br[K * N], C0[M * N], C1[M * N], C2[M * N];
+    dllm_rng rng = dllm_rng_make(7, 0, 0, 0);
+    for (int i = 0; i < M * K; i++)
+        A[i] = (float)dllm_rng_normal(&rng);
+    for (int i = 0; i < K * N; i++)
+        B[i] = (float)dllm_rng_normal(&rng);
+    for (int i = 0; i < M * N; i++)
+        C0[i] = C1[i] = C2[i] = (float)dllm_rng_normal(&rng);
+    op_round_bf16_copy(Ar, A, M * K);
+    op_round_bf16_copy(Br, B, K * N);
+    for (int t = 0; t < 4; t++) { /* every transpose pair (the same buffers reinterpreted) */
+        bool tA = t & 1, tB = t & 2;
+        memcpy(C1, C0, sizeof C0);
+        memcpy(C2, C0, sizeof C0);
+        cpu->ops->gemm_bf16(cpu, tA, tB, M, N, K, 0.5f, A, B, 1.0f, C1);
+        op_gemm(tA, tB, M, N, K, 0.5f, Ar, Br, 1.0f, C2);
+        ck_assert_msg(memcmp(C1, C2, sizeof C1) == 0, "transposes %d: not the rounded GEMM", t);
+        op_gemm(tA, tB, M, N, K, 0.5f, A, B, 1.0f, C2);
+        ck_assert_msg(memcmp(C1, C2, sizeof C1) != 0, "transposes %d: nothing rounded", t);
+    }
+}
+END_TEST
+
 /* linears_fwd through the table is bit for bit the single-weight calls of each format
  * (FP8 block, NVFP4 16-blocks and per-channel, INT8 per-channel and 128-blocks, bf16),
  * and weight_cache_free drops the caches those calls made (the weights' own arrays
@@ -339,8 +369,8 @@ START_TEST(test_backend_table_complete)
         "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
         "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x",
-        "adamw_step", "kv_cache"};
-    /* 7 buffer entries, 28 ops, 3 optional low-precision linears (the CPU's NVFP4 and
+        "adamw_step", "kv_cache", "gemm_bf16"};
+    /* 7 buffer entries, 29 ops, 3 optional low-precision linears (the CPU's NVFP4 and
      * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
      * by test_precision through the model), the CPU's grouped
      * FP8 linears, the weight-cache release and the 4 optional fused quantising ones (one
@@ -356,7 +386,7 @@ START_TEST(test_backend_table_complete)
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 28 + 3 + 1 + 1 + 4 + 9 + 2);
+                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
@@ -394,6 +424,7 @@ static Suite *backend_suite(bool gpu)
     TCase *th = tcase_create("host");
     tcase_add_test(th, test_host_shared_headers);
     tcase_add_test(th, test_supports_query);
+    tcase_add_test(th, test_gemm_bf16_rounds);
     tcase_add_loop_test(th, test_cpu_linears_entry, 0, LIN_FMT_N);
     tcase_add_test(th, test_cpu_weight_cache_free_bf16);
     suite_add_tcase(s, th);

@@ -837,6 +837,31 @@ START_TEST(test_bin_time)
         free(out), free(errs);
     }
     ck_assert_msg(i8[1] > i8[0], "block %g, channel %g INT8 FLOPs", i8[1], i8[0]);
+    /* a bf16 trainer with LoRA (the recipe's rank 128): the update's products on BF16
+     * tensor cores, the adapters' (gemm_bf16) included, but for the frozen head's input
+     * gradient (fp32); the fp32 trainer's on CUDA cores; the per-kind breakdown names
+     * them, in the text as in the JSON */
+    for (int tb = 0; tb < 2; tb++) {
+        rc = tu_dllm_take(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --time --json "
+                          "--set model.trainer_precision=%s", configs, tb ? "bf16" : "fp32");
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+        const char *u = strstr(out, "\"update_step\": {");
+        ck_assert_ptr_nonnull(u);
+        const char *f32 = strstr(u, "\"fp32_cuda_core\": "), *b16 = strstr(u, "\"bf16_tensor_core\": ");
+        ck_assert(f32 && b16);
+        double fl = atof(f32 + strlen("\"fp32_cuda_core\": "));
+        double bl = atof(b16 + strlen("\"bf16_tensor_core\": "));
+        ck_assert_msg(tb ? bl >= 0.95 * (bl + fl) : fl > bl, "trainer %s: update FLOPs bf16 %g, fp32 %g",
+                      tb ? "bf16" : "fp32", bl, fl);
+        const char *ops = strstr(u, "\"ops\": [{\"op\": ");
+        ck_assert_msg(ops, "no ops list: %s", u);
+        ck_assert_msg(!tb || strstr(ops, "\"op\": \"gemm_bf16\""), "no LoRA gemm_bf16: %s", ops);
+        free(out), free(errs);
+    }
+    rc = tu_dllm_take(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --time", configs);
+    ck_assert_msg(rc == 0 && strstr(out, "where the modelled time goes") &&
+                  strstr(out, "linear_quant_act_fwd"), "exit %d: %s", rc, out);
+    free(out), free(errs);
     /* bad input: exit 2 naming the flag */
     const char *bad[][2] = {{"--gpu h100", "--gpu"},
                             {"--time --gpu a100", "--gpu"},
