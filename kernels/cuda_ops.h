@@ -351,6 +351,57 @@ void dllm_cuda_ar_choose(int32_t *tokens, int32_t *next, float *logp, float *log
                          int V, int G, int g, double temperature, int eos_id, uint64_t seed,
                          uint64_t seq_offset, dllm_cuda_stream s);
 
+/* ---- Gated DeltaNet (kernels/cuda/gated_delta.cu) ----------------------------------------
+ * The ops of kernels/gated_delta.h with the same arguments, shapes and conventions (forwards
+ * overwrite, backwards accumulate, NULL outputs skipped, state_out may be state_in), device
+ * pointers, deterministic (no float atomics). conv_fwd: out must not alias x unless K == 1
+ * (as on the CPU). The rule's forward keeps Dk x 32 columns of the state in shared memory
+ * per block (Dk <= 361); the chunked forward runs the recurrent kernel (the same function,
+ * equal to the CPU's chunked form to rounding). rule_bwd needs a scratch of
+ * dllm_cuda_gd_rule_bwd_scratch_floats(...) floats (the recomputed states: B Hv Dk Dv
+ * (ceil(T/64) + min(T,64) + 2) plus 2 B T Hv Dk) and max(Dk, Dv) <= 1024. */
+void dllm_cuda_gd_conv_fwd(float *out, float *pre, float *state_out, const float *x,
+                           const float *state, const float *w, int B, int T, int D, int K,
+                           dllm_cuda_stream s);
+void dllm_cuda_gd_conv_bwd(float *dx, float *dw, float *dstate, const float *dout,
+                           const float *pre, const float *x, const float *state, const float *w,
+                           int B, int T, int D, int K, dllm_cuda_stream s);
+void dllm_cuda_gd_l2norm_fwd(float *out, float *rnorm, const float *x, int rows, int n,
+                             float eps, dllm_cuda_stream s);
+void dllm_cuda_gd_l2norm_bwd(float *dx, const float *dout, const float *out, const float *rnorm,
+                             int rows, int n, dllm_cuda_stream s);
+void dllm_cuda_gd_gates_fwd(float *g, float *beta, const float *a, const float *b,
+                            const float *A_log, const float *dt_bias, int N, int Hv,
+                            dllm_cuda_stream s);
+void dllm_cuda_gd_gates_bwd(float *da, float *db, float *dA_log, float *ddt_bias,
+                            const float *dg, const float *dbeta, const float *a, const float *b,
+                            const float *A_log, const float *dt_bias, int N, int Hv,
+                            dllm_cuda_stream s);
+void dllm_cuda_gd_rule_recurrent_fwd(float *o, float *state_out, const float *q, const float *k,
+                                     const float *v, const float *g, const float *beta,
+                                     const float *state_in, int B, int T, int Hk, int Dk, int Hv,
+                                     int Dv, dllm_cuda_stream s);
+void dllm_cuda_gd_rule_chunked_fwd(float *o, float *state_out, const float *q, const float *k,
+                                   const float *v, const float *g, const float *beta,
+                                   const float *state_in, int B, int T, int Hk, int Dk, int Hv,
+                                   int Dv, int chunk, dllm_cuda_stream s);
+void dllm_cuda_gd_rule_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,
+                           float *dstate_in, const float *dout, const float *q, const float *k,
+                           const float *v, const float *g, const float *beta,
+                           const float *state_in, int B, int T, int Hk, int Dk, int Hv, int Dv,
+                           float *scratch, dllm_cuda_stream s);
+size_t dllm_cuda_gd_rule_bwd_scratch_floats(int B, int T, int Hk, int Dk, int Hv, int Dv);
+void dllm_cuda_gd_gated_rmsnorm_fwd(float *out, float *rstd, const float *x, const float *z,
+                                    const float *w, int rows, int n, float eps,
+                                    dllm_cuda_stream s);
+void dllm_cuda_gd_gated_rmsnorm_bwd(float *dx, float *dz, float *dw, const float *dout,
+                                    const float *x, const float *z, const float *w,
+                                    const float *rstd, int rows, int n, dllm_cuda_stream s);
+void dllm_cuda_gd_partial_rope_fwd(float *out, const float *x, const int32_t *pos, int N, int NH,
+                                   int HD, int rot, float theta, dllm_cuda_stream s);
+void dllm_cuda_gd_partial_rope_bwd(float *dx, const float *dout, const int32_t *pos, int N,
+                                   int NH, int HD, int rot, float theta, dllm_cuda_stream s);
+
 #ifdef __cplusplus
 }
 #endif
