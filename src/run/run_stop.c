@@ -20,12 +20,25 @@ static void on_signal(int sig)
 
 void run_stop_catch(void)
 {
+    /* The handler runs on a stack of its own: JIT-compiled GEMM kernels (oneDNN's on
+     * AVX-512) may keep data below their stack pointer beyond the ABI's red zone, which a
+     * handler frame pushed on the interrupted stack would overwrite (seen: heap corruption
+     * in the GEMM after a SIGINT). Set up once, for the thread that calls this. */
+    static char alt[64 * 1024];
+    static int have_alt;
+    if (!have_alt) {
+        stack_t ss;
+        memset(&ss, 0, sizeof ss);
+        ss.ss_sp = alt;
+        ss.ss_size = sizeof alt;
+        have_alt = sigaltstack(&ss, NULL) == 0;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     /* the second signal finds the default action back: it ends the process */
-    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND | (have_alt ? SA_ONSTACK : 0);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 }
