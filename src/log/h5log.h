@@ -32,7 +32,10 @@
  * Datasets are extended one by one, so a kill in the middle of a step can leave
  * some of them one row longer: readers count the rows every dataset of a group
  * has (h5log_nsteps, h5log_ntrajectories). A file whose writer died is never
- * reopened for writing: h5log_resume copies it into a new file instead.
+ * reopened for writing: h5log_resume copies it into a new file instead. File
+ * space is paged (4 KiB pages): a metadata entry under a page never crosses one, and
+ * a kill tears a write only between pages, so no entry is left half old, half new.
+ * (A power loss can tear inside a page; that is out of this contract.)
  *
  * Call order per RL step: append_trajectories, append_mismatch, append_step
  * (flushes), then append_eval when an eval ran (flushes too). */
