@@ -6,7 +6,8 @@
  * callbacks take the policy itself as their context:
  *   TRAIN         dllm_tf_forward (keeps activations; dllm_policy_backward follows)
  *   TRAIN_NOGRAD  dllm_tf_forward_nograd
- *   ROLLOUT       dllm_tf_forward_rollout (its own buffers: TRAIN activations survive)
+ *   ROLLOUT       dllm_tf_forward_rollout (host: its own buffers, TRAIN activations
+ *                 survive; a device that trains: not, dllm/transformer.h)
  * The rollout copy is rebuilt by dllm_policy_sync_rollout after every weight
  * change (the RL loop calls it after each optimizer step); open and
  * load_adapter sync by themselves.

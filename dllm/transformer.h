@@ -125,8 +125,11 @@ int dllm_tf_forward(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, i
  * instead of L (rollouts, scoring). A following dllm_tf_backward is an error. */
 int dllm_tf_forward_nograd(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                            int T, const int32_t *rows, int n_rows, float *logits);
-/* Forward-only at rollout numerics (nograd-style memory, in buffers of its
- * own: the trainer's kept activations survive it). */
+/* Forward-only at rollout numerics (nograd-style memory; on the host in buffers of its
+ * own, so the trainer's kept activations survive it; on a device that trains, every
+ * forward without backward takes turns with the kept forward in one region of device
+ * memory: a backward must follow its kept forward with no forward between, else it
+ * stops, naming it). */
 int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                             int T, const int32_t *rows, int n_rows, float *logits);
 /* log softmax(logits)[target] for the rows (as dllm_tf_forward_nograd's rows, or at

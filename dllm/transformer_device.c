@@ -140,8 +140,10 @@ static int dq_int8(tf_device *d, int8_matrix *q, const float *w, int o, int i,
  * view on this device, LoRA off: the trainer view that trains here and is the master),
  * every tensor is copied or packed from it on the device instead: nothing crosses. Reuses
  * v's buffers when their sizes are unchanged (the sync after every optimizer step). */
+/* head32: the view keeps an fp32 head beside head16 (a backward reads it); a rollout
+ * copy's forwards read only head16, which is built without one. */
 static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool merge,
-                       bool head16, const dllm_precision *p, const tf_view *from)
+                       bool head16, bool head32, const dllm_precision *p, const tf_view *from)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
@@ -149,6 +151,9 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
     for (int l = 0; lin != LIN_F32 && l < m->L; l++)
         for (int j = 0; j < DLLM_NLIN; j++)
             n -= tf_slot_numel(m, j);
+    head32 = head32 || !head16;
+    if (!m->tied && !head32)
+        n -= (size_t)m->V * m->C;
     if (!v->buf || v->nbuf != n) {
         dfree(d, v->buf);
         v->buf = dalloc(d, n * sizeof(float));
@@ -181,8 +186,10 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
     UP(v->final_norm, m->final_norm, from->final_norm, m->C);
     if (m->tied)
         v->head = v->embed;
-    else
+    else if (head32)
         UP(v->head, m->head, from->head, (size_t)m->V * m->C);
+    else
+        v->head = NULL;
 #undef UP
     if (round)
         be->ops->round_bf16(be, v->buf, n);
@@ -241,11 +248,19 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
                                       q->pow2_scale);
             }
         }
-    if (head16) { /* v->head holds the rounded values already */
+    if (head16) { /* to_bf16 rounds as round_bf16 does: from v->head or its source */
+        size_t C = (size_t)m->C, V = (size_t)m->V;
         if (!v->head16.w)
-            v->head16.w = dalloc(d, (size_t)m->V * m->C * sizeof(uint16_t));
+            v->head16.w = dalloc(d, V * C * sizeof(uint16_t));
         v->head16.rows = m->V, v->head16.cols = m->C;
-        be->ops->to_bf16(be, v->head16.w, v->head, (size_t)m->V * m->C);
+        if (v->head || from)
+            be->ops->to_bf16(be, v->head16.w, v->head ? v->head : from->head, V * C);
+        else /* from the host's head through the staging matrix, a stripe of rows at a time */
+            for (size_t r0 = 0, rs = max_linear(m) / C; r0 < V; r0 += rs) {
+                size_t nr = V - r0 < rs ? V - r0 : rs;
+                be->ops->upload(be, d->stage, m->head + r0 * C, nr * C * sizeof(float));
+                be->ops->to_bf16(be, v->head16.w + r0 * C, d->stage, nr * C);
+            }
     }
     return 0;
 }
@@ -286,7 +301,7 @@ static void device_trainer(dllm_tf *m)
     bool tb = p->trainer_bf16;
     if ((d->tv.b16 != NULL) != tb) /* built or not: its buffers have the other layout */
         dview_free(m, &d->tv);
-    dview_build(m, &d->tv, tb, tb ? LIN_BF16 : LIN_F32, false, tb, p, NULL);
+    dview_build(m, &d->tv, tb, tb ? LIN_BF16 : LIN_F32, false, tb, true, p, NULL);
     d->tv.round_lin = d->tv.round_head = tb;
     d->tv.lora = true;
     d->tv.ad = d->ad;
@@ -355,9 +370,7 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         d->tv.be = NULL; /* rebuilt into its buffers by the next forward that reads it */
     }
     if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
-        tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
-        for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
-            tf_acts_free(acts[i]);
+        tf_acts_free(&d->a);
         d->xl[0] = d->xl[1] = NULL;
         tf_device_train_free(m); /* its adapters' layout changed */
     }
@@ -410,11 +423,11 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
     else /* INT8 quantises on the host (dq_int8): the host's weights must be current */
         tf_device_pull(m);
     if (k == DLLM_ROLLOUT_BF16)
-        dview_build(m, &d->rv, true, LIN_BF16, true, true, p, from);
+        dview_build(m, &d->rv, true, LIN_BF16, true, true, false, p, from);
     else if (k == DLLM_ROLLOUT_INT8)
-        dview_build(m, &d->rv, true, LIN_INT8, true, true, p, from);
+        dview_build(m, &d->rv, true, LIN_INT8, true, true, false, p, from);
     else
-        dview_build(m, &d->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, p, from);
+        dview_build(m, &d->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, false, p, from);
     /* each of these linears rounds or quantises its own input, as on the host, or its
      * input's producer quantises for it on the device (the same codes) */
     d->rv.fuse_act = !d->no_fuse_act;
@@ -440,9 +453,7 @@ void tf_device_free(dllm_tf *m)
     tf_device_train_free(m);
     dview_free(m, &d->tv);
     dview_free(m, &d->rv);
-    tf_acts *acts[] = {&d->a, &d->ra, &d->la[0], &d->la[1]};
-    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
-        tf_acts_free(acts[i]);
+    tf_acts_free(&d->a);
     dfree(d, d->rope.cos);
     dfree(d, d->rope.sin);
     dfree(d, d->lora);
@@ -516,6 +527,8 @@ static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     int N = B * T;
+    if (a == &d->a) /* the sampler's x_L goes with the set it lives in */
+        d->xl[0] = d->xl[1] = NULL;
     tf_rope_grow(m, T);
     a->be = be;
     tf_acts_ensure_fwd(m, a, B, T, R, keep);
@@ -545,9 +558,10 @@ int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *key
     return 0;
 }
 
-/* The kept forward of the loss gradient's device path: every head row's logits into
- * klg (not chunked: the backward needs them all), their log-probs of the targets and
- * log-sum-exps beside them; only the log-probs come down. */
+/* The kept forward of the loss gradient's device path: the head rows' log-probs of their
+ * targets and log-sum-exps, a chunk of rows at a time through the logits chunk (the
+ * backward makes each chunk's logits again, from the kept head input: R x V floats
+ * never live at once); only the log-probs come down. */
 int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                            int T, const int32_t *rows, const int32_t *targets, int R,
                            float *logp)
@@ -559,9 +573,7 @@ int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *key
     const tf_view *v = tf_device_view(m, false);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
     if (R > d->k_cap) {
-        dfree(d, d->klg), dfree(d, d->ktgt), dfree(d, d->klp), dfree(d, d->klse);
-        dfree(d, d->kg);
-        d->klg = dalloc(d, (size_t)R * m->V * sizeof(float));
+        dfree(d, d->ktgt), dfree(d, d->klp), dfree(d, d->klse), dfree(d, d->kg);
         d->ktgt = dalloc(d, (size_t)R * sizeof(int32_t));
         d->klp = dalloc(d, (size_t)R * sizeof(float));
         d->klse = dalloc(d, (size_t)R * sizeof(float));
@@ -569,10 +581,15 @@ int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *key
         d->k_cap = R;
     }
     if (R > 0) {
+        size_t C = (size_t)m->C;
         be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
-        tf_head_fwd(m, v, a->xr, a->nf, a->rstdf, R, d->klg);
         be->ops->upload(be, d->ktgt, targets, (size_t)R * sizeof(int32_t));
-        be->ops->xent_fwd(be, d->klp, d->klse, d->klg, d->ktgt, R, m->V);
+        chunk_ensure(m, R < d->lg_rows ? R : d->lg_rows);
+        for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
+            int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
+            tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
+            be->ops->xent_fwd(be, d->klp + r0, d->klse + r0, d->lg, d->ktgt + r0, n, m->V);
+        }
         be->ops->download(be, logp, d->klp, (size_t)R * sizeof(float));
     }
     a->kept = TF_KEPT_LOGITS;
@@ -585,7 +602,7 @@ int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    tf_acts *a = rollout ? &d->ra : &d->a;
+    tf_acts *a = &d->a;
     const tf_view *v = tf_device_view(m, rollout);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, false);
     if (R <= 0)
@@ -607,7 +624,7 @@ int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uin
                       int B, int T, const int32_t *rows, int R, float *logits)
 {
     tf_device *d = m->dev;
-    tf_acts *a = rollout ? &d->ra : &d->a;
+    tf_acts *a = &d->a;
     const tf_view *v = tf_device_view(m, rollout);
     const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, false);
     if (R > 0)
@@ -624,8 +641,8 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     int k = c->rollout;
-    tf_acts *a = &d->la[k];
-    d->xl[k] = NULL;
+    tf_acts *a = &d->a;
+    d->xl[0] = d->xl[1] = NULL; /* one set: the other view's x_L is overwritten */
     if (B <= 0 || T <= 0 || (size_t)B * T > (size_t)1 << 30) {
         fprintf(stderr, "%s device layers: bad batch (B=%d, T=%d)\n", m->arch->name, B, T);
         return DLLM_EXIT_INPUT;
@@ -669,7 +686,7 @@ static int dl_head(void *ctx, const int32_t *d_rows, int n, float *d_logits)
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     int k = c->rollout;
-    tf_acts *a = &d->la[k];
+    tf_acts *a = &d->a;
     if (!d->xl[k] || n <= 0 || n > d->lg_rows) {
         fprintf(stderr, "%s device head: %s\n", m->arch->name,
                 !d->xl[k] ? "no layers() call before it" : "row count outside [1, max_rows]");

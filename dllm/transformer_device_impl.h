@@ -25,9 +25,11 @@ struct tf_device {
     tf_lora *ad;             // (L, NLIN) A/B pointing into lora, or NULL
     float *lora;             // (n_lora) device copy of the LoRA parameters
     size_t n_lora;
-    tf_acts a, ra, la[2];    /* nograd, rollout, device_logits (trainer, rollout); the
-                                kept forward's are the model's (m->a, on this device while
-                                it trains here) */
+    tf_acts a;               /* every forward without backward: rollouts (the device
+                                sampler's layers, at either view) and scoring at both
+                                views, one call at a time, so one set sized by the widest;
+                                the kept forward's are the model's (m->a, on this device
+                                while it trains here) */
     float *stage;            // (largest linear) device staging, fp32
     float *hstage;           // (largest linear) host: one merged weight
     int32_t *h_tok, *h_pos, *h_rows; // (hcap) host input staging
@@ -37,21 +39,24 @@ struct tf_device {
     int lg_rows, lg_cap;     /* the chunk, and the rows allocated so far */
     int32_t *tgt;            // (lg_cap) a chunk's targets
     float *lp;               // (lg_cap) a chunk's log-probs
-    const float *xl[2];      /* device_logits: x_L of the last layers() */
+    const float *xl[2];      /* device_logits: x_L of the last layers() (NULL once another
+                                forward has used a) */
     dl_ctx dl[2];
     /* training on the device (transformer_device_train.c); off until enabled */
     bool train;
+    tf_region region;        /* while it trains: the kept forward's activations (m->a) and
+                                a's take turns in it */
     float *g;                // (n_train) gradients, in the trainable's device layout
     size_t n_train;
     tf_layer *glw;           // (L) gradient pointers into g (NULL entries: frozen)
     float *g_embed, *g_final_norm, *g_head;
     tf_lora *gad;            // (L, NLIN) A, B of ad with dA, dB into g (LoRA)
-    float *dlog;             // (dlog_rows, V) the dlogits (uploaded, or built here)
-    int dlog_rows;
+    float *dlog;             // (dlog_rows, V) one chunk of dlogits (uploaded, or built here)
+    int dlog_rows;           /* at most lg_rows */
     /* the loss gradient's device path (dllm_tf_device_forward_logp): the kept forward's
-     * logits rows stay here, with their targets, log-probs and log-sum-exps */
-    float *klg;              // (k_cap, V) logits of the kept forward's rows
-    int32_t *ktgt;           // (k_cap) their targets
+     * head rows' targets, log-probs and log-sum-exps stay here (the logits are made
+     * again, a chunk at a time, by the backward) */
+    int32_t *ktgt;           // (k_cap) the head rows' targets
     float *klp, *klse, *kg;  // (k_cap) log-probs, log-sum-exps, dLoss/dlogp
     int k_cap;               /* (ka.kept TF_KEPT_LOGITS: they hold its rows) */
     bool no_fuse_act;        /* the rollout copy's producers leave FP8 / INT8

@@ -14,9 +14,10 @@
  * adapters, n_lora floats, pulled first), and checkpoints stream the state a bounded
  * chunk at a time (dllm_tf_state_read, dllm_tf_save).
  * The loss's dlogits are built on the device (dllm_tf_device_forward_logp /
- * dllm_tf_device_backward_logp: the kept forward's logits rows stay there, only their
- * log-probs come down and dLoss/dlogp per row goes up), or, through dllm_tf_backward,
- * uploaded from the host. A bf16 trainer keeps only packed bf16
+ * dllm_tf_device_backward_logp: the kept forward's head rows keep their targets and
+ * log-sum-exps there, only their log-probs come down and dLoss/dlogp per row goes up;
+ * the backward makes the logits again a chunk of rows at a time), or, through
+ * dllm_tf_backward, uploaded from the host a chunk at a time. A bf16 trainer keeps only packed bf16
  * linears on the device: with LoRA the base weights are frozen and the backward needs
  * only dX through them (the backend's bf16_linear_bwd_x); full fine-tuning would need
  * their fp32 gradients and masters on the device: refused. */
@@ -154,15 +155,17 @@ void tf_device_train_free(dllm_tf *m)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    void *bufs[] = {d->g, d->dlog, d->klg, d->ktgt, d->klp, d->klse, d->kg};
+    void *bufs[] = {d->g, d->dlog, d->ktgt, d->klp, d->klse, d->kg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
-    d->klg = d->klp = d->klse = d->kg = NULL;
+    d->klp = d->klse = d->kg = NULL;
     d->ktgt = NULL;
     d->k_cap = 0;
     if (d->train) { /* the kept activations and the moments are the host's again */
-        tf_acts_free(&m->a);
+        tf_acts_set_region(m, &m->a, NULL);
+        tf_acts_set_region(m, &d->a, NULL);
+        tf_region_free(&d->region, be);
         m->a.be = NULL;
         moments_carry(m, false);
         if (m->adam_be == be) /* not carried: the layout changed (a LoRA change) */
@@ -210,6 +213,10 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
     tf_acts_free(&m->a); /* the kept forward's, in device memory from now on (its backward
                             scratch is allocated by the first backward) */
     m->a.be = be;
+    /* the kept forward and the forwards without backward never need their activations
+     * at once: one region, as large as the larger of the two, instead of both */
+    tf_acts_set_region(m, &m->a, &d->region);
+    tf_acts_set_region(m, &d->a, &d->region);
     d->train = true;
     return 0;
 }
@@ -239,14 +246,17 @@ static void grad_pointers(dllm_tf *m)
     d->g_head = m->tied ? d->g_embed : d->g + (v->head - v->buf);
 }
 
-/* The kept forward's activations, checked, and d->dlog large enough for its rows. */
+/* The kept forward's activations, checked, and d->dlog large enough for one chunk of its
+ * rows (d->lg_rows: the dlogits are made and consumed a chunk at a time). */
 static tf_acts *backward_ready(dllm_tf *m)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
     tf_acts *a = &m->a;
     if (a->kept == TF_KEPT_NONE) {
-        fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
+        fprintf(stderr, "%s backward: no forward pass to differentiate%s\n", m->arch->name,
+                a->lost ? " (a forward without backward ran after it: on a device that trains "
+                          "they take turns in one region of its memory)" : "");
         abort();
     }
     if (m->prec.trainer_bf16 && !m->lora_rank) { /* packed base linears have no dW */
@@ -254,50 +264,69 @@ static tf_acts *backward_ready(dllm_tf *m)
                 m->arch->name);
         abort();
     }
-    if (a->R > d->dlog_rows) {
+    int rows = a->R < d->lg_rows ? a->R : d->lg_rows;
+    if (rows > d->dlog_rows) {
         if (d->dlog)
             be->ops->free(be, d->dlog);
-        d->dlog = be->ops->alloc(be, (size_t)a->R * m->V * sizeof(float));
-        d->dlog_rows = a->R;
+        d->dlog = be->ops->alloc(be, (size_t)rows * m->V * sizeof(float));
+        d->dlog_rows = rows;
     }
     return a;
 }
 
-/* The backward of the dlogits in d->dlog into the device gradients. */
-static void backward_dlog(dllm_tf *m, tf_acts *a)
+static tf_bwd_target bwd_target(dllm_tf *m, tf_acts *a)
 {
     tf_device *d = m->dev;
     grad_pointers(m);
-    tf_bwd_target t = {d->be, a, &d->tv, d->glw, d->g_embed, d->g_final_norm, d->g_head,
-                       m->lora_rank ? d->gad : NULL, tf_rope_on(m, d->be)};
-    tf_backward(m, &t, d->dlog);
+    return (tf_bwd_target){d->be, a, &d->tv, d->glw, d->g_embed, d->g_final_norm, d->g_head,
+                           m->lora_rank ? d->gad : NULL, tf_rope_on(m, d->be)};
 }
 
+/* Host dlogits (R, V), uploaded a chunk of rows at a time. */
 void tf_device_backward(dllm_tf *m, const float *dlogits)
 {
     tf_acts *a = backward_ready(m);
     tf_device *d = m->dev;
-    d->be->ops->upload(d->be, d->dlog, dlogits, (size_t)a->R * m->V * sizeof(float));
-    backward_dlog(m, a);
+    tf_bwd_target t = bwd_target(m, a);
+    size_t V = (size_t)m->V;
+    tf_backward_begin(m, &t);
+    for (int r0 = 0; r0 < a->R; r0 += d->dlog_rows) {
+        int n = a->R - r0 < d->dlog_rows ? a->R - r0 : d->dlog_rows;
+        d->be->ops->upload(d->be, d->dlog, dlogits + (size_t)r0 * V, (size_t)n * V * sizeof(float));
+        tf_backward_head(m, &t, r0, n, d->dlog);
+    }
+    tf_backward_rest(m, &t);
 }
 
+/* dlogits = g (onehot - softmax) a chunk of rows at a time: each chunk's logits made
+ * again from the kept head input (the forward's product at the same shape: the same
+ * values), the accumulating xent_bwd from zero, the head's backward. */
 void dllm_tf_device_backward_logp(dllm_tf *m, const float *g)
 {
     tf_device *d = m->dev;
     if (!d || m->a.kept != TF_KEPT_LOGITS) {
-        fprintf(stderr, "%s backward: no dllm_tf_device_forward_logp to differentiate\n",
-                m->arch->name);
+        fprintf(stderr, "%s backward: no dllm_tf_device_forward_logp to differentiate%s\n",
+                m->arch->name,
+                m->a.lost ? " (a forward without backward ran after it: on a device that trains "
+                            "they take turns in one region of its memory)" : "");
         abort();
     }
     tf_acts *a = backward_ready(m);
     dllm_backend *be = d->be;
-    size_t R = (size_t)a->R;
-    if (R > 0) { /* dlogits = g (onehot - softmax): the accumulating xent_bwd from zero */
+    tf_bwd_target t = bwd_target(m, a);
+    const tf_view *v = tf_device_view(m, false);
+    size_t R = (size_t)a->R, C = (size_t)m->C, V = (size_t)m->V;
+    tf_backward_begin(m, &t);
+    if (R > 0)
         be->ops->upload(be, d->kg, g, R * sizeof(float));
-        be->ops->memset0(be, d->dlog, R * m->V * sizeof(float));
-        be->ops->xent_bwd(be, d->dlog, d->kg, d->klg, d->klse, d->ktgt, (int)R, m->V);
+    for (int r0 = 0; r0 < a->R; r0 += d->lg_rows) {
+        int n = a->R - r0 < d->lg_rows ? a->R - r0 : d->lg_rows;
+        tf_head_logits(m, v, a->nf + r0 * C, n, d->lg);
+        be->ops->memset0(be, d->dlog, (size_t)n * V * sizeof(float));
+        be->ops->xent_bwd(be, d->dlog, d->kg + r0, d->lg, d->klse + r0, d->ktgt + r0, n, m->V);
+        tf_backward_head(m, &t, r0, n, d->dlog);
     }
-    backward_dlog(m, a);
+    tf_backward_rest(m, &t);
 }
 
 bool tf_device_update(dllm_tf *m, tf_update *u, bool step)

@@ -48,24 +48,123 @@ static dllm_backend *acts_be(const tf_acts *a)
 {
     return a->be ? a->be : dllm_backend_cpu();
 }
-static void *acts_alloc(const tf_acts *a, size_t bytes)
+
+/* The forward buffers (in the region when the set has one) and the backward scratch. */
+#define ACTS_FWD(X)                                                                            \
+    X(tokens) X(keymask) X(pos) X(rows) X(hrows) X(resid) X(n1) X(rstd1) X(qr) X(rstdq) X(q)   \
+    X(kr) X(rstdk) X(k) X(v) X(att) X(y) X(h) X(n2) X(rstd2) X(g) X(u) X(s) X(xa) X(xr) X(nf)  \
+    X(rstdf)
+#define ACTS_BWD(X)                                                                            \
+    X(dx) X(dh) X(dn) X(dq) X(dy) X(dqr) X(dk) X(dv) X(dkr) X(dg) X(du) X(ds) X(dxa) X(dxr)    \
+    X(dnf)
+
+/* Region offsets are 256-byte aligned, as the device allocator's pointers are. */
+enum { REGION_ALIGN = 256 };
+
+/* A forward buffer of `bytes` (+4, as every activation buffer): from the backend, or
+ * placed in the region (measure: only counted). */
+static bool region_measure;
+static void *acts_alloc(tf_acts *a, size_t bytes)
 {
-    return acts_be(a)->ops->alloc(acts_be(a), bytes + 4);
+    if (!a->region)
+        return acts_be(a)->ops->alloc(acts_be(a), bytes + 4);
+    size_t off = a->rused;
+    a->rused += (bytes + 4 + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
+    return region_measure ? NULL : a->region->base + off;
 }
 #define ACTS_F(n) ((float *)acts_alloc(a, (size_t)(n) * sizeof(float)))
 
+static void bwd_free(tf_acts *a)
+{
+    dllm_backend *mem = acts_be(a);
+#define FREE_(f) mem->ops->free(mem, a->f), a->f = NULL;
+    ACTS_BWD(FREE_)
+#undef FREE_
+    a->bwdN = a->bwdR = 0;
+}
+
+/* a as new, keeping its backend, region and backward scratch (keep_bwd) or not. */
+static void acts_reset(tf_acts *a, bool keep_bwd)
+{
+    tf_acts k = *a;
+    memset(a, 0, sizeof *a);
+    a->be = k.be;
+    a->region = k.region;
+    if (keep_bwd) {
+#define KEEP_(f) a->f = k.f;
+        ACTS_BWD(KEEP_)
+#undef KEEP_
+        a->bwdN = k.bwdN, a->bwdR = k.bwdR;
+    }
+}
+
 void tf_acts_free(tf_acts *a)
 {
-    void *bufs[] = {a->tokens, a->keymask, a->pos, a->rows, a->hrows, a->resid, a->n1,
-                    a->rstd1, a->qr, a->rstdq, a->q, a->kr, a->rstdk, a->k, a->v, a->att,
-                    a->y, a->h, a->n2, a->rstd2, a->g, a->u, a->s, a->xa, a->xr, a->nf,
-                    a->rstdf, a->dx, a->dh, a->dn, a->dq, a->dy, a->dqr, a->dk, a->dv,
-                    a->dkr, a->dg, a->du, a->ds, a->dxa, a->dxr, a->dnf};
-    dllm_backend *be = a->be, *mem = acts_be(a);
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        mem->ops->free(mem, bufs[i]);
-    memset(a, 0, sizeof *a);
-    a->be = be;
+    dllm_backend *mem = acts_be(a);
+    if (a->region && a->region->owner == a)
+        a->region->owner = NULL;
+    if (!a->region) {
+#define FREE_(f) mem->ops->free(mem, a->f);
+        ACTS_FWD(FREE_)
+#undef FREE_
+    }
+    bwd_free(a);
+    acts_reset(a, false);
+}
+
+/* r at least need bytes (growing moves it: its owner loses its buffers). */
+static void region_grow(tf_region *r, dllm_backend *be, size_t need)
+{
+    if (need <= r->cap)
+        return;
+    if (r->owner)
+        acts_reset(r->owner, true);
+    r->owner = NULL;
+    if (r->base)
+        be->ops->free(be, r->base);
+    r->base = be->ops->alloc(be, need);
+    r->cap = need;
+}
+
+static void acts_lay_out(dllm_tf *m, tf_acts *a);
+
+void tf_acts_set_region(dllm_tf *m, tf_acts *a, tf_region *r)
+{
+    tf_acts held = *a;
+    tf_acts_free(a);
+    a->region = r;
+    if (r && held.tokens && !held.region) { /* the region fits what a held */
+        a->capN = held.capN, a->capAtt = held.capAtt, a->capR = held.capR;
+        a->capL = held.capL, a->capX = held.capX;
+        region_measure = true;
+        acts_lay_out(m, a);
+        region_measure = false;
+        region_grow(r, acts_be(a), a->rused);
+        acts_reset(a, false);
+    }
+}
+
+void tf_region_free(tf_region *r, dllm_backend *be)
+{
+    if (r->owner)
+        acts_reset(r->owner, true);
+    if (r->base)
+        be->ops->free(be, r->base);
+    *r = (tf_region){0};
+}
+
+/* a lays its forward buffers out in its region (need bytes): the previous owner loses
+ * them, and the region grows when it is too small. */
+static void region_take(tf_acts *a, size_t need)
+{
+    tf_region *r = a->region;
+    if (r->owner && r->owner != a) {
+        acts_reset(r->owner, true);
+        r->owner->lost = true;
+    }
+    r->owner = NULL;
+    region_grow(r, acts_be(a), need);
+    r->owner = a;
 }
 
 /* The recomputation segment length of a kept forward (0: none), at most L. */
@@ -85,26 +184,11 @@ static size_t xslot(const dllm_tf *m, int K, int l)
 /* Sizes the buffers for B*T rows, R head rows, `layers` slots of layer activations (L
  * for training, K under recomputation, 1 for a forward without backward) and `xslots`
  * residual-stream slots (L + 1; ceil(L/K) + K; 2, alternating, without backward). */
-static void acts_ensure_slots(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers,
-                              int xslots)
+/* The forward buffers at a's caps, in this order (the region's layout). */
+static void acts_lay_out(dllm_tf *m, tf_acts *a)
 {
-    dllm_backend *be = a->be ? a->be : m->be;
-    size_t N = (size_t)B * T, natt = be->ops->attn_state_floats(be, B, T, m->NH);
-    if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
-        layers <= a->capL && xslots <= a->capX)
-        return;
-    size_t capN = N > a->capN ? N : a->capN;
-    size_t capAtt = natt > a->capAtt ? natt : a->capAtt;
-    size_t capR = (size_t)R > a->capR ? (size_t)R : a->capR;
-    int capL = layers > a->capL ? layers : a->capL;
-    int capX = xslots > a->capX ? xslots : a->capX;
-    tf_acts_free(a);
-    a->capN = capN;
-    a->capAtt = capAtt;
-    a->capR = capR;
-    a->capL = capL;
-    a->capX = capX;
-    size_t L = (size_t)capL, C = (size_t)m->C, H = (size_t)m->H;
+    size_t capN = a->capN, capR = a->capR;
+    size_t L = (size_t)a->capL, C = (size_t)m->C, H = (size_t)m->H;
     size_t QD = (size_t)m->QD, KD = (size_t)m->KD, r = (size_t)m->lora_rank;
     bool qkn = m->arch->qk_norm;
     a->tokens = acts_alloc(a, capN * sizeof(int32_t));
@@ -112,7 +196,7 @@ static void acts_ensure_slots(dllm_tf *m, tf_acts *a, int B, int T, int R, int l
     a->pos = acts_alloc(a, capN * sizeof(int32_t));
     a->rows = acts_alloc(a, (capR + 1) * sizeof(int32_t));
     a->hrows = acts_alloc(a, (capR + 1) * sizeof(int32_t));
-    a->resid = ACTS_F((size_t)capX * capN * C);
+    a->resid = ACTS_F((size_t)a->capX * capN * C);
     a->n1 = ACTS_F(L * capN * C);
     a->rstd1 = ACTS_F(L * capN);
     a->qr = qkn ? ACTS_F(L * capN * QD) : NULL;
@@ -122,7 +206,7 @@ static void acts_ensure_slots(dllm_tf *m, tf_acts *a, int B, int T, int R, int l
     a->rstdk = qkn ? ACTS_F(L * capN * m->NKV) : NULL;
     a->k = ACTS_F(L * capN * KD);
     a->v = ACTS_F(L * capN * KD);
-    a->att = ACTS_F(L * capAtt);
+    a->att = ACTS_F(L * a->capAtt);
     a->y = ACTS_F(L * capN * QD);
     a->h = ACTS_F(L * capN * C);
     a->n2 = ACTS_F(L * capN * C);
@@ -134,6 +218,47 @@ static void acts_ensure_slots(dllm_tf *m, tf_acts *a, int B, int T, int R, int l
     a->xr = ACTS_F(capR * C);
     a->nf = ACTS_F(capR * C);
     a->rstdf = ACTS_F(capR);
+}
+
+/* Sizes the buffers for B*T rows, R head rows, `layers` slots of layer activations (L
+ * for training, K under recomputation, 1 for a forward without backward) and `xslots`
+ * residual-stream slots (L + 1; ceil(L/K) + K; 2, alternating, without backward). In a
+ * region: laid out again whenever another set used it since. */
+static void acts_ensure_slots(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers,
+                              int xslots)
+{
+    dllm_backend *be = a->be ? a->be : m->be;
+    size_t N = (size_t)B * T, natt = be->ops->attn_state_floats(be, B, T, m->NH);
+    if (a->tokens && N <= a->capN && natt <= a->capAtt && (size_t)R <= a->capR &&
+        layers <= a->capL && xslots <= a->capX && (!a->region || a->region->owner == a))
+        return;
+    bool fits = a->tokens != NULL; /* the caps only grow: the larger of old and new */
+    size_t capN = fits && a->capN > N ? a->capN : N;
+    size_t capAtt = fits && a->capAtt > natt ? a->capAtt : natt;
+    size_t capR = fits && a->capR > (size_t)R ? a->capR : (size_t)R;
+    int capL = fits && a->capL > layers ? a->capL : layers;
+    int capX = fits && a->capX > xslots ? a->capX : xslots;
+    if (a->region) {
+        if (a->region->owner == a)
+            a->region->owner = NULL;
+        acts_reset(a, true); /* the backward scratch stays (acts_ensure_bwd resizes it) */
+    } else {
+        tf_acts_free(a);
+    }
+    a->capN = capN;
+    a->capAtt = capAtt;
+    a->capR = capR;
+    a->capL = capL;
+    a->capX = capX;
+    if (a->region) {
+        a->rused = 0;
+        region_measure = true;
+        acts_lay_out(m, a);
+        region_measure = false;
+        region_take(a, a->rused);
+        a->rused = 0;
+    }
+    acts_lay_out(m, a);
 }
 
 void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers)
@@ -165,28 +290,33 @@ int dllm_tf_set_recompute(dllm_tf *m, int every)
     return 0;
 }
 
-/* Backward scratch, allocated by the first backward only (in a's memory). */
+/* Backward scratch, allocated by the first backward (in a's memory: the backend's own
+ * buffers, never in a region), again when the forward's rows outgrew it. */
+#define BWD_F(n) ((float *)acts_be(a)->ops->alloc(acts_be(a), (size_t)(n) * sizeof(float) + 4))
 static void acts_ensure_bwd(dllm_tf *m, tf_acts *a)
 {
-    if (a->dx)
+    if (a->dx && a->bwdN >= a->capN && a->bwdR >= a->capR)
         return;
+    bwd_free(a);
+    a->bwdN = a->capN, a->bwdR = a->capR;
     size_t N = a->capN, C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
     size_t KD = (size_t)m->KD, r = (size_t)m->lora_rank;
-    a->dx = ACTS_F(N * C);
-    a->dh = ACTS_F(N * C);
-    a->dn = ACTS_F(N * C);
-    a->dq = ACTS_F(N * QD);
-    a->dy = ACTS_F(N * QD);
-    a->dqr = ACTS_F(N * QD);
-    a->dk = ACTS_F(N * KD);
-    a->dv = ACTS_F(N * KD);
-    a->dkr = ACTS_F(N * KD);
-    a->dg = ACTS_F(N * H);
-    a->du = ACTS_F(N * H);
-    a->ds = ACTS_F(N * H);
-    a->dxa = r ? ACTS_F(N * r) : NULL;
-    a->dxr = ACTS_F(a->capR * C);
-    a->dnf = ACTS_F(a->capR * C);
+    bool qkn = m->arch->qk_norm; /* dqr, dkr: the gradients before q_norm and k_norm */
+    a->dx = BWD_F(N * C);
+    a->dh = BWD_F(N * C);
+    a->dn = BWD_F(N * C);
+    a->dq = BWD_F(N * QD);
+    a->dy = BWD_F(N * QD);
+    a->dqr = qkn ? BWD_F(N * QD) : NULL;
+    a->dk = BWD_F(N * KD);
+    a->dv = BWD_F(N * KD);
+    a->dkr = qkn ? BWD_F(N * KD) : NULL;
+    a->dg = BWD_F(N * H);
+    a->du = BWD_F(N * H);
+    a->ds = BWD_F(N * H);
+    a->dxa = r ? BWD_F(N * r) : NULL;
+    a->dxr = BWD_F(a->capR * C);
+    a->dnf = BWD_F(a->capR * C);
 }
 
 size_t dllm_tf_activation_floats(const dllm_tf *m)
@@ -438,6 +568,12 @@ void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float
     be->ops->rmsnorm_fwd(be, nf, rstdf, xr, v->final_norm, R, m->C, m->cfg.rms_norm_eps);
     if (v->round_head)
         be->ops->round_bf16(be, nf, (size_t)R * m->C);
+    tf_head_logits(m, v, nf, R, logits);
+}
+
+void tf_head_logits(dllm_tf *m, const tf_view *v, const float *nf, int R, float *logits)
+{
+    dllm_backend *be = v->be;
     if (v->head16.w) /* (the op may fill the matrix's fp32 fallback cache) */
         be->ops->bf16_linear_fwd(be, logits, nf, (bf16_matrix *)&v->head16, R, m->C, m->V);
     else
@@ -716,8 +852,32 @@ void dllm_tf_backward(dllm_tf *m, const float *dlogits)
 
 void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits)
 {
+    tf_backward_begin(m, t);
+    tf_backward_head(m, t, 0, t->a->R, dlogits);
+    tf_backward_rest(m, t);
+}
+
+void tf_backward_begin(dllm_tf *m, const tf_bwd_target *t)
+{
     tf_acts *a = t->a;
     acts_ensure_bwd(m, a);
+    size_t fC = (size_t)m->C * sizeof(float);
+    t->be->ops->memset0(t->be, a->dnf, (size_t)a->R * fC);
+    t->be->ops->memset0(t->be, a->dxr, (size_t)a->R * fC);
+}
+
+void tf_backward_head(dllm_tf *m, const tf_bwd_target *t, int r0, int n, const float *dlogits)
+{
+    tf_acts *a = t->a;
+    size_t C = (size_t)m->C;
+    /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients */
+    t->be->ops->linear_bwd(t->be, a->dnf + (size_t)r0 * C, t->d_head, dlogits,
+                           a->nf + (size_t)r0 * C, t->w->head, n, m->C, m->V);
+}
+
+void tf_backward_rest(dllm_tf *m, const tf_bwd_target *t)
+{
+    tf_acts *a = t->a;
     dllm_backend *be = t->be;
     const dllm_backend_ops *ops = be->ops;
     int N = a->N, R = a->R, B = a->B, T = a->T;
@@ -728,11 +888,8 @@ void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits)
     bool qkn = m->arch->qk_norm;
     const uint8_t *mask = a->have_mask ? a->keymask : NULL;
 
-    // head and final norm on the gathered rows, then scatter into dx = dL/dx_L
-    ops->memset0(be, a->dnf, (size_t)R * fC);
-    ops->memset0(be, a->dxr, (size_t)R * fC);
-    /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients */
-    ops->linear_bwd(be, a->dnf, t->d_head, dlogits, a->nf, t->w->head, R, m->C, m->V);
+    // final norm on the gathered rows (their head gradient in dnf), then scatter into
+    // dx = dL/dx_L
     ops->rmsnorm_bwd(be, a->dxr, t->d_final_norm, a->dnf, a->xr, t->w->final_norm, a->rstdf, R,
                      m->C);
     ops->memset0(be, a->dx, (size_t)N * fC);

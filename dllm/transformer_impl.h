@@ -29,13 +29,30 @@ typedef struct {
 typedef enum {
     TF_KEPT_NONE,   /* nothing: no keeping forward since the last change */
     TF_KEPT_ACTS,   /* a keeping forward's activations (its logits went to the caller) */
-    TF_KEPT_LOGITS, /* the same, with its rows' logits, targets and log-sum-exps kept
-                       beside them in the backend's memory (dllm_tf_device_forward_logp) */
+    TF_KEPT_LOGITS, /* the same, with its rows' targets and log-sum-exps kept beside
+                       them in the backend's memory (dllm_tf_device_forward_logp) */
 } tf_kept;
 
-/* Activations kept for backward, and backward scratch. */
+typedef struct tf_acts tf_acts;
+
+/* Device memory that two activation sets take turns in: the kept forward's (m->a) and
+ * that of every forward without backward (a device's), which never need their contents
+ * at the same time. The set that lays its buffers out there last owns it; the other
+ * loses its forward buffers (not its backward scratch) and lays them out again at its
+ * next forward. */
 typedef struct {
+    char *base;
+    size_t cap;      /* bytes */
+    tf_acts *owner;  /* NULL: none */
+} tf_region;
+
+/* Activations kept for backward, and backward scratch. */
+struct tf_acts {
     dllm_backend *be;          /* whose memory the buffers are (NULL: the host's) */
+    tf_region *region;         /* where the forward buffers are (NULL: allocated each) */
+    size_t rused;              /* bytes of region laid out (measured, then placed) */
+    size_t bwdN, bwdR;         /* rows the backward scratch was sized for */
+    bool lost;                 /* another set took the region since this one's forward */
     int B, T, N, R;            /* sizes of the last forward */
     tf_kept kept;              /* what a backward may differentiate */
     bool have_mask;            /* keymask passed to attention (else NULL) */
@@ -84,7 +101,7 @@ typedef struct {
     float *dg, *du, *ds;  // (N, H)
     float *dxa;           // (N, r)
     float *dxr, *dnf;     // (R, C)
-} tf_acts;
+};
 
 /* The weights one forward reads, and where it rounds to bf16. */
 typedef struct {
@@ -260,6 +277,12 @@ typedef struct {
 } tf_bwd_target;
 /* The backward of the last keeping forward into t (dlogits (R, V) in t->be's memory). */
 void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits);
+/* tf_backward in parts, for dlogits made a chunk of rows at a time: begin (the scratch,
+ * the head rows' gradients zeroed), head (rows r0 .. r0 + n - 1 of dlogits, (n, V) at
+ * dlogits, into their dnf rows and d_head), rest (final norm, scatter, the layers). */
+void tf_backward_begin(dllm_tf *m, const tf_bwd_target *t);
+void tf_backward_head(dllm_tf *m, const tf_bwd_target *t, int r0, int n, const float *dlogits);
+void tf_backward_rest(dllm_tf *m, const tf_bwd_target *t);
 
 /* dst (out, in) = W + (alpha/r) B A for linear j of layer l (W alone without an
  * adapter there), on the host: the weight a rollout copy is built from. */
@@ -276,6 +299,11 @@ const tf_view *tf_rollout_view(const dllm_tf *m);
 void tf_view_free(const dllm_tf *m, tf_view *v);
 void tf_view_master(dllm_tf *m, tf_view *v);
 void tf_acts_free(tf_acts *a);
+/* Attaches a to region r (its buffers freed; r grown to hold them at a's sizes, as a
+ * set keeps its sizes), or detaches it (r NULL); a keeps its backend. */
+void tf_acts_set_region(dllm_tf *m, tf_acts *a, tf_region *r);
+/* Gives back r's memory (its sets lose their forward buffers) and resets it. */
+void tf_region_free(tf_region *r, dllm_backend *be);
 /* Allocates the base gradients on first use (no-op under LoRA). */
 void tf_ensure_grads(dllm_tf *m);
 
@@ -316,6 +344,8 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
 /* logits (R, V) = head(final_norm(xr)) at v's numerics (nf, rstdf: outputs). */
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
                  float *logits);
+/* logits (R, V) = head(nf): tf_head_fwd's product alone, on its nf (rounded there). */
+void tf_head_logits(dllm_tf *m, const tf_view *v, const float *nf, int R, float *logits);
 
 /* Full-sequence attention over the batch of the activations ctx (a tf_acts). */
 void tf_batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx);

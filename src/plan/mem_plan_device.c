@@ -6,9 +6,9 @@
  *   kept      the views (trainer: fp32, or bf16-packed linears and head under a bf16
  *             trainer; rollout: bf16-packed, or FP8 / INT8 codes + fp32 scales, and a
  *             bf16 head but under fp8-exact), the LoRA copy, the fp32 staging matrix (the largest
- *             linear), the RoPE table (cos, sin), each activation set used (one layer,
- *             sized by the largest forward it served; the device sampler's set holds
- *             max_rows head rows), the logits chunk with its targets and log-probs, the
+ *             linear), the RoPE table (cos, sin), the one activation set of every forward
+ *             without backward (one layer, sized by the widest rollout or scoring call;
+ *             a device sampler's call asks for max_rows head rows), the logits chunk with its targets and log-probs, the
  *             backend's workspace (1 MiB doubled until the largest bf16 or FP8 linear's
  *             scratch fits; none when no such linear runs), the FP8 or INT8 activations
  *             the fused producers write (block-scaled FP8 copies, INT8 copies) and
@@ -16,16 +16,16 @@
  *   transient the device sampler's buffers for one call; for Qwen3 the KV cache
  *             (dllm/qwen3_device.c), its activation set and the autoregressive sampler's
  *             buffers (dllm_ar_sample_decoder), for one call (top_p = 1).
- * A training run keeps all the sets of its rollouts and its scoring at once (they
- * stay allocated while the model is on the device), and, when its update runs on the
+ * A training run keeps that set while the model is on the device, and, when its update runs on the
  * device (dllm/transformer_device_train.c), the update's buffers, all kept:
  *   the gradients and both AdamW moments (n_train floats each: the LoRA parameters, or
  *   under full fine-tuning every weight in the trainer view's layout), the kept
  *   forward's activation set (tf_acts_ensure_fwd: L layers and L + 1 residual slots, or
  *   under recomputation every:K, K layers and ceil(L/K) + K slots), the backward's
- *   scratch (acts_ensure_bwd: one layer's activation gradients), the scored rows' kept
- *   logits with their targets, log-probs, log-sum-exps and dL/dlogp (rows x (V + 4)
- *   fp32: the loss gradient built on the device), the dlogits (rows x V fp32) and the workspace the backward asks of the backend (the attention
+ *   scratch (acts_ensure_bwd: one layer's activation gradients), the scored rows' targets,
+ *   log-probs, log-sum-exps and dL/dlogp (rows x 4: the loss gradient built on the
+ *   device, the logits made again a chunk at a time), one chunk of dlogits (max_rows
+ *   x V fp32) and the workspace the backward asks of the backend (the attention
  *   backward's B NH T floats; RMSNorm's dw partial sums under full fine-tuning; a bf16
  *   trainer's bf16_linear_bwd_x: the largest linear widened to fp32). */
 #include "src/plan/mem_plan_device.h"
@@ -128,9 +128,10 @@ static int64_t i8_scales(const dllm_precision *pr, int64_t o, int64_t in)
                                                 : o;
 }
 
-/* A device view's bytes (transformer_device.c's dview_build). */
+/* A device view's bytes (transformer_device.c's dview_build); head32: an fp32 head kept
+ * beside head16 (the trainer view's; a rollout copy with head16 has none). */
 static int64_t view_bytes(const dims *d, const dllm_arch_desc *a, bool tied, vfmt f, bool head16,
-                          const dllm_precision *pr, char *why, size_t nwhy)
+                          bool head32, const dllm_precision *pr, char *why, size_t nwhy)
 {
     int64_t nonlin = 0, lin = 0, codes = 0, scales = 0;
     for (int i = 0; i < a->n_order; i++)
@@ -150,7 +151,7 @@ static int64_t view_bytes(const dims *d, const dllm_arch_desc *a, bool tied, vfm
         }
     }
     codes = f == V_INT8 ? d->L * codes : d->L * lin;
-    int64_t n = d->V * d->C + d->L * nonlin + d->C + (tied ? 0 : d->V * d->C);
+    int64_t n = d->V * d->C + d->L * nonlin + d->C + (tied || !(head32 || !head16) ? 0 : d->V * d->C);
     if (f == V_F32)
         n += codes;
     int64_t b = 4 * n + (f == V_BF16 ? 2 * codes
@@ -166,30 +167,42 @@ static int64_t view_bytes(const dims *d, const dllm_arch_desc *a, bool tied, vfm
     return b;
 }
 
-/* One activation set (acts_ensure_slots) of `layers` layer slots and `xs` residual slots
- * for N rows, att state floats (per layer) and R head rows; each buffer carries
- * acts_alloc's 4 extra bytes. Without backward: one layer, two residual slots. */
-static int64_t acts_bytes_slots(const dims *d, int64_t layers, int64_t xs, int64_t N,
-                                int64_t att, int64_t R)
+/* One buffer of an activation set: acts_alloc's 4 extra bytes, and in a region
+ * (tf_region) its offset rounded up to 256. */
+static int64_t abuf(int64_t bytes, bool region)
 {
-    int64_t per = N * d->C + N + N * d->QD + 2 * N * d->KD + att + N * d->QD + 2 * N * d->C +
-                  N + 3 * N * d->F; /* n1 rstd1 q k v att y h n2 rstd2 g u s */
-    int nbuf = 5 + 17;
-    if (d->qkn) {
-        per += N * d->QD + N * d->NH + N * d->KD + N * d->NKV;
-        nbuf += 4;
-    }
-    if (d->r) {
-        per += (int64_t)DLLM_NLIN * N * d->r;
-        nbuf += 1;
-    }
-    int64_t f = xs * N * d->C + layers * per + 2 * R * d->C + R;
-    return 4 * f + 4 * N + N + 4 * N + 2 * 4 * (R + 1) + 4 * nbuf;
+    bytes += 4;
+    return region ? (bytes + 255) / 256 * 256 : bytes;
+}
+
+/* One activation set (acts_lay_out's buffers, in its order) of `layers` layer slots and
+ * `xs` residual slots for N rows, att state floats (per layer) and R head rows, each its
+ * own allocation or (region) laid out in a region. Without backward: one layer, two
+ * residual slots. */
+static int64_t acts_bytes_slots(const dims *d, int64_t layers, int64_t xs, int64_t N,
+                                int64_t att, int64_t R, bool region)
+{
+    const int64_t L = layers, C = d->C, QD = d->QD, KD = d->KD, F = d->F;
+    const int64_t sizes[] = {
+        4 * N, N, 4 * N, 4 * (R + 1), 4 * (R + 1),           /* tokens keymask pos rows hrows */
+        4 * xs * N * C, 4 * L * N * C, 4 * L * N,            /* resid n1 rstd1 */
+        d->qkn ? 4 * L * N * QD : -1, d->qkn ? 4 * L * N * d->NH : -1, /* qr rstdq */
+        4 * L * N * QD,                                      /* q */
+        d->qkn ? 4 * L * N * KD : -1, d->qkn ? 4 * L * N * d->NKV : -1, /* kr rstdk */
+        4 * L * N * KD, 4 * L * N * KD, 4 * L * att,         /* k v att */
+        4 * L * N * QD, 4 * L * N * C, 4 * L * N * C, 4 * L * N, /* y h n2 rstd2 */
+        4 * L * N * F, 4 * L * N * F, 4 * L * N * F,         /* g u s */
+        d->r ? 4 * L * DLLM_NLIN * N * d->r : -1,           /* xa */
+        4 * R * C, 4 * R * C, 4 * R};                        /* xr nf rstdf */
+    int64_t b = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        b += sizes[i] < 0 ? 0 : abuf(sizes[i], region);
+    return b;
 }
 
 static int64_t acts_bytes(const dims *d, int64_t N, int64_t att, int64_t R)
 {
-    return acts_bytes_slots(d, 1, 2, N, att, R);
+    return acts_bytes_slots(d, 1, 2, N, att, R, false);
 }
 
 /* The backward's scratch (transformer_fwd.c's acts_ensure_bwd) for N rows, R head rows:
@@ -197,8 +210,10 @@ static int64_t acts_bytes(const dims *d, int64_t N, int64_t att, int64_t R)
  * LoRA, dxr dnf (R, C); 4 extra bytes each. */
 static int64_t bwd_bytes(const dims *d, int64_t N, int64_t R)
 {
-    int64_t f = 3 * N * (d->C + d->QD + d->KD + d->F) + (d->r ? N * d->r : 0) + 2 * R * d->C;
-    return 4 * f + 4 * (14 + (d->r ? 1 : 0));
+    const int64_t nq = d->qkn ? 3 : 2; /* dq, dy (dq, dk, dv) and, with qk_norm, dqr (dkr) */
+    int64_t f = 3 * N * (d->C + d->F) + nq * N * (d->QD + d->KD) + (d->r ? N * d->r : 0) +
+                2 * R * d->C;
+    return 4 * f + 4 * (12 + (d->qkn ? 2 : 0) + (d->r ? 1 : 0));
 }
 
 typedef struct {
@@ -383,14 +398,14 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
                                                       MEM_DEV_TRAIN));
     char why[160];
     if (!rtrainer) {
-        int64_t b = view_bytes(&d, a, mc->weight_tying, rf, rhead16, pr, why, sizeof why);
+        int64_t b = view_bytes(&d, a, mc->weight_tying, rf, rhead16, false, pr, why, sizeof why);
         item(p, false,
              rf == V_BF16 ? "rollout copy (bf16)" : rf == V_INT8 ? "rollout copy (int8)"
                                                                   : "rollout copy (fp8)",
              b, "%s", why);
     }
     if (tv) {
-        int64_t b = view_bytes(&d, a, mc->weight_tying, tf, tb, pr, why, sizeof why);
+        int64_t b = view_bytes(&d, a, mc->weight_tying, tf, tb, true, pr, why, sizeof why);
         item(p, false, tb ? "trainer view (bf16)" : "trainer view (fp32)", b, "%s", why);
     }
     int64_t nl = 0, mxlin = 0;
@@ -406,7 +421,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     item(p, false, "staging matrix", 4 * mxlin, "4 x the largest linear (%lld)", (long long)mxlin);
 
     /* the forwards: which activation set, rows and chunks */
-    acts_cap la = {0}, ra = {0}, ta = {0};
+    acts_cap fa = {0}; /* tf_device's one set for every forward without backward */
     int64_t chunk = 0, wsneed = 0, tmax = 0, qaneed = 0;
     const int64_t T = (int64_t)s->P + s->G;
     /* the LoRA products of a bf16 trainer view (forwards at the trainer view) */
@@ -415,15 +430,15 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         vfmt f = rtrainer ? tf : rf;
         bool h16 = rtrainer ? tb : rhead16;
         const int lm = rtrainer ? lmask16 : 0;
-        if (a->sampler == DLLM_SAMPLER_BLOCK) { /* the device sampler over la[1] */
+        if (a->sampler == DLLM_SAMPLER_BLOCK) { /* the device sampler */
             int64_t BB = s->cfg ? 2 * (int64_t)s->B : s->B;
-            acts_use(&la, BB, T, rows, &d);
+            acts_use(&fa, BB, T, rows, &d);
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, BB * T, rows));
             wsneed = max64(wsneed, ws_lora16(&d, lm, BB * T, false));
             qaneed = max64(qaneed, qa_forward(&d, f, pr, BB * T));
             tmax = max64(tmax, T);
-        } else if (a->sampler == DLLM_SAMPLER_DREAM) { /* Dream's loop over la[1] */
-            acts_use(&la, s->B, T, rows, &d);
+        } else if (a->sampler == DLLM_SAMPLER_DREAM) { /* Dream's loop */
+            acts_use(&fa, s->B, T, rows, &d);
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, s->B * T, rows));
             wsneed = max64(wsneed, ws_lora16(&d, lm, s->B * T, false));
             wsneed = max64(wsneed, 32 * 12 * (int64_t)d.V); /* the draw's scratch: 32 rows */
@@ -443,18 +458,17 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         bool at_r = (s->score_rollout || ph == MEM_DEV_TRAIN) && !rtrainer;
         bool at_t = !s->score_rollout || rtrainer || ph == MEM_DEV_TRAIN;
         if (at_r) {
-            acts_use(&ra, s->sB, s->sT, R, &d);
+            acts_use(&fa, s->sB, s->sT, R, &d);
             wsneed = max64(wsneed, ws_forward(&d, rf, rhead16, pr, (int64_t)s->sB * s->sT, n));
             qaneed = max64(qaneed, qa_forward(&d, rf, pr, (int64_t)s->sB * s->sT));
         }
         if (at_t) {
-            acts_use(rtrainer && s->score_rollout && ph != MEM_DEV_TRAIN ? &ra : &ta, s->sB, s->sT,
-                     R, &d);
+            acts_use(&fa, s->sB, s->sT, R, &d);
             wsneed = max64(wsneed, ws_forward(&d, tf, tb, pr, (int64_t)s->sB * s->sT, n));
             wsneed = max64(wsneed, ws_lora16(&d, lmask16, (int64_t)s->sB * s->sT, false));
         }
-        if (ph == MEM_DEV_TRAIN && rtrainer) /* l_mu at the trainer view, through ra */
-            acts_use(&ra, s->sB, s->sT, R, &d);
+        if (ph == MEM_DEV_TRAIN && rtrainer) /* l_mu at the trainer view */
+            acts_use(&fa, s->sB, s->sT, R, &d);
         chunk = max64(chunk, n);
         tmax = max64(tmax, s->sT);
     }
@@ -469,9 +483,9 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         int64_t K = s->recompute < d.L ? s->recompute : 0;
         kaL = K ? K : d.L;
         kaX = K ? (d.L + K - 1) / K + K : d.L + 1;
-        kept_acts = acts_bytes_slots(&d, kaL, kaX, N, (int64_t)s->uB * d.NH * s->uT, R);
+        kept_acts = acts_bytes_slots(&d, kaL, kaX, N, (int64_t)s->uB * d.NH * s->uT, R, true);
         kbwd = bwd_bytes(&d, N, R);
-        dlog = 4 * R * d.V; /* tf_device_backward's d->dlog, not chunked */
+        dlog = 4 * n * d.V; /* tf_device_backward's d->dlog: one chunk of rows */
         /* the kept forward: the trainer view's linears, its logits through the chunk */
         chunk = max64(chunk, n);
         wsneed = max64(wsneed, ws_forward(&d, tf, tb, pr, N, n));
@@ -498,32 +512,34 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
     int64_t npos = max64(mc->max_seq_len > 0 ? mc->max_seq_len : 1, tmax);
     item(p, false, "RoPE table", 2 * 4 * npos * (d.HD / 2), "2 x 4 x %lld positions x HD/2",
          (long long)npos);
-    const acts_cap *sets[] = {&la, &ra, &ta};
-    const char *names[] = {"activations: device sampler", "activations: rollout-copy forwards",
-                           "activations: trainer-view forwards"};
-    for (int i = 0; i < 3; i++)
-        if (sets[i]->used)
-            item(p, false, names[i], acts_bytes(&d, sets[i]->N, sets[i]->att, sets[i]->R),
-                 "one layer: %lld rows, %lld head rows%s", (long long)sets[i]->N,
-                 (long long)sets[i]->R, d.r ? ", LoRA x A^T" : "");
+    /* training here: the kept forward's set and fa take turns in one region
+     * (dllm_tf_device_train), as large as the larger */
+    const int64_t fa_region = fa.used && upd ? acts_bytes_slots(&d, 1, 2, fa.N, fa.att, fa.R, true)
+                                             : 0;
+    if (fa.used && !upd)
+        item(p, false, "activations: forwards without backward", acts_bytes(&d, fa.N, fa.att, fa.R),
+             "one layer: %lld rows, %lld head rows%s (the widest rollout or scoring call)",
+             (long long)fa.N, (long long)fa.R, d.r ? ", LoRA x A^T" : "");
     if (upd) {
         const int64_t base = p->n;
         item(p, false, "update: gradients", 4 * ntrain, "4 x %lld (%s)", (long long)ntrain,
              d.r ? "the LoRA parameters" : "every weight");
         item(p, false, "update: AdamW moments m, v", 8 * ntrain, "2 x 4 x %lld",
              (long long)ntrain);
-        item(p, false, "update: kept activations", kept_acts, "%lld layers, %lld residual slots: %d "
-             "canvases x %d tokens, %d head rows%s", (long long)kaL, (long long)kaX, s->uB,
-             s->uT, s->uR, d.r ? ", LoRA x A^T" : "");
+        item(p, false, "update: kept activations", max64(kept_acts, fa_region),
+             "%lld layers, %lld residual slots: %d x %d tokens, %d head rows%s; one region "
+             "with the forwards without backward (%.0f MiB)", (long long)kaL, (long long)kaX,
+             s->uB, s->uT, s->uR, d.r ? ", LoRA x A^T" : "", (double)fa_region / (1 << 20));
         item(p, false, "update: backward scratch", kbwd, "one layer's gradients: %lld rows, "
              "%d head rows", (long long)s->uB * s->uT, s->uR);
         /* the loss gradient built on the device (dllm_tf_device_forward_logp: rl_step and
          * sft at temperature 1; the autoregressive models' other rollout temperatures
          * upload host dlogits instead and leave this item out: an upper bound there) */
-        item(p, false, "update: kept logits rows", (int64_t)s->uR * (4 * d.V + 16),
-             "%d rows x (4 V + 16): logits, targets, log-probs, log-sum-exps, dL/dlogp",
-             s->uR);
-        item(p, false, "update: dlogits", dlog, "4 x %d rows x V", s->uR);
+        item(p, false, "update: kept head rows", (int64_t)s->uR * 16,
+             "%d rows x 16: targets, log-probs, log-sum-exps, dL/dlogp (the logits are "
+             "made again a chunk at a time)", s->uR);
+        item(p, false, "update: dlogits (one chunk)", dlog, "4 x %lld rows x V",
+             (long long)(s->uR < rows ? s->uR : rows));
         for (int i = (int)base; i < p->n; i++)
             p->update += p->items[i].bytes;
     }

@@ -453,6 +453,8 @@ int plan_time_phases(dllm_tf *m, dllm_backend *be, const pt_shape *s, pt_gpu gpu
         take(&u, gpu, REC_UNIT_BF16_TC, &out->ph[PT_UPDATE_STEP], rows);
         out->ph[PT_UPDATE_STEP].fwd_rows = (double)s->S * u.T;
     }
+    /* the run's peak: the comparison below builds a second rollout copy a run never holds */
+    out->peak_bytes = dllm_record_peak(be);
     if (!rc && dllm_rollout_is_fp8(k)) { /* the same step with a bf16 rollout copy */
         dllm_precision pb = s->prec;
         pb.rollout = DLLM_ROLLOUT_BF16;
@@ -461,7 +463,6 @@ int plan_time_phases(dllm_tf *m, dllm_backend *be, const pt_shape *s, pt_gpu gpu
             out->fp8_over_bf16 = out->bf16_rollout.modelled_s / out->ph[PT_ROLLOUT_STEP].modelled_s;
         }
     }
-    out->peak_bytes = dllm_record_peak(be);
     return rc;
 }
 

@@ -46,11 +46,16 @@
  *     LoRA and full, equals the uninterrupted device run bit for bit (losses, norms,
  *     rewards, log_w, completion tokens) and its step-2 checkpoint byte for byte
  *     (optimizer.safetensors and the weights, streamed from the device).
+ *   - more head rows than one logits chunk (the log-prob path and host dlogits, a chunk
+ *     at a time), with wider forwards without backward between the updates (the region
+ *     the kept forward's activations share with theirs grows and changes hands): the
+ *     CPU's gradients; a forward between a kept forward and its backward marks it gone.
  * Without a usable CUDA backend (the plain build) it reports SKIP (77) with the reason;
  * the emulation build's `make check` runs it. */
 #include "config.h"
 
 #include "dllm/transformer.h"
+#include "dllm/transformer_impl.h" /* the activation sets' region marks */
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -475,6 +480,134 @@ START_TEST(test_device_dlogits)
 }
 END_TEST
 
+/* More head rows than one logits chunk holds (dllm_tf_device_chunk_rows: 1024 for a tiny
+ * vocabulary), with forwards without backward of more rows than the kept forward's
+ * between the updates, as an RL step runs them: the kept forward's activations and the
+ * others take turns in one region, which grows when the wider forward takes it. The
+ * device's gradients, built a chunk at a time from its own logits (log-prob path) and
+ * from host dlogits, against the CPU's. _i: 0 LoRA, 1 full fine-tuning (llada). */
+enum { CB = 2, CT = 600, CR = 1100, WB = 3 };
+START_TEST(test_head_chunks_and_region)
+{
+    bool lora = _i == 0;
+    dllm_backend *be = dllm_backend_cuda();
+    dllm_err err;
+    dllm_tf *h = tiny(0, lora), *d = tiny(0, lora);
+    ck_assert_int_eq(dllm_tf_to_device(d, be, &err), 0);
+    ck_assert_int_eq(dllm_tf_device_train(d, &err), 0);
+    int V = dllm_tf_config(h)->embedding_size, Vt = dllm_tf_config(h)->vocab_size;
+    ck_assert_int_gt(CR, dllm_tf_device_chunk_rows(V)); /* two chunks at least */
+    int32_t *tok = malloc(sizeof(int32_t) * WB * CT), *rows = malloc(sizeof(int32_t) * CR);
+    int32_t *tgt = malloc(sizeof(int32_t) * CR);
+    uint8_t *mask = malloc((size_t)WB * CT);
+    for (int i = 0; i < WB * CT; i++) {
+        tok[i] = (i * 37 + 5) % Vt;
+        mask[i] = !(i / CT == 1 && i % CT < 9);
+    }
+    float *g = malloc(sizeof(float) * CR), *lpd = malloc(sizeof(float) * CR);
+    float *lph = malloc(sizeof(float) * CR), *lse = malloc(sizeof(float) * CR);
+    for (int r = 0; r < CR; r++) {
+        rows[r] = (r * 7 + 3) % (CB * CT);
+        tgt[r] = (r * 11 + 3) % Vt;
+        g[r] = (float)((r % 3 ? -0.3 : 0.5) * (1 + r % 5)) / CR;
+    }
+    float *lh = malloc(sizeof(float) * CR * V), *dl = malloc(sizeof(float) * CR * V);
+    float *wide = malloc(sizeof(float) * 8 * V);
+    dllm_tf_zero_grad(h);
+    dllm_tf_zero_grad(d);
+    for (int rep = 0; rep < 3; rep++) {
+        /* a wider forward without backward first (the rollout's), then the update */
+        ck_assert_int_eq(dllm_tf_forward_nograd(d, tok, mask, WB, CT, rows, 8, wide), 0);
+        ck_assert_int_eq(dllm_tf_forward(h, tok, mask, CB, CT, rows, CR, lh), 0);
+        op_xent_fwd(lph, lse, lh, tgt, CR, V);
+        memset(dl, 0, sizeof(float) * CR * V);
+        op_xent_bwd(dl, g, lh, lse, tgt, CR, V);
+        dllm_tf_backward(h, dl);
+        if (rep == 1) { /* host dlogits, uploaded a chunk at a time */
+            float *ld = malloc(sizeof(float) * CR * V);
+            ck_assert_int_eq(dllm_tf_forward(d, tok, mask, CB, CT, rows, CR, ld), 0);
+            double mx = 0;
+            for (size_t i = 0; i < (size_t)CR * V; i++)
+                mx = fmax(mx, fabs((double)ld[i] - lh[i]));
+            ck_assert_msg(mx <= 1e-4, "kept-forward logits differ by %g", mx);
+            dllm_tf_backward(d, dl);
+            free(ld);
+        } else {
+            ck_assert_int_eq(dllm_tf_device_forward_logp(d, tok, mask, CB, CT, rows, tgt, CR,
+                                                         lpd), 0);
+            for (int r = 0; r < CR; r++)
+                ck_assert_msg(fabs((double)lpd[r] - lph[r]) <= 1e-4, "row %d: log-prob %g, cpu %g",
+                              r, (double)lpd[r], (double)lph[r]);
+            dllm_tf_device_backward_logp(d, g);
+        }
+        size_t n;
+        dllm_tf_trainable(h, &n);
+        float *gd = malloc(sizeof(float) * n);
+        dllm_tf_device_grads(d, gd);
+        double e = nmse(gd, dllm_tf_grads(h), n);
+        ck_assert(op_grad_norm(dllm_tf_grads(h), n) > 0);
+        ck_assert_msg(e <= 1e-8, "%s, update %d: gradients nmse %g against the CPU's",
+                      lora ? "LoRA" : "full", rep, e);
+        printf("head chunks, %s, update %d: gradient nmse %.2e\n", lora ? "LoRA" : "full", rep, e);
+        free(gd);
+    }
+    free(tok), free(rows), free(tgt), free(mask), free(g), free(lpd), free(lph), free(lse);
+    free(lh), free(dl), free(wide);
+    dllm_tf_free(h);
+    dllm_tf_free(d);
+}
+END_TEST
+
+/* A forward without backward between the kept forward and its backward takes the region:
+ * the kept forward is marked gone (its backward would stop, naming why, instead of
+ * differentiating overwritten buffers; an abort, so the marks are checked here), and
+ * the next kept forward lays its buffers out again and differentiates as before. */
+START_TEST(test_region_taken_between)
+{
+    dllm_backend *be = dllm_backend_cuda();
+    dllm_err err;
+    dllm_tf *d = tiny(0, true), *h = tiny(0, true);
+    ck_assert_int_eq(dllm_tf_to_device(d, be, &err), 0);
+    ck_assert_int_eq(dllm_tf_device_train(d, &err), 0);
+    int V = dllm_tf_config(d)->embedding_size;
+    int32_t tok[B * T], rows[NROWS], tgt[NROWS];
+    uint8_t mask[B * T];
+    inputs(d, tok, mask, rows);
+    float lp[NROWS], g[NROWS], lse[NROWS], lph[NROWS];
+    float *lg = malloc(sizeof(float) * NROWS * V), *dl = calloc((size_t)NROWS * V, sizeof(float));
+    for (int r = 0; r < NROWS; r++)
+        tgt[r] = r, g[r] = 0.1f * (float)(r + 1);
+    ck_assert_int_eq(dllm_tf_device_forward_logp(d, tok, mask, B, T, rows, tgt, NROWS, lp), 0);
+    const tf_acts *ka = &((const struct dllm_tf *)d)->a;
+    ck_assert_int_eq(ka->kept, TF_KEPT_LOGITS);
+    ck_assert_ptr_nonnull(ka->region);
+    ck_assert_ptr_eq(ka->region->owner, ka);
+    ck_assert_int_eq(dllm_tf_forward_nograd(d, tok, mask, B, T, rows, NROWS, lg), 0);
+    ck_assert_int_eq(ka->kept, TF_KEPT_NONE);
+    ck_assert(ka->lost);
+    ck_assert_ptr_ne(ka->region->owner, ka);
+    /* the update again, now in order: the CPU's gradient */
+    dllm_tf_zero_grad(d);
+    dllm_tf_zero_grad(h);
+    ck_assert_int_eq(dllm_tf_device_forward_logp(d, tok, mask, B, T, rows, tgt, NROWS, lp), 0);
+    ck_assert(!ka->lost);
+    dllm_tf_device_backward_logp(d, g);
+    ck_assert_int_eq(dllm_tf_forward(h, tok, mask, B, T, rows, NROWS, lg), 0);
+    op_xent_fwd(lph, lse, lg, tgt, NROWS, V);
+    op_xent_bwd(dl, g, lg, lse, tgt, NROWS, V);
+    dllm_tf_backward(h, dl);
+    size_t n;
+    dllm_tf_trainable(h, &n);
+    float *gd = malloc(sizeof(float) * n);
+    dllm_tf_device_grads(d, gd);
+    ck_assert(op_grad_norm(dllm_tf_grads(h), n) > 0);
+    ck_assert(nmse(gd, dllm_tf_grads(h), n) <= 1e-8);
+    free(gd), free(lg), free(dl);
+    dllm_tf_free(d);
+    dllm_tf_free(h);
+}
+END_TEST
+
 /* Two updates in a row, as an inner loop runs them: forward, backward, clip, AdamW on
  * both sides, then a second forward and backward from the updated weights. The second
  * gradients (and the parameters after the second step) must agree with the CPU's as the
@@ -714,6 +847,8 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_loop_test(tc, test_device_dlogits, 0, 6);
     tcase_add_loop_test(tc, test_device_masters, 0, 6);
     tcase_add_test(tc, test_bf16_trainer_refused);
+    tcase_add_loop_test(tc, test_head_chunks_and_region, 0, 2);
+    tcase_add_test(tc, test_region_taken_between);
     tcase_add_loop_test(tc, test_moments_carried, 0, 2);
     if (cli) {
         tcase_add_loop_test(tc, test_train_matches_cpu, 0, 2);
