@@ -63,7 +63,8 @@ static const char usage_text[] =
     "                         measurement: docs/PLAN.md), with launches, host syncs,\n"
     "                         transfers, FLOPs by unit, and FP8 over BF16 for the rollout\n"
     "                         step; with --json as one JSON object. Needs --device cuda\n"
-    "                         or a cuda config\n"
+    "                         or a cuda config. With --max-gpu-memory: exit 2 when the\n"
+    "                         recorded device peak does not fit\n"
     "  --gpu h100|h200        the constants of --time (default h100: H100 SXM; h200:\n"
     "                         its 4.8 TB/s HBM)\n\n"
     "The model's dimensions come from model.path/config.json; a published checkpoint\n"
@@ -278,7 +279,14 @@ static int plan_time_now(const plan_args *a, const dllm_cfg *cfg, const dllm_mod
         plan_time_print_json(r, what, stdout);
     else
         plan_time_print(r, what, stdout);
+    int64_t peak = r->peak_bytes;
     free(r);
+    if (a->cap_given && peak > a->o.cap) /* the recorded peak: what `train` would allocate */
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "does not fit: the recorded device peak is %.2f GB over "
+                            "--max-gpu-memory %.2f GB; lower --rollout-batch or --micro-batch, "
+                            "recompute (--recompute layer), or add ranks (--ranks)",
+                            (double)peak / 1e9, (double)a->o.cap / 1e9);
     return 0;
 }
 

@@ -801,6 +801,18 @@ END_TEST
 /* --time: the modelled step of the recording backend (src/plan_time.h), labelled so */
 START_TEST(test_bin_time)
 {
+    {   /* --max-gpu-memory: the recorded peak against the cap (exit 2 naming what to do) */
+        char *o2, *e2;
+        int rc2 = tu_dllm_take(&o2, &e2, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --time "
+                               "--max-gpu-memory 1MB", configs);
+        ck_assert_msg(rc2 == 2 && strstr(e2, "recorded device peak") && strstr(e2, "--ranks"),
+                      "exit %d: %s", rc2, e2);
+        free(o2), free(e2);
+        rc2 = tu_dllm_take(&o2, &e2, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --time "
+                           "--max-gpu-memory 80GB", configs);
+        ck_assert_msg(rc2 == 0, "exit %d: %s", rc2, e2);
+        free(o2), free(e2);
+    }
     char *out, *errs;
     int rc = tu_dllm_take(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --time --json",
                  configs);

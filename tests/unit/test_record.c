@@ -240,6 +240,10 @@ START_TEST(test_llada8b_bf16_trainer)
     const pt_phase_result *u = &r->ph[PT_UPDATE_STEP];
     ck_assert(u->flops_by_unit[REC_UNIT_BF16_TC] > 0.9 * u->flops);
     ck_assert(r->ph[PT_SCORE].flops_by_unit[REC_UNIT_BF16_TC] > 0.9 * r->ph[PT_SCORE].flops);
+    /* the recipe's recorded peak on one rank fits an 80 GB GPU (118.86 GB before one
+     * no-grad set, the logits made again per chunk and the activations' shared region) */
+    ck_assert_msg(r->peak_bytes > 0 && r->peak_bytes <= (int64_t)80e9, "peak %.2f GB",
+                  (double)r->peak_bytes / 1e9);
     printf("llada-8b d1, bf16 trainer (modelled, h100): score %.3f s, update %.3f s (ideal "
            "%.3f), bf16 tensor cores %.1f%% of the update's FLOPs, peak %.2f GB\n",
            r->ph[PT_SCORE].modelled_s, u->modelled_s, u->ideal_s,
