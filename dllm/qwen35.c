@@ -5,6 +5,7 @@
 #include "dllm/param_io.h"
 #include "dllm/safetensors.h"
 #include "kernels/fp8.h"
+#include "kernels/backend.h"
 #include "kernels/gated_delta.h"
 #include "kernels/int8.h"
 #include "kernels/nvfp4.h"
@@ -15,6 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The Gated DeltaNet ops through the backend table (DLLM_OP_GATED_DELTA): the host's,
+ * where this model runs; the CUDA backend has the same entries. */
+#define GD(op, ...) dllm_backend_cpu()->ops->gd_##op(dllm_backend_cpu(), __VA_ARGS__)
 
 /* ---- weights --------------------------------------------------------------------------- */
 
@@ -525,21 +530,21 @@ static void linear_mix(const qwen35_model *m, const layer_w *w, float *conv_stat
     big_linear(m, z, n1, w->z, T, C, VD);
     op_linear_fwd(bb, n1, w->b, T, C, c->Hv);
     op_linear_fwd(aa, n1, w->a, T, C, c->Hv);
-    gd_conv_fwd(cq, NULL, conv_state, qkv, conv_state, w->conv, 1, T, D, c->K);
+    GD(conv_fwd, cq, NULL, conv_state, qkv, conv_state, w->conv, 1, T, D, c->K);
     for (int t = 0; t < T; t++) {
         const float *r = cq + (size_t)t * D;
         memcpy(q + (size_t)t * KD, r, (size_t)KD * sizeof(float));
         memcpy(k + (size_t)t * KD, r + KD, (size_t)KD * sizeof(float));
         memcpy(v + (size_t)t * VD, r + 2 * KD, (size_t)VD * sizeof(float));
     }
-    gd_l2norm_fwd(q, NULL, q, T * c->Hk, c->Dk, 1e-6f);
-    gd_l2norm_fwd(k, NULL, k, T * c->Hk, c->Dk, 1e-6f);
-    gd_gates_fwd(g, beta, aa, bb, w->A_log, w->dt_bias, T, c->Hv);
+    GD(l2norm_fwd, q, NULL, q, T * c->Hk, c->Dk, 1e-6f);
+    GD(l2norm_fwd, k, NULL, k, T * c->Hk, c->Dk, 1e-6f);
+    GD(gates_fwd, g, beta, aa, bb, w->A_log, w->dt_bias, T, c->Hv);
     if (T == 1)
-        gd_rule_recurrent_fwd(o, S, q, k, v, g, beta, S, 1, T, c->Hk, c->Dk, c->Hv, c->Dv);
+        GD(rule_recurrent_fwd, o, S, q, k, v, g, beta, S, 1, T, c->Hk, c->Dk, c->Hv, c->Dv);
     else
-        gd_rule_chunked_fwd(o, S, q, k, v, g, beta, S, 1, T, c->Hk, c->Dk, c->Hv, c->Dv, 64);
-    gd_gated_rmsnorm_fwd(on, NULL, o, z, w->gnorm, T * c->Hv, c->Dv, c->eps);
+        GD(rule_chunked_fwd, o, S, q, k, v, g, beta, S, 1, T, c->Hk, c->Dk, c->Hv, c->Dv, 64);
+    GD(gated_rmsnorm_fwd, on, NULL, o, z, w->gnorm, T * c->Hv, c->Dv, c->eps);
     big_linear(m, mix, on, w->out, T, VD, C);
     for (size_t i = 0; i < (size_t)T * C; i++)
         y[i] += mix[i];
@@ -572,8 +577,8 @@ static void full_mix(const qwen35_model *m, const layer_w *w, float *kc, float *
     op_rmsnorm_fwd(k, NULL, k, w->kn, T * c->NKV, HD, c->eps);
     for (int t = 0; t < T; t++)
         pos[t] = len + t;
-    gd_partial_rope_fwd(q, q, pos, T, NH, HD, c->rot, c->theta);
-    gd_partial_rope_fwd(kc + (size_t)len * KD, k, pos, T, c->NKV, HD, c->rot, c->theta);
+    GD(partial_rope_fwd, q, q, pos, T, NH, HD, c->rot, c->theta);
+    GD(partial_rope_fwd, kc + (size_t)len * KD, k, pos, T, c->NKV, HD, c->rot, c->theta);
     float scale = 1.0f / sqrtf((float)HD);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < NH; h++) {
@@ -936,18 +941,18 @@ static void linear_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, i
     big_linear(m, z, n1, w->z, T, C, VD);
     op_linear_fwd(bb, n1, w->b, T, C, Hv);
     op_linear_fwd(aa, n1, w->a, T, C, Hv);
-    gd_conv_fwd(cq, pre, NULL, qkv, NULL, w->conv, 1, T, D, c->K);
+    GD(conv_fwd, cq, pre, NULL, qkv, NULL, w->conv, 1, T, D, c->K);
     for (int t = 0; t < T; t++) {
         const float *r = cq + (size_t)t * D;
         memcpy(q + (size_t)t * KD, r, (size_t)KD * sizeof(float));
         memcpy(k + (size_t)t * KD, r + KD, (size_t)KD * sizeof(float));
         memcpy(v + (size_t)t * VD, r + 2 * KD, (size_t)VD * sizeof(float));
     }
-    gd_l2norm_fwd(q, rq, q, T * c->Hk, c->Dk, 1e-6f);
-    gd_l2norm_fwd(k, rk, k, T * c->Hk, c->Dk, 1e-6f);
-    gd_gates_fwd(g, beta, aa, bb, w->A_log, w->dt_bias, T, Hv);
-    gd_rule_chunked_fwd(o, NULL, q, k, v, g, beta, NULL, 1, T, c->Hk, c->Dk, Hv, c->Dv, 64);
-    gd_gated_rmsnorm_fwd(on, rs, o, z, w->gnorm, T * Hv, c->Dv, c->eps);
+    GD(l2norm_fwd, q, rq, q, T * c->Hk, c->Dk, 1e-6f);
+    GD(l2norm_fwd, k, rk, k, T * c->Hk, c->Dk, 1e-6f);
+    GD(gates_fwd, g, beta, aa, bb, w->A_log, w->dt_bias, T, Hv);
+    GD(rule_chunked_fwd, o, NULL, q, k, v, g, beta, NULL, 1, T, c->Hk, c->Dk, Hv, c->Dv, 64);
+    GD(gated_rmsnorm_fwd, on, rs, o, z, w->gnorm, T * Hv, c->Dv, c->eps);
     /* backward */
     float *don = ALLOC_F(TV), *dO = ALLOC_F(TV), *dz = ALLOC_F(TV), *dq = ALLOC_F(TK);
     float *dk = ALLOC_F(TK), *dg = ALLOC_F(TH), *dbeta = ALLOC_F(TH), *daa = ALLOC_F(TH);
@@ -957,25 +962,25 @@ static void linear_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, i
     for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
         memset(zero[i], 0, zn[i] * sizeof(float));
     big_linear_bwd(m, don, dmix, on, w->out, T, VD, C);
-    gd_gated_rmsnorm_bwd(dO, dz, grad_of(m, w->gnorm), don, o, z, w->gnorm, rs, T * Hv, c->Dv);
+    GD(gated_rmsnorm_bwd, dO, dz, grad_of(m, w->gnorm), don, o, z, w->gnorm, rs, T * Hv, c->Dv);
     float *dv = dcq; /* dq, dk normalised first; dv lands straight in its columns below */
     float *dvt = ALLOC_F(TV), *dqn = ALLOC_F(TK), *dkn = ALLOC_F(TK);
     memset(dvt, 0, TV * sizeof(float));
     memset(dqn, 0, TK * sizeof(float));
     memset(dkn, 0, TK * sizeof(float));
-    gd_rule_bwd(dqn, dkn, dvt, dg, dbeta, NULL, dO, q, k, v, g, beta, NULL, 1, T, c->Hk, c->Dk,
-                Hv, c->Dv);
-    gd_gates_bwd(daa, dbb, grad_of(m, w->A_log), grad_of(m, w->dt_bias), dg, dbeta, aa, bb,
-                 w->A_log, w->dt_bias, T, Hv);
-    gd_l2norm_bwd(dq, dqn, q, rq, T * c->Hk, c->Dk);
-    gd_l2norm_bwd(dk, dkn, k, rk, T * c->Hk, c->Dk);
+    GD(rule_bwd, dqn, dkn, dvt, dg, dbeta, NULL, dO, q, k, v, g, beta, NULL, 1, T, c->Hk, c->Dk, Hv,
+       c->Dv);
+    GD(gates_bwd, daa, dbb, grad_of(m, w->A_log), grad_of(m, w->dt_bias), dg, dbeta, aa, bb,
+       w->A_log, w->dt_bias, T, Hv);
+    GD(l2norm_bwd, dq, dqn, q, rq, T * c->Hk, c->Dk);
+    GD(l2norm_bwd, dk, dkn, k, rk, T * c->Hk, c->Dk);
     for (int t = 0; t < T; t++) {
         float *r = dv + (size_t)t * D;
         memcpy(r, dq + (size_t)t * KD, (size_t)KD * sizeof(float));
         memcpy(r + KD, dk + (size_t)t * KD, (size_t)KD * sizeof(float));
         memcpy(r + 2 * KD, dvt + (size_t)t * VD, (size_t)VD * sizeof(float));
     }
-    gd_conv_bwd(dqkv, grad_of(m, w->conv), NULL, dcq, pre, qkv, NULL, w->conv, 1, T, D, c->K);
+    GD(conv_bwd, dqkv, grad_of(m, w->conv), NULL, dcq, pre, qkv, NULL, w->conv, 1, T, D, c->K);
     big_linear_bwd(m, dn1, dqkv, n1, w->qkv, T, C, D);
     big_linear_bwd(m, dn1, dz, n1, w->z, T, C, VD);
     op_linear_bwd(dn1, grad_of(m, w->b), dbb, n1, w->b, T, C, Hv);
@@ -1012,8 +1017,8 @@ static void full_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int
     big_linear(m, v, n1, w->v, T, C, KD);
     op_rmsnorm_fwd(qn, rsq, q0, w->qn, T * NH, HD, c->eps);
     op_rmsnorm_fwd(kn, rsk, k0, w->kn, T * NKV, HD, c->eps);
-    gd_partial_rope_fwd(qr, qn, pos, T, NH, HD, c->rot, c->theta);
-    gd_partial_rope_fwd(kr, kn, pos, T, NKV, HD, c->rot, c->theta);
+    GD(partial_rope_fwd, qr, qn, pos, T, NH, HD, c->rot, c->theta);
+    GD(partial_rope_fwd, kr, kn, pos, T, NKV, HD, c->rot, c->theta);
     float scale = 1.0f / sqrtf((float)HD);
     /* P (NH, T, T): causal softmax rows */
     for (int h = 0; h < NH; h++)
@@ -1094,8 +1099,8 @@ static void full_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int
                 }
             }
         }
-    gd_partial_rope_bwd(dqn, dqr, pos, T, NH, HD, c->rot, c->theta);
-    gd_partial_rope_bwd(dkn, dkr, pos, T, NKV, HD, c->rot, c->theta);
+    GD(partial_rope_bwd, dqn, dqr, pos, T, NH, HD, c->rot, c->theta);
+    GD(partial_rope_bwd, dkn, dkr, pos, T, NKV, HD, c->rot, c->theta);
     op_rmsnorm_bwd(dq0, grad_of(m, w->qn), dqn, q0, w->qn, rsq, T * NH, HD);
     op_rmsnorm_bwd(dk0, grad_of(m, w->kn), dkn, k0, w->kn, rsk, T * NKV, HD);
     for (int t = 0; t < T; t++)

@@ -295,6 +295,47 @@ typedef struct dllm_backend_ops {
                          const float *prob, const uint8_t *take, const int32_t *row_pos,
                          const int32_t *seq_start, int B, int T, int P, int G, int mask_id,
                          const dllm_dream_step *a);
+
+    /* ---- Gated DeltaNet (optional, all or none: DLLM_OP_GATED_DELTA) ----
+     * The ops of kernels/gated_delta.h with its arguments and conventions (forwards
+     * overwrite, backwards accumulate, NULL outputs skipped, state_out may be state_in);
+     * gd_rule_bwd's scratch is the backend's own. */
+    void (*gd_conv_fwd)(dllm_backend *be, float *out, float *pre, float *state_out,
+                        const float *x, const float *state, const float *w, int B, int T, int D,
+                        int K);
+    void (*gd_conv_bwd)(dllm_backend *be, float *dx, float *dw, float *dstate, const float *dout,
+                        const float *pre, const float *x, const float *state, const float *w,
+                        int B, int T, int D, int K);
+    void (*gd_l2norm_fwd)(dllm_backend *be, float *out, float *rnorm, const float *x, int rows,
+                          int n, float eps);
+    void (*gd_l2norm_bwd)(dllm_backend *be, float *dx, const float *dout, const float *out,
+                          const float *rnorm, int rows, int n);
+    void (*gd_gates_fwd)(dllm_backend *be, float *g, float *beta, const float *a, const float *b,
+                         const float *A_log, const float *dt_bias, int N, int Hv);
+    void (*gd_gates_bwd)(dllm_backend *be, float *da, float *db, float *dA_log, float *ddt_bias,
+                         const float *dg, const float *dbeta, const float *a, const float *b,
+                         const float *A_log, const float *dt_bias, int N, int Hv);
+    void (*gd_rule_recurrent_fwd)(dllm_backend *be, float *o, float *state_out, const float *q,
+                                  const float *k, const float *v, const float *g,
+                                  const float *beta, const float *state_in, int B, int T, int Hk,
+                                  int Dk, int Hv, int Dv);
+    void (*gd_rule_chunked_fwd)(dllm_backend *be, float *o, float *state_out, const float *q,
+                                const float *k, const float *v, const float *g, const float *beta,
+                                const float *state_in, int B, int T, int Hk, int Dk, int Hv,
+                                int Dv, int chunk);
+    void (*gd_rule_bwd)(dllm_backend *be, float *dq, float *dk, float *dv, float *dg,
+                        float *dbeta, float *dstate_in, const float *dout, const float *q,
+                        const float *k, const float *v, const float *g, const float *beta,
+                        const float *state_in, int B, int T, int Hk, int Dk, int Hv, int Dv);
+    void (*gd_gated_rmsnorm_fwd)(dllm_backend *be, float *out, float *rstd, const float *x,
+                                 const float *z, const float *w, int rows, int n, float eps);
+    void (*gd_gated_rmsnorm_bwd)(dllm_backend *be, float *dx, float *dz, float *dw,
+                                 const float *dout, const float *x, const float *z,
+                                 const float *w, const float *rstd, int rows, int n);
+    void (*gd_partial_rope_fwd)(dllm_backend *be, float *out, const float *x, const int32_t *pos,
+                                int N, int NH, int HD, int rot, float theta);
+    void (*gd_partial_rope_bwd)(dllm_backend *be, float *dx, const float *dout,
+                                const int32_t *pos, int N, int NH, int HD, int rot, float theta);
 } dllm_backend_ops;
 
 /* The optional entries (and groups of entries) a backend may lack. */
@@ -306,6 +347,7 @@ typedef enum {
     DLLM_OP_FUSED_ACT,     /* act_quant_prepare, rmsnorm_quant_fwd, swiglu_quant_fwd,
                               linear_quant_act_fwd */
     DLLM_OP_AR_NUCLEUS,    /* ar_choose_nucleus */
+    DLLM_OP_GATED_DELTA,   /* the 13 gd_* entries */
     DLLM_OP_N_OPTIONAL
 } dllm_backend_op;
 

@@ -3,6 +3,7 @@
  * reference op itself, so a model computed through this table is bit-identical
  * to one calling the ops directly. */
 #include "kernels/backend.h"
+#include "kernels/gated_delta.h"
 #include "kernels/rng.h"
 #include "kernels/sample.h"
 
@@ -430,6 +431,101 @@ static void cpu_dream_commit(dllm_backend *be, int32_t *canvas, int16_t *commit_
                     T, P, G, mask_id, a);
 }
 
+/* Gated DeltaNet: kernels/cpu/gated_delta.c */
+static void cpu_gd_conv_fwd(dllm_backend *be, float *out, float *pre, float *state_out,
+                            const float *x, const float *state, const float *w, int B, int T,
+                            int D, int K)
+{
+    (void)be;
+    gd_conv_fwd(out, pre, state_out, x, state, w, B, T, D, K);
+}
+static void cpu_gd_conv_bwd(dllm_backend *be, float *dx, float *dw, float *dstate,
+                            const float *dout, const float *pre, const float *x,
+                            const float *state, const float *w, int B, int T, int D, int K)
+{
+    (void)be;
+    gd_conv_bwd(dx, dw, dstate, dout, pre, x, state, w, B, T, D, K);
+}
+static void cpu_gd_l2norm_fwd(dllm_backend *be, float *out, float *rnorm, const float *x,
+                              int rows, int n, float eps)
+{
+    (void)be;
+    gd_l2norm_fwd(out, rnorm, x, rows, n, eps);
+}
+static void cpu_gd_l2norm_bwd(dllm_backend *be, float *dx, const float *dout, const float *out,
+                              const float *rnorm, int rows, int n)
+{
+    (void)be;
+    gd_l2norm_bwd(dx, dout, out, rnorm, rows, n);
+}
+static void cpu_gd_gates_fwd(dllm_backend *be, float *g, float *beta, const float *a,
+                             const float *b, const float *A_log, const float *dt_bias, int N,
+                             int Hv)
+{
+    (void)be;
+    gd_gates_fwd(g, beta, a, b, A_log, dt_bias, N, Hv);
+}
+static void cpu_gd_gates_bwd(dllm_backend *be, float *da, float *db, float *dA_log,
+                             float *ddt_bias, const float *dg, const float *dbeta,
+                             const float *a, const float *b, const float *A_log,
+                             const float *dt_bias, int N, int Hv)
+{
+    (void)be;
+    gd_gates_bwd(da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, N, Hv);
+}
+static void cpu_gd_rule_recurrent_fwd(dllm_backend *be, float *o, float *state_out,
+                                      const float *q, const float *k, const float *v,
+                                      const float *g, const float *beta, const float *state_in,
+                                      int B, int T, int Hk, int Dk, int Hv, int Dv)
+{
+    (void)be;
+    gd_rule_recurrent_fwd(o, state_out, q, k, v, g, beta, state_in, B, T, Hk, Dk, Hv, Dv);
+}
+static void cpu_gd_rule_chunked_fwd(dllm_backend *be, float *o, float *state_out,
+                                    const float *q, const float *k, const float *v,
+                                    const float *g, const float *beta, const float *state_in,
+                                    int B, int T, int Hk, int Dk, int Hv, int Dv, int chunk)
+{
+    (void)be;
+    gd_rule_chunked_fwd(o, state_out, q, k, v, g, beta, state_in, B, T, Hk, Dk, Hv, Dv, chunk);
+}
+static void cpu_gd_rule_bwd(dllm_backend *be, float *dq, float *dk, float *dv, float *dg,
+                            float *dbeta, float *dstate_in, const float *dout, const float *q,
+                            const float *k, const float *v, const float *g, const float *beta,
+                            const float *state_in, int B, int T, int Hk, int Dk, int Hv, int Dv)
+{
+    (void)be;
+    gd_rule_bwd(dq, dk, dv, dg, dbeta, dstate_in, dout, q, k, v, g, beta, state_in, B, T, Hk, Dk,
+                Hv, Dv);
+}
+static void cpu_gd_gated_rmsnorm_fwd(dllm_backend *be, float *out, float *rstd, const float *x,
+                                     const float *z, const float *w, int rows, int n, float eps)
+{
+    (void)be;
+    gd_gated_rmsnorm_fwd(out, rstd, x, z, w, rows, n, eps);
+}
+static void cpu_gd_gated_rmsnorm_bwd(dllm_backend *be, float *dx, float *dz, float *dw,
+                                     const float *dout, const float *x, const float *z,
+                                     const float *w, const float *rstd, int rows, int n)
+{
+    (void)be;
+    gd_gated_rmsnorm_bwd(dx, dz, dw, dout, x, z, w, rstd, rows, n);
+}
+static void cpu_gd_partial_rope_fwd(dllm_backend *be, float *out, const float *x,
+                                    const int32_t *pos, int N, int NH, int HD, int rot,
+                                    float theta)
+{
+    (void)be;
+    gd_partial_rope_fwd(out, x, pos, N, NH, HD, rot, theta);
+}
+static void cpu_gd_partial_rope_bwd(dllm_backend *be, float *dx, const float *dout,
+                                    const int32_t *pos, int N, int NH, int HD, int rot,
+                                    float theta)
+{
+    (void)be;
+    gd_partial_rope_bwd(dx, dout, pos, N, NH, HD, rot, theta);
+}
+
 static const dllm_backend_ops cpu_ops = {
     /* buffers */
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
@@ -464,6 +560,14 @@ static const dllm_backend_ops cpu_ops = {
     .denoise_logits_fix = cpu_denoise_logits_fix, .denoise_draw = cpu_denoise_draw,
     .denoise_commit = cpu_denoise_commit, .dream_draw = cpu_dream_draw,
     .dream_commit = cpu_dream_commit,
+    /* Gated DeltaNet */
+    .gd_conv_fwd = cpu_gd_conv_fwd, .gd_conv_bwd = cpu_gd_conv_bwd, .gd_l2norm_fwd =
+    cpu_gd_l2norm_fwd, .gd_l2norm_bwd = cpu_gd_l2norm_bwd, .gd_gates_fwd = cpu_gd_gates_fwd,
+    .gd_gates_bwd = cpu_gd_gates_bwd, .gd_rule_recurrent_fwd = cpu_gd_rule_recurrent_fwd,
+    .gd_rule_chunked_fwd = cpu_gd_rule_chunked_fwd, .gd_rule_bwd = cpu_gd_rule_bwd,
+    .gd_gated_rmsnorm_fwd = cpu_gd_gated_rmsnorm_fwd, .gd_gated_rmsnorm_bwd =
+    cpu_gd_gated_rmsnorm_bwd, .gd_partial_rope_fwd = cpu_gd_partial_rope_fwd,
+    .gd_partial_rope_bwd = cpu_gd_partial_rope_bwd,
 };
 
 static dllm_backend cpu_backend = {

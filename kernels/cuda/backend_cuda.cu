@@ -717,6 +717,87 @@ void cu_int8_linear_fwd(dllm_backend *, float *out, const float *inp, const int8
 void cu_weight_cache_free(dllm_backend *, fp8_matrix *, bf16_matrix *) {}
 
 /* Positional, in the table's order (kernels/backend.h), group by group. */
+/* Gated DeltaNet: kernels/cuda/gated_delta.cu */
+void cu_gd_conv_fwd(dllm_backend *, float *out, float *pre, float *state_out, const float *x,
+                    const float *state, const float *w, int B, int T, int D, int K)
+{
+    dllm_cuda_gd_conv_fwd(out, pre, state_out, x, state, w, B, T, D, K, NULL);
+}
+void cu_gd_conv_bwd(dllm_backend *, float *dx, float *dw, float *dstate, const float *dout,
+                    const float *pre, const float *x, const float *state, const float *w, int B,
+                    int T, int D, int K)
+{
+    dllm_cuda_gd_conv_bwd(dx, dw, dstate, dout, pre, x, state, w, B, T, D, K, NULL);
+}
+void cu_gd_l2norm_fwd(dllm_backend *, float *out, float *rnorm, const float *x, int rows, int n,
+                      float eps)
+{
+    dllm_cuda_gd_l2norm_fwd(out, rnorm, x, rows, n, eps, NULL);
+}
+void cu_gd_l2norm_bwd(dllm_backend *, float *dx, const float *dout, const float *out,
+                      const float *rnorm, int rows, int n)
+{
+    dllm_cuda_gd_l2norm_bwd(dx, dout, out, rnorm, rows, n, NULL);
+}
+void cu_gd_gates_fwd(dllm_backend *, float *g, float *beta, const float *a, const float *b,
+                     const float *A_log, const float *dt_bias, int N, int Hv)
+{
+    dllm_cuda_gd_gates_fwd(g, beta, a, b, A_log, dt_bias, N, Hv, NULL);
+}
+void cu_gd_gates_bwd(dllm_backend *, float *da, float *db, float *dA_log, float *ddt_bias,
+                     const float *dg, const float *dbeta, const float *a, const float *b,
+                     const float *A_log, const float *dt_bias, int N, int Hv)
+{
+    dllm_cuda_gd_gates_bwd(da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, N, Hv, NULL);
+}
+void cu_gd_rule_recurrent_fwd(dllm_backend *, float *o, float *state_out, const float *q,
+                              const float *k, const float *v, const float *g, const float *beta,
+                              const float *state_in, int B, int T, int Hk, int Dk, int Hv,
+                              int Dv)
+{
+    dllm_cuda_gd_rule_recurrent_fwd(o, state_out, q, k, v, g, beta, state_in, B, T, Hk, Dk, Hv, Dv,
+                                    NULL);
+}
+void cu_gd_rule_chunked_fwd(dllm_backend *, float *o, float *state_out, const float *q,
+                            const float *k, const float *v, const float *g, const float *beta,
+                            const float *state_in, int B, int T, int Hk, int Dk, int Hv, int Dv,
+                            int chunk)
+{
+    dllm_cuda_gd_rule_chunked_fwd(o, state_out, q, k, v, g, beta, state_in, B, T, Hk, Dk, Hv, Dv,
+                                  chunk, NULL);
+}
+void cu_gd_rule_bwd(dllm_backend *, float *dq, float *dk, float *dv, float *dg, float *dbeta,
+                    float *dstate_in, const float *dout, const float *q, const float *k,
+                    const float *v, const float *g, const float *beta, const float *state_in,
+                    int B, int T, int Hk, int Dk, int Hv, int Dv)
+{
+    float *scratch = (float *)ws_get(
+        dllm_cuda_gd_rule_bwd_scratch_floats(B, T, Hk, Dk, Hv, Dv) * sizeof(float));
+    dllm_cuda_gd_rule_bwd(dq, dk, dv, dg, dbeta, dstate_in, dout, q, k, v, g, beta, state_in, B, T,
+                          Hk, Dk, Hv, Dv, scratch, NULL);
+}
+void cu_gd_gated_rmsnorm_fwd(dllm_backend *, float *out, float *rstd, const float *x,
+                             const float *z, const float *w, int rows, int n, float eps)
+{
+    dllm_cuda_gd_gated_rmsnorm_fwd(out, rstd, x, z, w, rows, n, eps, NULL);
+}
+void cu_gd_gated_rmsnorm_bwd(dllm_backend *, float *dx, float *dz, float *dw, const float *dout,
+                             const float *x, const float *z, const float *w, const float *rstd,
+                             int rows, int n)
+{
+    dllm_cuda_gd_gated_rmsnorm_bwd(dx, dz, dw, dout, x, z, w, rstd, rows, n, NULL);
+}
+void cu_gd_partial_rope_fwd(dllm_backend *, float *out, const float *x, const int32_t *pos,
+                            int N, int NH, int HD, int rot, float theta)
+{
+    dllm_cuda_gd_partial_rope_fwd(out, x, pos, N, NH, HD, rot, theta, NULL);
+}
+void cu_gd_partial_rope_bwd(dllm_backend *, float *dx, const float *dout, const int32_t *pos,
+                            int N, int NH, int HD, int rot, float theta)
+{
+    dllm_cuda_gd_partial_rope_bwd(dx, dout, pos, N, NH, HD, rot, theta, NULL);
+}
+
 const dllm_backend_ops cuda_ops = {
     /* buffers */
     cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync,
@@ -740,6 +821,11 @@ const dllm_backend_ops cuda_ops = {
     cu_ar_choose, NULL,
     cu_denoise_block_counts, cu_denoise_rows, cu_denoise_logits_fix, cu_denoise_draw,
     cu_denoise_commit, cu_dream_draw, cu_dream_commit,
+    /* Gated DeltaNet */
+    cu_gd_conv_fwd, cu_gd_conv_bwd, cu_gd_l2norm_fwd, cu_gd_l2norm_bwd, cu_gd_gates_fwd,
+    cu_gd_gates_bwd, cu_gd_rule_recurrent_fwd, cu_gd_rule_chunked_fwd, cu_gd_rule_bwd,
+    cu_gd_gated_rmsnorm_fwd, cu_gd_gated_rmsnorm_bwd, cu_gd_partial_rope_fwd,
+    cu_gd_partial_rope_bwd,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

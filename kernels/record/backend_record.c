@@ -1356,6 +1356,248 @@ static void rc_dream_commit(dllm_backend *be, int32_t *canvas, int16_t *commit_s
 /* Every entry the CUDA backend has, by name so that the table's order is free; the CUDA
  * backend has no NVFP4 linear, grouped FP8 linears or nucleus choice, so neither has the
  * recording (the model refuses an nvfp4 rollout on it as on the device). tests/unit/test_record.c fails on an entry left out. */
+/* ---- Gated DeltaNet (kernels/cuda/gated_delta.cu: one kernel per op) ---- */
+
+/* An elementwise or per-row gd kernel (bandwidth-bound) or the rule's recurrence (fp32
+ * CUDA cores: each (batch, value head, step) updates a Dk x Dv state). */
+static void gd_kernel(recorder *r, rec_unit u, const char *what, double flops, double rd,
+                      double wr, const char *shape)
+{
+    emit(r, REC_KERNEL, u, what, flops, rd, wr, "%s", shape);
+}
+
+static void rc_gd_conv_fwd(dllm_backend *be, float *out, float *pre, float *state_out,
+                           const float *x, const float *state, const float *w, int B, int T,
+                           int D, int K)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_conv_fwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "B=%d T=%d D=%d K=%d", B, T, D, K);
+    double n = (double)B * T * D, st = 4.0 * B * D * (K - 1);
+    gd_kernel(r, REC_UNIT_MEMORY, "gd_conv_fwd", 2 * n * K + 4 * n,
+              4 * n + 4.0 * D * K + (state ? st : 0),
+              (out ? 4 * n : 0) + (pre ? 4 * n : 0) + (state_out ? st : 0), sh);
+    if (IN)
+        INOPS->gd_conv_fwd(IN, out, pre, state_out, x, state, w, B, T, D, K);
+    end(r, n0);
+}
+
+static void rc_gd_conv_bwd(dllm_backend *be, float *dx, float *dw, float *dstate,
+                           const float *dout, const float *pre, const float *x,
+                           const float *state, const float *w, int B, int T, int D, int K)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_conv_bwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "B=%d T=%d D=%d K=%d", B, T, D, K);
+    double n = (double)B * T * D, st = 4.0 * B * D * (K - 1);
+    gd_kernel(r, REC_UNIT_MEMORY, "gd_conv_bwd", 4 * n * K + 6 * n,
+              12 * n + 4.0 * D * K + (state ? st : 0),
+              (dx ? 4 * n : 0) + (dw ? 4.0 * D * K : 0) + (dstate ? st : 0), sh);
+    if (IN)
+        INOPS->gd_conv_bwd(IN, dx, dw, dstate, dout, pre, x, state, w, B, T, D, K);
+    end(r, n0);
+}
+
+static void rc_gd_l2norm_fwd(dllm_backend *be, float *out, float *rnorm, const float *x, int rows,
+                             int n, float eps)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_l2norm_fwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "rows=%d n=%d", rows, n);
+    double e = (double)rows * n;
+    gd_kernel(r, REC_UNIT_MEMORY, "gd_l2norm_fwd", 3 * e, 4 * e,
+              4 * e + (rnorm ? 4.0 * rows : 0), sh);
+    if (IN)
+        INOPS->gd_l2norm_fwd(IN, out, rnorm, x, rows, n, eps);
+    end(r, n0);
+}
+
+static void rc_gd_l2norm_bwd(dllm_backend *be, float *dx, const float *dout, const float *out,
+                             const float *rnorm, int rows, int n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_l2norm_bwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "rows=%d n=%d", rows, n);
+    double e = (double)rows * n;
+    gd_kernel(r, REC_UNIT_MEMORY, "gd_l2norm_bwd", 4 * e, 12 * e + 4.0 * rows, 4 * e, sh);
+    if (IN)
+        INOPS->gd_l2norm_bwd(IN, dx, dout, out, rnorm, rows, n);
+    end(r, n0);
+}
+
+static void rc_gd_gates_fwd(dllm_backend *be, float *g, float *beta, const float *a,
+                            const float *b, const float *A_log, const float *dt_bias, int N,
+                            int Hv)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_gates_fwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "N=%d Hv=%d", N, Hv);
+    double e = (double)N * Hv;
+    gd_kernel(r, REC_UNIT_MEMORY, "gd_gates_fwd", 10 * e, 8 * e + 8.0 * Hv,
+              (g ? 4 * e : 0) + (beta ? 4 * e : 0), sh);
+    if (IN)
+        INOPS->gd_gates_fwd(IN, g, beta, a, b, A_log, dt_bias, N, Hv);
+    end(r, n0);
+}
+
+static void rc_gd_gates_bwd(dllm_backend *be, float *da, float *db, float *dA_log,
+                            float *ddt_bias, const float *dg, const float *dbeta, const float *a,
+                            const float *b, const float *A_log, const float *dt_bias, int N,
+                            int Hv)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_gates_bwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "N=%d Hv=%d", N, Hv);
+    double e = (double)N * Hv;
+    gd_kernel(r, REC_UNIT_MEMORY, "gd_gates_bwd", 15 * e, 16 * e + 8.0 * Hv,
+              (da ? 4 * e : 0) + (db ? 4 * e : 0) + (dA_log ? 4.0 * Hv : 0) +
+                  (ddt_bias ? 4.0 * Hv : 0),
+              sh);
+    if (IN)
+        INOPS->gd_gates_bwd(IN, da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, N,
+                            Hv);
+    end(r, n0);
+}
+
+/* The rule's bytes: q, k (B T Hk Dk), v (B T Hv Dv), g and beta (B T Hv), the states. */
+static double gd_rule_rd(int B, int T, int Hk, int Dk, int Hv, int Dv, bool state)
+{
+    double bt = (double)B * T;
+    return 4 * (2 * bt * Hk * Dk + bt * Hv * Dv + 2 * bt * Hv) +
+           (state ? 4.0 * B * Hv * Dk * Dv : 0);
+}
+
+static void rule_fwd(recorder *r, const char *op, float *o, float *state_out, const float *state_in,
+                     int B, int T, int Hk, int Dk, int Hv, int Dv)
+{
+    char sh[80];
+    snprintf(sh, sizeof sh, "B=%d T=%d Hk=%d Dk=%d Hv=%d Dv=%d", B, T, Hk, Dk, Hv, Dv);
+    double steps = (double)B * T * Hv;
+    gd_kernel(r, REC_UNIT_FP32_CORE, op, steps * 8.0 * Dk * Dv,
+              gd_rule_rd(B, T, Hk, Dk, Hv, Dv, state_in != NULL),
+              (o ? 4 * steps * Dv : 0) + (state_out ? 4.0 * B * Hv * Dk * Dv : 0), sh);
+}
+
+static void rc_gd_rule_recurrent_fwd(dllm_backend *be, float *o, float *state_out, const float *q,
+                                     const float *k, const float *v, const float *g,
+                                     const float *beta, const float *state_in, int B, int T,
+                                     int Hk, int Dk, int Hv, int Dv)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_rule_recurrent_fwd");
+    rule_fwd(r, "gd_rule_fwd", o, state_out, state_in, B, T, Hk, Dk, Hv, Dv);
+    if (IN)
+        INOPS->gd_rule_recurrent_fwd(IN, o, state_out, q, k, v, g, beta, state_in, B, T, Hk, Dk,
+                                     Hv, Dv);
+    end(r, n0);
+}
+
+static void rc_gd_rule_chunked_fwd(dllm_backend *be, float *o, float *state_out, const float *q,
+                                   const float *k, const float *v, const float *g,
+                                   const float *beta, const float *state_in, int B, int T, int Hk,
+                                   int Dk, int Hv, int Dv, int chunk)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_rule_chunked_fwd");
+    rule_fwd(r, "gd_rule_fwd", o, state_out, state_in, B, T, Hk, Dk, Hv, Dv); /* the same kernel */
+    if (IN)
+        INOPS->gd_rule_chunked_fwd(IN, o, state_out, q, k, v, g, beta, state_in, B, T, Hk, Dk, Hv,
+                                   Dv, chunk);
+    end(r, n0);
+}
+
+static void rc_gd_rule_bwd(dllm_backend *be, float *dq, float *dk, float *dv, float *dg,
+                           float *dbeta, float *dstate_in, const float *dout, const float *q,
+                           const float *k, const float *v, const float *g, const float *beta,
+                           const float *state_in, int B, int T, int Hk, int Dk, int Hv, int Dv)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_rule_bwd");
+    /* backend_cuda.cu's scratch: the recomputed states (gated_delta.cu) */
+    int nc = (T + 63) / 64, tc = T < 64 ? T : 64;
+    if (B > 0 && T > 0 && Dk > 0 && Hv > 0 && Dv > 0)
+        ws_get(r, 4 * ((size_t)B * Hv * Dk * Dv * (size_t)(nc + tc + 2) +
+                       2 * (size_t)B * T * Hv * Dk));
+    char sh[80];
+    snprintf(sh, sizeof sh, "B=%d T=%d Hk=%d Dk=%d Hv=%d Dv=%d", B, T, Hk, Dk, Hv, Dv);
+    double steps = (double)B * T * Hv, bt = (double)B * T;
+    gd_kernel(r, REC_UNIT_FP32_CORE, "gd_rule_bwd", steps * 24.0 * Dk * Dv,
+              gd_rule_rd(B, T, Hk, Dk, Hv, Dv, state_in != NULL) + 4 * steps * Dv,
+              (dq ? 4 * bt * Hk * Dk : 0) + (dk ? 4 * bt * Hk * Dk : 0) +
+                  (dv ? 4 * steps * Dv : 0) + (dg ? 4 * steps : 0) + (dbeta ? 4 * steps : 0) +
+                  (dstate_in ? 4.0 * B * Hv * Dk * Dv : 0),
+              sh);
+    if (IN)
+        INOPS->gd_rule_bwd(IN, dq, dk, dv, dg, dbeta, dstate_in, dout, q, k, v, g, beta, state_in,
+                           B, T, Hk, Dk, Hv, Dv);
+    end(r, n0);
+}
+
+static void rc_gd_gated_rmsnorm_fwd(dllm_backend *be, float *out, float *rstd, const float *x,
+                                    const float *z, const float *w, int rows, int n, float eps)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_gated_rmsnorm_fwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "rows=%d n=%d", rows, n);
+    double e = (double)rows * n;
+    gd_kernel(r, REC_UNIT_MEMORY, "gd_gated_rmsnorm_fwd", 8 * e, 8 * e + 4.0 * n,
+              4 * e + (rstd ? 4.0 * rows : 0), sh);
+    if (IN)
+        INOPS->gd_gated_rmsnorm_fwd(IN, out, rstd, x, z, w, rows, n, eps);
+    end(r, n0);
+}
+
+static void rc_gd_gated_rmsnorm_bwd(dllm_backend *be, float *dx, float *dz, float *dw,
+                                    const float *dout, const float *x, const float *z,
+                                    const float *w, const float *rstd, int rows, int n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_gated_rmsnorm_bwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "rows=%d n=%d", rows, n);
+    double e = (double)rows * n;
+    gd_kernel(r, REC_UNIT_MEMORY, "gd_gated_rmsnorm_bwd", 12 * e, 12 * e + 4.0 * (n + rows),
+              (dx ? 4 * e : 0) + (dz ? 4 * e : 0) + (dw ? 4.0 * n : 0), sh);
+    if (IN)
+        INOPS->gd_gated_rmsnorm_bwd(IN, dx, dz, dw, dout, x, z, w, rstd, rows, n);
+    end(r, n0);
+}
+
+static void rc_gd_partial_rope(dllm_backend *be, bool fwd, float *out, const float *x,
+                               const int32_t *pos, int N, int NH, int HD, int rot, float theta)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, fwd ? "gd_partial_rope_fwd" : "gd_partial_rope_bwd");
+    char sh[64];
+    snprintf(sh, sizeof sh, "N=%d NH=%d HD=%d rot=%d", N, NH, HD, rot);
+    double e = (double)N * NH * HD;
+    gd_kernel(r, REC_UNIT_MEMORY, fwd ? "gd_partial_rope_fwd" : "gd_partial_rope_bwd",
+              3.0 * N * NH * rot, 4 * e + 4.0 * N, 4 * e, sh);
+    if (IN && fwd)
+        INOPS->gd_partial_rope_fwd(IN, out, x, pos, N, NH, HD, rot, theta);
+    else if (IN)
+        INOPS->gd_partial_rope_bwd(IN, out, x, pos, N, NH, HD, rot, theta);
+    end(r, n0);
+}
+static void rc_gd_partial_rope_fwd(dllm_backend *be, float *out, const float *x,
+                                   const int32_t *pos, int N, int NH, int HD, int rot, float theta)
+{
+    rc_gd_partial_rope(be, true, out, x, pos, N, NH, HD, rot, theta);
+}
+static void rc_gd_partial_rope_bwd(dllm_backend *be, float *dx, const float *dout,
+                                   const int32_t *pos, int N, int NH, int HD, int rot, float theta)
+{
+    rc_gd_partial_rope(be, false, dx, dout, pos, N, NH, HD, rot, theta);
+}
+
+
 static const dllm_backend_ops record_ops = {
     .alloc = rc_alloc,
     .free = rc_free,
@@ -1412,6 +1654,14 @@ static const dllm_backend_ops record_ops = {
     .denoise_commit = rc_denoise_commit,
     .dream_draw = rc_dream_draw,
     .dream_commit = rc_dream_commit,
+    .gd_conv_fwd = rc_gd_conv_fwd, .gd_conv_bwd = rc_gd_conv_bwd,
+    .gd_l2norm_fwd = rc_gd_l2norm_fwd, .gd_l2norm_bwd = rc_gd_l2norm_bwd,
+    .gd_gates_fwd = rc_gd_gates_fwd, .gd_gates_bwd = rc_gd_gates_bwd,
+    .gd_rule_recurrent_fwd = rc_gd_rule_recurrent_fwd,
+    .gd_rule_chunked_fwd = rc_gd_rule_chunked_fwd, .gd_rule_bwd = rc_gd_rule_bwd,
+    .gd_gated_rmsnorm_fwd = rc_gd_gated_rmsnorm_fwd,
+    .gd_gated_rmsnorm_bwd = rc_gd_gated_rmsnorm_bwd,
+    .gd_partial_rope_fwd = rc_gd_partial_rope_fwd, .gd_partial_rope_bwd = rc_gd_partial_rope_bwd,
     .adamw_step = rc_adamw_step,
 };
 

@@ -382,11 +382,13 @@ START_TEST(test_backend_table_complete)
      * are run on both backends by the samplers' own tests (tests/unit/test_qwen3_device.c's
      * fake decoder, tests/unit/test_sampler_device.c; the kernels also in
      * tests/unit/backend_kernel_cases.c); the 2 key/value cache entries (kv_append,
-     * attention_cached: one case name, kv_cache, runs both).
+     * attention_cached: one case name, kv_cache, runs both); the 13 Gated DeltaNet entries
+     * (optional, all on both backends) are run on both, through this table, by
+     * tests/unit/test_gated_delta_device.c.
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2);
+                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 13);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
@@ -399,6 +401,8 @@ START_TEST(test_backend_table_complete)
               dllm_backend_supports(cpu, DLLM_OP_LINEARS));
     ck_assert_ptr_nonnull(dev);
     ck_assert(dllm_backend_supports(dev, DLLM_OP_INT8_LINEAR));
+    ck_assert(dllm_backend_supports(cpu, DLLM_OP_GATED_DELTA) &&
+              dllm_backend_supports(dev, DLLM_OP_GATED_DELTA));
     ck_assert_msg(!dllm_backend_supports(dev, DLLM_OP_NVFP4_LINEAR) &&
                   !dllm_backend_supports(dev, DLLM_OP_LINEARS) &&
                   !dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS),

@@ -1,5 +1,6 @@
 /* test_gated_delta_device: the CUDA Gated DeltaNet kernels (kernels/cuda/gated_delta.cu)
- * against the CPU ops (kernels/cpu/gated_delta.c), in the emulation build. Every launcher
+ * against the CPU ops (kernels/cpu/gated_delta.c), both through the backend table's gd_*
+ * entries, in the emulation build. Every entry
  * runs on fresh random inputs at several shapes (Hv = 2 Hk, Dk != Dv, T not a multiple of
  * the chunk nor of the backward's 64-token segment, several column blocks of the state, a
  * nonzero input state, K = 4 convolution with a state and T < K-1, partial RoPE with
@@ -20,8 +21,14 @@
 #ifdef DLLM_CUDA_EMULATION
 #include "kernels/cuda_device.h"
 #include "kernels/cuda_ops.h"
+#include "kernels/backend.h"
 #include "kernels/gated_delta.h"
 #include "kernels/rng.h"
+
+/* Both sides through the backend table's Gated DeltaNet entries (the CUDA backend's run
+ * the kernels of kernels/cuda/gated_delta.cu, the CPU's the ops of kernels/cpu/). */
+#define DEV_GD(op,  ...) dllm_backend_cuda()->ops->gd_##op(dllm_backend_cuda(), __VA_ARGS__)
+#define CPU_GD(op,  ...) dllm_backend_cpu()->ops->gd_##op(dllm_backend_cpu(), __VA_ARGS__)
 
 /* Tolerances (normalised MSE). */
 /* The same fp32 operations in the same order as the CPU (elementwise ops, sequential sums
@@ -106,23 +113,23 @@ START_TEST(test_conv)
     float *st = has_state ? host_normal(&r, ns, 1.0) : NULL;
     float *out = malloc(sizeof(float) * nx), *pre = malloc(sizeof(float) * nx);
     float *st_out = malloc(sizeof(float) * (ns + 1));
-    gd_conv_fwd(out, pre, st_out, x, st, w, B, T, D, K);
+    CPU_GD(conv_fwd, out, pre, st_out, x, st, w, B, T, D, K);
 
     float *dx = dev_copy(x, nx), *dw = dev_copy(w, nw), *dst = has_state ? dev_copy(st, ns) : NULL;
     float *dout = dllm_cuda_malloc(sizeof(float) * nx), *dpre = dllm_cuda_malloc(sizeof(float) * nx);
     float *dsto = dllm_cuda_malloc(sizeof(float) * (ns + 1));
-    dllm_cuda_gd_conv_fwd(dout, dpre, dsto, dx, dst, dw, B, T, D, K, NULL);
+    DEV_GD(conv_fwd, dout, dpre, dsto, dx, dst, dw, B, T, D, K);
     expect_close("conv_fwd out", shape, dout, out, nx, TOL_SAME);
     expect_close("conv_fwd pre", shape, dpre, pre, nx, TOL_SAME);
     expect_close("conv_fwd state_out", shape, dsto, st_out, ns, TOL_SAME);
     /* pre NULL (inference), and the state updated in place */
     dllm_cuda_memset(dout, 0xFF, sizeof(float) * nx);
     if (has_state) {
-        dllm_cuda_gd_conv_fwd(dout, NULL, dst, dx, dst, dw, B, T, D, K, NULL);
+        DEV_GD(conv_fwd, dout, NULL, dst, dx, dst, dw, B, T, D, K);
         expect_close("conv_fwd state in place", shape, dst, st_out, ns, TOL_SAME);
         dllm_cuda_memcpy_h2d(dst, st, sizeof(float) * ns);
     } else {
-        dllm_cuda_gd_conv_fwd(dout, NULL, NULL, dx, NULL, dw, B, T, D, K, NULL);
+        DEV_GD(conv_fwd, dout, NULL, NULL, dx, NULL, dw, B, T, D, K);
     }
     expect_close("conv_fwd out, pre NULL", shape, dout, out, nx, TOL_SAME);
 
@@ -132,18 +139,17 @@ START_TEST(test_conv)
     float *gs = host_normal(&r, ns, 1.0);
     float *dg = dev_copy(g, nx), *dgx = dev_copy(gx, nx), *dgw = dev_copy(gw, nw);
     float *dgs = dev_copy(gs, ns), *dpre_h = dev_copy(pre, nx);
-    dllm_cuda_gd_conv_bwd(dgx, dgw, has_state ? dgs : NULL, dg, dpre_h, dx, dst, dw, B, T, D, K,
-                          NULL);
-    gd_conv_bwd(gx, gw, has_state ? gs : NULL, g, pre, x, st, w, B, T, D, K);
+    DEV_GD(conv_bwd, dgx, dgw, has_state ? dgs : NULL, dg, dpre_h, dx, dst, dw, B, T, D, K);
+    CPU_GD(conv_bwd, gx, gw, has_state ? gs : NULL, g, pre, x, st, w, B, T, D, K);
     expect_close("conv_bwd dx", shape, dgx, gx, nx, TOL_SAME);
     expect_close("conv_bwd dw", shape, dgw, gw, nw, TOL_SAME);
     expect_close("conv_bwd dstate", shape, dgs, gs, ns, TOL_SAME);
     /* dx alone; dw and dstate alone */
-    dllm_cuda_gd_conv_bwd(dgx, NULL, NULL, dg, dpre_h, dx, dst, dw, B, T, D, K, NULL);
-    gd_conv_bwd(gx, NULL, NULL, g, pre, x, st, w, B, T, D, K);
+    DEV_GD(conv_bwd, dgx, NULL, NULL, dg, dpre_h, dx, dst, dw, B, T, D, K);
+    CPU_GD(conv_bwd, gx, NULL, NULL, g, pre, x, st, w, B, T, D, K);
     expect_close("conv_bwd dx only", shape, dgx, gx, nx, TOL_SAME);
-    dllm_cuda_gd_conv_bwd(NULL, dgw, dgs, dg, dpre_h, dx, dst, dw, B, T, D, K, NULL);
-    gd_conv_bwd(NULL, gw, gs, g, pre, x, st, w, B, T, D, K);
+    DEV_GD(conv_bwd, NULL, dgw, dgs, dg, dpre_h, dx, dst, dw, B, T, D, K);
+    CPU_GD(conv_bwd, NULL, gw, gs, g, pre, x, st, w, B, T, D, K);
     expect_close("conv_bwd dw, dx NULL", shape, dgw, gw, nw, TOL_SAME);
     expect_close("conv_bwd dstate, dx NULL", shape, dgs, gs, ns, TOL_SAME);
     expect_close("conv_bwd dx untouched", shape, dgx, gx, nx, TOL_SAME);
@@ -171,20 +177,21 @@ START_TEST(test_l2norm)
     size_t N = (size_t)rows * n;
     float *x = host_normal(&r, N, 2.0), *out = malloc(sizeof(float) * N);
     float *rn = malloc(sizeof(float) * rows);
-    gd_l2norm_fwd(out, rn, x, rows, n, 1e-6f);
+    CPU_GD(l2norm_fwd, out, rn, x, rows, n, 1e-6f);
     float *dx = dev_copy(x, N), *dout = dllm_cuda_malloc(sizeof(float) * N);
     float *drn = dllm_cuda_malloc(sizeof(float) * rows);
-    dllm_cuda_gd_l2norm_fwd(dout, drn, dx, rows, n, 1e-6f, NULL);
+    DEV_GD(l2norm_fwd, dout, drn, dx, rows, n, 1e-6f);
     expect_close("l2norm_fwd out", shape, dout, out, N, TOL_TREE);
     expect_close("l2norm_fwd rnorm", shape, drn, rn, rows, TOL_TREE);
-    dllm_cuda_gd_l2norm_fwd(dx, NULL, dx, rows, n, 1e-6f, NULL); /* in place, no rnorm */
-    expect_close("l2norm_fwd in place", shape, dx, out, N, TOL_TREE);
+    DEV_GD(l2norm_fwd, dx, NULL, dx, rows, n,
+           1e-6f); /* in place, no rnorm */ expect_close("l2norm_fwd in place", shape, dx, out, N,
+           TOL_TREE);
 
     float *g = host_normal(&r, N, 1.0), *gx = host_normal(&r, N, 1.0);
     float *dg = dev_copy(g, N), *dgx = dev_copy(gx, N), *dout_h = dev_copy(out, N);
     float *drn_h = dev_copy(rn, rows);
-    dllm_cuda_gd_l2norm_bwd(dgx, dg, dout_h, drn_h, rows, n, NULL);
-    gd_l2norm_bwd(gx, g, out, rn, rows, n);
+    DEV_GD(l2norm_bwd, dgx, dg, dout_h, drn_h, rows, n);
+    CPU_GD(l2norm_bwd, gx, g, out, rn, rows, n);
     expect_close("l2norm_bwd dx", shape, dgx, gx, N, TOL_TREE);
 
     dllm_cuda_free(dx), dllm_cuda_free(dout), dllm_cuda_free(drn), dllm_cuda_free(dg);
@@ -210,11 +217,11 @@ START_TEST(test_gates)
     float *A_log = host_normal(&r, Hv, 1.0), *dtb = host_normal(&r, Hv, 1.0);
     a[0] = 30.0f; /* softplus's linear branch */
     float *g = malloc(sizeof(float) * n), *beta = malloc(sizeof(float) * n);
-    gd_gates_fwd(g, beta, a, b, A_log, dtb, N, Hv);
+    CPU_GD(gates_fwd, g, beta, a, b, A_log, dtb, N, Hv);
     float *da = dev_copy(a, n), *db = dev_copy(b, n), *dA = dev_copy(A_log, Hv);
     float *ddt = dev_copy(dtb, Hv);
     float *dgo = dllm_cuda_malloc(sizeof(float) * n), *dbo = dllm_cuda_malloc(sizeof(float) * n);
-    dllm_cuda_gd_gates_fwd(dgo, dbo, da, db, dA, ddt, N, Hv, NULL);
+    DEV_GD(gates_fwd, dgo, dbo, da, db, dA, ddt, N, Hv);
     expect_close("gates_fwd g", shape, dgo, g, n, TOL_SAME);
     expect_close("gates_fwd beta", shape, dbo, beta, n, TOL_SAME);
 
@@ -223,17 +230,17 @@ START_TEST(test_gates)
     float *gA = host_normal(&r, Hv, 1.0), *gdt = host_normal(&r, Hv, 1.0);
     float *dgg = dev_copy(gg, n), *dgb = dev_copy(gb, n), *dga = dev_copy(ga, n);
     float *dgbb = dev_copy(gbb, n), *dgA = dev_copy(gA, Hv), *dgdt = dev_copy(gdt, Hv);
-    dllm_cuda_gd_gates_bwd(dga, dgbb, dgA, dgdt, dgg, dgb, da, db, dA, ddt, N, Hv, NULL);
-    gd_gates_bwd(ga, gbb, gA, gdt, gg, gb, a, b, A_log, dtb, N, Hv);
+    DEV_GD(gates_bwd, dga, dgbb, dgA, dgdt, dgg, dgb, da, db, dA, ddt, N, Hv);
+    CPU_GD(gates_bwd, ga, gbb, gA, gdt, gg, gb, a, b, A_log, dtb, N, Hv);
     expect_close("gates_bwd da", shape, dga, ga, n, TOL_SAME);
     expect_close("gates_bwd db", shape, dgbb, gbb, n, TOL_SAME);
     expect_close("gates_bwd dA_log", shape, dgA, gA, Hv, TOL_SAME);
     expect_close("gates_bwd ddt_bias", shape, dgdt, gdt, Hv, TOL_SAME);
     /* only dbeta given (dg NULL): da, dA_log, ddt_bias untouched; then only dA_log */
-    dllm_cuda_gd_gates_bwd(dga, dgbb, dgA, dgdt, NULL, dgb, da, db, dA, ddt, N, Hv, NULL);
-    gd_gates_bwd(ga, gbb, gA, gdt, NULL, gb, a, b, A_log, dtb, N, Hv);
-    dllm_cuda_gd_gates_bwd(NULL, NULL, dgA, NULL, dgg, dgb, da, db, dA, ddt, N, Hv, NULL);
-    gd_gates_bwd(NULL, NULL, gA, NULL, gg, gb, a, b, A_log, dtb, N, Hv);
+    DEV_GD(gates_bwd, dga, dgbb, dgA, dgdt, NULL, dgb, da, db, dA, ddt, N, Hv);
+    CPU_GD(gates_bwd, ga, gbb, gA, gdt, NULL, gb, a, b, A_log, dtb, N, Hv);
+    DEV_GD(gates_bwd, NULL, NULL, dgA, NULL, dgg, dgb, da, db, dA, ddt, N, Hv);
+    CPU_GD(gates_bwd, NULL, NULL, gA, NULL, gg, gb, a, b, A_log, dtb, N, Hv);
     expect_close("gates_bwd da, dg NULL", shape, dga, ga, n, TOL_SAME);
     expect_close("gates_bwd db, dg NULL", shape, dgbb, gbb, n, TOL_SAME);
     expect_close("gates_bwd dA_log only", shape, dgA, gA, Hv, TOL_SAME);
@@ -271,8 +278,8 @@ static void rule_inputs(rule_in *in, dllm_rng *r, int B, int T, int Hk, int Dk, 
     size_t nq = (size_t)B * T * Hk * Dk, nv = (size_t)B * T * Hv * Dv, ng = (size_t)B * T * Hv;
     float *q = host_normal(r, nq, 1.0), *k = host_normal(r, nq, 1.0);
     in->q = malloc(sizeof(float) * nq), in->k = malloc(sizeof(float) * nq);
-    gd_l2norm_fwd(in->q, NULL, q, B * T * Hk, Dk, 1e-6f);
-    gd_l2norm_fwd(in->k, NULL, k, B * T * Hk, Dk, 1e-6f);
+    CPU_GD(l2norm_fwd, in->q, NULL, q, B * T * Hk, Dk, 1e-6f);
+    CPU_GD(l2norm_fwd, in->k, NULL, k, B * T * Hk, Dk, 1e-6f);
     free(q), free(k);
     in->v = host_normal(r, nv, 1.0);
     in->g = malloc(sizeof(float) * ng), in->beta = malloc(sizeof(float) * ng);
@@ -303,37 +310,32 @@ START_TEST(test_rule)
     size_t nS = (size_t)B * Hv * Dk * Dv;
     float *o = malloc(sizeof(float) * nv), *S = malloc(sizeof(float) * nS);
     float *oc = malloc(sizeof(float) * nv), *Sc = malloc(sizeof(float) * nS);
-    gd_rule_recurrent_fwd(o, S, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T, Hk, Dk, Hv, Dv);
-    gd_rule_chunked_fwd(oc, Sc, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T, Hk, Dk, Hv, Dv, chunk);
+    CPU_GD(rule_recurrent_fwd, o, S, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T, Hk, Dk, Hv, Dv);
+    CPU_GD(rule_chunked_fwd, oc, Sc, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T, Hk, Dk, Hv, Dv, chunk);
 
     float *dq = dev_copy(h.q, nq), *dk = dev_copy(h.k, nq), *dv = dev_copy(h.v, nv);
     float *dgt = dev_copy(h.g, ng), *dbt = dev_copy(h.beta, ng);
     float *ds0 = state ? dev_copy(h.s0, nS) : NULL;
     float *dout = dllm_cuda_malloc(sizeof(float) * nv), *dS = dllm_cuda_malloc(sizeof(float) * nS);
-    dllm_cuda_gd_rule_recurrent_fwd(dout, dS, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk, Hv, Dv,
-                                    NULL);
+    DEV_GD(rule_recurrent_fwd, dout, dS, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk, Hv, Dv);
     expect_close("rule_recurrent_fwd o", shape, dout, o, nv, TOL_SAME);
     expect_close("rule_recurrent_fwd state", shape, dS, S, nS, TOL_SAME);
     /* no final state wanted; then the state alone (o NULL) */
     dllm_cuda_memset(dout, 0xFF, sizeof(float) * nv);
-    dllm_cuda_gd_rule_recurrent_fwd(dout, NULL, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk, Hv, Dv,
-                                    NULL);
+    DEV_GD(rule_recurrent_fwd, dout, NULL, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk, Hv, Dv);
     expect_close("rule_recurrent_fwd o, no state", shape, dout, o, nv, TOL_SAME);
     dllm_cuda_memset(dS, 0xFF, sizeof(float) * nS);
-    dllm_cuda_gd_rule_recurrent_fwd(NULL, dS, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk, Hv, Dv,
-                                    NULL);
+    DEV_GD(rule_recurrent_fwd, NULL, dS, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk, Hv, Dv);
     expect_close("rule_recurrent_fwd state, o NULL", shape, dS, S, nS, TOL_SAME);
     /* chunked, against the CPU's chunked form */
     dllm_cuda_memset(dout, 0xFF, sizeof(float) * nv);
     dllm_cuda_memset(dS, 0xFF, sizeof(float) * nS);
-    dllm_cuda_gd_rule_chunked_fwd(dout, dS, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk, Hv, Dv,
-                                  chunk, NULL);
+    DEV_GD(rule_chunked_fwd, dout, dS, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk, Hv, Dv, chunk);
     expect_close("rule_chunked_fwd o", shape, dout, oc, nv, TOL_CHUNKED);
     expect_close("rule_chunked_fwd state", shape, dS, Sc, nS, TOL_CHUNKED);
     if (state) { /* the state carried in place: state_out == state_in */
         float *dS2 = dev_copy(h.s0, nS);
-        dllm_cuda_gd_rule_chunked_fwd(dout, dS2, dq, dk, dv, dgt, dbt, dS2, B, T, Hk, Dk, Hv,
-                                      Dv, chunk, NULL);
+        DEV_GD(rule_chunked_fwd, dout, dS2, dq, dk, dv, dgt, dbt, dS2, B, T, Hk, Dk, Hv, Dv, chunk);
         expect_close("rule_chunked_fwd in place", shape, dS2, Sc, nS, TOL_CHUNKED);
         dllm_cuda_free(dS2);
     }
@@ -346,13 +348,11 @@ START_TEST(test_rule)
     float *dgo = dev_copy(go, nv), *dgq = dev_copy(gq, nq), *dgk = dev_copy(gk, nq);
     float *dgv = dev_copy(gv, nv), *dgg = dev_copy(gg, ng), *dgb = dev_copy(gb, ng);
     float *dgs = dev_copy(gs, nS);
-    size_t nscr = dllm_cuda_gd_rule_bwd_scratch_floats(B, T, Hk, Dk, Hv, Dv);
-    ck_assert(nscr > 0);
-    float *scr = dllm_cuda_malloc(sizeof(float) * nscr);
-    dllm_cuda_gd_rule_bwd(dgq, dgk, dgv, dgg, dgb, state ? dgs : NULL, dgo, dq, dk, dv, dgt, dbt,
-                          ds0, B, T, Hk, Dk, Hv, Dv, scr, NULL);
-    gd_rule_bwd(gq, gk, gv, gg, gb, state ? gs : NULL, go, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T,
-                Hk, Dk, Hv, Dv);
+    ck_assert(dllm_cuda_gd_rule_bwd_scratch_floats(B, T, Hk, Dk, Hv, Dv) > 0); /* the table's */
+    DEV_GD(rule_bwd, dgq, dgk, dgv, dgg, dgb, state ? dgs : NULL, dgo, dq, dk, dv, dgt, dbt, ds0, B,
+           T, Hk, Dk, Hv, Dv);
+    CPU_GD(rule_bwd, gq, gk, gv, gg, gb, state ? gs : NULL, go, h.q, h.k, h.v, h.g, h.beta, h.s0, B,
+           T, Hk, Dk, Hv, Dv);
     expect_close("rule_bwd dq", shape, dgq, gq, nq, TOL_RULE_BWD);
     expect_close("rule_bwd dk", shape, dgk, gk, nq, TOL_RULE_BWD);
     expect_close("rule_bwd dv", shape, dgv, gv, nv, TOL_RULE_BWD);
@@ -360,17 +360,17 @@ START_TEST(test_rule)
     expect_close("rule_bwd dbeta", shape, dgb, gb, ng, TOL_RULE_BWD);
     expect_close("rule_bwd dstate_in", shape, dgs, gs, nS, TOL_RULE_BWD);
     /* some gradients not wanted: the others unchanged, the given ones as the CPU's */
-    dllm_cuda_gd_rule_bwd(NULL, dgk, NULL, dgg, NULL, NULL, dgo, dq, dk, dv, dgt, dbt, ds0, B, T,
-                          Hk, Dk, Hv, Dv, scr, NULL);
-    gd_rule_bwd(NULL, gk, NULL, gg, NULL, NULL, go, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T, Hk,
-                Dk, Hv, Dv);
+    DEV_GD(rule_bwd, NULL, dgk, NULL, dgg, NULL, NULL, dgo, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk,
+           Hv, Dv);
+    CPU_GD(rule_bwd, NULL, gk, NULL, gg, NULL, NULL, go, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T, Hk,
+           Dk, Hv, Dv);
     expect_close("rule_bwd dk, others NULL", shape, dgk, gk, nq, TOL_RULE_BWD);
     expect_close("rule_bwd dg, others NULL", shape, dgg, gg, ng, TOL_RULE_BWD);
     expect_close("rule_bwd dq untouched", shape, dgq, gq, nq, TOL_RULE_BWD);
-    dllm_cuda_gd_rule_bwd(dgq, NULL, dgv, NULL, dgb, NULL, dgo, dq, dk, dv, dgt, dbt, ds0, B, T,
-                          Hk, Dk, Hv, Dv, scr, NULL);
-    gd_rule_bwd(gq, NULL, gv, NULL, gb, NULL, go, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T, Hk, Dk,
-                Hv, Dv);
+    DEV_GD(rule_bwd, dgq, NULL, dgv, NULL, dgb, NULL, dgo, dq, dk, dv, dgt, dbt, ds0, B, T, Hk, Dk,
+           Hv, Dv);
+    CPU_GD(rule_bwd, gq, NULL, gv, NULL, gb, NULL, go, h.q, h.k, h.v, h.g, h.beta, h.s0, B, T, Hk,
+           Dk, Hv, Dv);
     expect_close("rule_bwd dq, dk NULL", shape, dgq, gq, nq, TOL_RULE_BWD);
     expect_close("rule_bwd dv, dk NULL", shape, dgv, gv, nv, TOL_RULE_BWD);
     expect_close("rule_bwd dbeta, dk NULL", shape, dgb, gb, ng, TOL_RULE_BWD);
@@ -378,7 +378,7 @@ START_TEST(test_rule)
     dllm_cuda_free(dq), dllm_cuda_free(dk), dllm_cuda_free(dv), dllm_cuda_free(dgt);
     dllm_cuda_free(dbt), dllm_cuda_free(ds0), dllm_cuda_free(dout), dllm_cuda_free(dS);
     dllm_cuda_free(dgo), dllm_cuda_free(dgq), dllm_cuda_free(dgk), dllm_cuda_free(dgv);
-    dllm_cuda_free(dgg), dllm_cuda_free(dgb), dllm_cuda_free(dgs), dllm_cuda_free(scr);
+    dllm_cuda_free(dgg), dllm_cuda_free(dgb), dllm_cuda_free(dgs);
     free(o), free(S), free(oc), free(Sc), free(go), free(gq), free(gk), free(gv), free(gg);
     free(gb), free(gs);
     rule_free(&h);
@@ -397,15 +397,13 @@ START_TEST(test_rule_bwd_reproducible)
     float *dq = dev_copy(h.q, nq), *dk = dev_copy(h.k, nq), *dv = dev_copy(h.v, nv);
     float *dgt = dev_copy(h.g, ng), *dbt = dev_copy(h.beta, ng);
     float *ds0 = dev_copy(h.s0, (size_t)B * Hv * Dk * Dv), *dgo = dev_copy(go, nv);
-    float *scr = dllm_cuda_malloc(sizeof(float) *
-                                  dllm_cuda_gd_rule_bwd_scratch_floats(B, T, Hk, Dk, Hv, Dv));
     float *res[2];
     for (int run = 0; run < 2; run++) {
         float *gq = dllm_cuda_malloc(sizeof(float) * nq), *gg = dllm_cuda_malloc(sizeof(float) * ng);
         dllm_cuda_memset(gq, 0, sizeof(float) * nq);
         dllm_cuda_memset(gg, 0, sizeof(float) * ng);
-        dllm_cuda_gd_rule_bwd(gq, NULL, NULL, gg, NULL, NULL, dgo, dq, dk, dv, dgt, dbt, ds0, B, T,
-                              Hk, Dk, Hv, Dv, scr, NULL);
+        DEV_GD(rule_bwd, gq, NULL, NULL, gg, NULL, NULL, dgo, dq, dk, dv, dgt, dbt, ds0, B, T, Hk,
+               Dk, Hv, Dv);
         dllm_cuda_synchronize();
         res[run] = malloc(sizeof(float) * (nq + ng));
         dllm_cuda_memcpy_d2h(res[run], gq, sizeof(float) * nq);
@@ -416,7 +414,7 @@ START_TEST(test_rule_bwd_reproducible)
                   "rule_bwd: two runs differ");
     free(res[0]), free(res[1]), free(go);
     dllm_cuda_free(dq), dllm_cuda_free(dk), dllm_cuda_free(dv), dllm_cuda_free(dgt);
-    dllm_cuda_free(dbt), dllm_cuda_free(ds0), dllm_cuda_free(dgo), dllm_cuda_free(scr);
+    dllm_cuda_free(dbt), dllm_cuda_free(ds0), dllm_cuda_free(dgo);
     rule_free(&h);
 }
 END_TEST
@@ -432,29 +430,29 @@ START_TEST(test_gated_rmsnorm)
     size_t N = (size_t)rows * n;
     float *x = host_normal(&r, N, 2.0), *z = host_normal(&r, N, 2.0), *w = host_normal(&r, n, 1.0);
     float *out = malloc(sizeof(float) * N), *rs = malloc(sizeof(float) * rows);
-    gd_gated_rmsnorm_fwd(out, rs, x, z, w, rows, n, 1e-6f);
+    CPU_GD(gated_rmsnorm_fwd, out, rs, x, z, w, rows, n, 1e-6f);
     float *dx = dev_copy(x, N), *dz = dev_copy(z, N), *dw = dev_copy(w, n);
     float *dout = dllm_cuda_malloc(sizeof(float) * N), *drs = dllm_cuda_malloc(sizeof(float) * rows);
-    dllm_cuda_gd_gated_rmsnorm_fwd(dout, drs, dx, dz, dw, rows, n, 1e-6f, NULL);
+    DEV_GD(gated_rmsnorm_fwd, dout, drs, dx, dz, dw, rows, n, 1e-6f);
     expect_close("gated_rmsnorm_fwd out", shape, dout, out, N, TOL_TREE);
     expect_close("gated_rmsnorm_fwd rstd", shape, drs, rs, rows, TOL_TREE);
     dllm_cuda_memset(dout, 0xFF, sizeof(float) * N);
-    dllm_cuda_gd_gated_rmsnorm_fwd(dout, NULL, dx, dz, dw, rows, n, 1e-6f, NULL);
+    DEV_GD(gated_rmsnorm_fwd, dout, NULL, dx, dz, dw, rows, n, 1e-6f);
     expect_close("gated_rmsnorm_fwd, rstd NULL", shape, dout, out, N, TOL_TREE);
 
     float *g = host_normal(&r, N, 1.0), *gx = host_normal(&r, N, 1.0);
     float *gz = host_normal(&r, N, 1.0), *gw = host_normal(&r, n, 1.0);
     float *dg = dev_copy(g, N), *dgx = dev_copy(gx, N), *dgz = dev_copy(gz, N);
     float *dgw = dev_copy(gw, n), *drs_h = dev_copy(rs, rows);
-    dllm_cuda_gd_gated_rmsnorm_bwd(dgx, dgz, dgw, dg, dx, dz, dw, drs_h, rows, n, NULL);
-    gd_gated_rmsnorm_bwd(gx, gz, gw, g, x, z, w, rs, rows, n);
+    DEV_GD(gated_rmsnorm_bwd, dgx, dgz, dgw, dg, dx, dz, dw, drs_h, rows, n);
+    CPU_GD(gated_rmsnorm_bwd, gx, gz, gw, g, x, z, w, rs, rows, n);
     expect_close("gated_rmsnorm_bwd dx", shape, dgx, gx, N, TOL_TREE);
     expect_close("gated_rmsnorm_bwd dz", shape, dgz, gz, N, TOL_SAME);
     expect_close("gated_rmsnorm_bwd dw", shape, dgw, gw, n, TOL_SAME);
-    dllm_cuda_gd_gated_rmsnorm_bwd(NULL, dgz, NULL, dg, dx, dz, dw, drs_h, rows, n, NULL);
-    gd_gated_rmsnorm_bwd(NULL, gz, NULL, g, x, z, w, rs, rows, n);
-    dllm_cuda_gd_gated_rmsnorm_bwd(dgx, NULL, NULL, dg, dx, dz, dw, drs_h, rows, n, NULL);
-    gd_gated_rmsnorm_bwd(gx, NULL, NULL, g, x, z, w, rs, rows, n);
+    DEV_GD(gated_rmsnorm_bwd, NULL, dgz, NULL, dg, dx, dz, dw, drs_h, rows, n);
+    CPU_GD(gated_rmsnorm_bwd, NULL, gz, NULL, g, x, z, w, rs, rows, n);
+    DEV_GD(gated_rmsnorm_bwd, dgx, NULL, NULL, dg, dx, dz, dw, drs_h, rows, n);
+    CPU_GD(gated_rmsnorm_bwd, gx, NULL, NULL, g, x, z, w, rs, rows, n);
     expect_close("gated_rmsnorm_bwd dz only", shape, dgz, gz, N, TOL_SAME);
     expect_close("gated_rmsnorm_bwd dx only", shape, dgx, gx, N, TOL_TREE);
     expect_close("gated_rmsnorm_bwd dw untouched", shape, dgw, gw, n, TOL_SAME);
@@ -484,23 +482,23 @@ START_TEST(test_partial_rope)
     int32_t *pos = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N; i++)
         pos[i] = (int32_t)dllm_rng_below(&r, 40000);
-    gd_partial_rope_fwd(out, x, pos, N, NH, HD, rot, theta);
+    CPU_GD(partial_rope_fwd, out, x, pos, N, NH, HD, rot, theta);
     int32_t *dpos = dllm_cuda_malloc(sizeof(int32_t) * N);
     dllm_cuda_memcpy_h2d(dpos, pos, sizeof(int32_t) * N);
     float *dx = dev_copy(x, n), *dout = dllm_cuda_malloc(sizeof(float) * n);
-    dllm_cuda_gd_partial_rope_fwd(dout, dx, dpos, N, NH, HD, rot, theta, NULL);
+    DEV_GD(partial_rope_fwd, dout, dx, dpos, N, NH, HD, rot, theta);
     expect_close("partial_rope_fwd", shape, dout, out, n, TOL_SAME);
-    dllm_cuda_gd_partial_rope_fwd(dx, dx, dpos, N, NH, HD, rot, theta, NULL);
+    DEV_GD(partial_rope_fwd, dx, dx, dpos, N, NH, HD, rot, theta);
     expect_close("partial_rope_fwd in place", shape, dx, out, n, TOL_SAME);
 
     float *g = host_normal(&r, n, 1.0), *gx = host_normal(&r, n, 1.0);
     float *dg = dev_copy(g, n), *dgx = dev_copy(gx, n);
-    dllm_cuda_gd_partial_rope_bwd(dgx, dg, dpos, N, NH, HD, rot, theta, NULL);
-    gd_partial_rope_bwd(gx, g, pos, N, NH, HD, rot, theta);
+    DEV_GD(partial_rope_bwd, dgx, dg, dpos, N, NH, HD, rot, theta);
+    CPU_GD(partial_rope_bwd, gx, g, pos, N, NH, HD, rot, theta);
     expect_close("partial_rope_bwd dx", shape, dgx, gx, n, TOL_SAME);
     /* the backward inverts the forward: R^T R x = x, so dx = 0 + bwd(fwd(x)) is x */
     dllm_cuda_memset(dgx, 0, sizeof(float) * n);
-    dllm_cuda_gd_partial_rope_bwd(dgx, dout, dpos, N, NH, HD, rot, theta, NULL);
+    DEV_GD(partial_rope_bwd, dgx, dout, dpos, N, NH, HD, rot, theta);
     expect_close("partial_rope_bwd(fwd(x))", shape, dgx, x, n, 1e-12);
 
     dllm_cuda_free(dpos), dllm_cuda_free(dx), dllm_cuda_free(dout), dllm_cuda_free(dg);
