@@ -5,6 +5,7 @@
 #include "src/cli/cli_util.h"
 #include "src/plan/mem_plan.h"
 #include "src/plan/mem_plan_device.h"
+#include "src/plan/mem_plan_run.h"
 #include "dllm/policy_model.h"
 #include "src/plan/plan_time.h"
 
@@ -199,46 +200,12 @@ static int parse_args(int argc, char **argv, plan_args *a, dllm_err *err)
 
 /* The config's numerics: trainer and rollout precision, FP8's format and scaling, INT8's
  * scaling. */
-static int config_precision(const dllm_cfg *cfg, dllm_precision *prec, dllm_err *err)
-{
-    if (dllm_precision_parse(prec,
-                             cfg_names_name(&cfg_names_trainer_precision, cfg->model.trainer_precision),
-                             cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision),
-                             cfg_names_name(&cfg_names_fp8_format, cfg->rollout.fp8.format),
-                             cfg_names_name(&cfg_names_fp8_scaling, cfg->rollout.fp8.scaling),
-                             cfg->rollout.fp8.pow2_scale != 0, err) ||
-        dllm_precision_parse_int8(prec, cfg_names_name(&cfg_names_int8_scaling,
-                                                       cfg->rollout.int8.scaling), err))
-        return err->code;
-    return 0;
-}
-
-/* The run's precision and LoRA targets from the config (both device plans read them). */
-static int run_precision(const dllm_cfg *cfg, const dllm_model_config *mc, dllm_precision *prec,
-                         int *lora_mask, dllm_err *err)
-{
-    if (config_precision(cfg, prec, err))
-        return err->code;
-    const dllm_arch_desc *ad = dllm_arch_get(mc->arch);
-    *lora_mask = cfg->model.lora.targets.n ? 0 : LORA_ALL;
-    for (int i = 0; cfg->model.lora.rank > 0 && i < cfg->model.lora.targets.n; i++) {
-        int bit = dllm_arch_lora_bit(ad, cfg->model.lora.targets.items[i]);
-        char list[160];
-        if (!bit)
-            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: unknown module '%s' "
-                                "(expected %s)", cfg->model.lora.targets.items[i],
-                                dllm_arch_lora_list(ad, list, sizeof list));
-        *lora_mask |= bit;
-    }
-    return 0;
-}
-
 /* --time: the step's phases recorded at the config's shapes (plan_time.h). */
 static int plan_time_now(const plan_args *a, const dllm_cfg *cfg, const dllm_model_config *mc,
                          const char *model, dllm_err *err)
 {
     pt_shape s = {0};
-    if (run_precision(cfg, mc, &s.prec, &s.lora_mask, err))
+    if (mem_run_precision(cfg, mc, &s.prec, &s.lora_mask, err))
         return err->code;
     if (dllm_arch_get(mc->arch)->sampler != DLLM_SAMPLER_BLOCK)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "plan --time: model.arch %s: the rollout step "
@@ -294,42 +261,9 @@ static int plan_time_now(const plan_args *a, const dllm_cfg *cfg, const dllm_mod
 static int plan_device_now(const plan_args *a, const dllm_cfg *cfg, const dllm_model_config *mc,
                            const char *model, dllm_err *err)
 {
-    mem_dev_shape s = {0};
-    if (config_precision(cfg, &s.prec, err))
+    mem_dev_shape s;
+    if (mem_dev_shape_of_run(&s, cfg, mc, &a->o, err))
         return err->code;
-    const dllm_arch_desc *ad = dllm_arch_get(mc->arch);
-    s.lora_rank = cfg->model.lora.rank;
-    s.lora_mask = cfg->model.lora.targets.n ? 0 : LORA_ALL;
-    for (int i = 0; s.lora_rank > 0 && i < cfg->model.lora.targets.n; i++) {
-        int bit = dllm_arch_lora_bit(ad, cfg->model.lora.targets.items[i]);
-        char list[160];
-        if (!bit)
-            return dllm_err_set(err, DLLM_EXIT_INPUT, "model.lora.targets: unknown module '%s' "
-                                "(expected %s)", cfg->model.lora.targets.items[i],
-                                dllm_arch_lora_list(ad, list, sizeof list));
-        s.lora_mask |= bit;
-    }
-    if (a->o.ranks < 1 || cfg->grpo.prompts_per_step % a->o.ranks)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "--ranks %d must divide grpo.prompts_per_step %d (groups never split)",
-                            a->o.ranks, cfg->grpo.prompts_per_step);
-    const int S = cfg->grpo.prompts_per_step / a->o.ranks * cfg->rollout.group_size;
-    s.B = a->o.rollout_batch ? a->o.rollout_batch : S;
-    s.P = a->o.prompt_tokens;
-    s.G = cfg->rollout.gen_length;
-    s.cfg = cfg->rollout.cfg_scale > 0;
-    s.random_remask = cfg->rollout.remasking == REMASK_RANDOM;
-    s.sB = a->o.micro_batch ? a->o.micro_batch : S < 64 ? S : 64;
-    s.sT = s.P + s.G;
-    s.sR = s.sB * s.G;
-    s.score_rollout = true;
-    /* the update on the device where dllm_tf_device_train takes it (rl_run.c): an fp32
-     * trainer, or LoRA under a bf16 one; its chunks as the scoring's (max_canvas) */
-    s.update = !s.prec.trainer_bf16 || s.lora_rank > 0;
-    s.uB = s.sB, s.uT = s.sT, s.uR = s.sR;
-    s.recompute = a->o.recompute == MEM_RECOMPUTE_NONE    ? 0
-                  : a->o.recompute == MEM_RECOMPUTE_LAYER ? 1
-                                                          : a->o.recompute_every;
     mem_dev_phase ph = !strcmp(a->phase, "rollout") ? MEM_DEV_ROLLOUT
                        : !strcmp(a->phase, "score") ? MEM_DEV_SCORE
                                                     : MEM_DEV_TRAIN;
@@ -391,14 +325,8 @@ int cmd_plan(int argc, char **argv)
                      dllm_arch_get(mc.arch)->name);
         return cli_fail("plan", &err);
     }
-    if (!a.recompute_given) { /* the run's train.recompute (checked at load) */
-        int k = 0;
-        dllm_cfg_recompute_every(cfg.train.recompute, &k);
-        a.o.recompute = k == 0 ? MEM_RECOMPUTE_NONE : k == 1 ? MEM_RECOMPUTE_LAYER
-                                                             : MEM_RECOMPUTE_EVERY;
-        /* K at or above the layers: one segment, as the run clamps it */
-        a.o.recompute_every = k > mc.n_layers ? mc.n_layers : k > 0 ? k : 1;
-    }
+    if (!a.recompute_given) /* the run's train.recompute */
+        mem_run_recompute(&cfg, &mc, &a.o);
     if (a.time) {
         if (cpu) {
             dllm_err_set(&err, DLLM_EXIT_INPUT, "--time models the cuda device path: give "

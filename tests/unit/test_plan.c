@@ -681,6 +681,29 @@ START_TEST(test_bin_train_cap)
     ck_assert_msg(strstr(errs, "--max-gpu-memory"), "%s", errs);
     ck_assert_msg(access(runs, F_OK) != 0, "the refused run wrote %s", runs);
     free(out), free(errs);
+    /* a cap the design plan fits and today's device path does not (its train phase, as
+     * `plan --phase train` itemises it): refused by the device path's number */
+    rc = tu_dllm_take(&out, &errs, "plan %s --device cuda --json", yaml);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    const char *pk = strstr(out, "\"peak_bytes\": ");
+    ck_assert_ptr_nonnull(pk);
+    long long design = atoll(pk + strlen("\"peak_bytes\": "));
+    free(out), free(errs);
+    rc = tu_dllm_take(&out, &errs, "plan %s --device cuda --phase train", yaml);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    const char *by = strstr(out, " GB; ");
+    ck_assert_ptr_nonnull(by);
+    long long now = atoll(by + strlen(" GB; "));
+    free(out), free(errs);
+    ck_assert_msg(now > design, "device path %lld bytes, design %lld", now, design);
+    rc = tu_dllm_take(&out, &errs, "train %s --max-gpu-memory %lldb", yaml, (design + now) / 2);
+    ck_assert_msg(rc == 2, "exit %d: %s", rc, errs);
+    char want[96];
+    snprintf(want, sizeof want, "its train phase peaks at %.2f GB (%lld bytes", now / 1e9, now);
+    ck_assert_msg(strstr(errs, "the device path does not fit") && strstr(errs, want) &&
+                      strstr(errs, "--phase train"), "%s", errs);
+    ck_assert_msg(access(runs, F_OK) != 0, "the refused run wrote %s", runs);
+    free(out), free(errs);
     /* a cap it fits: the plan first, then the run */
     rc = tu_dllm_take(&out, &errs, "train %s --max-gpu-memory 1GB", yaml);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
