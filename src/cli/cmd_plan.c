@@ -299,6 +299,22 @@ static int plan_device_now(const plan_args *a, const dllm_cfg *cfg, const dllm_m
     return rc;
 }
 
+/* Beside the design: what today's device path allocates for the run's train phase (the
+ * number `train` also checks), so that one output tells both. */
+static void print_device_now(const dllm_cfg *cfg, const dllm_model_config *mc,
+                             const mem_plan_opts *o)
+{
+    dllm_err e = {0};
+    mem_dev_shape s;
+    mem_dev_plan *p = dllm_malloc(sizeof *p);
+    if (!mem_dev_shape_of_run(&s, cfg, mc, o, &e) && !mem_plan_device(p, mc, &s, MEM_DEV_TRAIN, &e))
+        printf("today's device path (fp32 activations, not yet the design's bf16): its train "
+               "phase peaks at %.2f GB%s; `--phase train` itemises it, and `train` refuses a run "
+               "over the cap by it\n",
+               (double)p->peak / 1e9, p->peak > o->cap ? ", over the cap" : "");
+    free(p);
+}
+
 int cmd_plan(int argc, char **argv)
 {
     dllm_err err = {0};
@@ -367,6 +383,8 @@ int cmd_plan(int argc, char **argv)
         mem_plan_print_json(p, what, stdout);
     else
         mem_plan_print(p, what, stdout);
+    if (!a.json && !cpu && dllm_arch_in_core(dllm_arch_get(mc.arch)))
+        print_device_now(&cfg, &mc, &a.o);
     int rc = 0;
     if (!p->fits) {
         char advice[900], fix[128];

@@ -452,6 +452,21 @@ START_TEST(test_bin_d1_recipe)
     ck_assert_msg(strstr(out, "fits in 80.00 GB (74.51 GiB): yes"), "%s", out);
     ck_assert_msg(strstr(out, "recompute layer"), "%s", out);
     ck_assert_msg(strstr(out, "FP8 rollout copy: codes") && strstr(out, "LoRA A/B (fp32)"), "%s", out);
+    /* beside the design, today's device path's train phase: `--phase train`'s number */
+    const char *now = strstr(out, "today's device path (fp32 activations");
+    ck_assert_msg(now && strstr(now, "its train phase peaks at ") && !strstr(now, ", over the cap;"),
+                  "%s", out);
+    double now_gb = atof(strstr(now, "peaks at ") + strlen("peaks at "));
+    free(out);
+    free(errs);
+    rc = tu_dllm_take(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --device cuda --phase train",
+                      configs);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, errs);
+    const char *pk = strstr(out, "\npeak: ");
+    ck_assert_ptr_nonnull(pk);
+    const char *gb = strstr(pk, "MiB (");
+    ck_assert_ptr_nonnull(gb);
+    ck_assert_msg(fabs(atof(gb + strlen("MiB (")) - now_gb) < 0.006, "%s", out);
     free(out);
     free(errs);
     /* not without recomputation */
