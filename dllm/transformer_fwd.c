@@ -181,9 +181,6 @@ static size_t xslot(const dllm_tf *m, int K, int l)
     return l % K == 0 || l == m->L ? (size_t)((l + K - 1) / K) : (size_t)(nck + l % K - 1);
 }
 
-/* Sizes the buffers for B*T rows, R head rows, `layers` slots of layer activations (L
- * for training, K under recomputation, 1 for a forward without backward) and `xslots`
- * residual-stream slots (L + 1; ceil(L/K) + K; 2, alternating, without backward). */
 /* The forward buffers at a's caps, in this order (the region's layout). */
 static void acts_lay_out(dllm_tf *m, tf_acts *a)
 {
