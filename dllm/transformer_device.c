@@ -472,10 +472,9 @@ void tf_device_free(dllm_tf *m)
     m->master = TF_MASTER_EITHER; /* the host's copy is the only one */
 }
 
-/* ---- forwards ------------------------------------------------------------------------- */
+/* ---- buffers of the forwards (transformer_fwd.c) --------------------------------------- */
 
-/* The logits chunk (and its targets and log-probs) for n rows (n <= lg_rows). */
-static void chunk_ensure(dllm_tf *m, int n)
+void tf_device_chunk(dllm_tf *m, int n)
 {
     tf_device *d = m->dev;
     if (n <= d->lg_cap)
@@ -489,7 +488,7 @@ static void chunk_ensure(dllm_tf *m, int n)
     d->lg_cap = n;
 }
 
-static void host_staging(tf_device *d, size_t n)
+void tf_device_staging(tf_device *d, size_t n)
 {
     if (n <= d->hcap)
         return;
@@ -501,135 +500,17 @@ static void host_staging(tf_device *d, size_t n)
     d->hcap = n;
 }
 
-/* R head rows of x_L (hrows, device) through the head, a chunk of rows at a time, the
- * logits downloaded into logits (R, V) on the host. */
-static void head_download(dllm_tf *m, tf_acts *a, const tf_view *v, const float *xL, int R,
-                          float *logits)
+void tf_device_kept_rows(dllm_tf *m, int R)
 {
     tf_device *d = m->dev;
-    dllm_backend *be = d->be;
-    size_t C = (size_t)m->C, V = (size_t)m->V;
-    be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
-    chunk_ensure(m, R < d->lg_rows ? R : d->lg_rows);
-    for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
-        int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
-        tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
-        be->ops->download(be, logits + (size_t)r0 * V, d->lg, (size_t)n * V * sizeof(float));
-    }
-}
-
-/* The layers over host inputs on the device; x_L (N, C) in a, the head rows' indices in
- * a->hrows. */
-static const float *device_layers(dllm_tf *m, tf_acts *a, const tf_view *v,
-                                  const int32_t *tokens, const uint8_t *keymask, int B, int T,
-                                  const int32_t *rows, int R, bool keep)
-{
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
-    int N = B * T;
-    if (a == &d->a) /* the sampler's x_L goes with the set it lives in */
-        d->xl[0] = d->xl[1] = NULL;
-    tf_rope_grow(m, T);
-    a->be = be;
-    tf_acts_ensure_fwd(m, a, B, T, R, keep);
-    a->B = B, a->T = T, a->N = N, a->R = R;
-    host_staging(d, (size_t)(N > R ? N : R));
-    a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, d->h_tok, d->h_mask, d->h_pos,
-                             NULL, d->h_rows);
-    be->ops->upload(be, a->tokens, d->h_tok, (size_t)N * sizeof(int32_t));
-    be->ops->upload(be, a->keymask, d->h_mask, (size_t)N);
-    be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
-    a->pos_T = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT ? 0 : T;
-    a->pos_N = (size_t)N;
-    be->ops->upload(be, a->hrows, d->h_rows, (size_t)R * sizeof(int32_t));
-    return tf_layers_fwd(m, a, v, keep, tf_batch_attention, a);
-}
-
-int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
-                           int T, const int32_t *rows, int R, float *logits)
-{
-    tf_acts *a = &m->a;
-    a->kept = TF_KEPT_NONE;
-    const tf_view *v = tf_device_view(m, false);
-    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
-    if (R > 0)
-        head_download(m, a, v, xL, R, logits);
-    a->kept = TF_KEPT_ACTS;
-    return 0;
-}
-
-/* The kept forward of the loss gradient's device path: the head rows' log-probs of their
- * targets and log-sum-exps, a chunk of rows at a time through the logits chunk (the
- * backward makes each chunk's logits again, from the kept head input: R x V floats
- * never live at once); only the log-probs come down. */
-int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
-                           int T, const int32_t *rows, const int32_t *targets, int R,
-                           float *logp)
-{
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
-    tf_acts *a = &m->a;
-    a->kept = TF_KEPT_NONE;
-    const tf_view *v = tf_device_view(m, false);
-    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, true);
-    if (R > d->k_cap) {
-        dfree(d, d->ktgt), dfree(d, d->klp), dfree(d, d->klse), dfree(d, d->kg);
-        d->ktgt = dalloc(d, (size_t)R * sizeof(int32_t));
-        d->klp = dalloc(d, (size_t)R * sizeof(float));
-        d->klse = dalloc(d, (size_t)R * sizeof(float));
-        d->kg = dalloc(d, (size_t)R * sizeof(float));
-        d->k_cap = R;
-    }
-    if (R > 0) {
-        size_t C = (size_t)m->C;
-        be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
-        be->ops->upload(be, d->ktgt, targets, (size_t)R * sizeof(int32_t));
-        chunk_ensure(m, R < d->lg_rows ? R : d->lg_rows);
-        for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
-            int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
-            tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
-            be->ops->xent_fwd(be, d->klp + r0, d->klse + r0, d->lg, d->ktgt + r0, n, m->V);
-        }
-        be->ops->download(be, logp, d->klp, (size_t)R * sizeof(float));
-    }
-    a->kept = TF_KEPT_LOGITS;
-    return 0;
-}
-
-int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
-                          const uint8_t *keymask, int B, int T, const int32_t *rows,
-                          const int32_t *targets, int R, float *logp)
-{
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
-    tf_acts *a = &d->a;
-    const tf_view *v = tf_device_view(m, rollout);
-    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, false);
-    if (R <= 0)
-        return 0;
-    size_t C = (size_t)m->C;
-    be->ops->embedding_fwd(be, a->xr, a->hrows, xL, R, m->C); /* the gather of the rows */
-    chunk_ensure(m, R < d->lg_rows ? R : d->lg_rows);
-    for (int r0 = 0; r0 < R; r0 += d->lg_rows) {
-        int n = R - r0 < d->lg_rows ? R - r0 : d->lg_rows;
-        tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
-        be->ops->upload(be, d->tgt, targets + r0, (size_t)n * sizeof(int32_t));
-        be->ops->xent_fwd(be, d->lp, NULL, d->lg, d->tgt, n, m->V);
-        be->ops->download(be, logp + r0, d->lp, (size_t)n * sizeof(float));
-    }
-    return 0;
-}
-
-int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
-                      int B, int T, const int32_t *rows, int R, float *logits)
-{
-    tf_device *d = m->dev;
-    tf_acts *a = &d->a;
-    const tf_view *v = tf_device_view(m, rollout);
-    const float *xL = device_layers(m, a, v, tokens, keymask, B, T, rows, R, false);
-    if (R > 0)
-        head_download(m, a, v, xL, R, logits);
-    return 0;
+    if (R <= d->k_cap)
+        return;
+    dfree(d, d->ktgt), dfree(d, d->klp), dfree(d, d->klse), dfree(d, d->kg);
+    d->ktgt = dalloc(d, (size_t)R * sizeof(int32_t));
+    d->klp = dalloc(d, (size_t)R * sizeof(float));
+    d->klse = dalloc(d, (size_t)R * sizeof(float));
+    d->kg = dalloc(d, (size_t)R * sizeof(float));
+    d->k_cap = R;
 }
 
 /* ---- the device interface (dllm/device_logits.h) -------------------------------------- */
@@ -654,7 +535,7 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
     a->be = be;
     tf_acts_ensure(m, a, B, T, d->lg_rows, 1);
     a->B = B, a->T = T, a->N = N, a->R = 0;
-    host_staging(d, (size_t)(N > d->lg_rows ? N : d->lg_rows)); /* head() stages its rows too */
+    tf_device_staging(d, (size_t)(N > d->lg_rows ? N : d->lg_rows)); /* head() stages its rows too */
     be->ops->copy(be, a->tokens, d_tokens, (size_t)N * sizeof(int32_t));
     /* positions counting real tokens need the mask on the host (N bytes down) */
     if (d_keymask && count)

@@ -71,6 +71,12 @@ const tf_view *tf_device_view(dllm_tf *m, bool rollout);
  * read (on, the default) or each linear quantises its input (off): the same logits bit
  * for bit, fewer launches when on. For the test that compares the two. */
 void tf_device_fuse_act(dllm_tf *m, bool on);
+/* The buffers of the forwards (transformer_fwd.c), grown to hold: the logits chunk (and
+ * its targets and log-probs) for n rows (n <= lg_rows); host staging of n inputs; the
+ * kept forward's R head rows' targets, log-probs, log-sum-exps and dLoss/dlogp. */
+void tf_device_chunk(dllm_tf *m, int n);
+void tf_device_staging(tf_device *d, size_t n);
+void tf_device_kept_rows(dllm_tf *m, int R);
 /* Frees the training state (gradients, moments, the kept activations: the host's again). */
 void tf_device_train_free(dllm_tf *m);
 

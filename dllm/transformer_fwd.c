@@ -33,7 +33,7 @@
  * but those linears, so the backward sees the rounded values. The backward
  * reads the trainer view's weights (the rounded ones under a bf16 trainer:
  * straight-through). */
-#include "dllm/transformer_impl.h"
+#include "dllm/transformer_device_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -703,61 +703,154 @@ static int check_inputs(const dllm_tf *m, const int32_t *tokens, int B, int T,
     return 0;
 }
 
-/* keep: store every layer's activations for dllm_tf_backward (a = m->a).
- * The weights and the bf16 rounding points come from v. */
-static int forward(dllm_tf *m, tf_acts *a, const tf_view *v, const int32_t *tokens,
-                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
-                   float *logits, bool keep)
+/* ---- forwards over host inputs, wherever the model runs ---------------------------- */
+
+/* Where a forward runs and what it reads: the host (d NULL), or the device the model is
+ * on: every forward without backward runs there, and the kept forward too once the model
+ * trains there. The kept forward's set is m->a wherever it runs; one without backward
+ * runs in the device's one set, or on the host in the trainer's or the rollout's. */
+typedef struct {
+    tf_device *d;
+    dllm_backend *be;
+    tf_acts *a;
+    const tf_view *v;
+} fwd_at;
+
+static fwd_at fwd_place(dllm_tf *m, bool rollout, bool keep)
 {
-    a->kept = TF_KEPT_NONE;
+    if (!m->dev || (keep && !tf_device_training(m)))
+        return (fwd_at){NULL, m->be, rollout ? &m->ra : &m->a,
+                        rollout ? tf_rollout_view(m) : &m->tv};
+    if (keep)
+        m->a.kept = TF_KEPT_NONE;
+    /* the view first: building or following it may mark the kept forward gone */
+    const tf_view *v = tf_device_view(m, rollout);
+    return (fwd_at){m->dev, m->dev->be, keep ? &m->a : &m->dev->a, v};
+}
+
+/* The embedding and the layers over host inputs at f (a device's inputs built on the host,
+ * small int arrays, and uploaded); x_L (N, C) in f->a, the head rows' indices in
+ * f->a->hrows. */
+static const float *fwd_layers(dllm_tf *m, const fwd_at *f, const int32_t *tokens,
+                               const uint8_t *keymask, int B, int T, const int32_t *rows, int R,
+                               bool keep)
+{
+    tf_device *d = f->d;
+    tf_acts *a = f->a;
+    int N = B * T;
+    tf_rope_grow(m, T);
+    if (d) {
+        if (a == &d->a) /* the sampler's x_L goes with the set it lives in */
+            d->xl[0] = d->xl[1] = NULL;
+        a->be = f->be;
+    }
+    tf_acts_ensure_fwd(m, a, B, T, R, keep);
+    a->B = B, a->T = T, a->N = N, a->R = R;
+    int32_t *tok = a->tokens, *pos = a->pos, *hrows = a->hrows;
+    uint8_t *mask = a->keymask;
+    if (d) {
+        tf_device_staging(d, (size_t)(N > R ? N : R));
+        tok = d->h_tok, pos = d->h_pos, hrows = d->h_rows, mask = d->h_mask;
+    }
+    a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, tok, mask, pos,
+                             d ? NULL : a->rows, hrows);
+    if (d) {
+        dllm_backend *be = f->be;
+        be->ops->upload(be, a->tokens, tok, (size_t)N * sizeof(int32_t));
+        be->ops->upload(be, a->keymask, mask, (size_t)N);
+        be->ops->upload(be, a->pos, pos, (size_t)N * sizeof(int32_t));
+        be->ops->upload(be, a->hrows, hrows, (size_t)R * sizeof(int32_t));
+    }
+    a->pos_T = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT ? 0 : T;
+    a->pos_N = (size_t)N;
+    return tf_layers_fwd(m, a, f->v, keep, tf_batch_attention, a);
+}
+
+/* Rows of logits the host computes per chunk of target log-probs (a device's chunk is its
+ * own: dllm_tf_device_chunk_rows). */
+enum { LOGP_CHUNK_ROWS = 64 };
+
+/* The R head rows of x_L gathered into f->a->xr; the rows a chunk of logits takes at f: a
+ * device's chunk, or on the host `host` (every row: the logits land in the caller's
+ * buffer). */
+static int fwd_head_rows(dllm_tf *m, const fwd_at *f, const float *xL, int R, int host)
+{
+    tf_acts *a = f->a;
+    f->be->ops->embedding_fwd(f->be, a->xr, a->hrows, xL, R, m->C); /* the gather */
+    if (!f->d)
+        return host;
+    tf_device_chunk(m, R < f->d->lg_rows ? R : f->d->lg_rows);
+    return f->d->lg_rows;
+}
+
+/* logits (R, V, host) of the head rows at f, a chunk of rows at a time on a device (no
+ * (R, V) tensor there). */
+static void fwd_logits(dllm_tf *m, const fwd_at *f, const float *xL, int R, float *logits)
+{
+    tf_acts *a = f->a;
+    size_t C = (size_t)m->C, V = (size_t)m->V;
+    int rows = fwd_head_rows(m, f, xL, R, R);
+    for (int r0 = 0; r0 < R; r0 += rows) {
+        int n = R - r0 < rows ? R - r0 : rows;
+        float *lg = f->d ? f->d->lg : logits + (size_t)r0 * V;
+        tf_head_fwd(m, f->v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, lg);
+        if (f->d)
+            f->be->ops->download(f->be, logits + (size_t)r0 * V, lg, (size_t)n * V * sizeof(float));
+    }
+}
+
+/* keep: store every layer's activations for dllm_tf_backward (in m->a). */
+static int forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
+                   int B, int T, const int32_t *rows, int n_rows, float *logits, bool keep)
+{
+    fwd_at f = fwd_place(m, rollout, keep);
+    f.a->kept = TF_KEPT_NONE;
     int rc = check_inputs(m, tokens, B, T, rows, n_rows);
     if (rc)
         return rc;
-    int N = B * T, R = rows ? n_rows : N;
-    if (!keep && m->dev) /* the copies on the device */
-        return tf_device_forward(m, a == &m->ra, tokens, keymask, B, T, rows, R, logits);
-    if (keep && m->dev && tf_device_training(m)) /* the kept forward too, when it trains there */
-        return tf_device_forward_keep(m, tokens, keymask, B, T, rows, R, logits);
-    tf_rope_grow(m, T);
-    tf_acts_ensure_fwd(m, a, B, T, R, keep);
-    a->B = B;
-    a->T = T;
-    a->N = N;
-    a->R = R;
-    a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, a->tokens, a->keymask, a->pos,
-                             a->rows, a->hrows);
-
-    size_t C = (size_t)m->C;
-    const float *xL = tf_layers_fwd(m, a, v, keep, tf_batch_attention, a);
-    // the final norm and the head only on the requested rows
-    for (int r = 0; r < R; r++)
-        OPS->copy(m->be, a->xr + r * C, xL + (size_t)a->hrows[r] * C, C * sizeof(float));
-    tf_head_fwd(m, v, a->xr, a->nf, a->rstdf, R, logits);
-    a->kept = keep ? TF_KEPT_ACTS : TF_KEPT_NONE;
+    int R = rows ? n_rows : B * T;
+    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, keep);
+    if (R > 0)
+        fwd_logits(m, &f, xL, R, logits);
+    f.a->kept = keep ? TF_KEPT_ACTS : TF_KEPT_NONE;
     return 0;
 }
 
 int dllm_tf_forward(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B, int T,
                     const int32_t *rows, int n_rows, float *logits)
 {
-    return forward(m, &m->a, &m->tv, tokens, keymask, B, T, rows, n_rows, logits, true);
+    return forward(m, false, tokens, keymask, B, T, rows, n_rows, logits, true);
 }
 
 int dllm_tf_forward_nograd(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                            int T, const int32_t *rows, int n_rows, float *logits)
 {
-    return forward(m, &m->a, &m->tv, tokens, keymask, B, T, rows, n_rows, logits, false);
+    return forward(m, false, tokens, keymask, B, T, rows, n_rows, logits, false);
 }
 
 int dllm_tf_forward_rollout(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                             int T, const int32_t *rows, int n_rows, float *logits)
 {
-    return forward(m, &m->ra, tf_rollout_view(m), tokens, keymask, B, T, rows, n_rows, logits,
-                   false);
+    return forward(m, true, tokens, keymask, B, T, rows, n_rows, logits, false);
 }
 
 /* ---- log-probs at targets: the head fused with the log-softmax ------------------------ */
 
+static int check_targets(const dllm_tf *m, const char *what, const int32_t *targets, int R)
+{
+    for (int r = 0; r < R; r++)
+        if (targets[r] < 0 || targets[r] >= m->V) {
+            fprintf(stderr, "%s %s: target %d outside [0, %d)\n", m->arch->name, what,
+                    targets[r], m->V);
+            return DLLM_EXIT_INPUT;
+        }
+    return 0;
+}
+
+/* The kept forward of the loss gradient's device path: the head rows' log-probs of their
+ * targets and log-sum-exps kept on the device, a chunk of rows at a time through the
+ * logits chunk (the backward makes each chunk's logits again from the kept head input:
+ * R x V floats never live at once); only the log-probs come down. */
 int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
                                 int T, const int32_t *rows, const int32_t *targets, int n_rows,
                                 float *logp)
@@ -769,56 +862,62 @@ int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t
         return DLLM_EXIT_INPUT;
     }
     int rc = check_inputs(m, tokens, B, T, rows, n_rows);
-    if (rc)
-        return rc;
     int R = rows ? n_rows : B * T;
-    for (int r = 0; r < R; r++)
-        if (targets[r] < 0 || targets[r] >= m->V) {
-            fprintf(stderr, "%s device log-probs: target %d outside [0, %d)\n", m->arch->name,
-                    targets[r], m->V);
-            return DLLM_EXIT_INPUT;
+    if (rc || (rc = check_targets(m, "device log-probs", targets, R)))
+        return rc;
+    fwd_at f = fwd_place(m, false, true);
+    tf_device *d = f.d;
+    dllm_backend *be = f.be;
+    tf_acts *a = f.a;
+    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, true);
+    tf_device_kept_rows(m, R);
+    if (R > 0) {
+        size_t C = (size_t)m->C;
+        int chunk = fwd_head_rows(m, &f, xL, R, 0);
+        be->ops->upload(be, d->ktgt, targets, (size_t)R * sizeof(int32_t));
+        for (int r0 = 0; r0 < R; r0 += chunk) {
+            int n = R - r0 < chunk ? R - r0 : chunk;
+            tf_head_fwd(m, f.v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, d->lg);
+            be->ops->xent_fwd(be, d->klp + r0, d->klse + r0, d->lg, d->ktgt + r0, n, m->V);
         }
-    return tf_device_forward_logp(m, tokens, keymask, B, T, rows, targets, R, logp);
+        be->ops->download(be, logp, d->klp, (size_t)R * sizeof(float));
+    }
+    a->kept = TF_KEPT_LOGITS;
+    return 0;
 }
-
-/* Rows of logits the host path computes per chunk (a device's chunk is its own). */
-enum { LOGP_CHUNK_ROWS = 64 };
 
 int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
                         int B, int T, const int32_t *rows, const int32_t *targets, int n_rows,
                         float *logp)
 {
     int rc = check_inputs(m, tokens, B, T, rows, n_rows);
-    if (rc)
+    int R = rows ? n_rows : B * T;
+    if (rc || (rc = check_targets(m, "target log-probs", targets, R)))
         return rc;
-    int N = B * T, R = rows ? n_rows : N;
-    for (int r = 0; r < R; r++)
-        if (targets[r] < 0 || targets[r] >= m->V) {
-            fprintf(stderr, "%s target log-probs: target %d outside [0, %d)\n", m->arch->name,
-                    targets[r], m->V);
-            return DLLM_EXIT_INPUT;
-        }
-    if (m->dev)
-        return tf_device_target_logp(m, rollout, tokens, keymask, B, T, rows, targets, R, logp);
-    tf_acts *a = rollout ? &m->ra : &m->a;
-    const tf_view *v = rollout ? tf_rollout_view(m) : &m->tv;
+    fwd_at f = fwd_place(m, rollout, false);
+    tf_device *d = f.d;
+    dllm_backend *be = f.be;
+    tf_acts *a = f.a;
     a->kept = TF_KEPT_NONE;
-    tf_rope_grow(m, T);
-    tf_acts_ensure(m, a, B, T, R, 1);
-    a->B = B, a->T = T, a->N = N, a->R = R;
-    a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, a->tokens, a->keymask, a->pos,
-                             a->rows, a->hrows);
-    const float *xL = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, false);
+    if (R <= 0)
+        return 0;
     size_t C = (size_t)m->C;
-    for (int r = 0; r < R; r++)
-        OPS->copy(m->be, a->xr + r * C, xL + (size_t)a->hrows[r] * C, C * sizeof(float));
-    float *lg = TF_FALLOC((size_t)(R < LOGP_CHUNK_ROWS ? R : LOGP_CHUNK_ROWS) * m->V); // (chunk, V)
-    for (int r0 = 0; r0 < R; r0 += LOGP_CHUNK_ROWS) {
-        int n = R - r0 < LOGP_CHUNK_ROWS ? R - r0 : LOGP_CHUNK_ROWS;
-        tf_head_fwd(m, v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, lg);
-        OPS->xent_fwd(m->be, logp + r0, NULL, lg, targets + r0, n, m->V);
+    int chunk = fwd_head_rows(m, &f, xL, R, LOGP_CHUNK_ROWS);
+    float *lg = d ? d->lg : TF_FALLOC((size_t)(R < chunk ? R : chunk) * m->V); // (chunk, V)
+    for (int r0 = 0; r0 < R; r0 += chunk) {
+        int n = R - r0 < chunk ? R - r0 : chunk;
+        tf_head_fwd(m, f.v, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, lg);
+        if (!d) {
+            be->ops->xent_fwd(be, logp + r0, NULL, lg, targets + r0, n, m->V);
+            continue;
+        }
+        be->ops->upload(be, d->tgt, targets + r0, (size_t)n * sizeof(int32_t));
+        be->ops->xent_fwd(be, d->lp, NULL, lg, d->tgt, n, m->V);
+        be->ops->download(be, logp + r0, d->lp, (size_t)n * sizeof(float));
     }
-    free(lg);
+    if (!d)
+        free(lg);
     return 0;
 }
 

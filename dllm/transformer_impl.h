@@ -216,15 +216,6 @@ void tf_device_host_access(dllm_tf *m);
  * view unbuilt, rebuilt into its buffers at its next use). No-ops otherwise. */
 void tf_device_pull(dllm_tf *m);
 void tf_device_follow(dllm_tf *m);
-/* The forward at a device view: host inputs uploaded, logits of the rows downloaded in
- * chunks of rows (no [R, V] tensor on the device). */
-int tf_device_forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_t *keymask,
-                      int B, int T, const int32_t *rows, int R, float *logits);
-/* dllm_tf_target_logp on the device (inputs checked): only the R log-probs come down. */
-int tf_device_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens,
-                          const uint8_t *keymask, int B, int T, const int32_t *rows,
-                          const int32_t *targets, int R, float *logp);
-
 /* What one optimizer step reads and writes, all in be's memory and one layout: the
  * trainable vector, its gradients and the AdamW moments (n floats each). */
 typedef struct {
@@ -251,17 +242,9 @@ void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, flo
                           bool up);
 
 /* Training on the device (transformer_device_train.c): whether the kept forward, the
- * backward and the optimizer step run there; the kept forward over host inputs (the
- * logits of the rows downloaded); the backward of host dlogits (uploaded). */
+ * backward and the optimizer step run there; the backward of host dlogits (uploaded). */
 bool tf_device_training(const dllm_tf *m);
-int tf_device_forward_keep(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
-                           int T, const int32_t *rows, int R, float *logits);
 void tf_device_backward(dllm_tf *m, const float *dlogits);
-/* The kept forward with its logits rows left on the device (dllm_tf_device_forward_logp,
- * inputs checked). */
-int tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t *keymask, int B,
-                           int T, const int32_t *rows, const int32_t *targets, int R,
-                           float *logp);
 
 /* What a backward reads and writes, all in be's memory: the kept activations, the
  * weights it differentiates through (straight-through under a bf16 trainer), the
