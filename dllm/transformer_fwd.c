@@ -329,15 +329,22 @@ size_t dllm_tf_activation_floats(const dllm_tf *m)
 /* ---- linears ---------------------------------------------------------------------- */
 
 /* out (N, o) += the LoRA path of linear j, where the view has one. */
+/* Linear j of layer l's LoRA adapter as view v applies it at run time, or NULL. */
+static const tf_lora *lin_lora(const dllm_tf *m, const tf_view *v, int l, int j)
+{
+    const tf_lora *ads = v->be == m->be ? m->ad : v->ad; /* a device view: its copies only */
+    const tf_lora *ad = v->lora && ads ? &ads[l * DLLM_NLIN + j] : NULL;
+    return ad && ad->A ? ad : NULL;
+}
+
 static void lin_lora_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out,
                          const float *inp, int N, float *xa)
 {
     int o, i;
     tf_lin_shape(m, j, &o, &i);
     dllm_backend *be = v->be;
-    const tf_lora *ads = v->be == m->be ? m->ad : v->ad; /* a device view: its copies only */
-    const tf_lora *ad = v->lora && ads ? &ads[l * DLLM_NLIN + j] : NULL;
-    if (ad && ad->A) {
+    const tf_lora *ad = lin_lora(m, v, l, j);
+    if (ad) {
         int r = m->lora_rank;
         if (v->round_lin) {
             be->ops->gemm_bf16(be, false, true, N, r, i, 1.0f, inp, ad->A, 0.0f, xa);
@@ -439,6 +446,26 @@ static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_sl
     }
 }
 
+/* out (N, C) = linear j of layer l (no bias) over inp, or over fq (its input quantised by
+ * the producer), + res: the residual stream's update. One call where the view's weight is
+ * packed and nothing runs between the product and the sum (no run-time LoRA), so that a
+ * device adds res in the GEMM's epilogue; otherwise the linear, then add. Either way each
+ * element is the product plus res rounded once: the same results. */
+static void lin_res_fwd(dllm_tf *m, const tf_view *v, int l, int j, float *out,
+                        const float *res, const float *inp, int N, const tf_layer_io *io,
+                        const dllm_qact *fq)
+{
+    dllm_lin_weight w = tf_lin_weight(v, l, j);
+    int o, i;
+    tf_lin_shape(m, j, &o, &i);
+    if ((w.f8 || w.f4 || w.i8 || w.b16) && !lin_lora(m, v, l, j)) {
+        v->be->ops->linear_res_fwd(v->be, out, res, fq ? NULL : inp, fq, &w, N, i, o);
+        return;
+    }
+    lin_bias_fwd(m, v, l, j, 0, out, inp, N, io, fq);
+    v->be->ops->add(v->be, out, res, (size_t)N * o);
+}
+
 /* Whether the producer of the input of the FP8 or INT8 linears js[0..n) of layer l
  * writes their codes itself (the backend's fused ops; qa set up for it): an FP8 or INT8
  * view without bf16 rounding or run-time LoRA between producer and linear, on a backend
@@ -526,13 +553,14 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
         be->ops->rmsnorm_fwd(be, io->k, io->rstdk, io->kr, w->t[DLLM_T_K_NORM], N * m->NKV,
                          m->HD, eps);
     }
-    be->ops->rope_fwd(be, io->q, io->q, pos, rope, N, m->NH, m->HD);
-    be->ops->rope_fwd(be, io->k, io->k, pos, rope, N, m->NKV, m->HD);
+    if (!io->rope_pos) { /* else the attention rotates q and k as it reads them */
+        be->ops->rope_fwd(be, io->q, io->q, pos, rope, N, m->NH, m->HD);
+        be->ops->rope_fwd(be, io->k, io->k, pos, rope, N, m->NKV, m->HD);
+    }
     attn(m, l, io, ctx);
     if (rl)
         be->ops->round_bf16(be, io->y, (size_t)N * QD);
-    lin_bias_fwd(m, v, l, DLLM_LIN_O, 0, io->h, io->y, N, io, NULL);
-    be->ops->add(be, io->h, io->x, (size_t)N * C);
+    lin_res_fwd(m, v, l, DLLM_LIN_O, io->h, io->x, io->y, N, io, NULL);
     // MLP sub-block
     if (fused_act(m, v, l, GU, 2, N, &qa)) {
         be->ops->rmsnorm_quant_fwd(be, NULL, io->rstd2, &qa, io->h, w->t[DLLM_T_MLP_NORM], N,
@@ -554,8 +582,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     }
     if (rl)
         be->ops->round_bf16(be, io->s, (size_t)N * H);
-    lin_bias_fwd(m, v, l, DLLM_LIN_DOWN, 0, io->xn, io->s, N, io, fq);
-    be->ops->add(be, io->xn, io->h, (size_t)N * C);
+    lin_res_fwd(m, v, l, DLLM_LIN_DOWN, io->xn, io->h, io->s, N, io, fq);
 }
 
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
@@ -583,9 +610,14 @@ void tf_batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
     (void)l;
     const tf_acts *a = ctx;
     dllm_backend *be = a->be ? a->be : m->be;
-    be->ops->attention_fwd(be, io->y, io->att, io->q, io->k, io->v,
-                       a->have_mask ? a->keymask : NULL, a->B, a->T, m->NH, m->NKV, m->HD,
-                       m->arch->causal);
+    const uint8_t *mask = a->have_mask ? a->keymask : NULL;
+    if (io->rope_pos)
+        be->ops->rope_attention_fwd(be, io->y, io->att, io->q, io->k, io->v, io->rope_pos,
+                                    tf_rope_on(m, be), mask, a->B, a->T, m->NH, m->NKV, m->HD,
+                                    m->arch->causal);
+    else
+        be->ops->attention_fwd(be, io->y, io->att, io->q, io->k, io->v, mask, a->B, a->T,
+                               m->NH, m->NKV, m->HD, m->arch->causal);
 }
 
 /* Layer l's buffers in a: activation slot ls, input x in residual slot rx, output in rn. */
@@ -625,6 +657,9 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
         size_t rx = keep ? xslot(m, K, l) : (size_t)l % 2;
         size_t rn = keep ? xslot(m, K, l + 1) : (size_t)(l + 1) % 2;
         tf_layer_io io = layer_io(m, a, ls, rx, rn);
+        /* q and k are read by nothing after the attention: it may rotate them itself */
+        if (!keep && attn == tf_batch_attention)
+            io.rope_pos = a->pos;
         layer_fwd(m, v, l, N, a->pos, &io, attn, ctx);
     }
     return a->resid + (keep ? xslot(m, K, m->L) : (size_t)m->L % 2) * sN * C;

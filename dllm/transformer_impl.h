@@ -308,8 +308,13 @@ typedef struct {
     float *g, *u, *s;
     float *xa;
     size_t xa_stride;
+    /* set: the forward keeps nothing and its attention is tf_batch_attention, which
+     * rotates q and k at these positions itself (rope_attention_fwd); NULL: layer_fwd
+     * rotates them before the hook */
+    const int32_t *rope_pos;
 } tf_layer_io;
-/* Attention of layer l: io->y from io->q, io->k, io->v (after RoPE). */
+/* Attention of layer l: io->y from io->q, io->k, io->v (after RoPE, or rotating them at
+ * io->rope_pos when that is set). */
 typedef void (*tf_attn_fn)(dllm_tf *m, int l, tf_layer_io *io, void *ctx);
 /* Sizes a's buffers for B*T rows, R head rows and `layers` layers of kept
  * activations (L for training; 1 without backward, the residual stream then

@@ -336,6 +336,27 @@ typedef struct dllm_backend_ops {
                                 int N, int NH, int HD, int rot, float theta);
     void (*gd_partial_rope_bwd)(dllm_backend *be, float *dx, const float *dout,
                                 const int32_t *pos, int N, int NH, int HD, int rot, float theta);
+
+    /* ---- fused forwards (forwards that keep nothing for a backward) ---- */
+    /* out (N, OC) = the linear of w (exactly one format set) + res (N, OC): bit for bit
+     * that format's entry (fp8_, nvfp4_, int8_ or bf16_linear_fwd over inp (N, C); or
+     * linear_quant_act_fwd over qa when qa is not NULL, inp then unused) into out, then
+     * add (out, res): each element the product's fp32 value plus res's, rounded once.
+     * out and res do not overlap. The residual stream's update after attention's output
+     * projection and after the MLP's down projection: a device adds res in the GEMM's
+     * epilogue (C = res, beta = 1) where its library takes it, saving a pass over out. */
+    void (*linear_res_fwd)(dllm_backend *be, float *out, const float *res, const float *inp,
+                           const dllm_qact *qa, const dllm_lin_weight *w, int N, int C,
+                           int OC);
+    /* attention_fwd over q (B, T, NH, HD) and k (B, T, NKV, HD) rotated by rope_fwd at
+     * positions pos (B*T, table t): bit for bit rope_fwd of q and of k, then
+     * attention_fwd. A device rotates the query and key tiles as it loads them, saving a
+     * pass over each; the CPU rotates q and k in place. Afterwards q and k hold either
+     * form: the caller reads neither again. */
+    void (*rope_attention_fwd)(dllm_backend *be, float *out, float *state, float *q, float *k,
+                               const float *v, const int32_t *pos, const op_rope_table *t,
+                               const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                               bool causal);
 } dllm_backend_ops;
 
 /* The optional entries (and groups of entries) a backend may lack. */

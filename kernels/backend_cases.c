@@ -237,6 +237,68 @@ static void run_fp8_act(dllm_backend *be, const bcase *c, void **p, double *ret)
     be->ops->weight_cache_free(be, &w, NULL);
 }
 
+/* linear_res_fwd over an FP8 weight: fp8_linear_fwd's case (d as there) plus the residual
+ * res (N, OC), out = the product + res */
+static void mk_fp8_linear_res(const bcase *c, bcase_buf *b, int *nb)
+{
+    mk_fp8_linear(c, b, nb);
+    size_t n = (size_t)c->d[0] * c->d[2];
+    addb(b, nb, "res", BK_F32, n, rnd(n, 45, 2.0), -1);
+}
+static void run_fp8_linear_res(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    int N = c->d[0], C = c->d[1], OC = c->d[2];
+    fp8_matrix w = {0};
+    w.rows = OC, w.cols = C, w.format = FP8_E4M3, w.scaling = (fp8_scaling)c->d[3];
+    fp8_block_shape(w.scaling, OC, C, &w.block_rows, &w.block_cols);
+    w.scale_rows = (OC + w.block_rows - 1) / w.block_rows;
+    w.scale_cols = (C + w.block_cols - 1) / w.block_cols;
+    w.q = p[0], w.act_scaling = (fp8_scaling)c->d[4];
+    scale_pick(be, &w, p[1], p[4]);
+    const dllm_lin_weight lw = {.f8 = &w};
+    be->ops->linear_res_fwd(be, p[3], p[5], p[2], NULL, &lw, N, C, OC);
+    be->ops->weight_cache_free(be, &w, NULL);
+}
+
+/* linear_res_fwd after a producer: fp8_act's case plus the residual res (N, OC), the linear
+ * fed the producer's codes where the backend has the fused entries (the MLP's down
+ * projection of the rollout), else its fp32 output */
+static void mk_fp8_act_res(const bcase *c, bcase_buf *b, int *nb)
+{
+    mk_fp8_act(c, b, nb);
+    size_t n = (size_t)c->d[0] * c->d[2];
+    addb(b, nb, "res", BK_F32, n, rnd(n, 46, 2.0), -1);
+}
+static void run_fp8_act_res(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    int N = c->d[0], C = c->d[1], OC = c->d[2];
+    bool sw = c->d[3];
+    fp8_matrix w = {0};
+    w.rows = OC, w.cols = C, w.format = FP8_E4M3, w.scaling = FP8_SCALE_BLOCK;
+    fp8_block_shape(w.scaling, OC, C, &w.block_rows, &w.block_cols);
+    w.scale_rows = (OC + w.block_rows - 1) / w.block_rows;
+    w.scale_cols = (C + w.block_cols - 1) / w.block_cols;
+    w.q = p[0], w.act_scaling = FP8_SCALE_GROUP;
+    scale_pick(be, &w, p[1], p[7]);
+    const dllm_lin_weight ws[1] = {{.f8 = &w}};
+    dllm_qact qa;
+    if (dllm_backend_supports(be, DLLM_OP_FUSED_ACT) &&
+        be->ops->act_quant_prepare(be, &qa, N, C, ws, 1)) {
+        if (sw)
+            be->ops->swiglu_quant_fwd(be, p[4], &qa, p[2], p[3], N, C);
+        else
+            be->ops->rmsnorm_quant_fwd(be, p[4], p[6], &qa, p[2], p[3], N, C, 1e-5f);
+        be->ops->linear_res_fwd(be, p[5], p[8], NULL, &qa, &ws[0], N, C, OC);
+    } else {
+        if (sw)
+            be->ops->swiglu_fwd(be, p[4], p[2], p[3], (size_t)N * C);
+        else
+            be->ops->rmsnorm_fwd(be, p[4], p[6], p[2], p[3], N, C, 1e-5f);
+        be->ops->linear_res_fwd(be, p[5], p[8], p[4], NULL, &ws[0], N, C, OC);
+    }
+    be->ops->weight_cache_free(be, &w, NULL);
+}
+
 /* bf16_linear_fwd: d = {N, C, OC}; the weight packed as bf16 bits */
 static void mk_bf16_linear(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -253,6 +315,21 @@ static void run_bf16_linear(dllm_backend *be, const bcase *c, void **p, double *
 {
     bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
     be->ops->bf16_linear_fwd(be, p[2], p[1], &w, c->d[0], c->d[1], c->d[2]);
+    be->ops->weight_cache_free(be, NULL, &w);
+}
+
+/* linear_res_fwd over a bf16 weight: bf16_linear_fwd's case plus the residual res (N, OC) */
+static void mk_bf16_linear_res(const bcase *c, bcase_buf *b, int *nb)
+{
+    mk_bf16_linear(c, b, nb);
+    size_t n = (size_t)c->d[0] * c->d[2];
+    addb(b, nb, "res", BK_F32, n, rnd(n, 66, 2.0), -1);
+}
+static void run_bf16_linear_res(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
+    const dllm_lin_weight lw = {.b16 = &w};
+    be->ops->linear_res_fwd(be, p[2], p[3], p[1], NULL, &lw, c->d[0], c->d[1], c->d[2]);
     be->ops->weight_cache_free(be, NULL, &w);
 }
 
@@ -417,6 +494,45 @@ static void run_attention(dllm_backend *be, const bcase *c, void **p, double *re
                            d[5]);
     be->ops->attention_bwd(be, p[7], p[8], p[9], p[6], p[4], p[5], p[0], p[1], p[2], km, d[0],
                            d[1], d[2], d[3], d[4], d[5]);
+}
+
+/* rope_attention_fwd: d = {B, T, NH, NKV, HD, causal, masked, max_pos}: attention over q
+ * and k rotated at random positions below max_pos. The output as attention's forward
+ * (c->tol / 10); q and k are not compared (the CPU rotates them in place, a device reads
+ * them as given). */
+static void mk_rope_attention(const bcase *c, bcase_buf *b, int *nb)
+{
+    int B = c->d[0], T = c->d[1], NH = c->d[2], NKV = c->d[3], HD = c->d[4], MAXP = c->d[7];
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    size_t tn = (size_t)MAXP * (HD / 2);
+    uint8_t *km = dllm_malloc((size_t)B * T);
+    for (int bb = 0; bb < B; bb++)
+        for (int t = 0; t < T; t++) /* left padding of 3b positions; sequence 1 all padding */
+            km[(size_t)bb * T + t] = !c->d[6] || (bb != 1 && t >= bb * 3);
+    op_rope_table t;
+    op_rope_table_init(&t, MAXP, HD, 10000.0f);
+    int32_t *pos = dllm_malloc((size_t)B * T * 4);
+    dllm_rng r = dllm_rng_make(70, 0, 0, 0);
+    for (int i = 0; i < B * T; i++)
+        pos[i] = (int32_t)dllm_rng_below(&r, (uint64_t)MAXP);
+    addb(b, nb, "q", BK_F32, nq, rnd(nq, 71, 1.0), -1);
+    addb(b, nb, "k", BK_F32, nk, rnd(nk, 72, 1.0), -1);
+    addb(b, nb, "v", BK_F32, nk, rnd(nk, 73, 1.0), -1);
+    addb(b, nb, "keymask", BK_U8, (size_t)B * T, km, -1);
+    addb(b, nb, "pos", BK_I32, (size_t)B * T, pos, -1);
+    addb(b, nb, "cos", BK_F32, tn, dup_bytes(t.cos, tn * 4), -1);
+    addb(b, nb, "sin", BK_F32, tn, dup_bytes(t.sin, tn * 4), -1);
+    addb(b, nb, "out", BK_F32, nq, NULL, c->tol / 10);
+    int st = addb(b, nb, "state", BK_F32, 0, NULL, -1);
+    b[st].attn_state = true;
+    op_rope_table_free(&t);
+}
+static void run_rope_attention(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    const int *d = c->d;
+    op_rope_table t = {d[7], d[4] / 2, p[5], p[6]};
+    be->ops->rope_attention_fwd(be, p[7], p[8], p[0], p[1], p[2], p[4], &t, d[6] ? p[3] : NULL,
+                                d[0], d[1], d[2], d[3], d[4], d[5]);
 }
 
 /* kv_append + attention_cached: d = {B, T, len, max_len, NH, NKV, HD, causal}. A prefix
@@ -693,6 +809,25 @@ const bcase dllm_backend_cases[] = {
      mk_fp8_linear, run_fp8_linear, -1},
     {"bf16_linear_fwd", "cuBLASLt N33 C64 OC40", {33, 64, 40}, 1e-10, mk_bf16_linear,
      run_bf16_linear, -1},
+    /* the residual in the GEMM's epilogue: FP8 tensor- and block-scaled (rows a multiple of
+     * 8, and 37 rows: the padded product, then an add), the FP8 fallback, bf16 on cuBLASLt
+     * and widened, and after a fused producer (the down projection's codes) */
+    {"linear_res_fwd", "fp8 tensor N40 C144 OC48", {40, 144, 48, T_, T_}, FP8_GEMM_NMSE(144),
+     mk_fp8_linear_res, run_fp8_linear_res, -1},
+    {"linear_res_fwd", "fp8 block/group N40 C256 OC192", {40, 256, 192, BLK_, GRP_},
+     FP8_GEMM_NMSE(256), mk_fp8_linear_res, run_fp8_linear_res, -1},
+    {"linear_res_fwd", "fp8 block/group N37 C384 OC80 (tokens padded)", {37, 384, 80, BLK_, GRP_},
+     FP8_GEMM_NMSE(384), mk_fp8_linear_res, run_fp8_linear_res, -1},
+    {"linear_res_fwd", "fp8 fallback block/group N24 C100 OC40", {24, 100, 40, BLK_, GRP_},
+     1e-10, mk_fp8_linear_res, run_fp8_linear_res, -1},
+    {"linear_res_fwd", "bf16 cuBLASLt N33 C64 OC40", {33, 64, 40}, 1e-10, mk_bf16_linear_res,
+     run_bf16_linear_res, -1},
+    {"linear_res_fwd", "bf16 widened N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear_res,
+     run_bf16_linear_res, -1},
+    {"linear_res_fwd", "fp8 after swiglu N40 C384 OC272", {40, 384, 272, 1}, FP8_GEMM_NMSE(384),
+     mk_fp8_act_res, run_fp8_act_res, -1},
+    {"linear_res_fwd", "fp8 after swiglu N33 C384 OC272 (tokens padded)", {33, 384, 272, 1},
+     FP8_GEMM_NMSE(384), mk_fp8_act_res, run_fp8_act_res, -1},
     {"bf16_linear_fwd", "widened N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear,
      run_bf16_linear, -1},
     {"bf16_linear_bwd_x", "BF16 GEMM N33 C64 OC40", {33, 64, 40}, 8e-6, mk_bf16_linear_bwd_x,
@@ -722,6 +857,18 @@ const bcase dllm_backend_cases[] = {
     {"attention", "B2 T29 NH4 NKV1 HD40 causal mask", {2, 29, 4, 1, 40, 1, 1}, ATT_TC_NMSE, mk_attention, run_attention, -1},
     {"attention", "B1 T20 NH2 NKV2 HD256", {1, 20, 2, 2, 256, 0, 0}, 1e-9, mk_attention, run_attention, -1},
     {"attention", "B3 T100 NH2 NKV2 HD32 causal mask", {3, 100, 2, 2, 32, 1, 1}, ATT_TC_NMSE, mk_attention, run_attention, -1},
+    /* RoPE in the attention's loads: rows not a multiple of the tiles, GQA, key masks,
+     * causal, the fp32 kernel (head dim 256) */
+    {"rope_attention_fwd", "B2 T45 NH4 NKV2 HD16 mask", {2, 45, 4, 2, 16, 0, 1, 60}, ATT_TC_NMSE,
+     mk_rope_attention, run_rope_attention, -1},
+    {"rope_attention_fwd", "B1 T70 NH2 NKV1 HD64 causal", {1, 70, 2, 1, 64, 1, 0, 70},
+     ATT_TC_NMSE, mk_rope_attention, run_rope_attention, -1},
+    {"rope_attention_fwd", "B2 T33 NH4 NKV1 HD128 causal mask", {2, 33, 4, 1, 128, 1, 1, 40},
+     ATT_TC_NMSE, mk_rope_attention, run_rope_attention, -1},
+    {"rope_attention_fwd", "B2 T29 NH4 NKV2 HD40 mask", {2, 29, 4, 2, 40, 0, 1, 29}, ATT_TC_NMSE,
+     mk_rope_attention, run_rope_attention, -1},
+    {"rope_attention_fwd", "B1 T20 NH2 NKV1 HD256 causal", {1, 20, 2, 1, 256, 1, 0, 20}, 1e-9,
+     mk_rope_attention, run_rope_attention, -1},
     {"kv_cache", "B2 T5 len9 max16 NH4 NKV2 HD16 causal", {2, 5, 9, 16, 4, 2, 16, 1}, ATT_TC_NMSE,
      mk_kv_cache, run_kv_cache, -1},
     {"kv_cache", "B2 T7 len6 max13 NH2 NKV2 HD64 block", {2, 7, 6, 13, 2, 2, 64, 0}, ATT_TC_NMSE,
@@ -848,6 +995,14 @@ int bcase_model_cases(const bcase_model *m, bcase *out, int max)
     add_case(out, &n, max, "attention", m->B, m->T, m->NH, m->NKV, m->HD, 1, 0,
              "B%d T%d NH%d NKV%d HD%d causal", table_tol("attention"), mk_attention, run_attention,
              -1);
+    /* the rollout's attention with RoPE in its loads, positions below T */
+    if (add_case(out, &n, max, "rope_attention_fwd", m->B, m->T, m->NH, m->NKV, m->HD, 0, 1,
+                 "B%d T%d NH%d NKV%d HD%d mask", table_tol("rope_attention_fwd"),
+                 mk_rope_attention, run_rope_attention, -1))
+        out[n - 1].d[7] = m->T;
+    /* the down projection plus the residual, fed SwiGLU's codes */
+    add_case(out, &n, max, "linear_res_fwd", R, I, C, 1, 0, 0, 0, "after swiglu N%d C%d OC%d",
+             FP8_GEMM_NMSE(I), mk_fp8_act_res, run_fp8_act_res, -1);
     add_case(out, &n, max, "swiglu", R * I, 0, 0, 0, 0, 0, 0, "n%d", table_tol("swiglu"), mk_swiglu,
              run_swiglu, -1);
     add_case(out, &n, max, "embedding_fwd", R, C, m->V, 0, 0, 0, 0, "N%d C%d V%d",

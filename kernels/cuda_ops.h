@@ -70,6 +70,15 @@ void dllm_cuda_rope_bwd(float *dinp, const float *dout, const int32_t *pos, cons
 void dllm_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,
                              const float *v, const uint8_t *keymask, int B, int T, int NH,
                              int NKV, int HD, bool causal, dllm_cuda_stream s);
+/* dllm_cuda_attention_fwd over q and k rotated by dllm_cuda_rope_fwd at positions pos [B*T]
+ * (table cos, sin [max_pos, HD/2]), applied as the kernels load the query and key tiles:
+ * the same values, bit for bit, as the two rotations in place followed by the attention;
+ * q and k are only read. */
+void dllm_cuda_rope_attention_fwd(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, const int32_t *pos, const float *cos,
+                                  const float *sin, int max_pos, const uint8_t *keymask, int B,
+                                  int T, int NH, int NKV, int HD, bool causal,
+                                  dllm_cuda_stream s);
 void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                              const float *out, const float *lse, const float *q,
                              const float *k, const float *v, const uint8_t *keymask, int B,
@@ -185,13 +194,15 @@ void dllm_cuda_swiglu_int8_fwd(float *out, int8_t *q, float *scale, int ld, cons
  * scales in the CPU's layout), comp unused. scratch: dllm_cuda_int8_scratch_bytes(N, w)
  * bytes, 256-byte aligned. Legacy default stream. */
 void dllm_cuda_int8_linear(float *out, const float *inp, const int8_matrix *w, int N, int C,
-                           int OC, void *scratch);
+                           int OC, void *scratch, const float *res);
 size_t dllm_cuda_int8_scratch_bytes(int N, const int8_matrix *w);
 /* The same from activation codes a producer wrote (qa (N, w->ldq), sa (N, w->kb):
  * dllm_cuda_rmsnorm_int8_fwd / dllm_cuda_swiglu_int8_fwd with w's group and stride);
- * acc_scratch: dllm_cuda_int8_acc_bytes(N, w) bytes, 256-byte aligned. */
+ * acc_scratch: dllm_cuda_int8_acc_bytes(N, w) bytes, 256-byte aligned. Either: res (N, OC)
+ * (NULL: none) added to out in the last k-block's scaling pass, after the product's sum. */
 void dllm_cuda_int8_linear_codes(float *out, const int8_t *qa, const float *sa,
-                                 const int8_matrix *w, int N, int C, int OC, void *acc_scratch);
+                                 const int8_matrix *w, int N, int C, int OC, void *acc_scratch,
+                                 const float *res);
 size_t dllm_cuda_int8_acc_bytes(int N, const int8_matrix *w);
 
 /* ---- GEMMs through cuBLASLt (kernels/cuda/gemm_cublaslt.cu) ---------------------------------
@@ -206,6 +217,11 @@ size_t dllm_cuda_int8_acc_bytes(int N, const int8_matrix *w);
 int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alpha,
                         const uint16_t *A, const uint16_t *B, float beta, void *C,
                         bool out_bf16, dllm_cuda_stream s, dllm_err *err);
+/* D[M,N] = op(A) op(B) + R with bf16 A and B, fp32 R and D (R read in the GEMM's epilogue as
+ * cuBLASLt's C with beta 1; D and R distinct, 16-byte aligned): a linear plus the residual. */
+int dllm_cuda_gemm_bf16_res(bool transA, bool transB, int M, int N, int K, const uint16_t *A,
+                            const uint16_t *B, const float *R, float *D, dllm_cuda_stream s,
+                            dllm_err *err);
 
 /* dllm_cuda_gemm_f32: op_gemm with fp32 A, B, C (cuBLASLt's SGEMM path, fp32 compute, no
  * TF32), any shape and leading dimension; the backend table's gemm and linear layers. */
@@ -228,6 +244,14 @@ int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act_q, const f
                          fp8_format act_fmt, const uint8_t *w_q, const float *w_scale,
                          fp8_format w_fmt, fp8_scaling scaling, int N, int C, int OC,
                          dllm_cuda_stream s, dllm_err *err);
+/* The same with out fp32 = the product + res (N x OC fp32, distinct from out, 16-byte
+ * aligned): res is cuBLASLt's C with beta 1, read in the epilogue. cuBLASLt's FP8 GEMMs
+ * take C and D fp32 with the fp32 scale type, tensor-wide or block-scaled (no C/D scale
+ * pointers: none are set). */
+int dllm_cuda_fp8_linear_res(float *out, const float *res, const uint8_t *act_q,
+                             const float *act_scale, fp8_format act_fmt, const uint8_t *w_q,
+                             const float *w_scale, fp8_format w_fmt, fp8_scaling scaling, int N,
+                             int C, int OC, dllm_cuda_stream s, dllm_err *err);
 /* True when this build, the cuBLAS found at run time (12.9.1 or later) and the current
  * device (sm_90) support block-scaled FP8 GEMMs; otherwise a block-scaled rollout is
  * refused (dllm_backend_fp8_block_ok). why (may be NULL) says which part is missing and

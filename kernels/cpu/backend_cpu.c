@@ -526,6 +526,45 @@ static void cpu_gd_partial_rope_bwd(dllm_backend *be, float *dx, const float *do
     gd_partial_rope_bwd(dx, dout, pos, N, NH, HD, rot, theta);
 }
 
+/* The format's linear, then the residual added as the add entry adds it: the CPU's order
+ * of operations, so results stay those of the two calls. No fused producers here: qa is
+ * never set up by this backend (act_quant_prepare is absent). */
+static void cpu_linear_res_fwd(dllm_backend *be, float *out, const float *res, const float *inp,
+                               const dllm_qact *qa, const dllm_lin_weight *w, int N, int C,
+                               int OC)
+{
+    if (qa) {
+        fprintf(stderr, "dllm-rl: cpu backend: linear_res_fwd with quantised activations "
+                        "(the CPU has no fused producers)\n");
+        exit(1);
+    }
+    if (w->f8)
+        cpu_fp8_linear_fwd(be, out, inp, w->f8, N, C, OC);
+    else if (w->f4)
+        cpu_nvfp4_linear_fwd(be, out, inp, w->f4, N, C, OC);
+    else if (w->i8)
+        cpu_int8_linear_fwd(be, out, inp, w->i8, N, C, OC);
+    else if (w->b16)
+        cpu_bf16_linear_fwd(be, out, inp, w->b16, N, C, OC);
+    else {
+        fprintf(stderr, "dllm-rl: cpu backend: linear_res_fwd without a weight\n");
+        exit(1);
+    }
+    cpu_add(be, out, res, (size_t)N * OC);
+}
+
+/* RoPE in place, then attention: the two entries' results. */
+static void cpu_rope_attention_fwd(dllm_backend *be, float *out, float *state, float *q, float *k,
+                                   const float *v, const int32_t *pos, const op_rope_table *t,
+                                   const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                                   bool causal)
+{
+    const int N = B * T;
+    cpu_rope_fwd(be, q, q, pos, t, N, NH, HD);
+    cpu_rope_fwd(be, k, k, pos, t, N, NKV, HD);
+    cpu_attention_fwd(be, out, state, q, k, v, keymask, B, T, NH, NKV, HD, causal);
+}
+
 static const dllm_backend_ops cpu_ops = {
     /* buffers */
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
@@ -568,6 +607,8 @@ static const dllm_backend_ops cpu_ops = {
     .gd_gated_rmsnorm_fwd = cpu_gd_gated_rmsnorm_fwd, .gd_gated_rmsnorm_bwd =
     cpu_gd_gated_rmsnorm_bwd, .gd_partial_rope_fwd = cpu_gd_partial_rope_fwd,
     .gd_partial_rope_bwd = cpu_gd_partial_rope_bwd,
+    /* fused forwards: the CPU runs the parts in turn */
+    .linear_res_fwd = cpu_linear_res_fwd, .rope_attention_fwd = cpu_rope_attention_fwd,
 };
 
 static dllm_backend cpu_backend = {

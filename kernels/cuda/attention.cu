@@ -24,6 +24,7 @@
 #include "kernels/attention_path.h"
 #include "kernels/cuda/attention_tc.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rope.cuh"
 
 template <int HDP> struct AttCfg {
     static constexpr int TPR = HDP >= 32 ? HDP / 32 : 1; /* threads per row */
@@ -42,15 +43,25 @@ template <int TPR> __device__ __forceinline__ float row_sum(float x)
     return x;
 }
 
+/* Element d of row s of x [B,T,NH_,HD] at head hh, rotated when rp.pos is set (row b*T + s
+ * at its position). */
+__device__ __forceinline__ float load_elem(const float *x, int b, int s, int T, int NH_, int hh,
+                                           int HD, int d, const rope_in &rp)
+{
+    const float *row = x + (((size_t)b * T + s) * NH_ + hh) * HD;
+    return rp.pos ? rope_elem(row, d, HD, rp.pos[(size_t)b * T + s], rp) : row[d];
+}
+
 /* Loads rows [s0, s0+rows) of x [B,T,NH_,HD] at head hh into tile [rows][HDP], zeros
- * past T and past HD. */
+ * past T and past HD; rotated by rp when its pos is set. */
 template <int HDP>
 __device__ __forceinline__ void load_tile(float *tile, const float *x, int b, int s0, int rows,
-                                          int T, int NH_, int hh, int HD)
+                                          int T, int NH_, int hh, int HD,
+                                          const rope_in &rp = rope_in())
 {
     for (int e = threadIdx.x; e < rows * HDP; e += blockDim.x) {
         int j = e / HDP, d = e % HDP, s = s0 + j;
-        tile[e] = (s < T && d < HD) ? x[(((size_t)b * T + s) * NH_ + hh) * HD + d] : 0.0f;
+        tile[e] = (s < T && d < HD) ? load_elem(x, b, s, T, NH_, hh, HD, d, rp) : 0.0f;
     }
 }
 
@@ -58,7 +69,7 @@ template <int HDP>
 __global__ static void __launch_bounds__(AttCfg<HDP>::THREADS)
 attention_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
                      const uint8_t *keymask, int T, int NH, int NKV, int HD, bool causal,
-                     float scale)
+                     float scale, rope_in rp)
 {
     typedef AttCfg<HDP> C;
     __shared__ float Ks[C::BK * HDP], Vs[C::BK * HDP];
@@ -72,7 +83,7 @@ attention_fwd_kernel(float *out, float *lse, const float *q, const float *k, con
 #pragma unroll
     for (int i = 0; i < C::D; i++) {
         int d = i * C::TPR + p;
-        qr[i] = (row_ok && d < HD) ? q[(((size_t)b * T + t) * NH + h) * HD + d] : 0.0f;
+        qr[i] = (row_ok && d < HD) ? load_elem(q, b, t, T, NH, h, HD, d, rp) : 0.0f;
         o[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -81,7 +92,7 @@ attention_fwd_kernel(float *out, float *lse, const float *q, const float *k, con
 
     for (int k0 = 0; k0 < kend; k0 += C::BK) {
         __syncthreads(); /* the previous tile is no longer read */
-        load_tile<HDP>(Ks, k, b, k0, C::BK, T, NKV, kh, HD);
+        load_tile<HDP>(Ks, k, b, k0, C::BK, T, NKV, kh, HD, rp);
         load_tile<HDP>(Vs, v, b, k0, C::BK, T, NKV, kh, HD);
         for (int j = threadIdx.x; j < C::BK; j += blockDim.x) {
             int s = k0 + j;
@@ -314,12 +325,12 @@ static void check_shape(int B, int T, int NH, int NKV, int HD)
 template <int HDP>
 static void fwd_launch(float *out, float *lse, const float *q, const float *k, const float *v,
                        const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
-                       bool causal, cudaStream_t st)
+                       bool causal, cudaStream_t st, rope_in rp)
 {
     typedef AttCfg<HDP> C;
     dim3 grid((T + C::BQ - 1) / C::BQ, NH, B);
     DLLM_LAUNCH(attention_fwd_kernel<HDP>, grid, C::THREADS, 0, st)(out, lse, q, k, v, keymask, T,
-        NH, NKV, HD, causal, 1.0f / sqrtf((float)HD));
+        NH, NKV, HD, causal, 1.0f / sqrtf((float)HD), rp);
     cudaLaunchCheck();
 }
 
@@ -345,24 +356,45 @@ static void bwd_launch(float *dq, float *dk, float *dv, const float *dout, const
     }
 }
 
+/* The forward, q and k rotated by rp as they are loaded when rp.pos is set. */
+static void attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                          const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                          bool causal, rope_in rp, cudaStream_t st)
+{
+    check_shape(B, T, NH, NKV, HD);
+    if (dllm_cuda_attention_tc(HD)) {
+        attention_tc_rope_fwd(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, rp, st);
+        return;
+    }
+    switch (padded_hd(HD)) {
+    case 16: fwd_launch<16>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st, rp); break;
+    case 32: fwd_launch<32>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st, rp); break;
+    case 64: fwd_launch<64>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st, rp); break;
+    case 128: fwd_launch<128>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st, rp); break;
+    default: fwd_launch<256>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st, rp); break;
+    }
+}
+
 extern "C" void dllm_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k,
                                         const float *v, const uint8_t *keymask, int B, int T,
                                         int NH, int NKV, int HD, bool causal,
                                         dllm_cuda_stream s)
 {
-    check_shape(B, T, NH, NKV, HD);
-    cudaStream_t st = as_stream(s);
-    if (dllm_cuda_attention_tc(HD)) {
-        attention_tc_fwd(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st);
-        return;
-    }
-    switch (padded_hd(HD)) {
-    case 16: fwd_launch<16>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    case 32: fwd_launch<32>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    case 64: fwd_launch<64>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    case 128: fwd_launch<128>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    default: fwd_launch<256>(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    }
+    attention_fwd(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, rope_in(),
+                  as_stream(s));
+}
+
+extern "C" void dllm_cuda_rope_attention_fwd(float *out, float *lse, const float *q,
+                                             const float *k, const float *v, const int32_t *pos,
+                                             const float *cos, const float *sin, int max_pos,
+                                             const uint8_t *keymask, int B, int T, int NH,
+                                             int NKV, int HD, bool causal, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(pos && cos && sin && max_pos > 0 && HD % 2 == 0,
+                      "RoPE in attention: positions and a table of max_pos %d for an even head "
+                      "dim (HD=%d)", max_pos, HD);
+    rope_in rp = {pos, cos, sin, max_pos};
+    attention_fwd(out, lse, q, k, v, keymask, B, T, NH, NKV, HD, causal, rp, as_stream(s));
 }
 
 extern "C" size_t dllm_cuda_attention_bwd_scratch_floats(int B, int T, int NH)

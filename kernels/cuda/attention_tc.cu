@@ -72,15 +72,21 @@ template <int HDP> struct TcCfg {
 };
 
 /* Rows [r0, r0+R) of x [B,T,NH_,HD] at head hh into a bf16 tile [R][LDH], zeros past T and
- * past HD. */
+ * past HD; rotated by rp (row b*T + s at its position) before the rounding when rp.pos is
+ * set: the fp32 value the RoPE kernel would have written. */
 template <int HDP>
 __device__ __forceinline__ void load_bf16_tile(bf16 *tile, const float *x, int b, int r0, int T,
-                                               int NH_, int hh, int HD)
+                                               int NH_, int hh, int HD,
+                                               const rope_in &rp = rope_in())
 {
     typedef TcCfg<HDP> C;
     for (int e = threadIdx.x; e < C::R * HDP; e += blockDim.x) {
         int j = e / HDP, d = e % HDP, s = r0 + j;
-        float val = (s < T && d < HD) ? x[(((size_t)b * T + s) * NH_ + hh) * HD + d] : 0.0f;
+        float val = 0.0f;
+        if (s < T && d < HD) {
+            const float *row = x + (((size_t)b * T + s) * NH_ + hh) * HD;
+            val = rp.pos ? rope_elem(row, d, HD, rp.pos[(size_t)b * T + s], rp) : row[d];
+        }
         tile[j * C::LDH + d] = __float2bfloat16_rn(val);
     }
 }
@@ -148,11 +154,12 @@ template <int HDP>
 __global__ static void __launch_bounds__(TcCfg<HDP>::THREADS)
 attention_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
                         const uint8_t *keymask, int T, int Tk, int q_off, int NH, int NKV,
-                        int HD, bool causal, float scale)
+                        int HD, bool causal, float scale, rope_in rp)
 {
     /* T query rows [B,T,NH,HD] over Tk key rows [B,Tk,NKV,HD] (keymask [B,Tk]); query t
      * sits at key position q_off + t (causal: it sees keys s <= q_off + t). Self-attention
-     * is Tk = T, q_off = 0; a key/value cache's is Tk = its slots, q_off = its length. */
+     * is Tk = T, q_off = 0; a key/value cache's is Tk = its slots, q_off = its length.
+     * rp.pos set: queries and keys rotated as they are loaded (self-attention only). */
     typedef TcCfg<HDP> C;
     __shared__ __align__(32) unsigned char smem[2 * C::H_BYTES + C::S_BYTES + C::P_BYTES +
                                                 C::O_BYTES + 32];
@@ -168,7 +175,7 @@ attention_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, 
     const int rb = warp / 2, cb = warp % 2; /* this warp's quarter of the score tile */
 
     /* the block's queries as fragments, staged through the K tile */
-    load_bf16_tile<HDP>(Ks, q, b, q0, T, NH, h, HD);
+    load_bf16_tile<HDP>(Ks, q, b, q0, T, NH, h, HD, rp);
     for (int e = threadIdx.x; e < C::R * C::LDO; e += blockDim.x)
         Os[e] = 0.0f;
     __syncthreads();
@@ -179,7 +186,7 @@ attention_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, 
     const int kend = causal ? min(Tk, q_off + q0 + C::R) : Tk;
     for (int k0 = 0; k0 < kend; k0 += C::R) {
         __syncthreads(); /* the previous tiles (and the staged queries) are no longer read */
-        load_bf16_tile<HDP>(Ks, k, b, k0, Tk, NKV, kh, HD);
+        load_bf16_tile<HDP>(Ks, k, b, k0, Tk, NKV, kh, HD, rp);
         load_bf16_tile<HDP>(Vs, v, b, k0, Tk, NKV, kh, HD);
         for (int j = threadIdx.x; j < C::R; j += blockDim.x) {
             int s = k0 + j;
@@ -457,12 +464,12 @@ attention_tc_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float
 template <int HDP>
 static void tc_fwd_launch(float *out, float *lse, const float *q, const float *k, const float *v,
                           const uint8_t *keymask, int B, int T, int Tk, int q_off, int NH,
-                          int NKV, int HD, bool causal, cudaStream_t st)
+                          int NKV, int HD, bool causal, rope_in rp, cudaStream_t st)
 {
     typedef TcCfg<HDP> C;
     dim3 grid((T + C::R - 1) / C::R, NH, B);
     DLLM_LAUNCH(attention_tc_fwd_kernel<HDP>, grid, C::THREADS, 0, st)(out, lse, q, k, v, keymask,
-        T, Tk, q_off, NH, NKV, HD, causal, 1.0f / sqrtf((float)HD));
+        T, Tk, q_off, NH, NKV, HD, causal, 1.0f / sqrtf((float)HD), rp);
     cudaLaunchCheck();
 }
 
@@ -497,23 +504,37 @@ static int tc_padded_hd(int HD)
     return h;
 }
 
+static void tc_fwd(float *out, float *lse, const float *q, const float *kc, const float *vc,
+                   const uint8_t *cmask, int B, int T, int max_len, int len, int NH, int NKV,
+                   int HD, bool causal, rope_in rp, cudaStream_t st)
+{
+    switch (tc_padded_hd(HD)) {
+    case 16: tc_fwd_launch<16>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, rp, st); break;
+    case 32: tc_fwd_launch<32>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, rp, st); break;
+    case 64: tc_fwd_launch<64>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, rp, st); break;
+    default: tc_fwd_launch<128>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, rp, st); break;
+    }
+}
+
 void attention_tc_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,
                       cudaStream_t st)
 {
-    attention_tc_cached(out, lse, q, k, v, keymask, B, T, T, 0, NH, NKV, HD, causal, st);
+    tc_fwd(out, lse, q, k, v, keymask, B, T, T, 0, NH, NKV, HD, causal, rope_in(), st);
+}
+
+void attention_tc_rope_fwd(float *out, float *lse, const float *q, const float *k,
+                           const float *v, const uint8_t *keymask, int B, int T, int NH, int NKV,
+                           int HD, bool causal, rope_in rp, cudaStream_t st)
+{
+    tc_fwd(out, lse, q, k, v, keymask, B, T, T, 0, NH, NKV, HD, causal, rp, st);
 }
 
 void attention_tc_cached(float *out, float *lse, const float *q, const float *kc, const float *vc,
                          const uint8_t *cmask, int B, int T, int max_len, int len, int NH,
                          int NKV, int HD, bool causal, cudaStream_t st)
 {
-    switch (tc_padded_hd(HD)) {
-    case 16: tc_fwd_launch<16>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, st); break;
-    case 32: tc_fwd_launch<32>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, st); break;
-    case 64: tc_fwd_launch<64>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, st); break;
-    default: tc_fwd_launch<128>(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, st); break;
-    }
+    tc_fwd(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, rope_in(), st);
 }
 
 void attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout, const float *lse,

@@ -6,10 +6,16 @@
 #define DLLM_CUDA_ATTENTION_TC_CUH
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rope.cuh"
 
 void attention_tc_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,
                       cudaStream_t st);
+/* attention_tc_fwd over q and k rotated by rp as the query and key tiles are loaded (rp.pos
+ * NULL: as given) */
+void attention_tc_rope_fwd(float *out, float *lse, const float *q, const float *k,
+                           const float *v, const uint8_t *keymask, int B, int T, int NH, int NKV,
+                           int HD, bool causal, rope_in rp, cudaStream_t st);
 /* Attention of T new queries over a key/value cache kc, vc [B,max_len,NKV,HD] with key
  * mask cmask [B,max_len] (NULL: all), the queries at slots len .. len+T-1: causal, query t
  * sees slots s <= len + t; else every slot (the table's attention_cached). lse [B,NH,T]

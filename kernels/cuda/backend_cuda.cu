@@ -196,9 +196,11 @@ int fp8_rows(int N, bool block) { return block ? (N + 7) / 8 * 8 : N; }
 /* The GEMM over activations quantised for Np = fp8_rows(N, block) tokens, reading the
  * weight's scales where they are (block: cuBLASLt's padded layout, as fp8_quantise stored
  * them; tensor: the one scale). Np > N: the product goes to pad (Np x OC floats of
- * workspace) and its first N rows are copied to out. */
+ * workspace) and its first N rows are copied to out. res (N x OC, or NULL) is added: in the
+ * GEMM's epilogue (cuBLASLt's C, beta 1) when the rows need no padding, else by add after
+ * the copy (res has no padded rows to be C of the padded product). */
 void fp8_gemm_run(float *out, const uint8_t *aq, const float *as, const fp8_matrix *w,
-                  bool block, int N, int C, int OC, float *pad)
+                  bool block, int N, int C, int OC, float *pad, const float *res)
 {
     long a_srs, a_scs, w_srs, w_scs;
     dllm_cuda_fp8_gemm_scale_strides(N, C, &a_srs, &a_scs, &w_srs, &w_scs);
@@ -209,15 +211,22 @@ void fp8_gemm_run(float *out, const uint8_t *aq, const float *as, const fp8_matr
         exit(1);
     }
     const int Np = fp8_rows(N, block);
+    const fp8_scaling sc = block ? FP8_SCALE_BLOCK : FP8_SCALE_TENSOR;
     dllm_err err = {};
+    if (res && Np == N) {
+        check_rc(dllm_cuda_fp8_linear_res(out, res, aq, as, w->format, w->q, w->scale, w->format,
+                                          sc, N, C, OC, NULL, &err),
+                 err);
+        return;
+    }
     check_rc(dllm_cuda_fp8_linear(Np != N ? pad : out, false, aq, as, w->format, w->q,
-                                  w->scale, w->format,
-                                  block ? FP8_SCALE_BLOCK : FP8_SCALE_TENSOR, Np, C, OC, NULL,
-                                  &err),
+                                  w->scale, w->format, sc, Np, C, OC, NULL, &err),
              err);
     if (Np != N)
         cudaCheck(cudaMemcpyAsync(out, pad, (size_t)N * OC * sizeof(float),
                                   cudaMemcpyDeviceToDevice, NULL));
+    if (res)
+        dllm_cuda_add(out, res, (size_t)N * OC, NULL);
 }
 
 void fp8_check_weight(const fp8_matrix *w, int C, int OC)
@@ -229,8 +238,9 @@ void fp8_check_weight(const fp8_matrix *w, int C, int OC)
     }
 }
 
-void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
-                       int C, int OC)
+/* fp8_linear_fwd, plus res (NULL: none) as linear_res_fwd adds it */
+void fp8_linear(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N, int C,
+                int OC, const float *res)
 {
     fp8_check_weight(w, C, OC);
     if (N <= 0)
@@ -262,7 +272,7 @@ void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matri
             dllm_cuda_fp8_gemm_scale_strides(Np, C, &a_srs, &a_scs, &w_srs, &w_scs);
         dllm_cuda_fp8_quantise(aq, as, a_srs, a_scs, inp, N, C, abr, abc, f, w->pow2_scale,
                                NULL);
-        fp8_gemm_run(out, aq, as, w, block, N, C, OC, pad);
+        fp8_gemm_run(out, aq, as, w, block, N, C, OC, pad, res);
         return;
     }
     /* the CPU's definition: dequantised weight and quantised-dequantised activations */
@@ -277,6 +287,14 @@ void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matri
     dllm_cuda_fp8_quantise(aq, as, aSC, 1, inp, N, C, abr, abc, f, w->pow2_scale, NULL);
     dllm_cuda_fp8_dequantise(ad, aq, as, aSC, 1, N, C, abr, abc, f, NULL);
     cu_gemm(be, false, true, N, OC, C, 1.0f, ad, wd, 0.0f, out);
+    if (res) /* the fallback keeps its separate pass */
+        dllm_cuda_add(out, res, (size_t)N * OC, NULL);
+}
+
+void cu_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
+                       int C, int OC)
+{
+    fp8_linear(be, out, inp, w, N, C, OC, NULL);
 }
 
 void cu_rmsnorm_fwd(dllm_backend *, float *out, float *rstd, const float *inp, const float *w,
@@ -409,8 +427,10 @@ void cu_fp8_quantise(dllm_backend *be, uint8_t *q, float *scale, const float *x,
 /* bf16(inp) w^T with fp32 sums: cuBLASLt's bf16 GEMM where its alignment rules hold (C a
  * multiple of 8, out's rows 16-byte aligned), otherwise the same products widened to fp32
  * through the fp32 GEMM (bf16 x bf16 is exact in fp32: only the summation order differs). */
-void cu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_matrix *w, int N,
-                        int C, int OC)
+/* bf16_linear_fwd, plus res (NULL: none): on cuBLASLt as C of its epilogue (beta 1), on
+ * the fp32 fallback by a separate add */
+void bf16_linear(dllm_backend *be, float *out, const float *inp, bf16_matrix *w, int N, int C,
+                 int OC, const float *res)
 {
     if (!w->w || w->rows != OC || w->cols != C) {
         fprintf(stderr, "dllm-rl: cuda backend: bf16 weight is [%d, %d], call expects [%d, %d]\n",
@@ -421,14 +441,19 @@ void cu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_mat
         return;
     size_t na = (size_t)N * C, nw = (size_t)OC * C;
     bool lt = C % 8 == 0 && OC % 4 == 0 && (uintptr_t)out % 16 == 0 &&
-              (uintptr_t)w->w % 16 == 0;
+              (uintptr_t)w->w % 16 == 0 && (uintptr_t)res % 16 == 0;
     if (lt) {
         uint16_t *a16 = (uint16_t *)ws_get(align256(na * 2));
         dllm_cuda_f32_to_bf16(a16, inp, na, NULL);
         dllm_err err = {};
-        check_rc(dllm_cuda_gemm_bf16(false, true, N, OC, C, 1.0f, a16, w->w, 0.0f, out, false,
-                                     NULL, &err),
-                 err);
+        if (res)
+            check_rc(dllm_cuda_gemm_bf16_res(false, true, N, OC, C, a16, w->w, res, out, NULL,
+                                             &err),
+                     err);
+        else
+            check_rc(dllm_cuda_gemm_bf16(false, true, N, OC, C, 1.0f, a16, w->w, 0.0f, out,
+                                         false, NULL, &err),
+                     err);
         return;
     }
     char *ws = (char *)ws_get(align256(na * 2) + align256(na * 4) + align256(nw * 4));
@@ -439,6 +464,14 @@ void cu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_mat
     dllm_cuda_bf16_to_f32(af, a16, na, NULL);
     dllm_cuda_bf16_to_f32(wf, w->w, nw, NULL);
     cu_gemm(be, false, true, N, OC, C, 1.0f, af, wf, 0.0f, out);
+    if (res)
+        dllm_cuda_add(out, res, (size_t)N * OC, NULL);
+}
+
+void cu_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_matrix *w, int N,
+                        int C, int OC)
+{
+    bf16_linear(be, out, inp, w, N, C, OC, NULL);
 }
 
 /* ---- FP8 and INT8 activations from their producer -------------------------------------
@@ -565,8 +598,10 @@ static void act_mismatch(int OC, int C)
     exit(1);
 }
 
-void cu_linear_quant_act_fwd(dllm_backend *, float *out, const dllm_qact *qa,
-                             const dllm_lin_weight *lw, int N, int C, int OC)
+/* linear_quant_act_fwd, plus res (NULL: none): INT8 in the last scaling pass, FP8 in the
+ * GEMM's epilogue (fp8_gemm_run) */
+void linear_quant_act(float *out, const dllm_qact *qa, const dllm_lin_weight *lw, int N, int C,
+                      int OC, const float *res)
 {
     check_act(qa, N, C, "linear_quant_act_fwd");
     if (qa->kind == DLLM_QACT_INT8) {
@@ -575,7 +610,7 @@ void cu_linear_quant_act_fwd(dllm_backend *, float *out, const dllm_qact *qa,
             (w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C) != qa->group)
             act_mismatch(OC, C);
         dllm_cuda_int8_linear_codes(out, (const int8_t *)qa->q, qa->scale, w, N, C, OC,
-                                    ws_get(dllm_cuda_int8_acc_bytes(N, w)));
+                                    ws_get(dllm_cuda_int8_acc_bytes(N, w)), res);
         return;
     }
     fp8_matrix *w = lw->f8;
@@ -588,7 +623,13 @@ void cu_linear_quant_act_fwd(dllm_backend *, float *out, const dllm_qact *qa,
         act_mismatch(OC, C);
     const int Np = fp8_rows(N, true);
     float *pad = Np != N ? (float *)ws_get((size_t)Np * OC * sizeof(float)) : NULL;
-    fp8_gemm_run(out, (const uint8_t *)qa->q, qa->scale, w, true, N, C, OC, pad);
+    fp8_gemm_run(out, (const uint8_t *)qa->q, qa->scale, w, true, N, C, OC, pad, res);
+}
+
+void cu_linear_quant_act_fwd(dllm_backend *, float *out, const dllm_qact *qa,
+                             const dllm_lin_weight *lw, int N, int C, int OC)
+{
+    linear_quant_act(out, qa, lw, N, C, OC, NULL);
 }
 
 /* dinp += dout w on BF16 tensor cores: dout rounded to bf16 (round to nearest even) in the
@@ -710,7 +751,8 @@ void cu_dream_commit(dllm_backend *, int32_t *canvas, int16_t *commit_step, floa
 void cu_int8_linear_fwd(dllm_backend *, float *out, const float *inp, const int8_matrix *w,
                         int N, int C, int OC)
 {
-    dllm_cuda_int8_linear(out, inp, w, N, C, OC, ws_get(dllm_cuda_int8_scratch_bytes(N, w)));
+    dllm_cuda_int8_linear(out, inp, w, N, C, OC, ws_get(dllm_cuda_int8_scratch_bytes(N, w)),
+                          NULL);
 }
 
 /* Nothing is cached in a weight's struct on the device. */
@@ -798,6 +840,38 @@ void cu_gd_partial_rope_bwd(dllm_backend *, float *dx, const float *dout, const 
     dllm_cuda_gd_partial_rope_bwd(dx, dout, pos, N, NH, HD, rot, theta, NULL);
 }
 
+/* The linear of w's format with the residual added where the product is made (the GEMM's
+ * epilogue, or INT8's last scaling pass); a fallback product adds it in a pass of its own. */
+void cu_linear_res_fwd(dllm_backend *be, float *out, const float *res, const float *inp,
+                       const dllm_qact *qa, const dllm_lin_weight *w, int N, int C, int OC)
+{
+    if (qa) {
+        linear_quant_act(out, qa, w, N, C, OC, res);
+    } else if (w->f8) {
+        fp8_linear(be, out, inp, w->f8, N, C, OC, res);
+    } else if (w->i8) {
+        if (N > 0)
+            dllm_cuda_int8_linear(out, inp, w->i8, N, C, OC,
+                                  ws_get(dllm_cuda_int8_scratch_bytes(N, w->i8)), res);
+    } else if (w->b16) {
+        bf16_linear(be, out, inp, w->b16, N, C, OC, res);
+    } else {
+        fprintf(stderr, "dllm-rl: cuda backend: linear_res_fwd: no FP8, INT8 or bf16 weight "
+                        "(the device has no NVFP4 linear)\n");
+        exit(1);
+    }
+}
+
+/* Attention with q and k rotated as the kernels load their tiles: q and k stay as given. */
+void cu_rope_attention_fwd(dllm_backend *, float *out, float *state, float *q, float *k,
+                           const float *v, const int32_t *pos, const op_rope_table *t,
+                           const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                           bool causal)
+{
+    dllm_cuda_rope_attention_fwd(out, state, q, k, v, pos, t->cos, t->sin, t->max_pos, keymask,
+                                 B, T, NH, NKV, HD, causal, NULL);
+}
+
 const dllm_backend_ops cuda_ops = {
     /* buffers */
     cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync,
@@ -826,6 +900,8 @@ const dllm_backend_ops cuda_ops = {
     cu_gd_gates_bwd, cu_gd_rule_recurrent_fwd, cu_gd_rule_chunked_fwd, cu_gd_rule_bwd,
     cu_gd_gated_rmsnorm_fwd, cu_gd_gated_rmsnorm_bwd, cu_gd_partial_rope_fwd,
     cu_gd_partial_rope_bwd,
+    /* fused forwards */
+    cu_linear_res_fwd, cu_rope_attention_fwd,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

@@ -97,14 +97,14 @@ static int gemm_fail(dllm_err *err, const char *fmt, ...)
     return DLLM_EXIT_INTERNAL;
 }
 
-/* Runs D = alpha op(A) op(B) + beta C (column-major; C == D) with the cached or newly
- * chosen algorithm. Descriptors are created and destroyed per call (cheap); only the
- * algorithm is remembered. */
+/* Runs D = alpha op(A) op(B) + beta C (column-major; C == D, or C = Cin of D's layout
+ * when Cin is set) with the cached or newly chosen algorithm. Descriptors are created and
+ * destroyed per call (cheap); only the algorithm is remembered. */
 static int lt_matmul(const char *what, const gemm_key &key, cublasLtMatmulDesc_t desc,
                      cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                      cublasLtMatrixLayout_t lc, const void *alpha, const void *A,
                      const void *B, const void *beta, void *C, cudaStream_t st, dllm_err *err,
-                     uint32_t align = 16)
+                     uint32_t align = 16, const void *Cin = nullptr)
 {
     std::lock_guard<std::mutex> lock(g_lt_mutex);
     lt_context *ctx = lt_get();
@@ -134,16 +134,18 @@ static int lt_matmul(const char *what, const gemm_key &key, cublasLtMatmulDesc_t
                                                          : "heuristic returned none");
         it = ctx->algos.emplace(key, res.algo).first;
     }
-    cublasStatus_t s = cublasLtMatmul(ctx->handle, desc, alpha, A, la, B, lb, beta, C, lc, C, lc,
+    cublasStatus_t s = cublasLtMatmul(ctx->handle, desc, alpha, A, la, B, lb, beta,
+                                      Cin ? Cin : C, lc, C, lc,
                                       &it->second, ctx->workspace, WORKSPACE_BYTES, st);
     if (s != CUBLAS_STATUS_SUCCESS)
         return gemm_fail(err, "%s: cublasLtMatmul: %s", what, cublasLtGetStatusString(s));
     return DLLM_OK;
 }
 
-extern "C" int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alpha,
-                                   const uint16_t *A, const uint16_t *B, float beta, void *C,
-                                   bool out_bf16, dllm_cuda_stream s, dllm_err *err)
+/* dllm_cuda_gemm_bf16, with C read from R (fp32, C's layout) instead of C when R is set */
+static int gemm_bf16(bool transA, bool transB, int M, int N, int K, float alpha,
+                     const uint16_t *A, const uint16_t *B, float beta, void *C, bool out_bf16,
+                     const float *R, dllm_cuda_stream s, dllm_err *err)
 {
     const char *what = "bf16 gemm";
     if (M <= 0 || N <= 0 || K <= 0)
@@ -159,7 +161,7 @@ extern "C" int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K
     if (ldc % (out_bf16 ? 8 : 4))
         return gemm_fail(err, "%s: N=%d (leading dimension of C) must be a multiple of %d "
                               "(16 bytes)", what, N, out_bf16 ? 8 : 4);
-    if (!aligned16(A) || !aligned16(B) || !aligned16(C))
+    if (!aligned16(A) || !aligned16(B) || !aligned16(C) || (R && !aligned16(R)))
         return gemm_fail(err, "%s: A, B and C must be 16-byte aligned", what);
 
     /* column-major: m = N, n = M; cuBLASLt A = our B, cuBLASLt B = our A */
@@ -175,12 +177,27 @@ extern "C" int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, transA ? M : K, transA ? K : M, lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&lc, ct, N, M, ldc));
     gemm_key key = {1, transA, transB, N, M, K, lda, ldb, ldc, out_bf16, beta != 0.0f, 0};
-    int rc = lt_matmul(what, key, desc, la, lb, lc, &alpha, B, A, &beta, C, as_stream(s), err);
+    int rc = lt_matmul(what, key, desc, la, lb, lc, &alpha, B, A, &beta, C, as_stream(s), err, 16,
+                       R);
     cublasCheck(cublasLtMatrixLayoutDestroy(lc));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
     return rc;
+}
+
+extern "C" int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alpha,
+                                   const uint16_t *A, const uint16_t *B, float beta, void *C,
+                                   bool out_bf16, dllm_cuda_stream s, dllm_err *err)
+{
+    return gemm_bf16(transA, transB, M, N, K, alpha, A, B, beta, C, out_bf16, NULL, s, err);
+}
+
+extern "C" int dllm_cuda_gemm_bf16_res(bool transA, bool transB, int M, int N, int K,
+                                       const uint16_t *A, const uint16_t *B, const float *R,
+                                       float *D, dllm_cuda_stream s, dllm_err *err)
+{
+    return gemm_bf16(transA, transB, M, N, K, 1.0f, A, B, 1.0f, D, false, R, s, err);
 }
 
 extern "C" int dllm_cuda_gemm_f32(bool transA, bool transB, int M, int N, int K, float alpha,
@@ -271,13 +288,13 @@ static cudaDataType_t fp8_type(fp8_format f)
     return f == FP8_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
 }
 
-extern "C" int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act_q,
-                                    const float *act_scale, fp8_format act_fmt,
-                                    const uint8_t *w_q, const float *w_scale, fp8_format w_fmt,
-                                    fp8_scaling scaling, int N, int C, int OC,
-                                    dllm_cuda_stream s, dllm_err *err)
+/* dllm_cuda_fp8_linear, plus res (fp32 out's layout; NULL: none) as C with beta 1 */
+static int fp8_linear(void *out, bool out_bf16, const float *res, const uint8_t *act_q,
+                      const float *act_scale, fp8_format act_fmt, const uint8_t *w_q,
+                      const float *w_scale, fp8_format w_fmt, fp8_scaling scaling, int N, int C,
+                      int OC, dllm_cuda_stream s, dllm_err *err)
 {
-    const char *what = "fp8 linear";
+    const char *what = res ? "fp8 linear + residual" : "fp8 linear";
     if (N <= 0 || C <= 0 || OC <= 0)
         return gemm_fail(err, "%s: bad shape N=%d C=%d OC=%d", what, N, C, OC);
     if ((w_fmt != FP8_E4M3 && w_fmt != FP8_E5M2) || (act_fmt != FP8_E4M3 && act_fmt != FP8_E5M2))
@@ -291,8 +308,11 @@ extern "C" int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act
     if (C % 16 || OC % 16)
         return gemm_fail(err, "%s: C=%d and OC=%d must be multiples of 16 (16-byte rows of "
                               "fp8, TN layout)", what, C, OC);
-    if (!aligned16(out) || !aligned16(act_q) || !aligned16(w_q))
-        return gemm_fail(err, "%s: out, activations and weight must be 16-byte aligned", what);
+    if (!aligned16(out) || !aligned16(act_q) || !aligned16(w_q) || (res && !aligned16(res)))
+        return gemm_fail(err, "%s: out, residual, activations and weight must be 16-byte "
+                              "aligned", what);
+    if (res && out_bf16)
+        return gemm_fail(err, "%s: the residual is added to an fp32 output only", what);
     if (!act_scale || !w_scale)
         return gemm_fail(err, "%s: scale pointers are required", what);
     if (scaling != FP8_SCALE_TENSOR && scaling != FP8_SCALE_BLOCK)
@@ -335,14 +355,36 @@ extern "C" int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act
     cublasCheck(cublasLtMatrixLayoutCreate(&la, fp8_type(w_fmt), C, OC, C));
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, fp8_type(act_fmt), C, N, C));
     cublasCheck(cublasLtMatrixLayoutCreate(&lc, ct, OC, N, OC));
-    float alpha = 1.0f, beta = 0.0f;
-    gemm_key key = {2, 1, 0, OC, N, C, C, C, OC, out_bf16, (int64_t)w_fmt * 2 + act_fmt,
-                    (int64_t)scaling};
+    /* with a residual, D = acc + 1 * C: cuBLASLt's FP8 GEMMs take C and D fp32 with the fp32
+     * scale type, the sum rounded once as the separate add would */
+    float alpha = 1.0f, beta = res ? 1.0f : 0.0f;
+    gemm_key key = {2, 1, 0, OC, N, C, C, C, OC, out_bf16 + 2 * (res != NULL),
+                    (int64_t)w_fmt * 2 + act_fmt, (int64_t)scaling};
     int rc = lt_matmul(what, key, desc, la, lb, lc, &alpha, w_q, act_q, &beta, out, as_stream(s),
-                       err);
+                       err, 16, res);
     cublasCheck(cublasLtMatrixLayoutDestroy(lc));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
     return rc;
+}
+
+extern "C" int dllm_cuda_fp8_linear(void *out, bool out_bf16, const uint8_t *act_q,
+                                    const float *act_scale, fp8_format act_fmt,
+                                    const uint8_t *w_q, const float *w_scale, fp8_format w_fmt,
+                                    fp8_scaling scaling, int N, int C, int OC,
+                                    dllm_cuda_stream s, dllm_err *err)
+{
+    return fp8_linear(out, out_bf16, NULL, act_q, act_scale, act_fmt, w_q, w_scale, w_fmt,
+                      scaling, N, C, OC, s, err);
+}
+
+extern "C" int dllm_cuda_fp8_linear_res(float *out, const float *res, const uint8_t *act_q,
+                                        const float *act_scale, fp8_format act_fmt,
+                                        const uint8_t *w_q, const float *w_scale,
+                                        fp8_format w_fmt, fp8_scaling scaling, int N, int C,
+                                        int OC, dllm_cuda_stream s, dllm_err *err)
+{
+    return fp8_linear(out, false, res, act_q, act_scale, act_fmt, w_q, w_scale, w_fmt, scaling,
+                      N, C, OC, s, err);
 }

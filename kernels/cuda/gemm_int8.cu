@@ -69,10 +69,12 @@ __global__ static void int8_act_kernel(int8_t *qa, float *sa, const float *x, in
             qr[c] = 0;
 }
 
-/* out rows [0, nr) of k-block b: t = (s_a * s_w) * (float)acc; assigned at b == 0. */
+/* out rows [0, nr) of k-block b: t = (s_a * s_w) * (float)acc; assigned at b == 0. res
+ * (rows as out, or NULL) is added after the last block's sum: the order of the CPU's
+ * linear followed by its add. */
 __global__ static void int8_scale_kernel(float *out, const int32_t *acc, int ldacc,
                                          const float *sa, const float *sw, int nr, int OC,
-                                         int kb, int b, int block_scaled)
+                                         int kb, int b, int block_scaled, const float *res)
 {
     size_t total = (size_t)nr * OC;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -81,7 +83,8 @@ __global__ static void int8_scale_kernel(float *out, const int32_t *acc, int lda
         float ws = block_scaled ? sw[(size_t)(o / INT8_BLOCK) * kb + b] : sw[o];
         float t = __fmul_rn(__fmul_rn(sa[(size_t)n * kb + b], ws),
                             (float)acc[(size_t)n * ldacc + o]);
-        out[i] = b == 0 ? t : __fadd_rn(out[i], t);
+        float v = b == 0 ? t : __fadd_rn(out[i], t);
+        out[i] = res && b == kb - 1 ? __fadd_rn(v, res[i]) : v;
     }
 }
 
@@ -171,7 +174,7 @@ static void check_weight(const int8_matrix *w, int C, int OC)
 
 extern "C" void dllm_cuda_int8_linear_codes(float *out, const int8_t *qa, const float *sa,
                                             const int8_matrix *w, int N, int C, int OC,
-                                            void *acc_scratch)
+                                            void *acc_scratch, const float *res)
 {
     check_weight(w, C, OC);
     if (N <= 0)
@@ -187,14 +190,14 @@ extern "C" void dllm_cuda_int8_linear_codes(float *out, const int8_t *qa, const 
                       gk, ldq);
             DLLM_LAUNCH(int8_scale_kernel, grid_for((size_t)nr * OC, 256), 256, 0, 0)(
                 out + (size_t)n0 * OC, acc, mp, sa + (size_t)n0 * kb, w->scale, nr, OC, kb, b,
-                w->scaling == INT8_SCALE_BLOCK);
+                w->scaling == INT8_SCALE_BLOCK, res ? res + (size_t)n0 * OC : NULL);
             cudaLaunchCheck();
         }
     }
 }
 
 extern "C" void dllm_cuda_int8_linear(float *out, const float *inp, const int8_matrix *w, int N,
-                                      int C, int OC, void *scratch)
+                                      int C, int OC, void *scratch, const float *res)
 {
     check_weight(w, C, OC);
     if (N <= 0)
@@ -208,7 +211,7 @@ extern "C" void dllm_cuda_int8_linear(float *out, const float *inp, const int8_m
     DLLM_LAUNCH(int8_act_kernel, grid_for(warps * 32, 256), 256, 0, 0)(qa, sa, inp, N, C, ldq, kb, g);
     cudaLaunchCheck();
     dllm_cuda_int8_linear_codes(out, qa, sa, w, N, C, OC,
-                                ws + a256((size_t)N * ldq) + a256((size_t)N * kb * 4));
+                                ws + a256((size_t)N * ldq) + a256((size_t)N * kb * 4), res);
 }
 
 /* Whether the current device has compute capability need (10 x major + minor) or later;

@@ -5,8 +5,10 @@
  *   out[i+HD/2] = x[i+HD/2] * cos + x[i] * sin
  * Backward: the rotation by -angle (sin -> -sin), accumulated into dinp, except in
  * place (dinp == dout) where it replaces. One thread per (n, h, i): it reads both
- * halves before writing, so in place is safe. A position outside the table gives NaN. */
-#include "kernels/cuda/common.cuh"
+ * halves before writing, so in place is safe. A position outside the table gives NaN.
+ * The rotation is rope.cuh's, which the attention kernels apply to the tiles they load
+ * (dllm_cuda_rope_attention_fwd): the same bits either way. */
+#include "kernels/cuda/rope.cuh"
 
 __global__ static void rope_kernel(float *out, const float *inp, const int32_t *pos,
                                    const float *cos_t, const float *sin_t, int max_pos,
@@ -29,8 +31,8 @@ __global__ static void rope_kernel(float *out, const float *inp, const int32_t *
         } else {
             float c = cos_t[(size_t)p * half + i], sn = dir * sin_t[(size_t)p * half + i];
             float x1 = x[i], x2 = x[i + half];
-            o1 = x1 * c - x2 * sn;
-            o2 = x2 * c + x1 * sn;
+            o1 = rope_first(x1, x2, c, sn);
+            o2 = rope_second(x1, x2, c, sn);
         }
         if (accumulate) {
             o[i] += o1;

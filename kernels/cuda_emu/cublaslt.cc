@@ -24,6 +24,9 @@
  *    A and B int8, C and D int32, COMPUTE_32I with an int32 scale type; only the "TN"
  *    form; pointers 4-byte aligned; leading dimensions of A, B and C, and m and k,
  *    multiples of 4; no scale pointers or modes                  -> NOT_SUPPORTED
+ *  - a C matrix (beta != 0) of another type or layout than D (C may be another buffer
+ *    than D: the residual of an FP8 or BF16 GEMM read in the epilogue; with FP8 inputs
+ *    and block scaling too, PROBE)                             -> NOT_SUPPORTED
  *  - inconsistent shapes, ld < rows, NULL alpha/beta, a workspace size with no
  *    workspace                                                  -> INVALID_VALUE
  *  - an algorithm chosen for a larger minimum alignment than the pointers of the call

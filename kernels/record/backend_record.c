@@ -434,21 +434,26 @@ static size_t KBLK(int C) { return ((size_t)C + 127) / 128; }
 static int fp8_rows(int N, bool block) { return block ? (N + 7) / 8 * 8 : N; }
 
 /* fp8_gemm_run: the FP8 matmul over Np = fp8_rows(N) tokens, the weight's scales read in
- * place (cuBLASLt's padded layout), the first N rows copied out of a padded product */
-static void fp8_gemm_run(recorder *r, const fp8_matrix *w, bool block, int N, int C, int OC)
+ * place (cuBLASLt's padded layout), the first N rows copied out of a padded product; res: a
+ * residual added, read once as the epilogue's C (unpadded rows), else by add after the copy */
+static void fp8_gemm_run(recorder *r, const fp8_matrix *w, bool block, int N, int C, int OC,
+                         bool res)
 {
     size_t KB = KBLK(C), OB = ((size_t)OC + 127) / 128, ld = (KB + 3) / 4 * 4;
     const int Np = fp8_rows(N, block);
     double n = Np, c = C, oc = OC;
     double scales = block ? 4 * (n * KB + (double)OB * ld) : 8;
-    rec_event *e = matmul(r, "fp8_gemm", REC_UNIT_FP8_TC, n, oc, c, n * c + oc * c + scales,
-                          4 * n * oc);
+    const bool epi = res && Np == N;
+    rec_event *e = matmul(r, "fp8_gemm", REC_UNIT_FP8_TC, n, oc, c,
+                          n * c + oc * c + scales + (epi ? 4 * n * oc : 0), 4 * n * oc);
     snprintf(e->shape, sizeof e->shape, "N=%d C=%d OC=%d %s", Np, C, OC,
              block ? "block" : "tensor");
     e->weight = w->q;
     e->weight_bytes = oc * c + 4.0 * (block ? (double)OB * ld : 1);
     if (Np != N)
         dev_copy(r, "pad_rows_out", 4.0 * N * OC, 4.0 * N * OC, (size_t)N * OC * 4);
+    if (res && !epi)
+        elementwise(r, "add", (size_t)N * OC, 1, 8, 4);
 }
 
 static void fp8_check_weight(const fp8_matrix *w, int C, int OC)
@@ -460,11 +465,9 @@ static void fp8_check_weight(const fp8_matrix *w, int C, int OC)
     }
 }
 
-static void rc_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w,
-                              int N, int C, int OC)
+/* backend_cuda.cu's fp8_linear: fp8_linear_fwd, with a residual added when res */
+static void fp8_linear(recorder *r, fp8_matrix *w, int N, int C, int OC, bool res)
 {
-    recorder *r = R(be);
-    size_t n0 = begin(r, "fp8_linear_fwd");
     fp8_check_weight(w, C, OC);
     if (N > 0) {
         if (w->format == FP8_E5M2) { /* the CUDA backend's refusal, word for word */
@@ -484,7 +487,7 @@ static void rc_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp
             size_t npad = Np != N ? (size_t)Np * OC : 0;
             ws_get(r, align256(nap) + align256(nas * 4) + align256(npad * 4));
             fp8_quant(r, N, C, abr, abc, "");
-            fp8_gemm_run(r, w, block, N, C, OC);
+            fp8_gemm_run(r, w, block, N, C, OC, res);
         } else { /* the CPU's definition on the device: dequantised operands, fp32 GEMM */
             size_t nw = (size_t)OC * C;
             ws_get(r, align256(nw * 4) + align256(na * 4) + align256(na) +
@@ -493,8 +496,18 @@ static void rc_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp
             fp8_quant(r, N, C, abr, abc, "");
             fp8_dequant(r, N, C);
             gemm_f32(r, N, OC, C, 0.0f, w->q, (double)OC * C);
+            if (res)
+                elementwise(r, "add", (size_t)N * OC, 1, 8, 4);
         }
     }
+}
+
+static void rc_fp8_linear_fwd(dllm_backend *be, float *out, const float *inp, fp8_matrix *w,
+                              int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "fp8_linear_fwd");
+    fp8_linear(r, w, N, C, OC, false);
     if (IN)
         INOPS->fp8_linear_fwd(IN, out, inp, w, N, C, OC);
     end(r, n0);
@@ -517,7 +530,7 @@ static int int8_acc_chunk(int N, const int8_matrix *w)
 
 /* dllm_cuda_int8_linear_codes: per chunk of rows and k-block an INT8 matmul into the int32
  * scratch (its own handle: no cuBLASLt workspace) and the scaling pass into out */
-static void int8_products(recorder *r, const int8_matrix *w, int N, int OC)
+static void int8_products(recorder *r, const int8_matrix *w, int N, int OC, bool res)
 {
     const int kb = w->kb, ldq = w->ldq, mp = (OC + 3) / 4 * 4;
     const int gk = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : ldq;
@@ -534,20 +547,19 @@ static void int8_products(recorder *r, const int8_matrix *w, int N, int OC)
             e->weight = w->q;
             e->weight_bytes = (double)mp * ldq + 4 * nscale;
             snprintf(shape, sizeof shape, "N=%d OC=%d block %d", nr, OC, b);
-            kernel(r, "int8_scale", 3.0 * nr * OC,
-                   4.0 * nr * mp + 4.0 * nr + 4.0 * OC + (b ? 4.0 * nr * OC : 0), 4.0 * nr * OC,
-                   shape);
+            const bool add = res && b == kb - 1; /* the residual, after the last block */
+            kernel(r, "int8_scale", (3.0 + add) * nr * OC,
+                   4.0 * nr * mp + 4.0 * nr + 4.0 * OC + (b ? 4.0 * nr * OC : 0) +
+                       (add ? 4.0 * nr * OC : 0),
+                   4.0 * nr * OC, shape);
         }
     }
 }
 
 /* dllm_cuda_int8_linear (kernels/cuda/gemm_int8.cu): the activation codes in one pass,
  * then the products from them */
-static void rc_int8_linear_fwd(dllm_backend *be, float *out, const float *inp,
-                               const int8_matrix *w, int N, int C, int OC)
+static void int8_linear(recorder *r, const int8_matrix *w, int N, int C, int OC, bool res)
 {
-    recorder *r = R(be);
-    size_t n0 = begin(r, "int8_linear_fwd");
     int8_check_weight(w, C, OC);
     if (N > 0) {
         const int kb = w->kb, ldq = w->ldq, mp = (OC + 3) / 4 * 4;
@@ -557,8 +569,16 @@ static void rc_int8_linear_fwd(dllm_backend *be, float *out, const float *inp,
         snprintf(shape, sizeof shape, "N=%d C=%d groups=%d", N, C, kb);
         kernel(r, "int8_act_quant", 2.0 * N * C, 4.0 * N * C, (double)N * ldq + 4.0 * N * kb,
                shape);
-        int8_products(r, w, N, OC);
+        int8_products(r, w, N, OC, res);
     }
+}
+
+static void rc_int8_linear_fwd(dllm_backend *be, float *out, const float *inp,
+                               const int8_matrix *w, int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "int8_linear_fwd");
+    int8_linear(r, w, N, C, OC, false);
     if (IN)
         INOPS->int8_linear_fwd(IN, out, inp, w, N, C, OC);
     end(r, n0);
@@ -676,6 +696,28 @@ static void rc_attention_fwd(dllm_backend *be, float *out, float *state, const f
                4 * bt * (NH + 2.0 * NKV) * HD + (keymask ? bt : 0), 4 * bt * NH * HD + 4 * bt * NH);
     if (IN)
         INOPS->attention_fwd(IN, out, state, q, k, v, keymask, B, T, NH, NKV, HD, causal);
+    end(r, n0);
+}
+
+/* cu_rope_attention_fwd: one attention kernel that rotates q and k as it loads them: the
+ * attention's compulsory traffic plus the rows' positions and the table once (max_pos x
+ * HD/2 cosines and sines, a few hundred KB that every head's tiles re-read from cache);
+ * the rotation's few FLOPs ride on the tiles' loads */
+static void rc_rope_attention_fwd(dllm_backend *be, float *out, float *state, float *q, float *k,
+                                  const float *v, const int32_t *pos, const op_rope_table *t,
+                                  const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                                  bool causal)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "rope_attention_fwd");
+    double bt = (double)B * T;
+    att_kernel(r, "attention_rope_fwd", 2, B, T, NH, NKV, HD, causal,
+               4 * bt * (NH + 2.0 * NKV) * HD + (keymask ? bt : 0) + 4 * bt +
+                   4.0 * t->max_pos * HD,
+               4 * bt * NH * HD + 4 * bt * NH);
+    if (IN)
+        INOPS->rope_attention_fwd(IN, out, state, q, k, v, pos, t, keymask, B, T, NH, NKV, HD,
+                                  causal);
     end(r, n0);
 }
 
@@ -997,22 +1039,22 @@ static void bf16_check(const bf16_matrix *w, int C, int OC)
     }
 }
 
-static void rc_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
-                               int N, int C, int OC)
+/* backend_cuda.cu's bf16_linear: bf16_linear_fwd, plus res (NULL: none) read as the
+ * epilogue's C on cuBLASLt or added by a pass of its own on the fallback */
+static void bf16_linear(recorder *r, const float *out, bf16_matrix *w, int N, int C, int OC,
+                        const float *res)
 {
-    recorder *r = R(be);
-    size_t n0 = begin(r, "bf16_linear_fwd");
     bf16_check(w, C, OC);
     if (N > 0) {
         size_t na = (size_t)N * C, nw = (size_t)OC * C;
         bool lt = C % 8 == 0 && OC % 4 == 0 && (uintptr_t)out % 16 == 0 &&
-                  (uintptr_t)w->w % 16 == 0;
+                  (uintptr_t)w->w % 16 == 0 && (uintptr_t)res % 16 == 0;
         if (lt) {
             ws_get(r, align256(na * 2));
             elementwise(r, "f32_to_bf16", na, 1, 4, 2);
             double n = N, c = C, oc = OC;
             rec_event *e = matmul(r, "gemm_bf16", REC_UNIT_BF16_TC, n, oc, c,
-                                  2 * (n * c + oc * c), 4 * n * oc);
+                                  2 * (n * c + oc * c) + (res ? 4 * n * oc : 0), 4 * n * oc);
             e->weight = w->w;
             e->weight_bytes = 2 * oc * c;
         } else { /* widened to fp32 through the fp32 GEMM */
@@ -1021,8 +1063,18 @@ static void rc_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, b
             elementwise(r, "bf16_to_f32", na, 1, 2, 4);
             elementwise(r, "bf16_to_f32", nw, 1, 2, 4);
             gemm_f32(r, N, OC, C, 0.0f, w->w, 2.0 * nw);
+            if (res)
+                elementwise(r, "add", (size_t)N * OC, 1, 8, 4);
         }
     }
+}
+
+static void rc_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
+                               int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "bf16_linear_fwd");
+    bf16_linear(r, out, w, N, C, OC, NULL);
     if (IN)
         INOPS->bf16_linear_fwd(IN, out, inp, w, N, C, OC);
     end(r, n0);
@@ -1169,11 +1221,10 @@ static void act_mismatch(int OC, int C)
     exit(1);
 }
 
-static void rc_linear_quant_act_fwd(dllm_backend *be, float *out, const dllm_qact *qa,
-                                    const dllm_lin_weight *lw, int N, int C, int OC)
+/* backend_cuda.cu's linear_quant_act: linear_quant_act_fwd, with a residual when res */
+static void linear_quant_act(recorder *r, const dllm_qact *qa, const dllm_lin_weight *lw, int N,
+                             int C, int OC, bool res)
 {
-    recorder *r = R(be);
-    size_t n0 = begin(r, "linear_quant_act_fwd");
     check_act(qa, N, C, "linear_quant_act_fwd");
     if (qa->kind == DLLM_QACT_INT8) {
         const int8_matrix *w = lw->i8;
@@ -1183,7 +1234,7 @@ static void rc_linear_quant_act_fwd(dllm_backend *be, float *out, const dllm_qac
             act_mismatch(OC, C);
         if (N > 0) {
             ws_get(r, align256((size_t)int8_acc_chunk(N, w) * ((OC + 3) / 4 * 4) * 4));
-            int8_products(r, w, N, OC);
+            int8_products(r, w, N, OC, res);
         }
     } else {
         fp8_matrix *w = lw->f8;
@@ -1196,10 +1247,45 @@ static void rc_linear_quant_act_fwd(dllm_backend *be, float *out, const dllm_qac
             act_mismatch(OC, C);
         if (fp8_rows(N, true) != N)
             ws_get(r, (size_t)fp8_rows(N, true) * OC * sizeof(float));
-        fp8_gemm_run(r, w, true, N, C, OC);
+        fp8_gemm_run(r, w, true, N, C, OC, res);
     }
+}
+
+static void rc_linear_quant_act_fwd(dllm_backend *be, float *out, const dllm_qact *qa,
+                                    const dllm_lin_weight *lw, int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "linear_quant_act_fwd");
+    linear_quant_act(r, qa, lw, N, C, OC, false);
     if (IN)
         INOPS->linear_quant_act_fwd(IN, out, qa, lw, N, C, OC);
+    end(r, n0);
+}
+
+/* cu_linear_res_fwd: the format's linear with the residual added where the product is made
+ * (the epilogue reads it once), or by a pass of its own on a fallback */
+static void rc_linear_res_fwd(dllm_backend *be, float *out, const float *res, const float *inp,
+                              const dllm_qact *qa, const dllm_lin_weight *w, int N, int C,
+                              int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "linear_res_fwd");
+    if (qa) {
+        linear_quant_act(r, qa, w, N, C, OC, true);
+    } else if (w->f8) {
+        fp8_linear(r, w->f8, N, C, OC, true);
+    } else if (w->i8) {
+        if (N > 0)
+            int8_linear(r, w->i8, N, C, OC, true);
+    } else if (w->b16) {
+        bf16_linear(r, out, w->b16, N, C, OC, res);
+    } else {
+        fprintf(stderr, "dllm-rl: cuda backend: linear_res_fwd: no FP8, INT8 or bf16 weight "
+                        "(the device has no NVFP4 linear)\n");
+        exit(1);
+    }
+    if (IN)
+        INOPS->linear_res_fwd(IN, out, res, inp, qa, w, N, C, OC);
     end(r, n0);
 }
 
@@ -1663,6 +1749,8 @@ static const dllm_backend_ops record_ops = {
     .gd_gated_rmsnorm_bwd = rc_gd_gated_rmsnorm_bwd,
     .gd_partial_rope_fwd = rc_gd_partial_rope_fwd, .gd_partial_rope_bwd = rc_gd_partial_rope_bwd,
     .adamw_step = rc_adamw_step,
+    .linear_res_fwd = rc_linear_res_fwd,
+    .rope_attention_fwd = rc_rope_attention_fwd,
 };
 
 /* ---- the instance ---------------------------------------------------------------------- */

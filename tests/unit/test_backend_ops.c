@@ -369,7 +369,7 @@ START_TEST(test_backend_table_complete)
         "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
         "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x",
-        "adamw_step", "kv_cache", "gemm_bf16"};
+        "adamw_step", "kv_cache", "gemm_bf16", "linear_res_fwd", "rope_attention_fwd"};
     /* 7 buffer entries, 29 ops, 3 optional low-precision linears (the CPU's NVFP4 and
      * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
      * by test_precision through the model), the CPU's grouped
@@ -384,11 +384,12 @@ START_TEST(test_backend_table_complete)
      * tests/unit/backend_kernel_cases.c); the 2 key/value cache entries (kv_append,
      * attention_cached: one case name, kv_cache, runs both); the 13 Gated DeltaNet entries
      * (optional, all on both backends) are run on both, through this table, by
-     * tests/unit/test_gated_delta_device.c.
+     * tests/unit/test_gated_delta_device.c; the 2 fused forwards (linear_res_fwd: INT8's
+     * bit for bit in tests/unit/test_int8_device.c).
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 13);
+                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 13 + 2);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
@@ -422,6 +423,152 @@ START_TEST(test_backend_table_complete)
 END_TEST
 #endif /* HAVE_CUDA */
 
+/* ---- the fused forwards against their parts, bit for bit, on one backend ----------- */
+
+static void *put(dllm_backend *be, const void *h, size_t bytes)
+{
+    void *d = be->ops->alloc(be, bytes);
+    be->ops->upload(be, d, h, bytes);
+    return d;
+}
+
+/* rope_attention_fwd against rope_fwd of q and k in place, then attention_fwd:
+ * d = {B, T, NH, NKV, HD, causal, masked} (GQA, masks, causal, rows not a multiple of the
+ * tiles, the fp32 kernel at head dim 256) */
+static const int ROPE_ATT[][7] = {{2, 45, 4, 2, 16, 0, 1}, {1, 70, 2, 1, 64, 1, 0},
+                                  {2, 33, 4, 1, 128, 1, 1}, {1, 20, 2, 1, 256, 1, 1}};
+
+static void check_rope_attention_parts(dllm_backend *be, int i)
+{
+    const int *d = ROPE_ATT[i];
+    const int B = d[0], T = d[1], NH = d[2], NKV = d[3], HD = d[4], N = B * T;
+    const size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD, tn = (size_t)T * (HD / 2);
+    op_rope_table h;
+    op_rope_table_init(&h, T, HD, 10000.0f);
+    float *q = dllm_host_normal(nq, 81, 1.0), *k = dllm_host_normal(nk, 82, 1.0);
+    float *v = dllm_host_normal(nk, 83, 1.0);
+    int32_t *pos = malloc(sizeof *pos * (size_t)N);
+    uint8_t *km = malloc((size_t)N);
+    for (int r = 0; r < N; r++) {
+        pos[r] = (r * 7 + 3) % T;
+        km[r] = !d[6] || r % T >= 2 * (r / T) + 1;
+    }
+    op_rope_table t = {T, HD / 2, put(be, h.cos, tn * 4), put(be, h.sin, tn * 4)};
+    float *dq1 = put(be, q, nq * 4), *dk1 = put(be, k, nk * 4), *dq2 = put(be, q, nq * 4);
+    float *dk2 = put(be, k, nk * 4), *dv = put(be, v, nk * 4);
+    int32_t *dpos = put(be, pos, (size_t)N * 4);
+    uint8_t *dkm = d[6] ? put(be, km, (size_t)N) : NULL;
+    size_t ns = be->ops->attn_state_floats(be, B, T, NH);
+    float *o1 = be->ops->alloc(be, nq * 4), *o2 = be->ops->alloc(be, nq * 4);
+    float *s1 = be->ops->alloc(be, ns * 4), *s2 = be->ops->alloc(be, ns * 4);
+    be->ops->rope_attention_fwd(be, o1, s1, dq1, dk1, dv, dpos, &t, dkm, B, T, NH, NKV, HD, d[5]);
+    be->ops->rope_fwd(be, dq2, dq2, dpos, &t, N, NH, HD);
+    be->ops->rope_fwd(be, dk2, dk2, dpos, &t, N, NKV, HD);
+    be->ops->attention_fwd(be, o2, s2, dq2, dk2, dv, dkm, B, T, NH, NKV, HD, d[5]);
+    float *a = malloc(nq * 4), *b = malloc(nq * 4);
+    be->ops->download(be, a, o1, nq * 4);
+    be->ops->download(be, b, o2, nq * 4);
+    ck_assert_msg(memcmp(a, b, nq * 4) == 0, "%s: rope_attention_fwd B%d T%d NH%d NKV%d HD%d "
+                  "differs from rope then attention", be->name, B, T, NH, NKV, HD);
+    float *sa = malloc(ns * 4 + 4), *sb = malloc(ns * 4 + 4);
+    be->ops->download(be, sa, s1, ns * 4);
+    be->ops->download(be, sb, s2, ns * 4);
+    ck_assert_msg(memcmp(sa, sb, ns * 4) == 0, "%s: rope_attention_fwd's state differs",
+                  be->name);
+    void *all[] = {t.cos, t.sin, dq1, dk1, dq2, dk2, dv, dpos, dkm, o1, o2, s1, s2};
+    for (size_t j = 0; j < sizeof all / sizeof *all; j++)
+        if (all[j])
+            be->ops->free(be, all[j]);
+    op_rope_table_free(&h);
+    free(q), free(k), free(v), free(pos), free(km), free(a), free(b), free(sa), free(sb);
+}
+
+/* linear_res_fwd against the format's linear, then add: FP8 block-scaled with rows a
+ * multiple of 8 (the epilogue) and not (the padded product), FP8 tensor-scaled, bf16 */
+static const int LIN_RES[][4] = {{40, 256, 192, 0}, {37, 256, 192, 0}, {40, 144, 48, 1},
+                                 {33, 64, 40, 2}};
+
+static void check_linear_res_parts(dllm_backend *be, int i)
+{
+    const int N = LIN_RES[i][0], C = LIN_RES[i][1], OC = LIN_RES[i][2], kind = LIN_RES[i][3];
+    float *w = dllm_host_normal((size_t)OC * C, 84, 0.05), *x = dllm_host_normal((size_t)N * C, 85, 1.0);
+    float *res = dllm_host_normal((size_t)N * OC, 86, 2.0);
+    fp8_matrix hm = {0}, dm;
+    bf16_matrix hb = {0};
+    dllm_lin_weight lw = {0};
+    void *dwq = NULL, *dws = NULL;
+    if (kind < 2) {
+        dllm_err err;
+        fp8_scaling sc = kind == 0 ? FP8_SCALE_BLOCK : FP8_SCALE_TENSOR;
+        ck_assert_int_eq(fp8_quantise_weight(&hm, w, OC, C, FP8_E4M3, sc, false, &err), 0);
+        dm = hm;
+        dm.act_scaling = kind == 0 ? FP8_SCALE_GROUP : FP8_SCALE_TENSOR;
+        size_t sc_cols = (size_t)hm.scale_cols;
+        size_t ld = dllm_backend_fp8_scale_ld(be, sc, OC, C);
+        float *sp = calloc((size_t)hm.scale_rows * ld, sizeof *sp);
+        for (int r = 0; r < hm.scale_rows; r++)
+            memcpy(sp + r * ld, hm.scale + r * sc_cols, sc_cols * sizeof *sp);
+        dm.q = dwq = put(be, hm.q, (size_t)OC * C);
+        dm.scale = dws = put(be, sp, (size_t)hm.scale_rows * ld * 4);
+        dm.scale_ld = (int)ld;
+        free(sp);
+        lw.f8 = &dm;
+    } else {
+        uint16_t *wb = malloc((size_t)OC * C * 2);
+        op_f32_to_bf16_array(wb, w, (size_t)OC * C);
+        hb.rows = OC, hb.cols = C, hb.w = dwq = put(be, wb, (size_t)OC * C * 2);
+        free(wb);
+        lw.b16 = &hb;
+    }
+    float *dx = put(be, x, (size_t)N * C * 4), *dres = put(be, res, (size_t)N * OC * 4);
+    float *o1 = be->ops->alloc(be, (size_t)N * OC * 4), *o2 = be->ops->alloc(be, (size_t)N * OC * 4);
+    be->ops->linear_res_fwd(be, o1, dres, dx, NULL, &lw, N, C, OC);
+    if (lw.f8)
+        be->ops->fp8_linear_fwd(be, o2, dx, lw.f8, N, C, OC);
+    else
+        be->ops->bf16_linear_fwd(be, o2, dx, lw.b16, N, C, OC);
+    be->ops->add(be, o2, dres, (size_t)N * OC);
+    float *a = malloc((size_t)N * OC * 4), *b = malloc((size_t)N * OC * 4);
+    be->ops->download(be, a, o1, (size_t)N * OC * 4);
+    be->ops->download(be, b, o2, (size_t)N * OC * 4);
+    ck_assert_msg(memcmp(a, b, (size_t)N * OC * 4) == 0, "%s: linear_res_fwd N%d C%d OC%d (%s) "
+                  "differs from the linear then add", be->name, N, C, OC,
+                  kind == 0 ? "fp8 block" : kind == 1 ? "fp8 tensor" : "bf16");
+    be->ops->weight_cache_free(be, lw.f8, lw.b16);
+    void *all[] = {dwq, dws, dx, dres, o1, o2};
+    for (size_t j = 0; j < sizeof all / sizeof *all; j++)
+        if (all[j])
+            be->ops->free(be, all[j]);
+    if (kind < 2)
+        fp8_matrix_free(&hm);
+    free(w), free(x), free(res), free(a), free(b);
+}
+
+enum { N_ROPE_ATT = sizeof ROPE_ATT / sizeof *ROPE_ATT, N_LIN_RES = sizeof LIN_RES / sizeof *LIN_RES };
+
+START_TEST(test_cpu_fused_forwards)
+{
+    if (_i < N_ROPE_ATT)
+        check_rope_attention_parts(dllm_backend_cpu(), _i);
+    else
+        check_linear_res_parts(dllm_backend_cpu(), _i - N_ROPE_ATT);
+}
+END_TEST
+
+#ifdef HAVE_CUDA
+/* The device's fused forwards give its own unfused results bit for bit: the rotation is the
+ * RoPE kernel's (kernels/cuda/rope.cuh), and the epilogue's acc + C is the add's one rounding. */
+START_TEST(test_device_fused_forwards)
+{
+    dllm_backend *be = dllm_backend_cuda();
+    if (_i < N_ROPE_ATT)
+        check_rope_attention_parts(be, _i);
+    else
+        check_linear_res_parts(be, _i - N_ROPE_ATT);
+}
+END_TEST
+#endif
+
 static Suite *backend_suite(bool gpu)
 {
     Suite *s = suite_create("backend_ops");
@@ -431,6 +578,7 @@ static Suite *backend_suite(bool gpu)
     tcase_add_test(th, test_gemm_bf16_rounds);
     tcase_add_loop_test(th, test_cpu_linears_entry, 0, LIN_FMT_N);
     tcase_add_test(th, test_cpu_weight_cache_free_bf16);
+    tcase_add_loop_test(th, test_cpu_fused_forwards, 0, N_ROPE_ATT + N_LIN_RES);
     suite_add_tcase(s, th);
 #ifdef HAVE_CUDA
     if (gpu) {
@@ -438,6 +586,7 @@ static Suite *backend_suite(bool gpu)
         tcase_set_timeout(tc, 300);
         tcase_add_test(tc, test_backend_table_complete);
         tcase_add_loop_test(tc, test_backend_table, 0, (int)dllm_backend_n_cases);
+        tcase_add_loop_test(tc, test_device_fused_forwards, 0, N_ROPE_ATT + N_LIN_RES);
         suite_add_tcase(s, tc);
         TCase *tk = tcase_create("kernels");
         tcase_set_timeout(tk, 300);

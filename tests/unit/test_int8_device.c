@@ -5,7 +5,9 @@
  *     formed in the CPU's order), channel and block scaling, at shapes whose C, OC and
  *     rows are not multiples of 4 or of 128 (the device layout's padding) and at a
  *     larger one that splits the rows into chunks; inputs with inf, NaN and a row of
- *     zeros; and within the fp32 bound of the dequantised reference (op_int8_linear_ref).
+ *     zeros; and within the fp32 bound of the dequantised reference (op_int8_linear_ref);
+ *   - linear_res_fwd over the same weight equals the CPU's linear followed by its add, bit
+ *     for bit (the residual joins in the last scaling pass).
  * (What the cuBLASLt stand-in refuses for INT8 is a probe row of kernels/cuda/
  * selftest_probe.cu, run by tests/test_cuda_selftest.) SKIP (77) outside the emulation
  * build. */
@@ -85,7 +87,27 @@ START_TEST(test_equals_cpu)
     ck_assert_msg(differ == 0, "%s N%d C%d OC%d: %zu of %zu outputs differ from the CPU's (first "
                   "at %zu: %.9g vs %.9g)", int8_scaling_name(s), N, C, OC, differ,
                   (size_t)N * OC, first, got[first], want[first]);
+    /* plus a residual (linear_res_fwd, added in the last scaling pass): the CPU's linear
+     * then add, bit for bit */
+    float *res = malloc(sizeof(float) * (size_t)N * OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        res[i] = (float)(2.0 * dllm_rng_normal(&r));
+    float *dres = dllm_cuda_malloc(sizeof(float) * (size_t)N * OC);
+    dllm_cuda_memcpy_h2d(dres, res, sizeof(float) * (size_t)N * OC);
+    const dllm_lin_weight lw = {.i8 = &d};
+    be->ops->linear_res_fwd(be, dout, dres, dx, NULL, &lw, N, C, OC);
+    dllm_cuda_memcpy_d2h(got, dout, sizeof(float) * (size_t)N * OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++) {
+        float sum = want[i] + res[i];
+        ck_assert_msg(memcmp(&got[i], &sum, sizeof sum) == 0, "%s N%d C%d OC%d: linear + "
+                      "residual at %zu: %.9g, the CPU's %.9g", int8_scaling_name(s), N, C, OC,
+                      i, got[i], sum);
+    }
+    dllm_cuda_free(dres);
+    free(res);
     /* and near the dequantised reference: fp32 rounding only (kernels/int8.h's bound) */
+    be->ops->int8_linear_fwd(be, dout, dx, &d, N, C, OC);
+    dllm_cuda_memcpy_d2h(got, dout, sizeof(float) * (size_t)N * OC);
     op_int8_linear_ref(ref, x, &h, N, C, OC);
     int8_matrix_cache_dequant(&h);
     int8_t *qa = malloc((size_t)N * h.ldq);

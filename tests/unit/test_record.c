@@ -176,6 +176,15 @@ START_TEST(test_llada8b_closed_forms)
     near(ro->transfer_bytes, 4);
     ck_assert(r->fp8_over_bf16 > 1.0);
     ck_assert(r->ph[PT_UPDATE_STEP].modelled_s > r->ph[PT_SCORE].modelled_s);
+    /* the denoising step near the hardware's speed: RoPE inside the attention's loads and
+     * the residual adds in the GEMMs' epilogues leave no separate pass over those
+     * activations (rope_fwd and add: none in the step) */
+    ck_assert_msg(ro->modelled_s <= 1.3 * ro->ideal_s, "rollout step modelled %.4f s, ideal "
+                  "%.4f s: ratio %.3f > 1.3", ro->modelled_s, ro->ideal_s,
+                  ro->modelled_s / ro->ideal_s);
+    for (int i = 0; i < ro->nops; i++)
+        ck_assert_msg(strcmp(ro->ops[i].op, "rope_fwd") && strcmp(ro->ops[i].op, "add"),
+                      "the rollout step still runs %s (%s)", ro->ops[i].op, ro->ops[i].what);
     printf("llada-8b d1 (modelled, h100): rollout step %.3f s (ideal %.3f), score %.3f s, "
            "update %.3f s, fp8/bf16 %.3fx, peak %.2f GB, recorded in %.1f s\n", ro->modelled_s,
            ro->ideal_s, r->ph[PT_SCORE].modelled_s, r->ph[PT_UPDATE_STEP].modelled_s,
