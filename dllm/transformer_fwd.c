@@ -328,7 +328,6 @@ size_t dllm_tf_activation_floats(const dllm_tf *m)
 
 /* ---- linears ---------------------------------------------------------------------- */
 
-/* out (N, o) += the LoRA path of linear j, where the view has one. */
 /* Linear j of layer l's LoRA adapter as view v applies it at run time, or NULL. */
 static const tf_lora *lin_lora(const dllm_tf *m, const tf_view *v, int l, int j)
 {
@@ -337,6 +336,7 @@ static const tf_lora *lin_lora(const dllm_tf *m, const tf_view *v, int l, int j)
     return ad && ad->A ? ad : NULL;
 }
 
+/* out (N, o) += the LoRA path of linear j, where the view has one. */
 static void lin_lora_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out,
                          const float *inp, int N, float *xa)
 {
