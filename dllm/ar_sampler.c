@@ -146,8 +146,8 @@ int dllm_ar_sample(dllm_tf *m, const int32_t *prompts, const uint8_t *prompt_mas
     dllm_backend *dev = dllm_tf_device(m);
     const bool nucleus = c->temperature > 0 && c->top_p < 1;
     dllm_ar_decoder d;
-    if (dev && (!nucleus || dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS)))
-        rc = qwen3_device_decoder(m, kv, &d, err);
+    if (!dev || !nucleus || dllm_backend_supports(dev, DLLM_OP_AR_NUCLEUS))
+        rc = qwen3_decoder(m, kv, &d, err);
     else
         rc = qwen3_host_decoder(m, kv, &d, err);
     if (!rc)

@@ -65,9 +65,10 @@ typedef struct {
 } dllm_ar_decoder;
 
 /* The decoders of a Qwen3 model over its cache c (qwen3_cache_new on that model, B rows:
- * the batch every extend appends to): on the model's device, or on the host (a model on
- * a device then sends its logits down). */
-int qwen3_device_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err);
+ * the batch every extend appends to): in the memory of the backend the model runs on
+ * (the host's, or its device's), or with tokens and logits on the host (a model on a
+ * device then sends its logits down). */
+int qwen3_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err);
 int qwen3_host_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err);
 
 /* The loop of dllm_ar_sample over decoder d, prompts [B,P] and out's arrays on the host:

@@ -64,12 +64,7 @@ void dllm_block_cache_free(dllm_block_cache *c)
     free(c);
 }
 
-static const tf_view *view(const dllm_block_cache *c)
-{
-    if (!c->host)
-        return tf_device_view(c->m, c->rollout);
-    return c->rollout ? tf_rollout_view(c->m) : &c->m->tv;
-}
+static const tf_view *view(const dllm_block_cache *c) { return tf_fwd_view(c->m, c->rollout); }
 
 static int check_tokens(const dllm_tf *m, const int32_t *tokens, size_t n)
 {

@@ -6,16 +6,39 @@
  * the backend's attention (fp32, max subtracted), so decoding reproduces the
  * full forward up to summation order. The layers are the core's own
  * (tf_layers_fwd) with the cached attention in place of the batch one, at the
- * trainer's numerics or, with qwen3_decode_at_rollout, the rollout copy's. A model on
- * a device backend keeps the cache in the device's memory (dllm/qwen3_device.c). */
+ * trainer's numerics or, with qwen3_decode_at_rollout, the rollout copy's. The cache lives
+ * in the memory of the backend the model runs on: the host's, or its device's. */
 #include "dllm/qwen3.h"
 #include "dllm/ar_sampler.h"
-#include "dllm/qwen3_impl.h"
+#include "dllm/transformer_device_impl.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+struct qwen3_kv_cache {
+    int B, max_len, len, L, NKV, HD;
+    int T;            /* slots the extend in progress appends */
+    dllm_backend *be; /* whose memory the cache is: the backend the model runs on */
+    bool dev;         /* be is a device's (the model is on one) */
+    float *k, *v;     // (L, B, max_len, NKV*HD) in be's memory
+    uint8_t *mask;    // (B, max_len) the key mask (on a device: the host's mirror)
+    int32_t *npos;    // (B) real tokens so far = the next RoPE position
+    tf_acts a;        /* one layer's activations for the B*T new rows (grown on demand), in
+                         be's memory, with the B last rows in a.xr */
+    dllm_tf *m;       /* the model a decoder (dllm/ar_sampler.h) runs */
+    /* on a device */
+    uint8_t *dmask;   // (B, max_len) the key mask
+    uint8_t *dnew;    // (B * max_len) the new slots' key mask of an extend
+    const uint8_t *newmask; /* dnew while an extend with a key mask runs, else NULL */
+    int32_t *dtok;    // (B * max_len) host tokens of qwen3_extend, uploaded
+    float *dlg;       // (lg_rows, V) a chunk of logits for qwen3_extend
+    int lg_rows;
+    float *hlg;       // (B, V) host: the last rows' logits of the host decoder's extend
+    const tf_view *view; /* the weights of the last extend, which the head reads */
+    bool have_rows;   /* a.xr holds the last extend's B last rows */
+};
 
 void qwen3_decode_at_rollout(dllm_tf *m, bool on) { m->decode_rollout = on; }
 
@@ -85,13 +108,17 @@ qwen3_kv_cache *qwen3_cache_new(const dllm_tf *m, int B, int max_len)
     c->HD = m->HD;
     c->mask = dllm_calloc((size_t)c->B * c->max_len, 1);
     c->npos = dllm_calloc((size_t)c->B, sizeof(int32_t));
-    if (m->dev) { /* K/V in the device's memory only */
-        qwen3_device_cache_init(m, c);
-        return c;
+    c->dev = m->dev != NULL;
+    c->be = c->dev ? m->dev->be : m->be;
+    dllm_backend *be = c->be;
+    size_t slots = (size_t)c->B * c->max_len, n = (size_t)m->L * slots * m->KD;
+    c->k = be->ops->alloc(be, n * sizeof(float));
+    c->v = be->ops->alloc(be, n * sizeof(float));
+    if (c->dev) { /* the key mask and the new slots' in the device's memory too */
+        c->dmask = be->ops->alloc(be, slots);
+        c->dnew = be->ops->alloc(be, slots);
+        c->a.be = be;
     }
-    size_t n = (size_t)m->L * c->B * c->max_len * m->KD;
-    c->k = TF_FALLOC(n);
-    c->v = TF_FALLOC(n);
     return c;
 }
 
@@ -99,11 +126,12 @@ void qwen3_cache_free(qwen3_kv_cache *c)
 {
     if (!c)
         return;
-    if (c->be)
-        qwen3_device_cache_free(c);
+    dllm_backend *be = c->be;
+    void *all[] = {c->k, c->v, c->dmask, c->dnew, c->dtok, c->dlg};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i])
+            be->ops->free(be, all[i]);
     tf_acts_free(&c->a);
-    free(c->k);
-    free(c->v);
     free(c->mask);
     free(c->npos);
     free(c->hlg);
@@ -112,80 +140,135 @@ void qwen3_cache_free(qwen3_kv_cache *c)
 
 int qwen3_cache_len(const qwen3_kv_cache *c) { return c->len; }
 
-/* The hook of tf_layer_fwd, for the cache on the host or a device alike: appends the
- * layer's new K/V to the cache (and, on a device, at layer 0 their key mask: the host's is
- * written by the extend), then the new queries attend over it (the table's kv_append and
- * attention_cached, causal). */
-void qwen3_cache_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
+/* The hook of tf_layer_fwd: appends the layer's new K/V to the cache (and, on a device,
+ * at layer 0 their key mask: the host's is written by the extend), then the new queries
+ * attend over it (the table's kv_append and attention_cached, causal). */
+static void cache_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
 {
     qwen3_kv_cache *c = ctx;
-    dllm_backend *be = c->be ? c->be : m->be;
+    dllm_backend *be = c->be;
     size_t lstride = (size_t)c->B * c->max_len * m->KD;
-    float *kc = (c->be ? c->dk : c->k) + l * lstride, *vc = (c->be ? c->dv : c->v) + l * lstride;
-    uint8_t *cm = c->be ? c->dmask : c->mask;
-    be->ops->kv_append(be, kc, vc, c->be && l == 0 ? cm : NULL, io->k, io->v, c->newmask, c->B,
-                       c->T, c->len, c->max_len, m->KD);
+    float *kc = c->k + l * lstride, *vc = c->v + l * lstride;
+    uint8_t *cm = c->dev ? c->dmask : c->mask;
+    be->ops->kv_append(be, kc, vc, c->dev && l == 0 ? cm : NULL, io->k, io->v, c->newmask,
+                       c->B, c->T, c->len, c->max_len, m->KD);
     be->ops->attention_cached(be, io->y, io->q, kc, vc, cm, c->B, c->T, c->len, c->max_len,
                               m->NH, m->NKV, m->HD, true);
 }
 
-int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
-                 const uint8_t *keymask, int T, float *logits, dllm_err *err)
+/* T new slots of every row from tokens (B*T, in the cache's memory): the core's layers
+ * over them alone, at the view the decoding reads; the B last rows kept for the head.
+ * What crosses on a device: the new slots' RoPE positions (counted on the host, as real
+ * tokens), their key mask when one is given, the head rows of a T > 1 extend. */
+static int extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens, const uint8_t *keymask,
+                  int T, const char *fn, dllm_err *err)
 {
     if (!m->arch->causal || m->arch->shift_logits)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "qwen3_extend: %s is not a causal model with unshifted logits",
-                            m->arch->name);
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: %s is not a causal model with unshifted "
+                            "logits", fn, m->arch->name);
     if (c->L != m->L || c->NKV != m->NKV || c->HD != m->HD)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3_extend: the cache belongs to another model");
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: the cache belongs to another model", fn);
+    if (c->be != (m->dev ? m->dev->be : m->be))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "%s: the cache and the model are on different backends", fn);
     if (T <= 0 || c->len + T > c->max_len)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "qwen3_extend: %d new slots do not fit the cache (%d of %d used)", T,
+                            "%s: %d new slots do not fit the cache (%d of %d used)", fn, T,
                             c->len, c->max_len);
+    dllm_backend *be = c->be;
     int B = c->B, N = B * T;
-    for (int n = 0; n < N; n++)
-        if (tokens[n] < 0 || tokens[n] >= m->V)
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "qwen3_extend: token %d at (%d, %d) outside the vocabulary [0, %d)",
-                                tokens[n], n / T, n % T, m->V);
-    if (c->be || m->dev) {
-        if (c->be != dllm_tf_device(m))
-            return dllm_err_set(err, DLLM_EXIT_INPUT,
-                                "qwen3_extend: the cache and the model are on different backends");
-        return qwen3_device_extend_host(m, c, tokens, keymask, T, logits, err);
-    }
-    if (m->lora_rank && !c->a.xa) /* LoRA enabled since the buffers were sized */
-        tf_acts_free(&c->a);
-    tf_acts_ensure(m, &c->a, B, T, B, 1);
     tf_acts *a = &c->a;
+    if (m->lora_rank && !a->xa) /* LoRA enabled since the buffers were sized */
+        tf_acts_free(a);
+    tf_acts_ensure(m, a, B, T, B, 1);
     a->B = B, a->T = T, a->N = N, a->R = B;
+    int32_t *pos = a->pos, *hrows = a->hrows;
+    if (c->dev) { /* built on the host, in the model's staging */
+        tf_device_staging(m->dev, (size_t)N);
+        pos = m->dev->h_pos, hrows = m->dev->h_rows;
+    }
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             int n = b * T + t;
             uint8_t real = keymask ? keymask[n] != 0 : 1;
             c->mask[(size_t)b * c->max_len + c->len + t] = real;
-            a->pos[n] = real ? c->npos[b]++ : 0;
+            pos[n] = real ? c->npos[b]++ : 0;
         }
-    int maxpos = 0;
-    for (int b = 0; b < B; b++)
-        maxpos = c->npos[b] > maxpos ? c->npos[b] : maxpos;
-    tf_rope_grow(m, maxpos);
-    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
-
-    const tf_view *v =
-        m->decode_rollout && m->prec.rollout != DLLM_ROLLOUT_TRAINER ? &m->rv : &m->tv;
-    c->T = T;
+    tf_rope_grow(m, c->max_len); /* once: positions never reach max_len */
     c->newmask = NULL;
-    const float *x = tf_layers_fwd(m, a, v, false, qwen3_cache_attention, c);
-    c->len += T;
-    if (logits) {
-        size_t C = (size_t)m->C;
-        for (int b = 0; b < B; b++)
-            m->be->ops->copy(m->be, a->xr + b * C, x + ((size_t)b * T + T - 1) * C,
-                             C * sizeof(float));
-        tf_head_fwd(m, v, a->xr, a->nf, a->rstdf, B, logits);
+    if (c->dev) {
+        be->ops->upload(be, a->pos, pos, (size_t)N * sizeof(int32_t));
+        if (keymask) {
+            be->ops->upload(be, c->dnew, keymask, (size_t)N);
+            c->newmask = c->dnew;
+        }
     }
+    be->ops->copy(be, a->tokens, tokens, (size_t)N * sizeof(int32_t));
+    c->view = tf_fwd_view(m, m->decode_rollout);
+    c->T = T;
+    const float *x = tf_layers_fwd(m, a, c->view, false, cache_attention, c);
+    c->len += T;
+    c->newmask = NULL;
+    size_t C = (size_t)m->C;
+    if (T == 1)
+        be->ops->copy(be, a->xr, x, (size_t)B * C * sizeof(float));
+    else {
+        for (int b = 0; b < B; b++)
+            hrows[b] = b * T + T - 1;
+        if (c->dev)
+            be->ops->upload(be, a->hrows, hrows, (size_t)B * sizeof(int32_t));
+        be->ops->embedding_fwd(be, a->xr, a->hrows, x, B, m->C); /* gather the rows */
+    }
+    c->have_rows = true;
     return 0;
+}
+
+/* logits (n, V, the cache's memory) of rows r0 .. r0 + n - 1 of the last extend. */
+static int head(dllm_tf *m, qwen3_kv_cache *c, int r0, int n, float *logits, dllm_err *err)
+{
+    if (!c->have_rows || r0 < 0 || n <= 0 || r0 + n > c->B)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3 head: rows [%d, %d) of %d%s", r0,
+                            r0 + n, c->B, c->have_rows ? "" : " before any extend");
+    size_t C = (size_t)m->C;
+    tf_acts *a = &c->a;
+    tf_head_fwd(m, c->view, a->xr + r0 * C, a->nf + r0 * C, a->rstdf + r0, n, logits);
+    return 0;
+}
+
+int qwen3_extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens,
+                 const uint8_t *keymask, int T, float *logits, dllm_err *err)
+{
+    dllm_backend *be = c->be;
+    for (size_t n = 0; n < (size_t)c->B * (T > 0 ? T : 0); n++)
+        if (tokens[n] < 0 || tokens[n] >= m->V)
+            return dllm_err_set(err, DLLM_EXIT_INPUT,
+                                "qwen3_extend: token %d at (%zu, %zu) outside the vocabulary "
+                                "[0, %d)", tokens[n], n / (size_t)T, n % (size_t)T, m->V);
+    const int32_t *tok = tokens;
+    if (c->dev && T > 0 && c->len + T <= c->max_len) { /* host tokens go up */
+        if (!c->dtok)
+            c->dtok = be->ops->alloc(be, (size_t)c->B * c->max_len * sizeof(int32_t));
+        be->ops->upload(be, c->dtok, tokens, (size_t)c->B * T * sizeof(int32_t));
+        tok = c->dtok;
+    }
+    int rc = extend(m, c, tok, keymask, T, "qwen3_extend", err);
+    if (rc || !logits)
+        return rc;
+    if (!c->dev) /* every row in one product */
+        return head(m, c, 0, c->B, logits, err);
+    size_t V = (size_t)m->V;
+    if (!c->dlg) { /* on a device the logits come down a chunk of rows at a time */
+        c->lg_rows = dllm_tf_device_chunk_rows(m->V);
+        c->lg_rows = c->lg_rows < c->B ? c->lg_rows : c->B;
+        c->dlg = be->ops->alloc(be, (size_t)c->lg_rows * V * sizeof(float));
+    }
+    for (int r0 = 0; r0 < c->B && !rc; r0 += c->lg_rows) {
+        int n = c->B - r0 < c->lg_rows ? c->B - r0 : c->lg_rows;
+        rc = head(m, c, r0, n, c->dlg, err);
+        if (!rc)
+            be->ops->download(be, logits + (size_t)r0 * V, c->dlg, (size_t)n * V * sizeof(float));
+    }
+    return rc;
 }
 
 int qwen3_prefill(dllm_tf *m, qwen3_kv_cache *c, const int32_t *prompts,
@@ -200,7 +283,30 @@ int qwen3_decode_step(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens, floa
     return qwen3_extend(m, c, tokens, NULL, 1, logits, err);
 }
 
-/* ---- the host decoder (dllm/ar_sampler.h) ---------------------------------------------- */
+/* ---- the decoders (dllm/ar_sampler.h) -------------------------------------------------- */
+
+static int be_extend(void *ctx, const int32_t *tokens, const uint8_t *keymask, int T,
+                     dllm_err *err)
+{
+    qwen3_kv_cache *c = ctx;
+    return extend(c->m, c, tokens, keymask, T, "qwen3 decoder", err);
+}
+
+static int be_head(void *ctx, int r0, int n, float *logits, dllm_err *err)
+{
+    qwen3_kv_cache *c = ctx;
+    return head(c->m, c, r0, n, logits, err);
+}
+
+int qwen3_decoder(dllm_tf *m, qwen3_kv_cache *c, dllm_ar_decoder *out, dllm_err *err)
+{
+    (void)err;
+    c->m = m;
+    /* on the host every row in one product, as qwen3_extend's */
+    int rows = c->dev ? dllm_tf_device_chunk_rows(m->V) : c->B;
+    *out = (dllm_ar_decoder){c, c->be, m->V, rows < c->B ? rows : c->B, be_extend, be_head};
+    return 0;
+}
 
 static int host_extend(void *ctx, const int32_t *tokens, const uint8_t *keymask, int T,
                        dllm_err *err)

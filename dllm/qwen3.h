@@ -68,15 +68,7 @@ int qwen3_decode_step(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens, floa
 void qwen3_decode_at_rollout(dllm_tf *m, bool on);
 
 /* A model on a device (dllm_tf_to_device): qwen3_cache_new puts K/V and the key mask in
- * the device's memory (dllm/qwen3_device.c) and qwen3_extend runs there, its logits
- * downloaded. These two keep the tokens and the logits on the device:
- * qwen3_extend_device appends d_tokens [B,T] (device int32, ids in [0, V): not checked
- * there) with keymask [B,T] (host, or NULL) and keeps each row's last hidden state;
- * qwen3_head_device writes the logits of rows r0 .. r0+n-1 of that extend into d_logits
- * [n, V] (device). Built without CUDA they report so. */
-int qwen3_extend_device(dllm_tf *m, qwen3_kv_cache *c, const int32_t *d_tokens,
-                        const uint8_t *keymask, int T, dllm_err *err);
-int qwen3_head_device(dllm_tf *m, qwen3_kv_cache *c, int r0, int n, float *d_logits,
-                      dllm_err *err);
+ * the device's memory and qwen3_extend runs there, its logits downloaded; the decoder of
+ * dllm/ar_sampler.h (qwen3_decoder) keeps tokens and logits there too. */
 
 #endif

@@ -751,6 +751,13 @@ typedef struct {
     const tf_view *v;
 } fwd_at;
 
+const tf_view *tf_fwd_view(dllm_tf *m, bool rollout)
+{
+    if (m->dev)
+        return tf_device_view(m, rollout);
+    return rollout ? tf_rollout_view(m) : &m->tv;
+}
+
 static fwd_at fwd_place(dllm_tf *m, bool rollout, bool keep)
 {
     if (!m->dev || (keep && !tf_device_training(m)))

@@ -277,7 +277,10 @@ void tf_lin_shape(const dllm_tf *m, int j, int *out, int *in);
 size_t tf_slot_numel(const dllm_tf *m, int t);
 /* Grows the RoPE table to npos positions. */
 void tf_rope_grow(dllm_tf *m, int npos);
-/* The view a rollout forward reads (the trainer's under rollout "trainer"). */
+/* The view a forward without backward reads wherever the model runs: the trainer's or
+ * the rollout copy (on a device, its copies there). */
+const tf_view *tf_fwd_view(dllm_tf *m, bool rollout);
+/* The view a rollout forward reads on the host (the trainer's under rollout "trainer"). */
 const tf_view *tf_rollout_view(const dllm_tf *m);
 void tf_view_free(const dllm_tf *m, tf_view *v);
 void tf_view_master(dllm_tf *m, tf_view *v);

@@ -14,7 +14,7 @@
  *             the fused producers write (block-scaled FP8 copies, INT8 copies) and
  *             cuBLASLt's 32 MiB;
  *   transient the device sampler's buffers for one call; for Qwen3 the KV cache
- *             (dllm/qwen3_device.c), its activation set and the autoregressive sampler's
+ *             (dllm/qwen3.c), its activation set and the autoregressive sampler's
  *             buffers (dllm_ar_sample_decoder), for one call (top_p = 1).
  * A training run keeps that set while the model is on the device, and, when its update runs on the
  * device (dllm/transformer_device_train.c), the update's buffers, all kept:
@@ -444,7 +444,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
             wsneed = max64(wsneed, 32 * 12 * (int64_t)d.V); /* the draw's scratch: 32 rows */
             qaneed = max64(qaneed, qa_forward(&d, f, pr, s->B * T));
             tmax = max64(tmax, T);
-        } else { /* KV-cache decoding (dllm/qwen3_device.c): the prefill is the widest */
+        } else { /* KV-cache decoding (dllm/qwen3.c): the prefill is the widest */
             wsneed = max64(wsneed, ws_forward(&d, f, h16, pr, (int64_t)s->B * s->P,
                                               s->B < rows ? s->B : rows));
             wsneed = max64(wsneed, ws_lora16(&d, lm, (int64_t)s->B * s->P, false));

@@ -1,4 +1,4 @@
-/* test_qwen3_device: Qwen3 decoding with the model on the device (dllm/qwen3_device.c, the
+/* test_qwen3_device: Qwen3 decoding with the model on the device (dllm/qwen3.c, the
  * KV cache in device memory; the one loop of dllm/ar_sampler.c over the device decoder
  * and the CUDA backend's ar_choose):
  *   - the device cache's logits (a left-padded prefill, then decode steps) within 1e-4 of
