@@ -207,7 +207,8 @@ static void mk_fp8_act(const bcase *c, bcase_buf *b, int *nb)
     fp8_matrix_free(&m);
     free(w);
 }
-static void run_fp8_act(dllm_backend *be, const bcase *c, void **p, double *ret)
+/* The producer and the linear of fp8_act's case; with res, linear_res_fwd adding it. */
+static void fp8_act_at(dllm_backend *be, const bcase *c, void **p, const float *res)
 {
     int N = c->d[0], C = c->d[1], OC = c->d[2];
     bool sw = c->d[3];
@@ -226,15 +227,26 @@ static void run_fp8_act(dllm_backend *be, const bcase *c, void **p, double *ret)
             be->ops->swiglu_quant_fwd(be, p[4], &qa, p[2], p[3], N, C);
         else
             be->ops->rmsnorm_quant_fwd(be, p[4], p[6], &qa, p[2], p[3], N, C, 1e-5f);
-        be->ops->linear_quant_act_fwd(be, p[5], &qa, &ws[0], N, C, OC);
+        if (res)
+            be->ops->linear_res_fwd(be, p[5], res, NULL, &qa, &ws[0], N, C, OC);
+        else
+            be->ops->linear_quant_act_fwd(be, p[5], &qa, &ws[0], N, C, OC);
     } else {
         if (sw)
             be->ops->swiglu_fwd(be, p[4], p[2], p[3], (size_t)N * C);
         else
             be->ops->rmsnorm_fwd(be, p[4], p[6], p[2], p[3], N, C, 1e-5f);
-        be->ops->fp8_linear_fwd(be, p[5], p[4], &w, N, C, OC);
+        if (res)
+            be->ops->linear_res_fwd(be, p[5], res, p[4], NULL, &ws[0], N, C, OC);
+        else
+            be->ops->fp8_linear_fwd(be, p[5], p[4], &w, N, C, OC);
     }
     be->ops->weight_cache_free(be, &w, NULL);
+}
+static void run_fp8_act(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    (void)ret;
+    fp8_act_at(be, c, p, NULL);
 }
 
 /* linear_res_fwd over an FP8 weight: fp8_linear_fwd's case (d as there) plus the residual
@@ -271,32 +283,8 @@ static void mk_fp8_act_res(const bcase *c, bcase_buf *b, int *nb)
 }
 static void run_fp8_act_res(dllm_backend *be, const bcase *c, void **p, double *ret)
 {
-    int N = c->d[0], C = c->d[1], OC = c->d[2];
-    bool sw = c->d[3];
-    fp8_matrix w = {0};
-    w.rows = OC, w.cols = C, w.format = FP8_E4M3, w.scaling = FP8_SCALE_BLOCK;
-    fp8_block_shape(w.scaling, OC, C, &w.block_rows, &w.block_cols);
-    w.scale_rows = (OC + w.block_rows - 1) / w.block_rows;
-    w.scale_cols = (C + w.block_cols - 1) / w.block_cols;
-    w.q = p[0], w.act_scaling = FP8_SCALE_GROUP;
-    scale_pick(be, &w, p[1], p[7]);
-    const dllm_lin_weight ws[1] = {{.f8 = &w}};
-    dllm_qact qa;
-    if (dllm_backend_supports(be, DLLM_OP_FUSED_ACT) &&
-        be->ops->act_quant_prepare(be, &qa, N, C, ws, 1)) {
-        if (sw)
-            be->ops->swiglu_quant_fwd(be, p[4], &qa, p[2], p[3], N, C);
-        else
-            be->ops->rmsnorm_quant_fwd(be, p[4], p[6], &qa, p[2], p[3], N, C, 1e-5f);
-        be->ops->linear_res_fwd(be, p[5], p[8], NULL, &qa, &ws[0], N, C, OC);
-    } else {
-        if (sw)
-            be->ops->swiglu_fwd(be, p[4], p[2], p[3], (size_t)N * C);
-        else
-            be->ops->rmsnorm_fwd(be, p[4], p[6], p[2], p[3], N, C, 1e-5f);
-        be->ops->linear_res_fwd(be, p[5], p[8], p[4], NULL, &ws[0], N, C, OC);
-    }
-    be->ops->weight_cache_free(be, &w, NULL);
+    (void)ret;
+    fp8_act_at(be, c, p, p[8]);
 }
 
 /* bf16_linear_fwd: d = {N, C, OC}; the weight packed as bf16 bits */
