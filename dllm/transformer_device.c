@@ -18,10 +18,10 @@
  * device staging matrix and packed (bf16) or quantised (FP8) there by the backend,
  * so no second full fp32 copy exists on the device beyond the fp32 trainer view; a
  * full fine-tune training here packs from its trainer view on the device instead.
- * Per forward the host builds token ids, key mask, RoPE positions and the hidden
- * rows the logits read (small int arrays), uploads them, and downloads the logits of
- * the requested rows, a chunk of rows at a time. */
-#include "dllm/device_logits.h"
+ * The forwards over host inputs are the host's code (transformer_fwd.c, fwd_place): the
+ * host builds token ids, key mask, RoPE positions and the hidden rows the logits read
+ * (small int arrays) in this file's staging, uploads them, and downloads the logits of
+ * the requested rows a chunk of rows at a time (tf_device_chunk). */
 #include "dllm/transformer_device_impl.h"
 #include "kernels/cuda_device.h"
 
@@ -63,7 +63,7 @@ const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be)
 
 /* ---- device views --------------------------------------------------------------------- */
 
-static void dview_free(dllm_tf *m, tf_view *v)
+void tf_device_view_free(const dllm_tf *m, tf_view *v)
 {
     tf_device *d = m->dev;
     dfree(d, v->buf);
@@ -300,7 +300,7 @@ static void device_trainer(dllm_tf *m)
     lora_upload(m);
     bool tb = p->trainer_bf16;
     if ((d->tv.b16 != NULL) != tb) /* built or not: its buffers have the other layout */
-        dview_free(m, &d->tv);
+        tf_device_view_free(m, &d->tv);
     dview_build(m, &d->tv, tb, tb ? LIN_BF16 : LIN_F32, false, tb, true, p, NULL);
     d->tv.round_lin = d->tv.round_head = tb;
     d->tv.lora = true;
@@ -353,7 +353,7 @@ const tf_view *tf_device_view(dllm_tf *m, bool rollout)
         tf_device_follow(m);
     if (tv && !d->tv.be)
         device_trainer(m);
-    return tv ? &d->tv : &d->rv;
+    return tv ? &d->tv : &m->rv;
 }
 
 int tf_device_sync(dllm_tf *m, dllm_err *err)
@@ -370,7 +370,7 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         d->tv.be = NULL; /* rebuilt into its buffers by the next forward that reads it */
     }
     if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
-        tf_acts_free(&d->a);
+        tf_acts_free(&m->ra);
         d->xl[0] = d->xl[1] = NULL;
         tf_device_train_free(m); /* its adapters' layout changed */
     }
@@ -378,17 +378,17 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
         lora_upload(m);
     /* the rollout copy */
     dllm_rollout_kind k = p->rollout;
-    if (d->rv.be && (k != d->rprec.rollout || p->fp8_format != d->rprec.fp8_format ||
+    if (m->rv.be && (k != d->rprec.rollout || p->fp8_format != d->rprec.fp8_format ||
                      p->fp8_scaling != d->rprec.fp8_scaling ||
                      p->fp8_pow2_scale != d->rprec.fp8_pow2_scale ||
                      p->int8_scaling != d->rprec.int8_scaling))
-        dview_free(m, &d->rv);
+        tf_device_view_free(m, &m->rv);
     d->rprec = *p;
     if (k == DLLM_ROLLOUT_TRAINER)
         return 0;
     if (k == DLLM_ROLLOUT_NVFP4 ||
         (!dllm_rollout_is_fp8(k) && k != DLLM_ROLLOUT_BF16 && k != DLLM_ROLLOUT_INT8)) {
-        dview_free(m, &d->rv);
+        tf_device_view_free(m, &m->rv);
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "rollout precision %s: the %s backend has no linear for it "
                             "(use bf16, fp8 or int8)", dllm_rollout_name(k), d->be->name);
@@ -396,19 +396,19 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
     char why[256];
     if (k == DLLM_ROLLOUT_INT8 && d->be == dllm_backend_cuda() &&
         !dllm_cuda_int8_available(why, sizeof why)) {
-        dview_free(m, &d->rv);
+        tf_device_view_free(m, &m->rv);
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: %s (int8 runs on "
                             "the CPU; on this device use bf16)", why);
     }
     if (dllm_rollout_is_fp8(k) && d->be == dllm_backend_cuda() &&
         !dllm_cuda_fp8_available(why, sizeof why)) {
-        dview_free(m, &d->rv);
+        tf_device_view_free(m, &m->rv);
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision %s: %s (on this device "
                             "use int8: INT8 tensor cores, or bf16)", dllm_rollout_name(k), why);
     }
     if (dllm_rollout_is_fp8(k) && p->fp8_scaling == FP8_SCALE_BLOCK &&
         !dllm_backend_fp8_block_ok(d->be, why, sizeof why)) {
-        dview_free(m, &d->rv);
+        tf_device_view_free(m, &m->rv);
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "rollout.fp8.scaling block on the %s backend: %s (use "
                             "rollout.fp8.scaling: tensor, or a newer CUDA toolkit)",
@@ -423,17 +423,17 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
     else /* INT8 quantises on the host (dq_int8): the host's weights must be current */
         tf_device_pull(m);
     if (k == DLLM_ROLLOUT_BF16)
-        dview_build(m, &d->rv, true, LIN_BF16, true, true, false, p, from);
+        dview_build(m, &m->rv, true, LIN_BF16, true, true, false, p, from);
     else if (k == DLLM_ROLLOUT_INT8)
-        dview_build(m, &d->rv, true, LIN_INT8, true, true, false, p, from);
+        dview_build(m, &m->rv, true, LIN_INT8, true, true, false, p, from);
     else
-        dview_build(m, &d->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, false, p, from);
+        dview_build(m, &m->rv, true, LIN_FP8, true, k != DLLM_ROLLOUT_FP8_EXACT, false, p, from);
     /* each of these linears rounds or quantises its own input, as on the host, or its
      * input's producer quantises for it on the device (the same codes) */
-    d->rv.fuse_act = !d->no_fuse_act;
-    d->rv.round_lin = false;
-    d->rv.round_head = true;
-    d->rv.lora = false;
+    m->rv.fuse_act = !d->no_fuse_act;
+    m->rv.round_lin = false;
+    m->rv.round_head = true;
+    m->rv.lora = false;
     return 0;
 }
 
@@ -441,7 +441,7 @@ void tf_device_fuse_act(dllm_tf *m, bool on)
 {
     if (m->dev) {
         m->dev->no_fuse_act = !on;
-        m->dev->rv.fuse_act = on;
+        m->rv.fuse_act = on;
     }
 }
 
@@ -451,9 +451,10 @@ void tf_device_free(dllm_tf *m)
     if (!d)
         return;
     tf_device_train_free(m);
-    dview_free(m, &d->tv);
-    dview_free(m, &d->rv);
-    tf_acts_free(&d->a);
+    tf_device_view_free(m, &d->tv);
+    tf_device_view_free(m, &m->rv);
+    tf_acts_free(&m->ra);
+    m->ra.be = NULL; /* the host's set again */
     dfree(d, d->rope.cos);
     dfree(d, d->rope.sin);
     dfree(d, d->lora);
@@ -511,92 +512,6 @@ void tf_device_kept_rows(dllm_tf *m, int R)
     d->klse = dalloc(d, (size_t)R * sizeof(float));
     d->kg = dalloc(d, (size_t)R * sizeof(float));
     d->k_cap = R;
-}
-
-/* ---- the device interface (dllm/device_logits.h) -------------------------------------- */
-
-static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymask, int B, int T)
-{
-    dl_ctx *c = ctx;
-    dllm_tf *m = c->m;
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
-    int k = c->rollout;
-    tf_acts *a = &d->a;
-    d->xl[0] = d->xl[1] = NULL; /* one set: the other view's x_L is overwritten */
-    if (B <= 0 || T <= 0 || (size_t)B * T > (size_t)1 << 30) {
-        fprintf(stderr, "%s device layers: bad batch (B=%d, T=%d)\n", m->arch->name, B, T);
-        return DLLM_EXIT_INPUT;
-    }
-    int N = B * T;
-    bool count = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT;
-    const tf_view *v = tf_device_view(m, k);
-    tf_rope_grow(m, T);
-    a->be = be;
-    tf_acts_ensure(m, a, B, T, d->lg_rows, 1);
-    a->B = B, a->T = T, a->N = N, a->R = 0;
-    tf_device_staging(d, (size_t)(N > d->lg_rows ? N : d->lg_rows)); /* head() stages its rows too */
-    be->ops->copy(be, a->tokens, d_tokens, (size_t)N * sizeof(int32_t));
-    /* positions counting real tokens need the mask on the host (N bytes down) */
-    if (d_keymask && count)
-        be->ops->download(be, d->h_mask, d_keymask, (size_t)N);
-    if (d_keymask)
-        be->ops->copy(be, a->keymask, d_keymask, (size_t)N);
-    else if (count) {
-        memset(d->h_mask, 1, (size_t)N);
-        be->ops->upload(be, a->keymask, d->h_mask, (size_t)N);
-    }
-    a->have_mask = count || d_keymask != NULL;
-    /* a denoising step's positions are its previous step's (t, for every row): the
-     * upload, a blocking copy, happens once per canvas shape, not once per step */
-    if (count || a->pos_T != T || a->pos_N < (size_t)N) {
-        tf_inputs(m, B, T, 0, NULL, d_keymask && count ? d->h_mask : NULL, NULL, NULL, NULL,
-                  d->h_pos, NULL, NULL);
-        be->ops->upload(be, a->pos, d->h_pos, (size_t)N * sizeof(int32_t));
-        a->pos_T = count ? 0 : T;
-        a->pos_N = (size_t)N;
-    }
-    d->xl[k] = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
-    return 0;
-}
-
-static int dl_head(void *ctx, const int32_t *d_rows, int n, float *d_logits)
-{
-    dl_ctx *c = ctx;
-    dllm_tf *m = c->m;
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
-    int k = c->rollout;
-    tf_acts *a = &d->a;
-    if (!d->xl[k] || n <= 0 || n > d->lg_rows) {
-        fprintf(stderr, "%s device head: %s\n", m->arch->name,
-                !d->xl[k] ? "no layers() call before it" : "row count outside [1, max_rows]");
-        return DLLM_EXIT_INPUT;
-    }
-    const int32_t *hr = d_rows;
-    if (m->arch->shift_logits) { /* the row before, within its sequence (n ints each way) */
-        be->ops->download(be, d->h_rows, d_rows, (size_t)n * sizeof(int32_t));
-        for (int r = 0; r < n; r++)
-            d->h_rows[r] = d->h_rows[r] % a->T > 0 ? d->h_rows[r] - 1 : d->h_rows[r];
-        be->ops->upload(be, a->hrows, d->h_rows, (size_t)n * sizeof(int32_t));
-        hr = a->hrows;
-    }
-    be->ops->embedding_fwd(be, a->xr, hr, d->xl[k], n, m->C);
-    tf_head_fwd(m, tf_device_view(m, k), a->xr, a->nf, a->rstdf, n, d_logits);
-    return 0;
-}
-
-int dllm_tf_device_logits(dllm_tf *m, bool rollout, dllm_device_logits *out, dllm_err *err)
-{
-    if (!m->dev)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "dllm_tf_device_logits: the model is not on a device backend "
-                            "(dllm_tf_to_device)");
-    tf_device *d = m->dev;
-    d->dl[rollout] = (dl_ctx){m, rollout};
-    *out = (dllm_device_logits){&d->dl[rollout], d->be, m->V, d->lg_rows, dl_layers, dl_head,
-                                 NULL, NULL};
-    return 0;
 }
 
 /* ---- placement ------------------------------------------------------------------------ */

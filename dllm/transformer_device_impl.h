@@ -18,18 +18,13 @@ typedef struct {
 struct tf_device {
     dllm_backend *be;
     op_rope_table rope;      /* cos/sin in device memory, as large as the host's */
-    tf_view tv, rv;          /* trainer view (tv.be NULL: not built; built into its buffers
-                                by its next use, tf_device_view); rollout copy (rv.be NULL:
-                                none) */
-    dllm_precision rprec;    /* what rv was built for */
+    tf_view tv;              /* trainer view (tv.be NULL: not built; built into its buffers
+                                by its next use, tf_device_view); the rollout copy is the
+                                model's (m->rv, in this device's memory; rv.be NULL: none) */
+    dllm_precision rprec;    /* what m->rv was built for */
     tf_lora *ad;             // (L, NLIN) A/B pointing into lora, or NULL
     float *lora;             // (n_lora) device copy of the LoRA parameters
     size_t n_lora;
-    tf_acts a;               /* every forward without backward: rollouts (the device
-                                sampler's layers, at either view) and scoring at both
-                                views, one call at a time, so one set sized by the widest;
-                                the kept forward's are the model's (m->a, on this device
-                                while it trains here) */
     float *stage;            // (largest linear) device staging, fp32
     float *hstage;           // (largest linear) host: one merged weight
     int32_t *h_tok, *h_pos, *h_rows; // (hcap) host input staging
@@ -40,12 +35,13 @@ struct tf_device {
     int32_t *tgt;            // (lg_cap) a chunk's targets
     float *lp;               // (lg_cap) a chunk's log-probs
     const float *xl[2];      /* device_logits: x_L of the last layers() (NULL once another
-                                forward has used a) */
+                                forward has used m->ra) */
     dl_ctx dl[2];
     /* training on the device (transformer_device_train.c); off until enabled */
     bool train;
     tf_region region;        /* while it trains: the kept forward's activations (m->a) and
-                                a's take turns in it */
+                                those of every forward without backward (m->ra) take turns
+                                in it */
     float *g;                // (n_train) gradients, in the trainable's device layout
     size_t n_train;
     tf_layer *glw;           // (L) gradient pointers into g (NULL entries: frozen)

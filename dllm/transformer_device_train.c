@@ -1,6 +1,7 @@
 /* transformer_device_train.c: training on the device (dllm_tf_device_train,
- * transformer.h) -- the kept forward's backward, the gradients and AdamW in device
- * memory.
+ * transformer.h) -- the training state in device memory: the trainable copy, its
+ * gradients and AdamW moments, and the backward's target over them (the forwards and
+ * the backward themselves are transformer_fwd.c's, one code for the host and a device).
  *
  * The trainable vector on the device is the copy the trainer view reads: the uploaded
  * LoRA parameters (the host's layout), or under full fine-tuning the fp32 trainer view
@@ -164,7 +165,7 @@ void tf_device_train_free(dllm_tf *m)
     d->k_cap = 0;
     if (d->train) { /* the kept activations and the moments are the host's again */
         tf_acts_set_region(m, &m->a, NULL);
-        tf_acts_set_region(m, &d->a, NULL);
+        tf_acts_set_region(m, &m->ra, NULL);
         tf_region_free(&d->region, be);
         m->a.be = NULL;
         moments_carry(m, false);
@@ -216,7 +217,7 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
     /* the kept forward and the forwards without backward never need their activations
      * at once: one region, as large as the larger of the two, instead of both */
     tf_acts_set_region(m, &m->a, &d->region);
-    tf_acts_set_region(m, &d->a, &d->region);
+    tf_acts_set_region(m, &m->ra, &d->region);
     d->train = true;
     return 0;
 }
@@ -246,87 +247,27 @@ static void grad_pointers(dllm_tf *m)
     d->g_head = m->tied ? d->g_embed : d->g + (v->head - v->buf);
 }
 
-/* The kept forward's activations, checked, and d->dlog large enough for one chunk of its
- * rows (d->lg_rows: the dlogits are made and consumed a chunk at a time). */
-static tf_acts *backward_ready(dllm_tf *m)
+/* The backward's target on the device, and d->dlog large enough for one chunk of the kept
+ * forward's rows (d->lg_rows: the dlogits are made and consumed a chunk at a time). */
+tf_bwd_target tf_device_bwd_target(dllm_tf *m)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    tf_acts *a = &m->a;
-    if (a->kept == TF_KEPT_NONE) {
-        fprintf(stderr, "%s backward: no forward pass to differentiate%s\n", m->arch->name,
-                a->lost ? " (a forward without backward ran after it: on a device that trains "
-                          "they take turns in one region of its memory)" : "");
-        abort();
-    }
     if (m->prec.trainer_bf16 && !m->lora_rank) { /* packed base linears have no dW */
         fprintf(stderr, "%s backward: full fine-tuning under a bf16 trainer on the device\n",
                 m->arch->name);
         abort();
     }
-    int rows = a->R < d->lg_rows ? a->R : d->lg_rows;
+    int rows = m->a.R < d->lg_rows ? m->a.R : d->lg_rows;
     if (rows > d->dlog_rows) {
         if (d->dlog)
             be->ops->free(be, d->dlog);
         d->dlog = be->ops->alloc(be, (size_t)rows * m->V * sizeof(float));
         d->dlog_rows = rows;
     }
-    return a;
-}
-
-static tf_bwd_target bwd_target(dllm_tf *m, tf_acts *a)
-{
-    tf_device *d = m->dev;
     grad_pointers(m);
-    return (tf_bwd_target){d->be, a, &d->tv, d->glw, d->g_embed, d->g_final_norm, d->g_head,
-                           m->lora_rank ? d->gad : NULL, tf_rope_on(m, d->be)};
-}
-
-/* Host dlogits (R, V), uploaded a chunk of rows at a time. */
-void tf_device_backward(dllm_tf *m, const float *dlogits)
-{
-    tf_acts *a = backward_ready(m);
-    tf_device *d = m->dev;
-    tf_bwd_target t = bwd_target(m, a);
-    size_t V = (size_t)m->V;
-    tf_backward_begin(m, &t);
-    for (int r0 = 0; r0 < a->R; r0 += d->dlog_rows) {
-        int n = a->R - r0 < d->dlog_rows ? a->R - r0 : d->dlog_rows;
-        d->be->ops->upload(d->be, d->dlog, dlogits + (size_t)r0 * V, (size_t)n * V * sizeof(float));
-        tf_backward_head(m, &t, r0, n, d->dlog);
-    }
-    tf_backward_rest(m, &t);
-}
-
-/* dlogits = g (onehot - softmax) a chunk of rows at a time: each chunk's logits made
- * again from the kept head input (the forward's product at the same shape: the same
- * values), the accumulating xent_bwd from zero, the head's backward. */
-void dllm_tf_device_backward_logp(dllm_tf *m, const float *g)
-{
-    tf_device *d = m->dev;
-    if (!d || m->a.kept != TF_KEPT_LOGITS) {
-        fprintf(stderr, "%s backward: no dllm_tf_device_forward_logp to differentiate%s\n",
-                m->arch->name,
-                m->a.lost ? " (a forward without backward ran after it: on a device that trains "
-                            "they take turns in one region of its memory)" : "");
-        abort();
-    }
-    tf_acts *a = backward_ready(m);
-    dllm_backend *be = d->be;
-    tf_bwd_target t = bwd_target(m, a);
-    const tf_view *v = tf_device_view(m, false);
-    size_t R = (size_t)a->R, C = (size_t)m->C, V = (size_t)m->V;
-    tf_backward_begin(m, &t);
-    if (R > 0)
-        be->ops->upload(be, d->kg, g, R * sizeof(float));
-    for (int r0 = 0; r0 < a->R; r0 += d->lg_rows) {
-        int n = a->R - r0 < d->lg_rows ? a->R - r0 : d->lg_rows;
-        tf_head_logits(m, v, a->nf + r0 * C, n, d->lg);
-        be->ops->memset0(be, d->dlog, (size_t)n * V * sizeof(float));
-        be->ops->xent_bwd(be, d->dlog, d->kg + r0, d->lg, d->klse + r0, d->ktgt + r0, n, m->V);
-        tf_backward_head(m, &t, r0, n, d->dlog);
-    }
-    tf_backward_rest(m, &t);
+    return (tf_bwd_target){be, &m->a, &d->tv, d->glw, d->g_embed, d->g_final_norm, d->g_head,
+                           m->lora_rank ? d->gad : NULL, tf_rope_on(m, be)};
 }
 
 bool tf_device_update(dllm_tf *m, tf_update *u, bool step)

@@ -767,7 +767,7 @@ static fwd_at fwd_place(dllm_tf *m, bool rollout, bool keep)
         m->a.kept = TF_KEPT_NONE;
     /* the view first: building or following it may mark the kept forward gone */
     const tf_view *v = tf_device_view(m, rollout);
-    return (fwd_at){m->dev, m->dev->be, keep ? &m->a : &m->dev->a, v};
+    return (fwd_at){m->dev, m->dev->be, keep ? &m->a : &m->ra, v};
 }
 
 /* The embedding and the layers over host inputs at f (a device's inputs built on the host,
@@ -782,7 +782,7 @@ static const float *fwd_layers(dllm_tf *m, const fwd_at *f, const int32_t *token
     int N = B * T;
     tf_rope_grow(m, T);
     if (d) {
-        if (a == &d->a) /* the sampler's x_L goes with the set it lives in */
+        if (a == &m->ra) /* the sampler's x_L goes with the set it lives in */
             d->xl[0] = d->xl[1] = NULL;
         a->be = f->be;
     }
@@ -972,27 +972,72 @@ static void bias_bwd(const tf_bwd_target *t, int l, int slot, const float *dout,
         t->be->ops->bias_bwd(t->be, t->lg[l].t[slot], dout, N, OC);
 }
 
-void dllm_tf_backward(dllm_tf *m, const float *dlogits)
+/* The kept forward's set, checked: a backward of nothing stops, naming why. */
+static tf_acts *kept_acts(dllm_tf *m, const char *what, tf_kept need)
 {
-    if (m->dev && tf_device_training(m)) {
-        tf_device_backward(m, dlogits);
-        return;
-    }
-    if (m->a.kept == TF_KEPT_NONE) {
-        fprintf(stderr, "%s backward: no forward pass to differentiate\n", m->arch->name);
+    tf_acts *a = &m->a;
+    if (a->kept == TF_KEPT_NONE || (need == TF_KEPT_LOGITS && a->kept != need)) {
+        fprintf(stderr, "%s backward: no %s to differentiate%s\n", m->arch->name, what,
+                a->lost ? " (a forward without backward ran after it: on a device that trains "
+                          "they take turns in one region of its memory)" : "");
         abort();
     }
-    tf_ensure_grads(m);
-    tf_bwd_target t = {m->be, &m->a, &m->tv, m->lg, m->d_embed, m->d_final_norm, m->d_head,
-                       m->ad, &m->rope};
-    tf_backward(m, &t, dlogits);
+    return a;
 }
 
-void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits)
+/* Host dlogits (R, V): on a device uploaded a chunk of rows at a time. */
+void dllm_tf_backward(dllm_tf *m, const float *dlogits)
 {
-    tf_backward_begin(m, t);
-    tf_backward_head(m, t, 0, t->a->R, dlogits);
-    tf_backward_rest(m, t);
+    bool dev = m->dev && tf_device_training(m);
+    tf_acts *a = kept_acts(m, "forward pass", TF_KEPT_ACTS);
+    tf_bwd_target t;
+    if (dev)
+        t = tf_device_bwd_target(m);
+    else {
+        tf_ensure_grads(m);
+        t = (tf_bwd_target){m->be, a, &m->tv, m->lg, m->d_embed, m->d_final_norm, m->d_head,
+                            m->ad, &m->rope};
+    }
+    size_t V = (size_t)m->V;
+    int chunk = dev ? m->dev->dlog_rows : a->R;
+    tf_backward_begin(m, &t);
+    for (int r0 = 0; r0 < a->R; r0 += chunk) {
+        int n = a->R - r0 < chunk ? a->R - r0 : chunk;
+        const float *dl = dlogits + (size_t)r0 * V;
+        if (dev) {
+            t.be->ops->upload(t.be, m->dev->dlog, dl, (size_t)n * V * sizeof(float));
+            dl = m->dev->dlog;
+        }
+        tf_backward_head(m, &t, r0, n, dl);
+    }
+    tf_backward_rest(m, &t);
+}
+
+/* dlogits = g (onehot - softmax) a chunk of rows at a time: each chunk's logits made
+ * again from the kept head input (the forward's product at the same shape: the same
+ * values), the accumulating xent_bwd from zero, the head's backward. */
+void dllm_tf_device_backward_logp(dllm_tf *m, const float *g)
+{
+    if (!m->dev) {
+        fprintf(stderr, "%s backward: the model is not on a device\n", m->arch->name);
+        abort();
+    }
+    tf_acts *a = kept_acts(m, "dllm_tf_device_forward_logp", TF_KEPT_LOGITS);
+    tf_device *d = m->dev;
+    tf_bwd_target t = tf_device_bwd_target(m);
+    dllm_backend *be = t.be;
+    size_t R = (size_t)a->R, C = (size_t)m->C, V = (size_t)m->V;
+    tf_backward_begin(m, &t);
+    if (R > 0)
+        be->ops->upload(be, d->kg, g, R * sizeof(float));
+    for (int r0 = 0; r0 < a->R; r0 += d->lg_rows) {
+        int n = a->R - r0 < d->lg_rows ? a->R - r0 : d->lg_rows;
+        tf_head_logits(m, t.w, a->nf + r0 * C, n, d->lg);
+        be->ops->memset0(be, d->dlog, (size_t)n * V * sizeof(float));
+        be->ops->xent_bwd(be, d->dlog, d->kg + r0, d->lg, d->klse + r0, d->ktgt + r0, n, m->V);
+        tf_backward_head(m, &t, r0, n, d->dlog);
+    }
+    tf_backward_rest(m, &t);
 }
 
 void tf_backward_begin(dllm_tf *m, const tf_bwd_target *t)

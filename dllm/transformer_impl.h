@@ -182,8 +182,11 @@ struct dllm_tf {
                              host's, or the device's while the model trains there */
     dllm_precision prec;  /* last applied by dllm_tf_rollout_sync */
     tf_view tv;           /* trainer: master weights or their bf16 copy */
-    tf_view rv;           /* rollout copy (unused under rollout "trainer") */
-    tf_acts ra;           /* activations of the rollout forward */
+    tf_view rv;           /* rollout copy (unused under rollout "trainer"), in the memory of
+                             the backend the model runs on (the host's, or its device's) */
+    tf_acts ra;           /* activations of the rollout forward; on a device, of every forward
+                             without backward (rollouts and scoring at both views, one call at
+                             a time: one set sized by the widest) */
     bool decode_rollout;  /* KV-cache decoding (dllm/qwen3.c) reads the rollout copy */
     tf_device *dev;       /* the copies on a device backend (transformer_device.c), or NULL */
     tf_master master;     /* where the trainable vector's newest values are (with dev) */
@@ -242,9 +245,8 @@ void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, flo
                           bool up);
 
 /* Training on the device (transformer_device_train.c): whether the kept forward, the
- * backward and the optimizer step run there; the backward of host dlogits (uploaded). */
+ * backward and the optimizer step run there. */
 bool tf_device_training(const dllm_tf *m);
-void tf_device_backward(dllm_tf *m, const float *dlogits);
 
 /* What a backward reads and writes, all in be's memory: the kept activations, the
  * weights it differentiates through (straight-through under a bf16 trainer), the
@@ -258,9 +260,11 @@ typedef struct {
     const tf_lora *ad;                      // (L, NLIN) A, B, dA, dB; NULL without LoRA
     const op_rope_table *rope;              /* in be's memory */
 } tf_bwd_target;
-/* The backward of the last keeping forward into t (dlogits (R, V) in t->be's memory). */
-void tf_backward(dllm_tf *m, const tf_bwd_target *t, const float *dlogits);
-/* tf_backward in parts, for dlogits made a chunk of rows at a time: begin (the scratch,
+/* What the backward on the device reads and writes (its gradients, the trainer view
+ * there), its dlogits chunk grown to fit the kept forward's rows. */
+tf_bwd_target tf_device_bwd_target(dllm_tf *m);
+/* The backward of the last keeping forward into t, in parts, for dlogits made or moved a
+ * chunk of rows at a time (in t->be's memory): begin (the scratch,
  * the head rows' gradients zeroed), head (rows r0 .. r0 + n - 1 of dlogits, (n, V) at
  * dlogits, into their dnf rows and d_head), rest (final norm, scatter, the layers). */
 void tf_backward_begin(dllm_tf *m, const tf_bwd_target *t);
@@ -282,7 +286,9 @@ void tf_rope_grow(dllm_tf *m, int npos);
 const tf_view *tf_fwd_view(dllm_tf *m, bool rollout);
 /* The view a rollout forward reads on the host (the trainer's under rollout "trainer"). */
 const tf_view *tf_rollout_view(const dllm_tf *m);
+/* Frees a view's copies in its backend's memory (a device's: tf_device_view_free). */
 void tf_view_free(const dllm_tf *m, tf_view *v);
+void tf_device_view_free(const dllm_tf *m, tf_view *v);
 void tf_view_master(dllm_tf *m, tf_view *v);
 void tf_acts_free(tf_acts *a);
 /* Attaches a to region r (its buffers freed; r grown to hold them at a's sizes, as a

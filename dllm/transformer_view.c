@@ -12,6 +12,10 @@
 
 void tf_view_free(const dllm_tf *m, tf_view *v)
 {
+    if (v->be && v->be->kind != DLLM_BACKEND_CPU) { /* a copy in a device's memory */
+        tf_device_view_free(m, v);
+        return;
+    }
     if (v->buf_mapped)
         munmap(v->buf, v->nbuf * sizeof(float));
     else

@@ -485,7 +485,7 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
         kaX = K ? (d.L + K - 1) / K + K : d.L + 1;
         kept_acts = acts_bytes_slots(&d, kaL, kaX, N, (int64_t)s->uB * d.NH * s->uT, R, true);
         kbwd = bwd_bytes(&d, N, R);
-        dlog = 4 * n * d.V; /* tf_device_backward's d->dlog: one chunk of rows */
+        dlog = 4 * n * d.V; /* tf_device_bwd_target's d->dlog: one chunk of rows */
         /* the kept forward: the trainer view's linears, its logits through the chunk */
         chunk = max64(chunk, n);
         wsneed = max64(wsneed, ws_forward(&d, tf, tb, pr, N, n));
