@@ -1032,9 +1032,17 @@ void tf_backward_head(dllm_tf *m, const tf_bwd_target *t, int r0, int n, const f
 {
     tf_acts *a = t->a;
     size_t C = (size_t)m->C;
-    /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients */
-    t->be->ops->linear_bwd(t->be, a->dnf + (size_t)r0 * C, t->d_head, dlogits,
-                           a->nf + (size_t)r0 * C, t->w->head, n, m->C, m->V);
+    /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients. A
+     * frozen head of a bf16 trainer on a device (packed base linears) gives only its input
+     * gradient, through the packed head: BF16 tensor cores, dlogits rounded to bf16 as
+     * read, fp32 sums, as autocast's bf16 matmul does (the device's base linears' input
+     * gradients do the same); the host keeps the fp32 product. */
+    if (!t->d_head && t->w->b16 && t->w->head16.w)
+        t->be->ops->bf16_linear_bwd_x(t->be, a->dnf + (size_t)r0 * C, dlogits,
+                                      (bf16_matrix *)&t->w->head16, n, m->C, m->V);
+    else
+        t->be->ops->linear_bwd(t->be, a->dnf + (size_t)r0 * C, t->d_head, dlogits,
+                               a->nf + (size_t)r0 * C, t->w->head, n, m->C, m->V);
 }
 
 void tf_backward_rest(dllm_tf *m, const tf_bwd_target *t)

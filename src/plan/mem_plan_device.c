@@ -514,6 +514,9 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
                 wsneed = max64(wsneed, o % 8 == 0 && in % 8 == 0 ? a256(2 * N * o)
                                                                  : a256(4 * o * in));
             }
+        if (tb && d.r) /* the frozen packed head's input gradient (bf16_linear_bwd_x) */
+            wsneed = max64(wsneed, d.V % 8 == 0 && d.C % 8 == 0 ? a256(2 * n * d.V)
+                                                                : a256(4 * d.V * d.C));
         if (!d.r) { /* RMSNorm's dw partial sums: 64-row chunks of C (HD for q/k_norm) */
             wsneed = max64(wsneed, 4 * ((N + 63) / 64) * d.C);
             wsneed = max64(wsneed, 4 * ((R + 63) / 64) * d.C);
