@@ -565,7 +565,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     } else {
         be->ops->rmsnorm_fwd(be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
     }
-    if (rl)
+    if (rl && !v->lin_rounds)
         be->ops->round_bf16(be, io->n1, (size_t)N * C);
     static const int qkv_bias[3] = {DLLM_T_Q_BIAS, DLLM_T_K_BIAS, DLLM_T_V_BIAS};
     lin_group_fwd(m, v, l, 3, QKV, qkv_bias, (float *const[]){io->qr, io->kr, io->v}, io->n1, N,
@@ -593,7 +593,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     } else {
         be->ops->rmsnorm_fwd(be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
     }
-    if (rl)
+    if (rl && !v->lin_rounds)
         be->ops->round_bf16(be, io->n2, (size_t)N * C);
     static const int no_bias[2] = {0, 0};
     lin_group_fwd(m, v, l, 2, GU, no_bias, (float *const[]){io->g, io->u}, io->n2, N, io, fq);
@@ -604,7 +604,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     } else {
         be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
     }
-    if (rl)
+    if (rl && !v->lin_rounds)
         be->ops->round_bf16(be, io->s, (size_t)N * H);
     lin_res_fwd(m, v, l, DLLM_LIN_DOWN, io->xn, io->h, io->s, N, io, fq);
 }
