@@ -303,6 +303,9 @@ static void device_trainer(dllm_tf *m)
         tf_device_view_free(m, &d->tv);
     dview_build(m, &d->tv, tb, tb ? LIN_BF16 : LIN_F32, false, tb, true, p, NULL);
     d->tv.round_lin = d->tv.round_head = tb;
+    /* packed bf16 base linears (bf16_linear_fwd, bf16_lora_fwd; backward bf16_lora_bwd,
+     * bf16_linear_bwd_x) round their inputs as read: the same values without a pass */
+    d->tv.lin_rounds = tb;
     d->tv.lora = true;
     d->tv.ad = d->ad;
 }

@@ -384,9 +384,15 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
         be->ops->nvfp4_linear_fwd(be, out, inp, &v->q4[k], N, i, o);
     else if (v->qi)
         be->ops->int8_linear_fwd(be, out, inp, &v->qi[k], N, i, o);
-    else if (v->b16)
+    else if (v->b16) {
+        const tf_lora *ad = v->round_lin ? lin_lora(m, v, l, j) : NULL;
+        if (ad) { /* the base and lin_lora_fwd's bf16 products in one call */
+            be->ops->bf16_lora_fwd(be, out, xa, inp, NULL, &v->b16[k], ad->A, ad->B,
+                                   m->lora_scale, N, i, o, m->lora_rank);
+            return;
+        }
         be->ops->bf16_linear_fwd(be, out, inp, &v->b16[k], N, i, o);
-    else
+    } else
         be->ops->linear_fwd(be, out, inp, v->lw[l].t[j], N, i, o);
     lin_lora_fwd(m, v, l, j, out, inp, N, xa);
 }
@@ -399,12 +405,21 @@ static void lin_bwd(dllm_tf *m, const tf_bwd_target *t, int l, int j, float *din
     tf_lin_shape(m, j, &o, &i);
     dllm_backend *be = t->be;
     tf_acts *a = t->a;
+    const tf_lora *ad = t->ad ? &t->ad[l * DLLM_NLIN + j] : NULL;
+    if (t->w->b16 && t->w->round_lin && ad && ad->A) { /* the calls below, in one */
+        int r = m->lora_rank;
+        size_t ls = a->rk ? (size_t)(l % a->rk) : (size_t)l;
+        be->ops->bf16_lora_bwd(be, dinp, ad->dA, ad->dB, a->dxa, dout, inp,
+                               a->xa + (ls * DLLM_NLIN + j) * a->capN * r,
+                               &t->w->b16[(size_t)l * DLLM_NLIN + j], ad->A, ad->B,
+                               m->lora_scale, N, i, o, r);
+        return;
+    }
     if (t->w->b16) /* packed bf16 base linears (a bf16 trainer on a device): frozen, dX only */
         be->ops->bf16_linear_bwd_x(be, dinp, dout, &t->w->b16[(size_t)l * DLLM_NLIN + j], N, i,
                                    o);
     else
         be->ops->linear_bwd(be, dinp, t->lg[l].t[j], dout, inp, t->w->lw[l].t[j], N, i, o);
-    const tf_lora *ad = t->ad ? &t->ad[l * DLLM_NLIN + j] : NULL;
     if (ad && ad->A) {
         int r = m->lora_rank;
         size_t ls = a->rk ? (size_t)(l % a->rk) : (size_t)l; /* its activation slot */
@@ -449,8 +464,10 @@ static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_sl
 /* out (N, C) = linear j of layer l (no bias) over inp, or over fq (its input quantised by
  * the producer), + res: the residual stream's update. One call where the view's weight is
  * packed and nothing runs between the product and the sum (no run-time LoRA), so that a
- * device adds res in the GEMM's epilogue; otherwise the linear, then add. Either way each
- * element is the product plus res rounded once: the same results. */
+ * device adds res in the GEMM's epilogue; each element is the product plus res rounded
+ * once, as the linear, then add. A bf16 trainer's LoRA linear is one call too
+ * (bf16_lora_fwd: on the host the linear, then add; a device adds in its GEMMs'
+ * epilogues, in another order). */
 static void lin_res_fwd(dllm_tf *m, const tf_view *v, int l, int j, float *out,
                         const float *res, const float *inp, int N, const tf_layer_io *io,
                         const dllm_qact *fq)
@@ -458,8 +475,15 @@ static void lin_res_fwd(dllm_tf *m, const tf_view *v, int l, int j, float *out,
     dllm_lin_weight w = tf_lin_weight(v, l, j);
     int o, i;
     tf_lin_shape(m, j, &o, &i);
-    if ((w.f8 || w.f4 || w.i8 || w.b16) && !lin_lora(m, v, l, j)) {
+    const tf_lora *ad = lin_lora(m, v, l, j);
+    if ((w.f8 || w.f4 || w.i8 || w.b16) && !ad) {
         v->be->ops->linear_res_fwd(v->be, out, res, fq ? NULL : inp, fq, &w, N, i, o);
+        return;
+    }
+    if (w.b16 && ad && v->round_lin && !fq) { /* tf_lin_fwd's LoRA linear, then add */
+        v->be->ops->bf16_lora_fwd(v->be, out, io->xa ? io->xa + (size_t)j * io->xa_stride : NULL,
+                                  inp, res, w.b16, ad->A, ad->B, m->lora_scale, N, i, o,
+                                  m->lora_rank);
         return;
     }
     lin_bias_fwd(m, v, l, j, 0, out, inp, N, io, fq);
@@ -541,7 +565,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     } else {
         be->ops->rmsnorm_fwd(be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
     }
-    if (rl)
+    if (rl && !v->lin_rounds)
         be->ops->round_bf16(be, io->n1, (size_t)N * C);
     static const int qkv_bias[3] = {DLLM_T_Q_BIAS, DLLM_T_K_BIAS, DLLM_T_V_BIAS};
     lin_group_fwd(m, v, l, 3, QKV, qkv_bias, (float *const[]){io->qr, io->kr, io->v}, io->n1, N,
@@ -569,7 +593,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     } else {
         be->ops->rmsnorm_fwd(be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
     }
-    if (rl)
+    if (rl && !v->lin_rounds)
         be->ops->round_bf16(be, io->n2, (size_t)N * C);
     static const int no_bias[2] = {0, 0};
     lin_group_fwd(m, v, l, 2, GU, no_bias, (float *const[]){io->g, io->u}, io->n2, N, io, fq);
@@ -580,7 +604,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     } else {
         be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
     }
-    if (rl)
+    if (rl && !v->lin_rounds)
         be->ops->round_bf16(be, io->s, (size_t)N * H);
     lin_res_fwd(m, v, l, DLLM_LIN_DOWN, io->xn, io->h, io->s, N, io, fq);
 }
@@ -1053,9 +1077,17 @@ void tf_backward_head(dllm_tf *m, const tf_bwd_target *t, int r0, int n, const f
 {
     tf_acts *a = t->a;
     size_t C = (size_t)m->C;
-    /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients */
-    t->be->ops->linear_bwd(t->be, a->dnf + (size_t)r0 * C, t->d_head, dlogits,
-                           a->nf + (size_t)r0 * C, t->w->head, n, m->C, m->V);
+    /* straight-through under a bf16 trainer: the rounded weights, fp32 gradients. A
+     * frozen head of a bf16 trainer on a device (packed base linears) gives only its input
+     * gradient, through the packed head: BF16 tensor cores, dlogits rounded to bf16 as
+     * read, fp32 sums, as autocast's bf16 matmul does (the device's base linears' input
+     * gradients do the same); the host keeps the fp32 product. */
+    if (!t->d_head && t->w->b16 && t->w->head16.w)
+        t->be->ops->bf16_linear_bwd_x(t->be, a->dnf + (size_t)r0 * C, dlogits,
+                                      (bf16_matrix *)&t->w->head16, n, m->C, m->V);
+    else
+        t->be->ops->linear_bwd(t->be, a->dnf + (size_t)r0 * C, t->d_head, dlogits,
+                               a->nf + (size_t)r0 * C, t->w->head, n, m->C, m->V);
 }
 
 void tf_backward_rest(dllm_tf *m, const tf_bwd_target *t)

@@ -122,6 +122,10 @@ typedef struct {
     bf16_matrix *b16;        // (L, NLIN) bf16, or NULL
     bf16_matrix head16;      // the head packed as bf16 (head16.w NULL: the fp32 head)
     bool round_lin;          // bf16 at the layer linears' inputs
+    bool lin_rounds;         // with round_lin: the linears round n1, n2 and s as they read
+                             // them, forward and backward, and nothing else reads those,
+                             // so they are not rounded in place (y is: attention's
+                             // backward reads it)
     bool round_head;         // bf16 at the head's input
     bool lora;               // apply the LoRA adapters at run time (the trainer only:
                              // the rollout copies have them merged)

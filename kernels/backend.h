@@ -357,6 +357,27 @@ typedef struct dllm_backend_ops {
                                const float *v, const int32_t *pos, const op_rope_table *t,
                                const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
                                bool causal);
+
+    /* ---- a bf16 trainer's LoRA linears over packed bf16 base weights ----
+     * w (OC, C) packed, adapter A (r, C), B (OC, r) fp32, xa (N, r) = x A^T kept for the
+     * backward. The CPU runs the calls each stands for, in their order; a device rounds
+     * each operand to bf16 once for all of its products instead of once per product (the
+     * forward's input for the base and the A product; the backward's dout for the base's
+     * input gradient, dxa and dB), on the same bf16 operands. */
+    /* bf16_linear_fwd (out, inp, w); gemm_bf16 (N, r, C: xa = inp A^T); gemm_bf16 (N, OC,
+     * r: out += scale xa B^T); with res (N, OC; NULL: none, else not overlapping out)
+     * add (out, res). A device sums the three terms in another order, each add in a GEMM's
+     * epilogue (the adapter's product onto res, the base's onto that): no pass over out of
+     * its own, one fp32 rounding per add as on the CPU. */
+    void (*bf16_lora_fwd)(dllm_backend *be, float *out, float *xa, const float *inp,
+                          const float *res, bf16_matrix *w, const float *A, const float *B,
+                          float scale, int N, int C, int OC, int r);
+    /* bf16_linear_bwd_x (dinp, dout, w); gemm_bf16: dxa = scale dout B, dB += scale
+     * dout^T xa, dinp += dxa A, dA += dxa^T inp (dxa (N, r) is scratch) */
+    void (*bf16_lora_bwd)(dllm_backend *be, float *dinp, float *dA, float *dB, float *dxa,
+                          const float *dout, const float *inp, const float *xa, bf16_matrix *w,
+                          const float *A, const float *B, float scale, int N, int C, int OC,
+                          int r);
 } dllm_backend_ops;
 
 /* The optional entries (and groups of entries) a backend may lack. */

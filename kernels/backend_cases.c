@@ -341,6 +341,50 @@ static void run_bf16_linear_bwd_x(dllm_backend *be, const bcase *c, void **p, do
     be->ops->weight_cache_free(be, NULL, &w);
 }
 
+/* bf16_lora_fwd: d = {N, C, OC, r, with res}; LoRA scale 0.5 */
+static void mk_bf16_lora_fwd(const bcase *c, bcase_buf *b, int *nb)
+{
+    size_t N = c->d[0], C = c->d[1], OC = c->d[2], r = c->d[3];
+    mk_bf16_linear(c, b, nb); /* w, inp, out */
+    addb(b, nb, "A", BK_F32, r * C, rnd(r * C, 67, 0.2), -1);
+    addb(b, nb, "B", BK_F32, OC * r, rnd(OC * r, 68, 0.2), -1);
+    addb(b, nb, "xa", BK_F32, N * r, NULL, c->tol);
+    addb(b, nb, "res", BK_F32, N * OC, rnd(N * OC, 75, 2.0), -1);
+}
+static void run_bf16_lora_fwd(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    (void)ret;
+    bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
+    be->ops->bf16_lora_fwd(be, p[2], p[5], p[1], c->d[4] ? p[6] : NULL, &w, p[3], p[4], 0.5f,
+                           c->d[0], c->d[1], c->d[2], c->d[3]);
+    be->ops->weight_cache_free(be, NULL, &w);
+}
+
+/* bf16_lora_bwd: d = {N, C, OC, r}; dinp, dA, dB accumulate onto random values; dinp
+ * carries bf16_linear_bwd_x's rounding of dout (its tolerance, the case's), the adapter's
+ * products multiply the same bf16 operands on both backends (1e-9: only a bf16 rounding
+ * of dxa that its fp32 summation order tips differs) */
+static void mk_bf16_lora_bwd(const bcase *c, bcase_buf *b, int *nb)
+{
+    size_t N = c->d[0], C = c->d[1], OC = c->d[2], r = c->d[3];
+    mk_bf16_linear_bwd_x(c, b, nb); /* w, dout, dinp */
+    addb(b, nb, "inp", BK_F32, N * C, rnd(N * C, 69, 1.0), -1);
+    addb(b, nb, "xa", BK_F32, N * r, rnd(N * r, 70, 1.0), -1);
+    addb(b, nb, "A", BK_F32, r * C, rnd(r * C, 71, 0.2), -1);
+    addb(b, nb, "B", BK_F32, OC * r, rnd(OC * r, 72, 0.2), -1);
+    addb(b, nb, "dA", BK_F32, r * C, rnd(r * C, 73, 0.1), 1e-9);
+    addb(b, nb, "dB", BK_F32, OC * r, rnd(OC * r, 74, 0.1), 1e-9);
+    addb(b, nb, "dxa", BK_F32, N * r, NULL, 1e-9);
+}
+static void run_bf16_lora_bwd(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    (void)ret;
+    bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
+    be->ops->bf16_lora_bwd(be, p[2], p[7], p[8], p[9], p[1], p[3], p[4], &w, p[5], p[6], 0.5f,
+                           c->d[0], c->d[1], c->d[2], c->d[3]);
+    be->ops->weight_cache_free(be, NULL, &w);
+}
+
 /* to_bf16: d = {n} */
 static void mk_to_bf16(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -822,6 +866,23 @@ const bcase dllm_backend_cases[] = {
      run_bf16_linear_bwd_x, -1},
     {"bf16_linear_bwd_x", "widened N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear_bwd_x,
      run_bf16_linear_bwd_x, -1},
+    /* a bf16 trainer's LoRA linears: each operand rounded once (rank 8, and OC 44: the
+     * forward's form, the backward's parts), and the parts (rank 4); with and without the
+     * residual (the sum's order differs by the device: one fp32 rounding per add) */
+    {"bf16_lora_fwd", "one rounding N33 C64 OC40 r8", {33, 64, 40, 8}, 1e-10, mk_bf16_lora_fwd,
+     run_bf16_lora_fwd, -1},
+    {"bf16_lora_fwd", "one rounding + res N33 C64 OC44 r8", {33, 64, 44, 8, 1}, 1e-10,
+     mk_bf16_lora_fwd, run_bf16_lora_fwd, -1},
+    {"bf16_lora_fwd", "parts N33 C64 OC40 r4", {33, 64, 40, 4}, 1e-10, mk_bf16_lora_fwd,
+     run_bf16_lora_fwd, -1},
+    {"bf16_lora_fwd", "parts + res N33 C64 OC40 r4", {33, 64, 40, 4, 1}, 1e-10,
+     mk_bf16_lora_fwd, run_bf16_lora_fwd, -1},
+    {"bf16_lora_bwd", "one rounding N33 C64 OC40 r8", {33, 64, 40, 8}, 8e-6, mk_bf16_lora_bwd,
+     run_bf16_lora_bwd, -1},
+    {"bf16_lora_bwd", "parts N33 C64 OC44 r8", {33, 64, 44, 8}, 8e-6, mk_bf16_lora_bwd,
+     run_bf16_lora_bwd, -1},
+    {"bf16_lora_bwd", "parts N33 C64 OC40 r4", {33, 64, 40, 4}, 8e-6, mk_bf16_lora_bwd,
+     run_bf16_lora_bwd, -1},
     {"to_bf16", "n10007", {10007}, 0, mk_to_bf16, run_to_bf16, -1},
     {"fp8_act", "rmsnorm N40 C256 OC192", {40, 256, 192, 0}, FP8_GEMM_NMSE(256), mk_fp8_act,
      run_fp8_act, -1},
@@ -960,6 +1021,10 @@ int bcase_model_cases(const bcase_model *m, bcase *out, int max)
              table_tol("bf16_linear_bwd_x"), mk_bf16_linear_bwd_x, run_bf16_linear_bwd_x, -1);
     add_case(out, &n, max, "bf16_linear_bwd_x", R, I, C, 0, 0, 0, 0, "N%d C%d OC%d (down)",
              table_tol("bf16_linear_bwd_x"), mk_bf16_linear_bwd_x, run_bf16_linear_bwd_x, -1);
+    add_case(out, &n, max, "bf16_lora_fwd", R, C, I, 16, 1, 0, 0, "N%d C%d OC%d r%d (up, res)",
+             table_tol("bf16_lora_fwd"), mk_bf16_lora_fwd, run_bf16_lora_fwd, -1);
+    add_case(out, &n, max, "bf16_lora_bwd", R, I, C, 16, 0, 0, 0, "N%d C%d OC%d r%d (down)",
+             table_tol("bf16_lora_bwd"), mk_bf16_lora_bwd, run_bf16_lora_bwd, -1);
     add_case(out, &n, max, "fp8_linear_fwd", R, C, C, T_, T_, 0, 0, "tensor N%d C%d OC%d",
              FP8_GEMM_NMSE(C), mk_fp8_linear, run_fp8_linear, -1);
     add_case(out, &n, max, "fp8_linear_fwd", R, C, I, BLK_, GRP_, 0, 0, "block/group N%d C%d OC%d",

@@ -217,11 +217,12 @@ size_t dllm_cuda_int8_acc_bytes(int N, const int8_matrix *w);
 int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alpha,
                         const uint16_t *A, const uint16_t *B, float beta, void *C,
                         bool out_bf16, dllm_cuda_stream s, dllm_err *err);
-/* D[M,N] = op(A) op(B) + R with bf16 A and B, fp32 R and D (R read in the GEMM's epilogue as
- * cuBLASLt's C with beta 1; D and R distinct, 16-byte aligned): a linear plus the residual. */
-int dllm_cuda_gemm_bf16_res(bool transA, bool transB, int M, int N, int K, const uint16_t *A,
-                            const uint16_t *B, const float *R, float *D, dllm_cuda_stream s,
-                            dllm_err *err);
+/* D[M,N] = alpha op(A) op(B) + R with bf16 A and B, fp32 R and D (R read in the GEMM's
+ * epilogue as cuBLASLt's C with beta 1; D and R distinct, 16-byte aligned): a linear plus
+ * the residual. */
+int dllm_cuda_gemm_bf16_res(bool transA, bool transB, int M, int N, int K, float alpha,
+                            const uint16_t *A, const uint16_t *B, const float *R, float *D,
+                            dllm_cuda_stream s, dllm_err *err);
 
 /* dllm_cuda_gemm_f32: op_gemm with fp32 A, B, C (cuBLASLt's SGEMM path, fp32 compute, no
  * TF32), any shape and leading dimension; the backend table's gemm and linear layers. */

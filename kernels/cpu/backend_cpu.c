@@ -554,6 +554,29 @@ static void cpu_linear_res_fwd(dllm_backend *be, float *out, const float *res, c
 }
 
 /* RoPE in place, then attention: the two entries' results. */
+/* The LoRA linears of a bf16 trainer: the calls they stand for, in turn. */
+static void cpu_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const float *inp,
+                              const float *res, bf16_matrix *w, const float *A, const float *B,
+                              float scale, int N, int C, int OC, int r)
+{
+    cpu_bf16_linear_fwd(be, out, inp, w, N, C, OC);
+    cpu_gemm_bf16(be, false, true, N, r, C, 1.0f, inp, A, 0.0f, xa);
+    cpu_gemm_bf16(be, false, true, N, OC, r, scale, xa, B, 1.0f, out);
+    if (res)
+        cpu_add(be, out, res, (size_t)N * OC);
+}
+static void cpu_bf16_lora_bwd(dllm_backend *be, float *dinp, float *dA, float *dB, float *dxa,
+                              const float *dout, const float *inp, const float *xa,
+                              bf16_matrix *w, const float *A, const float *B, float scale,
+                              int N, int C, int OC, int r)
+{
+    cpu_bf16_linear_bwd_x(be, dinp, dout, w, N, C, OC);
+    cpu_gemm_bf16(be, false, false, N, r, OC, scale, dout, B, 0.0f, dxa);
+    cpu_gemm_bf16(be, true, false, OC, r, N, scale, dout, xa, 1.0f, dB);
+    cpu_gemm_bf16(be, false, false, N, C, r, 1.0f, dxa, A, 1.0f, dinp);
+    cpu_gemm_bf16(be, true, false, r, C, N, 1.0f, dxa, inp, 1.0f, dA);
+}
+
 static void cpu_rope_attention_fwd(dllm_backend *be, float *out, float *state, float *q, float *k,
                                    const float *v, const int32_t *pos, const op_rope_table *t,
                                    const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
@@ -609,6 +632,8 @@ static const dllm_backend_ops cpu_ops = {
     .gd_partial_rope_bwd = cpu_gd_partial_rope_bwd,
     /* fused forwards: the CPU runs the parts in turn */
     .linear_res_fwd = cpu_linear_res_fwd, .rope_attention_fwd = cpu_rope_attention_fwd,
+    /* a bf16 trainer's LoRA linears: the parts in turn */
+    .bf16_lora_fwd = cpu_bf16_lora_fwd, .bf16_lora_bwd = cpu_bf16_lora_bwd,
 };
 
 static dllm_backend cpu_backend = {

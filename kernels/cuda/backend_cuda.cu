@@ -447,8 +447,8 @@ void bf16_linear(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
         dllm_cuda_f32_to_bf16(a16, inp, na, NULL);
         dllm_err err = {};
         if (res)
-            check_rc(dllm_cuda_gemm_bf16_res(false, true, N, OC, C, a16, w->w, res, out, NULL,
-                                             &err),
+            check_rc(dllm_cuda_gemm_bf16_res(false, true, N, OC, C, 1.0f, a16, w->w, res, out,
+                                             NULL, &err),
                      err);
         else
             check_rc(dllm_cuda_gemm_bf16(false, true, N, OC, C, 1.0f, a16, w->w, 0.0f, out,
@@ -862,6 +862,102 @@ void cu_linear_res_fwd(dllm_backend *be, float *out, const float *res, const flo
     }
 }
 
+/* A bf16 trainer's LoRA linears: the parts' cuBLASLt BF16 GEMMs on the same bf16 operands
+ * (bf16_linear, cu_gemm_bf16, cu_bf16_linear_bwd_x), each operand rounded once into the
+ * workspace for every product that reads it. Where a part would take its fp32 fallback
+ * (shapes or pointers off cuBLASLt's 16-byte rules), the parts run instead. */
+bool al16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+/* The adapter's product first, onto res (or zero), then the base's onto it: both adds in
+ * a GEMM's epilogue, the base's compute-bound GEMM hiding its read of out. */
+void cu_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const float *inp,
+                      const float *res, bf16_matrix *w, const float *A, const float *B,
+                      float scale, int N, int C, int OC, int r)
+{
+    if (N <= 0 || r <= 0 || w->rows != OC || w->cols != C || C % 8 || OC % 4 || r % 8 ||
+        !al16(out) || !al16(xa) || !al16(w->w) || !al16(res)) {
+        cu_bf16_linear_fwd(be, out, inp, w, N, C, OC);
+        cu_gemm_bf16(be, false, true, N, r, C, 1.0f, inp, A, 0.0f, xa);
+        cu_gemm_bf16(be, false, true, N, OC, r, scale, xa, B, 1.0f, out);
+        if (res && N > 0)
+            dllm_cuda_add(out, res, (size_t)N * OC, NULL);
+        return;
+    }
+    size_t nx = (size_t)N * C, na = (size_t)r * C, nxa = (size_t)N * r, nb = (size_t)OC * r;
+    char *ws = (char *)ws_get(align256(nx * 2) + align256(na * 2) + align256(nxa * 2) +
+                              align256(nb * 2));
+    uint16_t *x16 = (uint16_t *)ws, *a16 = (uint16_t *)(ws + align256(nx * 2));
+    uint16_t *xa16 = (uint16_t *)((char *)a16 + align256(na * 2));
+    uint16_t *b16 = (uint16_t *)((char *)xa16 + align256(nxa * 2));
+    dllm_err err = {};
+    dllm_cuda_f32_to_bf16(x16, inp, nx, NULL);
+    dllm_cuda_f32_to_bf16(a16, A, na, NULL);
+    check_rc(dllm_cuda_gemm_bf16(false, true, N, r, C, 1.0f, x16, a16, 0.0f, xa, false, NULL,
+                                 &err),
+             err);
+    dllm_cuda_f32_to_bf16(xa16, xa, nxa, NULL);
+    dllm_cuda_f32_to_bf16(b16, B, nb, NULL);
+    if (res)
+        check_rc(dllm_cuda_gemm_bf16_res(false, true, N, OC, r, scale, xa16, b16, res, out,
+                                         NULL, &err),
+                 err);
+    else
+        check_rc(dllm_cuda_gemm_bf16(false, true, N, OC, r, scale, xa16, b16, 0.0f, out, false,
+                                     NULL, &err),
+                 err);
+    check_rc(dllm_cuda_gemm_bf16(false, true, N, OC, C, 1.0f, x16, w->w, 1.0f, out, false, NULL,
+                                 &err),
+             err);
+}
+
+/* dout is rounded once for the base's input gradient, dxa and dB; inp, read only by dA's
+ * product after those, is rounded into dout's place. */
+void cu_bf16_lora_bwd(dllm_backend *be, float *dinp, float *dA, float *dB, float *dxa,
+                      const float *dout, const float *inp, const float *xa, bf16_matrix *w,
+                      const float *A, const float *B, float scale, int N, int C, int OC, int r)
+{
+    if (N <= 0 || r <= 0 || w->rows != OC || w->cols != C || C % 8 || OC % 8 || r % 8 ||
+        !al16(dinp) || !al16(dA) || !al16(dB) || !al16(dxa) || !al16(w->w)) {
+        cu_bf16_linear_bwd_x(be, dinp, dout, w, N, C, OC);
+        cu_gemm_bf16(be, false, false, N, r, OC, scale, dout, B, 0.0f, dxa);
+        cu_gemm_bf16(be, true, false, OC, r, N, scale, dout, xa, 1.0f, dB);
+        cu_gemm_bf16(be, false, false, N, C, r, 1.0f, dxa, A, 1.0f, dinp);
+        cu_gemm_bf16(be, true, false, r, C, N, 1.0f, dxa, inp, 1.0f, dA);
+        return;
+    }
+    size_t nd = (size_t)N * OC, nx = (size_t)N * C, nxa = (size_t)N * r;
+    size_t na = (size_t)r * C, nb = (size_t)OC * r, big = nd > nx ? nd : nx;
+    char *ws = (char *)ws_get(align256(big * 2) + align256(nb * 2) + 2 * align256(nxa * 2) +
+                              align256(na * 2));
+    uint16_t *d16 = (uint16_t *)ws, *b16 = (uint16_t *)(ws + align256(big * 2));
+    uint16_t *xa16 = (uint16_t *)((char *)b16 + align256(nb * 2));
+    uint16_t *dxa16 = (uint16_t *)((char *)xa16 + align256(nxa * 2));
+    uint16_t *a16 = (uint16_t *)((char *)dxa16 + align256(nxa * 2));
+    dllm_err err = {};
+    dllm_cuda_f32_to_bf16(d16, dout, nd, NULL);
+    check_rc(dllm_cuda_gemm_bf16(false, false, N, C, OC, 1.0f, d16, w->w, 1.0f, dinp, false,
+                                 NULL, &err),
+             err);
+    dllm_cuda_f32_to_bf16(b16, B, nb, NULL);
+    check_rc(dllm_cuda_gemm_bf16(false, false, N, r, OC, scale, d16, b16, 0.0f, dxa, false,
+                                 NULL, &err),
+             err);
+    dllm_cuda_f32_to_bf16(xa16, xa, nxa, NULL);
+    check_rc(dllm_cuda_gemm_bf16(true, false, OC, r, N, scale, d16, xa16, 1.0f, dB, false,
+                                 NULL, &err),
+             err);
+    dllm_cuda_f32_to_bf16(dxa16, dxa, nxa, NULL);
+    dllm_cuda_f32_to_bf16(a16, A, na, NULL);
+    check_rc(dllm_cuda_gemm_bf16(false, false, N, C, r, 1.0f, dxa16, a16, 1.0f, dinp, false,
+                                 NULL, &err),
+             err);
+    uint16_t *x16 = d16; /* dout's bf16 copy is read by no later product */
+    dllm_cuda_f32_to_bf16(x16, inp, nx, NULL);
+    check_rc(dllm_cuda_gemm_bf16(true, false, r, C, N, 1.0f, dxa16, x16, 1.0f, dA, false, NULL,
+                                 &err),
+             err);
+}
+
 /* Attention with q and k rotated as the kernels load their tiles: q and k stay as given. */
 void cu_rope_attention_fwd(dllm_backend *, float *out, float *state, float *q, float *k,
                            const float *v, const int32_t *pos, const op_rope_table *t,
@@ -902,6 +998,8 @@ const dllm_backend_ops cuda_ops = {
     cu_gd_partial_rope_bwd,
     /* fused forwards */
     cu_linear_res_fwd, cu_rope_attention_fwd,
+    /* a bf16 trainer's LoRA linears */
+    cu_bf16_lora_fwd, cu_bf16_lora_bwd,
 };
 
 dllm_backend g_backend = {DLLM_BACKEND_CUDA, "cuda", &cuda_ops, &g_impl};

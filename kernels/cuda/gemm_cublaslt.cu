@@ -194,10 +194,11 @@ extern "C" int dllm_cuda_gemm_bf16(bool transA, bool transB, int M, int N, int K
 }
 
 extern "C" int dllm_cuda_gemm_bf16_res(bool transA, bool transB, int M, int N, int K,
-                                       const uint16_t *A, const uint16_t *B, const float *R,
-                                       float *D, dllm_cuda_stream s, dllm_err *err)
+                                       float alpha, const uint16_t *A, const uint16_t *B,
+                                       const float *R, float *D, dllm_cuda_stream s,
+                                       dllm_err *err)
 {
-    return gemm_bf16(transA, transB, M, N, K, 1.0f, A, B, 1.0f, D, false, R, s, err);
+    return gemm_bf16(transA, transB, M, N, K, alpha, A, B, 1.0f, D, false, R, s, err);
 }
 
 extern "C" int dllm_cuda_gemm_f32(bool transA, bool transB, int M, int N, int K, float alpha,

@@ -352,11 +352,9 @@ static void elementwise(recorder *r, const char *what, size_t n, double flops, d
 
 /* cu_gemm_bf16: both operands rounded into the workspace and cuBLASLt's BF16 GEMM, or
  * (16-byte rules broken) rounded fp32 copies through the fp32 GEMM */
-static void rc_gemm_bf16(dllm_backend *be, bool tA, bool tB, int M, int N, int K, float alpha,
-                         const float *A, const float *B, float beta, float *C)
+static void gemm_bf16_ops(recorder *r, bool tA, bool tB, int M, int N, int K, float beta,
+                          const float *C)
 {
-    recorder *r = R(be);
-    size_t n0 = begin(r, "gemm_bf16");
     if (M > 0 && N > 0) {
         if (K <= 0) {
             fprintf(stderr, "dllm-rl: cuda backend: gemm_bf16 with K=%d\n", K);
@@ -380,6 +378,14 @@ static void rc_gemm_bf16(dllm_backend *be, bool tA, bool tB, int M, int N, int K
             gemm_f32(r, M, N, K, beta, NULL, 0);
         }
     }
+}
+
+static void rc_gemm_bf16(dllm_backend *be, bool tA, bool tB, int M, int N, int K, float alpha,
+                         const float *A, const float *B, float beta, float *C)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gemm_bf16");
+    gemm_bf16_ops(r, tA, tB, M, N, K, beta, C);
     if (IN)
         INOPS->gemm_bf16(IN, tA, tB, M, N, K, alpha, A, B, beta, C);
     end(r, n0);
@@ -1289,11 +1295,10 @@ static void rc_linear_res_fwd(dllm_backend *be, float *out, const float *res, co
     end(r, n0);
 }
 
-static void rc_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16_matrix *w,
-                                 int N, int C, int OC)
+/* cu_bf16_linear_bwd_x */
+static void bf16_linear_bwd_x_ops(recorder *r, const float *dinp, bf16_matrix *w, int N, int C,
+                                  int OC)
 {
-    recorder *r = R(be);
-    size_t n0 = begin(r, "bf16_linear_bwd_x");
     bf16_check(w, C, OC);
     if (N > 0 && OC % 8 == 0 && C % 8 == 0 && (uintptr_t)dinp % 16 == 0 &&
         (uintptr_t)w->w % 16 == 0) { /* dout to bf16, the BF16 GEMM accumulating (beta 1) */
@@ -1310,8 +1315,103 @@ static void rc_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dou
         elementwise(r, "bf16_to_f32", nw, 1, 2, 4);
         gemm_f32(r, N, C, OC, 1.0f, w->w, 2.0 * nw);
     }
+}
+
+static void rc_bf16_linear_bwd_x(dllm_backend *be, float *dinp, const float *dout, bf16_matrix *w,
+                                 int N, int C, int OC)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "bf16_linear_bwd_x");
+    bf16_linear_bwd_x_ops(r, dinp, w, N, C, OC);
     if (IN)
         INOPS->bf16_linear_bwd_x(IN, dinp, dout, w, N, C, OC);
+    end(r, n0);
+}
+
+/* ---- a bf16 trainer's LoRA linears (backend_cuda.cu's cu_bf16_lora_fwd, _bwd) ----------
+ * Each activation operand rounded once into the workspace for all of its products; the
+ * products are the parts' GEMMs. Off cuBLASLt's 16-byte rules: the parts. */
+static bool al16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+/* the BF16 GEMM C (M, N) = op(A) op(B) over K on operands already in bf16 */
+static void gemm_bf16_ready(recorder *r, double m, double n, double k, bool beta)
+{
+    matmul(r, "gemm_bf16", REC_UNIT_BF16_TC, m, n, k, 2 * (m * k + k * n) + (beta ? 4 * m * n : 0),
+           4 * m * n);
+}
+
+/* the adapter's product onto res (its epilogue's C) or zero, then the base's onto out */
+static void rc_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const float *inp,
+                             const float *res, bf16_matrix *w, const float *A, const float *B,
+                             float scale, int N, int C, int OC, int r_)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "bf16_lora_fwd");
+    if (N <= 0 || r_ <= 0 || w->rows != OC || w->cols != C || C % 8 || OC % 4 || r_ % 8 ||
+        !al16(out) || !al16(xa) || !al16(w->w) || !al16(res)) {
+        bf16_linear(r, out, w, N, C, OC, NULL);
+        gemm_bf16_ops(r, false, true, N, r_, C, 0.0f, xa);
+        gemm_bf16_ops(r, false, true, N, OC, r_, 1.0f, out);
+        if (res && N > 0)
+            elementwise(r, "add", (size_t)N * OC, 1, 8, 4);
+    } else {
+        size_t nx = (size_t)N * C, na = (size_t)r_ * C, nxa = (size_t)N * r_;
+        size_t nb = (size_t)OC * r_;
+        double n = N, c = C, oc = OC, rr = r_;
+        ws_get(r, align256(nx * 2) + align256(na * 2) + align256(nxa * 2) + align256(nb * 2));
+        elementwise(r, "f32_to_bf16", nx, 1, 4, 2);
+        elementwise(r, "f32_to_bf16", na, 1, 4, 2);
+        gemm_bf16_ready(r, n, rr, c, false); /* xa */
+        elementwise(r, "f32_to_bf16", nxa, 1, 4, 2);
+        elementwise(r, "f32_to_bf16", nb, 1, 4, 2);
+        gemm_bf16_ready(r, n, oc, rr, res != NULL); /* the adapter's product [+ res] */
+        rec_event *e = matmul(r, "gemm_bf16", REC_UNIT_BF16_TC, n, oc, c,
+                              2 * (n * c + oc * c) + 4 * n * oc, 4 * n * oc);
+        e->weight = w->w;
+        e->weight_bytes = 2 * oc * c;
+    }
+    if (IN)
+        INOPS->bf16_lora_fwd(IN, out, xa, inp, res, w, A, B, scale, N, C, OC, r_);
+    end(r, n0);
+}
+
+static void rc_bf16_lora_bwd(dllm_backend *be, float *dinp, float *dA, float *dB, float *dxa,
+                             const float *dout, const float *inp, const float *xa,
+                             bf16_matrix *w, const float *A, const float *B, float scale, int N,
+                             int C, int OC, int r_)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "bf16_lora_bwd");
+    if (N <= 0 || r_ <= 0 || w->rows != OC || w->cols != C || C % 8 || OC % 8 || r_ % 8 ||
+        !al16(dinp) || !al16(dA) || !al16(dB) || !al16(dxa) || !al16(w->w)) {
+        bf16_linear_bwd_x_ops(r, dinp, w, N, C, OC);
+        gemm_bf16_ops(r, false, false, N, r_, OC, 0.0f, dxa);
+        gemm_bf16_ops(r, true, false, OC, r_, N, 1.0f, dB);
+        gemm_bf16_ops(r, false, false, N, C, r_, 1.0f, dinp);
+        gemm_bf16_ops(r, true, false, r_, C, N, 1.0f, dA);
+    } else {
+        size_t nd = (size_t)N * OC, nx = (size_t)N * C, nxa = (size_t)N * r_;
+        size_t na = (size_t)r_ * C, nb = (size_t)OC * r_, big = nd > nx ? nd : nx;
+        double n = N, c = C, oc = OC, rr = r_;
+        ws_get(r, align256(big * 2) + align256(nb * 2) + 2 * align256(nxa * 2) +
+                      align256(na * 2));
+        elementwise(r, "f32_to_bf16", nd, 1, 4, 2);
+        rec_event *e = matmul(r, "gemm_bf16", REC_UNIT_BF16_TC, n, c, oc,
+                              2 * (n * oc + oc * c) + 4 * n * c, 4 * n * c);
+        e->weight = w->w;
+        e->weight_bytes = 2 * oc * c;
+        elementwise(r, "f32_to_bf16", nb, 1, 4, 2);
+        gemm_bf16_ready(r, n, rr, oc, false); /* dxa */
+        elementwise(r, "f32_to_bf16", nxa, 1, 4, 2);
+        gemm_bf16_ready(r, oc, rr, n, true); /* dB */
+        elementwise(r, "f32_to_bf16", nxa, 1, 4, 2);
+        elementwise(r, "f32_to_bf16", na, 1, 4, 2);
+        gemm_bf16_ready(r, n, c, rr, true); /* dinp */
+        elementwise(r, "f32_to_bf16", nx, 1, 4, 2);
+        gemm_bf16_ready(r, rr, c, n, true); /* dA */
+    }
+    if (IN)
+        INOPS->bf16_lora_bwd(IN, dinp, dA, dB, dxa, dout, inp, xa, w, A, B, scale, N, C, OC, r_);
     end(r, n0);
 }
 
@@ -1729,6 +1829,8 @@ static const dllm_backend_ops record_ops = {
     .swiglu_quant_fwd = rc_swiglu_quant_fwd,
     .linear_quant_act_fwd = rc_linear_quant_act_fwd,
     .bf16_linear_bwd_x = rc_bf16_linear_bwd_x,
+    .bf16_lora_fwd = rc_bf16_lora_fwd,
+    .bf16_lora_bwd = rc_bf16_lora_bwd,
     .weight_cache_free = rc_weight_cache_free,
     .linears_fwd = NULL, /* the CPU's: the core asks dllm_backend_supports */
     .ar_choose = rc_ar_choose,

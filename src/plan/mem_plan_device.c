@@ -313,8 +313,11 @@ static int64_t ws_gemm_bf16(bool tA, bool tB, int64_t M, int64_t N, int64_t K)
     return a256(e * M * K) + a256(e * K * N);
 }
 
-/* A bf16 trainer view's LoRA products (dllm/transformer_fwd.c lin_lora_fwd and lin_bwd) on
- * the linears of mask, N rows: the forward's two, and the backward's four with bwd */
+/* A bf16 trainer view's LoRA linears (the backend's bf16_lora_fwd and bf16_lora_bwd over
+ * its packed base linears) on the linears of mask, N rows: the forward's, and the
+ * backward's with bwd. On cuBLASLt's 16-byte rules each bf16 operand once (the backward's
+ * inp in dout's place); otherwise the parts (bf16_linear_fwd, bf16_linear_bwd_x, the
+ * gemm_bf16 calls). */
 static int64_t ws_lora16(const dims *d, int mask, int64_t N, bool bwd)
 {
     int64_t w = 0, r = d->r;
@@ -323,9 +326,20 @@ static int64_t ws_lora16(const dims *d, int mask, int64_t N, bool bwd)
             continue;
         int64_t o, in;
         lin_shape(d, j, &o, &in);
-        w = max64(w, ws_gemm_bf16(false, true, N, r, in));
-        w = max64(w, ws_gemm_bf16(false, true, N, o, r));
-        if (bwd) {
+        if (in % 8 == 0 && o % 4 == 0 && r % 8 == 0) {
+            w = max64(w, a256(2 * N * in) + a256(2 * r * in) + a256(2 * N * r) + a256(2 * o * r));
+        } else {
+            w = max64(w, ws_bf16(N, in, o));
+            w = max64(w, ws_gemm_bf16(false, true, N, r, in));
+            w = max64(w, ws_gemm_bf16(false, true, N, o, r));
+        }
+        if (!bwd)
+            continue;
+        if (in % 8 == 0 && o % 8 == 0 && r % 8 == 0) {
+            w = max64(w, a256(2 * N * max64(o, in)) + a256(2 * o * r) + 2 * a256(2 * N * r) +
+                             a256(2 * r * in));
+        } else {
+            w = max64(w, o % 8 == 0 && in % 8 == 0 ? a256(2 * N * o) : a256(4 * o * in));
             w = max64(w, ws_gemm_bf16(false, false, N, r, o));
             w = max64(w, ws_gemm_bf16(true, false, o, r, N));
             w = max64(w, ws_gemm_bf16(false, false, N, in, r));
@@ -500,6 +514,9 @@ int mem_plan_device(mem_dev_plan *p, const dllm_model_config *mc, const mem_dev_
                 wsneed = max64(wsneed, o % 8 == 0 && in % 8 == 0 ? a256(2 * N * o)
                                                                  : a256(4 * o * in));
             }
+        if (tb && d.r) /* the frozen packed head's input gradient (bf16_linear_bwd_x) */
+            wsneed = max64(wsneed, d.V % 8 == 0 && d.C % 8 == 0 ? a256(2 * n * d.V)
+                                                                : a256(4 * d.V * d.C));
         if (!d.r) { /* RMSNorm's dw partial sums: 64-row chunks of C (HD for q/k_norm) */
             wsneed = max64(wsneed, 4 * ((N + 63) / 64) * d.C);
             wsneed = max64(wsneed, 4 * ((R + 63) / 64) * d.C);

@@ -5,23 +5,24 @@
  *     the CPU's bf16 trainer, tiny random models of each architecture: the kept forward's
  *     logits within 1e-3 (max abs; measured 1e-7: the bf16 rounding of a linear's input
  *     can land on the other side of a tie after fp32 sums in another order), every LoRA
- *     tensor's gradient within a normalised MSE of 1e-4 (measured up to 3.5e-5: the
+ *     tensor's gradient within a normalised MSE of 1e-4 (measured up to 5.4e-5: the
  *     device's attention backward takes its row sums from the saved output, which a bf16
  *     trainer rounds in place, the CPU from its kept probabilities; docs/DESIGN.md), and
- *     all of them together at least 2x nearer the CPU's bf16 gradients than the CPU's
- *     fp32 trainer's are (measured 0.21 to 0.41 of that distance, nmse 7e-6 to 1.3e-5:
- *     the device computes the bf16 trainer, not the fp32 one, but its bf16_linear_bwd_x
- *     rounds dout to bf16 on BF16 tensor cores, which the CPU does not, and every bf16
+ *     all of them together at most 0.75 of the CPU's fp32 trainer's distance from the
+ *     CPU's bf16 gradients (measured 0.25 to 0.60 of that distance, nmse 9.4e-6 to
+ *     1.5e-5: the device computes the bf16 trainer, not the fp32 one, but its
+ *     bf16_linear_bwd_x rounds dout to bf16 on BF16 tensor cores for the base linears'
+ *     and the frozen head's input gradients, which the CPU does not, and every bf16
  *     rounding of an adapter's operand -- x A^T, dout B -- turns the two summation
  *     orders' last-bit differences into whole bf16 ulps where they straddle a rounding
  *     boundary; 0.12-0.17 while the adapters' products were fp32);
  *   - `sft` with `device: cuda` against `device: cpu`, 4 steps (LoRA and full fine-tuning
  *     at the fp32 trainer, LoRA at the bf16 trainer): the update ran on the device (no
  *     note that it stayed on the host), every step's loss and grad_norm within 1e-4
- *     relative (measured 1.2e-6; bf16 trainer: 5e-3, measured 3.0e-3, for the same two
+ *     relative (measured 1.2e-6; bf16 trainer: 5e-3, measured 2.1e-3, for the same two
  *     roundings; 4.0e-4 while the adapters' products were fp32), the final trainable
  *     vector of the checkpoints within a normalised MSE of 1e-8 (measured 1e-10; bf16:
- *     1e-3, measured 2.2e-4: AdamW moves an element whose gradient is rounding noise by
+ *     1e-3, measured 3.8e-5: AdamW moves an element whose gradient is rounding noise by
  *     about lr either way; 1.3e-5 while the adapters' products were fp32);
  *   - a device `sft` cut after 2 steps and resumed (`sft --resume --set sft.steps=4`),
  *     LoRA and full fine-tuning, equals the uninterrupted device run bit for bit (log
@@ -154,11 +155,13 @@ START_TEST(test_bf16_lora_grads)
     ck_assert(op_grad_norm(gh, n) > 0);
     /* the device computed the bf16 trainer's gradients, not the fp32 trainer's: it is
      * nearer the CPU's bf16 ones than the fp32 trainer is. Not 10x: the device's
-     * bf16_linear_bwd_x rounds dout to bf16 (BF16 tensor cores), about 2.5e-6 of
-     * normalised error per linear (kernels/backend_cases.c), which the CPU's bf16 trainer
-     * does not, and the adapters' bf16 operands carry the summation orders' differences
-     * across rounding boundaries (measured 0.21-0.41 of the fp32 trainer's distance) */
-    ck_assert_msg(e_all <= 0.5 * e32, "%s: device vs CPU bf16 nmse %g, fp32 vs bf16 %g",
+     * bf16_linear_bwd_x rounds dout to bf16 (BF16 tensor cores) for the base linears' and
+     * the frozen head's input gradients, about 2.5e-6 of normalised error per product
+     * (kernels/backend_cases.c), which the CPU's bf16 trainer does not, and the adapters'
+     * bf16 operands carry the summation orders' differences across rounding boundaries
+     * (measured 0.25-0.60 of the fp32 trainer's distance; 0.21-0.41, bound 0.5, while the
+     * head's input gradient was an fp32 product) */
+    ck_assert_msg(e_all <= 0.75 * e32, "%s: device vs CPU bf16 nmse %g, fp32 vs bf16 %g",
                   ARCHS[arch_i], e_all, e32);
     printf("%s bf16 trainer LoRA: logits max abs diff %.2e, %d tensors, worst gradient nmse "
            "%.2e (all: %.2e; the fp32 trainer's against the bf16: %.2e)\n", ARCHS[arch_i], mx,

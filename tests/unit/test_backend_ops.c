@@ -369,7 +369,8 @@ START_TEST(test_backend_table_complete)
         "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
         "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x",
-        "adamw_step", "kv_cache", "gemm_bf16", "linear_res_fwd", "rope_attention_fwd"};
+        "adamw_step", "kv_cache", "gemm_bf16", "linear_res_fwd", "rope_attention_fwd",
+        "bf16_lora_fwd", "bf16_lora_bwd"};
     /* 7 buffer entries, 29 ops, 3 optional low-precision linears (the CPU's NVFP4 and
      * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
      * by test_precision through the model), the CPU's grouped
@@ -385,11 +386,11 @@ START_TEST(test_backend_table_complete)
      * attention_cached: one case name, kv_cache, runs both); the 13 Gated DeltaNet entries
      * (optional, all on both backends) are run on both, through this table, by
      * tests/unit/test_gated_delta_device.c; the 2 fused forwards (linear_res_fwd: INT8's
-     * bit for bit in tests/unit/test_int8_device.c).
+     * bit for bit in tests/unit/test_int8_device.c); the 2 LoRA linears of a bf16 trainer.
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 13 + 2);
+                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 13 + 2 + 2);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
