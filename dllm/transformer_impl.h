@@ -267,6 +267,9 @@ typedef struct {
 /* What the backward on the device reads and writes (its gradients, the trainer view
  * there), its dlogits chunk grown to fit the kept forward's rows. */
 tf_bwd_target tf_device_bwd_target(dllm_tf *m);
+/* Recomputation: the activations of the segment ending at layer l from its kept input
+ * (the forward's ops), into the K slots (transformer_fwd.c, for the backward). */
+void tf_recompute_segment(dllm_tf *m, const tf_bwd_target *t, int l);
 /* The backward of the last keeping forward into t, in parts, for dlogits made or moved a
  * chunk of rows at a time (in t->be's memory): begin (the scratch,
  * the head rows' gradients zeroed), head (rows r0 .. r0 + n - 1 of dlogits, (n, V) at
@@ -300,6 +303,11 @@ void tf_acts_free(tf_acts *a);
 void tf_acts_set_region(dllm_tf *m, tf_acts *a, tf_region *r);
 /* Gives back r's memory (its sets lose their forward buffers) and resets it. */
 void tf_region_free(tf_region *r, dllm_backend *be);
+/* The residual-stream slot of layer l's input in a kept forward's set at recomputation K
+ * (0: every layer's); the backward scratch sized for the kept forward (transformer_bwd.c
+ * uses both). */
+size_t tf_acts_xslot(const dllm_tf *m, int K, int l);
+void tf_acts_ensure_bwd(dllm_tf *m, tf_acts *a);
 /* Allocates the base gradients on first use (no-op under LoRA). */
 void tf_ensure_grads(dllm_tf *m);
 
