@@ -1,5 +1,6 @@
 /* dream_sampler.c: Dream's timestep-schedule sampler (dream_sampler.h). */
 #include "dllm/dream_sampler.h"
+#include "kernels/record/record.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -149,12 +150,17 @@ int dllm_dream_sample_model(const dllm_device_logits *m, const int32_t *prompts,
     dllm_dream_step a = step_args(c, d);
     a.seed = seed;
     int rc = 0;
+    int left = G; /* on a backend that counts nothing (plan's recording): the schedule's */
 
     for (int i = 0; i < S && !rc; i++) {
         be->ops->denoise_rows(be, q.rows, NULL, q.row_seq, q.row_pos, q.seq_start, q.n, q.canvas,
                               B, T, P, T, -1, c->mask_id, c->seq_offset);
         int32_t n = 0;
         be->ops->download(be, &n, q.n, sizeof n); /* the step's one synchronisation */
+        if (dllm_record_is(be)) {
+            n = B * left;
+            left -= i == S - 1 ? left : (int)((float)left * (1.0f - ts[i + 1] / ts[i]));
+        }
         if (n == 0)
             break;
         if (m->layers(m->ctx, q.canvas, q.keymask, B, T)) {

@@ -146,7 +146,11 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
     p->prec = prec;
     dllm_model_config mc;
     dllm_arch id = DLLM_ARCH_LLADA;
-    if (c->path && *c->path) {
+    if (c->shape) {
+        mc = *c->shape;
+        id = mc.arch;
+        snprintf(p->base, sizeof p->base, "shape");
+    } else if (c->path && *c->path) {
         if ((rc = dllm_config_load(&mc, c->path, err)))
             goto fail;
         id = mc.arch;
@@ -173,7 +177,9 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
         (rc = targets_mask(p->arch, c->lora_targets, c->n_lora_targets, "model.lora.targets",
                            &mask, err)))
         goto fail;
-    if (c->path && *c->path)
+    if (c->shape)
+        rc = (p->m = dllm_tf_create_shape(&mc, err)) ? 0 : err->code;
+    else if (c->path && *c->path)
         rc = dllm_tf_load(&p->m, c->path, err);
     else
         p->m = dllm_tf_create(&mc, c->seed);
@@ -183,11 +189,19 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
         dllm_tf_lora_enable(p->m, c->lora_rank, (float)c->lora_alpha, mask, c->seed);
     if (p->arch->sampler == DLLM_SAMPLER_AR) /* rollouts (KV-cache decoding) at the rollout copy's numerics */
         qwen3_decode_at_rollout(p->m, true);
+    dllm_backend *be = c->backend;
+    if (c->shape) { /* no values to quantise on the host: the copy is built where it runs */
+        if ((be && (rc = dllm_tf_to_device(p->m, be, err))) ||
+            (rc = dllm_tf_rollout_sync(p->m, &p->prec, NULL, err)))
+            goto fail;
+        *out = p;
+        return 0;
+    }
     if ((rc = dllm_tf_rollout_sync(p->m, &p->prec, NULL, err)))
         goto fail;
-    dllm_backend *be = NULL;
-    if ((rc = dllm_policy_device_parse(c->device, c->device_flag ? c->device_flag : "device",
-                                       &be, err)) ||
+    if ((!be && (rc = dllm_policy_device_parse(c->device, c->device_flag ? c->device_flag
+                                                                          : "device",
+                                               &be, err))) ||
         (be && (rc = dllm_tf_to_device(p->m, be, err))))
         goto fail;
     *out = p;

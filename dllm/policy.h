@@ -47,6 +47,11 @@ typedef struct {
                                 "The device flag") */
     const char *device_flag; /* the flag or key that named device, for messages (NULL:
                                 "device") */
+    /* `plan`'s recording (src/plan/plan_memory.h): a model of these dimensions without
+     * values (dllm_tf_create_shape; path, preset and arch ignored) on this backend
+     * (device ignored); its rollout copy is built there. NULL: neither. */
+    const dllm_model_config *shape;
+    dllm_backend *backend;
 } dllm_policy_cfg;
 
 typedef struct dllm_policy dllm_policy;

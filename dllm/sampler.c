@@ -1,6 +1,7 @@
 #include "dllm/sampler.h"
 
 #include "kernels/backend.h"
+#include "kernels/record/record.h"
 #include "kernels/rng.h"
 
 #include <math.h>
@@ -244,6 +245,17 @@ static int step_draw(const dllm_device_logits *m, loop_bufs *d, size_t *cap_rows
     return 0;
 }
 
+/* The positions of a block still masked at its step s under the plain schedule (the
+ * block's tokens spread evenly over its spb steps, the remainder to the first ones). */
+static int sched_left(int block_length, int spb, int s)
+{
+    const int base = block_length / spb, rem = block_length % spb;
+    int left = block_length;
+    for (int k = 0; k < s && k < spb; k++)
+        left -= base + (k < rem);
+    return left;
+}
+
 int dllm_sample_model(const dllm_device_logits *m, const int32_t *prompts,
                       const uint8_t *prompt_mask, int B, int P, const dllm_sampler_cfg *c,
                       uint64_t seed, dllm_rollout *out, dllm_err *err)
@@ -325,6 +337,8 @@ int dllm_sample_model(const dllm_device_logits *m, const int32_t *prompts,
                                   c->mask_id, c->seq_offset);
             int32_t n = 0;
             be->ops->download(be, &n, d.n, sizeof n); /* the step's one synchronisation */
+            if (dllm_record_is(be)) /* it counts nothing (plan's recording): the schedule's */
+                n = B * sched_left(c->block_length, spb, s);
             if (n == 0 && thr)
                 break; /* every sequence's block is done */
             if (n > 0) {

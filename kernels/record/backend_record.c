@@ -32,7 +32,10 @@ enum { LT_WORKSPACE = 32 << 20 }; /* kernels/cuda/gemm_cublaslt.cu WORKSPACE_BYT
 typedef struct {
     uintptr_t key;
     size_t bytes;
+    int tag;              /* its index in the recorder's tags */
 } slot;
+
+#define REC_MAX_TAGS 32
 
 typedef struct {
     dllm_backend be;
@@ -48,6 +51,9 @@ typedef struct {
     void *ws, *qa;        /* their addresses here (ours even over an inner backend) */
     bool lt;              /* cuBLASLt's workspace allocated */
     const char *op;       /* the entry being recorded */
+    const char *tags[REC_MAX_TAGS]; /* allocation labels, as first used ([0]: untagged) */
+    int ntags, tag;       /* how many; the current one */
+    int64_t tag_live[REC_MAX_TAGS], tag_peak[REC_MAX_TAGS]; /* live bytes by tag: now, at the peak */
     rec_call_hook hook;
     void *hook_ctx;
 } recorder;
@@ -87,7 +93,7 @@ static rec_event *emit(recorder *r, rec_kind k, rec_unit u, const char *what, do
 
 static size_t hash_at(uintptr_t k, size_t cap) { return (size_t)((k >> 8) * 0x9E3779B97F4A7C15ull) & (cap - 1); }
 
-static void tab_put(recorder *r, uintptr_t k, size_t bytes)
+static void tab_put(recorder *r, uintptr_t k, size_t bytes, int tag)
 {
     if (2 * (r->tn + 1) > r->tcap) {
         size_t oc = r->tcap, nc = oc ? 2 * oc : 1024;
@@ -97,7 +103,7 @@ static void tab_put(recorder *r, uintptr_t k, size_t bytes)
         r->tn = 0;
         for (size_t i = 0; i < oc; i++)
             if (old[i].key)
-                tab_put(r, old[i].key, old[i].bytes);
+                tab_put(r, old[i].key, old[i].bytes, old[i].tag);
         free(old);
     }
     size_t i = hash_at(k, r->tcap);
@@ -105,12 +111,14 @@ static void tab_put(recorder *r, uintptr_t k, size_t bytes)
         i = (i + 1) & (r->tcap - 1);
     if (!r->tab[i].key)
         r->tn++;
-    r->tab[i] = (slot){k, bytes};
+    r->tab[i] = (slot){k, bytes, tag};
 }
 
-/* The size of k's allocation, removed (backward-shift deletion); 0 when unknown. */
-static size_t tab_take(recorder *r, uintptr_t k)
+/* The size of k's allocation (its tag in *tag), removed (backward-shift deletion); 0 when
+ * unknown. */
+static size_t tab_take(recorder *r, uintptr_t k, int *tag)
 {
+    *tag = 0;
     if (!r->tcap)
         return 0;
     size_t i = hash_at(k, r->tcap);
@@ -119,40 +127,63 @@ static size_t tab_take(recorder *r, uintptr_t k)
     if (!r->tab[i].key)
         return 0;
     size_t bytes = r->tab[i].bytes;
+    *tag = r->tab[i].tag;
     r->tab[i].key = 0;
     r->tn--;
     for (size_t j = (i + 1) & (r->tcap - 1); r->tab[j].key; j = (j + 1) & (r->tcap - 1)) {
         slot s = r->tab[j];
         r->tab[j].key = 0;
         r->tn--;
-        tab_put(r, s.key, s.bytes);
+        tab_put(r, s.key, s.bytes, s.tag);
     }
     return bytes;
 }
 
-/* cudaMalloc of bytes (inner: its pointer p; else an address of our own). */
-static void *dev_malloc(recorder *r, size_t bytes, void *p)
+static int tag_index(recorder *r, const char *tag)
+{
+    if (!tag)
+        return 0;
+    for (int i = 0; i < r->ntags; i++)
+        if (r->tags[i] == tag || !strcmp(r->tags[i], tag))
+            return i;
+    if (r->ntags == REC_MAX_TAGS)
+        return 0;
+    r->tags[r->ntags] = tag;
+    return r->ntags++;
+}
+
+/* cudaMalloc of bytes (inner: its pointer p; else an address of our own), labelled with
+ * tag (NULL: the current one). */
+static void *dev_malloc_as(recorder *r, size_t bytes, void *p, const char *tag)
 {
     size_t b = bytes ? bytes : 1;
     if (!p) {
         p = (void *)r->next;
         r->next += (b + 511) / 256 * 256; /* 256-aligned, never reused */
     }
-    tab_put(r, (uintptr_t)p, b);
+    int t = tag ? tag_index(r, tag) : r->tag;
+    tab_put(r, (uintptr_t)p, b, t);
     r->live += (int64_t)b;
-    if (r->live > r->peak)
+    r->tag_live[t] += (int64_t)b;
+    if (r->live > r->peak) {
         r->peak = r->live;
+        memcpy(r->tag_peak, r->tag_live, sizeof r->tag_peak);
+    }
     emit(r, REC_ALLOC, REC_UNIT_MEMORY, "cudaMalloc", 0, 0, 0, "%zu bytes", b)->bytes =
         (int64_t)b;
     return p;
 }
 
+static void *dev_malloc(recorder *r, size_t bytes, void *p) { return dev_malloc_as(r, bytes, p, NULL); }
+
 static void dev_free(recorder *r, const void *p)
 {
     if (!p)
         return;
-    size_t b = tab_take(r, (uintptr_t)p);
+    int t;
+    size_t b = tab_take(r, (uintptr_t)p, &t);
     r->live -= (int64_t)b;
+    r->tag_live[t] -= (int64_t)b;
     emit(r, REC_FREE, REC_UNIT_MEMORY, "cudaFree", 0, 0, 0, "%zu bytes", b)->bytes = (int64_t)b;
 }
 
@@ -173,7 +204,7 @@ static void ws_get(recorder *r, size_t bytes)
         nb *= 2;
     host_sync(r, "cudaDeviceSynchronize");
     dev_free(r, r->ws);
-    r->ws = dev_malloc(r, nb, NULL); /* the inner backend grows its own alike */
+    r->ws = dev_malloc_as(r, nb, NULL, "backend workspace"); /* the inner backend grows its own alike */
     r->ws_bytes = nb;
 }
 
@@ -210,7 +241,7 @@ static rec_event *matmul(recorder *r, const char *what, rec_unit u, double M, do
 {
     if (!r->lt) {
         r->lt = true;
-        dev_malloc(r, LT_WORKSPACE, NULL);
+        dev_malloc_as(r, LT_WORKSPACE, NULL, "cuBLASLt workspace");
     }
     rec_event *e = emit(r, REC_MATMUL, u, what, 2 * M * N * K, rd, wr, "M=%.0f N=%.0f K=%.0f",
                         M, N, K);
@@ -1093,7 +1124,7 @@ static void *qa_buffer(recorder *r, size_t bytes)
     if (bytes > r->qa_bytes) {
         host_sync(r, "cudaDeviceSynchronize");
         dev_free(r, r->qa);
-        r->qa = dev_malloc(r, bytes, NULL);
+        r->qa = dev_malloc_as(r, bytes, NULL, "fused FP8 activations");
         r->qa_bytes = bytes;
     }
     return r->qa;
@@ -1516,9 +1547,15 @@ static void rc_dream_draw(dllm_backend *be, int32_t *x0, double *key, float *pro
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "dream_draw");
-    char sh[64];
-    snprintf(sh, sizeof sh, "n=%d V=%d", n, V);
-    kernel(r, "dream_draw", 30.0 * n * V, 4.0 * n * V, 25.0 * n, sh);
+    /* cu_dream_draw: a scratch of 12 V bytes a row for 32 rows, one launch per 32 rows */
+    enum { DREAM_ROWS = 32 };
+    ws_get(r, (size_t)DREAM_ROWS * (size_t)V * 12);
+    for (int i0 = 0; i0 < n; i0 += DREAM_ROWS) {
+        int m = n - i0 < DREAM_ROWS ? n - i0 : DREAM_ROWS;
+        char sh[64];
+        snprintf(sh, sizeof sh, "n=%d V=%d", m, V);
+        kernel(r, "dream_draw", 30.0 * m * V, 4.0 * m * V, 25.0 * m, sh);
+    }
     if (IN)
         INOPS->dream_draw(IN, x0, key, prob, take, logits, row_seq, row_pos, n, V, a);
     end(r, n0);
@@ -1864,6 +1901,7 @@ dllm_backend *dllm_record_new(dllm_backend *inner, bool block_fp8)
     r->inner = inner;
     r->block_fp8 = block_fp8;
     r->next = (uintptr_t)1 << 46; /* far from any host heap: inner pointers never collide */
+    r->tags[r->ntags++] = "other";
     return &r->be;
 }
 
@@ -1888,7 +1926,28 @@ const rec_event *dllm_record_events(const dllm_backend *be, size_t *n)
 void dllm_record_clear(dllm_backend *be) { R(be)->n = 0; }
 int64_t dllm_record_live(const dllm_backend *be) { return RC(be)->live; }
 int64_t dllm_record_peak(const dllm_backend *be) { return RC(be)->peak; }
-void dllm_record_reset_peak(dllm_backend *be) { R(be)->peak = R(be)->live; }
+void dllm_record_reset_peak(dllm_backend *be)
+{
+    recorder *r = R(be);
+    r->peak = r->live;
+    memcpy(r->tag_peak, r->tag_live, sizeof r->tag_peak);
+}
+
+void dllm_record_tag(dllm_backend *be, const char *tag)
+{
+    recorder *r = R(be);
+    r->tag = tag_index(r, tag);
+}
+
+int dllm_record_peak_by_tag(const dllm_backend *be, rec_tag_bytes *out, int max)
+{
+    const recorder *r = RC(be);
+    int n = 0;
+    for (int i = 0; i < r->ntags && n < max; i++)
+        if (r->tag_peak[i])
+            out[n++] = (rec_tag_bytes){r->tags[i], r->tag_peak[i]};
+    return n;
+}
 
 void dllm_record_set_hook(dllm_backend *be, rec_call_hook hook, void *ctx)
 {

@@ -82,6 +82,19 @@ int64_t dllm_record_live(const dllm_backend *be);
 int64_t dllm_record_peak(const dllm_backend *be);
 void dllm_record_reset_peak(dllm_backend *be);
 
+/* Allocation labels: tag names the allocations from now on (a string that outlives be;
+ * NULL: "other"); the CUDA backend's own (its workspace, its buffer of fused FP8
+ * activations, cuBLASLt's workspace) carry their own names. At most 31 distinct tags;
+ * later ones count as "other". */
+void dllm_record_tag(dllm_backend *be, const char *tag);
+typedef struct {
+    const char *tag;
+    int64_t bytes;
+} rec_tag_bytes;
+/* The bytes live at the peak by tag, in the order the tags were first used (those with
+ * none left out); returns how many were written to out (at most max). */
+int dllm_record_peak_by_tag(const dllm_backend *be, rec_tag_bytes *out, int max);
+
 /* Called after every table call with the events that call recorded (the tests compare
  * them with what the inner backend did). NULL: none. */
 typedef void (*rec_call_hook)(void *ctx, const char *op, const rec_event *ev, size_t n);

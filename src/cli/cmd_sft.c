@@ -24,6 +24,8 @@
  * resume. */
 #include "dllm/policy_sft.h"
 #include "dllm/sft_loss.h"
+#include "src/plan/mem_plan.h"
+#include "src/plan/plan_memory.h"
 #include "dllm/transformer.h"
 #include "dllm/tokenizer.h"
 #include "kernels/ops.h"
@@ -52,8 +54,9 @@
 
 static const char usage_text[] =
     "usage: dllm-rl sft CONFIG.yaml [--set key.path=value ...] [--force] [--quiet]\n"
+    "                   [--max-gpu-memory SIZE]\n"
     "       dllm-rl sft --resume RUN_DIR [--set key.path=value ...] [--allow-edited-config]\n"
-    "                   [--quiet]\n"
+    "                   [--quiet] [--max-gpu-memory SIZE]\n"
     "\n"
     "SFT on data.train (JSONL lines {\"prompt\": ..., \"answer\": ...}): masked diffusion\n"
     "for a LLaDA model, next-token cross-entropy on the answer for a Qwen3 model.\n"
@@ -89,7 +92,13 @@ static const char usage_text[] =
     "unless --allow-edited-config. experiment is a plain directory name. One process\n"
     "writes a run directory at a time (RUN_DIR/.lock holds its pid); a start that fails\n"
     "before its first step removes what it wrote. Ctrl-C or SIGTERM stops at the next\n"
-    "step with a checkpoint and the command that resumes (exit 1).\n";
+    "step with a checkpoint and the command that resumes (exit 1).\n"
+    "On a device (device: cuda), or with --max-gpu-memory SIZE (default 80GB; GB, GiB,\n"
+    "MB, ... as `dllm-rl plan`), the run's device memory -- the model, the device\n"
+    "trainer, one batch of data.max_len tokens forward and backward, AdamW, and with\n"
+    "validation the evaluated checkpoint's model and rollouts beside it -- recorded as\n"
+    "`dllm-rl plan` records a run's, is printed first, and a peak over the cap is refused\n"
+    "(exit 2) before anything is written.\n";
 
 typedef struct {
     const dllm_cfg *cfg;
@@ -420,6 +429,7 @@ static int resume_validation(const sft_run *r, const char *logpath, sft_valid *v
 typedef struct {
     int quiet, force, allow_edited, nsets;
     const char *resume; /* RUN_DIR, or NULL */
+    const char *max_gpu_memory; /* --max-gpu-memory SIZE, or NULL */
 } sft_opts;
 
 /* Keys a resumed sft run may change: they extend it or change what is written
@@ -434,6 +444,7 @@ static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_er
                                          {"force", no_argument, 0, 'f'},
                                          {"resume", required_argument, 0, 'r'},
                                          {"allow-edited-config", no_argument, 0, 'e'},
+                                         {"max-gpu-memory", required_argument, 0, 'm'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *sets[64];
@@ -450,6 +461,13 @@ static int parse_args(int argc, char **argv, dllm_cfg *cfg, sft_opts *o, dllm_er
         case 'f': o->force = 1; break;
         case 'r': o->resume = optarg; break;
         case 'e': o->allow_edited = 1; break;
+        case 'm': {
+            int64_t cap;
+            if (mem_parse_size(optarg, "--max-gpu-memory", &cap, err))
+                return err->code;
+            o->max_gpu_memory = optarg;
+            break;
+        }
         case 'h': fputs(usage_text, stdout); exit(0);
         default: return dllm_err_set(err, DLLM_EXIT_INPUT, "bad option (see --help)");
         }
@@ -606,12 +624,62 @@ static int write_config(const dllm_cfg *cfg, const char *dir, dllm_err *err)
     return run_dir_record_config(dir, err);
 }
 
+/* The run's device memory, recorded (src/plan/plan_memory.h: the model, the device
+ * trainer, one batch's forward, backward and AdamW, and validation's model and rollouts
+ * beside it), on a device or under --max-gpu-memory: printed (unless --quiet and it
+ * fits), and refused with what to change when it does not fit the cap (default 80GB).
+ * Before anything is written. A host-only architecture has no device plan. */
+static int check_memory(const dllm_cfg *cfg, const sft_opts *o, dllm_err *err)
+{
+    if (cfg->device != CFG_DEVICE_CUDA && !o->max_gpu_memory)
+        return 0;
+    mem_plan_opts po;
+    mem_plan_opts_defaults(&po);
+    if (o->max_gpu_memory && mem_parse_size(o->max_gpu_memory, "--max-gpu-memory", &po.cap, err))
+        return err->code;
+    dllm_model_config mc;
+    char model[CFG_STR_MAX + 128];
+    if (mem_plan_model(cfg, NULL, &mc, model, sizeof model, err))
+        return dllm_err_prefix(err, "memory plan");
+    if (!dllm_arch_in_core(dllm_arch_get(mc.arch)))
+        return 0;
+    /* validation's prompts planned at data.max_len tokens (an upper bound: they are the
+     * task's, not the data's) */
+    pm_sft_shape s;
+    if (pm_sft_shape_of(&s, cfg, &mc, cfg->data.max_len, err))
+        return dllm_err_prefix(err, "memory plan");
+    pm_plan *p = dllm_malloc(sizeof *p);
+    int rc = pm_record_sft(&mc, &s, p, err);
+    if (rc)
+        dllm_err_prefix(err, "memory plan");
+    const bool fits = !rc && p->peak <= po.cap;
+    if (!rc && (!o->quiet || !fits)) {
+        char what[CFG_STR_MAX + 400];
+        snprintf(what, sizeof what, "sft, %s from %s; batches of %d x %d tokens%s",
+                 cfg_names_name(&cfg_names_arch, mc.arch), model, s.B, s.T,
+                 s.eval ? "; validation's model and rollouts beside it" : "");
+        pm_print(p, what, po.cap, o->quiet ? stderr : stdout);
+    }
+    if (!rc && !fits)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
+                          "the device memory does not fit --max-gpu-memory %s: the step peaks "
+                          "at %.2f GB (%lld bytes); lower sft.batch_size or data.max_len, train "
+                          "LoRA (model.lora.rank), validate less at once (sft.eval_n, or "
+                          "sft.eval_every: 0), or use a larger device",
+                          o->max_gpu_memory ? o->max_gpu_memory : "80GB (the default)",
+                          (double)p->peak / 1e9, (long long)p->peak);
+    free(p);
+    return rc;
+}
+
 int cmd_sft(int argc, char **argv)
 {
     dllm_cfg cfg;
     dllm_err err = {0};
     sft_opts opt = {0};
     if (parse_args(argc, argv, &cfg, &opt, &err))
+        return cli_fail("sft", &err);
+    if (check_memory(&cfg, &opt, &err))
         return cli_fail("sft", &err);
     sft_run run = {.cfg = &cfg};
     char final_dir[4096]; /* the run directory; run.run_dir is where files go */

@@ -8,6 +8,7 @@
 #include "src/log/eval_outcomes.h"
 #include "src/plan/mem_plan.h"
 #include "src/plan/mem_plan_run.h"
+#include "src/plan/plan_memory.h"
 #include "src/log/rl_log.h"
 #include "src/rl/rl_run.h"
 #include "src/run/run_dir.h"
@@ -58,10 +59,9 @@ static const char usage_text[] =
     "One progress line per step (--quiet: none; --jsonl: one JSON object per step);\n"
     "evaluation reports its progress on stderr.\n"
     "On a device (device: cuda), or with --max-gpu-memory SIZE (default 80GB; GB, GiB,\n"
-    "MB, ... as `dllm-rl plan`), the run's device-memory plan is printed first, and a\n"
-    "plan that does not fit is refused (exit 2, naming what to change) before anything\n"
-    "is written; so is a run whose train phase on today's device path (`plan --phase\n"
-    "train`) does not fit.\n";
+    "MB, ... as `dllm-rl plan`), the run's device memory, recorded as `dllm-rl plan`\n"
+    "records it, is printed first, and a peak over the cap is refused (exit 2, naming\n"
+    "what to change) before anything is written.\n";
 
 /* ---- output for people -------------------------------------------------------------- */
 
@@ -308,37 +308,10 @@ static int load_config(const train_args *a, dllm_cfg *cfg, char *run_dir, size_t
     return 0;
 }
 
-/* What today's device path allocates for the run's train phase (src/plan/mem_plan_device.h,
- * the emulated allocator's peak to the byte; `plan --phase train` prints it): refused when
- * over the cap, as the design plan is. The design's bf16 activations are not built yet,
- * so this is the binding number. */
-static int check_device_plan(const train_args *a, const dllm_cfg *cfg,
-                             const dllm_model_config *mc, mem_plan_opts *o, dllm_err *err)
-{
-    mem_run_recompute(cfg, mc, o);
-    mem_dev_shape s;
-    if (mem_dev_shape_of_run(&s, cfg, mc, o, err))
-        return dllm_err_prefix(err, "memory plan");
-    mem_dev_plan *p = dllm_malloc(sizeof *p);
-    int rc = mem_plan_device(p, mc, &s, MEM_DEV_TRAIN, err);
-    if (rc)
-        dllm_err_prefix(err, "memory plan");
-    else if (p->peak > o->cap)
-        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                          "the device path does not fit --max-gpu-memory %s: its train phase "
-                          "peaks at %.2f GB (%lld bytes; `dllm-rl plan %s --phase train` "
-                          "itemises it); lower grpo.prompts_per_step or rollout.group_size, "
-                          "recompute (train.recompute: layer), or add ranks",
-                          a->max_gpu_memory ? a->max_gpu_memory : "80GB (the default)",
-                          (double)p->peak / 1e9, (long long)p->peak,
-                          a->config ? a->config : "CONFIG");
-    free(p);
-    return rc;
-}
-
-/* The run's device-memory plan (src/plan/mem_plan.h), on a device or under --max-gpu-memory:
- * printed (stderr under --jsonl; under --quiet only when it does not fit), and refused
- * with what to change when its peak does not fit the cap. Nothing is written before. */
+/* The run's device memory, recorded (src/plan/plan_memory.h: `dllm-rl plan` prints the
+ * same), on a device or under --max-gpu-memory: printed (stderr under --jsonl; under
+ * --quiet only when it does not fit), and refused with what to change when its peak does
+ * not fit the cap. Nothing is written before. A host-only architecture has no device plan. */
 static int check_memory_plan(const train_args *a, const dllm_cfg *cfg, dllm_err *err)
 {
     if (cfg->device != CFG_DEVICE_CUDA && !a->max_gpu_memory)
@@ -352,27 +325,34 @@ static int check_memory_plan(const train_args *a, const dllm_cfg *cfg, dllm_err 
     char model[CFG_STR_MAX + 128];
     if (mem_plan_model(cfg, NULL, &mc, model, sizeof model, err))
         return dllm_err_prefix(err, "memory plan");
-    mem_plan *p = dllm_malloc(sizeof *p);
-    int rc = mem_plan_build(p, &mc, cfg, &o, err);
+    if (!dllm_arch_in_core(dllm_arch_get(mc.arch)))
+        return 0;
+    mem_run_recompute(cfg, &mc, &o);
+    pm_shape s;
+    if (pm_shape_of_run(&s, cfg, &mc, &o, err))
+        return dllm_err_prefix(err, "memory plan");
+    pm_plan *p = dllm_malloc(sizeof *p);
+    int rc = pm_record(&mc, &s, PM_TRAIN, p, err);
     if (rc)
         dllm_err_prefix(err, "memory plan");
-    if (!rc && comm_rank() == 0 && (!a->quiet || !p->fits)) {
+    const bool fits = !rc && p->peak <= o.cap;
+    if (!rc && comm_rank() == 0 && (!a->quiet || !fits)) {
         char what[2 * CFG_STR_MAX + 256];
-        snprintf(what, sizeof what, "train %s, %s", a->config ? a->config : a->resume, model);
-        mem_plan_print(p, what, a->jsonl || a->quiet ? stderr : stdout);
+        snprintf(what, sizeof what, "train %s, %s from %s (plan's default %d prompt tokens)",
+                 a->config ? a->config : a->resume, cfg_names_name(&cfg_names_arch, mc.arch),
+                 model, o.prompt_tokens);
+        pm_print(p, what, o.cap, a->jsonl || a->quiet ? stderr : stdout);
     }
-    if (!rc && !p->fits) {
-        char advice[900], fix[128];
-        mem_plan_advice(p, advice, sizeof advice);
-        bool one = mem_plan_suggest(&mc, cfg, p, fix, sizeof fix);
-        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                          "the memory plan does not fit --max-gpu-memory %s: %s%s%s",
-                          a->max_gpu_memory ? a->max_gpu_memory : "80GB (the default)", advice,
-                          one ? ". With `dllm-rl plan` options this fits: " : "", one ? fix : "");
+    if (!rc && !fits) {
+        pm_does_not_fit(p, &mc, &s, o.cap, err);
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "the memory plan does not fit --max-gpu-memory "
+                          "%s (`dllm-rl plan %s` itemises it; its flags are the changes named "
+                          "here): %s", a->max_gpu_memory ? a->max_gpu_memory : "80GB (the default)",
+                          a->config ? a->config : "CONFIG", msg);
     }
     free(p);
-    if (!rc && dllm_arch_in_core(dllm_arch_get(mc.arch)))
-        rc = check_device_plan(a, cfg, &mc, &o, err);
     return rc;
 }
 

@@ -1,4 +1,6 @@
-/* mem_plan.c: the itemised device-memory plan of the GPU path (see mem_plan.h).
+/* mem_plan.c: the host plans of `dllm-rl plan --device cpu` (see mem_plan.h): the CPU
+ * backend's buffers for LLaDA and Qwen3.5's on the host, itemised with formulas. The GPU
+ * path's memory is recorded instead (plan_memory.h).
  *
  * Symbols (the legend printed with every plan):
  *   C d_model, L layers, NH / NKV query / key-value heads, HD head_dim,
@@ -9,52 +11,9 @@
  *   S = grpo.prompts_per_step / ranks * rollout.group_size sequences per rank,
  *   Sr sequences decoded together (--rollout-batch, default S),
  *   G rollout.gen_length, Bk rollout.block_length, T = Pt + G with Pt the
- *   prompt tokens (--prompt-tokens), Mr/Ml/Mu canvases per forward in the
- *   rollout prefill / likelihood / update (--micro-batch), Hc rows per head
- *   chunk (--head-chunk), Kin = max(C, QD, F) the widest linear input.
- *
- * Assumptions (the GPU path as designed; the CPU backend holds other buffers):
- *   - The trainer computes in bf16: weights resident in bf16 (2 P). With LoRA
- *     the base is frozen: no fp32 master of it; LoRA A/B are fp32 with fp32
- *     gradients and AdamW moments m, v (16 Nl). Without LoRA: fp32 master,
- *     gradients and moments (16 P) besides the bf16 copy.
- *   - The FP8 rollout copy holds 1-byte codes for the block linears (Plin) and
- *     fp32 scales (128x128 blocks: ceil(out/128) ceil(in/128) per linear;
- *     channel: out; tensor: 1); embeddings, head and norms are shared with the
- *     bf16 weights. A bf16 rollout copy with LoRA holds the merged block
- *     linears (2 Plin); without LoRA it is the trainer's copy. The rebuild after
- *     each optimizer step merges and quantises 128 rows at a time (one fp32
- *     stripe of 128 x Kin).
- *   - Activations are bf16 (2 bytes), RMSNorm reciprocal std and the attention
- *     log-sum-exp fp32. Attention is flash-style: no T x T matrix; backward
- *     keeps the log-sum-exp (NH per token). Per token and layer the update
- *     keeps n1, h, n2 (3C), q, k, v (QD + 2KD), the attention output (QD),
- *     gate, up, silu(gate)*up (3F), LoRA x A^T (r per target), two rstd (8
- *     bytes) and the LSE (4 NH bytes): a_layer bytes; layer inputs (C) are
- *     counted apart. Recomputation: none keeps L layers; layer keeps the L+1
- *     layer inputs and one layer's activations; every:K keeps ceil(L/K)+1
- *     inputs and K layers' activations (K-1 of their inputs).
- *   - A forward without gradients (rollouts, likelihoods) holds one layer's
- *     working set: x, h, the norm output (3C), q, k, v, the attention output,
- *     gate, up and their product: 2 (3C + 2QD + 2KD + 3F) bytes per token.
- *   - The output head runs only on the rows needed (the block's rows during
- *     diffusion rollouts, one row per sequence in decoding, the scored rows in
- *     the likelihoods) and is fused with the log-softmax in chunks of Hc rows:
- *     one fp32 chunk of Hc x V logits (their gradient in place in the update).
- *   - Diffusion rollouts run the whole canvas (Sr x T tokens, doubled under
- *     rollout.cfg_scale > 0) at each step; autoregressive rollouts keep a bf16
- *     KV cache (2 L Sr T KD) and prefill Mr = min(Sr, micro-batch) prompts at a
- *     time. FP8 rollouts quantise activations to 1-byte codes with fp32 scales
- *     per 1x128 group (channel/tensor scaling: per row).
- *   - Likelihood chunks evaluate at most Ml canvases (one_step 1, elbo
- *     mc_samples, trajectory ceil(steps/shrink) per sequence; autoregressive: 1)
- *     with up to G scored rows each; the update's chunks hold whole sequences.
- *     Per-token log-probs of the batch (l_mu, l_pi, l_old, and the reference
- *     with grpo.beta > 0) stay on the device in fp64.
- *   - cuBLASLt gets a 32 MiB workspace. The CUDA context, NCCL's buffers and
- *     allocator fragmentation are outside the plan: the default cap of 80 GB
- *     (80e9 bytes, 74.5 GiB) leaves about 5 GiB of an 80 GB H100's 79.6 GiB
- *     for them. */
+ *   prompt tokens (--prompt-tokens), Ml/Mu canvases per forward in the
+ *   likelihood / update (--micro-batch; whole sequences of the estimators'
+ *   canvases), Kin = max(C, QD, F) the widest linear input. */
 #include "src/plan/mem_plan.h"
 
 #include "dllm/arch.h"
@@ -71,7 +30,6 @@
 const char *const mem_phase_names[MEM_NPHASE] = {"resident", "rollout", "likelihood", "update"};
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
-#define CUBLASLT_WORKSPACE ((int64_t)32 << 20)
 #define DEFAULT_MICRO_BATCH 64 /* the RL loop's canvases per forward call */
 
 void mem_plan_opts_defaults(mem_plan_opts *o)
@@ -81,7 +39,6 @@ void mem_plan_opts_defaults(mem_plan_opts *o)
     o->prompt_tokens = 200; /* d1's GSM8K prompts: about 200 tokens in LLaDA's chat format */
     o->recompute = MEM_RECOMPUTE_LAYER;
     o->recompute_every = 1;
-    o->head_chunk = 1024;
     o->cap = (int64_t)80000000000LL;
 }
 
@@ -216,8 +173,9 @@ static int64_t whole_sequences(int64_t mb, int64_t cps, int64_t total)
     return min64(m, total);
 }
 
-int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
-                   const mem_plan_opts *o, dllm_err *err)
+/* The run's shapes and the options' checks, every plan's start (no items). */
+static int plan_base(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
+                     const mem_plan_opts *o, dllm_err *err)
 {
     memset(p, 0, sizeof *p);
     p->opts = *o;
@@ -228,14 +186,14 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "--ranks %d must divide grpo.prompts_per_step %d (groups never split)",
                             o->ranks, cfg->grpo.prompts_per_step);
-    if (o->prompt_tokens < 1 || o->head_chunk < 1 || o->micro_batch < 0 || o->rollout_batch < 0)
+    if (o->prompt_tokens < 1 || o->micro_batch < 0 || o->rollout_batch < 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "plan options must be positive");
     if (o->recompute == MEM_RECOMPUTE_EVERY && (o->recompute_every < 1 || o->recompute_every > mc->n_layers))
         return dllm_err_set(err, DLLM_EXIT_INPUT, "--recompute every:%d: K must be in [1, %d] (the layers)",
                             o->recompute_every, mc->n_layers);
 
     const int64_t C = mc->d_model, Ln = mc->n_layers, NH = mc->n_heads, HD = mc->head_dim;
-    const int64_t QD = NH * HD, KD = (int64_t)mc->n_kv_heads * HD, F = mc->mlp_hidden;
+    const int64_t QD = NH * HD, F = mc->mlp_hidden;
     const int64_t V = mc->embedding_size;
     const int64_t Kin = max64(C, max64(QD, F));
     const int64_t G = cfg->rollout.gen_length, Bk = cfg->rollout.block_length;
@@ -247,7 +205,6 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
                             "(prompts_per_step / ranks x group_size)", o->rollout_batch, (long long)S);
     const int64_t Sr = o->rollout_batch ? o->rollout_batch : S;
     const int64_t mb = o->micro_batch ? o->micro_batch : DEFAULT_MICRO_BATCH;
-    const int64_t Hc = o->head_chunk;
 
     /* parameters: P (the model's count), Plin (block linears), Nl (LoRA) */
     const int64_t r = cfg->model.lora.rank;
@@ -285,20 +242,6 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     p->seqs = (int)S;
     p->rollout_seqs = (int)Sr;
     p->T = (int)T;
-    const char *rollout = cfg_names_name(&cfg_names_rollout_precision, cfg->rollout.precision);
-    /* fp8-exact is a CPU-side numerics choice (the device copy is the same FP8 copy);
-     * NVFP4 is planned as FP8 (1 byte per code: an upper bound for 4-bit codes); INT8
-     * has a byte per code too, with its own scales (per row or 128x128 block; activations
-     * per token or 1x128 group) */
-    const bool int8 = !strcmp(rollout, "int8");
-    const bool fp8 = !strcmp(rollout, "fp8") || !strcmp(rollout, "fp8-exact") ||
-                     !strcmp(rollout, "nvfp4") || int8,
-               bf16_copy = !strcmp(rollout, "bf16") && lora;
-    const char *qn = int8 ? "INT8" : "FP8";
-    const bool qgrp = int8 ? cfg->rollout.int8.scaling == CFG_INT8_BLOCK
-                           : cfg->rollout.fp8.scaling == CFG_FP8_BLOCK,
-               qchan = int8 ? !qgrp : cfg->rollout.fp8.scaling == CFG_FP8_CHANNEL;
-    char qitem[64];
 
     /* estimators: canvases per sequence (cps) and rows per canvas */
     int64_t cps_w, rows_w, cps_o, rows_o;
@@ -312,135 +255,12 @@ int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg
     snprintf(p->symbols, sizeof p->symbols,
              "C %lld, L %lld, NH %lld, NKV %d, HD %lld, F %lld, V %lld, P %lld, Plin %lld, "
              "r %lld, nt %d, Nl %lld, S %lld, Sr %lld, Pt %lld, G %lld, Bk %lld, T %lld, "
-             "Ml %lld, Mu %lld, Hc %lld, Kin %lld",
+             "Ml %lld, Mu %lld, Kin %lld",
              (long long)C, (long long)Ln, (long long)NH, mc->n_kv_heads, (long long)HD, (long long)F,
              (long long)V, (long long)P, (long long)n_lin, (long long)rr, nt, (long long)n_lora,
              (long long)S, (long long)Sr, (long long)Pt, (long long)G, (long long)Bk, (long long)T,
-             (long long)Ml, (long long)Mu, (long long)Hc, (long long)Kin);
+             (long long)Ml, (long long)Mu, (long long)Kin);
 
-    /* ---- resident ---- */
-    add(p, MEM_RESIDENT, "trainer weights (bf16)", 2 * P, "", "2 P");
-    if (lora) {
-        const char *s = "model.lora.rank";
-        add(p, MEM_RESIDENT, "LoRA A/B (fp32)", 4 * n_lora, s, "4 Nl");
-        add(p, MEM_RESIDENT, "LoRA gradients (fp32)", 4 * n_lora, s, "4 Nl");
-        add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * n_lora, s, "8 Nl");
-        if (cfg->grpo.loss.beta > 0)
-            add(p, MEM_RESIDENT, "KL reference LoRA (fp32)", 4 * n_lora, "grpo.beta: 0",
-                "4 Nl (grpo.beta > 0)");
-    } else {
-        const char *s = "LoRA (model.lora.rank > 0)";
-        add(p, MEM_RESIDENT, "master weights (fp32)", 4 * P, s, "4 P (full fine-tuning)");
-        add(p, MEM_RESIDENT, "gradients (fp32)", 4 * P, s, "4 P");
-        add(p, MEM_RESIDENT, "AdamW moments m, v (fp32)", 8 * P, s, "8 P");
-        if (cfg->grpo.loss.beta > 0)
-            add(p, MEM_RESIDENT, "KL reference weights (bf16)", 2 * P, "grpo.beta: 0",
-                "2 P (grpo.beta > 0)");
-    }
-    if (fp8) {
-        snprintf(qitem, sizeof qitem, "%s rollout copy: codes", qn);
-        add(p, MEM_RESIDENT, qitem, n_lin, "", "1 Plin");
-        snprintf(qitem, sizeof qitem, "%s rollout copy: scales (fp32)", qn);
-        add(p, MEM_RESIDENT, qitem, 4 * n_scales, "",
-            qgrp ? "4 L sum ceil(out/128) ceil(in/128)" : qchan ? "4 L sum out" : "4 L x 7");
-    } else if (bf16_copy) {
-        add(p, MEM_RESIDENT, "bf16 rollout copy: merged linears", 2 * n_lin, "rollout.precision",
-            "2 Plin");
-    }
-    add(p, MEM_RESIDENT, "RoPE table (fp32 cos, sin)", T * HD * 4, "", "4 T HD");
-    add(p, MEM_RESIDENT, "cuBLASLt workspace", CUBLASLT_WORKSPACE, "", "32 MiB");
-
-    /* ---- rollout ---- */
-    const int64_t fwd_tok = 2 * (3 * C + 2 * QD + 2 * KD + 3 * F); /* one layer, no grad */
-    const char *fwd_f = "2 (3C + 2QD + 2KD + 3F)";
-    const char *rs = "--rollout-batch, --ranks";
-    int64_t Nr, Rr;
-    if (diffusion) {
-        const int64_t cfgx = cfg->rollout.cfg_scale > 0 ? 2 : 1;
-        Nr = cfgx * Sr * T;
-        Rr = cfgx * Sr * Bk;
-        add(p, MEM_ROLLOUT, "sampler state", Sr * T * 5 + Sr * G * 6 + Rr * 12, rs,
-            "5 Sr T + 6 Sr G + 12 Sr Bk%s", cfgx > 1 ? " (x2 rows: cfg)" : "");
-        add(p, MEM_ROLLOUT, "layer working set (no grad)", Nr * fwd_tok, rs, "%sSr T x %s",
-            cfgx > 1 ? "2 " : "", fwd_f);
-    } else {
-        const int64_t Mr = min64(Sr, mb);
-        Nr = max64(Mr * Pt, Sr);
-        Rr = Sr;
-        add(p, MEM_ROLLOUT, "KV cache (bf16)", 2 * Ln * Sr * T * KD * 2, rs, "4 L Sr T KD");
-        add(p, MEM_ROLLOUT, "sampler state", Sr * T * 5 + Sr * G * 6 + Sr * 12, rs,
-            "5 Sr T + 6 Sr G + 12 Sr");
-        add(p, MEM_ROLLOUT, "layer working set (no grad)", Nr * fwd_tok, "--micro-batch (prefill)",
-            "max(Mr Pt, Sr) x %s, Mr = %lld", fwd_f, (long long)Mr);
-    }
-    if (fp8) {
-        snprintf(qitem, sizeof qitem, "%s activation codes + scales", qn);
-        add(p, MEM_ROLLOUT, qitem, Nr * Kin + (qgrp ? Nr * ceil_div(Kin, 128) * 4 : Nr * 4), rs,
-            "N (Kin + %s), N = %lld tokens", qgrp ? "4 ceil(Kin/128)" : "4", (long long)Nr);
-    } else if (lora && !strcmp(rollout, "trainer")) {
-        add(p, MEM_ROLLOUT, "LoRA x A^T (bf16)", Nr * rr * 2, rs, "2 r N, N = %lld tokens",
-            (long long)Nr);
-    }
-    add(p, MEM_ROLLOUT, "head chunk (fp32 logits)", min64(Rr, Hc) * V * 4, "--head-chunk",
-        "4 V min(%s, Hc)", diffusion ? "Sr Bk" : "Sr");
-    add(p, MEM_ROLLOUT, "head input rows (bf16)", Rr * C * 2, rs, "2 C %s", diffusion ? "Sr Bk" : "Sr");
-
-    /* ---- likelihood ---- */
-    const int64_t Nl_tok = Ml * T;
-    const char *ms = "--micro-batch";
-    const int64_t n_lp = 3 + (cfg->grpo.loss.beta > 0 ? 1 : 0);
-    add(p, MEM_LIKELIHOOD, "per-token log-probs (fp64)", n_lp * S * G * 8, "--ranks",
-        "8 S G x %lld (l_mu, l_pi, l_old%s)", (long long)n_lp, n_lp > 3 ? ", reference" : "");
-    add(p, MEM_LIKELIHOOD, "canvas chunk (ids, masks, rows)", Ml * T * 5 + Ml * G * 24, ms,
-        "5 Ml T + 24 Ml G");
-    add(p, MEM_LIKELIHOOD, "layer working set (no grad)", Nl_tok * fwd_tok, ms, "Ml T x %s", fwd_f);
-    if (lora)
-        add(p, MEM_LIKELIHOOD, "LoRA x A^T (bf16)", Nl_tok * rr * 2, ms, "2 r Ml T");
-    if (fp8) {
-        snprintf(qitem, sizeof qitem, "%s activation codes + scales (l_mu)", qn);
-        add(p, MEM_LIKELIHOOD, qitem,
-            Nl_tok * Kin + (qgrp ? Nl_tok * ceil_div(Kin, 128) * 4 : Nl_tok * 4), ms,
-            "Ml T (Kin + %s)", qgrp ? "4 ceil(Kin/128)" : "4");
-    }
-    add(p, MEM_LIKELIHOOD, "head chunk (fp32 logits)", min64(Ml * G, Hc) * V * 4, "--head-chunk",
-        "4 V min(Ml G, Hc)");
-    add(p, MEM_LIKELIHOOD, "head input rows (bf16)", Ml * G * C * 2, ms, "2 C Ml G");
-
-    /* ---- update ---- */
-    const int64_t Nu = Mu * T, Ru = Mu * rows_o;
-    const int64_t a_layer = 2 * (3 * C + 2 * QD + 2 * KD + 3 * F) + 2 * rr * nt + 8 + 4 * NH;
-    const char *a_f = "(2 (3C + 2QD + 2KD + 3F + r nt) + 8 + 4 NH)";
-    add(p, MEM_UPDATE, "canvas chunk (ids, masks, rows)", Nu * 5 + Ru * 24, ms, "5 Mu T + 24 Mu %s",
-        rows_o == G ? "G" : "rows");
-    const char *rc = "--recompute, --micro-batch";
-    switch (o->recompute) {
-    case MEM_RECOMPUTE_NONE:
-        add(p, MEM_UPDATE, "layer inputs (L+1)", (Ln + 1) * Nu * C * 2, ms, "2 C Mu T (L + 1)");
-        add(p, MEM_UPDATE, "layer activations (all L layers)", Ln * Nu * a_layer, rc, "L Mu T %s", a_f);
-        break;
-    case MEM_RECOMPUTE_LAYER:
-        add(p, MEM_UPDATE, "layer inputs (L+1)", (Ln + 1) * Nu * C * 2, ms, "2 C Mu T (L + 1)");
-        add(p, MEM_UPDATE, "layer activations (1 layer, recomputed)", Nu * a_layer, ms, "Mu T %s", a_f);
-        break;
-    case MEM_RECOMPUTE_EVERY: {
-        const int64_t K = o->recompute_every, ck = ceil_div(Ln, K) + 1;
-        add(p, MEM_UPDATE, "layer inputs (ceil(L/K)+1)", ck * Nu * C * 2, rc, "2 C Mu T (ceil(L/%lld) + 1)",
-            (long long)K);
-        add(p, MEM_UPDATE, "layer activations (K layers, recomputed)", Nu * (K * a_layer + (K - 1) * 2 * C),
-            rc, "Mu T (%lld %s + %lld x 2C)", (long long)K, a_f, (long long)(K - 1));
-        break;
-    }
-    }
-    add(p, MEM_UPDATE, "backward scratch (one layer)", Nu * 2 * (3 * C + 2 * QD + 2 * KD + 3 * F + rr), ms,
-        "2 Mu T (3C + 2QD + 2KD + 3F + r)");
-    add(p, MEM_UPDATE, "head chunk (fp32 logits, then gradient)", min64(Ru, Hc) * V * 4, "--head-chunk",
-        "4 V min(Mu %s, Hc)", rows_o == G ? "G" : "rows");
-    add(p, MEM_UPDATE, "head rows and their gradient (bf16)", Ru * C * 4, ms, "4 C Mu %s",
-        rows_o == G ? "G" : "rows");
-    if (fp8 || bf16_copy || (!lora && strcmp(rollout, "trainer")))
-        add(p, MEM_UPDATE, "rollout-copy rebuild stripe (fp32)", 128 * Kin * 4, "", "4 x 128 Kin");
-
-    finish(p);
     return DLLM_OK;
 }
 
@@ -512,7 +332,7 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
                             "only; plan this model with --device cuda");
     mem_plan_opts oc = *o;
     oc.cap = 0;
-    int rc = mem_plan_build(p, mc, cfg, &oc, err); /* the shapes and the option checks */
+    int rc = plan_base(p, mc, cfg, &oc, err); /* the shapes and the option checks */
     if (rc)
         return rc;
     p->cpu = true;
@@ -637,7 +457,7 @@ int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35
                    : 0;
     dllm_cfg base = *cfg;
     base.model.lora.rank = 0;
-    rc = rc ? rc : mem_plan_build(p, mc, &base, &oc, err); /* the shapes and the option checks */
+    rc = rc ? rc : plan_base(p, mc, &base, &oc, err); /* the shapes and the option checks */
     if (rc)
         return rc;
     p->cpu = true;
@@ -744,17 +564,10 @@ static const char *recompute_name(const mem_plan_opts *o, char *buf, size_t n)
 
 void mem_plan_print(const mem_plan *p, const char *what, FILE *f)
 {
-    char rb[32];
     fprintf(f, "memory plan: %s\n", what);
-    if (p->cpu)
-        fprintf(f, "CPU backend (today's buffers), %d rank%s: %d sequences per rank, T = %d tokens; "
-                   "%d canvases per forward (likelihood), %d (update)\n",
-                p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->T, p->mb_lik, p->mb_upd);
-    else
-        fprintf(f, "GPU path, %d rank%s: %d sequences per rank (%d decoded together), T = %d tokens; "
-                   "micro-batch %d canvases (likelihood), %d (update); recompute %s; head chunk %d rows\n",
-                p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->rollout_seqs, p->T, p->mb_lik,
-                p->mb_upd, recompute_name(&p->opts, rb, sizeof rb), p->opts.head_chunk);
+    fprintf(f, "CPU backend (today's buffers), %d rank%s: %d sequences per rank, T = %d tokens; "
+               "%d canvases per forward (likelihood), %d (update)\n",
+            p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->T, p->mb_lik, p->mb_upd);
     fprintf(f, "symbols: %s\n\n", p->symbols);
     int wn = 4;
     for (int i = 0; i < p->n_items; i++) {
@@ -796,11 +609,11 @@ void mem_plan_print_json(const mem_plan *p, const char *what, FILE *f)
     for (int ph = 0; ph < MEM_NPHASE; ph++)
         json_object_set_new(phases, mem_phase_names[ph], json_integer((json_int_t)p->phase_bytes[ph]));
     json_t *o = json_pack(
-        "{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:I, s:I, s:I, s:s, s:o, s:o, s:I, s:s, s:I, s:b}",
+        "{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:I, s:I, s:I, s:s, s:o, s:o, s:I, s:s, s:I, s:b}",
         "what", what, "arch", cfg_names_name(&cfg_names_arch, p->arch), "ranks", p->opts.ranks,
         "sequences_per_rank", p->seqs, "rollout_batch", p->rollout_seqs, "tokens", p->T,
         "micro_batch_likelihood", p->mb_lik, "micro_batch_update", p->mb_upd, "recompute",
-        recompute_name(&p->opts, rb, sizeof rb), "head_chunk", p->opts.head_chunk, "params",
+        recompute_name(&p->opts, rb, sizeof rb), "params",
         (json_int_t)p->n_params, "lora_params", (json_int_t)p->n_lora, "linear_params", (json_int_t)p->n_lin,
         "symbols", p->symbols, "items", items, "phases", phases, "peak_bytes", (json_int_t)p->peak,
         "peak_phase", mem_phase_names[p->peak_phase], "cap_bytes", (json_int_t)p->opts.cap, "fits",
@@ -809,105 +622,4 @@ void mem_plan_print_json(const mem_plan *p, const char *what, FILE *f)
     fprintf(f, "%s\n", s);
     free(s);
     json_decref(o);
-}
-
-void mem_plan_advice(const mem_plan *p, char *buf, size_t n)
-{
-    size_t used = 0;
-#define APPEND(...)                                                                               \
-    do {                                                                                          \
-        if (used < n)                                                                             \
-            used += (size_t)snprintf(buf + used, n - used, __VA_ARGS__);                          \
-    } while (0)
-    buf[0] = '\0';
-    const int64_t res = p->phase_bytes[MEM_RESIDENT];
-    APPEND("peak %.2f GiB in the %s phase exceeds %.2f GiB (%.2f GB)", (double)p->peak / GIB,
-           mem_phase_names[p->peak_phase], (double)p->opts.cap / GIB, (double)p->opts.cap / 1e9);
-    if (res > p->opts.cap || p->peak_phase == MEM_RESIDENT) {
-        APPEND("; the resident buffers alone take %.2f GiB: %s, or use a larger device "
-               "(--max-gpu-memory)", (double)res / GIB,
-               p->n_lora ? "lower model.lora.rank (the bf16 weights stay)"
-                         : "train LoRA (model.lora.rank > 0) instead of all weights");
-        return;
-    }
-    /* the peak phase's three largest transient items */
-    int top[3] = {-1, -1, -1};
-    for (int k = 0; k < 3; k++)
-        for (int i = 0; i < p->n_items; i++) {
-            const mem_item *it = &p->items[i];
-            if (it->phase != p->peak_phase || i == top[0] || i == top[1])
-                continue;
-            if (top[k] < 0 || it->bytes > p->items[top[k]].bytes)
-                top[k] = i;
-        }
-    APPEND("; its largest transient items:");
-    for (int k = 0; k < 3 && top[k] >= 0; k++) {
-        const mem_item *it = &p->items[top[k]];
-        APPEND(" %s %.2f GiB (%s)%s", it->name, (double)it->bytes / GIB,
-               it->shrink[0] ? it->shrink : "fixed", k < 2 && top[k + 1] >= 0 ? ";" : "");
-    }
-    char rb[32];
-    APPEND(". To shrink them: --micro-batch N (now %d / %d canvases), --recompute layer or every:K "
-           "(now %s), --rollout-batch N (now %d sequences), more ranks (--ranks, now %d; or fewer "
-           "grpo.prompts_per_step or rollout.group_size), a smaller --head-chunk (now %d rows), a "
-           "lower model.lora.rank",
-           p->mb_lik, p->mb_upd, recompute_name(&p->opts, rb, sizeof rb), p->rollout_seqs, p->opts.ranks,
-           p->opts.head_chunk);
-#undef APPEND
-}
-
-int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan_opts *o,
-                       FILE *f, dllm_err *err)
-{
-    mem_plan_opts d;
-    mem_plan_opts_defaults(&d);
-    mem_plan *p = dllm_malloc(sizeof *p);
-    int rc = mem_plan_build(p, mc, cfg, o ? o : &d, err);
-    if (!rc && !p->fits) {
-        mem_plan_print(p, cfg->experiment, f);
-        char advice[900], fix[128];
-        mem_plan_advice(p, advice, sizeof advice);
-        bool one = mem_plan_suggest(mc, cfg, p, fix, sizeof fix);
-        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "the memory plan does not fit: %s%s%s", advice,
-                          one ? ". This fits: " : "", one ? fix : "");
-    }
-    free(p);
-    return rc;
-}
-
-int mem_plan_suggest(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan *p, char *buf,
-                     size_t n)
-{
-    buf[0] = '\0';
-    mem_plan *q = dllm_malloc(sizeof *q);
-    dllm_err err = {0};
-    int found = 0;
-    /* recomputation first (it costs compute, not batch), then halving the
-     * micro-batch, then halving the sequences decoded together */
-    if (p->opts.recompute != MEM_RECOMPUTE_LAYER) {
-        mem_plan_opts o = p->opts;
-        o.recompute = MEM_RECOMPUTE_LAYER;
-        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
-            snprintf(buf, n, "--recompute layer (peak %.2f GiB)", (double)q->peak / GIB);
-            found = 1;
-        }
-    }
-    for (int mb = (p->mb_lik > p->mb_upd ? p->mb_lik : p->mb_upd) / 2; !found && mb >= 1; mb /= 2) {
-        mem_plan_opts o = p->opts;
-        o.micro_batch = mb;
-        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
-            snprintf(buf, n, "--micro-batch %d (peak %.2f GiB)", mb, (double)q->peak / GIB);
-            found = 1;
-        }
-    }
-    for (int rb = p->rollout_seqs / 2; !found && rb >= 1; rb /= 2) {
-        mem_plan_opts o = p->opts;
-        o.rollout_batch = rb;
-        if (!mem_plan_build(q, mc, cfg, &o, &err) && q->fits) {
-            snprintf(buf, n, "--rollout-batch %d (peak %.2f GiB)", rb, (double)q->peak / GIB);
-            found = 1;
-        }
-    }
-    free(q);
-    return found;
 }

@@ -1,12 +1,12 @@
-/* mem_plan.h: the itemised device-memory plan of an RL run on the GPU path.
+/* mem_plan.h: the host plans of `dllm-rl plan --device cpu`, and what every plan shares
+ * (the options, the model's dimensions, sizes).
  *
  * A pure function of the model's dimensions (dllm_model_config), the experiment
- * (dllm_cfg) and a few planning options (ranks, prompt length, micro-batch,
- * recomputation, head chunk): every buffer the GPU path holds, with its phase,
- * its size in bytes and the formula that gives it. A phase's peak is the
- * resident items plus that phase's transient items; the plan's peak is the
- * largest of them, and it fits when that peak is at most the cap. The
- * formulas and assumptions are written at the top of mem_plan.c. */
+ * (dllm_cfg) and a few planning options: every buffer the CPU backend holds for a run
+ * (LLaDA) or Qwen3.5's host model, with its phase, its size in bytes and the formula that
+ * gives it. A phase's peak is the resident items plus that phase's transient items. The
+ * GPU path's memory is not modelled: it is recorded from the code's own allocations
+ * (plan_memory.h). */
 #ifndef DLLM_MEM_PLAN_H
 #define DLLM_MEM_PLAN_H
 
@@ -34,7 +34,6 @@ typedef struct {
     int rollout_batch;     /* sequences decoded together; 0: the whole per-rank batch */
     mem_recompute recompute;
     int recompute_every;   /* K of MEM_RECOMPUTE_EVERY */
-    int head_chunk;        /* rows of one fused head + log-softmax chunk */
     int64_t cap;           /* bytes; the plan fits when its peak is at most this */
 } mem_plan_opts;
 
@@ -72,7 +71,7 @@ typedef struct {
 extern const char *const mem_phase_names[MEM_NPHASE];
 
 /* Defaults: 1 rank, 200 prompt tokens, micro-batch 0 (64), whole rollout batch,
- * recomputation per layer, head chunks of 1024 rows, cap 80 GB (80e9 bytes). */
+ * recomputation per layer, cap 80 GB (80e9 bytes). */
 void mem_plan_opts_defaults(mem_plan_opts *o);
 
 /* The model's dimensions: preset_flag (a preset name, or NULL), else model.path's
@@ -82,10 +81,6 @@ void mem_plan_opts_defaults(mem_plan_opts *o);
 int mem_plan_model(const dllm_cfg *cfg, const char *preset_flag, dllm_model_config *mc, char *what,
                    size_t n, dllm_err *err);
 
-/* Builds the plan. Input errors (ranks not dividing the prompts, a micro-batch
- * or rollout batch out of range, an unknown LoRA target) name the flag or key. */
-int mem_plan_build(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,
-                   const mem_plan_opts *o, dllm_err *err);
 
 /* The CPU backend's buffers today, for the LLaDA model (an input error for
  * other architectures): fp32 weights, copies, the activation sets that grow on
@@ -104,23 +99,6 @@ int mem_parse_size(const char *s, const char *flag, int64_t *bytes, dllm_err *er
 void mem_plan_print(const mem_plan *p, const char *what, FILE *f);
 /* The same as one JSON object. */
 void mem_plan_print_json(const mem_plan *p, const char *what, FILE *f);
-/* When it does not fit: what to change (the peak phase's largest transient
- * items and the keys and flags that shrink them), into buf. */
-void mem_plan_advice(const mem_plan *p, char *buf, size_t n);
-
-/* The first single change of the plan's options that makes it fit: recomputation
- * per layer, then the micro-batch halved until 1, then the rollout batch halved;
- * "--micro-batch 16 (peak 36.10 GiB)" into buf. Returns 1 if one was found. */
-int mem_plan_suggest(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan *p, char *buf,
-                     size_t n);
-
-/* The check `train` makes at its start on the GPU path: builds the plan with
- * options o (NULL: the defaults, one rank) and, when it does not fit o->cap,
- * prints the plan to f and returns an input error saying what to change and,
- * when one exists, the single change that fits. Silent when it fits. */
-int mem_plan_check_run(const dllm_model_config *mc, const dllm_cfg *cfg, const mem_plan_opts *o,
-                       FILE *f, dllm_err *err);
-
 /* Qwen3.5 (its own model behind the policy, on the host): its weights, gradients, AdamW
  * moments and rollout copy; decoding's per-sequence state -- the conv inputs and the
  * recurrent state of every Gated DeltaNet layer, K and V of every full-attention one --

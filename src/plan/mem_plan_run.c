@@ -1,4 +1,4 @@
-/* mem_plan_run.c: a run's shapes for the device plans, from its config (mem_plan_run.h). */
+/* mem_plan_run.c: a run's numerics and recomputation from its config (mem_plan_run.h). */
 #include "src/plan/mem_plan_run.h"
 
 #include "dllm/arch.h"
@@ -38,35 +38,4 @@ void mem_run_recompute(const dllm_cfg *cfg, const dllm_model_config *mc, mem_pla
     dllm_cfg_recompute_every(cfg->train.recompute, &k); /* checked when the config loaded */
     o->recompute = k == 0 ? MEM_RECOMPUTE_NONE : k == 1 ? MEM_RECOMPUTE_LAYER : MEM_RECOMPUTE_EVERY;
     o->recompute_every = k > mc->n_layers ? mc->n_layers : k > 0 ? k : 1;
-}
-
-int mem_dev_shape_of_run(mem_dev_shape *s, const dllm_cfg *cfg, const dllm_model_config *mc,
-                         const mem_plan_opts *o, dllm_err *err)
-{
-    memset(s, 0, sizeof *s);
-    if (mem_run_precision(cfg, mc, &s->prec, &s->lora_mask, err))
-        return err->code;
-    s->lora_rank = cfg->model.lora.rank;
-    if (o->ranks < 1 || cfg->grpo.prompts_per_step % o->ranks)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "--ranks %d must divide grpo.prompts_per_step %d (groups never split)",
-                            o->ranks, cfg->grpo.prompts_per_step);
-    const int S = cfg->grpo.prompts_per_step / o->ranks * cfg->rollout.group_size;
-    s->B = o->rollout_batch ? o->rollout_batch : S;
-    s->P = o->prompt_tokens;
-    s->G = cfg->rollout.gen_length;
-    s->cfg = cfg->rollout.cfg_scale > 0;
-    s->random_remask = cfg->rollout.remasking == REMASK_RANDOM;
-    s->sB = o->micro_batch ? o->micro_batch : S < 64 ? S : 64;
-    s->sT = s->P + s->G;
-    s->sR = s->sB * s->G;
-    s->score_rollout = true;
-    /* the update on the device where dllm_tf_device_train takes it (rl_run.c): an fp32
-     * trainer, or LoRA under a bf16 one; its chunks as the scoring's (max_canvas) */
-    s->update = !s->prec.trainer_bf16 || s->lora_rank > 0;
-    s->uB = s->sB, s->uT = s->sT, s->uR = s->sR;
-    s->recompute = o->recompute == MEM_RECOMPUTE_NONE    ? 0
-                   : o->recompute == MEM_RECOMPUTE_LAYER ? 1
-                                                         : o->recompute_every;
-    return 0;
 }

@@ -548,8 +548,11 @@ void plan_time_print(const pt_result *r, const char *what, FILE *f)
                 r->ph[PT_ROLLOUT_STEP].modelled_s, r->ph[PT_ROLLOUT_STEP].fwd_rows,
                 r->uncached_rollout.modelled_s, r->uncached_rollout.fwd_rows,
                 r->uncached_over_cached);
-    fprintf(f, "recorded device peak: %.2f GB (%lld bytes); recorded in %.1f s\n",
-            (double)r->peak_bytes / 1e9, (long long)r->peak_bytes, r->wall_s);
+    fprintf(f, "recorded in %.1f s\n", r->wall_s);
+    if (r->peak_bytes > 0)
+        fprintf(f, "device peak (the run's train phase, recorded; `plan` without --time "
+                   "itemises it): %.2f GB (%lld bytes)\n",
+                (double)r->peak_bytes / 1e9, (long long)r->peak_bytes);
 }
 
 static void json_str(const char *s, FILE *f)

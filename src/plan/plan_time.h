@@ -66,7 +66,8 @@ typedef struct {
      * cached mean step's (0: no cache) */
     pt_phase_result uncached_rollout;
     double uncached_over_cached;
-    int64_t peak_bytes;           /* the recorded device peak over all of them */
+    int64_t peak_bytes;           /* the recorded device peak over all of them (`plan --time`
+                                     puts the run's, plan_memory.h, here) */
     double wall_s;                /* how long the recording took here */
 } pt_result;
 

@@ -17,14 +17,20 @@
  *     exactly the kernels, cuBLASLt matmuls, allocations and device bytes the emulation
  *     counts for it; the recorded peak equals the emulated allocator's to the byte; and
  *     the same phases recorded without a device (a shape-only model) give the same op
- *     stream, call by call (op, kernel, shape), and the same peak. */
+ *     stream, call by call (op, kernel, shape), and the same peak;
+ *   - under the emulation, a run's device work through the policy (plan_memory.h's
+ *     pm_work: LLaDA's, Dream's and autoregressive rollouts, scoring, the update) of tiny
+ *     models recorded over the emulated backend: each call's kernels, matmuls and
+ *     allocations as the emulation counts them, and the same peak. */
 #include "config.h"
 
 #include "dllm/arch.h"
 #include "dllm/transformer.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/record/record.h"
+#include "src/plan/plan_memory.h"
 #include "src/plan/plan_time.h"
+#include "dllm/policy_infer.h"
 #include "tests/harness/harness.h"
 
 #include <check.h>
@@ -390,6 +396,62 @@ START_TEST(test_matches_emulation)
     free(rs);
 }
 END_TEST
+
+/* The run's device work through the policy (plan_memory.h's pm_work: the samplers of every
+ * family, the scorings, the update), over the emulated CUDA backend, call by call. */
+typedef struct {
+    const char *arch, *prec;
+    int lora;
+    pm_phase ph;
+} wcase;
+
+static const wcase WCASES[] = {
+    {"llada", "fp8", 4, PM_TRAIN},  {"dream", "fp32", 0, PM_TRAIN}, {"dream", "fp8", 4, PM_ROLLOUT},
+    {"qwen3", "bf16", 4, PM_TRAIN}, {"qwen3", "int8", 0, PM_SCORE},  {"llada", "fp32", 0, PM_TRAIN},
+};
+#define NWCASES ((int)(sizeof WCASES / sizeof WCASES[0]))
+
+START_TEST(test_policy_work_matches_emulation)
+{
+    const wcase *c = &WCASES[_i];
+    dllm_err err = {0};
+    dllm_policy_cfg pc = {.preset = "tiny", .arch = c->arch, .seed = 5};
+    ck_assert_int_eq(dllm_policy_infer_cfg(&pc, c->prec, "--precision", &err), 0);
+    pc.lora_rank = c->lora, pc.lora_alpha = 16;
+    dllm_backend *cu = dllm_backend_cuda();
+    ck_assert_ptr_nonnull(cu);
+    dllm_backend *rec = dllm_record_new(cu, dllm_cuda_fp8_block_scaling_available(NULL, 0));
+    pc.backend = rec;
+    trace te = {.check = true};
+    dllm_emu_reset_stats();
+    dllm_emu_get_stats(&te.last);
+    dllm_record_set_hook(rec, on_call, &te);
+    dllm_policy *p = NULL;
+    ck_assert_msg(dllm_policy_open(&p, &pc, &err) == 0, "%s", err.msg);
+    const dllm_model_config *mc = dllm_policy_config(p);
+    pm_shape s = {.pc = pc, .B = 3, .P = 5, .S = 3, .mb = 2, .recompute = 1, .top_p = 1.0};
+    s.dream = dllm_dream_cfg_default();
+    s.sc = (dllm_sampler_cfg){.gen_length = 8, .block_length = 4, .steps = 4, .temperature = 1.0,
+                              .remasking = REMASK_LOW_CONFIDENCE,
+                              .mask_token = DLLM_MASK_TOKEN_FORBID, .mask_id = mc->mask_token_id,
+                              .eos_id = mc->eos_token_id, .eot_id = -1,
+                              .vocab = mc->embedding_size};
+    bool upd;
+    ck_assert_msg(pm_work(p, &s, c->ph, &upd, &err) == 0, "%s", err.msg);
+    ck_assert_msg(!te.fail[0], "%s", te.fail);
+    dllm_emu_stats st;
+    dllm_emu_get_stats(&st);
+    ck_assert_msg(dllm_record_peak(rec) == (int64_t)st.peak_bytes,
+                  "recorded peak %lld, the emulated allocator's %zu",
+                  (long long)dllm_record_peak(rec), st.peak_bytes);
+    printf("%s %s lora %d, %s phase: %zu events over the emulation, each call's kernels, "
+           "matmuls and allocations equal, peak %lld\n", c->arch, c->prec, c->lora,
+           pm_phase_names[c->ph], te.n, (long long)dllm_record_peak(rec));
+    dllm_policy_free(p);
+    dllm_record_free(rec);
+    free(te.line);
+}
+END_TEST
 #endif
 
 Suite *tu_suite(tu_ctx *ctx)
@@ -405,6 +467,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(tc, test_llada8b_bf16_trainer);
 #ifdef DLLM_CUDA_EMULATION
     tcase_add_loop_test(tc, test_matches_emulation, 0, NECASES);
+    tcase_add_loop_test(tc, test_policy_work_matches_emulation, 0, NWCASES);
 #endif
     suite_add_tcase(s, tc);
     return s; /* forked: each case on a fresh emulated device */
