@@ -41,9 +41,10 @@ static const char usage_text[] =
     "                         KiB MiB GiB TiB powers of 1024\n"
     "  --ranks N              data-parallel ranks (divides grpo.prompts_per_step; default 1)\n"
     "  --prompt-tokens N      prompt tokens per sequence (default 200, d1's GSM8K prompts)\n"
-    "  --micro-batch N        canvases per scoring and update forward (default: 64 or the\n"
-    "                         rank's sequences, as the RL loop chunks them)\n"
-    "  --rollout-batch N      sequences decoded together (default: all of the rank's)\n"
+    "  --micro-batch N        canvases per scoring and update forward (default: the\n"
+    "                         config's train.micro_batch, 64 by default)\n"
+    "  --rollout-batch N      sequences decoded together (default: the config's\n"
+    "                         rollout.batch; 0 there: all of the rank's)\n"
     "  --recompute MODE       activations kept for backward: none, layer (the layer\n"
     "                         inputs and one layer's activations), every:K (default: the\n"
     "                         config's train.recompute, itself layer by default)\n"
@@ -311,8 +312,8 @@ int cmd_plan(int argc, char **argv)
         return cli_fail("plan", &err);
     }
     if ((a.time || a.phase) && cpu && a.device) {
-        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s plans the cuda device path: give --device cuda (or leave "
-                     "--device out), not --device cpu",
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "%s plans the cuda device path: give --device "
+                     "cuda (or leave --device out), not --device cpu",
                      a.time ? "--time" : "--phase");
         return cli_fail("plan", &err);
     }

@@ -278,6 +278,9 @@ static const cfg_key keys[] = {
     /* GRPO's advantage is a reward minus its group's mean: one completion learns nothing */
     {"rollout.group_size", K_INT, F(rollout.group_size), "8", 2, 4096, NULL,
      "completions per prompt (GRPO needs at least 2)"},
+    {"rollout.batch", K_INT, F(rollout.batch), "0", 0, 1 << 20, NULL,
+     "sequences decoded together, in turn (0: all of the rank's at once); each sequence "
+     "draws the same random stream either way (plan reads it too)"},
     {"rollout.gen_length", K_INT, F(rollout.gen_length), "64", 1, 1 << 20, NULL,
      "generated tokens per completion"},
     {"rollout.block_length", K_INT, F(rollout.block_length), "16", 1, 1 << 20, NULL,
@@ -469,6 +472,9 @@ static const cfg_key keys[] = {
      "activations the update's forward keeps: none (all), layer (each layer's input; one "
      "layer recomputed at a time) or every:K (each K-th layer's input; K layers recomputed "
      "at a time); the gradients are the same bit for bit (plan reads it too)"},
+    {"train.micro_batch", K_INT, F(train.micro_batch), "64", 1, 1 << 20, NULL,
+     "canvases per forward when scoring and updating (the likelihood plans' chunks; fewer "
+     "hold less device memory; plan reads it too)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

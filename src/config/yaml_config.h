@@ -113,6 +113,7 @@ typedef struct {
         struct { cfg_int8_scaling scaling; } int8;
         struct { cfg_nvfp4_scaling scaling; } nvfp4;
         int group_size;
+        int batch;               /* sequences decoded together (0: all of the rank's) */
         int gen_length, block_length, steps;
         double temperature;
         dllm_remasking remasking;
@@ -196,6 +197,7 @@ typedef struct {
     } checkpoint;
     struct {
         char recompute[24];      /* none | layer | every:K (dllm_cfg_recompute_every) */
+        int micro_batch;         /* canvases per scoring and update forward */
     } train;
 } dllm_cfg;
 

@@ -44,9 +44,12 @@ int pm_shape_of_run(pm_shape *s, const dllm_cfg *cfg, const dllm_model_config *m
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision nvfp4: the CUDA backend has "
                             "no NVFP4 linear (use bf16, fp8 or int8)");
     s->S = cfg->grpo.prompts_per_step / o->ranks * cfg->rollout.group_size;
-    s->B = o->rollout_batch ? o->rollout_batch : s->S;
+    /* the run's rollout.batch and train.micro_batch unless the flags say otherwise */
+    const int rb = o->rollout_batch ? o->rollout_batch : cfg->rollout.batch;
+    s->B = rb && (rb < s->S || o->rollout_batch) ? rb : s->S;
     s->P = o->prompt_tokens;
-    s->mb = o->micro_batch ? o->micro_batch : s->S < 64 ? s->S : 64;
+    const int mb = o->micro_batch ? o->micro_batch : cfg->train.micro_batch;
+    s->mb = mb < s->S ? mb : s->S;
     s->recompute = o->recompute == MEM_RECOMPUTE_NONE    ? 0
                    : o->recompute == MEM_RECOMPUTE_LAYER ? 1
                                                          : o->recompute_every;
@@ -140,7 +143,8 @@ int pm_work(dllm_policy *p, const pm_shape *s, pm_phase ph, bool *update, dllm_e
     const int G = s->sc.gen_length, T = s->P + G, nb = s->mb < s->S ? s->mb : s->S, R = nb * G;
     const bool diffusion = dllm_policy_is_diffusion(p);
     int32_t *tok = canvases(mc, nb, T, s->P, diffusion);
-    int32_t *rows = dllm_malloc(sizeof *rows * (size_t)R), *tg = dllm_malloc(sizeof *tg * (size_t)R);
+    int32_t *rows = dllm_malloc(sizeof *rows * (size_t)R);
+    int32_t *tg = dllm_malloc(sizeof *tg * (size_t)R);
     float *lp = dllm_malloc(sizeof *lp * (size_t)R);
     for (int b = 0; b < nb; b++)
         for (int g = 0; g < G; g++) {
@@ -278,7 +282,8 @@ int pm_suggest(const dllm_model_config *mc, const pm_shape *s, pm_phase ph, int6
     if (ph == PM_TRAIN && s->recompute != 1) {
         t.recompute = 1;
         if (try_fit(mc, &t, ph, cap, &peak)) {
-            snprintf(buf, n, "--recompute layer (peak %.2f GB)", (double)peak / 1e9);
+            snprintf(buf, n, "--recompute layer (train.recompute: layer; peak %.2f GB)",
+                     (double)peak / 1e9);
             return 1;
         }
         t.recompute = s->recompute;
@@ -286,14 +291,16 @@ int pm_suggest(const dllm_model_config *mc, const pm_shape *s, pm_phase ph, int6
     if (ph != PM_ROLLOUT)
         for (t.mb = s->mb / 2; t.mb >= 1; t.mb /= 2)
             if (try_fit(mc, &t, ph, cap, &peak)) {
-                snprintf(buf, n, "--micro-batch %d (peak %.2f GB)", t.mb, (double)peak / 1e9);
+                snprintf(buf, n, "--micro-batch %d (train.micro_batch: %d; peak %.2f GB)", t.mb,
+                         t.mb, (double)peak / 1e9);
                 return 1;
             }
     t.mb = s->mb;
     if (ph != PM_SCORE)
         for (t.B = s->B / 2; t.B >= 1; t.B /= 2)
             if (try_fit(mc, &t, ph, cap, &peak)) {
-                snprintf(buf, n, "--rollout-batch %d (peak %.2f GB)", t.B, (double)peak / 1e9);
+                snprintf(buf, n, "--rollout-batch %d (rollout.batch: %d; peak %.2f GB)", t.B, t.B,
+                         (double)peak / 1e9);
                 return 1;
             }
     return 0;
@@ -313,8 +320,8 @@ int pm_does_not_fit(const pm_plan *p, const dllm_model_config *mc, const pm_shap
         if (top < 0)
             break;
         done[top] = true;
-        used += (size_t)snprintf(big + used, used < sizeof big ? sizeof big - used : 0, "%s%s %.2f GB",
-                                 k ? "; " : "", p->items[top].tag,
+        used += (size_t)snprintf(big + used, used < sizeof big ? sizeof big - used : 0,
+                                 "%s%s %.2f GB", k ? "; " : "", p->items[top].tag,
                                  (double)p->items[top].bytes / 1e9);
         if (used >= sizeof big)
             break;
@@ -328,8 +335,9 @@ int pm_does_not_fit(const pm_plan *p, const dllm_model_config *mc, const pm_shap
     return dllm_err_set(err, DLLM_EXIT_INPUT,
                         "does not fit: the %s phase peaks at %.2f GB (%lld bytes) over "
                         "--max-gpu-memory %.2f GB; its largest items: %s. To shrink them: "
-                        "--micro-batch N (now %d canvases), --recompute layer or every:K (now "
-                        "%s), --rollout-batch N (now %d sequences), more ranks (--ranks; or fewer "
+                        "--micro-batch N (train.micro_batch; now %d canvases), --recompute "
+                        "layer or every:K (train.recompute; now %s), --rollout-batch N "
+                        "(rollout.batch; now %d sequences), more ranks (--ranks; or fewer "
                         "grpo.prompts_per_step or rollout.group_size), %s, or a larger device "
                         "(--max-gpu-memory)%s%s",
                         pm_phase_names[p->phase], (double)p->peak / 1e9, (long long)p->peak,

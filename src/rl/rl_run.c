@@ -212,7 +212,7 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
     run->rank = comm_rank();
     run->size = comm_size();
     run->t_start = dllm_now();
-    run->max_canvas = 64;
+    run->max_canvas = cfg->train.micro_batch;
     if (cfg->grpo.prompts_per_step % run->size)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "grpo.prompts_per_step %d is not divisible by the %d ranks",

@@ -403,6 +403,53 @@ static void log_w_quantiles(const double *log_w, int N, double q[3])
     free(all);
 }
 
+/* The step's rollouts at the rollout precision: rollout.batch sequences at a time (0: all
+ * N at once), each keyed by its global index (seq_offset), so every sequence draws the
+ * same random stream however the batch is split. */
+static int rollouts(rl_run *run, const int32_t *prompts, const uint8_t *prompt_mask, int N, int P,
+                    uint64_t seq0, uint64_t seed, dllm_rollout *out, dllm_err *err)
+{
+    const dllm_cfg *cfg = &run->cfg;
+    dllm_sampler_cfg sc = run->sampler;
+    const int rb = cfg->rollout.batch > 0 && cfg->rollout.batch < N ? cfg->rollout.batch : N;
+    sc.seq_offset = seq0;
+    if (rb == N)
+        return rl_generate(run->pol, DLLM_PREC_ROLLOUT, prompts, prompt_mask, N, P, &sc,
+                           cfg->rollout.top_p, seed, out, err);
+    const int G = sc.gen_length, T = P + G;
+    memset(out, 0, sizeof *out);
+    out->B = N, out->P = P, out->G = G;
+    out->tokens = dllm_malloc(sizeof *out->tokens * (size_t)N * T);
+    out->commit_step = dllm_malloc(sizeof *out->commit_step * (size_t)N * G);
+    out->commit_prob = dllm_malloc(sizeof *out->commit_prob * (size_t)N * G);
+    int rc = 0;
+    for (int c0 = 0; c0 < N && !rc; c0 += rb) {
+        const int n = N - c0 < rb ? N - c0 : rb;
+        sc.seq_offset = seq0 + (uint64_t)c0;
+        dllm_rollout ro;
+        rc = rl_generate(run->pol, DLLM_PREC_ROLLOUT, prompts + (size_t)c0 * P,
+                         prompt_mask ? prompt_mask + (size_t)c0 * P : NULL, n, P, &sc,
+                         cfg->rollout.top_p, seed, &ro, err);
+        if (rc)
+            break;
+        memcpy(out->tokens + (size_t)c0 * T, ro.tokens, sizeof *ro.tokens * (size_t)n * T);
+        memcpy(out->commit_step + (size_t)c0 * G, ro.commit_step,
+               sizeof *ro.commit_step * (size_t)n * G);
+        memcpy(out->commit_prob + (size_t)c0 * G, ro.commit_prob,
+               sizeof *ro.commit_prob * (size_t)n * G);
+        if (ro.n_masked_left) {
+            if (!out->n_masked_left)
+                out->n_masked_left = dllm_calloc((size_t)N, sizeof *out->n_masked_left);
+            memcpy(out->n_masked_left + c0, ro.n_masked_left, sizeof *ro.n_masked_left * (size_t)n);
+        }
+        out->nfe += ro.nfe; /* forward passes run, summed over the chunks */
+        dllm_rollout_free(&ro);
+    }
+    if (rc)
+        dllm_rollout_free(out);
+    return rc;
+}
+
 int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *err)
 {
     const dllm_cfg *cfg = &run->cfg;
@@ -437,10 +484,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     const int P = b->P;
 
     /* 2. rollouts at the rollout precision, G per prompt */
-    dllm_sampler_cfg sc = run->sampler;
-    sc.seq_offset = seq0;
-    rc = rl_generate(run->pol, DLLM_PREC_ROLLOUT, b->prompts, b->prompt_mask, N, P, &sc,
-                     cfg->rollout.top_p, seed ^ ((uint64_t)step * 0x9e3779b97f4a7c15ULL), &b->ro, err);
+    rc = rollouts(run, b->prompts, b->prompt_mask, N, P, seq0,
+                  seed ^ ((uint64_t)step * 0x9e3779b97f4a7c15ULL), &b->ro, err);
     if (rc)
         return rc;
     b->gen = dllm_malloc(sizeof *b->gen * (size_t)N * Gen);

@@ -9,7 +9,8 @@
  *  - every recipe's model and data paths are in the doc, with the download that
  *    fills each model path;
  *  - init-model's stand-in at each recipe's model path has the architecture the
- *    recipe expects, and `plan` sizes the recipe on it. */
+ *    recipe expects, and `plan` sizes the recipe on it: its recorded device memory fits
+ *    one 80 GB GPU (exit 0). */
 #include "tests/harness/harness.h"
 #include "dllm/tokenizer.h"
 #include "src/config/yaml_config.h"
@@ -236,14 +237,9 @@ START_TEST(init_model_stand_ins_plan)
         snprintf(want, sizeof want, "\"model_type\": %s", presets[p].model_type);
         ck_assert_msg(strstr(text, want), "%s: no %s", cj, want);
         free(text);
-        /* planned: it fits (0), or the plan says it does not (2, with the plan printed) */
-        int prc = tu_sh("%s plan %s --set model.path=%s >%s/plan.txt 2>&1", tu_bin(), r[i].file,
-                        out, tmp);
-        char *pt = tu_slurp("%s/plan.txt", tmp);
-        ck_assert_msg(prc == 0 || (prc == 2 && pt && strstr(pt, "does not fit: the train phase")),
-                      "plan %s on the %s stand-in failed (%d): %s", r[i].file, presets[p].preset,
-                      prc, pt ? pt : "");
-        free(pt);
+        ck_assert_msg(tu_sh("%s plan %s --set model.path=%s >%s/plan.txt 2>&1", tu_bin(), r[i].file, out,
+                            tmp) == 0, "plan %s on the %s stand-in failed", r[i].file,
+                      presets[p].preset);
     }
 }
 END_TEST

@@ -149,6 +149,40 @@ START_TEST(sigkill_then_resume_is_bit_exact)
 }
 END_TEST
 
+/* rollout.batch (sequences decoded in turn) and train.micro_batch (canvases per forward)
+ * change what is held at once, not the run: each sequence draws its own random stream
+ * (keyed by its global index) and the chunks' gradients add up to the batch's. The same
+ * completions and rewards; the losses and log-probs to summation order. */
+START_TEST(rollout_and_micro_batches_keep_the_run)
+{
+    write_config("a.yaml", "whole", NULL);
+    write_config("b.yaml", "chunked", NULL);
+    ck_assert_int_eq(tu_sh("%s train %s/a.yaml --quiet --set grpo.steps=2", tu_bin(), tmp), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/b.yaml --quiet --set grpo.steps=2 --set rollout.batch=3 "
+                           "--set train.micro_batch=3", tu_bin(), tmp), 0);
+    static const char *const exact[] = {"trajectories/reward", "trajectories/advantage",
+                                        "steps/reward_mean"};
+    static const char *const close[] = {"trajectories/l_mu", "trajectories/l_pi", "steps/loss",
+                                        "steps/grad_norm"};
+    for (int pass = 0; pass < 2; pass++) {
+        const char *const *cols = pass ? close : exact;
+        const size_t nc = pass ? sizeof close / sizeof close[0] : sizeof exact / sizeof exact[0];
+        for (size_t k = 0; k < nc; k++) {
+            int64_t na, nb;
+            double *a = read_col("whole", cols[k], &na);
+            double *b = read_col("chunked", cols[k], &nb);
+            ck_assert_msg(na == nb && na > 0, "%s: %lld rows vs %lld", cols[k], (long long)na,
+                          (long long)nb);
+            for (int64_t i = 0; i < na; i++)
+                ck_assert_msg(pass ? fabs(a[i] - b[i]) <= 1e-5 * (1 + fabs(a[i])) : a[i] == b[i],
+                              "%s[%lld]: %.17g vs %.17g", cols[k], (long long)i, a[i], b[i]);
+            free(a);
+            free(b);
+        }
+    }
+}
+END_TEST
+
 /* docs/METHOD.md §5, written out again here in plain double arithmetic. */
 START_TEST(diagnostics_recompute_from_the_log)
 {
@@ -951,6 +985,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sigkill_then_resume_is_bit_exact);
+    tcase_add_test(tc, rollout_and_micro_batches_keep_the_run);
     tcase_add_loop_test(tc, diagnostics_recompute_from_the_log, 0, 2);
     tcase_add_test(tc, reference_arm_has_unit_weights);
     tcase_add_loop_test(tc, int8_rollouts_under_every_correction, 0, 6);
