@@ -205,7 +205,7 @@ dllm_backend *dllm_tf_device(const dllm_tf *m);
  * leaves the device or is freed. Ids are trusted (not range-checked on the device). An
  * input error when the model is not on a device. */
 int dllm_tf_device_logits(dllm_tf *m, bool rollout, dllm_device_logits *out, dllm_err *err);
-/* Rows of the one logits chunk a model on a device keeps for vocabulary V (64 MiB of
+/* Rows of the one logits chunk a model on a device keeps for vocabulary V (256 MiB of
  * fp32 logits, at most 1024 rows): also the device sampler's max_rows. */
 int dllm_tf_device_chunk_rows(int V);
 

@@ -8,7 +8,7 @@
 #include "dllm/transformer_impl.h"
 
 /* The bytes one chunk of logits rows may take on the device. */
-enum { LOGITS_CHUNK_BYTES = 64 << 20, LOGITS_CHUNK_MAX_ROWS = 1024 };
+enum { LOGITS_CHUNK_BYTES = 256 << 20, LOGITS_CHUNK_MAX_ROWS = 1024 };
 
 typedef struct {
     dllm_tf *m;
