@@ -79,6 +79,32 @@ int pm_shape_of_run(pm_shape *s, const dllm_cfg *cfg, const dllm_model_config *m
     if (s->B < 1 || s->B > s->S)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "--rollout-batch %d: must be 1 to the rank's "
                             "%d sequences", s->B, s->S);
+    /* the evaluation (at the end, and every eval.every steps): rl_evaluate's batches of at
+     * most 64 prompts, at its longest generation (d1's protocol takes each length in turn) */
+    s->eval = cfg->eval.n > 0;
+    s->eval_B = cfg->eval.n < 64 ? cfg->eval.n : 64;
+    s->eval_prec = cfg->eval.precision == CFG_EVAL_ROLLOUT ? DLLM_PREC_ROLLOUT
+                                                           : DLLM_PREC_TRAIN_NOGRAD;
+    dllm_sampler_cfg *e = &s->esc;
+    *e = *sc;
+    e->gen_length = cfg->eval.gen_length;
+    e->block_length = cfg->eval.block_length;
+    e->steps = cfg->eval.steps;
+    for (int i = 0; i < cfg->eval.gen_lengths.n; i++)
+        if (cfg->eval.gen_lengths.v[i] > e->gen_length || i == 0) {
+            e->gen_length = cfg->eval.gen_lengths.v[i];
+            e->steps = i < cfg->eval.gen_steps.n ? cfg->eval.gen_steps.v[i]
+                                                  : e->gen_length / 2;
+        }
+    e->temperature = cfg->eval.temperature;
+    e->remasking = REMASK_LOW_CONFIDENCE;
+    e->cfg_scale = 0;
+    e->mask_token = cfg->eval.mask_token == CFG_MASK_TOKEN_FORBID ? DLLM_MASK_TOKEN_FORBID
+                                                                  : DLLM_MASK_TOKEN_ALLOW;
+    e->cache = cfg->eval.cache;
+    e->threshold = cfg->eval.threshold;
+    if (s->eval && dllm_sampler_check(e, err))
+        return dllm_err_prefix(err, "eval");
     return dllm_sampler_check(sc, err);
 }
 
@@ -182,6 +208,32 @@ int pm_work(dllm_policy *p, const pm_shape *s, pm_phase ph, bool *update, dllm_e
     if (!rc && ph == PM_TRAIN) { /* the next step's rollout, the scoring's buffers kept */
         tag(be, "rollout: sampler, activations, logits");
         rc = rollout(p, s, 10, err);
+    }
+    if (!rc && ph == PM_TRAIN && s->eval) { /* rl_evaluate's greedy rollouts */
+        tag(be, "evaluation: rollouts");
+        const int eB = s->eval_B, eT = s->P + s->esc.gen_length - 1;
+        if (!diffusion && s->eval_prec == DLLM_PREC_TRAIN_NOGRAD) {
+            /* autoregressive decoding at the trainer's numerics runs one forward of the
+             * whole prefix per token (rl_generate.c): its buffers grow to the last one's,
+             * which is what is recorded (not the thousand before it) */
+            void *ctx;
+            dllm_logits_fn fn = dllm_policy_logits(p, DLLM_PREC_TRAIN_NOGRAD, &ctx);
+            int32_t *cv = canvases(mc, eB, eT, eT, false), *lr = dllm_malloc(sizeof *lr * eB);
+            uint8_t *km = dllm_malloc((size_t)eB * eT);
+            float *lg = dllm_malloc(sizeof *lg * (size_t)eB * mc->embedding_size);
+            memset(km, 1, (size_t)eB * eT);
+            for (int b = 0; b < eB; b++)
+                lr[b] = b * eT + eT - 1;
+            if (!fn || fn(ctx, cv, km, eB, eT, lr, eB, lg))
+                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "plan: the evaluation forward failed");
+            free(cv), free(lr), free(km), free(lg);
+        } else {
+            int32_t *pr = canvases(mc, eB, s->P, s->P, false);
+            dllm_rollout ro = {0};
+            rc = rl_generate(p, s->eval_prec, pr, NULL, eB, s->P, &s->esc, 1.0, 12, &ro, err);
+            dllm_rollout_free(&ro);
+            free(pr);
+        }
     }
     return rc;
 }

@@ -11,7 +11,10 @@
  *
  * The rollout's counts are the sampler's schedule (the recording computes nothing): every
  * sequence's block masked as the plain schedule leaves it, Dream's as its timesteps do,
- * autoregressive decoding to the full length. Eval rollouts are not planned. */
+ * autoregressive decoding to the full length. The train phase ends with the evaluation's
+ * greedy rollouts (rl_evaluate's batches); autoregressive decoding at the trainer's
+ * numerics (a forward of the whole prefix per token) is recorded at its last forward,
+ * the largest, since its buffers only grow. */
 #ifndef DLLM_PLAN_MEMORY_H
 #define DLLM_PLAN_MEMORY_H
 
@@ -41,6 +44,12 @@ typedef struct {
     int S;                       /* sequences per rank and step: scored and updated */
     int mb;                      /* canvases per scoring and update forward */
     int recompute;               /* train.recompute's K (0: every layer kept) */
+    /* the evaluation's rollouts (train phase): eval_B prompts of P tokens with esc at
+     * eval_prec, after the step (rl_evaluate's batches); off when eval is false */
+    bool eval;
+    dllm_sampler_cfg esc;
+    int eval_B;
+    dllm_prec eval_prec;
 } pm_shape;
 
 #define PM_MAX_ITEMS 32

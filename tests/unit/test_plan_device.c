@@ -6,7 +6,8 @@
  * batches and lengths, with CFG, a phase's device work (pm_work: a rollout; a scoring
  * forward; or a training step: the device trainer, a rollout, the scoring at both views,
  * the update -- kept forward, backward, clip, AdamW, the rollout copy's rebuild -- and
- * the next rollout, for LoRA and full fine-tuning, fp32 and bf16 trainers, recompute
+ * the next rollout, some with the evaluation's greedy rollouts after it, for LoRA and full
+ * fine-tuning, fp32 and bf16 trainers, recompute
  * none, layer and every:K, on 2- and 5-layer models, and one wider model whose bf16
  * trainer's bf16_linear_bwd_x would grow the backend workspace if it widened its weight
  * to fp32) runs on the emulated device from a real model, and the same work is recorded
@@ -142,6 +143,13 @@ START_TEST(test_peak_matches_plan)
                               .eos_id = mc.eos_token_id, .eot_id = -1,
                               .vocab = mc.embedding_size, .cfg_scale = c->cfg ? 1.0 : 0.0,
                               .cache = c->cache, .threshold = c->thr};
+    if (ph == PM_TRAIN && c->rec == 1) { /* with the evaluation's rollouts after the step */
+        s.eval = true, s.eval_B = 2;
+        s.eval_prec = c->lora % 2 ? DLLM_PREC_ROLLOUT : DLLM_PREC_TRAIN_NOGRAD;
+        s.esc = s.sc;
+        s.esc.gen_length = 2 * c->G, s.esc.block_length = c->G, s.esc.steps = c->G;
+        s.esc.cache = DLLM_CACHE_NONE, s.esc.threshold = 0, s.esc.cfg_scale = 0;
+    }
     bool upd = false;
     ck_assert_msg(pm_work(p, &s, ph, &upd, &err) == 0, "%s", err.msg);
     dllm_emu_stats st;
@@ -157,9 +165,10 @@ START_TEST(test_peak_matches_plan)
     pm_plan pl;
     ck_assert_msg(pm_record(&mc, &s, ph, &pl, &err) == 0, "%s", err.msg);
     const int64_t got = (int64_t)st.peak_bytes;
-    printf("%-5s %-12s lora %d B %d P %d G %d%s %s (L %d, recompute %d%s): emulated peak %lld, "
-           "recorded %lld\n", c->arch, c->prec, c->lora, c->B, c->P, c->G, c->cfg ? " cfg" : "",
-           pm_phase_names[ph], mc.n_layers, c->rec, upd ? ", update on the device" : "",
+    printf("%-5s %-12s lora %d B %d P %d G %d%s %s (L %d, recompute %d%s%s): emulated peak "
+           "%lld, recorded %lld\n", c->arch, c->prec, c->lora, c->B, c->P, c->G,
+           c->cfg ? " cfg" : "", pm_phase_names[ph], mc.n_layers, c->rec,
+           upd ? ", update on the device" : "", s.eval ? ", evaluation" : "",
            (long long)got, (long long)pl.peak);
     /* the update runs on the device exactly where dllm_tf_device_train takes it */
     ck_assert_int_eq(upd, pl.update);
