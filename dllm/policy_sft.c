@@ -1,12 +1,13 @@
 /* policy_sft.c: the SFT loss through the policy's logits callbacks (see
  * policy_sft.h). Only the scored rows go through the output head; the
  * cross-entropy and its backward are the reference ops, or the device's when the model
- * trains there (the logits never leave it). */
+ * trains there (the logits never leave it). Also the diffusion batch's mask draw. */
 #include "dllm/policy_sft.h"
 #include "kernels/ops.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Row r scores target[r] with loss weight w[r] (dloss/dlogp = -w[r]). */
 static int rows_loss(dllm_policy *p, const int32_t *canvas, const uint8_t *keymask, int B, int T,
@@ -173,4 +174,13 @@ int dllm_policy_sft_loss(dllm_policy *p, const int32_t *tokens, const uint8_t *m
     if (!len)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "sft batch: next-token SFT needs lengths");
     return ar_loss(p, tokens, prompt_len, len, B, T, backward, loss, err);
+}
+
+void sft_draw_mask(dllm_rng *r, int prompt_len, int T, uint8_t *mask, double *p)
+{
+    const double pb = (1.0 - 1e-3) * dllm_rng_uniform(r) + 1e-3;
+    *p = pb;
+    memset(mask, 0, (size_t)T);
+    for (int i = prompt_len; i < T; i++)
+        mask[i] = dllm_rng_uniform(r) < pb;
 }

@@ -19,6 +19,7 @@
 #define DLLM_POLICY_SFT_H
 
 #include "dllm/policy.h"
+#include "kernels/rng.h"
 
 /* tokens (B, T); masked (B, T) and p_mask (B): diffusion only (NULL for AR);
  * prompt_len (B) >= 1; len (B) in (prompt_len, T]: AR only (NULL for diffusion).
@@ -26,5 +27,11 @@
 int dllm_policy_sft_loss(dllm_policy *p, const int32_t *tokens, const uint8_t *masked,
                          const double *p_mask, const int32_t *prompt_len, const int *len, int B,
                          int T, bool backward, double *loss, dllm_err *err);
+
+/* One diffusion sequence's mask (T entries) and mask probability *p from stream
+ * r: its first uniform gives t and p = (1 - 1e-3) t + 1e-3, then one uniform per
+ * answer position [prompt_len, T), in order, masks that position when below p;
+ * the prompt stays clean. Runs from the same seed depend on this order. */
+void sft_draw_mask(dllm_rng *r, int prompt_len, int T, uint8_t *mask, double *p);
 
 #endif

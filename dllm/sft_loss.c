@@ -1,6 +1,6 @@
-/* sft_loss.c: the masked-diffusion SFT loss and its mask draws (see
- * sft_loss.h). Only the masked rows go through ln_f and the head; the loss is
- * summed in double from the per-row log-probs of op_xent_fwd. */
+/* sft_loss.c: the masked-diffusion SFT loss (see sft_loss.h). Only the masked
+ * rows go through ln_f and the head; the loss is summed in double from the
+ * per-row log-probs of op_xent_fwd. */
 #include "dllm/sft_loss.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -9,22 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void sft_draw_mask_span(dllm_rng *r, int ans_start, int ans_len, int T, uint8_t *mask,
-                        double *p)
-{
-    double t = dllm_rng_uniform(r);
-    double pb = (1.0 - 1e-3) * t + 1e-3;
-    *p = pb;
-    memset(mask, 0, (size_t)T);
-    for (int i = ans_start; i < ans_start + ans_len && i < T; i++)
-        mask[i] = dllm_rng_uniform(r) < pb;
-}
-
-void sft_draw_mask(dllm_rng *r, int prompt_len, int T, uint8_t *mask, double *p)
-{
-    sft_draw_mask_span(r, prompt_len, T - prompt_len, T, mask, p);
-}
 
 static int check_batch(const dllm_tf *m, const llada_sft_batch *bt, const uint8_t *masked,
                        const double *p, dllm_err *err)

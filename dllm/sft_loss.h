@@ -10,7 +10,6 @@
 #define DLLM_SFT_LOSS_H
 
 #include "dllm/llada.h"
-#include "kernels/rng.h"
 
 typedef struct {
     int B, T;
@@ -19,14 +18,6 @@ typedef struct {
     const int32_t *ans_start; // (B) position of the first answer token
     const int32_t *ans_len;   // (B) answer length, >= 1, ans_start + ans_len <= T
 } llada_sft_batch;
-
-/* One sequence's draw from stream r: draw 0 gives t and p, then one uniform
- * per answer token in order (masked if u < p). mask (T) is zeroed outside
- * [ans_start, ans_start + ans_len). */
-void sft_draw_mask_span(dllm_rng *r, int ans_start, int ans_len, int T, uint8_t *mask,
-                        double *p);
-/* The same with the answer = [prompt_len, T) (right padding by EOS). */
-void sft_draw_mask(dllm_rng *r, int prompt_len, int T, uint8_t *mask, double *p);
 
 /* The SFT loss of the batch under the given masks (B, T) and p (B); masked
  * positions must lie inside the answers. With backward, gradients accumulate

@@ -23,7 +23,6 @@
  * the host format, and the AdamW moments come down for a checkpoint and go up on
  * resume. */
 #include "dllm/policy_sft.h"
-#include "dllm/sft_loss.h"
 #include "src/plan/mem_plan.h"
 #include "src/plan/plan_memory.h"
 #include "dllm/transformer.h"

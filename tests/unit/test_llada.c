@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dllm/llada.h"
+#include "dllm/policy_sft.h"
 #include "dllm/sft_loss.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -458,34 +459,39 @@ END_TEST
 
 START_TEST(test_sft_masks)
 {
-    enum { T = 4000 };
-    uint8_t *m1 = dllm_malloc(T), *m2 = dllm_malloc(T);
+    enum { P = 100, T = 3100, SLACK = 64 }; /* answer [100, 3100): 3000 positions */
+    uint8_t *m1 = dllm_malloc(T + SLACK), *m2 = dllm_malloc(T + SLACK);
     double p1, p2, psum = 0;
     for (int s = 0; s < 50; s++) {
         dllm_rng r1 = dllm_rng_make(9, 1, DLLM_RNG_SFT, (uint64_t)s);
         dllm_rng r2 = dllm_rng_make(9, 1, DLLM_RNG_SFT, (uint64_t)s);
-        sft_draw_mask_span(&r1, 100, 3000, T, m1, &p1);
-        sft_draw_mask_span(&r2, 100, 3000, T, m2, &p2);
+        memset(m1, 0xAA, T + SLACK);
+        sft_draw_mask(&r1, P, T, m1, &p1);
+        sft_draw_mask(&r2, P, T, m2, &p2);
         ck_assert(p1 == p2 && memcmp(m1, m2, T) == 0); /* same stream, same draw */
         ck_assert(p1 >= 1e-3 && p1 <= 1.0);
         int cnt = 0;
         for (int t = 0; t < T; t++) {
-            if (t < 100 || t >= 3100)
+            if (t < P)
                 ck_assert_int_eq(m1[t], 0);
+            ck_assert_int_le(m1[t], 1);
             cnt += m1[t];
         }
+        for (int t = T; t < T + SLACK; t++) /* nothing written past the sequence */
+            ck_assert_int_eq(m1[t], 0xAA);
         /* binomial(3000, p): 5 standard deviations */
-        double sd = sqrt(3000 * p1 * (1 - p1));
-        ck_assert_msg(fabs(cnt - 3000 * p1) <= 5 * sd + 1, "%d masked, p = %g", cnt, p1);
+        double sd = sqrt((T - P) * p1 * (1 - p1));
+        ck_assert_msg(fabs(cnt - (T - P) * p1) <= 5 * sd + 1, "%d masked, p = %g", cnt, p1);
         psum += p1;
     }
     ck_assert_msg(fabs(psum / 50 - 0.5) < 0.15, "mean p %g", psum / 50);
-    /* the prompt-length form: answer = [prompt_len, T) */
-    dllm_rng r = dllm_rng_make(9, 1, DLLM_RNG_SFT, 0);
-    sft_draw_mask(&r, 100, 3100, m2, &p2);
-    dllm_rng r1 = dllm_rng_make(9, 1, DLLM_RNG_SFT, 0);
-    sft_draw_mask_span(&r1, 100, 3000, 3100, m1, &p1);
-    ck_assert(p1 == p2 && memcmp(m1, m2, 3100) == 0);
+    /* the stream's order: p from the first uniform, then one per answer position */
+    dllm_rng r = dllm_rng_make(9, 1, DLLM_RNG_SFT, 3);
+    sft_draw_mask(&r, P, T, m1, &p1);
+    r = dllm_rng_make(9, 1, DLLM_RNG_SFT, 3);
+    ck_assert(p1 == (1.0 - 1e-3) * dllm_rng_uniform(&r) + 1e-3);
+    for (int t = P; t < T; t++)
+        ck_assert_int_eq(m1[t], dllm_rng_uniform(&r) < p1);
     free(m1);
     free(m2);
 }
