@@ -1,6 +1,6 @@
 /* test_llada.c: the LLaDA architecture of the transformer core
- * (dllm/transformer.h, descriptor dllm_arch_llada) and the SFT loss
- * (dllm/sft_loss.c) against the independent PyTorch reference
+ * (dllm/transformer.h, descriptor dllm_arch_llada) and the masked-diffusion SFT
+ * loss that `sft` runs (dllm/policy_sft.h) against the independent PyTorch reference
  * tests/ref/llada_ref.py, through the fixtures of tests/ref/make_llada_goldens.py
  * in DLLM_TEST_DATA/llada/: logits (fp32 and a sharded bf16 copy), the SFT
  * loss, every parameter gradient, five AdamW steps, one-step log-probs, LoRA
@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "dllm/llada.h"
+#include "dllm/policy_infer.h"
 #include "dllm/policy_sft.h"
-#include "dllm/sft_loss.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "tests/harness/harness.h"
@@ -79,7 +79,6 @@ typedef struct {
     int32_t *tokens, *ans_start, *ans_len;
     uint8_t *keymask, *masked;
     double p[2];
-    llada_sft_batch bt;
 } batch;
 
 static void load_batch(const st_archive *a, batch *b)
@@ -103,7 +102,6 @@ static void load_batch(const st_archive *a, batch *b)
     b->p[0] = p[0];
     b->p[1] = p[1];
     free(p);
-    b->bt = (llada_sft_batch){b->B, b->T, b->tokens, b->keymask, b->ans_start, b->ans_len};
 }
 
 static void free_batch(batch *b)
@@ -135,12 +133,59 @@ static float *all_logits(dllm_tf *m, const batch *b, const uint8_t *masked)
     return lg;
 }
 
-static double loss_of(dllm_tf *m, const batch *b, bool backward)
+/* A policy on the committed model `name` at the trainer's fp32 numerics; its
+ * model (dllm_policy_model) is the one the golden tests inspect. */
+static dllm_policy *open_policy(const char *name)
 {
+    char *dir = data_path(name);
+    dllm_policy_cfg pc = {.path = dir};
     dllm_err err = {0};
-    double l = llada_sft_loss_batch(m, &b->bt, b->masked, b->p, backward, &err);
-    ck_assert_msg(isfinite(l), "sft loss: %s", err.msg);
-    return l;
+    ck_assert_msg(dllm_policy_infer_cfg(&pc, "fp32", "precision", &err) == 0, "%s", err.msg);
+    dllm_policy *p;
+    ck_assert_msg(dllm_policy_open(&p, &pc, &err) == 0, "open %s: %s", dir, err.msg);
+    free(dir);
+    return p;
+}
+
+/* The golden batch's SFT loss through dllm_policy_sft_loss. That loss takes no key
+ * mask (`sft` pads answers on the right with EOS, which counts as answer), so each
+ * sequence goes alone without its left padding: a padding key with key mask 0 is
+ * no key, and LLaDA's RoPE depends only on relative positions, so the sequence
+ * scores as it does in the padded batch. The batch loss is the mean of the B
+ * losses; each call adds its sequence's full gradient, so what the calls added is
+ * divided by B, and gradients already there stay (they accumulate across calls). */
+static double loss_of(dllm_policy *pol, const batch *b, bool backward)
+{
+    size_t n;
+    dllm_policy_trainable(pol, &n);
+    float *g = dllm_policy_grads(pol), *before = NULL;
+    if (backward) {
+        before = dllm_malloc(n * sizeof(float));
+        memcpy(before, g, n * sizeof(float));
+    }
+    double sum = 0;
+    for (int s = 0; s < b->B; s++) {
+        int k = 0; /* first real key */
+        while (!b->keymask[s * b->T + k])
+            k++;
+        /* the policy's form: the answer runs to the end of the sequence */
+        ck_assert_int_eq(b->ans_start[s] + b->ans_len[s], b->T);
+        const size_t o = (size_t)s * b->T + k;
+        const int32_t plen = b->ans_start[s] - k;
+        dllm_err err = {0};
+        double l;
+        ck_assert_msg(dllm_policy_sft_loss(pol, b->tokens + o, b->masked + o, &b->p[s], &plen,
+                                           NULL, 1, b->T - k, backward, &l, &err) == 0,
+                      "sft loss, sequence %d: %s", s, err.msg);
+        ck_assert(isfinite(l));
+        sum += l;
+    }
+    if (backward) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = before[i] + (g[i] - before[i]) / (float)b->B;
+        free(before);
+    }
+    return sum / b->B;
 }
 
 /* ---- against the PyTorch goldens --------------------------------------------------------- */
@@ -192,9 +237,10 @@ START_TEST(test_loss_and_grads)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    dllm_tf *m = load_model("tiny");
+    dllm_policy *pol = open_policy("tiny");
+    dllm_tf *m = dllm_policy_model(pol);
     dllm_tf_zero_grad(m);
-    double loss = loss_of(m, &b, true);
+    double loss = loss_of(pol, &b, true);
     float *want = gold_f32(a, "loss", 1);
     ck_assert_msg(fabs(loss - want[0]) < 1e-5 * fabs(want[0]), "loss %.8f, golden %.8f", loss,
                   (double)want[0]);
@@ -214,11 +260,11 @@ START_TEST(test_loss_and_grads)
     /* gradients accumulate across calls */
     float *g1 = dllm_malloc(P[1].numel * sizeof(float));
     memcpy(g1, P[1].grad, P[1].numel * sizeof(float));
-    loss_of(m, &b, true);
+    loss_of(pol, &b, true);
     for (size_t e = 0; e < P[1].numel; e++)
         ck_assert_float_eq_tol(P[1].grad[e], 2 * g1[e], 1e-6 + 1e-5 * fabsf(g1[e]));
     free(g1);
-    dllm_tf_free(m);
+    dllm_policy_free(pol);
     free_batch(&b);
     st_close(a);
 }
@@ -229,14 +275,15 @@ START_TEST(test_adamw_steps)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    dllm_tf *m = load_model("tiny");
+    dllm_policy *pol = open_policy("tiny");
+    dllm_tf *m = dllm_policy_model(pol);
     size_t n;
     float *params = dllm_tf_trainable(m, &n), *grads = dllm_tf_grads(m);
     float *mm = dllm_calloc(n, sizeof(float)), *vv = dllm_calloc(n, sizeof(float));
     float *want_loss = gold_f32(a, "adamw_loss", 5);
     for (int step = 1; step <= 5; step++) {
         dllm_tf_zero_grad(m);
-        double loss = loss_of(m, &b, true);
+        double loss = loss_of(pol, &b, true);
         ck_assert_msg(fabs(loss - want_loss[step - 1]) < 1e-5,
                       "step %d: loss %.7f, golden %.7f", step, loss, (double)want_loss[step - 1]);
         double norm = op_grad_norm(grads, n);
@@ -256,7 +303,7 @@ START_TEST(test_adamw_steps)
     free(want_loss);
     free(mm);
     free(vv);
-    dllm_tf_free(m);
+    dllm_policy_free(pol);
     free_batch(&b);
     st_close(a);
 }
@@ -313,7 +360,8 @@ START_TEST(test_lora_golden)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    dllm_tf *m = load_model("tiny");
+    dllm_policy *pol = open_policy("tiny");
+    dllm_tf *m = dllm_policy_model(pol);
     enable_golden_lora(m);
     const dllm_param *LP;
     int nl = dllm_tf_lora_params(m, &LP);
@@ -339,7 +387,7 @@ START_TEST(test_lora_golden)
     free(got);
 
     dllm_tf_zero_grad(m);
-    double loss = loss_of(m, &b, true);
+    double loss = loss_of(pol, &b, true);
     float *wl = gold_f32(a, "lora_loss", 1);
     ck_assert_msg(fabs(loss - wl[0]) < 1e-5 * wl[0], "LoRA loss %.8f, golden %.8f", loss,
                   (double)wl[0]);
@@ -353,7 +401,7 @@ START_TEST(test_lora_golden)
                       ref);
         free(g);
     }
-    dllm_tf_free(m);
+    dllm_policy_free(pol);
     free_batch(&b);
     st_close(a);
 }
@@ -366,14 +414,15 @@ START_TEST(test_gqa_golden)
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    dllm_tf *m = load_model("tiny_gqa");
+    dllm_policy *pol = open_policy("tiny_gqa");
+    dllm_tf *m = dllm_policy_model(pol);
     ck_assert_int_eq(dllm_tf_config(m)->n_kv_heads, 2);
     size_t n = (size_t)b.B * b.T * dllm_tf_config(m)->embedding_size;
     float *want = gold_f32(a, "gqa_logits", n), *got = all_logits(m, &b, b.masked);
     double d = tu_max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-4, "GQA logits: max abs err %g", d);
     dllm_tf_zero_grad(m);
-    double loss = loss_of(m, &b, true);
+    double loss = loss_of(pol, &b, true);
     float *wl = gold_f32(a, "gqa_loss", 1);
     ck_assert_msg(fabs(loss - wl[0]) < 1e-5 * wl[0], "GQA loss %.8f, golden %.8f", loss,
                   (double)wl[0]);
@@ -394,7 +443,7 @@ START_TEST(test_gqa_golden)
     free(wl);
     free(want);
     free(got);
-    dllm_tf_free(m);
+    dllm_policy_free(pol);
     free_batch(&b);
     st_close(a);
 }
@@ -497,27 +546,44 @@ START_TEST(test_sft_masks)
 }
 END_TEST
 
-START_TEST(test_sft_loss_forms)
+/* The policy's batch loss is the mean of its sequences' losses (each weighted by its
+ * own p and answer length), and bad masks are input errors with a NaN loss. Here
+ * sequence 1's left padding is part of its prompt (no key mask). */
+START_TEST(test_sft_loss_batch)
 {
     st_archive *a = open_golden();
     batch b;
     load_batch(a, &b);
-    dllm_tf *m = load_model("tiny");
+    dllm_policy *pol = open_policy("tiny");
     dllm_err err = {0};
-    /* the simple form (no key mask, answer to the end) on sequence 0 equals
-     * the general form on the same data */
-    llada_sft_batch one = {1, b.T, b.tokens, NULL, b.ans_start, b.ans_len};
-    double l1 = llada_sft_loss_batch(m, &one, b.masked, b.p, false, &err);
-    double l2 = llada_sft_loss(m, b.tokens, b.masked, b.p, b.ans_start, 1, b.T, false);
-    ck_assert_msg(isfinite(l1) && l1 == l2, "%g vs %g", l1, l2);
-    /* masks outside the answer are refused */
+    double lb, ls[2];
+    ck_assert_msg(dllm_policy_sft_loss(pol, b.tokens, b.masked, b.p, b.ans_start, NULL, b.B, b.T,
+                                       false, &lb, &err) == 0, "%s", err.msg);
+    for (int s = 0; s < b.B; s++) {
+        const size_t o = (size_t)s * b.T;
+        ck_assert_msg(dllm_policy_sft_loss(pol, b.tokens + o, b.masked + o, &b.p[s],
+                                           &b.ans_start[s], NULL, 1, b.T, false, &ls[s],
+                                           &err) == 0, "%s", err.msg);
+    }
+    ck_assert(isfinite(lb) && ls[0] != ls[1]);
+    ck_assert_msg(fabs(lb - (ls[0] + ls[1]) / 2) <= 1e-6 * fabs(lb),
+                  "batch %.9g, sequences %.9g %.9g", lb, ls[0], ls[1]);
+    /* a mask in the prompt is refused */
     uint8_t *bad = dllm_malloc((size_t)b.B * b.T);
     memcpy(bad, b.masked, (size_t)b.B * b.T);
-    bad[1] = 1;
-    ck_assert(isnan(llada_sft_loss_batch(m, &b.bt, bad, b.p, false, &err)));
-    ck_assert_msg(strstr(err.msg, "outside the answer") != NULL, "message: %s", err.msg);
+    bad[b.ans_start[0] - 1] = 1; /* the last prompt position */
+    ck_assert_int_eq(dllm_policy_sft_loss(pol, b.tokens, bad, b.p, b.ans_start, NULL, b.B, b.T,
+                                          false, &lb, &err), DLLM_EXIT_INPUT);
+    ck_assert(isnan(lb));
+    ck_assert_msg(strstr(err.msg, "in the prompt") != NULL, "message: %s", err.msg);
+    /* so is a mask probability outside (0, 1] */
+    double p0[2] = {0.0, b.p[1]};
+    ck_assert_int_eq(dllm_policy_sft_loss(pol, b.tokens, b.masked, p0, b.ans_start, NULL, b.B, b.T,
+                                          false, &lb, &err), DLLM_EXIT_INPUT);
+    ck_assert(isnan(lb));
+    ck_assert_msg(strstr(err.msg, "mask probability") != NULL, "message: %s", err.msg);
     free(bad);
-    dllm_tf_free(m);
+    dllm_policy_free(pol);
     free_batch(&b);
     st_close(a);
 }
@@ -538,7 +604,7 @@ static Suite *llada_suite(void)
     TCase *c = tcase_create("consistency");
     tcase_add_test(c, test_load_errors);
     tcase_add_test(c, test_sft_masks);
-    tcase_add_test(c, test_sft_loss_forms);
+    tcase_add_test(c, test_sft_loss_batch);
     suite_add_tcase(s, c);
     return s;
 }
