@@ -1149,8 +1149,6 @@ static void layers_bwd(qwen35_model *m, const int32_t *ids, int T, const float *
         op_swiglu_fwd(s, gu, up, TH);
         /* x_out = h + down(s): dh = dx + MLP's */
         memset(ds, 0, TH * sizeof(float));
-        memset(dgu, 0, TH * sizeof(float));
-        memset(dup, 0, TH * sizeof(float));
         memset(dn, 0, TC * sizeof(float));
         memcpy(dh, dx, TC * sizeof(float));
         big_linear_bwd(m, ds, dx, s, w->down, T, H, C);

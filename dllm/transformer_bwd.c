@@ -184,36 +184,32 @@ void tf_backward_rest(dllm_tf *m, const tf_bwd_target *t)
         size_t ls = K ? (size_t)(l % K) : (size_t)l; /* activation slot */
         const float *x = a->resid + tf_acts_xslot(m, K, l) * sN * C;
         const float *n1 = a->n1 + ls * sN * C, *rstd1 = a->rstd1 + ls * sN;
-        const float *q = a->q + ls * sN * QD, *k = a->k + ls * sN * KD, *v = a->v + ls * sN * KD;
+        /* q and k as the forward's rope_attention_fwd left them (its backward may rotate
+         * them in place) */
+        float *q = a->q + ls * sN * QD, *k = a->k + ls * sN * KD;
+        const float *v = a->v + ls * sN * KD;
         const float *att = a->att + ls * a->capAtt, *y = a->y + ls * sN * QD;
         const float *h = a->h + ls * sN * C, *n2 = a->n2 + ls * sN * C;
         const float *rstd2 = a->rstd2 + ls * sN;
         const float *g = a->g + ls * sN * H, *u = a->u + ls * sN * H, *s = a->s + ls * sN * H;
 
+        /* dx holds dL/dx_{l+1}; each sub-block's norm backward adds its path onto it in
+         * place (the residual's identity path needs no copy): first dL/dh, then dL/dx_l */
         // MLP: x_{l+1} = h + down(silu(gate n2) * up n2)
-        ops->copy(be, a->dh, a->dx, (size_t)N * fC);
         ops->memset0(be, a->ds, (size_t)N * fH);
         lin_bwd(m, t, l, DLLM_LIN_DOWN, a->ds, a->dx, s, N);
-        ops->memset0(be, a->dg, (size_t)N * fH);
-        ops->memset0(be, a->du, (size_t)N * fH);
         ops->swiglu_bwd(be, a->dg, a->du, a->ds, g, u, (size_t)N * H);
         ops->memset0(be, a->dn, (size_t)N * fC);
         lin_bwd(m, t, l, DLLM_LIN_GATE, a->dn, a->dg, n2, N);
         lin_bwd(m, t, l, DLLM_LIN_UP, a->dn, a->du, n2, N);
-        ops->rmsnorm_bwd(be, a->dh, gw->t[DLLM_T_MLP_NORM], a->dn, h, w->t[DLLM_T_MLP_NORM],
+        ops->rmsnorm_bwd(be, a->dx, gw->t[DLLM_T_MLP_NORM], a->dn, h, w->t[DLLM_T_MLP_NORM],
                          rstd2, N, m->C);
 
         // attention: h = x + o_proj(y)
-        ops->copy(be, a->dx, a->dh, (size_t)N * fC);
         ops->memset0(be, a->dy, (size_t)N * fQ);
-        lin_bwd(m, t, l, DLLM_LIN_O, a->dy, a->dh, y, N);
-        ops->memset0(be, a->dq, (size_t)N * fQ);
-        ops->memset0(be, a->dk, (size_t)N * fK);
-        ops->memset0(be, a->dv, (size_t)N * fK);
-        ops->attention_bwd(be, a->dq, a->dk, a->dv, a->dy, y, att, q, k, v, mask, B, T, m->NH,
-                           m->NKV, m->HD, m->arch->causal);
-        ops->rope_bwd(be, a->dq, a->dq, a->pos, t->rope, N, m->NH, m->HD); /* in place */
-        ops->rope_bwd(be, a->dk, a->dk, a->pos, t->rope, N, m->NKV, m->HD);
+        lin_bwd(m, t, l, DLLM_LIN_O, a->dy, a->dx, y, N);
+        ops->rope_attention_bwd(be, a->dq, a->dk, a->dv, a->dy, y, att, q, k, v, a->pos,
+                                t->rope, mask, B, T, m->NH, m->NKV, m->HD, m->arch->causal);
         float *dql = a->dq, *dkl = a->dk; /* gradients at the q/k projections' outputs */
         if (qkn) {
             const float *qr = a->qr + ls * sN * QD, *rstdq = a->rstdq + ls * sN * m->NH;

@@ -306,6 +306,8 @@ static void device_trainer(dllm_tf *m)
     /* packed bf16 base linears (bf16_linear_fwd, bf16_lora_fwd; backward bf16_lora_bwd,
      * bf16_linear_bwd_x) round their inputs as read: the same values without a pass */
     d->tv.lin_rounds = tb;
+    /* and their inputs' producers write the bf16 copies they read (the same bits) */
+    d->tv.fuse_act = tb && !d->no_fuse_act;
     d->tv.lora = true;
     d->tv.ad = d->ad;
 }
@@ -445,6 +447,7 @@ void tf_device_fuse_act(dllm_tf *m, bool on)
     if (m->dev) {
         m->dev->no_fuse_act = !on;
         m->rv.fuse_act = on;
+        m->dev->tv.fuse_act = on && m->dev->tv.b16;
     }
 }
 

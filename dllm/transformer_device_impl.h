@@ -55,17 +55,19 @@ struct tf_device {
     int32_t *ktgt;           // (k_cap) the head rows' targets
     float *klp, *klse, *kg;  // (k_cap) log-probs, log-sum-exps, dLoss/dlogp
     int k_cap;               /* (ka.kept TF_KEPT_LOGITS: they hold its rows) */
-    bool no_fuse_act;        /* the rollout copy's producers leave FP8 / INT8
-                                quantisation to the linears (tf_device_fuse_act) */
+    bool no_fuse_act;        /* the producers leave FP8 / INT8 quantisation and bf16
+                                rounding to the linears (tf_device_fuse_act) */
 };
 
 
 /* The view a device forward reads (the host's trainer copy followed, and the trainer
  * view built first where it is not). */
 const tf_view *tf_device_view(dllm_tf *m, bool rollout);
-/* Whether the FP8 or INT8 rollout copy's producers (RMSNorm, SwiGLU) write the codes its linears
- * read (on, the default) or each linear quantises its input (off): the same logits bit
- * for bit, fewer launches when on. For the test that compares the two. */
+/* Whether the producers (RMSNorm, SwiGLU) of the FP8, INT8 or bf16 rollout copy's linears
+ * and of a bf16 trainer's write the codes or bf16 copies those linears read (on, the
+ * default) or each linear quantises or rounds its input (off): the same logits and
+ * gradients bit for bit, fewer launches and bytes when on. For the tests that compare the
+ * two. */
 void tf_device_fuse_act(dllm_tf *m, bool on);
 /* The buffers of the forwards (transformer_fwd.c), grown to hold: the logits chunk (and
  * its targets and log-probs) for n rows (n <= lg_rows); host staging of n inputs; the

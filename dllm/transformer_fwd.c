@@ -55,7 +55,7 @@ static dllm_backend *acts_be(const tf_acts *a)
     X(kr) X(rstdk) X(k) X(v) X(att) X(y) X(h) X(n2) X(rstd2) X(g) X(u) X(s) X(xa) X(xr) X(nf)  \
     X(rstdf)
 #define ACTS_BWD(X)                                                                            \
-    X(dx) X(dh) X(dn) X(dq) X(dy) X(dqr) X(dk) X(dv) X(dkr) X(dg) X(du) X(ds) X(dxa) X(dxr)    \
+    X(dx) X(dn) X(dq) X(dy) X(dqr) X(dk) X(dv) X(dkr) X(dg) X(du) X(ds) X(dxa) X(dxr)    \
     X(dnf)
 
 /* Region offsets are 256-byte aligned, as the device allocator's pointers are. */
@@ -300,7 +300,6 @@ void tf_acts_ensure_bwd(dllm_tf *m, tf_acts *a)
     size_t KD = (size_t)m->KD, r = (size_t)m->lora_rank;
     bool qkn = m->arch->qk_norm; /* dqr, dkr: the gradients before q_norm and k_norm */
     a->dx = BWD_F(N * C);
-    a->dh = BWD_F(N * C);
     a->dn = BWD_F(N * C);
     a->dq = BWD_F(N * QD);
     a->dy = BWD_F(N * QD);
@@ -387,7 +386,7 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
     else if (v->b16) {
         const tf_lora *ad = v->round_lin ? lin_lora(m, v, l, j) : NULL;
         if (ad) { /* the base and lin_lora_fwd's bf16 products in one call */
-            be->ops->bf16_lora_fwd(be, out, xa, inp, NULL, &v->b16[k], ad->A, ad->B,
+            be->ops->bf16_lora_fwd(be, out, xa, inp, NULL, NULL, &v->b16[k], ad->A, ad->B,
                                    m->lora_scale, N, i, o, m->lora_rank);
             return;
         }
@@ -404,11 +403,18 @@ void tf_lin_fwd(const dllm_tf *m, const tf_view *v, int l, int j, float *out, co
 static void lin_bias_fwd(dllm_tf *m, const tf_view *v, int l, int j, int bias_slot, float *out,
                          const float *inp, int N, const tf_layer_io *io, const dllm_qact *qa)
 {
+    const tf_lora *ad = qa && v->round_lin ? lin_lora(m, v, l, j) : NULL;
     if (qa) {
         int o, i;
         tf_lin_shape(m, j, &o, &i);
         dllm_lin_weight w = tf_lin_weight(v, l, j);
-        v->be->ops->linear_quant_act_fwd(v->be, out, qa, &w, N, i, o);
+        if (ad) /* tf_lin_fwd's LoRA linear over the producer's bf16 copy */
+            v->be->ops->bf16_lora_fwd(v->be, out,
+                                      io->xa ? io->xa + (size_t)j * io->xa_stride : NULL, inp,
+                                      qa, NULL, w.b16, ad->A, ad->B, m->lora_scale, N, i, o,
+                                      m->lora_rank);
+        else
+            v->be->ops->linear_quant_act_fwd(v->be, out, qa, &w, N, i, o);
     } else {
         tf_lin_fwd(m, v, l, j, out, inp, N, io->xa ? io->xa + (size_t)j * io->xa_stride : NULL);
     }
@@ -439,9 +445,9 @@ static void lin_res_fwd(dllm_tf *m, const tf_view *v, int l, int j, float *out,
         v->be->ops->linear_res_fwd(v->be, out, res, fq ? NULL : inp, fq, &w, N, i, o);
         return;
     }
-    if (w.b16 && ad && v->round_lin && !fq) { /* tf_lin_fwd's LoRA linear, then add */
+    if (w.b16 && ad && v->round_lin) { /* tf_lin_fwd's LoRA linear, then add */
         v->be->ops->bf16_lora_fwd(v->be, out, io->xa ? io->xa + (size_t)j * io->xa_stride : NULL,
-                                  inp, res, w.b16, ad->A, ad->B, m->lora_scale, N, i, o,
+                                  inp, fq, res, w.b16, ad->A, ad->B, m->lora_scale, N, i, o,
                                   m->lora_rank);
         return;
     }
@@ -449,17 +455,19 @@ static void lin_res_fwd(dllm_tf *m, const tf_view *v, int l, int j, float *out,
     v->be->ops->add(v->be, out, res, (size_t)N * o);
 }
 
-/* Whether the producer of the input of the FP8 or INT8 linears js[0..n) of layer l
- * writes their codes itself (the backend's fused ops; qa set up for it): an FP8 or INT8
- * view without bf16 rounding or run-time LoRA between producer and linear, on a backend
- * that has the ops and takes these weights. Otherwise each linear quantises its fp32
- * input. */
+/* Whether the producer of the input of the FP8, INT8 or bf16 linears js[0..n) of layer l
+ * writes their codes or bf16 copy itself (the backend's fused ops; qa set up for it), on
+ * a backend that has the ops and takes these weights: an FP8 or INT8 view without bf16
+ * rounding or run-time LoRA between producer and linear, or a packed bf16 view (whose
+ * linears, LoRA products included, read the input rounded to bf16: the copy). Otherwise
+ * each linear quantises or rounds its fp32 input. */
 static bool fused_act(const dllm_tf *m, const tf_view *v, int l, const int *js, int n, int N,
                       dllm_qact *qa)
 {
     dllm_backend *be = v->be;
-    if (!v->fuse_act || !(v->q8 || v->qi) || v->round_lin || v->lora ||
-        !dllm_backend_supports(be, DLLM_OP_FUSED_ACT))
+    bool quant = (v->q8 || v->qi) && !v->round_lin && !v->lora;
+    bool bf16 = v->b16 && (!v->lora || v->round_lin);
+    if (!v->fuse_act || !(quant || bf16) || !dllm_backend_supports(be, DLLM_OP_FUSED_ACT))
         return false;
     dllm_lin_weight ws[3];
     for (int i = 0; i < n; i++)
@@ -514,12 +522,15 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     static const int GU[] = {DLLM_LIN_GATE, DLLM_LIN_UP}, DN[] = {DLLM_LIN_DOWN};
     dllm_qact qa;
     const dllm_qact *fq = NULL; /* the codes the last producer wrote, if it did */
+    /* a fused producer of FP8 or INT8 codes writes only them: its fp32 output would be
+     * read by nothing (fused_act: no bf16 rounding, no run-time LoRA, the linears take the
+     * codes); one of a bf16 copy writes the fp32 output too, for the backward (and a
+     * linear off the GEMM's alignment rules) */
+#define FP32_OUT(x) (qa.kind == DLLM_QACT_BF16 ? (x) : NULL)
     // attention sub-block
-    /* a fused producer writes only the codes: its fp32 output would be read by nothing
-     * (fused_act: no bf16 rounding, no run-time LoRA, the linears take the codes) */
     if (fused_act(m, v, l, QKV, 3, N, &qa)) {
-        be->ops->rmsnorm_quant_fwd(be, NULL, io->rstd1, &qa, io->x, w->t[DLLM_T_ATTN_NORM], N,
-                                   m->C, eps);
+        be->ops->rmsnorm_quant_fwd(be, FP32_OUT(io->n1), io->rstd1, &qa, io->x,
+                                   w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
         fq = &qa;
     } else {
         be->ops->rmsnorm_fwd(be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
@@ -546,8 +557,8 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     lin_res_fwd(m, v, l, DLLM_LIN_O, io->h, io->x, io->y, N, io, NULL);
     // MLP sub-block
     if (fused_act(m, v, l, GU, 2, N, &qa)) {
-        be->ops->rmsnorm_quant_fwd(be, NULL, io->rstd2, &qa, io->h, w->t[DLLM_T_MLP_NORM], N,
-                                   m->C, eps);
+        be->ops->rmsnorm_quant_fwd(be, FP32_OUT(io->n2), io->rstd2, &qa, io->h,
+                                   w->t[DLLM_T_MLP_NORM], N, m->C, eps);
         fq = &qa;
     } else {
         be->ops->rmsnorm_fwd(be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
@@ -558,7 +569,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     lin_group_fwd(m, v, l, 2, GU, no_bias, (float *const[]){io->g, io->u}, io->n2, N, io, fq);
     fq = NULL;
     if (fused_act(m, v, l, DN, 1, N, &qa)) {
-        be->ops->swiglu_quant_fwd(be, NULL, &qa, io->g, io->u, N, (int)H);
+        be->ops->swiglu_quant_fwd(be, FP32_OUT(io->s), &qa, io->g, io->u, N, (int)H);
         fq = &qa;
     } else {
         be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
@@ -566,6 +577,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     if (rl && !v->lin_rounds)
         be->ops->round_bf16(be, io->s, (size_t)N * H);
     lin_res_fwd(m, v, l, DLLM_LIN_DOWN, io->xn, io->h, io->s, N, io, fq);
+#undef FP32_OUT
 }
 
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
@@ -640,8 +652,9 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
         size_t rx = keep ? tf_acts_xslot(m, K, l) : (size_t)l % 2;
         size_t rn = keep ? tf_acts_xslot(m, K, l + 1) : (size_t)(l + 1) % 2;
         tf_layer_io io = layer_io(m, a, ls, rx, rn);
-        /* q and k are read by nothing after the attention: it may rotate them itself */
-        if (!keep && attn == tf_batch_attention)
+        /* q and k are read by nothing after the attention but its backward
+         * (rope_attention_bwd): it may rotate them itself */
+        if (attn == tf_batch_attention)
             io.rope_pos = a->pos;
         layer_fwd(m, v, l, N, a->pos, &io, attn, ctx);
     }
@@ -659,6 +672,7 @@ void tf_recompute_segment(dllm_tf *m, const tf_bwd_target *t, int l)
         tf_layer_io io = layer_io(m, a, (size_t)(j % K), tf_acts_xslot(m, K, j), tf_acts_xslot(m, K, j + 1));
         if (j == l)
             io.xn = a->dn; /* free until this layer's backward zeroes it */
+        io.rope_pos = a->pos; /* as the kept forward (tf_layers_fwd) */
         layer_fwd(m, t->w, j, a->N, a->pos, &io, tf_batch_attention, a);
     }
     a->seg = s;

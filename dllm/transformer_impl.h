@@ -95,7 +95,7 @@ struct tf_acts {
     float *nf;        // (R, C) final_norm(xr)
     float *rstdf;     // (R)
     /* backward scratch (allocated by the first backward) */
-    float *dx, *dh, *dn;  // (N, C)
+    float *dx, *dn;       // (N, C)
     float *dq, *dy, *dqr; // (N, QD)
     float *dk, *dv, *dkr; // (N, KD)
     float *dg, *du, *ds;  // (N, H)
@@ -131,8 +131,9 @@ typedef struct {
                              // the rollout copies have them merged)
     size_t nbuf;             // floats in buf
     bool buf_mapped;         // buf is reserved address space (a shape-only model's)
-    bool fuse_act;           // FP8 / INT8 linears read codes their producer (RMSNorm,
-                             // SwiGLU) wrote, where the backend has the fused ops
+    bool fuse_act;           // FP8 / INT8 / bf16 linears read the codes or bf16 copy their
+                             // producer (RMSNorm, SwiGLU) wrote, where the backend has
+                             // the fused ops
 } tf_view;
 
 typedef struct tf_device tf_device;
@@ -329,9 +330,9 @@ typedef struct {
     float *g, *u, *s;
     float *xa;
     size_t xa_stride;
-    /* set: the forward keeps nothing and its attention is tf_batch_attention, which
-     * rotates q and k at these positions itself (rope_attention_fwd); NULL: layer_fwd
-     * rotates them before the hook */
+    /* set: the attention is tf_batch_attention, which rotates q and k at these positions
+     * itself (rope_attention_fwd; a kept forward's backward through rope_attention_bwd);
+     * NULL: layer_fwd rotates them before the hook */
     const int32_t *rope_pos;
 } tf_layer_io;
 /* Attention of layer l: io->y from io->q, io->k, io->v (after RoPE, or rotating them at

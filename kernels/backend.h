@@ -33,11 +33,12 @@ typedef enum { DLLM_BACKEND_CPU = 0, DLLM_BACKEND_CUDA = 1 } dllm_backend_kind;
 typedef struct dllm_backend dllm_backend;
 
 /* Activations quantised by the op that produced them (the fused ops of the quantisation
- * group), for the FP8 or INT8 linears that read them: codes q (rows x ld: FP8 bytes, or
- * INT8 codes with zeros past cols) and one scale per 1 x group of a row, scale (r, j) at
- * scale[r*srs + j*scs]; all in the backend's memory, laid out as its GEMM reads them.
- * The backend fills it (act_quant_prepare); it stays valid until the next prepare. */
-typedef enum { DLLM_QACT_FP8, DLLM_QACT_INT8 } dllm_qact_kind;
+ * group), for the FP8, INT8 or BF16 linears that read them: codes q (rows x ld: FP8
+ * bytes, INT8 codes with zeros past cols, or bf16 values) and, FP8 and INT8, one scale
+ * per 1 x group of a row, scale (r, j) at scale[r*srs + j*scs]; all in the backend's
+ * memory, laid out as its GEMM reads them. The backend fills it (act_quant_prepare); it
+ * stays valid until the next prepare. */
+typedef enum { DLLM_QACT_FP8, DLLM_QACT_INT8, DLLM_QACT_BF16 } dllm_qact_kind;
 typedef struct {
     dllm_qact_kind kind;
     void *q;
@@ -148,6 +149,7 @@ typedef struct dllm_backend_ops {
                         const float *inp, const float *w, const float *rstd, int N, int C);
     void (*swiglu_fwd)(dllm_backend *be, float *out, const float *gate, const float *up,
                        size_t n);
+    /* dgate, dup written (not accumulated); either may be NULL */
     void (*swiglu_bwd)(dllm_backend *be, float *dgate, float *dup, const float *dout,
                        const float *gate, const float *up, size_t n);
     void (*embedding_fwd)(dllm_backend *be, float *out, const int32_t *ids, const float *wte,
@@ -175,12 +177,13 @@ typedef struct dllm_backend_ops {
      * quantised or rounded once for all of them */
     void (*linears_fwd)(dllm_backend *be, int nw, float *const out[], const float *inp,
                         const dllm_lin_weight w[], int N, int C, const int OC[]);
-    /* FP8 or INT8 activations quantised by the op that produced them (the rollout
-     * forward, dllm/transformer_fwd.c); optional, all four or none (DLLM_OP_FUSED_ACT;
-     * without them the producer writes fp32 and each linear quantises its input).
-     * Bit-identical to that path. */
-    /* true when the fused path serves the linears ws[0..nw) (all FP8 or all INT8, of
-     * input width C) over N rows; then qa is set up for one producer's output (N, C) */
+    /* FP8 or INT8 activations quantised, or bf16 copies rounded, by the op that produced
+     * them (dllm/transformer_fwd.c); optional, all four or none (DLLM_OP_FUSED_ACT;
+     * without them the producer writes fp32 and each linear quantises or rounds its
+     * input). Bit-identical to that path. */
+    /* true when the fused path serves the linears ws[0..nw) (all FP8, all INT8 or all
+     * bf16, of input width C) over N rows; then qa is set up for one producer's output
+     * (N, C) */
     bool (*act_quant_prepare)(dllm_backend *be, dllm_qact *qa, int N, int C,
                               const dllm_lin_weight *ws, int nw);
     /* rmsnorm_fwd (out, rstd may be NULL) that also writes qa's codes and scales */
@@ -189,8 +192,8 @@ typedef struct dllm_backend_ops {
     /* swiglu_fwd over (N, H) (out may be NULL) that also writes qa's codes and scales */
     void (*swiglu_quant_fwd)(dllm_backend *be, float *out, const dllm_qact *qa,
                              const float *gate, const float *up, int N, int H);
-    /* fp8_ or int8_linear_fwd (w's format) with the activations already quantised (qa of
-     * the same N, C, prepared for w) */
+    /* fp8_, int8_ or bf16_linear_fwd (w's format) with the activations already quantised
+     * or rounded (qa of the same N, C, prepared for w) */
     void (*linear_quant_act_fwd)(dllm_backend *be, float *out, const dllm_qact *qa,
                                  const dllm_lin_weight *w, int N, int C, int OC);
 
@@ -352,11 +355,23 @@ typedef struct dllm_backend_ops {
      * positions pos (B*T, table t): bit for bit rope_fwd of q and of k, then
      * attention_fwd. A device rotates the query and key tiles as it loads them, saving a
      * pass over each; the CPU rotates q and k in place. Afterwards q and k hold either
-     * form: the caller reads neither again. */
+     * form: the caller reads neither again but through rope_attention_bwd. */
     void (*rope_attention_fwd)(dllm_backend *be, float *out, float *state, float *q, float *k,
                                const float *v, const int32_t *pos, const op_rope_table *t,
                                const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
                                bool causal);
+    /* Its backward, from q and k as rope_attention_fwd left them and its out and state: dq,
+     * dk, dv written (not accumulated; NULL: not wanted), the gradients of q and k before
+     * their rotation and of v: bit for bit zeroing them, attention_bwd over the rotated q
+     * and k, then rope_bwd of dq and of dk in place. A device rotates the query and key
+     * tiles as it loads them and the gradients as it stores them, saving the two RoPE
+     * passes and the zeroing; the CPU runs the parts. Afterwards q and k hold either
+     * form. */
+    void (*rope_attention_bwd)(dllm_backend *be, float *dq, float *dk, float *dv,
+                               const float *dout, const float *out, const float *state,
+                               float *q, float *k, const float *v, const int32_t *pos,
+                               const op_rope_table *t, const uint8_t *keymask, int B, int T,
+                               int NH, int NKV, int HD, bool causal);
 
     /* ---- a bf16 trainer's LoRA linears over packed bf16 base weights ----
      * w (OC, C) packed, adapter A (r, C), B (OC, r) fp32, xa (N, r) = x A^T kept for the
@@ -369,9 +384,12 @@ typedef struct dllm_backend_ops {
      * add (out, res). A device sums the three terms in another order, each add in a GEMM's
      * epilogue (the adapter's product onto res, the base's onto that): no pass over out of
      * its own, one fp32 rounding per add as on the CPU. */
+    /* qa: inp's bf16 copy, written by its producer (a DLLM_QACT_BF16 of act_quant_prepare
+     * for w), or NULL (the op rounds inp) */
     void (*bf16_lora_fwd)(dllm_backend *be, float *out, float *xa, const float *inp,
-                          const float *res, bf16_matrix *w, const float *A, const float *B,
-                          float scale, int N, int C, int OC, int r);
+                          const dllm_qact *qa, const float *res, bf16_matrix *w,
+                          const float *A, const float *B, float scale, int N, int C, int OC,
+                          int r);
     /* bf16_linear_bwd_x (dinp, dout, w); gemm_bf16: dxa = scale dout B, dB += scale
      * dout^T xa, dinp += dxa A, dA += dxa^T inp (dxa (N, r) is scratch) */
     void (*bf16_lora_bwd)(dllm_backend *be, float *dinp, float *dA, float *dB, float *dxa,

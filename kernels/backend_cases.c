@@ -57,6 +57,10 @@ static size_t kbytes(bcase_kind k) { return k == BK_F32 || k == BK_I32 ? 4 : 1; 
 
 static int addb(bcase_buf *b, int *nb, const char *name, bcase_kind k, size_t n, void *init, double tol)
 {
+    if (*nb >= BCASE_MAXB) { /* a case's buffers past the runners' arrays */
+        fprintf(stderr, "backend case: buffer %s past BCASE_MAXB (%d)\n", name, BCASE_MAXB);
+        abort();
+    }
     b[*nb] = (bcase_buf){name, k, n, init, tol, false};
     return (*nb)++;
 }
@@ -355,8 +359,8 @@ static void run_bf16_lora_fwd(dllm_backend *be, const bcase *c, void **p, double
 {
     (void)ret;
     bf16_matrix w = {.rows = c->d[2], .cols = c->d[1], .w = p[0]};
-    be->ops->bf16_lora_fwd(be, p[2], p[5], p[1], c->d[4] ? p[6] : NULL, &w, p[3], p[4], 0.5f,
-                           c->d[0], c->d[1], c->d[2], c->d[3]);
+    be->ops->bf16_lora_fwd(be, p[2], p[5], p[1], NULL, c->d[4] ? p[6] : NULL, &w, p[3], p[4],
+                           0.5f, c->d[0], c->d[1], c->d[2], c->d[3]);
     be->ops->weight_cache_free(be, NULL, &w);
 }
 
@@ -565,6 +569,30 @@ static void run_rope_attention(dllm_backend *be, const bcase *c, void **p, doubl
     op_rope_table t = {d[7], d[4] / 2, p[5], p[6]};
     be->ops->rope_attention_fwd(be, p[7], p[8], p[0], p[1], p[2], p[4], &t, d[6] ? p[3] : NULL,
                                 d[0], d[1], d[2], d[3], d[4], d[5]);
+}
+
+/* rope_attention_fwd then rope_attention_bwd: as above, plus the gradients (over stale
+ * values: they are written), compared as attention's (c->tol) */
+static void mk_rope_attention_bwd(const bcase *c, bcase_buf *b, int *nb)
+{
+    int B = c->d[0], T = c->d[1], NH = c->d[2], NKV = c->d[3], HD = c->d[4];
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    mk_rope_attention(c, b, nb); /* q k v keymask pos cos sin out state */
+    addb(b, nb, "dout", BK_F32, nq, rnd(nq, 74, 1.0), -1);
+    addb(b, nb, "dq", BK_F32, nq, rnd(nq, 75, 0.1), c->tol);
+    addb(b, nb, "dk", BK_F32, nk, rnd(nk, 76, 0.1), c->tol);
+    addb(b, nb, "dv", BK_F32, nk, rnd(nk, 77, 0.1), c->tol);
+}
+static void run_rope_attention_bwd(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    const int *d = c->d;
+    op_rope_table t = {d[7], d[4] / 2, p[5], p[6]};
+    const uint8_t *km = d[6] ? p[3] : NULL;
+    be->ops->rope_attention_fwd(be, p[7], p[8], p[0], p[1], p[2], p[4], &t, km, d[0], d[1], d[2],
+                                d[3], d[4], d[5]);
+    be->ops->rope_attention_bwd(be, p[10], p[11], p[12], p[9], p[7], p[8], p[0], p[1], p[2], p[4],
+                                &t, km, d[0], d[1], d[2], d[3], d[4], d[5]);
+    (void)ret;
 }
 
 /* kv_append + attention_cached: d = {B, T, len, max_len, NH, NKV, HD, causal}. A prefix
@@ -918,6 +946,14 @@ const bcase dllm_backend_cases[] = {
      mk_rope_attention, run_rope_attention, -1},
     {"rope_attention_fwd", "B1 T20 NH2 NKV1 HD256 causal", {1, 20, 2, 1, 256, 1, 0, 20}, 1e-9,
      mk_rope_attention, run_rope_attention, -1},
+    {"rope_attention_bwd", "B2 T45 NH4 NKV2 HD16 mask", {2, 45, 4, 2, 16, 0, 1, 60}, ATT_TC_NMSE,
+     mk_rope_attention_bwd, run_rope_attention_bwd, -1},
+    {"rope_attention_bwd", "B2 T33 NH4 NKV1 HD128 causal mask", {2, 33, 4, 1, 128, 1, 1, 40},
+     ATT_TC_NMSE, mk_rope_attention_bwd, run_rope_attention_bwd, -1},
+    {"rope_attention_bwd", "B2 T29 NH4 NKV2 HD40 mask", {2, 29, 4, 2, 40, 0, 1, 29}, ATT_TC_NMSE,
+     mk_rope_attention_bwd, run_rope_attention_bwd, -1},
+    {"rope_attention_bwd", "B1 T20 NH2 NKV1 HD256 causal", {1, 20, 2, 1, 256, 1, 0, 20}, 1e-9,
+     mk_rope_attention_bwd, run_rope_attention_bwd, -1},
     {"kv_cache", "B2 T5 len9 max16 NH4 NKV2 HD16 causal", {2, 5, 9, 16, 4, 2, 16, 1}, ATT_TC_NMSE,
      mk_kv_cache, run_kv_cache, -1},
     {"kv_cache", "B2 T7 len6 max13 NH2 NKV2 HD64 block", {2, 7, 6, 13, 2, 2, 64, 0}, ATT_TC_NMSE,
@@ -1052,6 +1088,11 @@ int bcase_model_cases(const bcase_model *m, bcase *out, int max)
     if (add_case(out, &n, max, "rope_attention_fwd", m->B, m->T, m->NH, m->NKV, m->HD, 0, 1,
                  "B%d T%d NH%d NKV%d HD%d mask", table_tol("rope_attention_fwd"),
                  mk_rope_attention, run_rope_attention, -1))
+        out[n - 1].d[7] = m->T;
+    /* the kept forward's and its backward */
+    if (add_case(out, &n, max, "rope_attention_bwd", m->B, m->T, m->NH, m->NKV, m->HD, 0, 1,
+                 "B%d T%d NH%d NKV%d HD%d mask", table_tol("rope_attention_bwd"),
+                 mk_rope_attention_bwd, run_rope_attention_bwd, -1))
         out[n - 1].d[7] = m->T;
     /* the down projection plus the residual, fed SwiGLU's codes */
     add_case(out, &n, max, "linear_res_fwd", R, I, C, 1, 0, 0, 0, "after swiglu N%d C%d OC%d",

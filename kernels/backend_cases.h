@@ -41,7 +41,7 @@ double dllm_nmse(const float *a, const float *ref, size_t n);
 
 /* ---- cases ------------------------------------------------------------------------------- */
 
-enum { BCASE_MAXB = 12 };
+enum { BCASE_MAXB = 16 };
 typedef enum { BK_F32, BK_I32, BK_U8 } bcase_kind;
 
 typedef struct {

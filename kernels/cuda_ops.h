@@ -41,6 +41,9 @@ typedef struct CUstream_st *dllm_cuda_stream;
  *           dw += sum_n dout * y (deterministic: fixed row chunks, no atomics). */
 void dllm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w,
                            int N, int C, float eps, dllm_cuda_stream s);
+/* rmsnorm_fwd (out may be NULL) and out's bf16 copy o16 (the conversion pass's bits) */
+void dllm_cuda_rmsnorm_bf16_fwd(float *out, float *rstd, uint16_t *o16, const float *inp,
+                                const float *w, int N, int C, float eps, dllm_cuda_stream s);
 void dllm_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                            const float *w, const float *rstd, int N, int C, float *scratch,
                            dllm_cuda_stream s);
@@ -79,6 +82,17 @@ void dllm_cuda_rope_attention_fwd(float *out, float *lse, const float *q, const 
                                   const float *sin, int max_pos, const uint8_t *keymask, int B,
                                   int T, int NH, int NKV, int HD, bool causal,
                                   dllm_cuda_stream s);
+/* The backward of dllm_cuda_rope_attention_fwd on the tensor-core kernels
+ * (dllm_cuda_attention_tc(HD) must hold): the query and key tiles rotated as loaded, dq
+ * and dk rotated back as stored, dq, dk, dv written (not accumulated): bit for bit
+ * dllm_cuda_rope_fwd of q and k, zeroed gradients, dllm_cuda_attention_bwd, then
+ * dllm_cuda_rope_bwd of dq and dk in place. scratch as dllm_cuda_attention_bwd's. */
+void dllm_cuda_rope_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
+                                  const float *out, const float *lse, const float *q,
+                                  const float *k, const float *v, const int32_t *pos,
+                                  const float *cos, const float *sin, int max_pos,
+                                  const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                                  bool causal, float *scratch, dllm_cuda_stream s);
 void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                              const float *out, const float *lse, const float *q,
                              const float *k, const float *v, const uint8_t *keymask, int B,
@@ -91,6 +105,9 @@ void dllm_cuda_swiglu_fwd(float *out, const float *gate, const float *up, size_t
                           dllm_cuda_stream s);
 void dllm_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                           const float *up, size_t n, dllm_cuda_stream s);
+/* swiglu_fwd (out may be NULL) and out's bf16 copy o16 (the conversion pass's bits) */
+void dllm_cuda_swiglu_bf16_fwd(float *out, uint16_t *o16, const float *gate, const float *up,
+                               size_t n, dllm_cuda_stream s);
 
 /* ---- Embedding (kernels/cuda/embedding.cu) ------------------------------------------------
  * out[n,:] = wte[ids[n],:] (an id outside [0, V) writes NaN); dwte[ids[n],:] += dout[n,:]

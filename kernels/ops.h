@@ -102,7 +102,9 @@ void op_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const 
                       int B, int T, int NH, int NKV, int HD);
 
 /* ---- SwiGLU ---------------------------------------------------------------------
- * out[n] = silu(gate[n]) * up[n], silu(x) = x / (1 + exp(-x)). */
+ * out[n] = silu(gate[n]) * up[n], silu(x) = x / (1 + exp(-x)). The backward writes
+ * dgate and dup (either may be NULL), it does not add to them: they are the gradients of
+ * the two projections' outputs, each of which feeds only this op. */
 void op_swiglu_fwd(float *out, const float *gate, const float *up, size_t n);
 void op_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
                    const float *up, size_t n);

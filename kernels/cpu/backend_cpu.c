@@ -556,9 +556,11 @@ static void cpu_linear_res_fwd(dllm_backend *be, float *out, const float *res, c
 /* RoPE in place, then attention: the two entries' results. */
 /* The LoRA linears of a bf16 trainer: the calls they stand for, in turn. */
 static void cpu_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const float *inp,
-                              const float *res, bf16_matrix *w, const float *A, const float *B,
-                              float scale, int N, int C, int OC, int r)
+                              const dllm_qact *qa, const float *res, bf16_matrix *w,
+                              const float *A, const float *B, float scale, int N, int C, int OC,
+                              int r)
 {
+    (void)qa; /* never prepared here (no act_quant_prepare): inp is rounded as read */
     cpu_bf16_linear_fwd(be, out, inp, w, N, C, OC);
     cpu_gemm_bf16(be, false, true, N, r, C, 1.0f, inp, A, 0.0f, xa);
     cpu_gemm_bf16(be, false, true, N, OC, r, scale, xa, B, 1.0f, out);
@@ -586,6 +588,28 @@ static void cpu_rope_attention_fwd(dllm_backend *be, float *out, float *state, f
     cpu_rope_fwd(be, q, q, pos, t, N, NH, HD);
     cpu_rope_fwd(be, k, k, pos, t, N, NKV, HD);
     cpu_attention_fwd(be, out, state, q, k, v, keymask, B, T, NH, NKV, HD, causal);
+}
+/* q and k were rotated in place by the forward: the parts. */
+static void cpu_rope_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *out, const float *state,
+                                   float *q, float *k, const float *v, const int32_t *pos,
+                                   const op_rope_table *t, const uint8_t *keymask, int B, int T,
+                                   int NH, int NKV, int HD, bool causal)
+{
+    const int N = B * T;
+    size_t nq = (size_t)N * NH * HD * sizeof(float), nk = (size_t)N * NKV * HD * sizeof(float);
+    if (dq)
+        memset(dq, 0, nq);
+    if (dk)
+        memset(dk, 0, nk);
+    if (dv)
+        memset(dv, 0, nk);
+    cpu_attention_bwd(be, dq, dk, dv, dout, out, state, q, k, v, keymask, B, T, NH, NKV, HD,
+                      causal);
+    if (dq)
+        cpu_rope_bwd(be, dq, dq, pos, t, N, NH, HD);
+    if (dk)
+        cpu_rope_bwd(be, dk, dk, pos, t, N, NKV, HD);
 }
 
 static const dllm_backend_ops cpu_ops = {
@@ -632,6 +656,7 @@ static const dllm_backend_ops cpu_ops = {
     .gd_partial_rope_bwd = cpu_gd_partial_rope_bwd,
     /* fused forwards: the CPU runs the parts in turn */
     .linear_res_fwd = cpu_linear_res_fwd, .rope_attention_fwd = cpu_rope_attention_fwd,
+    .rope_attention_bwd = cpu_rope_attention_bwd,
     /* a bf16 trainer's LoRA linears: the parts in turn */
     .bf16_lora_fwd = cpu_bf16_lora_fwd, .bf16_lora_bwd = cpu_bf16_lora_bwd,
 };

@@ -58,9 +58,9 @@ void op_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gat
             float g = gate[i];
             float sig = 1.0f / (1.0f + e[j]);
             if (dup)
-                dup[i] += dout[i] * g * sig;
+                dup[i] = dout[i] * g * sig;
             if (dgate)
-                dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+                dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
         }
     }
 }

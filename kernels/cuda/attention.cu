@@ -433,6 +433,34 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
     }
 }
 
+extern "C" void dllm_cuda_rope_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
+                                             const float *out, const float *lse, const float *q,
+                                             const float *k, const float *v, const int32_t *pos,
+                                             const float *cos, const float *sin, int max_pos,
+                                             const uint8_t *keymask, int B, int T, int NH,
+                                             int NKV, int HD, bool causal, float *scratch,
+                                             dllm_cuda_stream s)
+{
+    check_shape(B, T, NH, NKV, HD);
+    DLLM_CUDA_REQUIRE(dllm_cuda_attention_tc(HD) && pos && cos && sin && max_pos > 0 &&
+                          HD % 2 == 0,
+                      "RoPE in the attention's backward: the tensor-core kernels (HD=%d), "
+                      "positions and a table of max_pos %d", HD, max_pos);
+    if (!dq && !dk && !dv)
+        return;
+    DLLM_CUDA_REQUIRE(lse && scratch, "the forward's lse and a scratch of %zu floats are "
+                      "required", dllm_cuda_attention_bwd_scratch_floats(B, T, NH));
+    cudaStream_t st = as_stream(s);
+    size_t rows = (size_t)B * T * NH;
+    float *Dd = scratch;
+    unsigned dot_blocks = (unsigned)((rows * 32 + 255) / 256); /* a warp per row */
+    DLLM_LAUNCH(attention_bwd_dot_kernel, dot_blocks, 256, 0, st)(Dd, dout, out, B, T, NH, HD);
+    cudaLaunchCheck();
+    rope_in rp = {pos, cos, sin, max_pos};
+    attention_tc_rope_bwd(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal,
+                          rp, true, st);
+}
+
 /* ---- Cached attention (the table's kv_append and attention_cached: KV-cache decoding,
  * dllm/qwen3.c; the block cache of cached denoising, dllm/block_cache.c) ---------------------
  * The cache holds K (after k_norm and RoPE) and V of every slot so far,

@@ -252,10 +252,13 @@ attention_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, 
 }
 
 /* The [R][HDP] fp32 result of a walk, accumulated in this warp's output fragments, added
- * into x [B,T,NH_,HD] rows r0.. at head hh through the staging tile Xs [R][LDO]. */
+ * into x [B,T,NH_,HD] rows r0.. at head hh through the staging tile Xs [R][LDO], or
+ * written there (write); rp.pos set: each row first rotated back by its angle (the RoPE
+ * kernel's backward, sin negated: the gradient of the unrotated row). */
 template <int HDP>
 __device__ __forceinline__ void add_rows(float *x, float *Xs, const frag_acc *acc, int b, int r0,
-                                         int T, int NH_, int hh, int HD)
+                                         int T, int NH_, int hh, int HD,
+                                         const rope_in &rp = rope_in(), bool write = false)
 {
     typedef TcCfg<HDP> C;
     const int warp = threadIdx.x / 32;
@@ -268,8 +271,22 @@ __device__ __forceinline__ void add_rows(float *x, float *Xs, const frag_acc *ac
     __syncthreads();
     for (int e = threadIdx.x; e < C::R * HDP; e += blockDim.x) {
         int j = e / HDP, d = e % HDP, s = r0 + j;
-        if (s < T && d < HD)
-            x[(((size_t)b * T + s) * NH_ + hh) * HD + d] += Xs[j * C::LDO + d];
+        if (s >= T || d >= HD)
+            continue;
+        const float *row = Xs + j * C::LDO;
+        float val = row[d];
+        if (rp.pos) {
+            const int p = rp.pos[(size_t)b * T + s], half = HD / 2, i = d < half ? d : d - half;
+            if (p < 0 || p >= rp.max_pos) {
+                val = NAN;
+            } else {
+                const float c = rp.cos[(size_t)p * half + i], sn = -rp.sin[(size_t)p * half + i];
+                val = d < half ? rope_first(row[i], row[i + half], c, sn)
+                               : rope_second(row[i], row[i + half], c, sn);
+            }
+        }
+        float *o = x + (((size_t)b * T + s) * NH_ + hh) * HD + d;
+        *o = write ? val : *o + val;
     }
 }
 
@@ -278,7 +295,7 @@ __global__ static void __launch_bounds__(TcCfg<HDP>::THREADS)
 attention_tc_bwd_dq_kernel(float *dq, const float *dout, const float *lse, const float *Dd,
                            const float *q, const float *k, const float *v,
                            const uint8_t *keymask, int T, int NH, int NKV, int HD, bool causal,
-                           float scale)
+                           float scale, rope_in rp, bool write)
 {
     typedef TcCfg<HDP> C;
     __shared__ __align__(32) unsigned char smem[2 * C::H_BYTES + 2 * C::S_BYTES + C::P_BYTES +
@@ -297,7 +314,7 @@ attention_tc_bwd_dq_kernel(float *dq, const float *dout, const float *lse, const
     const int rb = warp / 2, cb = warp % 2;
 
     /* the block's queries and output gradients as fragments, staged through K and V */
-    load_bf16_tile<HDP>(Ks, q, b, q0, T, NH, h, HD);
+    load_bf16_tile<HDP>(Ks, q, b, q0, T, NH, h, HD, rp);
     load_bf16_tile<HDP>(Vs, dout, b, q0, T, NH, h, HD);
     for (int j = threadIdx.x; j < C::R; j += blockDim.x) {
         int t = q0 + j;
@@ -317,7 +334,7 @@ attention_tc_bwd_dq_kernel(float *dq, const float *dout, const float *lse, const
     const int kend = causal ? min(T, q0 + C::R) : T;
     for (int k0 = 0; k0 < kend; k0 += C::R) {
         __syncthreads();
-        load_bf16_tile<HDP>(Ks, k, b, k0, T, NKV, kh, HD);
+        load_bf16_tile<HDP>(Ks, k, b, k0, T, NKV, kh, HD, rp);
         load_bf16_tile<HDP>(Vs, v, b, k0, T, NKV, kh, HD);
         for (int j = threadIdx.x; j < C::R; j += blockDim.x) {
             int s = k0 + j;
@@ -356,7 +373,7 @@ attention_tc_bwd_dq_kernel(float *dq, const float *dout, const float *lse, const
         }
     }
     __syncthreads(); /* the K and V tiles become dQ's staging */
-    add_rows<HDP>(dq, (float *)smem, acc, b, q0, T, NH, h, HD);
+    add_rows<HDP>(dq, (float *)smem, acc, b, q0, T, NH, h, HD, rp, write);
 }
 
 template <int HDP>
@@ -364,7 +381,7 @@ __global__ static void __launch_bounds__(TcCfg<HDP>::THREADS)
 attention_tc_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float *lse,
                             const float *Dd, const float *q, const float *k, const float *v,
                             const uint8_t *keymask, int T, int NH, int NKV, int HD, bool causal,
-                            float scale)
+                            float scale, rope_in rp, bool write)
 {
     typedef TcCfg<HDP> C;
     __shared__ __align__(32) unsigned char smem[2 * C::H_BYTES + 2 * C::S_BYTES +
@@ -384,7 +401,7 @@ attention_tc_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float
     const int rb = warp / 2, cb = warp % 2; /* score quarter: queries rb, keys cb */
 
     /* the block's keys and values as transposed operands, staged through Q and dO */
-    load_bf16_tile<HDP>(Qs, k, b, s0, T, NKV, kh, HD);
+    load_bf16_tile<HDP>(Qs, k, b, s0, T, NKV, kh, HD, rp);
     load_bf16_tile<HDP>(Gs, v, b, s0, T, NKV, kh, HD);
     for (int j = threadIdx.x; j < C::R; j += blockDim.x) {
         int s = s0 + j;
@@ -405,7 +422,7 @@ attention_tc_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float
     for (int h = kh * group; h < (kh + 1) * group; h++) {
         for (int t0 = t_begin; t0 < T; t0 += C::R) {
             __syncthreads(); /* the previous tiles (and the staged keys) are no longer read */
-            load_bf16_tile<HDP>(Qs, q, b, t0, T, NH, h, HD);
+            load_bf16_tile<HDP>(Qs, q, b, t0, T, NH, h, HD, rp);
             load_bf16_tile<HDP>(Gs, dout, b, t0, T, NH, h, HD);
             for (int j = threadIdx.x; j < C::R; j += blockDim.x) {
                 int t = t0 + j;
@@ -455,10 +472,10 @@ attention_tc_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float
     }
     __syncthreads(); /* the Q and dO tiles become the staging of dK, then of dV */
     if (dk)
-        add_rows<HDP>(dk, (float *)smem, dka, b, s0, T, NKV, kh, HD);
+        add_rows<HDP>(dk, (float *)smem, dka, b, s0, T, NKV, kh, HD, rp, write);
     __syncthreads();
     if (dv)
-        add_rows<HDP>(dv, (float *)smem, dva, b, s0, T, NKV, kh, HD);
+        add_rows<HDP>(dv, (float *)smem, dva, b, s0, T, NKV, kh, HD, rope_in(), write);
 }
 
 template <int HDP>
@@ -477,20 +494,20 @@ template <int HDP>
 static void tc_bwd_launch(float *dq, float *dk, float *dv, const float *dout, const float *lse,
                           const float *Dd, const float *q, const float *k, const float *v,
                           const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
-                          bool causal, cudaStream_t st)
+                          bool causal, rope_in rp, bool write, cudaStream_t st)
 {
     typedef TcCfg<HDP> C;
     float scale = 1.0f / sqrtf((float)HD);
     if (dq) {
         dim3 grid((T + C::R - 1) / C::R, NH, B);
         DLLM_LAUNCH(attention_tc_bwd_dq_kernel<HDP>, grid, C::THREADS, 0, st)(dq, dout, lse, Dd,
-            q, k, v, keymask, T, NH, NKV, HD, causal, scale);
+            q, k, v, keymask, T, NH, NKV, HD, causal, scale, rp, write);
         cudaLaunchCheck();
     }
     if (dk || dv) {
         dim3 grid((T + C::R - 1) / C::R, NKV, B);
         DLLM_LAUNCH(attention_tc_bwd_dkv_kernel<HDP>, grid, C::THREADS, 0, st)(dk, dv, dout, lse,
-            Dd, q, k, v, keymask, T, NH, NKV, HD, causal, scale);
+            Dd, q, k, v, keymask, T, NH, NKV, HD, causal, scale, rp, write);
         cudaLaunchCheck();
     }
 }
@@ -537,15 +554,24 @@ void attention_tc_cached(float *out, float *lse, const float *q, const float *kc
     tc_fwd(out, lse, q, kc, vc, cmask, B, T, max_len, len, NH, NKV, HD, causal, rope_in(), st);
 }
 
+void attention_tc_rope_bwd(float *dq, float *dk, float *dv, const float *dout, const float *lse,
+                           const float *Dd, const float *q, const float *k, const float *v,
+                           const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                           bool causal, rope_in rp, bool write, cudaStream_t st)
+{
+    switch (tc_padded_hd(HD)) {
+    case 16: tc_bwd_launch<16>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, rp, write, st); break;
+    case 32: tc_bwd_launch<32>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, rp, write, st); break;
+    case 64: tc_bwd_launch<64>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, rp, write, st); break;
+    default: tc_bwd_launch<128>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, rp, write, st); break;
+    }
+}
+
 void attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout, const float *lse,
                       const float *Dd, const float *q, const float *k, const float *v,
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,
                       cudaStream_t st)
 {
-    switch (tc_padded_hd(HD)) {
-    case 16: tc_bwd_launch<16>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    case 32: tc_bwd_launch<32>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    case 64: tc_bwd_launch<64>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    default: tc_bwd_launch<128>(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal, st); break;
-    }
+    attention_tc_rope_bwd(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal,
+                          rope_in(), false, st);
 }

@@ -27,5 +27,12 @@ void attention_tc_bwd(float *dq, float *dk, float *dv, const float *dout, const 
                       const float *Dd, const float *q, const float *k, const float *v,
                       const uint8_t *keymask, int B, int T, int NH, int NKV, int HD, bool causal,
                       cudaStream_t st);
+/* attention_tc_bwd over q and k rotated by rp as their tiles are loaded, dq and dk rotated
+ * back as they are stored (the gradients of the unrotated q and k: the RoPE kernel's
+ * backward of attention_tc_bwd's); write: dq, dk, dv written, not added to */
+void attention_tc_rope_bwd(float *dq, float *dk, float *dv, const float *dout, const float *lse,
+                           const float *Dd, const float *q, const float *k, const float *v,
+                           const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                           bool causal, rope_in rp, bool write, cudaStream_t st);
 
 #endif

@@ -27,6 +27,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda_device.h"
 extern "C" {
+#include "kernels/attention_path.h"
 #include "kernels/backend.h"
 }
 
@@ -429,31 +430,76 @@ void cu_fp8_quantise(dllm_backend *be, uint8_t *q, float *scale, const float *x,
  * through the fp32 GEMM (bf16 x bf16 is exact in fp32: only the summation order differs). */
 /* bf16_linear_fwd, plus res (NULL: none): on cuBLASLt as C of its epilogue (beta 1), on
  * the fp32 fallback by a separate add */
-void bf16_linear(dllm_backend *be, float *out, const float *inp, bf16_matrix *w, int N, int C,
-                 int OC, const float *res)
+static void bf16_check(const bf16_matrix *w, int C, int OC)
 {
     if (!w->w || w->rows != OC || w->cols != C) {
         fprintf(stderr, "dllm-rl: cuda backend: bf16 weight is [%d, %d], call expects [%d, %d]\n",
                 w->rows, w->cols, OC, C);
         exit(1);
     }
+}
+
+static bool bf16_linear_lt(const float *out, const bf16_matrix *w, int C, int OC,
+                           const float *res)
+{
+    return C % 8 == 0 && OC % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)w->w % 16 == 0 &&
+           (uintptr_t)res % 16 == 0;
+}
+
+/* out [+ res] = a16 w^T on BF16 tensor cores: the input's bf16 copy already made */
+static void bf16_gemm_ready(float *out, const uint16_t *a16, const bf16_matrix *w, int N, int C,
+                            int OC, const float *res)
+{
+    dllm_err err = {};
+    if (res)
+        check_rc(dllm_cuda_gemm_bf16_res(false, true, N, OC, C, 1.0f, a16, w->w, res, out, NULL,
+                                         &err),
+                 err);
+    else
+        check_rc(dllm_cuda_gemm_bf16(false, true, N, OC, C, 1.0f, a16, w->w, 0.0f, out, false,
+                                     NULL, &err),
+                 err);
+}
+
+/* Off cuBLASLt's 16-byte rules: the bf16 operands widened, the fp32 GEMM, then res. a16 must
+ * not lie in the workspace (this takes it). */
+static void bf16_linear_widened(float *out, const uint16_t *a16, const bf16_matrix *w, int N,
+                                int C, int OC, const float *res)
+{
+    size_t na = (size_t)N * C, nw = (size_t)OC * C;
+    char *ws = (char *)ws_get(align256(na * 4) + align256(nw * 4));
+    float *af = (float *)ws, *wf = (float *)(ws + align256(na * 4));
+    dllm_cuda_bf16_to_f32(af, a16, na, NULL);
+    dllm_cuda_bf16_to_f32(wf, w->w, nw, NULL);
+    cu_gemm(NULL, false, true, N, OC, C, 1.0f, af, wf, 0.0f, out);
+    if (res)
+        dllm_cuda_add(out, res, (size_t)N * OC, NULL);
+}
+
+/* The bf16 linear over the input's bf16 copy made by its producer (a DLLM_QACT_BF16) */
+void bf16_linear_ready(float *out, const uint16_t *a16, bf16_matrix *w, int N, int C, int OC,
+                       const float *res)
+{
+    bf16_check(w, C, OC);
+    if (N <= 0)
+        return;
+    if (bf16_linear_lt(out, w, C, OC, res))
+        bf16_gemm_ready(out, a16, w, N, C, OC, res);
+    else
+        bf16_linear_widened(out, a16, w, N, C, OC, res);
+}
+
+void bf16_linear(dllm_backend *be, float *out, const float *inp, bf16_matrix *w, int N, int C,
+                 int OC, const float *res)
+{
+    bf16_check(w, C, OC);
     if (N <= 0)
         return;
     size_t na = (size_t)N * C, nw = (size_t)OC * C;
-    bool lt = C % 8 == 0 && OC % 4 == 0 && (uintptr_t)out % 16 == 0 &&
-              (uintptr_t)w->w % 16 == 0 && (uintptr_t)res % 16 == 0;
-    if (lt) {
+    if (bf16_linear_lt(out, w, C, OC, res)) {
         uint16_t *a16 = (uint16_t *)ws_get(align256(na * 2));
         dllm_cuda_f32_to_bf16(a16, inp, na, NULL);
-        dllm_err err = {};
-        if (res)
-            check_rc(dllm_cuda_gemm_bf16_res(false, true, N, OC, C, 1.0f, a16, w->w, res, out,
-                                             NULL, &err),
-                     err);
-        else
-            check_rc(dllm_cuda_gemm_bf16(false, true, N, OC, C, 1.0f, a16, w->w, 0.0f, out,
-                                         false, NULL, &err),
-                     err);
+        bf16_gemm_ready(out, a16, w, N, C, OC, res);
         return;
     }
     char *ws = (char *)ws_get(align256(na * 2) + align256(na * 4) + align256(nw * 4));
@@ -546,14 +592,29 @@ static bool int8_act_prepare(dllm_qact *qa, int N, int C, const dllm_lin_weight 
     return true;
 }
 
+/* bf16 copies serve every bf16 weight of width C: the linears' GEMM reads them as the
+ * copy it would round into its workspace (same bits), and their fallbacks widen them. */
+static bool bf16_act_prepare(dllm_qact *qa, int N, int C, const dllm_lin_weight *ws, int nw)
+{
+    for (int i = 0; i < nw; i++)
+        if (!ws[i].b16 || ws[i].b16->cols != C)
+            return false;
+    *qa = dllm_qact{};
+    qa->kind = DLLM_QACT_BF16;
+    qa->q = qa_buffer(align256((size_t)N * C * 2));
+    qa->rows = N, qa->cols = C, qa->ld = C;
+    return true;
+}
+
 bool cu_act_quant_prepare(dllm_backend *, dllm_qact *qa, int N, int C, const dllm_lin_weight *ws,
                           int nw)
 {
     if (N <= 0 || C <= 0 || nw <= 0 || !ws)
         return false;
-    return ws[0].f8 ? fp8_act_prepare(qa, N, C, ws, nw)
-           : ws[0].i8 ? int8_act_prepare(qa, N, C, ws, nw)
-                      : false;
+    return ws[0].f8    ? fp8_act_prepare(qa, N, C, ws, nw)
+           : ws[0].i8  ? int8_act_prepare(qa, N, C, ws, nw)
+           : ws[0].b16 ? bf16_act_prepare(qa, N, C, ws, nw)
+                       : false;
 }
 
 static void check_act(const dllm_qact *qa, int N, int C, const char *op)
@@ -571,7 +632,9 @@ void cu_rmsnorm_quant_fwd(dllm_backend *, float *out, float *rstd, const dllm_qa
                           const float *inp, const float *w, int N, int C, float eps)
 {
     check_act(qa, N, C, "rmsnorm_quant_fwd");
-    if (qa->kind == DLLM_QACT_INT8)
+    if (qa->kind == DLLM_QACT_BF16)
+        dllm_cuda_rmsnorm_bf16_fwd(out, rstd, (uint16_t *)qa->q, inp, w, N, C, eps, NULL);
+    else if (qa->kind == DLLM_QACT_INT8)
         dllm_cuda_rmsnorm_int8_fwd(out, rstd, (int8_t *)qa->q, qa->scale, qa->ld,
                                    qact_groups(qa), inp, w, N, C, eps, qa->group, NULL);
     else
@@ -583,7 +646,9 @@ void cu_swiglu_quant_fwd(dllm_backend *, float *out, const dllm_qact *qa, const 
                          const float *up, int N, int H)
 {
     check_act(qa, N, H, "swiglu_quant_fwd");
-    if (qa->kind == DLLM_QACT_INT8)
+    if (qa->kind == DLLM_QACT_BF16)
+        dllm_cuda_swiglu_bf16_fwd(out, (uint16_t *)qa->q, gate, up, (size_t)N * H, NULL);
+    else if (qa->kind == DLLM_QACT_INT8)
         dllm_cuda_swiglu_int8_fwd(out, (int8_t *)qa->q, qa->scale, qa->ld, gate, up, N, H,
                                   qa->group, NULL);
     else
@@ -604,6 +669,12 @@ void linear_quant_act(float *out, const dllm_qact *qa, const dllm_lin_weight *lw
                       int OC, const float *res)
 {
     check_act(qa, N, C, "linear_quant_act_fwd");
+    if (qa->kind == DLLM_QACT_BF16) {
+        if (!lw->b16 || lw->b16->cols != C)
+            act_mismatch(OC, C);
+        bf16_linear_ready(out, (const uint16_t *)qa->q, lw->b16, N, C, OC, res);
+        return;
+    }
     if (qa->kind == DLLM_QACT_INT8) {
         const int8_matrix *w = lw->i8;
         if (!w || w->ldq != qa->ld || w->kb != qact_groups(qa) ||
@@ -871,9 +942,11 @@ bool al16(const void *p) { return (uintptr_t)p % 16 == 0; }
 /* The adapter's product first, onto res (or zero), then the base's onto it: both adds in
  * a GEMM's epilogue, the base's compute-bound GEMM hiding its read of out. */
 void cu_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const float *inp,
-                      const float *res, bf16_matrix *w, const float *A, const float *B,
-                      float scale, int N, int C, int OC, int r)
+                      const dllm_qact *qa, const float *res, bf16_matrix *w, const float *A,
+                      const float *B, float scale, int N, int C, int OC, int r)
 {
+    if (qa && (qa->kind != DLLM_QACT_BF16 || qa->rows != N || qa->cols != C))
+        act_mismatch(OC, C);
     if (N <= 0 || r <= 0 || w->rows != OC || w->cols != C || C % 8 || OC % 4 || r % 8 ||
         !al16(out) || !al16(xa) || !al16(w->w) || !al16(res)) {
         cu_bf16_linear_fwd(be, out, inp, w, N, C, OC);
@@ -883,14 +956,18 @@ void cu_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const float *inp,
             dllm_cuda_add(out, res, (size_t)N * OC, NULL);
         return;
     }
-    size_t nx = (size_t)N * C, na = (size_t)r * C, nxa = (size_t)N * r, nb = (size_t)OC * r;
+    /* inp's bf16 copy: its producer's (qa), or made here */
+    size_t nx = qa ? 0 : (size_t)N * C, na = (size_t)r * C, nxa = (size_t)N * r;
+    size_t nb = (size_t)OC * r;
     char *ws = (char *)ws_get(align256(nx * 2) + align256(na * 2) + align256(nxa * 2) +
                               align256(nb * 2));
-    uint16_t *x16 = (uint16_t *)ws, *a16 = (uint16_t *)(ws + align256(nx * 2));
+    uint16_t *x16 = qa ? (uint16_t *)qa->q : (uint16_t *)ws;
+    uint16_t *a16 = (uint16_t *)(ws + align256(nx * 2));
     uint16_t *xa16 = (uint16_t *)((char *)a16 + align256(na * 2));
     uint16_t *b16 = (uint16_t *)((char *)xa16 + align256(nxa * 2));
     dllm_err err = {};
-    dllm_cuda_f32_to_bf16(x16, inp, nx, NULL);
+    if (!qa)
+        dllm_cuda_f32_to_bf16(x16, inp, nx, NULL);
     dllm_cuda_f32_to_bf16(a16, A, na, NULL);
     check_rc(dllm_cuda_gemm_bf16(false, true, N, r, C, 1.0f, x16, a16, 0.0f, xa, false, NULL,
                                  &err),
@@ -968,6 +1045,40 @@ void cu_rope_attention_fwd(dllm_backend *, float *out, float *state, float *q, f
                                  B, T, NH, NKV, HD, causal, NULL);
 }
 
+/* Its backward from the unrotated q and k: on tensor cores one pass that rotates the tiles
+ * as loaded and the gradients as stored; the fp32 kernels (head dims above 128) take the
+ * parts, q and k rotated in place first. */
+void cu_rope_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv, const float *dout,
+                           const float *out, const float *state, float *q, float *k,
+                           const float *v, const int32_t *pos, const op_rope_table *t,
+                           const uint8_t *keymask, int B, int T, int NH, int NKV, int HD,
+                           bool causal)
+{
+    if (dllm_cuda_attention_tc(HD)) {
+        float *scratch = (float *)ws_get(dllm_cuda_attention_bwd_scratch_floats(B, T, NH) * 4);
+        dllm_cuda_rope_attention_bwd(dq, dk, dv, dout, out, state, q, k, v, pos, t->cos, t->sin,
+                                     t->max_pos, keymask, B, T, NH, NKV, HD, causal, scratch,
+                                     NULL);
+        return;
+    }
+    const int N = B * T;
+    size_t nq = (size_t)N * NH * HD * 4, nk = (size_t)N * NKV * HD * 4;
+    cu_rope_fwd(be, q, q, pos, t, N, NH, HD);
+    cu_rope_fwd(be, k, k, pos, t, N, NKV, HD);
+    if (dq)
+        cu_memset0(be, dq, nq);
+    if (dk)
+        cu_memset0(be, dk, nk);
+    if (dv)
+        cu_memset0(be, dv, nk);
+    cu_attention_bwd(be, dq, dk, dv, dout, out, state, q, k, v, keymask, B, T, NH, NKV, HD,
+                     causal);
+    if (dq)
+        cu_rope_bwd(be, dq, dq, pos, t, N, NH, HD);
+    if (dk)
+        cu_rope_bwd(be, dk, dk, pos, t, N, NKV, HD);
+}
+
 const dllm_backend_ops cuda_ops = {
     /* buffers */
     cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync,
@@ -997,7 +1108,7 @@ const dllm_backend_ops cuda_ops = {
     cu_gd_gated_rmsnorm_fwd, cu_gd_gated_rmsnorm_bwd, cu_gd_partial_rope_fwd,
     cu_gd_partial_rope_bwd,
     /* fused forwards */
-    cu_linear_res_fwd, cu_rope_attention_fwd,
+    cu_linear_res_fwd, cu_rope_attention_fwd, cu_rope_attention_bwd,
     /* a bf16 trainer's LoRA linears */
     cu_bf16_lora_fwd, cu_bf16_lora_bwd,
 };

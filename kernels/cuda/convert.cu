@@ -1,18 +1,8 @@
-/* convert.cu: fp32 <-> bf16 on the device, the same bits as kernels/cpu/convert.c, and
- * the elementwise add and the bias rows of the backend table.
- * fp32 -> bf16: NaN keeps its top bits with the quiet bit forced; otherwise add
- * 0x7FFF + (lowest kept bit) and truncate (round to nearest, ties to even; values past
- * the largest bf16 carry into inf). bf16 -> fp32 is exact (shift left by 16). */
+/* convert.cu: fp32 <-> bf16 on the device, the same bits as kernels/cpu/convert.c
+ * (fp32 -> bf16: bf16_codec.cuh; bf16 -> fp32 is exact, a shift left by 16), and the
+ * elementwise add and the bias rows of the backend table. */
+#include "kernels/cuda/bf16_codec.cuh"
 #include "kernels/cuda/common.cuh"
-
-__device__ __forceinline__ uint16_t f32_to_bf16_rne(float x)
-{
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 __global__ static void f32_to_bf16_kernel(uint16_t *out, const float *inp, size_t n)
 {

@@ -6,6 +6,7 @@
 #ifndef DLLM_CUDA_QUANT_GROUP_CUH
 #define DLLM_CUDA_QUANT_GROUP_CUH
 
+#include "kernels/cuda/bf16_codec.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_codec.cuh"
 #include "kernels/cuda/int8_codec.cuh"

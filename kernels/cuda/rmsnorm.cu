@@ -14,7 +14,9 @@
  * and the codes are bit for bit those of the forward followed by fp8_quant.cu's pass. The
  * INT8 variant (rmsnorm_int8_fwd) does the same with the INT8 codes of the linear's own
  * activation pass (gemm_int8.cu: 1 x 128 groups, or the whole row under channel scaling,
- * whose maximum is the block's), the row stride ld padded with zero codes. */
+ * whose maximum is the block's), the row stride ld padded with zero codes. The BF16
+ * variant (rmsnorm_bf16_fwd) writes out's bf16 copy beside it (bf16_codec.cuh's rounding,
+ * as the conversion pass). */
 #include "kernels/cuda/quant_group.cuh"
 
 enum { RMS_THREADS = 256, DW_ROWS = 64 /* rows per chunk of the dw partial sums */ };
@@ -40,6 +42,25 @@ __global__ static void rmsnorm_fwd_kernel(float *out, float *rstd, const float *
     float r = rms_rstd(x, C, eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x)
         o[c] = rms_out(w[c], x[c], r);
+    if (rstd && threadIdx.x == 0)
+        rstd[blockIdx.x] = r;
+}
+
+/* The forward and the bf16 copy of out that the BF16 linears read (out may be NULL). */
+__global__ static void rmsnorm_bf16_fwd_kernel(float *out, float *rstd, uint16_t *o16,
+                                               const float *inp, const float *w, int C,
+                                               float eps)
+{
+    // out (N, C) or NULL, rstd (N) or NULL, o16 (N, C), inp (N, C), w (C); grid.x = N
+    const size_t off = (size_t)blockIdx.x * C;
+    const float *x = inp + off;
+    float r = rms_rstd(x, C, eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float y = rms_out(w[c], x[c], r);
+        if (out)
+            out[off + c] = y;
+        o16[off + c] = f32_to_bf16_rne(y);
+    }
     if (rstd && threadIdx.x == 0)
         rstd[blockIdx.x] = r;
 }
@@ -146,6 +167,18 @@ extern "C" void dllm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp,
     if (N == 0)
         return;
     DLLM_LAUNCH(rmsnorm_fwd_kernel, N, RMS_THREADS, 0, as_stream(s))(out, rstd, inp, w, C, eps);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_rmsnorm_bf16_fwd(float *out, float *rstd, uint16_t *o16,
+                                           const float *inp, const float *w, int N, int C,
+                                           float eps, dllm_cuda_stream s)
+{
+    DLLM_CUDA_REQUIRE(N >= 0 && C > 0, "bad shape N=%d C=%d", N, C);
+    if (N == 0)
+        return;
+    DLLM_LAUNCH(rmsnorm_bf16_fwd_kernel, N, RMS_THREADS, 0, as_stream(s))(out, rstd, o16, inp, w,
+        C, eps);
     cudaLaunchCheck();
 }
 

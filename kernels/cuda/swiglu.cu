@@ -1,13 +1,14 @@
 /* swiglu.cu: the SwiGLU gate of the MLP, elementwise.
  *   out = silu(gate) * up,  silu(x) = x * sigmoid(x) = x / (1 + exp(-x))
- * Backward (accumulated):  dup   += dout * silu(gate)
- *                          dgate += dout * up * sig * (1 + gate * (1 - sig))
+ * Backward (written):       dup   = dout * silu(gate)
+ *                          dgate = dout * up * sig * (1 + gate * (1 - sig))
  * The FP8 variant (swiglu_fp8_fwd) quantises [R, C] in 1 x gc groups of each row as it
  * goes, one warp per group (as fp8_quant.cu's row kernel): out, the group's absmax, the
  * scale, the codes. swiglu_val is shared with the plain forward, so everything is bit
  * for bit the plain forward followed by the quantise pass. The INT8 variant
  * (swiglu_int8_fwd) likewise with the INT8 linear's codes (gemm_int8.cu), the row stride
- * padded with zero codes. */
+ * padded with zero codes. The BF16 variant (swiglu_bf16_fwd) writes out's bf16 copy
+ * beside it. */
 #include "kernels/cuda/quant_group.cuh"
 
 __device__ __forceinline__ float swiglu_val(float g, float u) { return g / (1.0f + expf(-g)) * u; }
@@ -18,6 +19,19 @@ __global__ static void swiglu_fwd_kernel(float *out, const float *gate, const fl
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = swiglu_val(gate[i], up[i]);
+}
+
+/* The forward and the bf16 copy of out that the BF16 linear reads (out may be NULL). */
+__global__ static void swiglu_bf16_fwd_kernel(float *out, uint16_t *o16, const float *gate,
+                                              const float *up, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float y = swiglu_val(gate[i], up[i]);
+        if (out)
+            out[i] = y;
+        o16[i] = f32_to_bf16_rne(y);
+    }
 }
 
 /* A row's gated value of column c (quant_group's producer). */
@@ -71,9 +85,9 @@ __global__ static void swiglu_bwd_kernel(float *dgate, float *dup, const float *
         float g = gate[i];
         float sig = 1.0f / (1.0f + expf(-g));
         if (dup)
-            dup[i] += dout[i] * g * sig;
+            dup[i] = dout[i] * g * sig;
         if (dgate)
-            dgate[i] += dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+            dgate[i] = dout[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
     }
 }
 
@@ -83,6 +97,16 @@ extern "C" void dllm_cuda_swiglu_fwd(float *out, const float *gate, const float 
     if (n == 0)
         return;
     DLLM_LAUNCH(swiglu_fwd_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, gate, up, n);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_swiglu_bf16_fwd(float *out, uint16_t *o16, const float *gate,
+                                          const float *up, size_t n, dllm_cuda_stream s)
+{
+    if (n == 0)
+        return;
+    DLLM_LAUNCH(swiglu_bf16_fwd_kernel, grid_for(n, 256), 256, 0, as_stream(s))(out, o16, gate,
+        up, n);
     cudaLaunchCheck();
 }
 

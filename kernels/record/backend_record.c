@@ -794,6 +794,29 @@ static void rc_attention_cached(dllm_backend *be, float *y, const float *q, cons
     end(r, n0);
 }
 
+/* cu_attention_bwd's kernels; rope: rotating q, k as loaded and dq, dk as stored, which
+ * then write their gradients (no read of them) and read the positions and the table */
+static void attention_bwd_ops(recorder *r, bool dq, bool dk, bool dv, int B, int T, int NH,
+                              int NKV, int HD, bool causal, const op_rope_table *rope)
+{
+    ws_get(r, (size_t)B * NH * T * 4);
+    if (dq || dk || dv) {
+        double bt = (double)B * T, q4 = 4 * bt * NH * HD, kv4 = 4 * bt * NKV * HD;
+        double rd = rope ? 4 * bt + 4.0 * rope->max_pos * HD : 0;
+        char sh[64];
+        snprintf(sh, sizeof sh, "B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
+        kernel(r, "attention_bwd_dot", 2 * bt * NH * HD, 2 * q4, 4 * bt * NH, sh);
+        /* dq: S = QK^T again, dP = dO V^T, dQ = dS K; dk/dv: S, dP, dV = P^T dO, dK = dS^T Q */
+        if (dq)
+            att_kernel(r, rope ? "attention_rope_bwd_dq" : "attention_bwd_dq", 3, B, T, NH, NKV,
+                       HD, causal, (rope ? 2 : 3) * q4 + 2 * kv4 + 8 * bt * NH + rd, q4);
+        if (dk || dv)
+            att_kernel(r, rope ? "attention_rope_bwd_dkv" : "attention_bwd_dkv", 4, B, T, NH,
+                       NKV, HD, causal, 2 * q4 + (rope ? 0 : 2) * kv4 + 8 * bt * NH + rd,
+                       2 * kv4);
+    }
+}
+
 static void rc_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv, const float *dout,
                              const float *out, const float *state, const float *q, const float *k,
                              const float *v, const uint8_t *keymask, int B, int T, int NH, int NKV,
@@ -801,23 +824,44 @@ static void rc_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv, 
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "attention_bwd");
-    ws_get(r, (size_t)B * NH * T * 4);
-    if (dq || dk || dv) {
-        double bt = (double)B * T, q4 = 4 * bt * NH * HD, kv4 = 4 * bt * NKV * HD;
-        char sh[64];
-        snprintf(sh, sizeof sh, "B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
-        kernel(r, "attention_bwd_dot", 2 * bt * NH * HD, 2 * q4, 4 * bt * NH, sh);
-        /* dq: S = QK^T again, dP = dO V^T, dQ = dS K; dk/dv: S, dP, dV = P^T dO, dK = dS^T Q */
-        if (dq)
-            att_kernel(r, "attention_bwd_dq", 3, B, T, NH, NKV, HD, causal,
-                       3 * q4 + 2 * kv4 + 8 * bt * NH, q4);
-        if (dk || dv)
-            att_kernel(r, "attention_bwd_dkv", 4, B, T, NH, NKV, HD, causal,
-                       2 * q4 + 2 * kv4 + 8 * bt * NH, 2 * kv4);
-    }
+    attention_bwd_ops(r, dq, dk, dv, B, T, NH, NKV, HD, causal, NULL);
     if (IN)
         INOPS->attention_bwd(IN, dq, dk, dv, dout, out, state, q, k, v, keymask, B, T, NH, NKV,
                              HD, causal);
+    end(r, n0);
+}
+
+/* cu_rope_attention_bwd: one pass on tensor cores; the fp32 kernels' parts otherwise */
+static void rc_rope_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv,
+                                  const float *dout, const float *out, const float *state,
+                                  float *q, float *k, const float *v, const int32_t *pos,
+                                  const op_rope_table *t, const uint8_t *keymask, int B, int T,
+                                  int NH, int NKV, int HD, bool causal)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "rope_attention_bwd");
+    if (dllm_cuda_attention_tc(HD)) {
+        attention_bwd_ops(r, dq, dk, dv, B, T, NH, NKV, HD, causal, t);
+    } else {
+        const int N = B * T;
+        double nq = 4.0 * N * NH * HD, nk = 4.0 * N * NKV * HD;
+        rope(r, "rope", N, NH, HD, false);
+        rope(r, "rope", N, NKV, HD, false);
+        if (dq && nq)
+            dev_copy(r, "cudaMemset", 0, nq, (size_t)nq);
+        if (dk && nk)
+            dev_copy(r, "cudaMemset", 0, nk, (size_t)nk);
+        if (dv && nk)
+            dev_copy(r, "cudaMemset", 0, nk, (size_t)nk);
+        attention_bwd_ops(r, dq, dk, dv, B, T, NH, NKV, HD, causal, NULL);
+        if (dq)
+            rope(r, "rope", N, NH, HD, false);
+        if (dk)
+            rope(r, "rope", N, NKV, HD, false);
+    }
+    if (IN)
+        INOPS->rope_attention_bwd(IN, dq, dk, dv, dout, out, state, q, k, v, pos, t, keymask, B,
+                                  T, NH, NKV, HD, causal);
     end(r, n0);
 }
 
@@ -845,7 +889,7 @@ static void rc_swiglu_bwd(dllm_backend *be, float *dgate, float *dup, const floa
         char sh[64];
         snprintf(sh, sizeof sh, "n=%zu", n);
         double o = (dgate ? 1 : 0) + (dup ? 1 : 0);
-        kernel(r, "swiglu_bwd", 10.0 * n, (12.0 + 4 * o) * n, 4 * o * n, sh);
+        kernel(r, "swiglu_bwd", 10.0 * n, 12.0 * n, 4 * o * n, sh);
     }
     if (IN)
         INOPS->swiglu_bwd(IN, dgate, dup, dout, gate, up, n);
@@ -1106,6 +1150,31 @@ static void bf16_linear(recorder *r, const float *out, bf16_matrix *w, int N, in
     }
 }
 
+/* backend_cuda.cu's bf16_linear_ready: over the input's bf16 copy its producer made */
+static void bf16_linear_ready(recorder *r, const float *out, bf16_matrix *w, int N, int C, int OC,
+                              const float *res)
+{
+    bf16_check(w, C, OC);
+    if (N <= 0)
+        return;
+    double n = N, c = C, oc = OC;
+    size_t na = (size_t)N * C, nw = (size_t)OC * C;
+    if (C % 8 == 0 && OC % 4 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)w->w % 16 == 0 &&
+        (uintptr_t)res % 16 == 0) {
+        rec_event *e = matmul(r, "gemm_bf16", REC_UNIT_BF16_TC, n, oc, c,
+                              2 * (n * c + oc * c) + (res ? 4 * n * oc : 0), 4 * n * oc);
+        e->weight = w->w;
+        e->weight_bytes = 2 * oc * c;
+    } else {
+        ws_get(r, align256(na * 4) + align256(nw * 4));
+        elementwise(r, "bf16_to_f32", na, 1, 2, 4);
+        elementwise(r, "bf16_to_f32", nw, 1, 2, 4);
+        gemm_f32(r, N, OC, C, 0.0f, w->w, 2.0 * nw);
+        if (res)
+            elementwise(r, "add", (size_t)N * OC, 1, 8, 4);
+    }
+}
+
 static void rc_bf16_linear_fwd(dllm_backend *be, float *out, const float *inp, bf16_matrix *w,
                                int N, int C, int OC)
 {
@@ -1124,7 +1193,7 @@ static void *qa_buffer(recorder *r, size_t bytes)
     if (bytes > r->qa_bytes) {
         host_sync(r, "cudaDeviceSynchronize");
         dev_free(r, r->qa);
-        r->qa = dev_malloc_as(r, bytes, NULL, "fused FP8 activations");
+        r->qa = dev_malloc_as(r, bytes, NULL, "fused producers: codes, bf16 copies");
         r->qa_bytes = bytes;
     }
     return r->qa;
@@ -1158,16 +1227,31 @@ static bool int8_act_ok(int C, const dllm_lin_weight *ws, int nw)
     return true;
 }
 
+/* backend_cuda.cu's bf16_act_prepare */
+static bool bf16_act_ok(int C, const dllm_lin_weight *ws, int nw)
+{
+    for (int i = 0; i < nw; i++)
+        if (!ws[i].b16 || ws[i].b16->cols != C)
+            return false;
+    return true;
+}
+
 static bool rc_act_quant_prepare(dllm_backend *be, dllm_qact *qa, int N, int C,
                                  const dllm_lin_weight *ws, int nw)
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "act_quant_prepare");
     bool ok = N > 0 && C > 0 && nw > 0 && ws &&
-              (ws[0].f8 ? fp8_act_ok(r, C, ws, nw) : ws[0].i8 ? int8_act_ok(C, ws, nw) : false);
+              (ws[0].f8    ? fp8_act_ok(r, C, ws, nw)
+         : ws[0].i8  ? int8_act_ok(C, ws, nw)
+         : ws[0].b16 ? bf16_act_ok(C, ws, nw)
+                     : false);
     if (ok) {
         dllm_qact h = {0};
-        if (ws[0].f8) {
+        if (ws[0].b16) {
+            h = (dllm_qact){.kind = DLLM_QACT_BF16, .q = qa_buffer(r, align256((size_t)N * C * 2)),
+                            .rows = N, .cols = C, .ld = C};
+        } else if (ws[0].f8) {
             const int Np = fp8_rows(N, true);
             size_t nq = align256((size_t)Np * C);
             char *buf = qa_buffer(r, nq + align256((size_t)Np * KBLK(C) * sizeof(float)));
@@ -1209,6 +1293,8 @@ static void check_act(const dllm_qact *qa, int N, int C, const char *op)
 /* Bytes of codes and scales a producer writes for N rows of C. */
 static double qact_bytes(const dllm_qact *qa, int N, int C)
 {
+    if (qa->kind == DLLM_QACT_BF16)
+        return 2.0 * N * C;
     double groups = (double)((C + qa->group - 1) / qa->group);
     return qa->kind == DLLM_QACT_INT8 ? (double)N * qa->ld + 4.0 * N * groups
                                       : (double)N * C + 4.0 * N * KBLK(C);
@@ -1224,7 +1310,9 @@ static void rc_rmsnorm_quant_fwd(dllm_backend *be, float *out, float *rstd, cons
         char sh[64];
         snprintf(sh, sizeof sh, "N=%d C=%d", N, C);
         double n = (double)N * C;
-        kernel(r, qa->kind == DLLM_QACT_INT8 ? "rmsnorm_int8_fwd" : "rmsnorm_fp8_fwd", 8 * n,
+        kernel(r, qa->kind == DLLM_QACT_INT8   ? "rmsnorm_int8_fwd"
+                  : qa->kind == DLLM_QACT_BF16 ? "rmsnorm_bf16_fwd"
+                                               : "rmsnorm_fp8_fwd", 8 * n,
                4 * n + 4.0 * C, (out ? 4 * n : 0) + (rstd ? 4.0 * N : 0) + qact_bytes(qa, N, C),
                sh);
     }
@@ -1243,7 +1331,9 @@ static void rc_swiglu_quant_fwd(dllm_backend *be, float *out, const dllm_qact *q
         char sh[64];
         snprintf(sh, sizeof sh, "N=%d H=%d", N, H);
         double n = (double)N * H;
-        kernel(r, qa->kind == DLLM_QACT_INT8 ? "swiglu_int8_fwd" : "swiglu_fp8_fwd", 10 * n,
+        kernel(r, qa->kind == DLLM_QACT_INT8   ? "swiglu_int8_fwd"
+                  : qa->kind == DLLM_QACT_BF16 ? "swiglu_bf16_fwd"
+                                               : "swiglu_fp8_fwd", 10 * n,
                8 * n, (out ? 4 * n : 0) + qact_bytes(qa, N, H), sh);
     }
     if (IN)
@@ -1259,11 +1349,15 @@ static void act_mismatch(int OC, int C)
 }
 
 /* backend_cuda.cu's linear_quant_act: linear_quant_act_fwd, with a residual when res */
-static void linear_quant_act(recorder *r, const dllm_qact *qa, const dllm_lin_weight *lw, int N,
-                             int C, int OC, bool res)
+static void linear_quant_act(recorder *r, const float *out, const dllm_qact *qa,
+                             const dllm_lin_weight *lw, int N, int C, int OC, const float *res)
 {
     check_act(qa, N, C, "linear_quant_act_fwd");
-    if (qa->kind == DLLM_QACT_INT8) {
+    if (qa->kind == DLLM_QACT_BF16) {
+        if (!lw->b16 || lw->b16->cols != C)
+            act_mismatch(OC, C);
+        bf16_linear_ready(r, out, lw->b16, N, C, OC, res);
+    } else if (qa->kind == DLLM_QACT_INT8) {
         const int8_matrix *w = lw->i8;
         int8_check_weight(w, C, OC);
         if (w->ldq != qa->ld || w->kb != (C + qa->group - 1) / qa->group ||
@@ -1271,7 +1365,7 @@ static void linear_quant_act(recorder *r, const dllm_qact *qa, const dllm_lin_we
             act_mismatch(OC, C);
         if (N > 0) {
             ws_get(r, align256((size_t)int8_acc_chunk(N, w) * ((OC + 3) / 4 * 4) * 4));
-            int8_products(r, w, N, OC, res);
+            int8_products(r, w, N, OC, res != NULL);
         }
     } else {
         fp8_matrix *w = lw->f8;
@@ -1284,7 +1378,7 @@ static void linear_quant_act(recorder *r, const dllm_qact *qa, const dllm_lin_we
             act_mismatch(OC, C);
         if (fp8_rows(N, true) != N)
             ws_get(r, (size_t)fp8_rows(N, true) * OC * sizeof(float));
-        fp8_gemm_run(r, w, true, N, C, OC, res);
+        fp8_gemm_run(r, w, true, N, C, OC, res != NULL);
     }
 }
 
@@ -1293,7 +1387,7 @@ static void rc_linear_quant_act_fwd(dllm_backend *be, float *out, const dllm_qac
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "linear_quant_act_fwd");
-    linear_quant_act(r, qa, lw, N, C, OC, false);
+    linear_quant_act(r, out, qa, lw, N, C, OC, NULL);
     if (IN)
         INOPS->linear_quant_act_fwd(IN, out, qa, lw, N, C, OC);
     end(r, n0);
@@ -1308,7 +1402,7 @@ static void rc_linear_res_fwd(dllm_backend *be, float *out, const float *res, co
     recorder *r = R(be);
     size_t n0 = begin(r, "linear_res_fwd");
     if (qa) {
-        linear_quant_act(r, qa, w, N, C, OC, true);
+        linear_quant_act(r, out, qa, w, N, C, OC, res);
     } else if (w->f8) {
         fp8_linear(r, w->f8, N, C, OC, true);
     } else if (w->i8) {
@@ -1373,11 +1467,14 @@ static void gemm_bf16_ready(recorder *r, double m, double n, double k, bool beta
 
 /* the adapter's product onto res (its epilogue's C) or zero, then the base's onto out */
 static void rc_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const float *inp,
-                             const float *res, bf16_matrix *w, const float *A, const float *B,
-                             float scale, int N, int C, int OC, int r_)
+                             const dllm_qact *qa, const float *res, bf16_matrix *w,
+                             const float *A, const float *B, float scale, int N, int C, int OC,
+                             int r_)
 {
     recorder *r = R(be);
     size_t n0 = begin(r, "bf16_lora_fwd");
+    if (qa && (qa->kind != DLLM_QACT_BF16 || qa->rows != N || qa->cols != C))
+        act_mismatch(OC, C);
     if (N <= 0 || r_ <= 0 || w->rows != OC || w->cols != C || C % 8 || OC % 4 || r_ % 8 ||
         !al16(out) || !al16(xa) || !al16(w->w) || !al16(res)) {
         bf16_linear(r, out, w, N, C, OC, NULL);
@@ -1386,11 +1483,12 @@ static void rc_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const floa
         if (res && N > 0)
             elementwise(r, "add", (size_t)N * OC, 1, 8, 4);
     } else {
-        size_t nx = (size_t)N * C, na = (size_t)r_ * C, nxa = (size_t)N * r_;
+        size_t nx = qa ? 0 : (size_t)N * C, na = (size_t)r_ * C, nxa = (size_t)N * r_;
         size_t nb = (size_t)OC * r_;
         double n = N, c = C, oc = OC, rr = r_;
         ws_get(r, align256(nx * 2) + align256(na * 2) + align256(nxa * 2) + align256(nb * 2));
-        elementwise(r, "f32_to_bf16", nx, 1, 4, 2);
+        if (!qa)
+            elementwise(r, "f32_to_bf16", nx, 1, 4, 2);
         elementwise(r, "f32_to_bf16", na, 1, 4, 2);
         gemm_bf16_ready(r, n, rr, c, false); /* xa */
         elementwise(r, "f32_to_bf16", nxa, 1, 4, 2);
@@ -1402,7 +1500,7 @@ static void rc_bf16_lora_fwd(dllm_backend *be, float *out, float *xa, const floa
         e->weight_bytes = 2 * oc * c;
     }
     if (IN)
-        INOPS->bf16_lora_fwd(IN, out, xa, inp, res, w, A, B, scale, N, C, OC, r_);
+        INOPS->bf16_lora_fwd(IN, out, xa, inp, qa, res, w, A, B, scale, N, C, OC, r_);
     end(r, n0);
 }
 
@@ -1890,6 +1988,7 @@ static const dllm_backend_ops record_ops = {
     .adamw_step = rc_adamw_step,
     .linear_res_fwd = rc_linear_res_fwd,
     .rope_attention_fwd = rc_rope_attention_fwd,
+    .rope_attention_bwd = rc_rope_attention_bwd,
 };
 
 /* ---- the instance ---------------------------------------------------------------------- */

@@ -296,7 +296,7 @@ static void finish(mem_plan *p)
  * largest chunk: N = max(Ml, Mu) T tokens, with the softmax probabilities
  * L x B x NH x T x T) and the rollout forward's (one layer, N = the rollout's
  * Sr T tokens). Per set (acts_ensure): X N C + Lk N (4C + 2QD + 2KD +
- * 3F + 2) + Lk B NH T^2 + Lk 7 N r + R (2C + 1), backward scratch N (3C + 2QD +
+ * 3F + 2) + Lk B NH T^2 + Lk 7 N r + R (2C + 1), backward scratch N (2C + 2QD +
  * 2KD + 3F + r) + 2 R C, with Lk the kept layers, X the residual slots and R the
  * head rows; under --recompute (train.recompute) the trainer's set keeps K layers and
  * ceil(L/K) + K slots (layer: K = 1), as tf_acts_ensure_fwd does. Transient:
@@ -316,8 +316,8 @@ static void add_acts(mem_plan *p, const char *who, const dllm_model_config *mc, 
     snprintf(name, sizeof name, "%s attention probabilities", who);
     add(p, ph, name, 4 * Lk * B * NH * T * T, "", "4 Lk B NH T^2, B %lld", (long long)B);
     snprintf(name, sizeof name, "%s backward scratch + head rows", who);
-    add(p, ph, name, 4 * (N * (3 * C + 2 * QD + 2 * KD + 3 * F + r) + R * (2 * C + 1) + 2 * R * C), "",
-        "4 (N (3C + 2QD + 2KD + 3F + r) + R (4C + 1)), R %lld", (long long)R);
+    add(p, ph, name, 4 * (N * (2 * C + 2 * QD + 2 * KD + 3 * F + r) + R * (2 * C + 1) + 2 * R * C), "",
+        "4 (N (2C + 2QD + 2KD + 3F + r) + R (4C + 1)), R %lld", (long long)R);
 }
 
 int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg *cfg,

@@ -370,7 +370,7 @@ START_TEST(test_backend_table_complete)
         "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x",
         "adamw_step", "kv_cache", "gemm_bf16", "linear_res_fwd", "rope_attention_fwd",
-        "bf16_lora_fwd", "bf16_lora_bwd"};
+        "rope_attention_bwd", "bf16_lora_fwd", "bf16_lora_bwd"};
     /* 7 buffer entries, 29 ops, 3 optional low-precision linears (the CPU's NVFP4 and
      * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
      * by test_precision through the model), the CPU's grouped
@@ -385,12 +385,13 @@ START_TEST(test_backend_table_complete)
      * tests/unit/backend_kernel_cases.c); the 2 key/value cache entries (kv_append,
      * attention_cached: one case name, kv_cache, runs both); the 13 Gated DeltaNet entries
      * (optional, all on both backends) are run on both, through this table, by
-     * tests/unit/test_gated_delta_device.c; the 2 fused forwards (linear_res_fwd: INT8's
-     * bit for bit in tests/unit/test_int8_device.c); the 2 LoRA linears of a bf16 trainer.
+     * tests/unit/test_gated_delta_device.c; the 3 fused entries (linear_res_fwd: INT8's
+     * bit for bit in tests/unit/test_int8_device.c; rope_attention_fwd and its backward);
+     * the 2 LoRA linears of a bf16 trainer.
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 13 + 2 + 2);
+                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 13 + 3 + 2);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
@@ -433,7 +434,8 @@ static void *put(dllm_backend *be, const void *h, size_t bytes)
     return d;
 }
 
-/* rope_attention_fwd against rope_fwd of q and k in place, then attention_fwd:
+/* rope_attention_fwd against rope_fwd of q and k in place, then attention_fwd, and
+ * rope_attention_bwd against zeroed gradients, attention_bwd, then rope_bwd in place:
  * d = {B, T, NH, NKV, HD, causal, masked} (GQA, masks, causal, rows not a multiple of the
  * tiles, the fp32 kernel at head dim 256) */
 static const int ROPE_ATT[][7] = {{2, 45, 4, 2, 16, 0, 1}, {1, 70, 2, 1, 64, 1, 0},
@@ -476,6 +478,32 @@ static void check_rope_attention_parts(dllm_backend *be, int i)
     be->ops->download(be, sb, s2, ns * 4);
     ck_assert_msg(memcmp(sa, sb, ns * 4) == 0, "%s: rope_attention_fwd's state differs",
                   be->name);
+    /* the backward against its parts: over stale gradients (it writes them), from q and k
+     * as each forward left them */
+    float *go = dllm_host_normal(nq, 87, 1.0), *junk = dllm_host_normal(nq, 88, 1.0);
+    float *gout = put(be, go, nq * 4);
+    float *g1[3] = {put(be, junk, nq * 4), put(be, junk, nk * 4), put(be, junk, nk * 4)};
+    float *g2[3] = {be->ops->alloc(be, nq * 4), be->ops->alloc(be, nk * 4),
+                    be->ops->alloc(be, nk * 4)};
+    be->ops->rope_attention_bwd(be, g1[0], g1[1], g1[2], gout, o1, s1, dq1, dk1, dv, dpos, &t, dkm,
+                                B, T, NH, NKV, HD, d[5]);
+    be->ops->attention_bwd(be, g2[0], g2[1], g2[2], gout, o2, s2, dq2, dk2, dv, dkm, B, T, NH, NKV,
+                           HD, d[5]);
+    be->ops->rope_bwd(be, g2[0], g2[0], dpos, &t, N, NH, HD);
+    be->ops->rope_bwd(be, g2[1], g2[1], dpos, &t, N, NKV, HD);
+    const char *gn[3] = {"dq", "dk", "dv"};
+    for (int j = 0; j < 3; j++) {
+        size_t n = j ? nk : nq;
+        be->ops->download(be, a, g1[j], n * 4);
+        be->ops->download(be, b, g2[j], n * 4);
+        ck_assert_msg(memcmp(a, b, n * 4) == 0, "%s: rope_attention_bwd B%d T%d NH%d NKV%d HD%d: "
+                      "%s differs from zeroing, attention_bwd, then rope_bwd", be->name, B, T, NH,
+                      NKV, HD, gn[j]);
+    }
+    for (int j = 0; j < 3; j++)
+        be->ops->free(be, g1[j]), be->ops->free(be, g2[j]);
+    be->ops->free(be, gout);
+    free(go), free(junk);
     void *all[] = {t.cos, t.sin, dq1, dk1, dq2, dk2, dv, dpos, dkm, o1, o2, s1, s2};
     for (size_t j = 0; j < sizeof all / sizeof *all; j++)
         if (all[j])

@@ -290,19 +290,20 @@ START_TEST(test_low_precision)
 END_TEST
 
 /* The FP8 rollout copy (block 128x128 weights, 1x128 activation groups; pow2 scales or
- * not) and the INT8 one (channel or block scaling): RMSNorm and SwiGLU writing the codes
- * their linears read give the logits of the path where each linear quantises its input,
- * bit for bit, on the batch forward and on the device-logits interface the sampler
- * drives. Under emulation the fused path runs 6 kernels fewer per layer (3 producers
- * instead of 3 + 6 quantise passes: Q, K, V and gate, up share their producer's codes;
- * down reads SwiGLU's). */
+ * not), the INT8 one (channel or block scaling) and the bf16 one: RMSNorm and SwiGLU
+ * writing the codes (bf16 copies) their linears read give the logits of the path where
+ * each linear quantises (rounds) its input, bit for bit, on the batch forward and on the
+ * device-logits interface the sampler drives. Under emulation the fused path runs 6
+ * kernels fewer per layer (3 producers instead of 3 + 6 quantise or rounding passes: Q,
+ * K, V and gate, up share their producer's codes; down reads SwiGLU's). */
 static const struct {
     const char *rollout, *scaling, *kernel; /* the fused producers' kernels' prefix */
     bool pow2;
 } FUSED[] = {{"fp8", "block", "fp8", false},
              {"fp8", "block", "fp8", true},
              {"int8", "channel", "int8", false},
-             {"int8", "block", "int8", false}};
+             {"int8", "block", "int8", false},
+             {"bf16", "block", "bf16", false}};
 enum { N_FUSED = sizeof FUSED / sizeof FUSED[0] };
 
 START_TEST(test_fused_logits)

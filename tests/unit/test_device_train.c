@@ -55,7 +55,7 @@
 #include "config.h"
 
 #include "dllm/transformer.h"
-#include "dllm/transformer_impl.h" /* the activation sets' region marks */
+#include "dllm/transformer_device_impl.h" /* the region marks; tf_device_fuse_act */
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -63,6 +63,9 @@
 
 #include "tests/harness/harness.h"
 #include "tests/harness/test_log.h"
+#ifdef DLLM_CUDA_EMULATION
+#include "kernels/cuda_emu/emu_hooks.h"
+#endif
 
 #include <check.h>
 #include <hdf5.h>
@@ -691,6 +694,62 @@ START_TEST(test_bf16_trainer_refused)
 }
 END_TEST
 
+/* A bf16 trainer's producers (RMSNorm, SwiGLU) write the bf16 copies its LoRA linears
+ * read (the fused path, the default) or each linear rounds its fp32 input: the kept
+ * forward's logits and the LoRA gradients bit for bit the same; _i: the architecture. */
+START_TEST(test_bf16_trainer_fused)
+{
+    dllm_tf *d = tiny(_i, true);
+    dllm_err err;
+    dllm_precision p = dllm_tf_get_precision(d);
+    p.trainer_bf16 = true;
+    p.rollout = DLLM_ROLLOUT_BF16;
+    ck_assert_int_eq(dllm_tf_rollout_sync(d, &p, NULL, &err), 0);
+    ck_assert_int_eq(dllm_tf_to_device(d, dllm_backend_cuda(), &err), 0);
+    ck_assert_int_eq(dllm_tf_device_train(d, &err), 0);
+    int V = dllm_tf_config(d)->embedding_size;
+    int32_t tok[B * T], rows[NROWS];
+    uint8_t mask[B * T];
+    inputs(d, tok, mask, rows);
+    float *dl = malloc(sizeof(float) * NROWS * V), *lg[2], *g[2];
+    dllm_rng r = dllm_rng_make(80, DLLM_RNG_INIT, 4, 0);
+    for (int i = 0; i < NROWS * V; i++)
+        dl[i] = (float)(0.1 * dllm_rng_normal(&r));
+    size_t n;
+    dllm_tf_trainable(d, &n);
+    for (int fused = 0; fused < 2; fused++) {
+        lg[fused] = malloc(sizeof(float) * NROWS * V);
+        g[fused] = malloc(sizeof(float) * n);
+        tf_device_fuse_act(d, fused);
+#ifdef DLLM_CUDA_EMULATION
+        dllm_emu_reset_stats();
+#endif
+        dllm_tf_zero_grad(d);
+        ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, lg[fused]), 0);
+        dllm_tf_backward(d, dl);
+        dllm_tf_device_grads(d, g[fused]);
+#ifdef DLLM_CUDA_EMULATION
+        ck_assert_msg((dllm_emu_max_blocks("rmsnorm_bf16") > 0) == fused &&
+                          (dllm_emu_max_blocks("swiglu_bf16") > 0) == fused,
+                      "%s fused=%d: the bf16 producers ran %s", ARCHS[_i], fused,
+                      fused ? "not" : "anyway");
+#endif
+    }
+    ck_assert_msg(memcmp(lg[0], lg[1], sizeof(float) * NROWS * V) == 0,
+                  "%s: the fused producers changed the logits", ARCHS[_i]);
+    ck_assert_msg(memcmp(g[0], g[1], sizeof(float) * n) == 0,
+                  "%s: the fused producers changed the gradients", ARCHS[_i]);
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[1][i] * g[1][i];
+    ck_assert(s > 0);
+    for (int f = 0; f < 2; f++)
+        free(lg[f]), free(g[f]);
+    free(dl);
+    dllm_tf_free(d);
+}
+END_TEST
+
 /* ---- train through the CLI ------------------------------------------------------------ */
 
 
@@ -847,6 +906,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_loop_test(tc, test_device_dlogits, 0, 6);
     tcase_add_loop_test(tc, test_device_masters, 0, 6);
     tcase_add_test(tc, test_bf16_trainer_refused);
+    tcase_add_loop_test(tc, test_bf16_trainer_fused, 0, 3);
     tcase_add_loop_test(tc, test_head_chunks_and_region, 0, 2);
     tcase_add_test(tc, test_region_taken_between);
     tcase_add_loop_test(tc, test_moments_carried, 0, 2);

@@ -535,12 +535,13 @@ START_TEST(test_swiglu)
     op_swiglu_bwd(dg, du, c.r, c.gate, c.up, c.n);
     fd_check(c.gate, dg, c.n, swiglu_loss, &c, 1e-2f, "swiglu dgate");
     fd_check(c.up, du, c.n, swiglu_loss, &c, 1e-2f, "swiglu dup");
+    /* written, not added: over stale values, and one output at a time */
     float *dg2 = galloc(c.n), *du2 = galloc(c.n);
-    op_swiglu_bwd(dg2, du2, c.r, c.gate, c.up, c.n);
+    fill_normal(dg2, c.n, 96, 1.0), fill_normal(du2, c.n, 97, 1.0);
     op_swiglu_bwd(dg2, NULL, c.r, c.gate, c.up, c.n);
     op_swiglu_bwd(NULL, du2, c.r, c.gate, c.up, c.n);
     for (size_t i = 0; i < c.n; i++)
-        ck_assert(dg2[i] == 2 * dg[i] && du2[i] == 2 * du[i]);
+        ck_assert(dg2[i] == dg[i] && du2[i] == du[i]);
     check_guard(c.out, c.n), check_guard(dg, c.n), check_guard(du, c.n);
     check_guard(dg2, c.n), check_guard(du2, c.n);
     free(c.out), free(c.gate), free(c.up), free(c.r), free(dg), free(du), free(dg2), free(du2);
