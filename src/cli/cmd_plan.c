@@ -253,8 +253,9 @@ static int plan_time_now(const plan_args *a, const dllm_cfg *cfg, const dllm_mod
     s.steps = cfg->rollout.steps;
     s.cfg = cfg->rollout.cfg_scale > 0;
     s.cache = cfg->rollout.cache;
-    s.micro_batch = a->o.micro_batch ? a->o.micro_batch : 64;
+    s.micro_batch = ms.mb;
     s.recompute = ms.recompute;
+    s.sc = ms.sc;
     s.grad_clip = cfg->optim.grad_clip;
     pt_result *r = dllm_malloc(sizeof *r);
     pm_plan *pm = dllm_malloc(sizeof *pm);

@@ -3,13 +3,13 @@
  *
  * The phases, each run twice on a shape-only model and recorded the second time (the
  * steady state: every buffer already grown, as in a run after its first step):
- *   rollout_step  one denoising step of the device sampler's loop at the rollout copy:
- *                 the step's one sync (the count of rows to draw), the layers over the
- *                 S (twice under CFG) canvases of P + G tokens, the head over the
- *                 block's masked rows, the logits chunk at a time. The rows are the mean
- *                 over a block's steps (a block of b tokens decoded in k steps has b,
- *                 b - b/k, ... masked rows). The sampler's own kernels are not table
- *                 entries and are not recorded;
+ *   rollout_step  the mean denoising step of a whole rollout of the S sequences (twice
+ *                 the canvases under CFG) of P + G tokens through the sampler's own
+ *                 loop (dllm_sample_model) at the rollout copy, under rollout.cache over
+ *                 its block cache: the layers, the head over the block's masked rows a
+ *                 logits chunk at a time, the sampler's kernels (row lists, draw,
+ *                 commit), its one sync per step (the count of rows to draw) and its
+ *                 transfers at the start and the end, all over the steps;
  *   score         the old log-probs of the step's S sequences at the trainer view
  *                 (dllm_tf_target_logp), micro_batch canvases per forward, every
  *                 generated row scored;
@@ -145,7 +145,6 @@ typedef struct {
     dllm_backend *be;
     const pt_shape *s;
     int T;
-    size_t keep; /* events of the phase (0: all recorded) */
 } runner;
 
 /* The mean masked rows of one block over its steps (dllm/sampler.c's schedule: the
@@ -162,8 +161,6 @@ static int block_rows(const pt_shape *s)
     return (int)lround(sum / spb);
 }
 
-typedef enum { RS_PLAIN, RS_FILL, RS_STEP } rs_kind;
-
 /* The positions a cached step recomputes: the block's (dual), or the block's and every
  * later one's (prefix), for a block whose rows are the mean over the generation's
  * blocks (prefix recomputes G - b Bk rows at block b: Bk (nb + 1) / 2 on average). */
@@ -174,62 +171,13 @@ static void cached_span(const pt_shape *s, int *lo, int *hi)
     *hi = s->cache == DLLM_CACHE_DUAL ? *lo + s->block_length : s->P + s->G;
 }
 
-/* One denoising step through dl: the whole canvas (RS_PLAIN, or RS_FILL through a
- * block cache's fill) or a cached step's positions (RS_STEP), then the head. */
-static int rollout_step(runner *u, const dllm_device_logits *dl, rs_kind kind, int *rows_out,
-                        double *fwd_rows, dllm_err *err)
+static void take(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, int rows)
 {
-    dllm_backend *be = u->be;
-    const pt_shape *s = u->s;
-    const int BB = s->cfg ? 2 * s->S : s->S, n = s->S * block_rows(s);
-    int lo = 0, hi = u->T;
-    if (kind == RS_STEP)
-        cached_span(s, &lo, &hi);
-    *rows_out = n;
-    *fwd_rows = (double)BB * (hi - lo);
-    /* the device sampler's buffers: canvas, key mask, rows, the logits chunk(s) */
-    int32_t *canvas = be->ops->alloc(be, sizeof(int32_t) * (size_t)BB * u->T);
-    uint8_t *km = be->ops->alloc(be, (size_t)BB * u->T);
-    int32_t *rows = be->ops->alloc(be, sizeof(int32_t) * (size_t)n);
-    int32_t *rows_u = s->cfg ? be->ops->alloc(be, sizeof(int32_t) * (size_t)n) : NULL;
-    int32_t *dn = be->ops->alloc(be, sizeof(int32_t));
-    float *lc = be->ops->alloc(be, sizeof(float) * (size_t)dl->max_rows * dl->V);
-    float *lu = s->cfg ? be->ops->alloc(be, sizeof(float) * (size_t)dl->max_rows * dl->V) : NULL;
-    if (kind == RS_STEP) { /* a cached step's head reads rows of its positions only */
-        int32_t *h = dllm_malloc(sizeof *h * (size_t)n);
-        for (int i = 0; i < n; i++)
-            h[i] = (i % s->S) * u->T + lo + (i / s->S) % (hi - lo);
-        be->ops->upload(be, rows, h, sizeof *h * (size_t)n);
-        free(h);
-    }
-    int rc = 0;
-    for (int rep = 0; rep < 2 && !rc; rep++) {
-        if (rep == 1)
-            dllm_record_clear(be);
-        int32_t count;
-        be->ops->download(be, &count, dn, sizeof count); /* the step's one sync */
-        int frc = kind == RS_STEP ? dl->step(dl->ctx, canvas, BB, u->T, lo, hi)
-                                  : dl->layers(dl->ctx, canvas, km, BB, u->T);
-        if (frc) {
-            rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "plan --time: the rollout forward failed");
-            break;
-        }
-        for (int i0 = 0; i0 < n && !rc; i0 += dl->max_rows) {
-            int mc = n - i0 < dl->max_rows ? n - i0 : dl->max_rows;
-            if (dl->head(dl->ctx, rows + i0, mc, lc) ||
-                (s->cfg && dl->head(dl->ctx, rows_u + i0, mc, lu)))
-                rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "plan --time: the rollout head failed");
-        }
-    }
-    /* the sampler's buffers live for one rollout: freed after the recorded step */
-    size_t nev;
-    dllm_record_events(be, &nev);
-    void *bufs[] = {canvas, km, rows, rows_u, dn, lc, lu};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i])
-            be->ops->free(be, bufs[i]);
-    u->keep = nev; /* the frees are not the step's */
-    return rc;
+    size_t n;
+    const rec_event *ev = dllm_record_events(u->be, &n);
+    plan_time_model(ev, n, gpu, iu, r);
+    r->rows = rows;
+    r->launches_per_layer = (double)r->launches / dllm_tf_config(u->m)->n_layers;
 }
 
 /* r = wa a + wb b, field by field (counts rounded) */
@@ -257,51 +205,71 @@ static void mix(pt_phase_result *r, const pt_phase_result *a, double wa,
     qsort(r->ops, (size_t)r->nops, sizeof r->ops[0], op_cmp);
 }
 
-static void take(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, int rows)
+/* The sampler the run's rollouts use (pt_shape.sc), or, where the caller gave none (its
+ * vocab 0), the published one at the shape's lengths over the model's vocabulary. */
+static dllm_sampler_cfg sampler_of(const runner *u)
 {
-    size_t n;
-    const rec_event *ev = dllm_record_events(u->be, &n);
-    if (u->keep && u->keep < n)
-        n = u->keep;
-    u->keep = 0;
-    plan_time_model(ev, n, gpu, iu, r);
-    r->rows = rows;
-    r->launches_per_layer = (double)r->launches / dllm_tf_config(u->m)->n_layers;
+    const pt_shape *s = u->s;
+    const dllm_model_config *mc = dllm_tf_config(u->m);
+    dllm_sampler_cfg c = s->sc;
+    if (!c.vocab) {
+        c = (dllm_sampler_cfg){.temperature = 1.0, .remasking = REMASK_LOW_CONFIDENCE,
+                               .mask_id = mc->mask_token_id, .eos_id = mc->eos_token_id,
+                               .eot_id = -1, .vocab = mc->embedding_size};
+        c.cfg_scale = s->cfg ? 1.0 : 0.0;
+    }
+    c.gen_length = s->G;
+    c.block_length = s->block_length;
+    c.steps = s->steps;
+    c.cache = s->cache;
+    return c;
 }
 
-/* The rollout phase: one plain step, or under rollout.cache a block's mean step (its
- * first step fills the cache over the whole canvas, the others are cached steps). */
+/* The rollout phase: a whole rollout of the step's S sequences through the sampler's own
+ * loop (dllm_sample_model) over the rollout copy's device view, or its block cache's
+ * under rollout.cache, recorded warm (every buffer grown), and its mean denoising step:
+ * each count and time over the steps. On a backend that computes nothing the sampler
+ * commits by its schedule (no early ends). */
 static int rollout_phase(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r, dllm_err *err)
 {
-    int rows;
-    double fr;
-    if (u->s->cache == DLLM_CACHE_NONE) {
-        dllm_device_logits dl;
-        if (dllm_tf_device_logits(u->m, true, &dl, err) ||
-            rollout_step(u, &dl, RS_PLAIN, &rows, &fr, err))
-            return err->code;
-        take(u, gpu, iu, r, rows);
-        r->fwd_rows = fr;
-        return 0;
-    }
-    dllm_block_cache *bc;
-    if (dllm_block_cache_new(&bc, u->m, true, err))
+    const pt_shape *s = u->s;
+    const dllm_sampler_cfg sc = sampler_of(u);
+    dllm_device_logits dl;
+    dllm_block_cache *bc = NULL;
+    if (s->cache == DLLM_CACHE_NONE ? dllm_tf_device_logits(u->m, true, &dl, err)
+                                    : dllm_block_cache_new(&bc, u->m, true, err))
         return err->code;
-    dllm_device_logits v = dllm_block_cache_view(bc);
-    pt_phase_result f, c;
-    double cr = 0;
-    int rc = rollout_step(u, &v, RS_FILL, &rows, &fr, err);
-    if (!rc)
-        take(u, gpu, iu, &f, rows);
-    if (!rc && !(rc = rollout_step(u, &v, RS_STEP, &rows, &cr, err)))
-        take(u, gpu, iu, &c, rows);
-    dllm_block_cache_free(bc);
+    if (bc)
+        dl = dllm_block_cache_view(bc);
+    int32_t *prompts = dllm_calloc((size_t)(s->S > 0 ? s->S : 1) * (size_t)(s->P > 0 ? s->P : 1),
+                                   sizeof *prompts);
+    int rc = 0;
+    for (int rep = 0; rep < 2 && !rc; rep++) {
+        if (rep == 1)
+            dllm_record_clear(u->be);
+        dllm_rollout ro;
+        rc = dllm_sample_model(&dl, prompts, NULL, s->S, s->P, &sc, 1, &ro, err);
+        dllm_rollout_free(&ro);
+    }
+    free(prompts);
+    if (bc)
+        dllm_block_cache_free(bc);
     if (rc)
         return rc;
-    f.fwd_rows = fr;
-    c.fwd_rows = cr;
-    const double spb = u->s->steps / (u->s->G / u->s->block_length);
-    mix(r, &f, 1.0 / spb, &c, (spb - 1.0) / spb);
+    pt_phase_result *all = dllm_malloc(sizeof *all), *none = dllm_calloc(1, sizeof *none);
+    take(u, gpu, iu, all, s->S * block_rows(s));
+    mix(r, all, 1.0 / s->steps, none, 0.0);
+    r->rows = all->rows;
+    const int BB = s->cfg ? 2 * s->S : s->S;
+    if (s->cache == DLLM_CACHE_NONE) {
+        r->fwd_rows = (double)BB * u->T;
+    } else { /* a block's fill over the canvas, then its cached steps' positions */
+        const double spb = s->steps / (s->G / s->block_length);
+        int lo, hi;
+        cached_span(s, &lo, &hi);
+        r->fwd_rows = ((double)BB * u->T + (spb - 1.0) * BB * (hi - lo)) / spb;
+    }
+    free(all), free(none);
     return 0;
 }
 
@@ -422,7 +390,7 @@ int plan_time_phases(dllm_tf *m, dllm_backend *be, const pt_shape *s, pt_gpu gpu
     if (check_shape(s, err))
         return err->code;
     const dllm_rollout_kind k = s->prec.rollout;
-    runner u = {m, be, s, s->P + s->G, 0};
+    runner u = {m, be, s, s->P + s->G};
     int rc = dllm_tf_set_recompute(m, s->recompute);
     if (rc)
         rc = dllm_err_set(err, DLLM_EXIT_INPUT, "train.recompute %d: must be 0 or K >= 1",
@@ -437,7 +405,7 @@ int plan_time_phases(dllm_tf *m, dllm_backend *be, const pt_shape *s, pt_gpu gpu
     if (!rc && s->cache != DLLM_CACHE_NONE) { /* the same rollout step, uncached */
         pt_shape su = *s;
         su.cache = DLLM_CACHE_NONE;
-        runner uu = {m, be, &su, u.T, 0};
+        runner uu = {m, be, &su, u.T};
         rc = rollout_phase(&uu, gpu, prec_unit(k), &out->uncached_rollout, err);
         if (!rc)
             out->uncached_over_cached =

@@ -32,6 +32,9 @@ typedef struct {
     int micro_batch;         /* canvases per scoring and update forward */
     int recompute;           /* dllm_tf_set_recompute's K (0: keep every layer) */
     double grad_clip;        /* optim.grad_clip */
+    dllm_sampler_cfg sc;     /* the run's rollout sampler (its lengths, cache and CFG are the
+                                fields above); vocab 0: the published one, low-confidence
+                                remasking at temperature 1 */
 } pt_shape;
 
 /* The modelled time of one kind of GPU operation in a phase: the table entry that issued
