@@ -402,6 +402,21 @@ extern "C" size_t dllm_cuda_attention_bwd_scratch_floats(int B, int T, int NH)
     return (size_t)B * NH * T;
 }
 
+/* The backward's row dots D = rowsum(dout * out) [B,NH,T] into the caller's scratch (so
+ * it counts where memory is counted), after the checks both backwards share. */
+static float *bwd_row_dots(const float *dout, const float *out, const float *lse, int B, int T,
+                           int NH, int HD, float *scratch, cudaStream_t st)
+{
+    DLLM_CUDA_REQUIRE(lse && scratch, "the forward's lse and a scratch of %zu floats are "
+                      "required", dllm_cuda_attention_bwd_scratch_floats(B, T, NH));
+    size_t rows = (size_t)B * T * NH;
+    unsigned dot_blocks = (unsigned)((rows * 32 + 255) / 256); /* a warp per row */
+    DLLM_LAUNCH(attention_bwd_dot_kernel, dot_blocks, 256, 0, st)(scratch, dout, out, B, T, NH,
+        HD);
+    cudaLaunchCheck();
+    return scratch;
+}
+
 extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const float *dout,
                                         const float *out, const float *lse, const float *q,
                                         const float *k, const float *v, const uint8_t *keymask,
@@ -411,14 +426,8 @@ extern "C" void dllm_cuda_attention_bwd(float *dq, float *dk, float *dv, const f
     check_shape(B, T, NH, NKV, HD);
     if (!dq && !dk && !dv)
         return;
-    DLLM_CUDA_REQUIRE(lse && scratch, "the forward's lse and a scratch of %zu floats are "
-                      "required", dllm_cuda_attention_bwd_scratch_floats(B, T, NH));
     cudaStream_t st = as_stream(s);
-    size_t rows = (size_t)B * T * NH;
-    float *Dd = scratch; // (B, NH, T): the caller's memory, so it counts where memory is counted
-    unsigned dot_blocks = (unsigned)((rows * 32 + 255) / 256); /* a warp per row */
-    DLLM_LAUNCH(attention_bwd_dot_kernel, dot_blocks, 256, 0, st)(Dd, dout, out, B, T, NH, HD);
-    cudaLaunchCheck();
+    const float *Dd = bwd_row_dots(dout, out, lse, B, T, NH, HD, scratch, st);
     if (dllm_cuda_attention_tc(HD)) {
         attention_tc_bwd(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal,
                          st);
@@ -448,14 +457,8 @@ extern "C" void dllm_cuda_rope_attention_bwd(float *dq, float *dk, float *dv, co
                       "positions and a table of max_pos %d", HD, max_pos);
     if (!dq && !dk && !dv)
         return;
-    DLLM_CUDA_REQUIRE(lse && scratch, "the forward's lse and a scratch of %zu floats are "
-                      "required", dllm_cuda_attention_bwd_scratch_floats(B, T, NH));
     cudaStream_t st = as_stream(s);
-    size_t rows = (size_t)B * T * NH;
-    float *Dd = scratch;
-    unsigned dot_blocks = (unsigned)((rows * 32 + 255) / 256); /* a warp per row */
-    DLLM_LAUNCH(attention_bwd_dot_kernel, dot_blocks, 256, 0, st)(Dd, dout, out, B, T, NH, HD);
-    cudaLaunchCheck();
+    const float *Dd = bwd_row_dots(dout, out, lse, B, T, NH, HD, scratch, st);
     rope_in rp = {pos, cos, sin, max_pos};
     attention_tc_rope_bwd(dq, dk, dv, dout, lse, Dd, q, k, v, keymask, B, T, NH, NKV, HD, causal,
                           rp, true, st);
