@@ -216,11 +216,14 @@ size_t dllm_cuda_int8_scratch_bytes(int N, const int8_matrix *w);
 /* The same from activation codes a producer wrote (qa (N, w->ldq), sa (N, w->kb):
  * dllm_cuda_rmsnorm_int8_fwd / dllm_cuda_swiglu_int8_fwd with w's group and stride);
  * acc_scratch: dllm_cuda_int8_acc_bytes(N, w) bytes, 256-byte aligned. Either: res (N, OC)
- * (NULL: none) added to out in the last k-block's scaling pass, after the product's sum. */
+ * (NULL: none) added to out after the product's sum. */
 void dllm_cuda_int8_linear_codes(float *out, const int8_t *qa, const float *sa,
                                  const int8_matrix *w, int N, int C, int OC, void *acc_scratch,
                                  const float *res);
 size_t dllm_cuda_int8_acc_bytes(int N, const int8_matrix *w);
+/* The channel-scaled product's int32 scratch limit in elements (<= 0: the default,
+ * INT8_DEVICE_ACC_ELEMS), so a test splits its rows into chunks at small shapes. */
+void dllm_cuda_int8_acc_limit(int elems);
 
 /* ---- GEMMs through cuBLASLt (kernels/cuda/gemm_cublaslt.cu) ---------------------------------
  * 32 MiB workspace (256-byte aligned) per device; the heuristic's algorithm is chosen

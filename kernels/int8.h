@@ -42,7 +42,11 @@ enum {
     INT8_BLOCK = 128,   /* weight block side, activation group length, k-block width */
     INT8_W_MAX = 127,   /* weight codes in [-127, 127] */
     INT8_A_MAX = 63,    /* activation codes in [-63, 63] */
-    INT8_A_SHIFT = 64   /* activation codes + 64: the u8 operand, in [1, 127] */
+    INT8_A_SHIFT = 64,  /* activation codes + 64: the u8 operand, in [1, 127] */
+    /* the CUDA backend's channel-scaled product: its int32 sums, a chunk of rows at a
+     * time, in at most this many elements of scratch (256 MiB; kernels/cuda/gemm_int8.cu,
+     * planned the same by the recorder) */
+    INT8_DEVICE_ACC_ELEMS = 1 << 26
 };
 
 /* "channel" | "block" (rollout.int8.scaling). The parser returns 0, or

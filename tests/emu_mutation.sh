@@ -33,6 +33,8 @@ mutations=(
   "kernels/cuda/xent.cu|2|kernels/cuda/xent.cu|table|xent: the block's logsumexp merges every warp"
   "kernels/cuda/common.cuh|4|kernels/cuda/adamw.cu|kernels|adamw grad_norm: block_sum_d reads other warps' sums"
   "kernels/cuda/sampler.cu|2|kernels/cuda/sampler.cu|kernels|sampler: the block arg max reads every warp"
+  "kernels/cuda/gemm_int8.cu|1|kernels/cuda/gemm_int8.cu|kernels|INT8 block product: both operands' k-block is loaded before the wmma loads"
+  "kernels/cuda/gemm_int8.cu|2|kernels/cuda/gemm_int8.cu|kernels|INT8 block product: the int32 sums are stored before the scaling reads them"
 )
 
 failed=0

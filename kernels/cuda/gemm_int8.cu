@@ -21,10 +21,24 @@
  * dimensions and m and k multiples of 4. The device copy of a weight is laid out for it
  * (dllm_cuda_int8_weight_layout): rows padded to a multiple of 4 and, under channel
  * scaling, the row stride too, with zero codes, which add nothing to the exact sums.
- * Block scaling runs one GEMM per 128-wide k-block (its own scales), rows in chunks so
- * the int32 scratch stays at most 16 MiB. */
+ * Channel scaling runs one such GEMM over the whole row (rows in chunks so the int32
+ * scratch stays at most 256 MiB), then a scaling pass.
+ *
+ * Block scaling cannot be one cuBLASLt call: every 128-wide k-block has its own scales, and
+ * one GEMM plus one scaling pass per k-block and chunk of rows (as it ran first) wrote and
+ * reread the whole int32 product kb times. It runs int8_block_gemm_kernel instead: one
+ * thread block per 64 x 64 tile of out, per k-block the integer sums on the tensor cores
+ * (wmma, signed char operands, int32 accumulators: exact in any order), then the scaled
+ * term added into fp32 registers in k-block order, the first assigned, as the CPU: one
+ * launch per linear, no scratch, out written once. */
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/int8_codec.cuh"
+
+#ifdef __CUDACC__
+#include <mma.h>
+#else
+#include "kernels/cuda_emu/wmma_emu.h"
+#endif
 
 extern "C" {
 #include "kernels/int8.h"
@@ -33,8 +47,6 @@ extern "C" {
 #include <mutex>
 
 namespace {
-
-enum { CHUNK_ELEMS = 1 << 22 }; /* int32 scratch per GEMM: 16 MiB */
 
 std::mutex g_mutex;
 cublasLtHandle_t g_handle;
@@ -69,22 +81,100 @@ __global__ static void int8_act_kernel(int8_t *qa, float *sa, const float *x, in
             qr[c] = 0;
 }
 
-/* out rows [0, nr) of k-block b: t = (s_a * s_w) * (float)acc; assigned at b == 0. res
- * (rows as out, or NULL) is added after the last block's sum: the order of the CPU's
- * linear followed by its add. */
+/* out rows [0, nr) under channel scaling: t = (s_a * s_w) * (float)acc, then res (rows as
+ * out, or NULL) added: the order of the CPU's linear followed by its add. */
 __global__ static void int8_scale_kernel(float *out, const int32_t *acc, int ldacc,
                                          const float *sa, const float *sw, int nr, int OC,
-                                         int kb, int b, int block_scaled, const float *res)
+                                         const float *res)
 {
     size_t total = (size_t)nr * OC;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         int n = (int)(i / OC), o = (int)(i % OC);
-        float ws = block_scaled ? sw[(size_t)(o / INT8_BLOCK) * kb + b] : sw[o];
-        float t = __fmul_rn(__fmul_rn(sa[(size_t)n * kb + b], ws),
-                            (float)acc[(size_t)n * ldacc + o]);
-        float v = b == 0 ? t : __fadd_rn(out[i], t);
-        out[i] = res && b == kb - 1 ? __fadd_rn(v, res[i]) : v;
+        float t = __fmul_rn(__fmul_rn(sa[n], sw[o]), (float)acc[(size_t)n * ldacc + o]);
+        out[i] = res ? __fadd_rn(t, res[i]) : t;
+    }
+}
+
+/* The block-scaled product (INT8_SCALE_BLOCK). Tile TB_M rows x TB_N outputs, one warp per
+ * 32 x 32 quarter (2 x 2 wmma tiles). The operands of a k-block sit in shared memory
+ * k-chunk-major ([k / 16][row][16]), so every fragment's pointer is 256-bit aligned and its
+ * ldm 16 bytes, as wmma requires. A tile's TB_N columns lie in one 128-row weight block
+ * (TB_N divides INT8_BLOCK): one weight scale per k-block. Tiles run in groups of TB_GROUP
+ * row tiles (512 rows), each group over every column tile. res (as out, or NULL) is added
+ * after the last k-block's term, as the CPU's linear followed by its add. */
+enum { TB_M = 64, TB_N = 64, TB_THREADS = 128, TB_KC = INT8_BLOCK / 16,
+       TB_PER_THREAD = TB_M * TB_N / TB_THREADS, TB_GROUP = 8 };
+static_assert(INT8_BLOCK % TB_N == 0, "a tile's columns share one weight block");
+static_assert(TB_M == TB_N, "one loop loads both operands' rows");
+
+__global__ static void __launch_bounds__(TB_THREADS)
+int8_block_gemm_kernel(float *out, const int8_t *qa, const float *sa, const int8_t *qw,
+                       const float *sw, int N, int OC, int mp, int kb, int ldq, const float *res)
+{
+    namespace wmma = nvcuda::wmma;
+    __shared__ __align__(32) signed char as[TB_KC][TB_M][16];
+    __shared__ __align__(32) signed char bs[TB_KC][TB_N][16];
+    __shared__ __align__(32) int cs[TB_M][TB_N];
+    /* grouped order: TB_GROUP row tiles sweep every column tile together, so a group's
+     * activation rows stay in L2 while the weight streams once per group */
+    const int tiles_n = (N + TB_M - 1) / TB_M, tiles_o = (OC + TB_N - 1) / TB_N;
+    const int grp = (int)(blockIdx.x / ((unsigned)TB_GROUP * tiles_o)),
+              in = (int)(blockIdx.x % ((unsigned)TB_GROUP * tiles_o));
+    const int first = grp * TB_GROUP, gsize = min(TB_GROUP, tiles_n - first);
+    const int n0 = (first + in % gsize) * TB_M, o0 = (in / gsize) * TB_N;
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int wr = (warp / 2) * 32, wc = (warp % 2) * 32;
+    float acc[TB_PER_THREAD] = {0};
+    for (int b = 0; b < kb; b++) {
+        /* both operands' k-block, as 4-byte words (ldq is a multiple of 4): rows past N and
+         * past the weight's padded rows read as zero codes */
+        for (int i = 0; i < TB_M * INT8_BLOCK / 4 / TB_THREADS; i++) {
+            const int w = tid + i * TB_THREADS, r = w / (INT8_BLOCK / 4), k = (w % (INT8_BLOCK / 4)) * 4;
+            const size_t col = (size_t)b * INT8_BLOCK + k;
+            const int n = n0 + r, o = o0 + r;
+            *(uint32_t *)&as[k / 16][r][k % 16] =
+                n < N ? *(const uint32_t *)(qa + (size_t)n * ldq + col) : 0u;
+            *(uint32_t *)&bs[k / 16][r][k % 16] =
+                o < mp ? *(const uint32_t *)(qw + (size_t)o * ldq + col) : 0u;
+        }
+        __syncthreads();
+        wmma::fragment<wmma::accumulator, 16, 16, 16, int> c[2][2];
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++)
+                wmma::fill_fragment(c[i][j], 0);
+        for (int kc = 0; kc < TB_KC; kc++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, signed char, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, signed char, wmma::col_major> fb[2];
+            for (int i = 0; i < 2; i++)
+                wmma::load_matrix_sync(fa[i], &as[kc][wr + 16 * i][0], 16);
+            for (int j = 0; j < 2; j++)
+                wmma::load_matrix_sync(fb[j], &bs[kc][wc + 16 * j][0], 16);
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++)
+                    wmma::mma_sync(c[i][j], fa[i], fb[j], c[i][j]);
+        }
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++)
+                wmma::store_matrix_sync(&cs[wr + 16 * i][wc + 16 * j], c[i][j], TB_N,
+                                        wmma::mem_row_major);
+        __syncthreads();
+        const float ws = o0 < OC ? sw[(size_t)(o0 / INT8_BLOCK) * kb + b] : 0.0f;
+        for (int i = 0; i < TB_PER_THREAD; i++) {
+            const int e = tid + i * TB_THREADS, r = e / TB_N, n = n0 + r;
+            const float s = n < N ? sa[(size_t)n * kb + b] : 0.0f;
+            const float t = __fmul_rn(__fmul_rn(s, ws), (float)cs[r][e % TB_N]);
+            acc[i] = b == 0 ? t : __fadd_rn(acc[i], t);
+        }
+        /* the next k-block's loads overwrite as and bs, which every warp has finished
+         * reading (the barrier above); cs is rewritten only after the next barrier */
+    }
+    for (int i = 0; i < TB_PER_THREAD; i++) {
+        const int e = tid + i * TB_THREADS, n = n0 + e / TB_N, o = o0 + e % TB_N;
+        if (n < N && o < OC) {
+            const size_t at = (size_t)n * OC + o;
+            out[at] = res ? __fadd_rn(acc[i], res[at]) : acc[i];
+        }
     }
 }
 
@@ -143,10 +233,17 @@ void int8_gemm(int32_t *acc, const int8_t *qw, const int8_t *qa, int mp, int nr,
 
 } // namespace
 
-/* The int32 products' rows per GEMM for w over N rows (at most 16 MiB of them). */
+static int g_acc_elems = INT8_DEVICE_ACC_ELEMS;
+
+extern "C" void dllm_cuda_int8_acc_limit(int elems)
+{
+    g_acc_elems = elems > 0 ? elems : INT8_DEVICE_ACC_ELEMS;
+}
+
+/* The int32 products' rows per GEMM for w over N rows (channel scaling). */
 static int acc_chunk(int N, const int8_matrix *w)
 {
-    int chunk = CHUNK_ELEMS / round4(w->rows);
+    int chunk = g_acc_elems / round4(w->rows);
     return chunk < 1 ? 1 : chunk > N ? N : chunk;
 }
 
@@ -160,6 +257,8 @@ extern "C" size_t dllm_cuda_int8_scratch_bytes(int N, const int8_matrix *w)
 
 extern "C" size_t dllm_cuda_int8_acc_bytes(int N, const int8_matrix *w)
 {
+    if (w->scaling == INT8_SCALE_BLOCK)
+        return 0; /* int8_block_gemm_kernel keeps its sums in registers */
     return a256((size_t)acc_chunk(N, w) * round4(w->rows) * sizeof(int32_t));
 }
 
@@ -180,19 +279,22 @@ extern "C" void dllm_cuda_int8_linear_codes(float *out, const int8_t *qa, const 
     if (N <= 0)
         return;
     const int kb = w->kb, ldq = w->ldq, mp = round4(OC);
-    const int gk = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : ldq; /* GEMM k per block */
+    if (w->scaling == INT8_SCALE_BLOCK) {
+        const size_t tiles = (size_t)((N + TB_M - 1) / TB_M) * ((OC + TB_N - 1) / TB_N);
+        DLLM_LAUNCH(int8_block_gemm_kernel, (unsigned)tiles, TB_THREADS, 0, 0)(
+            out, qa, sa, w->q, w->scale, N, OC, mp, kb, ldq, res);
+        cudaLaunchCheck();
+        return;
+    }
     int32_t *acc = (int32_t *)acc_scratch; // (chunk, mp)
     const int chunk = acc_chunk(N, w);
     for (int n0 = 0; n0 < N; n0 += chunk) {
         const int nr = n0 + chunk < N ? chunk : N - n0;
-        for (int b = 0; b < kb; b++) {
-            int8_gemm(acc, w->q + (size_t)b * gk, qa + (size_t)n0 * ldq + (size_t)b * gk, mp, nr,
-                      gk, ldq);
-            DLLM_LAUNCH(int8_scale_kernel, grid_for((size_t)nr * OC, 256), 256, 0, 0)(
-                out + (size_t)n0 * OC, acc, mp, sa + (size_t)n0 * kb, w->scale, nr, OC, kb, b,
-                w->scaling == INT8_SCALE_BLOCK, res ? res + (size_t)n0 * OC : NULL);
-            cudaLaunchCheck();
-        }
+        int8_gemm(acc, w->q, qa + (size_t)n0 * ldq, mp, nr, ldq, ldq);
+        DLLM_LAUNCH(int8_scale_kernel, grid_for((size_t)nr * OC, 256), 256, 0, 0)(
+            out + (size_t)n0 * OC, acc, mp, sa + (size_t)n0, w->scale, nr, OC,
+            res ? res + (size_t)n0 * OC : NULL);
+        cudaLaunchCheck();
     }
 }
 

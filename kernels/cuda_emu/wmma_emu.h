@@ -1,6 +1,7 @@
 /* wmma_emu.h: the subset of CUDA's warp matrix functions (<mma.h>, nvcuda::wmma) that
- * kernels/cuda/attention_tc.cu uses, for the emulation build: m16n16k16 tiles, __nv_bfloat16
- * operands (matrix_a, matrix_b, row or column major) and float accumulators.
+ * kernels/cuda/attention_tc.cu and kernels/cuda/gemm_int8.cu use, for the emulation build:
+ * m16n16k16 tiles, __nv_bfloat16 operands with float accumulators and signed char operands
+ * with int accumulators (matrix_a, matrix_b, row or column major).
  *
  * CUDA leaves the mapping of a fragment's elements to lanes unspecified; here it is fixed:
  * element e = 8 * lane + i of the 16x16 tile (row e / 16, column e % 16, in the tile's
@@ -86,11 +87,14 @@ static inline void fill_fragment(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout
         f.x[i] = __float2bfloat16_rn(v);
 }
 
-/* matrix_a (M x K) and matrix_b (K x N) tiles of bf16 in their declared layout. */
-template <typename Use, typename Layout>
-static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f,
-                                    const __nv_bfloat16 *p, unsigned ldm)
+/* matrix_a (M x K) and matrix_b (K x N) tiles of bf16 or signed char in their declared
+ * layout. */
+template <typename Use, typename T, typename Layout>
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p,
+                                    unsigned ldm)
 {
+    static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, signed char>::value,
+                  "operands are bf16 or signed char");
     static_assert(std::is_same<Layout, row_major>::value ||
                   std::is_same<Layout, col_major>::value, "an operand has a layout");
     const bool row = std::is_same<Layout, row_major>::value;
@@ -102,7 +106,8 @@ static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Lay
     }
 }
 
-static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
+template <typename T>
+static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T> &f, const T *p,
                                     unsigned ldm, layout_t layout)
 {
     detail::meet("wmma::load_matrix_sync", p, ldm, layout, sizeof *p);
@@ -113,7 +118,8 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f,
     }
 }
 
-static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
+template <typename T>
+static inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f,
                                      unsigned ldm, layout_t layout)
 {
     detail::meet("wmma::store_matrix_sync", p, ldm, layout, sizeof *p);
@@ -152,6 +158,37 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
         out[i] = acc;
     }
     memcpy(d.x, out, sizeof out); /* d may be c */
+}
+
+/* d = a b + c on int8 codes: every product and sum exact in int32 (the codes' sums here
+ * never reach 2^31; a tensor core's integer sums are exact too, in any order). */
+template <typename LA, typename LB>
+static inline void mma_sync(fragment<accumulator, 16, 16, 16, int> &d,
+                            const fragment<matrix_a, 16, 16, 16, signed char, LA> &a,
+                            const fragment<matrix_b, 16, 16, 16, signed char, LB> &b,
+                            const fragment<accumulator, 16, 16, 16, int> &c)
+{
+    struct ab {
+        signed char a[detail::PER_LANE], b[detail::PER_LANE];
+    } mine, all[32];
+    memcpy(mine.a, a.x, sizeof mine.a);
+    memcpy(mine.b, b.x, sizeof mine.b);
+    ::dllm_emu::warp_exchange(0xffffffffu, &mine, sizeof mine, all, "wmma::mma_sync");
+    int out[detail::PER_LANE];
+    for (int i = 0; i < detail::PER_LANE; i++) {
+        int r, n;
+        detail::position(i, &r, &n);
+        int64_t acc = c.x[i];
+        for (int k = 0; k < detail::TILE; k++) {
+            int ea = r * detail::TILE + k, eb = k * detail::TILE + n;
+            acc += (int)all[ea / detail::PER_LANE].a[ea % detail::PER_LANE] *
+                   (int)all[eb / detail::PER_LANE].b[eb % detail::PER_LANE];
+        }
+        if (acc > INT32_MAX || acc < INT32_MIN)
+            ::dllm_emu::warp_matrix_fail("wmma::mma_sync", "an int32 accumulator overflows");
+        out[i] = (int)acc;
+    }
+    memcpy(d.x, out, sizeof out);
 }
 
 } // namespace wmma

@@ -559,37 +559,57 @@ static void int8_check_weight(const int8_matrix *w, int C, int OC)
     }
 }
 
+/* dllm_cuda_int8_acc_bytes: channel scaling's int32 rows per GEMM (INT8_DEVICE_ACC_ELEMS);
+ * block scaling keeps its sums in registers */
 static int int8_acc_chunk(int N, const int8_matrix *w)
 {
-    int chunk = (1 << 22) / ((w->rows + 3) / 4 * 4);
+    int chunk = INT8_DEVICE_ACC_ELEMS / ((w->rows + 3) / 4 * 4);
     return chunk < 1 ? 1 : chunk > N ? N : chunk;
 }
 
-/* dllm_cuda_int8_linear_codes: per chunk of rows and k-block an INT8 matmul into the int32
- * scratch (its own handle: no cuBLASLt workspace) and the scaling pass into out */
+static size_t int8_acc_bytes(int N, const int8_matrix *w)
+{
+    return w->scaling == INT8_SCALE_BLOCK
+               ? 0
+               : align256((size_t)int8_acc_chunk(N, w) * ((w->rows + 3) / 4 * 4) * 4);
+}
+
+/* dllm_cuda_int8_linear_codes. Channel: per chunk of rows an INT8 matmul into the int32
+ * scratch (its own handle: no cuBLASLt workspace) and the scaling pass into out. Block:
+ * int8_block_gemm_kernel, one launch: the tensor-core products of 64 x 64 output tiles
+ * over the 128-wide k-blocks, out written once (the scaling's few FLOPs per k-block ride on
+ * the products). Its tiles run in groups of 8 row tiles (512 rows) over every column tile:
+ * the activations are read once (a group's rows, at most 512 x 14,336 bytes, stay in L2
+ * while it runs), the weight once per group. */
 static void int8_products(recorder *r, const int8_matrix *w, int N, int OC, bool res)
 {
     const int kb = w->kb, ldq = w->ldq, mp = (OC + 3) / 4 * 4;
-    const int gk = w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : ldq;
-    const int chunk = int8_acc_chunk(N, w);
-    const double nscale = w->scaling == INT8_SCALE_BLOCK ? (double)((OC + 127) / 128) * kb : OC;
     char shape[64];
+    if (w->scaling == INT8_SCALE_BLOCK) {
+        const double groups = (N + 511) / 512, nscale = (double)((OC + 127) / 128) * kb;
+        rec_event *e = emit(r, REC_KERNEL, REC_UNIT_INT8_TC, "int8_block_gemm",
+                            2.0 * mp * N * (double)kb * INT8_BLOCK,
+                            (double)N * ldq + 4.0 * N * kb + groups * ((double)mp * ldq + 4 * nscale) +
+                                (res ? 4.0 * N * OC : 0),
+                            4.0 * N * OC, "N=%d OC=%d K=%d blocks=%d", N, OC, ldq, kb);
+        e->dense = true;
+        e->weight = w->q;
+        e->weight_bytes = (double)mp * ldq + 4 * nscale;
+        return;
+    }
+    const int chunk = int8_acc_chunk(N, w);
     for (int n0r = 0; n0r < N; n0r += chunk) {
         const int nr = n0r + chunk < N ? chunk : N - n0r;
-        for (int b = 0; b < kb; b++) {
-            rec_event *e = emit(r, REC_MATMUL, REC_UNIT_INT8_TC, "int8_gemm", 2.0 * mp * nr * gk,
-                                (double)nr * gk + (double)mp * gk, 4.0 * nr * mp,
-                                "M=%d N=%d K=%d", nr, mp, gk);
-            e->dense = true;
-            e->weight = w->q;
-            e->weight_bytes = (double)mp * ldq + 4 * nscale;
-            snprintf(shape, sizeof shape, "N=%d OC=%d block %d", nr, OC, b);
-            const bool add = res && b == kb - 1; /* the residual, after the last block */
-            kernel(r, "int8_scale", (3.0 + add) * nr * OC,
-                   4.0 * nr * mp + 4.0 * nr + 4.0 * OC + (b ? 4.0 * nr * OC : 0) +
-                       (add ? 4.0 * nr * OC : 0),
-                   4.0 * nr * OC, shape);
-        }
+        rec_event *e = emit(r, REC_MATMUL, REC_UNIT_INT8_TC, "int8_gemm", 2.0 * mp * nr * ldq,
+                            (double)nr * ldq + (double)mp * ldq, 4.0 * nr * mp,
+                            "M=%d N=%d K=%d", nr, mp, ldq);
+        e->dense = true;
+        e->weight = w->q;
+        e->weight_bytes = (double)mp * ldq + 4.0 * OC;
+        snprintf(shape, sizeof shape, "N=%d OC=%d", nr, OC);
+        kernel(r, "int8_scale", (3.0 + res) * nr * OC,
+               4.0 * nr * mp + 4.0 * nr + 4.0 * OC + (res ? 4.0 * nr * OC : 0), 4.0 * nr * OC,
+               shape);
     }
 }
 
@@ -599,9 +619,8 @@ static void int8_linear(recorder *r, const int8_matrix *w, int N, int C, int OC,
 {
     int8_check_weight(w, C, OC);
     if (N > 0) {
-        const int kb = w->kb, ldq = w->ldq, mp = (OC + 3) / 4 * 4;
-        ws_get(r, align256((size_t)N * ldq) + align256((size_t)N * kb * 4) +
-                      align256((size_t)int8_acc_chunk(N, w) * mp * 4));
+        const int kb = w->kb, ldq = w->ldq;
+        ws_get(r, align256((size_t)N * ldq) + align256((size_t)N * kb * 4) + int8_acc_bytes(N, w));
         char shape[64];
         snprintf(shape, sizeof shape, "N=%d C=%d groups=%d", N, C, kb);
         kernel(r, "int8_act_quant", 2.0 * N * C, 4.0 * N * C, (double)N * ldq + 4.0 * N * kb,
@@ -1364,7 +1383,7 @@ static void linear_quant_act(recorder *r, const float *out, const dllm_qact *qa,
             (w->scaling == INT8_SCALE_BLOCK ? INT8_BLOCK : C) != qa->group)
             act_mismatch(OC, C);
         if (N > 0) {
-            ws_get(r, align256((size_t)int8_acc_chunk(N, w) * ((OC + 3) / 4 * 4) * 4));
+            ws_get(r, int8_acc_bytes(N, w));
             int8_products(r, w, N, OC, res != NULL);
         }
     } else {

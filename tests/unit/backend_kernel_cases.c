@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/fp8_codec.cuh"
 #include "kernels/cuda/rng_mix.cuh"
+#include "kernels/cuda_device.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/fp8_gemm_check.h"
 #include "kernels/fp8.h"
@@ -487,6 +488,59 @@ START_TEST(test_int8_fused_producers)
 }
 END_TEST
 
+/* The block-scaled INT8 product's tile kernel (dllm_cuda_int8_linear_codes under
+ * INT8_SCALE_BLOCK) against the CPU's op_int8_linear_fwd, bit for bit: 70 rows (two row
+ * tiles, the second partial), C = 300 (three k-blocks, the last short), OC = 130 (three
+ * column tiles, two weight-scale blocks, padded weight rows), with and without a residual.
+ * Every warp of a tile reads operand rows and sums the other warps loaded and stored. */
+START_TEST(test_int8_block_product)
+{
+    enum { N = 70, C = 300, OC = 130 };
+    float *w = host_normal((size_t)OC * C, 440, 0.1), *x = host_normal((size_t)N * C, 441, 1.0);
+    float *res = host_normal((size_t)N * OC, 442, 2.0);
+    int8_matrix h = {0};
+    dllm_err err;
+    ck_assert_int_eq(int8_quantise_weight(&h, w, OC, C, INT8_SCALE_BLOCK, &err), 0);
+    int rows = 0, ldq = 0;
+    dllm_cuda_int8_weight_layout(OC, C, (int)INT8_SCALE_BLOCK, &rows, &ldq);
+    ck_assert_int_eq(ldq, h.ldq);
+    int8_t *pad = dllm_malloc((size_t)rows * ldq);
+    memset(pad, 0, (size_t)rows * ldq);
+    memcpy(pad, h.q, (size_t)OC * ldq);
+    const size_t ns = (size_t)(OC + INT8_BLOCK - 1) / INT8_BLOCK * h.kb;
+    dbuf d_q = dnew((size_t)rows * ldq, pad), d_s = dnew(ns * 4, h.scale);
+    int8_matrix d = h;
+    d.q = d_q.d, d.scale = d_s.d, d.comp = NULL, d.deq = NULL;
+    int8_t *qa = dllm_malloc((size_t)N * ldq);
+    float *sa = dllm_malloc((size_t)N * h.kb * 4);
+    int8_quantise_act(qa, sa, x, N, C, ldq, INT8_SCALE_BLOCK);
+    dbuf d_qa = dnew((size_t)N * ldq, qa), d_sa = dnew((size_t)N * h.kb * 4, sa);
+    dbuf d_res = dnew((size_t)N * OC * 4, res), d_out = dnew((size_t)N * OC * 4, NULL);
+    float *want = dllm_malloc((size_t)N * OC * 4);
+    op_int8_linear_fwd(want, x, &h, N, C, OC);
+    for (int with_res = 0; with_res < 2; with_res++) {
+        ck_assert_int_eq((int)dllm_cuda_int8_acc_bytes(N, &d), 0);
+        dllm_cuda_int8_linear_codes(d_out.d, d_qa.d, d_sa.d, &d, N, C, OC, NULL,
+                                    with_res ? d_res.d : NULL);
+        float *got = dl_f32(d_out);
+        for (size_t i = 0; i < (size_t)N * OC; i++) {
+            float e = with_res ? want[i] + res[i] : want[i];
+            ck_assert_msg(memcmp(&got[i], &e, 4) == 0, "%s at row %zu col %zu: %.9g, the "
+                          "CPU's %.9g", with_res ? "with residual" : "product", i / OC, i % OC,
+                          got[i], e);
+        }
+        free(got);
+    }
+    dbuf all[] = {d_q, d_s, d_qa, d_sa, d_res, d_out};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        dguard(all[i]);
+        dfree(&all[i]);
+    }
+    int8_matrix_free(&h);
+    free(w), free(x), free(res), free(pad), free(qa), free(sa), free(want);
+}
+END_TEST
+
 /* ---- GEMMs ---------------------------------------------------------------------------------- */
 
 START_TEST(test_gemm_bf16)
@@ -745,6 +799,7 @@ void backend_kernel_cases_add(TCase *tc)
                         (int)(sizeof FUSED_CASES / sizeof *FUSED_CASES));
     tcase_add_loop_test(tc, test_int8_fused_producers, 0,
                         (int)(sizeof FUSED_CASES / sizeof *FUSED_CASES));
+    tcase_add_test(tc, test_int8_block_product);
     tcase_add_test(tc, test_gemm_bf16);
     tcase_add_test(tc, test_fp8_linear);
     tcase_add_test(tc, test_fp8_e5m2_pair_refused);

@@ -3,11 +3,13 @@
  *   - int8_linear_fwd of the CUDA table equals op_int8_linear_fwd bit for bit (the
  *     activation codes and scales are the CPU's, the integer sums exact, the scaling
  *     formed in the CPU's order), channel and block scaling, at shapes whose C, OC and
- *     rows are not multiples of 4 or of 128 (the device layout's padding) and at a
- *     larger one that splits the rows into chunks; inputs with inf, NaN and a row of
+ *     rows are not multiples of 4 or of 128 (the device layout's padding), at a larger
+ *     one that splits channel scaling's rows into chunks, and at one whose block-scaled
+ *     product spans several 64 x 64 output tiles in both directions, partial ones, k-blocks
+ *     and weight-scale blocks (the tile kernel's edges); inputs with inf, NaN and a row of
  *     zeros; and within the fp32 bound of the dequantised reference (op_int8_linear_ref);
  *   - linear_res_fwd over the same weight equals the CPU's linear followed by its add, bit
- *     for bit (the residual joins in the last scaling pass).
+ *     for bit (the residual joins after the product's sum).
  * (What the cuBLASLt stand-in refuses for INT8 is a probe row of kernels/cuda/
  * selftest_probe.cu, run by tests/test_cuda_selftest.) SKIP (77) outside the emulation
  * build. */
@@ -22,6 +24,7 @@
 #ifdef DLLM_CUDA_EMULATION
 #include "kernels/backend.h"
 #include "kernels/cuda_device.h"
+#include "kernels/cuda_ops.h"
 #include "kernels/int8.h"
 #include "kernels/rng.h"
 
@@ -48,7 +51,7 @@ static void to_device(int8_matrix *d, const int8_matrix *h)
 
 static const struct {
     int N, C, OC;
-} SHAPES[] = {{5, 37, 22}, {9, 300, 130}, {3, 256, 256}, {1100, 20, 3900}};
+} SHAPES[] = {{5, 37, 22}, {9, 300, 130}, {3, 256, 256}, {1100, 20, 3900}, {150, 400, 301}};
 
 START_TEST(test_equals_cpu)
 {
@@ -57,6 +60,7 @@ START_TEST(test_equals_cpu)
     dllm_backend *be = dllm_backend_cuda();
     ck_assert_ptr_nonnull(be);
     ck_assert(dllm_backend_supports(be, DLLM_OP_INT8_LINEAR));
+    dllm_cuda_int8_acc_limit(1 << 22); /* 1100 x 3900 rows in two chunks */
     dllm_rng r = dllm_rng_make(9, DLLM_RNG_INIT, (uint64_t)_i, 0);
     float *w = malloc(sizeof(float) * (size_t)OC * C), *x = malloc(sizeof(float) * (size_t)N * C);
     for (size_t i = 0; i < (size_t)OC * C; i++)
@@ -127,6 +131,7 @@ START_TEST(test_equals_cpu)
     dllm_cuda_free(dx), dllm_cuda_free(dout), dllm_cuda_free(d.q), dllm_cuda_free(d.scale);
     int8_matrix_free(&h);
     free(w), free(x), free(want), free(got), free(ref);
+    dllm_cuda_int8_acc_limit(0);
 }
 END_TEST
 
