@@ -24,6 +24,7 @@
  * dk/dv are written without races. */
 #include "kernels/ops.h"
 #include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/vec_kernel.h"
 #include "kernels/base.h"
 
@@ -164,8 +165,7 @@ static bool exp_row_fast(void)
     static int on = -1;
     int v = __atomic_load_n(&on, __ATOMIC_ACQUIRE);
     if (v < 0) {
-        __builtin_cpu_init();
-        int ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+        int ok = cpu_has(CPU_AVX512F) && cpu_has(CPU_FMA);
         enum { NS = 1027 };
         float a[NS], b[NS];
         for (int i = 0; ok && i < NS; i++)

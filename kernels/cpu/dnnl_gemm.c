@@ -6,6 +6,7 @@
  * M. Made primitives are kept in a small table keyed by shape and strides, so a model
  * that repeats its shapes builds each once. */
 #include "config.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/dnnl_gemm.h"
 
 #include <stdio.h>
@@ -26,16 +27,7 @@ bool cpu_bf16_dot_usable(void)
         fprintf(stderr, "DLLM_BF16_GEMM=%s: expected auto or fp32\n", env);
         exit(2);
     }
-#if defined(__x86_64__)
-    static int has = -1; /* the CPU does not change under us */
-    if (has < 0) {
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
-    }
-    return has;
-#else
-    return false;
-#endif
+    return cpu_has(CPU_AVX512BF16);
 }
 
 #ifndef HAVE_DNNL

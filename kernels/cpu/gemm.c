@@ -31,6 +31,7 @@
 #include "config.h"
 #include "kernels/ops.h"
 #include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/dnnl_gemm.h"
 
 #include <cblas.h>
@@ -61,12 +62,7 @@ op_gemm_lib op_gemm_rule(bool avx512, bool dnnl_built)
 
 static bool cpu_avx512(void)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-#else
-    return false;
-#endif
+    return cpu_has(CPU_AVX512F);
 }
 
 op_gemm_lib op_gemm_library_default(void)

@@ -1,5 +1,6 @@
 /* int8.c: INT8 codes, scales and the W8A7 products (kernels/int8.h). */
 #include "kernels/int8.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/vec_kernel.h"
 #include "kernels/ops.h"
@@ -239,17 +240,12 @@ const char *int8_gemm_path(void)
 
 const char *int8_cpu_isa(void)
 {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni"))
+    if (cpu_has(CPU_AVX512VNNI))
         return "AVX512-VNNI (vpdpbusd)";
-#if defined(__GNUC__) && __GNUC__ >= 11
-    if (__builtin_cpu_supports("avxvnni"))
+    if (cpu_has(CPU_AVXVNNI))
         return "AVX-VNNI (vpdpbusd)";
-#endif
-    if (__builtin_cpu_supports("avx2"))
+    if (cpu_has(CPU_AVX2))
         return "AVX2 (vpmaddubsw)";
-#endif
     return "none";
 }
 

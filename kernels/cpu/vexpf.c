@@ -15,6 +15,7 @@
  * Outside that range (overflow, underflow to subnormals, inf, NaN) the lanes are
  * recomputed by the library call. */
 #include "kernels/cpu/vexpf.h"
+#include "kernels/cpu/cpu_isa.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -168,9 +169,7 @@ static int g_path;
  * float bit pattern in the fast range plus the range's ends. */
 __attribute__((constructor)) static void vexpf_init(void)
 {
-    __builtin_cpu_init();
-    bool avx512 = __builtin_cpu_supports("avx512f"),
-         avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    bool avx512 = cpu_has(CPU_AVX512F), avx2 = cpu_has(CPU_AVX2) && cpu_has(CPU_FMA);
     if (!avx512 && !avx2)
         return;
     enum { NS = 4096 };

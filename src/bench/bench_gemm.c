@@ -12,6 +12,7 @@
  * pairs, 4 FLOPs per fp32 lane) on every OpenMP thread: what the cores can issue, the
  * roof the GEMMs are measured against. */
 #include "dllm/model_config.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/fp8.h"
 #include "kernels/int8.h"
 #include "kernels/ops.h"
@@ -129,10 +130,9 @@ __attribute__((target("avx2,fma"))) static double peak_fma256_loop(long iters)
 static double peak(bool bf16)
 {
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    bool z = __builtin_cpu_supports("avx512f");
-    bool y = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (bf16 ? !(z && __builtin_cpu_supports("avx512bf16")) : !(z || y))
+    bool z = cpu_has(CPU_AVX512F);
+    bool y = cpu_has(CPU_AVX2) && cpu_has(CPU_FMA);
+    if (bf16 ? !(z && cpu_has(CPU_AVX512BF16)) : !(z || y))
         return 0;
     double best = 0;
     long iters = 2000000;

@@ -19,6 +19,7 @@
  *   feedback          --help and -h of every command; sft --help lists every
  *                     sft key of docs/CONFIG.md's configuration table; the random
  *                     model warning; progress reaches a file while running. */
+#include "kernels/cpu/cpu_isa.h"
 #include "tests/harness/harness.h"
 #include <check.h>
 #include <jansson.h>
@@ -560,10 +561,8 @@ END_TEST
 START_TEST(test_bench_gemm_peak)
 {
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    bool fma = __builtin_cpu_supports("avx512f") ||
-               (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-    bool bf16 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    bool fma = cpu_has(CPU_AVX512F) || (cpu_has(CPU_AVX2) && cpu_has(CPU_FMA));
+    bool bf16 = cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BF16);
     char *out;
     ck_assert_int_eq(tu_dllm_take(&out, NULL, "bench gemm --preset tiny --square 64 --rounds 1 "
                                               "--time 0.01"), 0);

@@ -31,6 +31,7 @@
  * the comparison would be the fallback against itself. */
 #include "config.h"
 #include "kernels/base.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/fp8.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
@@ -519,11 +520,7 @@ START_TEST(test_gemm_library)
     unsetenv("DLLM_GEMM");
     ck_assert_int_eq(op_gemm_library(), op_gemm_library_default());
     if (DLLM_GEMM_DEFAULT == OP_GEMM_AUTO) {
-        bool avx512 = false;
-#if defined(__x86_64__) && defined(__GNUC__)
-        __builtin_cpu_init();
-        avx512 = __builtin_cpu_supports("avx512f");
-#endif
+        bool avx512 = cpu_has(CPU_AVX512F);
         ck_assert_int_eq(op_gemm_library(), op_gemm_rule(avx512, op_gemm_library_built(OP_GEMM_DNNL)));
     } else {
         ck_assert_int_eq(op_gemm_library(), DLLM_GEMM_DEFAULT);
@@ -652,8 +649,9 @@ static const char *bf16_gemm_absent(void)
 #if !defined(HAVE_DNNL)
     return "this build has no oneDNN (--without-dnnl)";
 #elif defined(__x86_64__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16") ? "oneDNN refused it" : "the CPU has no AVX512-BF16";
+    return cpu_has(CPU_AVX512BF16) ? "oneDNN refused it"
+                                   : !strcmp(cpu_isa_cap(), "native") ? "the CPU has no AVX512-BF16"
+                                                                      : "DLLM_CPU_ISA caps it";
 #else
     return "not an x86-64 CPU";
 #endif

@@ -13,6 +13,7 @@
  * the widest one whose load-time check passed, so an AVX-512 machine does not compare
  * the AVX2 path (all 2^32 float bit patterns did match the library on an AVX2 EPYC
  * when that path was written). */
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/vexpf.h"
 #include "kernels/ops.h"
 #include "tests/harness/harness.h"
@@ -160,11 +161,11 @@ static const char *vexpf_absent(void)
     if (vexpf_fast())
         return NULL;
 #if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") ||
-                   (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return cpu_has(CPU_AVX512F) || (cpu_has(CPU_AVX2) && cpu_has(CPU_FMA))
                ? "the load-time check against this C library's expf turned it off"
-               : "the CPU has neither AVX-512 nor AVX2 with FMA";
+               : !strcmp(cpu_isa_cap(), "native")
+                     ? "the CPU has neither AVX-512 nor AVX2 with FMA"
+                     : "DLLM_CPU_ISA caps the CPU below AVX2 with FMA";
 #else
     return "not an x86-64 build";
 #endif

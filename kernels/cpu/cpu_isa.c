@@ -1,0 +1,88 @@
+/* cpu_isa.c: the CPU's features under the DLLM_CPU_ISA cap (cpu_isa.h). */
+#include "kernels/cpu/cpu_isa.h"
+
+#include "config.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+enum { CAP_NATIVE, CAP_AVX2, CAP_BASELINE };
+static const char *const CAP_NAMES[] = {"native", "avx2", "baseline"};
+
+static bool native(cpu_feature f)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    switch (f) {
+    case CPU_AVX2:
+        return __builtin_cpu_supports("avx2");
+    case CPU_FMA:
+        return __builtin_cpu_supports("fma");
+    case CPU_AVX512F:
+        return __builtin_cpu_supports("avx512f");
+    case CPU_AVX512BF16:
+        return __builtin_cpu_supports("avx512bf16");
+    case CPU_AVX512VNNI:
+        return __builtin_cpu_supports("avx512vnni");
+    case CPU_AVXVNNI:
+#if __GNUC__ >= 11
+        return __builtin_cpu_supports("avxvnni");
+#else
+        return false;
+#endif
+    default:
+        return false;
+    }
+#else
+    (void)f;
+    return false;
+#endif
+}
+
+/* the cap, read once (any thread may ask first: each reads the same variable) */
+static int cap(void)
+{
+    static atomic_int c = -1;
+    int v = atomic_load(&c);
+    if (v >= 0)
+        return v;
+    const char *e = getenv("DLLM_CPU_ISA");
+    v = CAP_NATIVE;
+    if (e && *e) {
+        int i = 0;
+        while (i < 3 && strcmp(e, CAP_NAMES[i]))
+            i++;
+        if (i == 3) {
+            fprintf(stderr, "dllm-rl: DLLM_CPU_ISA=%s: expected native, avx2 or baseline\n", e);
+            exit(2);
+        }
+        v = i;
+    }
+#ifdef HAVE_DNNL
+    /* before oneDNN makes its first primitive, which fixes its ISA */
+    if (v != CAP_NATIVE)
+        dnnl_set_max_cpu_isa(v == CAP_AVX2 ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_sse41);
+#endif
+    atomic_store(&c, v);
+    return v;
+}
+
+bool cpu_has(cpu_feature f)
+{
+    switch (cap()) {
+    case CAP_AVX2:
+        return (f == CPU_AVX2 || f == CPU_FMA) && native(f);
+    case CAP_BASELINE:
+        return false;
+    default:
+        return native(f);
+    }
+}
+
+const char *cpu_isa_cap(void) { return CAP_NAMES[cap()]; }

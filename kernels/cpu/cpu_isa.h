@@ -1,0 +1,25 @@
+/* cpu_isa.h: the CPU features the kernels may use (cpu_isa.c). Every fast path asks here,
+ * never the CPU directly, so DLLM_CPU_ISA can cap them: `native` (default: what the CPU
+ * has), `avx2` (AVX2 and FMA only: the paths of a CPU without AVX-512 or AVX-VNNI, on any
+ * newer one) or `baseline` (none: the portable loops). A cap also holds oneDNN to it. */
+#ifndef DLLM_KERNELS_CPU_ISA_H
+#define DLLM_KERNELS_CPU_ISA_H
+
+#include <stdbool.h>
+
+typedef enum {
+    CPU_AVX2,
+    CPU_FMA,
+    CPU_AVX512F,
+    CPU_AVX512BF16,
+    CPU_AVX512VNNI,
+    CPU_AVXVNNI,
+    CPU_NFEATURES
+} cpu_feature;
+
+/* Whether the CPU has f and the cap allows it. An unknown DLLM_CPU_ISA exits 2 naming it. */
+bool cpu_has(cpu_feature f);
+/* The cap in force: "native", "avx2" or "baseline". */
+const char *cpu_isa_cap(void);
+
+#endif
