@@ -1,7 +1,10 @@
 /* cpu_isa.h: the CPU features the kernels may use (cpu_isa.c). Every fast path asks here,
  * never the CPU directly, so DLLM_CPU_ISA can cap them: `native` (default: what the CPU
  * has), `avx2` (AVX2 and FMA only: the paths of a CPU without AVX-512 or AVX-VNNI, on any
- * newer one) or `baseline` (none: the portable loops). A cap also holds oneDNN to it. */
+ * newer one) or `baseline` (none: the portable loops). A cap also holds oneDNN to it.
+ * Not capped: what the loader picks before any code runs -- the multiversioned loops of
+ * vec_kernel.h (GCC's target_clones resolve on the CPU itself), OpenBLAS's kernels
+ * (OPENBLAS_CORETYPE) and the C library's own variants. */
 #ifndef DLLM_KERNELS_CPU_ISA_H
 #define DLLM_KERNELS_CPU_ISA_H
 
