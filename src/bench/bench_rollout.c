@@ -21,6 +21,7 @@
 #include "dllm/policy_infer.h"
 #include "dllm/precision.h"
 #include "dllm/sampler.h"
+#include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "src/cli/cli_util.h"
 #include "src/cli/commands.h"
@@ -323,6 +324,11 @@ int bench_rollout(int argc, char **argv)
                 printf("path %-9s %s\n", names[k],
                        prod ? prod : "the trainer's fp32 product (the build's fp32 GEMM library)");
             }
+    }
+    if (!rc && strcmp(device, "cuda")) { /* what the numbers depend on: CPU, caps, libraries */
+        char machine[512];
+        op_cpu_paths(machine, sizeof machine);
+        printf("machine: %s\n", machine);
     }
     free(prompts);
     return rc ? cli_fail("bench rollout", &err) : 0;

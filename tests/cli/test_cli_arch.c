@@ -541,6 +541,8 @@ START_TEST(test_bench_both)
     ck_assert_msg(strstr(out, "KV-cache decoding") && strstr(out, "token_ms"), "%s", out);
     rollout_row_finite(out, "fp32");
     rollout_row_finite(out, "fp8");
+    ck_assert_msg(strstr(out, "\nmachine: cpu ") && strstr(out, "fp32 gemm "),
+                  "no machine line: %s", out);
     free(out);
     ck_assert_int_eq(tu_dllm_take(&out, NULL, "bench mismatch --model %s --n 2 --prompt 4 --gen-length 4",
                          m_qwen), 0);
