@@ -25,8 +25,8 @@
  * scratch stays at most 256 MiB), then a scaling pass.
  *
  * Block scaling cannot be one cuBLASLt call: every 128-wide k-block has its own scales, and
- * one GEMM plus one scaling pass per k-block and chunk of rows (as it ran first) wrote and
- * reread the whole int32 product kb times. It runs int8_block_gemm_kernel instead: one
+ * one GEMM plus one scaling pass per k-block would write and reread the whole int32
+ * product kb times. It runs int8_block_gemm_kernel instead: one
  * thread block per 64 x 64 tile of out, per k-block the integer sums on the tensor cores
  * (wmma, signed char operands, int32 accumulators: exact in any order), then the scaled
  * term added into fp32 registers in k-block order, the first assigned, as the CPU: one
