@@ -22,10 +22,10 @@
  * sampling probability of token t. Everything else comes from the
  * architecture descriptor (dllm/arch.h), LoRA target names included.
  *
- * With cfg.device cuda the model's forwards without backward (ROLLOUT, TRAIN_NOGRAD,
- * hence rollouts and scoring) run on the CUDA backend (dllm_tf_to_device); TRAIN and
- * its backward, the optimizer and the master weights stay on the host, and
- * sync_rollout refreshes the device copies.
+ * With cfg.device cuda the model runs on the CUDA backend (dllm_tf_to_device): its
+ * forwards, and once the caller trains there (dllm_tf_device_train: train, sft) the
+ * backward and the optimizer too, whose state then lives on the device; sync_rollout
+ * rebuilds the rollout copy there.
  *
  * An architecture the core does not compute (its descriptor's `model`: Qwen3.5) is
  * the model behind the table of dllm/policy_model.h instead of a dllm_tf: every call
@@ -350,71 +350,15 @@ void dllm_policy_backward_logp(void *ctx, const float *g)
     dllm_tf_device_backward_logp(p->m, g);
 }
 
-float *dllm_policy_trainable(dllm_policy *p, size_t *n)
+dllm_optim dllm_policy_optim(dllm_policy *p)
 {
-    if (p->ops)
-        return p->ops->state(p->impl, DLLM_MODEL_PARAMS, n);
-    return dllm_tf_trainable(p->m, n);
-}
-
-float *dllm_policy_grads(dllm_policy *p)
-{
-    return p->ops ? p->ops->grads(p->impl) : dllm_tf_grads(p->m);
-}
-
-void dllm_policy_zero_grad(dllm_policy *p)
-{
-    if (!p->ops) {
-        dllm_tf_zero_grad(p->m);
-        return;
-    }
-    size_t n;
-    p->ops->state(p->impl, DLLM_MODEL_PARAMS, &n);
-    memset(p->ops->grads(p->impl), 0, n * sizeof(float));
-}
-
-float *dllm_policy_grad_buffer(dllm_policy *p, size_t *n, dllm_backend **be)
-{
-    if (!p->ops)
-        return dllm_tf_grad_buffer(p->m, n, be);
-    p->ops->state(p->impl, DLLM_MODEL_PARAMS, n);
-    *be = dllm_backend_cpu();
-    return p->ops->grads(p->impl);
-}
-
-double dllm_policy_optim_step(dllm_policy *p, const dllm_adamw_args *a)
-{
-    return p->ops ? p->ops->optim_step(p->impl, a) : dllm_tf_optim_step(p->m, a);
-}
-
-const float *dllm_policy_trainable_host(dllm_policy *p, size_t *n)
-{
-    if (p->ops)
-        return p->ops->state(p->impl, DLLM_MODEL_PARAMS, n);
-    return dllm_tf_trainable_host(p->m, n);
+    return p->ops ? (dllm_optim){p->ops->optim, p->impl} : dllm_tf_optim(p->m);
 }
 
 int dllm_policy_set_recompute(dllm_policy *p, int every)
 {
     /* a model of its own keeps what its backward needs (Qwen3.5: each layer's input) */
     return p->ops ? (every < 0 ? DLLM_EXIT_INPUT : 0) : dllm_tf_set_recompute(p->m, every);
-}
-
-void dllm_policy_state_move(dllm_policy *p, dllm_tf_state s, size_t off, size_t n, float *buf,
-                            bool write)
-{
-    if (!p->ops) {
-        if (write)
-            dllm_tf_state_write(p->m, s, off, n, buf);
-        else
-            dllm_tf_state_read(p->m, s, off, n, buf);
-        return;
-    }
-    dllm_model_state ms = s == DLLM_TF_STATE_PARAMS   ? DLLM_MODEL_PARAMS
-                          : s == DLLM_TF_STATE_ADAM_M ? DLLM_MODEL_ADAM_M
-                                                      : DLLM_MODEL_ADAM_V;
-    float *v = p->ops->state(p->impl, ms, NULL) + off;
-    memcpy(write ? v : buf, write ? buf : v, n * sizeof(float));
 }
 
 int dllm_policy_sync_rollout(dllm_policy *p, double *seconds, dllm_err *err)

@@ -95,19 +95,13 @@ void dllm_policy_backward(void *ctx, const float *dlogits);
 dllm_logp_fn dllm_policy_train_logp(dllm_policy *p, void **ctx);
 void dllm_policy_backward_logp(void *ctx, const float *g);
 
-float *dllm_policy_trainable(dllm_policy *p, size_t *n);
-float *dllm_policy_grads(dllm_policy *p);
-void dllm_policy_zero_grad(dllm_policy *p);
-
-/* The optimizer where the model trains (dllm/transformer.h's dllm_tf_grad_buffer,
- * dllm_tf_optim_step, dllm_tf_trainable_host, dllm_tf_set_recompute, dllm_tf_state_read /
- * _write: write true), for every architecture. */
-float *dllm_policy_grad_buffer(dllm_policy *p, size_t *n, dllm_backend **be);
-double dllm_policy_optim_step(dllm_policy *p, const dllm_adamw_args *a);
-const float *dllm_policy_trainable_host(dllm_policy *p, size_t *n);
+/* The trainable vector, its gradients and the optimizer of the model, wherever it trains
+ * (dllm/optim.h), for every architecture. */
+dllm_optim dllm_policy_optim(dllm_policy *p);
+/* Forwards that keep activations for a backward keep every K-th layer's input and
+ * recompute the rest (dllm_tf_set_recompute); an input error for a model that keeps
+ * its own. */
 int dllm_policy_set_recompute(dllm_policy *p, int every);
-void dllm_policy_state_move(dllm_policy *p, dllm_tf_state s, size_t off, size_t n, float *buf,
-                            bool write);
 
 /* Rebuilds the rollout copy (and the trainer's bf16 copy) from the current
  * weights; returns its wall time in seconds through *seconds (may be NULL). */

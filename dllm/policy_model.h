@@ -9,6 +9,7 @@
 
 #include "dllm/ar_sampler.h"
 #include "dllm/model_config.h"
+#include "dllm/optim.h"
 #include "dllm/precision.h"
 #include "dllm/qwen35.h"
 #include "dllm/safetensors.h"
@@ -18,9 +19,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
-/* Which vector of the optimizer state (the trainable order): the parameters, AdamW's m, v. */
-typedef enum { DLLM_MODEL_PARAMS = 0, DLLM_MODEL_ADAM_M = 1, DLLM_MODEL_ADAM_V = 2 } dllm_model_state;
 
 typedef struct dllm_model_ops {
     /* The model of DIR (config.json, safetensors), or of preset `preset` with seed's
@@ -45,10 +43,9 @@ typedef struct dllm_model_ops {
                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
                   float *logits);
     void (*backward)(void *impl, const float *dlogits);
-    /* the optimizer state's vectors on the host (n floats each) */
-    float *(*state)(void *impl, dllm_model_state s, size_t *n);
-    float *(*grads)(void *impl);
-    double (*optim_step)(void *impl, const dllm_adamw_args *a);
+    /* the trainable vector, its gradients and the optimizer (dllm/optim.h; impl is its
+     * model) */
+    const dllm_optim_ops *optim;
     /* the trainable vector was written outside an optimizer step (a swap for scoring): what
      * the trainer computes with follows it (a bf16 trainer's rounded weights) */
     void (*trainer_changed)(void *impl);

@@ -13,7 +13,7 @@
  *     loss = mean over the batch's answer tokens of -log p(x_t | x_<t), keys
  *     past len[b] masked; masked and p_mask are not used.
  * Log-probs are summed in double. With backward the TRAIN forward keeps its
- * activations and the gradients accumulate into dllm_policy_grads (the caller
+ * activations and the gradients accumulate into dllm_optim_grads (the caller
  * zeroes them); without it the TRAIN_NOGRAD forward (the same logits) is used. */
 #ifndef DLLM_POLICY_SFT_H
 #define DLLM_POLICY_SFT_H

@@ -153,13 +153,22 @@ static void q35_backward(void *impl, const float *dlogits)
     qwen35_backward(q->m, dlogits);
 }
 
-static float *q35_state(void *impl, dllm_model_state s, size_t *n)
+/* The optimizer state on the host: the trainable vector (a bf16 trainer's fp32 masters
+ * where it has them), AdamW's moments. */
+static float *q35_state(void *impl, dllm_state s, size_t *n)
 {
     q35 *q = impl;
     float *p = qwen35_params(q->m, n);
-    if (s == DLLM_MODEL_PARAMS && q->master && !qwen35_lora_info(q->m, NULL, NULL))
-        return q->master; /* the bf16 trainer's fp32 masters */
-    return s == DLLM_MODEL_PARAMS ? p : qwen35_moment(q->m, s == DLLM_MODEL_ADAM_V);
+    if (s == DLLM_STATE_PARAMS && q->master && !qwen35_lora_info(q->m, NULL, NULL))
+        return q->master;
+    return s == DLLM_STATE_PARAMS ? p : qwen35_moment(q->m, s == DLLM_STATE_ADAM_V);
+}
+
+static float *q35_trainable(void *impl, size_t *n) { return q35_state(impl, DLLM_STATE_PARAMS, n); }
+
+static const float *q35_trainable_host(void *impl, size_t *n)
+{
+    return q35_state(impl, DLLM_STATE_PARAMS, n);
 }
 
 static float *q35_grads(void *impl)
@@ -168,11 +177,37 @@ static float *q35_grads(void *impl)
     return qwen35_grads(q->m);
 }
 
+static void q35_zero_grad(void *impl)
+{
+    size_t n;
+    q35_state(impl, DLLM_STATE_PARAMS, &n);
+    memset(q35_grads(impl), 0, n * sizeof(float));
+}
+
+static float *q35_grad_buffer(void *impl, size_t *n, dllm_backend **be)
+{
+    q35_state(impl, DLLM_STATE_PARAMS, n);
+    *be = dllm_backend_cpu();
+    return q35_grads(impl);
+}
+
 static double q35_optim_step(void *impl, const dllm_adamw_args *a)
 {
     q35 *q = impl;
     return qwen35_optim_step_on(q->m, q->master, a);
 }
+
+static void q35_state_move(void *impl, dllm_state s, size_t off, size_t n, float *buf, bool write)
+{
+    float *v = q35_state(impl, s, NULL) + off;
+    memcpy(write ? v : buf, write ? buf : v, n * sizeof(float));
+}
+
+static const dllm_optim_ops q35_optim = {
+    .trainable = q35_trainable, .grads = q35_grads, .zero_grad = q35_zero_grad,
+    .grad_buffer = q35_grad_buffer, .step = q35_optim_step,
+    .trainable_host = q35_trainable_host, .state_move = q35_state_move,
+};
 
 /* A bf16 trainer's weights: the masters rounded (again). */
 static void round_trainer(q35 *q)
@@ -295,8 +330,8 @@ const dllm_model_ops qwen35_model_ops = {
     .open = q35_open, .free = q35_free, .lora_enable = q35_lora_enable,
     .lora_info = q35_lora_info, .lora_save = q35_lora_save, .lora_load = q35_lora_load,
     .logits = q35_logits,
-    .backward = q35_backward, .state = q35_state, .grads = q35_grads,
-    .optim_step = q35_optim_step, .trainer_changed = q35_trainer_changed, .sync = q35_sync,
+    .backward = q35_backward, .optim = &q35_optim, .trainer_changed = q35_trainer_changed,
+    .sync = q35_sync,
     .rollout = q35_rollout, .save = q35_save,
 };
 

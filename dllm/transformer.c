@@ -369,8 +369,9 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
         }
 }
 
-float *dllm_tf_trainable(dllm_tf *m, size_t *n)
+static float *tf_trainable(void *model, size_t *n)
 {
+    dllm_tf *m = model;
     tf_device_host_access(m); /* current on the host, which may write it */
     if (m->lora_rank) {
         *n = m->n_lora;
@@ -390,8 +391,9 @@ void tf_ensure_grads(dllm_tf *m)
     }
 }
 
-float *dllm_tf_grads(dllm_tf *m)
+static float *tf_grads(void *model)
 {
+    dllm_tf *m = model;
     tf_ensure_grads(m);
     return m->lora_rank ? m->lora_grads : m->grads;
 }
@@ -425,10 +427,10 @@ void tf_moments(dllm_tf *m, dllm_backend *be, size_t n)
 static void update_state(dllm_tf *m, tf_update *u, bool step)
 {
     if (!tf_device_update(m, u, step)) {
-        *u = (tf_update){.be = dllm_backend_cpu(), .g = dllm_tf_grads(m)};
+        *u = (tf_update){.be = dllm_backend_cpu(), .g = tf_grads(m)};
         u->n = m->lora_rank ? m->n_lora : m->n_params;
         if (step)
-            u->p = dllm_tf_trainable(m, &u->n);
+            u->p = tf_trainable(m, &u->n);
     }
     if (!step)
         return;
@@ -437,15 +439,17 @@ static void update_state(dllm_tf *m, tf_update *u, bool step)
     u->v = m->adam_v;
 }
 
-void dllm_tf_zero_grad(dllm_tf *m)
+static void tf_zero_grad(void *model)
 {
+    dllm_tf *m = model;
     tf_update u;
     update_state(m, &u, false);
     u.be->ops->memset0(u.be, u.g, u.n * sizeof(float));
 }
 
-float *dllm_tf_grad_buffer(dllm_tf *m, size_t *n, dllm_backend **be)
+static float *tf_grad_buffer(void *model, size_t *n, dllm_backend **be)
 {
+    dllm_tf *m = model;
     tf_update u;
     update_state(m, &u, false);
     *n = u.n;
@@ -453,8 +457,9 @@ float *dllm_tf_grad_buffer(dllm_tf *m, size_t *n, dllm_backend **be)
     return u.g;
 }
 
-double dllm_tf_optim_step(dllm_tf *m, const dllm_adamw_args *a)
+static double tf_optim_step(void *model, const dllm_adamw_args *a)
 {
+    dllm_tf *m = model;
     tf_update u;
     update_state(m, &u, true);
     double norm = u.be->ops->adamw_step(u.be, u.p, u.g, u.m, u.v, u.n, a);
@@ -463,36 +468,41 @@ double dllm_tf_optim_step(dllm_tf *m, const dllm_adamw_args *a)
     return norm;
 }
 
-const float *dllm_tf_trainable_host(dllm_tf *m, size_t *n)
+static const float *tf_trainable_host(void *model, size_t *n)
 {
+    dllm_tf *m = model;
     tf_update u;
     if (tf_device_update(m, &u, false))
         return NULL;
-    return dllm_tf_trainable(m, n);
+    return tf_trainable(m, n);
 }
 
-static float *host_state(dllm_tf *m, dllm_tf_state s)
+static float *host_state(dllm_tf *m, dllm_state s)
 {
     tf_update u;
     update_state(m, &u, true);
-    return s == DLLM_TF_STATE_PARAMS ? u.p : s == DLLM_TF_STATE_ADAM_M ? u.m : u.v;
+    return s == DLLM_STATE_PARAMS ? u.p : s == DLLM_STATE_ADAM_M ? u.m : u.v;
 }
 
-void dllm_tf_state_read(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *dst)
+static void tf_state_move(void *model, dllm_state s, size_t off, size_t n, float *buf,
+                          bool write)
 {
+    dllm_tf *m = model;
     if (tf_device_training(m))
-        tf_device_state_move(m, s, off, n, dst, false);
+        tf_device_state_move(m, s, off, n, buf, write);
+    else if (write)
+        memcpy(host_state(m, s) + off, buf, n * sizeof(float));
     else
-        memcpy(dst, host_state(m, s) + off, n * sizeof(float));
+        memcpy(buf, host_state(m, s) + off, n * sizeof(float));
 }
 
-void dllm_tf_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, const float *src)
-{
-    if (tf_device_training(m))
-        tf_device_state_move(m, s, off, n, (float *)src, true);
-    else
-        memcpy(host_state(m, s) + off, src, n * sizeof(float));
-}
+static const dllm_optim_ops tf_optim_ops = {
+    .trainable = tf_trainable, .grads = tf_grads, .zero_grad = tf_zero_grad,
+    .grad_buffer = tf_grad_buffer, .step = tf_optim_step,
+    .trainable_host = tf_trainable_host, .state_move = tf_state_move,
+};
+
+dllm_optim dllm_tf_optim(dllm_tf *m) { return (dllm_optim){&tf_optim_ops, m}; }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
 
@@ -529,7 +539,7 @@ static int device_param(void *ctx, int i, size_t off, size_t n, float *dst, dllm
     (void)err;
     dllm_tf *m = ctx;
     size_t at = (size_t)(m->plist[i].data - m->params) + off;
-    dllm_tf_state_read(m, DLLM_TF_STATE_PARAMS, at, n, dst);
+    tf_state_move(m, DLLM_STATE_PARAMS, at, n, dst, false);
     return 0;
 }
 

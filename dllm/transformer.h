@@ -9,7 +9,7 @@
  * [out, in], HF state_dict order as the descriptor gives it). With LoRA
  * enabled the base weights are frozen and the trainable vector is the LoRA
  * A/B matrices only; otherwise it is every parameter. Gradients accumulate
- * across dllm_tf_backward calls until dllm_tf_zero_grad.
+ * across dllm_tf_backward calls until dllm_optim_zero_grad.
  *
  * These host allocations are the CPU backend's memory. With the model on a
  * device (dllm_tf_to_device) the device holds its own copies of the views,
@@ -22,6 +22,7 @@
 #include "dllm/arch.h"
 #include "dllm/device_logits.h"
 #include "dllm/model_config.h"
+#include "dllm/optim.h"
 #include "dllm/precision.h"
 #include "dllm/safetensors.h"
 #include "kernels/backend.h"
@@ -38,7 +39,7 @@ typedef struct {
     float *data;      /* inside the model's one parameter allocation */
     float *grad;      /* inside the gradient allocation; NULL when frozen (base
                          weights under LoRA) or not yet allocated (gradients are
-                         allocated by the first dllm_tf_grads, dllm_tf_zero_grad
+                         allocated by the first dllm_optim_grads, dllm_optim_zero_grad
                          or dllm_tf_backward) */
     int ndim;         /* 1 or 2 */
     int64_t shape[2]; /* torch layout: [out, in] */
@@ -82,37 +83,14 @@ const dllm_arch_desc *dllm_tf_arch(const dllm_tf *m);
  * mask 0: off. Only layer linears carry adapters, never the head. */
 void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t seed);
 
-/* Trainable parameters and their gradients, contiguous, on the host (the host's copy of
- * the trainable vector is brought up to date first where a device holds the master). */
-float *dllm_tf_trainable(dllm_tf *m, size_t *n);
-float *dllm_tf_grads(dllm_tf *m);
-
 /* ---- the optimizer: one state, wherever the model trains ---- */
-/* The trainable vector, its gradients and the AdamW moments live in the memory of the
- * backend that updates them: the host's (the CPU backend), or the device's once the
- * model trains there (dllm_tf_device_train). These calls are the same for both. */
-/* Zeroes the gradients where the backward accumulates them. */
-void dllm_tf_zero_grad(dllm_tf *m);
-/* The gradients in the updating backend's memory (*n floats, *be's: the same length and
- * layout on every rank), for an in-place all-reduce between backward and step. */
-float *dllm_tf_grad_buffer(dllm_tf *m, size_t *n, dllm_backend **be);
-/* One optimizer step through the backend table (its adamw_step): the gradients' global
- * L2 norm, clipped to a->max_norm when that is > 0, then AdamW of the trainable vector
- * with moments the model keeps (zero before its first step; they start again when the
- * trainable vector changes, a LoRA enable, and move with the update when it starts or
- * stops running on a device). A non-finite norm updates nothing. Returns the norm. On a device the copy there is the master
- * afterwards (dllm_tf_device_train). */
-double dllm_tf_optim_step(dllm_tf *m, const dllm_adamw_args *a);
-/* The host's trainable vector where it is the master (NULL where a device's copy is):
- * for checks that must not bring a device's copy down. */
-const float *dllm_tf_trainable_host(dllm_tf *m, size_t *n);
-/* The optimizer state addressed as host vectors in trainable order (dllm_tf_trainable's):
- * elements [off, off + n) of the parameters or an AdamW moment to or from a host buffer
- * of n floats, so a checkpoint moves it through a bounded buffer from wherever it lives.
- * Writing a device's parameters makes its copy the master (as a step does). */
-typedef enum { DLLM_TF_STATE_PARAMS, DLLM_TF_STATE_ADAM_M, DLLM_TF_STATE_ADAM_V } dllm_tf_state;
-void dllm_tf_state_read(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *dst);
-void dllm_tf_state_write(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, const float *src);
+/* The trainable vector (the parameters, or the adapters under LoRA), its gradients and
+ * the AdamW moments (dllm/optim.h) live in the memory of the backend that updates them:
+ * the host's (the CPU backend), or the device's once the model trains there
+ * (dllm_tf_device_train); the moments start again when the trainable vector changes (a
+ * LoRA enable) and move with the update when it starts or stops running on a device. On
+ * a device the copy there is the master after a step or a state write. */
+dllm_optim dllm_tf_optim(dllm_tf *m);
 
 /* Forward over tokens [B,T] (keymask [B,T], 1 = real token, NULL = all real;
  * left padding for the archs counting real tokens for RoPE). Logits [n_rows,
@@ -212,14 +190,14 @@ int dllm_tf_device_chunk_rows(int V);
 /* ---- training on the device (transformer_device_train.c) ---- */
 /* From now on dllm_tf_forward keeps its activations on the device (the logits of its rows
  * come down), dllm_tf_backward uploads the dlogits and runs there, and the gradients and
- * AdamW moments live in device memory: dllm_tf_zero_grad, dllm_tf_grad_buffer,
- * dllm_tf_optim_step and dllm_tf_state_* act there (dllm_tf_grads is then unused). After
+ * AdamW moments live in device memory: dllm_optim_zero_grad, dllm_optim_grad_buffer,
+ * dllm_optim_step and dllm_optim_state_* act there (dllm_optim_grads is then unused). After
  * a step the device's trainable copy is the master: nothing comes down (the host's
  * trainable vector is stale, dllm_tf_device_ahead, until something on the host reads it:
- * dllm_tf_trainable downloads it first; a full fine-tune's host masters give their pages
+ * dllm_optim_trainable downloads it first; a full fine-tune's host masters give their pages
  * back to the system meanwhile). The rollout copy is built on the device from it (full
  * fine-tuning) or from the host's frozen base and the adapters, which are small;
- * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_tf_state_read). Full
+ * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_optim_state_read). Full
  * fine-tuning needs the fp32 trainer (an input error under a bf16 trainer); LoRA trains
  * under either (a bf16 trainer's packed base linears pass only dX back). Ended by
  * leaving the device or a LoRA change. */
@@ -227,7 +205,7 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err);
 bool dllm_tf_device_trains(const dllm_tf *m);
 /* Whether the device's trainable copy is newer than the host's. */
 bool dllm_tf_device_ahead(const dllm_tf *m);
-/* The gradients (out: the trainable vector's length and order, as dllm_tf_grads). */
+/* The gradients (out: the trainable vector's length and order, as dllm_optim_grads). */
 void dllm_tf_device_grads(dllm_tf *m, float *out);
 /* The loss gradient computed on the device (temperature 1). dllm_tf_device_forward_logp
  * is dllm_tf_forward's kept forward whose logits rows stay in device memory: only their

@@ -2,7 +2,7 @@
  * the host and a device: the kept forward's activations (recomputed a segment at a time
  * under recomputation) differentiated through the trainer view's weights into the
  * gradients of whichever backend trains (tf_bwd_target). Conventions as in
- * transformer_fwd.c: parameter gradients accumulate until dllm_tf_zero_grad, activation
+ * transformer_fwd.c: parameter gradients accumulate until dllm_optim_zero_grad, activation
  * gradients are scratch. */
 #include "dllm/transformer_device_impl.h"
 

@@ -9,11 +9,11 @@
  * maps one onto the other). Gradients and AdamW moments take the same layout, so the
  * optimizer step is one elementwise call and the global norm one reduction. After the
  * first step the device copy is the master (TF_MASTER_DEVICE): nothing comes down per step. The
- * host's copy is refreshed only when the host reads it (dllm_tf_trainable, leaving the
+ * host's copy is refreshed only when the host reads it (dllm_optim_trainable, leaving the
  * device, a LoRA change; tf_device_pull), the rollout copy is built on the device from
  * the trainer view (full fine-tuning; under LoRA from the host's frozen base with the
  * adapters, n_lora floats, pulled first), and checkpoints stream the state a bounded
- * chunk at a time (dllm_tf_state_read, dllm_tf_save).
+ * chunk at a time (dllm_optim_state_read, dllm_tf_save).
  * The loss's dlogits are built on the device (dllm_tf_device_forward_logp /
  * dllm_tf_device_backward_logp: the kept forward's head rows keep their targets and
  * log-sum-exps there, only their log-probs come down and dLoss/dlogp per row goes up;
@@ -292,22 +292,22 @@ void dllm_tf_device_grads(dllm_tf *m, float *out)
     transfer(m, out, m->dev->g, false);
 }
 
-static float *state_vector(dllm_tf *m, dllm_tf_state s)
+static float *state_vector(dllm_tf *m, dllm_state s)
 {
     tf_device *d = m->dev;
     tf_device_view(m, false); /* the layout segments() reads, current */
-    if (s != DLLM_TF_STATE_PARAMS)
+    if (s != DLLM_STATE_PARAMS)
         tf_moments(m, d->be, d->n_train);
-    return s == DLLM_TF_STATE_PARAMS ? dev_trainable(m)
-           : s == DLLM_TF_STATE_ADAM_M ? m->adam_m
+    return s == DLLM_STATE_PARAMS ? dev_trainable(m)
+           : s == DLLM_STATE_ADAM_M ? m->adam_m
                                        : m->adam_v;
 }
 
-void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *host,
+void tf_device_state_move(dllm_tf *m, dllm_state s, size_t off, size_t n, float *host,
                           bool up)
 {
     transfer_range(m, host, state_vector(m, s), off, n, up);
-    if (up && s == DLLM_TF_STATE_PARAMS) {
+    if (up && s == DLLM_STATE_PARAMS) {
         become_master(m);
         m->a.kept = TF_KEPT_NONE; /* kept for the old values */
     }

@@ -14,7 +14,7 @@
  * (the bracketed parts as the descriptor says, dllm/arch.h).
  *
  * Gradient convention (as kernels/ops.h): parameter gradients accumulate (+=)
- * across dllm_tf_backward calls until dllm_tf_zero_grad; activation gradients
+ * across dllm_tf_backward calls until dllm_optim_zero_grad; activation gradients
  * are scratch, zeroed here before each op that accumulates into them. Tied:
  * the head's gradient and the embedding's land in the one embedding gradient.
  *

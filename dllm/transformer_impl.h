@@ -214,7 +214,7 @@ const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be);
  * dllm_tf_rollout_sync when the model is on a device). */
 int tf_device_sync(dllm_tf *m, dllm_err *err);
 void tf_device_free(dllm_tf *m);
-/* The host's trainable vector is about to be read or written there (dllm_tf_trainable):
+/* The host's trainable vector is about to be read or written there (dllm_optim_trainable):
  * pulled first when the device's copy is newer, then the master (TF_MASTER_HOST) until
  * the device's trainer copy follows it at its next use (no-op on the host). */
 void tf_device_host_access(dllm_tf *m);
@@ -246,7 +246,7 @@ void tf_moments_free(dllm_tf *m);
 void tf_device_updated(dllm_tf *m);
 /* Elements [off, off + n) of state s (trainable order) between a host buffer and the
  * device's copy (up: host to device). */
-void tf_device_state_move(dllm_tf *m, dllm_tf_state s, size_t off, size_t n, float *host,
+void tf_device_state_move(dllm_tf *m, dllm_state s, size_t off, size_t n, float *host,
                           bool up);
 
 /* Training on the device (transformer_device_train.c): whether the kept forward, the

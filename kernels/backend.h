@@ -215,7 +215,7 @@ typedef struct dllm_backend_ops {
      * (clip_grad's rule), then adamw of p, m, v (n) from g: bit-identical to those three
      * entries in turn. A non-finite norm leaves p, m and v as they were (a diverged
      * gradient never reaches the weights). Returns the norm. The model's one update call
-     * (dllm_tf_optim_step). */
+     * (dllm_optim_step). */
     double (*adamw_step)(dllm_backend *be, float *p, float *g, float *m, float *v, size_t n,
                          const dllm_adamw_args *a);
 

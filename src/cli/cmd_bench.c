@@ -136,13 +136,13 @@ static int bench_train(int argc, char **argv)
     for (long it = 0; it < warmup + iters && !rc; it++) {
         if (it == warmup)
             t0 = train_clock(cpu_clock);
-        dllm_policy_zero_grad(m);
+        dllm_optim_zero_grad(dllm_policy_optim(m));
         rc = dllm_policy_sft_loss(m, tokens, mask, p, plen, len, (int)B, (int)T, true, &loss, &err);
     }
     double el = train_clock(cpu_clock) - t0;
     if (!rc) {
         size_t np = 0;
-        dllm_policy_trainable(m, &np);
+        dllm_optim_trainable(dllm_policy_optim(m), &np);
         const bool core = dllm_arch_in_core(dllm_arch_get(dllm_policy_arch(m)));
         printf("bench train: %s %s (%.1fM params%s), %s SFT, batch %ld x %ld tokens, %d threads%s; "
                "fp32 GEMM %s\n",

@@ -766,7 +766,7 @@ int cmd_sft(int argc, char **argv)
      * in place), so no copy is rebuilt after a step there */
     const bool dev = dllm_policy_model(m) && dllm_tf_device_trains(dllm_policy_model(m));
     size_t nparam;
-    dllm_policy_trainable(m, &nparam);
+    dllm_optim_trainable(dllm_policy_optim(m), &nparam);
     int *lens = dllm_malloc(sizeof *lens * (size_t)cfg.sft.batch_size);
     /* the optimizer state is the model's, streamed to and from checkpoints */
     const opt_state os = {.n = nparam, .p = m};
@@ -853,7 +853,7 @@ int cmd_sft(int argc, char **argv)
             dllm_rng r = dllm_rng_make((uint64_t)cfg.seed, DLLM_RNG_SFT, (uint64_t)step, (uint64_t)b);
             sft_draw_mask(&r, prompt_len[b], T, mask + (size_t)b * (size_t)T, &p_mask[b]);
         }
-        dllm_policy_zero_grad(m);
+        dllm_optim_zero_grad(dllm_policy_optim(m));
         double loss;
         if ((rc = dllm_policy_sft_loss(m, tokens, mask, p_mask, prompt_len, lens, B, T, true,
                                        &loss, &err)))
@@ -864,7 +864,7 @@ int cmd_sft(int argc, char **argv)
             step, (float)lr, (float)cfg.optim.betas[0], (float)cfg.optim.betas[1],
             (float)cfg.optim.eps, (float)cfg.optim.weight_decay,
             cfg.optim.grad_clip > 0 ? cfg.optim.grad_clip : 0.0};
-        double norm = dllm_policy_optim_step(m, &opt_args);
+        double norm = dllm_optim_step(dllm_policy_optim(m), &opt_args);
         /* a bf16 trainer computes with a bf16 copy of the weights: rebuild it (on the
          * device the LoRA copy the forward reads was updated in place) */
         if (trainer_bf16 && !dev && (rc = dllm_policy_sync_rollout(m, NULL, &err)))

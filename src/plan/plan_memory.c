@@ -188,7 +188,7 @@ int pm_work(dllm_policy *p, const pm_shape *s, pm_phase ph, bool *update, dllm_e
     if (!rc && ph == PM_TRAIN && *update) { /* rl_step's update of one micro-batch */
         void *ctx;
         tag(be, "update: kept forward");
-        dllm_policy_zero_grad(p);
+        dllm_optim_zero_grad(dllm_policy_optim(p));
         dllm_logp_fn f = dllm_policy_train_logp(p, &ctx);
         if (!f || f(ctx, tok, NULL, nb, T, rows, tg, R, lp)) {
             rc = dllm_err_set(err, DLLM_EXIT_INTERNAL, "plan: the update's forward failed");
@@ -199,7 +199,7 @@ int pm_work(dllm_policy *p, const pm_shape *s, pm_phase ph, bool *update, dllm_e
             dllm_policy_backward_logp(ctx, lp);
             tag(be, "update: clip and AdamW");
             dllm_adamw_args a = {1, 1e-6f, 0.9f, 0.99f, 1e-8f, 0.1f, 1.0};
-            dllm_policy_optim_step(p, &a);
+            dllm_optim_step(dllm_policy_optim(p), &a);
             tag(be, "rollout copy rebuild");
             rc = dllm_policy_sync_rollout(p, NULL, err);
         }
@@ -468,14 +468,14 @@ int pm_work_sft(dllm_policy *p, const pm_sft_shape *s, const dllm_policy_cfg *ev
     }
     if (!rc) {
         tag(be, "update: forward and backward");
-        dllm_policy_zero_grad(p);
+        dllm_optim_zero_grad(dllm_policy_optim(p));
         double loss;
         rc = dllm_policy_sft_loss(p, tok, mk, pm, plen, len, B, T, true, &loss, err);
     }
     if (!rc) {
         tag(be, "update: clip and AdamW");
         dllm_adamw_args a = {1, 1e-6f, 0.9f, 0.99f, 1e-8f, 0.1f, 1.0};
-        dllm_policy_optim_step(p, &a);
+        dllm_optim_step(dllm_policy_optim(p), &a);
     }
     free(tok), free(plen), free(len), free(mk), free(pm);
     dllm_policy *ev = NULL;

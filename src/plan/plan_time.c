@@ -333,7 +333,7 @@ static int update_step(runner *u, int *rows_out, dllm_err *err)
     for (int rep = 0; rep < 2 && !rc; rep++) {
         if (rep == 1)
             dllm_record_clear(u->be);
-        dllm_tf_zero_grad(u->m);
+        dllm_optim_zero_grad(dllm_tf_optim(u->m));
         for (int i0 = 0; i0 < s->S && !rc; i0 += mbs) {
             int nb = s->S - i0 < mbs ? s->S - i0 : mbs;
             rc = dllm_tf_device_forward_logp(u->m, b.tok, NULL, nb, u->T, b.rows, b.tg,
@@ -346,7 +346,7 @@ static int update_step(runner *u, int *rows_out, dllm_err *err)
         }
         if (!rc) {
             dllm_adamw_args a = {rep + 1, 1e-6f, 0.9f, 0.99f, 1e-8f, 0.1f, s->grad_clip};
-            dllm_tf_optim_step(u->m, &a);
+            dllm_optim_step(dllm_tf_optim(u->m), &a);
         }
     }
     *rows_out = s->S * s->G;

@@ -323,10 +323,10 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
                      cfg->eval.gen_length, err))
         return err->code;
     /* optimizer, reference policy */
-    dllm_policy_trainable(run->pol, &run->n_param);
+    dllm_optim_trainable(dllm_policy_optim(run->pol), &run->n_param);
     if (cfg->grpo.loss.beta > 0) {
         run->ref_params = dllm_malloc(sizeof(float) * run->n_param);
-        memcpy(run->ref_params, dllm_policy_trainable(run->pol, &run->n_param),
+        memcpy(run->ref_params, dllm_optim_trainable(dllm_policy_optim(run->pol), &run->n_param),
                sizeof(float) * run->n_param);
     }
     /* the update on the device: an fp32 trainer, or LoRA under a bf16 one; otherwise it

@@ -232,7 +232,7 @@ static int score_ent(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const 
                      double *seq, double *tok, double *sample, double *tok_ent, dllm_err *err)
 {
     size_t n = 0;
-    float *theta = params ? dllm_policy_trainable(run->pol, &n) : NULL, *save = NULL;
+    float *theta = params ? dllm_optim_trainable(dllm_policy_optim(run->pol), &n) : NULL, *save = NULL;
     if (params) {
         save = dllm_malloc(sizeof *save * n);
         memcpy(save, theta, sizeof *save * n);
@@ -311,7 +311,7 @@ static int uncorrected_grad(rl_run *run, const dllm_lik_plan *plan, const loss_c
     b->coef = ones;
     b->coef_tok = ones_tok;
     loss_ctx c = {.run = run, .b = b, .global = lc->global};
-    dllm_policy_zero_grad(run->pol);
+    dllm_optim_zero_grad(dllm_policy_optim(run->pol));
     int rc = loss_backward(run, plan, &c, err);
     b->coef = coef;
     b->coef_tok = coef_tok;
@@ -652,7 +652,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     if (!rc && cfg->grpo.fresh_masks) { /* scored by a swap on the host (score) */
         if (!run->old_params)
             run->old_params = dllm_malloc(sizeof(float) * np);
-        memcpy(run->old_params, dllm_policy_trainable(run->pol, &np), sizeof(float) * np);
+        memcpy(run->old_params, dllm_optim_trainable(dllm_policy_optim(run->pol), &np), sizeof(float) * np);
     }
     for (int k = 0; k < cfg->grpo.inner_steps && !rc; k++) {
         const dllm_lik_plan *plan = policy_plan;
@@ -673,11 +673,11 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         }
         /* the gradients where the model trains (host or device memory) */
         dllm_backend *gbe;
-        float *grads = dllm_policy_grad_buffer(run->pol, &np, &gbe);
+        float *grads = dllm_optim_grad_buffer(dllm_policy_optim(run->pol), &np, &gbe);
         if (!rc && k == 0 && cfg->log.grad_cosine && !run->dev_update)
             rc = uncorrected_grad(run, plan, &lc, grads, np, &grad_ref, err);
         lc.loss = lc.kl = lc.clip = lc.ratio_terms = lc.nonfinite = 0;
-        dllm_policy_zero_grad(run->pol);
+        dllm_optim_zero_grad(dllm_policy_optim(run->pol));
         if (!rc)
             rc = loss_backward(run, plan, &lc, err);
         dllm_lik_plan_free(&fresh);
@@ -701,13 +701,13 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
             (int)run->opt_step + 1, (float)step_lr, (float)cfg->optim.betas[0],
             (float)cfg->optim.betas[1], (float)cfg->optim.eps, (float)cfg->optim.weight_decay,
             cfg->optim.grad_clip > 0 ? cfg->optim.grad_clip : 0.0};
-        grad_norm = dllm_policy_optim_step(run->pol, &opt_args);
+        grad_norm = dllm_optim_step(dllm_policy_optim(run->pol), &opt_args);
         if ((rc = check_update(step, lc.loss, grad_norm, NULL, 0, err)))
             break;
         run->opt_step++;
         lr = step_lr;
         /* the updated weights checked where they are on the host (a device's stay there) */
-        const float *theta = dllm_policy_trainable_host(run->pol, &np);
+        const float *theta = dllm_optim_trainable_host(dllm_policy_optim(run->pol), &np);
         if ((rc = check_update(step, lc.loss, grad_norm, theta, theta ? np : 0, err)))
             break;
     }
@@ -725,7 +725,7 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     run->alpha_prev = b->diag.alpha;
     /* the reference policy (beta > 0) follows the trainer every grpo.ref_sync_every steps */
     if (cfg->grpo.ref_sync_every > 0 && run->ref_params && step % cfg->grpo.ref_sync_every == 0) {
-        memcpy(run->ref_params, dllm_policy_trainable(run->pol, &np), sizeof(float) * np);
+        memcpy(run->ref_params, dllm_optim_trainable(dllm_policy_optim(run->pol), &np), sizeof(float) * np);
         run->ref_synced_at = step;
     }
 

@@ -8,20 +8,20 @@
 
 typedef struct {
     dllm_policy *p;
-    dllm_tf_state which;
+    dllm_state which;
 } state_vec;
 
 static int fill_state(void *ctx, size_t off, size_t n, float *dst, dllm_err *err)
 {
     (void)err;
     const state_vec *v = ctx;
-    dllm_policy_state_move(v->p, v->which, off, n, dst, false);
+    dllm_optim_state_read(dllm_policy_optim(v->p), v->which, off, n, dst);
     return 0;
 }
 
 static const char *const NAMES[3] = {"trainable", "adam_m", "adam_v"};
-static const dllm_tf_state STATES[3] = {DLLM_TF_STATE_PARAMS, DLLM_TF_STATE_ADAM_M,
-                                        DLLM_TF_STATE_ADAM_V};
+static const dllm_state STATES[3] = {DLLM_STATE_PARAMS, DLLM_STATE_ADAM_M,
+                                        DLLM_STATE_ADAM_V};
 
 int opt_state_save(const opt_state *s, const char *path, dllm_err *err)
 {
@@ -57,17 +57,17 @@ static int check_finite(const float *v, size_t n, size_t off, const char *path, 
 
 /* Tensor `name` ([n]) of the archive into the model's state, a chunk at a time. */
 static int load_state(const st_archive *a, const char *path, const char *name,
-                       const opt_state *s, dllm_tf_state which, float *buf, dllm_err *err)
+                       const opt_state *s, dllm_state which, float *buf, dllm_err *err)
 {
     int64_t shape[1] = {(int64_t)s->n};
     for (size_t off = 0; off < s->n; off += ST_STREAM_CHUNK) {
         size_t cnt = s->n - off < ST_STREAM_CHUNK ? s->n - off : ST_STREAM_CHUNK;
         int rc = st_read_f32_range(a, name, shape, 1, off, cnt, buf, err);
-        if (!rc && which == DLLM_TF_STATE_PARAMS)
+        if (!rc && which == DLLM_STATE_PARAMS)
             rc = check_finite(buf, cnt, off, path, name, err);
         if (rc)
             return rc;
-        dllm_policy_state_move(s->p, which, off, cnt, buf, true);
+        dllm_optim_state_write(dllm_policy_optim(s->p), which, off, cnt, buf);
     }
     return 0;
 }

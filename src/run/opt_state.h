@@ -2,7 +2,7 @@
  * (optimizer.safetensors, the same file for `sft` and `train`): the trainable vector
  * "trainable", the AdamW moments "adam_m" and "adam_v", and optional host vectors of
  * the same length ("reference": the KL reference policy). The model's state is
- * streamed from and to wherever it lives (dllm_policy_state_move: the host, or
+ * streamed from and to wherever it lives (dllm_optim_state_read / _write: the host, or
  * the device it trains on), a bounded chunk at a time through one host buffer: no
  * second copy of the state is made. */
 #ifndef DLLM_OPT_STATE_H

@@ -673,8 +673,8 @@ START_TEST(test_policy_sft_loss)
         free(z);
         /* gradient against central differences on a few parameters */
         size_t np;
-        float *theta = dllm_policy_trainable(p, &np), *g = dllm_policy_grads(p);
-        dllm_policy_zero_grad(p);
+        float *theta = dllm_optim_trainable(dllm_policy_optim(p), &np), *g = dllm_optim_grads(dllm_policy_optim(p));
+        dllm_optim_zero_grad(dllm_policy_optim(p));
         ck_assert_int_eq(dllm_policy_sft_loss(p, tokens, masked, pm, plen, len, B, T, true, &loss,
                                               &err), 0);
         const size_t idx[4] = {np / 7, np / 3, np / 2 + 1, np - 5};

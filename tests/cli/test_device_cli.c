@@ -92,7 +92,7 @@ static dllm_tf *tiny_lora(int arch_i, bool bf16)
     dllm_tf *m = dllm_tf_create(&cfg, 31 + arch_i);
     dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 6);
     size_t n;
-    float *p = dllm_tf_trainable(m, &n);
+    float *p = dllm_optim_trainable(dllm_tf_optim(m), &n);
     dllm_rng r = dllm_rng_make(81, DLLM_RNG_INIT, 3, 0);
     for (size_t i = 0; i < n; i++)
         p[i] = (float)(0.05 * dllm_rng_normal(&r));
@@ -124,9 +124,9 @@ START_TEST(test_bf16_lora_grads)
     dllm_rng r = dllm_rng_make(82, DLLM_RNG_INIT, 4, 0);
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
-    dllm_tf_zero_grad(h);
-    dllm_tf_zero_grad(h32);
-    dllm_tf_zero_grad(d);
+    dllm_optim_zero_grad(dllm_tf_optim(h));
+    dllm_optim_zero_grad(dllm_tf_optim(h32));
+    dllm_optim_zero_grad(dllm_tf_optim(d));
     double mx = 0;
     ck_assert_int_eq(dllm_tf_forward(h32, tok, mask, B, T, rows, NROWS, ld), 0);
     dllm_tf_backward(h32, dl);
@@ -138,10 +138,10 @@ START_TEST(test_bf16_lora_grads)
     dllm_tf_backward(h, dl);
     dllm_tf_backward(d, dl);
     size_t n;
-    float *base = dllm_tf_trainable(h, &n);
-    float *gh = dllm_tf_grads(h), *gd = malloc(sizeof(float) * n);
+    float *base = dllm_optim_trainable(dllm_tf_optim(h), &n);
+    float *gh = dllm_optim_grads(dllm_tf_optim(h)), *gd = malloc(sizeof(float) * n);
     dllm_tf_device_grads(d, gd);
-    const float *g32 = dllm_tf_grads(h32);
+    const float *g32 = dllm_optim_grads(dllm_tf_optim(h32));
     const dllm_param *pl;
     int np = dllm_tf_lora_params(h, &pl);
     double worst = 0, e_all = nmse(gd, gh, n), e32 = nmse(g32, gh, n);

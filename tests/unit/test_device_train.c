@@ -16,9 +16,9 @@
  *     logits, gradients within a normalised MSE of 1e-8 of the CPU's (measured at most
  *     3e-13) and of 1e-10 of host-built dlogits on the same device; a bad target and a
  *     model not training on a device are input errors;
- *   - three optimizer steps on the device (dllm_tf_optim_step, the first clipped) equal
+ *   - three optimizer steps on the device (dllm_optim_step, the first clipped) equal
  *     op_adamw on the host from the same gradients bit for bit (parameters, pulled by
- *     dllm_tf_trainable, and both moments, read through dllm_tf_state_read), and the
+ *     dllm_optim_trainable, and both moments, read through dllm_optim_state_read), and the
  *     moments written back in uneven chunks read back unchanged;
  *   - the device's copy as the master (test_device_masters): ahead after AdamW steps; a
  *     checkpoint streamed from it (sharded) equals, file for file, a host-made model's
@@ -95,7 +95,7 @@ static dllm_tf *tiny(int arch_i, bool lora)
     if (lora) {
         dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 5);
         size_t n;
-        float *p = dllm_tf_trainable(m, &n);
+        float *p = dllm_optim_trainable(dllm_tf_optim(m), &n);
         dllm_rng r = dllm_rng_make(78, DLLM_RNG_INIT, 3, 0);
         for (size_t i = 0; i < n; i++)
             p[i] = (float)(0.05 * dllm_rng_normal(&r));
@@ -149,11 +149,11 @@ static void grad_parity(int _i, bool tc)
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
     size_t n, nd;
-    dllm_tf_trainable(h, &n);
-    dllm_tf_trainable(d, &nd);
+    dllm_optim_trainable(dllm_tf_optim(h), &n);
+    dllm_optim_trainable(dllm_tf_optim(d), &nd);
     ck_assert_uint_eq(n, nd);
-    dllm_tf_zero_grad(h);
-    dllm_tf_zero_grad(d);
+    dllm_optim_zero_grad(dllm_tf_optim(h));
+    dllm_optim_zero_grad(dllm_tf_optim(d));
     for (int rep = 0; rep < 2; rep++) { /* gradients accumulate across backward calls */
         ck_assert_int_eq(dllm_tf_forward(h, tok, mask, B, T, rows, NROWS, lh), 0);
         ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, ld), 0);
@@ -167,11 +167,11 @@ static void grad_parity(int _i, bool tc)
         dllm_tf_backward(h, dl);
         dllm_tf_backward(d, dl);
     }
-    float *gh = dllm_tf_grads(h), *gd = malloc(sizeof(float) * n);
+    float *gh = dllm_optim_grads(dllm_tf_optim(h)), *gd = malloc(sizeof(float) * n);
     dllm_tf_device_grads(d, gd);
     const dllm_param *pl;
     int np = lora ? dllm_tf_lora_params(h, &pl) : dllm_tf_params(h, &pl);
-    float *base = dllm_tf_trainable(h, &n);
+    float *base = dllm_optim_trainable(dllm_tf_optim(h), &n);
     double worst = 0;
     for (int k = 0; k < np; k++) {
         size_t off = (size_t)(pl[k].data - base);
@@ -195,10 +195,10 @@ static void grad_parity(int _i, bool tc)
     op_clip_grad(gc, n, nd_, 0.5 * nd_);
     float *p = malloc(sizeof(float) * n), *mo = calloc(n, sizeof(float));
     float *vo = calloc(n, sizeof(float));
-    memcpy(p, dllm_tf_trainable(d, &nd), sizeof(float) * n);
+    memcpy(p, dllm_optim_trainable(dllm_tf_optim(d), &nd), sizeof(float) * n);
     for (int t = 1; t <= 3; t++) {
         dllm_adamw_args a = {t, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t == 1 ? 0.5 * nd_ : 0.0};
-        double norm = dllm_tf_optim_step(d, &a);
+        double norm = dllm_optim_step(dllm_tf_optim(d), &a);
         if (t == 1) {
             ck_assert_msg(fabs(norm - nd_) <= 1e-12 * nd_, "device norm %.17g vs %.17g", norm,
                           nd_);
@@ -211,21 +211,21 @@ static void grad_parity(int _i, bool tc)
         }
         op_adamw(p, gcd, mo, vo, n, t, a.lr, a.b1, a.b2, a.eps, a.wd);
     }
-    ck_assert(memcmp(p, dllm_tf_trainable(d, &nd), sizeof(float) * n) == 0);
+    ck_assert(memcmp(p, dllm_optim_trainable(dllm_tf_optim(d), &nd), sizeof(float) * n) == 0);
     float *md = malloc(sizeof(float) * n), *vd = malloc(sizeof(float) * n);
-    dllm_tf_state_read(d, DLLM_TF_STATE_ADAM_M, 0, n, md);
-    dllm_tf_state_read(d, DLLM_TF_STATE_ADAM_V, 0, n, vd);
+    dllm_optim_state_read(dllm_tf_optim(d), DLLM_STATE_ADAM_M, 0, n, md);
+    dllm_optim_state_read(dllm_tf_optim(d), DLLM_STATE_ADAM_V, 0, n, vd);
     ck_assert(memcmp(md, mo, sizeof(float) * n) == 0);
     ck_assert(memcmp(vd, vo, sizeof(float) * n) == 0);
     /* up and down again in uneven pieces that straddle the tensors: unchanged */
     memset(md, 0, sizeof(float) * n);
     for (size_t off = 0; off < n; off += 997) {
         size_t c = n - off < 997 ? n - off : 997;
-        dllm_tf_state_write(d, DLLM_TF_STATE_ADAM_M, off, c, mo + off);
+        dllm_optim_state_write(dllm_tf_optim(d), DLLM_STATE_ADAM_M, off, c, mo + off);
     }
     for (size_t off = 0; off < n; off += 1013) {
         size_t c = n - off < 1013 ? n - off : 1013;
-        dllm_tf_state_read(d, DLLM_TF_STATE_ADAM_M, off, c, md + off);
+        dllm_optim_state_read(dllm_tf_optim(d), DLLM_STATE_ADAM_M, off, c, md + off);
     }
     ck_assert(memcmp(md, mo, sizeof(float) * n) == 0);
     free(md), free(vd), free(p), free(mo), free(vo), free(gc), free(gcd), free(gd);
@@ -278,13 +278,13 @@ START_TEST(test_device_masters)
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
     size_t n;
-    const float *host = dllm_tf_trainable(d, &n); /* the host masters' own memory */
+    const float *host = dllm_optim_trainable(dllm_tf_optim(d), &n); /* the host masters' own memory */
     for (int t = 1; t <= 2; t++) {
-        dllm_tf_zero_grad(d);
+        dllm_optim_zero_grad(dllm_tf_optim(d));
         ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, lg), 0);
         dllm_tf_backward(d, dl);
         dllm_adamw_args a = {t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0};
-        ck_assert(isfinite(dllm_tf_optim_step(d, &a)));
+        ck_assert(isfinite(dllm_optim_step(dllm_tf_optim(d), &a)));
         ck_assert(dllm_tf_device_ahead(d));
     }
     /* a full fine-tune's host masters gave their pages back (and nothing has touched them
@@ -313,13 +313,13 @@ START_TEST(test_device_masters)
     ck_assert(dllm_tf_device_ahead(d) == !lora);
     float *chunked = malloc(sizeof(float) * n);
     for (size_t off = 0; off < n; off += 4093)
-        dllm_tf_state_read(d, DLLM_TF_STATE_PARAMS, off, n - off < 4093 ? n - off : 4093,
+        dllm_optim_state_read(dllm_tf_optim(d), DLLM_STATE_PARAMS, off, n - off < 4093 ? n - off : 4093,
                            chunked + off);
-    const float *p = dllm_tf_trainable(d, &n); /* now it comes down */
+    const float *p = dllm_optim_trainable(dllm_tf_optim(d), &n); /* now it comes down */
     ck_assert(!dllm_tf_device_ahead(d));
     ck_assert(memcmp(chunked, p, sizeof(float) * n) == 0);
     /* the same weights given on the host, then uploaded */
-    memcpy(dllm_tf_trainable(e, &n), p, sizeof(float) * n);
+    memcpy(dllm_optim_trainable(dllm_tf_optim(e), &n), p, sizeof(float) * n);
     ck_assert_int_eq(dllm_tf_rollout_sync(e, &pr, NULL, &err), 0);
     ck_assert_int_eq(dllm_tf_to_device(e, be, &err), 0);
     ck_assert_int_eq(dllm_tf_forward_rollout(e, tok, mask, B, T, rows, NROWS, re), 0);
@@ -349,20 +349,20 @@ static void update(dllm_tf *m, int t)
     dllm_rng r = dllm_rng_make(83, DLLM_RNG_INIT, (uint64_t)t, 0);
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     ck_assert_int_eq(dllm_tf_forward(m, tok, mask, B, T, rows, NROWS, lg), 0);
     dllm_tf_backward(m, dl);
     dllm_adamw_args a = {t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0};
-    ck_assert(isfinite(dllm_tf_optim_step(m, &a)));
+    ck_assert(isfinite(dllm_optim_step(dllm_tf_optim(m), &a)));
     free(lg), free(dl);
 }
 
-/* Both moments (2n floats) as dllm_tf_state_read gives them. */
+/* Both moments (2n floats) as dllm_optim_state_read gives them. */
 static float *moments(dllm_tf *m, size_t n)
 {
     float *mv = malloc(sizeof(float) * 2 * n);
-    dllm_tf_state_read(m, DLLM_TF_STATE_ADAM_M, 0, n, mv);
-    dllm_tf_state_read(m, DLLM_TF_STATE_ADAM_V, 0, n, mv + n);
+    dllm_optim_state_read(dllm_tf_optim(m), DLLM_STATE_ADAM_M, 0, n, mv);
+    dllm_optim_state_read(dllm_tf_optim(m), DLLM_STATE_ADAM_V, 0, n, mv + n);
     return mv;
 }
 
@@ -375,7 +375,7 @@ START_TEST(test_moments_carried)
     dllm_err err;
     dllm_tf *m = tiny(0, lora);
     size_t n;
-    dllm_tf_trainable(m, &n);
+    dllm_optim_trainable(dllm_tf_optim(m), &n);
     update(m, 1);
     float *before = moments(m, n);
     size_t nz = 0;
@@ -441,9 +441,9 @@ START_TEST(test_device_dlogits)
                      DLLM_EXIT_INPUT);
     ck_assert_int_eq(dllm_tf_device_forward_logp(h, tok, mask, B, T, rows, tgt, NROWS, lpd),
                      DLLM_EXIT_INPUT); /* the host model does not train on a device */
-    dllm_tf_zero_grad(h);
-    dllm_tf_zero_grad(d);
-    dllm_tf_zero_grad(u);
+    dllm_optim_zero_grad(dllm_tf_optim(h));
+    dllm_optim_zero_grad(dllm_tf_optim(d));
+    dllm_optim_zero_grad(dllm_tf_optim(u));
     for (int rep = 0; rep < 2; rep++) {
         ck_assert_int_eq(dllm_tf_forward(h, tok, mask, B, T, rows, NROWS, lh), 0);
         ck_assert_int_eq(dllm_tf_device_forward_logp(d, tok, mask, B, T, rows, tgt, NROWS, lpd), 0);
@@ -464,8 +464,8 @@ START_TEST(test_device_dlogits)
         dllm_tf_backward(u, dlu);
     }
     size_t n;
-    dllm_tf_trainable(h, &n);
-    float *gh = dllm_tf_grads(h), *gd = malloc(sizeof(float) * n), *gu = malloc(sizeof(float) * n);
+    dllm_optim_trainable(dllm_tf_optim(h), &n);
+    float *gh = dllm_optim_grads(dllm_tf_optim(h)), *gd = malloc(sizeof(float) * n), *gu = malloc(sizeof(float) * n);
     dllm_tf_device_grads(d, gd);
     dllm_tf_device_grads(u, gu);
     double e = nmse(gd, gh, n), eu = nmse(gd, gu, n);
@@ -516,8 +516,8 @@ START_TEST(test_head_chunks_and_region)
     }
     float *lh = malloc(sizeof(float) * CR * V), *dl = malloc(sizeof(float) * CR * V);
     float *wide = malloc(sizeof(float) * 8 * V);
-    dllm_tf_zero_grad(h);
-    dllm_tf_zero_grad(d);
+    dllm_optim_zero_grad(dllm_tf_optim(h));
+    dllm_optim_zero_grad(dllm_tf_optim(d));
     for (int rep = 0; rep < 3; rep++) {
         /* a wider forward without backward first (the rollout's), then the update */
         ck_assert_int_eq(dllm_tf_forward_nograd(d, tok, mask, WB, CT, rows, 8, wide), 0);
@@ -544,11 +544,11 @@ START_TEST(test_head_chunks_and_region)
             dllm_tf_device_backward_logp(d, g);
         }
         size_t n;
-        dllm_tf_trainable(h, &n);
+        dllm_optim_trainable(dllm_tf_optim(h), &n);
         float *gd = malloc(sizeof(float) * n);
         dllm_tf_device_grads(d, gd);
-        double e = nmse(gd, dllm_tf_grads(h), n);
-        ck_assert(op_grad_norm(dllm_tf_grads(h), n) > 0);
+        double e = nmse(gd, dllm_optim_grads(dllm_tf_optim(h)), n);
+        ck_assert(op_grad_norm(dllm_optim_grads(dllm_tf_optim(h)), n) > 0);
         ck_assert_msg(e <= 1e-8, "%s, update %d: gradients nmse %g against the CPU's",
                       lora ? "LoRA" : "full", rep, e);
         printf("head chunks, %s, update %d: gradient nmse %.2e\n", lora ? "LoRA" : "full", rep, e);
@@ -590,8 +590,8 @@ START_TEST(test_region_taken_between)
     ck_assert(ka->lost);
     ck_assert_ptr_ne(ka->region->owner, ka);
     /* the update again, now in order: the CPU's gradient */
-    dllm_tf_zero_grad(d);
-    dllm_tf_zero_grad(h);
+    dllm_optim_zero_grad(dllm_tf_optim(d));
+    dllm_optim_zero_grad(dllm_tf_optim(h));
     ck_assert_int_eq(dllm_tf_device_forward_logp(d, tok, mask, B, T, rows, tgt, NROWS, lp), 0);
     ck_assert(!ka->lost);
     dllm_tf_device_backward_logp(d, g);
@@ -600,11 +600,11 @@ START_TEST(test_region_taken_between)
     op_xent_bwd(dl, g, lg, lse, tgt, NROWS, V);
     dllm_tf_backward(h, dl);
     size_t n;
-    dllm_tf_trainable(h, &n);
+    dllm_optim_trainable(dllm_tf_optim(h), &n);
     float *gd = malloc(sizeof(float) * n);
     dllm_tf_device_grads(d, gd);
-    ck_assert(op_grad_norm(dllm_tf_grads(h), n) > 0);
-    ck_assert(nmse(gd, dllm_tf_grads(h), n) <= 1e-8);
+    ck_assert(op_grad_norm(dllm_optim_grads(dllm_tf_optim(h)), n) > 0);
+    ck_assert(nmse(gd, dllm_optim_grads(dllm_tf_optim(h)), n) <= 1e-8);
     free(gd), free(lg), free(dl);
     dllm_tf_free(d);
     dllm_tf_free(h);
@@ -634,13 +634,13 @@ START_TEST(test_second_update_parity)
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
     size_t n, nd;
-    float *ph = dllm_tf_trainable(h, &n);
-    dllm_tf_trainable(d, &nd);
+    float *ph = dllm_optim_trainable(dllm_tf_optim(h), &n);
+    dllm_optim_trainable(dllm_tf_optim(d), &nd);
     ck_assert_uint_eq(n, nd);
     float *gd = malloc(sizeof(float) * n);
     for (int t = 1; t <= 3; t++) {
-        dllm_tf_zero_grad(h);
-        dllm_tf_zero_grad(d);
+        dllm_optim_zero_grad(dllm_tf_optim(h));
+        dllm_optim_zero_grad(dllm_tf_optim(d));
         ck_assert_int_eq(dllm_tf_forward(h, tok, mask, B, T, rows, NROWS, lh), 0);
         ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, ld), 0);
         double mx = 0, sc = 0;
@@ -652,7 +652,7 @@ START_TEST(test_second_update_parity)
                       ARCHS[arch_i], lora ? "LoRA" : "full", t, mx);
         dllm_tf_backward(h, dl);
         dllm_tf_backward(d, dl);
-        float *gh = dllm_tf_grads(h);
+        float *gh = dllm_optim_grads(dllm_tf_optim(h));
         dllm_tf_device_grads(d, gd);
         double e = nmse(gd, gh, n);
         ck_assert_msg(e <= 1e-8, "%s %s update %d: gradient normalised MSE %g", ARCHS[arch_i],
@@ -660,11 +660,11 @@ START_TEST(test_second_update_parity)
         /* the same optimizer call on both: the host's state, the device's */
         double nh = op_grad_norm(gh, n);
         dllm_adamw_args a = {t, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5 * nh};
-        ck_assert(dllm_tf_optim_step(h, &a) == nh);
-        double ndv = dllm_tf_optim_step(d, &a);
+        ck_assert(dllm_optim_step(dllm_tf_optim(h), &a) == nh);
+        double ndv = dllm_optim_step(dllm_tf_optim(d), &a);
         ck_assert_msg(fabs(ndv - nh) <= 1e-5 * nh, "update %d: norm %g vs %g", t, ndv, nh);
-        ph = dllm_tf_trainable(h, &n);
-        double ep = nmse(dllm_tf_trainable(d, &nd), ph, n);
+        ph = dllm_optim_trainable(dllm_tf_optim(h), &n);
+        double ep = nmse(dllm_optim_trainable(dllm_tf_optim(d), &nd), ph, n);
         printf("%s %s update %d: logits %.2e, gradient nmse %.2e, parameters nmse %.2e\n",
                ARCHS[arch_i], lora ? "LoRA" : "full", t, mx, e, ep);
         ck_assert_msg(ep <= 1e-10, "%s %s update %d: parameters normalised MSE %g",
@@ -716,7 +716,7 @@ START_TEST(test_bf16_trainer_fused)
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
     size_t n;
-    dllm_tf_trainable(d, &n);
+    dllm_optim_trainable(dllm_tf_optim(d), &n);
     for (int fused = 0; fused < 2; fused++) {
         lg[fused] = malloc(sizeof(float) * NROWS * V);
         g[fused] = malloc(sizeof(float) * n);
@@ -724,7 +724,7 @@ START_TEST(test_bf16_trainer_fused)
 #ifdef DLLM_CUDA_EMULATION
         dllm_emu_reset_stats();
 #endif
-        dllm_tf_zero_grad(d);
+        dllm_optim_zero_grad(dllm_tf_optim(d));
         ck_assert_int_eq(dllm_tf_forward(d, tok, mask, B, T, rows, NROWS, lg[fused]), 0);
         dllm_tf_backward(d, dl);
         dllm_tf_device_grads(d, g[fused]);

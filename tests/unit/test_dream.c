@@ -248,7 +248,7 @@ START_TEST(test_backward_fd)
     uint8_t km[16] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     int32_t rows[6] = {4, 5, 7, 11, 12, 14}, tg[6] = {7, 11, 13, 21, 2, 30};
     float *lg = dllm_malloc(sizeof *lg * (size_t)n * V), *dl = dllm_malloc(sizeof *dl * (size_t)n * V);
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     fd_loss(m, tok, km, rows, tg, n, lg, dl);
     dllm_tf_backward(m, dl);
     const dllm_param *P;

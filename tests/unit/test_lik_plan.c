@@ -185,14 +185,14 @@ static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32
     double w[N] = {0.7, -1.3, 0.4}, u[N * G];
     for (int k = 0; k < N * G; k++)
         u[k] = token_terms ? 0.1 * ((k * 7) % 5 - 2) : NAN;
-    dllm_tf_zero_grad(model);
+    dllm_optim_zero_grad(dllm_tf_optim(model));
     double seq[N];
     lin_loss ll = {w, token_terms ? u : NULL};
     ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, NULL, &err), 0);
     /* the estimates backward returns are the forward's */
     double ev[N], evt[N * G], bt[N * G];
     ck_assert_int_eq(dllm_lik_plan_eval(&p, fwd, model, 8, ev, evt, NULL, NULL, &err), 0);
-    dllm_tf_zero_grad(model);
+    dllm_optim_zero_grad(dllm_tf_optim(model));
     ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, bt, &err), 0);
     for (int i = 0; i < N; i++)
         ck_assert_msg(fabs(seq[i] - ev[i]) < 1e-5, "backward's estimate %f vs eval's %f", seq[i], ev[i]);
@@ -201,10 +201,10 @@ static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32
     /* the device form of the same backward: the same estimates and gradients to fp32
      * rounding (log-probs in fp32, dlogits from fp32 g) */
     size_t ntr;
-    dllm_tf_trainable(model, &ntr);
+    dllm_optim_trainable(dllm_tf_optim(model), &ntr);
     float *g_host = malloc(sizeof(float) * ntr);
-    memcpy(g_host, dllm_tf_grads(model), sizeof(float) * ntr);
-    dllm_tf_zero_grad(model);
+    memcpy(g_host, dllm_optim_grads(dllm_tf_optim(model)), sizeof(float) * ntr);
+    dllm_optim_zero_grad(dllm_tf_optim(model));
     double seq_l[N], bt_l[N * G];
     ck_assert_int_eq(dllm_lik_plan_backward_logp(&p, fwd_logp, bwd_logp, model, 2, lin_grad, &ll,
                                                  seq_l, bt_l, &err), 0);
@@ -213,7 +213,7 @@ static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32
                       ev[i]);
     for (int k = 0; k < N * G; k++)
         ck_assert(isnan(evt[k]) ? isnan(bt_l[k]) : fabs(bt_l[k] - evt[k]) < 1e-4);
-    const float *g_dev = dllm_tf_grads(model);
+    const float *g_dev = dllm_optim_grads(dllm_tf_optim(model));
     double e = 0, s2 = 0;
     for (size_t k = 0; k < ntr; k++) {
         e += ((double)g_dev[k] - g_host[k]) * ((double)g_dev[k] - g_host[k]);
@@ -222,7 +222,7 @@ static void check_gradient_on(dllm_estimator kind, bool token_terms, const int32
     ck_assert(s2 > 0);
     ck_assert_msg(e / s2 < 1e-10, "logp backward's gradients: normalised MSE %g", e / s2);
     free(g_host);
-    dllm_tf_zero_grad(model);
+    dllm_optim_zero_grad(dllm_tf_optim(model));
     ck_assert_int_eq(dllm_lik_plan_backward(&p, fwd, bwd, model, 2, lin_grad, &ll, seq, bt, &err), 0);
     const dllm_param *ps;
     int np = dllm_tf_params(model, &ps);

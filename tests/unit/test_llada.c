@@ -157,8 +157,8 @@ static dllm_policy *open_policy(const char *name)
 static double loss_of(dllm_policy *pol, const batch *b, bool backward)
 {
     size_t n;
-    dllm_policy_trainable(pol, &n);
-    float *g = dllm_policy_grads(pol), *before = NULL;
+    dllm_optim_trainable(dllm_policy_optim(pol), &n);
+    float *g = dllm_optim_grads(dllm_policy_optim(pol)), *before = NULL;
     if (backward) {
         before = dllm_malloc(n * sizeof(float));
         memcpy(before, g, n * sizeof(float));
@@ -239,7 +239,7 @@ START_TEST(test_loss_and_grads)
     load_batch(a, &b);
     dllm_policy *pol = open_policy("tiny");
     dllm_tf *m = dllm_policy_model(pol);
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     double loss = loss_of(pol, &b, true);
     float *want = gold_f32(a, "loss", 1);
     ck_assert_msg(fabs(loss - want[0]) < 1e-5 * fabs(want[0]), "loss %.8f, golden %.8f", loss,
@@ -278,11 +278,11 @@ START_TEST(test_adamw_steps)
     dllm_policy *pol = open_policy("tiny");
     dllm_tf *m = dllm_policy_model(pol);
     size_t n;
-    float *params = dllm_tf_trainable(m, &n), *grads = dllm_tf_grads(m);
+    float *params = dllm_optim_trainable(dllm_tf_optim(m), &n), *grads = dllm_optim_grads(dllm_tf_optim(m));
     float *mm = dllm_calloc(n, sizeof(float)), *vv = dllm_calloc(n, sizeof(float));
     float *want_loss = gold_f32(a, "adamw_loss", 5);
     for (int step = 1; step <= 5; step++) {
-        dllm_tf_zero_grad(m);
+        dllm_optim_zero_grad(dllm_tf_optim(m));
         double loss = loss_of(pol, &b, true);
         ck_assert_msg(fabs(loss - want_loss[step - 1]) < 1e-5,
                       "step %d: loss %.7f, golden %.7f", step, loss, (double)want_loss[step - 1]);
@@ -369,7 +369,7 @@ START_TEST(test_lora_golden)
     size_t n, tot = 0;
     for (int i = 0; i < nl; i++)
         tot += LP[i].numel;
-    ck_assert_ptr_eq(dllm_tf_trainable(m, &n), LP[0].data);
+    ck_assert_ptr_eq(dllm_optim_trainable(dllm_tf_optim(m), &n), LP[0].data);
     ck_assert_uint_eq(n, tot);
     const dllm_param *P;
     int np = dllm_tf_params(m, &P);
@@ -386,7 +386,7 @@ START_TEST(test_lora_golden)
     free(want);
     free(got);
 
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     double loss = loss_of(pol, &b, true);
     float *wl = gold_f32(a, "lora_loss", 1);
     ck_assert_msg(fabs(loss - wl[0]) < 1e-5 * wl[0], "LoRA loss %.8f, golden %.8f", loss,
@@ -421,7 +421,7 @@ START_TEST(test_gqa_golden)
     float *want = gold_f32(a, "gqa_logits", n), *got = all_logits(m, &b, b.masked);
     double d = tu_max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-4, "GQA logits: max abs err %g", d);
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     double loss = loss_of(pol, &b, true);
     float *wl = gold_f32(a, "gqa_loss", 1);
     ck_assert_msg(fabs(loss - wl[0]) < 1e-5 * wl[0], "GQA loss %.8f, golden %.8f", loss,

@@ -57,7 +57,7 @@ static void fill_normal(float *x, size_t n, double std, uint64_t seed)
 static void randomise(dllm_policy *p, uint64_t seed)
 {
     size_t n;
-    float *w = dllm_policy_trainable(p, &n);
+    float *w = dllm_optim_trainable(dllm_policy_optim(p), &n);
     fill_normal(w, n, 0.05, seed);
 }
 
@@ -110,7 +110,7 @@ START_TEST(test_open_preset)
     ck_assert(dllm_policy_has_lora(p));
     ck_assert(dllm_policy_rollout_is_trainer(p)); /* rollout NULL: the trainer */
     size_t n;
-    dllm_policy_trainable(p, &n);
+    dllm_optim_trainable(dllm_policy_optim(p), &n);
     /* per layer: q (A 4xC, B Cx4), v (same), ff_out (A 4xH, B Cx4) */
     size_t C = (size_t)mc->d_model, H = (size_t)mc->mlp_hidden, per = 4 * (C + C + C + C + H + C);
     ck_assert_uint_eq(n, per * (size_t)mc->n_layers);
@@ -120,7 +120,7 @@ START_TEST(test_open_preset)
     p = open_ok(&c);
     ck_assert(!dllm_policy_has_lora(p));
     ck_assert(!dllm_policy_rollout_is_trainer(p));
-    dllm_policy_trainable(p, &n);
+    dllm_optim_trainable(dllm_policy_optim(p), &n);
     ck_assert_uint_eq(n, (size_t)dllm_config_num_params(dllm_policy_config(p)));
     dllm_policy_free(p);
 }
@@ -283,13 +283,13 @@ START_TEST(test_backward_and_sync)
     size_t n = n_logits(p), nt;
     float *dl = dllm_malloc(n * sizeof(float));
     fill_normal(dl, n, 1.0, 5);
-    dllm_policy_zero_grad(p);
+    dllm_optim_zero_grad(dllm_policy_optim(p));
     float *lt = logits(p, DLLM_PREC_TRAIN);
     void *ctx;
     dllm_policy_logits(p, DLLM_PREC_TRAIN, &ctx);
     dllm_policy_backward(ctx, dl);
-    float *w = dllm_policy_trainable(p, &nt);
-    const float *g = dllm_policy_grads(p);
+    float *w = dllm_optim_trainable(dllm_policy_optim(p), &nt);
+    const float *g = dllm_optim_grads(dllm_policy_optim(p));
     double gn = 0;
     for (size_t i = 0; i < nt; i++)
         gn += (double)g[i] * g[i];
@@ -302,8 +302,8 @@ START_TEST(test_backward_and_sync)
     ck_assert_int_eq(dllm_policy_sync_rollout(p, NULL, &err), 0);
     float *l2 = logits(p, DLLM_PREC_ROLLOUT);
     ck_assert(memcmp(l0, l2, n * sizeof(float)) != 0);
-    dllm_policy_zero_grad(p);
-    g = dllm_policy_grads(p);
+    dllm_optim_zero_grad(dllm_policy_optim(p));
+    g = dllm_optim_grads(dllm_policy_optim(p));
     for (size_t i = 0; i < nt; i++)
         ck_assert(g[i] == 0.0f);
     free(l0);
@@ -364,7 +364,7 @@ START_TEST(test_adapter_roundtrip)
     ck_assert_msg(dllm_policy_load_adapter(b, dir, &err) == 0, "%s", err.msg);
     ck_assert(dllm_policy_has_lora(b));
     size_t na, nb;
-    float *wa = dllm_policy_trainable(a, &na), *wb = dllm_policy_trainable(b, &nb);
+    float *wa = dllm_optim_trainable(dllm_policy_optim(a), &na), *wb = dllm_optim_trainable(dllm_policy_optim(b), &nb);
     ck_assert_uint_eq(na, nb);
     ck_assert(memcmp(wa, wb, na * sizeof(float)) == 0);
     for (int prec = 0; prec < 2; prec++) {
@@ -461,8 +461,8 @@ START_TEST(test_qwen3)
      * second policy opened identically, then the same trainable values) */
     dllm_policy *q = open_ok(&c);
     size_t n, n2;
-    const float *wp = dllm_policy_trainable(p, &n);
-    float *wq = dllm_policy_trainable(q, &n2);
+    const float *wp = dllm_optim_trainable(dllm_policy_optim(p), &n);
+    float *wq = dllm_optim_trainable(dllm_policy_optim(q), &n2);
     ck_assert_uint_eq(n, n2);
     memcpy(wq, wp, n * sizeof(float));
     char *dir = tmpdir();
@@ -505,7 +505,7 @@ START_TEST(test_qwen3)
     dllm_policy *b = open_ok(&c0);
     ck_assert_msg(dllm_policy_load_adapter(b, dir, &err) == 0, "%s", err.msg);
     size_t nb;
-    const float *wb = dllm_policy_trainable(b, &nb);
+    const float *wb = dllm_optim_trainable(dllm_policy_optim(b), &nb);
     ck_assert_uint_eq(nb, n);
     ck_assert(memcmp(wb, wp, n * sizeof(float)) == 0);
     float *la = logits(p, DLLM_PREC_TRAIN), *lb = logits(b, DLLM_PREC_TRAIN);

@@ -266,10 +266,10 @@ START_TEST(test_rollout_keeps_trainer_activations)
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *dl = dllm_malloc(n * sizeof(float));
     fill_normal(dl, n, 1.0, 9);
-    dllm_tf_trainable(m, &nt);
+    dllm_optim_trainable(dllm_tf_optim(m), &nt);
     float *g1 = dllm_malloc(nt * sizeof(float));
     for (int pass = 0; pass < 2; pass++) {
-        dllm_tf_zero_grad(m);
+        dllm_optim_zero_grad(dllm_tf_optim(m));
         float *lg = logits_of(m, &b, false);
         if (pass) {
             float *r = logits_of(m, &b, true);
@@ -277,9 +277,9 @@ START_TEST(test_rollout_keeps_trainer_activations)
         }
         dllm_tf_backward(m, dl);
         if (!pass)
-            memcpy(g1, dllm_tf_grads(m), nt * sizeof(float));
+            memcpy(g1, dllm_optim_grads(dllm_tf_optim(m)), nt * sizeof(float));
         else
-            ck_assert(memcmp(g1, dllm_tf_grads(m), nt * sizeof(float)) == 0);
+            ck_assert(memcmp(g1, dllm_optim_grads(dllm_tf_optim(m)), nt * sizeof(float)) == 0);
         free(lg);
     }
     free(g1);
@@ -767,7 +767,7 @@ START_TEST(test_sync_after_weight_change)
     batch b = make_batch(dllm_tf_config(m)->embedding_size);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *l0 = logits_of(m, &b, true);
-    float *w = dllm_tf_trainable(m, &nt);
+    float *w = dllm_optim_trainable(dllm_tf_optim(m), &nt);
     for (size_t i = 0; i < nt; i++)
         w[i] *= 1.05f;
     float *l1 = logits_of(m, &b, true);
@@ -807,7 +807,7 @@ START_TEST(test_sync_merges_lora)
     batch b = make_batch(dllm_tf_config(m)->embedding_size);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nl;
     /* B = 0: the copy equals the base model's */
-    float *lw = dllm_tf_trainable(m, &nl);
+    float *lw = dllm_optim_trainable(dllm_tf_optim(m), &nl);
     float *saved = dllm_malloc(nl * sizeof(float));
     memcpy(saved, lw, nl * sizeof(float));
     const dllm_param *lp;
@@ -877,15 +877,15 @@ static double fd_error(dllm_tf *m, dllm_precision p, double eps, int ndir)
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *c = dllm_malloc(n * sizeof(float));
     fill_normal(c, n, 1.0, 21);
-    float *w = dllm_tf_trainable(m, &nt);
+    float *w = dllm_optim_trainable(dllm_tf_optim(m), &nt);
     float *w0 = dllm_malloc(nt * sizeof(float)), *d = dllm_malloc(nt * sizeof(float));
     float *g = dllm_malloc(nt * sizeof(float));
     memcpy(w0, w, nt * sizeof(float));
     do_sync(m, p);
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     float *lg = logits_of(m, &b, false);
     dllm_tf_backward(m, c);
-    memcpy(g, dllm_tf_grads(m), nt * sizeof(float));
+    memcpy(g, dllm_optim_grads(dllm_tf_optim(m)), nt * sizeof(float));
     double gn = 0, wn = 0;
     for (size_t i = 0; i < nt; i++) {
         gn += (double)g[i] * g[i];
@@ -940,28 +940,28 @@ START_TEST(test_trainer_bf16)
 
     /* the straight-through gradient is close to the fp32 gradient, not equal */
     size_t nt;
-    dllm_tf_trainable(m, &nt);
+    dllm_optim_trainable(dllm_tf_optim(m), &nt);
     float *c = dllm_malloc(n * sizeof(float)), *g32 = dllm_malloc(nt * sizeof(float));
     fill_normal(c, n, 1.0, 21);
     for (int bf = 0; bf < 2; bf++) {
         do_sync(m, prec(bf ? "bf16" : "fp32", NULL, NULL, NULL));
-        dllm_tf_zero_grad(m);
+        dllm_optim_zero_grad(dllm_tf_optim(m));
         float *lg = logits_of(m, &b, false);
         dllm_tf_backward(m, c);
         if (!bf)
-            memcpy(g32, dllm_tf_grads(m), nt * sizeof(float));
+            memcpy(g32, dllm_optim_grads(dllm_tf_optim(m)), nt * sizeof(float));
         free(lg);
     }
-    double eg = rel_rms(dllm_tf_grads(m), g32, nt);
+    double eg = rel_rms(dllm_optim_grads(dllm_tf_optim(m)), g32, nt);
     printf("%s: bf16 straight-through gradient vs fp32 gradient: relative rms %.3g\n",
            cases[_i].name, eg);
     ck_assert(eg > 0 && eg < 0.05);
     /* back to fp32: the master weights were never rounded, the gradients are fp32's */
     do_sync(m, prec("fp32", NULL, NULL, NULL));
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     float *lg32 = logits_of(m, &b, false);
     dllm_tf_backward(m, c);
-    ck_assert(memcmp(g32, dllm_tf_grads(m), nt * sizeof(float)) == 0);
+    ck_assert(memcmp(g32, dllm_optim_grads(dllm_tf_optim(m)), nt * sizeof(float)) == 0);
     free(lg32);
     free(c);
     free(g32);

@@ -215,7 +215,7 @@ START_TEST(test_loss_and_grads)
     batch b;
     load_batch(a, &b);
     dllm_tf *m = load_model(v);
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     double loss = loss_of(m, &b, true);
     char name[160];
     snprintf(name, sizeof name, "%s.loss", v);

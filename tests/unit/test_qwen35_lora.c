@@ -184,7 +184,7 @@ START_TEST(rollout_copy_merged)
     const char *kind = copies[_i];
     dllm_policy *p = open_tiny(4, "fp32", kind);
     size_t n;
-    float *v = dllm_policy_trainable(p, &n);
+    float *v = dllm_optim_trainable(dllm_policy_optim(p), &n);
     fill(v, n, 9, 0.1);
     dllm_err err = {0};
     ck_assert(dllm_policy_sync_rollout(p, NULL, &err) == 0);
@@ -234,7 +234,7 @@ START_TEST(adapter_peft_layout)
 {
     dllm_policy *p = open_tiny(4, "fp32", "trainer");
     size_t n;
-    float *v = dllm_policy_trainable(p, &n);
+    float *v = dllm_optim_trainable(dllm_policy_optim(p), &n);
     fill(v, n, 21, 0.1);
     dllm_err err = {0};
     char dir[600], path[700];
@@ -354,7 +354,7 @@ START_TEST(bf16_trainer)
     dllm_policy *f = open_tiny(rank, "fp32", "trainer"), *h = open_tiny(rank, "bf16", "bf16");
     int V = dllm_policy_config(f)->vocab_size;
     size_t n, nh;
-    float *vf = dllm_policy_trainable(f, &n), *vh = dllm_policy_trainable(h, &nh);
+    float *vf = dllm_optim_trainable(dllm_policy_optim(f), &n), *vh = dllm_optim_trainable(dllm_policy_optim(h), &nh);
     ck_assert_uint_eq(n, nh);
     if (rank) { /* the same non-zero adapters in both */
         fill(vf, n, 4, 0.1);
@@ -369,11 +369,11 @@ START_TEST(bf16_trainer)
     float *lf = zeros(nl), *lh = zeros(nl), *dl = zeros(nl), *again = zeros(nl);
     policy_logits(f, DLLM_PREC_TRAIN, tok, lf);
     double Lf = row_xent(lf, tok, V, dl);
-    dllm_policy_zero_grad(f);
+    dllm_optim_zero_grad(dllm_policy_optim(f));
     dllm_policy_backward(f, dl);
     policy_logits(h, DLLM_PREC_TRAIN, tok, lh);
     double Lh = row_xent(lh, tok, V, dl);
-    dllm_policy_zero_grad(h);
+    dllm_optim_zero_grad(dllm_policy_optim(h));
     dllm_policy_backward(h, dl);
     policy_logits(h, DLLM_PREC_TRAIN_NOGRAD, tok, again);
     ck_assert(memcmp(lh, again, nl * sizeof(float)) == 0);
@@ -383,7 +383,7 @@ START_TEST(bf16_trainer)
     fprintf(stderr, "bf16 trainer (rank %d): loss %.6f, fp32 %.6f, logits differ by %.3g\n",
             rank, Lh, Lf, tu_max_abs_diff(lh, lf, nl));
     ck_assert_msg(Lh != Lf && fabs(Lh - Lf) < 1e-3 * Lf, "bf16 loss %g, fp32 %g", Lh, Lf);
-    const float *gf = dllm_policy_grads(f), *gh = dllm_policy_grads(h);
+    const float *gf = dllm_optim_grads(dllm_policy_optim(f)), *gh = dllm_optim_grads(dllm_policy_optim(h));
     double dot = 0, nf = 0, nh2 = 0;
     for (size_t i = 0; i < n; i++)
         dot += (double)gf[i] * gh[i], nf += (double)gf[i] * gf[i], nh2 += (double)gh[i] * gh[i];
@@ -395,15 +395,15 @@ START_TEST(bf16_trainer)
     for (int step = 1; step <= 20; step++) {
         policy_logits(h, DLLM_PREC_TRAIN, tok, lh);
         last = row_xent(lh, tok, V, dl);
-        dllm_policy_zero_grad(h);
+        dllm_optim_zero_grad(dllm_policy_optim(h));
         dllm_policy_backward(h, dl);
         dllm_adamw_args a = {.t = step, .lr = 1e-2f, .b1 = 0.9f, .b2 = 0.999f, .eps = 1e-8f,
                              .wd = 0.0f, .max_norm = 1.0};
-        ck_assert(isfinite(dllm_policy_optim_step(h, &a)));
+        ck_assert(isfinite(dllm_optim_step(dllm_policy_optim(h), &a)));
         ck_assert(dllm_policy_sync_rollout(h, NULL, &err) == 0);
     }
     ck_assert_msg(last < 0.9 * first, "20 bf16-trainer steps: loss %g from %g", last, first);
-    vh = dllm_policy_trainable(h, &nh);
+    vh = dllm_optim_trainable(dllm_policy_optim(h), &nh);
     size_t off_bf16 = 0;
     for (size_t i = 0; i < nh; i++) {
         float r = vh[i];

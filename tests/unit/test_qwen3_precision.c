@@ -47,7 +47,7 @@ static void lora_random(dllm_tf *m, uint64_t seed)
 {
     dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, seed);
     size_t n;
-    float *w = dllm_tf_trainable(m, &n);
+    float *w = dllm_optim_trainable(dllm_tf_optim(m), &n);
     fill_normal(w, n, 0.05, seed + 1);
 }
 
@@ -197,7 +197,7 @@ START_TEST(test_policy_fp8)
     ck_assert_msg(dllm_policy_open(&p, &c, &err) == 0, "%s", err.msg);
     ck_assert(!dllm_policy_rollout_is_trainer(p));
     size_t n;
-    float *tr = dllm_policy_trainable(p, &n);
+    float *tr = dllm_optim_trainable(dllm_policy_optim(p), &n);
     fill_normal(tr, n, 0.05, 21);
     ck_assert_msg(dllm_policy_sync_rollout(p, NULL, &err) == 0, "%s", err.msg);
     const dllm_model_config *mc = dllm_policy_config(p);

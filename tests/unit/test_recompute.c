@@ -45,7 +45,7 @@ static dllm_tf *model(int arch_i, bool lora)
     if (lora) {
         dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 5);
         size_t n;
-        float *p = dllm_tf_trainable(m, &n);
+        float *p = dllm_optim_trainable(dllm_tf_optim(m), &n);
         dllm_rng r = dllm_rng_make(81, DLLM_RNG_INIT, 3, 0);
         for (size_t i = 0; i < n; i++)
             p[i] = (float)(0.05 * dllm_rng_normal(&r));
@@ -70,18 +70,18 @@ static void run_at(dllm_tf *m, bool dev, int nb, int nt, float *logits, float *g
     dllm_rng r = dllm_rng_make(82, DLLM_RNG_INIT, 4, 0);
     for (int i = 0; i < NROWS * V; i++)
         dl[i] = (float)(0.1 * dllm_rng_normal(&r));
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     for (int rep = 0; rep < 2; rep++) {
         ck_assert_int_eq(dllm_tf_forward(m, tok, mask, nb, nt, rows, NROWS,
                                          logits + (size_t)rep * NROWS * V), 0);
         dllm_tf_backward(m, dl);
     }
     size_t n;
-    dllm_tf_trainable(m, &n);
+    dllm_optim_trainable(dllm_tf_optim(m), &n);
     if (dev)
         dllm_tf_device_grads(m, grads);
     else
-        memcpy(grads, dllm_tf_grads(m), sizeof(float) * n);
+        memcpy(grads, dllm_optim_grads(dllm_tf_optim(m)), sizeof(float) * n);
     free(dl), free(tok), free(mask);
 }
 
@@ -105,7 +105,7 @@ START_TEST(test_bit_identical)
     }
     int V = dllm_tf_config(ref)->embedding_size;
     size_t n;
-    dllm_tf_trainable(ref, &n);
+    dllm_optim_trainable(dllm_tf_optim(ref), &n);
     float *l0 = malloc(sizeof(float) * 2 * NROWS * V), *g0 = malloc(sizeof(float) * n);
     float *l1 = malloc(sizeof(float) * 2 * NROWS * V), *g1 = malloc(sizeof(float) * n);
     run(ref, dev, l0, g0);
@@ -152,7 +152,7 @@ static int64_t device_peak(int every)
     ck_assert_int_eq(dllm_tf_to_device(m, dllm_backend_cuda(), &err), 0);
     ck_assert_int_eq(dllm_tf_device_train(m, &err), 0);
     size_t n;
-    dllm_tf_trainable(m, &n);
+    dllm_optim_trainable(dllm_tf_optim(m), &n);
     int V = dllm_tf_config(m)->embedding_size;
     float *l = malloc(sizeof(float) * 2 * NROWS * V), *g = malloc(sizeof(float) * n);
     run_at(m, true, 4, 64, l, g);

@@ -180,7 +180,7 @@ static void enable_lora(dllm_tf *m, int mask)
 static void fd_check(dllm_tf *m, const batch *b, const dllm_param *list, int n, double h,
                      double tol)
 {
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     loss_of(m, b, true);
     dllm_rng r = dllm_rng_make(11, 0, 0, 0);
     for (int i = 0; i < n; i++) {
@@ -364,13 +364,13 @@ START_TEST(test_lora_merged)
     ck_assert_int_eq(dllm_tf_lora_info(m, &alpha, &gotmask), 4);
     ck_assert(alpha == 8.0f && gotmask == LORA_ALL);
     size_t nt;
-    float *tr = dllm_tf_trainable(m, &nt);
+    float *tr = dllm_optim_trainable(dllm_tf_optim(m), &nt);
     const dllm_param *LP;
     int nl = dllm_tf_lora_params(m, &LP);
     ck_assert_ptr_eq(tr, LP[0].data);
     ck_assert_str_eq(LP[0].name, k->lora0);
     ck_assert_str_eq(LP[9].name, k->lora9);
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     double l_lora = loss_of(m, &b, true);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size;
     float *want = all_logits(m, &b);
@@ -387,7 +387,7 @@ START_TEST(test_lora_merged)
     double d = tu_max_abs_diff(got, want, n);
     ck_assert_msg(d < 1e-5 * (1 + tu_max_abs(want, n)), "merged checkpoint vs LoRA forward: %g", d);
     free(got);
-    dllm_tf_zero_grad(mm);
+    dllm_optim_zero_grad(dllm_tf_optim(mm));
     double l_m = loss_of(mm, &b, true);
     ck_assert_msg(fabs(l_m - l_lora) < 1e-5 * (1 + fabs(l_lora)), "loss %g vs %g", l_m, l_lora);
 
@@ -481,8 +481,8 @@ START_TEST(test_lora_init)
     const dllm_param *P;
     dllm_tf_params(m, &P);
     ck_assert_ptr_null(P[0].grad); /* not allocated until needed */
-    dllm_tf_zero_grad(m);
-    ck_assert_ptr_eq(dllm_tf_trainable(m, &nt), P[0].data);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
+    ck_assert_ptr_eq(dllm_optim_trainable(dllm_tf_optim(m), &nt), P[0].data);
     ck_assert_ptr_nonnull(P[0].grad);
     free(got);
     free(base);
@@ -522,7 +522,7 @@ START_TEST(test_create_deterministic)
     double sd = sqrt(s2 / cnt);
     ck_assert_msg(fabs(sd - 0.02) < 0.001, "init std %g, expected 0.02", sd);
     size_t nt;
-    dllm_tf_trainable(x, &nt);
+    dllm_optim_trainable(dllm_tf_optim(x), &nt);
     ck_assert_uint_eq(nt, total);
     if (!a->qkv_bias) /* model_config counts the shipped architectures */
         ck_assert_int_eq((long long)nt, (long long)dllm_config_num_params(&cfg));
@@ -689,18 +689,18 @@ START_TEST(test_precision_copies)
     }
     /* bf16 trainer: gradients close to fp32's */
     size_t ng;
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     loss_of(m, &b, true);
-    float *g32 = dllm_tf_grads(m);
-    dllm_tf_trainable(m, &ng);
+    float *g32 = dllm_optim_grads(dllm_tf_optim(m));
+    dllm_optim_trainable(dllm_tf_optim(m), &ng);
     float *keep = dllm_malloc(ng * sizeof(float));
     memcpy(keep, g32, ng * sizeof(float));
     dllm_precision p;
     ck_assert_int_eq(dllm_precision_parse(&p, "bf16", "trainer", NULL, NULL, false, &err), 0);
     ck_assert_int_eq(dllm_tf_rollout_sync(m, &p, NULL, &err), 0);
-    dllm_tf_zero_grad(m);
+    dllm_optim_zero_grad(dllm_tf_optim(m));
     loss_of(m, &b, true);
-    double d = tu_max_abs_diff(dllm_tf_grads(m), keep, ng), mg = tu_max_abs(keep, ng);
+    double d = tu_max_abs_diff(dllm_optim_grads(dllm_tf_optim(m)), keep, ng), mg = tu_max_abs(keep, ng);
     ck_assert_msg(d > 0 && d < 0.1 * mg, "bf16 trainer gradients: %g (max %g)", d, mg);
     free(keep);
     free(got);
