@@ -19,9 +19,9 @@
 typedef enum { DLLM_STATE_PARAMS = 0, DLLM_STATE_ADAM_M = 1, DLLM_STATE_ADAM_V = 2 } dllm_state;
 
 typedef struct dllm_optim_ops {
-    /* The trainable vector, contiguous, on the host (brought up to date first where a
-     * device's copy is newer; the caller may write it) */
-    float *(*trainable)(void *model, size_t *n);
+    /* The trainable vector, contiguous, on the host: current at the call (downloaded
+     * where a device's copy is the trainable vector), to read; state_move writes it */
+    const float *(*trainable)(void *model, size_t *n);
     /* Its gradients on the host (where the backward accumulates them without a device) */
     float *(*grads)(void *model);
     /* Zeroes the gradients where the backward accumulates them */
@@ -48,7 +48,7 @@ typedef struct {
     void *model;
 } dllm_optim;
 
-static inline float *dllm_optim_trainable(dllm_optim o, size_t *n)
+static inline const float *dllm_optim_trainable(dllm_optim o, size_t *n)
 {
     return o.ops->trainable(o.model, n);
 }

@@ -230,7 +230,7 @@ dllm_backend *dllm_policy_device(const dllm_policy *p) { return p->ops ? NULL : 
 void dllm_policy_trainer_changed(dllm_policy *p)
 {
     if (!p->ops)
-        dllm_tf_device_trainer_changed(p->m);
+        dllm_tf_trainer_changed(p->m);
     else
         p->ops->trainer_changed(p->impl);
 }

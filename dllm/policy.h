@@ -62,8 +62,9 @@ int dllm_policy_open(dllm_policy **out, const dllm_policy_cfg *c, dllm_err *err)
  * (saying why: dllm_backend_cuda_why). */
 int dllm_policy_device_parse(const char *device, const char *flag, dllm_backend **be,
                              dllm_err *err);
-/* The trainable vector was changed in place outside an optimizer step's sync (a
- * temporary swap for scoring): the device's trainer copy follows (no-op on the host). */
+/* The trainable vector was written outside an optimizer step's sync
+ * (dllm_optim_state_write of the whole vector: a swap for scoring): what the trainer
+ * computes with follows it (a bf16 trainer's rounded weights). */
 void dllm_policy_trainer_changed(dllm_policy *p);
 /* The device backend the policy's model is on (NULL: the host). */
 dllm_backend *dllm_policy_device(const dllm_policy *p);

@@ -164,7 +164,10 @@ static float *q35_state(void *impl, dllm_state s, size_t *n)
     return s == DLLM_STATE_PARAMS ? p : qwen35_moment(q->m, s == DLLM_STATE_ADAM_V);
 }
 
-static float *q35_trainable(void *impl, size_t *n) { return q35_state(impl, DLLM_STATE_PARAMS, n); }
+static const float *q35_trainable(void *impl, size_t *n)
+{
+    return q35_state(impl, DLLM_STATE_PARAMS, n);
+}
 
 static const float *q35_trainable_host(void *impl, size_t *n)
 {

@@ -369,16 +369,22 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
         }
 }
 
-static float *tf_trainable(void *model, size_t *n)
+/* The host's trainable vector (not brought up to date). */
+static float *host_trainable(dllm_tf *m, size_t *n)
 {
-    dllm_tf *m = model;
-    tf_device_host_access(m); /* current on the host, which may write it */
     if (m->lora_rank) {
         *n = m->n_lora;
         return m->lora_params;
     }
     *n = m->n_params;
     return m->params;
+}
+
+static const float *tf_trainable(void *model, size_t *n)
+{
+    dllm_tf *m = model;
+    tf_device_pull(m); /* where a device's copy is the trainable vector */
+    return host_trainable(m, n);
 }
 
 /* The base gradients exist only once needed: a model that is only run or
@@ -430,7 +436,7 @@ static void update_state(dllm_tf *m, tf_update *u, bool step)
         *u = (tf_update){.be = dllm_backend_cpu(), .g = tf_grads(m)};
         u->n = m->lora_rank ? m->n_lora : m->n_params;
         if (step)
-            u->p = tf_trainable(m, &u->n);
+            u->p = host_trainable(m, &u->n);
     }
     if (!step)
         return;
@@ -463,8 +469,12 @@ static double tf_optim_step(void *model, const dllm_adamw_args *a)
     tf_update u;
     update_state(m, &u, true);
     double norm = u.be->ops->adamw_step(u.be, u.p, u.g, u.m, u.v, u.n, a);
-    if (isfinite(norm))
+    if (!isfinite(norm))
+        return norm;
+    if (tf_device_training(m))
         tf_device_updated(m);
+    else /* the host's stepped beside a device's copies, which are rebuilt from it */
+        tf_device_host_written(m);
     return norm;
 }
 
@@ -474,7 +484,7 @@ static const float *tf_trainable_host(void *model, size_t *n)
     tf_update u;
     if (tf_device_update(m, &u, false))
         return NULL;
-    return tf_trainable(m, n);
+    return host_trainable(m, n);
 }
 
 static float *host_state(dllm_tf *m, dllm_state s)
@@ -488,12 +498,15 @@ static void tf_state_move(void *model, dllm_state s, size_t off, size_t n, float
                           bool write)
 {
     dllm_tf *m = model;
-    if (tf_device_training(m))
+    if (tf_device_training(m)) {
         tf_device_state_move(m, s, off, n, buf, write);
-    else if (write)
+    } else if (write) {
         memcpy(host_state(m, s) + off, buf, n * sizeof(float));
-    else
+        if (s == DLLM_STATE_PARAMS) /* a device's copies are built again from them */
+            tf_device_host_written(m);
+    } else {
         memcpy(buf, host_state(m, s) + off, n * sizeof(float));
+    }
 }
 
 static const dllm_optim_ops tf_optim_ops = {
@@ -503,6 +516,8 @@ static const dllm_optim_ops tf_optim_ops = {
 };
 
 dllm_optim dllm_tf_optim(dllm_tf *m) { return (dllm_optim){&tf_optim_ops, m}; }
+
+void dllm_tf_trainer_changed(dllm_tf *m) { tf_trainer_follow(m); }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
 

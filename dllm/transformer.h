@@ -91,6 +91,11 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
  * LoRA enable) and move with the update when it starts or stops running on a device. On
  * a device the copy there is the master after a step or a state write. */
 dllm_optim dllm_tf_optim(dllm_tf *m);
+/* The trainable parameters were written outside a step's sync (dllm_optim_state_write of
+ * the whole vector: a swap for scoring under other weights): a bf16 trainer's rounded copy
+ * on the host follows (a device's copies followed at the write). The rollout copy is left
+ * as it was. */
+void dllm_tf_trainer_changed(dllm_tf *m);
 
 /* Forward over tokens [B,T] (keymask [B,T], 1 = real token, NULL = all real;
  * left padding for the archs counting real tokens for RoPE). Logits [n_rows,
@@ -171,11 +176,6 @@ int dllm_tf_rollout_linear(dllm_tf *m, int layer, const char *name, const float 
  * tokens in, the requested rows' logits downloaded). An nvfp4 rollout is refused
  * (DLLM_EXIT_INPUT: no device NVFP4 linear); on failure the model stays on the host. */
 int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err);
-/* The trainable parameters changed in place without a dllm_tf_rollout_sync (a
- * temporary swap, e.g. scoring under older weights): the device's trainer view follows
- * (under LoRA only the adapters are uploaded). The rollout copy is left as it was. A
- * no-op on the host. */
-int dllm_tf_device_trainer_changed(dllm_tf *m);
 /* The device backend the model is on, or NULL (host). */
 dllm_backend *dllm_tf_device(const dllm_tf *m);
 /* The device interface (dllm/device_logits.h) to the model on its device, at the
@@ -191,11 +191,11 @@ int dllm_tf_device_chunk_rows(int V);
 /* From now on dllm_tf_forward keeps its activations on the device (the logits of its rows
  * come down), dllm_tf_backward uploads the dlogits and runs there, and the gradients and
  * AdamW moments live in device memory: dllm_optim_zero_grad, dllm_optim_grad_buffer,
- * dllm_optim_step and dllm_optim_state_* act there (dllm_optim_grads is then unused). After
- * a step the device's trainable copy is the master: nothing comes down (the host's
- * trainable vector is stale, dllm_tf_device_ahead, until something on the host reads it:
- * dllm_optim_trainable downloads it first; a full fine-tune's host masters give their pages
- * back to the system meanwhile). The rollout copy is built on the device from it (full
+ * dllm_optim_step and dllm_optim_state_* act there (dllm_optim_grads is then unused). The
+ * device's trainable copy is then the trainable vector: nothing comes down per step (the
+ * host's is stale, dllm_tf_device_ahead, until something on the host reads it:
+ * dllm_optim_trainable downloads it; a full fine-tune's host masters give their pages
+ * back to the system after each step). The rollout copy is built on the device from it (full
  * fine-tuning) or from the host's frozen base and the adapters, which are small;
  * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_optim_state_read). Full
  * fine-tuning needs the fp32 trainer (an input error under a bf16 trainer); LoRA trains
@@ -203,7 +203,8 @@ int dllm_tf_device_chunk_rows(int V);
  * leaving the device or a LoRA change. */
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err);
 bool dllm_tf_device_trains(const dllm_tf *m);
-/* Whether the device's trainable copy is newer than the host's. */
+/* Whether the trainable vector lives on the device (it trains there, its trainer copy
+ * built): the host's copy is refreshed only by a read. */
 bool dllm_tf_device_ahead(const dllm_tf *m);
 /* The gradients (out: the trainable vector's length and order, as dllm_optim_grads). */
 void dllm_tf_device_grads(dllm_tf *m, float *out);

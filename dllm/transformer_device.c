@@ -2,7 +2,7 @@
  * (dllm_tf_to_device, transformer.h).
  *
  * What lives where once a model is on a device:
- *   host    the weights as loaded (the masters until the model trains here; the frozen
+ *   host    the weights as loaded (the trainable vector until the model trains here; the frozen
  *           base under LoRA), LoRA, and the host trainer's state when the update runs
  *           on the host;
  *   device  the trainer view (fp32, or bf16: packed bf16 linears, the rest rounded;
@@ -12,7 +12,7 @@
  *           "trainer"), the RoPE table, the activations of the forwards without
  *           backward, one fp32 staging matrix and a chunk of logits rows; when it trains
  *           here (transformer_device_train.c) the gradients, the AdamW moments and the
- *           masters themselves (the trainer view's copy, or the LoRA copy).
+ *           trainable vector itself (the trainer view's copy, or the LoRA copy).
  * dllm_tf_rollout_sync rebuilds the device copies from the master weights: each
  * layer linear is merged on the host into one host matrix, uploaded into the one
  * device staging matrix and packed (bf16) or quantised (FP8) there by the backend,
@@ -312,39 +312,20 @@ static void device_trainer(dllm_tf *m)
     d->tv.ad = d->ad;
 }
 
-/* The host's trainable vector was (or may have been) written there: it is the master
- * (it was pulled before it was handed out), and the device's trainer copy follows: the
- * adapters re-uploaded under LoRA (the base weights are frozen), the view otherwise
- * unbuilt, to be rebuilt from the host's into its buffers by its next use. */
-void tf_device_follow(dllm_tf *m)
+void tf_device_host_written(dllm_tf *m)
 {
     tf_device *d = m->dev;
-    if (!d || m->master != TF_MASTER_HOST)
+    if (!d)
         return;
-    m->master = TF_MASTER_EITHER;
     if (d->train) /* the kept forward ran here, on the old values */
         m->a.kept = TF_KEPT_NONE;
-    if (m->lora_rank && d->tv.be && d->n_lora == m->n_lora)
-        lora_upload(m);
-    else
-        d->tv.be = NULL;
+    d->tv.be = NULL;
 }
 
 void tf_device_host_access(dllm_tf *m)
 {
-    if (!m->dev)
-        return;
     tf_device_pull(m);
-    m->master = TF_MASTER_HOST;
-}
-
-int dllm_tf_device_trainer_changed(dllm_tf *m)
-{
-    if (!m->dev)
-        return 0;
-    m->master = TF_MASTER_HOST;
-    tf_device_follow(m);
-    return 0;
+    tf_device_host_written(m);
 }
 
 /* The view a device forward reads; the trainer view built first where it is not.
@@ -354,8 +335,6 @@ const tf_view *tf_device_view(dllm_tf *m, bool rollout)
 {
     tf_device *d = m->dev;
     bool tv = !rollout || m->prec.rollout == DLLM_ROLLOUT_TRAINER;
-    if (tv)
-        tf_device_follow(m);
     if (tv && !d->tv.be)
         device_trainer(m);
     return tv ? &d->tv : &m->rv;
@@ -365,8 +344,7 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
 {
     tf_device *d = m->dev;
     const dllm_precision *p = &m->prec;
-    tf_device_follow(m);
-    /* a trainer view that trains here keeps its copy (the master, or equal to the host's)
+    /* a trainer view that trains here keeps its copy (where the trainable vector lives)
      * unless its layout changes; otherwise it is rebuilt from the host's, pulled first */
     bool keep = d->train && d->tv.be && d->n_lora == m->n_lora &&
                 (d->tv.b16 != NULL) == p->trainer_bf16;
@@ -476,7 +454,6 @@ void tf_device_free(dllm_tf *m)
     free(d->h_mask);
     free(d);
     m->dev = NULL;
-    m->master = TF_MASTER_EITHER; /* the host's copy is the only one */
 }
 
 /* ---- buffers of the forwards (transformer_fwd.c) --------------------------------------- */

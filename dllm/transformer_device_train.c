@@ -7,10 +7,10 @@
  * LoRA parameters (the host's layout), or under full fine-tuning the fp32 trainer view
  * itself (embedding, layers slot by slot, final norm, head: not the HF order; segments()
  * maps one onto the other). Gradients and AdamW moments take the same layout, so the
- * optimizer step is one elementwise call and the global norm one reduction. After the
- * first step the device copy is the master (TF_MASTER_DEVICE): nothing comes down per step. The
- * host's copy is refreshed only when the host reads it (dllm_optim_trainable, leaving the
- * device, a LoRA change; tf_device_pull), the rollout copy is built on the device from
+ * optimizer step is one elementwise call and the global norm one reduction. While the
+ * model trains here (and its trainer copy is built) that copy is the trainable vector:
+ * nothing comes down per step. The host's copy is refreshed only when the host reads it
+ * (dllm_optim_trainable, leaving the device, a LoRA change; tf_device_pull), the rollout copy is built on the device from
  * the trainer view (full fine-tuning; under LoRA from the host's frozen base with the
  * adapters, n_lora floats, pulled first), and checkpoints stream the state a bounded
  * chunk at a time (dllm_optim_state_read, dllm_tf_save).
@@ -97,15 +97,12 @@ static void transfer(dllm_tf *m, float *host, float *dev, bool up)
     transfer_range(m, host, dev, 0, m->dev->n_train, up);
 }
 
-/* The device's copy has become the master. A full fine-tune's host masters then give
- * their pages back to the system (they read as zeros until a pull writes them again):
- * while it trains here the host holds no copy of the model. LoRA's host base is frozen
- * and read by the rollout copy's merge: kept. */
-static void become_master(dllm_tf *m)
+/* The device's copy was updated: a full fine-tune's host masters give their pages back
+ * to the system (they read as zeros until a pull writes them again): while it trains
+ * here the host holds no copy of the model. LoRA's host base is frozen and read by the
+ * rollout copy's merge: kept. */
+static void host_copy_stale(dllm_tf *m)
 {
-    if (m->master == TF_MASTER_DEVICE)
-        return;
-    m->master = TF_MASTER_DEVICE;
     if (m->lora_rank)
         return;
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -117,17 +114,13 @@ static void become_master(dllm_tf *m)
 
 void tf_device_pull(dllm_tf *m)
 {
-    if (!m->dev || m->master != TF_MASTER_DEVICE)
-        return;
-    /* a device master implies a built trainer view: its copy is what the optimizer
-     * updated */
-    transfer(m, m->lora_rank ? m->lora_params : m->params, dev_trainable(m), false);
-    m->master = TF_MASTER_EITHER;
+    if (dllm_tf_device_ahead(m))
+        transfer(m, m->lora_rank ? m->lora_params : m->params, dev_trainable(m), false);
 }
 
 bool dllm_tf_device_ahead(const dllm_tf *m)
 {
-    return m->dev && m->master == TF_MASTER_DEVICE;
+    return m->dev && m->dev->train && m->dev->tv.be;
 }
 
 /* The AdamW moments carried between the updating backends (up: the host's onto the
@@ -179,8 +172,6 @@ void tf_device_train_free(dllm_tf *m)
     d->g_embed = d->g_final_norm = d->g_head = NULL;
     d->n_train = 0, d->dlog_rows = 0;
     d->train = false;
-    if (m->master == TF_MASTER_DEVICE) /* discarded: the host's copy is the only one */
-        m->master = TF_MASTER_EITHER;
 }
 
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
@@ -284,7 +275,7 @@ bool tf_device_update(dllm_tf *m, tf_update *u, bool step)
 void tf_device_updated(dllm_tf *m)
 {
     if (tf_device_training(m))
-        become_master(m); /* the host's copy is stale until it is read there */
+        host_copy_stale(m); /* until it is read there */
 }
 
 void dllm_tf_device_grads(dllm_tf *m, float *out)
@@ -308,7 +299,7 @@ void tf_device_state_move(dllm_tf *m, dllm_state s, size_t off, size_t n, float 
 {
     transfer_range(m, host, state_vector(m, s), off, n, up);
     if (up && s == DLLM_STATE_PARAMS) {
-        become_master(m);
+        host_copy_stale(m);
         m->a.kept = TF_KEPT_NONE; /* kept for the old values */
     }
 }

@@ -138,17 +138,12 @@ typedef struct {
 
 typedef struct tf_device tf_device;
 
-/* Which copy of the trainable vector holds its newest values while a device holds a copy
- * too (dllm_tf_to_device). Only the named transfer points move values and set it:
- * tf_device_pull (device to host), tf_device_follow (host to device), tf_device_updated
- * (a step or a state write on the device). */
-typedef enum {
-    TF_MASTER_EITHER, /* the copies agree, or only one exists */
-    TF_MASTER_HOST,   /* the host's was handed out and may have been written: the device's
-                         trainer copy follows it (tf_device_follow) before its next use */
-    TF_MASTER_DEVICE, /* the device's was updated there: the host's is pulled
-                         (tf_device_pull) before the host reads it */
-} tf_master;
+/* Where the trainable vector lives while a device holds copies (dllm_tf_to_device): on
+ * the device from the moment it trains there with its trainer copy built (dllm_tf_device_ahead:
+ * the optimizer updates that copy, the host's is refreshed only by a read), otherwise on
+ * the host, the device's copies being views built from it. No other state says where:
+ * a write on the host drops the device's trainer copy (tf_device_host_written), to be
+ * built again from the host's at its next use. */
 
 struct dllm_tf {
     const dllm_arch_desc *arch;
@@ -194,7 +189,6 @@ struct dllm_tf {
                              a time: one set sized by the widest) */
     bool decode_rollout;  /* KV-cache decoding (dllm/qwen3.c) reads the rollout copy */
     tf_device *dev;       /* the copies on a device backend (transformer_device.c), or NULL */
-    tf_master master;     /* where the trainable vector's newest values are (with dev) */
     int recompute;        /* kept forwards: 0 keep every layer, K recompute (dllm_tf_set_recompute) */
 };
 
@@ -214,16 +208,17 @@ const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be);
  * dllm_tf_rollout_sync when the model is on a device). */
 int tf_device_sync(dllm_tf *m, dllm_err *err);
 void tf_device_free(dllm_tf *m);
-/* The host's trainable vector is about to be read or written there (dllm_optim_trainable):
- * pulled first when the device's copy is newer, then the master (TF_MASTER_HOST) until
- * the device's trainer copy follows it at its next use (no-op on the host). */
-void tf_device_host_access(dllm_tf *m);
-/* Transfer points. Pull: the device's trainable copy down into the host's when the
- * device is the master. Follow: the device's trainer copy up to date with the host's
- * when the host is the master (under LoRA the adapters uploaded; otherwise the trainer
- * view unbuilt, rebuilt into its buffers at its next use). No-ops otherwise. */
+/* Pull: the device's trainable copy down into the host's where the device is where it
+ * lives (no-op otherwise): what the host reads is current. */
 void tf_device_pull(dllm_tf *m);
-void tf_device_follow(dllm_tf *m);
+/* The host's trainable vector was written (a state write, a host step with a device's
+ * copies beside it, a LoRA load): where it lived on the device, the host's now; the
+ * device's trainer copy is dropped (built again from the host's by its next use) and the
+ * kept forward with it. No-op without a device. */
+void tf_device_host_written(dllm_tf *m);
+/* The host's trainable tensors are handed out to be written (dllm_tf_params, LoRA
+ * changes): pulled, then tf_device_host_written. */
+void tf_device_host_access(dllm_tf *m);
 /* What one optimizer step reads and writes, all in be's memory and one layout: the
  * trainable vector, its gradients and the AdamW moments (n floats each). */
 typedef struct {
@@ -241,8 +236,8 @@ bool tf_device_update(dllm_tf *m, tf_update *u, bool step);
  * carries them across before it gets here, dllm_tf_device_train / leaving the device). */
 void tf_moments(dllm_tf *m, dllm_backend *be, size_t n);
 void tf_moments_free(dllm_tf *m);
-/* The device's trainable copy was written (optimizer step, checkpoint): it is the
- * master from now on (TF_MASTER_DEVICE). */
+/* The device's trainable copy was written (optimizer step, checkpoint): the host's is
+ * stale (a full fine-tune's host pages are given back). */
 void tf_device_updated(dllm_tf *m);
 /* Elements [off, off + n) of state s (trainable order) between a host buffer and the
  * device's copy (up: host to device). */
@@ -298,6 +293,9 @@ const tf_view *tf_rollout_view(const dllm_tf *m);
 void tf_view_free(const dllm_tf *m, tf_view *v);
 void tf_device_view_free(const dllm_tf *m, tf_view *v);
 void tf_view_master(dllm_tf *m, tf_view *v);
+/* The host's trainer view follows its weights written outside a step's sync (a swap for
+ * scoring): a bf16 trainer's rounded copy is made again. */
+void tf_trainer_follow(dllm_tf *m);
 void tf_acts_free(tf_acts *a);
 /* Attaches a to region r (its buffers freed; r grown to hold them at a's sizes, as a
  * set keeps its sizes), or detaches it (r NULL); a keeps its backend. */

@@ -196,6 +196,13 @@ static int view_packed(dllm_tf *m, tf_view *v, const dllm_precision *p, dllm_err
 
 dllm_precision dllm_tf_get_precision(const dllm_tf *m) { return m->prec; }
 
+void tf_trainer_follow(dllm_tf *m)
+{
+    /* a bf16 trainer's rounded copy of the weights (LoRA's adapters are read at run time) */
+    if (m->prec.trainer_bf16 && m->tv.buf && !m->lora_rank)
+        view_bf16_copy(m, &m->tv, false, false);
+}
+
 int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, dllm_err *err)
 {
     double t0 = dllm_now();

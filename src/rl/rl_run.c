@@ -326,8 +326,8 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
     dllm_optim_trainable(dllm_policy_optim(run->pol), &run->n_param);
     if (cfg->grpo.loss.beta > 0) {
         run->ref_params = dllm_malloc(sizeof(float) * run->n_param);
-        memcpy(run->ref_params, dllm_optim_trainable(dllm_policy_optim(run->pol), &run->n_param),
-               sizeof(float) * run->n_param);
+        dllm_optim_state_read(dllm_policy_optim(run->pol), DLLM_STATE_PARAMS, 0, run->n_param,
+                              run->ref_params);
     }
     /* the update on the device: an fp32 trainer, or LoRA under a bf16 one; otherwise it
      * stays on the host, as the note says. Several ranks sum the device gradients with

@@ -231,13 +231,16 @@ static int score(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const floa
 static int score_ent(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const float *params,
                      double *seq, double *tok, double *sample, double *tok_ent, dllm_err *err)
 {
-    size_t n = 0;
-    float *theta = params ? dllm_optim_trainable(dllm_policy_optim(run->pol), &n) : NULL, *save = NULL;
+    /* scored under other weights: swapped in where the trainable vector lives (a device's
+     * copy, or the host's), and back after */
+    dllm_optim o = dllm_policy_optim(run->pol);
+    size_t n = run->n_param;
+    float *save = NULL;
     if (params) {
         save = dllm_malloc(sizeof *save * n);
-        memcpy(save, theta, sizeof *save * n);
-        memcpy(theta, params, sizeof *theta * n);
-        dllm_policy_trainer_changed(run->pol); /* a model on a device: its copy follows */
+        dllm_optim_state_read(o, DLLM_STATE_PARAMS, 0, n, save);
+        dllm_optim_state_write(o, DLLM_STATE_PARAMS, 0, n, params);
+        dllm_policy_trainer_changed(run->pol);
     }
     void *ctx;
     dllm_logits_fn fn = dllm_policy_logits(run->pol, prec, &ctx);
@@ -247,7 +250,7 @@ static int score_ent(rl_run *run, const dllm_lik_plan *p, dllm_prec prec, const 
                      : dllm_lik_plan_eval_logp(p, fn, lfn, ctx, run->max_canvas, seq, tok, NULL,
                                                sample, err);
     if (params) {
-        memcpy(theta, save, sizeof *save * n);
+        dllm_optim_state_write(o, DLLM_STATE_PARAMS, 0, n, save);
         free(save);
         dllm_policy_trainer_changed(run->pol);
     }
@@ -652,7 +655,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     if (!rc && cfg->grpo.fresh_masks) { /* scored by a swap on the host (score) */
         if (!run->old_params)
             run->old_params = dllm_malloc(sizeof(float) * np);
-        memcpy(run->old_params, dllm_optim_trainable(dllm_policy_optim(run->pol), &np), sizeof(float) * np);
+        dllm_optim_state_read(dllm_policy_optim(run->pol), DLLM_STATE_PARAMS, 0, np,
+                              run->old_params);
     }
     for (int k = 0; k < cfg->grpo.inner_steps && !rc; k++) {
         const dllm_lik_plan *plan = policy_plan;
@@ -725,7 +729,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
     run->alpha_prev = b->diag.alpha;
     /* the reference policy (beta > 0) follows the trainer every grpo.ref_sync_every steps */
     if (cfg->grpo.ref_sync_every > 0 && run->ref_params && step % cfg->grpo.ref_sync_every == 0) {
-        memcpy(run->ref_params, dllm_optim_trainable(dllm_policy_optim(run->pol), &np), sizeof(float) * np);
+        dllm_optim_state_read(dllm_policy_optim(run->pol), DLLM_STATE_PARAMS, 0, np,
+                              run->ref_params);
         run->ref_synced_at = step;
     }
 

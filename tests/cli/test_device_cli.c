@@ -58,6 +58,7 @@
 #include "kernels/rng.h"
 
 #include "tests/harness/harness.h"
+#include "tests/harness/test_util.h"
 #include "tests/harness/test_log.h"
 
 #include <check.h>
@@ -92,7 +93,7 @@ static dllm_tf *tiny_lora(int arch_i, bool bf16)
     dllm_tf *m = dllm_tf_create(&cfg, 31 + arch_i);
     dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 6);
     size_t n;
-    float *p = dllm_optim_trainable(dllm_tf_optim(m), &n);
+    float *p = tu_host_trainable(m, &n);
     dllm_rng r = dllm_rng_make(81, DLLM_RNG_INIT, 3, 0);
     for (size_t i = 0; i < n; i++)
         p[i] = (float)(0.05 * dllm_rng_normal(&r));
@@ -138,7 +139,7 @@ START_TEST(test_bf16_lora_grads)
     dllm_tf_backward(h, dl);
     dllm_tf_backward(d, dl);
     size_t n;
-    float *base = dllm_optim_trainable(dllm_tf_optim(h), &n);
+    const float *base = dllm_optim_trainable(dllm_tf_optim(h), &n);
     float *gh = dllm_optim_grads(dllm_tf_optim(h)), *gd = malloc(sizeof(float) * n);
     dllm_tf_device_grads(d, gd);
     const float *g32 = dllm_optim_grads(dllm_tf_optim(h32));

@@ -96,6 +96,18 @@ static inline int tu_llada_logits(void *m, const int32_t *tokens, const uint8_t 
 }
 
 /* max |a - b| over n (NaN counts as a mismatch: infinity). */
+/* The host's trainable vector of a model on the host, to write in place (the parameters
+ * in HF order, or the adapters under LoRA: contiguous from the first tensor). */
+static inline float *tu_host_trainable(dllm_tf *m, size_t *n)
+{
+    const dllm_param *P;
+    int np = dllm_tf_lora_info(m, NULL, NULL) ? dllm_tf_lora_params(m, &P) : dllm_tf_params(m, &P);
+    *n = 0;
+    for (int i = 0; i < np; i++)
+        *n += P[i].numel;
+    return P[0].data;
+}
+
 static inline double tu_max_abs_diff(const float *a, const float *b, size_t n)
 {
     double d = 0;

@@ -165,7 +165,7 @@ static float *weights_of(const char *dir, size_t *n)
     dllm_tf *m;
     dllm_err err = {0};
     ck_assert_msg(dllm_tf_load(&m, dir, &err) == 0, "%s", err.msg);
-    float *w = dllm_optim_trainable(dllm_tf_optim(m), n);
+    const float *w = dllm_optim_trainable(dllm_tf_optim(m), n);
     float *copy = malloc(*n * sizeof *copy);
     memcpy(copy, w, *n * sizeof *copy);
     dllm_tf_free(m);

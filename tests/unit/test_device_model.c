@@ -79,10 +79,13 @@ static dllm_tf *tiny(int arch_i)
     dllm_tf *m = dllm_tf_create(&cfg, 11 + arch_i);
     dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 5);
     size_t n;
-    float *p = dllm_optim_trainable(dllm_tf_optim(m), &n); /* B random too: the adapters change the logits */
+    dllm_optim_trainable(dllm_tf_optim(m), &n); /* B random too: the adapters change the logits */
+    float *p = malloc(sizeof(float) * n);
     dllm_rng r = dllm_rng_make(77, DLLM_RNG_INIT, 3, 0);
     for (size_t i = 0; i < n; i++)
         p[i] = (float)(0.05 * dllm_rng_normal(&r));
+    dllm_optim_state_write(dllm_tf_optim(m), DLLM_STATE_PARAMS, 0, n, p);
+    free(p);
     return m;
 }
 

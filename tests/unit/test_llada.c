@@ -278,7 +278,10 @@ START_TEST(test_adamw_steps)
     dllm_policy *pol = open_policy("tiny");
     dllm_tf *m = dllm_policy_model(pol);
     size_t n;
-    float *params = dllm_optim_trainable(dllm_tf_optim(m), &n), *grads = dllm_optim_grads(dllm_tf_optim(m));
+    dllm_optim_trainable(dllm_tf_optim(m), &n);
+    const dllm_param *P0;
+    dllm_tf_params(m, &P0); /* the host's trainable vector, stepped in place below */
+    float *params = P0[0].data, *grads = dllm_optim_grads(dllm_tf_optim(m));
     float *mm = dllm_calloc(n, sizeof(float)), *vv = dllm_calloc(n, sizeof(float));
     float *want_loss = gold_f32(a, "adamw_loss", 5);
     for (int step = 1; step <= 5; step++) {

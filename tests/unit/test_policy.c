@@ -27,6 +27,7 @@
 #include "dllm/policy.h"
 #include "kernels/rng.h"
 #include "tests/harness/harness.h"
+#include "tests/harness/test_util.h"
 
 static const char *const TARGETS[] = {"q_proj", "v_proj", "ff_out"};
 
@@ -57,8 +58,12 @@ static void fill_normal(float *x, size_t n, double std, uint64_t seed)
 static void randomise(dllm_policy *p, uint64_t seed)
 {
     size_t n;
-    float *w = dllm_optim_trainable(dllm_policy_optim(p), &n);
+    dllm_optim o = dllm_policy_optim(p);
+    dllm_optim_trainable(o, &n);
+    float *w = dllm_malloc(n * sizeof(float));
     fill_normal(w, n, 0.05, seed);
+    dllm_optim_state_write(o, DLLM_STATE_PARAMS, 0, n, w);
+    free(w);
 }
 
 enum { B = 2, T = 10 };
@@ -288,7 +293,9 @@ START_TEST(test_backward_and_sync)
     void *ctx;
     dllm_policy_logits(p, DLLM_PREC_TRAIN, &ctx);
     dllm_policy_backward(ctx, dl);
-    float *w = dllm_optim_trainable(dllm_policy_optim(p), &nt);
+    const float *w0 = dllm_optim_trainable(dllm_policy_optim(p), &nt);
+    float *w = dllm_malloc(nt * sizeof(float));
+    memcpy(w, w0, nt * sizeof(float));
     const float *g = dllm_optim_grads(dllm_policy_optim(p));
     double gn = 0;
     for (size_t i = 0; i < nt; i++)
@@ -297,6 +304,8 @@ START_TEST(test_backward_and_sync)
     /* a step on the weights: the rollout copy moves at the sync, not before */
     for (size_t i = 0; i < nt; i++)
         w[i] -= 0.1f * g[i];
+    dllm_optim_state_write(dllm_policy_optim(p), DLLM_STATE_PARAMS, 0, nt, w);
+    free(w);
     float *l1 = logits(p, DLLM_PREC_ROLLOUT);
     ck_assert(memcmp(l0, l1, n * sizeof(float)) == 0);
     ck_assert_int_eq(dllm_policy_sync_rollout(p, NULL, &err), 0);
@@ -316,6 +325,50 @@ START_TEST(test_backward_and_sync)
 END_TEST
 
 /* ---- adapters ---------------------------------------------------------------------------- */
+
+/* A swap for scoring (the reference policy, the old parameters): the trainable vector
+ * written whole and the trainer told (dllm_optim_state_write, dllm_policy_trainer_changed)
+ * computes what a policy holding those weights computes, under an fp32 or a bf16 trainer
+ * (whose rounded copy follows), full fine-tuning or LoRA; written back, the logits return
+ * bit for bit. */
+static const struct {
+    const char *trainer;
+    int rank;
+} swap_cases[] = {{"fp32", 0}, {"bf16", 0}, {"bf16", 4}};
+START_TEST(test_swap_for_scoring)
+{
+    dllm_policy_cfg c = tiny_cfg(swap_cases[_i].rank, "fp8");
+    c.trainer = swap_cases[_i].trainer;
+    dllm_policy *p = open_ok(&c), *q = open_ok(&c);
+    randomise(p, 11);
+    randomise(q, 12);
+    dllm_err err = {0};
+    ck_assert_int_eq(dllm_policy_sync_rollout(p, NULL, &err), 0);
+    ck_assert_int_eq(dllm_policy_sync_rollout(q, NULL, &err), 0);
+    size_t n, nq, nl = n_logits(p);
+    dllm_optim o = dllm_policy_optim(p);
+    dllm_optim_trainable(o, &n);
+    float *other = dllm_malloc(n * sizeof(float)), *save = dllm_malloc(n * sizeof(float));
+    memcpy(other, dllm_optim_trainable(dllm_policy_optim(q), &nq), n * sizeof(float));
+    ck_assert_uint_eq(n, nq);
+    float *l_p = logits(p, DLLM_PREC_TRAIN_NOGRAD), *l_q = logits(q, DLLM_PREC_TRAIN_NOGRAD);
+    ck_assert(memcmp(l_p, l_q, nl * sizeof(float)) != 0);
+    dllm_optim_state_read(o, DLLM_STATE_PARAMS, 0, n, save);
+    dllm_optim_state_write(o, DLLM_STATE_PARAMS, 0, n, other);
+    dllm_policy_trainer_changed(p);
+    float *l_swap = logits(p, DLLM_PREC_TRAIN_NOGRAD);
+    ck_assert_msg(memcmp(l_swap, l_q, nl * sizeof(float)) == 0,
+                  "%s trainer, rank %d: swapped-in weights' logits differ by %g",
+                  swap_cases[_i].trainer, swap_cases[_i].rank, tu_max_abs_diff(l_swap, l_q, nl));
+    dllm_optim_state_write(o, DLLM_STATE_PARAMS, 0, n, save);
+    dllm_policy_trainer_changed(p);
+    float *l_back = logits(p, DLLM_PREC_TRAIN_NOGRAD);
+    ck_assert(memcmp(l_back, l_p, nl * sizeof(float)) == 0);
+    free(other), free(save), free(l_p), free(l_q), free(l_swap), free(l_back);
+    dllm_policy_free(p);
+    dllm_policy_free(q);
+}
+END_TEST
 
 START_TEST(test_adapter_roundtrip)
 {
@@ -364,7 +417,8 @@ START_TEST(test_adapter_roundtrip)
     ck_assert_msg(dllm_policy_load_adapter(b, dir, &err) == 0, "%s", err.msg);
     ck_assert(dllm_policy_has_lora(b));
     size_t na, nb;
-    float *wa = dllm_optim_trainable(dllm_policy_optim(a), &na), *wb = dllm_optim_trainable(dllm_policy_optim(b), &nb);
+    const float *wa = dllm_optim_trainable(dllm_policy_optim(a), &na);
+    const float *wb = dllm_optim_trainable(dllm_policy_optim(b), &nb);
     ck_assert_uint_eq(na, nb);
     ck_assert(memcmp(wa, wb, na * sizeof(float)) == 0);
     for (int prec = 0; prec < 2; prec++) {
@@ -462,9 +516,9 @@ START_TEST(test_qwen3)
     dllm_policy *q = open_ok(&c);
     size_t n, n2;
     const float *wp = dllm_optim_trainable(dllm_policy_optim(p), &n);
-    float *wq = dllm_optim_trainable(dllm_policy_optim(q), &n2);
+    dllm_optim_trainable(dllm_policy_optim(q), &n2);
     ck_assert_uint_eq(n, n2);
-    memcpy(wq, wp, n * sizeof(float));
+    dllm_optim_state_write(dllm_policy_optim(q), DLLM_STATE_PARAMS, 0, n, wp);
     char *dir = tmpdir();
     ck_assert_msg(dllm_policy_save(q, dir, ST_F32, &err) == 0, "%s", err.msg);
     dllm_tf *qm;
@@ -533,6 +587,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(c, test_rollout_is_sampler_on_rollout_callback);
     tcase_add_test(c, test_rollout_is_trainer);
     tcase_add_test(c, test_backward_and_sync);
+    tcase_add_loop_test(c, test_swap_for_scoring, 0, 3);
     tcase_add_test(c, test_adapter_roundtrip);
     tcase_add_test(c, test_adapter_config_errors);
     tcase_add_test(c, test_qwen3);

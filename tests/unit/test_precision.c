@@ -55,6 +55,7 @@
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "tests/harness/harness.h"
+#include "tests/harness/test_util.h"
 
 /* The architectures, at sizes chosen so that 128-blocks have ragged edges
  * (LLaDA C = 160, H = 288; Qwen3 C = 144, H = 272). */
@@ -767,7 +768,7 @@ START_TEST(test_sync_after_weight_change)
     batch b = make_batch(dllm_tf_config(m)->embedding_size);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *l0 = logits_of(m, &b, true);
-    float *w = dllm_optim_trainable(dllm_tf_optim(m), &nt);
+    float *w = tu_host_trainable(m, &nt);
     for (size_t i = 0; i < nt; i++)
         w[i] *= 1.05f;
     float *l1 = logits_of(m, &b, true);
@@ -807,7 +808,7 @@ START_TEST(test_sync_merges_lora)
     batch b = make_batch(dllm_tf_config(m)->embedding_size);
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nl;
     /* B = 0: the copy equals the base model's */
-    float *lw = dllm_optim_trainable(dllm_tf_optim(m), &nl);
+    float *lw = tu_host_trainable(m, &nl);
     float *saved = dllm_malloc(nl * sizeof(float));
     memcpy(saved, lw, nl * sizeof(float));
     const dllm_param *lp;
@@ -877,7 +878,7 @@ static double fd_error(dllm_tf *m, dllm_precision p, double eps, int ndir)
     size_t n = (size_t)B * T * dllm_tf_config(m)->embedding_size, nt;
     float *c = dllm_malloc(n * sizeof(float));
     fill_normal(c, n, 1.0, 21);
-    float *w = dllm_optim_trainable(dllm_tf_optim(m), &nt);
+    float *w = tu_host_trainable(m, &nt);
     float *w0 = dllm_malloc(nt * sizeof(float)), *d = dllm_malloc(nt * sizeof(float));
     float *g = dllm_malloc(nt * sizeof(float));
     memcpy(w0, w, nt * sizeof(float));

@@ -47,6 +47,18 @@ static void fill(float *x, size_t n, uint64_t seed, double scale)
         x[i] = (float)((2 * dllm_rng_uniform(&r) - 1) * scale);
 }
 
+/* The policy's trainable vector set to fill's values (written where it lives). */
+static void fill_trainable(dllm_policy *p, uint64_t seed, double scale)
+{
+    size_t n;
+    dllm_optim o = dllm_policy_optim(p);
+    dllm_optim_trainable(o, &n);
+    float *v = malloc(n * sizeof(float));
+    fill(v, n, seed, scale);
+    dllm_optim_state_write(o, DLLM_STATE_PARAMS, 0, n, v);
+    free(v);
+}
+
 static const int32_t seq[20] = {3,  17, 5,  60, 2, 9,  41, 7, 7,  30,
                                 11, 4,  50, 8,  13, 1, 36, 5, 20, 6};
 
@@ -184,8 +196,8 @@ START_TEST(rollout_copy_merged)
     const char *kind = copies[_i];
     dllm_policy *p = open_tiny(4, "fp32", kind);
     size_t n;
-    float *v = dllm_optim_trainable(dllm_policy_optim(p), &n);
-    fill(v, n, 9, 0.1);
+    fill_trainable(p, 9, 0.1);
+    const float *v = dllm_optim_trainable(dllm_policy_optim(p), &n);
     dllm_err err = {0};
     ck_assert(dllm_policy_sync_rollout(p, NULL, &err) == 0);
     int32_t tok[B * T];
@@ -234,8 +246,8 @@ START_TEST(adapter_peft_layout)
 {
     dllm_policy *p = open_tiny(4, "fp32", "trainer");
     size_t n;
-    float *v = dllm_optim_trainable(dllm_policy_optim(p), &n);
-    fill(v, n, 21, 0.1);
+    fill_trainable(p, 21, 0.1);
+    dllm_optim_trainable(dllm_policy_optim(p), &n);
     dllm_err err = {0};
     char dir[600], path[700];
     snprintf(dir, sizeof dir, "%s/q35adapter", tu_dir);
@@ -354,11 +366,13 @@ START_TEST(bf16_trainer)
     dllm_policy *f = open_tiny(rank, "fp32", "trainer"), *h = open_tiny(rank, "bf16", "bf16");
     int V = dllm_policy_config(f)->vocab_size;
     size_t n, nh;
-    float *vf = dllm_optim_trainable(dllm_policy_optim(f), &n), *vh = dllm_optim_trainable(dllm_policy_optim(h), &nh);
+    dllm_optim_trainable(dllm_policy_optim(f), &n);
+    const float *vh = dllm_optim_trainable(dllm_policy_optim(h), &nh);
     ck_assert_uint_eq(n, nh);
     if (rank) { /* the same non-zero adapters in both */
-        fill(vf, n, 4, 0.1);
-        memcpy(vh, vf, n * sizeof(float));
+        fill_trainable(f, 4, 0.1);
+        fill_trainable(h, 4, 0.1);
+        vh = dllm_optim_trainable(dllm_policy_optim(h), &nh);
     }
     dllm_err err = {0};
     ck_assert(dllm_policy_sync_rollout(f, NULL, &err) == 0);
@@ -413,14 +427,15 @@ START_TEST(bf16_trainer)
     ck_assert_msg(off_bf16 > nh / 2, "%zu of %zu trainable values are not bf16 values",
                   off_bf16, nh);
     /* a swap for scoring (the reference policy): the trainer computes with what it is told */
+    dllm_optim o = dllm_policy_optim(h);
     float *save = malloc(n * sizeof(float));
-    memcpy(save, vh, n * sizeof(float));
-    memcpy(vh, init, n * sizeof(float));
+    dllm_optim_state_read(o, DLLM_STATE_PARAMS, 0, n, save);
+    dllm_optim_state_write(o, DLLM_STATE_PARAMS, 0, n, init);
     dllm_policy_trainer_changed(h);
     policy_logits(h, DLLM_PREC_TRAIN_NOGRAD, tok, again);
     ck_assert_msg(memcmp(again, lh0, nl * sizeof(float)) == 0, "swapped-in weights: %g",
                   tu_max_abs_diff(again, lh0, nl));
-    memcpy(vh, save, n * sizeof(float));
+    dllm_optim_state_write(o, DLLM_STATE_PARAMS, 0, n, save);
     dllm_policy_trainer_changed(h);
     free(save), free(init), free(lh0);
     free(lf), free(lh), free(dl), free(again);

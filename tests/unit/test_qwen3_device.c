@@ -30,6 +30,7 @@
 
 #include "tests/harness/counting_backend.h"
 #include "tests/harness/harness.h"
+#include "tests/harness/test_util.h"
 
 #include <check.h>
 #include <math.h>
@@ -48,7 +49,7 @@ static dllm_tf *tiny_qwen3(void)
     dllm_tf *m = dllm_tf_create(&cfg, 12);
     dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 5);
     size_t n;
-    float *p = dllm_optim_trainable(dllm_tf_optim(m), &n); /* B random too: the adapters change the logits */
+    float *p = tu_host_trainable(m, &n); /* B random too: the adapters change the logits */
     dllm_rng r = dllm_rng_make(78, DLLM_RNG_INIT, 3, 0);
     for (size_t i = 0; i < n; i++)
         p[i] = (float)(0.05 * dllm_rng_normal(&r));

@@ -22,6 +22,7 @@
 #include "kernels/ops.h"
 #include "kernels/rng.h"
 #include "tests/harness/harness.h"
+#include "tests/harness/test_util.h"
 
 /* The tiny preset widened so that gate/up/down_proj span several 128 blocks. */
 static dllm_tf *make_model(bool tied, uint64_t seed)
@@ -47,7 +48,7 @@ static void lora_random(dllm_tf *m, uint64_t seed)
 {
     dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, seed);
     size_t n;
-    float *w = dllm_optim_trainable(dllm_tf_optim(m), &n);
+    float *w = tu_host_trainable(m, &n);
     fill_normal(w, n, 0.05, seed + 1);
 }
 
@@ -197,8 +198,11 @@ START_TEST(test_policy_fp8)
     ck_assert_msg(dllm_policy_open(&p, &c, &err) == 0, "%s", err.msg);
     ck_assert(!dllm_policy_rollout_is_trainer(p));
     size_t n;
-    float *tr = dllm_optim_trainable(dllm_policy_optim(p), &n);
+    dllm_optim_trainable(dllm_policy_optim(p), &n);
+    float *tr = malloc(n * sizeof(float));
     fill_normal(tr, n, 0.05, 21);
+    dllm_optim_state_write(dllm_policy_optim(p), DLLM_STATE_PARAMS, 0, n, tr);
+    free(tr);
     ck_assert_msg(dllm_policy_sync_rollout(p, NULL, &err) == 0, "%s", err.msg);
     const dllm_model_config *mc = dllm_policy_config(p);
     int V = mc->embedding_size;

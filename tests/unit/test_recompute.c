@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "kernels/rng.h"
 #include "tests/harness/harness.h"
+#include "tests/harness/test_util.h"
 
 #ifdef DLLM_CUDA_EMULATION
 #include "kernels/cuda_emu/emu_hooks.h"
@@ -45,7 +46,7 @@ static dllm_tf *model(int arch_i, bool lora)
     if (lora) {
         dllm_tf_lora_enable(m, 4, 8.0f, LORA_ALL, 5);
         size_t n;
-        float *p = dllm_optim_trainable(dllm_tf_optim(m), &n);
+        float *p = tu_host_trainable(m, &n);
         dllm_rng r = dllm_rng_make(81, DLLM_RNG_INIT, 3, 0);
         for (size_t i = 0; i < n; i++)
             p[i] = (float)(0.05 * dllm_rng_normal(&r));

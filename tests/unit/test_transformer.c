@@ -364,7 +364,7 @@ START_TEST(test_lora_merged)
     ck_assert_int_eq(dllm_tf_lora_info(m, &alpha, &gotmask), 4);
     ck_assert(alpha == 8.0f && gotmask == LORA_ALL);
     size_t nt;
-    float *tr = dllm_optim_trainable(dllm_tf_optim(m), &nt);
+    const float *tr = dllm_optim_trainable(dllm_tf_optim(m), &nt);
     const dllm_param *LP;
     int nl = dllm_tf_lora_params(m, &LP);
     ck_assert_ptr_eq(tr, LP[0].data);
