@@ -78,8 +78,8 @@ VEC_INLINE float exp_nonpos(float x)
 /* Softmax of one score row in place over the visible keys: s < send and
  * (km == NULL or km[s] != 0). Invisible entries become 0; if nothing is
  * visible the whole row is 0. */
-VEC_KERNEL
-static void softmax_row(float *restrict p, int T, int send, const uint8_t *restrict km)
+VEC_KERNEL(void, softmax_row, (float *restrict p, int T, int send, const uint8_t *restrict km),
+           (p, T, send, km))
 {
     float maxv = -INFINITY;
     if (km) {
@@ -148,8 +148,8 @@ __attribute__((target("avx512f"))) static void exp_row_avx512(float *restrict q,
 }
 /* The scalar form the vector one must reproduce: exp_nonpos as this build compiles it
  * (fused multiply-adds where the optimiser forms them: -O2, not -O1). */
-VEC_KERNEL
-static void exp_row_scalar(float *restrict q, int T, float maxv)
+VEC_KERNEL(void, exp_row_scalar, (float *restrict q, int T, float maxv),
+           (q, T, maxv))
 {
 #pragma omp simd
     for (int s = 0; s < T; s++)
@@ -189,8 +189,8 @@ static bool exp_row_fast(void)
  * here), and each row's sum still runs key by key from the first; the sums of RB rows
  * advance together, so the additions of one row no longer wait on each other (the
  * single sum's latency chain was most of softmax_row's time). */
-VEC_KERNEL
-static void softmax_rows(float *restrict p, int nr, int T, const uint8_t *restrict km)
+VEC_KERNEL(void, softmax_rows, (float *restrict p, int nr, int T, const uint8_t *restrict km),
+           (p, nr, T, km))
 {
     enum { RB = 8 };
     for (int r0 = 0; r0 < nr; r0 += RB) {
@@ -240,8 +240,8 @@ static void softmax_rows(float *restrict p, int nr, int T, const uint8_t *restri
 
 /* dS = scale * P * (dP - rowsum(P * dP)) for the rows of one head, in place
  * over dP. */
-VEC_KERNEL
-static void softmax_bwd_rows(float *restrict ds, const float *restrict p, int T, float scale)
+VEC_KERNEL(void, softmax_bwd_rows, (float *restrict ds, const float *restrict p, int T, float scale),
+           (ds, p, T, scale))
 {
     for (int t = 0; t < T; t++) {
         const float *restrict pr = p + (size_t)t * T;

@@ -57,29 +57,29 @@ float op_bf16_to_f32(uint16_t h)
 /* Below this many values a pass stays on one thread. */
 #define CONV_PAR_MIN 262144
 
-VEC_KERNEL_WIDE
-static void to_bf16_range(uint16_t *restrict out, const float *restrict inp, size_t n)
+VEC_KERNEL_WIDE(void, to_bf16_range, (uint16_t *restrict out, const float *restrict inp, size_t n),
+                (out, inp, n))
 {
     for (size_t i = 0; i < n; i++)
         out[i] = bf16_bits(f32_bits(inp[i]));
 }
 
-VEC_KERNEL_WIDE
-static void round_bf16_range(float *restrict x, size_t n)
+VEC_KERNEL_WIDE(void, round_bf16_range, (float *restrict x, size_t n),
+                (x, n))
 {
     for (size_t i = 0; i < n; i++)
         x[i] = bits_f32((uint32_t)bf16_bits(f32_bits(x[i])) << 16);
 }
 
-VEC_KERNEL_WIDE
-static void round_bf16_copy_range(float *restrict out, const float *restrict inp, size_t n)
+VEC_KERNEL_WIDE(void, round_bf16_copy_range, (float *restrict out, const float *restrict inp, size_t n),
+                (out, inp, n))
 {
     for (size_t i = 0; i < n; i++)
         out[i] = bits_f32((uint32_t)bf16_bits(f32_bits(inp[i])) << 16);
 }
 
-VEC_KERNEL_WIDE
-static void from_bf16_range(float *restrict out, const uint16_t *restrict inp, size_t n)
+VEC_KERNEL_WIDE(void, from_bf16_range, (float *restrict out, const uint16_t *restrict inp, size_t n),
+                (out, inp, n))
 {
     for (size_t i = 0; i < n; i++)
         out[i] = bits_f32((uint32_t)inp[i] << 16);

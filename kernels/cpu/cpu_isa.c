@@ -86,3 +86,16 @@ bool cpu_has(cpu_feature f)
 }
 
 const char *cpu_isa_cap(void) { return CAP_NAMES[cap()]; }
+
+int cpu_vec_level(void)
+{
+    int level = 0;
+#if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 12
+    __builtin_cpu_init();
+    level = __builtin_cpu_supports("x86-64-v4") ? 2 : __builtin_cpu_supports("x86-64-v3") ? 1 : 0;
+#elif defined(__x86_64__) && defined(__GNUC__)
+    level = native(CPU_AVX512F) ? 2 : native(CPU_AVX2) && native(CPU_FMA) ? 1 : 0;
+#endif
+    int c = cap();
+    return c == CAP_BASELINE ? 0 : c == CAP_AVX2 && level > 1 ? 1 : level;
+}

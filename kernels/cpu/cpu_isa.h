@@ -2,9 +2,9 @@
  * never the CPU directly, so DLLM_CPU_ISA can cap them: `native` (default: what the CPU
  * has), `avx2` (AVX2 and FMA only: the paths of a CPU without AVX-512 or AVX-VNNI, on any
  * newer one) or `baseline` (none: the portable loops). A cap also holds oneDNN to it.
- * Not capped: what the loader picks before any code runs -- the multiversioned loops of
- * vec_kernel.h (GCC's target_clones resolve on the CPU itself), OpenBLAS's kernels
- * (OPENBLAS_CORETYPE) and the C library's own variants. */
+ * The multiversioned loops of vec_kernel.h ask too (cpu_vec_level). Not capped: what the
+ * loader picks before any code runs -- OpenBLAS's kernels (OPENBLAS_CORETYPE) and the C
+ * library's own variants. */
 #ifndef DLLM_KERNELS_CPU_ISA_H
 #define DLLM_KERNELS_CPU_ISA_H
 
@@ -22,6 +22,9 @@ typedef enum {
 
 /* Whether the CPU has f and the cap allows it. An unknown DLLM_CPU_ISA exits 2 naming it. */
 bool cpu_has(cpu_feature f);
+/* The widest build of the multiversioned loops (vec_kernel.h) the CPU has and the cap
+ * allows: 2 x86-64-v4 (AVX-512), 1 x86-64-v3 (AVX2, FMA), 0 the portable one. */
+int cpu_vec_level(void);
 /* The cap in force: "native", "avx2" or "baseline". */
 const char *cpu_isa_cap(void);
 

@@ -236,8 +236,8 @@ float fp8_scale_from_amax(float amax, fp8_format f, bool pow2_scale)
  * branch-free and compiled for AVX-512, AVX2 and the baseline (chosen at load time)
  * with the vectoriser on; a maximum does not depend on the order it is taken in, so
  * every clone returns the same value. */
-VEC_KERNEL_WIDE
-static float block_amax(const float *x, int C, int r0, int r1, int c0, int c1)
+VEC_KERNEL_WIDE(float, block_amax, (const float *x, int C, int r0, int r1, int c0, int c1),
+                (x, C, r0, r1, c0, c1))
 {
     float amax = 0.0f;
     for (int r = r0; r < r1; r++) {
@@ -412,8 +412,8 @@ void fp8_scales(float *scale, const float *x, int R, int C, fp8_format f, fp8_sc
  * of its ranges computed and one selected, so the loop has no branch and vectorises
  * (vec_kernel.h). Integer arithmetic, rintf and exact power-of-two scalings only: every
  * clone gives fp8_round's bits (tests/unit/test_fp8.c compares them). */
-VEC_KERNEL_NO_TRAP static void round_scaled_run(float *out, const float *x, int n, float sc,
-                                                const fp8_params *p)
+VEC_KERNEL_NO_TRAP(void, round_scaled_run, (float *out, const float *x, int n, float sc, const fp8_params *p),
+                   (out, x, n, sc, p))
 {
     const int shift = 23 - p->mbits;
     const uint32_t half = (1u << (shift - 1)) - 1, keep = ~((1u << shift) - 1);

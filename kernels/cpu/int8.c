@@ -53,7 +53,8 @@ float int8_scale_from_amax(float amax, int qmax)
 /* The largest finite |x|: a maximum, the same whatever the order or vector width. On
  * the bits: |x| of a finite float orders as its bit pattern does, and an integer maximum
  * vectorises where a float one (its compare ordering NaN) would not. */
-VEC_KERNEL static float amax_finite(const float *x, int n)
+VEC_KERNEL(float, amax_finite, (const float *x, int n),
+           (x, n))
 {
     uint32_t a = 0;
     for (int i = 0; i < n; i++) {
@@ -70,8 +71,8 @@ VEC_KERNEL static float amax_finite(const float *x, int n)
 
 /* q[i] = int8_code(x[i], s, qmax) + shift, element by element the same arithmetic (fp32
  * division, NaN to +qmax, the clamp, rounding half to even) in a loop that vectorises. */
-VEC_KERNEL_NO_TRAP static void code_row(int8_t *q, const float *x, int n, float s, float qmax,
-                                        float shift)
+VEC_KERNEL_NO_TRAP(void, code_row, (int8_t *q, const float *x, int n, float s, float qmax, float shift),
+                   (q, x, n, s, qmax, shift))
 {
     for (int i = 0; i < n; i++) {
         float v = x[i] / s;
@@ -276,9 +277,8 @@ static void gemm_u8s8(int32_t *acc, int ldc, const uint8_t *u, int ldu, const in
 /* One row of the product's scaling: out[o] = (sa * ws[o]) * (float)(acc[o] - comp[o]), the
  * scale product formed first, in fp32 (int8.h): products only, so every clone gives the
  * same bits. */
-VEC_KERNEL static void scale_row(float *restrict out, const int32_t *restrict acc,
-                                 const int32_t *restrict comp, const float *restrict ws,
-                                 float sa, int OC)
+VEC_KERNEL(void, scale_row, (float *restrict out, const int32_t *restrict acc, const int32_t *restrict comp, const float *restrict ws, float sa, int OC),
+           (out, acc, comp, ws, sa, OC))
 {
     for (int o = 0; o < OC; o++)
         out[o] = (sa * ws[o]) * (float)(acc[o] - comp[o]);

@@ -53,7 +53,8 @@ uint8_t nvfp4_e2m1_encode(float x)
 /* max |x| over the finite values. The bits of a non-negative float order like the
  * integers they read as, and the finite ones lie below the infinity's, so this is an
  * integer max, which vectorises (a float max with NaN would not). */
-VEC_KERNEL_WIDE static float amax_finite(const float *x, size_t n)
+VEC_KERNEL_WIDE(float, amax_finite, (const float *x, size_t n),
+                (x, n))
 {
     uint32_t m = 0;
     for (size_t k = 0; k < n; k++) {
@@ -89,14 +90,16 @@ static inline float e2m1_round(float v)
 }
 
 /* one block with decode scale d > 0: the dequantised values (deq may be x) */
-VEC_KERNEL_WIDE static void block_dequant(float *deq, const float *x, int n, float d)
+VEC_KERNEL_WIDE(void, block_dequant, (float *deq, const float *x, int n, float d),
+                (deq, x, n, d))
 {
     for (int j = 0; j < n; j++)
         deq[j] = e2m1_round(x[j] / d) * d;
 }
 
 /* one block with decode scale d > 0: the codes */
-VEC_KERNEL_WIDE static void block_codes(uint8_t *restrict q, const float *restrict x, int n, float d)
+VEC_KERNEL_WIDE(void, block_codes, (uint8_t *restrict q, const float *restrict x, int n, float d),
+                (q, x, n, d))
 {
     for (int j = 0; j < n; j++) {
         const float v = x[j] / d;
@@ -260,7 +263,8 @@ VEC_INLINE uint32_t amax_bits16(const float *x)
     return r;
 }
 
-VEC_KERNEL_WIDE static void row_block_amax(float *amax, const float *x, int C)
+VEC_KERNEL_WIDE(void, row_block_amax, (float *amax, const float *x, int C),
+                (amax, x, C))
 {
     const int full = C / NVFP4_BLOCK;
     for (int b = 0; b < full; b++) {
@@ -273,8 +277,8 @@ VEC_KERNEL_WIDE static void row_block_amax(float *amax, const float *x, int C)
 
 /* block_dequant over a whole row, each element with its block's decode scale d[j / 16];
  * a block with d = 0 (all zero) gives +-0 with x's sign, as quant_row does */
-VEC_KERNEL_WIDE_NO_TRAP static void row_dequant(float *restrict deq, const float *restrict x, int C,
-                                           const float *restrict d)
+VEC_KERNEL_WIDE_NO_TRAP(void, row_dequant, (float *restrict deq, const float *restrict x, int C, const float *restrict d),
+                        (deq, x, C, d))
 {
     const float six = NVFP4_E2M1_MAX;
     uint32_t six_bits;

@@ -18,9 +18,8 @@
 /* The row loops are compiled for AVX2+FMA and the baseline (vec_kernel.h). */
 
 /* out = w * (x * rstd) for one row; returns rstd. */
-VEC_KERNEL_NO_TRAP
-static float fwd_row(float *restrict o, const float *restrict x, const float *restrict w, int C,
-                     float eps)
+VEC_KERNEL_NO_TRAP(float, fwd_row, (float *restrict o, const float *restrict x, const float *restrict w, int C, float eps),
+                   (o, x, w, C, eps))
 {
     double ss = 0.0;
 #pragma omp simd reduction(+ : ss)
@@ -34,9 +33,8 @@ static float fwd_row(float *restrict o, const float *restrict x, const float *re
 }
 
 /* dx += rstd * (dy - y * mean(dy * y)), dy = g * w, y = x * rstd, for one row. */
-VEC_KERNEL_NO_TRAP
-static void bwd_row(float *restrict dx, const float *restrict g, const float *restrict x,
-                    const float *restrict w, float r, int C)
+VEC_KERNEL_NO_TRAP(void, bwd_row, (float *restrict dx, const float *restrict g, const float *restrict x, const float *restrict w, float r, int C),
+                   (dx, g, x, w, r, C))
 {
     double dot = 0.0; /* sum(dy * y) */
 #pragma omp simd reduction(+ : dot)
@@ -49,9 +47,8 @@ static void bwd_row(float *restrict dx, const float *restrict g, const float *re
 }
 
 /* acc[c - c0] += g[c] * y[c] over the rows, for columns [c0, c1). */
-VEC_KERNEL_NO_TRAP
-static void dw_cols(double *restrict acc, const float *restrict dout, const float *restrict inp,
-                    const float *restrict rstd, int N, int C, int c0, int c1)
+VEC_KERNEL_NO_TRAP(void, dw_cols, (double *restrict acc, const float *restrict dout, const float *restrict inp, const float *restrict rstd, int N, int C, int c0, int c1),
+                   (acc, dout, inp, rstd, N, C, c0, c1))
 {
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;

@@ -18,9 +18,8 @@
  * that order, so the bits are those of the plain loop. */
 enum { SWIGLU_CHUNK = 256 };
 
-VEC_KERNEL_WIDE
-static void swiglu_chunk(float *restrict out, const float *restrict gate,
-                         const float *restrict up, float *restrict e, size_t n)
+VEC_KERNEL_WIDE(void, swiglu_chunk, (float *restrict out, const float *restrict gate, const float *restrict up, float *restrict e, size_t n),
+                (out, gate, up, e, n))
 {
     for (size_t i = 0; i < n; i++)
         e[i] = -gate[i];

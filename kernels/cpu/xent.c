@@ -59,8 +59,8 @@ VEC_INLINE_NO_TRAP double exp_d(double x)
 }
 
 /* log sum_j exp(x[j]) in double; -inf for an all -inf row. */
-VEC_KERNEL_NO_TRAP
-static double row_logsumexp(const float *restrict x, int V)
+VEC_KERNEL_NO_TRAP(double, row_logsumexp, (const float *restrict x, int V),
+                   (x, V))
 {
     float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
@@ -76,8 +76,8 @@ static double row_logsumexp(const float *restrict x, int V)
 }
 
 /* d[j] -= g * exp(x[j] - lse) over one row. */
-VEC_KERNEL_NO_TRAP
-static void row_softmax_sub(float *restrict d, const float *restrict x, double lse, float g, int V)
+VEC_KERNEL_NO_TRAP(void, row_softmax_sub, (float *restrict d, const float *restrict x, double lse, float g, int V),
+                   (d, x, lse, g, V))
 {
 #pragma omp simd
     for (int j = 0; j < V; j++)

@@ -18,13 +18,13 @@
 static const char *const NAMES[CPU_NFEATURES] = {"avx2", "fma", "avx512f", "avx512bf16",
                                                  "avx512vnni", "avxvnni"};
 
-/* the child's report: "cap F0 F1 ... expf-path" */
+/* the child's report: "cap F0 F1 ... expf-path vec-level" */
 static void report(void)
 {
     printf("%s", cpu_isa_cap());
     for (int f = 0; f < CPU_NFEATURES; f++)
         printf(" %d", cpu_has((cpu_feature)f));
-    printf(" %s\n", vexpf_path());
+    printf(" %s %d\n", vexpf_path(), cpu_vec_level());
 }
 
 /* runs this binary with DLLM_CPU_ISA=isa (NULL: unset); its output into out, its exit
@@ -58,27 +58,33 @@ static int run_capped(const char *isa, char *out, size_t cap)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-static void parse(const char *out, char *capname, int *has, char *path)
+static void parse(const char *out, char *capname, int *has, char *path, int *level)
 {
-    ck_assert_msg(sscanf(out, "%15s %d %d %d %d %d %d %15s", capname, &has[0], &has[1],
-                         &has[2], &has[3], &has[4], &has[5], path) == 8,
+    ck_assert_msg(sscanf(out, "%15s %d %d %d %d %d %d %15s %d", capname, &has[0], &has[1],
+                         &has[2], &has[3], &has[4], &has[5], path, level) == 9,
                   "report: %s", out);
 }
 
 START_TEST(test_caps)
 {
     char out[512], cn[16], path[16], ncn[16], npath[16];
-    int has[CPU_NFEATURES], nat[CPU_NFEATURES];
+    int has[CPU_NFEATURES], nat[CPU_NFEATURES], level, nlevel;
     ck_assert_int_eq(run_capped(NULL, out, sizeof out), 0);
-    parse(out, ncn, nat, npath);
+    parse(out, ncn, nat, npath, &nlevel);
     ck_assert_str_eq(ncn, "native");
     for (int f = 0; f < CPU_NFEATURES; f++)
         ck_assert_int_eq(nat[f], cpu_has((cpu_feature)f) || strcmp(cpu_isa_cap(), "native"));
-    printf("native: avx2 %d fma %d avx512f %d avx512bf16 %d avx512vnni %d avxvnni %d, expf %s\n",
-           nat[0], nat[1], nat[2], nat[3], nat[4], nat[5], npath);
+    /* the multiversioned loops' level: x86-64-v4 has AVX-512, v3 AVX2 and FMA */
+    ck_assert(nlevel >= 0 && nlevel <= 2);
+    ck_assert(nlevel < 2 || nat[CPU_AVX512F]);
+    ck_assert(nlevel < 1 || (nat[CPU_AVX2] && nat[CPU_FMA]));
+    printf("native: avx2 %d fma %d avx512f %d avx512bf16 %d avx512vnni %d avxvnni %d, expf %s, "
+           "loops x86-64-v%d\n", nat[0], nat[1], nat[2], nat[3], nat[4], nat[5], npath,
+           nlevel ? nlevel + 2 : 1);
 
     ck_assert_int_eq(run_capped("avx2", out, sizeof out), 0);
-    parse(out, cn, has, path);
+    parse(out, cn, has, path, &level);
+    ck_assert_int_eq(level, nlevel < 1 ? nlevel : 1);
     ck_assert_str_eq(cn, "avx2");
     for (int f = 0; f < CPU_NFEATURES; f++)
         ck_assert_msg(has[f] == ((f == CPU_AVX2 || f == CPU_FMA) && nat[f]),
@@ -86,7 +92,8 @@ START_TEST(test_caps)
     ck_assert_str_eq(path, nat[CPU_AVX2] && nat[CPU_FMA] && strcmp(npath, "libm") ? "avx2" : "libm");
 
     ck_assert_int_eq(run_capped("baseline", out, sizeof out), 0);
-    parse(out, cn, has, path);
+    parse(out, cn, has, path, &level);
+    ck_assert_int_eq(level, 0);
     ck_assert_str_eq(cn, "baseline");
     for (int f = 0; f < CPU_NFEATURES; f++)
         ck_assert_msg(!has[f], "baseline cap: %s is %d", NAMES[f], has[f]);
