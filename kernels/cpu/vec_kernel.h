@@ -52,27 +52,24 @@
         }                                                                                \
         return f_ args;                                                                  \
     }
+/* One version: the body compiled for target `tgt` ("default": the baseline). */
+#define VEC_VERSION_(tgt, sfx, opt, ret, name, params, args)                             \
+    __attribute__((noinline, target(tgt), opt)) static ret name##sfx params              \
+    {                                                                                    \
+        return name##_vbody args;                                                        \
+    }
 #define VEC_KERNEL3_(opt, ret, name, params, args)                                       \
     VEC_BODY_(opt, ret, name, params);                                                   \
-    __attribute__((noinline, target("arch=x86-64-v4"), opt)) static ret name##_v4 params \
-    {                                                                                    \
-        return name##_vbody args;                                                        \
-    }                                                                                    \
-    __attribute__((noinline, target("arch=x86-64-v3"), opt)) static ret name##_v3 params \
-    {                                                                                    \
-        return name##_vbody args;                                                        \
-    }                                                                                    \
-    __attribute__((noinline, opt)) static ret name##_v0 params { return name##_vbody args; } \
+    VEC_VERSION_("arch=x86-64-v4", _v4, opt, ret, name, params, args)                    \
+    VEC_VERSION_("arch=x86-64-v3", _v3, opt, ret, name, params, args)                    \
+    VEC_VERSION_("default", _v0, opt, ret, name, params, args)                           \
     VEC_DISPATCH_(ret, name, params, args,                                               \
                   level_ >= 2 ? name##_v4 : level_ == 1 ? name##_v3 : name##_v0)         \
     VEC_BODY_(opt, ret, name, params)
 #define VEC_KERNEL2_(opt, ret, name, params, args)                                       \
     VEC_BODY_(opt, ret, name, params);                                                   \
-    __attribute__((noinline, target("arch=x86-64-v3"), opt)) static ret name##_v3 params \
-    {                                                                                    \
-        return name##_vbody args;                                                        \
-    }                                                                                    \
-    __attribute__((noinline, opt)) static ret name##_v0 params { return name##_vbody args; } \
+    VEC_VERSION_("arch=x86-64-v3", _v3, opt, ret, name, params, args)                    \
+    VEC_VERSION_("default", _v0, opt, ret, name, params, args)                           \
     VEC_DISPATCH_(ret, name, params, args, level_ >= 1 ? name##_v3 : name##_v0)           \
     VEC_BODY_(opt, ret, name, params)
 
