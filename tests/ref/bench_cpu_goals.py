@@ -42,7 +42,9 @@ def fp32_envs():
     # oneDNN when configure found it, OpenBLAS otherwise)
     pin = os.environ.get("OPENBLAS_CORETYPE")
     envs = [("openblas" + (" (OPENBLAS_CORETYPE=%s)" % pin if pin else ""), {"DLLM_GEMM": "openblas"})]
-    if pin:
+    # unpinned, OpenBLAS picks the CPU's own kernels: not under a DLLM_CPU_ISA cap
+    capped = os.environ.get("DLLM_CPU_ISA", "native") != "native"
+    if pin and not capped:
         envs.append(("openblas (unpinned)", {"DLLM_GEMM": "openblas", "OPENBLAS_CORETYPE": None,
                                              "OPENBLAS_L2_SIZE": None}))
     envs.append(("dnnl", {"DLLM_GEMM": "dnnl"}))
@@ -225,6 +227,10 @@ def main():
         for p in ("fp32", "bf16", "fp8"):
             gf = med(x[1] for x in ro[label][p])
             pk, col = (pf, lib) if p == "fp32" else (pb, "bf16" if p == "bf16" else "fp8 fast")
+            if not pk or not best.get(col):
+                print("(d) rollout %s [%s]: %.1f GFLOP/s (no %s peak here: its product is absent)"
+                      % (p, label, gf, "bf16 dot" if p != "fp32" else "fp32 FMA"))
+                continue
             print("(d) rollout %s [%s]: %.1f GFLOP/s = %.0f%% of the %s peak %.1f, %.0f%% of "
                   "the best %s GEMM %.1f" % (p, label, gf, 100 * gf / pk,
                                            "fp32 FMA" if p == "fp32" else "bf16 dot", pk,
