@@ -169,11 +169,6 @@ static const float *q35_trainable(void *impl, size_t *n)
     return q35_state(impl, DLLM_STATE_PARAMS, n);
 }
 
-static const float *q35_trainable_host(void *impl, size_t *n)
-{
-    return q35_state(impl, DLLM_STATE_PARAMS, n);
-}
-
 static float *q35_grads(void *impl)
 {
     q35 *q = impl;
@@ -209,7 +204,8 @@ static void q35_state_move(void *impl, dllm_state s, size_t off, size_t n, float
 static const dllm_optim_ops q35_optim = {
     .trainable = q35_trainable, .grads = q35_grads, .zero_grad = q35_zero_grad,
     .grad_buffer = q35_grad_buffer, .step = q35_optim_step,
-    .trainable_host = q35_trainable_host, .state_move = q35_state_move,
+    .trainable_host = q35_trainable, /* the host's is the only copy */
+    .state_move = q35_state_move,
 };
 
 /* A bf16 trainer's weights: the masters rounded (again). */

@@ -489,9 +489,12 @@ static const float *tf_trainable_host(void *model, size_t *n)
 
 static float *host_state(dllm_tf *m, dllm_state s)
 {
+    size_t n;
+    if (s == DLLM_STATE_PARAMS) /* a read or a swap makes no moments: a step or a moment does */
+        return host_trainable(m, &n);
     tf_update u;
     update_state(m, &u, true);
-    return s == DLLM_STATE_PARAMS ? u.p : s == DLLM_STATE_ADAM_M ? u.m : u.v;
+    return s == DLLM_STATE_ADAM_M ? u.m : u.v;
 }
 
 static void tf_state_move(void *model, dllm_state s, size_t off, size_t n, float *buf,
