@@ -17,10 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The Gated DeltaNet ops through the backend table (DLLM_OP_GATED_DELTA): the host's,
- * where this model runs; the CUDA backend has the same entries. */
-#define GD(op, ...) dllm_backend_cpu()->ops->gd_##op(dllm_backend_cpu(), __VA_ARGS__)
-
 /* ---- weights --------------------------------------------------------------------------- */
 
 typedef struct {
@@ -65,11 +61,12 @@ typedef struct {
 } q35_lora;
 
 struct qwen35_model;
-static void kept_free(qwen35_kept *k);
+static void kept_free(struct qwen35_model *m);
 static float *grad_of(struct qwen35_model *m, const float *p);
 
 struct qwen35_model {
     qwen35_config cfg;
+    dllm_backend *be; /* where the forward and backward run (the host's) */
     float *embed, *head, *fnorm; /* (V, C), (V, C) or embed, (C) 1 + w */
     layer_w *lw;
     float **owned;  /* every weight buffer, in load order */
@@ -246,6 +243,7 @@ static void flatten(qwen35_model *m)
 static int build(qwen35_model *m, loader *ld_)
 {
     loader ld = *ld_;
+    m->be = dllm_backend_cpu();
     const qwen35_config *c = &m->cfg;
     int C = c->C, D = conv_dim(c), VD = c->Hv * c->Dv;
     m->embed = load(&ld, "embed_tokens.weight", 2, c->V, C, 0, false, false);
@@ -324,7 +322,7 @@ void qwen35_free(qwen35_model *m)
     free(m->mflat);
     free(m->vflat);
     free(m->off);
-    kept_free(&m->kept);
+    kept_free(m);
     free(m->centred);
     free(m->mom);
     free(m->var);
@@ -336,9 +334,50 @@ void qwen35_free(qwen35_model *m)
     free(m);
 }
 
+/* ---- the backend -------------------------------------------------------------------------
+ * Every op of the forward and the backward runs through the model's backend (kernels/
+ * backend.h), its activations and caches in that backend's memory; today the host's. The
+ * weights, gradients, moments and adapters are host arrays (the CPU backend's memory). */
+
+#define OP(name, ...) m->be->ops->name(m->be, __VA_ARGS__)
+#define GD(op, ...) m->be->ops->gd_##op(m->be, __VA_ARGS__)
+
+/* n floats (and one more) of the backend's memory, zeroed. */
+static float *fb(const qwen35_model *m, size_t n)
+{
+    return m->be->ops->alloc(m->be, (n + 1) * sizeof(float));
+}
+
+static void fdrop(const qwen35_model *m, void *p)
+{
+    if (p)
+        m->be->ops->free(m->be, p);
+}
+
+/* n host ids (or positions) in the backend's memory. */
+static int32_t *ints_on(const qwen35_model *m, const int32_t *h, int n)
+{
+    int32_t *d = m->be->ops->alloc(m->be, ((size_t)n + 1) * sizeof(int32_t));
+    if (n > 0)
+        m->be->ops->upload(m->be, d, h, (size_t)n * sizeof(int32_t));
+    return d;
+}
+
+/* The positions from .. from+n-1 in the backend's memory. */
+static int32_t *positions_on(const qwen35_model *m, int from, int n)
+{
+    int32_t *h = dllm_malloc(((size_t)n + 1) * sizeof(int32_t));
+    for (int t = 0; t < n; t++)
+        h[t] = from + t;
+    int32_t *d = ints_on(m, h, n);
+    free(h);
+    return d;
+}
+
 /* ---- the cache ---------------------------------------------------------------------------- */
 
 struct qwen35_cache {
+    const qwen35_model *m; /* whose backend holds the arrays */
     int L, max_len, len;
     float **conv;  // (L) linear layers: (K-1, conv_dim) the last inputs of the convolution
     float **state; // (L) linear layers: (Hv, Dk, Dv) the recurrent state
@@ -349,6 +388,7 @@ qwen35_cache *qwen35_cache_new(const qwen35_model *m, int max_len)
 {
     const qwen35_config *c = &m->cfg;
     qwen35_cache *k = dllm_calloc(1, sizeof *k);
+    k->m = m;
     k->L = c->L;
     k->max_len = max_len > 0 ? max_len : 1;
     k->conv = dllm_calloc((size_t)c->L, sizeof(float *));
@@ -357,11 +397,11 @@ qwen35_cache *qwen35_cache_new(const qwen35_model *m, int max_len)
     k->v = dllm_calloc((size_t)c->L, sizeof(float *));
     for (int l = 0; l < c->L; l++)
         if (c->kind[l] == QWEN35_LINEAR) {
-            k->conv[l] = dllm_calloc((size_t)(c->K - 1) * conv_dim(c) + 1, sizeof(float));
-            k->state[l] = dllm_calloc((size_t)c->Hv * c->Dk * c->Dv, sizeof(float));
+            k->conv[l] = fb(m, (size_t)(c->K - 1) * conv_dim(c));
+            k->state[l] = fb(m, (size_t)c->Hv * c->Dk * c->Dv);
         } else {
-            k->k[l] = dllm_calloc((size_t)k->max_len * c->NKV * c->HD, sizeof(float));
-            k->v[l] = dllm_calloc((size_t)k->max_len * c->NKV * c->HD, sizeof(float));
+            k->k[l] = fb(m, (size_t)k->max_len * c->NKV * c->HD);
+            k->v[l] = fb(m, (size_t)k->max_len * c->NKV * c->HD);
         }
     return k;
 }
@@ -370,11 +410,12 @@ void qwen35_cache_free(qwen35_cache *k)
 {
     if (!k)
         return;
+    const qwen35_model *m = k->m;
     for (int l = 0; l < k->L; l++) {
-        free(k->conv[l]);
-        free(k->state[l]);
-        free(k->k[l]);
-        free(k->v[l]);
+        fdrop(m, k->conv[l]);
+        fdrop(m, k->state[l]);
+        fdrop(m, k->k[l]);
+        fdrop(m, k->v[l]);
     }
     free(k->conv);
     free(k->state);
@@ -386,10 +427,6 @@ void qwen35_cache_free(qwen35_cache *k)
 int qwen35_cache_len(const qwen35_cache *c) { return c->len; }
 
 /* ---- the forward ----------------------------------------------------------------------------- */
-
-#define ALLOC_F(n) ((float *)dllm_malloc(((size_t)(n) + 1) * sizeof(float)))
-
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* The index of weight W among m's (-1: none). */
 static int widx(const qwen35_model *m, const float *W)
@@ -414,9 +451,9 @@ static const float *proj_input(const qwen35_model *m, const float *in, size_t n,
     *tmp = NULL;
     if (!m->bf16)
         return in;
-    *tmp = dllm_malloc((n + 1) * sizeof(float));
-    memcpy(*tmp, in, n * sizeof(float));
-    op_round_bf16(*tmp, n);
+    *tmp = fb(m, n);
+    OP(copy, *tmp, in, n * sizeof(float));
+    OP(round_bf16, *tmp, n);
     return *tmp;
 }
 
@@ -426,21 +463,23 @@ static const float *proj_input(const qwen35_model *m, const float *in, size_t n,
 static void lora_gemm(const qwen35_model *m, bool tA, bool tB, int M, int N, int K, float alpha,
                       const float *A, const float *B, float beta, float *C)
 {
-    (m->bf16 ? op_gemm_bf16 : op_gemm)(tA, tB, M, N, K, alpha, A, B, beta, C);
+    if (m->bf16)
+        OP(gemm_bf16, tA, tB, M, N, K, alpha, A, B, beta, C);
+    else
+        OP(gemm, tA, tB, M, N, K, alpha, A, B, beta, C);
 }
 
 /* out (T, D) += scale (x A^T) B^T: the adapter's part of a projection of x (T, C). */
 static void lora_fwd(const qwen35_model *m, const q35_lora *ad, float *out, const float *x, int T)
 {
     int r = m->lrank;
-    float *xa = dllm_malloc(((size_t)T * r + 1) * sizeof(float)); /* (T, r) */
-    if (m->bf16) {
-        op_gemm_bf16(false, true, T, r, ad->in, 1.0f, x, ad->A, 0.0f, xa);
-    } else {
-        op_linear_fwd(xa, x, ad->A, T, ad->in, r);
-    }
+    float *xa = fb(m, (size_t)T * r); /* (T, r) */
+    if (m->bf16)
+        OP(gemm_bf16, false, true, T, r, ad->in, 1.0f, x, ad->A, 0.0f, xa);
+    else
+        OP(linear_fwd, xa, x, ad->A, T, ad->in, r);
     lora_gemm(m, false, true, T, ad->out, r, m->lscale, xa, ad->B, 1.0f, out);
-    free(xa);
+    fdrop(m, xa);
 }
 
 /* out (T, D) = in (T, C) W^T for one of the big projections: with qwen35_round_bf16, the
@@ -453,31 +492,26 @@ static void big_linear(const qwen35_model *m, float *out, const float *in, const
     if (ad) { /* the trainer (or its bf16 copy) with LoRA at run time */
         float *tmp;
         const float *x = proj_input(m, in, (size_t)T * C, &tmp);
-        op_linear_fwd(out, x, W, T, C, D);
+        OP(linear_fwd, out, x, W, T, C, D);
         lora_fwd(m, ad, out, x, T);
-        free(tmp);
+        fdrop(m, tmp);
         return;
     }
     for (int i = 0; i < m->nql; i++)
         if (m->ql[i].w == W) { /* the quantised copy's product, activations quantised per call */
             qlin *q = &m->ql[i];
             if (q->kind == DLLM_ROLLOUT_INT8)
-                op_int8_linear_fwd(out, in, &q->i8, T, C, D);
+                OP(int8_linear_fwd, out, in, &q->i8, T, C, D);
             else if (q->kind == DLLM_ROLLOUT_NVFP4)
-                op_nvfp4_linear_fwd(out, in, &q->f4, T, C, D);
+                OP(nvfp4_linear_fwd, out, in, &q->f4, T, C, D);
             else
-                op_fp8_linear_fwd(out, in, &q->f8, T, C, D);
+                OP(fp8_linear_fwd, out, in, &q->f8, T, C, D);
             return;
         }
-    if (!m->bf16) {
-        op_linear_fwd(out, in, W, T, C, D);
-        return;
-    }
-    float *r = ALLOC_F((size_t)T * C);
-    memcpy(r, in, (size_t)T * C * sizeof(float));
-    op_round_bf16(r, (size_t)T * C);
-    op_linear_fwd(out, r, W, T, C, D);
-    free(r);
+    float *tmp;
+    const float *x = proj_input(m, in, (size_t)T * C, &tmp);
+    OP(linear_fwd, out, x, W, T, C, D);
+    fdrop(m, tmp);
 }
 
 /* The backward of big_linear (the trainer's numerics: no quantised copy): din (T, C) +=
@@ -489,29 +523,40 @@ static void big_linear_bwd(qwen35_model *m, float *din, const float *dout, const
 {
     float *tmp;
     const float *x = proj_input(m, in, (size_t)T * C, &tmp);
-    op_linear_bwd(din, grad_of(m, W), dout, x, W, T, C, D);
+    OP(linear_bwd, din, grad_of(m, W), dout, x, W, T, C, D);
     const q35_lora *ad = adapter_of(m, W);
     if (ad) {
         int r = m->lrank;
-        float *xa = dllm_malloc(((size_t)T * r + 1) * sizeof(float));  /* (T, r) x A^T */
-        float *dxa = dllm_malloc(((size_t)T * r + 1) * sizeof(float)); /* (T, r) */
+        float *xa = fb(m, (size_t)T * r);  /* (T, r) x A^T */
+        float *dxa = fb(m, (size_t)T * r); /* (T, r) */
         if (m->bf16) { /* lora_fwd's bf16 operands */
-            op_gemm_bf16(false, true, T, r, C, 1.0f, x, ad->A, 0.0f, xa);
-            op_gemm_bf16(false, false, T, r, D, m->lscale, dout, ad->B, 0.0f, dxa);
-            op_gemm_bf16(true, false, D, r, T, m->lscale, dout, xa, 1.0f, ad->dB);
-            op_gemm_bf16(false, false, T, C, r, 1.0f, dxa, ad->A, 1.0f, din);
-            op_gemm_bf16(true, false, r, C, T, 1.0f, dxa, x, 1.0f, ad->dA);
+            OP(gemm_bf16, false, true, T, r, C, 1.0f, x, ad->A, 0.0f, xa);
+            OP(gemm_bf16, false, false, T, r, D, m->lscale, dout, ad->B, 0.0f, dxa);
+            OP(gemm_bf16, true, false, D, r, T, m->lscale, dout, xa, 1.0f, ad->dB);
+            OP(gemm_bf16, false, false, T, C, r, 1.0f, dxa, ad->A, 1.0f, din);
+            OP(gemm_bf16, true, false, r, C, T, 1.0f, dxa, x, 1.0f, ad->dA);
         } else {
-            op_linear_fwd(xa, x, ad->A, T, C, r);
-            op_gemm(false, false, T, r, D, m->lscale, dout, ad->B, 0.0f, dxa);
-            op_gemm(true, false, D, r, T, m->lscale, dout, xa, 1.0f, ad->dB);
-            op_linear_bwd(din, ad->dA, dxa, x, ad->A, T, C, r);
+            OP(linear_fwd, xa, x, ad->A, T, C, r);
+            OP(gemm, false, false, T, r, D, m->lscale, dout, ad->B, 0.0f, dxa);
+            OP(gemm, true, false, D, r, T, m->lscale, dout, xa, 1.0f, ad->dB);
+            OP(linear_bwd, din, ad->dA, dxa, x, ad->A, T, C, r);
         }
-        free(xa);
-        free(dxa);
+        fdrop(m, xa);
+        fdrop(m, dxa);
     }
-    free(tmp);
+    fdrop(m, tmp);
 }
+
+static void drop_all(const qwen35_model *m, float **bufs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fdrop(m, bufs[i]);
+}
+#define DROP_ALL(...)                                                                              \
+    do {                                                                                           \
+        float *bufs_[] = {__VA_ARGS__};                                                            \
+        drop_all(m, bufs_, sizeof bufs_ / sizeof bufs_[0]);                                        \
+    } while (0)
 
 /* y (T, C) += the linear-attention mix of n1 (T, C) for layer l; caches advanced. */
 static void linear_mix(const qwen35_model *m, const layer_w *w, float *conv_state, float *S,
@@ -519,24 +564,21 @@ static void linear_mix(const qwen35_model *m, const layer_w *w, float *conv_stat
 {
     const qwen35_config *c = &m->cfg;
     int C = c->C, D = conv_dim(c), KD = c->Hk * c->Dk, VD = c->Hv * c->Dv;
-    float *qkv = ALLOC_F((size_t)T * D), *cq = ALLOC_F((size_t)T * D);
-    float *z = ALLOC_F((size_t)T * VD), *bb = ALLOC_F((size_t)T * c->Hv);
-    float *aa = ALLOC_F((size_t)T * c->Hv), *g = ALLOC_F((size_t)T * c->Hv);
-    float *beta = ALLOC_F((size_t)T * c->Hv);
-    float *q = ALLOC_F((size_t)T * KD), *k = ALLOC_F((size_t)T * KD);
-    float *v = ALLOC_F((size_t)T * VD), *o = ALLOC_F((size_t)T * VD);
-    float *on = ALLOC_F((size_t)T * VD), *mix = ALLOC_F((size_t)T * C);
+    float *qkv = fb(m, (size_t)T * D), *cq = fb(m, (size_t)T * D);
+    float *z = fb(m, (size_t)T * VD), *bb = fb(m, (size_t)T * c->Hv);
+    float *aa = fb(m, (size_t)T * c->Hv), *g = fb(m, (size_t)T * c->Hv);
+    float *beta = fb(m, (size_t)T * c->Hv);
+    float *q = fb(m, (size_t)T * KD), *k = fb(m, (size_t)T * KD);
+    float *v = fb(m, (size_t)T * VD), *o = fb(m, (size_t)T * VD);
+    float *on = fb(m, (size_t)T * VD), *mix = fb(m, (size_t)T * C);
     big_linear(m, qkv, n1, w->qkv, T, C, D);
     big_linear(m, z, n1, w->z, T, C, VD);
-    op_linear_fwd(bb, n1, w->b, T, C, c->Hv);
-    op_linear_fwd(aa, n1, w->a, T, C, c->Hv);
+    OP(linear_fwd, bb, n1, w->b, T, C, c->Hv);
+    OP(linear_fwd, aa, n1, w->a, T, C, c->Hv);
     GD(conv_fwd, cq, NULL, conv_state, qkv, conv_state, w->conv, 1, T, D, c->K);
-    for (int t = 0; t < T; t++) {
-        const float *r = cq + (size_t)t * D;
-        memcpy(q + (size_t)t * KD, r, (size_t)KD * sizeof(float));
-        memcpy(k + (size_t)t * KD, r + KD, (size_t)KD * sizeof(float));
-        memcpy(v + (size_t)t * VD, r + 2 * KD, (size_t)VD * sizeof(float));
-    }
+    OP(copy_2d, q, KD, cq, D, T, KD);
+    OP(copy_2d, k, KD, cq + KD, D, T, KD);
+    OP(copy_2d, v, VD, cq + 2 * KD, D, T, VD);
     GD(l2norm_fwd, q, NULL, q, T * c->Hk, c->Dk, 1e-6f);
     GD(l2norm_fwd, k, NULL, k, T * c->Hk, c->Dk, 1e-6f);
     GD(gates_fwd, g, beta, aa, bb, w->A_log, w->dt_bias, T, c->Hv);
@@ -546,116 +588,106 @@ static void linear_mix(const qwen35_model *m, const layer_w *w, float *conv_stat
         GD(rule_chunked_fwd, o, S, q, k, v, g, beta, S, 1, T, c->Hk, c->Dk, c->Hv, c->Dv, 64);
     GD(gated_rmsnorm_fwd, on, NULL, o, z, w->gnorm, T * c->Hv, c->Dv, c->eps);
     big_linear(m, mix, on, w->out, T, VD, C);
-    for (size_t i = 0; i < (size_t)T * C; i++)
-        y[i] += mix[i];
-    float *bufs[] = {qkv, cq, z, bb, aa, g, beta, q, k, v, o, on, mix};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    OP(add, y, mix, (size_t)T * C);
+    DROP_ALL(qkv, cq, z, bb, aa, g, beta, q, k, v, o, on, mix);
 }
 
-/* y (T, C) += the gated full-attention mix of n1 (T, C) at positions len.. */
+/* q (T, NH, HD) and gate (T, NH, HD) out of q_proj's output qg (T, NH, 2 HD): per head its
+ * HD query dims, then its HD gate dims. */
+static void split_query(const qwen35_model *m, float *q, float *gate, const float *qg, int T)
+{
+    int NH = m->cfg.NH, HD = m->cfg.HD;
+    OP(copy_2d, q, HD, qg, 2 * (size_t)HD, T * NH, HD);
+    OP(copy_2d, gate, HD, qg + HD, 2 * (size_t)HD, T * NH, HD);
+}
+
+/* y (T, C) += the gated full-attention mix of n1 (T, C) at positions len.. over the cache's
+ * keys and values kc, vc (max_len, NKV HD). */
 static void full_mix(const qwen35_model *m, const layer_w *w, float *kc, float *vc, int len,
-                     const float *n1, int T, float *y)
+                     int max_len, const float *n1, int T, float *y)
 {
     const qwen35_config *c = &m->cfg;
-    int C = c->C, NH = c->NH, HD = c->HD, QD = NH * HD, KD = c->NKV * HD, grp = NH / c->NKV;
-    float *qg = ALLOC_F((size_t)T * 2 * QD), *q = ALLOC_F((size_t)T * QD);
-    float *gate = ALLOC_F((size_t)T * QD), *k = ALLOC_F((size_t)T * KD);
-    float *att = ALLOC_F((size_t)T * QD), *mix = ALLOC_F((size_t)T * C);
-    float *p = ALLOC_F((size_t)len + T);
-    int32_t *pos = dllm_malloc((size_t)T * sizeof(int32_t) + 4);
+    int C = c->C, NH = c->NH, HD = c->HD, QD = NH * HD, KD = c->NKV * HD;
+    float *qg = fb(m, (size_t)T * 2 * QD), *q = fb(m, (size_t)T * QD);
+    float *gate = fb(m, (size_t)T * QD), *k = fb(m, (size_t)T * KD);
+    float *att = fb(m, (size_t)T * QD), *mix = fb(m, (size_t)T * C);
+    int32_t *pos = positions_on(m, len, T);
     big_linear(m, qg, n1, w->q, T, C, 2 * QD);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < NH; h++) {
-            const float *r = qg + (size_t)t * 2 * QD + (size_t)h * 2 * HD;
-            memcpy(q + ((size_t)t * NH + h) * HD, r, (size_t)HD * sizeof(float));
-            memcpy(gate + ((size_t)t * NH + h) * HD, r + HD, (size_t)HD * sizeof(float));
-        }
+    split_query(m, q, gate, qg, T);
     big_linear(m, k, n1, w->k, T, C, KD);
     big_linear(m, vc + (size_t)len * KD, n1, w->v, T, C, KD);
-    op_rmsnorm_fwd(q, NULL, q, w->qn, T * NH, HD, c->eps);
-    op_rmsnorm_fwd(k, NULL, k, w->kn, T * c->NKV, HD, c->eps);
-    for (int t = 0; t < T; t++)
-        pos[t] = len + t;
+    OP(rmsnorm_fwd, q, NULL, q, w->qn, T * NH, HD, c->eps);
+    OP(rmsnorm_fwd, k, NULL, k, w->kn, T * c->NKV, HD, c->eps);
     GD(partial_rope_fwd, q, q, pos, T, NH, HD, c->rot, c->theta);
     GD(partial_rope_fwd, kc + (size_t)len * KD, k, pos, T, c->NKV, HD, c->rot, c->theta);
-    float scale = 1.0f / sqrtf((float)HD);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < NH; h++) {
-            const float *qr = q + ((size_t)t * NH + h) * HD;
-            int kh = h / grp, send = len + t + 1;
-            float mx = -INFINITY, sum = 0.0f;
-            for (int s = 0; s < send; s++) {
-                const float *kr = kc + (size_t)s * KD + (size_t)kh * HD;
-                float d = 0.0f;
-                for (int i = 0; i < HD; i++)
-                    d += qr[i] * kr[i];
-                p[s] = d * scale;
-                mx = p[s] > mx ? p[s] : mx;
-            }
-            for (int s = 0; s < send; s++) {
-                p[s] = expf(p[s] - mx);
-                sum += p[s];
-            }
-            float *orow = att + ((size_t)t * NH + h) * HD;
-            memset(orow, 0, (size_t)HD * sizeof(float));
-            for (int s = 0; s < send; s++) {
-                const float *vr = vc + (size_t)s * KD + (size_t)kh * HD;
-                for (int i = 0; i < HD; i++)
-                    orow[i] += p[s] / sum * vr[i];
-            }
-            const float *gr = gate + ((size_t)t * NH + h) * HD;
-            for (int i = 0; i < HD; i++)
-                orow[i] *= sigm(gr[i]);
-        }
+    OP(attention_cached, att, q, kc, vc, NULL, 1, T, len, max_len, NH, c->NKV, HD, true);
+    GD(out_gate_fwd, att, att, gate, (size_t)T * QD);
     big_linear(m, mix, att, w->o, T, QD, C);
-    for (size_t i = 0; i < (size_t)T * C; i++)
-        y[i] += mix[i];
-    free(qg), free(q), free(gate), free(k), free(att), free(mix), free(p), free(pos);
+    OP(add, y, mix, (size_t)T * C);
+    DROP_ALL(qg, q, gate, k, att, mix);
+    fdrop(m, pos);
 }
 
-/* x (T, C) = the last residual of ids [T] appended to the cache; xs ((L + 1, T, C), may be
- * NULL) receives every layer's input and, last, x. */
+/* y (T, C) += layer l's mix of n1 (T, C), appended to the cache kc at its length. */
+static void layer_mix(const qwen35_model *m, int l, qwen35_cache *kc, const float *n1, int T,
+                      float *y)
+{
+    const layer_w *w = &m->lw[l];
+    if (m->cfg.kind[l] == QWEN35_LINEAR)
+        linear_mix(m, w, kc->conv[l], kc->state[l], n1, T, y);
+    else
+        full_mix(m, w, kc->k[l], kc->v[l], kc->len, kc->max_len, n1, T, y);
+}
+
+/* x (T, C) += layer l's MLP of x (its post-attention norm first); n (T, C), gu, up (T, H)
+ * scratch. */
+static void mlp_fwd(const qwen35_model *m, const layer_w *w, float *x, float *n, float *gu,
+                    float *up, float *mlp, int T)
+{
+    const qwen35_config *c = &m->cfg;
+    int C = c->C, H = c->H;
+    OP(rmsnorm_fwd, n, NULL, x, w->n2, T, C, c->eps);
+    big_linear(m, gu, n, w->gate, T, C, H);
+    big_linear(m, up, n, w->up, T, C, H);
+    OP(swiglu_fwd, gu, gu, up, (size_t)T * H);
+    big_linear(m, mlp, gu, w->down, T, H, C);
+    OP(add, x, mlp, (size_t)T * C);
+}
+
+/* x (T, C) = the last residual of ids [T] (host) appended to the cache; xs ((L + 1, T, C),
+ * may be NULL) receives every layer's input and, last, x. */
 static void extend_hidden(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T,
                           float *x, float *xs)
 {
     const qwen35_config *c = &m->cfg;
     int C = c->C, H = c->H;
     size_t TC = (size_t)T * C;
-    float *n = ALLOC_F(TC), *gu = ALLOC_F((size_t)T * H), *up = ALLOC_F((size_t)T * H);
-    float *mlp = ALLOC_F(TC);
-    op_embedding_fwd(x, ids, m->embed, T, C);
+    float *n = fb(m, TC), *gu = fb(m, (size_t)T * H), *up = fb(m, (size_t)T * H);
+    float *mlp = fb(m, TC);
+    int32_t *dids = ints_on(m, ids, T);
+    OP(embedding_fwd, x, dids, m->embed, T, C);
     for (int l = 0; l < c->L; l++) {
-        const layer_w *w = &m->lw[l];
         if (xs)
-            memcpy(xs + (size_t)l * TC, x, TC * sizeof(float));
-        op_rmsnorm_fwd(n, NULL, x, w->n1, T, C, c->eps);
-        if (c->kind[l] == QWEN35_LINEAR)
-            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, x);
-        else
-            full_mix(m, w, kc->k[l], kc->v[l], kc->len, n, T, x);
-        op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
-        big_linear(m, gu, n, w->gate, T, C, H);
-        big_linear(m, up, n, w->up, T, C, H);
-        op_swiglu_fwd(gu, gu, up, (size_t)T * H);
-        big_linear(m, mlp, gu, w->down, T, H, C);
-        for (size_t i = 0; i < TC; i++)
-            x[i] += mlp[i];
+            OP(copy, xs + (size_t)l * TC, x, TC * sizeof(float));
+        OP(rmsnorm_fwd, n, NULL, x, m->lw[l].n1, T, C, c->eps);
+        layer_mix(m, l, kc, n, T, x);
+        mlp_fwd(m, &m->lw[l], x, n, gu, up, mlp, T);
     }
     if (xs)
-        memcpy(xs + (size_t)c->L * TC, x, TC * sizeof(float));
+        OP(copy, xs + (size_t)c->L * TC, x, TC * sizeof(float));
     kc->len += T;
-    free(n), free(gu), free(up), free(mlp);
+    DROP_ALL(n, gu, up, mlp);
+    fdrop(m, dids);
 }
 
 /* logits (R, V) = head(norm(x rows)) of R rows of x (C each). */
 static void head_fwd(const qwen35_model *m, const float *x, int R, float *logits)
 {
     const qwen35_config *c = &m->cfg;
-    float *n = ALLOC_F((size_t)R * c->C);
-    op_rmsnorm_fwd(n, NULL, x, m->fnorm, R, c->C, c->eps);
+    float *n = fb(m, (size_t)R * c->C);
+    OP(rmsnorm_fwd, n, NULL, x, m->fnorm, R, c->C, c->eps);
     big_linear(m, logits, n, m->head, R, c->C, c->V);
-    free(n);
+    fdrop(m, n);
 }
 
 int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, float *logits,
@@ -672,13 +704,16 @@ int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, 
                                 "qwen3.5: token %d at %d outside the vocabulary [0, %d)", ids[t],
                                 t, c->V);
     int C = c->C;
-    float *x = ALLOC_F((size_t)T * C);
+    float *x = fb(m, (size_t)T * C);
     extend_hidden(m, kc, ids, T, x, NULL);
     if (logits) {
         int r0 = all_rows ? 0 : T - 1;
-        head_fwd(m, x + (size_t)r0 * C, T - r0, logits);
+        float *lg = fb(m, (size_t)(T - r0) * c->V);
+        head_fwd(m, x + (size_t)r0 * C, T - r0, lg);
+        OP(download, logits, lg, (size_t)(T - r0) * c->V * sizeof(float));
+        fdrop(m, lg);
     }
-    free(x);
+    fdrop(m, x);
     return 0;
 }
 
@@ -689,9 +724,11 @@ static void layers_bwd(qwen35_model *m, const int32_t *ids, int T, const float *
  * dropped, so a row's logits are those of its tokens alone, as a padded batch's are for
  * the transformer core's causal models (positions count real tokens). */
 
-static void kept_free(qwen35_kept *k)
+static void kept_free(qwen35_model *m)
 {
-    free(k->rows), free(k->n), free(k->ids), free(k->idx), free(k->xs);
+    qwen35_kept *k = &m->kept;
+    free(k->rows), free(k->n), free(k->ids), free(k->idx);
+    fdrop(m, k->xs);
     memset(k, 0, sizeof *k);
 }
 
@@ -712,18 +749,19 @@ int qwen35_forward(qwen35_model *m, const int32_t *tokens, const uint8_t *keymas
         if (rows[r] < 0 || rows[r] >= B * T)
             return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: logits row %d outside %d x %d",
                                 rows[r], B, T);
+    kept_free(m);
     qwen35_kept *k = &m->kept;
-    kept_free(k);
     k->B = B, k->T = T, k->R = R;
     k->rows = dllm_malloc(((size_t)R + 1) * sizeof(int32_t));
     k->n = dllm_calloc((size_t)B, sizeof(int));
     k->ids = dllm_malloc((size_t)B * T * sizeof(int32_t));
     k->idx = dllm_malloc((size_t)B * T * sizeof(int));
     if (keep)
-        k->xs = ALLOC_F((size_t)B * (L + 1) * T * C);
+        k->xs = fb(m, (size_t)B * (L + 1) * T * C);
     for (int r = 0; r < R; r++)
         k->rows[r] = rows ? rows[r] : r;
-    float *x = ALLOC_F((size_t)T * C);
+    float *x = fb(m, (size_t)T * C), *xr = fb(m, (size_t)T * C), *lg = fb(m, (size_t)T * V);
+    int *sel = dllm_malloc(((size_t)R + 1) * sizeof(int));
     for (int b = 0; b < B; b++) {
         int n = 0;
         for (int t = 0; t < T; t++) {
@@ -739,21 +777,33 @@ int qwen35_forward(qwen35_model *m, const int32_t *tokens, const uint8_t *keymas
         extend_hidden(m, kc, k->ids + (size_t)b * T, n, x,
                       keep ? k->xs + (size_t)b * (L + 1) * T * C : NULL);
         qwen35_cache_free(kc);
+        /* the row's wanted positions through the head together, T rows at a time */
+        int ns = 0;
         for (int r = 0; r < R; r++) {
             int rr = k->rows[r];
             if (rr / T != b)
                 continue;
-            int i = k->idx[rr];
-            if (i >= 0)
-                head_fwd(m, x + (size_t)i * C, 1, logits + (size_t)r * V);
-            else /* a padding position: no token of its own, never scored */
+            if (k->idx[rr] < 0) /* a padding position: no token of its own, never scored */
                 memset(logits + (size_t)r * V, 0, (size_t)V * sizeof(float));
+            else
+                sel[ns++] = r;
+        }
+        for (int f = 0; f < ns; f += T) {
+            int cnt = ns - f < T ? ns - f : T;
+            for (int j = 0; j < cnt; j++)
+                OP(copy, xr + (size_t)j * C, x + (size_t)k->idx[k->rows[sel[f + j]]] * C,
+                   (size_t)C * sizeof(float));
+            head_fwd(m, xr, cnt, lg);
+            for (int j = 0; j < cnt; j++)
+                OP(download, logits + (size_t)sel[f + j] * V, lg + (size_t)j * V,
+                   (size_t)V * sizeof(float));
         }
     }
     for (int r = 0; r < R; r++) /* rows of rows without a real token */
         if (!k->n[k->rows[r] / T])
             memset(logits + (size_t)r * V, 0, (size_t)V * sizeof(float));
-    free(x);
+    DROP_ALL(x, xr, lg);
+    free(sel);
     k->valid = keep;
     return 0;
 }
@@ -769,9 +819,9 @@ void qwen35_backward(qwen35_model *m, const float *dlogits)
     int C = c->C, V = c->V, L = c->L, T = k->T;
     size_t TC = (size_t)T * C;
     int *sel = dllm_malloc(((size_t)k->R + 1) * sizeof(int));
-    float *xr = ALLOC_F((size_t)k->R * C), *nf = ALLOC_F((size_t)k->R * C);
-    float *rsf = ALLOC_F(k->R), *dlg = ALLOC_F((size_t)k->R * V), *dn = ALLOC_F((size_t)k->R * C);
-    float *dxr = ALLOC_F((size_t)k->R * C), *dx = ALLOC_F(TC);
+    float *xr = fb(m, (size_t)k->R * C), *nf = fb(m, (size_t)k->R * C);
+    float *rsf = fb(m, k->R), *dlg = fb(m, (size_t)k->R * V), *dn = fb(m, (size_t)k->R * C);
+    float *dxr = fb(m, (size_t)k->R * C), *dx = fb(m, TC);
     for (int b = 0; b < k->B; b++) {
         int n = k->n[b], R = 0;
         const float *xs = k->xs + (size_t)b * (L + 1) * TC;
@@ -781,26 +831,23 @@ void qwen35_backward(qwen35_model *m, const float *dlogits)
         if (!n || !R)
             continue;
         for (int j = 0; j < R; j++) {
-            memcpy(xr + (size_t)j * C, xs + ((size_t)L * n + (size_t)k->idx[k->rows[sel[j]]]) * C,
-                   (size_t)C * sizeof(float));
-            memcpy(dlg + (size_t)j * V, dlogits + (size_t)sel[j] * V, (size_t)V * sizeof(float));
+            OP(copy, xr + (size_t)j * C,
+               xs + ((size_t)L * n + (size_t)k->idx[k->rows[sel[j]]]) * C,
+               (size_t)C * sizeof(float));
+            OP(upload, dlg + (size_t)j * V, dlogits + (size_t)sel[j] * V,
+               (size_t)V * sizeof(float));
         }
-        op_rmsnorm_fwd(nf, rsf, xr, m->fnorm, R, C, c->eps);
-        memset(dn, 0, (size_t)R * C * sizeof(float));
-        memset(dxr, 0, (size_t)R * C * sizeof(float));
+        OP(rmsnorm_fwd, nf, rsf, xr, m->fnorm, R, C, c->eps);
+        OP(memset0, dn, (size_t)R * C * sizeof(float));
+        OP(memset0, dxr, (size_t)R * C * sizeof(float));
         big_linear_bwd(m, dn, dlg, nf, m->head, R, C, V);
-        op_rmsnorm_bwd(dxr, grad_of(m, m->fnorm), dn, xr, m->fnorm, rsf, R, C);
-        memset(dx, 0, (size_t)n * C * sizeof(float)); /* xs and dx: (n, C) per layer */
-        for (int j = 0; j < R; j++) {
-            float *d = dx + (size_t)k->idx[k->rows[sel[j]]] * C;
-            for (int i = 0; i < C; i++)
-                d[i] += dxr[(size_t)j * C + i];
-        }
+        OP(rmsnorm_bwd, dxr, grad_of(m, m->fnorm), dn, xr, m->fnorm, rsf, R, C);
+        OP(memset0, dx, (size_t)n * C * sizeof(float)); /* xs and dx: (n, C) per layer */
+        for (int j = 0; j < R; j++)
+            OP(add, dx + (size_t)k->idx[k->rows[sel[j]]] * C, dxr + (size_t)j * C, (size_t)C);
         layers_bwd(m, k->ids + (size_t)b * T, n, xs, dx);
     }
-    float *bufs[] = {xr, nf, rsf, dlg, dn, dxr, dx};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    DROP_ALL(xr, nf, rsf, dlg, dn, dxr, dx);
     free(sel);
     k->valid = false;
 }
@@ -823,7 +870,7 @@ int qwen35_seq_logprob(qwen35_model *m, const int32_t *prompt, int P, const int3
                                 "[0, %d)", completion[i], i, V);
     int T = P + L - 1;
     int32_t *seq = dllm_malloc((size_t)T * sizeof(int32_t));
-    float *lg = ALLOC_F((size_t)T * V);
+    float *lg = dllm_malloc(((size_t)T * V + 1) * sizeof(float));
     memcpy(seq, prompt, (size_t)P * sizeof(int32_t));
     memcpy(seq + P, completion, (size_t)(L - 1) * sizeof(int32_t));
     qwen35_cache *kc = qwen35_cache_new(m, T);
@@ -853,7 +900,7 @@ int qwen35_greedy(qwen35_model *m, const int32_t *prompt, int P, int G, int eos,
                   int *n, dllm_err *err)
 {
     int V = m->cfg.V;
-    float *lg = ALLOC_F(V);
+    float *lg = dllm_malloc(((size_t)V + 1) * sizeof(float));
     qwen35_cache *kc = qwen35_cache_new(m, P + G);
     int rc = qwen35_extend(m, kc, prompt, P, lg, false, err), g = 0;
     for (; g < G && !rc; g++) {
@@ -899,7 +946,7 @@ void qwen35_zero_grad(qwen35_model *m)
         return;
     }
     if (!m->grad) {
-        m->gflat = ALLOC_F(m->nflat);
+        m->gflat = dllm_malloc((m->nflat + 1) * sizeof(float));
         m->grad = dllm_calloc((size_t)m->nowned, sizeof(float *));
         for (int i = 0; i < m->nowned; i++)
             m->grad[i] = m->gflat + m->off[i];
@@ -931,244 +978,141 @@ static void linear_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, i
     const qwen35_config *c = &m->cfg;
     int C = c->C, D = conv_dim(c), KD = c->Hk * c->Dk, VD = c->Hv * c->Dv, Hv = c->Hv;
     size_t TD = (size_t)T * D, TK = (size_t)T * KD, TV = (size_t)T * VD, TH = (size_t)T * Hv;
-    float *qkv = ALLOC_F(TD), *pre = ALLOC_F(TD), *cq = ALLOC_F(TD), *z = ALLOC_F(TV);
-    float *bb = ALLOC_F(TH), *aa = ALLOC_F(TH), *g = ALLOC_F(TH), *beta = ALLOC_F(TH);
-    float *q = ALLOC_F(TK), *k = ALLOC_F(TK), *v = ALLOC_F(TV), *rq = ALLOC_F((size_t)T * c->Hk);
-    float *rk = ALLOC_F((size_t)T * c->Hk), *o = ALLOC_F(TV), *on = ALLOC_F(TV);
-    float *rs = ALLOC_F((size_t)T * Hv);
+    float *qkv = fb(m, TD), *pre = fb(m, TD), *cq = fb(m, TD), *z = fb(m, TV);
+    float *bb = fb(m, TH), *aa = fb(m, TH), *g = fb(m, TH), *beta = fb(m, TH);
+    float *q = fb(m, TK), *k = fb(m, TK), *v = fb(m, TV), *rq = fb(m, (size_t)T * c->Hk);
+    float *rk = fb(m, (size_t)T * c->Hk), *o = fb(m, TV), *on = fb(m, TV);
+    float *rs = fb(m, (size_t)T * Hv);
     /* recompute */
     big_linear(m, qkv, n1, w->qkv, T, C, D);
     big_linear(m, z, n1, w->z, T, C, VD);
-    op_linear_fwd(bb, n1, w->b, T, C, Hv);
-    op_linear_fwd(aa, n1, w->a, T, C, Hv);
+    OP(linear_fwd, bb, n1, w->b, T, C, Hv);
+    OP(linear_fwd, aa, n1, w->a, T, C, Hv);
     GD(conv_fwd, cq, pre, NULL, qkv, NULL, w->conv, 1, T, D, c->K);
-    for (int t = 0; t < T; t++) {
-        const float *r = cq + (size_t)t * D;
-        memcpy(q + (size_t)t * KD, r, (size_t)KD * sizeof(float));
-        memcpy(k + (size_t)t * KD, r + KD, (size_t)KD * sizeof(float));
-        memcpy(v + (size_t)t * VD, r + 2 * KD, (size_t)VD * sizeof(float));
-    }
+    OP(copy_2d, q, KD, cq, D, T, KD);
+    OP(copy_2d, k, KD, cq + KD, D, T, KD);
+    OP(copy_2d, v, VD, cq + 2 * KD, D, T, VD);
     GD(l2norm_fwd, q, rq, q, T * c->Hk, c->Dk, 1e-6f);
     GD(l2norm_fwd, k, rk, k, T * c->Hk, c->Dk, 1e-6f);
     GD(gates_fwd, g, beta, aa, bb, w->A_log, w->dt_bias, T, Hv);
     GD(rule_chunked_fwd, o, NULL, q, k, v, g, beta, NULL, 1, T, c->Hk, c->Dk, Hv, c->Dv, 64);
     GD(gated_rmsnorm_fwd, on, rs, o, z, w->gnorm, T * Hv, c->Dv, c->eps);
-    /* backward */
-    float *don = ALLOC_F(TV), *dO = ALLOC_F(TV), *dz = ALLOC_F(TV), *dq = ALLOC_F(TK);
-    float *dk = ALLOC_F(TK), *dg = ALLOC_F(TH), *dbeta = ALLOC_F(TH), *daa = ALLOC_F(TH);
-    float *dbb = ALLOC_F(TH), *dcq = ALLOC_F(TD), *dqkv = ALLOC_F(TD);
-    float *zero[] = {don, dO, dz, dq, dk, dg, dbeta, daa, dbb, dcq, dqkv};
-    size_t zn[] = {TV, TV, TV, TK, TK, TH, TH, TH, TH, TD, TD};
-    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
-        memset(zero[i], 0, zn[i] * sizeof(float));
+    /* backward (every gradient buffer starts zeroed: the backend's alloc) */
+    float *don = fb(m, TV), *dO = fb(m, TV), *dz = fb(m, TV), *dq = fb(m, TK);
+    float *dk = fb(m, TK), *dg = fb(m, TH), *dbeta = fb(m, TH), *daa = fb(m, TH);
+    float *dbb = fb(m, TH), *dcq = fb(m, TD), *dqkv = fb(m, TD);
+    float *dvt = fb(m, TV), *dqn = fb(m, TK), *dkn = fb(m, TK);
     big_linear_bwd(m, don, dmix, on, w->out, T, VD, C);
     GD(gated_rmsnorm_bwd, dO, dz, grad_of(m, w->gnorm), don, o, z, w->gnorm, rs, T * Hv, c->Dv);
-    float *dv = dcq; /* dq, dk normalised first; dv lands straight in its columns below */
-    float *dvt = ALLOC_F(TV), *dqn = ALLOC_F(TK), *dkn = ALLOC_F(TK);
-    memset(dvt, 0, TV * sizeof(float));
-    memset(dqn, 0, TK * sizeof(float));
-    memset(dkn, 0, TK * sizeof(float));
     GD(rule_bwd, dqn, dkn, dvt, dg, dbeta, NULL, dO, q, k, v, g, beta, NULL, 1, T, c->Hk, c->Dk, Hv,
        c->Dv);
     GD(gates_bwd, daa, dbb, grad_of(m, w->A_log), grad_of(m, w->dt_bias), dg, dbeta, aa, bb,
        w->A_log, w->dt_bias, T, Hv);
     GD(l2norm_bwd, dq, dqn, q, rq, T * c->Hk, c->Dk);
     GD(l2norm_bwd, dk, dkn, k, rk, T * c->Hk, c->Dk);
-    for (int t = 0; t < T; t++) {
-        float *r = dv + (size_t)t * D;
-        memcpy(r, dq + (size_t)t * KD, (size_t)KD * sizeof(float));
-        memcpy(r + KD, dk + (size_t)t * KD, (size_t)KD * sizeof(float));
-        memcpy(r + 2 * KD, dvt + (size_t)t * VD, (size_t)VD * sizeof(float));
-    }
+    OP(copy_2d, dcq, D, dq, KD, T, KD);
+    OP(copy_2d, dcq + KD, D, dk, KD, T, KD);
+    OP(copy_2d, dcq + 2 * KD, D, dvt, VD, T, VD);
     GD(conv_bwd, dqkv, grad_of(m, w->conv), NULL, dcq, pre, qkv, NULL, w->conv, 1, T, D, c->K);
     big_linear_bwd(m, dn1, dqkv, n1, w->qkv, T, C, D);
     big_linear_bwd(m, dn1, dz, n1, w->z, T, C, VD);
-    op_linear_bwd(dn1, grad_of(m, w->b), dbb, n1, w->b, T, C, Hv);
-    op_linear_bwd(dn1, grad_of(m, w->a), daa, n1, w->a, T, C, Hv);
-    float *bufs[] = {qkv, pre, cq, z, bb, aa, g, beta, q, k, v, rq, rk, o, on, rs, don, dO, dz,
-                     dq, dk, dg, dbeta, daa, dbb, dcq, dqkv, dvt, dqn, dkn};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    OP(linear_bwd, dn1, grad_of(m, w->b), dbb, n1, w->b, T, C, Hv);
+    OP(linear_bwd, dn1, grad_of(m, w->a), daa, n1, w->a, T, C, Hv);
+    DROP_ALL(qkv, pre, cq, z, bb, aa, g, beta, q, k, v, rq, rk, o, on, rs, don, dO, dz, dq, dk, dg,
+             dbeta, daa, dbb, dcq, dqkv, dvt, dqn, dkn);
 }
 
-/* dn1 (T, C) += d(gated attention mix)/d n1 given dmix (T, C), positions 0 .. T-1. */
+/* dn1 (T, C) += d(gated attention mix)/d n1 given dmix (T, C), positions 0 .. T-1: the
+ * forward recomputed through the table's attention, which keeps what its backward needs. */
 static void full_mix_bwd(qwen35_model *m, const layer_w *w, const float *n1, int T,
                          const float *dmix, float *dn1)
 {
     const qwen35_config *c = &m->cfg;
     int C = c->C, NH = c->NH, NKV = c->NKV, HD = c->HD, QD = NH * HD, KD = NKV * HD;
-    int grp = NH / NKV;
     size_t TQ = (size_t)T * QD, TK = (size_t)T * KD;
-    float *qg = ALLOC_F(2 * TQ), *q0 = ALLOC_F(TQ), *gate = ALLOC_F(TQ), *k0 = ALLOC_F(TK);
-    float *v = ALLOC_F(TK), *qn = ALLOC_F(TQ), *kn = ALLOC_F(TK), *rsq = ALLOC_F((size_t)T * NH);
-    float *rsk = ALLOC_F((size_t)T * NKV), *qr = ALLOC_F(TQ), *kr = ALLOC_F(TK);
-    float *P = ALLOC_F((size_t)NH * T * T), *att = ALLOC_F(TQ), *y = ALLOC_F(TQ);
-    int32_t *pos = dllm_malloc((size_t)T * sizeof(int32_t) + 4);
-    for (int t = 0; t < T; t++)
-        pos[t] = t;
+    float *qg = fb(m, 2 * TQ), *q0 = fb(m, TQ), *gate = fb(m, TQ), *k0 = fb(m, TK);
+    float *v = fb(m, TK), *qn = fb(m, TQ), *kn = fb(m, TK), *rsq = fb(m, (size_t)T * NH);
+    float *rsk = fb(m, (size_t)T * NKV), *qr = fb(m, TQ), *kr = fb(m, TK);
+    float *st = fb(m, OP(attn_state_floats, 1, T, NH)), *att = fb(m, TQ), *y = fb(m, TQ);
+    int32_t *pos = positions_on(m, 0, T);
     big_linear(m, qg, n1, w->q, T, C, 2 * QD);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < NH; h++) {
-            const float *r = qg + (size_t)t * 2 * QD + (size_t)h * 2 * HD;
-            memcpy(q0 + ((size_t)t * NH + h) * HD, r, (size_t)HD * sizeof(float));
-            memcpy(gate + ((size_t)t * NH + h) * HD, r + HD, (size_t)HD * sizeof(float));
-        }
+    split_query(m, q0, gate, qg, T);
     big_linear(m, k0, n1, w->k, T, C, KD);
     big_linear(m, v, n1, w->v, T, C, KD);
-    op_rmsnorm_fwd(qn, rsq, q0, w->qn, T * NH, HD, c->eps);
-    op_rmsnorm_fwd(kn, rsk, k0, w->kn, T * NKV, HD, c->eps);
+    OP(rmsnorm_fwd, qn, rsq, q0, w->qn, T * NH, HD, c->eps);
+    OP(rmsnorm_fwd, kn, rsk, k0, w->kn, T * NKV, HD, c->eps);
     GD(partial_rope_fwd, qr, qn, pos, T, NH, HD, c->rot, c->theta);
     GD(partial_rope_fwd, kr, kn, pos, T, NKV, HD, c->rot, c->theta);
-    float scale = 1.0f / sqrtf((float)HD);
-    /* P (NH, T, T): causal softmax rows */
-    for (int h = 0; h < NH; h++)
-        for (int t = 0; t < T; t++) {
-            float *p = P + ((size_t)h * T + t) * T, mx = -INFINITY, sum = 0.0f;
-            const float *qrow = qr + ((size_t)t * NH + h) * HD;
-            for (int s2 = 0; s2 < T; s2++) {
-                if (s2 > t) {
-                    p[s2] = 0.0f;
-                    continue;
-                }
-                const float *krow = kr + ((size_t)s2 * NKV + h / grp) * HD;
-                float d = 0.0f;
-                for (int i = 0; i < HD; i++)
-                    d += qrow[i] * krow[i];
-                p[s2] = d * scale;
-                mx = p[s2] > mx ? p[s2] : mx;
-            }
-            for (int s2 = 0; s2 <= t; s2++) {
-                p[s2] = expf(p[s2] - mx);
-                sum += p[s2];
-            }
-            float *arow = att + ((size_t)t * NH + h) * HD;
-            memset(arow, 0, (size_t)HD * sizeof(float));
-            for (int s2 = 0; s2 <= t; s2++) {
-                p[s2] /= sum;
-                const float *vrow = v + ((size_t)s2 * NKV + h / grp) * HD;
-                for (int i = 0; i < HD; i++)
-                    arow[i] += p[s2] * vrow[i];
-            }
-        }
-    for (size_t i = 0; i < TQ; i++)
-        y[i] = att[i] * sigm(gate[i]);
-    /* backward */
-    float *dy = ALLOC_F(TQ), *dqg = ALLOC_F(2 * TQ), *dqr = ALLOC_F(TQ), *dkr = ALLOC_F(TK);
-    float *dv = ALLOC_F(TK), *dqn = ALLOC_F(TQ), *dkn = ALLOC_F(TK), *dq0 = ALLOC_F(TQ);
-    float *dk0 = ALLOC_F(TK), *dp = ALLOC_F((size_t)T);
-    float *zero[] = {dy, dqg, dqr, dkr, dv, dqn, dkn, dq0, dk0};
-    size_t zn[] = {TQ, 2 * TQ, TQ, TK, TK, TQ, TK, TQ, TK};
-    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++)
-        memset(zero[i], 0, zn[i] * sizeof(float));
+    OP(attention_fwd, att, st, qr, kr, v, NULL, 1, T, NH, NKV, HD, true);
+    GD(out_gate_fwd, y, att, gate, TQ);
+    /* backward (every gradient buffer starts zeroed: the backend's alloc) */
+    float *dy = fb(m, TQ), *datt = fb(m, TQ), *dgate = fb(m, TQ), *dqg = fb(m, 2 * TQ);
+    float *dqr = fb(m, TQ), *dkr = fb(m, TK), *dv = fb(m, TK), *dqn = fb(m, TQ);
+    float *dkn = fb(m, TK), *dq0 = fb(m, TQ), *dk0 = fb(m, TK);
     big_linear_bwd(m, dy, dmix, y, w->o, T, QD, C);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < NH; h++) {
-            size_t r = ((size_t)t * NH + h) * HD;
-            float *dgr = dqg + (size_t)t * 2 * QD + (size_t)h * 2 * HD + HD;
-            for (int i = 0; i < HD; i++) {
-                float sg = sigm(gate[r + i]);
-                dgr[i] = dy[r + i] * att[r + i] * sg * (1.0f - sg);
-                dy[r + i] *= sg; /* now d att */
-            }
-        }
-    for (int h = 0; h < NH; h++)
-        for (int t = 0; t < T; t++) {
-            const float *p = P + ((size_t)h * T + t) * T;
-            const float *da = dy + ((size_t)t * NH + h) * HD;
-            float dot = 0.0f;
-            for (int s2 = 0; s2 <= t; s2++) {
-                const float *vrow = v + ((size_t)s2 * NKV + h / grp) * HD;
-                float *dvrow = dv + ((size_t)s2 * NKV + h / grp) * HD;
-                float d = 0.0f;
-                for (int i = 0; i < HD; i++) {
-                    d += da[i] * vrow[i];
-                    dvrow[i] += p[s2] * da[i];
-                }
-                dp[s2] = d;
-                dot += p[s2] * d;
-            }
-            const float *qrow = qr + ((size_t)t * NH + h) * HD;
-            float *dqrow = dqr + ((size_t)t * NH + h) * HD;
-            for (int s2 = 0; s2 <= t; s2++) {
-                float ds = p[s2] * (dp[s2] - dot) * scale;
-                const float *krow = kr + ((size_t)s2 * NKV + h / grp) * HD;
-                float *dkrow = dkr + ((size_t)s2 * NKV + h / grp) * HD;
-                for (int i = 0; i < HD; i++) {
-                    dqrow[i] += ds * krow[i];
-                    dkrow[i] += ds * qrow[i];
-                }
-            }
-        }
+    GD(out_gate_bwd, datt, dgate, dy, att, gate, TQ);
+    OP(attention_bwd, dqr, dkr, dv, datt, att, st, qr, kr, v, NULL, 1, T, NH, NKV, HD, true);
     GD(partial_rope_bwd, dqn, dqr, pos, T, NH, HD, c->rot, c->theta);
     GD(partial_rope_bwd, dkn, dkr, pos, T, NKV, HD, c->rot, c->theta);
-    op_rmsnorm_bwd(dq0, grad_of(m, w->qn), dqn, q0, w->qn, rsq, T * NH, HD);
-    op_rmsnorm_bwd(dk0, grad_of(m, w->kn), dkn, k0, w->kn, rsk, T * NKV, HD);
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < NH; h++)
-            memcpy(dqg + (size_t)t * 2 * QD + (size_t)h * 2 * HD, dq0 + ((size_t)t * NH + h) * HD,
-                   (size_t)HD * sizeof(float));
+    OP(rmsnorm_bwd, dq0, grad_of(m, w->qn), dqn, q0, w->qn, rsq, T * NH, HD);
+    OP(rmsnorm_bwd, dk0, grad_of(m, w->kn), dkn, k0, w->kn, rsk, T * NKV, HD);
+    OP(copy_2d, dqg, 2 * (size_t)HD, dq0, HD, T * NH, HD);
+    OP(copy_2d, dqg + HD, 2 * (size_t)HD, dgate, HD, T * NH, HD);
     big_linear_bwd(m, dn1, dqg, n1, w->q, T, C, 2 * QD);
     big_linear_bwd(m, dn1, dk0, n1, w->k, T, C, KD);
     big_linear_bwd(m, dn1, dv, n1, w->v, T, C, KD);
-    float *bufs[] = {qg, q0, gate, k0, v, qn, kn, rsq, rsk, qr, kr, P, att, y, dy, dqg, dqr,
-                     dkr, dv, dqn, dkn, dq0, dk0, dp};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
-    free(pos);
+    DROP_ALL(qg, q0, gate, k0, v, qn, kn, rsq, rsk, qr, kr, st, att, y, dy, datt, dgate, dqg, dqr,
+             dkr, dv, dqn, dkn, dq0, dk0);
+    fdrop(m, pos);
 }
 
-/* The backward of the layers over ids [T] from dx (T, C) = d loss / d (the last residual):
- * each layer recomputed from its input xs[l] ((L + 1, T, C)) and differentiated; the weight
- * gradients accumulated, the embedding's last. dx is overwritten. */
+/* The backward of the layers over ids [T] (host) from dx (T, C) = d loss / d (the last
+ * residual): each layer recomputed from its input xs[l] ((L + 1, T, C)) and differentiated;
+ * the weight gradients accumulated, the embedding's last. dx is overwritten. */
 static void layers_bwd(qwen35_model *m, const int32_t *ids, int T, const float *xs, float *dx)
 {
     const qwen35_config *c = &m->cfg;
     int C = c->C, H = c->H, L = c->L;
     size_t TC = (size_t)T * C, TH = (size_t)T * H;
-    qwen35_cache *kc;
-    float *n = ALLOC_F(TC), *gu = ALLOC_F(TH), *up = ALLOC_F(TH), *s = ALLOC_F(TH);
-    float *mlp = ALLOC_F(TC), *h = ALLOC_F(TC), *rs1 = ALLOC_F(T), *rs2 = ALLOC_F(T);
-    float *dn = ALLOC_F(TC), *dh = ALLOC_F(TC), *ds = ALLOC_F(TH);
-    float *dgu = ALLOC_F(TH), *dup = ALLOC_F(TH);
+    float *n = fb(m, TC), *gu = fb(m, TH), *up = fb(m, TH), *s = fb(m, TH);
+    float *n2 = fb(m, TC), *h = fb(m, TC), *rs1 = fb(m, T), *rs2 = fb(m, T);
+    float *dn = fb(m, TC), *dh = fb(m, TC), *ds = fb(m, TH);
+    float *dgu = fb(m, TH), *dup = fb(m, TH);
     for (int l = L - 1; l >= 0; l--) {
         const layer_w *w = &m->lw[l];
         const float *xin = xs + (size_t)l * TC;
         /* recompute the layer: n1, the mix into h, then the MLP's inputs */
-        memcpy(h, xin, TC * sizeof(float));
-        op_rmsnorm_fwd(n, rs1, xin, w->n1, T, C, c->eps);
-        kc = qwen35_cache_new(m, T);
-        if (c->kind[l] == QWEN35_LINEAR)
-            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, h);
-        else
-            full_mix(m, w, kc->k[l], kc->v[l], 0, n, T, h);
+        OP(copy, h, xin, TC * sizeof(float));
+        OP(rmsnorm_fwd, n, rs1, xin, w->n1, T, C, c->eps);
+        qwen35_cache *kc = qwen35_cache_new(m, T);
+        layer_mix(m, l, kc, n, T, h);
         qwen35_cache_free(kc);
-        float *n2 = mlp; /* reused: the MLP's normalised input */
-        op_rmsnorm_fwd(n2, rs2, h, w->n2, T, C, c->eps);
+        OP(rmsnorm_fwd, n2, rs2, h, w->n2, T, C, c->eps);
         big_linear(m, gu, n2, w->gate, T, C, H);
         big_linear(m, up, n2, w->up, T, C, H);
-        op_swiglu_fwd(s, gu, up, TH);
+        OP(swiglu_fwd, s, gu, up, TH);
         /* x_out = h + down(s): dh = dx + MLP's */
-        memset(ds, 0, TH * sizeof(float));
-        memset(dn, 0, TC * sizeof(float));
-        memcpy(dh, dx, TC * sizeof(float));
+        OP(memset0, ds, TH * sizeof(float));
+        OP(memset0, dn, TC * sizeof(float));
+        OP(copy, dh, dx, TC * sizeof(float));
         big_linear_bwd(m, ds, dx, s, w->down, T, H, C);
-        op_swiglu_bwd(dgu, dup, ds, gu, up, TH);
+        OP(swiglu_bwd, dgu, dup, ds, gu, up, TH);
         big_linear_bwd(m, dn, dgu, n2, w->gate, T, C, H);
         big_linear_bwd(m, dn, dup, n2, w->up, T, C, H);
-        op_rmsnorm_bwd(dh, grad_of(m, w->n2), dn, h, w->n2, rs2, T, C);
+        OP(rmsnorm_bwd, dh, grad_of(m, w->n2), dn, h, w->n2, rs2, T, C);
         /* h = x_in + mix(n1): dx_in = dh + n1's */
-        memset(dn, 0, TC * sizeof(float));
+        OP(memset0, dn, TC * sizeof(float));
         if (c->kind[l] == QWEN35_LINEAR)
             linear_mix_bwd(m, w, n, T, dh, dn);
         else
             full_mix_bwd(m, w, n, T, dh, dn);
-        memcpy(dx, dh, TC * sizeof(float));
-        op_rmsnorm_bwd(dx, grad_of(m, w->n1), dn, xin, w->n1, rs1, T, C);
+        OP(copy, dx, dh, TC * sizeof(float));
+        OP(rmsnorm_bwd, dx, grad_of(m, w->n1), dn, xin, w->n1, rs1, T, C);
     }
-    op_embedding_bwd(grad_of(m, m->embed), dx, ids, T, C);
-    float *bufs[] = {n, gu, up, s, mlp, h, rs1, rs2, dn, dh, ds, dgu, dup};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    int32_t *dids = ints_on(m, ids, T);
+    OP(embedding_bwd, grad_of(m, m->embed), dx, dids, T, C);
+    fdrop(m, dids);
+    DROP_ALL(n, gu, up, s, n2, h, rs1, rs2, dn, dh, ds, dgu, dup);
 }
 
 int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, dllm_err *err)
@@ -1184,57 +1128,39 @@ int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, d
                                 t, c->V);
     if (!m->grad)
         qwen35_zero_grad(m);
-    int C = c->C, H = c->H, V = c->V, L = c->L;
-    size_t TC = (size_t)T * C, TH = (size_t)T * H;
+    int C = c->C, V = c->V, L = c->L;
+    size_t TC = (size_t)T * C;
     /* forward, keeping each layer's input: xs[l] (T, C), xs[L] the last residual */
-    float *xs = ALLOC_F((size_t)(L + 1) * TC);
+    float *xs = fb(m, (size_t)(L + 1) * TC), *x = fb(m, TC);
     qwen35_cache *kc = qwen35_cache_new(m, T);
-    float *n = ALLOC_F(TC), *gu = ALLOC_F(TH), *up = ALLOC_F(TH), *s = ALLOC_F(TH);
-    float *mlp = ALLOC_F(TC);
-    op_embedding_fwd(xs, ids, m->embed, T, C);
-    for (int l = 0; l < L; l++) {
-        const layer_w *w = &m->lw[l];
-        float *x = xs + (size_t)(l + 1) * TC;
-        memcpy(x, xs + (size_t)l * TC, TC * sizeof(float));
-        op_rmsnorm_fwd(n, NULL, x, w->n1, T, C, c->eps);
-        if (c->kind[l] == QWEN35_LINEAR)
-            linear_mix(m, w, kc->conv[l], kc->state[l], n, T, x);
-        else
-            full_mix(m, w, kc->k[l], kc->v[l], 0, n, T, x);
-        op_rmsnorm_fwd(n, NULL, x, w->n2, T, C, c->eps);
-        big_linear(m, gu, n, w->gate, T, C, H);
-        big_linear(m, up, n, w->up, T, C, H);
-        op_swiglu_fwd(s, gu, up, TH);
-        big_linear(m, mlp, s, w->down, T, H, C);
-        for (size_t i = 0; i < TC; i++)
-            x[i] += mlp[i];
-    }
+    extend_hidden(m, kc, ids, T, x, xs);
     qwen35_cache_free(kc);
     /* head and loss: mean over the T-1 next-token targets */
     int R = T - 1;
-    float *nf = ALLOC_F(TC), *rsf = ALLOC_F(T), *lg = ALLOC_F((size_t)R * V);
-    float *lp = ALLOC_F(R), *lse = ALLOC_F(R), *dlp = ALLOC_F(R), *dlg = ALLOC_F((size_t)R * V);
-    op_rmsnorm_fwd(nf, rsf, xs + (size_t)L * TC, m->fnorm, R, C, c->eps);
+    float *nf = fb(m, TC), *rsf = fb(m, T), *lg = fb(m, (size_t)R * V);
+    float *lp = fb(m, R), *lse = fb(m, R), *dlp = fb(m, R), *dlg = fb(m, (size_t)R * V);
+    float *hlp = dllm_malloc(((size_t)R + 1) * sizeof(float));
+    int32_t *tgt = ints_on(m, ids + 1, R);
+    OP(rmsnorm_fwd, nf, rsf, xs + (size_t)L * TC, m->fnorm, R, C, c->eps);
     big_linear(m, lg, nf, m->head, R, C, V);
-    op_xent_fwd(lp, lse, lg, ids + 1, R, V);
+    OP(xent_fwd, lp, lse, lg, tgt, R, V);
+    OP(download, hlp, lp, (size_t)R * sizeof(float));
     double tot = 0;
-    for (int r = 0; r < R; r++) {
-        tot -= lp[r];
-        dlp[r] = -1.0f / (float)R;
-    }
+    for (int r = 0; r < R; r++)
+        tot -= hlp[r];
     if (loss)
         *loss = tot / R;
-    memset(dlg, 0, (size_t)R * V * sizeof(float));
-    op_xent_bwd(dlg, dlp, lg, lse, ids + 1, R, V);
-    float *dx = ALLOC_F(TC), *dn = ALLOC_F(TC);
-    memset(dx, 0, TC * sizeof(float));
-    memset(dn, 0, TC * sizeof(float));
+    for (int r = 0; r < R; r++)
+        hlp[r] = -1.0f / (float)R;
+    OP(upload, dlp, hlp, (size_t)R * sizeof(float));
+    OP(xent_bwd, dlg, dlp, lg, lse, tgt, R, V);
+    float *dx = fb(m, TC), *dn = fb(m, TC);
     big_linear_bwd(m, dn, dlg, nf, m->head, R, C, V);
-    op_rmsnorm_bwd(dx, grad_of(m, m->fnorm), dn, xs + (size_t)L * TC, m->fnorm, rsf, R, C);
+    OP(rmsnorm_bwd, dx, grad_of(m, m->fnorm), dn, xs + (size_t)L * TC, m->fnorm, rsf, R, C);
     layers_bwd(m, ids, T, xs, dx);
-    float *bufs[] = {xs, n, gu, up, s, mlp, nf, rsf, lg, lp, lse, dlp, dlg, dx, dn};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    DROP_ALL(xs, x, nf, rsf, lg, lp, lse, dlp, dlg, dx, dn);
+    fdrop(m, tgt);
+    free(hlp);
     return 0;
 }
 
@@ -1460,7 +1386,7 @@ void qwen35_lora_enable(qwen35_model *m, int rank, float alpha, int mask, uint64
     free(m->gflat), free(m->grad), free(m->mflat), free(m->vflat), free(m->mom), free(m->var);
     m->gflat = m->mflat = m->vflat = NULL;
     m->grad = m->mom = m->var = NULL;
-    kept_free(&m->kept);
+    kept_free(m);
     mask &= (1 << QWEN35_NLORA) - 1;
     if (rank <= 0 || !mask)
         return;

@@ -25,11 +25,12 @@ bool dllm_backend_supports(const dllm_backend *be, dllm_backend_op op)
                o->linear_quant_act_fwd;
     case DLLM_OP_AR_NUCLEUS:
         return o->ar_choose_nucleus != NULL;
-    case DLLM_OP_GATED_DELTA: /* all thirteen or none (backend.h) */
+    case DLLM_OP_GATED_DELTA: /* all fifteen or none (backend.h) */
         return o->gd_conv_fwd && o->gd_conv_bwd && o->gd_l2norm_fwd && o->gd_l2norm_bwd &&
                o->gd_gates_fwd && o->gd_gates_bwd && o->gd_rule_recurrent_fwd &&
                o->gd_rule_chunked_fwd && o->gd_rule_bwd && o->gd_gated_rmsnorm_fwd &&
-               o->gd_gated_rmsnorm_bwd && o->gd_partial_rope_fwd && o->gd_partial_rope_bwd;
+               o->gd_gated_rmsnorm_bwd && o->gd_partial_rope_fwd && o->gd_partial_rope_bwd &&
+               o->gd_out_gate_fwd && o->gd_out_gate_bwd;
     case DLLM_OP_N_OPTIONAL:
         break;
     }

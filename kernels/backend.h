@@ -75,6 +75,10 @@ typedef struct dllm_backend_ops {
     void (*copy)(dllm_backend *be, void *dst, const void *src, size_t bytes);     /* be -> be */
     void (*memset0)(dllm_backend *be, void *p, size_t bytes);
     void (*sync)(dllm_backend *be);
+    /* rows x cols floats: dst[r*dld + c] = src[r*sld + c] (be -> be; the two do not
+     * overlap): a column block of a row-major matrix out or in */
+    void (*copy_2d)(dllm_backend *be, float *dst, size_t dld, const float *src, size_t sld,
+                    int rows, int cols);
 
     /* ---- linear layers and GEMM (torch layout [OC, C]) ---- */
     void (*gemm)(dllm_backend *be, bool transA, bool transB, int M, int N, int K, float alpha,
@@ -339,6 +343,10 @@ typedef struct dllm_backend_ops {
                                 int N, int NH, int HD, int rot, float theta);
     void (*gd_partial_rope_bwd)(dllm_backend *be, float *dx, const float *dout,
                                 const int32_t *pos, int N, int NH, int HD, int rot, float theta);
+    void (*gd_out_gate_fwd)(dllm_backend *be, float *out, const float *x, const float *gate,
+                            size_t n);
+    void (*gd_out_gate_bwd)(dllm_backend *be, float *dx, float *dgate, const float *dout,
+                            const float *x, const float *gate, size_t n);
 
     /* ---- fused forwards (forwards that keep nothing for a backward) ---- */
     /* out (N, OC) = the linear of w (exactly one format set) + res (N, OC): bit for bit
@@ -407,7 +415,7 @@ typedef enum {
     DLLM_OP_FUSED_ACT,     /* act_quant_prepare, rmsnorm_quant_fwd, swiglu_quant_fwd,
                               linear_quant_act_fwd */
     DLLM_OP_AR_NUCLEUS,    /* ar_choose_nucleus */
-    DLLM_OP_GATED_DELTA,   /* the 13 gd_* entries */
+    DLLM_OP_GATED_DELTA,   /* the 15 gd_* entries */
     DLLM_OP_N_OPTIONAL
 } dllm_backend_op;
 

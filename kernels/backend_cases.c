@@ -746,6 +746,20 @@ static void run_copy(dllm_backend *be, const bcase *c, void **p, double *ret)
     be->ops->copy(be, p[0], p[1], (size_t)c->d[0] * sizeof(float));
 }
 
+/* copy_2d: d = {rows, cols, dld, sld}: a column block out of a wider matrix into a
+ * narrower one (the destination's other columns untouched) */
+static void mk_copy_2d(const bcase *c, bcase_buf *b, int *nb)
+{
+    size_t rows = c->d[0], dld = c->d[2], sld = c->d[3];
+    addb(b, nb, "dst", BK_F32, rows * dld, rnd(rows * dld, 57, 1.0), 0);
+    addb(b, nb, "src", BK_F32, rows * sld, rnd(rows * sld, 58, 1.0), -1);
+}
+static void run_copy_2d(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    float *src = p[1];
+    be->ops->copy_2d(be, p[0], (size_t)c->d[2], src + c->d[4], (size_t)c->d[3], c->d[0], c->d[1]);
+}
+
 /* bias rows: d = {N, OC}; out += bias per row, dbias += column sums in row order */
 static void mk_bias(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -970,6 +984,10 @@ const bcase dllm_backend_cases[] = {
     {"round_bf16", "n70000", {70000}, 0, mk_round_bf16, run_round_bf16, -1},
     {"add", "n10007", {10007}, 0, mk_add, run_add, -1},
     {"copy", "n5003", {5003}, 0, mk_copy, run_copy, -1},
+    {"copy_2d", "rows37 cols16 dld20 sld48 +16", {37, 16, 20, 48, 16}, 0, mk_copy_2d, run_copy_2d,
+     -1},
+    {"copy_2d", "rows300 cols24 dld72 sld24", {300, 24, 72, 24, 0}, 0, mk_copy_2d, run_copy_2d,
+     -1},
     {"bias", "N37 OC200", {37, 200}, 0, mk_bias, run_bias, -1},
     {"bias", "N1 OC7", {1, 7}, 0, mk_bias, run_bias, -1},
     {"adamw", "n30011 b1 0.9", {30011, 90}, 0, mk_adamw, run_adamw, -1},

@@ -153,6 +153,9 @@ void dllm_cuda_bf16_to_f32(float *out, const uint16_t *inp, size_t n, dllm_cuda_
 /* x = bf16(x) in place (op_round_bf16); y += x (the backend table's add). */
 void dllm_cuda_round_bf16(float *x, size_t n, dllm_cuda_stream s);
 void dllm_cuda_add(float *y, const float *x, size_t n, dllm_cuda_stream s);
+/* dst[r*dld + c] = src[r*sld + c] for rows x cols floats */
+void dllm_cuda_copy_2d(float *dst, size_t dld, const float *src, size_t sld, int rows, int cols,
+                       dllm_cuda_stream s);
 /* out (N, OC) += bias (OC) per row; dbias (OC) += column sums of dout, rows in order
  * (both bit-identical to the CPU backend). */
 void dllm_cuda_bias_fwd(float *out, const float *bias, int N, int OC, dllm_cuda_stream s);
@@ -446,6 +449,10 @@ void dllm_cuda_gd_partial_rope_fwd(float *out, const float *x, const int32_t *po
                                    int HD, int rot, float theta, dllm_cuda_stream s);
 void dllm_cuda_gd_partial_rope_bwd(float *dx, const float *dout, const int32_t *pos, int N,
                                    int NH, int HD, int rot, float theta, dllm_cuda_stream s);
+void dllm_cuda_gd_out_gate_fwd(float *out, const float *x, const float *gate, size_t n,
+                               dllm_cuda_stream s);
+void dllm_cuda_gd_out_gate_bwd(float *dx, float *dgate, const float *dout, const float *x,
+                               const float *gate, size_t n, dllm_cuda_stream s);
 
 #ifdef __cplusplus
 }

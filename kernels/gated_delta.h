@@ -12,6 +12,7 @@
 #ifndef DLLM_GATED_DELTA_H
 #define DLLM_GATED_DELTA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---- causal depthwise conv1d + SiLU ---------------------------------------------
@@ -82,5 +83,12 @@ void gd_partial_rope_fwd(float *out, const float *x, const int32_t *pos, int N, 
                          int rot, float theta);
 void gd_partial_rope_bwd(float *dx, const float *dout, const int32_t *pos, int N, int NH,
                          int HD, int rot, float theta);
+
+/* ---- the output gate of gated full attention --------------------------------------------
+ * out = x * sigmoid(gate) over n elements; the backward accumulates dx += dout * s and
+ * dgate += dout * x * s * (1 - s), s = sigmoid(gate) (either may be NULL). */
+void gd_out_gate_fwd(float *out, const float *x, const float *gate, size_t n);
+void gd_out_gate_bwd(float *dx, float *dgate, const float *dout, const float *x,
+                     const float *gate, size_t n);
 
 #endif

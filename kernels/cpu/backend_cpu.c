@@ -35,6 +35,13 @@ static void cpu_memset0(dllm_backend *be, void *p, size_t bytes)
         memset(p, 0, bytes);
 }
 static void cpu_sync(dllm_backend *be) { (void)be; }
+static void cpu_copy_2d(dllm_backend *be, float *dst, size_t dld, const float *src, size_t sld,
+                        int rows, int cols)
+{
+    (void)be;
+    for (int r = 0; r < rows && cols > 0; r++)
+        memcpy(dst + (size_t)r * dld, src + (size_t)r * sld, (size_t)cols * sizeof(float));
+}
 
 static void cpu_gemm(dllm_backend *be, bool tA, bool tB, int M, int N, int K, float alpha,
                      const float *A, const float *B, float beta, float *C)
@@ -525,6 +532,18 @@ static void cpu_gd_partial_rope_bwd(dllm_backend *be, float *dx, const float *do
     (void)be;
     gd_partial_rope_bwd(dx, dout, pos, N, NH, HD, rot, theta);
 }
+static void cpu_gd_out_gate_fwd(dllm_backend *be, float *out, const float *x, const float *gate,
+                                size_t n)
+{
+    (void)be;
+    gd_out_gate_fwd(out, x, gate, n);
+}
+static void cpu_gd_out_gate_bwd(dllm_backend *be, float *dx, float *dgate, const float *dout,
+                                const float *x, const float *gate, size_t n)
+{
+    (void)be;
+    gd_out_gate_bwd(dx, dgate, dout, x, gate, n);
+}
 
 /* The format's linear, then the residual added as the add entry adds it: the CPU's order
  * of operations, so results stay those of the two calls. No fused producers here: qa is
@@ -615,7 +634,7 @@ static void cpu_rope_attention_bwd(dllm_backend *be, float *dq, float *dk, float
 static const dllm_backend_ops cpu_ops = {
     /* buffers */
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_copy, .download = cpu_copy,
-    .copy = cpu_copy, .memset0 = cpu_memset0, .sync = cpu_sync,
+    .copy = cpu_copy, .memset0 = cpu_memset0, .sync = cpu_sync, .copy_2d = cpu_copy_2d,
     /* linear layers and GEMM */
     .gemm = cpu_gemm, .gemm_bf16 = cpu_gemm_bf16, .linear_fwd = cpu_linear_fwd, .linear_bwd = cpu_linear_bwd,
     .bias_fwd = cpu_bias_fwd, .bias_bwd = cpu_bias_bwd,
@@ -653,7 +672,8 @@ static const dllm_backend_ops cpu_ops = {
     .gd_rule_chunked_fwd = cpu_gd_rule_chunked_fwd, .gd_rule_bwd = cpu_gd_rule_bwd,
     .gd_gated_rmsnorm_fwd = cpu_gd_gated_rmsnorm_fwd, .gd_gated_rmsnorm_bwd =
     cpu_gd_gated_rmsnorm_bwd, .gd_partial_rope_fwd = cpu_gd_partial_rope_fwd,
-    .gd_partial_rope_bwd = cpu_gd_partial_rope_bwd,
+    .gd_partial_rope_bwd = cpu_gd_partial_rope_bwd, .gd_out_gate_fwd = cpu_gd_out_gate_fwd,
+    .gd_out_gate_bwd = cpu_gd_out_gate_bwd,
     /* fused forwards: the CPU runs the parts in turn */
     .linear_res_fwd = cpu_linear_res_fwd, .rope_attention_fwd = cpu_rope_attention_fwd,
     .rope_attention_bwd = cpu_rope_attention_bwd,

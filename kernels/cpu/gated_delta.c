@@ -500,3 +500,23 @@ void gd_partial_rope_bwd(float *dx, const float *dout, const int32_t *pos, int N
         dx[i] += tmp[i];
     free(tmp);
 }
+
+/* ---- the output gate ---------------------------------------------------------------------- */
+
+void gd_out_gate_fwd(float *out, const float *x, const float *gate, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] * sigmoidf_(gate[i]);
+}
+
+void gd_out_gate_bwd(float *dx, float *dgate, const float *dout, const float *x,
+                     const float *gate, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = sigmoidf_(gate[i]);
+        if (dgate)
+            dgate[i] += dout[i] * x[i] * s * (1.0f - s);
+        if (dx)
+            dx[i] += dout[i] * s;
+    }
+}

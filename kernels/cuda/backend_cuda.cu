@@ -403,6 +403,11 @@ void cu_copy(dllm_backend *, void *dst, const void *src, size_t bytes)
     if (bytes)
         cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
+void cu_copy_2d(dllm_backend *, float *dst, size_t dld, const float *src, size_t sld, int rows,
+                int cols)
+{
+    dllm_cuda_copy_2d(dst, dld, src, sld, rows, cols, NULL);
+}
 void cu_bias_fwd(dllm_backend *, float *out, const float *bias, int N, int OC)
 {
     dllm_cuda_bias_fwd(out, bias, N, OC, NULL);
@@ -910,6 +915,15 @@ void cu_gd_partial_rope_bwd(dllm_backend *, float *dx, const float *dout, const 
 {
     dllm_cuda_gd_partial_rope_bwd(dx, dout, pos, N, NH, HD, rot, theta, NULL);
 }
+void cu_gd_out_gate_fwd(dllm_backend *, float *out, const float *x, const float *gate, size_t n)
+{
+    dllm_cuda_gd_out_gate_fwd(out, x, gate, n, NULL);
+}
+void cu_gd_out_gate_bwd(dllm_backend *, float *dx, float *dgate, const float *dout,
+                        const float *x, const float *gate, size_t n)
+{
+    dllm_cuda_gd_out_gate_bwd(dx, dgate, dout, x, gate, n, NULL);
+}
 
 /* The linear of w's format with the residual added where the product is made (the GEMM's
  * epilogue, or INT8's last scaling pass); a fallback product adds it in a pass of its own. */
@@ -1081,7 +1095,7 @@ void cu_rope_attention_bwd(dllm_backend *be, float *dq, float *dk, float *dv, co
 
 const dllm_backend_ops cuda_ops = {
     /* buffers */
-    cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync,
+    cu_alloc, cu_free, cu_upload, cu_download, cu_copy, cu_memset0, cu_sync, cu_copy_2d,
     /* linear layers and GEMM; no NVFP4 linear: an nvfp4 rollout is refused on the device */
     cu_gemm, cu_gemm_bf16, cu_linear_fwd, cu_linear_bwd, cu_bias_fwd, cu_bias_bwd,
     cu_bf16_linear_fwd, cu_bf16_linear_bwd_x, NULL, cu_int8_linear_fwd, cu_weight_cache_free,
@@ -1106,7 +1120,7 @@ const dllm_backend_ops cuda_ops = {
     cu_gd_conv_fwd, cu_gd_conv_bwd, cu_gd_l2norm_fwd, cu_gd_l2norm_bwd, cu_gd_gates_fwd,
     cu_gd_gates_bwd, cu_gd_rule_recurrent_fwd, cu_gd_rule_chunked_fwd, cu_gd_rule_bwd,
     cu_gd_gated_rmsnorm_fwd, cu_gd_gated_rmsnorm_bwd, cu_gd_partial_rope_fwd,
-    cu_gd_partial_rope_bwd,
+    cu_gd_partial_rope_bwd, cu_gd_out_gate_fwd, cu_gd_out_gate_bwd,
     /* fused forwards */
     cu_linear_res_fwd, cu_rope_attention_fwd, cu_rope_attention_bwd,
     /* a bf16 trainer's LoRA linears */

@@ -66,6 +66,29 @@ extern "C" void dllm_cuda_add(float *y, const float *x, size_t n, dllm_cuda_stre
     cudaLaunchCheck();
 }
 
+/* rows x cols floats from a matrix of row stride sld into one of row stride dld */
+__global__ static void copy_2d_kernel(float *dst, size_t dld, const float *src, size_t sld,
+                                      int rows, int cols)
+{
+    size_t n = (size_t)rows * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        dst[r * dld + c] = src[r * sld + c];
+    }
+}
+
+extern "C" void dllm_cuda_copy_2d(float *dst, size_t dld, const float *src, size_t sld,
+                                  int rows, int cols, dllm_cuda_stream s)
+{
+    if (rows <= 0 || cols <= 0)
+        return;
+    size_t n = (size_t)rows * cols;
+    DLLM_LAUNCH(copy_2d_kernel, grid_for(n, 256), 256, 0, as_stream(s))(dst, dld, src, sld, rows,
+                                                                         cols);
+    cudaLaunchCheck();
+}
+
 /* out (N, OC) += bias (OC) on every row: one rounding per element, as the CPU. */
 __global__ static void bias_fwd_kernel(float *out, const float *bias, size_t n, int OC)
 {

@@ -815,3 +815,47 @@ extern "C" void dllm_cuda_gd_partial_rope_bwd(float *dx, const float *dout, cons
         dout, pos, N, NH, HD, rot, theta, true);
     cudaLaunchCheck();
 }
+
+/* ---- the output gate: out = x sigmoid(gate); the backward accumulates, in the CPU's
+ * association ((dout x) s) (1 - s) and dout s ---- */
+__global__ static void out_gate_fwd_kernel(float *out, const float *x, const float *gate, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __fmul_rn(x[i], gd_sigmoid(gate[i]));
+}
+
+__global__ static void out_gate_bwd_kernel(float *dx, float *dgate, const float *dout,
+                                           const float *x, const float *gate, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = gd_sigmoid(gate[i]);
+        if (dgate)
+            dgate[i] = __fadd_rn(dgate[i], __fmul_rn(__fmul_rn(__fmul_rn(dout[i], x[i]), s),
+                                                     1.0f - s));
+        if (dx)
+            dx[i] = __fadd_rn(dx[i], __fmul_rn(dout[i], s));
+    }
+}
+
+extern "C" void dllm_cuda_gd_out_gate_fwd(float *out, const float *x, const float *gate,
+                                          size_t n, dllm_cuda_stream s)
+{
+    if (n == 0)
+        return;
+    DLLM_LAUNCH(out_gate_fwd_kernel, grid_for(n, GD_THREADS), GD_THREADS, 0, as_stream(s))(out,
+        x, gate, n);
+    cudaLaunchCheck();
+}
+
+extern "C" void dllm_cuda_gd_out_gate_bwd(float *dx, float *dgate, const float *dout,
+                                          const float *x, const float *gate, size_t n,
+                                          dllm_cuda_stream s)
+{
+    if (n == 0 || (!dx && !dgate))
+        return;
+    DLLM_LAUNCH(out_gate_bwd_kernel, grid_for(n, GD_THREADS), GD_THREADS, 0, as_stream(s))(dx,
+        dgate, dout, x, gate, n);
+    cudaLaunchCheck();
+}

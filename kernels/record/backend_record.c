@@ -1078,6 +1078,18 @@ static void rc_copy(dllm_backend *be, void *dst, const void *src, size_t bytes)
     end(r, n0);
 }
 
+static void rc_copy_2d(dllm_backend *be, float *dst, size_t dld, const float *src, size_t sld,
+                       int rows, int cols)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "copy_2d");
+    elementwise(r, "copy_2d", (size_t)(rows > 0 ? rows : 0) * (size_t)(cols > 0 ? cols : 0), 0,
+                4, 4);
+    if (IN)
+        INOPS->copy_2d(IN, dst, dld, src, sld, rows, cols);
+    end(r, n0);
+}
+
 static void rc_bias_fwd(dllm_backend *be, float *out, const float *bias, int N, int OC)
 {
     recorder *r = R(be);
@@ -1936,6 +1948,26 @@ static void rc_gd_partial_rope_bwd(dllm_backend *be, float *dx, const float *dou
 {
     rc_gd_partial_rope(be, false, dx, dout, pos, N, NH, HD, rot, theta);
 }
+static void rc_gd_out_gate_fwd(dllm_backend *be, float *out, const float *x, const float *gate,
+                               size_t n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_out_gate_fwd");
+    elementwise(r, "gd_out_gate_fwd", n, 4, 8, 4);
+    if (IN)
+        INOPS->gd_out_gate_fwd(IN, out, x, gate, n);
+    end(r, n0);
+}
+static void rc_gd_out_gate_bwd(dllm_backend *be, float *dx, float *dgate, const float *dout,
+                               const float *x, const float *gate, size_t n)
+{
+    recorder *r = R(be);
+    size_t n0 = begin(r, "gd_out_gate_bwd");
+    elementwise(r, "gd_out_gate_bwd", n, 10, 20, 8);
+    if (IN)
+        INOPS->gd_out_gate_bwd(IN, dx, dgate, dout, x, gate, n);
+    end(r, n0);
+}
 
 
 static const dllm_backend_ops record_ops = {
@@ -1970,6 +2002,7 @@ static const dllm_backend_ops record_ops = {
     .adamw = rc_adamw,
     .grad_norm = rc_grad_norm,
     .copy = rc_copy,
+    .copy_2d = rc_copy_2d,
     .bias_fwd = rc_bias_fwd,
     .bias_bwd = rc_bias_bwd,
     .to_bf16 = rc_to_bf16,
@@ -2004,6 +2037,7 @@ static const dllm_backend_ops record_ops = {
     .gd_gated_rmsnorm_fwd = rc_gd_gated_rmsnorm_fwd,
     .gd_gated_rmsnorm_bwd = rc_gd_gated_rmsnorm_bwd,
     .gd_partial_rope_fwd = rc_gd_partial_rope_fwd, .gd_partial_rope_bwd = rc_gd_partial_rope_bwd,
+    .gd_out_gate_fwd = rc_gd_out_gate_fwd, .gd_out_gate_bwd = rc_gd_out_gate_bwd,
     .adamw_step = rc_adamw_step,
     .linear_res_fwd = rc_linear_res_fwd,
     .rope_attention_fwd = rc_rope_attention_fwd,

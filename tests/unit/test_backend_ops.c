@@ -367,11 +367,11 @@ START_TEST(test_backend_table_complete)
     static const char *const ops[] = {
         "gemm", "linear_fwd", "linear_bwd", "fp8_linear_fwd", "rmsnorm_fwd", "rmsnorm_bwd",
         "rope_fwd", "rope_bwd", "attention", "swiglu", "embedding_fwd", "embedding_bwd",
-        "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "bias", "to_bf16",
+        "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "copy_2d", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x",
         "adamw_step", "kv_cache", "gemm_bf16", "linear_res_fwd", "rope_attention_fwd",
         "rope_attention_bwd", "bf16_lora_fwd", "bf16_lora_bwd"};
-    /* 7 buffer entries, 29 ops, 3 optional low-precision linears (the CPU's NVFP4 and
+    /* 8 buffer entries, 29 ops, 3 optional low-precision linears (the CPU's NVFP4 and
      * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
      * by test_precision through the model), the CPU's grouped
      * FP8 linears, the weight-cache release and the 4 optional fused quantising ones (one
@@ -383,7 +383,7 @@ START_TEST(test_backend_table_complete)
      * are run on both backends by the samplers' own tests (tests/unit/test_qwen3_device.c's
      * fake decoder, tests/unit/test_sampler_device.c; the kernels also in
      * tests/unit/backend_kernel_cases.c); the 2 key/value cache entries (kv_append,
-     * attention_cached: one case name, kv_cache, runs both); the 13 Gated DeltaNet entries
+     * attention_cached: one case name, kv_cache, runs both); the 15 Gated DeltaNet entries
      * (optional, all on both backends) are run on both, through this table, by
      * tests/unit/test_gated_delta_device.c; the 3 fused entries (linear_res_fwd: INT8's
      * bit for bit in tests/unit/test_int8_device.c; rope_attention_fwd and its backward);
@@ -391,7 +391,7 @@ START_TEST(test_backend_table_complete)
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      7 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 13 + 3 + 2);
+                      8 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 15 + 3 + 2);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs

@@ -4,7 +4,7 @@
  * runs on fresh random inputs at several shapes (Hv = 2 Hk, Dk != Dv, T not a multiple of
  * the chunk nor of the backward's 64-token segment, several column blocks of the state, a
  * nonzero input state, K = 4 convolution with a state and T < K-1, partial RoPE with
- * rot < HD), with NULL optional outputs and the in-place forms the CPU allows. Gradients
+ * rot < HD, the output gate of full attention), with NULL optional outputs and the in-place forms the CPU allows. Gradients
  * start from random values on both sides, so accumulation is checked too. Outputs are
  * compared by normalised MSE, sum (dev - cpu)^2 / sum cpu^2; a NaN fails (device memory
  * starts as NaN in the emulation, so an output never written shows).
@@ -507,6 +507,43 @@ START_TEST(test_partial_rope)
 }
 END_TEST
 
+/* ---- the output gate of full attention ---------------------------------------------------- */
+
+START_TEST(test_out_gate)
+{
+    const size_t n = _i ? 70001 : 37;
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%zu", n);
+    dllm_rng r = dllm_rng_make(38, DLLM_RNG_INIT, (uint64_t)_i, 0);
+    float *x = host_normal(&r, n, 2.0), *gate = host_normal(&r, n, 3.0);
+    float *out = malloc(sizeof(float) * n);
+    CPU_GD(out_gate_fwd, out, x, gate, n);
+    float *dx = dev_copy(x, n), *dgate = dev_copy(gate, n), *dout = dllm_cuda_malloc(sizeof(float) * n);
+    DEV_GD(out_gate_fwd, dout, dx, dgate, n);
+    expect_close("out_gate_fwd", shape, dout, out, n, TOL_SAME);
+    float *xi = dev_copy(x, n); /* in place, as the model runs it */
+    DEV_GD(out_gate_fwd, xi, xi, dgate, n);
+    expect_close("out_gate_fwd in place", shape, xi, out, n, TOL_SAME);
+
+    float *g = host_normal(&r, n, 1.0), *gx = host_normal(&r, n, 1.0), *gg = host_normal(&r, n, 1.0);
+    float *dg = dev_copy(g, n), *dgx = dev_copy(gx, n), *dgg = dev_copy(gg, n);
+    DEV_GD(out_gate_bwd, dgx, dgg, dg, dx, dgate, n);
+    CPU_GD(out_gate_bwd, gx, gg, g, x, gate, n);
+    expect_close("out_gate_bwd dx", shape, dgx, gx, n, TOL_SAME);
+    expect_close("out_gate_bwd dgate", shape, dgg, gg, n, TOL_SAME);
+    DEV_GD(out_gate_bwd, NULL, dgg, dg, dx, dgate, n);
+    CPU_GD(out_gate_bwd, NULL, gg, g, x, gate, n);
+    DEV_GD(out_gate_bwd, dgx, NULL, dg, dx, dgate, n);
+    CPU_GD(out_gate_bwd, gx, NULL, g, x, gate, n);
+    expect_close("out_gate_bwd dgate only", shape, dgg, gg, n, TOL_SAME);
+    expect_close("out_gate_bwd dx only", shape, dgx, gx, n, TOL_SAME);
+
+    dllm_cuda_free(dx), dllm_cuda_free(dgate), dllm_cuda_free(dout), dllm_cuda_free(xi);
+    dllm_cuda_free(dg), dllm_cuda_free(dgx), dllm_cuda_free(dgg);
+    free(x), free(gate), free(out), free(g), free(gx), free(gg);
+}
+END_TEST
+
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 #endif
@@ -528,6 +565,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(tc, test_rule_bwd_reproducible);
     tcase_add_loop_test(tc, test_gated_rmsnorm, 0, COUNT(ROWS));
     tcase_add_loop_test(tc, test_partial_rope, 0, COUNT(ROPE));
+    tcase_add_loop_test(tc, test_out_gate, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 #endif

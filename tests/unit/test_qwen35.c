@@ -378,7 +378,12 @@ static void check_model(const char *name)
     ck_assert_msg(qwen35_extend(m, kc, ids, (int)T, lg, true, &err) == 0, "%s", err.msg);
     qwen35_cache_free(kc);
     double d = tu_max_abs_diff(lg, ref, nl);
-    ck_assert_msg(d < 1e-4, "%s: logits differ from transformers by %g", name, d);
+    /* fp32 throughout on both sides, the order of the sums differing: the logits agree to
+     * 2e-5 of their range (a full-attention layer first, as in `tied`, carries its rounding
+     * through the linear layers after it); the log-probs below to 1e-4 absolute */
+    double tol = 2e-5 * tu_max_abs(ref, nl);
+    ck_assert_msg(d < tol, "%s: logits differ from transformers by %g (tolerance %g)", name, d,
+                  tol);
     ck_assert(tu_max_abs(ref, nl) > 1.0);
     /* the same through the caches: 5 tokens chunked, then one at a time */
     float *step = zeros(c->V);
@@ -391,7 +396,7 @@ static void check_model(const char *name)
         worst = dd > worst ? dd : worst;
     }
     qwen35_cache_free(kc);
-    ck_assert_msg(worst < 1e-4, "%s: cached decoding differs from transformers by %g", name,
+    ck_assert_msg(worst < tol, "%s: cached decoding differs from transformers by %g", name,
                   worst);
     /* log-probs over the ids split as prompt + completion */
     double tl[80], seq;
