@@ -63,22 +63,21 @@ struct dllm_policy {
     dllm_model_config mc;      /* its config */
 };
 
-/* The architecture's own model (dllm/policy_model.h): the device checked, opened, its
+/* The architecture's own model (dllm/policy_model.h): opened, moved to the device, its
  * LoRA adapters made, its rollout copy built. */
 static int open_own(dllm_policy *p, const dllm_policy_cfg *c, dllm_model_config *mc,
                     dllm_err *err)
 {
     p->ops = p->arch->model;
-    int rc = 0;
-    if (c->device && *c->device && strcmp(c->device, "cpu"))
-        rc = dllm_err_set(err, DLLM_EXIT_INPUT,
-                          "%s %s: a %s model runs on the host only so far (no device kernels "
-                          "for its layers; docs/QWEN35.md)",
-                          c->device_flag ? c->device_flag : "device", c->device, p->arch->name);
+    dllm_backend *be = NULL;
+    int rc = dllm_policy_device_parse(c->device, c->device_flag ? c->device_flag : "device", &be,
+                                      err);
     p->mc = *mc;
     if (!rc)
         rc = p->ops->open(&p->impl, c->path && *c->path ? c->path : NULL, c->preset, c->seed,
                           &p->mc, err);
+    if (!rc && be)
+        rc = p->ops->to_device(p->impl, be, err);
     if (!rc && c->lora_rank > 0)
         rc = p->ops->lora_enable(p->impl, c->lora_rank, c->lora_alpha, c->lora_targets,
                                  c->n_lora_targets, "model.lora.targets", c->seed, err);

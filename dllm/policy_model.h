@@ -2,8 +2,8 @@
  * does not compute -- an architecture whose descriptor (dllm/arch.h) has `model`. The
  * policy dispatches to this table where it would call the core: the logits at each
  * precision, the backward, the trainable vector with its gradients and optimizer, the
- * rollout copy, autoregressive rollouts, LoRA adapters and checkpoints. What such a model
- * does not have (a device) the policy refuses with the key. */
+ * rollout copy, autoregressive rollouts, LoRA adapters and checkpoints, on the host or a
+ * device. */
 #ifndef DLLM_POLICY_MODEL_H
 #define DLLM_POLICY_MODEL_H
 
@@ -26,6 +26,9 @@ typedef struct dllm_model_ops {
     int (*open)(void **impl, const char *dir, const char *preset, uint64_t seed,
                 dllm_model_config *mc, dllm_err *err);
     void (*free)(void *impl);
+    /* Moves the model (before LoRA and the first sync) to the device backend be, where its
+     * forwards, backward and optimizer then run; an input error when it cannot. */
+    int (*to_device)(void *impl, dllm_backend *be, dllm_err *err);
     /* LoRA of rank > 0 on the targets named (n 0: every target), scaled alpha / rank, A
      * drawn from seed: the trainable vector becomes the adapters. An unknown target is an
      * input error naming `what` and the target. */
@@ -37,8 +40,8 @@ typedef struct dllm_model_ops {
     /* The adapters to / from one safetensors file in PEFT's names. */
     int (*lora_save)(void *impl, const char *path, dllm_err *err);
     int (*lora_load)(void *impl, const char *path, dllm_err *err);
-    /* logits (dllm_logits_fn's contract) at the trainer's numerics (rollout false; keep:
-     * for backward) or the rollout copy's. */
+    /* logits (dllm_logits_fn's contract: host memory) at the trainer's numerics (rollout
+     * false; keep: for backward) or the rollout copy's. */
     int (*logits)(void *impl, bool rollout, bool keep, const int32_t *tokens,
                   const uint8_t *keymask, int B, int T, const int32_t *rows, int n_rows,
                   float *logits);

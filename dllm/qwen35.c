@@ -93,11 +93,58 @@ struct qwen35_model {
     int nl;
     float *lflat, *lgflat, *lmflat, *lvflat;
     size_t nlflat;
+    float *master; /* qwen35_keep_master: fp32 weights beside bf16-rounded ones (flat's layout) */
+    float *shift;  /* (2 * nshift): -1s then +1s, for the optimizer's zero-centred norms */
+    int nshift;
+    float *host;   /* a host copy of the trainable vector read on a device (nhost floats) */
+    size_t nhost;
 };
 
 const qwen35_config *qwen35_config_of(const qwen35_model *m) { return &m->cfg; }
 
 static int conv_dim(const qwen35_config *c) { return 2 * c->Hk * c->Dk + c->Hv * c->Dv; }
+
+/* ---- the backend -------------------------------------------------------------------------
+ * Every op of the forward, the backward and the optimizer runs through the model's backend
+ * (kernels/backend.h), and every array it owns -- weights, gradients, moments, adapters,
+ * activations, caches, quantised copies -- is that backend's memory: the host's until
+ * qwen35_to_backend moves the model to a device. */
+
+#define OP(name, ...) m->be->ops->name(m->be, __VA_ARGS__)
+#define GD(op, ...) m->be->ops->gd_##op(m->be, __VA_ARGS__)
+
+/* n floats (and one more) of the backend's memory, zeroed. */
+static float *fb(const qwen35_model *m, size_t n)
+{
+    return m->be->ops->alloc(m->be, (n + 1) * sizeof(float));
+}
+
+static void fdrop(const qwen35_model *m, void *p)
+{
+    if (p)
+        m->be->ops->free(m->be, p);
+}
+
+/* n host ids (or positions) in the backend's memory. */
+static int32_t *ints_on(const qwen35_model *m, const int32_t *h, int n)
+{
+    int32_t *d = m->be->ops->alloc(m->be, ((size_t)n + 1) * sizeof(int32_t));
+    if (n > 0)
+        m->be->ops->upload(m->be, d, h, (size_t)n * sizeof(int32_t));
+    return d;
+}
+
+/* The positions from .. from+n-1 in the backend's memory. */
+static int32_t *positions_on(const qwen35_model *m, int from, int n)
+{
+    int32_t *h = dllm_malloc(((size_t)n + 1) * sizeof(int32_t));
+    for (int t = 0; t < n; t++)
+        h[t] = from + t;
+    int32_t *d = ints_on(m, h, n);
+    free(h);
+    return d;
+}
+
 
 typedef struct {
     qwen35_model *m;
@@ -288,7 +335,13 @@ static int build(qwen35_model *m, loader *ld_)
 
 static void ql_free(qwen35_model *m)
 {
+    bool host = m->be->kind == DLLM_BACKEND_CPU;
     for (int i = 0; i < m->nql; i++) {
+        if (!host) { /* a device's arrays (dllm_backend_fp8_weight, _int8_weight) */
+            dllm_backend_fp8_weight_free(m->be, &m->ql[i].f8);
+            dllm_backend_int8_weight_free(m->be, &m->ql[i].i8);
+            continue;
+        }
         fp8_matrix_free(&m->ql[i].f8);
         int8_matrix_free(&m->ql[i].i8);
         nvfp4_matrix_free(&m->ql[i].f4);
@@ -300,8 +353,8 @@ static void ql_free(qwen35_model *m)
 
 static void lora_free(qwen35_model *m)
 {
-    free(m->ad), free(m->llist), free(m->lflat), free(m->lgflat), free(m->lmflat),
-        free(m->lvflat);
+    free(m->ad), free(m->llist);
+    fdrop(m, m->lflat), fdrop(m, m->lgflat), fdrop(m, m->lmflat), fdrop(m, m->lvflat);
     m->ad = NULL, m->llist = NULL, m->lflat = m->lgflat = m->lmflat = m->lvflat = NULL;
     m->nl = 0, m->nlflat = 0, m->lrank = m->lmask = 0, m->lalpha = m->lscale = 0.0f;
 }
@@ -317,12 +370,13 @@ void qwen35_free(qwen35_model *m)
             free(m->owned[i]); /* a load that failed before flatten */
         free(m->names[i]);
     }
-    free(m->flat);
-    free(m->gflat);
-    free(m->mflat);
-    free(m->vflat);
+    if (m->be) { /* NULL: a load that failed before build */
+        kept_free(m);
+        fdrop(m, m->flat), fdrop(m, m->gflat), fdrop(m, m->mflat), fdrop(m, m->vflat);
+        fdrop(m, m->master), fdrop(m, m->shift);
+    }
+    free(m->host);
     free(m->off);
-    kept_free(m);
     free(m->centred);
     free(m->mom);
     free(m->var);
@@ -332,46 +386,6 @@ void qwen35_free(qwen35_model *m)
     free(m->grad);
     free(m->lw);
     free(m);
-}
-
-/* ---- the backend -------------------------------------------------------------------------
- * Every op of the forward and the backward runs through the model's backend (kernels/
- * backend.h), its activations and caches in that backend's memory; today the host's. The
- * weights, gradients, moments and adapters are host arrays (the CPU backend's memory). */
-
-#define OP(name, ...) m->be->ops->name(m->be, __VA_ARGS__)
-#define GD(op, ...) m->be->ops->gd_##op(m->be, __VA_ARGS__)
-
-/* n floats (and one more) of the backend's memory, zeroed. */
-static float *fb(const qwen35_model *m, size_t n)
-{
-    return m->be->ops->alloc(m->be, (n + 1) * sizeof(float));
-}
-
-static void fdrop(const qwen35_model *m, void *p)
-{
-    if (p)
-        m->be->ops->free(m->be, p);
-}
-
-/* n host ids (or positions) in the backend's memory. */
-static int32_t *ints_on(const qwen35_model *m, const int32_t *h, int n)
-{
-    int32_t *d = m->be->ops->alloc(m->be, ((size_t)n + 1) * sizeof(int32_t));
-    if (n > 0)
-        m->be->ops->upload(m->be, d, h, (size_t)n * sizeof(int32_t));
-    return d;
-}
-
-/* The positions from .. from+n-1 in the backend's memory. */
-static int32_t *positions_on(const qwen35_model *m, int from, int n)
-{
-    int32_t *h = dllm_malloc(((size_t)n + 1) * sizeof(int32_t));
-    for (int t = 0; t < n; t++)
-        h[t] = from + t;
-    int32_t *d = ints_on(m, h, n);
-    free(h);
-    return d;
 }
 
 /* ---- the cache ---------------------------------------------------------------------------- */
@@ -942,20 +956,22 @@ static float *grad_of(qwen35_model *m, const float *p)
 void qwen35_zero_grad(qwen35_model *m)
 {
     if (m->lrank) { /* the adapters' gradients (allocated with them) */
-        memset(m->lgflat, 0, m->nlflat * sizeof(float));
+        OP(memset0, m->lgflat, m->nlflat * sizeof(float));
         return;
     }
     if (!m->grad) {
-        m->gflat = dllm_malloc((m->nflat + 1) * sizeof(float));
+        m->gflat = fb(m, m->nflat);
         m->grad = dllm_calloc((size_t)m->nowned, sizeof(float *));
         for (int i = 0; i < m->nowned; i++)
             m->grad[i] = m->gflat + m->off[i];
     }
-    memset(m->gflat, 0, m->nflat * sizeof(float));
+    OP(memset0, m->gflat, m->nflat * sizeof(float));
 }
 
 const float *qwen35_grad(const qwen35_model *m, const char *name, size_t *n)
 {
+    if (m->be->kind != DLLM_BACKEND_CPU)
+        return NULL; /* a device's array */
     for (int i = 0; i < m->nl; i++)
         if (!strcmp(m->llist[i].name, name)) {
             if (n)
@@ -1169,8 +1185,8 @@ static void ensure_moments(qwen35_model *m)
 {
     if (m->mom)
         return;
-    m->mflat = dllm_calloc(m->nflat + 1, sizeof(float));
-    m->vflat = dllm_calloc(m->nflat + 1, sizeof(float));
+    m->mflat = fb(m, m->nflat);
+    m->vflat = fb(m, m->nflat);
     m->mom = dllm_calloc((size_t)m->nowned, sizeof(float *));
     m->var = dllm_calloc((size_t)m->nowned, sizeof(float *));
     for (int i = 0; i < m->nowned; i++) {
@@ -1179,7 +1195,27 @@ static void ensure_moments(qwen35_model *m)
     }
 }
 
-/* op_adamw over every weight of P (the weights' layout: m->flat, or a vector like it); a
+/* w (n) += -1 (sign < 0) or +1: a zero-centred norm between 1 + w and w (bit for bit the
+ * host's w -= 1, w += 1). */
+static void shift_centred(qwen35_model *m, float *w, size_t n, int sign)
+{
+    if (!m->shift) {
+        size_t k = 0;
+        for (int i = 0; i < m->nowned; i++)
+            if (m->centred[i] && m->numel[i] > k)
+                k = m->numel[i];
+        float *h = dllm_malloc((2 * k + 1) * sizeof(float));
+        for (size_t j = 0; j < k; j++)
+            h[j] = -1.0f, h[k + j] = 1.0f;
+        m->shift = fb(m, 2 * k);
+        OP(upload, m->shift, h, 2 * k * sizeof(float));
+        m->nshift = (int)k;
+        free(h);
+    }
+    OP(add, w, m->shift + (sign < 0 ? 0 : m->nshift), n);
+}
+
+/* adamw over every weight of P (the weights' layout: m->flat, or a vector like it); a
  * zero-centred norm is held as 1 + w: w itself is stepped, so the decay pulls w (not 1 + w)
  * towards 0. */
 static void adamw_all(qwen35_model *m, float *P, int t, float lr, float b1, float b2, float eps,
@@ -1189,50 +1225,63 @@ static void adamw_all(qwen35_model *m, float *P, int t, float lr, float b1, floa
     for (int i = 0; i < m->nowned; i++) {
         float *w = P + m->off[i];
         if (m->centred[i])
-            for (size_t j = 0; j < m->numel[i]; j++)
-                w[j] -= 1.0f;
-        op_adamw(w, m->grad[i], m->mom[i], m->var[i], m->numel[i], t, lr, b1, b2, eps, wd);
+            shift_centred(m, w, m->numel[i], -1);
+        OP(adamw, w, m->grad[i], m->mom[i], m->var[i], m->numel[i], t, lr, b1, b2, eps, wd);
         if (m->centred[i])
-            for (size_t j = 0; j < m->numel[i]; j++)
-                w[j] += 1.0f;
+            shift_centred(m, w, m->numel[i], +1);
     }
 }
 
 void qwen35_adamw_step(qwen35_model *m, int t, float lr, float wd)
 {
     if (m->lrank)
-        op_adamw(m->lflat, m->lgflat, qwen35_moment(m, 0), qwen35_moment(m, 1), m->nlflat, t,
-                 lr, 0.9f, 0.999f, 1e-8f, wd);
+        OP(adamw, m->lflat, m->lgflat, qwen35_moment(m, 0), qwen35_moment(m, 1), m->nlflat, t,
+           lr, 0.9f, 0.999f, 1e-8f, wd);
     else if (m->grad)
         adamw_all(m, m->flat, t, lr, 0.9f, 0.999f, 1e-8f, wd);
 }
 
-double qwen35_optim_step_on(qwen35_model *m, float *params, const dllm_adamw_args *a)
+/* The global norm of g (n); a finite one clipped to a->max_norm (> 0). */
+static double clipped_norm(qwen35_model *m, float *g, size_t n, const dllm_adamw_args *a)
 {
-    if (m->lrank) { /* the adapters, as the core's LoRA vector (no zero-centred entries) */
-        double norm = op_grad_norm(m->lgflat, m->nlflat);
-        if (!isfinite(norm))
-            return norm;
-        if (a->max_norm > 0)
-            op_clip_grad(m->lgflat, m->nlflat, norm, a->max_norm);
-        op_adamw(m->lflat, m->lgflat, qwen35_moment(m, 0), qwen35_moment(m, 1), m->nlflat, a->t,
-                 a->lr, a->b1, a->b2, a->eps, a->wd);
-        return norm;
-    }
-    if (!m->grad)
-        qwen35_zero_grad(m);
-    double norm = op_grad_norm(m->gflat, m->nflat);
-    if (!isfinite(norm))
-        return norm;
-    if (a->max_norm > 0)
-        op_clip_grad(m->gflat, m->nflat, norm, a->max_norm);
-    adamw_all(m, params ? params : m->flat, a->t, a->lr, a->b1, a->b2, a->eps, a->wd);
+    double norm = OP(grad_norm, g, n);
+    if (isfinite(norm) && a->max_norm > 0)
+        OP(clip_grad, g, n, a->max_norm);
     return norm;
 }
 
 double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a)
 {
-    return qwen35_optim_step_on(m, NULL, a);
+    if (m->lrank) { /* the adapters, as the core's LoRA vector (no zero-centred entries) */
+        double norm = clipped_norm(m, m->lgflat, m->nlflat, a);
+        if (isfinite(norm))
+            OP(adamw, m->lflat, m->lgflat, qwen35_moment(m, 0), qwen35_moment(m, 1), m->nlflat,
+               a->t, a->lr, a->b1, a->b2, a->eps, a->wd);
+        return norm;
+    }
+    if (!m->grad)
+        qwen35_zero_grad(m);
+    double norm = clipped_norm(m, m->gflat, m->nflat, a);
+    if (isfinite(norm)) /* the fp32 masters where the model keeps them */
+        adamw_all(m, m->master ? m->master : m->flat, a->t, a->lr, a->b1, a->b2, a->eps, a->wd);
+    return norm;
+}
+
+void qwen35_keep_master(qwen35_model *m)
+{
+    if (m->master)
+        return;
+    m->master = fb(m, m->nflat);
+    OP(copy, m->master, m->flat, m->nflat * sizeof(float));
+}
+
+bool qwen35_has_master(const qwen35_model *m) { return m->master != NULL; }
+
+void qwen35_weights_from_master(qwen35_model *m)
+{
+    if (m->master)
+        OP(copy, m->flat, m->master, m->nflat * sizeof(float));
+    m->bf16 = false;
 }
 
 float *qwen35_params(qwen35_model *m, size_t *n)
@@ -1242,7 +1291,9 @@ float *qwen35_params(qwen35_model *m, size_t *n)
             *n = m->nlflat;
         return m->lflat;
     }
-    return qwen35_weights(m, n);
+    if (n)
+        *n = m->nflat;
+    return m->master ? m->master : m->flat;
 }
 
 float *qwen35_weights(qwen35_model *m, size_t *n)
@@ -1265,13 +1316,124 @@ float *qwen35_moment(qwen35_model *m, int which)
 {
     if (m->lrank) {
         if (!m->lmflat) {
-            m->lmflat = dllm_calloc(m->nlflat + 1, sizeof(float));
-            m->lvflat = dllm_calloc(m->nlflat + 1, sizeof(float));
+            m->lmflat = fb(m, m->nlflat);
+            m->lvflat = fb(m, m->nlflat);
         }
         return which ? m->lvflat : m->lmflat;
     }
     ensure_moments(m);
     return which ? m->vflat : m->mflat;
+}
+
+dllm_backend *qwen35_backend(const qwen35_model *m) { return m->be; }
+
+void qwen35_vec_move(qwen35_model *m, qwen35_vec which, size_t off, size_t n, float *buf,
+                     bool write)
+{
+    float *v = which == QWEN35_VEC_PARAMS    ? qwen35_params(m, NULL)
+               : which == QWEN35_VEC_GRADS   ? qwen35_grads(m)
+               : which == QWEN35_VEC_WEIGHTS ? m->flat
+                                             : qwen35_moment(m, which == QWEN35_VEC_ADAM_V);
+    if (write)
+        OP(upload, v + off, buf, n * sizeof(float));
+    else
+        OP(download, buf, v + off, n * sizeof(float));
+}
+
+const float *qwen35_params_host(qwen35_model *m, size_t *n)
+{
+    size_t k;
+    float *p = qwen35_params(m, &k);
+    if (n)
+        *n = k;
+    if (m->be->kind == DLLM_BACKEND_CPU)
+        return p;
+    if (m->nhost < k) {
+        free(m->host);
+        m->host = dllm_malloc((k + 1) * sizeof(float));
+        m->nhost = k;
+    }
+    OP(download, m->host, p, k * sizeof(float));
+    return m->host;
+}
+
+/* p (n floats of the host) into a new array of `to`'s memory; p freed. */
+static float *move_vec(dllm_backend *to, float *p, size_t n)
+{
+    if (!p)
+        return NULL;
+    float *d = to->ops->alloc(to, (n + 1) * sizeof(float));
+    to->ops->upload(to, d, p, n * sizeof(float));
+    free(p);
+    return d;
+}
+
+/* p moved with its array: from [old, old + n) to now. */
+static float *rebase(float *p, const float *old, size_t n, float *now)
+{
+    if (!p || (uintptr_t)p < (uintptr_t)old || (uintptr_t)p >= (uintptr_t)(old + n))
+        return p;
+    return now + (p - old);
+}
+
+int qwen35_to_backend(qwen35_model *m, dllm_backend *be, dllm_err *err)
+{
+    if (!be || be == m->be)
+        return 0;
+    if (m->be->kind != DLLM_BACKEND_CPU)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: the model is on the %s backend "
+                            "already", m->be->name);
+    if (!dllm_backend_supports(be, DLLM_OP_GATED_DELTA))
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "qwen3.5: the %s backend has no Gated "
+                            "DeltaNet ops (%s)", be->name,
+                            dllm_backend_op_name(DLLM_OP_GATED_DELTA));
+    kept_free(m);
+    ql_free(m); /* a quantised copy is made again where it runs (qwen35_quantise) */
+    fdrop(m, m->shift);
+    m->shift = NULL;
+    float *old = m->flat, *now = move_vec(be, m->flat, m->nflat);
+    m->flat = now;
+    m->embed = rebase(m->embed, old, m->nflat, now);
+    m->head = rebase(m->head, old, m->nflat, now);
+    m->fnorm = rebase(m->fnorm, old, m->nflat, now);
+    const int per = (int)(sizeof(layer_w) / sizeof(float *));
+    for (int l = 0; l < m->cfg.L; l++) {
+        float **f = (float **)&m->lw[l];
+        for (int k = 0; k < per; k++)
+            f[k] = rebase(f[k], old, m->nflat, now);
+    }
+    for (int i = 0; i < m->nowned; i++)
+        m->owned[i] = now + m->off[i];
+    m->gflat = move_vec(be, m->gflat, m->nflat);
+    m->mflat = move_vec(be, m->mflat, m->nflat);
+    m->vflat = move_vec(be, m->vflat, m->nflat);
+    m->master = move_vec(be, m->master, m->nflat);
+    for (int i = 0; i < m->nowned; i++) {
+        if (m->grad)
+            m->grad[i] = m->gflat + m->off[i];
+        if (m->mom)
+            m->mom[i] = m->mflat + m->off[i], m->var[i] = m->vflat + m->off[i];
+    }
+    if (m->lrank) {
+        float *ol = m->lflat, *og = m->lgflat;
+        m->lflat = move_vec(be, m->lflat, m->nlflat);
+        m->lgflat = move_vec(be, m->lgflat, m->nlflat);
+        m->lmflat = move_vec(be, m->lmflat, m->nlflat);
+        m->lvflat = move_vec(be, m->lvflat, m->nlflat);
+        for (int i = 0; i < m->nl; i++) {
+            m->llist[i].data = rebase(m->llist[i].data, ol, m->nlflat, m->lflat);
+            m->llist[i].grad = rebase(m->llist[i].grad, og, m->nlflat, m->lgflat);
+        }
+        for (int i = 0; i < m->nowned; i++) {
+            q35_lora *ad = &m->ad[i];
+            ad->A = rebase(ad->A, ol, m->nlflat, m->lflat);
+            ad->B = rebase(ad->B, ol, m->nlflat, m->lflat);
+            ad->dA = rebase(ad->dA, og, m->nlflat, m->lgflat);
+            ad->dB = rebase(ad->dB, og, m->nlflat, m->lgflat);
+        }
+    }
+    m->be = be;
+    return 0;
 }
 
 /* ---- LoRA ------------------------------------------------------------------------------ */
@@ -1383,7 +1545,8 @@ void qwen35_lora_enable(qwen35_model *m, int rank, float alpha, int mask, uint64
 {
     lora_free(m);
     /* the base is frozen: its gradients and moments go */
-    free(m->gflat), free(m->grad), free(m->mflat), free(m->vflat), free(m->mom), free(m->var);
+    fdrop(m, m->gflat), fdrop(m, m->mflat), fdrop(m, m->vflat);
+    free(m->grad), free(m->mom), free(m->var);
     m->gflat = m->mflat = m->vflat = NULL;
     m->grad = m->mom = m->var = NULL;
     kept_free(m);
@@ -1405,8 +1568,9 @@ void qwen35_lora_enable(qwen35_model *m, int rank, float alpha, int mask, uint64
     }
     for (int i = 0; i < m->nl; i++)
         m->nlflat += m->llist[i].numel;
-    m->lflat = dllm_calloc(m->nlflat + 1, sizeof(float)); /* B = 0: the model unchanged */
-    m->lgflat = dllm_calloc(m->nlflat + 1, sizeof(float));
+    m->lflat = fb(m, m->nlflat); /* B = 0: the model unchanged */
+    m->lgflat = fb(m, m->nlflat);
+    float *h = dllm_calloc(m->nlflat + 1, sizeof(float)); /* A drawn on the host */
     size_t off = 0;
     for (int i = 0; i < m->nl; i++) {
         m->llist[i].data = m->lflat + off;
@@ -1422,9 +1586,12 @@ void qwen35_lora_enable(qwen35_model *m, int rank, float alpha, int mask, uint64
         /* PEFT: kaiming_uniform(a = sqrt(5)) on A (r, in) = U(-1/sqrt(in), 1/sqrt(in)) */
         double bound = 1.0 / sqrt((double)ad->in);
         dllm_rng r = dllm_rng_make(seed, DLLM_RNG_INIT, 2000000u + (uint64_t)i, 1);
+        float *hA = h + (ad->A - m->lflat);
         for (size_t e = 0; e < (size_t)rank * ad->in; e++)
-            ad->A[e] = (float)((2.0 * dllm_rng_uniform(&r) - 1.0) * bound);
+            hA[e] = (float)((2.0 * dllm_rng_uniform(&r) - 1.0) * bound);
     }
+    OP(upload, m->lflat, h, m->nlflat * sizeof(float));
+    free(h);
 }
 
 int qwen35_lora_info(const qwen35_model *m, float *alpha, int *mask)
@@ -1447,47 +1614,77 @@ void qwen35_lora_merge(const qwen35_model *m, qwen35_model *dst)
     for (int i = 0; m->ad && i < m->nowned; i++) {
         const q35_lora *ad = &m->ad[i];
         if (ad->A) /* dst (out, in) += scale B A, as the core merges */
-            op_gemm(false, false, ad->out, ad->in, m->lrank, m->lscale, ad->B, ad->A, 1.0f,
-                    dst->owned[i]);
+            OP(gemm, false, false, ad->out, ad->in, m->lrank, m->lscale, ad->B, ad->A, 1.0f,
+               dst->owned[i]);
     }
+}
+
+/* The adapters' list with its data on the host (*host: a copy to free, on a device). */
+static dllm_param *lora_host(const qwen35_model *m, float **host)
+{
+    *host = NULL;
+    if (m->be->kind == DLLM_BACKEND_CPU)
+        return m->llist;
+    *host = dllm_malloc((m->nlflat + 1) * sizeof(float));
+    OP(download, *host, m->lflat, m->nlflat * sizeof(float));
+    dllm_param *l = dllm_malloc(((size_t)m->nl + 1) * sizeof *l);
+    for (int i = 0; i < m->nl; i++) {
+        l[i] = m->llist[i];
+        l[i].data = *host + (m->llist[i].data - m->lflat);
+        l[i].grad = NULL;
+    }
+    return l;
 }
 
 int qwen35_lora_save(const qwen35_model *m, const char *path, dllm_err *err)
 {
     if (!m->lrank)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: the model has no LoRA adapters", path);
-    return param_io_write_file(m->llist, m->nl, path, err);
+    float *host;
+    dllm_param *l = lora_host(m, &host);
+    int rc = param_io_write_file(l, m->nl, path, err);
+    if (host)
+        free(l), free(host);
+    return rc;
 }
 
 int qwen35_lora_load(qwen35_model *m, const char *path, dllm_err *err)
 {
     if (!m->lrank)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: LoRA is not enabled on the model", path);
-    return param_io_read(m->llist, m->nl, path, err);
+    float *host;
+    dllm_param *l = lora_host(m, &host);
+    int rc = param_io_read(l, m->nl, path, err);
+    if (host) {
+        if (!rc)
+            OP(upload, m->lflat, host, m->nlflat * sizeof(float));
+        free(l), free(host);
+    }
+    return rc;
 }
 
 void qwen35_round_bf16(qwen35_model *m)
 {
     const qwen35_config *c = &m->cfg;
     int C = c->C, D = conv_dim(c), VD = c->Hv * c->Dv, QD = c->NH * c->HD, KD = c->NKV * c->HD;
-    op_round_bf16(m->embed, (size_t)c->V * C);
+    OP(round_bf16, m->embed, (size_t)c->V * C);
     if (m->head != m->embed)
-        op_round_bf16(m->head, (size_t)c->V * C);
+        OP(round_bf16, m->head, (size_t)c->V * C);
     for (int l = 0; l < c->L; l++) {
         layer_w *w = &m->lw[l];
         if (c->kind[l] == QWEN35_LINEAR) {
-            op_round_bf16(w->qkv, (size_t)D * C);
-            op_round_bf16(w->z, (size_t)VD * C);
-            op_round_bf16(w->out, (size_t)C * VD);
+            OP(round_bf16, w->qkv, (size_t)D * C);
+            OP(round_bf16, w->z, (size_t)VD * C);
+            OP(round_bf16, w->out, (size_t)C * VD);
         } else {
-            op_round_bf16(w->q, (size_t)2 * QD * C);
-            op_round_bf16(w->k, (size_t)KD * C);
-            op_round_bf16(w->v, (size_t)KD * C);
-            op_round_bf16(w->o, (size_t)C * QD);
+            OP(round_bf16, w->q, (size_t)2 * QD * C);
+            OP(round_bf16, w->k, (size_t)KD * C);
+            OP(round_bf16, w->v, (size_t)KD * C);
+            OP(round_bf16, w->o, (size_t)C * QD);
         }
-        op_round_bf16(w->gate, (size_t)c->H * C);
-        op_round_bf16(w->up, (size_t)c->H * C);
-        op_round_bf16(w->down, (size_t)C * c->H);
+        OP(round_bf16, w->gate, (size_t)c->H * C);
+        OP(round_bf16, w->up, (size_t)c->H * C);
+        OP(round_bf16, w->down, (size_t)C * c->H);
     }
     m->bf16 = true;
 }
@@ -1497,6 +1694,11 @@ void qwen35_round_bf16(qwen35_model *m)
 qwen35_model *qwen35_clone(const qwen35_model *m)
 {
     qwen35_model *d = qwen35_create(&m->cfg, 0);
+    dllm_err err = {0};
+    if (d && qwen35_to_backend(d, m->be, &err)) { /* m is there: the backend can hold it */
+        qwen35_free(d);
+        return NULL;
+    }
     if (d)
         qwen35_copy_weights(d, m);
     return d;
@@ -1504,7 +1706,8 @@ qwen35_model *qwen35_clone(const qwen35_model *m)
 
 void qwen35_copy_weights(qwen35_model *dst, const qwen35_model *src)
 {
-    memcpy(dst->flat, src->flat, src->nflat * sizeof(float));
+    const qwen35_model *m = src;
+    OP(copy, dst->flat, src->master ? src->master : src->flat, src->nflat * sizeof(float));
     dst->bf16 = false;
     ql_free(dst);
 }
@@ -1514,6 +1717,21 @@ int qwen35_quantise(qwen35_model *m, const dllm_precision *p, dllm_err *err)
     const qwen35_config *c = &m->cfg;
     int C = c->C, D = conv_dim(c), VD = c->Hv * c->Dv, QD = c->NH * c->HD, KD = c->NKV * c->HD;
     ql_free(m);
+    bool host = m->be->kind == DLLM_BACKEND_CPU;
+    const char *need = p->rollout == DLLM_ROLLOUT_INT8    ? "int8_linear_fwd"
+                       : p->rollout == DLLM_ROLLOUT_NVFP4 ? "nvfp4_linear_fwd"
+                                                          : NULL;
+    if (!host && need &&
+        !dllm_backend_supports(m->be, p->rollout == DLLM_ROLLOUT_INT8 ? DLLM_OP_INT8_LINEAR
+                                                                      : DLLM_OP_NVFP4_LINEAR))
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "rollout.precision %s: the %s backend has no %s",
+                            dllm_rollout_name(p->rollout), m->be->name, need);
+    if (!host && p->rollout != DLLM_ROLLOUT_INT8 && p->fp8_scaling == FP8_SCALE_BLOCK) {
+        char why[256];
+        if (!dllm_backend_fp8_block_ok(m->be, why, sizeof why))
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "fp8.scaling block: %s", why);
+    }
     m->ql = dllm_calloc((size_t)c->L * 7, sizeof *m->ql);
     /* FP8 activations are quantised to match the weights' granularity (as the core's) */
     fp8_scaling act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
@@ -1535,6 +1753,20 @@ int qwen35_quantise(qwen35_model *m, const dllm_precision *p, dllm_err *err)
             qlin *q = &m->ql[m->nql++];
             q->w = W[j];
             q->kind = p->rollout;
+            if (!host) { /* a device's matrices, in the layout its linears read */
+                if (p->rollout == DLLM_ROLLOUT_INT8) {
+                    float *hw = dllm_malloc(((size_t)O[j] * I[j] + 1) * sizeof(float));
+                    OP(download, hw, W[j], (size_t)O[j] * I[j] * sizeof(float));
+                    rc = dllm_backend_int8_weight(m->be, &q->i8, hw, O[j], I[j], p->int8_scaling,
+                                                  err);
+                    free(hw);
+                } else {
+                    dllm_backend_fp8_weight(m->be, &q->f8, W[j], O[j], I[j], p->fp8_format,
+                                            p->fp8_scaling, p->fp8_pow2_scale, act,
+                                            p->rollout == DLLM_ROLLOUT_FP8);
+                }
+                continue;
+            }
             if (p->rollout == DLLM_ROLLOUT_INT8) {
                 rc = int8_quantise_weight(&q->i8, W[j], O[j], I[j], p->int8_scaling, err);
             } else if (p->rollout == DLLM_ROLLOUT_NVFP4) {
@@ -1552,9 +1784,9 @@ int qwen35_quantise(qwen35_model *m, const dllm_precision *p, dllm_err *err)
         }
     }
     /* the embedding and the head as the bf16 copy's: rounded, the head's input too */
-    op_round_bf16(m->embed, (size_t)c->V * C);
+    OP(round_bf16, m->embed, (size_t)c->V * C);
     if (m->head != m->embed)
-        op_round_bf16(m->head, (size_t)c->V * C);
+        OP(round_bf16, m->head, (size_t)c->V * C);
     m->bf16 = true;
     return rc;
 }
@@ -1584,6 +1816,11 @@ int qwen35_save(const qwen35_model *m, const char *dir, st_dtype dtype, size_t m
     st_writer *w = st_writer_new();
     st_writer_metadata(w, "format", "pt");
     save_src *src = dllm_calloc((size_t)m->nowned + 1, sizeof *src);
+    float *hflat = NULL; /* a device's weights, brought to the host to be written */
+    if (m->be->kind != DLLM_BACKEND_CPU) {
+        hflat = dllm_malloc((m->nflat + 1) * sizeof(float));
+        OP(download, hflat, m->flat, m->nflat * sizeof(float));
+    }
     for (int i = 0; i < m->nowned && !rc; i++) {
         /* written as qwen3_5_text: the text model's names at the top */
         const char *nm = m->names[i];
@@ -1603,11 +1840,12 @@ int qwen35_save(const qwen35_model *m, const char *dir, st_dtype dtype, size_t m
                                                     : c->C;
             nd = 2, shape[1] = in, shape[0] = (int64_t)m->numel[i] / in;
         }
-        src[i] = (save_src){m->owned[i], m->centred[i]};
+        src[i] = (save_src){hflat ? hflat + m->off[i] : m->owned[i], m->centred[i]};
         rc = st_writer_add_f32_fn(w, name, dtype, nd, shape, save_fill, &src[i], err);
     }
     rc = rc ? rc : st_writer_save_dir(w, dir, max_shard_bytes, err);
     st_writer_free(w);
     free(src);
+    free(hflat);
     return rc;
 }

@@ -20,8 +20,9 @@
  * Decoding keeps, per linear layer, the last K-1 convolution inputs and the
  * recurrent state [Hv, Dk, Dv]; per full layer, K (after k_norm and RoPE) and V.
  * An extend of T > 1 tokens runs the chunked rule, one token the recurrent one --
- * as the published implementation does. Everything in fp32 on the host (decoding
- * may use a bf16 or quantised copy); a batch one row at a time. The registry's qwen3.5
+ * as the published implementation does. Everything in fp32 (decoding may use a bf16 or
+ * quantised copy), on the host or a device (qwen35_to_backend); a batch one row at a time.
+ * The registry's qwen3.5
  * descriptor runs this model behind the policy (dllm/qwen35_policy.c), not through the
  * transformer core: docs/QWEN35.md. */
 #ifndef DLLM_QWEN35_H
@@ -77,7 +78,8 @@ qwen35_model *qwen35_create(const qwen35_config *cfg, uint64_t seed);
 /* A model with m's config and weights (not its gradients, moments, bf16 rounding or LoRA
  * adapters). */
 qwen35_model *qwen35_clone(const qwen35_model *m);
-/* dst's weights = src's (the same config), dst's bf16 rounding off. */
+/* dst's weights = src's fp32 weights (its masters where it keeps them; the same config,
+ * the same backend), dst's bf16 rounding off. */
 void qwen35_copy_weights(qwen35_model *dst, const qwen35_model *src);
 /* DIR/config.json (qwen3_5_text, also for a model read from a qwen3_5 checkpoint) and its
  * weights in the published names, dtype ST_F32 or ST_BF16, shards of max_shard_bytes
@@ -127,22 +129,48 @@ int qwen35_forward(qwen35_model *m, const int32_t *tokens, const uint8_t *keymas
  * accumulate (qwen35_grads). Rows at padding positions carry none. */
 void qwen35_backward(qwen35_model *m, const float *dlogits);
 /* The trainable vector (*n floats): every weight (load order; the zero-centred norms held
- * as 1 + w), or under LoRA the adapters (qwen35_lora_params' order); its gradients
- * (allocated zeroed on first use) and the AdamW moments (which 0: m, 1: v) in the same
- * layout. */
+ * as 1 + w; the fp32 masters where the model keeps them, qwen35_keep_master), or under LoRA
+ * the adapters (qwen35_lora_params' order); its gradients (allocated zeroed on first use)
+ * and the AdamW moments (which 0: m, 1: v) in the same layout. Pointers into the model's
+ * backend's memory (qwen35_backend): host memory until qwen35_to_backend. */
 float *qwen35_params(qwen35_model *m, size_t *n);
 float *qwen35_grads(qwen35_model *m);
 float *qwen35_moment(qwen35_model *m, int which);
-/* Every weight in one vector (the layout of qwen35_params without LoRA), LoRA or not. */
+/* Every weight in one vector (the layout of qwen35_params without LoRA), LoRA or not: the
+ * weights the forward reads (bf16-rounded after qwen35_round_bf16). */
 float *qwen35_weights(qwen35_model *m, size_t *n);
 /* One optimizer step: the global gradient norm (returned), clipped to a->max_norm when
  * > 0, then AdamW (a's betas, eps, decay: the published w of the zero-centred norms; under
- * LoRA every adapter entry); a non-finite norm updates nothing. */
+ * LoRA every adapter entry) of the trainable vector; a non-finite norm updates nothing. */
 double qwen35_optim_step(qwen35_model *m, const dllm_adamw_args *a);
-/* The same step applied to `params` (qwen35_weights' layout; NULL: m's own weights) with
- * m's gradients and moments: the fp32 master weights of a trainer whose forward reads a
- * bf16-rounded m (dllm/qwen35_policy.c). Under LoRA the adapters are stepped. */
-double qwen35_optim_step_on(qwen35_model *m, float *params, const dllm_adamw_args *a);
+/* fp32 master weights beside the weights the forward reads (a bf16 trainer: the forward
+ * reads them rounded): a copy of the current weights, made once; from then on the
+ * optimizer steps the masters (the gradients computed through the rounded weights step
+ * them straight through), the trainable vector is theirs and qwen35_copy_weights copies
+ * them. qwen35_weights_from_master: the weights = the masters (rounding off again). */
+void qwen35_keep_master(qwen35_model *m);
+bool qwen35_has_master(const qwen35_model *m);
+void qwen35_weights_from_master(qwen35_model *m);
+
+/* ---- where it runs ------------------------------------------------------------------------
+ * The backend whose ops the model runs and whose memory holds every array it owns: the
+ * host's (dllm_backend_cpu) from load or create, or the one qwen35_to_backend moved it to:
+ * weights, gradients, moments, masters and adapters are uploaded there (a quantised copy
+ * is dropped: qwen35_quantise again). An input error for a backend without the Gated
+ * DeltaNet ops or a model already on a device. */
+dllm_backend *qwen35_backend(const qwen35_model *m);
+int qwen35_to_backend(qwen35_model *m, dllm_backend *be, dllm_err *err);
+/* Elements [off, off + n) of a vector of the optimizer state (or of the weights the
+ * forward reads, qwen35_weights) to (write false) or from the host buffer buf, wherever the
+ * model runs. */
+typedef enum {
+    QWEN35_VEC_PARAMS, QWEN35_VEC_GRADS, QWEN35_VEC_ADAM_M, QWEN35_VEC_ADAM_V, QWEN35_VEC_WEIGHTS
+} qwen35_vec;
+void qwen35_vec_move(qwen35_model *m, qwen35_vec which, size_t off, size_t n, float *buf,
+                     bool write);
+/* The trainable vector on the host: qwen35_params itself on the host, else a copy downloaded
+ * at the call (valid until the next call). */
+const float *qwen35_params_host(qwen35_model *m, size_t *n);
 
 /* ---- LoRA -------------------------------------------------------------------------------
  * Adapters on the projections, PEFT's target names: in_proj_qkv, in_proj_z and out_proj of
@@ -223,8 +251,8 @@ void qwen35_random_tensor(const qwen35_config *cfg, const char *name, uint64_t s
 int qwen35_loss_grad(qwen35_model *m, const int32_t *ids, int T, double *loss, dllm_err *err);
 void qwen35_zero_grad(qwen35_model *m);
 /* The gradient of the weight with the published name (e.g. "lm_head.weight"; a tied
- * head's is the embedding's), *n its length; NULL before any gradient or if none. The
- * zero-centred norms' gradients are those of the published w. */
+ * head's is the embedding's), *n its length; NULL before any gradient, if none, or on a
+ * device. The zero-centred norms' gradients are those of the published w. */
 const float *qwen35_grad(const qwen35_model *m, const char *name, size_t *n);
 /* One AdamW step (torch semantics, betas 0.9 / 0.999, eps 1e-8, step t >= 1) of every
  * weight from its gradient; the weight decay applies to the published w of the

@@ -7,9 +7,12 @@
  *
  * The bf16 trainer (model.trainer_precision bf16) is the trainer model with its weights
  * bf16-rounded as qwen35_round_bf16 rounds them (the inputs of those projections too,
- * forward and backward); the fp32 master weights live beside it (`master`), the gradients
- * computed through the rounded model step them straight through, and every sync rounds
- * them into the trainer again. LoRA's adapters stay fp32 on top, as in the core. */
+ * forward and backward); the model keeps the fp32 master weights beside them
+ * (qwen35_keep_master), the gradients computed through the rounded model step them straight
+ * through, and every sync rounds them into the trainer again. LoRA's adapters stay fp32 on
+ * top, as in the core. On a device (qwen35_to_backend) every array is the device's; what
+ * crosses to the host is what the policy's table hands over: logits, log-probs and the
+ * state a checkpoint moves. */
 #include "dllm/arch.h"
 #include "dllm/json_util.h"
 #include "dllm/policy_model.h"
@@ -22,9 +25,8 @@
 /* ---- the model behind the policy ------------------------------------------------------- */
 
 typedef struct {
-    qwen35_model *m; /* the trainer: fp32 master weights (bf16-rounded under a bf16 trainer) */
-    qwen35_model *r; /* the rollout copy; NULL: the trainer itself */
-    float *master;   /* a bf16 trainer's fp32 weights (qwen35_weights' layout), else NULL */
+    qwen35_model *m; /* the trainer (bf16-rounded weights and fp32 masters under a bf16 one) */
+    qwen35_model *r; /* the rollout copy (on the trainer's backend); NULL: the trainer */
 } q35;
 
 static int q35_open(void **impl, const char *dir, const char *preset, uint64_t seed,
@@ -73,8 +75,13 @@ static void q35_free(void *impl)
         return;
     qwen35_free(q->m);
     qwen35_free(q->r);
-    free(q->master);
     free(q);
+}
+
+static int q35_to_device(void *impl, dllm_backend *be, dllm_err *err)
+{
+    q35 *q = impl;
+    return qwen35_to_backend(q->m, be, err);
 }
 
 static int q35_lora_enable(void *impl, int rank, double alpha, const char *const *targets,
@@ -121,14 +128,9 @@ static int q35_lora_load(void *impl, const char *path, dllm_err *err)
 static qwen35_model *merged_into(const q35 *q, qwen35_model *dst)
 {
     if (!dst)
-        dst = qwen35_clone(q->m);
+        dst = qwen35_clone(q->m); /* the masters where the trainer keeps them */
     else
         qwen35_copy_weights(dst, q->m);
-    if (q->master) {
-        size_t n;
-        float *w = qwen35_weights(dst, &n);
-        memcpy(w, q->master, n * sizeof(float));
-    }
     qwen35_lora_merge(q->m, dst);
     return dst;
 }
@@ -153,67 +155,67 @@ static void q35_backward(void *impl, const float *dlogits)
     qwen35_backward(q->m, dlogits);
 }
 
-/* The optimizer state on the host: the trainable vector (a bf16 trainer's fp32 masters
- * where it has them), AdamW's moments. */
-static float *q35_state(void *impl, dllm_state s, size_t *n)
-{
-    q35 *q = impl;
-    float *p = qwen35_params(q->m, n);
-    if (s == DLLM_STATE_PARAMS && q->master && !qwen35_lora_info(q->m, NULL, NULL))
-        return q->master;
-    return s == DLLM_STATE_PARAMS ? p : qwen35_moment(q->m, s == DLLM_STATE_ADAM_V);
-}
+/* The optimizer state wherever the model runs (qwen35.h: the trainable vector is the
+ * masters where the model keeps them, else the weights or the adapters). */
+static bool on_host(const q35 *q) { return qwen35_backend(q->m)->kind == DLLM_BACKEND_CPU; }
 
 static const float *q35_trainable(void *impl, size_t *n)
 {
-    return q35_state(impl, DLLM_STATE_PARAMS, n);
+    q35 *q = impl;
+    return qwen35_params_host(q->m, n);
+}
+
+static const float *q35_trainable_host(void *impl, size_t *n)
+{
+    q35 *q = impl;
+    return on_host(q) ? qwen35_params(q->m, n) : NULL;
 }
 
 static float *q35_grads(void *impl)
 {
     q35 *q = impl;
-    return qwen35_grads(q->m);
+    return on_host(q) ? qwen35_grads(q->m) : NULL; /* a device's: grad_buffer */
 }
 
 static void q35_zero_grad(void *impl)
 {
-    size_t n;
-    q35_state(impl, DLLM_STATE_PARAMS, &n);
-    memset(q35_grads(impl), 0, n * sizeof(float));
+    q35 *q = impl;
+    qwen35_zero_grad(q->m);
 }
 
 static float *q35_grad_buffer(void *impl, size_t *n, dllm_backend **be)
 {
-    q35_state(impl, DLLM_STATE_PARAMS, n);
-    *be = dllm_backend_cpu();
-    return q35_grads(impl);
+    q35 *q = impl;
+    qwen35_params(q->m, n);
+    *be = qwen35_backend(q->m);
+    return qwen35_grads(q->m);
 }
 
 static double q35_optim_step(void *impl, const dllm_adamw_args *a)
 {
     q35 *q = impl;
-    return qwen35_optim_step_on(q->m, q->master, a);
+    return qwen35_optim_step(q->m, a);
 }
 
 static void q35_state_move(void *impl, dllm_state s, size_t off, size_t n, float *buf, bool write)
 {
-    float *v = q35_state(impl, s, NULL) + off;
-    memcpy(write ? v : buf, write ? buf : v, n * sizeof(float));
+    q35 *q = impl;
+    qwen35_vec v = s == DLLM_STATE_PARAMS   ? QWEN35_VEC_PARAMS
+                   : s == DLLM_STATE_ADAM_M ? QWEN35_VEC_ADAM_M
+                                            : QWEN35_VEC_ADAM_V;
+    qwen35_vec_move(q->m, v, off, n, buf, write);
 }
 
 static const dllm_optim_ops q35_optim = {
     .trainable = q35_trainable, .grads = q35_grads, .zero_grad = q35_zero_grad,
     .grad_buffer = q35_grad_buffer, .step = q35_optim_step,
-    .trainable_host = q35_trainable, /* the host's is the only copy */
-    .state_move = q35_state_move,
+    .trainable_host = q35_trainable_host, .state_move = q35_state_move,
 };
 
 /* A bf16 trainer's weights: the masters rounded (again). */
 static void round_trainer(q35 *q)
 {
-    size_t n;
-    float *w = qwen35_weights(q->m, &n);
-    memcpy(w, q->master, n * sizeof(float));
+    qwen35_weights_from_master(q->m);
     qwen35_round_bf16(q->m);
 }
 
@@ -221,7 +223,7 @@ static void q35_trainer_changed(void *impl)
 {
     q35 *q = impl;
     /* under LoRA the trainable vector is the adapters, read as they are */
-    if (q->master && !qwen35_lora_info(q->m, NULL, NULL))
+    if (qwen35_has_master(q->m) && !qwen35_lora_info(q->m, NULL, NULL))
         round_trainer(q);
 }
 
@@ -229,12 +231,7 @@ static int q35_sync(void *impl, const dllm_precision *p, dllm_err *err)
 {
     q35 *q = impl;
     if (p->trainer_bf16) {
-        if (!q->master) { /* the first sync: the trainer holds the fp32 weights */
-            size_t n;
-            const float *w = qwen35_weights(q->m, &n);
-            q->master = dllm_malloc((n + 1) * sizeof(float));
-            memcpy(q->master, w, n * sizeof(float));
-        }
+        qwen35_keep_master(q->m); /* the first sync: the trainer holds the fp32 weights */
         round_trainer(q);
     }
     if (p->rollout == DLLM_ROLLOUT_TRAINER) {
@@ -317,7 +314,7 @@ static int q35_save(void *impl, const char *dir, st_dtype dtype, dllm_err *err)
 {
     q35 *q = impl;
     /* HF's default shard size; LoRA merged, a bf16 trainer's fp32 masters */
-    bool own = q->master || qwen35_lora_info(q->m, NULL, NULL);
+    bool own = qwen35_has_master(q->m) || qwen35_lora_info(q->m, NULL, NULL);
     qwen35_model *m = own ? merged_into(q, NULL) : q->m;
     int rc = qwen35_save(m, dir, dtype, (size_t)5000000000ull, err);
     if (own)
@@ -326,7 +323,8 @@ static int q35_save(void *impl, const char *dir, st_dtype dtype, dllm_err *err)
 }
 
 const dllm_model_ops qwen35_model_ops = {
-    .open = q35_open, .free = q35_free, .lora_enable = q35_lora_enable,
+    .open = q35_open, .free = q35_free, .to_device = q35_to_device,
+    .lora_enable = q35_lora_enable,
     .lora_info = q35_lora_info, .lora_save = q35_lora_save, .lora_load = q35_lora_load,
     .logits = q35_logits,
     .backward = q35_backward, .optim = &q35_optim, .trainer_changed = q35_trainer_changed,

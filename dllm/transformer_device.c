@@ -100,39 +100,6 @@ static const float *lin_source(dllm_tf *m, int l, int j, bool merge)
     return m->dev->hstage;
 }
 
-/* q (device) = the INT8 weight of the host matrix w [o, i]: quantised on the host by the
- * CPU's own quantiser (the same codes and scales by construction), laid out as the
- * device's INT8 GEMM needs (rows and, under channel scaling, the row stride padded with
- * zero codes) and uploaded with its scales. */
-static int dq_int8(tf_device *d, int8_matrix *q, const float *w, int o, int i,
-                   int8_scaling s, dllm_err *err)
-{
-    int8_matrix h = {0};
-    int rc = int8_quantise_weight(&h, w, o, i, s, err);
-    if (rc)
-        return rc;
-    int rows, ldq;
-    dllm_cuda_int8_weight_layout(o, i, (int)s, &rows, &ldq);
-    size_t nscale = s == INT8_SCALE_BLOCK ? (size_t)(o + INT8_BLOCK - 1) / INT8_BLOCK * h.kb
-                                          : (size_t)o;
-    if (!q->q || q->rows != o || q->cols != i || q->scaling != s) {
-        dfree(d, q->q);
-        dfree(d, q->scale);
-        q->q = dalloc(d, (size_t)rows * ldq);
-        q->scale = dalloc(d, nscale * sizeof(float));
-    }
-    int8_t *pad = dllm_calloc((size_t)rows * ldq, 1); // (rows, ldq)
-    for (int r = 0; r < o; r++)
-        memcpy(pad + (size_t)r * ldq, h.q + (size_t)r * h.ldq, (size_t)h.ldq);
-    d->be->ops->upload(d->be, q->q, pad, (size_t)rows * ldq);
-    d->be->ops->upload(d->be, q->scale, h.scale, nscale * sizeof(float));
-    free(pad);
-    q->rows = o, q->cols = i, q->scaling = s, q->kb = h.kb, q->ldq = ldq;
-    q->comp = NULL, q->deq = NULL, q->deq_valid = false;
-    int8_matrix_free(&h);
-    return 0;
-}
-
 /* v = the weights in device memory: every tensor but the layer linears uploaded as fp32
  * (bf16-rounded there when `round`); the layer linears fp32 in the same buffer (LIN_F32),
  * or packed bf16 / quantised FP8 on the device from the base (or merged) weights through
@@ -212,8 +179,9 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
             size_t cnt = (size_t)o * i;
             if (lin == LIN_INT8) { /* from the host's weights (never `from`: tf_device_sync) */
                 dllm_err e;
-                if (dq_int8(d, &v->qi[l * DLLM_NLIN + j], lin_source(m, l, j, merge), o, i,
-                            p->int8_scaling, &e)) {
+                if (dllm_backend_int8_weight(be, &v->qi[l * DLLM_NLIN + j],
+                                             lin_source(m, l, j, merge), o, i, p->int8_scaling,
+                                             &e)) {
                     fprintf(stderr, "dllm-rl: %s\n", e.msg); /* shapes are the model's own */
                     exit(1);
                 }
@@ -229,23 +197,9 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, lin_fmt lin, bool mer
                 b->rows = o, b->cols = i;
                 be->ops->to_bf16(be, b->w, w, cnt);
             } else {
-                fp8_matrix *q = &v->q8[l * DLLM_NLIN + j];
-                q->rows = o, q->cols = i;
-                q->format = p->fp8_format;
-                q->scaling = p->fp8_scaling;
-                q->pow2_scale = p->fp8_pow2_scale;
-                fp8_block_shape(q->scaling, o, i, &q->block_rows, &q->block_cols);
-                q->scale_rows = (o + q->block_rows - 1) / q->block_rows;
-                q->scale_cols = (i + q->block_cols - 1) / q->block_cols;
-                q->scale_ld = (int)dllm_backend_fp8_scale_ld(be, q->scaling, o, i);
-                q->act_scaling = act;
-                q->fast = p->rollout == DLLM_ROLLOUT_FP8;
-                if (!q->q) {
-                    q->q = dalloc(d, cnt);
-                    q->scale = dalloc(d, (size_t)q->scale_rows * q->scale_ld * sizeof(float));
-                }
-                be->ops->fp8_quantise(be, q->q, q->scale, w, o, i, q->format, q->scaling,
-                                      q->pow2_scale);
+                dllm_backend_fp8_weight(be, &v->q8[l * DLLM_NLIN + j], w, o, i, p->fp8_format,
+                                        p->fp8_scaling, p->fp8_pow2_scale, act,
+                                        p->rollout == DLLM_ROLLOUT_FP8);
             }
         }
     if (head16) { /* to_bf16 rounds as round_bf16 does: from v->head or its source */

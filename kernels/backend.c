@@ -1,10 +1,13 @@
 /* backend.c: what every backend shares -- the query of its optional entries, the one
  * place that looks at their pointers. */
 #include "kernels/backend.h"
+#include "kernels/base.h"
 #include "kernels/cuda_device.h"
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 bool dllm_backend_supports(const dllm_backend *be, dllm_backend_op op)
 {
@@ -68,6 +71,72 @@ size_t dllm_backend_fp8_scale_ld(const dllm_backend *be, fp8_scaling s, int R, i
     if (be && be->kind == DLLM_BACKEND_CUDA && s == FP8_SCALE_BLOCK)
         return (sc + 3) / 4 * 4; /* BLK128x128_32F: k blocks padded to a multiple of 4 */
     return sc;
+}
+
+int dllm_backend_int8_weight(dllm_backend *be, int8_matrix *q, const float *w, int o, int i,
+                             int8_scaling s, dllm_err *err)
+{
+    int8_matrix h = {0};
+    int rc = int8_quantise_weight(&h, w, o, i, s, err);
+    if (rc)
+        return rc;
+    int rows, ldq;
+    dllm_cuda_int8_weight_layout(o, i, (int)s, &rows, &ldq);
+    size_t nscale = s == INT8_SCALE_BLOCK ? (size_t)(o + INT8_BLOCK - 1) / INT8_BLOCK * h.kb
+                                          : (size_t)o;
+    if (!q->q || q->rows != o || q->cols != i || q->scaling != s) {
+        dllm_backend_int8_weight_free(be, q);
+        q->q = be->ops->alloc(be, (size_t)rows * ldq);
+        q->scale = be->ops->alloc(be, nscale * sizeof(float));
+    }
+    int8_t *pad = dllm_calloc((size_t)rows * ldq, 1); /* (rows, ldq) */
+    for (int r = 0; r < o; r++)
+        memcpy(pad + (size_t)r * ldq, h.q + (size_t)r * h.ldq, (size_t)h.ldq);
+    be->ops->upload(be, q->q, pad, (size_t)rows * ldq);
+    be->ops->upload(be, q->scale, h.scale, nscale * sizeof(float));
+    free(pad);
+    q->rows = o, q->cols = i, q->scaling = s, q->kb = h.kb, q->ldq = ldq;
+    q->comp = NULL, q->deq = NULL, q->deq_valid = false;
+    int8_matrix_free(&h);
+    return 0;
+}
+
+void dllm_backend_int8_weight_free(dllm_backend *be, int8_matrix *q)
+{
+    if (q->q)
+        be->ops->free(be, q->q);
+    if (q->scale)
+        be->ops->free(be, q->scale);
+    q->q = NULL, q->scale = NULL;
+}
+
+void dllm_backend_fp8_weight(dllm_backend *be, fp8_matrix *q, const float *w, int o, int i,
+                             fp8_format f, fp8_scaling s, bool pow2, fp8_scaling act, bool fast)
+{
+    q->rows = o, q->cols = i;
+    q->format = f;
+    q->scaling = s;
+    q->pow2_scale = pow2;
+    fp8_block_shape(q->scaling, o, i, &q->block_rows, &q->block_cols);
+    q->scale_rows = (o + q->block_rows - 1) / q->block_rows;
+    q->scale_cols = (i + q->block_cols - 1) / q->block_cols;
+    q->scale_ld = (int)dllm_backend_fp8_scale_ld(be, q->scaling, o, i);
+    q->act_scaling = act;
+    q->fast = fast;
+    if (!q->q) {
+        q->q = be->ops->alloc(be, (size_t)o * i);
+        q->scale = be->ops->alloc(be, (size_t)q->scale_rows * q->scale_ld * sizeof(float));
+    }
+    be->ops->fp8_quantise(be, q->q, q->scale, w, o, i, q->format, q->scaling, q->pow2_scale);
+}
+
+void dllm_backend_fp8_weight_free(dllm_backend *be, fp8_matrix *q)
+{
+    if (q->q)
+        be->ops->free(be, q->q);
+    if (q->scale)
+        be->ops->free(be, q->scale);
+    q->q = NULL, q->scale = NULL;
 }
 
 /* Arithmetic only, so the recording backend and the plan have it in every build. */

@@ -455,6 +455,22 @@ size_t dllm_backend_fp8_scale_ld(const dllm_backend *be, fp8_scaling s, int R, i
  * dequantised fallback. */
 bool dllm_backend_fp8_block_ok(const dllm_backend *be, char *why, size_t why_len);
 
+/* A device's quantised weights (dllm_backend_int8_weight, _fp8_weight) are a device's
+ * arrays in the layout its linears read; the CPU keeps its own (kernels/int8.h, fp8.h). */
+/* q = the INT8 weight of the host matrix w [o, i] in be's memory: quantised on the host by
+ * the CPU's quantiser (the same codes and scales by construction), laid out as a device's
+ * INT8 GEMM reads it (dllm_cuda_int8_weight_layout) and uploaded with its scales; q's
+ * arrays reused when its shape and scaling are unchanged. */
+int dllm_backend_int8_weight(dllm_backend *be, int8_matrix *q, const float *w, int o, int i,
+                             int8_scaling s, dllm_err *err);
+void dllm_backend_int8_weight_free(dllm_backend *be, int8_matrix *q);
+/* q = the FP8 weight of w [o, i] (be's memory) quantised on be (fp8_quantise, its scales in
+ * be's layout), activations quantised per act; q's arrays allocated on first use (kept
+ * after: the same shape every call). */
+void dllm_backend_fp8_weight(dllm_backend *be, fp8_matrix *q, const float *w, int o, int i,
+                             fp8_format f, fp8_scaling s, bool pow2, fp8_scaling act, bool fast);
+void dllm_backend_fp8_weight_free(dllm_backend *be, fp8_matrix *q);
+
 dllm_backend *dllm_backend_cuda(void);
 const char *dllm_backend_cuda_why(void);
 /* The CUDA backend's block-scaled FP8 GEMMs (dllm_backend_fp8_block_ok) */

@@ -299,8 +299,8 @@ int cmd_plan(int argc, char **argv)
         return cli_fail("plan", &err);
     if (!dllm_arch_in_core(dllm_arch_get(mc.arch)) && (!cpu || a.time || a.phase)) {
         dllm_err_set(&err, DLLM_EXIT_INPUT,
-                     "%s: a %s model runs on the host only so far (no device kernels for its "
-                     "layers, docs/QWEN35.md): plan it with --device cpu",
+                     "%s: the plan does not model a %s model on a device yet (its device "
+                     "memory and step, docs/QWEN35.md): plan it with --device cpu",
                      a.time ? "--time" : a.phase ? "--phase" : a.device ? "--device cuda" : "device cuda",
                      dllm_arch_get(mc.arch)->name);
         return cli_fail("plan", &err);
