@@ -833,9 +833,16 @@ void qwen35_backward(qwen35_model *m, const float *dlogits)
     int C = c->C, V = c->V, L = c->L, T = k->T;
     size_t TC = (size_t)T * C;
     int *sel = dllm_malloc(((size_t)k->R + 1) * sizeof(int));
-    float *xr = fb(m, (size_t)k->R * C), *nf = fb(m, (size_t)k->R * C);
-    float *rsf = fb(m, k->R), *dlg = fb(m, (size_t)k->R * V), *dn = fb(m, (size_t)k->R * C);
-    float *dxr = fb(m, (size_t)k->R * C), *dx = fb(m, TC);
+    int most = 1; /* the most rows of one batch row: the head's buffers are one row's */
+    for (int b = 0; b < k->B; b++) {
+        int R = 0;
+        for (int r = 0; r < k->R; r++)
+            R += k->rows[r] / T == b && k->idx[k->rows[r]] >= 0;
+        most = R > most ? R : most;
+    }
+    float *xr = fb(m, (size_t)most * C), *nf = fb(m, (size_t)most * C);
+    float *rsf = fb(m, most), *dlg = fb(m, (size_t)most * V), *dn = fb(m, (size_t)most * C);
+    float *dxr = fb(m, (size_t)most * C), *dx = fb(m, TC);
     for (int b = 0; b < k->B; b++) {
         int n = k->n[b], R = 0;
         const float *xs = k->xs + (size_t)b * (L + 1) * TC;

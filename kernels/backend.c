@@ -140,6 +140,18 @@ void dllm_backend_fp8_weight_free(dllm_backend *be, fp8_matrix *q)
 }
 
 /* Arithmetic only, so the recording backend and the plan have it in every build. */
+size_t dllm_cuda_gd_rule_bwd_scratch_floats(int B, int T, int Hk, int Dk, int Hv, int Dv)
+{
+    (void)Hk;
+    if (B <= 0 || T <= 0 || Dk <= 0 || Hv <= 0 || Dv <= 0)
+        return 0;
+    size_t SS = (size_t)Dk * Dv, P = (size_t)B * Hv;
+    size_t nseg = (size_t)(T + DLLM_GD_RULE_SEG - 1) / DLLM_GD_RULE_SEG;
+    size_t L = T < DLLM_GD_RULE_SEG ? (size_t)T : DLLM_GD_RULE_SEG;
+    return P * SS * (nseg + L + 2) + 2 * (size_t)B * T * Hv * Dk;
+}
+
+
 void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq)
 {
     int kb = s == INT8_SCALE_BLOCK ? (C + INT8_BLOCK - 1) / INT8_BLOCK : 1;

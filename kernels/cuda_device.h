@@ -44,6 +44,12 @@ int dllm_cuda_fp8_available(char *why, size_t why_len);
  * as cuBLASLt's INT8 GEMM needs (kernels/cuda/gemm_int8.cu). Arithmetic (kernels/backend.c):
  * in every build. */
 void dllm_cuda_int8_weight_layout(int OC, int C, int s, int *rows, int *ldq);
+/* The scratch floats of the gated delta rule's backward (kernels/cuda/gated_delta.cu): the
+ * states at segment boundaries (every DLLM_GD_RULE_SEG tokens) and one segment's, for each
+ * of the B Hv heads' Dk x Dv states, and the value heads' dq, dk terms [B, T, Hv, Dk] each.
+ * Arithmetic (kernels/backend.c): in every build, for the plan too. */
+#define DLLM_GD_RULE_SEG 64
+size_t dllm_cuda_gd_rule_bwd_scratch_floats(int B, int T, int Hk, int Dk, int Hv, int Dv);
 /* Makes device i current for this process (before anything is allocated there: the data
  * parallel ranks pick theirs). 0, or -1 with the CUDA error string in why. */
 int dllm_cuda_set_device(int i, char *why, size_t why_len);

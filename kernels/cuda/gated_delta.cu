@@ -24,12 +24,13 @@
  * (dq, dk). Value heads sharing a key head leave their dq, dk terms in scratch, [B,T,Hv,Dk]
  * each, summed over the group in head order by a second kernel. */
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda_device.h" /* DLLM_GD_RULE_SEG, the backward's scratch size */
 
 enum {
     GD_THREADS = 256,
     GD_ROW_THREADS = 128, /* the norms: one block per row */
     RULE_COLS = 32,       /* forward: state columns per block */
-    RULE_SEG = 64,        /* backward: tokens whose states are held at once (the CPU's) */
+    RULE_SEG = DLLM_GD_RULE_SEG, /* backward: tokens whose states are held at once (the CPU's) */
     RULE_MAX_SMEM = 48 * 1024
 };
 
@@ -702,17 +703,6 @@ static int rule_bwd_threads(int Dk, int Dv)
 {
     int m = Dk > Dv ? Dk : Dv;
     return (m + 31) / 32 * 32;
-}
-
-extern "C" size_t dllm_cuda_gd_rule_bwd_scratch_floats(int B, int T, int Hk, int Dk, int Hv,
-                                                       int Dv)
-{
-    (void)Hk;
-    if (B <= 0 || T <= 0 || Dk <= 0 || Hv <= 0 || Dv <= 0)
-        return 0;
-    size_t SS = (size_t)Dk * Dv, P = (size_t)B * Hv;
-    size_t nseg = (size_t)(T + RULE_SEG - 1) / RULE_SEG, L = T < RULE_SEG ? T : RULE_SEG;
-    return P * SS * (nseg + L + 2) + 2 * (size_t)B * T * Hv * Dk;
 }
 
 extern "C" void dllm_cuda_gd_rule_bwd(float *dq, float *dk, float *dv, float *dg, float *dbeta,

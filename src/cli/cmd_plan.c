@@ -33,8 +33,10 @@ static const char usage_text[] =
     "equals it to the byte (tests/unit/test_plan_device.c). `train` refuses a run by the\n"
     "same number.\n"
     "  --device cuda|cpu      default: the config's device. cuda: the recorded plan; cpu:\n"
-    "                         the CPU backend's buffers today (LLaDA, and Qwen3.5 -- host\n"
-    "                         only -- with its recurrent and KV state; no cap)\n"
+    "                         the CPU backend's buffers today (LLaDA, and Qwen3.5 with its\n"
+    "                         recurrent and KV state; no cap). Qwen3.5 on cuda: the arrays\n"
+    "                         its model allocates there, counted from its shapes (no\n"
+    "                         --time, --phase)\n"
     "  --max-gpu-memory SIZE  the cap (default 80GB = 80e9 bytes = 74.5 GiB, which\n"
     "                         leaves about 5 GiB of an 80 GB H100 for the CUDA context);\n"
     "                         KB MB GB TB (and bare K M G T) are powers of 1000,\n"
@@ -297,12 +299,12 @@ int cmd_plan(int argc, char **argv)
     char model[CFG_STR_MAX + 128];
     if (mem_plan_model(&cfg, a.preset, &mc, model, sizeof model, &err))
         return cli_fail("plan", &err);
-    if (!dllm_arch_in_core(dllm_arch_get(mc.arch)) && (!cpu || a.time || a.phase)) {
+    if (!dllm_arch_in_core(dllm_arch_get(mc.arch)) && (a.time || a.phase)) {
         dllm_err_set(&err, DLLM_EXIT_INPUT,
-                     "%s: the plan does not model a %s model on a device yet (its device "
-                     "memory and step, docs/QWEN35.md): plan it with --device cpu",
-                     a.time ? "--time" : a.phase ? "--phase" : a.device ? "--device cuda" : "device cuda",
-                     dllm_arch_get(mc.arch)->name);
+                     "%s: a %s model's device step is not recorded (its device memory is "
+                     "counted from its shapes: plan without %s; docs/QWEN35.md)",
+                     a.time ? "--time" : "--phase", dllm_arch_get(mc.arch)->name,
+                     a.time ? "--time" : "--phase");
         return cli_fail("plan", &err);
     }
     if (!a.recompute_given) /* the run's train.recompute */
@@ -318,15 +320,15 @@ int cmd_plan(int argc, char **argv)
                      a.time ? "--time" : "--phase");
         return cli_fail("plan", &err);
     }
+    const bool own = !dllm_arch_in_core(dllm_arch_get(mc.arch));
     if (a.time)
         return plan_time_now(&a, &cfg, &mc, model, &err) ? cli_fail("plan", &err) : 0;
-    if (!cpu || a.phase)
+    if (!own && (!cpu || a.phase))
         return plan_cuda(&a, &cfg, &mc, model, &err) ? cli_fail("plan", &err) : 0;
     mem_plan *p = dllm_malloc(sizeof *p);
     qwen35_config qc;
-    if (!dllm_arch_in_core(dllm_arch_get(mc.arch)) &&
-        (qwen35_config_for(&mc, cfg.model.path, &qc, &err) ||
-         mem_plan_build_qwen35(p, &mc, &qc, &cfg, &a.o, &err))) {
+    if (own && (qwen35_config_for(&mc, cfg.model.path, &qc, &err) ||
+                mem_plan_build_qwen35(p, &mc, &qc, &cfg, &a.o, !cpu, &err))) {
         free(p);
         return cli_fail("plan", &err);
     } else if (dllm_arch_in_core(dllm_arch_get(mc.arch)) &&
@@ -341,6 +343,12 @@ int cmd_plan(int argc, char **argv)
         mem_plan_print_json(p, what, stdout);
     else
         mem_plan_print(p, what, stdout);
+    if (!p->fits) /* a device plan over the cap (the recorded plan refuses it the same way) */
+        dllm_err_set(&err, DLLM_EXIT_INPUT,
+                     "--max-gpu-memory %.2f GB: the plan's peak %.2f GB does not fit (LoRA, "
+                     "model.lora.rank, or a smaller --micro-batch / --rollout-batch)",
+                     (double)a.o.cap / 1e9, (double)p->peak / 1e9);
+    int rc = p->fits ? 0 : cli_fail("plan", &err);
     free(p);
-    return 0;
+    return rc;
 }

@@ -17,6 +17,7 @@
 #include "src/plan/mem_plan.h"
 
 #include "dllm/arch.h"
+#include "kernels/cuda_device.h" /* the rule backward's scratch */
 #include "kernels/fp8.h"
 
 #include <ctype.h>
@@ -441,10 +442,16 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
 }
 
 int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35_config *q,
-                          const dllm_cfg *cfg, const mem_plan_opts *o, dllm_err *err)
+                          const dllm_cfg *cfg, const mem_plan_opts *o, bool device,
+                          dllm_err *err)
 {
+    if (device && cfg->rollout.precision == CFG_ROLLOUT_NVFP4)
+        return dllm_err_set(err, DLLM_EXIT_INPUT,
+                            "rollout.precision nvfp4: the cuda backend has no NVFP4 linear "
+                            "(a qwen3.5 model's NVFP4 rollouts run on the host)");
     mem_plan_opts oc = *o;
-    oc.cap = 0;
+    if (!device)
+        oc.cap = 0;
     oc.recompute = MEM_RECOMPUTE_NONE; /* the model keeps each layer's input (below) */
     /* LoRA's targets are Qwen3.5's names (the core's plan knows the core's) */
     const int64_t r = cfg->model.lora.rank;
@@ -460,7 +467,8 @@ int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35
     rc = rc ? rc : plan_base(p, mc, &base, &oc, err); /* the shapes and the option checks */
     if (rc)
         return rc;
-    p->cpu = true;
+    p->cpu = !device;
+    p->opts.cap = oc.cap;
     p->n_items = 0;
     int nlin = 0, nfull = 0;
     for (int l = 0; l < q->L; l++)
@@ -513,8 +521,14 @@ int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35
     Plin += 3 * (int64_t)q->H * C * L;
     p->n_lin = Plin;
     const int rp = cfg->rollout.precision;
-    if (rp == CFG_ROLLOUT_FP8 || rp == CFG_ROLLOUT_FP8_EXACT || rp == CFG_ROLLOUT_INT8 ||
-        rp == CFG_ROLLOUT_NVFP4) {
+    if (device && (rp == CFG_ROLLOUT_FP8 || rp == CFG_ROLLOUT_FP8_EXACT ||
+                   rp == CFG_ROLLOUT_INT8)) { /* the GEMMs read the codes as they are */
+        add(p, MEM_RESIDENT, "quantised projections: codes (the device's layout)", Plin,
+            "rollout.precision", "1 Plin (INT8: rows and columns padded to 4)");
+        add(p, MEM_RESIDENT, "quantised projections: scales (at most)", 4 * ceil_div(Plin, 16),
+            "rollout.precision", "4 Plin / 16");
+    } else if (rp == CFG_ROLLOUT_FP8 || rp == CFG_ROLLOUT_FP8_EXACT ||
+               rp == CFG_ROLLOUT_INT8 || rp == CFG_ROLLOUT_NVFP4) {
         add(p, MEM_RESIDENT, "quantised projections: codes", Plin, "rollout.precision",
             "1 Plin");
         /* fp32 scales: at most one per 16 weights (nvfp4's blocks), far fewer otherwise */
@@ -541,12 +555,28 @@ int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35
     /* the kept forward: each row's layer inputs; the backward recomputes one layer */
     add(p, MEM_RESIDENT, "kept layer inputs (fp32)", 4 * (int64_t)p->mb_upd * (L + 1) * T * C,
         "--micro-batch", "4 Mu (L+1) T C");
-    add(p, MEM_UPDATE, "full layer backward: probabilities (fp32)",
-        4 * (int64_t)q->NH * T * T, "", "4 NH T T");
-    add(p, MEM_LIKELIHOOD, "logits of the scored rows (fp32)", 4 * (int64_t)p->mb_lik * G * V,
-        "--micro-batch", "4 Ml G V");
-    add(p, MEM_UPDATE, "logits, then their gradient (fp32)", 4 * (int64_t)p->mb_upd * G * V,
-        "--micro-batch", "4 Mu G V");
+    if (device) { /* the CUDA backend keeps the log-sum-exp; the rule's scratch is its own */
+        add(p, MEM_UPDATE, "full layer backward: attention state (log-sum-exp, fp32)",
+            4 * (int64_t)q->NH * T, "", "4 NH T");
+        add(p, MEM_UPDATE, "Gated DeltaNet backward: recomputed states (workspace)",
+            4 * (int64_t)dllm_cuda_gd_rule_bwd_scratch_floats(1, (int)T, q->Hk, q->Dk, q->Hv,
+                                                              q->Dv),
+            "", "4 (Hv S (ceil(T/64) + min(T,64) + 2) + 2 T Hv Dk)");
+    } else {
+        add(p, MEM_UPDATE, "full layer backward: probabilities (fp32)",
+            4 * (int64_t)q->NH * T * T, "", "4 NH T T");
+    }
+    if (device) { /* one batch row's head at a time; the scored rows' logits are the host's */
+        add(p, MEM_LIKELIHOOD, "one row's head logits (fp32, to the host)", 4 * T * V, "",
+            "4 T V");
+        add(p, MEM_UPDATE, "one row's head logits or their gradient (fp32)", 4 * T * V, "",
+            "4 T V");
+    } else {
+        add(p, MEM_LIKELIHOOD, "logits of the scored rows (fp32)",
+            4 * (int64_t)p->mb_lik * G * V, "--micro-batch", "4 Ml G V");
+        add(p, MEM_UPDATE, "logits, then their gradient (fp32)", 4 * (int64_t)p->mb_upd * G * V,
+            "--micro-batch", "4 Mu G V");
+    }
     finish(p);
     return DLLM_OK;
 }
@@ -565,8 +595,11 @@ static const char *recompute_name(const mem_plan_opts *o, char *buf, size_t n)
 void mem_plan_print(const mem_plan *p, const char *what, FILE *f)
 {
     fprintf(f, "memory plan: %s\n", what);
-    fprintf(f, "CPU backend (today's buffers), %d rank%s: %d sequences per rank, T = %d tokens; "
+    fprintf(f, "%s, %d rank%s: %d sequences per rank, T = %d tokens; "
                "%d canvases per forward (likelihood), %d (update)\n",
+            p->cpu ? "CPU backend (today's buffers)"
+                   : "cuda device (the arrays the model allocates there, counted from its "
+                     "shapes: not recorded)",
             p->opts.ranks, p->opts.ranks > 1 ? "s" : "", p->seqs, p->T, p->mb_lik, p->mb_upd);
     fprintf(f, "symbols: %s\n\n", p->symbols);
     int wn = 4;

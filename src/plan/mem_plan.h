@@ -99,11 +99,17 @@ int mem_parse_size(const char *s, const char *flag, int64_t *bytes, dllm_err *er
 void mem_plan_print(const mem_plan *p, const char *what, FILE *f);
 /* The same as one JSON object. */
 void mem_plan_print_json(const mem_plan *p, const char *what, FILE *f);
-/* Qwen3.5 (its own model behind the policy, on the host): its weights, gradients, AdamW
- * moments and rollout copy; decoding's per-sequence state -- the conv inputs and the
- * recurrent state of every Gated DeltaNet layer, K and V of every full-attention one --
- * the kept layer inputs and the logits. q: its layer kinds and Gated DeltaNet sizes. */
+/* Qwen3.5 (its own model behind the policy): its weights, gradients, AdamW moments and
+ * rollout copy; decoding's per-sequence state -- the conv inputs and the recurrent state
+ * of every Gated DeltaNet layer, K and V of every full-attention one -- the kept layer
+ * inputs and the logits. q: its layer kinds and Gated DeltaNet sizes. device: the arrays
+ * the model owns on a CUDA device instead of the host (the same arrays: the model
+ * allocates them on its backend; the quantised projections in the device's layout, the
+ * attention's kept state and the rule's backward scratch as the CUDA backend's), counted
+ * from the shapes, not recorded; the cap then applies (p->fits). NVFP4 rollouts are an
+ * input error on the device. */
 int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35_config *q,
-                          const dllm_cfg *cfg, const mem_plan_opts *o, dllm_err *err);
+                          const dllm_cfg *cfg, const mem_plan_opts *o, bool device,
+                          dllm_err *err);
 
 #endif

@@ -1183,14 +1183,31 @@ START_TEST(commands_on_tiny)
     ck_assert_str_eq(tu_out, a);
     free(a);
     ck_assert_int_eq(tu_dllm("export q35runs/quickstart-qwen35-rl --adapter --out q35ad"), 2);
-    /* plan: the linear layers' states and the full layers' KV cache; host only */
+    /* plan: the linear layers' states and the full layers' KV cache */
     ck_assert_int_eq(tu_dllm("plan %s/../../configs/quickstart-qwen35.yaml --set model.path=%s",
                              data, ck), 0);
     ck_assert_msg(strstr(tu_out, "recurrent state") && strstr(tu_out, "conv state") &&
                   strstr(tu_out, "KV cache"), "%s", tu_out);
+    /* on the device: the same arrays, the device's attention state and the rule's scratch,
+     * the cap applied; its step is not recorded */
+    ck_assert_int_eq(tu_dllm("plan %s/../../configs/quickstart-qwen35.yaml --set model.path=%s "
+                             "--device cuda", data, ck), 0);
+    ck_assert_msg(strstr(tu_out, "cuda device") && strstr(tu_out, "recurrent state") &&
+                  strstr(tu_out, "log-sum-exp") && strstr(tu_out, "recomputed states") &&
+                  !strstr(tu_out, "probabilities"), "%s", tu_out);
     ck_assert_int_eq(tu_dllm_take(NULL, &errs, "plan %s/../../configs/quickstart-qwen35.yaml "
-                                  "--set model.path=%s --device cuda", data, ck), 2);
-    ck_assert_msg(strstr(errs, "device") && strstr(errs, "qwen3.5"), "%s", errs);
+                                  "--set model.path=%s --device cuda --max-gpu-memory 1MB", data,
+                                  ck), 2);
+    ck_assert_msg(strstr(errs, "--max-gpu-memory") && strstr(errs, "does not fit"), "%s", errs);
+    free(errs);
+    ck_assert_int_eq(tu_dllm_take(NULL, &errs, "plan %s/../../configs/quickstart-qwen35.yaml "
+                                  "--set model.path=%s --device cuda --time", data, ck), 2);
+    ck_assert_msg(strstr(errs, "--time") && strstr(errs, "qwen3.5"), "%s", errs);
+    free(errs);
+    ck_assert_int_eq(tu_dllm_take(NULL, &errs, "plan %s/../../configs/quickstart-qwen35.yaml "
+                                  "--set model.path=%s --device cuda --set "
+                                  "rollout.precision=nvfp4", data, ck), 2);
+    ck_assert_msg(strstr(errs, "nvfp4"), "%s", errs);
     free(errs);
     ck_assert_int_eq(tu_dllm("bench rollout --arch qwen3.5 --preset tiny --precision bf16 --batch 2 "
                              "--prompt 4 --gen-length 4 --iters 1 --warmup 0"), 0);
