@@ -395,9 +395,58 @@ void op_kv_append(float *kc, float *vc, uint8_t *cmask, const float *k, const fl
     }
 }
 
-/* Causal: one query row and head at a time, the visible slots' scores, their softmax and
- * the weighted values in plain loops (the decoding step's shapes are too thin for the
- * GEMMs); bidirectional: op_attention_kv_fwd over all max_len slots. */
+/* Causal attention over the cache for row r (b, t, h) of the queries: the visible slots'
+ * scores, their softmax and the weighted values in plain loops; p (len + T) scratch. */
+static void cached_row(float *y, const float *q, const float *kc, const float *vc,
+                       const uint8_t *cmask, long r, int T, int len, int max_len, int NH,
+                       int NKV, int HD, float *p)
+{
+    const int KD = NKV * HD, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    int h = (int)(r % NH), t = (int)((r / NH) % T), b = (int)(r / ((long)NH * T));
+    int kh = h / group, send = len + t + 1; /* causal: slots [0, send) */
+    const float *qr = q + r * HD;
+    float *o = y + r * HD;
+    const uint8_t *km = cmask ? cmask + (size_t)b * max_len : NULL;
+    float maxv = -INFINITY;
+    int nvis = 0;
+    for (int s = 0; s < send; s++) {
+        if (km && !km[s]) {
+            p[s] = -INFINITY;
+            continue;
+        }
+        const float *kr = kc + ((size_t)b * max_len + s) * KD + (size_t)kh * HD;
+        float dot = 0.0f;
+        for (int i = 0; i < HD; i++)
+            dot += qr[i] * kr[i];
+        dot *= scale;
+        p[s] = dot;
+        maxv = dot > maxv ? dot : maxv;
+        nvis++;
+    }
+    memset(o, 0, (size_t)HD * sizeof(float));
+    if (nvis == 0)
+        return;
+    float sum = 0.0f;
+    for (int s = 0; s < send; s++) {
+        float e = p[s] == -INFINITY ? 0.0f : expf(p[s] - maxv);
+        p[s] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int s = 0; s < send; s++) {
+        if (p[s] == 0.0f)
+            continue;
+        float ps = p[s] * inv;
+        const float *vr = vc + ((size_t)b * max_len + s) * KD + (size_t)kh * HD;
+        for (int i = 0; i < HD; i++)
+            o[i] += ps * vr[i];
+    }
+}
+
+/* Causal: one query row and head at a time (the decoding step's shapes are too thin for
+ * the GEMMs), threads over the rows where the work pays for them; bidirectional:
+ * op_attention_kv_fwd over all max_len slots. */
 void op_attention_cached(float *y, const float *q, const float *kc, const float *vc,
                          const uint8_t *cmask, int B, int T, int len, int max_len, int NH,
                          int NKV, int HD, bool causal)
@@ -406,54 +455,20 @@ void op_attention_cached(float *y, const float *q, const float *kc, const float 
         op_attention_kv_fwd(y, q, kc, vc, cmask, B, T, max_len, NH, NKV, HD);
         return;
     }
-    const int KD = NKV * HD, group = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HD);
     long rows = (long)B * T * NH;
-#pragma omp parallel if (rows * (len + T) * HD > 65536)
+    if (rows * (len + T) * HD <= 65536) { /* a decoding step: no thread team */
+        float *p = dllm_malloc((size_t)(len + T) * sizeof(float));
+        for (long r = 0; r < rows; r++)
+            cached_row(y, q, kc, vc, cmask, r, T, len, max_len, NH, NKV, HD, p);
+        free(p);
+        return;
+    }
+#pragma omp parallel
     {
         float *p = dllm_malloc((size_t)(len + T) * sizeof(float));
 #pragma omp for schedule(dynamic, 8)
-        for (long r = 0; r < rows; r++) {
-            int h = (int)(r % NH), t = (int)((r / NH) % T), b = (int)(r / ((long)NH * T));
-            int kh = h / group, send = len + t + 1; /* causal: slots [0, send) */
-            const float *qr = q + r * HD;
-            float *o = y + r * HD;
-            const uint8_t *km = cmask ? cmask + (size_t)b * max_len : NULL;
-            float maxv = -INFINITY;
-            int nvis = 0;
-            for (int s = 0; s < send; s++) {
-                if (km && !km[s]) {
-                    p[s] = -INFINITY;
-                    continue;
-                }
-                const float *kr = kc + ((size_t)b * max_len + s) * KD + (size_t)kh * HD;
-                float dot = 0.0f;
-                for (int i = 0; i < HD; i++)
-                    dot += qr[i] * kr[i];
-                dot *= scale;
-                p[s] = dot;
-                maxv = dot > maxv ? dot : maxv;
-                nvis++;
-            }
-            memset(o, 0, (size_t)HD * sizeof(float));
-            if (nvis == 0)
-                continue;
-            float sum = 0.0f;
-            for (int s = 0; s < send; s++) {
-                float e = p[s] == -INFINITY ? 0.0f : expf(p[s] - maxv);
-                p[s] = e;
-                sum += e;
-            }
-            float inv = 1.0f / sum;
-            for (int s = 0; s < send; s++) {
-                if (p[s] == 0.0f)
-                    continue;
-                float ps = p[s] * inv;
-                const float *vr = vc + ((size_t)b * max_len + s) * KD + (size_t)kh * HD;
-                for (int i = 0; i < HD; i++)
-                    o[i] += ps * vr[i];
-            }
-        }
+        for (long r = 0; r < rows; r++)
+            cached_row(y, q, kc, vc, cmask, r, T, len, max_len, NH, NKV, HD, p);
         free(p);
     }
 }

@@ -12,10 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Zero-filled. Small buffers (a decoding step's, per op) through malloc, whose per-thread
+ * cache calloc bypasses, then zeroed; large ones through calloc (fresh pages come zeroed). */
 static void *cpu_alloc(dllm_backend *be, size_t bytes)
 {
     (void)be;
-    return dllm_calloc(bytes ? bytes : 1, 1);
+    if (bytes >= 65536)
+        return dllm_calloc(bytes, 1);
+    void *p = dllm_malloc(bytes ? bytes : 1);
+    memset(p, 0, bytes);
+    return p;
 }
 static void cpu_free(dllm_backend *be, void *p)
 {
