@@ -704,8 +704,10 @@ static void head_fwd(const qwen35_model *m, const float *x, int R, float *logits
     fdrop(m, n);
 }
 
-int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, float *logits,
-                  bool all_rows, dllm_err *err)
+/* qwen35_extend with the logits written to the host (be_logits false) or to the model's
+ * backend's memory. */
+static int extend_to(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T,
+                     float *logits, bool all_rows, bool be_logits, dllm_err *err)
 {
     const qwen35_config *c = &m->cfg;
     if (T < 1 || kc->len + T > kc->max_len)
@@ -722,13 +724,27 @@ int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, 
     extend_hidden(m, kc, ids, T, x, NULL);
     if (logits) {
         int r0 = all_rows ? 0 : T - 1;
-        float *lg = fb(m, (size_t)(T - r0) * c->V);
+        float *lg = be_logits ? logits : fb(m, (size_t)(T - r0) * c->V);
         head_fwd(m, x + (size_t)r0 * C, T - r0, lg);
-        OP(download, logits, lg, (size_t)(T - r0) * c->V * sizeof(float));
-        fdrop(m, lg);
+        if (!be_logits) {
+            OP(download, logits, lg, (size_t)(T - r0) * c->V * sizeof(float));
+            fdrop(m, lg);
+        }
     }
     fdrop(m, x);
     return 0;
+}
+
+int qwen35_extend(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T, float *logits,
+                  bool all_rows, dllm_err *err)
+{
+    return extend_to(m, kc, ids, T, logits, all_rows, false, err);
+}
+
+int qwen35_extend_last(qwen35_model *m, qwen35_cache *kc, const int32_t *ids, int T,
+                       float *d_logits, dllm_err *err)
+{
+    return extend_to(m, kc, ids, T, d_logits, false, true, err);
 }
 
 static void layers_bwd(qwen35_model *m, const int32_t *ids, int T, const float *xs, float *dx);

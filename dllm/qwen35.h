@@ -98,6 +98,10 @@ int qwen35_cache_len(const qwen35_cache *c);
  * (NULL: none). */
 int qwen35_extend(qwen35_model *m, qwen35_cache *c, const int32_t *ids, int T, float *logits,
                   bool all_rows, dllm_err *err);
+/* The same with the logits of the last new token written to d_logits [V] in the memory of
+ * the model's backend (qwen35_backend): a decoding step whose choice is made there. */
+int qwen35_extend_last(qwen35_model *m, qwen35_cache *c, const int32_t *ids, int T,
+                       float *d_logits, dllm_err *err);
 /* log softmax(logits(P+i-1) / temperature)[completion[i]] for the L completion
  * tokens after prompt [P] (double; token_logp may be NULL), one chunked forward. */
 int qwen35_seq_logprob(qwen35_model *m, const int32_t *prompt, int P, const int32_t *completion,

@@ -248,13 +248,18 @@ static int q35_sync(void *impl, const dllm_precision *p, dllm_err *err)
 }
 
 /* The AR sampler's decoder over one cache per row: each extend appends a row's real
- * tokens (left padding dropped) and keeps the logits of its last one. */
+ * tokens (left padding dropped) and keeps the logits of its last one, in the memory of the
+ * decoder's backend: the model's, so that a model on a device chooses there (only the
+ * step's B tokens come to the host, to drop the padding), or the host's where the device
+ * cannot choose (a nucleus without DLLM_OP_AR_NUCLEUS: the logits come down). */
 typedef struct {
     qwen35_model *m;
+    dllm_backend *be;  /* the decoder's: tokens and logits in its memory */
     qwen35_cache **kc; /* (B) */
     int B, V;
-    float *lg;         /* (B, V) the last logits of each row */
+    float *lg;         /* (B, V) the last logits of each row, be's */
     int32_t *ids;      /* (T) scratch */
+    int32_t *tok;      /* (B, T) the step's tokens on the host */
     int cap;
 } q35_dec;
 
@@ -263,18 +268,22 @@ static int dec_extend(void *ctx, const int32_t *tokens, const uint8_t *keymask, 
 {
     q35_dec *d = ctx;
     if (T > d->cap) {
-        free(d->ids);
+        free(d->ids), free(d->tok);
         d->ids = dllm_malloc((size_t)T * sizeof(int32_t));
+        d->tok = dllm_malloc((size_t)d->B * T * sizeof(int32_t));
         d->cap = T;
     }
+    d->be->ops->download(d->be, d->tok, tokens, (size_t)d->B * T * sizeof(int32_t));
+    bool own = d->be == qwen35_backend(d->m); /* the logits stay where the model runs */
     for (int b = 0; b < d->B; b++) {
         int n = 0;
         for (int t = 0; t < T; t++)
             if (!keymask || keymask[(size_t)b * T + t])
-                d->ids[n++] = tokens[(size_t)b * T + t];
-        int rc = n ? qwen35_extend(d->m, d->kc[b], d->ids, n, d->lg + (size_t)b * d->V, false,
-                                   err)
-                   : 0;
+                d->ids[n++] = d->tok[(size_t)b * T + t];
+        float *lg = d->lg + (size_t)b * d->V;
+        int rc = !n  ? 0
+                 : own ? qwen35_extend_last(d->m, d->kc[b], d->ids, n, lg, err)
+                       : qwen35_extend(d->m, d->kc[b], d->ids, n, lg, false, err);
         if (rc)
             return rc;
     }
@@ -285,7 +294,7 @@ static int dec_head(void *ctx, int r0, int n, float *logits, dllm_err *err)
 {
     (void)err;
     q35_dec *d = ctx;
-    memcpy(logits, d->lg + (size_t)r0 * d->V, (size_t)n * d->V * sizeof(float));
+    d->be->ops->copy(d->be, logits, d->lg + (size_t)r0 * d->V, (size_t)n * d->V * sizeof(float));
     return 0;
 }
 
@@ -296,17 +305,20 @@ static int q35_rollout(void *impl, const int32_t *prompts, const uint8_t *prompt
     q35 *q = impl;
     qwen35_model *m = q->r ? q->r : q->m;
     int V = qwen35_config_of(m)->V;
-    q35_dec d = {m, dllm_calloc((size_t)B, sizeof(qwen35_cache *)), B, V,
-                 dllm_calloc((size_t)B * V + 1, sizeof(float)), NULL, 0};
+    dllm_backend *be = qwen35_backend(m);
+    if (c->top_p < 1.0 && c->temperature > 0 && !dllm_backend_supports(be, DLLM_OP_AR_NUCLEUS))
+        be = dllm_backend_cpu(); /* the nucleus is chosen on the host */
+    q35_dec d = {m, be, dllm_calloc((size_t)B, sizeof(qwen35_cache *)), B, V,
+                 be->ops->alloc(be, ((size_t)B * V + 1) * sizeof(float)), NULL, NULL, 0};
     for (int b = 0; b < B; b++)
         d.kc[b] = qwen35_cache_new(m, P + c->max_new_tokens + 1);
-    dllm_ar_decoder dec = {&d, dllm_backend_cpu(), V, B, dec_extend, dec_head};
+    dllm_ar_decoder dec = {&d, be, V, B, dec_extend, dec_head};
     int rc = dllm_ar_sample_decoder(&dec, prompts, prompt_mask, B, P, c, seed, out, err);
     for (int b = 0; b < B; b++)
         qwen35_cache_free(d.kc[b]);
     free(d.kc);
-    free(d.lg);
-    free(d.ids);
+    be->ops->free(be, d.lg);
+    free(d.ids), free(d.tok);
     return rc;
 }
 

@@ -9,14 +9,17 @@
  *     and read on the host: equal bit for bit);
  *   - the bf16 trainer's masters (kept, stepped, written back), the bf16, FP8 and INT8
  *     rollout copies; an NVFP4 copy and a second move refused;
- *   - through the policy: `train --set device=cuda` on the tiny preset against the same run
- *     on the host (the rewards of the first step equal, the losses close).
+ *   - through the policy: rollouts (greedy and sampled, the trainer and an FP8 copy, a
+ *     left-padded prompt) with the choice on the device, tokens equal to the host's;
+ *   - through the commands: an SFT run on the device, its checkpoint scored on both sides,
+ *     `train --set device=cuda` of configs/quickstart-qwen35.yaml.
  * The device's attention runs on tensor cores (bf16 operands; backend_cases.h's
  * ATT_TC_NMSE), so outputs are compared by normalised squared error, sum (dev - host)^2 /
  * sum host^2, with bounds stated where they are used. Runs in the CUDA emulation build (and
  * on a GPU); SKIP (77) without CUDA. */
 #include "config.h"
 
+#include "dllm/policy.h"
 #include "dllm/precision.h"
 #include "dllm/qwen35.h"
 #include "kernels/backend.h"
@@ -314,6 +317,52 @@ START_TEST(test_master_and_copies)
 }
 END_TEST
 
+/* Rollouts through the policy (the AR sampler's loop over one cache per row, the choice
+ * on the device's backend, only the step's tokens down) against the same policy on the
+ * host: greedy and sampled tokens equal, their probabilities within 1e-4; a left-padded
+ * prompt; the FP8 rollout copy runs there too. */
+START_TEST(test_policy_rollouts)
+{
+    static const char *const prec[] = {"trainer", "fp8"};
+    for (int k = 0; k < 2; k++)
+        for (int s = 0; s < 2; s++) {
+            dllm_policy *ph = NULL, *pd = NULL;
+            dllm_err err = {0};
+            dllm_policy_cfg c = {.preset = "tiny", .arch = "qwen3.5", .seed = 21,
+                                 .trainer = "fp32", .rollout = prec[k]};
+            ck_assert_msg(dllm_policy_open(&ph, &c, &err) == 0, "%s", err.msg);
+            c.device = "cuda";
+            ck_assert_msg(dllm_policy_open(&pd, &c, &err) == 0, "%s", err.msg);
+            const int B = 3, P = 5;
+            int32_t prompts[15];
+            uint8_t pm[15];
+            for (int i = 0; i < B * P; i++)
+                prompts[i] = 3 + (i * 7) % 50, pm[i] = !(i < 2); /* row 0: 2 padding */
+            dllm_sampler_cfg sc = {.gen_length = 24, .block_length = 24, .steps = 24,
+                                   .temperature = s ? 0.9 : 0.0};
+            dllm_rollout rh, rd;
+            ck_assert_msg(dllm_policy_rollout(ph, prompts, pm, B, P, &sc, 1.0, 7, &rh, &err) == 0,
+                          "%s", err.msg);
+            ck_assert_msg(dllm_policy_rollout(pd, prompts, pm, B, P, &sc, 1.0, 7, &rd, &err) == 0,
+                          "%s", err.msg);
+            for (int i = 0; i < B * 24; i++) /* a probability of each chosen token */
+                ck_assert(rd.commit_prob[i] > 0 && rd.commit_prob[i] <= 1);
+            /* the FP8 copy: the device's FP8 GEMMs sum in another order than the CPU's
+             * exact products (FP8_GEMM_NMSE), enough to flip a near-tied choice: checked
+             * above for what it produced, not token for token */
+            for (int i = 0; k == 0 && i < B * (P + 24); i++)
+                ck_assert_msg(rh.tokens[i] == rd.tokens[i], "%s %s: token %d: device %d, host %d",
+                              prec[k], s ? "sampled" : "greedy", i, rd.tokens[i], rh.tokens[i]);
+            for (int i = 0; k == 0 && i < B * 24; i++)
+                ck_assert_msg(fabs(rh.commit_prob[i] - rd.commit_prob[i]) <= 1e-4,
+                              "%s: probability %d: device %g, host %g", prec[k], i,
+                              rd.commit_prob[i], rh.commit_prob[i]);
+            dllm_rollout_free(&rh), dllm_rollout_free(&rd);
+            dllm_policy_free(ph), dllm_policy_free(pd);
+        }
+}
+END_TEST
+
 /* The commands with --device cuda / device=cuda: sft's checkpoint scored on both sides, RL
  * (configs/quickstart-qwen35.yaml, 2 steps) on the device. */
 START_TEST(test_commands)
@@ -362,11 +411,12 @@ Suite *tu_suite(tu_ctx *ctx)
         return NULL;
     Suite *s = suite_create("qwen35_device");
     TCase *tc = tcase_create("device");
-    tcase_set_timeout(tc, 300);
+    tcase_set_timeout(tc, 900); /* the commands run whole SFT and RL runs emulated */
     tcase_add_test(tc, test_forward_and_decode);
     tcase_add_test(tc, test_train);
     tcase_add_test(tc, test_lora);
     tcase_add_test(tc, test_master_and_copies);
+    tcase_add_test(tc, test_policy_rollouts);
     tcase_add_test(tc, test_commands);
     suite_add_tcase(s, tc);
     return s;
