@@ -90,7 +90,8 @@ static int read_text(const json_t *t, const char *what, qwen35_config *c, dllm_e
     if (rc)
         return rc;
     c->theta = (float)theta;
-    c->rot = (int)(c->HD * frac);
+    /* the factor checked before it sizes anything (a huge one would overflow the int) */
+    c->rot = frac > 0 && frac <= 1 ? (int)(c->HD * frac) : 0;
     if (!(frac > 0 && frac <= 1) || c->rot < 2 || c->rot % 2)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "%s: key 'partial_rotary_factor': %g of head_dim %d is not an even "
