@@ -2,6 +2,8 @@
 """The mismatch where the gradient is (docs/PREREGISTRATION.md; issue 32's step 0).
 
     python3 notebooks_export/mismatch_windows.py RUN_DIR [RUN_DIR ...] [--window 50]
+    python3 notebooks_export/mismatch_windows.py --summary STUDY_DIR [STUDY_DIR ...]
+        [--window 50] [--write FILE | --check FILE]
     python3 notebooks_export/mismatch_windows.py --score MODEL[,MODEL ...] --from RUN_DIR
         --step N [--n 64] [--precisions bf16,fp8,nvfp4,int8] [--bin build/dllm-rl]
 
@@ -14,6 +16,14 @@
    (least squares, nats per token per 100 steps: regime A's third endpoint). Runs named
    ARM_seed=S (as `dllm-rl sweep` names them) are then averaged per arm, with the
    seed-level standard error (sd / sqrt(n)).
+   --summary: one table over studies (each a directory of runs named ARM_seed=S, as
+   studies/NAME or runs/NAME): per study and arm whose rollouts differ from the trainer
+   (an arm with |log w| = 0 throughout, the reference, is left out), the first and the
+   last window's informative ESS ratio and |log w| / L, the change between them and the
+   slope, each a mean over the arm's seeds with its seed-level standard error. --write
+   FILE replaces the block between <!-- mismatch-windows:begin --> and
+   <!-- mismatch-windows:end --> of FILE with it; --check FILE compares (exit 1 when it
+   differs).
 2. --score: the mismatch of checkpoints under each rollout precision on fixed
    completions: the first --n informative completions of step N of RUN_DIR (their prompt,
    tokens and commit steps), each scored by `dllm-rl score` with the trajectory estimator
@@ -148,6 +158,63 @@ def windows_report(dirs, window):
                   f"{mean_se([s for _, s in vs]) if i == 0 else ''} |")
 
 
+def summary_table(studies, window):
+    out = [f"Windows of {window} steps; informative: completions of groups whose rewards differ "
+           "(the gradient's population, METHOD section 5); first and last: the run's first and "
+           "last window; change: last minus first, per seed; slope: least squares over every "
+           "step, nats per token per 100 steps. Means over the arm's seeds ± seed-level standard "
+           "error; arms whose rollouts are the trainer's own (|log w| = 0) left out.",
+           "",
+           "| study | arm | seeds | steps | ESS / N first | last | abs(log w) / L first | last "
+           "| change | slope |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for st in studies:
+        if not os.path.isdir(st):
+            fail(f"{st}: not a directory")
+        arms = {}
+        for r in sorted(os.listdir(st)):
+            m = re.match(r"(.*)_seed=(\d+)$", r)
+            if m and os.path.isdir(os.path.join(st, r)):
+                arms.setdefault(m.group(1), []).append((int(m.group(2)), os.path.join(st, r)))
+        name = os.path.basename(os.path.normpath(st))
+        for arm in sorted(arms):
+            res = [run_windows(d, window) for _, d in sorted(arms[arm])]
+            if all(not (r["mm_inf"] > 0) for rows, _ in res for r in rows):
+                continue
+            nw = min(len(rows) for rows, _ in res)
+            if nw < 2:
+                continue
+            first = [rows[0] for rows, _ in res]
+            last = [rows[nw - 1] for rows, _ in res]
+            change = [b["mm_inf"] - a["mm_inf"] for a, b in zip(first, last)]
+            steps = f"{first[0]['lo']}-{first[0]['hi']}, {last[0]['lo']}-{last[0]['hi']}"
+            out.append(f"| {name} | {arm} | {len(res)} | {steps} | "
+                       f"{mean_se([r['ess'] for r in first])} | {mean_se([r['ess'] for r in last])} | "
+                       f"{mean_se([r['mm_inf'] for r in first])} | {mean_se([r['mm_inf'] for r in last])} | "
+                       f"{mean_se(change)} | {mean_se([s for _, s in res])} |")
+    return "\n".join(out) + "\n"
+
+
+def doc_block(path, text, check):
+    begin, end = "<!-- mismatch-windows:begin -->", "<!-- mismatch-windows:end -->"
+    try:
+        with open(path) as f:
+            doc = f.read()
+    except OSError as e:
+        fail(f"{path}: {e.strerror}")
+    i, j = doc.find(begin), doc.find(end)
+    if i < 0 or j < i:
+        fail(f"{path}: no {begin} ... {end} block")
+    if check:
+        if doc[i + len(begin):j].strip("\n") + "\n" != text:
+            print(f"mismatch_windows: {path}: the table differs from the runs'", file=sys.stderr)
+            sys.exit(1)
+        print(f"mismatch_windows: {path}: the table is the runs'")
+        return
+    with open(path, "w") as f:
+        f.write(doc[:i + len(begin)] + "\n" + text + doc[j:])
+
+
 def score_one(binary, model, prompt, comp, steps, shrink, precision):
     cmd = [binary, "score", "--model", model, "--prompt-ids", ",".join(map(str, prompt)),
            "--completion-ids", ",".join(map(str, comp)), "--estimator", "trajectory",
@@ -205,6 +272,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="*", help="run directories (with log.h5)")
     ap.add_argument("--window", type=int, default=50)
+    ap.add_argument("--summary", action="store_true",
+                    help="one table over study directories (of ARM_seed=S runs)")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--write", metavar="FILE", help="with --summary: replace its block in FILE")
+    g.add_argument("--check", metavar="FILE", help="with --summary: compare its block in FILE")
     ap.add_argument("--score", help="model directories, comma-separated")
     ap.add_argument("--from", dest="src", help="the run whose completions are scored")
     ap.add_argument("--step", type=int, default=1)
@@ -221,6 +293,15 @@ def main():
         return 0
     if not a.runs:
         fail("no run directory (see --help)")
+    if (a.write or a.check) and not a.summary:
+        fail("--write and --check go with --summary")
+    if a.summary:
+        text = summary_table(a.runs, a.window)
+        if a.write or a.check:
+            doc_block(a.write or a.check, text, bool(a.check))
+        else:
+            sys.stdout.write(text)
+        return 0
     windows_report(a.runs, a.window)
     return 0
 

@@ -2,7 +2,8 @@
 # CI for the independent reader of the run log (tests/ref/check_h5log.py, h5py): the
 # files tests/test_h5log writes with DLLM_H5LOG_EXPORT (the exact values the C tests
 # check, and a synthetic run) and the log of a short `train` run on a random tiny
-# model (2 GRPO steps with an evaluation each), each read back with h5py.
+# model (2 GRPO steps with an evaluation each), each read back with h5py; and the studies'
+# mismatch script (notebooks_export/mismatch_windows.py) on fabricated and real logs.
 #   sh tests/ref/ci_check_h5log.sh BUILD_DIR
 # h5py and numpy go to a throwaway virtual environment (removed at exit).
 # Exit status: 0 pass, 1 a check failed, 2 bad arguments, 77 skipped (no virtual
@@ -58,6 +59,10 @@ fail=0
 "$PY" "$ROOT/tests/ref/check_h5log.py" test_values.h5 --test-values || fail=1
 "$PY" "$ROOT/tests/ref/check_h5log.py" demo.h5 || fail=1
 "$PY" "$ROOT/tests/ref/check_h5log.py" runs/h5/log.h5 || fail=1
+# the studies' mismatch script: on fabricated logs with a known mismatch, then on this
+# real run's log (its windows parse)
+"$PY" "$ROOT/tests/ref/test_mismatch_windows.py" || fail=1
+"$PY" "$ROOT/notebooks_export/mismatch_windows.py" runs/h5 --window 1 >windows.out || fail=1
 t2=$(date +%s)
 echo "check_h5log: packages $((t1 - t0)) s, logs and checks $((t2 - t1)) s"
 [ $fail -eq 0 ] && echo "check_h5log: every log read back with h5py as the schema says"
