@@ -289,9 +289,36 @@ void tf_rope_grow(dllm_tf *m, int npos);
 const tf_view *tf_fwd_view(dllm_tf *m, bool rollout);
 /* The view a rollout forward reads on the host (the trainer's under rollout "trainer"). */
 const tf_view *tf_rollout_view(const dllm_tf *m);
-/* Frees a view's copies in its backend's memory (a device's: tf_device_view_free). */
+/* The layer linears' format in a view tf_view_build makes. */
+typedef enum { TF_LIN_F32, TF_LIN_BF16, TF_LIN_FP8, TF_LIN_NVFP4, TF_LIN_INT8 } tf_lin_fmt;
+/* What tf_view_build makes, and from what. */
+typedef struct {
+    dllm_backend *be;    /* whose memory the view is in; its pack_weight packs the linears */
+    bool round;          /* every tensor but the packed linears rounded to bf16 */
+    tf_lin_fmt lin;      /* the layer linears: fp32 in the view's buffer, or packed (p's
+                            settings) */
+    bool merge;          /* LoRA merged into the linears (a rollout copy) */
+    bool head16;         /* the head packed as bf16 too */
+    bool head32;         /* ... keeping its fp32 copy (a backward, or a host forward, reads
+                            it; always without head16) */
+    const tf_view *from; /* an fp32 view in be's memory, LoRA off, to copy and pack from:
+                            nothing crosses (a full fine-tune training on a device); NULL:
+                            the host's weights */
+    float *stage;        /* (largest linear) be's memory: a host matrix on its way to be
+                            (NULL on the host) */
+    float *hstage;       /* (largest linear) host: one merged weight (NULL: allocated) */
+} tf_view_spec;
+/* v = the weights as s says, in s->be's memory: one builder for the host's copies and a
+ * device's. Reuses v's buffers when their sizes are unchanged (the rebuild after every
+ * optimizer step). */
+int tf_view_build(dllm_tf *m, tf_view *v, const tf_view_spec *s, const dllm_precision *p,
+                  dllm_err *err);
+/* Floats in the largest layer linear. */
+size_t tf_max_linear(const dllm_tf *m);
+/* Frees a view's copies in be's memory (tf_view_free: in its own backend's, or the
+ * host's). */
+void tf_view_free_on(const dllm_tf *m, tf_view *v, dllm_backend *be);
 void tf_view_free(const dllm_tf *m, tf_view *v);
-void tf_device_view_free(const dllm_tf *m, tf_view *v);
 void tf_view_master(dllm_tf *m, tf_view *v);
 /* The host's trainer view follows its weights written outside a step's sync (a swap for
  * scoring): a bf16 trainer's rounded copy is made again. */

@@ -139,6 +139,49 @@ void dllm_backend_fp8_weight_free(dllm_backend *be, fp8_matrix *q)
     q->q = NULL, q->scale = NULL;
 }
 
+int dllm_backend_device_pack_weight(dllm_backend *be, dllm_lin_weight w, const float *src,
+                                    const float *host_src, float *stage, int o, int i,
+                                    const dllm_pack_args *a, dllm_err *err)
+{
+    size_t cnt = (size_t)o * i;
+    if (w.i8) { /* quantised on the host by the CPU's quantiser: the same codes */
+        if (!host_src)
+            return dllm_err_set(err, DLLM_EXIT_INTERNAL, "the %s backend packs INT8 weights "
+                                "from the host's copy, and none was given", be->name);
+        return dllm_backend_int8_weight(be, (int8_matrix *)w.i8, host_src, o, i,
+                                        a->int8_scaling, err);
+    }
+    if (w.f4)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "the %s backend has no NVFP4 linear",
+                            be->name);
+    if (!src) {
+        be->ops->upload(be, stage, host_src, cnt * sizeof(float));
+        src = stage;
+    }
+    if (w.b16) {
+        if (!w.b16->w)
+            w.b16->w = be->ops->alloc(be, cnt * sizeof(uint16_t));
+        w.b16->rows = o, w.b16->cols = i;
+        be->ops->to_bf16(be, w.b16->w, src, cnt);
+        return 0;
+    }
+    dllm_backend_fp8_weight(be, w.f8, src, o, i, a->fp8_format, a->fp8_scaling, a->fp8_pow2,
+                            a->fp8_act, a->fp8_fast);
+    return 0;
+}
+
+void dllm_backend_device_free_weight(dllm_backend *be, dllm_lin_weight w)
+{
+    if (w.b16 && w.b16->w) {
+        be->ops->free(be, w.b16->w);
+        w.b16->w = NULL;
+    }
+    if (w.i8)
+        dllm_backend_int8_weight_free(be, (int8_matrix *)w.i8);
+    if (w.f8)
+        dllm_backend_fp8_weight_free(be, w.f8);
+}
+
 /* Arithmetic only, so the recording backend and the plan have it in every build. */
 size_t dllm_cuda_gd_rule_bwd_scratch_floats(int B, int T, int Hk, int Dk, int Hv, int Dv)
 {

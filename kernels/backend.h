@@ -57,6 +57,18 @@ typedef struct {
     bf16_matrix *b16;
 } dllm_lin_weight;
 
+/* How pack_weight packs one linear's weight: the settings of its format (the one whose
+ * pointer in the dllm_lin_weight is set). */
+typedef struct {
+    fp8_format fp8_format;
+    fp8_scaling fp8_scaling; /* the weight's scales */
+    fp8_scaling fp8_act;     /* the activations', quantised per call to match */
+    bool fp8_pow2;           /* power-of-two scales */
+    bool fp8_fast;           /* the fast product (rollout fp8; not fp8-exact) */
+    int8_scaling int8_scaling;
+    nvfp4_scaling nvfp4_scaling;
+} dllm_pack_args;
+
 /* One optimizer step's settings (adamw_step). */
 typedef struct {
     int t;                     /* the step, from 1 (bias correction, warmup) */
@@ -172,6 +184,20 @@ typedef struct dllm_backend_ops {
      * them; the values bit-identical to fp8_quantise */
     void (*fp8_quantise)(dllm_backend *be, uint8_t *q, float *scale, const float *x, int R,
                          int C, fp8_format f, fp8_scaling s, bool pow2);
+    /* w = one linear's fp32 weight (o, i) in w's format (exactly one of its pointers set),
+     * its arrays in be's memory in the layout be's linears read: allocated by the first
+     * call, reused by the next ones (a rollout copy is packed again after every update).
+     * src: the weight in be's memory, or NULL where it is on the host only (host_src):
+     * then the entry uploads it into stage (o * i floats of be's memory) where it needs
+     * it there. host_src: the weight on the host, or NULL where it is in be's memory
+     * only (src): a backend that quantises a format on the host (the CUDA backend's INT8,
+     * by the CPU's quantiser) refuses that. On the CPU both are host memory: src is
+     * read. Returns 0, or an exit code with err set (a format be has no linear for). */
+    int (*pack_weight)(dllm_backend *be, dllm_lin_weight w, const float *src,
+                       const float *host_src, float *stage, int o, int i,
+                       const dllm_pack_args *a, dllm_err *err);
+    /* frees the arrays pack_weight allocated for w (w's structs are the caller's) */
+    void (*free_weight)(dllm_backend *be, dllm_lin_weight w);
     /* W8A8 (kernels/fp8.h): activations quantised per w->act_scaling. */
     void (*fp8_linear_fwd)(dllm_backend *be, float *out, const float *inp, fp8_matrix *w, int N,
                            int C, int OC);
@@ -470,6 +496,13 @@ void dllm_backend_int8_weight_free(dllm_backend *be, int8_matrix *q);
 void dllm_backend_fp8_weight(dllm_backend *be, fp8_matrix *q, const float *w, int o, int i,
                              fp8_format f, fp8_scaling s, bool pow2, fp8_scaling act, bool fast);
 void dllm_backend_fp8_weight_free(dllm_backend *be, fp8_matrix *q);
+/* pack_weight and free_weight of a device backend (CUDA, the recorder): bf16 by to_bf16,
+ * FP8 by dllm_backend_fp8_weight, INT8 by dllm_backend_int8_weight (from host_src); no
+ * NVFP4 (exit 2). */
+int dllm_backend_device_pack_weight(dllm_backend *be, dllm_lin_weight w, const float *src,
+                                    const float *host_src, float *stage, int o, int i,
+                                    const dllm_pack_args *a, dllm_err *err);
+void dllm_backend_device_free_weight(dllm_backend *be, dllm_lin_weight w);
 
 dllm_backend *dllm_backend_cuda(void);
 const char *dllm_backend_cuda_why(void);

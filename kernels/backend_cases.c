@@ -310,6 +310,54 @@ static void run_bf16_linear(dllm_backend *be, const bcase *c, void **p, double *
     be->ops->weight_cache_free(be, NULL, &w);
 }
 
+/* pack_weight, then the format's linear, then free_weight: d = {N, C, OC, format,
+ * from_host} (format 0 bf16, 1 FP8 E4M3 in 128x128 blocks with 1x128 activation groups,
+ * the fast product, 2 INT8 per channel); from_host: src NULL, the weight handed from the
+ * host only (uploaded into the stage where the backend needs it there). Packed twice into
+ * the same structs, as a rollout copy is after every update. */
+static void mk_pack_weight(const bcase *c, bcase_buf *b, int *nb)
+{
+    size_t N = c->d[0], C = c->d[1], OC = c->d[2];
+    addb(b, nb, "w", BK_F32, OC * C, rnd(OC * C, 71, 0.2), -1);
+    addb(b, nb, "inp", BK_F32, N * C, rnd(N * C, 72, 1.0), -1);
+    addb(b, nb, "out", BK_F32, N * OC, NULL, c->tol);
+    addb(b, nb, "stage", BK_F32, OC * C, NULL, -1);
+}
+static void run_pack_weight(dllm_backend *be, const bcase *c, void **p, double *ret)
+{
+    (void)ret;
+    int N = c->d[0], C = c->d[1], OC = c->d[2];
+    float *host = rnd((size_t)OC * C, 71, 0.2); /* p[0]'s values, on the host */
+    bf16_matrix b16 = {0};
+    fp8_matrix f8 = {0};
+    int8_matrix i8 = {0};
+    dllm_lin_weight w = {0};
+    if (c->d[3] == 0)
+        w.b16 = &b16;
+    else if (c->d[3] == 1)
+        w.f8 = &f8;
+    else
+        w.i8 = &i8;
+    dllm_pack_args a = {.fp8_format = FP8_E4M3, .fp8_scaling = FP8_SCALE_BLOCK,
+                        .fp8_act = FP8_SCALE_GROUP, .fp8_fast = true,
+                        .int8_scaling = INT8_SCALE_CHANNEL};
+    dllm_err err;
+    for (int k = 0; k < 2; k++)
+        if (be->ops->pack_weight(be, w, c->d[4] ? NULL : p[0], host, p[3], OC, C, &a, &err)) {
+            fprintf(stderr, "backend case %s %s: %s\n", c->op, c->shape, err.msg);
+            exit(1); /* the formats every backend packs: a defect, not input */
+        }
+    if (w.b16)
+        be->ops->bf16_linear_fwd(be, p[2], p[1], &b16, N, C, OC);
+    else if (w.f8)
+        be->ops->fp8_linear_fwd(be, p[2], p[1], &f8, N, C, OC);
+    else
+        be->ops->int8_linear_fwd(be, p[2], p[1], &i8, N, C, OC);
+    be->ops->weight_cache_free(be, w.f8, w.b16);
+    be->ops->free_weight(be, w);
+    free(host);
+}
+
 /* linear_res_fwd over a bf16 weight: bf16_linear_fwd's case plus the residual res (N, OC) */
 static void mk_bf16_linear_res(const bcase *c, bcase_buf *b, int *nb)
 {
@@ -904,6 +952,17 @@ const bcase dllm_backend_cases[] = {
      FP8_GEMM_NMSE(384), mk_fp8_act_res, run_fp8_act_res, -1},
     {"bf16_linear_fwd", "widened N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear,
      run_bf16_linear, -1},
+    /* a rollout copy's linears packed by each backend from the same fp32 weight */
+    {"pack_weight", "bf16 N33 C64 OC40", {33, 64, 40, 0, 0}, 1e-10, mk_pack_weight,
+     run_pack_weight, -1},
+    {"pack_weight", "bf16 from the host N33 C64 OC40", {33, 64, 40, 0, 1}, 1e-10,
+     mk_pack_weight, run_pack_weight, -1},
+    {"pack_weight", "fp8 block/group N40 C256 OC192", {40, 256, 192, 1, 0}, FP8_GEMM_NMSE(256),
+     mk_pack_weight, run_pack_weight, -1},
+    {"pack_weight", "fp8 block/group from the host N40 C256 OC192", {40, 256, 192, 1, 1},
+     FP8_GEMM_NMSE(256), mk_pack_weight, run_pack_weight, -1},
+    {"pack_weight", "int8 channel N17 C64 OC40", {17, 64, 40, 2, 1}, 0, mk_pack_weight,
+     run_pack_weight, -1},
     {"bf16_linear_bwd_x", "BF16 GEMM N33 C64 OC40", {33, 64, 40}, 8e-6, mk_bf16_linear_bwd_x,
      run_bf16_linear_bwd_x, -1},
     {"bf16_linear_bwd_x", "widened N9 C100 OC30", {9, 100, 30}, 1e-10, mk_bf16_linear_bwd_x,

@@ -283,6 +283,49 @@ static void cpu_fp8_quantise(dllm_backend *be, uint8_t *q, float *scale, const f
     fp8_matrix_free(&m);
 }
 
+/* The CPU's own layouts (kernels/fp8.h, nvfp4.h, int8.h, ops.h), in host memory. */
+static int cpu_pack_weight(dllm_backend *be, dllm_lin_weight w, const float *src,
+                           const float *host_src, float *stage, int o, int i,
+                           const dllm_pack_args *a, dllm_err *err)
+{
+    (void)be, (void)stage;
+    if (!src)
+        src = host_src;
+    if (w.b16) {
+        bf16_matrix_pack(w.b16, src, o, i);
+        return 0;
+    }
+    if (w.i8)
+        return int8_quantise_weight((int8_matrix *)w.i8, src, o, i, a->int8_scaling, err);
+    if (w.f4) {
+        int rc = nvfp4_quantise_scaled(w.f4, src, o, i, a->nvfp4_scaling, err);
+        if (!rc)
+            nvfp4_matrix_cache_dequant(w.f4); /* before any threaded use */
+        return rc;
+    }
+    int rc = fp8_quantise_weight(w.f8, src, o, i, a->fp8_format, a->fp8_scaling, a->fp8_pow2,
+                                 err);
+    if (!rc) {
+        w.f8->act_scaling = a->fp8_act;
+        w.f8->fast = a->fp8_fast;
+        if (!w.f8->fast) /* the fast mode packs its own bf16 codes on first use */
+            fp8_matrix_cache_dequant(w.f8); /* before any threaded use */
+    }
+    return rc;
+}
+static void cpu_free_weight(dllm_backend *be, dllm_lin_weight w)
+{
+    (void)be;
+    if (w.b16)
+        bf16_matrix_free(w.b16);
+    if (w.i8)
+        int8_matrix_free((int8_matrix *)w.i8);
+    if (w.f4)
+        nvfp4_matrix_free(w.f4);
+    if (w.f8)
+        fp8_matrix_free(w.f8);
+}
+
 /* The grouped linears of one format (w[0]'s; the core never mixes formats in a group). */
 static void cpu_linears_fwd(dllm_backend *be, int nw, float *const out[], const float *inp,
                             const dllm_lin_weight w[], int N, int C, const int OC[])
@@ -659,6 +702,7 @@ static const dllm_backend_ops cpu_ops = {
     .round_bf16 = cpu_round_bf16, .add = cpu_add,
     /* quantisation (no fused FP8 producers: the CPU's linears quantise their input) */
     .to_bf16 = cpu_to_bf16, .fp8_quantise = cpu_fp8_quantise,
+    .pack_weight = cpu_pack_weight, .free_weight = cpu_free_weight,
     .fp8_linear_fwd = cpu_fp8_linear_fwd, .linears_fwd = cpu_linears_fwd,
     /* loss */
     .xent_fwd = cpu_xent_fwd, .xent_bwd = cpu_xent_bwd,

@@ -1106,7 +1106,8 @@ const dllm_backend_ops cuda_ops = {
     cu_rmsnorm_fwd, cu_rmsnorm_bwd, cu_swiglu_fwd, cu_swiglu_bwd, cu_embedding_fwd,
     cu_embedding_bwd, cu_round_bf16, cu_add,
     /* quantisation: the fused producers instead of the grouped linears */
-    cu_to_bf16, cu_fp8_quantise, cu_fp8_linear_fwd, NULL,
+    cu_to_bf16, cu_fp8_quantise, dllm_backend_device_pack_weight,
+    dllm_backend_device_free_weight, cu_fp8_linear_fwd, NULL,
     cu_act_quant_prepare, cu_rmsnorm_quant_fwd, cu_swiglu_quant_fwd, cu_linear_quant_act_fwd,
     /* loss */
     cu_xent_fwd, cu_xent_bwd,

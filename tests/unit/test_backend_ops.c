@@ -370,9 +370,9 @@ START_TEST(test_backend_table_complete)
         "xent", "round_bf16", "add", "adamw", "grad_norm", "copy", "copy_2d", "bias", "to_bf16",
         "fp8_quantise", "bf16_linear_fwd", "clip_grad", "fp8_act", "bf16_linear_bwd_x",
         "adamw_step", "kv_cache", "gemm_bf16", "linear_res_fwd", "rope_attention_fwd",
-        "rope_attention_bwd", "bf16_lora_fwd", "bf16_lora_bwd"};
-    /* 8 buffer entries, 29 ops, 3 optional low-precision linears (the CPU's NVFP4 and
-     * INT8 ones are checked against their references in test_nvfp4 and test_int8, and
+        "rope_attention_bwd", "bf16_lora_fwd", "bf16_lora_bwd", "pack_weight"};
+    /* 8 buffer entries, 31 ops (pack_weight and free_weight: one case name), 3 optional
+     * low-precision linears (the CPU's NVFP4 and INT8 ones are checked against their references in test_nvfp4 and test_int8, and
      * by test_precision through the model), the CPU's grouped
      * FP8 linears, the weight-cache release and the 4 optional fused quantising ones (one
      * case name, fp8_act, covers them with FP8; INT8's kernels are
@@ -391,7 +391,7 @@ START_TEST(test_backend_table_complete)
      * A new entry changes the count: add its case above and its name here (a CPU-only
      * entry: its check in the host case). */
     ck_assert_uint_eq(sizeof(dllm_backend_ops) / sizeof(void (*)(void)),
-                      8 + 29 + 3 + 1 + 1 + 4 + 9 + 2 + 15 + 3 + 2);
+                      8 + 31 + 3 + 1 + 1 + 4 + 9 + 2 + 15 + 3 + 2);
     /* the optional entries (backend.h): the CPU reference has the low-precision linears
      * and the grouped FP8 linears; a device backend without one must leave it NULL (the
      * core then refuses or falls back), never a half-made entry -- a device entry needs
