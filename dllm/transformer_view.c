@@ -174,13 +174,13 @@ int tf_view_build(dllm_tf *m, tf_view *v, const tf_view_spec *s, const dllm_prec
     if (s->lin == TF_LIN_INT8 && !v->qi)
         v->qi = dllm_calloc(nlin, sizeof *v->qi);
     dllm_pack_args a = {
-        .fp8_format = p->fp8_format, .fp8_scaling = p->fp8_scaling,
+        .f8_format = p->fp8_format, .f8_scaling = p->fp8_scaling,
         /* FP8 activations are quantised to match the weights' granularity */
-        .fp8_act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
-                   : p->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
-                                                         : FP8_SCALE_TENSOR,
-        .fp8_pow2 = p->fp8_pow2_scale, .fp8_fast = p->rollout == DLLM_ROLLOUT_FP8,
-        .int8_scaling = p->int8_scaling, .nvfp4_scaling = p->nvfp4_scaling};
+        .f8_act = p->fp8_scaling == FP8_SCALE_BLOCK     ? FP8_SCALE_GROUP
+                  : p->fp8_scaling == FP8_SCALE_CHANNEL ? FP8_SCALE_CHANNEL
+                                                        : FP8_SCALE_TENSOR,
+        .f8_pow2 = p->fp8_pow2_scale, .f8_fast = p->rollout == DLLM_ROLLOUT_FP8,
+        .i8_scaling = p->int8_scaling, .f4_scaling = p->nvfp4_scaling};
     int rc = 0;
     for (int l = 0; s->lin != TF_LIN_F32 && l < m->L && !rc; l++)
         for (int j = 0; j < DLLM_NLIN && !rc; j++) {

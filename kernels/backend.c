@@ -149,7 +149,7 @@ int dllm_backend_device_pack_weight(dllm_backend *be, dllm_lin_weight w, const f
             return dllm_err_set(err, DLLM_EXIT_INTERNAL, "the %s backend packs INT8 weights "
                                 "from the host's copy, and none was given", be->name);
         return dllm_backend_int8_weight(be, (int8_matrix *)w.i8, host_src, o, i,
-                                        a->int8_scaling, err);
+                                        a->i8_scaling, err);
     }
     if (w.f4)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "the %s backend has no NVFP4 linear",
@@ -165,8 +165,8 @@ int dllm_backend_device_pack_weight(dllm_backend *be, dllm_lin_weight w, const f
         be->ops->to_bf16(be, w.b16->w, src, cnt);
         return 0;
     }
-    dllm_backend_fp8_weight(be, w.f8, src, o, i, a->fp8_format, a->fp8_scaling, a->fp8_pow2,
-                            a->fp8_act, a->fp8_fast);
+    dllm_backend_fp8_weight(be, w.f8, src, o, i, a->f8_format, a->f8_scaling, a->f8_pow2,
+                            a->f8_act, a->f8_fast);
     return 0;
 }
 

@@ -60,13 +60,13 @@ typedef struct {
 /* How pack_weight packs one linear's weight: the settings of its format (the one whose
  * pointer in the dllm_lin_weight is set). */
 typedef struct {
-    fp8_format fp8_format;
-    fp8_scaling fp8_scaling; /* the weight's scales */
-    fp8_scaling fp8_act;     /* the activations', quantised per call to match */
-    bool fp8_pow2;           /* power-of-two scales */
-    bool fp8_fast;           /* the fast product (rollout fp8; not fp8-exact) */
-    int8_scaling int8_scaling;
-    nvfp4_scaling nvfp4_scaling;
+    fp8_format f8_format;
+    fp8_scaling f8_scaling;  /* the weight's scales */
+    fp8_scaling f8_act;      /* the activations', quantised per call to match */
+    bool f8_pow2;            /* power-of-two scales */
+    bool f8_fast;            /* the fast product (rollout fp8; not fp8-exact) */
+    int8_scaling i8_scaling;
+    nvfp4_scaling f4_scaling;
 } dllm_pack_args;
 
 /* One optimizer step's settings (adamw_step). */

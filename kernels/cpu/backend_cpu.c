@@ -296,18 +296,18 @@ static int cpu_pack_weight(dllm_backend *be, dllm_lin_weight w, const float *src
         return 0;
     }
     if (w.i8)
-        return int8_quantise_weight((int8_matrix *)w.i8, src, o, i, a->int8_scaling, err);
+        return int8_quantise_weight((int8_matrix *)w.i8, src, o, i, a->i8_scaling, err);
     if (w.f4) {
-        int rc = nvfp4_quantise_scaled(w.f4, src, o, i, a->nvfp4_scaling, err);
+        int rc = nvfp4_quantise_scaled(w.f4, src, o, i, a->f4_scaling, err);
         if (!rc)
             nvfp4_matrix_cache_dequant(w.f4); /* before any threaded use */
         return rc;
     }
-    int rc = fp8_quantise_weight(w.f8, src, o, i, a->fp8_format, a->fp8_scaling, a->fp8_pow2,
+    int rc = fp8_quantise_weight(w.f8, src, o, i, a->f8_format, a->f8_scaling, a->f8_pow2,
                                  err);
     if (!rc) {
-        w.f8->act_scaling = a->fp8_act;
-        w.f8->fast = a->fp8_fast;
+        w.f8->act_scaling = a->f8_act;
+        w.f8->fast = a->f8_fast;
         if (!w.f8->fast) /* the fast mode packs its own bf16 codes on first use */
             fp8_matrix_cache_dequant(w.f8); /* before any threaded use */
     }
