@@ -48,6 +48,8 @@ import sys
 import h5py
 import numpy as np
 
+import doc_block
+
 
 def fail(msg):
     print(f"mismatch_windows: {msg}", file=sys.stderr)
@@ -195,26 +197,6 @@ def summary_table(studies, window):
     return "\n".join(out) + "\n"
 
 
-def doc_block(path, text, check):
-    begin, end = "<!-- mismatch-windows:begin -->", "<!-- mismatch-windows:end -->"
-    try:
-        with open(path) as f:
-            doc = f.read()
-    except OSError as e:
-        fail(f"{path}: {e.strerror}")
-    i, j = doc.find(begin), doc.find(end)
-    if i < 0 or j < i:
-        fail(f"{path}: no {begin} ... {end} block")
-    if check:
-        if doc[i + len(begin):j].strip("\n") + "\n" != text:
-            print(f"mismatch_windows: {path}: the table differs from the runs'", file=sys.stderr)
-            sys.exit(1)
-        print(f"mismatch_windows: {path}: the table is the runs'")
-        return
-    with open(path, "w") as f:
-        f.write(doc[:i + len(begin)] + "\n" + text + doc[j:])
-
-
 def score_one(binary, model, prompt, comp, steps, shrink, precision):
     cmd = [binary, "score", "--model", model, "--prompt-ids", ",".join(map(str, prompt)),
            "--completion-ids", ",".join(map(str, comp)), "--estimator", "trajectory",
@@ -298,7 +280,8 @@ def main():
     if a.summary:
         text = summary_table(a.runs, a.window)
         if a.write or a.check:
-            doc_block(a.write or a.check, text, bool(a.check))
+            doc_block.sync(a.write or a.check, "mismatch-windows", text, bool(a.check),
+                           "mismatch_windows")
         else:
             sys.stdout.write(text)
         return 0

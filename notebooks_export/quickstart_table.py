@@ -28,13 +28,13 @@ import os
 import re
 import sys
 
+import doc_block
+
 LIBS = ("openblas", "dnnl")
 SFT_SEEDS = (1, 2, 3, 4, 5)
 RL_SEEDS = (1, 2)
 RL_STEPS = 60
 SFT_STEPS = 6000
-BEGIN = "<!-- quickstart-table:begin -->"
-END = "<!-- quickstart-table:end -->"
 
 
 def fail(msg):
@@ -272,23 +272,7 @@ def main():
     if not path:
         sys.stdout.write(text)
         return 0
-    try:
-        doc = open(path).read()
-    except OSError as e:
-        fail(f"{path}: {e.strerror}")
-    i, j = doc.find(BEGIN), doc.find(END)
-    if i < 0 or j < i:
-        fail(f"{path}: no {BEGIN} ... {END} block")
-    new = doc[:i] + BEGIN + "\n" + text + doc[j:]
-    if a.check:
-        if new != doc:
-            print(f"quickstart_table: {path}: the tables differ from the runs' (--write updates them)",
-                  file=sys.stderr)
-            return 1
-        print(f"quickstart_table: {path}: the tables are the runs'")
-        return 0
-    with open(path, "w") as f:
-        f.write(new)
+    doc_block.sync(path, "quickstart-table", text, bool(a.check), "quickstart_table")
     return 0
 
 

@@ -34,6 +34,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import doc_block  # noqa: E402
 from quickstart_table import holm, mean, sd, t_test  # noqa: E402
 
 # The preregistered windows and families (docs/PREREGISTRATION.md). A family entry is
@@ -238,26 +239,7 @@ def main():
     if not (a.check or a.write):
         sys.stdout.write(text)
         return
-    path = a.check or a.write
-    begin, end = f"<!-- {a.regime}-table:begin -->", f"<!-- {a.regime}-table:end -->"
-    try:
-        with open(path) as f:
-            doc = f.read()
-    except OSError as e:
-        fail(f"{path}: {e.strerror}")
-    i, j = doc.find(begin), doc.find(end)
-    if i < 0 or j < i:
-        fail(f"{path}: no {begin} ... {end} block")
-    have = doc[i + len(begin):j].strip("\n") + "\n"
-    if a.check:
-        if have != text:
-            print(f"regime_tables: {path}: the {a.regime} table differs from the runs'",
-                  file=sys.stderr)
-            sys.exit(1)
-        print(f"regime_tables: {path}: the {a.regime} table is the runs'")
-        return
-    with open(path, "w") as f:
-        f.write(doc[:i + len(begin)] + "\n" + text + doc[j:])
+    doc_block.sync(a.check or a.write, f"{a.regime}-table", text, bool(a.check), "regime_tables")
 
 
 if __name__ == "__main__":
