@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The preregistered tables of regimes A, B and C (docs/PREREGISTRATION.md; the results in
-docs/REPRODUCTION.md), from the run directories alone.
+"""The preregistered tables of regimes A, B and C and of the controls (docs/PREREGISTRATION.md;
+the results in docs/REPRODUCTION.md), from the run directories alone.
 
     python3 notebooks_export/regime_tables.py regime-a studies/regime-a
     python3 notebooks_export/regime_tables.py regime-a studies/regime-a --check docs/REPRODUCTION.md
     python3 notebooks_export/regime_tables.py regime-a studies/regime-a --write docs/REPRODUCTION.md
+    python3 notebooks_export/regime_tables.py controls studies/controls studies/repro-late
 
 Reads every run directory ARM_seed=S under DIR (as `dllm-rl sweep` names them; a run kept
 in studies/ or one under runs/): its per-item evaluation outcomes (eval/TASK-step-N.txt)
@@ -49,6 +50,10 @@ REGIMES = {
         e for sc in ("channel", "tensor") for e in (
             ("late", f"{sc}-none", "reference"), ("late", f"{sc}-ais", "reference"),
             ("late", f"{sc}-ais", f"{sc}-none"), ("slope", f"{sc}-none", None))]},
+    # the controls (runs/controls) against their correction arms (runs/repro-late): the
+    # final accuracy, the window being step 300 alone; two directories
+    "controls": {"late": (300, 300), "family": [("late", "lr-scaled", "nvfp4-tis"),
+                                                ("late", "random-drop", "nvfp4-mis")]},
 }
 EVERY = 50  # the sweeps' eval.every
 RUN_RE = re.compile(r"^(.+)_seed=(\d+)$")
@@ -128,16 +133,19 @@ def fmt(x, nd=4):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def tables(regime, root, binary):
+def tables(regime, roots, binary):
     spec = REGIMES[regime]
     lo, hi = spec["late"]
     runs = {}
-    for name in sorted(os.listdir(root)):
-        m = RUN_RE.match(name)
-        if m and os.path.isdir(os.path.join(root, name)):
-            runs[m.group(1), int(m.group(2))] = os.path.join(root, name)
+    for root in roots:
+        for name in sorted(os.listdir(root)):
+            m = RUN_RE.match(name)
+            if m and os.path.isdir(os.path.join(root, name)):
+                if (m.group(1), int(m.group(2))) in runs:
+                    fail(f"{name}: in two of the directories")
+                runs[m.group(1), int(m.group(2))] = os.path.join(root, name)
     if not runs:
-        fail(f"{root}: no run directories (ARM_seed=S)")
+        fail(f"{', '.join(roots)}: no run directories (ARM_seed=S)")
     res, unfinished = {}, []
     for (arm, seed), run in sorted(runs.items()):
         ev = evals(run)
@@ -160,9 +168,12 @@ def tables(regime, root, binary):
             if a and a not in arms:
                 arms.append(a)
     arms += sorted({a for a, _ in res} - set(arms))
+    window = (f"late window: the evaluations at steps {lo}, {lo + EVERY}, ..., {hi}" if hi > lo
+              else f"endpoint: the final accuracy, the evaluation at step {hi} (the "
+              "late-window columns below)")
     out = [f"Runs of `{regime}` finished: {len(res)} of {len(runs)} found"
            f"{' (unfinished: ' + ', '.join(unfinished) + ')' if unfinished else ''}; "
-           f"late window: the evaluations at steps {lo}, {lo + EVERY}, ..., {hi}.", "",
+           f"{window}.", "",
            "| run | accuracy at step 0 | final accuracy | late-window mean | collapse step | "
            "slope of informative abs(log w) / L (per 100 steps) |", "|---|---|---|---|---|---|"]
     for (arm, seed) in sorted(res, key=lambda k: (arms.index(k[0]), k[1])):
@@ -225,14 +236,15 @@ def tables(regime, root, binary):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("regime", choices=sorted(REGIMES))
-    ap.add_argument("dir")
+    ap.add_argument("dir", nargs="+", help="directories of runs (the controls: two)")
     ap.add_argument("--bin", default="build/dllm-rl")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--check", metavar="FILE")
     g.add_argument("--write", metavar="FILE")
     a = ap.parse_args()
-    if not os.path.isdir(a.dir):
-        fail(f"{a.dir}: not a directory")
+    for d in a.dir:
+        if not os.path.isdir(d):
+            fail(f"{d}: not a directory")
     if not os.access(a.bin, os.X_OK):
         fail(f"{a.bin}: not an executable (--bin)")
     text = tables(a.regime, a.dir, a.bin)

@@ -110,6 +110,26 @@ def main():
     p = subprocess.run([sys.executable, SCRIPT, "regime-a", root, "--bin", fake, "--check", doc],
                        capture_output=True, text=True)
     check(p.returncode == 1, f"--check after a change: exit {p.returncode}")
+    # the controls: final accuracy (step 300) against the correction arm of another directory
+    croot, lroot = os.path.join(tmp, "controls"), os.path.join(tmp, "repro-late")
+    for d, arm, accs in ((croot, "lr-scaled", (70, 72)), (lroot, "nvfp4-tis", (68, 69)),
+                         (croot, "random-drop", (66, 60)), (lroot, "nvfp4-mis", (64, 63))):
+        for seed, a in enumerate(accs, 1):
+            run = os.path.join(d, f"{arm}_seed={seed}")
+            for k in range(7):
+                write_eval(run, 50 * k, a if k == 6 else 50)
+            for name, v in (("abs_log_w_informative", 0), ("completion_len", 34)):
+                with open(os.path.join(run, f"metric-{name}.txt"), "w") as f:
+                    f.write(f"step {name}\n" + "".join(f"{t} {v}\n" for t in range(1, 301)))
+    p = subprocess.run([sys.executable, SCRIPT, "controls", croot, lroot, "--bin", fake],
+                       capture_output=True, text=True)
+    check(p.returncode == 0, f"controls: exit {p.returncode}: {p.stderr}")
+    # lr-scaled - nvfp4-tis: +0.02, +0.03; random-drop - nvfp4-mis: +0.02, -0.03
+    m = re.search(r"\| late-window mean \| lr-scaled - nvfp4-tis \| 2 \| (\S+) \+- (\S+) \|", p.stdout)
+    check(m and m.group(1) == "0.0250" and m.group(2) == "0.0050", p.stdout)
+    m = re.search(r"\| late-window mean \| random-drop - nvfp4-mis \| 2 \| (\S+) \+- (\S+) \|", p.stdout)
+    check(m and m.group(1) == "-0.0050" and m.group(2) == "0.0250", p.stdout)
+    check("endpoint: the final accuracy, the evaluation at step 300" in p.stdout, p.stdout)
     # bad input: exit 2
     p = subprocess.run([sys.executable, SCRIPT, "regime-a", os.path.join(tmp, "none"), "--bin", fake],
                        capture_output=True, text=True)
