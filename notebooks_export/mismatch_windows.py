@@ -4,6 +4,7 @@
     python3 notebooks_export/mismatch_windows.py RUN_DIR [RUN_DIR ...] [--window 50]
     python3 notebooks_export/mismatch_windows.py --summary STUDY_DIR [STUDY_DIR ...]
         [--window 50] [--write FILE | --check FILE]
+    python3 notebooks_export/mismatch_windows.py --coef RUN_DIR [RUN_DIR ...]
     python3 notebooks_export/mismatch_windows.py --score MODEL[,MODEL ...] --from RUN_DIR
         --step N [--n 64] [--precisions bf16,fp8,nvfp4,int8] [--bin build/dllm-rl]
 
@@ -24,6 +25,9 @@
    FILE replaces the block between <!-- mismatch-windows:begin --> and
    <!-- mismatch-windows:end --> of FILE with it; --check FILE compares (exit 1 when it
    differs).
+   --coef: per run the mean coefficient the correction applied (trajectories/coef) over
+   its informative completions, then their mean over the runs: the controls' scaled
+   learning rate is 1e-4 times it (docs/PREREGISTRATION.md).
 2. --score: the mismatch of checkpoints under each rollout precision on fixed
    completions: the first --n informative completions of step N of RUN_DIR (their prompt,
    tokens and commit steps), each scored by `dllm-rl score` with the trajectory estimator
@@ -160,6 +164,18 @@ def windows_report(dirs, window):
                   f"{mean_se([s for _, s in vs]) if i == 0 else ''} |")
 
 
+def coef_report(dirs):
+    ms = []
+    for d in dirs:
+        t = read_traj(d, ("step", "group", "reward", "coef"))
+        inf = informative(t)
+        if not inf.any():
+            fail(f"{d}: no informative completion")
+        ms.append(float(t["coef"][inf].mean()))
+        print(f"{d}: {int(inf.sum())} informative completions, mean coefficient {ms[-1]:.6f}")
+    print(f"mean over the {len(ms)} runs: {np.mean(ms):.6f}")
+
+
 def summary_table(studies, window):
     out = [f"Windows of {window} steps; informative: completions of groups whose rewards differ "
            "(the gradient's population, METHOD section 5); first and last: the run's first and "
@@ -254,6 +270,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="*", help="run directories (with log.h5)")
     ap.add_argument("--window", type=int, default=50)
+    ap.add_argument("--coef", action="store_true",
+                    help="the mean correction coefficient over informative completions")
     ap.add_argument("--summary", action="store_true",
                     help="one table over study directories (of ARM_seed=S runs)")
     g = ap.add_mutually_exclusive_group()
@@ -275,6 +293,9 @@ def main():
         return 0
     if not a.runs:
         fail("no run directory (see --help)")
+    if a.coef:
+        coef_report(a.runs)
+        return 0
     if (a.write or a.check) and not a.summary:
         fail("--write and --check go with --summary")
     if a.summary:

@@ -2,7 +2,8 @@
 """notebooks_export/mismatch_windows.py on fabricated run logs whose mismatch is known:
 only the informative completions counted (a group whose rewards differ), the first and
 last window's |log w| / L, the change and the slope per seed, their seed-level standard
-errors, an arm whose rollouts are the trainer's own left out, and --write / --check.
+errors, an arm whose rollouts are the trainer's own left out, --write / --check, and the
+mean correction coefficient (--coef).
 
     python3 tests/ref/test_mismatch_windows.py
 
@@ -48,6 +49,8 @@ def write_run(d, a, b):
         t["reward"] = np.array(reward, dtype=np.float32)
         t["log_w"] = np.array(log_w, dtype=np.float64)
         t["completion_len"] = np.full(len(step), L, dtype=np.int32)
+        # the correction's coefficient: 1 + a on the informative completions, 9 elsewhere
+        t["coef"] = np.array([1 + a if g == 0 else 9.0 for g in group], dtype=np.float32)
 
 
 def run(*args):
@@ -91,6 +94,10 @@ def main():
     check(p.returncode == 2 and re.search("--summary", p.stderr), "--check without --summary: exit 2")
     p = run("--summary", os.path.join(tmp, "nope"))
     check(p.returncode == 2, "a missing study directory: exit 2")
+    # --coef: the informative completions' mean coefficient per run (1.01, 1.02), then theirs
+    p = run("--coef", os.path.join(st, "x_seed=1"), os.path.join(st, "x_seed=2"))
+    check(p.returncode == 0 and "mean coefficient 1.010000" in p.stdout
+          and "mean over the 2 runs: 1.015000" in p.stdout, f"--coef: {p.stdout} {p.stderr}")
     print("test_mismatch_windows: pass")
 
 
