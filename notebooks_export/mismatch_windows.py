@@ -68,6 +68,9 @@ def read_traj(d, names):
         if "trajectories" not in f:
             fail(f"{path}: no trajectories (log.trajectories was off)")
         t = f["trajectories"]
+        for k in names:
+            if k not in t:
+                fail(f"{path}: no trajectories/{k}")
         r = min(t[k].shape[0] for k in names)
         return {k: t[k][:r] for k in names}
 

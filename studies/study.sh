@@ -67,7 +67,7 @@ archive)
     for g in steps eval mismatch_by_step pass_at_k; do
       h5copy -i "$src/log.h5" -o "$tmp/$r/raw.h5" -s /$g -d /$g
     done
-    for c in step group reward log_w completion_len; do
+    for c in step group reward log_w completion_len coef; do
       h5copy -p -i "$src/log.h5" -o "$tmp/$r/raw.h5" -s /trajectories/$c -d /trajectories/$c
     done
     h5repack -f GZIP=9 "$tmp/$r/raw.h5" "$tmp/$r/log.h5"
