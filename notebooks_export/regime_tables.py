@@ -162,7 +162,7 @@ def tables(regime, roots, binary):
         res[arm, seed] = {"items": hashes.pop(), "start": curve.get(0), "final": curve[hi],
                           "late": mean(late), "collapse": collapse_step(curve),
                           "slope": slope(binary, run)}
-    arms = ["reference"]
+    arms = ["reference"] if any("reference" in e[1:] for e in spec["family"]) else []
     for e in spec["family"]:
         for a in e[1:]:
             if a and a not in arms:
