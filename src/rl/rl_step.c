@@ -297,10 +297,12 @@ static int loss_backward(rl_run *run, const dllm_lik_plan *plan, loss_ctx *lc, d
 }
 
 /* log.grad_cosine: the gradient of the same loss with every coefficient 1 (no
- * correction), summed over ranks, into *ref (malloc'd, np floats). One extra backward;
- * the model's gradients are left zeroed for the real update. Host gradients only. */
+ * correction), summed over ranks, into *ref (malloc'd, np floats, host memory) from grads
+ * (np floats in gbe's memory: the host's, or a device's where the model trains there).
+ * One extra backward; the model's gradients are left zeroed for the real update. */
 static int uncorrected_grad(rl_run *run, const dllm_lik_plan *plan, const loss_ctx *lc,
-                            float *grads, size_t np, float **ref, dllm_err *err)
+                            float *grads, dllm_backend *gbe, size_t np, float **ref,
+                            dllm_err *err)
 {
     rl_batch *b = lc->b;
     const size_t N = (size_t)b->N, NG = N * (size_t)b->Gen;
@@ -320,11 +322,10 @@ static int uncorrected_grad(rl_run *run, const dllm_lik_plan *plan, const loss_c
     b->coef_tok = coef_tok;
     free(ones);
     free(ones_tok);
-    if (rc)
+    if (rc || (rc = comm_sum_backend_f(gbe, grads, np, err)))
         return rc;
-    comm_sum_f(grads, np);
     *ref = dllm_malloc(sizeof(float) * (np ? np : 1));
-    memcpy(*ref, grads, sizeof(float) * np);
+    gbe->ops->download(gbe, *ref, grads, sizeof(float) * np);
     return 0;
 }
 
@@ -678,8 +679,8 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         /* the gradients where the model trains (host or device memory) */
         dllm_backend *gbe;
         float *grads = dllm_optim_grad_buffer(dllm_policy_optim(run->pol), &np, &gbe);
-        if (!rc && k == 0 && cfg->log.grad_cosine && !run->dev_update)
-            rc = uncorrected_grad(run, plan, &lc, grads, np, &grad_ref, err);
+        if (!rc && k == 0 && cfg->log.grad_cosine)
+            rc = uncorrected_grad(run, plan, &lc, grads, gbe, np, &grad_ref, err);
         lc.loss = lc.kl = lc.clip = lc.ratio_terms = lc.nonfinite = 0;
         dllm_optim_zero_grad(dllm_policy_optim(run->pol));
         if (!rc)
@@ -689,12 +690,15 @@ int rl_step(rl_run *run, int64_t step, rl_batch *b, double *metrics, dllm_err *e
         if (rc || (rc = comm_sum_backend_f(gbe, grads, np, err)))
             break;
         if (k == 0 && grad_ref) { /* the corrected gradient against the uncorrected one */
+            float *g = dllm_malloc(sizeof(float) * (np ? np : 1)); /* a device's come down */
+            gbe->ops->download(gbe, g, grads, sizeof(float) * np);
             double dot = 0, nc = 0, nu = 0;
             for (size_t j = 0; j < np; j++) {
-                dot += (double)grads[j] * grad_ref[j];
-                nc += (double)grads[j] * grads[j];
+                dot += (double)g[j] * grad_ref[j];
+                nc += (double)g[j] * g[j];
                 nu += (double)grad_ref[j] * grad_ref[j];
             }
+            free(g);
             grad_cos = nc > 0 && nu > 0 ? dot / sqrt(nc * nu) : NAN;
             grad_ratio = nu > 0 ? sqrt(nc / nu) : NAN;
         }

@@ -31,7 +31,9 @@
  *   - `train` with a bf16 trainer, LoRA and bf16 rollouts, 3 steps with `device: cuda`
  *     against `device: cpu` (from a short SFT so that step 1 has rewards; in this config
  *     steps 2 and 3 draw no reward, so their loss and norm are 0 on both): the update ran
- *     on the device, rewards identical at step 1, and step 1's loss and grad_norm within
+ *     on the device, rewards identical at step 1, and step 1's loss, grad_norm and (with
+ *     log.grad_cosine, whose extra backward runs where the model trains) the cosine and
+ *     norm ratio of the corrected against the uncorrected gradient finite and within
  *     1e-2 relative (+1e-4 absolute for the loss, a sum of terms of both signs whose
  *     scale is the advantages', about 0.5). The logged values are the second inner
  *     update's, after one AdamW step, and the bf16 rounding points make the first
@@ -306,7 +308,7 @@ static void write_rl(const char *name, const char *device)
                "steps: 4, temperature: 1.0}\n"
                "grpo: {steps: 3, prompts_per_step: 2, inner_steps: 2, fresh_masks: true}\n"
                "correction: {method: ais}\noptim: {lr: 1e-2, grad_clip: 1.0, eps: 1e-4}\n"
-               "eval: {every: 0}\nlog: {dir: %s/runs}\ncheckpoint: {every: 0}\n",
+               "eval: {every: 0}\nlog: {dir: %s/runs, grad_cosine: true}\ncheckpoint: {every: 0}\n",
             name, device, tu_dir, tu_dir);
     fclose(f);
 }
@@ -318,8 +320,10 @@ START_TEST(test_train_bf16_matches_cpu)
     ck_assert_int_eq(tu_sh("%s train %s/rl-cpu.yaml --quiet 2>/dev/null", tu_bin(), tu_dir), 0);
     ck_assert_int_eq(tu_sh("%s train %s/rl-dev.yaml --quiet 2>%s/rl-err", tu_bin(), tu_dir, tu_dir), 0);
     ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/rl-err", tu_dir), 1);
-    const char *m[] = {"steps/loss", "steps/grad_norm", "steps/reward_mean"};
-    for (int k = 0; k < 3; k++) {
+    /* grad_cosine: the uncorrected gradient's extra backward, where the model trains */
+    const char *m[] = {"steps/loss", "steps/grad_norm", "steps/reward_mean", "steps/grad_cosine",
+                       "steps/grad_norm_ratio"};
+    for (int k = 0; k < 5; k++) {
         int64_t n, n2;
         double *a = col("rl-cpu", m[k], &n), *b = col("rl-dev", m[k], &n2);
         ck_assert_int_eq(n, 3);
@@ -334,6 +338,8 @@ START_TEST(test_train_bf16_matches_cpu)
              * depends on the CPU: measured at step 1, loss 9.5e-5 apart and grad_norm
              * 0.18 % on an Intel Xeon, 1.3e-4 and 1.27 % on an AVX2 AMD EPYC (the same
              * with the code before these tolerances were set) */
+            ck_assert_msg(isfinite(a[i]) && isfinite(b[i]), "%s step %d: cpu %g device %g",
+                          m[k], i + 1, a[i], b[i]);
             double tol = k == 2 ? 0 : 3e-2 * fabs(a[i]) + (k == 0 ? 3e-4 : 0);
             ck_assert_msg(fabs(a[i] - b[i]) <= tol, "%s step %d: cpu %.9g device %.9g", m[k],
                           i + 1, a[i], b[i]);
