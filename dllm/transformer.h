@@ -166,14 +166,14 @@ int dllm_tf_rollout_linear(dllm_tf *m, int layer, const char *name, const float 
                            float *out);
 
 /* ---- a device backend (transformer_device.c) ---- */
-/* Places what the forwards without backward read on be (NULL or the CPU backend: back
- * on the host): the trainer view (fp32, or packed bf16 under a bf16 trainer; LoRA at run
- * time), the rollout copy (packed bf16 or FP8, LoRA merged; built on the device from
- * the uploaded weights), the RoPE table and the activations. The fp32 masters, LoRA,
- * gradients and dllm_tf_forward with its backward stay on the host;
- * dllm_tf_rollout_sync refreshes the device copies after every weight change.
- * dllm_tf_forward_nograd and dllm_tf_forward_rollout then run on the device (host
- * tokens in, the requested rows' logits downloaded). An nvfp4 rollout is refused
+/* Places the model's forwards on be (NULL or the CPU backend: back on the host): the
+ * trainer view (fp32, or packed bf16 under a bf16 trainer; LoRA at run time), the
+ * rollout copy (packed bf16, FP8 or INT8, LoRA merged; built on the device from the
+ * uploaded weights), the RoPE table and the activations; the host keeps the masters as
+ * loaded until the model trains there (below). dllm_tf_rollout_sync refreshes the device
+ * copies after every weight change. Every forward then runs on the device (host tokens
+ * in, the requested rows' logits downloaded); the first kept one (dllm_tf_forward)
+ * starts its training there (dllm_tf_device_train). An nvfp4 rollout is refused
  * (DLLM_EXIT_INPUT: no device NVFP4 linear); on failure the model stays on the host. */
 int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err);
 /* The device backend the model is on, or NULL (host). */
@@ -197,10 +197,10 @@ int dllm_tf_device_chunk_rows(int V);
  * dllm_optim_trainable downloads it; a full fine-tune's host masters give their pages
  * back to the system after each step). The rollout copy is built on the device from it (full
  * fine-tuning) or from the host's frozen base and the adapters, which are small;
- * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_optim_state_read). Full
- * fine-tuning needs the fp32 trainer (an input error under a bf16 trainer); LoRA trains
- * under either (a bf16 trainer's packed base linears pass only dX back). Ended by
- * leaving the device or a LoRA change. */
+ * checkpoints stream it tensor by tensor (dllm_tf_save, dllm_optim_state_read). Under a
+ * bf16 trainer LoRA's frozen base linears stay packed bf16 (they pass only dX back) and
+ * a full fine-tune keeps fp32 masters beside the rounded copy the forward reads. Ended
+ * by leaving the device or a LoRA change. */
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err);
 bool dllm_tf_device_trains(const dllm_tf *m);
 /* Whether the trainable vector lives on the device (it trains there, its trainer copy

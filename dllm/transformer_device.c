@@ -12,7 +12,9 @@
  *           "trainer"), the RoPE table, the activations of the forwards without
  *           backward, one fp32 staging matrix and a chunk of logits rows; when it trains
  *           here (transformer_device_train.c) the gradients, the AdamW moments and the
- *           trainable vector itself (the trainer view's copy, or the LoRA copy).
+ *           trainable vector itself (the trainer view's copy, the LoRA copy, or a bf16
+ *           trainer's fp32 masters, its trainer view then their rounded copy with fp32
+ *           linears).
  * dllm_tf_rollout_sync rebuilds the device copies from the master weights by the host's
  * view builder (tf_view_build, transformer_view.c): each layer linear is merged on the host
  * into one host matrix, uploaded into the one device staging matrix and packed (bf16) or
@@ -96,25 +98,58 @@ static void lora_upload(dllm_tf *m)
     }
 }
 
+/* Whether the trainer view is a bf16 trainer's rounded copy of fp32 masters kept beside it
+ * (d->mv): a full fine-tune training here, whose update steps fp32 weights and needs every
+ * linear's weight gradient, neither of which packed bf16 linears have. The host's bf16
+ * trainer holds the same pair (its masters and their rounded copy). */
+static bool with_masters(const dllm_tf *m)
+{
+    return m->prec.trainer_bf16 && !m->lora_rank && m->dev->train;
+}
+
+void tf_device_trainer_follow(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    if (!d->mv.be)
+        return;
+    dllm_err e; /* fp32 linears: nothing packed, nothing fails */
+    dview_build(m, &d->tv, true, TF_LIN_F32, false, false, true, &m->prec, &d->mv, &e);
+    m->a.kept = TF_KEPT_NONE; /* kept for the old values */
+}
+
 /* The trainer view on the device, at the host trainer's numerics, with the adapters. */
 static void device_trainer(dllm_tf *m)
 {
     tf_device *d = m->dev;
     const dllm_precision *p = &m->prec;
     lora_upload(m);
-    bool tb = p->trainer_bf16;
-    if ((d->tv.b16 != NULL) != tb) /* built or not: its buffers have the other layout */
+    bool tb = p->trainer_bf16, masters = with_masters(m), packed = tb && !masters;
+    if ((d->tv.b16 != NULL) != packed) /* built or not: its buffers have the other layout */
         tf_view_free_on(m, &d->tv, d->be);
     dllm_err e; /* fp32 or bf16 linears: every backend packs them */
-    dview_build(m, &d->tv, tb, tb ? TF_LIN_BF16 : TF_LIN_F32, false, tb, true, p, NULL, &e);
+    if (masters) { /* the masters from the host's, the rounded copy from them */
+        dview_build(m, &d->mv, false, TF_LIN_F32, false, false, true, p, NULL, &e);
+        tf_device_trainer_follow(m);
+    } else {
+        tf_view_free_on(m, &d->mv, d->be);
+        dview_build(m, &d->tv, tb, packed ? TF_LIN_BF16 : TF_LIN_F32, false, packed, true, p,
+                    NULL, &e);
+    }
     d->tv.round_lin = d->tv.round_head = tb;
     /* packed bf16 base linears (bf16_linear_fwd, bf16_lora_fwd; backward bf16_lora_bwd,
      * bf16_linear_bwd_x) round their inputs as read: the same values without a pass */
-    d->tv.lin_rounds = tb;
+    d->tv.lin_rounds = packed;
     /* and their inputs' producers write the bf16 copies they read (the same bits) */
-    d->tv.fuse_act = tb && !d->no_fuse_act;
+    d->tv.fuse_act = packed && !d->no_fuse_act;
     d->tv.lora = true;
     d->tv.ad = d->ad;
+}
+
+const tf_view *tf_device_masters(dllm_tf *m)
+{
+    tf_device *d = m->dev;
+    tf_device_view(m, false);
+    return d->mv.be ? &d->mv : &d->tv;
 }
 
 void tf_device_host_written(dllm_tf *m)
@@ -151,8 +186,10 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
     const dllm_precision *p = &m->prec;
     /* a trainer view that trains here keeps its copy (where the trainable vector lives)
      * unless its layout changes; otherwise it is rebuilt from the host's, pulled first */
+    bool masters = with_masters(m);
     bool keep = d->train && d->tv.be && d->n_lora == m->n_lora &&
-                (d->tv.b16 != NULL) == p->trainer_bf16;
+                (d->tv.b16 != NULL) == (p->trainer_bf16 && !masters) &&
+                (d->mv.be != NULL) == masters;
     if (!keep) {
         tf_device_pull(m);
         d->tv.be = NULL; /* rebuilt into its buffers by the next forward that reads it */
@@ -207,7 +244,7 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
      * base and the adapters, which come down first when they are newer here */
     const tf_view *from = NULL;
     if (d->train && !m->lora_rank && k != DLLM_ROLLOUT_INT8)
-        from = tf_device_view(m, false);
+        from = tf_device_masters(m);
     else /* INT8 quantises on the host (dq_int8): the host's weights must be current */
         tf_device_pull(m);
     int rc = dview_build(m, &m->rv, true,
@@ -244,6 +281,7 @@ void tf_device_free(dllm_tf *m)
         return;
     tf_device_train_free(m);
     tf_view_free_on(m, &d->tv, d->be);
+    tf_view_free_on(m, &d->mv, d->be);
     tf_view_free_on(m, &m->rv, d->be);
     tf_acts_free(&m->ra);
     m->ra.be = NULL; /* the host's set again */

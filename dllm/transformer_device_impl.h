@@ -21,6 +21,10 @@ struct tf_device {
     tf_view tv;              /* trainer view (tv.be NULL: not built; built into its buffers
                                 by its next use, tf_device_view); the rollout copy is the
                                 model's (m->rv, in this device's memory; rv.be NULL: none) */
+    tf_view mv;              /* a bf16 trainer's full fine-tune training here: the fp32
+                                masters (the trainable vector, in tv's layout), tv their
+                                bf16-rounded copy, rebuilt after every write (mv.be NULL:
+                                none; tv is then the trainable copy) */
     dllm_precision rprec;    /* what m->rv was built for */
     tf_lora *ad;             // (L, NLIN) A/B pointing into lora, or NULL
     float *lora;             // (n_lora) device copy of the LoRA parameters
@@ -63,6 +67,12 @@ struct tf_device {
 /* The view a device forward reads (the host's trainer copy followed, and the trainer
  * view built first where it is not). */
 const tf_view *tf_device_view(dllm_tf *m, bool rollout);
+/* The trainer's fp32 copy on the device, built first where it is not: a bf16 trainer's
+ * masters (full fine-tuning training here), otherwise the trainer view itself. */
+const tf_view *tf_device_masters(dllm_tf *m);
+/* A bf16 trainer's rounded copy made again from the masters on the device after they were
+ * written (an optimizer step, a state write); no-op without masters. */
+void tf_device_trainer_follow(dllm_tf *m);
 /* Whether the producers (RMSNorm, SwiGLU) of the FP8, INT8 or bf16 rollout copy's linears
  * and of a bf16 trainer's write the codes or bf16 copies those linears read (on, the
  * default) or each linear quantises or rounds its input (off): the same logits and

@@ -6,22 +6,25 @@
  * The trainable vector on the device is the copy the trainer view reads: the uploaded
  * LoRA parameters (the host's layout), or under full fine-tuning the fp32 trainer view
  * itself (embedding, layers slot by slot, final norm, head: not the HF order; segments()
- * maps one onto the other). Gradients and AdamW moments take the same layout, so the
- * optimizer step is one elementwise call and the global norm one reduction. While the
- * model trains here (and its trainer copy is built) that copy is the trainable vector:
- * nothing comes down per step. The host's copy is refreshed only when the host reads it
- * (dllm_optim_trainable, leaving the device, a LoRA change; tf_device_pull), the rollout copy is built on the device from
- * the trainer view (full fine-tuning; under LoRA from the host's frozen base with the
- * adapters, n_lora floats, pulled first), and checkpoints stream the state a bounded
- * chunk at a time (dllm_optim_state_read, dllm_tf_save).
+ * maps one onto the other), or under a bf16 trainer's full fine-tuning fp32 masters in
+ * that layout beside the rounded copy the forward reads (made again from them after
+ * every write, on the device), as the host's bf16 trainer holds them. Gradients and
+ * AdamW moments take the same layout, so the optimizer step is one elementwise call and
+ * the global norm one reduction. While the model trains here (and its trainer copy is
+ * built) that copy is the trainable vector: nothing comes down per step. The host's copy
+ * is refreshed only when the host reads it (dllm_optim_trainable, leaving the device, a
+ * LoRA change; tf_device_pull), the rollout copy is built on the device from the fp32
+ * copy (full fine-tuning; under LoRA from the host's frozen base with the adapters,
+ * n_lora floats, pulled first), and checkpoints stream the state a bounded chunk at a
+ * time (dllm_optim_state_read, dllm_tf_save).
  * The loss's dlogits are built on the device (dllm_tf_device_forward_logp /
  * dllm_tf_device_backward_logp: the kept forward's head rows keep their targets and
  * log-sum-exps there, only their log-probs come down and dLoss/dlogp per row goes up;
  * the backward makes the logits again a chunk of rows at a time), or, through
- * dllm_tf_backward, uploaded from the host a chunk at a time. A bf16 trainer keeps only packed bf16
- * linears on the device: with LoRA the base weights are frozen and the backward needs
- * only dX through them (the backend's bf16_linear_bwd_x); full fine-tuning would need
- * their fp32 gradients and masters on the device: refused. */
+ * dllm_tf_backward, uploaded from the host a chunk at a time. Under a bf16 trainer with
+ * LoRA the base linears stay packed bf16 (frozen: the backward needs only dX through
+ * them, the backend's bf16_linear_bwd_x); its full fine-tuning computes with fp32 linears
+ * over the rounded weights, as the host's does (every weight gradient). */
 #include "dllm/transformer_device_impl.h"
 
 #include <stdint.h>
@@ -34,11 +37,14 @@
 bool tf_device_training(const dllm_tf *m) { return m->dev && m->dev->train; }
 bool dllm_tf_device_trains(const dllm_tf *m) { return tf_device_training(m); }
 
-/* The device copy the optimizer updates (the trainer view must be built). */
+/* The device copy the optimizer updates (the trainer view must be built): the LoRA copy,
+ * or the fp32 trainer view, or a bf16 trainer's masters beside its rounded copy. */
+static const tf_view *masters(tf_device *d) { return d->mv.be ? &d->mv : &d->tv; }
+
 static float *dev_trainable(dllm_tf *m)
 {
     tf_device *d = m->dev;
-    return m->lora_rank ? d->lora : d->tv.buf;
+    return m->lora_rank ? d->lora : masters(d)->buf;
 }
 
 /* The trainable vector's tensors as (host offset, device offset, count) triples; returns
@@ -50,7 +56,7 @@ static int segments(dllm_tf *m, size_t (*seg)[3])
         seg[0][0] = 0, seg[0][1] = 0, seg[0][2] = m->n_lora;
         return 1;
     }
-    const tf_view *v = &d->tv;
+    const tf_view *v = masters(d);
     int n = 0;
 #define SEG(h, dv, cnt)                                                                          \
     do {                                                                                         \
@@ -88,6 +94,28 @@ static void transfer_range(dllm_tf *m, float *host, float *dev, size_t off, size
             be->ops->upload(be, dv, h, bytes);
         else
             be->ops->download(be, h, dv, bytes);
+    }
+    free(seg);
+}
+
+/* A bf16 trainer's rounded copy follows elements [off, off + n) of its masters (the rest
+ * is unchanged: a state write a chunk at a time rounds each element once). */
+static void follow_range(dllm_tf *m, size_t off, size_t n)
+{
+    tf_device *d = m->dev;
+    if (!d->mv.be)
+        return;
+    dllm_backend *be = d->be;
+    size_t(*seg)[3] = dllm_malloc((3 + (size_t)m->L * DLLM_NT) * sizeof *seg);
+    int ns = segments(m, seg);
+    for (int i = 0; i < ns; i++) {
+        size_t lo = seg[i][0] > off ? seg[i][0] : off;
+        size_t hi = seg[i][0] + seg[i][2] < off + n ? seg[i][0] + seg[i][2] : off + n;
+        if (lo >= hi)
+            continue;
+        size_t at = seg[i][1] + (lo - seg[i][0]); /* the same offset in both views */
+        be->ops->copy(be, d->tv.buf + at, d->mv.buf + at, (hi - lo) * sizeof(float));
+        be->ops->round_bf16(be, d->tv.buf + at, hi - lo);
     }
     free(seg);
 }
@@ -133,7 +161,7 @@ static void moments_carry(dllm_tf *m, bool up)
     dllm_backend *from = up ? dllm_backend_cpu() : d->be, *to = up ? d->be : dllm_backend_cpu();
     size_t n = m->lora_rank ? m->n_lora : m->n_params;
     /* the full fine-tune's device layout is the fp32 trainer view's (segments()) */
-    bool mapped = d->n_train == n && (m->lora_rank || (d->tv.buf && !d->tv.b16));
+    bool mapped = d->n_train == n && (m->lora_rank || (masters(d)->buf && !masters(d)->b16));
     if (!m->adam_m || m->adam_be != from || !mapped)
         return;
     float *om = m->adam_m, *ov = m->adam_v;
@@ -156,6 +184,11 @@ void tf_device_train_free(dllm_tf *m)
     d->klp = d->klse = d->kg = NULL;
     d->ktgt = NULL;
     d->k_cap = 0;
+    if (d->mv.be) { /* a bf16 trainer's trainer view packed again at its next use (the
+                       host's weights are current: pulled before this is called) */
+        tf_view_free_on(m, &d->mv, be);
+        tf_view_free_on(m, &d->tv, be);
+    }
     if (d->train) { /* the kept activations and the moments are the host's again */
         tf_acts_set_region(m, &m->a, NULL);
         tf_acts_set_region(m, &m->ra, NULL);
@@ -182,16 +215,18 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
                             "training on the device: the model is not on a device backend");
     if (d->train)
         return 0;
+    /* from here the trainer view is built for training: a bf16 trainer's full fine-tune
+     * holds fp32 masters beside the rounded copy instead of packed bf16 linears (the host
+     * is current: the device was not ahead) */
+    d->train = true;
     if (m->prec.trainer_bf16 && !m->lora_rank)
-        return dllm_err_set(err, DLLM_EXIT_INPUT,
-                            "full fine-tuning on the device needs the fp32 trainer (a bf16 "
-                            "trainer keeps only packed bf16 linears there; LoRA over them "
-                            "trains)");
-    const tf_view *v = tf_device_view(m, false);
+        tf_view_free_on(m, &d->tv, d->be);
+    const tf_view *v = tf_device_masters(m);
     dllm_backend *be = d->be;
     d->n_train = m->lora_rank ? m->n_lora : v->nbuf;
     if (!m->lora_rank && v->nbuf != m->n_params) {
         d->n_train = 0;
+        d->train = false;
         return dllm_err_set(err, DLLM_EXIT_INTERNAL,
                             "training on the device: the trainer view holds %zu floats, the "
                             "model %zu", v->nbuf, m->n_params);
@@ -209,7 +244,6 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
      * at once: one region, as large as the larger of the two, instead of both */
     tf_acts_set_region(m, &m->a, &d->region);
     tf_acts_set_region(m, &m->ra, &d->region);
-    d->train = true;
     return 0;
 }
 
@@ -218,7 +252,7 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
 static void grad_pointers(dllm_tf *m)
 {
     tf_device *d = m->dev;
-    const tf_view *v = &d->tv;
+    const tf_view *v = masters(d); /* the gradients' layout: the trainable copy's */
     if (m->lora_rank) {
         for (int k = 0; k < m->L * DLLM_NLIN; k++) {
             const tf_lora *a = &d->ad[k];
@@ -244,11 +278,6 @@ tf_bwd_target tf_device_bwd_target(dllm_tf *m)
 {
     tf_device *d = m->dev;
     dllm_backend *be = d->be;
-    if (m->prec.trainer_bf16 && !m->lora_rank) { /* packed base linears have no dW */
-        fprintf(stderr, "%s backward: full fine-tuning under a bf16 trainer on the device\n",
-                m->arch->name);
-        abort();
-    }
     int rows = m->a.R < d->lg_rows ? m->a.R : d->lg_rows;
     if (rows > d->dlog_rows) {
         if (d->dlog)
@@ -274,8 +303,10 @@ bool tf_device_update(dllm_tf *m, tf_update *u, bool step)
 
 void tf_device_updated(dllm_tf *m)
 {
-    if (tf_device_training(m))
+    if (tf_device_training(m)) {
         host_copy_stale(m); /* until it is read there */
+        tf_device_trainer_follow(m);
+    }
 }
 
 void dllm_tf_device_grads(dllm_tf *m, float *out)
@@ -301,5 +332,6 @@ void tf_device_state_move(dllm_tf *m, dllm_state s, size_t off, size_t n, float 
     if (up && s == DLLM_STATE_PARAMS) {
         host_copy_stale(m);
         m->a.kept = TF_KEPT_NONE; /* kept for the old values */
+        follow_range(m, off, n);
     }
 }

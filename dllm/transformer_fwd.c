@@ -738,9 +738,10 @@ static int check_inputs(const dllm_tf *m, const int32_t *tokens, int B, int T,
 /* ---- forwards over host inputs, wherever the model runs ---------------------------- */
 
 /* Where a forward runs and what it reads: the host (d NULL), or the device the model is
- * on: every forward without backward runs there, and the kept forward too once the model
- * trains there. The kept forward's set is m->a wherever it runs; one without backward
- * runs in the device's one set, or on the host in the trainer's or the rollout's. */
+ * on, every forward (the first kept forward there starts its training there:
+ * dllm_tf_device_train). The kept forward's set is m->a wherever it runs; one without
+ * backward runs in the device's one set, or on the host in the trainer's or the
+ * rollout's. */
 typedef struct {
     tf_device *d;
     dllm_backend *be;
@@ -757,9 +758,16 @@ const tf_view *tf_fwd_view(dllm_tf *m, bool rollout)
 
 static fwd_at fwd_place(dllm_tf *m, bool rollout, bool keep)
 {
-    if (!m->dev || (keep && !tf_device_training(m)))
+    if (!m->dev)
         return (fwd_at){NULL, m->be, rollout ? &m->ra : &m->a,
                         rollout ? tf_rollout_view(m) : &m->tv};
+    if (keep && !tf_device_training(m)) { /* a model on a device trains there */
+        dllm_err e;
+        if (dllm_tf_device_train(m, &e)) {
+            fprintf(stderr, "%s forward: %s\n", m->arch->name, e.msg);
+            abort();
+        }
+    }
     if (keep)
         m->a.kept = TF_KEPT_NONE;
     /* the view first: building or following it may mark the kept forward gone */

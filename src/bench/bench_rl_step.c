@@ -162,8 +162,7 @@ int bench_rl_step(int argc, char **argv)
                cfg_names_name(&cfg_names_rollout_precision, cfg.rollout.precision),
                cfg_names_name(&cfg_names_corr_method, cfg.correction.c.method),
                omp_get_max_threads(),
-               !dev ? "" : run.dev_update ? ", device cuda (update on the device)"
-                                          : ", device cuda (update on the host)",
+               dev ? ", device cuda (update on the device)" : "",
                steps);
         for (int i = 0; i < NT; i++)
             printf("  %-18s %9.4f s  %6.2f%%\n", names[i], tsum[i] / steps, 100 * tsum[i] / total);

@@ -225,13 +225,9 @@ static int load_model(const dllm_cfg *cfg, dllm_policy **m, dllm_tokenizer **tok
                           .device_flag = "device"};
     if (dllm_policy_open(m, &pc, err))
         return err->code;
-    /* on a device the update runs there too; where the device code cannot train this
-     * model the update stays on the host, saying why (as `train` does) */
-    if (dllm_policy_device(*m)) {
-        dllm_err e2 = {0};
-        if (dllm_tf_device_train(dllm_policy_model(*m), &e2))
-            fprintf(stderr, "sft: device cuda: the update runs on the host (%s)\n", e2.msg);
-    }
+    /* on a device the update runs there too */
+    if (dllm_policy_device(*m) && dllm_tf_device_train(dllm_policy_model(*m), err))
+        return err->code;
     if (cfg->model.path[0]) {
         snprintf(tok_path, tok_len, "%s/tokenizer.json", cfg->model.path);
     } else {

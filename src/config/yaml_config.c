@@ -204,9 +204,9 @@ static const cfg_key keys[] = {
      "root of every random stream"},
     {"device", K_ENUM, F(device), "cpu", 0, 0, &cfg_names_device,
      "cpu, or cuda: rollouts and the likelihoods on the CUDA backend, and the update "
-     "(forward, backward, clip, AdamW) with LoRA (fp32 or bf16 trainer) or full fine-tuning "
-     "(fp32 trainer), else on the host; several ranks: one device each, gradients summed "
-     "with NCCL; sft: the whole step, likewise"},
+     "(forward, backward, clip, AdamW) too, LoRA or full fine-tuning, fp32 or bf16 trainer; "
+     "several ranks: one device each, gradients summed with NCCL; sft: the whole step, "
+     "likewise"},
     {"model.path", K_STR, F(model.path), "", 0, 0, NULL,
      "HF model directory (config.json + safetensors + tokenizer.json); empty: a random preset"},
     {"model.preset", K_ENUM, F(model.preset), "tiny", 0, 0, &cfg_names_preset,
@@ -216,7 +216,8 @@ static const cfg_key keys[] = {
     {"model.dtype", K_ENUM, F(model.dtype), "f32", 0, 0, &cfg_names_dtype,
      "checkpoint dtype written"},
     {"model.trainer_precision", K_ENUM, F(model.trainer_precision), "fp32", 0, 0, &cfg_names_trainer_precision,
-     "bf16 rounds the trainer's weights and linear inputs to bf16 (CPU)"},
+     "bf16 rounds the trainer's weights and linear inputs to bf16 (fp32 masters kept for "
+     "the update)"},
     {"model.lora.rank", K_INT, F(model.lora.rank), "0", 0, 4096, NULL,
      "LoRA rank (0: full fine-tuning)"},
     {"model.lora.alpha", K_FLOAT, F(model.lora.alpha), "16", 0, INF, NULL,

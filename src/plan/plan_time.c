@@ -376,9 +376,6 @@ static int check_shape(const pt_shape *s, dllm_err *err)
     if (s->cache != DLLM_CACHE_NONE && s->cfg)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.cache %s: classifier-free guidance "
                             "(rollout.cfg_scale > 0) is not cached", dllm_cache_name(s->cache));
-    if (s->prec.trainer_bf16 && s->lora_rank <= 0)
-        return dllm_err_set(err, DLLM_EXIT_INPUT, "model.trainer_precision bf16 without LoRA: "
-                            "the update runs on the host, plan --time models the device's");
     return 0;
 }
 

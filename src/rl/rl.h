@@ -56,8 +56,6 @@ typedef struct {
     int max_canvas;       /* canvases per forward call in the likelihood plans */
 
     size_t n_param;
-    bool dev_update;        /* device: cuda: backward, gradients and AdamW on the device
-                               (the model keeps its optimizer state where it trains) */
     long opt_step;        /* AdamW steps taken (bias correction, warmup) */
     float *ref_params;    /* beta > 0: the reference policy's trainable vector */
     int64_t ref_synced_at;

@@ -329,19 +329,11 @@ int rl_run_open(rl_run *run, const dllm_cfg *cfg, const char *run_dir, dllm_err 
         dllm_optim_state_read(dllm_policy_optim(run->pol), DLLM_STATE_PARAMS, 0, run->n_param,
                               run->ref_params);
     }
-    /* the update on the device: an fp32 trainer, or LoRA under a bf16 one; otherwise it
-     * stays on the host, as the note says. Several ranks sum the device gradients with
-     * NCCL (rl_step.c). */
-    if (dllm_policy_device(run->pol)) {
-        dllm_err e2;
-        int rc = dllm_tf_device_train(dllm_policy_model(run->pol), &e2);
-        run->dev_update = rc == 0;
-        if (rc && run->rank == 0)
-            fprintf(stderr, "device cuda: the update runs on the host (%s)\n", e2.msg);
-        /* every rank decides alike (same config), so all or none open it */
-        if (run->dev_update && comm_device_open(err))
-            return err->code;
-    }
+    /* on a device the update runs there too; several ranks sum the device gradients with
+     * NCCL (rl_step.c), every rank alike (same config) */
+    if (dllm_policy_device(run->pol) &&
+        (dllm_tf_device_train(dllm_policy_model(run->pol), err) || comm_device_open(err)))
+        return err->code;
     return dllm_policy_sync_rollout(run->pol, NULL, err);
 }
 

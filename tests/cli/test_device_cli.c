@@ -240,7 +240,6 @@ START_TEST(test_sft_matches_cpu)
     ck_assert_int_eq(tu_sh("%s sft %s/%s.yaml --quiet 2>/dev/null", tu_bin(), tu_dir, cpu), 0);
     ck_assert_int_eq(tu_sh("%s sft %s/%s.yaml --quiet 2>%s/sft-err-%d", tu_bin(), tu_dir, dev, tu_dir, _i),
                      0);
-    ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/sft-err-%d", tu_dir, _i), 1);
     double la[8], na[8], lb[8], nb[8];
     ck_assert_int_eq(sft_log(cpu, la, na, 8), 4);
     ck_assert_int_eq(sft_log(dev, lb, nb, 8), 4);
@@ -294,44 +293,51 @@ static double *col(const char *run, const char *dset, int64_t *n)
     return tu_log_column(dset, n, "%s/runs/%s/log.h5", tu_dir, run);
 }
 
-static void write_rl(const char *name, const char *device)
+static void write_rl(const char *name, const char *device, int lora_rank)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/%s.yaml", tu_dir, name);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fprintf(f, "experiment: %s\nseed: 5\ndevice: %s\n"
-               "model: {path: %s/runs/base/ckpt/latest, lora: {rank: 4, alpha: 16}, "
+               "model: {path: %s/runs/base/ckpt/latest, lora: {rank: %d, alpha: 16}, "
                "trainer_precision: bf16}\n"
                "task: {name: sudoku, format: plain, chat: plain, train: {n: 16}, max_blanks: 10}\n"
                "rollout: {precision: bf16, group_size: 4, gen_length: 34, block_length: 34, "
                "steps: 4, temperature: 1.0}\n"
-               "grpo: {steps: 3, prompts_per_step: 2, inner_steps: 2, fresh_masks: true}\n"
+               "grpo: {steps: 3, prompts_per_step: 2, inner_steps: %d, fresh_masks: true}\n"
                "correction: {method: ais}\noptim: {lr: 1e-2, grad_clip: 1.0, eps: 1e-4}\n"
                "eval: {every: 0}\nlog: {dir: %s/runs, grad_cosine: true}\ncheckpoint: {every: 0}\n",
-            name, device, tu_dir, tu_dir);
+            name, device, tu_dir, lora_rank, lora_rank ? 2 : 1, tu_dir);
     fclose(f);
 }
 
+/* _i: 0 LoRA (rank 4), 1 full fine-tuning (fp32 masters beside the rounded copy; one
+ * inner update, so step 1's values are the gradients of the same weights: after a first
+ * AdamW step at this lr every element whose gradient is rounding noise has moved by lr
+ * either way, 11 % of the loss apart, measured) */
 START_TEST(test_train_bf16_matches_cpu)
 {
-    write_rl("rl-cpu", "cpu");
-    write_rl("rl-dev", "cuda");
-    ck_assert_int_eq(tu_sh("%s train %s/rl-cpu.yaml --quiet 2>/dev/null", tu_bin(), tu_dir), 0);
-    ck_assert_int_eq(tu_sh("%s train %s/rl-dev.yaml --quiet 2>%s/rl-err", tu_bin(), tu_dir, tu_dir), 0);
-    ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/rl-err", tu_dir), 1);
+    char cpu[32], dev[32];
+    snprintf(cpu, sizeof cpu, "rl-cpu-%d", _i);
+    snprintf(dev, sizeof dev, "rl-dev-%d", _i);
+    write_rl(cpu, "cpu", _i ? 0 : 4);
+    write_rl(dev, "cuda", _i ? 0 : 4);
+    ck_assert_int_eq(tu_sh("%s train %s/%s.yaml --quiet 2>/dev/null", tu_bin(), tu_dir, cpu), 0);
+    ck_assert_int_eq(tu_sh("%s train %s/%s.yaml --quiet", tu_bin(), tu_dir, dev), 0);
     /* grad_cosine: the uncorrected gradient's extra backward, where the model trains */
     const char *m[] = {"steps/loss", "steps/grad_norm", "steps/reward_mean", "steps/grad_cosine",
                        "steps/grad_norm_ratio"};
     for (int k = 0; k < 5; k++) {
         int64_t n, n2;
-        double *a = col("rl-cpu", m[k], &n), *b = col("rl-dev", m[k], &n2);
+        double *a = col(cpu, m[k], &n), *b = col(dev, m[k], &n2);
         ck_assert_int_eq(n, 3);
         ck_assert_int_eq(n2, 3);
         if (k == 2)
             ck_assert_msg(a[0] > 0, "step 1 has no reward signal: nothing was compared");
         for (int i = 0; i < 3; i++) {
-            printf("train bf16 LoRA %s step %d: cpu %.9g device %.9g\n", m[k], i + 1, a[i], b[i]);
+            printf("train bf16 %s %s step %d: cpu %.9g device %.9g\n", _i ? "full" : "LoRA", m[k],
+                   i + 1, a[i], b[i]);
             if (i > 0) /* later rollouts follow the updates: not compared */
                 continue;
             /* the bf16 trainer's roundings follow each side's fp32 sum order, which
@@ -430,7 +436,7 @@ Suite *tu_suite(tu_ctx *ctx)
         if (have) {
             tcase_add_loop_test(tc, test_sft_matches_cpu, 0, 3);
             tcase_add_loop_test(tc, test_sft_resume_exact, 0, 2);
-            tcase_add_test(tc, test_train_bf16_matches_cpu);
+            tcase_add_loop_test(tc, test_train_bf16_matches_cpu, 0, 2);
             tcase_add_test(tc, test_bench_rl_step_device);
         }
     }

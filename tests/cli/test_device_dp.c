@@ -241,8 +241,7 @@ START_TEST(test_train_two_ranks_match_one)
     ck_assert_int_eq(tu_sh("DLLM_CUDA_ATTENTION=fp32 " MPIRUN "-x DLLM_CUDA_ATTENTION %s train %s "
                            "--jsonl --set experiment=%s >%s/%s.out 2>%s/%s.err", tu_bin(), cfg,
                            two, tu_dir, two, tu_dir, two), 0);
-    /* the update ran on the devices of both ranks; one progress line per step */
-    ck_assert_int_eq(tu_sh("grep -q 'update runs on the host' %s/%s.err", tu_dir, two), 1);
+    /* one progress line per step (the update runs on the devices, or train stops) */
     ck_assert_int_eq(tu_sh("test $(grep -c '\"step\"' %s/%s.out) -eq %d", tu_dir, two, STEPS), 0);
     ck_assert_int_eq(tu_sh("test $(grep -c '\"step\"' %s/%s.out) -eq %d", tu_dir, one, STEPS), 0);
     /* relative tolerances per configuration: LoRA's elements that step either way (above),
