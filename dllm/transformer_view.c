@@ -79,14 +79,17 @@ void tf_merged_weight(const dllm_tf *m, int l, int j, float *dst)
 }
 
 /* The host matrix linear j of layer l is built from: the base weight, or (merge) the
- * weight with its adapter merged, in hst. */
-static const float *lin_source(const dllm_tf *m, int l, int j, bool merge, float *hst)
+ * weight with its adapter merged, in *hst (allocated, as large as the largest linear, by
+ * the first merge that needs it). */
+static const float *lin_source(const dllm_tf *m, int l, int j, bool merge, float **hst)
 {
     const tf_lora *ad = m->ad ? &m->ad[l * DLLM_NLIN + j] : NULL;
     if (!merge || !ad || !ad->A)
         return m->lw[l].t[j];
-    tf_merged_weight(m, l, j, hst);
-    return hst;
+    if (!*hst)
+        *hst = dllm_malloc(tf_max_linear(m) * sizeof(float));
+    tf_merged_weight(m, l, j, *hst);
+    return *hst;
 }
 
 size_t tf_max_linear(const dllm_tf *m)
@@ -128,7 +131,7 @@ int tf_view_build(dllm_tf *m, tf_view *v, const tf_view_spec *s, const dllm_prec
     if (!v->lw)
         v->lw = dllm_calloc((size_t)m->L, sizeof *v->lw);
     v->be = be;
-    float *hst = s->hstage ? s->hstage : dllm_malloc(tf_max_linear(m) * sizeof(float));
+    float *hst = s->hstage;
     float *dst = v->buf;
     /* every tensor but the packed linears: copied on be from `from`, or from the host */
 #define PUT(field, hsrc, dsrc, cnt)                                                              \
@@ -147,7 +150,7 @@ int tf_view_build(dllm_tf *m, tf_view *v, const tf_view_spec *s, const dllm_prec
             if (!m->lw[l].t[t] || (t < DLLM_NLIN && s->lin != TF_LIN_F32))
                 v->lw[l].t[t] = NULL;
             else if (t < DLLM_NLIN)
-                PUT(v->lw[l].t[t], lin_source(m, l, t, s->merge, hst), s->from->lw[l].t[t],
+                PUT(v->lw[l].t[t], lin_source(m, l, t, s->merge, &hst), s->from->lw[l].t[t],
                     tf_slot_numel(m, t));
             else
                 PUT(v->lw[l].t[t], m->lw[l].t[t], s->from->lw[l].t[t], tf_slot_numel(m, t));
@@ -186,7 +189,7 @@ int tf_view_build(dllm_tf *m, tf_view *v, const tf_view_spec *s, const dllm_prec
         for (int j = 0; j < DLLM_NLIN && !rc; j++) {
             int o, i;
             tf_lin_shape(m, j, &o, &i);
-            const float *hsrc = s->from ? NULL : lin_source(m, l, j, s->merge, hst);
+            const float *hsrc = s->from ? NULL : lin_source(m, l, j, s->merge, &hst);
             const float *src = s->from ? s->from->lw[l].t[j] : host ? hsrc : NULL;
             rc = be->ops->pack_weight(be, tf_lin_weight(v, l, j), src, hsrc, s->stage, o, i,
                                       &a, err);
@@ -209,7 +212,7 @@ int tf_view_build(dllm_tf *m, tf_view *v, const tf_view_spec *s, const dllm_prec
             }
         }
     }
-    if (!s->hstage)
+    if (hst != s->hstage)
         free(hst);
     return rc;
 }
