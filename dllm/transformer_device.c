@@ -3,8 +3,8 @@
  *
  * What lives where once a model is on a device:
  *   host    the weights as loaded (the trainable vector until the model trains here; the frozen
- *           base under LoRA), LoRA, and the host trainer's state when the update runs
- *           on the host;
+ *           base under LoRA) and LoRA: no trainer copy, no activations, no optimizer
+ *           state (the first kept forward starts the training here);
  *   device  the trainer view (fp32, or bf16: packed bf16 linears, the rest rounded;
  *           LoRA applied at run time from uploaded A/B copies, as on the host; built
  *           on first use after each sync), the
@@ -375,9 +375,12 @@ int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
         d->stage = dalloc(d, mx * sizeof(float));
         d->hstage = dllm_malloc(mx * sizeof(float));
         d->lg_rows = dllm_tf_device_chunk_rows(m->V);
-        /* the host's rollout copy and its activations are not used from now on */
+        /* the host's rollout copy, its activations and a bf16 trainer's rounded copy are
+         * not used from now on (the host keeps the masters) */
         tf_view_free(m, &m->rv);
         tf_acts_free(&m->ra);
+        if (m->tv.buf)
+            tf_view_master(m, &m->tv);
     }
     int rc = tf_device_sync(m, err);
     if (rc) { /* the model stays on the host, its rollout copy rebuilt there */

@@ -248,8 +248,9 @@ dllm_precision dllm_tf_get_precision(const dllm_tf *m) { return m->prec; }
 
 void tf_trainer_follow(dllm_tf *m)
 {
-    /* a bf16 trainer's rounded copy of the weights (LoRA's adapters are read at run time) */
-    if (m->prec.trainer_bf16 && m->tv.buf && !m->lora_rank)
+    /* a bf16 trainer's rounded copy of the weights (LoRA's adapters are read at run time);
+     * on a device the device's view follows its own writes */
+    if (m->prec.trainer_bf16 && m->tv.buf && !m->lora_rank && !m->dev)
         view_bf16_copy(m, &m->tv, false);
 }
 
@@ -259,10 +260,15 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
     int rc = dllm_precision_check(p, "dllm_tf_rollout_sync", err);
     if (rc)
         return rc;
-    /* the trainer's copy (the activations kept for backward belong to the old one) */
+    /* the trainer's copy (the activations kept for backward belong to the old one); on a
+     * device the trainer view is the device's (tf_device_sync below) and the host keeps
+     * only its masters */
     if (p->trainer_bf16 != m->prec.trainer_bf16)
         m->a.kept = TF_KEPT_NONE;
-    if (p->trainer_bf16) {
+    if (m->dev) {
+        if (m->tv.buf)
+            tf_view_master(m, &m->tv);
+    } else if (p->trainer_bf16) {
         if (!m->tv.buf)
             tf_view_free(m, &m->tv);
         view_bf16_copy(m, &m->tv, false);
