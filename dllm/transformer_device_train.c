@@ -76,24 +76,37 @@ static int segments(dllm_tf *m, size_t (*seg)[3])
     return n;
 }
 
+/* The pieces of elements [off, off + n) of the trainable vector, into seg (3 + L *
+ * DLLM_NT rows): each piece's offset from off (host order), its offset in the device
+ * layout, and its length; returns their count. */
+static int range_pieces(dllm_tf *m, size_t off, size_t n, size_t (*seg)[3])
+{
+    int ns = segments(m, seg), k = 0;
+    for (int i = 0; i < ns; i++) { /* k <= i: written over what was read */
+        size_t lo = seg[i][0] > off ? seg[i][0] : off;
+        size_t hi = seg[i][0] + seg[i][2] < off + n ? seg[i][0] + seg[i][2] : off + n;
+        if (lo >= hi)
+            continue;
+        size_t at = seg[i][1] + (lo - seg[i][0]);
+        seg[k][0] = lo - off, seg[k][1] = at, seg[k][2] = hi - lo;
+        k++;
+    }
+    return k;
+}
+
 /* Moves the elements [off, off + n) of the trainable vector between a host buffer of n
  * floats (host order) and device memory in the device layout. */
 static void transfer_range(dllm_tf *m, float *host, float *dev, size_t off, size_t n, bool up)
 {
     dllm_backend *be = m->dev->be;
     size_t(*seg)[3] = dllm_malloc((3 + (size_t)m->L * DLLM_NT) * sizeof *seg);
-    int ns = segments(m, seg);
-    for (int i = 0; i < ns; i++) {
-        size_t lo = seg[i][0] > off ? seg[i][0] : off;
-        size_t hi = seg[i][0] + seg[i][2] < off + n ? seg[i][0] + seg[i][2] : off + n;
-        if (lo >= hi)
-            continue;
-        float *h = host + (lo - off), *dv = dev + seg[i][1] + (lo - seg[i][0]);
-        size_t bytes = (hi - lo) * sizeof(float);
+    int np = range_pieces(m, off, n, seg);
+    for (int i = 0; i < np; i++) {
+        size_t bytes = seg[i][2] * sizeof(float);
         if (up)
-            be->ops->upload(be, dv, h, bytes);
+            be->ops->upload(be, dev + seg[i][1], host + seg[i][0], bytes);
         else
-            be->ops->download(be, h, dv, bytes);
+            be->ops->download(be, host + seg[i][0], dev + seg[i][1], bytes);
     }
     free(seg);
 }
@@ -107,15 +120,10 @@ static void follow_range(dllm_tf *m, size_t off, size_t n)
         return;
     dllm_backend *be = d->be;
     size_t(*seg)[3] = dllm_malloc((3 + (size_t)m->L * DLLM_NT) * sizeof *seg);
-    int ns = segments(m, seg);
-    for (int i = 0; i < ns; i++) {
-        size_t lo = seg[i][0] > off ? seg[i][0] : off;
-        size_t hi = seg[i][0] + seg[i][2] < off + n ? seg[i][0] + seg[i][2] : off + n;
-        if (lo >= hi)
-            continue;
-        size_t at = seg[i][1] + (lo - seg[i][0]); /* the same offset in both views */
-        be->ops->copy(be, d->tv.buf + at, d->mv.buf + at, (hi - lo) * sizeof(float));
-        be->ops->round_bf16(be, d->tv.buf + at, hi - lo);
+    int np = range_pieces(m, off, n, seg);
+    for (int i = 0; i < np; i++) { /* the same offset in both views */
+        be->ops->copy(be, d->tv.buf + seg[i][1], d->mv.buf + seg[i][1], seg[i][2] * sizeof(float));
+        be->ops->round_bf16(be, d->tv.buf + seg[i][1], seg[i][2]);
     }
     free(seg);
 }

@@ -127,6 +127,33 @@ static double nmse(const float *a, const float *b, size_t n)
     return s > 0 ? e / s : e;
 }
 
+/* What a parity check feeds both models: inputs, a logits buffer (NROWS, V) per side and
+ * random dlogits drawn from `seed`; n: the trainable vector's length, both sides'. */
+typedef struct {
+    int V;
+    size_t n;
+    int32_t tok[B * T], rows[NROWS];
+    uint8_t mask[B * T];
+    float *lh, *ld, *dl;
+} parity_io;
+
+static void parity_io_make(parity_io *io, dllm_tf *h, dllm_tf *d, uint64_t seed)
+{
+    io->V = dllm_tf_config(h)->embedding_size;
+    inputs(h, io->tok, io->mask, io->rows);
+    size_t nl = (size_t)NROWS * io->V, nd;
+    io->lh = malloc(sizeof(float) * nl), io->ld = malloc(sizeof(float) * nl);
+    io->dl = malloc(sizeof(float) * nl);
+    dllm_rng r = dllm_rng_make(seed, DLLM_RNG_INIT, 4, 0);
+    for (size_t i = 0; i < nl; i++)
+        io->dl[i] = (float)(0.1 * dllm_rng_normal(&r));
+    dllm_optim_trainable(dllm_tf_optim(h), &io->n);
+    dllm_optim_trainable(dllm_tf_optim(d), &nd);
+    ck_assert_uint_eq(io->n, nd);
+}
+
+static void parity_io_free(parity_io *io) { free(io->lh), free(io->ld), free(io->dl); }
+
 /* _i: arch (0..2) x {LoRA, full}; tc: attention on tensor cores (bf16 operands) with the
  * tolerances of test_grad_parity_tc, else the fp32 kernels the suite runs by default. */
 static void grad_parity(int _i, bool tc)
@@ -142,19 +169,13 @@ static void grad_parity(int _i, bool tc)
     ck_assert_int_eq(dllm_tf_to_device(d, be, &err), 0);
     ck_assert_int_eq(dllm_tf_device_train(d, &err), 0);
     ck_assert(dllm_tf_device_trains(d));
-    int V = dllm_tf_config(h)->embedding_size;
-    int32_t tok[B * T], rows[NROWS];
-    uint8_t mask[B * T];
-    inputs(h, tok, mask, rows);
-    float *lh = malloc(sizeof(float) * NROWS * V), *ld = malloc(sizeof(float) * NROWS * V);
-    float *dl = malloc(sizeof(float) * NROWS * V);
-    dllm_rng r = dllm_rng_make(79, DLLM_RNG_INIT, 4, 0);
-    for (int i = 0; i < NROWS * V; i++)
-        dl[i] = (float)(0.1 * dllm_rng_normal(&r));
-    size_t n, nd;
-    dllm_optim_trainable(dllm_tf_optim(h), &n);
-    dllm_optim_trainable(dllm_tf_optim(d), &nd);
-    ck_assert_uint_eq(n, nd);
+    parity_io io;
+    parity_io_make(&io, h, d, 79);
+    const int V = io.V;
+    const int32_t *tok = io.tok, *rows = io.rows;
+    const uint8_t *mask = io.mask;
+    float *lh = io.lh, *ld = io.ld, *dl = io.dl;
+    size_t n = io.n, nd;
     dllm_optim_zero_grad(dllm_tf_optim(h));
     dllm_optim_zero_grad(dllm_tf_optim(d));
     for (int rep = 0; rep < 2; rep++) { /* gradients accumulate across backward calls */
@@ -232,7 +253,7 @@ static void grad_parity(int _i, bool tc)
     }
     ck_assert(memcmp(md, mo, sizeof(float) * n) == 0);
     free(md), free(vd), free(p), free(mo), free(vo), free(gc), free(gcd), free(gd);
-    free(lh), free(ld), free(dl);
+    parity_io_free(&io);
     dllm_tf_free(h);
     dllm_tf_free(d);
     setenv("DLLM_CUDA_ATTENTION", "fp32", 1);
@@ -635,19 +656,13 @@ START_TEST(test_second_update_parity)
     dllm_tf *h = tiny(arch_i, lora), *d = tiny(arch_i, lora);
     ck_assert_int_eq(dllm_tf_to_device(d, be, &err), 0);
     ck_assert_int_eq(dllm_tf_device_train(d, &err), 0);
-    int V = dllm_tf_config(h)->embedding_size;
-    int32_t tok[B * T], rows[NROWS];
-    uint8_t mask[B * T];
-    inputs(h, tok, mask, rows);
-    float *lh = malloc(sizeof(float) * NROWS * V), *ld = malloc(sizeof(float) * NROWS * V);
-    float *dl = malloc(sizeof(float) * NROWS * V);
-    dllm_rng r = dllm_rng_make(80, DLLM_RNG_INIT, 4, 0);
-    for (int i = 0; i < NROWS * V; i++)
-        dl[i] = (float)(0.1 * dllm_rng_normal(&r));
-    size_t n, nd;
-    const float *ph = dllm_optim_trainable(dllm_tf_optim(h), &n);
-    dllm_optim_trainable(dllm_tf_optim(d), &nd);
-    ck_assert_uint_eq(n, nd);
+    parity_io io;
+    parity_io_make(&io, h, d, 80);
+    const int V = io.V;
+    const int32_t *tok = io.tok, *rows = io.rows;
+    const uint8_t *mask = io.mask;
+    float *lh = io.lh, *ld = io.ld, *dl = io.dl;
+    size_t n = io.n, nd;
     float *gd = malloc(sizeof(float) * n);
     for (int t = 1; t <= 3; t++) {
         dllm_optim_zero_grad(dllm_tf_optim(h));
@@ -674,14 +689,15 @@ START_TEST(test_second_update_parity)
         ck_assert(dllm_optim_step(dllm_tf_optim(h), &a) == nh);
         double ndv = dllm_optim_step(dllm_tf_optim(d), &a);
         ck_assert_msg(fabs(ndv - nh) <= 1e-5 * nh, "update %d: norm %g vs %g", t, ndv, nh);
-        ph = dllm_optim_trainable(dllm_tf_optim(h), &n);
+        const float *ph = dllm_optim_trainable(dllm_tf_optim(h), &n);
         double ep = nmse(dllm_optim_trainable(dllm_tf_optim(d), &nd), ph, n);
         printf("%s %s update %d: logits %.2e, gradient nmse %.2e, parameters nmse %.2e\n",
                ARCHS[arch_i], lora ? "LoRA" : "full", t, mx, e, ep);
         ck_assert_msg(ep <= 1e-10, "%s %s update %d: parameters normalised MSE %g",
                       ARCHS[arch_i], lora ? "LoRA" : "full", t, ep);
     }
-    free(gd), free(lh), free(ld), free(dl);
+    free(gd);
+    parity_io_free(&io);
     dllm_tf_free(h);
     dllm_tf_free(d);
 }
@@ -711,19 +727,13 @@ START_TEST(test_bf16_full_trains)
     ck_assert_int_eq(dllm_tf_to_device(d, be, &err), 0);
     ck_assert_msg(dllm_tf_device_train(d, &err) == 0, "%s", err.msg);
     ck_assert(dllm_tf_device_trains(d));
-    int V = dllm_tf_config(h)->embedding_size;
-    int32_t tok[B * T], rows[NROWS];
-    uint8_t mask[B * T];
-    inputs(h, tok, mask, rows);
-    float *lh = malloc(sizeof(float) * NROWS * V), *ld = malloc(sizeof(float) * NROWS * V);
-    float *dl = malloc(sizeof(float) * NROWS * V);
-    dllm_rng r = dllm_rng_make(81, DLLM_RNG_INIT, 4, 0);
-    for (int i = 0; i < NROWS * V; i++)
-        dl[i] = (float)(0.1 * dllm_rng_normal(&r));
-    size_t n, nd;
-    dllm_optim_trainable(dllm_tf_optim(h), &n);
-    dllm_optim_trainable(dllm_tf_optim(d), &nd);
-    ck_assert_uint_eq(n, nd);
+    parity_io io;
+    parity_io_make(&io, h, d, 81);
+    const int V = io.V;
+    const int32_t *tok = io.tok, *rows = io.rows;
+    const uint8_t *mask = io.mask;
+    float *lh = io.lh, *ld = io.ld, *dl = io.dl;
+    size_t n = io.n, nd;
     float *gd = malloc(sizeof(float) * n);
     for (int t = 1; t <= 4; t++) {
         if (t == 4) { /* both written from the host's vector moved by a little */
@@ -773,7 +783,8 @@ START_TEST(test_bf16_full_trains)
         ck_assert_msg(ep <= BF16_PARAM, "update %d: parameters normalised MSE %g", t, ep);
         ck_assert_msg(mr <= BF16_LOGIT, "update %d: rollout logits differ by %g", t, mr);
     }
-    free(gd), free(lh), free(ld), free(dl);
+    free(gd);
+    parity_io_free(&io);
     dllm_tf_free(h);
     dllm_tf_free(d);
 }
