@@ -25,7 +25,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dllm-rl sweep SWEEP.yaml [--jobs N] [--dry-run] [--summary]\n\n"
+            "usage: dllm-rl sweep SWEEP.yaml [--jobs N] [--arms A,B,...] [--dry-run] [--summary]\n\n"
             "Runs every arm x grid point of SWEEP.yaml as `dllm-rl train BASE --set ...`\n"
             "into LOG_DIR/NAME/RUN (LOG_DIR: the base config's log.dir), N runs at once\n"
             "(--jobs, default 1) with the OpenMP threads (OMP_NUM_THREADS, else the\n"
@@ -36,6 +36,7 @@ static void usage(FILE *f)
             "checkpoint), a failed one is reported while the others go on. Each run's\n"
             "output goes to RUN/train.log. Then LOG_DIR/NAME/summary.csv and summary.md:\n"
             "one row per run and, per arm, the mean and standard error over its done runs.\n"
+            "  --arms     run only these arms' runs (the summary still lists every run)\n"
             "  --dry-run  list the runs, their state and their overrides; run nothing\n"
             "  --summary  rebuild the summary from the run directories alone\n\n"
             "exit status: 0 every run done, 1 a run failed (or internal failure), 2 bad\n"
@@ -169,13 +170,51 @@ static int run_at(const sweep_file *sf, int n, int k)
     return (k % sf->n_arms) * per_arm + k / sf->n_arms;
 }
 
-static int dry_run(const sweep_file *sf, const sweep_run *runs, int n, const sweep_result *res,
-                   const char *sweep_dir)
+/* Marks in arm_on (sf->n_arms) the arms a --arms list names (NULL: every arm); an
+ * unknown name is an input error naming it and the arms there are. */
+static int select_arms(const sweep_file *sf, const char *list, bool *arm_on, dllm_err *err)
 {
-    printf("sweep %s: %d runs in %s (base %s), in the order they run\n", sf->name, n, sweep_dir,
+    for (int a = 0; a < sf->n_arms; a++)
+        arm_on[a] = list == NULL;
+    if (!list)
+        return 0;
+    char *copy = dllm_malloc(strlen(list) + 1), *save = NULL;
+    strcpy(copy, list);
+    int rc = 0, named = 0;
+    for (char *t = strtok_r(copy, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
+        int a = 0;
+        while (a < sf->n_arms && strcmp(sf->arms[a].name, t))
+            a++;
+        if (a == sf->n_arms) {
+            char known[1024] = "";
+            for (int b = 0; b < sf->n_arms; b++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", b ? ", " : "",
+                         sf->arms[b].name);
+            rc = dllm_err_set(err, DLLM_EXIT_INPUT, "--arms: %s: no arm '%s' (its arms: %s)",
+                              sf->path, t, known);
+        } else {
+            arm_on[a] = true;
+            named++;
+        }
+    }
+    if (!rc && !named)
+        rc = dllm_err_set(err, DLLM_EXIT_INPUT, "--arms: no arm named in '%s'", list);
+    free(copy);
+    return rc;
+}
+
+static int dry_run(const sweep_file *sf, const sweep_run *runs, int n, const sweep_result *res,
+                   const char *sweep_dir, const bool *arm_on)
+{
+    int ns = 0;
+    for (int r = 0; r < n; r++)
+        ns += arm_on[runs[r].arm];
+    printf("sweep %s: %d runs in %s (base %s), in the order they run\n", sf->name, ns, sweep_dir,
            sf->base);
     for (int k = 0; k < n; k++) {
         const int r = run_at(sf, n, k);
+        if (!arm_on[runs[r].arm])
+            continue;
         const sweep_result *x = &res[r];
         const char *what = x->status == RUN_DONE       ? "skip (done)"
                            : x->status == RUN_MISSING  ? "start"
@@ -190,15 +229,19 @@ static int dry_run(const sweep_file *sf, const sweep_run *runs, int n, const swe
 }
 
 static int execute(const sweep_file *sf, const sweep_run *runs, int n, sweep_result *res,
-                   const char *sweep_dir, int jobs, dllm_err *err)
+                   const char *sweep_dir, int jobs, const bool *arm_on, dllm_err *err)
 {
     const int threads = total_threads() / jobs > 0 ? total_threads() / jobs : 1;
     int *queue = dllm_malloc(sizeof *queue * (size_t)(n + 1));
     bool *resume = dllm_calloc((size_t)n + 1, sizeof *resume);
     int nq = 0, failed = 0;
     char rd[4200], p[4300];
+    int ns = 0; /* the runs of the selected arms */
     for (int k = 0; k < n; k++) {
         const int r = run_at(sf, n, k);
+        if (!arm_on[runs[r].arm])
+            continue;
+        ns++;
         if (res[r].status == RUN_DONE) {
             printf("skip %s (done)\n", runs[r].name);
             continue;
@@ -217,7 +260,7 @@ static int execute(const sweep_file *sf, const sweep_run *runs, int n, sweep_res
         resume[r] = res[r].status != RUN_MISSING && res[r].resumable;
         queue[nq++] = r;
     }
-    printf("sweep %s: %d of %d runs to do, %d at once, %d threads each\n", sf->name, nq, n, jobs,
+    printf("sweep %s: %d of %d runs to do, %d at once, %d threads each\n", sf->name, nq, ns, jobs,
            threads);
     child *kids = dllm_calloc((size_t)jobs, sizeof *kids);
     int running = 0, next = 0, rc = 0;
@@ -296,12 +339,14 @@ static int execute(const sweep_file *sf, const sweep_run *runs, int n, sweep_res
 int cmd_sweep(int argc, char **argv)
 {
     static const struct option opts[] = {{"jobs", required_argument, 0, 'j'},
+                                         {"arms", required_argument, 0, 'a'},
                                          {"dry-run", no_argument, 0, 'd'},
                                          {"summary", no_argument, 0, 's'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     long jobs = 1;
     bool dry = false, summary = false;
+    const char *arms = NULL;
     dllm_err err = {0};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -310,6 +355,7 @@ int cmd_sweep(int argc, char **argv)
             if (cli_parse_int(optarg, "--jobs", 1, 1024, &jobs, &err))
                 return cli_fail("sweep", &err);
             break;
+        case 'a': arms = optarg; break;
         case 'd': dry = true; break;
         case 's': summary = true; break;
         case 'h': usage(stdout); return 0;
@@ -325,6 +371,9 @@ int cmd_sweep(int argc, char **argv)
         return cli_fail("sweep", &err);
     sweep_run *runs = NULL;
     int n = 0, rc = sweep_expand(&sf, &runs, &n, &err);
+    bool *arm_on = dllm_calloc((size_t)sf.n_arms + 1, sizeof *arm_on);
+    if (!rc)
+        rc = select_arms(&sf, arms, arm_on, &err);
     char sweep_dir[4200];
     snprintf(sweep_dir, sizeof sweep_dir, "%s/%s", sf.log_dir, sf.name);
     sweep_result *res = dllm_calloc((size_t)n + 1, sizeof *res);
@@ -332,7 +381,7 @@ int cmd_sweep(int argc, char **argv)
         rc = read_all(sweep_dir, runs, n, res, &err);
     int lock = -1;
     if (!rc && dry) {
-        rc = dry_run(&sf, runs, n, res, sweep_dir);
+        rc = dry_run(&sf, runs, n, res, sweep_dir, arm_on);
     } else if (!rc && summary) {
         if (!(rc = cli_mkdirs(sweep_dir, &err)) &&
             !(rc = sweep_write_summary(&sf, runs, n, res, sweep_dir, &err)))
@@ -351,12 +400,13 @@ int cmd_sweep(int argc, char **argv)
             sa.sa_handler = on_signal; /* no SA_RESTART: waitpid returns EINTR */
             sigaction(SIGINT, &sa, NULL);
             sigaction(SIGTERM, &sa, NULL);
-            rc = execute(&sf, runs, n, res, sweep_dir, (int)jobs, &err);
+            rc = execute(&sf, runs, n, res, sweep_dir, (int)jobs, arm_on, &err);
         }
     }
     if (lock >= 0)
         close(lock);
     free(res);
+    free(arm_on);
     sweep_runs_free(runs, n);
     sweep_file_free(&sf);
     if (rc)

@@ -6,7 +6,8 @@
  *    its standard error, mean alpha and rho_ess, mean |log w|), the per-arm rows
  *    with the mean of the runs; --summary rebuilds the same files from the run
  *    directories; --dry-run lists the runs as done; runs start grid point by grid
- *    point (both arms of seed 1 first);
+ *    point (both arms of seed 1 first); --arms runs and lists one arm's runs only and
+ *    names an arm the file lacks (exit 2);
  *  - a run that fails is reported (exit status 1, `failed (exit 2)` in the
  *    summary) while the others finish;
  *  - bad sweep files: file:line:col for unknown keys, bad override keys and values,
@@ -357,6 +358,24 @@ START_TEST(sweep_stops_restarts_and_summarises)
         at = hit;
     }
     ck_assert_ptr_nonnull(strstr(dry, "skip (done)"));
+    free(dry);
+    /* --arms: only that arm's runs (listed, and counted as the runs to do); an arm the
+     * file does not have is named, exit 2 */
+    ck_assert_int_eq(tu_sh("%s sweep %s --arms fp8-ais --dry-run > %s/dry.out", tu_bin(), sweep,
+                           tmp), 0);
+    dry = tu_slurp("%s", p);
+    ck_assert_msg(strstr(dry, ": 2 runs in") && strstr(dry, "\n  fp8-ais_seed=1 ") &&
+                      strstr(dry, "\n  fp8-ais_seed=2 ") && !strstr(dry, "reference_seed"),
+                  "--arms fp8-ais lists:\n%s", dry);
+    free(dry);
+    ck_assert_int_eq(tu_sh("%s sweep %s --arms reference > %s/dry.out", tu_bin(), sweep, tmp), 0);
+    dry = tu_slurp("%s", p);
+    ck_assert_msg(strstr(dry, "0 of 2 runs to do"), "--arms reference runs:\n%s", dry);
+    free(dry);
+    ck_assert_int_eq(tu_sh("%s sweep %s --arms reference,nope > %s/dry.out 2>&1", tu_bin(), sweep,
+                           tmp), 2);
+    dry = tu_slurp("%s", p);
+    ck_assert_msg(strstr(dry, "no arm 'nope'"), "%s", dry);
     free(dry);
 }
 END_TEST
