@@ -381,6 +381,7 @@ int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
         tf_acts_free(&m->ra);
         if (m->tv.buf)
             tf_view_master(m, &m->tv);
+        m->a.kept = TF_KEPT_NONE; /* a backward differentiates a forward made there */
     }
     int rc = tf_device_sync(m, err);
     if (rc) { /* the model stays on the host, its rollout copy rebuilt there */
