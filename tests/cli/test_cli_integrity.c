@@ -393,9 +393,9 @@ START_TEST(test_small_refusals)
     ck_assert_msg(!strstr(tu_err, "warning"), "%s", tu_err);
     /* the device key says what the code does (and what the README says) */
     ck_assert_int_eq(tu_dllm("config device"), 0);
-    ck_assert_msg(strstr(tu_out, "with LoRA (fp32 or bf16 trainer) or full fine-tuning (fp32 "
-                                "trainer), else on the host; several ranks: one device each, "
-                                "gradients summed with NCCL"),
+    ck_assert_msg(strstr(tu_out, "the update (forward, backward, clip, AdamW) too, LoRA or full "
+                                "fine-tuning, fp32 or bf16 trainer; several ranks: one device "
+                                "each, gradients summed with NCCL"),
                   "%s", tu_out);
 }
 END_TEST
