@@ -147,9 +147,8 @@ static void device_trainer(dllm_tf *m)
 
 const tf_view *tf_device_masters(dllm_tf *m)
 {
-    tf_device *d = m->dev;
     tf_device_view(m, false);
-    return d->mv.be ? &d->mv : &d->tv;
+    return tf_device_fp32(m->dev);
 }
 
 void tf_device_host_written(dllm_tf *m)

@@ -67,8 +67,13 @@ struct tf_device {
 /* The view a device forward reads (the host's trainer copy followed, and the trainer
  * view built first where it is not). */
 const tf_view *tf_device_view(dllm_tf *m, bool rollout);
-/* The trainer's fp32 copy on the device, built first where it is not: a bf16 trainer's
- * masters (full fine-tuning training here), otherwise the trainer view itself. */
+/* The trainer's fp32 copy on the device: a bf16 trainer's masters (full fine-tuning
+ * training here), otherwise the trainer view itself; tf_device_masters builds it first
+ * where it is not. */
+static inline const tf_view *tf_device_fp32(const tf_device *d)
+{
+    return d->mv.be ? &d->mv : &d->tv;
+}
 const tf_view *tf_device_masters(dllm_tf *m);
 /* A bf16 trainer's rounded copy made again from the masters on the device after they were
  * written (an optimizer step, a state write); no-op without masters. */

@@ -39,12 +39,10 @@ bool dllm_tf_device_trains(const dllm_tf *m) { return tf_device_training(m); }
 
 /* The device copy the optimizer updates (the trainer view must be built): the LoRA copy,
  * or the fp32 trainer view, or a bf16 trainer's masters beside its rounded copy. */
-static const tf_view *masters(tf_device *d) { return d->mv.be ? &d->mv : &d->tv; }
-
 static float *dev_trainable(dllm_tf *m)
 {
     tf_device *d = m->dev;
-    return m->lora_rank ? d->lora : masters(d)->buf;
+    return m->lora_rank ? d->lora : tf_device_fp32(d)->buf;
 }
 
 /* The trainable vector's tensors as (host offset, device offset, count) triples; returns
@@ -56,7 +54,7 @@ static int segments(dllm_tf *m, size_t (*seg)[3])
         seg[0][0] = 0, seg[0][1] = 0, seg[0][2] = m->n_lora;
         return 1;
     }
-    const tf_view *v = masters(d);
+    const tf_view *v = tf_device_fp32(d);
     int n = 0;
 #define SEG(h, dv, cnt)                                                                          \
     do {                                                                                         \
@@ -169,7 +167,8 @@ static void moments_carry(dllm_tf *m, bool up)
     dllm_backend *from = up ? dllm_backend_cpu() : d->be, *to = up ? d->be : dllm_backend_cpu();
     size_t n = m->lora_rank ? m->n_lora : m->n_params;
     /* the full fine-tune's device layout is the fp32 trainer view's (segments()) */
-    bool mapped = d->n_train == n && (m->lora_rank || (masters(d)->buf && !masters(d)->b16));
+    const tf_view *f32 = tf_device_fp32(d);
+    bool mapped = d->n_train == n && (m->lora_rank || (f32->buf && !f32->b16));
     if (!m->adam_m || m->adam_be != from || !mapped)
         return;
     float *om = m->adam_m, *ov = m->adam_v;
@@ -260,7 +259,7 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
 static void grad_pointers(dllm_tf *m)
 {
     tf_device *d = m->dev;
-    const tf_view *v = masters(d); /* the gradients' layout: the trainable copy's */
+    const tf_view *v = tf_device_fp32(d); /* the gradients' layout: the trainable copy's */
     if (m->lora_rank) {
         for (int k = 0; k < m->L * DLLM_NLIN; k++) {
             const tf_lora *a = &d->ad[k];
