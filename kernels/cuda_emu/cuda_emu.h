@@ -51,10 +51,11 @@ extern uint3 g_thread_idx, g_block_idx;
 extern dim3 g_block_dim, g_grid_dim;
 void syncthreads(const char *file, int line);
 /* Warp collective: deposits size bytes (at most WARP_SLOT_BYTES) of *val for this lane,
- * waits until every lane of mask has arrived, then copies the 32 lanes' values (32 * size
- * bytes) into all. */
+ * waits until every lane of mask has arrived, then copies lane src's value (size bytes)
+ * into out, or with src -1 the 32 lanes' values (32 * size bytes). */
 enum { WARP_SLOT_BYTES = 32 };
-void warp_exchange(unsigned mask, const void *val, size_t size, void *all, const char *what);
+void warp_exchange(unsigned mask, const void *val, size_t size, void *out, int src,
+                   const char *what);
 unsigned lane_id(void);
 void *dynamic_smem(void);
 void device_trap(const char *file, int line);
@@ -137,13 +138,13 @@ template <typename T> static inline T dllm_emu_shfl(unsigned mask, T v, int src,
                                                    const char *what)
 {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of T");
-    T all[32];
-    ::dllm_emu::warp_exchange(mask, &v, sizeof v, all, what);
     unsigned lane = ::dllm_emu::lane_id();
     unsigned base = lane & ~(unsigned)(width - 1);
-    if (src < 0 || src >= width)
-        return v; /* outside the segment: the caller's own value */
-    return all[base + (unsigned)src];
+    /* outside the segment: the caller's own value (it still takes part) */
+    int from = src < 0 || src >= width ? (int)lane : (int)(base + (unsigned)src);
+    T r;
+    ::dllm_emu::warp_exchange(mask, &v, sizeof v, &r, from, what);
+    return src < 0 || src >= width ? v : r;
 }
 template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int lm, int width = 32)
 {
@@ -171,7 +172,7 @@ static inline unsigned __ballot_sync(unsigned mask, int pred)
 {
     int all[32];
     int p = pred != 0;
-    ::dllm_emu::warp_exchange(mask, &p, sizeof p, all, "__ballot_sync");
+    ::dllm_emu::warp_exchange(mask, &p, sizeof p, all, -1, "__ballot_sync");
     unsigned r = 0;
     for (int l = 0; l < 32; l++)
         if (((mask >> l) & 1u) && all[l])
@@ -182,8 +183,8 @@ static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mas
 static inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
 static inline void __syncwarp(unsigned mask = 0xffffffffu)
 {
-    int all[32], z = 0;
-    ::dllm_emu::warp_exchange(mask, &z, sizeof z, all, "__syncwarp");
+    int z = 0, r;
+    ::dllm_emu::warp_exchange(mask, &z, sizeof z, &r, (int)::dllm_emu::lane_id(), "__syncwarp");
 }
 
 /* ---- atomics: fibers never interleave inside one, so plain read-modify-write ------ */

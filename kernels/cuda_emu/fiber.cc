@@ -2,9 +2,12 @@
  * barriers, warp collectives and the thread schedule.
  *
  * A fiber is a small stack (DLLM_EMU_STACK_KB, default 64 KiB, with a guard page) that
- * runs one kernel thread after another. It is entered the first time with setcontext
- * and afterwards switched with _setjmp/_longjmp, which do not save the signal mask (no
- * system call per switch). A thread runs until it reaches __syncthreads, a warp
+ * runs one kernel thread after another. On x86-64 a switch pushes the callee-saved
+ * registers and swaps stack pointers (ctx_switch); elsewhere, under a shadow stack or
+ * with DLLM_EMU_SWITCH=portable, a fiber is entered the first time with setcontext and
+ * afterwards switched with _setjmp/_longjmp, which do not save the signal mask (no
+ * system call per switch) but cost several times more: a reduction's shuffles switch at
+ * every step. A thread runs until it reaches __syncthreads, a warp
  * collective or its end; then the scheduler runs the next runnable thread in the order
  * chosen by DLLM_EMU_SCHEDULE:
  *   in-order (default)  threads 0, 1, ... and blocks in grid order
@@ -18,6 +21,7 @@
 #include "kernels/cuda_emu/emu_internal.h"
 
 #include <csetjmp>
+#include <cstdint>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -37,9 +41,17 @@ namespace {
 
 enum fstate { F_RUNNABLE, F_BARRIER, F_WARP, F_DONE, F_FAILED };
 
-struct fiber {
-    jmp_buf ctx;
+/* A saved execution context: a fiber's or the scheduler's. */
+struct fctx {
+    void *sp; /* the fast switch's: its stack pointer, the callee-saved registers and the
+                 resume address on top */
+    jmp_buf jb; /* the portable switch's */
     ucontext_t uc;
+    bool started; /* has a live context (else uc enters it) */
+};
+
+struct fiber {
+    fctx ctx;
     char *stack;
     bool started; /* has a live context that loops over kernel threads */
     fstate st;
@@ -47,21 +59,24 @@ struct fiber {
     unsigned linear;
     const char *bar_file;
     int bar_line;
-    void *xdst; /* where a completed warp exchange leaves the 32 values */
+    void *xdst; /* where a completed warp exchange leaves the values this lane asked for */
+    int xsrc;   /* the lane whose value it asked for, or -1: all 32 */
 };
 
 struct warp_state {
     unsigned mask, arrived;
     size_t size;
     const char *what;
-    unsigned char slot[32][WARP_SLOT_BYTES];
+    /* lane l's value at l * size: the 32 values every lane receives, in one copy each
+       (a reduction's shuffles are most of what the emulated kernels do) */
+    unsigned char vals[32 * WARP_SLOT_BYTES];
 };
 
 enum { MAX_THREADS = 1024 };
 
 fiber g_fib[MAX_THREADS];
 warp_state g_warp[MAX_THREADS / 32];
-jmp_buf g_sched;
+fctx g_sched; /* the scheduler's: live from the first switch away from it */
 fiber *g_cur;
 unsigned g_nthreads;
 thread_body g_body;
@@ -86,12 +101,15 @@ uint64_t next_rand(void)
     return g_rng * 0x2545F4914F6CDD1DULL;
 }
 
+void choose_switch(void);
+
 void read_schedule(void)
 {
     static bool done = false;
     if (done)
         return;
     done = true;
+    choose_switch();
     const char *s = getenv("DLLM_EMU_SCHEDULE");
     if (!s || !*s || !strcmp(s, "in-order") || !strcmp(s, "inorder")) {
         g_sched_kind = S_INORDER;
@@ -132,14 +150,104 @@ void order(std::vector<unsigned> &o, unsigned n)
         }
 }
 
+void fiber_main(void);
+
+/* The fast switch (x86-64, where no shadow stack checks returns: it returns into another
+ * stack), else the portable one; DLLM_EMU_SWITCH=portable chooses the portable one. */
+bool g_fast_switch;
+
+#if defined(__x86_64__)
+} // namespace
+} // namespace dllm_emu
+/* Saves the callee-saved registers on this stack, stores its pointer in *from, loads to
+ * and returns into what was saved there (the System V ABI's callee-saved state; the
+ * floating-point control words are never changed by the emulated code). */
+extern "C" void dllm_emu_ctx_switch(void **from, void *to);
+__asm__(".text\n"
+        ".globl dllm_emu_ctx_switch\n"
+        ".hidden dllm_emu_ctx_switch\n"
+        ".type dllm_emu_ctx_switch, @function\n"
+        "dllm_emu_ctx_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size dllm_emu_ctx_switch, .-dllm_emu_ctx_switch\n");
+namespace dllm_emu {
+namespace {
+
+[[noreturn]] void fiber_entry(void)
+{
+    fiber_main();
+    abort();
+}
+
+/* rdsspq is a no-op (the register keeps 0) unless a shadow stack is active. */
+bool shadow_stack_active(void)
+{
+    unsigned long long ssp = 0;
+    __asm__ volatile("rdsspq %0" : "+r"(ssp));
+    return ssp != 0;
+}
+#else
+bool shadow_stack_active(void) { return true; }
+#endif
+
+void choose_switch(void)
+{
+    const char *e = getenv("DLLM_EMU_SWITCH");
+    g_fast_switch = !shadow_stack_active() && !(e && !strcmp(e, "portable"));
+}
+
+/* A fresh context on [lo, hi) that enters fiber_main. */
+void ctx_init(fctx *c, char *lo, char *hi)
+{
+#if defined(__x86_64__)
+    if (g_fast_switch) {
+        void **sp = (void **)((uintptr_t)hi & ~(uintptr_t)15);
+        *--sp = NULL;                           /* fiber_entry's return address: none */
+        *--sp = (void *)(uintptr_t)fiber_entry; /* where the first switch returns to */
+        for (int i = 0; i < 6; i++)
+            *--sp = NULL; /* the six callee-saved registers popped on entry */
+        c->sp = sp;
+        return;
+    }
+#endif
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = lo;
+    c->uc.uc_stack.ss_size = (size_t)(hi - lo);
+    c->uc.uc_link = NULL;
+    makecontext(&c->uc, fiber_main, 0);
+    c->started = false;
+}
+
+void ctx_switch(fctx *from, fctx *to)
+{
+#if defined(__x86_64__)
+    if (g_fast_switch) {
+        dllm_emu_ctx_switch(&from->sp, to->sp);
+        return;
+    }
+#endif
+    from->started = true;
+    if (!_setjmp(from->jb)) {
+        if (to->started) {
+            _longjmp(to->jb, 1);
+        } else {
+            to->started = true;
+            setcontext(&to->uc);
+        }
+    }
+}
+
 void fiber_main(void)
 {
     for (;;) {
         fiber *f = g_cur;
         g_body(g_body_ctx);
         f->st = F_DONE;
-        if (!_setjmp(f->ctx))
-            _longjmp(g_sched, 1);
+        ctx_switch(&f->ctx, &g_sched);
         /* resumed for the next kernel thread: g_cur is this fiber again */
     }
 }
@@ -157,12 +265,8 @@ void fiber_prepare(fiber *f)
         mprotect(m, (size_t)page, PROT_NONE); /* overflow faults instead of corrupting */
         f->stack = (char *)m;
     }
-    getcontext(&f->uc);
     long page = sysconf(_SC_PAGESIZE);
-    f->uc.uc_stack.ss_sp = f->stack + page;
-    f->uc.uc_stack.ss_size = g_stack_bytes;
-    f->uc.uc_link = NULL;
-    makecontext(&f->uc, fiber_main, 0);
+    ctx_init(&f->ctx, f->stack + page, f->stack + page + g_stack_bytes);
 }
 
 /* Runs f until it yields or finishes. */
@@ -170,21 +274,13 @@ void switch_to(fiber *f)
 {
     g_cur = f;
     g_thread_idx = f->tid;
-    if (!_setjmp(g_sched)) {
-        if (f->started) {
-            _longjmp(f->ctx, 1);
-        } else {
-            f->started = true;
-            setcontext(&f->uc);
-        }
-    }
+    f->started = true;
+    ctx_switch(&g_sched, &f->ctx);
 }
 
 void yield_to_scheduler(void)
 {
-    fiber *f = g_cur;
-    if (!_setjmp(f->ctx))
-        _longjmp(g_sched, 1);
+    ctx_switch(&g_cur->ctx, &g_sched);
 }
 
 void block_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -323,7 +419,8 @@ void syncthreads(const char *file, int line)
 
 unsigned lane_id(void) { return g_cur->linear & 31u; }
 
-void warp_exchange(unsigned mask, const void *val, size_t size, void *all, const char *what)
+void warp_exchange(unsigned mask, const void *val, size_t size, void *out, int src,
+                   const char *what)
 {
     fiber *f = g_cur;
     unsigned lane = f->linear & 31u, w = f->linear / 32;
@@ -346,9 +443,10 @@ void warp_exchange(unsigned mask, const void *val, size_t size, void *all, const
                    "(mask 0x%08x)", w, lane, what, mask, W.arrived, W.what, W.mask);
         thread_fail();
     }
-    memcpy(W.slot[lane], val, size);
+    memcpy(W.vals + lane * size, val, size);
     W.arrived |= 1u << lane;
-    f->xdst = all;
+    f->xdst = out;
+    f->xsrc = src;
     if (W.arrived != mask) {
         f->st = F_WARP;
         yield_to_scheduler();
@@ -358,8 +456,10 @@ void warp_exchange(unsigned mask, const void *val, size_t size, void *all, const
         if (!((mask >> l) & 1u))
             continue;
         fiber *p = &g_fib[w * 32 + l];
-        for (unsigned s = 0; s < 32; s++)
-            memcpy((char *)p->xdst + s * size, W.slot[s], size);
+        if (p->xsrc >= 0)
+            memcpy(p->xdst, W.vals + (unsigned)p->xsrc * size, size);
+        else
+            memcpy(p->xdst, W.vals, 32 * size);
         if (p != f)
             p->st = F_RUNNABLE;
     }

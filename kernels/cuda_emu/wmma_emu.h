@@ -59,7 +59,7 @@ static inline void meet(const char *what, const void *ptr, unsigned ldm, unsigne
     if ((ldm * elem) % 16)
         ::dllm_emu::warp_matrix_fail(what, "ldm is not a multiple of 16 bytes");
     call mine = {ptr, ldm, layout}, all[32];
-    ::dllm_emu::warp_exchange(0xffffffffu, &mine, sizeof mine, all, what);
+    ::dllm_emu::warp_exchange(0xffffffffu, &mine, sizeof mine, all, -1, what);
     for (int l = 0; l < 32; l++)
         if (all[l].ptr != ptr || all[l].ldm != ldm || all[l].layout != layout)
             ::dllm_emu::warp_matrix_fail(what, "the lanes pass different pointers, strides "
@@ -143,7 +143,7 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
     static_assert(sizeof mine <= ::dllm_emu::WARP_SLOT_BYTES, "one exchange");
     memcpy(mine.a, a.x, sizeof mine.a);
     memcpy(mine.b, b.x, sizeof mine.b);
-    ::dllm_emu::warp_exchange(0xffffffffu, &mine, sizeof mine, all, "wmma::mma_sync");
+    ::dllm_emu::warp_exchange(0xffffffffu, &mine, sizeof mine, all, -1, "wmma::mma_sync");
     float out[detail::PER_LANE];
     for (int i = 0; i < detail::PER_LANE; i++) {
         int r, n;
@@ -173,7 +173,7 @@ static inline void mma_sync(fragment<accumulator, 16, 16, 16, int> &d,
     } mine, all[32];
     memcpy(mine.a, a.x, sizeof mine.a);
     memcpy(mine.b, b.x, sizeof mine.b);
-    ::dllm_emu::warp_exchange(0xffffffffu, &mine, sizeof mine, all, "wmma::mma_sync");
+    ::dllm_emu::warp_exchange(0xffffffffu, &mine, sizeof mine, all, -1, "wmma::mma_sync");
     int out[detail::PER_LANE];
     for (int i = 0; i < detail::PER_LANE; i++) {
         int r, n;
