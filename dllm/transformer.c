@@ -360,6 +360,8 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
             ad->dA = m->llist[k++].grad;
             ad->B = m->llist[k].data;
             ad->dB = m->llist[k++].grad;
+            if (m->shape_only) /* no values anywhere: an 8B plan's adapters stay untouched */
+                continue;
             /* PEFT: kaiming_uniform(a = sqrt(5)) on A [r, in] = U(-1/sqrt(in), 1/sqrt(in)) */
             double bound = 1.0 / sqrt((double)ad->in);
             dllm_rng r = dllm_rng_make(seed, DLLM_RNG_INIT,

@@ -326,6 +326,47 @@ static int try_fit(const dllm_model_config *mc, const pm_shape *s, pm_phase ph, 
     return ok;
 }
 
+/* The largest of *v's halvings (from / 2, from / 4, ... 1) with which the phase fits, into
+ * *v and *peak; false (and *v = from) when none does. The peak grows with the batch, so
+ * after the largest the smallest is tried and the rest by bisection: a few recordings of
+ * the step rather than one per halving (each is seconds at 8B). */
+static bool largest_fit(const dllm_model_config *mc, pm_shape *t, int *v, int from, pm_phase ph,
+                        int64_t cap, int64_t *peak)
+{
+    int K = 0; /* halvings down to 1 */
+    while ((from >> (K + 1)) >= 1)
+        K++;
+    int lo = 1, hi = K; /* the answer: the smallest k in [lo, hi] that fits; hi fits */
+    bool found = false;
+    for (int k = 1; k <= K && !found; k = k == 1 ? K : K + 1) { /* the ends first */
+        *v = from >> k;
+        if (try_fit(mc, t, ph, cap, peak)) {
+            found = true;
+            hi = k;
+        } else {
+            lo = k + 1;
+        }
+    }
+    if (!found) {
+        *v = from;
+        return false;
+    }
+    int64_t best = *peak, pk;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        *v = from >> mid;
+        if (try_fit(mc, t, ph, cap, &pk)) {
+            hi = mid;
+            best = pk;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    *v = from >> hi;
+    *peak = best;
+    return true;
+}
+
 int pm_suggest(const dllm_model_config *mc, const pm_shape *s, pm_phase ph, int64_t cap,
                char *buf, size_t n)
 {
@@ -340,21 +381,16 @@ int pm_suggest(const dllm_model_config *mc, const pm_shape *s, pm_phase ph, int6
         }
         t.recompute = s->recompute;
     }
-    if (ph != PM_ROLLOUT)
-        for (t.mb = s->mb / 2; t.mb >= 1; t.mb /= 2)
-            if (try_fit(mc, &t, ph, cap, &peak)) {
-                snprintf(buf, n, "--micro-batch %d (train.micro_batch: %d; peak %.2f GB)", t.mb,
-                         t.mb, (double)peak / 1e9);
-                return 1;
-            }
-    t.mb = s->mb;
-    if (ph != PM_SCORE)
-        for (t.B = s->B / 2; t.B >= 1; t.B /= 2)
-            if (try_fit(mc, &t, ph, cap, &peak)) {
-                snprintf(buf, n, "--rollout-batch %d (rollout.batch: %d; peak %.2f GB)", t.B, t.B,
-                         (double)peak / 1e9);
-                return 1;
-            }
+    if (ph != PM_ROLLOUT && largest_fit(mc, &t, &t.mb, s->mb, ph, cap, &peak)) {
+        snprintf(buf, n, "--micro-batch %d (train.micro_batch: %d; peak %.2f GB)", t.mb, t.mb,
+                 (double)peak / 1e9);
+        return 1;
+    }
+    if (ph != PM_SCORE && largest_fit(mc, &t, &t.B, s->B, ph, cap, &peak)) {
+        snprintf(buf, n, "--rollout-batch %d (rollout.batch: %d; peak %.2f GB)", t.B, t.B,
+                 (double)peak / 1e9);
+        return 1;
+    }
     return 0;
 }
 
