@@ -7,6 +7,20 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+/* The --precision paragraph of generate's and score's help (the same copies of the
+ * weights in both). */
+#define CLI_PRECISION_HELP \
+    "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights\n" \
+    "(bf16 products, fp32 sums); fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of\n" \
+    "the block linears, multiplied as an FP8 tensor core does (exact products, fp32 sums\n" \
+    "per 128-block, scales per block); fp8-exact the same copy simulated exactly\n" \
+    "(dequantised, fp32 GEMM); nvfp4 with an NVFP4 (W4A4, 16-element blocks) copy of the\n" \
+    "block linears, simulated (--nvfp4-scaling: one E4M3 scale per 16 or 32 elements,\n" \
+    "per row or per tensor, as rollout.nvfp4.scaling); int8 with an INT8 copy of the " \
+    "block linears (weights per\n" \
+    "output row at +-127, activations per token at +-63), exact integer products in\n" \
+    "int32 (oneDNN), scaled in fp32. The rest of a low-precision copy is bf16.\n"
+
 /* Parses "1,2,3" into a malloc'd array. Input error on anything else. */
 int cli_parse_ids(const char *s, const char *flag, int32_t **ids, int *n, dllm_err *err);
 /* Parses a non-negative integer flag value within [lo, hi]. */

@@ -33,15 +33,7 @@ static const char usage_text[] =
     "Autoregressive (qwen3, qwen3.5) models: exact (the default and the only one):\n"
     "token_logp[i] = log softmax(logits at position P+i-1 / T)[completion[i]];\n"
     "the masking flags (--mc, --p-mask-prompt, --commit-steps, --shrink) do not apply.\n"
-    "--precision: fp32 computes as the trainer; bf16 with a bf16 copy of the weights\n"
-    "(bf16 products, fp32 sums); fp8 with an FP8 (E4M3, 128x128 blockwise W8A8) copy of\n"
-    "the block linears, multiplied as an FP8 tensor core does (exact products, fp32 sums\n"
-    "per 128-block, scales per block); fp8-exact the same copy simulated exactly\n"
-    "(dequantised, fp32 GEMM); nvfp4 with an NVFP4 (W4A4, 16-element blocks) copy of the\n"
-    "block linears, simulated (--nvfp4-scaling: one E4M3 scale per 16 or 32 elements,\n"
-    "per row or per tensor, as rollout.nvfp4.scaling); int8 with an INT8 copy of the block linears (weights per\n"
-    "output row at +-127, activations per token at +-63), exact integer products in\n"
-    "int32 (oneDNN), scaled in fp32. The rest of a low-precision copy is bf16.\n"
+    CLI_PRECISION_HELP
     "--device cuda computes the forwards on the CUDA backend (the estimator on the\n"
     "host, reading the logits of the rows it scores); cpu (the default) on the host.\n"
     "Without a usable CUDA device (or in a build without CUDA) cuda is refused.\n";
