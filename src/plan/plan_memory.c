@@ -336,34 +336,28 @@ static bool largest_fit(const dllm_model_config *mc, pm_shape *t, int *v, int fr
     int K = 0; /* halvings down to 1 */
     while ((from >> (K + 1)) >= 1)
         K++;
-    int lo = 1, hi = K; /* the answer: the smallest k in [lo, hi] that fits; hi fits */
-    bool found = false;
-    for (int k = 1; k <= K && !found; k = k == 1 ? K : K + 1) { /* the ends first */
-        *v = from >> k;
-        if (try_fit(mc, t, ph, cap, peak)) {
-            found = true;
-            hi = k;
-        } else {
-            lo = k + 1;
+    int lo = 1, hi = 1; /* the answer: the smallest k in [lo, hi] that fits; hi fits */
+    int64_t pk;
+    *v = from >> 1;
+    if (K == 0 || !try_fit(mc, t, ph, cap, peak)) {
+        *v = from >> K;
+        if (K <= 1 || !try_fit(mc, t, ph, cap, peak)) {
+            *v = from;
+            return false;
         }
+        lo = 2, hi = K;
     }
-    if (!found) {
-        *v = from;
-        return false;
-    }
-    int64_t best = *peak, pk;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
         *v = from >> mid;
         if (try_fit(mc, t, ph, cap, &pk)) {
             hi = mid;
-            best = pk;
+            *peak = pk;
         } else {
             lo = mid + 1;
         }
     }
     *v = from >> hi;
-    *peak = best;
     return true;
 }
 

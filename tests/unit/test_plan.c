@@ -553,6 +553,49 @@ END_TEST
 /* train with a cap: a plan that does not fit is refused (exit 2, the message names the
  * cap and what to change) before anything is written; one that fits is printed first and
  * the run goes on. */
+/* A refusal's micro-batch suggestion is the largest halving that fits (found by
+ * bisection): with the cap at the peak of micro-batch 32, 8 or 1 (tiny model, 64 asked
+ * for) that one is named; under the smallest's peak none is; a micro-batch of 2 or 3 (a
+ * single halving) that cannot fit is refused, not searched for ever. */
+START_TEST(test_bin_suggest_bisects)
+{
+    char args[1024];
+    long long pk[7]; /* micro-batch 64 >> i */
+    for (int i = 0; i < 7; i++) {
+        snprintf(args, sizeof args, "%s/llada-8b-gsm8k-d1.yaml --preset tiny --device cuda "
+                 "--micro-batch %d", configs, 64 >> i);
+        pk[i] = peak_of(args);
+        ck_assert_msg(pk[i] > 0 && (i == 0 || pk[i] < pk[i - 1]), "peak %lld at %d", pk[i],
+                      64 >> i);
+    }
+    const int want[] = {32, 8, 1};
+    for (int w = 0; w < 3; w++) {
+        int i = 0;
+        while ((64 >> i) != want[w])
+            i++;
+        char *out, *errs, fix[64];
+        int rc = tu_dllm_take(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny "
+                              "--device cuda --micro-batch 64 --max-gpu-memory %lldb",
+                              configs, pk[i]);
+        snprintf(fix, sizeof fix, "This fits: --micro-batch %d ", want[w]);
+        ck_assert_msg(rc == 2 && strstr(errs, fix), "cap %lld: exit %d: %s", pk[i], rc, errs);
+        free(out), free(errs);
+    }
+    char *out, *errs;
+    int rc = tu_dllm_take(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --device "
+                          "cuda --micro-batch 64 --max-gpu-memory %lldb", configs, pk[6] - 1);
+    ck_assert_msg(rc == 2 && !strstr(errs, "This fits: --micro-batch"), "exit %d: %s", rc, errs);
+    free(out), free(errs);
+    for (int mb = 2; mb <= 3; mb++) {
+        rc = tu_dllm_take(&out, &errs, "plan %s/llada-8b-gsm8k-d1.yaml --preset tiny --device "
+                          "cuda --micro-batch %d --max-gpu-memory 1MB", configs, mb);
+        ck_assert_msg(rc == 2 && strstr(errs, "does not fit"), "micro-batch %d: exit %d: %s", mb,
+                      rc, errs);
+        free(out), free(errs);
+    }
+}
+END_TEST
+
 START_TEST(test_bin_train_cap)
 {
     char yaml[300], runs[300];
@@ -778,6 +821,7 @@ static Suite *suite(bool bin)
         tcase_add_test(tc, test_bin_qwen3_recipe);
         tcase_add_test(tc, test_bin_cpu);
         tcase_add_test(tc, test_bin_bad_input);
+        tcase_add_test(tc, test_bin_suggest_bisects);
         tcase_add_test(tc, test_bin_train_cap);
         tcase_add_test(tc, test_bin_sft_cap);
         tcase_add_test(tc, test_bin_phase);
