@@ -75,12 +75,35 @@ static const dllm_arch_preset qwen35_presets[] = {
 
 #define PRESETS(p) .presets = p, .n_presets = (int)(sizeof p / sizeof p[0])
 
-/* LLaDA names, accepted slot for slot by Qwen3 and Dream. */
 /* Qwen3.5's further LoRA targets: its Gated DeltaNet layers' projections. */
 static const char *const qwen35_lora_more[] = {"in_proj_qkv", "in_proj_z", "out_proj", NULL};
 
+/* LLaDA names, accepted slot for slot by Qwen3 and Dream. */
 static const char *const llada_names[DLLM_NLIN] = {"q_proj", "k_proj", "v_proj", "attn_out",
                                                    "ff_proj", "up_proj", "ff_out"};
+
+/* The HF Qwen family's layout (Qwen2.5, which Dream keeps; Qwen3; Qwen3.5's full-attention
+ * layers and MLP): tensor names, the layer's paths, LoRA target names (LLaDA's accepted
+ * slot for slot). */
+#define QWEN_TENSORS                                                                             \
+    .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",                     \
+    .head = "lm_head.weight", .layer_fmt = "model.layers.%d."
+#define QWEN_LAYER_PATHS                                                                         \
+    [DLLM_LIN_Q] = "self_attn.q_proj", [DLLM_LIN_K] = "self_attn.k_proj",                        \
+    [DLLM_LIN_V] = "self_attn.v_proj", [DLLM_LIN_O] = "self_attn.o_proj",                        \
+    [DLLM_LIN_GATE] = "mlp.gate_proj", [DLLM_LIN_UP] = "mlp.up_proj",                            \
+    [DLLM_LIN_DOWN] = "mlp.down_proj", [DLLM_T_ATTN_NORM] = "input_layernorm",                   \
+    [DLLM_T_MLP_NORM] = "post_attention_layernorm"
+#define QWEN_LORA                                                                                \
+    .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},  \
+    .lora_alias = llada_names
+/* Qwen3's layer (and Qwen3.5's full-attention one): q/k RMSNorm, no biases. */
+#define QWEN3_LAYER                                                                              \
+    .path = {QWEN_LAYER_PATHS, [DLLM_T_Q_NORM] = "self_attn.q_norm",                             \
+             [DLLM_T_K_NORM] = "self_attn.k_norm"},                                              \
+    .order = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V, DLLM_LIN_O, DLLM_T_Q_NORM, DLLM_T_K_NORM,      \
+              DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM, DLLM_T_MLP_NORM},     \
+    .n_order = 11
 
 const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN] = {
 /* LLaDA (docs/METHOD.md §1): bidirectional, canvas positions, untied head; see llada.h. */
@@ -114,20 +137,9 @@ const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN] = {
     .sampler = DLLM_SAMPLER_AR, .chat = DLLM_CHAT_QWEN3, .causal = true, .qk_norm = true, .qkv_bias = false, .shift_logits = false,
     .tie_allowed = true, .embed_is_vocab = true,
     .rope_pos = DLLM_ROPE_REAL_COUNT,
-    .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",
-    .head = "lm_head.weight",
-    .layer_fmt = "model.layers.%d.",
-    .path = {[DLLM_LIN_Q] = "self_attn.q_proj", [DLLM_LIN_K] = "self_attn.k_proj",
-             [DLLM_LIN_V] = "self_attn.v_proj", [DLLM_LIN_O] = "self_attn.o_proj",
-             [DLLM_LIN_GATE] = "mlp.gate_proj", [DLLM_LIN_UP] = "mlp.up_proj",
-             [DLLM_LIN_DOWN] = "mlp.down_proj", [DLLM_T_ATTN_NORM] = "input_layernorm",
-             [DLLM_T_MLP_NORM] = "post_attention_layernorm",
-             [DLLM_T_Q_NORM] = "self_attn.q_norm", [DLLM_T_K_NORM] = "self_attn.k_norm"},
-    .order = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V, DLLM_LIN_O, DLLM_T_Q_NORM, DLLM_T_K_NORM,
-              DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM, DLLM_T_MLP_NORM},
-    .n_order = 11,
-    .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-    .lora_alias = llada_names,
+    QWEN_TENSORS,
+    QWEN3_LAYER,
+    QWEN_LORA,
     .model_type = "qwen3", .hf_class = "Qwen3ForCausalLM",
     .config_read = dllm_config_read_qwen3, .config_write = dllm_config_json_qwen3,
     PRESETS(qwen3_presets),
@@ -143,22 +155,14 @@ const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN] = {
     .sampler = DLLM_SAMPLER_DREAM, .chat = DLLM_CHAT_QWEN25, .causal = false, .qk_norm = false, .qkv_bias = true, .shift_logits = true,
     .tie_allowed = true, .embed_is_vocab = true,
     .rope_pos = DLLM_ROPE_REAL_COUNT,
-    .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",
-    .head = "lm_head.weight",
-    .layer_fmt = "model.layers.%d.",
-    .path = {[DLLM_LIN_Q] = "self_attn.q_proj", [DLLM_LIN_K] = "self_attn.k_proj",
-             [DLLM_LIN_V] = "self_attn.v_proj", [DLLM_LIN_O] = "self_attn.o_proj",
-             [DLLM_LIN_GATE] = "mlp.gate_proj", [DLLM_LIN_UP] = "mlp.up_proj",
-             [DLLM_LIN_DOWN] = "mlp.down_proj", [DLLM_T_ATTN_NORM] = "input_layernorm",
-             [DLLM_T_MLP_NORM] = "post_attention_layernorm",
-             [DLLM_T_Q_BIAS] = "self_attn.q_proj", [DLLM_T_K_BIAS] = "self_attn.k_proj",
-             [DLLM_T_V_BIAS] = "self_attn.v_proj"},
+    QWEN_TENSORS,
+    .path = {QWEN_LAYER_PATHS, [DLLM_T_Q_BIAS] = "self_attn.q_proj",
+             [DLLM_T_K_BIAS] = "self_attn.k_proj", [DLLM_T_V_BIAS] = "self_attn.v_proj"},
     .order = {DLLM_LIN_Q, DLLM_T_Q_BIAS, DLLM_LIN_K, DLLM_T_K_BIAS, DLLM_LIN_V, DLLM_T_V_BIAS,
               DLLM_LIN_O, DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM,
               DLLM_T_MLP_NORM},
     .n_order = 12,
-    .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-    .lora_alias = llada_names,
+    QWEN_LORA,
     .model_type = "Dream", .model_type_alias = "dream", .hf_class = "DreamModel",
     .config_read = dllm_config_read_dream, .config_write = dllm_config_json_dream,
     PRESETS(dream_presets),
@@ -174,20 +178,9 @@ const dllm_arch_desc dllm_arch_builtin[DLLM_ARCH_BUILTIN] = {
     .sampler = DLLM_SAMPLER_AR, .chat = DLLM_CHAT_QWEN35, .causal = true, .qk_norm = true, .qkv_bias = false, .shift_logits = false,
     .tie_allowed = true, .embed_is_vocab = true,
     .rope_pos = DLLM_ROPE_REAL_COUNT,
-    .embed = "model.embed_tokens.weight", .final_norm = "model.norm.weight",
-    .head = "lm_head.weight",
-    .layer_fmt = "model.layers.%d.",
-    .path = {[DLLM_LIN_Q] = "self_attn.q_proj", [DLLM_LIN_K] = "self_attn.k_proj",
-             [DLLM_LIN_V] = "self_attn.v_proj", [DLLM_LIN_O] = "self_attn.o_proj",
-             [DLLM_LIN_GATE] = "mlp.gate_proj", [DLLM_LIN_UP] = "mlp.up_proj",
-             [DLLM_LIN_DOWN] = "mlp.down_proj", [DLLM_T_ATTN_NORM] = "input_layernorm",
-             [DLLM_T_MLP_NORM] = "post_attention_layernorm",
-             [DLLM_T_Q_NORM] = "self_attn.q_norm", [DLLM_T_K_NORM] = "self_attn.k_norm"},
-    .order = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V, DLLM_LIN_O, DLLM_T_Q_NORM, DLLM_T_K_NORM,
-              DLLM_LIN_GATE, DLLM_LIN_UP, DLLM_LIN_DOWN, DLLM_T_ATTN_NORM, DLLM_T_MLP_NORM},
-    .n_order = 11,
-    .lora_name = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
-    .lora_alias = llada_names,
+    QWEN_TENSORS,
+    QWEN3_LAYER,
+    QWEN_LORA,
     .lora_more = qwen35_lora_more,
     .model_type = "qwen3_5_text", .model_type_alias = "qwen3_5", .hf_class = "Qwen3_5ForCausalLM",
     .config_read = qwen35_config_read_desc, .config_write = qwen35_config_json_desc,

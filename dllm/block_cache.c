@@ -4,7 +4,7 @@
  * attention_cached, in the memory of the model's backend (the host's, or its device's). */
 #include "dllm/block_cache.h"
 
-#include "dllm/transformer_device_impl.h"
+#include "dllm/transformer_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,14 +42,14 @@ int dllm_block_cache_new(dllm_block_cache **out, dllm_tf *m, bool rollout, dllm_
     dllm_block_cache *c = dllm_calloc(1, sizeof *c);
     c->m = m;
     c->rollout = rollout;
-    c->be = m->dev ? m->dev->be : m->be;
+    c->be = m->dev ? m->dev : m->be;
     c->host = !m->dev;
     c->a.be = c->be;
     c->max_rows = m->dev ? dllm_tf_device_chunk_rows(m->V) : 1;
     /* on a device that trains, the cache's forward buffers take turns with the kept
      * forward's and the other forwards' in their region: a rollout never needs theirs */
-    if (m->dev && m->dev->train)
-        tf_acts_set_region(m, &c->a, &m->dev->region);
+    if (m->dev && m->dtrain)
+        tf_acts_set_region(m, &c->a, &m->region);
     *out = c;
     return 0;
 }

@@ -10,7 +10,7 @@
  * in the memory of the backend the model runs on: the host's, or its device's. */
 #include "dllm/qwen3.h"
 #include "dllm/ar_sampler.h"
-#include "dllm/transformer_device_impl.h"
+#include "dllm/transformer_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -109,7 +109,7 @@ qwen3_kv_cache *qwen3_cache_new(const dllm_tf *m, int B, int max_len)
     c->mask = dllm_calloc((size_t)c->B * c->max_len, 1);
     c->npos = dllm_calloc((size_t)c->B, sizeof(int32_t));
     c->dev = m->dev != NULL;
-    c->be = c->dev ? m->dev->be : m->be;
+    c->be = c->dev ? m->dev : m->be;
     dllm_backend *be = c->be;
     size_t slots = (size_t)c->B * c->max_len, n = (size_t)m->L * slots * m->KD;
     c->k = be->ops->alloc(be, n * sizeof(float));
@@ -168,7 +168,7 @@ static int extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens, const ui
                             "logits", fn, m->arch->name);
     if (c->L != m->L || c->NKV != m->NKV || c->HD != m->HD)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "%s: the cache belongs to another model", fn);
-    if (c->be != (m->dev ? m->dev->be : m->be))
+    if (c->be != (m->dev ? m->dev : m->be))
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "%s: the cache and the model are on different backends", fn);
     if (T <= 0 || c->len + T > c->max_len)
@@ -184,8 +184,8 @@ static int extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens, const ui
     a->B = B, a->T = T, a->N = N, a->R = B;
     int32_t *pos = a->pos, *hrows = a->hrows;
     if (c->dev) { /* built on the host, in the model's staging */
-        tf_device_staging(m->dev, (size_t)N);
-        pos = m->dev->h_pos, hrows = m->dev->h_rows;
+        tf_device_staging(m, (size_t)N);
+        pos = m->io.h_pos, hrows = m->io.h_rows;
     }
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {

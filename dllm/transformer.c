@@ -259,14 +259,6 @@ void dllm_tf_free(dllm_tf *m)
 const dllm_model_config *dllm_tf_config(const dllm_tf *m) { return &m->cfg; }
 const dllm_arch_desc *dllm_tf_arch(const dllm_tf *m) { return m->arch; }
 
-void tf_rope_grow(dllm_tf *m, int npos)
-{
-    if (npos > m->rope.max_pos) { /* longer than max_sequence_length: the table grows */
-        op_rope_table_free(&m->rope);
-        op_rope_table_init(&m->rope, npos, m->HD, m->cfg.rope_theta);
-    }
-}
-
 /* ---- parameters and LoRA ----------------------------------------------------------- */
 
 int dllm_tf_params(dllm_tf *m, const dllm_param **out)

@@ -12,10 +12,11 @@
  * across dllm_tf_backward calls until dllm_optim_zero_grad.
  *
  * These host allocations are the CPU backend's memory. With the model on a
- * device (dllm_tf_to_device) the device holds its own copies of the views,
- * activations and, when the update runs there, the trainable vector,
- * gradients and AdamW moments (transformer_device_impl.h); checkpoints stream
- * from wherever the masters are. */
+ * device (dllm_tf_to_device) the model's views, RoPE table, activations and,
+ * when the update runs there, the trainable vector, gradients and AdamW
+ * moments are in the device's memory (the same fields, transformer_impl.h);
+ * the host keeps the master weights, and checkpoints stream from wherever the
+ * trainable vector lives. */
 #ifndef DLLM_TRANSFORMER_H
 #define DLLM_TRANSFORMER_H
 

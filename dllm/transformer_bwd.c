@@ -4,7 +4,7 @@
  * gradients of whichever backend trains (tf_bwd_target). Conventions as in
  * transformer_fwd.c: parameter gradients accumulate until dllm_optim_zero_grad, activation
  * gradients are scratch. */
-#include "dllm/transformer_device_impl.h"
+#include "dllm/transformer_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,14 +86,14 @@ void dllm_tf_backward(dllm_tf *m, const float *dlogits)
                             m->ad, &m->rope};
     }
     size_t V = (size_t)m->V;
-    int chunk = dev ? m->dev->dlog_rows : a->R;
+    int chunk = dev ? m->io.dlog_rows : a->R;
     tf_backward_begin(m, &t);
     for (int r0 = 0; r0 < a->R; r0 += chunk) {
         int n = a->R - r0 < chunk ? a->R - r0 : chunk;
         const float *dl = dlogits + (size_t)r0 * V;
         if (dev) {
-            t.be->ops->upload(t.be, m->dev->dlog, dl, (size_t)n * V * sizeof(float));
-            dl = m->dev->dlog;
+            t.be->ops->upload(t.be, m->io.dlog, dl, (size_t)n * V * sizeof(float));
+            dl = m->io.dlog;
         }
         tf_backward_head(m, &t, r0, n, dl);
     }
@@ -110,7 +110,7 @@ void dllm_tf_device_backward_logp(dllm_tf *m, const float *g)
         abort();
     }
     tf_acts *a = kept_acts(m, "dllm_tf_device_forward_logp", TF_KEPT_LOGITS);
-    tf_device *d = m->dev;
+    tf_io *d = &m->io;
     tf_bwd_target t = tf_device_bwd_target(m);
     dllm_backend *be = t.be;
     size_t R = (size_t)a->R, C = (size_t)m->C, V = (size_t)m->V;

@@ -1,7 +1,9 @@
 /* transformer_device.c: the transformer core on a device backend
  * (dllm_tf_to_device, transformer.h).
  *
- * What lives where once a model is on a device:
+ * The model's state is one (dllm_tf): on a device its views, RoPE table, activations and
+ * training state are the same fields in the device's memory (m->dev), built here from the
+ * host's masters and moved back by tf_device_pull. What lives where:
  *   host    the weights as loaded (the trainable vector until the model trains here; the frozen
  *           base under LoRA) and LoRA: no trainer copy, no activations, no optimizer
  *           state (the first kept forward starts the training here);
@@ -23,37 +25,48 @@
  * full fine-tune training here packs from its trainer view on the device instead.
  * The forwards over host inputs are the host's code (transformer_fwd.c, fwd_place): the
  * host builds token ids, key mask, RoPE positions and the hidden rows the logits read
- * (small int arrays) in this file's staging, uploads them, and downloads the logits of
+ * (small int arrays) in the model's staging (m->io), uploads them, and downloads the logits of
  * the requested rows a chunk of rows at a time (tf_device_chunk). */
-#include "dllm/transformer_device_impl.h"
+#include "dllm/transformer_impl.h"
 #include "kernels/cuda_device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void *dalloc(tf_device *d, size_t bytes) { return d->be->ops->alloc(d->be, bytes); }
-static void dfree(tf_device *d, void *p)
+static void *dalloc(dllm_tf *m, size_t bytes) { return m->dev->ops->alloc(m->dev, bytes); }
+static void dfree(dllm_tf *m, void *p)
 {
     if (p)
-        d->be->ops->free(d->be, p);
+        m->dev->ops->free(m->dev, p);
 }
 
-const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be)
+/* The RoPE table where the model runs: computed on the host, moved up onto the device (and
+ * computed again on the host when the model comes back). */
+static void rope_up(dllm_tf *m)
 {
-    if (!m->dev || be != m->dev->be)
-        return &m->rope;
-    tf_device *d = m->dev;
-    if (d->rope.max_pos != m->rope.max_pos || d->rope.half != m->rope.half) {
-        dfree(d, d->rope.cos);
-        dfree(d, d->rope.sin);
-        size_t bytes = (size_t)m->rope.max_pos * m->rope.half * sizeof(float);
-        d->rope = (op_rope_table){m->rope.max_pos, m->rope.half, dalloc(d, bytes),
-                                  dalloc(d, bytes)};
-        be->ops->upload(be, d->rope.cos, m->rope.cos, bytes);
-        be->ops->upload(be, d->rope.sin, m->rope.sin, bytes);
+    op_rope_table h = m->rope;
+    size_t bytes = (size_t)h.max_pos * h.half * sizeof(float);
+    m->rope.cos = dalloc(m, bytes);
+    m->rope.sin = dalloc(m, bytes);
+    m->dev->ops->upload(m->dev, m->rope.cos, h.cos, bytes);
+    m->dev->ops->upload(m->dev, m->rope.sin, h.sin, bytes);
+    op_rope_table_free(&h);
+}
+
+void tf_rope_grow(dllm_tf *m, int npos)
+{
+    if (npos <= m->rope.max_pos) /* longer than max_sequence_length: the table grows */
+        return;
+    if (m->dev) {
+        dfree(m, m->rope.cos);
+        dfree(m, m->rope.sin);
+    } else {
+        op_rope_table_free(&m->rope);
     }
-    return &d->rope;
+    op_rope_table_init(&m->rope, npos, m->HD, m->cfg.rope_theta);
+    if (m->dev)
+        rope_up(m);
 }
 
 /* ---- device views --------------------------------------------------------------------- */
@@ -64,101 +77,97 @@ static int dview_build(dllm_tf *m, tf_view *v, bool round, tf_lin_fmt lin, bool 
                        bool head16, bool head32, const dllm_precision *p, const tf_view *from,
                        dllm_err *err)
 {
-    tf_device *d = m->dev;
-    tf_view_spec s = {.be = d->be, .round = round, .lin = lin, .merge = merge,
-                      .head16 = head16, .head32 = head32, .from = from, .stage = d->stage,
-                      .hstage = d->hstage};
+    tf_view_spec s = {.be = m->dev, .round = round, .lin = lin, .merge = merge,
+                      .head16 = head16, .head32 = head32, .from = from, .stage = m->io.stage,
+                      .hstage = m->io.hstage};
     return tf_view_build(m, v, &s, p, err);
 }
 
 /* The LoRA parameters uploaded, and A/B pointers into the copy. */
 static void lora_upload(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    if (d->n_lora != m->n_lora) {
-        dfree(d, d->lora);
-        free(d->ad);
-        d->lora = NULL, d->ad = NULL, d->n_lora = 0;
+    if (m->n_dlora != m->n_lora) {
+        dfree(m, m->dlora);
+        free(m->dad);
+        m->dlora = NULL, m->dad = NULL, m->n_dlora = 0;
     }
     if (!m->lora_rank)
         return;
-    if (!d->lora) {
-        d->lora = dalloc(d, m->n_lora * sizeof(float));
-        d->n_lora = m->n_lora;
-        d->ad = dllm_calloc((size_t)m->L * DLLM_NLIN, sizeof *d->ad);
+    if (!m->dlora) {
+        m->dlora = dalloc(m, m->n_lora * sizeof(float));
+        m->n_dlora = m->n_lora;
+        m->dad = dllm_calloc((size_t)m->L * DLLM_NLIN, sizeof *m->dad);
     }
-    d->be->ops->upload(d->be, d->lora, m->lora_params, m->n_lora * sizeof(float));
+    m->dev->ops->upload(m->dev, m->dlora, m->lora_params, m->n_lora * sizeof(float));
     for (int k = 0; k < m->L * DLLM_NLIN; k++) {
         const tf_lora *h = &m->ad[k];
-        d->ad[k] = (tf_lora){NULL, NULL, NULL, NULL, h->in, h->out};
+        tf_lora *a = &m->dad[k];
+        *a = (tf_lora){NULL, NULL, a->dA, a->dB, h->in, h->out}; /* gradients kept */
         if (h->A) {
-            d->ad[k].A = d->lora + (h->A - m->lora_params);
-            d->ad[k].B = d->lora + (h->B - m->lora_params);
+            a->A = m->dlora + (h->A - m->lora_params);
+            a->B = m->dlora + (h->B - m->lora_params);
         }
     }
 }
 
 /* Whether the trainer view is a bf16 trainer's rounded copy of fp32 masters kept beside it
- * (d->mv): a full fine-tune training here, whose update steps fp32 weights and needs every
+ * (m->mv): a full fine-tune training here, whose update steps fp32 weights and needs every
  * linear's weight gradient, neither of which packed bf16 linears have. The host's bf16
  * trainer holds the same pair (its masters and their rounded copy). */
 static bool with_masters(const dllm_tf *m)
 {
-    return m->prec.trainer_bf16 && !m->lora_rank && m->dev->train;
+    return m->prec.trainer_bf16 && !m->lora_rank && m->dtrain;
 }
 
 void tf_device_trainer_follow(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    if (!d->mv.be)
+    if (!m->mv.be)
         return;
     dllm_err e; /* fp32 linears: nothing packed, nothing fails */
-    dview_build(m, &d->tv, true, TF_LIN_F32, false, false, true, &m->prec, &d->mv, &e);
+    dview_build(m, &m->tv, true, TF_LIN_F32, false, false, true, &m->prec, &m->mv, &e);
     m->a.kept = TF_KEPT_NONE; /* kept for the old values */
 }
 
 /* The trainer view on the device, at the host trainer's numerics, with the adapters. */
 static void device_trainer(dllm_tf *m)
 {
-    tf_device *d = m->dev;
     const dllm_precision *p = &m->prec;
     lora_upload(m);
     bool tb = p->trainer_bf16, masters = with_masters(m), packed = tb && !masters;
-    if ((d->tv.b16 != NULL) != packed) /* built or not: its buffers have the other layout */
-        tf_view_free_on(m, &d->tv, d->be);
+    if ((m->tv.b16 != NULL) != packed) /* built or not: its buffers have the other layout */
+        tf_view_free_on(m, &m->tv, m->dev);
     dllm_err e; /* fp32 or bf16 linears: every backend packs them */
     if (masters) { /* the masters from the host's, the rounded copy from them */
-        dview_build(m, &d->mv, false, TF_LIN_F32, false, false, true, p, NULL, &e);
+        dview_build(m, &m->mv, false, TF_LIN_F32, false, false, true, p, NULL, &e);
         tf_device_trainer_follow(m);
     } else {
-        tf_view_free_on(m, &d->mv, d->be);
-        dview_build(m, &d->tv, tb, packed ? TF_LIN_BF16 : TF_LIN_F32, false, packed, true, p,
+        tf_view_free_on(m, &m->mv, m->dev);
+        dview_build(m, &m->tv, tb, packed ? TF_LIN_BF16 : TF_LIN_F32, false, packed, true, p,
                     NULL, &e);
     }
-    d->tv.round_lin = d->tv.round_head = tb;
+    m->tv.round_lin = m->tv.round_head = tb;
     /* packed bf16 base linears (bf16_linear_fwd, bf16_lora_fwd; backward bf16_lora_bwd,
      * bf16_linear_bwd_x) round their inputs as read: the same values without a pass */
-    d->tv.lin_rounds = packed;
+    m->tv.lin_rounds = packed;
     /* and their inputs' producers write the bf16 copies they read (the same bits) */
-    d->tv.fuse_act = packed && !d->no_fuse_act;
-    d->tv.lora = true;
-    d->tv.ad = d->ad;
+    m->tv.fuse_act = packed && !m->no_fuse_act;
+    m->tv.lora = true;
+    m->tv.ad = m->dad;
 }
 
 const tf_view *tf_device_masters(dllm_tf *m)
 {
     tf_device_view(m, false);
-    return tf_device_fp32(m->dev);
+    return tf_device_fp32(m);
 }
 
 void tf_device_host_written(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    if (!d)
+    if (!m->dev)
         return;
-    if (d->train) /* the kept forward ran here, on the old values */
+    if (m->dtrain) /* the kept forward ran here, on the old values */
         m->a.kept = TF_KEPT_NONE;
-    d->tv.be = NULL;
+    m->tv.be = NULL;
 }
 
 void tf_device_host_access(dllm_tf *m)
@@ -172,77 +181,70 @@ void tf_device_host_access(dllm_tf *m)
  * runs the rollout copy (generate, score, bench rollout at a low precision). */
 const tf_view *tf_device_view(dllm_tf *m, bool rollout)
 {
-    tf_device *d = m->dev;
     bool tv = !rollout || m->prec.rollout == DLLM_ROLLOUT_TRAINER;
-    if (tv && !d->tv.be)
+    if (tv && !m->tv.be)
         device_trainer(m);
-    return tv ? &d->tv : &m->rv;
+    return tv ? &m->tv : &m->rv;
 }
 
 int tf_device_sync(dllm_tf *m, dllm_err *err)
 {
-    tf_device *d = m->dev;
+    dllm_backend *be = m->dev;
     const dllm_precision *p = &m->prec;
     /* a trainer view that trains here keeps its copy (where the trainable vector lives)
      * unless its layout changes; otherwise it is rebuilt from the host's, pulled first */
     bool masters = with_masters(m);
-    bool keep = d->train && d->tv.be && d->n_lora == m->n_lora &&
-                (d->tv.b16 != NULL) == (p->trainer_bf16 && !masters) &&
-                (d->mv.be != NULL) == masters;
+    bool keep = m->dtrain && m->tv.be && m->n_dlora == m->n_lora &&
+                (m->tv.b16 != NULL) == (p->trainer_bf16 && !masters) &&
+                (m->mv.be != NULL) == masters;
     if (!keep) {
         tf_device_pull(m);
-        d->tv.be = NULL; /* rebuilt into its buffers by the next forward that reads it */
+        m->tv.be = NULL; /* rebuilt into its buffers by the next forward that reads it */
     }
-    if (d->n_lora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
+    if (m->n_dlora != m->n_lora) { /* LoRA changed: the activations' LoRA buffers with it */
         tf_acts_free(&m->ra);
-        d->xl[0] = d->xl[1] = NULL;
+        m->io.xl[0] = m->io.xl[1] = NULL;
         tf_device_train_free(m); /* its adapters' layout changed */
     }
     if (!keep)
         lora_upload(m);
-    /* the rollout copy */
+    /* the rollout copy (dropped by dllm_tf_rollout_sync where its kind changed) */
     dllm_rollout_kind k = p->rollout;
-    if (m->rv.be && (k != d->rprec.rollout || p->fp8_format != d->rprec.fp8_format ||
-                     p->fp8_scaling != d->rprec.fp8_scaling ||
-                     p->fp8_pow2_scale != d->rprec.fp8_pow2_scale ||
-                     p->int8_scaling != d->rprec.int8_scaling))
-        tf_view_free_on(m, &m->rv, d->be);
-    d->rprec = *p;
     if (k == DLLM_ROLLOUT_TRAINER)
         return 0;
     if (k == DLLM_ROLLOUT_NVFP4 ||
         (!dllm_rollout_is_fp8(k) && k != DLLM_ROLLOUT_BF16 && k != DLLM_ROLLOUT_INT8)) {
-        tf_view_free_on(m, &m->rv, d->be);
+        tf_view_free_on(m, &m->rv, be);
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "rollout precision %s: the %s backend has no linear for it "
-                            "(use bf16, fp8 or int8)", dllm_rollout_name(k), d->be->name);
+                            "(use bf16, fp8 or int8)", dllm_rollout_name(k), be->name);
     }
     char why[256];
-    if (k == DLLM_ROLLOUT_INT8 && d->be == dllm_backend_cuda() &&
+    if (k == DLLM_ROLLOUT_INT8 && be == dllm_backend_cuda() &&
         !dllm_cuda_int8_available(why, sizeof why)) {
-        tf_view_free_on(m, &m->rv, d->be);
+        tf_view_free_on(m, &m->rv, be);
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision int8: %s (int8 runs on "
                             "the CPU; on this device use bf16)", why);
     }
-    if (dllm_rollout_is_fp8(k) && d->be == dllm_backend_cuda() &&
+    if (dllm_rollout_is_fp8(k) && be == dllm_backend_cuda() &&
         !dllm_cuda_fp8_available(why, sizeof why)) {
-        tf_view_free_on(m, &m->rv, d->be);
+        tf_view_free_on(m, &m->rv, be);
         return dllm_err_set(err, DLLM_EXIT_INPUT, "rollout.precision %s: %s (on this device "
                             "use int8: INT8 tensor cores, or bf16)", dllm_rollout_name(k), why);
     }
     if (dllm_rollout_is_fp8(k) && p->fp8_scaling == FP8_SCALE_BLOCK &&
-        !dllm_backend_fp8_block_ok(d->be, why, sizeof why)) {
-        tf_view_free_on(m, &m->rv, d->be);
+        !dllm_backend_fp8_block_ok(be, why, sizeof why)) {
+        tf_view_free_on(m, &m->rv, be);
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "rollout.fp8.scaling block on the %s backend: %s (use "
                             "rollout.fp8.scaling: tensor, or a newer CUDA toolkit)",
-                            d->be->name, why);
+                            be->name, why);
     }
     /* full fine-tuning here: built from the trainer view on the device (the same fp32
      * values as the host's masters, or newer); LoRA: merged on the host from the frozen
      * base and the adapters, which come down first when they are newer here */
     const tf_view *from = NULL;
-    if (d->train && !m->lora_rank && k != DLLM_ROLLOUT_INT8)
+    if (m->dtrain && !m->lora_rank && k != DLLM_ROLLOUT_INT8)
         from = tf_device_masters(m);
     else /* INT8 quantises on the host (dq_int8): the host's weights must be current */
         tf_device_pull(m);
@@ -252,12 +254,12 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
                                                   : TF_LIN_FP8,
                          true, k != DLLM_ROLLOUT_FP8_EXACT, false, p, from, err);
     if (rc) {
-        tf_view_free_on(m, &m->rv, d->be);
+        tf_view_free_on(m, &m->rv, be);
         return rc;
     }
     /* each of these linears rounds or quantises its own input, as on the host, or its
      * input's producer quantises for it on the device (the same codes) */
-    m->rv.fuse_act = !d->no_fuse_act;
+    m->rv.fuse_act = !m->no_fuse_act;
     m->rv.round_lin = false;
     m->rv.round_head = true;
     m->rv.lora = false;
@@ -267,79 +269,83 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
 void tf_device_fuse_act(dllm_tf *m, bool on)
 {
     if (m->dev) {
-        m->dev->no_fuse_act = !on;
+        m->no_fuse_act = !on;
         m->rv.fuse_act = on;
-        m->dev->tv.fuse_act = on && m->dev->tv.b16;
+        m->tv.fuse_act = on && m->tv.b16;
     }
 }
 
 void tf_device_free(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    if (!d)
+    if (!m->dev)
         return;
     tf_device_train_free(m);
-    tf_view_free_on(m, &d->tv, d->be);
-    tf_view_free_on(m, &d->mv, d->be);
-    tf_view_free_on(m, &m->rv, d->be);
+    tf_view_free_on(m, &m->tv, m->dev);
+    tf_view_free_on(m, &m->mv, m->dev);
+    tf_view_free_on(m, &m->rv, m->dev);
     tf_acts_free(&m->ra);
     m->ra.be = NULL; /* the host's set again */
-    dfree(d, d->rope.cos);
-    dfree(d, d->rope.sin);
-    dfree(d, d->lora);
-    dfree(d, d->stage);
-    dfree(d, d->lg);
-    dfree(d, d->tgt);
-    dfree(d, d->lp);
-    free(d->ad);
-    free(d->hstage);
-    free(d->h_tok);
-    free(d->h_pos);
-    free(d->h_rows);
-    free(d->h_mask);
-    free(d);
+    int npos = m->rope.max_pos;
+    dfree(m, m->rope.cos);
+    dfree(m, m->rope.sin);
+    op_rope_table_init(&m->rope, npos, m->HD, m->cfg.rope_theta);
+    tf_io *io = &m->io;
+    void *dbufs[] = {m->dlora, io->stage, io->lg, io->tgt, io->lp};
+    for (size_t i = 0; i < sizeof dbufs / sizeof *dbufs; i++)
+        dfree(m, dbufs[i]);
+    free(m->dad);
+    free(io->hstage);
+    free(io->h_tok);
+    free(io->h_pos);
+    free(io->h_rows);
+    free(io->h_mask);
+    memset(io, 0, sizeof *io);
+    m->dlora = NULL, m->dad = NULL, m->n_dlora = 0;
+    m->no_fuse_act = false;
     m->dev = NULL;
+    tf_view_master(m, &m->tv); /* the host's trainer view again */
 }
 
 /* ---- buffers of the forwards (transformer_fwd.c) --------------------------------------- */
 
 void tf_device_chunk(dllm_tf *m, int n)
 {
-    tf_device *d = m->dev;
-    if (n <= d->lg_cap)
+    tf_io *io = &m->io;
+    if (n <= io->lg_cap)
         return;
-    dfree(d, d->lg);
-    dfree(d, d->tgt);
-    dfree(d, d->lp);
-    d->lg = dalloc(d, (size_t)n * m->V * sizeof(float));
-    d->tgt = dalloc(d, (size_t)n * sizeof(int32_t));
-    d->lp = dalloc(d, (size_t)n * sizeof(float));
-    d->lg_cap = n;
+    dfree(m, io->lg);
+    dfree(m, io->tgt);
+    dfree(m, io->lp);
+    io->lg = dalloc(m, (size_t)n * m->V * sizeof(float));
+    io->tgt = dalloc(m, (size_t)n * sizeof(int32_t));
+    io->lp = dalloc(m, (size_t)n * sizeof(float));
+    io->lg_cap = n;
 }
 
-void tf_device_staging(tf_device *d, size_t n)
+void tf_device_staging(dllm_tf *m, size_t n)
 {
-    if (n <= d->hcap)
+    tf_io *io = &m->io;
+    if (n <= io->hcap)
         return;
-    free(d->h_tok), free(d->h_pos), free(d->h_rows), free(d->h_mask);
-    d->h_tok = dllm_malloc(n * sizeof(int32_t));
-    d->h_pos = dllm_malloc(n * sizeof(int32_t));
-    d->h_rows = dllm_malloc(n * sizeof(int32_t));
-    d->h_mask = dllm_malloc(n);
-    d->hcap = n;
+    free(io->h_tok), free(io->h_pos), free(io->h_rows), free(io->h_mask);
+    io->h_tok = dllm_malloc(n * sizeof(int32_t));
+    io->h_pos = dllm_malloc(n * sizeof(int32_t));
+    io->h_rows = dllm_malloc(n * sizeof(int32_t));
+    io->h_mask = dllm_malloc(n);
+    io->hcap = n;
 }
 
 void tf_device_kept_rows(dllm_tf *m, int R)
 {
-    tf_device *d = m->dev;
-    if (R <= d->k_cap)
+    tf_io *io = &m->io;
+    if (R <= io->k_cap)
         return;
-    dfree(d, d->ktgt), dfree(d, d->klp), dfree(d, d->klse), dfree(d, d->kg);
-    d->ktgt = dalloc(d, (size_t)R * sizeof(int32_t));
-    d->klp = dalloc(d, (size_t)R * sizeof(float));
-    d->klse = dalloc(d, (size_t)R * sizeof(float));
-    d->kg = dalloc(d, (size_t)R * sizeof(float));
-    d->k_cap = R;
+    dfree(m, io->ktgt), dfree(m, io->klp), dfree(m, io->klse), dfree(m, io->kg);
+    io->ktgt = dalloc(m, (size_t)R * sizeof(int32_t));
+    io->klp = dalloc(m, (size_t)R * sizeof(float));
+    io->klse = dalloc(m, (size_t)R * sizeof(float));
+    io->kg = dalloc(m, (size_t)R * sizeof(float));
+    io->k_cap = R;
 }
 
 /* ---- placement ------------------------------------------------------------------------ */
@@ -350,7 +356,7 @@ int dllm_tf_device_chunk_rows(int V)
     return rows < 1 ? 1 : rows > LOGITS_CHUNK_MAX_ROWS ? LOGITS_CHUNK_MAX_ROWS : (int)rows;
 }
 
-dllm_backend *dllm_tf_device(const dllm_tf *m) { return m->dev ? m->dev->be : NULL; }
+dllm_backend *dllm_tf_device(const dllm_tf *m) { return m->dev; }
 
 int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
 {
@@ -362,25 +368,23 @@ int dllm_tf_to_device(dllm_tf *m, dllm_backend *be, dllm_err *err)
         dllm_precision p = m->prec;
         return dllm_tf_rollout_sync(m, &p, NULL, err);
     }
-    if (m->dev && m->dev->be != be) {
+    if (m->dev && m->dev != be) {
         tf_device_pull(m);
         tf_device_free(m);
     }
     if (!m->dev) {
-        tf_device *d = dllm_calloc(1, sizeof *d);
-        d->be = be;
-        m->dev = d;
-        size_t mx = tf_max_linear(m);
-        d->stage = dalloc(d, mx * sizeof(float));
-        d->hstage = dllm_malloc(mx * sizeof(float));
-        d->lg_rows = dllm_tf_device_chunk_rows(m->V);
-        /* the host's rollout copy, its activations and a bf16 trainer's rounded copy are
-         * not used from now on (the host keeps the masters) */
+        /* the host's rollout copy, its activations and trainer view are not used from now
+         * on (the host keeps the masters); the device's are built there */
         tf_view_free(m, &m->rv);
+        tf_view_free(m, &m->tv);
         tf_acts_free(&m->ra);
-        if (m->tv.buf)
-            tf_view_master(m, &m->tv);
         m->a.kept = TF_KEPT_NONE; /* a backward differentiates a forward made there */
+        m->dev = be;
+        rope_up(m);
+        size_t mx = tf_max_linear(m);
+        m->io.stage = dalloc(m, mx * sizeof(float));
+        m->io.hstage = dllm_malloc(mx * sizeof(float));
+        m->io.lg_rows = dllm_tf_device_chunk_rows(m->V);
     }
     int rc = tf_device_sync(m, err);
     if (rc) { /* the model stays on the host, its rollout copy rebuilt there */

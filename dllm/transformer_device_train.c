@@ -25,7 +25,7 @@
  * LoRA the base linears stay packed bf16 (frozen: the backward needs only dX through
  * them, the backend's bf16_linear_bwd_x); its full fine-tuning computes with fp32 linears
  * over the rounded weights, as the host's does (every weight gradient). */
-#include "dllm/transformer_device_impl.h"
+#include "dllm/transformer_impl.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -34,27 +34,25 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-bool tf_device_training(const dllm_tf *m) { return m->dev && m->dev->train; }
+bool tf_device_training(const dllm_tf *m) { return m->dev && m->dtrain; }
 bool dllm_tf_device_trains(const dllm_tf *m) { return tf_device_training(m); }
 
 /* The device copy the optimizer updates (the trainer view must be built): the LoRA copy,
  * or the fp32 trainer view, or a bf16 trainer's masters beside its rounded copy. */
 static float *dev_trainable(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    return m->lora_rank ? d->lora : tf_device_fp32(d)->buf;
+    return m->lora_rank ? m->dlora : tf_device_fp32(m)->buf;
 }
 
 /* The trainable vector's tensors as (host offset, device offset, count) triples; returns
  * their count. seg holds 3 + L * DLLM_NT triples. */
 static int segments(dllm_tf *m, size_t (*seg)[3])
 {
-    tf_device *d = m->dev;
     if (m->lora_rank) {
         seg[0][0] = 0, seg[0][1] = 0, seg[0][2] = m->n_lora;
         return 1;
     }
-    const tf_view *v = tf_device_fp32(d);
+    const tf_view *v = tf_device_fp32(m);
     int n = 0;
 #define SEG(h, dv, cnt)                                                                          \
     do {                                                                                         \
@@ -96,7 +94,7 @@ static int range_pieces(dllm_tf *m, size_t off, size_t n, size_t (*seg)[3])
  * floats (host order) and device memory in the device layout. */
 static void transfer_range(dllm_tf *m, float *host, float *dev, size_t off, size_t n, bool up)
 {
-    dllm_backend *be = m->dev->be;
+    dllm_backend *be = m->dev;
     size_t(*seg)[3] = dllm_malloc((3 + (size_t)m->L * DLLM_NT) * sizeof *seg);
     int np = range_pieces(m, off, n, seg);
     for (int i = 0; i < np; i++) {
@@ -113,22 +111,21 @@ static void transfer_range(dllm_tf *m, float *host, float *dev, size_t off, size
  * is unchanged: a state write a chunk at a time rounds each element once). */
 static void follow_range(dllm_tf *m, size_t off, size_t n)
 {
-    tf_device *d = m->dev;
-    if (!d->mv.be)
+    if (!m->mv.be)
         return;
-    dllm_backend *be = d->be;
+    dllm_backend *be = m->dev;
     size_t(*seg)[3] = dllm_malloc((3 + (size_t)m->L * DLLM_NT) * sizeof *seg);
     int np = range_pieces(m, off, n, seg);
     for (int i = 0; i < np; i++) { /* the same offset in both views */
-        be->ops->copy(be, d->tv.buf + seg[i][1], d->mv.buf + seg[i][1], seg[i][2] * sizeof(float));
-        be->ops->round_bf16(be, d->tv.buf + seg[i][1], seg[i][2]);
+        be->ops->copy(be, m->tv.buf + seg[i][1], m->mv.buf + seg[i][1], seg[i][2] * sizeof(float));
+        be->ops->round_bf16(be, m->tv.buf + seg[i][1], seg[i][2]);
     }
     free(seg);
 }
 
 static void transfer(dllm_tf *m, float *host, float *dev, bool up)
 {
-    transfer_range(m, host, dev, 0, m->dev->n_train, up);
+    transfer_range(m, host, dev, 0, m->n_train, up);
 }
 
 /* The device's copy was updated: a full fine-tune's host masters give their pages back
@@ -154,7 +151,7 @@ void tf_device_pull(dllm_tf *m)
 
 bool dllm_tf_device_ahead(const dllm_tf *m)
 {
-    return m->dev && m->dev->train && m->dev->tv.be;
+    return m->dev && m->dtrain && m->tv.be;
 }
 
 /* The AdamW moments carried between the updating backends (up: the host's onto the
@@ -163,12 +160,11 @@ bool dllm_tf_device_ahead(const dllm_tf *m)
  * trajectory as if it had not moved. None to carry: nothing happens. */
 static void moments_carry(dllm_tf *m, bool up)
 {
-    tf_device *d = m->dev;
-    dllm_backend *from = up ? dllm_backend_cpu() : d->be, *to = up ? d->be : dllm_backend_cpu();
+    dllm_backend *from = up ? dllm_backend_cpu() : m->dev, *to = up ? m->dev : dllm_backend_cpu();
     size_t n = m->lora_rank ? m->n_lora : m->n_params;
     /* the full fine-tune's device layout is the fp32 trainer view's (segments()) */
-    const tf_view *f32 = tf_device_fp32(d);
-    bool mapped = d->n_train == n && (m->lora_rank || (f32->buf && !f32->b16));
+    const tf_view *f32 = tf_device_fp32(m);
+    bool mapped = m->n_train == n && (m->lora_rank || (f32->buf && !f32->b16));
     if (!m->adam_m || m->adam_be != from || !mapped)
         return;
     float *om = m->adam_m, *ov = m->adam_v;
@@ -182,129 +178,121 @@ static void moments_carry(dllm_tf *m, bool up)
 
 void tf_device_train_free(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
-    void *bufs[] = {d->g, d->dlog, d->ktgt, d->klp, d->klse, d->kg};
+    dllm_backend *be = m->dev;
+    void *bufs[] = {m->dgrad, m->io.dlog, m->io.ktgt, m->io.klp, m->io.klse, m->io.kg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
-    d->klp = d->klse = d->kg = NULL;
-    d->ktgt = NULL;
-    d->k_cap = 0;
-    if (d->mv.be) { /* a bf16 trainer's trainer view packed again at its next use (the
+    m->io.klp = m->io.klse = m->io.kg = NULL;
+    m->io.ktgt = NULL;
+    m->io.k_cap = 0;
+    if (m->mv.be) { /* a bf16 trainer's trainer view packed again at its next use (the
                        host's weights are current: pulled before this is called) */
-        tf_view_free_on(m, &d->mv, be);
-        tf_view_free_on(m, &d->tv, be);
+        tf_view_free_on(m, &m->mv, be);
+        tf_view_free_on(m, &m->tv, be);
     }
-    if (d->train) { /* the kept activations and the moments are the host's again */
+    if (m->dtrain) { /* the kept activations and the moments are the host's again */
         tf_acts_set_region(m, &m->a, NULL);
         tf_acts_set_region(m, &m->ra, NULL);
-        tf_region_free(&d->region, be);
+        tf_region_free(&m->region, be);
         m->a.be = NULL;
         moments_carry(m, false);
         if (m->adam_be == be) /* not carried: the layout changed (a LoRA change) */
             tf_moments_free(m);
     }
-    free(d->glw);
-    free(d->gad);
-    d->g = d->dlog = NULL;
-    d->glw = NULL, d->gad = NULL;
-    d->g_embed = d->g_final_norm = d->g_head = NULL;
-    d->n_train = 0, d->dlog_rows = 0;
-    d->train = false;
+    free(m->dlg);
+    for (int k = 0; m->dad && k < m->L * DLLM_NLIN; k++) /* they pointed into dgrad */
+        m->dad[k].dA = m->dad[k].dB = NULL;
+    m->dgrad = m->io.dlog = NULL;
+    m->dlg = NULL;
+    m->dg_embed = m->dg_final_norm = m->dg_head = NULL;
+    m->n_train = 0, m->io.dlog_rows = 0;
+    m->dtrain = false;
 }
 
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
 {
-    tf_device *d = m->dev;
-    if (!d)
+    if (!m->dev)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "training on the device: the model is not on a device backend");
-    if (d->train)
+    if (m->dtrain)
         return 0;
     /* from here the trainer view is built for training: a bf16 trainer's full fine-tune
      * holds fp32 masters beside the rounded copy instead of packed bf16 linears (the host
      * is current: the device was not ahead) */
-    d->train = true;
+    m->dtrain = true;
     if (m->prec.trainer_bf16 && !m->lora_rank)
-        tf_view_free_on(m, &d->tv, d->be);
+        tf_view_free_on(m, &m->tv, m->dev);
     const tf_view *v = tf_device_masters(m);
-    dllm_backend *be = d->be;
-    d->n_train = m->lora_rank ? m->n_lora : v->nbuf;
+    dllm_backend *be = m->dev;
+    m->n_train = m->lora_rank ? m->n_lora : v->nbuf;
     if (!m->lora_rank && v->nbuf != m->n_params) {
-        d->n_train = 0;
-        d->train = false;
+        m->n_train = 0;
+        m->dtrain = false;
         return dllm_err_set(err, DLLM_EXIT_INTERNAL,
                             "training on the device: the trainer view holds %zu floats, the "
                             "model %zu", v->nbuf, m->n_params);
     }
-    size_t bytes = d->n_train * sizeof(float);
-    d->g = be->ops->alloc(be, bytes);
+    size_t bytes = m->n_train * sizeof(float);
+    m->dgrad = be->ops->alloc(be, bytes);
     moments_carry(m, true); /* the host's (if any) continue here */
-    tf_moments(m, be, d->n_train);
-    d->glw = dllm_calloc((size_t)m->L, sizeof *d->glw);
-    d->gad = m->lora_rank ? dllm_calloc((size_t)m->L * DLLM_NLIN, sizeof *d->gad) : NULL;
+    tf_moments(m, be, m->n_train);
+    m->dlg = dllm_calloc((size_t)m->L, sizeof *m->dlg);
     tf_acts_free(&m->a); /* the kept forward's, in device memory from now on (its backward
                             scratch is allocated by the first backward) */
     m->a.be = be;
     /* the kept forward and the forwards without backward never need their activations
      * at once: one region, as large as the larger of the two, instead of both */
-    tf_acts_set_region(m, &m->a, &d->region);
-    tf_acts_set_region(m, &m->ra, &d->region);
+    tf_acts_set_region(m, &m->a, &m->region);
+    tf_acts_set_region(m, &m->ra, &m->region);
     return 0;
 }
 
-/* The gradient pointers into g for the current trainer view (its buffers are reused
+/* The gradient pointers into dgrad for the current trainer view (its buffers are reused
  * across syncs, but rebuilt after a precision change). */
 static void grad_pointers(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    const tf_view *v = tf_device_fp32(d); /* the gradients' layout: the trainable copy's */
+    const tf_view *v = tf_device_fp32(m); /* the gradients' layout: the trainable copy's */
     if (m->lora_rank) {
         for (int k = 0; k < m->L * DLLM_NLIN; k++) {
-            const tf_lora *a = &d->ad[k];
-            d->gad[k] = (tf_lora){(float *)a->A, (float *)a->B, NULL, NULL, a->in, a->out};
-            if (a->A) {
-                d->gad[k].dA = d->g + (a->A - d->lora);
-                d->gad[k].dB = d->g + (a->B - d->lora);
-            }
+            tf_lora *a = &m->dad[k];
+            a->dA = a->A ? m->dgrad + (a->A - m->dlora) : NULL;
+            a->dB = a->A ? m->dgrad + (a->B - m->dlora) : NULL;
         }
         return;
     }
     for (int l = 0; l < m->L; l++)
         for (int t = 0; t < DLLM_NT; t++)
-            d->glw[l].t[t] = v->lw[l].t[t] ? d->g + (v->lw[l].t[t] - v->buf) : NULL;
-    d->g_embed = d->g + (v->embed - v->buf);
-    d->g_final_norm = d->g + (v->final_norm - v->buf);
-    d->g_head = m->tied ? d->g_embed : d->g + (v->head - v->buf);
+            m->dlg[l].t[t] = v->lw[l].t[t] ? m->dgrad + (v->lw[l].t[t] - v->buf) : NULL;
+    m->dg_embed = m->dgrad + (v->embed - v->buf);
+    m->dg_final_norm = m->dgrad + (v->final_norm - v->buf);
+    m->dg_head = m->tied ? m->dg_embed : m->dgrad + (v->head - v->buf);
 }
 
-/* The backward's target on the device, and d->dlog large enough for one chunk of the kept
- * forward's rows (d->lg_rows: the dlogits are made and consumed a chunk at a time). */
+/* The backward's target on the device, and m->io.dlog large enough for one chunk of the kept
+ * forward's rows (m->io.lg_rows: the dlogits are made and consumed a chunk at a time). */
 tf_bwd_target tf_device_bwd_target(dllm_tf *m)
 {
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
-    int rows = m->a.R < d->lg_rows ? m->a.R : d->lg_rows;
-    if (rows > d->dlog_rows) {
-        if (d->dlog)
-            be->ops->free(be, d->dlog);
-        d->dlog = be->ops->alloc(be, (size_t)rows * m->V * sizeof(float));
-        d->dlog_rows = rows;
+    dllm_backend *be = m->dev;
+    int rows = m->a.R < m->io.lg_rows ? m->a.R : m->io.lg_rows;
+    if (rows > m->io.dlog_rows) {
+        if (m->io.dlog)
+            be->ops->free(be, m->io.dlog);
+        m->io.dlog = be->ops->alloc(be, (size_t)rows * m->V * sizeof(float));
+        m->io.dlog_rows = rows;
     }
     grad_pointers(m);
-    return (tf_bwd_target){be, &m->a, &d->tv, d->glw, d->g_embed, d->g_final_norm, d->g_head,
-                           m->lora_rank ? d->gad : NULL, tf_rope_on(m, be)};
+    return (tf_bwd_target){be, &m->a, &m->tv, m->dlg, m->dg_embed, m->dg_final_norm, m->dg_head,
+                           m->lora_rank ? m->dad : NULL, &m->rope};
 }
 
 bool tf_device_update(dllm_tf *m, tf_update *u, bool step)
 {
     if (!tf_device_training(m))
         return false;
-    tf_device *d = m->dev;
     if (step)
         tf_device_view(m, false); /* the trainable copy is current */
-    *u = (tf_update){d->be, step ? dev_trainable(m) : NULL, d->g, NULL, NULL, d->n_train};
+    *u = (tf_update){m->dev, step ? dev_trainable(m) : NULL, m->dgrad, NULL, NULL, m->n_train};
     return true;
 }
 
@@ -318,15 +306,14 @@ void tf_device_updated(dllm_tf *m)
 
 void dllm_tf_device_grads(dllm_tf *m, float *out)
 {
-    transfer(m, out, m->dev->g, false);
+    transfer(m, out, m->dgrad, false);
 }
 
 static float *state_vector(dllm_tf *m, dllm_state s)
 {
-    tf_device *d = m->dev;
     tf_device_view(m, false); /* the layout segments() reads, current */
     if (s != DLLM_STATE_PARAMS)
-        tf_moments(m, d->be, d->n_train);
+        tf_moments(m, m->dev, m->n_train);
     return s == DLLM_STATE_PARAMS ? dev_trainable(m)
            : s == DLLM_STATE_ADAM_M ? m->adam_m
                                        : m->adam_v;

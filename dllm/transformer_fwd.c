@@ -33,7 +33,7 @@
  * but those linears, so the backward sees the rounded values. The backward
  * reads the trainer view's weights (the rounded ones under a bf16 trainer:
  * straight-through). */
-#include "dllm/transformer_device_impl.h"
+#include "dllm/transformer_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -514,7 +514,7 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
 {
     const tf_layer *w = &v->lw[l];
     dllm_backend *be = v->be;
-    const op_rope_table *rope = tf_rope_on(m, be);
+    const op_rope_table *rope = &m->rope;
     size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
     float eps = m->cfg.rms_norm_eps;
     bool rl = v->round_lin, qkn = m->arch->qk_norm;
@@ -608,7 +608,7 @@ void tf_batch_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
     const uint8_t *mask = a->have_mask ? a->keymask : NULL;
     if (io->rope_pos)
         be->ops->rope_attention_fwd(be, io->y, io->att, io->q, io->k, io->v, io->rope_pos,
-                                    tf_rope_on(m, be), mask, a->B, a->T, m->NH, m->NKV, m->HD,
+                                    &m->rope, mask, a->B, a->T, m->NH, m->NKV, m->HD,
                                     m->arch->causal);
     else
         be->ops->attention_fwd(be, io->y, io->att, io->q, io->k, io->v, mask, a->B, a->T,
@@ -743,7 +743,7 @@ static int check_inputs(const dllm_tf *m, const int32_t *tokens, int B, int T,
  * backward runs in the device's one set, or on the host in the trainer's or the
  * rollout's. */
 typedef struct {
-    tf_device *d;
+    tf_io *d; /* a device's buffers, or NULL: the host */
     dllm_backend *be;
     tf_acts *a;
     const tf_view *v;
@@ -772,7 +772,7 @@ static fwd_at fwd_place(dllm_tf *m, bool rollout, bool keep)
         m->a.kept = TF_KEPT_NONE;
     /* the view first: building or following it may mark the kept forward gone */
     const tf_view *v = tf_device_view(m, rollout);
-    return (fwd_at){m->dev, m->dev->be, keep ? &m->a : &m->ra, v};
+    return (fwd_at){&m->io, m->dev, keep ? &m->a : &m->ra, v};
 }
 
 /* The embedding and the layers over host inputs at f (a device's inputs built on the host,
@@ -782,7 +782,7 @@ static const float *fwd_layers(dllm_tf *m, const fwd_at *f, const int32_t *token
                                const uint8_t *keymask, int B, int T, const int32_t *rows, int R,
                                bool keep)
 {
-    tf_device *d = f->d;
+    tf_io *d = f->d;
     tf_acts *a = f->a;
     int N = B * T;
     tf_rope_grow(m, T);
@@ -796,7 +796,7 @@ static const float *fwd_layers(dllm_tf *m, const fwd_at *f, const int32_t *token
     int32_t *tok = a->tokens, *pos = a->pos, *hrows = a->hrows;
     uint8_t *mask = a->keymask;
     if (d) {
-        tf_device_staging(d, (size_t)(N > R ? N : R));
+        tf_device_staging(m, (size_t)(N > R ? N : R));
         tok = d->h_tok, pos = d->h_pos, hrows = d->h_rows, mask = d->h_mask;
     }
     a->have_mask = tf_inputs(m, B, T, R, tokens, keymask, rows, tok, mask, pos,
@@ -913,7 +913,7 @@ int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t
     if (rc || (rc = check_targets(m, "device log-probs", targets, R)))
         return rc;
     fwd_at f = fwd_place(m, false, true);
-    tf_device *d = f.d;
+    tf_io *d = f.d;
     dllm_backend *be = f.be;
     tf_acts *a = f.a;
     const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, true);
@@ -942,7 +942,7 @@ int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const u
     if (rc || (rc = check_targets(m, "target log-probs", targets, R)))
         return rc;
     fwd_at f = fwd_place(m, rollout, false);
-    tf_device *d = f.d;
+    tf_io *d = f.d;
     dllm_backend *be = f.be;
     tf_acts *a = f.a;
     a->kept = TF_KEPT_NONE;

@@ -136,14 +136,44 @@ typedef struct {
                              // the fused ops
 } tf_view;
 
-typedef struct tf_device tf_device;
+/* The loop of the denoising sampler over a model on a device (transformer_logits.c). */
+typedef struct {
+    dllm_tf *m;
+    bool rollout;
+} tf_dl_ctx;
 
-/* Where the trainable vector lives while a device holds copies (dllm_tf_to_device): on
- * the device from the moment it trains there with its trainer copy built (dllm_tf_device_ahead:
- * the optimizer updates that copy, the host's is refreshed only by a read), otherwise on
- * the host, the device's copies being views built from it. No other state says where:
- * a write on the host drops the device's trainer copy (tf_device_host_written), to be
- * built again from the host's at its next use. */
+/* What a model on a device moves a forward's inputs, outputs and weights through, and the
+ * chunks of rows it computes there (the device's memory unless marked host); sized by
+ * transformer_device.c. */
+typedef struct {
+    float *stage;              // (largest linear) fp32: one weight on its way up
+    float *hstage;             // (largest linear) host: one merged weight
+    int32_t *h_tok, *h_pos, *h_rows; // (hcap) host: a forward's inputs built for upload
+    uint8_t *h_mask;           // (hcap) host
+    size_t hcap;
+    float *lg;                 // (lg_cap, V) one chunk of logits, grown up to lg_rows
+    int lg_rows, lg_cap;       /* the chunk, and the rows allocated so far */
+    int32_t *tgt;              // (lg_cap) a chunk's targets
+    float *lp;                 // (lg_cap) a chunk's log-probs
+    /* the loss gradient's device path (dllm_tf_device_forward_logp): the kept forward's
+     * head rows' targets, log-probs and log-sum-exps stay here (the logits are made
+     * again, a chunk at a time, by the backward) */
+    int32_t *ktgt;             // (k_cap) the head rows' targets
+    float *klp, *klse, *kg;    // (k_cap) log-probs, log-sum-exps, dLoss/dlogp
+    int k_cap;                 /* (a.kept TF_KEPT_LOGITS: they hold its rows) */
+    float *dlog;               // (dlog_rows, V) one chunk of dlogits (uploaded, or built here)
+    int dlog_rows;             /* at most lg_rows */
+    const float *xl[2];        /* device_logits: x_L of the last layers() per view (NULL once
+                                  another forward has used ra) */
+    tf_dl_ctx dl[2];
+} tf_io;
+
+/* Where the trainable vector lives while the model is on a device (dllm_tf_to_device): on
+ * the device from the moment it trains there with its trainer view built
+ * (dllm_tf_device_ahead: the optimizer updates that view, the host's copy is refreshed
+ * only by a read), otherwise on the host, the device's copies being built from it. No
+ * other state says where: a write on the host drops the device's trainer view
+ * (tf_device_host_written), built again from the host's at its next use. */
 
 struct dllm_tf {
     const dllm_arch_desc *arch;
@@ -177,19 +207,42 @@ struct dllm_tf {
     dllm_param *llist;
     int nl;
 
-    op_rope_table rope;
+    /* Everything below is in the memory of the backend the model runs on: the host's
+     * (dev NULL), or the device's (dllm_tf_to_device, transformer_device.c). */
+    dllm_backend *dev;    /* the device every forward runs on, or NULL: the host */
+    op_rope_table rope;   /* cos/sin (grown by tf_rope_grow) */
     tf_acts a;            /* trainer activations (the kept forward's), in a.be's memory: the
                              host's, or the device's while the model trains there */
     dllm_precision prec;  /* last applied by dllm_tf_rollout_sync */
-    tf_view tv;           /* trainer: master weights or their bf16 copy */
-    tf_view rv;           /* rollout copy (unused under rollout "trainer"), in the memory of
-                             the backend the model runs on (the host's, or its device's) */
+    tf_view tv;           /* trainer: the master weights or their bf16 copy on the host; on a
+                             device its copy there (tv.be NULL: not built; built into its
+                             buffers by its next use, tf_device_view) */
+    tf_view mv;           /* a bf16 trainer's full fine-tune training on a device: its fp32
+                             masters there (the trainable vector, in tv's layout), tv their
+                             rounded copy, made again after every write (mv.be NULL: none;
+                             the host's masters are its weights) */
+    tf_view rv;           /* rollout copy (unused under rollout "trainer") */
     tf_acts ra;           /* activations of the rollout forward; on a device, of every forward
                              without backward (rollouts and scoring at both views, one call at
                              a time: one set sized by the widest) */
     bool decode_rollout;  /* KV-cache decoding (dllm/qwen3.c) reads the rollout copy */
-    tf_device *dev;       /* the copies on a device backend (transformer_device.c), or NULL */
     int recompute;        /* kept forwards: 0 keep every layer, K recompute (dllm_tf_set_recompute) */
+    bool no_fuse_act;     /* a device's FP8 / INT8 / bf16 linears quantise or round their own
+                             inputs instead of their producers (tf_device_fuse_act) */
+    /* on a device: the LoRA copy its trainer view applies (the host's is the master) */
+    float *dlora;         // (n_dlora)
+    size_t n_dlora;
+    tf_lora *dad;         // (L, NLIN) A, B into dlora; dA, dB into dgrad while it trains there
+    tf_io io;
+    /* training on a device (transformer_device_train.c): the kept forward, the backward and
+     * the update there; off until its first kept forward (dllm_tf_device_train) */
+    bool dtrain;
+    tf_region region;     /* while it trains: the kept forward's activations (a) and those of
+                             every forward without backward (ra) take turns in it */
+    float *dgrad;         // (n_train) gradients, in the trainable copy's layout
+    size_t n_train;
+    tf_layer *dlg;        // (L) gradient pointers into dgrad (NULL entries: frozen)
+    float *dg_embed, *dg_final_norm, *dg_head;
 };
 
 #define TF_FALLOC(n) ((float *)dllm_malloc(((size_t)(n) + 1) * sizeof(float)))
@@ -200,14 +253,42 @@ struct dllm_tf {
 bool tf_inputs(const dllm_tf *m, int B, int T, int R, const int32_t *tokens,
                const uint8_t *keymask, const int32_t *rows, int32_t *o_tokens, uint8_t *o_mask,
                int32_t *o_pos, int32_t *o_rows, int32_t *o_hrows);
-/* The RoPE table in be's memory (the host's, or the device copy grown to match it). */
-const op_rope_table *tf_rope_on(dllm_tf *m, dllm_backend *be);
 
-/* ---- the device copies (transformer_device.c) ---- */
+/* ---- the model on a device (transformer_device.c) ---- */
+/* The bytes one chunk of logits rows may take on the device. */
+enum { LOGITS_CHUNK_BYTES = 256 << 20, LOGITS_CHUNK_MAX_ROWS = 1024 };
 /* Rebuilds the device views from the current weights at m->prec (called by
  * dllm_tf_rollout_sync when the model is on a device). */
 int tf_device_sync(dllm_tf *m, dllm_err *err);
+/* Frees everything in the device's memory; the model is the host's again. */
 void tf_device_free(dllm_tf *m);
+/* The view a device forward reads (the trainer view built first where it is not). */
+const tf_view *tf_device_view(dllm_tf *m, bool rollout);
+/* The trainer's fp32 copy on the device: a bf16 trainer's masters (full fine-tuning
+ * training there), otherwise the trainer view itself; tf_device_masters builds it first
+ * where it is not. */
+static inline const tf_view *tf_device_fp32(const dllm_tf *m)
+{
+    return m->mv.be ? &m->mv : &m->tv;
+}
+const tf_view *tf_device_masters(dllm_tf *m);
+/* A bf16 trainer's rounded copy made again from the masters on the device after they were
+ * written (an optimizer step, a state write); no-op without masters. */
+void tf_device_trainer_follow(dllm_tf *m);
+/* Whether the producers (RMSNorm, SwiGLU) of the FP8, INT8 or bf16 rollout copy's linears
+ * and of a bf16 trainer's write the codes or bf16 copies those linears read (on, the
+ * default) or each linear quantises or rounds its input (off): the same logits and
+ * gradients bit for bit, fewer launches and bytes when on. For the tests that compare the
+ * two. */
+void tf_device_fuse_act(dllm_tf *m, bool on);
+/* The buffers of the forwards (m->io), grown to hold: the logits chunk (and its targets and
+ * log-probs) for n rows (n <= lg_rows); host staging of n inputs; the kept forward's R head
+ * rows' targets, log-probs, log-sum-exps and dLoss/dlogp. */
+void tf_device_chunk(dllm_tf *m, int n);
+void tf_device_staging(dllm_tf *m, size_t n);
+void tf_device_kept_rows(dllm_tf *m, int R);
+/* Frees the training state (gradients, moments, the kept activations: the host's again). */
+void tf_device_train_free(dllm_tf *m);
 /* Pull: the device's trainable copy down into the host's where the device is where it
  * lives (no-op otherwise): what the host reads is current. */
 void tf_device_pull(dllm_tf *m);

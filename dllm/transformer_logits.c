@@ -6,17 +6,17 @@
  * (every denoising step of a canvas has the same ones), except where they count real
  * tokens (the key mask comes down to build them). */
 #include "dllm/device_logits.h"
-#include "dllm/transformer_device_impl.h"
+#include "dllm/transformer_impl.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymask, int B, int T)
 {
-    dl_ctx *c = ctx;
+    tf_dl_ctx *c = ctx;
     dllm_tf *m = c->m;
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
+    tf_io *d = &m->io;
+    dllm_backend *be = m->dev;
     int k = c->rollout;
     tf_acts *a = &m->ra;
     d->xl[0] = d->xl[1] = NULL; /* one set: the other view's x_L is overwritten */
@@ -31,7 +31,7 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
     a->be = be;
     tf_acts_ensure(m, a, B, T, d->lg_rows, 1);
     a->B = B, a->T = T, a->N = N, a->R = 0;
-    tf_device_staging(d, (size_t)(N > d->lg_rows ? N : d->lg_rows)); /* head() stages its rows too */
+    tf_device_staging(m, (size_t)(N > d->lg_rows ? N : d->lg_rows)); /* head() stages its rows too */
     be->ops->copy(be, a->tokens, d_tokens, (size_t)N * sizeof(int32_t));
     /* positions counting real tokens need the mask on the host (N bytes down) */
     if (d_keymask && count)
@@ -58,10 +58,10 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
 
 static int dl_head(void *ctx, const int32_t *d_rows, int n, float *d_logits)
 {
-    dl_ctx *c = ctx;
+    tf_dl_ctx *c = ctx;
     dllm_tf *m = c->m;
-    tf_device *d = m->dev;
-    dllm_backend *be = d->be;
+    tf_io *d = &m->io;
+    dllm_backend *be = m->dev;
     int k = c->rollout;
     tf_acts *a = &m->ra;
     if (!d->xl[k] || n <= 0 || n > d->lg_rows) {
@@ -88,9 +88,9 @@ int dllm_tf_device_logits(dllm_tf *m, bool rollout, dllm_device_logits *out, dll
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "dllm_tf_device_logits: the model is not on a device backend "
                             "(dllm_tf_to_device)");
-    tf_device *d = m->dev;
-    d->dl[rollout] = (dl_ctx){m, rollout};
-    *out = (dllm_device_logits){&d->dl[rollout], d->be, m->V, d->lg_rows, dl_layers, dl_head,
+    tf_io *d = &m->io;
+    d->dl[rollout] = (tf_dl_ctx){m, rollout};
+    *out = (dllm_device_logits){&d->dl[rollout], m->dev, m->V, d->lg_rows, dl_layers, dl_head,
                                  NULL, NULL};
     return 0;
 }

@@ -266,8 +266,7 @@ int dllm_tf_rollout_sync(dllm_tf *m, const dllm_precision *p, double *seconds, d
     if (p->trainer_bf16 != m->prec.trainer_bf16)
         m->a.kept = TF_KEPT_NONE;
     if (m->dev) {
-        if (m->tv.buf)
-            tf_view_master(m, &m->tv);
+        /* the device's (tf_device_sync below) */
     } else if (p->trainer_bf16) {
         if (!m->tv.buf)
             tf_view_free(m, &m->tv);

@@ -49,7 +49,7 @@
 #include "dllm/dream_sampler.h"
 #include "dllm/sampler.h"
 #include "dllm/transformer.h"
-#include "dllm/transformer_device_impl.h" /* tf_device_fuse_act */
+#include "dllm/transformer_impl.h" /* tf_device_fuse_act */
 #include "kernels/backend.h"
 #include "kernels/rng.h"
 

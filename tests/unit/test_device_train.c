@@ -56,7 +56,7 @@
 #include "config.h"
 
 #include "dllm/transformer.h"
-#include "dllm/transformer_device_impl.h" /* the region marks; tf_device_fuse_act */
+#include "dllm/transformer_impl.h" /* the region marks; tf_device_fuse_act */
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "kernels/rng.h"
