@@ -508,6 +508,30 @@ static void lin_group_fwd(dllm_tf *m, const tf_view *v, int l, int n, const int 
     }
 }
 
+/* The RMSNorm (by weight w, of x (N, C) into out, rstd) feeding linears js of layer l: where
+ * its producer is fused (fused_act) it writes the codes or bf16 copy those linears read,
+ * returned (and out only beside a bf16 copy, for the backward: a code's fp32 output would be
+ * read by nothing); else out, rounded to bf16 where the view rounds the linears' inputs
+ * and they do not round as they read. */
+static const dllm_qact *norm_fwd(const dllm_tf *m, const tf_view *v, int l, const int *js, int n,
+                                 int N, float *out, float *rstd, const float *x, const float *w,
+                                 dllm_qact *qa)
+{
+    dllm_backend *be = v->be;
+    float eps = m->cfg.rms_norm_eps;
+    const dllm_qact *fq = NULL;
+    if (fused_act(m, v, l, js, n, N, qa)) {
+        be->ops->rmsnorm_quant_fwd(be, qa->kind == DLLM_QACT_BF16 ? out : NULL, rstd, qa, x, w,
+                                   N, m->C, eps);
+        fq = qa;
+    } else {
+        be->ops->rmsnorm_fwd(be, out, rstd, x, w, N, m->C, eps);
+    }
+    if (v->round_lin && !v->lin_rounds)
+        be->ops->round_bf16(be, out, (size_t)N * m->C);
+    return fq;
+}
+
 /* One layer at view v's numerics over N rows at RoPE positions pos. */
 static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
                       tf_layer_io *io, tf_attn_fn attn, void *ctx)
@@ -515,32 +539,18 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     const tf_layer *w = &v->lw[l];
     dllm_backend *be = v->be;
     const op_rope_table *rope = &m->rope;
-    size_t C = (size_t)m->C, H = (size_t)m->H, QD = (size_t)m->QD;
+    size_t H = (size_t)m->H, QD = (size_t)m->QD;
     float eps = m->cfg.rms_norm_eps;
     bool rl = v->round_lin, qkn = m->arch->qk_norm;
     static const int QKV[] = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V};
     static const int GU[] = {DLLM_LIN_GATE, DLLM_LIN_UP}, DN[] = {DLLM_LIN_DOWN};
     dllm_qact qa;
-    const dllm_qact *fq = NULL; /* the codes the last producer wrote, if it did */
-    /* a fused producer of FP8 or INT8 codes writes only them: its fp32 output would be
-     * read by nothing (fused_act: no bf16 rounding, no run-time LoRA, the linears take the
-     * codes); one of a bf16 copy writes the fp32 output too, for the backward (and a
-     * linear off the GEMM's alignment rules) */
-#define FP32_OUT(x) (qa.kind == DLLM_QACT_BF16 ? (x) : NULL)
+    const dllm_qact *fq; /* the codes the last producer wrote, if it did */
     // attention sub-block
-    if (fused_act(m, v, l, QKV, 3, N, &qa)) {
-        be->ops->rmsnorm_quant_fwd(be, FP32_OUT(io->n1), io->rstd1, &qa, io->x,
-                                   w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
-        fq = &qa;
-    } else {
-        be->ops->rmsnorm_fwd(be, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], N, m->C, eps);
-    }
-    if (rl && !v->lin_rounds)
-        be->ops->round_bf16(be, io->n1, (size_t)N * C);
+    fq = norm_fwd(m, v, l, QKV, 3, N, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], &qa);
     static const int qkv_bias[3] = {DLLM_T_Q_BIAS, DLLM_T_K_BIAS, DLLM_T_V_BIAS};
     lin_group_fwd(m, v, l, 3, QKV, qkv_bias, (float *const[]){io->qr, io->kr, io->v}, io->n1, N,
                   io, fq);
-    fq = NULL;
     if (qkn) {
         be->ops->rmsnorm_fwd(be, io->q, io->rstdq, io->qr, w->t[DLLM_T_Q_NORM], N * m->NH, m->HD,
                          eps);
@@ -556,20 +566,14 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
         be->ops->round_bf16(be, io->y, (size_t)N * QD);
     lin_res_fwd(m, v, l, DLLM_LIN_O, io->h, io->x, io->y, N, io, NULL);
     // MLP sub-block
-    if (fused_act(m, v, l, GU, 2, N, &qa)) {
-        be->ops->rmsnorm_quant_fwd(be, FP32_OUT(io->n2), io->rstd2, &qa, io->h,
-                                   w->t[DLLM_T_MLP_NORM], N, m->C, eps);
-        fq = &qa;
-    } else {
-        be->ops->rmsnorm_fwd(be, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], N, m->C, eps);
-    }
-    if (rl && !v->lin_rounds)
-        be->ops->round_bf16(be, io->n2, (size_t)N * C);
+    fq = norm_fwd(m, v, l, GU, 2, N, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], &qa);
     static const int no_bias[2] = {0, 0};
     lin_group_fwd(m, v, l, 2, GU, no_bias, (float *const[]){io->g, io->u}, io->n2, N, io, fq);
     fq = NULL;
     if (fused_act(m, v, l, DN, 1, N, &qa)) {
-        be->ops->swiglu_quant_fwd(be, FP32_OUT(io->s), &qa, io->g, io->u, N, (int)H);
+        /* (its fp32 output beside a bf16 copy only, as norm_fwd's) */
+        be->ops->swiglu_quant_fwd(be, qa.kind == DLLM_QACT_BF16 ? io->s : NULL, &qa, io->g,
+                                  io->u, N, (int)H);
         fq = &qa;
     } else {
         be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
@@ -577,7 +581,6 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     if (rl && !v->lin_rounds)
         be->ops->round_bf16(be, io->s, (size_t)N * H);
     lin_res_fwd(m, v, l, DLLM_LIN_DOWN, io->xn, io->h, io->s, N, io, fq);
-#undef FP32_OUT
 }
 
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
@@ -894,6 +897,16 @@ static int check_targets(const dllm_tf *m, const char *what, const int32_t *targ
     return 0;
 }
 
+/* The inputs and targets of a log-prob forward checked (printed; DLLM_EXIT_INPUT); *R: its
+ * row count. */
+static int check_logp(const dllm_tf *m, const char *what, const int32_t *tokens, int B, int T,
+                      const int32_t *rows, int n_rows, const int32_t *targets, int *R)
+{
+    int rc = check_inputs(m, tokens, B, T, rows, n_rows);
+    *R = rows ? n_rows : B * T;
+    return rc ? rc : check_targets(m, what, targets, *R);
+}
+
 /* The kept forward of the loss gradient's device path: the head rows' log-probs of their
  * targets and log-sum-exps kept on the device, a chunk of rows at a time through the
  * logits chunk (the backward makes each chunk's logits again from the kept head input:
@@ -908,9 +921,8 @@ int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t
                 m->arch->name);
         return DLLM_EXIT_INPUT;
     }
-    int rc = check_inputs(m, tokens, B, T, rows, n_rows);
-    int R = rows ? n_rows : B * T;
-    if (rc || (rc = check_targets(m, "device log-probs", targets, R)))
+    int R, rc = check_logp(m, "device log-probs", tokens, B, T, rows, n_rows, targets, &R);
+    if (rc)
         return rc;
     fwd_at f = fwd_place(m, false, true);
     tf_io *d = f.d;
@@ -937,9 +949,8 @@ int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const u
                         int B, int T, const int32_t *rows, const int32_t *targets, int n_rows,
                         float *logp)
 {
-    int rc = check_inputs(m, tokens, B, T, rows, n_rows);
-    int R = rows ? n_rows : B * T;
-    if (rc || (rc = check_targets(m, "target log-probs", targets, R)))
+    int R, rc = check_logp(m, "target log-probs", tokens, B, T, rows, n_rows, targets, &R);
+    if (rc)
         return rc;
     fwd_at f = fwd_place(m, rollout, false);
     tf_io *d = f.d;
