@@ -48,7 +48,7 @@ int dllm_block_cache_new(dllm_block_cache **out, dllm_tf *m, bool rollout, dllm_
     c->max_rows = m->dev ? dllm_tf_device_chunk_rows(m->V) : 1;
     /* on a device that trains, the cache's forward buffers take turns with the kept
      * forward's and the other forwards' in their region: a rollout never needs theirs */
-    if (m->dev && m->dtrain)
+    if (tf_device_training(m))
         tf_acts_set_region(m, &c->a, &m->region);
     *out = c;
     return 0;

@@ -116,7 +116,7 @@ static void lora_upload(dllm_tf *m)
  * trainer holds the same pair (its masters and their rounded copy). */
 static bool with_masters(const dllm_tf *m)
 {
-    return m->prec.trainer_bf16 && !m->lora_rank && m->dtrain;
+    return m->prec.trainer_bf16 && !m->lora_rank && tf_device_training(m);
 }
 
 void tf_device_trainer_follow(dllm_tf *m)
@@ -165,7 +165,7 @@ void tf_device_host_written(dllm_tf *m)
 {
     if (!m->dev)
         return;
-    if (m->dtrain) /* the kept forward ran here, on the old values */
+    if (tf_device_training(m)) /* the kept forward ran here, on the old values */
         m->a.kept = TF_KEPT_NONE;
     m->tv.be = NULL;
 }
@@ -194,7 +194,7 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
     /* a trainer view that trains here keeps its copy (where the trainable vector lives)
      * unless its layout changes; otherwise it is rebuilt from the host's, pulled first */
     bool masters = with_masters(m);
-    bool keep = m->dtrain && m->tv.be && m->n_dlora == m->n_lora &&
+    bool keep = tf_device_training(m) && m->tv.be && m->n_dlora == m->n_lora &&
                 (m->tv.b16 != NULL) == (p->trainer_bf16 && !masters) &&
                 (m->mv.be != NULL) == masters;
     if (!keep) {
@@ -244,7 +244,7 @@ int tf_device_sync(dllm_tf *m, dllm_err *err)
      * values as the host's masters, or newer); LoRA: merged on the host from the frozen
      * base and the adapters, which come down first when they are newer here */
     const tf_view *from = NULL;
-    if (m->dtrain && !m->lora_rank && k != DLLM_ROLLOUT_INT8)
+    if (tf_device_training(m) && !m->lora_rank && k != DLLM_ROLLOUT_INT8)
         from = tf_device_masters(m);
     else /* INT8 quantises on the host (dq_int8): the host's weights must be current */
         tf_device_pull(m);

@@ -34,7 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-bool tf_device_training(const dllm_tf *m) { return m->dev && m->dtrain; }
+bool tf_device_training(const dllm_tf *m) { return m->dev && m->dgrad; }
 bool dllm_tf_device_trains(const dllm_tf *m) { return tf_device_training(m); }
 
 /* The device copy the optimizer updates (the trainer view must be built): the LoRA copy,
@@ -151,7 +151,7 @@ void tf_device_pull(dllm_tf *m)
 
 bool dllm_tf_device_ahead(const dllm_tf *m)
 {
-    return m->dev && m->dtrain && m->tv.be;
+    return tf_device_training(m) && m->tv.be;
 }
 
 /* The AdamW moments carried between the updating backends (up: the host's onto the
@@ -179,10 +179,12 @@ static void moments_carry(dllm_tf *m, bool up)
 void tf_device_train_free(dllm_tf *m)
 {
     dllm_backend *be = m->dev;
+    bool trained = tf_device_training(m);
     void *bufs[] = {m->dgrad, m->io.dlog, m->io.ktgt, m->io.klp, m->io.klse, m->io.kg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
+    m->dgrad = m->io.dlog = NULL;
     m->io.klp = m->io.klse = m->io.kg = NULL;
     m->io.ktgt = NULL;
     m->io.k_cap = 0;
@@ -191,7 +193,7 @@ void tf_device_train_free(dllm_tf *m)
         tf_view_free_on(m, &m->mv, be);
         tf_view_free_on(m, &m->tv, be);
     }
-    if (m->dtrain) { /* the kept activations and the moments are the host's again */
+    if (trained) { /* the kept activations and the moments are the host's again */
         tf_acts_set_region(m, &m->a, NULL);
         tf_acts_set_region(m, &m->ra, NULL);
         tf_region_free(&m->region, be);
@@ -203,11 +205,9 @@ void tf_device_train_free(dllm_tf *m)
     free(m->dlg);
     for (int k = 0; m->dad && k < m->L * DLLM_NLIN; k++) /* they pointed into dgrad */
         m->dad[k].dA = m->dad[k].dB = NULL;
-    m->dgrad = m->io.dlog = NULL;
     m->dlg = NULL;
     m->dg_embed = m->dg_final_norm = m->dg_head = NULL;
     m->n_train = 0, m->io.dlog_rows = 0;
-    m->dtrain = false;
 }
 
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
@@ -215,26 +215,25 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
     if (!m->dev)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "training on the device: the model is not on a device backend");
-    if (m->dtrain)
+    if (m->dgrad)
         return 0;
-    /* from here the trainer view is built for training: a bf16 trainer's full fine-tune
-     * holds fp32 masters beside the rounded copy instead of packed bf16 linears (the host
-     * is current: the device was not ahead) */
-    m->dtrain = true;
+    /* from here (its gradients exist) the model trains here, and the trainer view is built
+     * for training: a bf16 trainer's full fine-tune holds fp32 masters beside the rounded
+     * copy instead of packed bf16 linears (the host is current: the device was not ahead) */
+    dllm_backend *be = m->dev;
+    m->n_train = m->lora_rank ? m->n_lora : m->n_params;
+    m->dgrad = be->ops->alloc(be, m->n_train * sizeof(float));
     if (m->prec.trainer_bf16 && !m->lora_rank)
         tf_view_free_on(m, &m->tv, m->dev);
     const tf_view *v = tf_device_masters(m);
-    dllm_backend *be = m->dev;
-    m->n_train = m->lora_rank ? m->n_lora : v->nbuf;
     if (!m->lora_rank && v->nbuf != m->n_params) {
+        be->ops->free(be, m->dgrad);
+        m->dgrad = NULL;
         m->n_train = 0;
-        m->dtrain = false;
         return dllm_err_set(err, DLLM_EXIT_INTERNAL,
                             "training on the device: the trainer view holds %zu floats, the "
                             "model %zu", v->nbuf, m->n_params);
     }
-    size_t bytes = m->n_train * sizeof(float);
-    m->dgrad = be->ops->alloc(be, bytes);
     moments_carry(m, true); /* the host's (if any) continue here */
     tf_moments(m, be, m->n_train);
     m->dlg = dllm_calloc((size_t)m->L, sizeof *m->dlg);

@@ -235,11 +235,11 @@ struct dllm_tf {
     tf_lora *dad;         // (L, NLIN) A, B into dlora; dA, dB into dgrad while it trains there
     tf_io io;
     /* training on a device (transformer_device_train.c): the kept forward, the backward and
-     * the update there; off until its first kept forward (dllm_tf_device_train) */
-    bool dtrain;
+     * the update there, from its first kept forward (dllm_tf_device_train) for as long as
+     * its gradients exist (tf_device_training: dgrad) */
     tf_region region;     /* while it trains: the kept forward's activations (a) and those of
                              every forward without backward (ra) take turns in it */
-    float *dgrad;         // (n_train) gradients, in the trainable copy's layout
+    float *dgrad;         // (n_train) gradients, in the trainable copy's layout, or NULL
     size_t n_train;
     tf_layer *dlg;        // (L) gradient pointers into dgrad (NULL entries: frozen)
     float *dg_embed, *dg_final_norm, *dg_head;
