@@ -221,10 +221,9 @@ dllm_tf *dllm_tf_create_shape(const dllm_model_config *cfg, dllm_err *err)
 static void lora_free(dllm_tf *m)
 {
     free(m->lora_params);
-    free(m->lora_grads);
     free(m->ad);
     free(m->llist);
-    m->lora_params = m->lora_grads = NULL;
+    m->lora_params = NULL;
     m->ad = NULL;
     m->llist = NULL;
     m->nl = 0;
@@ -239,6 +238,7 @@ void dllm_tf_free(dllm_tf *m)
         return;
     tf_moments_free(m);
     tf_device_free(m);
+    tf_grads_free(m);
     tf_acts_free(&m->a);
     tf_acts_free(&m->ra);
     tf_view_free(m, &m->tv);
@@ -249,7 +249,6 @@ void dllm_tf_free(dllm_tf *m)
         munmap(m->params, m->n_params * sizeof(float));
     else
         free(m->params);
-    free(m->grads);
     free(m->lw);
     free(m->lg);
     free(m->plist);
@@ -298,14 +297,14 @@ static void set_base_grads(dllm_tf *m, float *grads)
 void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t seed)
 {
     tf_device_host_access(m); /* masters on a device come down while their layout holds */
+    if (tf_device_training(m)) /* its training state has the old trainable vector's layout */
+        tf_device_train_free(m);
+    tf_grads_free(m); /* the trainable vector changes: its gradients and moments start again */
+    tf_moments_free(m);
     lora_free(m);
     tf_acts_free(&m->a); /* the LoRA activations change size */
     tf_acts_free(&m->ra);
     mask &= LORA_ALL;
-    free(m->grads); /* frozen under LoRA; reallocated on demand without it */
-    m->grads = NULL;
-    tf_moments_free(m); /* the trainable vector changes: its moments start again */
-    set_base_grads(m, NULL);
     if (rank <= 0 || mask == 0)
         return;
 
@@ -334,11 +333,9 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
     for (int i = 0; i < m->nl; i++)
         m->n_lora += m->llist[i].numel;
     m->lora_params = dllm_calloc(m->n_lora, sizeof(float)); /* B = 0 */
-    m->lora_grads = dllm_calloc(m->n_lora, sizeof(float));
     size_t off = 0;
     for (int i = 0; i < m->nl; i++) {
         m->llist[i].data = m->lora_params + off;
-        m->llist[i].grad = m->lora_grads + off;
         off += m->llist[i].numel;
     }
     int k = 0;
@@ -348,10 +345,8 @@ void dllm_tf_lora_enable(dllm_tf *m, int rank, float alpha, int mask, uint64_t s
                 continue;
             tf_lora *ad = &m->ad[l * DLLM_NLIN + j];
             tf_lin_shape(m, j, &ad->out, &ad->in);
-            ad->A = m->llist[k].data;
-            ad->dA = m->llist[k++].grad;
-            ad->B = m->llist[k].data;
-            ad->dB = m->llist[k++].grad;
+            ad->A = m->llist[k++].data;
+            ad->B = m->llist[k++].data;
             if (m->shape_only) /* no values anywhere: an 8B plan's adapters stay untouched */
                 continue;
             /* PEFT: kaiming_uniform(a = sqrt(5)) on A [r, in] = U(-1/sqrt(in), 1/sqrt(in)) */
@@ -381,21 +376,59 @@ static const float *tf_trainable(void *model, size_t *n)
     return host_trainable(m, n);
 }
 
-/* The base gradients exist only once needed: a model that is only run or
- * saved never pays for them (8B parameters would double the memory). */
-void tf_ensure_grads(dllm_tf *m)
+void tf_grads_free(dllm_tf *m)
 {
-    if (!m->lora_rank && !m->grads) {
-        m->grads = dllm_calloc(m->n_params, sizeof(float));
-        set_base_grads(m, m->grads);
+    if (m->grad)
+        m->grad_be->ops->free(m->grad_be, m->grad);
+    m->grad = NULL, m->grad_be = NULL, m->n_train = 0;
+    set_base_grads(m, NULL);
+    for (int i = 0; i < m->nl; i++)
+        m->llist[i].grad = NULL;
+    for (int k = 0; k < m->L * DLLM_NLIN; k++) {
+        if (m->ad)
+            m->ad[k].dA = m->ad[k].dB = NULL;
+        if (m->dad)
+            m->dad[k].dA = m->dad[k].dB = NULL;
     }
 }
 
+/* The gradients exist only once needed: a model that is only run or saved never pays
+ * for them (8B parameters would double the memory). */
+void tf_ensure_grads(dllm_tf *m)
+{
+    dllm_backend *cpu = dllm_backend_cpu();
+    if (m->grad && m->grad_be == cpu)
+        return;
+    tf_grads_free(m);
+    size_t n;
+    host_trainable(m, &n);
+    m->grad = cpu->ops->alloc(cpu, n * sizeof(float));
+    m->grad_be = cpu;
+    m->n_train = n;
+    if (!m->lora_rank) {
+        set_base_grads(m, m->grad);
+        return;
+    }
+    for (size_t i = 0, off = 0; i < (size_t)m->nl; off += m->llist[i++].numel)
+        m->llist[i].grad = m->grad + off;
+    for (int k = 0; k < m->L * DLLM_NLIN; k++) {
+        tf_lora *a = &m->ad[k];
+        if (a->A) {
+            a->dA = m->grad + (a->A - m->lora_params);
+            a->dB = m->grad + (a->B - m->lora_params);
+        }
+    }
+}
+
+/* The host's gradients; NULL while the model trains on a device (its are there:
+ * dllm_optim_grad_buffer, dllm_tf_device_grads). */
 static float *tf_grads(void *model)
 {
     dllm_tf *m = model;
+    if (tf_device_training(m))
+        return NULL;
     tf_ensure_grads(m);
-    return m->lora_rank ? m->lora_grads : m->grads;
+    return m->grad;
 }
 
 /* ---- the optimizer ------------------------------------------------------------------ */
@@ -427,8 +460,7 @@ void tf_moments(dllm_tf *m, dllm_backend *be, size_t n)
 static void update_state(dllm_tf *m, tf_update *u, bool step)
 {
     if (!tf_device_update(m, u, step)) {
-        *u = (tf_update){.be = dllm_backend_cpu(), .g = tf_grads(m)};
-        u->n = m->lora_rank ? m->n_lora : m->n_params;
+        *u = (tf_update){.be = dllm_backend_cpu(), .g = tf_grads(m), .n = m->n_train};
         if (step)
             u->p = host_trainable(m, &u->n);
     }
@@ -484,11 +516,11 @@ static const float *tf_trainable_host(void *model, size_t *n)
 static float *host_state(dllm_tf *m, dllm_state s)
 {
     size_t n;
+    float *p = host_trainable(m, &n);
     if (s == DLLM_STATE_PARAMS) /* a read or a swap makes no moments: a step or a moment does */
-        return host_trainable(m, &n);
-    tf_update u;
-    update_state(m, &u, true);
-    return s == DLLM_STATE_ADAM_M ? u.m : u.v;
+        return p;
+    tf_moments(m, dllm_backend_cpu(), n); /* (no gradients: a moment is not a step) */
+    return s == DLLM_STATE_ADAM_M ? m->adam_m : m->adam_v;
 }
 
 static void tf_state_move(void *model, dllm_state s, size_t off, size_t n, float *buf,

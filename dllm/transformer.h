@@ -38,10 +38,11 @@ typedef struct {
     char name[96];    /* "model.transformer.blocks.0.q_proj.weight" or the PEFT
                          "base_model.model.model.transformer.blocks.0.q_proj.lora_A.weight" */
     float *data;      /* inside the model's one parameter allocation */
-    float *grad;      /* inside the gradient allocation; NULL when frozen (base
-                         weights under LoRA) or not yet allocated (gradients are
-                         allocated by the first dllm_optim_grads, dllm_optim_zero_grad
-                         or dllm_tf_backward) */
+    float *grad;      /* inside the host's gradient vector; NULL when frozen (base
+                         weights under LoRA), not yet allocated (made by the first
+                         dllm_optim_grads, dllm_optim_zero_grad or dllm_tf_backward on
+                         the host) or while the model trains on a device (its gradients
+                         are there: dllm_tf_device_grads) */
     int ndim;         /* 1 or 2 */
     int64_t shape[2]; /* torch layout: [out, in] */
     size_t numel;
@@ -192,7 +193,8 @@ int dllm_tf_device_chunk_rows(int V);
 /* From now on dllm_tf_forward keeps its activations on the device (the logits of its rows
  * come down), dllm_tf_backward uploads the dlogits and runs there, and the gradients and
  * AdamW moments live in device memory: dllm_optim_zero_grad, dllm_optim_grad_buffer,
- * dllm_optim_step and dllm_optim_state_* act there (dllm_optim_grads is then unused). The
+ * dllm_optim_step and dllm_optim_state_* act there (dllm_optim_grads is then NULL: the
+ * host's gradients are dropped, the model's one gradient vector is the device's). The
  * device's trainable copy is then the trainable vector: nothing comes down per step (the
  * host's is stale, dllm_tf_device_ahead, until something on the host reads it:
  * dllm_optim_trainable downloads it; a full fine-tune's host masters give their pages

@@ -34,7 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-bool tf_device_training(const dllm_tf *m) { return m->dev && m->dgrad; }
+bool tf_device_training(const dllm_tf *m) { return m->dev && m->grad && m->grad_be == m->dev; }
 bool dllm_tf_device_trains(const dllm_tf *m) { return tf_device_training(m); }
 
 /* The device copy the optimizer updates (the trainer view must be built): the LoRA copy,
@@ -180,11 +180,11 @@ void tf_device_train_free(dllm_tf *m)
 {
     dllm_backend *be = m->dev;
     bool trained = tf_device_training(m);
-    void *bufs[] = {m->dgrad, m->io.dlog, m->io.ktgt, m->io.klp, m->io.klse, m->io.kg};
+    void *bufs[] = {m->io.dlog, m->io.ktgt, m->io.klp, m->io.klse, m->io.kg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
-    m->dgrad = m->io.dlog = NULL;
+    m->io.dlog = NULL;
     m->io.klp = m->io.klse = m->io.kg = NULL;
     m->io.ktgt = NULL;
     m->io.k_cap = 0;
@@ -201,13 +201,9 @@ void tf_device_train_free(dllm_tf *m)
         moments_carry(m, false);
         if (m->adam_be == be) /* not carried: the layout changed (a LoRA change) */
             tf_moments_free(m);
+        tf_grads_free(m); /* the host's are made by their next use */
     }
-    free(m->dlg);
-    for (int k = 0; m->dad && k < m->L * DLLM_NLIN; k++) /* they pointed into dgrad */
-        m->dad[k].dA = m->dad[k].dB = NULL;
-    m->dlg = NULL;
-    m->dg_embed = m->dg_final_norm = m->dg_head = NULL;
-    m->n_train = 0, m->io.dlog_rows = 0;
+    m->io.dlog_rows = 0;
 }
 
 int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
@@ -215,28 +211,29 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
     if (!m->dev)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "training on the device: the model is not on a device backend");
-    if (m->dgrad)
+    if (tf_device_training(m))
         return 0;
-    /* from here (its gradients exist) the model trains here, and the trainer view is built
-     * for training: a bf16 trainer's full fine-tune holds fp32 masters beside the rounded
-     * copy instead of packed bf16 linears (the host is current: the device was not ahead) */
+    /* from here (its gradients are here, the host's dropped) the model trains here, and the
+     * trainer view is built for training: a bf16 trainer's full fine-tune holds fp32
+     * masters beside the rounded copy instead of packed bf16 linears (the host is current:
+     * the device was not ahead) */
     dllm_backend *be = m->dev;
-    m->n_train = m->lora_rank ? m->n_lora : m->n_params;
-    m->dgrad = be->ops->alloc(be, m->n_train * sizeof(float));
+    tf_grads_free(m);
+    size_t n = m->lora_rank ? m->n_lora : m->n_params;
+    m->grad = be->ops->alloc(be, n * sizeof(float));
+    m->grad_be = be;
+    m->n_train = n;
     if (m->prec.trainer_bf16 && !m->lora_rank)
         tf_view_free_on(m, &m->tv, m->dev);
     const tf_view *v = tf_device_masters(m);
     if (!m->lora_rank && v->nbuf != m->n_params) {
-        be->ops->free(be, m->dgrad);
-        m->dgrad = NULL;
-        m->n_train = 0;
+        tf_grads_free(m);
         return dllm_err_set(err, DLLM_EXIT_INTERNAL,
                             "training on the device: the trainer view holds %zu floats, the "
                             "model %zu", v->nbuf, m->n_params);
     }
     moments_carry(m, true); /* the host's (if any) continue here */
     tf_moments(m, be, m->n_train);
-    m->dlg = dllm_calloc((size_t)m->L, sizeof *m->dlg);
     tf_acts_free(&m->a); /* the kept forward's, in device memory from now on (its backward
                             scratch is allocated by the first backward) */
     m->a.be = be;
@@ -247,25 +244,25 @@ int dllm_tf_device_train(dllm_tf *m, dllm_err *err)
     return 0;
 }
 
-/* The gradient pointers into dgrad for the current trainer view (its buffers are reused
- * across syncs, but rebuilt after a precision change). */
+/* The gradient pointers into the device's gradients for the current trainer view (its
+ * buffers are reused across syncs, but rebuilt after a precision change). */
 static void grad_pointers(dllm_tf *m)
 {
     const tf_view *v = tf_device_fp32(m); /* the gradients' layout: the trainable copy's */
     if (m->lora_rank) {
         for (int k = 0; k < m->L * DLLM_NLIN; k++) {
             tf_lora *a = &m->dad[k];
-            a->dA = a->A ? m->dgrad + (a->A - m->dlora) : NULL;
-            a->dB = a->A ? m->dgrad + (a->B - m->dlora) : NULL;
+            a->dA = a->A ? m->grad + (a->A - m->dlora) : NULL;
+            a->dB = a->A ? m->grad + (a->B - m->dlora) : NULL;
         }
         return;
     }
     for (int l = 0; l < m->L; l++)
         for (int t = 0; t < DLLM_NT; t++)
-            m->dlg[l].t[t] = v->lw[l].t[t] ? m->dgrad + (v->lw[l].t[t] - v->buf) : NULL;
-    m->dg_embed = m->dgrad + (v->embed - v->buf);
-    m->dg_final_norm = m->dgrad + (v->final_norm - v->buf);
-    m->dg_head = m->tied ? m->dg_embed : m->dgrad + (v->head - v->buf);
+            m->lg[l].t[t] = v->lw[l].t[t] ? m->grad + (v->lw[l].t[t] - v->buf) : NULL;
+    m->d_embed = m->grad + (v->embed - v->buf);
+    m->d_final_norm = m->grad + (v->final_norm - v->buf);
+    m->d_head = m->tied ? m->d_embed : m->grad + (v->head - v->buf);
 }
 
 /* The backward's target on the device, and m->io.dlog large enough for one chunk of the kept
@@ -281,7 +278,7 @@ tf_bwd_target tf_device_bwd_target(dllm_tf *m)
         m->io.dlog_rows = rows;
     }
     grad_pointers(m);
-    return (tf_bwd_target){be, &m->a, &m->tv, m->dlg, m->dg_embed, m->dg_final_norm, m->dg_head,
+    return (tf_bwd_target){be, &m->a, &m->tv, m->lg, m->d_embed, m->d_final_norm, m->d_head,
                            m->lora_rank ? m->dad : NULL, &m->rope};
 }
 
@@ -291,7 +288,7 @@ bool tf_device_update(dllm_tf *m, tf_update *u, bool step)
         return false;
     if (step)
         tf_device_view(m, false); /* the trainable copy is current */
-    *u = (tf_update){m->dev, step ? dev_trainable(m) : NULL, m->dgrad, NULL, NULL, m->n_train};
+    *u = (tf_update){m->dev, step ? dev_trainable(m) : NULL, m->grad, NULL, NULL, m->n_train};
     return true;
 }
 
@@ -305,7 +302,7 @@ void tf_device_updated(dllm_tf *m)
 
 void dllm_tf_device_grads(dllm_tf *m, float *out)
 {
-    transfer(m, out, m->dgrad, false);
+    transfer(m, out, m->grad, false);
 }
 
 static float *state_vector(dllm_tf *m, dllm_state s)

@@ -183,27 +183,39 @@ struct dllm_tf {
     bool tied;
 
     float *params; // (n_params) HF order
-    float *grads;  // (n_params), NULL under LoRA or before first use
     size_t n_params;
     bool shape_only; /* dllm_tf_create_shape: params is an untouched mapping */
     float *embed;      // (V, C)
     tf_layer *lw;      // (L)
     float *final_norm; // (C)
     float *head;       // (V, C): the head, or embed when tied
-    float *d_embed, *d_final_norm, *d_head; /* gradients, NULL when frozen */
-    tf_layer *lg;      // (L) gradient pointers, NULL when frozen
     dllm_param *plist;
     int np;
 
+    /* The gradients: one vector (n_train floats) in the layout of the trainable copy the
+     * update steps, in grad_be's memory: the host's (the CPU backend's; HF order, or the
+     * LoRA vector) or a device's where the model trains there (its trainer copy's
+     * layout). Made by the first backward or gradient access where the model trains
+     * (tf_ensure_grads, dllm_tf_device_train): a model that is only run or saved never
+     * pays for them. NULL: none. */
+    float *grad;
+    size_t n_train;
+    dllm_backend *grad_be;
+    /* pointers into grad (NULL where frozen): the base tensors', and the adapters' (dA, dB
+     * of the adapter array of grad's side: m->ad on the host, m->dad on a device); on the
+     * host the parameter lists' .grad too */
+    float *d_embed, *d_final_norm, *d_head;
+    tf_layer *lg;      // (L)
+
     int lora_rank, lora_mask;
     float lora_alpha, lora_scale; /* scale = alpha / rank */
-    float *lora_params, *lora_grads;
+    float *lora_params;
     size_t n_lora;
     float *adam_m, *adam_v; // (trainable) AdamW moments in adam_be's memory and the layout of
                             // the trainable copy it updates, made (zero) by their first use
     dllm_backend *adam_be;  /* the updating backend they belong to: the host's (the CPU
                                backend) or the device's (dllm_tf_device_train) */
-    tf_lora *ad; // (L, NLIN); A == NULL where not targeted
+    tf_lora *ad; // (L, NLIN) the host's adapters; A == NULL where not targeted
     dllm_param *llist;
     int nl;
 
@@ -232,17 +244,13 @@ struct dllm_tf {
     /* on a device: the LoRA copy its trainer view applies (the host's is the master) */
     float *dlora;         // (n_dlora)
     size_t n_dlora;
-    tf_lora *dad;         // (L, NLIN) A, B into dlora; dA, dB into dgrad while it trains there
+    tf_lora *dad;         // (L, NLIN) A, B into dlora; dA, dB into grad while it trains there
     tf_io io;
     /* training on a device (transformer_device_train.c): the kept forward, the backward and
      * the update there, from its first kept forward (dllm_tf_device_train) for as long as
-     * its gradients exist (tf_device_training: dgrad) */
+     * its gradients are there (tf_device_training) */
     tf_region region;     /* while it trains: the kept forward's activations (a) and those of
                              every forward without backward (ra) take turns in it */
-    float *dgrad;         // (n_train) gradients, in the trainable copy's layout, or NULL
-    size_t n_train;
-    tf_layer *dlg;        // (L) gradient pointers into dgrad (NULL entries: frozen)
-    float *dg_embed, *dg_final_norm, *dg_head;
 };
 
 #define TF_FALLOC(n) ((float *)dllm_malloc(((size_t)(n) + 1) * sizeof(float)))
@@ -415,8 +423,11 @@ void tf_region_free(tf_region *r, dllm_backend *be);
  * uses both). */
 size_t tf_acts_xslot(const dllm_tf *m, int K, int l);
 void tf_acts_ensure_bwd(dllm_tf *m, tf_acts *a);
-/* Allocates the base gradients on first use (no-op under LoRA). */
+/* The host's gradients (zero), made where there are none on the host (a device's are
+ * dropped: the caller trains on the host). */
 void tf_ensure_grads(dllm_tf *m);
+/* Frees the gradients wherever they are, every pointer into them NULL. */
+void tf_grads_free(dllm_tf *m);
 
 /* out (N, out) = inp W^T [+ scale (inp A^T) B^T] for linear j of layer l, W
  * read through v (FP8: the W8A8 GEMM, NVFP4: the W4A4 one, bf16: the bf16 linear); xa (N, r) receives inp A^T (needed

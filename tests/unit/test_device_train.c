@@ -401,15 +401,25 @@ static float *moments(dllm_tf *m, size_t n)
 
 /* The AdamW moments move with the update (_i: LLaDA LoRA, full): a step on the host, then
  * dllm_tf_device_train: the device's moments are the host's bit for bit (not zero); a step
- * there, then back to the host (dllm_tf_to_device NULL): the host's are the device's. */
+ * there, then back to the host (dllm_tf_to_device NULL): the host's are the device's.
+ * The gradients are one vector where the model trains: the host's (the parameter list's
+ * .grad pointers into it), none on the host while the device trains, the host's made
+ * again (zero) by their next use there. */
 START_TEST(test_moments_carried)
 {
     bool lora = _i == 0;
     dllm_err err;
     dllm_tf *m = tiny(0, lora);
+    const dllm_param *P;
+    int np = lora ? dllm_tf_lora_params(m, &P) : dllm_tf_params(m, &P);
+    ck_assert(np > 0);
+    ck_assert_ptr_null(P[0].grad); /* none before their first use */
     size_t n;
     dllm_optim_trainable(dllm_tf_optim(m), &n);
     update(m, 1);
+    ck_assert_ptr_nonnull(P[0].grad);
+    ck_assert_ptr_eq(P[0].grad, dllm_optim_grads(dllm_tf_optim(m)));
+    ck_assert(op_grad_norm(P[0].grad, n) > 0);
     float *before = moments(m, n);
     size_t nz = 0;
     for (size_t i = 0; i < 2 * n; i++)
@@ -417,6 +427,8 @@ START_TEST(test_moments_carried)
     ck_assert_msg(nz > n, "the host step left %zu nonzero moments of %zu", nz, 2 * n);
     ck_assert_int_eq(dllm_tf_to_device(m, dllm_backend_cuda(), &err), 0);
     ck_assert_int_eq(dllm_tf_device_train(m, &err), 0);
+    ck_assert_ptr_null(P[np - 1].grad); /* the host's gradients are gone: the device's */
+    ck_assert_ptr_null(dllm_optim_grads(dllm_tf_optim(m)));
     float *up = moments(m, n);
     ck_assert_msg(memcmp(before, up, sizeof(float) * 2 * n) == 0,
                   "%s: the moments did not follow the update onto the device",
@@ -429,6 +441,12 @@ START_TEST(test_moments_carried)
     float *home = moments(m, n);
     ck_assert_msg(memcmp(dev, home, sizeof(float) * 2 * n) == 0,
                   "%s: the moments did not come home with the update", lora ? "LoRA" : "full");
+    ck_assert_ptr_null(P[0].grad);
+    float *g = dllm_optim_grads(dllm_tf_optim(m));
+    ck_assert_ptr_eq(P[0].grad, g);
+    ck_assert(op_grad_norm(g, n) == 0);
+    update(m, 3); /* and the host trains again */
+    ck_assert(op_grad_norm(P[np - 1].grad, P[np - 1].numel) > 0);
     free(before), free(up), free(dev), free(home);
     dllm_tf_free(m);
 }

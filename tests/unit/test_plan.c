@@ -97,9 +97,9 @@ static int tiny_recorded(dllm_arch arch, pm_plan *p, mem_plan_opts *o, pm_phase 
     ck_assert_int_eq(dllm_config_preset(&mc, arch, "tiny", err), 0);
     dllm_cfg cfg;
     cfg_with(&cfg, tiny_sets);
-    if (arch != DLLM_ARCH_LLADA)
-        ck_assert_int_eq(dllm_cfg_set(&cfg, arch == DLLM_ARCH_QWEN3 ? "model.arch=qwen3"
-                                                                    : "model.arch=dream", err), 0);
+    char set[64];
+    snprintf(set, sizeof set, "model.arch=%s", dllm_arch_get(arch)->name);
+    ck_assert_int_eq(dllm_cfg_set(&cfg, set, err), 0);
     for (int i = 0; extra && extra[i]; i++)
         ck_assert_msg(dllm_cfg_set(&cfg, extra[i], err) == 0, "%s", err->msg);
     o->prompt_tokens = 10;
