@@ -34,8 +34,10 @@ const char *dllm_rollout_cpu_product(dllm_rollout_kind k, bool *faster)
                       "the bf16-rounded values, no speed-up over fp32";
         break;
     case DLLM_ROLLOUT_FP8:
-        fast = strcmp(fp8_fast_path(), "bf16-dot") == 0;
-        what = fast ? "block-scaled FP8 codes on AVX512-BF16 dot products"
+        fast = fp8_fast_blocks();
+        what = fast ? (strcmp(fp8_fast_path(), "amx-bf16") == 0
+                           ? "block-scaled FP8 codes on AMX bf16 tiles"
+                           : "block-scaled FP8 codes on AVX512-BF16 dot products")
                     : "no AVX512-BF16 on this CPU: quantised exactly, weights dequantised once per "
                       "sync, activations per call, one fp32 GEMM (bit for bit fp8-exact); no "
                       "speed-up over fp32 here";

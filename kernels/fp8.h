@@ -166,8 +166,13 @@ void op_fp8_linear_fwd(float *out, const float *inp, fp8_matrix *w, int N, int C
  * same format, activation scaling and pow2), the activations are quantised once. */
 void op_fp8_linears_fwd(int nw, float *const out[], const float *inp, fp8_matrix *const w[],
                         int N, int C, const int OC[]);
-/* Where the fast mode runs now: "bf16-dot" (the AVX512-BF16 kernel, results independent
- * of the thread count and of the other rows) or "fp32" (the fallback on op_gemm). */
+/* Where the fast mode runs now: "amx-bf16" (the block-scaled kernel on AMX tiles),
+ * "bf16-dot" (the same kernel on AVX512-BF16 dot products) -- both with results
+ * independent of the thread count and of the other rows -- or "exact-fp32" (the exact
+ * simulation on op_gemm). */
 const char *fp8_fast_path(void);
+/* Whether the fast mode runs a block-scaled kernel ("amx-bf16" or "bf16-dot"): its own
+ * sums and a bf16 copy of the codes, not the exact simulation. */
+bool fp8_fast_blocks(void);
 
 #endif

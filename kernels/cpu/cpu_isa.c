@@ -7,6 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #ifdef HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -14,6 +18,32 @@
 
 enum { CAP_NATIVE, CAP_AVX2, CAP_BASELINE };
 static const char *const CAP_NAMES[] = {"native", "avx2", "baseline"};
+
+/* AMX with bf16: the CPU has it, DLLM_AMX is not "off", and Linux grants the process the
+ * tile data state (asked once; a kernel that refuses leaves the AVX-512 kernels). */
+static bool amx_bf16(void)
+{
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && __GNUC__ >= 11
+    static atomic_int ok = -1;
+    int v = atomic_load(&ok);
+    if (v >= 0)
+        return v;
+    const char *e = getenv("DLLM_AMX");
+    if (e && *e && strcmp(e, "off") && strcmp(e, "auto")) {
+        fprintf(stderr, "dllm-rl: DLLM_AMX=%s: expected auto or off\n", e);
+        exit(2);
+    }
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    __builtin_cpu_init();
+    v = !(e && !strcmp(e, "off")) && __builtin_cpu_supports("amx-tile") &&
+        __builtin_cpu_supports("amx-bf16") &&
+        syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    atomic_store(&ok, v);
+    return v;
+#else
+    return false;
+#endif
+}
 
 static bool native(cpu_feature f)
 {
@@ -36,6 +66,8 @@ static bool native(cpu_feature f)
 #else
         return false;
 #endif
+    case CPU_AMXBF16:
+        return amx_bf16();
     default:
         return false;
     }

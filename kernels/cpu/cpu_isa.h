@@ -17,6 +17,8 @@ typedef enum {
     CPU_AVX512BF16,
     CPU_AVX512VNNI,
     CPU_AVXVNNI,
+    CPU_AMXBF16, /* AMX tiles with bf16 dot products, and the kernel's leave to use them
+                    (asked for once); DLLM_AMX=off leaves them unused */
     CPU_NFEATURES
 } cpu_feature;
 

@@ -18,12 +18,21 @@
  * one pass while it is in L1 (no codes: the kernel needs only their bf16 values), and
  * each row's 32-bit k-pair is broadcast.
  *
+ * With AMX (cpu_isa.h: CPU_AMXBF16) the tiles are 32 rows x 32 columns and each k-block's
+ * partial sums come from tile dot products (TDPBF16PS: the same exact products, fp32
+ * sums in the hardware's order), read out of the tile registers and added times their
+ * scale exactly as above. The weight's packing serves both: a k-pair's register for 16
+ * columns is a row of an AMX B tile (stride: the two registers of a pair). The two
+ * kernels round differently (the order of a block's sums); each is fixed, so a machine's
+ * results depend on neither the thread count nor the other rows.
+ *
  * Threads: one OpenMP region per call, which may serve several weights of one input
  * (q/k/v, gate/up: the input quantised once). Each thread takes a range of row blocks,
  * quantises those rows and multiplies them by every weight, so no thread waits on
  * another before the region ends (with passive waiting every wake-up and barrier
  * costs a sleep); with fewer row blocks than threads the columns are split instead. */
 #include "kernels/cpu/fp8_bf16dot.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/ops.h"
 
@@ -38,12 +47,21 @@
 #include <immintrin.h>
 #endif
 
-enum { TR = 6, TC = 32, KPAIRS = FP8_BLOCK / 2 };
+enum { TR = 6, TR_AMX = 32, TC = 32, KPAIRS = FP8_BLOCK / 2 };
 
 bool fp8_bf16dot_usable(void)
 {
 #if defined(__x86_64__)
     return cpu_bf16_dot_usable();
+#else
+    return false;
+#endif
+}
+
+bool fp8_bf16dot_amx(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 11
+    return fp8_bf16dot_usable() && cpu_has(CPU_AMXBF16);
 #else
     return false;
 #endif
@@ -149,6 +167,86 @@ KERNEL_TARGET static void tile_kernel(float *out, int ldo, int rows, int cols, c
         }
 }
 
+#if defined(__GNUC__) && __GNUC__ >= 11
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bf16")))
+
+/* The tile registers' shapes: 0-3 the 2 x 2 output blocks of 16 x 16 fp32, 4-5 the two
+ * 16-row halves of the activations' 32 bf16 of k, 6-7 the 16 k-pairs of the two 16-column
+ * halves of the weight. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+/* In static memory: a compiler may drop the stores into an automatic one that only the
+ * tile configuration instruction reads. */
+static const amx_config AMX_SHAPES = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+AMX_TARGET static void amx_configure(void) { _tile_loadconfig(&AMX_SHAPES); }
+
+/* tile_kernel's sums for TR_AMX rows (a has them all, zero padded) on AMX tiles. */
+AMX_TARGET static void amx_tile_kernel(float *out, int ldo, int rows, int cols,
+                                       const uint16_t *a, int lda, const float *sa, int KB,
+                                       const uint16_t *wp, const float *sw)
+{
+    _Alignas(64) float f[TR_AMX][TC], p[4][16][16];
+    memset(f, 0, sizeof f);
+    const size_t as = (size_t)lda * sizeof(uint16_t);
+    for (int j = 0; j < KB; j++) {
+        const uint16_t *wj = wp + (size_t)j * KPAIRS * 64, *aj = a + (size_t)j * FP8_BLOCK;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int k = 0; k < FP8_BLOCK / 32; k++) { /* 32 values of k: 16 pairs */
+            _tile_loadd(4, aj + k * 32, as);
+            _tile_loadd(5, aj + (size_t)16 * lda + k * 32, as);
+            _tile_loadd(6, wj + (size_t)k * 16 * 64, 128);
+            _tile_loadd(7, wj + (size_t)k * 16 * 64 + 32, 128);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, p[0], 64);
+        _tile_stored(1, p[1], 64);
+        _tile_stored(2, p[2], 64);
+        _tile_stored(3, p[3], 64);
+        __m512 s0 = _mm512_load_ps(sw + j * TC), s1 = _mm512_load_ps(sw + j * TC + 16);
+        for (int r = 0; r < TR_AMX; r++) {
+            __m512 sr = _mm512_set1_ps(sa[r * KB + j]);
+            const float *p0 = p[(r / 16) * 2][r % 16], *p1 = p[(r / 16) * 2 + 1][r % 16];
+            _mm512_store_ps(f[r], _mm512_fmadd_ps(_mm512_load_ps(p0), _mm512_mul_ps(sr, s0),
+                                                  _mm512_load_ps(f[r])));
+            _mm512_store_ps(f[r] + 16, _mm512_fmadd_ps(_mm512_load_ps(p1),
+                                                       _mm512_mul_ps(sr, s1),
+                                                       _mm512_load_ps(f[r] + 16)));
+        }
+    }
+    __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+    for (int r = 0; r < rows && r < TR_AMX; r++) {
+        _mm512_mask_storeu_ps(out + (size_t)r * ldo, m0, _mm512_load_ps(f[r]));
+        _mm512_mask_storeu_ps(out + (size_t)r * ldo + 16, m1, _mm512_load_ps(f[r] + 16));
+    }
+}
+
+AMX_TARGET static void amx_release(void) { _tile_release(); }
+#else
+static void amx_configure(void) { abort(); }
+static void amx_release(void) {}
+static void amx_tile_kernel(float *out, int ldo, int rows, int cols, const uint16_t *a, int lda,
+                            const float *sa, int KB, const uint16_t *wp, const float *sw)
+{
+    abort();
+}
+#endif
+
 /* Largest finite |x[k]| of a group of n <= 128 values (NaN and inf count as 0, as
  * kernels/cpu/fp8.c's block maximum takes it; a maximum is the same in any order). */
 KERNEL_TARGET static float group_amax(const float *x, int n)
@@ -217,12 +315,13 @@ KERNEL_TARGET static inline void act_group_bf16(uint16_t *row, const float *x, f
 typedef struct {
     const float *inp;     /* (N, C) */
     int N, C, KB, KP;
+    int tr;               /* rows of a tile: TR, or TR_AMX on AMX */
     fp8_format format;
     bool group, pow2;     /* 1 x 128 groups (scales found row by row), pow2 scales */
     const float *scale;   /* channel / tensor scaling: the scales, (SR, SC); else NULL */
     int br, bc, SC;       /* their block shape */
-    uint16_t *a16;        /* (NR*TR, KP) the rounded values as bf16, zero padded */
-    float *sa;            /* (NR*TR, KB) the scale of each row and k-block */
+    uint16_t *a16;        /* (NR*tr, KP) the rounded values as bf16, zero padded */
+    float *sa;            /* (NR*tr, KB) the scale of each row and k-block */
 } act_rows;
 
 /* Rows [r0, r1) of A: their scales (for groups found here, one pass over each group
@@ -252,28 +351,31 @@ KERNEL_TARGET static void act_quantise_rows(const act_rows *A, int r0, int r1)
 static void tile_range(float *out, const act_rows *A, const fp8_matrix *w, int OC, int t,
                        int rb0, int rb1)
 {
-    int KB = A->KB, KP = A->KP, N = A->N;
+    int KB = A->KB, KP = A->KP, N = A->N, tr = A->tr;
     size_t tile = (size_t)KB * KPAIRS * TC * 2;
     for (int rb = rb0; rb < rb1; rb++) {
-        int r0 = rb * TR, c0 = t * TC;
-        int rows = N - r0 < TR ? N - r0 : TR, cols = OC - c0 < TC ? OC - c0 : TC;
-        tile_kernel(out + (size_t)r0 * OC + c0, OC, rows, cols, A->a16 + (size_t)r0 * KP, KP,
-                    A->sa + (size_t)r0 * KB, KB, w->qbf + (size_t)t * tile,
-                    w->qbf_scale + (size_t)t * KB * TC);
+        int r0 = rb * tr, c0 = t * TC;
+        int rows = N - r0 < tr ? N - r0 : tr, cols = OC - c0 < TC ? OC - c0 : TC;
+        (tr == TR_AMX ? amx_tile_kernel : tile_kernel)(
+            out + (size_t)r0 * OC + c0, OC, rows, cols, A->a16 + (size_t)r0 * KP, KP,
+            A->sa + (size_t)r0 * KB, KB, w->qbf + (size_t)t * tile,
+            w->qbf_scale + (size_t)t * KB * TC);
     }
 }
 
 void fp8_bf16dot_linears(int nw, float *const out[], const float *inp, fp8_matrix *const w[],
                          int N, int C, const int OC[])
 {
-    int KB = (C + FP8_BLOCK - 1) / FP8_BLOCK, NR = (N + TR - 1) / TR;
+    const bool amx = fp8_bf16dot_amx();
+    const int tr = amx ? TR_AMX : TR;
+    int KB = (C + FP8_BLOCK - 1) / FP8_BLOCK, NR = (N + tr - 1) / tr;
     size_t flops = 0;
     for (int i = 0; i < nw; i++) {
         if (!w[i]->qbf_valid)
             pack_weight(w[i]);
         flops += (size_t)N * C * OC[i];
     }
-    act_rows A = {.inp = inp, .N = N, .C = C, .KB = KB, .KP = KB * FP8_BLOCK,
+    act_rows A = {.inp = inp, .N = N, .C = C, .KB = KB, .KP = KB * FP8_BLOCK, .tr = tr,
                   .format = w[0]->format, .pow2 = w[0]->pow2_scale,
                   .group = w[0]->act_scaling == FP8_SCALE_GROUP};
     float *scale = NULL;
@@ -284,8 +386,8 @@ void fp8_bf16dot_linears(int nw, float *const out[], const float *inp, fp8_matri
         fp8_scales(scale, inp, N, C, A.format, w[0]->act_scaling, A.pow2);
         A.scale = scale;
     }
-    A.a16 = dllm_malloc((size_t)NR * TR * A.KP * sizeof(uint16_t));
-    A.sa = dllm_malloc((size_t)NR * TR * KB * sizeof(float));
+    A.a16 = dllm_malloc((size_t)NR * tr * A.KP * sizeof(uint16_t));
+    A.sa = dllm_malloc((size_t)NR * tr * KB * sizeof(float));
     /* One parallel region per call (each costs a wake-up of the pool, dear with passive
      * waiting). With a row block or more per thread, each thread quantises its own
      * rows and multiplies them by every weight: no barrier; the weights' column tiles
@@ -293,22 +395,26 @@ void fp8_bf16dot_linears(int nw, float *const out[], const float *inp, fp8_matri
 #pragma omp parallel if (flops > (1u << 18))
     {
         int nth = omp_get_num_threads(), th = omp_get_thread_num();
+        if (amx) /* the tile registers' shapes, per thread */
+            amx_configure();
         if (NR >= nth) {
             int rb0 = (int)((long)th * NR / nth), rb1 = (int)((long)(th + 1) * NR / nth);
-            act_quantise_rows(&A, rb0 * TR, rb1 * TR);
+            act_quantise_rows(&A, rb0 * tr, rb1 * tr);
             for (int i = 0; i < nw; i++)
                 for (int t = 0; t < (OC[i] + TC - 1) / TC; t++)
                     tile_range(out[i], &A, w[i], OC[i], t, rb0, rb1);
         } else {
 #pragma omp for schedule(static)
             for (int rb = 0; rb < NR; rb++)
-                act_quantise_rows(&A, rb * TR, (rb + 1) * TR);
+                act_quantise_rows(&A, rb * tr, (rb + 1) * tr);
             for (int i = 0; i < nw; i++) {
 #pragma omp for schedule(static) nowait
                 for (int t = 0; t < (OC[i] + TC - 1) / TC; t++)
                     tile_range(out[i], &A, w[i], OC[i], t, 0, NR);
             }
         }
+        if (amx)
+            amx_release();
     }
     free(scale);
     free(A.a16);

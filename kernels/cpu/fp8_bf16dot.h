@@ -8,6 +8,9 @@
 /* True when the CPU has vdpbf16ps and DLLM_BF16_GEMM is not "fp32" (kernels/cpu/
  * dnnl_gemm.h): the kernel below may run. */
 bool fp8_bf16dot_usable(void);
+/* fp8_bf16dot_usable() and the CPU's AMX tiles (cpu_isa.h CPU_AMXBF16): the kernel runs
+ * its k-blocks on tile dot products. */
+bool fp8_bf16dot_amx(void);
 
 /* out[N, OC] = sum_j (sa[n, j] * sw[oc, j]) * (qa[n, block j] . qw[oc, block j]) over
  * the 128-wide blocks j of C: inp[N, C] quantised per w->act_scaling (group, channel or

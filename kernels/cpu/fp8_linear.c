@@ -12,7 +12,7 @@
  * Fast mode, the block-scaled product: the codes themselves are multiplied, one block
  * of 128 along C at a time, and each block's fp32 partial sum is scaled by its
  * activation and weight scales as it is added to the output. On a CPU with bf16 dot
- * products this is kernels/cpu/fp8_bf16dot.c. Without them the block-scaled order
+ * products this is kernels/cpu/fp8_bf16dot.c (on AMX tiles where the CPU has them). Without them the block-scaled order
  * buys nothing: C/128 products of depth 128 and a scaling pass each ran at about 0.6x
  * of the fp32 linear on an AVX2 CPU. So there the fast mode computes exactly as the
  * exact mode (the same codes and scales, one fp32 GEMM over the cached dequantised
@@ -61,8 +61,10 @@ static void fp8_linear_fast(float *out, const float *inp, fp8_matrix *w, int N, 
 
 const char *fp8_fast_path(void)
 {
-    return fp8_bf16dot_usable() ? "bf16-dot" : "exact-fp32";
+    return fp8_bf16dot_amx() ? "amx-bf16" : fp8_bf16dot_usable() ? "bf16-dot" : "exact-fp32";
 }
+
+bool fp8_fast_blocks(void) { return fp8_bf16dot_usable(); }
 
 void op_fp8_linears_fwd(int nw, float *const out[], const float *inp, fp8_matrix *const w[],
                         int N, int C, const int OC[])

@@ -372,7 +372,7 @@ int mem_plan_build_cpu(mem_plan *p, const dllm_model_config *mc, const dllm_cfg 
         add(p, MEM_RESIDENT, "FP8 copy: scales (fp32)", 4 * n_scales, "", "4 x scales");
         /* the fast product reads the codes widened to bf16; without bf16 dot products on
          * this CPU it computes as fp8-exact, from the dequantised weights */
-        if (cfg->rollout.precision == CFG_ROLLOUT_FP8_EXACT || strcmp(fp8_fast_path(), "bf16-dot"))
+        if (cfg->rollout.precision == CFG_ROLLOUT_FP8_EXACT || !fp8_fast_blocks())
             add(p, MEM_RESIDENT, "FP8 copy: dequantised cache (fp32)", 4 * Plin, "", "4 Plin");
         else
             add(p, MEM_RESIDENT, "FP8 copy: codes as bf16 (fast product)", 2 * Plin, "", "2 Plin");
@@ -535,7 +535,7 @@ int mem_plan_build_qwen35(mem_plan *p, const dllm_model_config *mc, const qwen35
         add(p, MEM_RESIDENT, "quantised projections: scales (at most)", 4 * ceil_div(Plin, 16),
             "rollout.precision", "4 Plin / 16");
         if (rp == CFG_ROLLOUT_FP8_EXACT || rp == CFG_ROLLOUT_NVFP4 ||
-            (rp == CFG_ROLLOUT_FP8 && strcmp(fp8_fast_path(), "bf16-dot")))
+            (rp == CFG_ROLLOUT_FP8 && !fp8_fast_blocks()))
             add(p, MEM_RESIDENT, "quantised projections: dequantised cache (fp32)", 4 * Plin,
                 "rollout.precision", "4 Plin");
         else if (rp == CFG_ROLLOUT_FP8)

@@ -3,7 +3,8 @@
  * load), so each case runs this binary again with the variable set and reads what it
  * reports: `avx2` leaves AVX2 and FMA as the CPU has them and nothing wider, `baseline`
  * leaves nothing, `native` is the CPU, and another value exits 2 naming the variable.
- * The vectorised exponentials follow the cap (vexpf_path). */
+ * The vectorised exponentials follow the cap (vexpf_path). AMX (the FP8 kernel's tiles)
+ * follows it too, and DLLM_AMX=off leaves it unused (another value exits 2). */
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/vexpf.h"
 #include "tests/harness/harness.h"
@@ -16,7 +17,7 @@
 #include <unistd.h>
 
 static const char *const NAMES[CPU_NFEATURES] = {"avx2", "fma", "avx512f", "avx512bf16",
-                                                 "avx512vnni", "avxvnni"};
+                                                 "avx512vnni", "avxvnni", "amx-bf16"};
 
 /* the child's report: "cap F0 F1 ... expf-path vec-level" */
 static void report(void)
@@ -27,9 +28,9 @@ static void report(void)
     printf(" %s %d\n", vexpf_path(), cpu_vec_level());
 }
 
-/* runs this binary with DLLM_CPU_ISA=isa (NULL: unset); its output into out, its exit
- * status returned */
-static int run_capped(const char *isa, char *out, size_t cap)
+/* runs this binary with DLLM_CPU_ISA=isa and DLLM_AMX=amx (NULL: unset); its output into
+ * out, its exit status returned */
+static int run_env(const char *isa, const char *amx, char *out, size_t cap)
 {
     int fd[2];
     ck_assert_int_eq(pipe(fd), 0);
@@ -42,6 +43,10 @@ static int run_capped(const char *isa, char *out, size_t cap)
             setenv("DLLM_CPU_ISA", isa, 1);
         else
             unsetenv("DLLM_CPU_ISA");
+        if (amx)
+            setenv("DLLM_AMX", amx, 1);
+        else
+            unsetenv("DLLM_AMX");
         setenv("TEST_CPU_ISA_REPORT", "1", 1);
         execl("/proc/self/exe", "test_cpu_isa", (char *)NULL);
         _exit(127);
@@ -58,11 +63,21 @@ static int run_capped(const char *isa, char *out, size_t cap)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+static int run_capped(const char *isa, char *out, size_t cap)
+{
+    return run_env(isa, NULL, out, cap);
+}
+
 static void parse(const char *out, char *capname, int *has, char *path, int *level)
 {
-    ck_assert_msg(sscanf(out, "%15s %d %d %d %d %d %d %15s %d", capname, &has[0], &has[1],
-                         &has[2], &has[3], &has[4], &has[5], path, level) == 9,
-                  "report: %s", out);
+    int at = 0, n = 0;
+    ck_assert_msg(sscanf(out, "%15s%n", capname, &n) == 1, "report: %s", out);
+    for (int f = 0; f < CPU_NFEATURES; f++) {
+        at += n;
+        ck_assert_msg(sscanf(out + at, "%d%n", &has[f], &n) == 1, "report: %s", out);
+    }
+    at += n;
+    ck_assert_msg(sscanf(out + at, "%15s %d", path, level) == 2, "report: %s", out);
 }
 
 START_TEST(test_caps)
@@ -78,9 +93,19 @@ START_TEST(test_caps)
     ck_assert(nlevel >= 0 && nlevel <= 2);
     ck_assert(nlevel < 2 || nat[CPU_AVX512F]);
     ck_assert(nlevel < 1 || (nat[CPU_AVX2] && nat[CPU_FMA]));
-    printf("native: avx2 %d fma %d avx512f %d avx512bf16 %d avx512vnni %d avxvnni %d, expf %s, "
-           "loops x86-64-v%d\n", nat[0], nat[1], nat[2], nat[3], nat[4], nat[5], npath,
-           nlevel ? nlevel + 2 : 1);
+    printf("native: avx2 %d fma %d avx512f %d avx512bf16 %d avx512vnni %d avxvnni %d "
+           "amx-bf16 %d, expf %s, loops x86-64-v%d\n", nat[0], nat[1], nat[2], nat[3], nat[4],
+           nat[5], nat[6], npath, nlevel ? nlevel + 2 : 1);
+    ck_assert(!nat[CPU_AMXBF16] || nat[CPU_AVX512BF16]);
+
+    /* DLLM_AMX=off: everything else as native, AMX unused; another value exits 2 */
+    ck_assert_int_eq(run_env(NULL, "off", out, sizeof out), 0);
+    parse(out, cn, has, path, &level);
+    for (int f = 0; f < CPU_NFEATURES; f++)
+        ck_assert_msg(has[f] == (f == CPU_AMXBF16 ? 0 : nat[f]), "DLLM_AMX=off: %s is %d",
+                      NAMES[f], has[f]);
+    ck_assert_int_eq(run_env(NULL, "tiles", out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "DLLM_AMX=tiles") && strstr(out, "auto or off"), "%s", out);
 
     ck_assert_int_eq(run_capped("avx2", out, sizeof out), 0);
     parse(out, cn, has, path, &level);

@@ -24,11 +24,13 @@
  *  - op_gemm's bits do not depend on where the operands lie (a resumed run allocates
  *    its buffers at other addresses than the run it repeats), on each library.
  *
- * Built twice: test_fast_gemm checks the fallbacks (forced) and everything that holds on
- * any CPU; test_fast_gemm_native (DLLM_TEST_NATIVE_PATHS) checks the machine's own fast
- * paths (the `auto` cases: oneDNN's bf16 GEMM, the bf16 dot-product FP8 kernel) and
- * reports SKIP, saying why, on a machine without them, where `auto` is the fallback and
- * the comparison would be the fallback against itself. */
+ * Built three times: test_fast_gemm checks the fallbacks (forced) and everything that
+ * holds on any CPU; test_fast_gemm_native (DLLM_TEST_NATIVE_PATHS) checks the machine's
+ * own fast paths (the `auto` cases: oneDNN's bf16 GEMM, the block-scaled FP8 kernel, on
+ * AMX tiles where the CPU has them) and reports SKIP, saying why, on a machine without
+ * them, where `auto` is the fallback and the comparison would be the fallback against
+ * itself; test_fast_gemm_no_amx (also DLLM_TEST_NO_AMX) the same with AMX left unused
+ * (DLLM_AMX=off): the FP8 kernel on AVX512-BF16 dot products on a CPU with AMX too. */
 #include "config.h"
 #include "kernels/base.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -261,7 +263,7 @@ static void check_fp8_fast(const char *mode)
                     m.fast = true;
                     op_fp8_linear_fwd(fast, x, &m, N, K, OC);
                     /* without bf16 dot products the fast mode is the exact simulation */
-                    if (strcmp(fp8_fast_path(), "bf16-dot"))
+                    if (!fp8_fast_blocks())
                         ck_assert_msg(!memcmp(fast, exact, (size_t)N * OC * sizeof(float)),
                                       "%s: fast fp8 on %s differs from fp8-exact", mode,
                                       fp8_fast_path());
@@ -340,7 +342,7 @@ START_TEST(test_fp8_fast_invariance)
     op_fp8_linear_fwd(o2, x, &m, N, K, OC);
 #endif
     op_fp8_linear_fwd(o3, x, &m, n1, K, OC);
-    if (strcmp(fp8_fast_path(), "bf16-dot") == 0) {
+    if (fp8_fast_blocks()) {
         ck_assert_msg(memcmp(o1, o2, (size_t)N * OC * sizeof(float)) == 0,
                       "fast fp8: 1 and 2 threads differ");
         ck_assert_msg(memcmp(o1, o3, (size_t)n1 * OC * sizeof(float)) == 0,
@@ -374,7 +376,7 @@ START_TEST(test_fp8_fast_quant_bitwise)
     unsetenv("DLLM_BF16_GEMM");
     static const int NK[][2] = {{1, 128}, {7, 200}, {30, 520}, {13, 256}};
     static const fp8_scaling AS[3] = {FP8_SCALE_GROUP, FP8_SCALE_CHANNEL, FP8_SCALE_TENSOR};
-    const bool exact_route = strcmp(fp8_fast_path(), "bf16-dot") != 0;
+    const bool exact_route = !fp8_fast_blocks();
     int checked = 0;
     for (size_t c = 0; c < sizeof NK / sizeof NK[0]; c++)
         for (int f = 0; f < 2; f++)
@@ -662,7 +664,7 @@ static const char *bf16_gemm_absent(void)
 
 static const char *fp8_dot_absent(void)
 {
-    if (strcmp(fp8_fast_path(), "bf16-dot") == 0)
+    if (fp8_fast_blocks())
         return NULL;
 #if defined(__x86_64__)
     return "the CPU has no AVX512-BF16";
@@ -737,11 +739,18 @@ Suite *tu_suite(tu_ctx *ctx)
     const bool native = false;
 #endif
     unsetenv("DLLM_BF16_GEMM");
+#ifdef DLLM_TEST_NO_AMX
+    setenv("DLLM_AMX", "off", 1); /* the AVX512-BF16 kernel, on a CPU with AMX too */
+#else
+    unsetenv("DLLM_AMX");
+#endif
     const char *no_bf16 = bf16_gemm_absent(), *no_fp8 = fp8_dot_absent();
     if (native) {
         printf("fast path bf16 GEMM (oneDNN, AVX512-BF16): %s%s\n",
                no_bf16 ? "absent: " : "exercised", no_bf16 ? no_bf16 : "");
-        printf("fast path fp8 GEMM (bf16 dot products, AVX512-BF16): %s%s\n",
+        printf("fast path fp8 GEMM (block-scaled, %s): %s%s\n",
+               !no_fp8 && !strcmp(fp8_fast_path(), "amx-bf16") ? "AMX bf16 tiles"
+                                                                : "AVX512-BF16 dot products",
                no_fp8 ? "absent: " : "exercised", no_fp8 ? no_fp8 : "");
         if (no_bf16 && no_fp8)
             return tu_skip(ctx, "no fast GEMM path on this machine (bf16: %s; fp8: %s); `auto` "
