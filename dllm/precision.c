@@ -29,7 +29,9 @@ const char *dllm_rollout_cpu_product(dllm_rollout_kind k, bool *faster)
     case DLLM_ROLLOUT_TRAINER: break;
     case DLLM_ROLLOUT_BF16:
         fast = strcmp(op_bf16_gemm_path(), "fp32") != 0;
-        what = fast ? "oneDNN bf16 matmul on AVX512-BF16 dot products"
+        what = fast ? (strcmp(op_bf16_gemm_path(), "dnnl-bf16-amx") == 0
+                           ? "oneDNN bf16 matmul on AMX bf16 tiles"
+                           : "oneDNN bf16 matmul on AVX512-BF16 dot products")
                     : "no AVX512-BF16 on this CPU (or DLLM_BF16_GEMM=fp32): an fp32 product over "
                       "the bf16-rounded values, no speed-up over fp32";
         break;

@@ -177,7 +177,8 @@ void op_bf16_linear_bwd_x(float *dinp, const float *dout, bf16_matrix *w, int N,
 void op_gemm_bf16(bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
                   const float *B, float beta, float *C);
 /* Whether op_bf16_linear_fwd (and the fast FP8 linear) run on bf16 dot products now
- * ("dnnl-bf16") or on the fp32 fallback ("fp32"). */
+ * ("dnnl-bf16"; "dnnl-bf16-amx" where oneDNN runs it on AMX tiles) or on the fp32
+ * fallback ("fp32"). */
 const char *op_bf16_gemm_path(void);
 
 /* IEEE half, for F16 checkpoints. */

@@ -54,7 +54,9 @@ void op_gemm_bf16(bool tA, bool tB, int M, int N, int K, float alpha, const floa
 
 const char *op_bf16_gemm_path(void)
 {
-    return dnnl_bf16_usable() ? "dnnl-bf16" : "fp32";
+    if (!dnnl_bf16_usable())
+        return "fp32";
+    return dnnl_amx() ? "dnnl-bf16-amx" : "dnnl-bf16";
 }
 
 static void check_linear(const char *who, const bf16_matrix *w, int C, int OC)

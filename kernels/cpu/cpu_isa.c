@@ -100,6 +100,8 @@ static int cap(void)
     /* before oneDNN makes its first primitive, which fixes its ISA */
     if (v != CAP_NATIVE)
         dnnl_set_max_cpu_isa(v == CAP_AVX2 ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_sse41);
+    else if (getenv("DLLM_AMX") && !strcmp(getenv("DLLM_AMX"), "off"))
+        dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16); /* oneDNN's tiles too */
 #endif
     atomic_store(&c, v);
     return v;

@@ -34,6 +34,8 @@ bool cpu_bf16_dot_usable(void)
 
 bool dnnl_gemm_built(void) { return false; }
 
+bool dnnl_amx(void) { return false; }
+
 int dnnl_gemm_f32(bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -61,6 +63,13 @@ int dnnl_gemm_u8s8_nt(int32_t *C, int ldc, const uint8_t *A, int lda, const int8
 #endif
 
 bool dnnl_gemm_built(void) { return true; }
+
+bool dnnl_amx(void)
+{
+    cpu_isa_cap(); /* the caps first: the query fixes oneDNN's ISA */
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+}
 
 int dnnl_gemm_f32(bool transA, bool transB, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc)

@@ -17,6 +17,9 @@ bool dnnl_gemm_built(void);
 bool cpu_bf16_dot_usable(void);
 /* cpu_bf16_dot_usable() and oneDNN built: the bf16 linear runs on oneDNN. */
 bool dnnl_bf16_usable(void);
+/* oneDNN dispatches to AMX tiles (its effective ISA, under the caps of cpu_isa.h and
+ * DLLM_AMX=off). */
+bool dnnl_amx(void);
 
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major, leading dimensions given, on
  * oneDNN's fp32 GEMM, which runs on the calling thread only (one kernel call per

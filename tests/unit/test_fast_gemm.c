@@ -746,7 +746,8 @@ Suite *tu_suite(tu_ctx *ctx)
 #endif
     const char *no_bf16 = bf16_gemm_absent(), *no_fp8 = fp8_dot_absent();
     if (native) {
-        printf("fast path bf16 GEMM (oneDNN, AVX512-BF16): %s%s\n",
+        printf("fast path bf16 GEMM (oneDNN, %s): %s%s\n",
+               !strcmp(op_bf16_gemm_path(), "dnnl-bf16-amx") ? "AMX bf16 tiles" : "AVX512-BF16",
                no_bf16 ? "absent: " : "exercised", no_bf16 ? no_bf16 : "");
         printf("fast path fp8 GEMM (block-scaled, %s): %s%s\n",
                !no_fp8 && !strcmp(fp8_fast_path(), "amx-bf16") ? "AMX bf16 tiles"
