@@ -40,6 +40,12 @@ int dllm_sampler_check(const dllm_sampler_cfg *c, dllm_err *err)
     if (c->threshold != 0 && c->gen_length > 32767)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "gen_length %d: at most 32767 with a threshold",
                             c->gen_length);
+    if (c->cache_refresh < 0)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "cache_refresh %d: expected 0 (off) or a "
+                            "number of steps >= 1", c->cache_refresh);
+    if (c->cache_refresh > 0 && c->cache == DLLM_CACHE_NONE)
+        return dllm_err_set(err, DLLM_EXIT_INPUT, "cache_refresh %d: refreshes a cache; "
+                            "cache is none", c->cache_refresh);
     if (c->cache != DLLM_CACHE_NONE && c->cfg_scale > 0)
         return dllm_err_set(err, DLLM_EXIT_INPUT,
                             "cache %s: classifier-free guidance (cfg_scale %g) is not cached",
@@ -329,9 +335,10 @@ int dllm_sample_model(const dllm_device_logits *m, const int32_t *prompts,
          * rows are those of the sequences whose block still holds a mask) */
         const int nsteps = thr ? c->block_length : spb;
         for (int s = 0; s < nsteps && !rc; s++) {
-            /* a cached step sees the block alone; the fill, as a plain step, every masked
-             * position up to the block's end */
-            const bool step_cached = cached && s > 0;
+            /* a cached step sees the block alone; the fill (the block's first step, and every
+             * cache_refresh-th), as a plain step, every masked position up to the block's end */
+            const bool step_cached =
+                cached && s > 0 && !(c->cache_refresh > 0 && s % c->cache_refresh == 0);
             be->ops->denoise_rows(be, d.rows, d.rows_u, d.row_seq, d.row_pos, d.seq_start, d.n,
                                   d.canvas, B, T, step_cached ? lo : P, hi, thr ? lo : -1,
                                   c->mask_id, c->seq_offset);

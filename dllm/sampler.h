@@ -55,7 +55,9 @@
  * [lo, hi) of every sequence over that cache (prefix: the block and everything after
  * it, hi = P+G; dual: the block alone), their keys/values replacing the cached ones,
  * and only the block's masked positions can be committed there (the published code
- * ranks nothing else). With threshold T in (0, 1] a step commits, per sequence, the
+ * ranks nothing else). cache_refresh N > 0 (not in the published functions) makes
+ * every N-th step of a block (steps 0, N, 2N, ...) such a fill: the cache is never more
+ * than N - 1 steps stale, and N = 1 is the plain sampler's ids. With threshold T in (0, 1] a step commits, per sequence, the
  * most confident masked position and every other whose confidence is >= T (the
  * published comparison drops those below T), with or without the cache; the block
  * ends when none of its positions is masked, or after block_length steps (reached
@@ -152,6 +154,8 @@ typedef struct {
                                     batch split across ranks draws what one rank would */
     dllm_cache cache;            /* none (the zero value) | prefix | dual */
     double threshold;            /* 0: off; else in (0, 1]: parallel commits (above) */
+    int cache_refresh;           /* under a cache: a fill every N steps of a block as at its
+                                    start (0: only there; 1: every step, the plain ids) */
 } dllm_sampler_cfg;
 
 typedef struct {

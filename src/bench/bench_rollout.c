@@ -40,7 +40,7 @@ static const char usage_text[] =
     "         --model DIR] [--precision bf16,fp8] [--batch 4] [--prompt 32] [--gen-length 64]\n"
     "         [--block-length 16] [--steps 32] [--temperature 0.9] [--top-p 1] [--iters 3]\n"
     "         [--warmup 1] [--seed 0] [--clock wall|cpu] [--device cpu|cuda]\n"
-    "         [--cache none|prefix|dual] [--threshold T]\n"
+    "         [--cache none|prefix|dual] [--cache-refresh N] [--threshold T]\n"
     "\n"
     "Rollouts of --batch random prompts on a random model of the preset (or on --model),\n"
     "at each precision of the comma-separated list (fp32 = the trainer's numerics; bf16;\n"
@@ -56,9 +56,10 @@ static const char usage_text[] =
     "the block's masked positions, on average B blk (spb + 1) / (2 spb), spb = steps per\n"
     "block). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
     "--cache and --threshold (llada) run the cached / parallel sampler (docs/METHOD.md\n"
-    "§2a); nfe is the forward passes of one rollout (per completion: each pass covers\n"
-    "every row of the batch), step_ms the time per pass, and GFLOP/s is not printed (the\n"
-    "count above is of full passes).\n"
+    "§2a; --cache-refresh N: a full pass every N-th step of a block too); nfe is the\n"
+    "forward passes of one rollout (per completion: each pass covers every row of the\n"
+    "batch), step_ms the time per pass, and GFLOP/s is not printed (the count above is\n"
+    "of full passes).\n"
     "--clock cpu times by the process's CPU time instead of wall time: per core-second,\n"
     "less sensitive to other jobs on a shared machine (use it with OMP_NUM_THREADS=1).\n"
     "--device cuda runs the model and the sampler's loop on the CUDA backend; under the\n"
@@ -84,6 +85,7 @@ int bench_rollout(int argc, char **argv)
     const char *preset = "tiny", *list = "bf16,fp8", *arch = "llada", *model_dir = NULL;
     const char *device = "cpu";
     long B = 4, P = 32, G = 64, blk = 16, steps = 32, iters = 3, warmup = 1, seed = 0;
+    long refresh = 0;
     double temp = 0.9, top_p = 1, threshold = 0;
     dllm_cache cache = DLLM_CACHE_NONE;
     bool preset_given = false, cpu_clock = false;
@@ -98,6 +100,7 @@ int bench_rollout(int argc, char **argv)
         {"model", required_argument, 0, 'm'},      {"top-p", required_argument, 0, 'T'},
         {"clock", required_argument, 0, 'c'},      {"device", required_argument, 0, 'U'},
         {"cache", required_argument, 0, 'X'},      {"threshold", required_argument, 0, 'H'},
+        {"cache-refresh", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -123,6 +126,7 @@ int bench_rollout(int argc, char **argv)
                 bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--cache %s: expected none, prefix or dual",
                                    optarg);
             break;
+        case 'R': bad = cli_parse_int(optarg, "--cache-refresh", 1, 1000000, &refresh, &err); break;
         case 'H':
             bad = cli_parse_double(optarg, "--threshold", &threshold, &err);
             if (!bad && !(threshold > 0 && threshold <= 1))
@@ -154,6 +158,11 @@ int bench_rollout(int argc, char **argv)
     dllm_backend *dev_be = NULL;
     if (dllm_policy_device_parse(device, "--device", &dev_be, &err))
         return cli_fail("bench rollout", &err);
+    if (refresh > 0 && cache == DLLM_CACHE_NONE) {
+        dllm_err_set(&err, DLLM_EXIT_INPUT, "--cache-refresh %ld: refreshes a cache; give "
+                     "--cache prefix or dual", refresh);
+        return cli_fail("bench rollout", &err);
+    }
     const bool fast = cache != DLLM_CACHE_NONE || threshold > 0;
     if (fast && strcmp(arch, "llada")) {
         dllm_err_set(&err, DLLM_EXIT_INPUT, "%s: LLaDA only (--arch llada)",
@@ -201,7 +210,8 @@ int bench_rollout(int argc, char **argv)
     dllm_sampler_cfg sc = {.gen_length = (int)G, .block_length = (int)blk, .steps = (int)steps,
                            .temperature = temp, .remasking = REMASK_LOW_CONFIDENCE,
                            .mask_token = DLLM_MASK_TOKEN_FORBID, .mask_id = mc.mask_token_id, .eos_id = mc.eos_token_id, .eot_id = -1,
-                           .vocab = mc.embedding_size, .cache = cache, .threshold = threshold};
+                           .vocab = mc.embedding_size, .cache = cache, .threshold = threshold,
+                           .cache_refresh = (int)refresh};
     if (diffusion ? dllm_sampler_check(&sc, &err) : 0)
         return cli_fail("bench rollout", &err);
     if (!(temp >= 0) || !(top_p > 0 && top_p <= 1) || (diffusion && top_p != 1)) {
@@ -228,10 +238,11 @@ int bench_rollout(int argc, char **argv)
     const char *what = model_dir ? model_dir : preset;
     if (diffusion)
         printf("bench rollout: %s %s (d_model %d, %d layers), batch %ld, prompt %ld, "
-               "gen-length %ld, block-length %ld, %ld steps, temperature %g, cache %s, threshold "
-               "%g; best of %ld after %ld warm-up%s\n", dllm_arch_get(mc.arch)->name, what,
-               mc.d_model, mc.n_layers, B, P, G, blk, steps, temp, dllm_cache_name(cache),
-               threshold, iters, warmup, cpu_clock ? "; CPU time" : "");
+               "gen-length %ld, block-length %ld, %ld steps, temperature %g, cache %s, "
+               "cache-refresh %ld, threshold %g; best of %ld after %ld warm-up%s\n",
+               dllm_arch_get(mc.arch)->name, what, mc.d_model, mc.n_layers, B, P, G, blk, steps,
+               temp, dllm_cache_name(cache), refresh, threshold, iters, warmup,
+               cpu_clock ? "; CPU time" : "");
     else
         printf("bench rollout: %s %s (d_model %d, %d layers), %s decoding, batch %ld, "
                "prompt %ld, gen-length %ld, temperature %g, top-p %g; best of %ld after %ld "

@@ -26,7 +26,7 @@ static const char usage_text[] =
     "         masked diffusion (llada): [--block-length 16] [--steps 32]\n"
     "           [--remasking low_confidence|random] [--cfg-scale 0] [--logits-eos-inf]\n"
     "           [--confidence-eos-eot-inf] [--mask-token allow|forbid]\n"
-    "           [--cache none|prefix|dual] [--threshold T]\n"
+    "           [--cache none|prefix|dual] [--cache-refresh N] [--threshold T]\n"
     "         autoregressive (qwen3, qwen3.5): [--top-p 1]\n"
     "         masked diffusion (dream): [--steps 32] [--alg origin|maskgit_plus|topk_margin|entropy]\n"
     "           [--eps 0.001] [--alg-temp 0] [--top-p 1] [--top-k 0] [--mask-token allow|forbid]\n"
@@ -41,7 +41,9 @@ static const char usage_text[] =
     "--cache prefix|dual (LLaDA, on the CPU): at each block's start one full pass keeps\n"
     "every layer's keys and values and commits as the plain sampler; the block's later\n"
     "steps recompute only the block and everything after it (prefix) or the block alone\n"
-    "(dual) over them (Fast-dLLM; docs/METHOD.md §2a). --threshold T in (0, 1]: a step\n"
+    "(dual) over them (Fast-dLLM; docs/METHOD.md §2a); --cache-refresh N makes every\n"
+    "N-th step of a block such a full pass too (1: the uncached ids). --threshold T in\n"
+    "(0, 1]: a step\n"
     "commits every masked position of the block whose confidence is >= T and always the\n"
     "most confident one; the block ends when none is masked (with or without --cache).\n"
     "A Dream model is decoded by Dream's published sampler: no blocks, --steps over the\n"
@@ -247,6 +249,7 @@ int cmd_generate(int argc, char **argv)
     dllm_mask_token mask_token = DLLM_MASK_TOKEN_ALLOW;
     dllm_cache cache = DLLM_CACHE_NONE;
     double threshold = 0;
+    long cache_refresh = 0;
     /* the last flag given of each kind of model, refused for the other kind */
     const char *denoise_flag = NULL, *ar_flag = NULL;
     /* LLaDA's block sampler only, and Dream's sampler only */
@@ -266,7 +269,8 @@ int cmd_generate(int argc, char **argv)
         {"eps", required_argument, 0, 'e'},          {"alg-temp", required_argument, 0, 'L'},
         {"top-k", required_argument, 0, 'K'},        {"device", required_argument, 0, 'U'},
         {"cache", required_argument, 0, 'X'},        {"threshold", required_argument, 0, 'H'},
-        {"nvfp4-scaling", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
+        {"nvfp4-scaling", required_argument, 0, 'N'}, {"cache-refresh", required_argument, 0, 'R'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     d1_format = false;
@@ -316,6 +320,10 @@ int cmd_generate(int argc, char **argv)
                 bad = dllm_err_set(&err, DLLM_EXIT_INPUT, "--threshold %s: expected a number in "
                                    "(0, 1]", optarg);
             denoise_flag = llada_flag = "--threshold";
+            break;
+        case 'R':
+            bad = cli_parse_int(optarg, "--cache-refresh", 1, 1000000, &cache_refresh, &err);
+            denoise_flag = llada_flag = "--cache-refresh";
             break;
         case 'E': eos_inf = 1; denoise_flag = llada_flag = "--logits-eos-inf"; break;
         case 'C': conf_inf = 1; denoise_flag = llada_flag = "--confidence-eos-eot-inf"; break;
@@ -485,6 +493,7 @@ int cmd_generate(int argc, char **argv)
                            .cfg_scale = cfg_scale, .logits_eos_inf = eos_inf,
                            .confidence_eos_eot_inf = conf_inf, .mask_token = mask_token,
                            .cache = cache, .threshold = threshold,
+                           .cache_refresh = (int)cache_refresh,
                            .mask_id = mc->mask_token_id,
                            .eos_id = mc->eos_token_id, .eot_id = -1, .vocab = mc->embedding_size};
     if (tok)
@@ -500,7 +509,10 @@ int cmd_generate(int argc, char **argv)
             rc = dllm_dream_check(&sc, &dream, &err);
         dllm_policy_set_dream(pol, &dream);
     } else if (!rc && diffusion) {
-        if (cache != DLLM_CACHE_NONE && gen % block)
+        if (cache == DLLM_CACHE_NONE && cache_refresh > 0)
+            rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "--cache-refresh %ld: refreshes a cache; "
+                              "give --cache prefix or dual", cache_refresh);
+        else if (cache != DLLM_CACHE_NONE && gen % block)
             rc = dllm_err_set(&err, DLLM_EXIT_INPUT, "--block-length %ld must divide --gen-length "
                               "%ld under --cache %s", block, gen, dllm_cache_name(cache));
         if (!rc)

@@ -255,6 +255,7 @@ static int plan_time_now(const plan_args *a, const dllm_cfg *cfg, const dllm_mod
     s.steps = cfg->rollout.steps;
     s.cfg = cfg->rollout.cfg_scale > 0;
     s.cache = cfg->rollout.cache;
+    s.cache_refresh = cfg->rollout.cache_refresh;
     s.micro_batch = ms.mb;
     s.recompute = ms.recompute;
     s.sc = ms.sc;

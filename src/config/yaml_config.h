@@ -123,6 +123,7 @@ typedef struct {
         cfg_mask_token mask_token;
         dllm_cache cache;        /* none | prefix | dual (dllm/sampler.h) */
         double threshold;        /* 0: off; else in (0, 1] */
+        int cache_refresh;       /* 0: the fill at a block's start only; N: every N steps */
         struct {                 /* Dream's sampler (dllm/dream_sampler.h) */
             dllm_dream_alg alg;  /* origin | maskgit_plus | topk_margin | entropy */
             double eps, alg_temp;
@@ -183,6 +184,7 @@ typedef struct {
         cfg_mask_token mask_token;
         dllm_cache cache;
         double threshold;
+        int cache_refresh;
     } eval;
     struct {
         char dir[CFG_STR_MAX];

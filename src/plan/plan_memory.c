@@ -70,6 +70,7 @@ int pm_shape_of_run(pm_shape *s, const dllm_cfg *cfg, const dllm_model_config *m
                                                                       : DLLM_MASK_TOKEN_ALLOW;
     sc->cache = cfg->rollout.cache;
     sc->threshold = cfg->rollout.threshold;
+    sc->cache_refresh = cfg->rollout.cache_refresh;
     s->dream = dllm_dream_cfg_default();
     s->dream.alg = cfg->rollout.dream.alg;
     s->dream.eps = cfg->rollout.dream.eps;
@@ -103,6 +104,7 @@ int pm_shape_of_run(pm_shape *s, const dllm_cfg *cfg, const dllm_model_config *m
                                                                   : DLLM_MASK_TOKEN_ALLOW;
     e->cache = cfg->eval.cache;
     e->threshold = cfg->eval.threshold;
+    e->cache_refresh = cfg->eval.cache_refresh;
     if (s->eval && dllm_sampler_check(e, err))
         return dllm_err_prefix(err, "eval");
     return dllm_sampler_check(sc, err);
@@ -467,6 +469,7 @@ int pm_sft_shape_of(pm_sft_shape *s, const dllm_cfg *cfg, const dllm_model_confi
     sc->mask_token = DLLM_MASK_TOKEN_FORBID;
     sc->cache = cfg->eval.cache;
     sc->threshold = cfg->eval.threshold;
+    sc->cache_refresh = cfg->eval.cache_refresh;
     if (s->B < 1 || s->T < 2)
         return dllm_err_set(err, DLLM_EXIT_INPUT, "sft.batch_size %d, data.max_len %d: not a "
                             "batch", s->B, s->T);

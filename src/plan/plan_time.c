@@ -222,6 +222,7 @@ static dllm_sampler_cfg sampler_of(const runner *u)
     c.block_length = s->block_length;
     c.steps = s->steps;
     c.cache = s->cache;
+    c.cache_refresh = s->cache_refresh;
     return c;
 }
 
@@ -402,6 +403,7 @@ int plan_time_phases(dllm_tf *m, dllm_backend *be, const pt_shape *s, pt_gpu gpu
     if (!rc && s->cache != DLLM_CACHE_NONE) { /* the same rollout step, uncached */
         pt_shape su = *s;
         su.cache = DLLM_CACHE_NONE;
+        su.cache_refresh = 0;
         runner uu = {m, be, &su, u.T};
         rc = rollout_phase(&uu, gpu, prec_unit(k), &out->uncached_rollout, err);
         if (!rc)

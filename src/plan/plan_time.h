@@ -29,6 +29,7 @@ typedef struct {
     int block_length, steps; /* the rollout's blocks and denoising steps */
     bool cfg;                /* rollout.cfg_scale > 0: two canvases */
     dllm_cache cache;        /* rollout.cache: the rollout step is a block's mean step */
+    int cache_refresh;       /* rollout.cache_refresh */
     int micro_batch;         /* canvases per scoring and update forward */
     int recompute;           /* dllm_tf_set_recompute's K (0: keep every layer) */
     double grad_clip;        /* optim.grad_clip */

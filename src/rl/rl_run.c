@@ -157,6 +157,7 @@ static int setup_estimators(rl_run *run, dllm_err *err)
                                                                   : DLLM_MASK_TOKEN_ALLOW;
     s.cache = c->rollout.cache;
     s.threshold = c->rollout.threshold;
+    s.cache_refresh = c->rollout.cache_refresh;
     run->sampler = s;
     s.gen_length = c->eval.gen_length;
     s.block_length = c->eval.block_length;
@@ -167,6 +168,7 @@ static int setup_estimators(rl_run *run, dllm_err *err)
                                                                : DLLM_MASK_TOKEN_ALLOW;
     s.cache = c->eval.cache;
     s.threshold = c->eval.threshold;
+    s.cache_refresh = c->eval.cache_refresh;
     run->eval_sampler = s;
     /* cached and parallel denoising: LLaDA's sampler (docs/METHOD.md §2a) */
     const dllm_arch_desc *arch = dllm_arch_get(run->mc->arch);
@@ -174,6 +176,9 @@ static int setup_estimators(rl_run *run, dllm_err *err)
         const char *sec = k ? "eval" : "rollout";
         const dllm_sampler_cfg *q = k ? &run->eval_sampler : &run->sampler;
         const char *what = q->cache != DLLM_CACHE_NONE ? "cache" : "threshold";
+        if (q->cache == DLLM_CACHE_NONE && q->cache_refresh > 0)
+            return dllm_err_set(err, DLLM_EXIT_INPUT, "%s.cache_refresh %d: refreshes a cache; "
+                                "%s.cache is none", sec, q->cache_refresh, sec);
         if (q->cache == DLLM_CACHE_NONE && q->threshold == 0)
             continue;
         if (ar)

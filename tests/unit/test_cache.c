@@ -8,7 +8,9 @@
  * draw what each row alone draws. `generate --cache none|prefix|dual [--threshold T]
  * --temperature 0` reproduces the ids of the published Fast-dLLM functions
  * (tests/data/cache_published/golden.json, written by tests/ref/make_cache_goldens.py
- * from the published code itself). Bad input exits 2 naming the flag or key. */
+ * from the published code itself). A cache refreshed every step is the uncached sampler,
+ * one never refreshed within a block the cached one. Bad input exits 2 naming the flag
+ * or key. */
 #include "dllm/block_cache.h"
 #include "dllm/sampler.h"
 #include "dllm/transformer.h"
@@ -216,6 +218,87 @@ START_TEST(test_batch_rows_independent)
 }
 END_TEST
 
+/* cache_refresh: a refresh is a fill, so refreshing every step is the uncached
+ * sampler's rollout (ids, steps and probabilities, bit for bit), and a refresh at least
+ * the block's steps apart is the plain cached sampler's; in between, at temperature 0
+ * the refresh differs from the unrefreshed cache only after a cached step (it is a full
+ * pass where the cache would be stale), and its fills are counted as passes. */
+START_TEST(test_cache_refresh)
+{
+    dllm_tf *m = tu_load_llada("llada/tiny");
+    const dllm_model_config *mc = dllm_tf_config(m);
+    const int B = 2, P = 5, G = 16;
+    int32_t prompts[2 * 5];
+    dllm_rng r = dllm_rng_make(17, DLLM_RNG_DATA, 3, 0);
+    for (int i = 0; i < B * P; i++)
+        prompts[i] = 3 + (int32_t)dllm_rng_below(&r, (uint64_t)(mc->vocab_size - 3));
+    dllm_err err = {0};
+    const double thr[2] = {0, 0.3};
+    for (int k = 0; k < 4; k++) {
+        dllm_sampler_cfg c = {.gen_length = G, .block_length = 8, .steps = 8,
+                              .temperature = 0.9, .mask_id = mc->mask_token_id,
+                              .eos_id = mc->eos_token_id, .eot_id = -1,
+                              .vocab = mc->embedding_size, .mask_token = DLLM_MASK_TOKEN_FORBID,
+                              .threshold = thr[k / 2]};
+        dllm_block_cache *bc;
+        ck_assert_int_eq(dllm_block_cache_new(&bc, m, true, &err), 0);
+        dllm_sampler_cache sc = {dllm_block_cache_fill, dllm_block_cache_step, bc};
+        dllm_rollout plain, every, rare, cached;
+        ck_assert_int_eq(dllm_sample(rollout_logits, m, prompts, NULL, B, P, &c, 7, &plain,
+                                     &err), 0);
+        c.cache = k % 2 ? DLLM_CACHE_PREFIX : DLLM_CACHE_DUAL;
+        ck_assert_int_eq(dllm_sample_cached(rollout_logits, m, &sc, prompts, NULL, B, P, &c, 7,
+                                            &cached, &err), 0);
+        c.cache_refresh = 1;
+        ck_assert_int_eq(dllm_sample_cached(rollout_logits, m, &sc, prompts, NULL, B, P, &c, 7,
+                                            &every, &err), 0);
+        c.cache_refresh = 8; /* a block's steps (and the threshold's most) */
+        ck_assert_int_eq(dllm_sample_cached(rollout_logits, m, &sc, prompts, NULL, B, P, &c, 7,
+                                            &rare, &err), 0);
+        for (int i = 0; i < B * (P + G); i++) {
+            ck_assert_int_eq(every.tokens[i], plain.tokens[i]);
+            ck_assert_int_eq(rare.tokens[i], cached.tokens[i]);
+        }
+        for (int i = 0; i < B * G; i++) {
+            ck_assert_int_eq(every.commit_step[i], plain.commit_step[i]);
+            ck_assert_int_eq(rare.commit_step[i], cached.commit_step[i]);
+            ck_assert(memcmp(&every.commit_prob[i], &plain.commit_prob[i], sizeof(float)) == 0);
+            ck_assert(memcmp(&rare.commit_prob[i], &cached.commit_prob[i], sizeof(float)) == 0);
+        }
+        ck_assert_int_eq(every.nfe, plain.nfe);
+        ck_assert_int_eq(rare.nfe, cached.nfe);
+        /* a refresh that makes a difference: every 2nd step, the cached ids unless the
+         * cache went stale */
+        dllm_rollout half;
+        c.cache_refresh = 2;
+        ck_assert_int_eq(dllm_sample_cached(rollout_logits, m, &sc, prompts, NULL, B, P, &c, 7,
+                                            &half, &err), 0);
+        int differ = 0;
+        for (int i = 0; i < B * G; i++)
+            differ += memcmp(&half.commit_prob[i], &cached.commit_prob[i], sizeof(float)) != 0;
+        ck_assert_msg(differ > 0, "refresh every 2 steps: every commit probability equals the "
+                      "unrefreshed cache's (mode %d)", k);
+        dllm_rollout_free(&half);
+        dllm_rollout_free(&plain);
+        dllm_rollout_free(&every);
+        dllm_rollout_free(&rare);
+        dllm_rollout_free(&cached);
+        dllm_block_cache_free(bc);
+    }
+    /* without a cache, and negative */
+    dllm_sampler_cfg c = {.gen_length = G, .block_length = 8, .steps = 8, .temperature = 0.9,
+                          .mask_id = mc->mask_token_id, .eos_id = mc->eos_token_id,
+                          .eot_id = -1, .vocab = mc->embedding_size, .cache_refresh = 2};
+    ck_assert_int_eq(dllm_sampler_check(&c, &err), 2);
+    ck_assert_ptr_nonnull(strstr(err.msg, "cache_refresh"));
+    c.cache = DLLM_CACHE_DUAL;
+    ck_assert_int_eq(dllm_sampler_check(&c, &err), 0);
+    c.cache_refresh = -1;
+    ck_assert_int_eq(dllm_sampler_check(&c, &err), 2);
+    dllm_tf_free(m);
+}
+END_TEST
+
 static char *ids_csv(const json_t *a)
 {
     char *s = dllm_malloc(16 * json_array_size(a) + 2);
@@ -326,13 +409,17 @@ START_TEST(test_bad_input)
     } bad[] = {{"--threshold 0", "--threshold"},   {"--threshold 1.5", "--threshold"},
                {"--threshold -1", "--threshold"},  {"--threshold nan", "--threshold"},
                {"--cache both", "--cache"},        {"--cache dual --block-length 7", "--block-length"},
-               {"--cache dual --cfg-scale 1", "cache"}};
+               {"--cache dual --cfg-scale 1", "cache"},
+               {"--cache-refresh 2", "--cache-refresh"},
+               {"--cache dual --cache-refresh 0", "--cache-refresh"},
+               {"--cache dual --cache-refresh x", "--cache-refresh"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int st = run_cli(tmp, e, sizeof e, "%s %s", base, bad[i].extra);
         ck_assert_msg(st == 2 && strstr(e, bad[i].needle), "%s: exit %d, stderr: %s",
                       bad[i].extra, st, e);
     }
     ck_assert_int_eq(run_cli(tmp, e, sizeof e, "%s --cache dual --threshold 1", base), 0);
+    ck_assert_int_eq(run_cli(tmp, e, sizeof e, "%s --cache prefix --cache-refresh 3", base), 0);
     /* an autoregressive model */
     int st = run_cli(tmp, e, sizeof e, "generate --model %s/qwen3/tied --prompt-ids 5,6 "
                      "--gen-length 4 --cache dual", data);
@@ -353,6 +440,20 @@ START_TEST(test_bad_input)
     fclose(f);
     st = run_cli(tmp, e, sizeof e, "train a.yaml");
     ck_assert_msg(st == 2 && strstr(e, "eval.cache"), "eval.cache full: %d: %s", st, e);
+    f = fopen(p, "w");
+    fputs("rollout: {cache_refresh: -1}\n", f);
+    fclose(f);
+    st = run_cli(tmp, e, sizeof e, "train a.yaml");
+    ck_assert_msg(st == 2 && strstr(e, "rollout.cache_refresh"), "cache_refresh -1: %d: %s", st,
+                  e);
+    f = fopen(p, "w");
+    fputs("model: {preset: tiny}\neval: {cache_refresh: 4}\n"
+          "task: {name: sudoku, train: {n: 8}}\ngrpo: {steps: 1, prompts_per_step: 1}\n"
+          "log: {dir: runs}\n", f);
+    fclose(f);
+    st = run_cli(tmp, e, sizeof e, "train a.yaml");
+    ck_assert_msg(st == 2 && strstr(e, "eval.cache_refresh"), "eval.cache_refresh without a "
+                  "cache: %d: %s", st, e);
     f = fopen(p, "w");
     fputs("model: {preset: tiny, arch: qwen3}\nrollout: {cache: dual}\n"
           "task: {name: sudoku, train: {n: 8}}\ngrpo: {steps: 1, prompts_per_step: 1}\n"
@@ -457,6 +558,7 @@ Suite *tu_suite(tu_ctx *ctx)
     tcase_add_test(tc, test_step_over_unchanged_canvas);
     tcase_add_test(tc, test_threshold_rule);
     tcase_add_test(tc, test_batch_rows_independent);
+    tcase_add_test(tc, test_cache_refresh);
     tcase_add_test(tc, test_published_goldens);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_rl_split);

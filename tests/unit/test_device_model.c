@@ -552,7 +552,8 @@ static int nograd_fn(void *m, const int32_t *tok, const uint8_t *km, int B_, int
 /* The denoising samplers' one loop on a real model: LLaDA plain, threshold, prefix and
  * dual cache (the block cache in device memory), and Dream, greedy on the device, give
  * the CPU's tokens (the logits agree to ~1e-6, far inside these models' margins) and the
- * same forward count. _i: 0 plain, 1 threshold (below every confidence), 2 prefix, 3 dual + threshold, 4 Dream. */
+ * same forward count. _i: 0 plain, 1 threshold (below every confidence), 2 prefix, 3 dual +
+ * threshold, 4 Dream, 5 dual refreshed every 2nd step (fills inside a block). */
 START_TEST(test_denoise_device)
 {
     dllm_backend *be = cuda_or_skip();
@@ -566,12 +567,16 @@ START_TEST(test_denoise_device)
         prompts[i] = (i * 29 + 3) % (mc->vocab_size - 2);
         pm[i] = !(i / P == 1 && i % P < 2);
     }
-    dllm_sampler_cfg sc = {.gen_length = G, .block_length = 4, .steps = 6, .temperature = 0,
-                           .mask_id = mc->mask_token_id, .eos_id = -1, .eot_id = -1,
-                           .vocab = mc->embedding_size, .mask_token = DLLM_MASK_TOKEN_FORBID,
+    /* case 5: 4 steps a block, so fills at steps 0 and 2 and cached steps between */
+    dllm_sampler_cfg sc = {.gen_length = G, .block_length = 4, .steps = _i == 5 ? 12 : 6,
+                           .temperature = 0, .mask_id = mc->mask_token_id, .eos_id = -1,
+                           .eot_id = -1, .vocab = mc->embedding_size,
+                           .mask_token = DLLM_MASK_TOKEN_FORBID,
                            .threshold = _i == 1 ? 1e-6 : _i == 3 ? 0.3 : 0,
-                           .cache = _i == 2 ? DLLM_CACHE_PREFIX : _i == 3 ? DLLM_CACHE_DUAL
-                                                                       : DLLM_CACHE_NONE};
+                           .cache = _i == 2               ? DLLM_CACHE_PREFIX
+                                    : _i == 3 || _i == 5 ? DLLM_CACHE_DUAL
+                                                         : DLLM_CACHE_NONE,
+                           .cache_refresh = _i == 5 ? 2 : 0};
     dllm_dream_cfg d = dllm_dream_cfg_default();
     d.alg = DLLM_DREAM_MASKGIT_PLUS;
     dllm_rollout host = {0}, dev = {0};
@@ -837,7 +842,7 @@ Suite *tu_suite(tu_ctx *ctx)
 #endif
         tcase_add_test(tc, test_fp8_block_old_cublas);
         tcase_add_test(tc, test_qwen3_decode);
-        tcase_add_loop_test(tc, test_denoise_device, 0, 5);
+        tcase_add_loop_test(tc, test_denoise_device, 0, 6);
         tcase_add_loop_test(tc, test_fused_logits, 0, 3 * N_FUSED);
     }
     if (cli) {
