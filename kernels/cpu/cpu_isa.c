@@ -19,6 +19,18 @@
 enum { CAP_NATIVE, CAP_AVX2, CAP_BASELINE };
 static const char *const CAP_NAMES[] = {"native", "avx2", "baseline"};
 
+/* DLLM_AMX: auto (or unset) or off; anything else exits 2 (unused where neither AMX nor
+ * oneDNN can be) */
+__attribute__((unused)) static bool amx_off(void)
+{
+    const char *e = getenv("DLLM_AMX");
+    if (e && *e && strcmp(e, "off") && strcmp(e, "auto")) {
+        fprintf(stderr, "dllm-rl: DLLM_AMX=%s: expected auto or off\n", e);
+        exit(2);
+    }
+    return e && !strcmp(e, "off");
+}
+
 /* AMX with bf16: the CPU has it, DLLM_AMX is not "off", and Linux grants the process the
  * tile data state (asked once; a kernel that refuses leaves the AVX-512 kernels). */
 static bool amx_bf16(void)
@@ -28,14 +40,9 @@ static bool amx_bf16(void)
     int v = atomic_load(&ok);
     if (v >= 0)
         return v;
-    const char *e = getenv("DLLM_AMX");
-    if (e && *e && strcmp(e, "off") && strcmp(e, "auto")) {
-        fprintf(stderr, "dllm-rl: DLLM_AMX=%s: expected auto or off\n", e);
-        exit(2);
-    }
     enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
     __builtin_cpu_init();
-    v = !(e && !strcmp(e, "off")) && __builtin_cpu_supports("amx-tile") &&
+    v = !amx_off() && __builtin_cpu_supports("amx-tile") &&
         __builtin_cpu_supports("amx-bf16") &&
         syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     atomic_store(&ok, v);
@@ -100,7 +107,7 @@ static int cap(void)
     /* before oneDNN makes its first primitive, which fixes its ISA */
     if (v != CAP_NATIVE)
         dnnl_set_max_cpu_isa(v == CAP_AVX2 ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_sse41);
-    else if (getenv("DLLM_AMX") && !strcmp(getenv("DLLM_AMX"), "off"))
+    else if (amx_off())
         dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16); /* oneDNN's tiles too */
 #endif
     atomic_store(&c, v);

@@ -120,6 +120,13 @@ static void pack_weight(fp8_matrix *w)
     w->qbf_valid = true;
 }
 
+/* the store mask of a 32-column output tile's half h (0: columns 0-15, 1: 16-31) */
+static inline uint16_t col_mask(int cols, int h)
+{
+    const int c = cols - 16 * h;
+    return c >= 16 ? 0xFFFF : c <= 0 ? 0 : (uint16_t)((1u << c) - 1);
+}
+
 /* out[0:rows, 0:cols] (row stride ldo) = the tile's sums; a: TR rows of KB*128 bf16
  * codes (row stride lda values), sa: TR rows of KB activation scales, wp / sw: the
  * tile's packed weight and scales. */
@@ -157,8 +164,7 @@ KERNEL_TARGET static void tile_kernel(float *out, int ldo, int rows, int cols, c
             f[r][1] = _mm512_fmadd_ps(p[r][1], _mm512_mul_ps(sr, s1), f[r][1]);
         }
     }
-    __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
-    __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+    __mmask16 m0 = col_mask(cols, 0), m1 = col_mask(cols, 1);
 #pragma GCC unroll 6
     for (int r = 0; r < TR; r++)
         if (r < rows) {
@@ -228,8 +234,7 @@ AMX_TARGET static void amx_tile_kernel(float *out, int ldo, int rows, int cols,
                                                        _mm512_load_ps(f[r] + 16)));
         }
     }
-    __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
-    __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+    __mmask16 m0 = col_mask(cols, 0), m1 = col_mask(cols, 1);
     for (int r = 0; r < rows && r < TR_AMX; r++) {
         _mm512_mask_storeu_ps(out + (size_t)r * ldo, m0, _mm512_load_ps(f[r]));
         _mm512_mask_storeu_ps(out + (size_t)r * ldo + 16, m1, _mm512_load_ps(f[r] + 16));
