@@ -264,11 +264,14 @@ static int rollout_phase(runner *u, pt_gpu gpu, rec_unit iu, pt_phase_result *r,
     const int BB = s->cfg ? 2 * s->S : s->S;
     if (s->cache == DLLM_CACHE_NONE) {
         r->fwd_rows = (double)BB * u->T;
-    } else { /* a block's fill over the canvas, then its cached steps' positions */
-        const double spb = s->steps / (s->G / s->block_length);
+    } else { /* a block's fills over the canvas (its first step and every cache_refresh-th),
+              * then its cached steps' positions */
+        const int spb = s->steps / (s->G / s->block_length);
+        const int fills = s->cache_refresh > 0 ? (spb + s->cache_refresh - 1) / s->cache_refresh
+                                               : 1;
         int lo, hi;
         cached_span(s, &lo, &hi);
-        r->fwd_rows = ((double)BB * u->T + (spb - 1.0) * BB * (hi - lo)) / spb;
+        r->fwd_rows = ((double)fills * BB * u->T + (double)(spb - fills) * BB * (hi - lo)) / spb;
     }
     free(all), free(none);
     return 0;

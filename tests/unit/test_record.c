@@ -207,7 +207,8 @@ START_TEST(test_llada8b_closed_forms)
 END_TEST
 
 /* Under rollout.cache the rollout step is a block's mean: one fill over the whole canvas
- * and 15 cached steps over 32 rows (dual) or the mean block's and later rows (prefix). */
+ * and 15 cached steps over 32 rows (dual) or the mean block's and later rows (prefix);
+ * refreshed every 4th step, 4 fills and 12 cached steps (dual). */
 START_TEST(test_llada8b_cached_rollout)
 {
     dllm_model_config mc;
@@ -216,13 +217,16 @@ START_TEST(test_llada8b_cached_rollout)
     const double C = mc.d_model, H = mc.mlp_hidden, L = mc.n_layers;
     const double QD = (double)mc.n_heads * mc.head_dim, KD = (double)mc.n_kv_heads * mc.head_dim;
     const double lin = C * QD + 2 * C * KD + QD * C + 3 * C * H;
-    const dllm_cache modes[2] = {DLLM_CACHE_DUAL, DLLM_CACHE_PREFIX};
+    const dllm_cache modes[3] = {DLLM_CACHE_DUAL, DLLM_CACHE_PREFIX, DLLM_CACHE_DUAL};
+    const int refresh[3] = {0, 0, 4};
     /* mean rows per sequence: (456 + 15 x 32) / 16; prefix at the mean block: 456 -
      * (200 + 112) = 144 rows, (456 + 15 x 144) / 16 */
-    const double rows[2] = {(456.0 + 15 * 32) / 16, (456.0 + 15 * 144) / 16};
-    for (int k = 0; k < 2; k++) {
+    const double rows[3] = {(456.0 + 15 * 32) / 16, (456.0 + 15 * 144) / 16,
+                            (4 * 456.0 + 12 * 32) / 16};
+    for (int k = 0; k < 3; k++) {
         pt_shape s = d1_shape();
         s.cache = modes[k];
+        s.cache_refresh = refresh[k];
         pt_result *r = malloc(sizeof *r);
         ck_assert_msg(plan_time_run(&mc, &s, PT_GPU_H100, r, &err) == 0, "%s", err.msg);
         const pt_phase_result *ro = &r->ph[PT_ROLLOUT_STEP];
@@ -232,9 +236,9 @@ START_TEST(test_llada8b_cached_rollout)
         ck_assert_int_eq(ro->rows, 96 * 17); /* the head's rows as uncached */
         ck_assert(r->uncached_over_cached > (k == 0 ? 4.0 : 1.5));
         ck_assert_int_eq(ro->weight_copies, 0);
-        printf("llada-8b d1, cache %s (modelled, h100): rollout step %.3f s over %.0f rows, "
-               "uncached %.3f s over %.0f (%.2fx), peak %.2f GB\n", dllm_cache_name(modes[k]),
-               ro->modelled_s, ro->fwd_rows, r->uncached_rollout.modelled_s,
+        printf("llada-8b d1, cache %s, refresh %d (modelled, h100): rollout step %.3f s over "
+               "%.0f rows, uncached %.3f s over %.0f (%.2fx), peak %.2f GB\n",
+               dllm_cache_name(modes[k]), refresh[k], ro->modelled_s, ro->fwd_rows, r->uncached_rollout.modelled_s,
                r->uncached_rollout.fwd_rows, r->uncached_over_cached,
                (double)r->peak_bytes / 1e9);
         free(r);
