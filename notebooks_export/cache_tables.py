@@ -10,12 +10,16 @@ Runs are named ARM_seed=S (as `dllm-rl sweep` names them). Prints Markdown:
    step-0 evaluation (the SFT model, the same items), each as the mean over seeds with the
    seed-level standard error (sd over seeds / sqrt(seeds)); the difference to the
    reference arm of the same seed, likewise; the seconds of rollout and of the whole
-   step summed over the run (t_rollout, and the t_* parts of every step);
+   step summed over the run (t_rollout, and the t_* parts of every step), and each over
+   the same seed's reference's;
 2. per arm and window of --window steps: the two parts of the mismatch per completion
    (mean |log w_prec| = |l_pi - l_mu_exact| and mean |log w_cache| = |l_mu_exact - l_mu|,
    from the trajectories), the total's ESS ratio and alpha;
 3. per arm: the gain over the SFT model at each evaluation step (mean over seeds, with the
    seed-level standard error).
+
+A sweep run with `eval.every: 0` (a timing sitting) has no evaluations: its accuracy
+cells are "-" and the last table is left out.
 
 Needs h5py and numpy. A run whose log cannot be opened (still being written) is left out,
 named on stderr. Exit status 2 on a bad directory or a run without its log.
@@ -54,12 +58,12 @@ def fmt(m, se, digits=3):
 
 def load(path):
     with h5py.File(os.path.join(path, "log.h5"), "r") as f:
-        ev = f["eval"]
-        task = sorted(ev)[0]
+        ev = f["eval"] if "eval" in f else {}
+        task = sorted(ev)[0] if len(ev) else None
         steps = f["steps/step"][:]
         run = {
-            "eval_step": ev[task]["step"][:],
-            "acc": ev[task]["accuracy"][:],
+            "eval_step": ev[task]["step"][:] if task else np.zeros(0),
+            "acc": ev[task]["accuracy"][:] if task else np.zeros(0),
             "n_steps": int(steps.size),
             "t_rollout": float(np.sum(f["steps/t_rollout"][:])),
             "t_step": float(sum(np.sum(f["steps/" + k][:]) for k in STEP_TIMES if "steps/" + k in f)),
@@ -98,17 +102,21 @@ def main():
     ref = runs.get(a.reference, {})
 
     print("| arm | seeds | accuracy (last step) | RL - SFT (same run) | arm - reference (same seed) "
-          "| rollout s per run | step s per run |")
-    print("|---|---|---|---|---|---|---|")
+          "| rollout s per run | step s per run | rollout s / reference's | step s / reference's |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for arm, by_seed in runs.items():
-        acc = [r["acc"][-1] for r in by_seed.values()]
-        gain = [r["acc"][-1] - r["acc"][0] for r in by_seed.values()]
+        acc = [r["acc"][-1] for r in by_seed.values() if r["acc"].size]
+        gain = [r["acc"][-1] - r["acc"][0] for r in by_seed.values() if r["acc"].size]
         vs = [r["acc"][-1] - ref[s]["acc"][-1] for s, r in by_seed.items()
-              if s in ref and arm != a.reference]
+              if s in ref and arm != a.reference and r["acc"].size and ref[s]["acc"].size]
         tro = [r["t_rollout"] for r in by_seed.values()]
         tst = [r["t_step"] for r in by_seed.values()]
+        paired = [(r, ref[s]) for s, r in by_seed.items() if s in ref and arm != a.reference]
+        rel_ro = [r["t_rollout"] / q["t_rollout"] for r, q in paired]
+        rel = [r["t_step"] / q["t_step"] for r, q in paired]
         print(f"| {arm} | {len(by_seed)} | {fmt(*mean_se(acc))} | {fmt(*mean_se(gain))} "
-              f"| {fmt(*mean_se(vs)) if vs else '-'} | {fmt(*mean_se(tro), 0)} | {fmt(*mean_se(tst), 0)} |")
+              f"| {fmt(*mean_se(vs)) if vs else '-'} | {fmt(*mean_se(tro), 0)} | {fmt(*mean_se(tst), 0)} "
+              f"| {fmt(*mean_se(rel_ro), 2) if rel_ro else '-'} | {fmt(*mean_se(rel), 2) if rel else '-'} |")
 
     print()
     print(f"| arm | steps | mean \\|log w_prec\\| | mean \\|log w_cache\\| | ESS ratio | alpha |")
@@ -127,8 +135,10 @@ def main():
             print(f"| {arm} | {lo}-{hi} | {fmt(*mean_se(wp), 4)} | {fmt(*mean_se(wc), 4)} "
                   f"| {fmt(*mean_se(ess))} | {fmt(*mean_se(al))} |")
 
-    print()
     steps = next(iter(next(iter(runs.values())).values()))["eval_step"]
+    if steps.size == 0:
+        return
+    print()
     print("| arm | " + " | ".join(f"step {int(t)}" for t in steps[1:]) + " |")
     print("|---|" + "---|" * (len(steps) - 1))
     for arm, by_seed in runs.items():
