@@ -58,8 +58,9 @@
  * ranks nothing else). cache_refresh N > 0 (not in the published functions) makes
  * every N-th step of a block (steps 0, N, 2N, ...) such a fill: the cache is never more
  * than N - 1 steps stale, and N = 1 is the plain sampler's ids. With threshold T in
- * (0, 1] a step commits, per sequence, the most confident masked position and every other whose confidence is >= T (the
- * published comparison drops those below T), with or without the cache; the block
+ * (0, 1] a step commits, per sequence, the most confident masked position and every
+ * other whose confidence is >= T (the published comparison drops those below T), with
+ * or without the cache; the block
  * ends when none of its positions is masked, or after block_length steps (reached
  * only under mask_token allow, where a drawn mask id commits nothing). Each sequence
  * then counts its own steps (commit_step, the noise key): a sequence whose block is
