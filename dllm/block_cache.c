@@ -113,9 +113,12 @@ static void step_attention(dllm_tf *m, int l, tf_layer_io *io, void *ctx)
 }
 
 /* The fill over tokens [B,T] and keymask [B,T] (NULL: all real) in the backend's memory,
- * sized for head() calls of up to c->max_rows rows. */
+ * sized for head() calls of up to c->max_rows rows. rows (host memory, a host cache only;
+ * NULL: none): the R rows the fill's head reads alone, where the forward would run its last
+ * layer over them alone (tf_head_rows_at); x_L's rows then lie in c->a.xr, in order, and
+ * c->a.head_in_xr is set. */
 static int fill(dllm_block_cache *c, const int32_t *tokens, const uint8_t *keymask, int B,
-                int T)
+                int T, const int32_t *rows, int R)
 {
     dllm_tf *m = c->m;
     dllm_backend *be = c->be;
@@ -162,12 +165,22 @@ static int fill(dllm_block_cache *c, const int32_t *tokens, const uint8_t *keyma
     c->have_mask = a->have_mask;
     be->ops->copy(be, c->km, a->keymask, (size_t)N);
     be->ops->copy(be, c->pos, a->pos, sizeof(int32_t) * (size_t)N);
-    c->xl = tf_layers_fwd(m, a, view(c), false, fill_attention, c);
+    bool head_rows = rows && R < N && tf_head_rows_at(view(c), c->rollout);
+    if (head_rows) {
+        memcpy(a->hrows, rows, sizeof(int32_t) * (size_t)R);
+        a->R = R;
+    }
+    c->xl = tf_layers_fwd(m, a, view(c), false, fill_attention, c, head_rows);
+    if (head_rows)
+        c->xl = NULL; /* x_L's other rows were never made: no head() reads them */
     return 0;
 }
 
-/* The step over positions [lo, hi) of tokens [B,T] (the fill's B and T). */
-static int step(dllm_block_cache *c, const int32_t *tokens, int B, int T, int lo, int hi)
+/* The step over positions [lo, hi) of tokens [B,T] (the fill's B and T). rows (flat canvas
+ * rows b*T + t inside [lo, hi), host memory, a host cache only; NULL: none): the R rows the
+ * step's head reads alone, as fill's. */
+static int step(dllm_block_cache *c, const int32_t *tokens, int B, int T, int lo, int hi,
+                const int32_t *rows, int R)
 {
     dllm_tf *m = c->m;
     dllm_backend *be = c->be;
@@ -191,7 +204,15 @@ static int step(dllm_block_cache *c, const int32_t *tokens, int B, int T, int lo
         return DLLM_EXIT_INPUT;
     c->lo = lo;
     c->Tq = Tq;
-    const float *x = tf_layers_fwd(m, a, view(c), false, step_attention, c);
+    bool head_rows = rows && R < N && tf_head_rows_at(view(c), c->rollout);
+    for (int r = 0; head_rows && r < R; r++) /* canvas rows -> the step's rows */
+        a->hrows[r] = rows[r] / T * Tq + rows[r] % T - lo;
+    a->R = head_rows ? R : 0;
+    const float *x = tf_layers_fwd(m, a, view(c), false, step_attention, c, head_rows);
+    if (head_rows) {
+        c->xl = NULL; /* x_L's other rows were never made: no head() reads them */
+        return 0;
+    }
     /* the step's rows at their canvas rows, so head() reads flat rows b*T + t */
     if ((size_t)B * T * C > c->xcap) {
         c->xs = grow(be, c->xs, sizeof(float) * (size_t)B * T * C);
@@ -234,9 +255,13 @@ int dllm_block_cache_fill(void *ctx, const int32_t *tokens, const uint8_t *keyma
             return DLLM_EXIT_INPUT;
     if (R > c->max_rows) /* one head call over every row, as the plain forward's */
         c->max_rows = R;
-    int rc = fill(c, tokens, keymask, B, T);
+    int rc = fill(c, tokens, keymask, B, T, rows, R);
     if (rc)
         return rc;
+    if (c->a.head_in_xr) { /* the fill left the rows' x_L where the head reads it */
+        tf_head_fwd(c->m, view(c), c->a.xr, c->a.nf, c->a.rstdf, R, logits);
+        return 0;
+    }
     int32_t *all = NULL;
     if (!rows) {
         all = dllm_malloc(sizeof *all * (size_t)(N > 0 ? N : 1));
@@ -265,20 +290,22 @@ int dllm_block_cache_step(void *ctx, const int32_t *tokens, const uint8_t *keyma
     }
     if (n_rows > c->max_rows)
         c->max_rows = n_rows;
-    int rc = step(c, tokens, B, T, lo, hi);
-    return rc ? rc : head(c, rows, n_rows, logits);
+    int rc = step(c, tokens, B, T, lo, hi, rows, n_rows);
+    if (!rc && c->a.head_in_xr) /* the step left the rows' x_L where the head reads it */
+        tf_head_fwd(c->m, view(c), c->a.xr, c->a.nf, c->a.rstdf, n_rows, logits);
+    return rc || c->a.head_in_xr ? rc : head(c, rows, n_rows, logits);
 }
 
 /* ---- the view of the sampler's loop (dllm/device_logits.h) ------------------------------ */
 
 static int v_fill(void *ctx, const int32_t *tokens, const uint8_t *keymask, int B, int T)
 {
-    return fill(ctx, tokens, keymask, B, T);
+    return fill(ctx, tokens, keymask, B, T, NULL, 0);
 }
 
 static int v_step(void *ctx, const int32_t *tokens, int B, int T, int lo, int hi)
 {
-    return step(ctx, tokens, B, T, lo, hi);
+    return step(ctx, tokens, B, T, lo, hi, NULL, 0);
 }
 
 static int v_head(void *ctx, const int32_t *rows, int n, float *logits)

@@ -206,7 +206,7 @@ static int extend(dllm_tf *m, qwen3_kv_cache *c, const int32_t *tokens, const ui
     be->ops->copy(be, a->tokens, tokens, (size_t)N * sizeof(int32_t));
     c->view = tf_fwd_view(m, m->decode_rollout);
     c->T = T;
-    const float *x = tf_layers_fwd(m, a, c->view, false, cache_attention, c);
+    const float *x = tf_layers_fwd(m, a, c->view, false, cache_attention, c, false);
     c->len += T;
     c->newmask = NULL;
     size_t C = (size_t)m->C;

@@ -532,26 +532,23 @@ static const dllm_qact *norm_fwd(const dllm_tf *m, const tf_view *v, int l, cons
     return fq;
 }
 
-/* One layer at view v's numerics over N rows at RoPE positions pos. */
-static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
-                      tf_layer_io *io, tf_attn_fn attn, void *ctx)
+/* The attention half of layer l at view v's numerics over N rows at RoPE positions pos:
+ * io->y from io->x. */
+static void layer_attn_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
+                           tf_layer_io *io, tf_attn_fn attn, void *ctx)
 {
     const tf_layer *w = &v->lw[l];
     dllm_backend *be = v->be;
     const op_rope_table *rope = &m->rope;
-    size_t H = (size_t)m->H, QD = (size_t)m->QD;
     float eps = m->cfg.rms_norm_eps;
-    bool rl = v->round_lin, qkn = m->arch->qk_norm;
     static const int QKV[] = {DLLM_LIN_Q, DLLM_LIN_K, DLLM_LIN_V};
-    static const int GU[] = {DLLM_LIN_GATE, DLLM_LIN_UP}, DN[] = {DLLM_LIN_DOWN};
     dllm_qact qa;
-    const dllm_qact *fq; /* the codes the last producer wrote, if it did */
-    // attention sub-block
-    fq = norm_fwd(m, v, l, QKV, 3, N, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], &qa);
+    const dllm_qact *fq = /* the codes the norm wrote, if it did */
+        norm_fwd(m, v, l, QKV, 3, N, io->n1, io->rstd1, io->x, w->t[DLLM_T_ATTN_NORM], &qa);
     static const int qkv_bias[3] = {DLLM_T_Q_BIAS, DLLM_T_K_BIAS, DLLM_T_V_BIAS};
     lin_group_fwd(m, v, l, 3, QKV, qkv_bias, (float *const[]){io->qr, io->kr, io->v}, io->n1, N,
                   io, fq);
-    if (qkn) {
+    if (m->arch->qk_norm) {
         be->ops->rmsnorm_fwd(be, io->q, io->rstdq, io->qr, w->t[DLLM_T_Q_NORM], N * m->NH, m->HD,
                          eps);
         be->ops->rmsnorm_fwd(be, io->k, io->rstdk, io->kr, w->t[DLLM_T_K_NORM], N * m->NKV,
@@ -562,10 +559,21 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
         be->ops->rope_fwd(be, io->k, io->k, pos, rope, N, m->NKV, m->HD);
     }
     attn(m, l, io, ctx);
-    if (rl)
-        be->ops->round_bf16(be, io->y, (size_t)N * QD);
+    if (v->round_lin)
+        be->ops->round_bf16(be, io->y, (size_t)N * m->QD);
+}
+
+/* The rest of layer l over N rows, every op row by row: io->xn = h + MLP(h) with
+ * h = x + o_proj y, from io->x and io->y. */
+static void layer_tail_fwd(dllm_tf *m, const tf_view *v, int l, int N, tf_layer_io *io)
+{
+    const tf_layer *w = &v->lw[l];
+    dllm_backend *be = v->be;
+    size_t H = (size_t)m->H;
+    static const int GU[] = {DLLM_LIN_GATE, DLLM_LIN_UP}, DN[] = {DLLM_LIN_DOWN};
+    dllm_qact qa;
+    const dllm_qact *fq; /* the codes the last producer wrote, if it did */
     lin_res_fwd(m, v, l, DLLM_LIN_O, io->h, io->x, io->y, N, io, NULL);
-    // MLP sub-block
     fq = norm_fwd(m, v, l, GU, 2, N, io->n2, io->rstd2, io->h, w->t[DLLM_T_MLP_NORM], &qa);
     static const int no_bias[2] = {0, 0};
     lin_group_fwd(m, v, l, 2, GU, no_bias, (float *const[]){io->g, io->u}, io->n2, N, io, fq);
@@ -578,9 +586,37 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
     } else {
         be->ops->swiglu_fwd(be, io->s, io->g, io->u, (size_t)N * H);
     }
-    if (rl && !v->lin_rounds)
+    if (v->round_lin && !v->lin_rounds)
         be->ops->round_bf16(be, io->s, (size_t)N * H);
     lin_res_fwd(m, v, l, DLLM_LIN_DOWN, io->xn, io->h, io->s, N, io, fq);
+}
+
+/* One layer at view v's numerics over N rows at RoPE positions pos. */
+static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t *pos,
+                      tf_layer_io *io, tf_attn_fn attn, void *ctx)
+{
+    layer_attn_fwd(m, v, l, N, pos, io, attn, ctx);
+    layer_tail_fwd(m, v, l, N, io);
+}
+
+/* The last layer when only the R head rows of x_L are read (a forward without backward):
+ * every row's keys and values, as the head rows attend to them all, then the rest of the
+ * layer over the head rows alone, gathered (a->hrows) from x and y; x_L's head rows, in
+ * order, land in a->xr, where the head reads them. Row by row as layer_fwd, so those
+ * rows are its rows. */
+static void layer_fwd_head_rows(dllm_tf *m, const tf_view *v, int l, tf_acts *a,
+                                tf_layer_io *io, tf_attn_fn attn, void *ctx)
+{
+    dllm_backend *be = v->be;
+    layer_attn_fwd(m, v, l, a->N, a->pos, io, attn, ctx);
+    /* read by nothing after the attention without a backward: q takes the rows of y, and
+     * nf, the head's input, those of x until the head runs */
+    be->ops->embedding_fwd(be, io->q, a->hrows, io->y, a->R, m->QD);
+    be->ops->embedding_fwd(be, a->nf, a->hrows, io->x, a->R, m->C);
+    io->y = io->q;
+    io->x = a->nf;
+    io->xn = a->xr;
+    layer_tail_fwd(m, v, l, a->R, io);
 }
 
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
@@ -642,10 +678,11 @@ static tf_layer_io layer_io(const dllm_tf *m, tf_acts *a, size_t ls, size_t rx, 
 }
 
 const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, tf_attn_fn attn,
-                           void *ctx)
+                           void *ctx, bool head_rows)
 {
     int N = a->N, K = keep ? recompute_k(m) : 0;
     size_t C = (size_t)m->C, sN = a->capN;
+    a->head_in_xr = head_rows && !keep && a->R < N;
     a->rk = K;
     a->seg = K ? (m->L - 1) / K * K : -1; /* the slots end with the last segment's layers */
     v->be->ops->embedding_fwd(v->be, a->resid, a->tokens, v->embed, N, m->C);
@@ -659,8 +696,13 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
          * (rope_attention_bwd): it may rotate them itself */
         if (attn == tf_batch_attention)
             io.rope_pos = a->pos;
-        layer_fwd(m, v, l, N, a->pos, &io, attn, ctx);
+        if (a->head_in_xr && l == m->L - 1)
+            layer_fwd_head_rows(m, v, l, a, &io, attn, ctx);
+        else
+            layer_fwd(m, v, l, N, a->pos, &io, attn, ctx);
     }
+    if (a->head_in_xr)
+        return a->xr;
     return a->resid + (keep ? tf_acts_xslot(m, K, m->L) : (size_t)m->L % 2) * sN * C;
 }
 
@@ -780,10 +822,11 @@ static fwd_at fwd_place(dllm_tf *m, bool rollout, bool keep)
 
 /* The embedding and the layers over host inputs at f (a device's inputs built on the host,
  * small int arrays, and uploaded); x_L (N, C) in f->a, the head rows' indices in
- * f->a->hrows. */
+ * f->a->hrows; under head_rows (no keep, rows fewer than N) x_L's head rows alone, in
+ * f->a->xr (tf_layers_fwd). */
 static const float *fwd_layers(dllm_tf *m, const fwd_at *f, const int32_t *tokens,
                                const uint8_t *keymask, int B, int T, const int32_t *rows, int R,
-                               bool keep)
+                               bool keep, bool head_rows)
 {
     tf_io *d = f->d;
     tf_acts *a = f->a;
@@ -813,7 +856,12 @@ static const float *fwd_layers(dllm_tf *m, const fwd_at *f, const int32_t *token
     }
     a->pos_T = m->arch->rope_pos == DLLM_ROPE_REAL_COUNT ? 0 : T;
     a->pos_N = (size_t)N;
-    return tf_layers_fwd(m, a, f->v, keep, tf_batch_attention, a);
+    return tf_layers_fwd(m, a, f->v, keep, tf_batch_attention, a, head_rows && rows);
+}
+
+bool tf_head_rows_at(const tf_view *v, bool rollout)
+{
+    return rollout && !v->q4;
 }
 
 /* Rows of logits the host computes per chunk of target log-probs (a device's chunk is its
@@ -826,7 +874,8 @@ enum { LOGP_CHUNK_ROWS = 64 };
 static int fwd_head_rows(dllm_tf *m, const fwd_at *f, const float *xL, int R, int host)
 {
     tf_acts *a = f->a;
-    f->be->ops->embedding_fwd(f->be, a->xr, a->hrows, xL, R, m->C); /* the gather */
+    if (!a->head_in_xr) /* (else the last layer left them there) */
+        f->be->ops->embedding_fwd(f->be, a->xr, a->hrows, xL, R, m->C); /* the gather */
     if (!f->d)
         return host;
     tf_device_chunk(m, R < f->d->lg_rows ? R : f->d->lg_rows);
@@ -859,7 +908,8 @@ static int forward(dllm_tf *m, bool rollout, const int32_t *tokens, const uint8_
     if (rc)
         return rc;
     int R = rows ? n_rows : B * T;
-    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, keep);
+    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, keep,
+                                 tf_head_rows_at(f.v, rollout));
     if (R > 0)
         fwd_logits(m, &f, xL, R, logits);
     f.a->kept = keep ? TF_KEPT_ACTS : TF_KEPT_NONE;
@@ -928,7 +978,7 @@ int dllm_tf_device_forward_logp(dllm_tf *m, const int32_t *tokens, const uint8_t
     tf_io *d = f.d;
     dllm_backend *be = f.be;
     tf_acts *a = f.a;
-    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, true);
+    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, true, false);
     tf_device_kept_rows(m, R);
     if (R > 0) {
         size_t C = (size_t)m->C;
@@ -957,7 +1007,8 @@ int dllm_tf_target_logp(dllm_tf *m, bool rollout, const int32_t *tokens, const u
     dllm_backend *be = f.be;
     tf_acts *a = f.a;
     a->kept = TF_KEPT_NONE;
-    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, false);
+    const float *xL = fwd_layers(m, &f, tokens, keymask, B, T, rows, R, false,
+                                 tf_head_rows_at(f.v, rollout));
     if (R <= 0)
         return 0;
     size_t C = (size_t)m->C;

@@ -56,6 +56,7 @@ struct tf_acts {
     int B, T, N, R;            /* sizes of the last forward */
     tf_kept kept;              /* what a backward may differentiate */
     bool have_mask;            /* keymask passed to attention (else NULL) */
+    bool head_in_xr;           /* the last forward left x_L's head rows in xr (tf_layers_fwd) */
     size_t capN, capAtt, capR; /* allocated for */
     int capL;                  /* layers with kept activations: L, or 1 (no grad), or K */
     int capX;                  /* residual-stream slots (capL + 1, or ceil(L/K) + K) */
@@ -465,9 +466,21 @@ void tf_acts_ensure(dllm_tf *m, tf_acts *a, int B, int T, int R, int layers);
 void tf_acts_ensure_fwd(dllm_tf *m, tf_acts *a, int B, int T, int R, bool keep);
 /* The embedding of a->tokens and the L layers at a->pos (a->N rows; keep:
  * every layer's activations, else one slot), attention by attn; returns x_L
- * (N, C) inside a. */
+ * (N, C) inside a. head_rows (a forward without backward that reads only the a->R < N
+ * head rows a->hrows of x_L): the last layer runs its keys and values over every row and
+ * the rest over those rows alone, returning x_L's head rows (R, C), in order, in a->xr
+ * (a->head_in_xr set); bit for bit the rows of the whole forward. */
 const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, tf_attn_fn attn,
-                           void *ctx);
+                           void *ctx, bool head_rows);
+/* Whether a forward without backward at view v (rollout: the rollout copy's) runs its last
+ * layer past the attention over the head rows alone (tf_layers_fwd's head_rows): the
+ * rollout copy's forwards -- the sampler's and its scores, where the cost is. Their rows
+ * are the whole forward's rows bit for bit where the products are row by row (the packed
+ * and quantised copies), up to the last bits where a GEMM library picks its kernels by the
+ * row count (fp32), as any change of batch does; the trainer's forwards keep the whole
+ * last layer, as its kept forward (and so its gradient's replay) computes it. Not NVFP4:
+ * its activations' scale is one per tensor, so the rows present set it. */
+bool tf_head_rows_at(const tf_view *v, bool rollout);
 /* logits (R, V) = head(final_norm(xr)) at v's numerics (nf, rstdf: outputs). */
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
                  float *logits);

@@ -52,7 +52,7 @@ static int dl_layers(void *ctx, const int32_t *d_tokens, const uint8_t *d_keymas
         a->pos_T = count ? 0 : T;
         a->pos_N = (size_t)N;
     }
-    d->xl[k] = tf_layers_fwd(m, a, v, false, tf_batch_attention, a);
+    d->xl[k] = tf_layers_fwd(m, a, v, false, tf_batch_attention, a, false);
     return 0;
 }
 

@@ -54,7 +54,8 @@ static const char usage_text[] =
     "achieved GFLOP/s of a step: 2 x tokens x the layer linears' weights, plus attention\n"
     "(4 B T^2 QD per layer), plus the head on the rows the sampler asks for (estimated:\n"
     "the block's masked positions, on average B blk (spb + 1) / (2 spb), spb = steps per\n"
-    "block). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
+    "block), less the last layer's o_proj and MLP on the other rows, which it skips (but\n"
+    "under nvfp4). Compare it with the peaks `dllm-rl bench gemm` measures.\n"
     "--cache and --threshold (llada) run the cached / parallel sampler (docs/METHOD.md\n"
     "§2a; --cache-refresh N: a full pass every N-th step of a block too); nfe is the\n"
     "forward passes of one rollout (per completion: each pass covers every row of the\n"
@@ -252,13 +253,17 @@ int bench_rollout(int argc, char **argv)
     if (dev_be)
         printf("device: %s%s\n", dev_be->name, peak ? " (emulated: times are not a GPU's)" : "");
     /* FLOPs of one denoising step (see the usage text) */
-    double step_flops = 0;
+    double step_flops = 0, tail_flops = 0;
     if (diffusion) {
         double C = mc.d_model, QD = (double)mc.n_heads * mc.head_dim;
         double KD = (double)mc.n_kv_heads * mc.head_dim, H = mc.mlp_hidden, T = (double)(P + G);
         double plin = 2 * C * QD + 2 * C * KD + 3 * C * H, spb = (double)steps / (double)(G / blk);
+        double hr = B * blk * (spb + 1) / (2 * spb); /* the head rows */
+        /* the last layer's o_proj and MLP on the rows the head does not read: skipped
+         * (dllm/transformer_impl.h, tf_head_rows_at), but under NVFP4 */
+        tail_flops = 2 * (B * T - hr) * (C * QD + 3 * C * H);
         step_flops = mc.n_layers * (2 * B * T * plin + 4 * B * T * T * QD) +
-                     2 * (B * blk * (spb + 1) / (2 * spb)) * C * mc.embedding_size;
+                     2 * hr * C * mc.embedding_size - tail_flops;
     }
     printf("%-9s %10s %12s %12s %12s %12s%s%s%s\n", "precision", "sync_s", "rollout_s",
            diffusion ? "step_ms" : "token_ms", "tokens/s", "vs_first",
@@ -318,14 +323,16 @@ int bench_rollout(int argc, char **argv)
         if (diffusion)
             printf(" %8d", nfe);
         if (diffusion && !fast)
-            printf(" %12.1f", 1e-9 * step_flops / step_s);
+            printf(" %12.1f",
+                   1e-9 * (step_flops + (strcmp(names[k], "nvfp4") ? 0 : tail_flops)) / step_s);
         if (peak)
             printf(" %12.2f", peak_mib);
         printf("\n");
         fflush(stdout);
     }
     if (!rc && diffusion && !fast)
-        printf("one step: %.3f GFLOP (head rows estimated)\n", 1e-9 * step_flops);
+        printf("one step: %.3f GFLOP (head rows estimated; nvfp4 %.3f)\n", 1e-9 * step_flops,
+               1e-9 * (step_flops + tail_flops));
     /* what each precision's product is on this machine (dllm/precision.h) */
     for (int k = 0; k < np && !rc && strcmp(device, "cuda"); k++) {
         const char *rk = strcmp(names[k], "fp32") ? names[k] : "trainer";

@@ -278,6 +278,53 @@ START_TEST(test_rows_and_variants)
 }
 END_TEST
 
+/* A rollout forward that reads a subset of rows runs its last layer past the attention over
+ * those rows alone: each row's logits are the whole forward's, bit for bit, for every
+ * quantised or packed rollout copy, with LoRA on too, and at fp32 up to the last bits (as
+ * the trainer's forwards, which keep the whole layer). */
+START_TEST(test_head_rows_exact)
+{
+    static const char *const formats[] = {"trainer", "bf16", "fp8", "int8", "nvfp4"};
+    enum { NF = sizeof formats / sizeof formats[0] };
+    const arch_case *k = &cases[_i / 2];
+    dllm_tf *m = open_case(k);
+    if (_i % 2)
+        enable_lora(m, LORA_ALL);
+    batch b;
+    make_batch(m, &b);
+    int V = dllm_tf_config(m)->embedding_size;
+    size_t n = (size_t)B * T * V;
+    int32_t rows[] = {T * B - 1, 0, 5, T + 3, 12, 11, 5};
+    int R = 7;
+    float *full = dllm_malloc(n * sizeof(float)), *sub = dllm_malloc((size_t)R * V * sizeof(float));
+    dllm_err err = {0};
+    for (int f = 0; f < NF; f++) {
+        dllm_precision p;
+        ck_assert_int_eq(dllm_precision_parse(&p, "fp32", formats[f], NULL, NULL, false, &err), 0);
+        ck_assert_msg(dllm_tf_rollout_sync(m, &p, NULL, &err) == 0, "%s", err.msg);
+        for (int roll = 0; roll < 2; roll++) {
+            int (*fwd)(dllm_tf *, const int32_t *, const uint8_t *, int, int, const int32_t *,
+                       int, float *) = roll ? dllm_tf_forward_rollout : dllm_tf_forward_nograd;
+            ck_assert_int_eq(fwd(m, b.tokens, b.keymask, B, T, NULL, 0, full), 0);
+            ck_assert_int_eq(fwd(m, b.tokens, b.keymask, B, T, rows, R, sub), 0);
+            /* a quantised or packed copy's products are row by row; fp32 GEMMs pick
+             * kernels by the row count (kernels/cpu/gemm.c): the last bits */
+            double tol = roll && f > 0 ? 0 : 1e-5;
+            for (int r = 0; r < R; r++) {
+                double d = tu_max_abs_diff(sub + (size_t)r * V, full + (size_t)rows[r] * V,
+                                           (size_t)V);
+                ck_assert_msg(d <= tol, "%s%s, %s %s: row %d differs from the whole forward's "
+                              "by %g", k->name, _i % 2 ? " + LoRA" : "", formats[f],
+                              roll ? "rollout" : "nograd", rows[r], d);
+            }
+        }
+    }
+    free(sub);
+    free(full);
+    dllm_tf_free(m);
+}
+END_TEST
+
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
 static void assert_same_params(dllm_tf *x, dllm_tf *y, bool bf16_of_x)
@@ -753,6 +800,7 @@ static Suite *transformer_suite(void)
     TCase *c = tcase_create("consistency");
     tcase_set_timeout(c, 300);
     tcase_add_loop_test(c, test_rows_and_variants, 0, NCASE);
+    tcase_add_loop_test(c, test_head_rows_exact, 0, 2 * NCASE);
     tcase_add_loop_test(c, test_save_load_roundtrip, 0, NCASE);
     tcase_add_loop_test(c, test_lora_merged, 0, NCASE);
     tcase_add_loop_test(c, test_lora_init, 0, NCASE);
