@@ -58,6 +58,11 @@ START_TEST(test_fill_is_the_forward)
     ck_assert_msg(memcmp(want, got, sizeof(float) * (size_t)N * V) == 0,
                   "the fill's logits are not the forward's bits (max diff %g)",
                   tu_max_abs_diff(want, got, (size_t)N * V));
+    /* a few rows: both run the last layer over those rows alone, the same bits */
+    const int32_t rows[4] = {N - 1, 7, 30, 2};
+    ck_assert_int_eq(dllm_tf_forward_rollout(m, tok, km, B, T, rows, 4, want), 0);
+    ck_assert_int_eq(dllm_block_cache_fill(c, tok, km, B, T, rows, 4, got), 0);
+    ck_assert(memcmp(want, got, sizeof(float) * 4 * (size_t)V) == 0);
     dllm_block_cache_free(c);
     free(want);
     free(got);
@@ -98,6 +103,14 @@ START_TEST(test_step_over_unchanged_canvas)
         /* a second step reads the keys the first one replaced: still exact */
         ck_assert_int_eq(dllm_block_cache_step(c, tok, km, B, T, lo, hi, rows, n, got), 0);
         for (int i = 0; i < n; i++)
+            ck_assert(tu_max_abs_diff(full + (size_t)rows[i] * V, got + (size_t)i * V,
+                                      (size_t)V) <= 1e-5 * scale);
+        /* every third row (the last layer past the attention over those alone) */
+        int n3 = 0;
+        for (int i = 0; i < n; i += 3)
+            rows[n3++] = rows[i];
+        ck_assert_int_eq(dllm_block_cache_step(c, tok, km, B, T, lo, hi, rows, n3, got), 0);
+        for (int i = 0; i < n3; i++)
             ck_assert(tu_max_abs_diff(full + (size_t)rows[i] * V, got + (size_t)i * V,
                                       (size_t)V) <= 1e-5 * scale);
     }
@@ -178,23 +191,37 @@ END_TEST
 /* Batched rows draw what each row alone draws (its noise keyed by its global index),
  * under the cache and the threshold, where rows finish their blocks at different
  * steps and each counts its own. */
+/* n random prompt ids of the tiny model (no special ids), from the data stream's seed. */
+static void draw_prompts(const dllm_model_config *mc, int32_t *p, int n, uint64_t seed,
+                         uint64_t stream)
+{
+    dllm_rng r = dllm_rng_make(seed, DLLM_RNG_DATA, stream, 0);
+    for (int i = 0; i < n; i++)
+        p[i] = 3 + (int32_t)dllm_rng_below(&r, (uint64_t)(mc->vocab_size - 3));
+}
+
+/* G tokens in blocks of 8, 8 steps each, temperature 0.9, the threshold thr. */
+static dllm_sampler_cfg tiny_cfg(const dllm_model_config *mc, int G, double thr)
+{
+    return (dllm_sampler_cfg){.gen_length = G, .block_length = 8, .steps = 8,
+                              .temperature = 0.9, .mask_id = mc->mask_token_id,
+                              .eos_id = mc->eos_token_id, .eot_id = -1,
+                              .vocab = mc->embedding_size, .mask_token = DLLM_MASK_TOKEN_FORBID,
+                              .threshold = thr};
+}
+
 START_TEST(test_batch_rows_independent)
 {
     dllm_tf *m = tu_load_llada("llada/tiny");
     const dllm_model_config *mc = dllm_tf_config(m);
     const int B = 3, P = 6, G = 16;
     int32_t prompts[3 * 6];
-    dllm_rng r = dllm_rng_make(9, DLLM_RNG_DATA, 2, 0);
-    for (int i = 0; i < B * P; i++)
-        prompts[i] = 3 + (int32_t)dllm_rng_below(&r, (uint64_t)(mc->vocab_size - 3));
+    draw_prompts(mc, prompts, B * P, 9, 2);
     const dllm_cache modes[3] = {DLLM_CACHE_NONE, DLLM_CACHE_PREFIX, DLLM_CACHE_DUAL};
     dllm_err err = {0};
     for (int k = 0; k < 3; k++) {
-        dllm_sampler_cfg c = {.gen_length = G, .block_length = 8, .steps = 8,
-                              .temperature = 0.9, .mask_id = mc->mask_token_id,
-                              .eos_id = mc->eos_token_id, .eot_id = -1,
-                              .vocab = mc->embedding_size, .mask_token = DLLM_MASK_TOKEN_FORBID,
-                              .cache = modes[k], .threshold = 0.3};
+        dllm_sampler_cfg c = tiny_cfg(mc, G, 0.3);
+        c.cache = modes[k];
         dllm_block_cache *bc;
         ck_assert_int_eq(dllm_block_cache_new(&bc, m, true, &err), 0);
         dllm_sampler_cache sc = {dllm_block_cache_fill, dllm_block_cache_step, bc};
@@ -229,17 +256,11 @@ START_TEST(test_cache_refresh)
     const dllm_model_config *mc = dllm_tf_config(m);
     const int B = 2, P = 5, G = 16;
     int32_t prompts[2 * 5];
-    dllm_rng r = dllm_rng_make(17, DLLM_RNG_DATA, 3, 0);
-    for (int i = 0; i < B * P; i++)
-        prompts[i] = 3 + (int32_t)dllm_rng_below(&r, (uint64_t)(mc->vocab_size - 3));
+    draw_prompts(mc, prompts, B * P, 17, 3);
     dllm_err err = {0};
     const double thr[2] = {0, 0.3};
     for (int k = 0; k < 4; k++) {
-        dllm_sampler_cfg c = {.gen_length = G, .block_length = 8, .steps = 8,
-                              .temperature = 0.9, .mask_id = mc->mask_token_id,
-                              .eos_id = mc->eos_token_id, .eot_id = -1,
-                              .vocab = mc->embedding_size, .mask_token = DLLM_MASK_TOKEN_FORBID,
-                              .threshold = thr[k / 2]};
+        dllm_sampler_cfg c = tiny_cfg(mc, G, thr[k / 2]);
         dllm_block_cache *bc;
         ck_assert_int_eq(dllm_block_cache_new(&bc, m, true, &err), 0);
         dllm_sampler_cache sc = {dllm_block_cache_fill, dllm_block_cache_step, bc};
