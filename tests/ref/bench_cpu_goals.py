@@ -125,8 +125,8 @@ def generate(a, model, changes):
 
 def generate_gflop(model):
     """Model FLOPs of the generate run (8 x (32 + 128) tokens, 64 steps, blocks of 32):
-    every step the layers over the whole canvas and the head on the block's masked
-    rows (estimated as bench rollout does)."""
+    every step the layers over the whole canvas, but the last layer's o_proj and MLP,
+    and the head, on the block's masked rows alone (estimated as bench rollout does)."""
     with open(os.path.join(model, "config.json")) as f:
         c = json.load(f)
     B, P, G, blk, steps = 8, 32, 128, 32, 64
@@ -135,8 +135,9 @@ def generate_gflop(model):
     QD, KD, T = NH * HD, NKV * HD, P + G
     plin = 2 * C * QD + 2 * C * KD + 3 * C * H
     spb = steps / (G / blk)
+    hr = B * blk * (spb + 1) / (2 * spb)
     step = c["n_layers"] * (2 * B * T * plin + 4 * B * T * T * QD) + \
-        2 * (B * blk * (spb + 1) / (2 * spb)) * C * c["embedding_size"]
+        2 * hr * C * c["embedding_size"] - 2 * (B * T - hr) * (C * QD + 3 * C * H)
     return steps * step / 1e9
 
 
