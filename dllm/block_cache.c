@@ -165,7 +165,7 @@ static int fill(dllm_block_cache *c, const int32_t *tokens, const uint8_t *keyma
     c->have_mask = a->have_mask;
     be->ops->copy(be, c->km, a->keymask, (size_t)N);
     be->ops->copy(be, c->pos, a->pos, sizeof(int32_t) * (size_t)N);
-    bool head_rows = rows && R < N && tf_head_rows_at(view(c), c->rollout);
+    bool head_rows = rows && R > 0 && R < N && tf_head_rows_at(view(c), c->rollout);
     if (head_rows) {
         memcpy(a->hrows, rows, sizeof(int32_t) * (size_t)R);
         a->R = R;
@@ -204,7 +204,7 @@ static int step(dllm_block_cache *c, const int32_t *tokens, int B, int T, int lo
         return DLLM_EXIT_INPUT;
     c->lo = lo;
     c->Tq = Tq;
-    bool head_rows = rows && R < N && tf_head_rows_at(view(c), c->rollout);
+    bool head_rows = rows && R > 0 && R < N && tf_head_rows_at(view(c), c->rollout);
     for (int r = 0; head_rows && r < R; r++) /* canvas rows -> the step's rows */
         a->hrows[r] = rows[r] / T * Tq + rows[r] % T - lo;
     a->R = head_rows ? R : 0;

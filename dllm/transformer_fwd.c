@@ -682,7 +682,7 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
 {
     int N = a->N, K = keep ? recompute_k(m) : 0;
     size_t C = (size_t)m->C, sN = a->capN;
-    a->head_in_xr = head_rows && !keep && a->R < N;
+    a->head_in_xr = head_rows && !keep && a->R > 0 && a->R < N;
     a->rk = K;
     a->seg = K ? (m->L - 1) / K * K : -1; /* the slots end with the last segment's layers */
     v->be->ops->embedding_fwd(v->be, a->resid, a->tokens, v->embed, N, m->C);

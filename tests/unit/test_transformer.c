@@ -306,6 +306,7 @@ START_TEST(test_head_rows_exact)
             int (*fwd)(dllm_tf *, const int32_t *, const uint8_t *, int, int, const int32_t *,
                        int, float *) = roll ? dllm_tf_forward_rollout : dllm_tf_forward_nograd;
             ck_assert_int_eq(fwd(m, b.tokens, b.keymask, B, T, NULL, 0, full), 0);
+            ck_assert_int_eq(fwd(m, b.tokens, b.keymask, B, T, rows, 0, sub), 0); /* none */
             ck_assert_int_eq(fwd(m, b.tokens, b.keymask, B, T, rows, R, sub), 0);
             /* a quantised or packed copy's products are row by row; fp32 GEMMs pick
              * kernels by the row count (kernels/cpu/gemm.c): the last bits */
