@@ -602,8 +602,8 @@ static void layer_fwd(dllm_tf *m, const tf_view *v, int l, int N, const int32_t 
 /* The last layer when only the R head rows of x_L are read (a forward without backward):
  * every row's keys and values, as the head rows attend to them all, then the rest of the
  * layer over the head rows alone, gathered (a->hrows) from x and y; x_L's head rows, in
- * order, land in a->xr, where the head reads them. Row by row as layer_fwd, so those
- * rows are its rows. */
+ * order, land in a->xr, where the head reads them. The same ops as layer_fwd over fewer
+ * rows: the same values wherever a product is row by row (tf_head_rows_at). */
 static void layer_fwd_head_rows(dllm_tf *m, const tf_view *v, int l, tf_acts *a,
                                 tf_layer_io *io, tf_attn_fn attn, void *ctx)
 {
