@@ -861,7 +861,8 @@ static const float *fwd_layers(dllm_tf *m, const fwd_at *f, const int32_t *token
 
 bool tf_head_rows_at(const tf_view *v, bool rollout)
 {
-    return rollout && !v->q4;
+    bool per_tensor = v->q4 || (v->q8 && v->q8[0].act_scaling == FP8_SCALE_TENSOR);
+    return rollout && !per_tensor;
 }
 
 /* Rows of logits the host computes per chunk of target log-probs (a device's chunk is its

@@ -478,8 +478,9 @@ const float *tf_layers_fwd(dllm_tf *m, tf_acts *a, const tf_view *v, bool keep, 
  * are the whole forward's rows bit for bit where the products are row by row (the packed
  * and quantised copies), up to the last bits where a GEMM library picks its kernels by the
  * row count (fp32), as any change of batch does; the trainer's forwards keep the whole
- * last layer, as its kept forward (and so its gradient's replay) computes it. Not NVFP4:
- * its activations' scale is one per tensor, so the rows present set it. */
+ * last layer, as its kept forward (and so its gradient's replay) computes it. Not NVFP4
+ * nor FP8 with tensor scaling: their activations' scale is one per tensor, so the rows
+ * present set it. */
 bool tf_head_rows_at(const tf_view *v, bool rollout);
 /* logits (R, V) = head(final_norm(xr)) at v's numerics (nf, rstdf: outputs). */
 void tf_head_fwd(dllm_tf *m, const tf_view *v, const float *xr, float *nf, float *rstdf, int R,
