@@ -165,13 +165,13 @@ static int fill(dllm_block_cache *c, const int32_t *tokens, const uint8_t *keyma
     c->have_mask = a->have_mask;
     be->ops->copy(be, c->km, a->keymask, (size_t)N);
     be->ops->copy(be, c->pos, a->pos, sizeof(int32_t) * (size_t)N);
-    bool head_rows = rows && R > 0 && R < N && tf_head_rows_at(view(c), c->rollout);
+    bool head_rows = rows && tf_head_rows_at(view(c), c->rollout);
     if (head_rows) {
         memcpy(a->hrows, rows, sizeof(int32_t) * (size_t)R);
         a->R = R;
     }
     c->xl = tf_layers_fwd(m, a, view(c), false, fill_attention, c, head_rows);
-    if (head_rows)
+    if (a->head_in_xr)
         c->xl = NULL; /* x_L's other rows were never made: no head() reads them */
     return 0;
 }
@@ -204,12 +204,12 @@ static int step(dllm_block_cache *c, const int32_t *tokens, int B, int T, int lo
         return DLLM_EXIT_INPUT;
     c->lo = lo;
     c->Tq = Tq;
-    bool head_rows = rows && R > 0 && R < N && tf_head_rows_at(view(c), c->rollout);
+    bool head_rows = rows && tf_head_rows_at(view(c), c->rollout);
     for (int r = 0; head_rows && r < R; r++) /* canvas rows -> the step's rows */
         a->hrows[r] = rows[r] / T * Tq + rows[r] % T - lo;
     a->R = head_rows ? R : 0;
     const float *x = tf_layers_fwd(m, a, view(c), false, step_attention, c, head_rows);
-    if (head_rows) {
+    if (a->head_in_xr) {
         c->xl = NULL; /* x_L's other rows were never made: no head() reads them */
         return 0;
     }
@@ -225,18 +225,21 @@ static int step(dllm_block_cache *c, const int32_t *tokens, int B, int T, int lo
     return 0;
 }
 
-/* logits (n, V) of the flat canvas rows (be's memory) of the last fill or step. */
+/* logits (n, V) of the flat canvas rows (be's memory) of the last fill or step: those
+ * it was given (rows at fill and step) when it left their x_L in c->a.xr. */
 static int head(dllm_block_cache *c, const int32_t *rows, int n, float *logits)
 {
     dllm_tf *m = c->m;
-    if (!c->xl || n < 0 || n > c->max_rows) {
-        fprintf(stderr, "block cache head: %s\n",
-                !c->xl ? "no fill before it" : "row count outside [0, max_rows]");
+    const bool ready = c->a.head_in_xr;
+    if ((!c->xl && !ready) || n < 0 || n > c->max_rows) {
+        fprintf(stderr, "block cache head: %s\n", !c->xl && !ready
+                ? "no fill before it" : "row count outside [0, max_rows]");
         return DLLM_EXIT_INPUT;
     }
     if (n == 0)
         return 0;
-    c->be->ops->embedding_fwd(c->be, c->a.xr, rows, c->xl, n, m->C); /* gather the rows */
+    if (!ready)
+        c->be->ops->embedding_fwd(c->be, c->a.xr, rows, c->xl, n, m->C); /* gather the rows */
     tf_head_fwd(m, view(c), c->a.xr, c->a.nf, c->a.rstdf, n, logits);
     return 0;
 }
@@ -258,10 +261,6 @@ int dllm_block_cache_fill(void *ctx, const int32_t *tokens, const uint8_t *keyma
     int rc = fill(c, tokens, keymask, B, T, rows, R);
     if (rc)
         return rc;
-    if (c->a.head_in_xr) { /* the fill left the rows' x_L where the head reads it */
-        tf_head_fwd(c->m, view(c), c->a.xr, c->a.nf, c->a.rstdf, R, logits);
-        return 0;
-    }
     int32_t *all = NULL;
     if (!rows) {
         all = dllm_malloc(sizeof *all * (size_t)(N > 0 ? N : 1));
@@ -291,9 +290,7 @@ int dllm_block_cache_step(void *ctx, const int32_t *tokens, const uint8_t *keyma
     if (n_rows > c->max_rows)
         c->max_rows = n_rows;
     int rc = step(c, tokens, B, T, lo, hi, rows, n_rows);
-    if (!rc && c->a.head_in_xr) /* the step left the rows' x_L where the head reads it */
-        tf_head_fwd(c->m, view(c), c->a.xr, c->a.nf, c->a.rstdf, n_rows, logits);
-    return rc || c->a.head_in_xr ? rc : head(c, rows, n_rows, logits);
+    return rc ? rc : head(c, rows, n_rows, logits);
 }
 
 /* ---- the view of the sampler's loop (dllm/device_logits.h) ------------------------------ */
